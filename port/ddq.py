@@ -1,0 +1,1516 @@
+"""ddq: a durable delivery queue (outbox) for MicroPython boards and CPython gateways.
+
+A port of the C DurableDeliveryQueue (DDQ): the same directory format byte for byte, the same state
+machine and status codes (as exceptions). Enqueue a message; claim it with a lease; send it; ack it
+only after the far end confirmed, or retry it with a delay, or quarantine it with a reason.
+
+    import ddq
+    with ddq.Queue("outbox") as q:
+        q.enqueue(b"reading 1")
+        c = q.claim(30000)
+        q.ack(c.seq)          # after the far end confirmed
+
+Format: see docs/SPEC.md §2-§6. Design: docs/DESIGN.md.
+"""
+
+__version__ = "0.1.0"
+
+# Copyright (c) 2026 the ddq authors. BSD-3-Clause (the C DDQ's licence; no code copied).
+
+import binascii
+import os
+import struct
+import time
+from array import array
+
+# ============================================================================ compat
+# Each probe is named by what it gives. _MP is a feature probe (ticks exist only on MicroPython);
+# mypy's two passes read it as a compile-time flag (micropython-platform.md §9).
+_MP = hasattr(time, "ticks_ms")
+if _MP:
+    from micropython import const
+else:
+
+    def const(x: int) -> int:
+        return x
+
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterator, Optional, Union
+
+    Buf = Union[bytes, bytearray, memoryview]
+
+_crc32 = binascii.crc32
+
+
+def _crc(data: "Buf", value: int = 0) -> int:
+    # binascii.crc32 is CRC-32/ISO-HDLC on both interpreters, running form included (SPEC §2).
+    return int(_crc32(data, value))
+
+
+def _import(name: str) -> "Any":
+    # Optional modules (fcntl, socket, hashlib): present on some interpreters only.
+    try:
+        return __import__(name)
+    except ImportError:
+        return None
+
+
+def _wall_ms() -> int:
+    # Default clock: wall-clock Unix-epoch ms (SPEC §2). A 2000-epoch port adds 946,684,800,000 ms.
+    if hasattr(time, "time_ns"):
+        ms = int(time.time_ns()) // 1000000
+    else:
+        ms = int(time.time() * 1000)
+    if time.gmtime(0)[0] == 2000:
+        ms += 946684800000
+    return ms
+
+
+# ============================================================================ format
+# Records: SPEC §3 [F1]-[F9]. All integers little-endian.
+_REC_FMT = "<IHHQQIIII"  # magic version type seq arg payload_length record_length crc reserved
+_REC_MAGIC = const(0x31475144)  # b"DQG1"
+_REC_COMMIT = 0x54494D43  # b"CMIT" (over 2**30: not a const on 32-bit boards)
+_FTR_FMT = "<II"  # commit record_length
+_HDR = const(40)
+_MIN_REC = const(48)  # header + footer
+_OFF_CRC = const(32)
+_VERSION = const(1)
+# Record types: SPEC §4 [F10].
+_T_DATA = const(1)
+_T_CLAIM = const(2)
+_T_ACK = const(3)
+_T_RETRY = const(4)
+_T_QUAR = const(5)
+_T_STATE = const(6)
+# STATE payload: SPEC §4.1 [F11]; 24 bytes: state attempts lease_until_ms not_before_ms.
+_STATE_FMT = "<IIQQ"
+_STATE_LEN = const(24)
+_STATE_REC = const(72)
+# Item states, as on disk (STATE payload) and in RAM.
+_AVAILABLE = const(1)
+_CLAIMED = const(2)
+_ACKED = const(3)
+_QUARANTINED = const(4)
+# Manifest: SPEC §5 [M1]-[M8]; 48 bytes.
+_MAN_FMT = "<IHHQQIIQ"  # magic version size generation next_seq segment_count item_count end_offset
+_MAN_MAGIC = 0x4D514444  # b"DDQM"
+_MAN_SIZE = const(48)
+# Names: SPEC §6 [N1]-[N5].
+_LOCK = "queue.lock"
+_MARKER = "queue.format"
+_MANIFEST = "queue.manifest"
+_MANIFEST_TMP = "queue.manifest.tmp"
+_CUT = ".cut"  # ddq extension: a tail cut staged by copy + rename where truncate is missing [R12]
+# Limits: SPEC §7.
+_MAX_REASON = const(4096)
+_MAX_LEASE_MS = const(604800000)
+_U32 = 0xFFFFFFFF
+_U64 = 0xFFFFFFFFFFFFFFFF
+_SCAN_RECORDS = const(4000000)
+_IO_LOOPS = const(1048576)
+_ENOENT = const(2)
+_EIO = const(5)
+_EEXIST = const(17)
+
+STATES = ("", "available", "claimed", "acked", "quarantined")
+
+
+# ============================================================================ errors
+class Error(Exception):
+    """Base class of ddq errors; `.code` is the DDQ status value."""
+
+    code = -1
+
+    def __init__(self, msg: str = "") -> None:
+        super().__init__(msg)
+
+
+class InvalidArgument(Error):
+    """Raised for a bad type or range of an option or argument; nothing changed."""
+
+    code = -1
+
+
+class IOFailure(Error):
+    """Raised when storage failed, and while the queue is fail-stopped (until recover())."""
+
+    code = -2
+    errno = 0
+
+
+class Corrupt(Error):
+    """Raised when a record, the manifest or the directory breaks the format rules."""
+
+    code = -3
+
+
+class Locked(Error):
+    """Raised when another Queue (this process or another) holds the directory."""
+
+    code = -4
+
+
+class TooLarge(Error):
+    """Raised for a payload, reason or record over its limit."""
+
+    code = -6
+
+
+class Full(Error):
+    """Raised when the admission reserve or max_items refuses an enqueue; nothing was stored."""
+
+    code = -7
+
+
+class NotFound(Error):
+    """Raised for an unknown sequence, or an acked item already reclaimed."""
+
+    code = -8
+
+
+class BadState(Error):
+    """Raised when the operation is not allowed from the item's current state."""
+
+    code = -9
+
+
+class BufferTooSmall(Error):
+    """Raised by read_into when the buffer is smaller than the payload; `.needed` says how big."""
+
+    code = -10
+    needed = 0
+
+
+class Limit(Error):
+    """Raised when a count, segment or arithmetic limit is reached."""
+
+    code = -11
+
+
+def _io_failure(e: "Optional[BaseException]", what: str) -> IOFailure:
+    err = IOFailure(what + (": " + repr(e) if e is not None else ""))
+    err.errno = getattr(e, "errno", 0) or 0
+    return err
+
+
+# ============================================================================ codec
+class Claim:
+    """A claimed item: deliver it, then ack, retry or quarantine it by seq."""
+
+    __slots__ = ("seq", "attempts", "payload_len", "lease_until_ms")
+
+    def __init__(self, seq: int, attempts: int, payload_len: int, lease_until_ms: int) -> None:
+        self.seq = seq
+        self.attempts = attempts
+        self.payload_len = payload_len
+        self.lease_until_ms = lease_until_ms
+
+
+class Item:
+    """One retained item as items() reports it."""
+
+    __slots__ = ("seq", "state", "attempts", "lease_until_ms", "not_before_ms", "payload_len")
+
+    def __init__(self, seq: int, state: str, attempts: int, lease: int, nb: int, n: int) -> None:
+        self.seq = seq
+        self.state = state
+        self.attempts = attempts
+        self.lease_until_ms = lease
+        self.not_before_ms = nb
+        self.payload_len = n
+
+
+class Stats:
+    """Counts of a queue; the DDQ fields plus generation, failed and durable_seq."""
+
+    __slots__ = (
+        "total_items", "available_items", "claimed_items", "acknowledged_items",
+        "quarantined_items", "stored_bytes", "segment_count", "next_seq",
+        "recovered_tail_bytes", "generation", "failed", "durable_seq",
+    )
+
+    def __init__(self) -> None:
+        self.total_items = self.available_items = self.claimed_items = 0
+        self.acknowledged_items = self.quarantined_items = self.stored_bytes = 0
+        self.segment_count = self.next_seq = self.recovered_tail_bytes = self.generation = 0
+        self.durable_seq = 0
+        self.failed = False
+
+    def as_dict(self) -> "dict[str, Any]":
+        return {k: getattr(self, k) for k in Stats.__slots__}
+
+
+def segment_name(generation: int, index: int) -> str:
+    """Return the file name of segment `index` of `generation` [N2][N3]."""
+    if generation == 0:
+        return "segment-%020d.log" % index
+    return "generation-%020d-segment-%020d.log" % (generation, index)
+
+
+def parse_segment_name(name: str) -> "Optional[tuple[int, int]]":
+    """Return (generation, index) for a segment file name, or None [N2][N3][N4]."""
+    if len(name) == 32 and name[:8] == "segment-" and name[28:] == ".log":
+        g, d = 0, name[8:28]
+    elif len(name) == 64 and name[:11] == "generation-" and name[31:40] == "-segment-" \
+            and name[60:] == ".log":
+        gd, d = name[11:31], name[40:60]
+        if not gd.isdigit():
+            return None
+        g = int(gd)
+        if g == 0 or g > _U64:  # generation 0 must use the legacy name
+            return None
+    else:
+        return None
+    if not d.isdigit():
+        return None
+    i = int(d)
+    return None if i > _U64 else (g, i)
+
+
+def decode_header(mv: "Buf", p: int = 0) -> "tuple[int, int, int, int, int, int, int, int, int]":
+    """Unpack the 40-byte record header at mv[p:] (magic ... reserved), unchecked [F1]."""
+    return struct.unpack_from(_REC_FMT, mv, p)  # type: ignore[return-value]
+
+
+def check_record(mv: memoryview, p: int, seg_bytes: int, max_payload: int) -> "tuple[int, int, int, int]":
+    """Validate the whole record at mv[p:]; return (type, seq, arg, payload_len) [F2]-[F11].
+
+    Raises Corrupt (without position; the caller adds segment and offset)."""
+    magic, ver, typ, seq, arg, plen, rlen, crc, res = struct.unpack_from(_REC_FMT, mv, p)
+    if magic != _REC_MAGIC or ver != _VERSION or res != 0 or typ < _T_DATA or typ > _T_STATE:
+        raise Corrupt("bad record header")
+    if plen > max_payload and not (typ == _T_STATE and plen == _STATE_LEN):
+        raise Corrupt("payload over max_payload_bytes")
+    if rlen != _MIN_REC + plen or rlen > seg_bytes:
+        raise Corrupt("bad record length")
+    commit, rlen2 = struct.unpack_from(_FTR_FMT, mv, p + _HDR + plen)
+    if commit != _REC_COMMIT or rlen2 != rlen:
+        raise Corrupt("bad commit footer")
+    c = _crc(mv[p + 4:p + 32])
+    c = _crc(mv[p + 36:p + 40], c)
+    if plen:
+        c = _crc(mv[p + _HDR:p + _HDR + plen], c)
+    if c != crc:
+        raise Corrupt("crc mismatch")
+    if seq == 0 or (typ == _T_DATA and arg != 0) or (typ == _T_CLAIM and (arg == 0 or plen)) \
+            or (typ == _T_ACK and (arg or plen)) or (typ == _T_RETRY and plen) \
+            or (typ == _T_QUAR and (arg or plen > _MAX_REASON)) \
+            or (typ == _T_STATE and (arg or plen != _STATE_LEN)):
+        raise Corrupt("record field rule broken")
+    return typ, seq, arg, plen
+
+
+def encode_manifest(gen: int, next_seq: int, segs: int, items: int, end: int) -> bytes:
+    """Return the 48-byte manifest [M1]."""
+    b = bytearray(_MAN_SIZE)
+    struct.pack_into(_MAN_FMT, b, 0, _MAN_MAGIC, 1, _MAN_SIZE, gen, next_seq, segs, items, end)
+    struct.pack_into("<II", b, 40, _crc(memoryview(b)[0:40]), 0)
+    return bytes(b)
+
+
+def decode_manifest(b: "Buf") -> "tuple[int, int, int, int, int]":
+    """Return (generation, next_seq, segment_count, item_count, end_offset); Corrupt if bad [M2]."""
+    if len(b) != _MAN_SIZE:
+        raise Corrupt("manifest size")
+    magic, ver, size, gen, nxt, segs, items, end = struct.unpack_from(_MAN_FMT, b, 0)
+    crc, res = struct.unpack_from("<II", b, 40)
+    if magic != _MAN_MAGIC or ver != 1 or size != _MAN_SIZE or res != 0 \
+            or crc != _crc(memoryview(b)[0:40]):
+        raise Corrupt("manifest header or crc")
+    return gen, nxt, segs, items, end
+
+
+# ============================================================================ storage
+class PosixStorage:
+    """The one seam to the file system: open/write/read/sync/list/rename/remove/lock.
+
+    Tests swap in a fault-injecting or crash-recording object with the same methods. rename is
+    atomic on POSIX and LittleFS and is remove + rename on FAT (SPEC §8 [S4])."""
+
+    _held: "list[str]" = []  # directories locked by this process (in-process exclusion)
+
+    def __init__(self) -> None:
+        self.can_truncate = hasattr(os, "truncate")
+        self._fsync = getattr(os, "fsync", None)
+
+    def open(self, path: str, mode: str) -> "Any":
+        return open(path, mode)
+
+    def write(self, f: "Any", buf: "Buf") -> None:
+        n = f.write(buf)
+        if n is not None and n != len(buf):
+            raise OSError(_EIO, "short write")
+
+    def read_into(self, f: "Any", offset: int, buf: "Any") -> int:
+        f.seek(offset)
+        return int(f.readinto(buf) or 0)
+
+    def sync(self, f: "Any") -> None:
+        # The one durability primitive [S2]: flush is the commit on MicroPython's VFSs (LittleFS
+        # lfs_file_sync, FAT f_sync, unix fsync); CPython needs os.fsync after it.
+        f.flush()
+        if self._fsync is not None:
+            self._fsync(f.fileno())
+
+    def close(self, f: "Any") -> None:
+        f.close()
+
+    def size(self, path: str) -> int:
+        return int(os.stat(path)[6])
+
+    def kind(self, path: str) -> int:
+        try:
+            mode = os.stat(path)[0]
+        except OSError as e:
+            if e.errno == _ENOENT:
+                return 0
+            raise
+        if mode & 0o170000 == 0o040000:
+            return 2
+        return 1 if mode & 0o170000 == 0o100000 else 3
+
+    def listdir(self, path: str) -> "list[str]":
+        return os.listdir(path)
+
+    def mkdir(self, path: str) -> None:
+        os.mkdir(path)
+
+    def rename(self, src: str, dst: str) -> None:
+        os.rename(src, dst)
+
+    def remove(self, path: str) -> None:
+        os.remove(path)
+
+    def sync_dir(self, path: str) -> None:
+        # POSIX needs a directory fsync after create/rename/unlink [S3]; MicroPython has none
+        # (LittleFS commits directory operations atomically by itself).
+        if self._fsync is not None and hasattr(os, "O_RDONLY"):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                self._fsync(fd)
+            finally:
+                os.close(fd)
+
+    def truncate(self, path: str, size: int) -> None:
+        os.truncate(path, size)
+        fd = os.open(path, os.O_RDWR)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def lock(self, path: str) -> "Any":
+        # flock on queue.lock excludes C DDQ too [L1]; on the MicroPython unix port an abstract
+        # unix socket named after the directory does the same and dies with its process [L2].
+        key = path if path[:1] == "/" else os.getcwd().rstrip("/") + "/" + path
+        if key in PosixStorage._held:
+            raise Locked("locked by this process: " + path)
+        f = open(path + "/" + _LOCK, "ab")
+        held = None
+        fcntl = _import("fcntl")
+        try:
+            if fcntl is not None:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            else:
+                socket = _import("socket")
+                hashlib = _import("hashlib")
+                if socket is not None and hasattr(socket, "AF_UNIX") and hashlib is not None:
+                    held = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    name = binascii.hexlify(hashlib.sha256(key.encode()).digest())
+                    held.bind(struct.pack("<H", socket.AF_UNIX) + b"\0ddq-" + name[:48])
+        except OSError as e:
+            f.close()
+            if held is not None:
+                held.close()
+            raise Locked("locked by another process: %s (%r)" % (path, e))
+        PosixStorage._held.append(key)
+        return (key, f, held)
+
+    def unlock(self, token: "Any") -> None:
+        key, f, held = token
+        if key in PosixStorage._held:
+            PosixStorage._held.remove(key)
+        f.close()  # closing the descriptor releases flock
+        if held is not None:
+            held.close()
+
+
+# ============================================================================ index
+# RAM metadata per retained item, in seq order, in parallel compact arrays (19 bytes an item):
+# seq, segment index, record offset, payload length, state. Items with history (attempts, lease,
+# not_before) live in small dicts keyed by seq, so a fresh item costs nothing more (DESIGN §4).
+
+
+class _Index:
+    __slots__ = ("seq", "sg", "off", "ln", "st", "live", "hist", "reasons", "fresh")
+
+    def __init__(self) -> None:
+        self.seq = array("Q")
+        self.sg = array("H")
+        self.off = array("I")
+        self.ln = array("I")
+        self.st = bytearray()
+        # live: non-terminal items with history, seq -> [index, attempts, lease_until, not_before]
+        self.live: "dict[int, list[int]]" = {}
+        # hist: terminal items with history, seq -> [attempts, not_before]
+        self.hist: "dict[int, list[int]]" = {}
+        # reasons: quarantined items, seq -> [segment index, offset, length]
+        self.reasons: "dict[int, list[int]]" = {}
+        self.fresh = 0  # every index below is not a plain available item
+
+    def add(self, seq: int, sg: int, off: int, ln: int) -> None:
+        self.seq.append(seq)
+        self.sg.append(sg)
+        self.off.append(off)
+        self.ln.append(ln)
+        self.st.append(_AVAILABLE)
+
+    def find(self, seq: int) -> int:
+        a = self.seq
+        lo, hi = 0, len(a)
+        while lo < hi:  # at most 64 iterations: u64 keys
+            mid = (lo + hi) >> 1
+            v = a[mid]
+            if v == seq:
+                return mid
+            if v < seq:
+                lo = mid + 1
+            else:
+                hi = mid
+        return -1
+
+    def history(self, seq: int) -> "tuple[int, int, int]":
+        e = self.live.get(seq)
+        if e is not None:
+            return e[1], e[2], e[3]
+        h = self.hist.get(seq)
+        if h is not None:
+            return h[0], 0, h[1]
+        return 0, 0, 0
+
+    def set_history(self, i: int, attempts: int, lease: int, nb: int) -> None:
+        s = self.seq[i]
+        if self.st[i] in (_AVAILABLE, _CLAIMED):
+            self.hist.pop(s, None)
+            e = self.live.get(s)
+            if e is None:
+                self.live[s] = [i, attempts, lease, nb]
+            else:
+                e[1], e[2], e[3] = attempts, lease, nb
+        else:
+            self.live.pop(s, None)
+            if attempts or nb:
+                self.hist[s] = [attempts, nb]
+            else:
+                self.hist.pop(s, None)
+
+    def next_fresh(self) -> int:
+        n, st, live, sq = len(self.st), self.st, self.live, self.seq
+        i = self.fresh
+        while i < n and (st[i] != _AVAILABLE or sq[i] in live):
+            i += 1
+        self.fresh = i
+        return i
+
+
+# ============================================================================ queue
+def _opt(v: "Any", lo: int, hi: int, name: str) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or v < lo or v > hi:
+        raise InvalidArgument("%s must be an int in %d..%d" % (name, lo, hi))
+    return v
+
+
+def _bytes_arg(v: "Any", name: str) -> "Buf":
+    if isinstance(v, str):
+        return v.encode()
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return v
+    raise InvalidArgument(name + " must be bytes, bytearray or memoryview")
+
+
+class _Log:
+    """The segments of one generation as the writer sees them."""
+
+    __slots__ = ("gen", "sizes", "off", "h", "dirty")
+
+    def __init__(self, gen: int) -> None:
+        self.gen = gen
+        self.sizes: "list[int]" = []
+        self.off = 0
+        self.h: "Any" = None
+        self.dirty = False
+
+
+class Queue:
+    """A DDQ directory opened for delivery; see the module docstring.
+
+    sync: "always" syncs every record before the call returns (C DDQ's rule); "ack" leaves CLAIM
+    and RETRY records to the next sync (a power cut may forget a claim or a retry, never an
+    enqueue, ack or quarantine); "none" syncs only on sync(), rotation, compaction and close
+    (durable_seq tells how far enqueues are durable). SPEC §9 [D1]-[D4]."""
+
+    def __init__(self, path: str, segment_bytes: int = 4194304,
+                 max_payload_bytes: int = 1048576, max_items: int = 100000,
+                 max_segments: int = 1024, clock: "Optional[Callable[[], int]]" = None,
+                 storage: "Any" = None, sync: str = "always") -> None:
+        self._closed = True
+        self._lock: "Any" = None
+        if not isinstance(path, str) or not path or len(path) >= 4096:
+            raise InvalidArgument("path must be a non-empty str shorter than 4096")
+        self._seg_bytes = _opt(segment_bytes, 256, 64 * 1048576, "segment_bytes")
+        self._max_payload = _opt(max_payload_bytes, 1, segment_bytes - _MIN_REC,
+                                 "max_payload_bytes")
+        self._max_items = _opt(max_items, 1, 1000000, "max_items")
+        self._max_segs = _opt(max_segments, 1, 4096, "max_segments")
+        if clock is not None and not callable(clock):
+            raise InvalidArgument("clock must be callable")
+        if sync not in ("always", "ack", "none"):
+            raise InvalidArgument("sync must be 'always', 'ack' or 'none'")
+        self._sync_all = sync == "always"
+        self._sync_ack = sync != "none"
+        self._clock = clock if clock is not None else _wall_ms
+        self._fs = storage if storage is not None else PosixStorage()
+        self._dir = path.rstrip("/") or "/"
+        self._reason_budget = min(self._max_payload, _MAX_REASON)
+        # One reused 48-byte record buffer and its views: no allocation per record (STYLE 6).
+        self._rec = bytearray(_MIN_REC)
+        mv = memoryview(self._rec)
+        self._mv_hdr, self._mv_ftr = mv[0:_HDR], mv[_HDR:_MIN_REC]
+        self._mv_crc1, self._mv_crc2 = mv[4:32], mv[36:40]
+        self._state_buf = bytearray(_STATE_LEN)
+        self._rbuf = bytearray(0)
+        self._reset()
+        k = self._fs.kind(self._dir)
+        if k == 0:
+            try:
+                self._fs.mkdir(self._dir)
+            except OSError as e:
+                raise _io_failure(e, "mkdir " + self._dir)
+        elif k != 2:
+            raise InvalidArgument("not a directory: " + self._dir)
+        try:
+            self._lock = self._fs.lock(self._dir)
+        except OSError as e:
+            raise _io_failure(e, "lock")
+        self._closed = False
+        try:
+            self.recover()
+        except BaseException:
+            self._closed = True
+            self._fail()
+            self._release()
+            raise
+
+    # ------------------------------------------------------------------ state
+    def _reset(self) -> None:
+        self._ix = _Index()
+        self._log = _Log(0)
+        self._next = 1
+        self._durable = 0
+        self._tail = 0
+        self._has_manifest = False
+        self._n_avail = self._n_claimed = self._n_acked = self._n_quar = 0
+        self._plan: "Optional[list[int]]" = None  # cached worst-case compacted plan [segs, off]
+
+    def _path(self, name: str) -> str:
+        return self._dir + "/" + name
+
+    def __enter__(self) -> "Queue":
+        return self
+
+    def __exit__(self, *a: "Any") -> None:
+        self.close()
+
+    def _alive(self) -> None:
+        if self._closed:
+            raise IOFailure("queue is closed")
+        if self._log.h is None:
+            raise IOFailure("queue is fail-stopped: call recover() or reopen")
+
+    def _fail(self) -> None:
+        # Fail-stop [R20]: drop the writable handle; only stats/recover/close work until recover().
+        h, self._log.h = self._log.h, None
+        if h is not None:
+            try:
+                self._fs.close(h)
+            except OSError:
+                pass
+
+    def _now(self) -> int:
+        now = self._clock()
+        if not isinstance(now, int) or now <= 0 or now > _U64:
+            raise IOFailure("clock returned %r; want wall-clock ms > 0" % (now,))
+        return now
+
+    def _count(self, state: int, d: int) -> None:
+        if state == _AVAILABLE:
+            self._n_avail += d
+        elif state == _CLAIMED:
+            self._n_claimed += d
+        elif state == _ACKED:
+            self._n_acked += d
+        else:
+            self._n_quar += d
+
+    def _move(self, i: int, state: int, attempts: int, lease: int, nb: int) -> None:
+        ix = self._ix
+        self._count(ix.st[i], -1)
+        self._count(state, 1)
+        ix.st[i] = state
+        ix.set_history(i, attempts, lease, nb)
+
+    # ------------------------------------------------------------------ writing
+    def _sync_h(self) -> None:
+        log = self._log
+        try:
+            self._fs.sync(log.h)
+        except OSError as e:
+            self._fail()
+            raise _io_failure(e, "sync")
+        log.dirty = False
+        self._durable = self._next - 1
+
+    def _new_segment(self, log: _Log, staging: bool) -> None:
+        p = self._path(segment_name(log.gen, len(log.sizes)))
+        if self._fs.kind(p) != 0:  # C creates with O_EXCL; the lock makes check-then-create safe
+            raise OSError(_EEXIST, "segment exists: " + p)
+        log.h = self._fs.open(p, "ab")
+        log.sizes.append(0)
+        log.off = 0
+        if not staging:
+            self._fs.sync_dir(self._dir)
+
+    def _append(self, log: _Log, typ: int, seq: int, arg: int, payload: "Optional[Buf]",
+                staging: bool) -> int:
+        """Encode and append one record to log; return its offset [W1]-[W3]. No compaction here."""
+        plen = len(payload) if payload is not None else 0
+        total = _MIN_REC + plen
+        if log.off > 0 and log.off + total > self._seg_bytes:
+            # Records never straddle segments [F7]: sync and close the full one, open the next.
+            if len(log.sizes) >= self._max_segs:
+                raise Limit("segment limit reached")
+            self._fs.sync(log.h)
+            log.dirty = False
+            if log is self._log:
+                self._durable = self._next - 1
+            h, log.h = log.h, None
+            self._fs.close(h)
+            self._new_segment(log, staging)
+        rec = self._rec
+        struct.pack_into(_REC_FMT, rec, 0, _REC_MAGIC, _VERSION, typ, seq, arg, plen, total, 0, 0)
+        struct.pack_into(_FTR_FMT, rec, _HDR, _REC_COMMIT, total)
+        c = _crc(self._mv_crc2, _crc(self._mv_crc1))
+        if payload is not None and plen:
+            c = _crc(payload, c)
+        struct.pack_into("<I", rec, _OFF_CRC, c)
+        off = log.off
+        fs, h = self._fs, log.h
+        if payload is not None and plen:
+            # Header, payload, footer: three writes and no copy of the payload (STYLE 6).
+            fs.write(h, self._mv_hdr)
+            fs.write(h, payload)
+            fs.write(h, self._mv_ftr)
+        else:
+            fs.write(h, rec)
+        log.off = off + total
+        log.sizes[-1] = log.off
+        log.dirty = True
+        return off
+
+    def _write(self, typ: int, seq: int, arg: int, payload: "Optional[Buf]", sync: bool) -> int:
+        """Append a record to the active generation, compacting first when the segment limit
+        is reached [W4]; fail-stop on any storage error [R20]."""
+        self._alive()
+        total = _MIN_REC + (len(payload) if payload is not None else 0)
+        if total > self._seg_bytes:
+            raise TooLarge("record larger than segment_bytes")
+        log = self._log
+        if log.off > 0 and log.off + total > self._seg_bytes and len(log.sizes) >= self._max_segs:
+            try:
+                self._compact(total, 0)
+            except Full:
+                raise Limit("segment limit reached and compaction gave no room")
+            log = self._log
+        try:
+            off = self._append(log, typ, seq, arg, payload, False)
+        except OSError as e:
+            self._fail()
+            raise _io_failure(e, "write")
+        if sync:
+            self._sync_h()
+        return off
+
+    # ------------------------------------------------------------------ reading
+    def _read_exact(self, h: "Any", off: int, mv: memoryview) -> int:
+        got, n = 0, len(mv)
+        for _ in range(_IO_LOOPS):
+            if got >= n:
+                break
+            k = self._fs.read_into(h, off + got, mv[got:] if got else mv)
+            if k <= 0:
+                break
+            got += k
+        return got
+
+    def _buf(self, n: int) -> memoryview:
+        if len(self._rbuf) < n:
+            self._rbuf = bytearray(n)
+        return memoryview(self._rbuf)
+
+    def _read_record(self, log: _Log, sg: int, off: int, typ: int, seq: int,
+                     ln: int) -> memoryview:
+        """Re-read and validate one whole record; return a view of its payload [R19]."""
+        name = segment_name(log.gen, sg)
+        if sg >= len(log.sizes) or off + _MIN_REC + ln > log.sizes[sg]:
+            raise Corrupt("record of seq %d outside %s" % (seq, name))
+        if sg == len(log.sizes) - 1 and log.dirty and log is self._log and log.h is not None:
+            self._sync_h()  # a fresh reader sees only committed bytes (LittleFS, buffered CPython)
+        total = _MIN_REC + ln
+        mv = self._buf(total)
+        try:
+            h = self._fs.open(self._path(name), "rb")
+            try:
+                got = self._read_exact(h, off, mv[0:total])
+            finally:
+                self._fs.close(h)
+        except OSError as e:
+            raise _io_failure(e, "read " + name)
+        try:
+            if got != total:
+                raise Corrupt("short record")
+            t, s, _a, pl = check_record(mv, 0, self._seg_bytes, self._max_payload)
+            if t != typ or s != seq or pl != ln:
+                raise Corrupt("record is not the expected one")
+        except Corrupt as e:
+            raise Corrupt("%s at %s offset %d (seq %d)" % (e.args[0], name, off, seq))
+        return mv[_HDR:_HDR + ln]
+
+    def _find(self, seq: "Any") -> int:
+        self._alive()
+        i = self._ix.find(seq) if isinstance(seq, int) and not isinstance(seq, bool) else -1
+        if i < 0:
+            raise NotFound("no item %r" % (seq,))
+        return i
+
+    def read_into(self, seq: int, buf: "Any") -> int:
+        """Copy the payload of any retained item into buf; return its length [O12]."""
+        i = self._find(seq)
+        ix = self._ix
+        n = ix.ln[i]
+        if len(buf) < n:
+            e = BufferTooSmall("buffer of %d bytes; need %d" % (len(buf), n))
+            e.needed = n
+            raise e
+        buf[0:n] = self._read_record(self._log, ix.sg[i], ix.off[i], _T_DATA, seq, n)
+        return n
+
+    def read(self, seq: int) -> bytes:
+        """Return the payload of any retained item, in any state [O12]."""
+        i = self._find(seq)
+        ix = self._ix
+        return bytes(self._read_record(self._log, ix.sg[i], ix.off[i], _T_DATA, seq, ix.ln[i]))
+
+    def reason(self, seq: int) -> bytes:
+        """Return the quarantine reason of a quarantined item [O13]."""
+        self._find(seq)
+        r = self._ix.reasons.get(seq)
+        if r is None:
+            raise BadState("item %d is not quarantined" % seq)
+        return bytes(self._read_record(self._log, r[0], r[1], _T_QUAR, seq, r[2]))
+
+    # ------------------------------------------------------------------ operations
+    def enqueue(self, payload: "Buf") -> int:
+        """Append a DATA record; return its seq, durable before return unless sync="none" [O1]."""
+        payload = _bytes_arg(payload, "payload")
+        self._alive()
+        n = len(payload)
+        if n > self._max_payload:
+            raise TooLarge("payload of %d bytes over max_payload_bytes %d" % (n, self._max_payload))
+        if self._next >= _U64:
+            raise Full("sequence space exhausted")
+        ix = self._ix
+        if not self._admit(n) or len(ix.st) >= self._max_items:
+            self._compact(_MIN_REC + n, 1 if len(ix.st) >= self._max_items else 0)
+            ix = self._ix
+            if not self._admit(n):
+                raise Full("admission reserve exhausted")
+        if len(ix.st) >= self._max_items:
+            raise Full("max_items reached")
+        seq = self._next
+        off = self._write(_T_DATA, seq, 0, payload, self._sync_ack)
+        ix.add(seq, len(self._log.sizes) - 1, off, n)
+        self._n_avail += 1
+        self._next = seq + 1
+        if not self._log.dirty:
+            self._durable = seq
+        self._plan_add(n)
+        return seq
+
+    def claim(self, lease_ms: int) -> "Optional[Claim]":
+        """Claim the first ready item, skipping claimed and backing-off ones; None if none [O2]."""
+        return self._claim(lease_ms, False)
+
+    def claim_ordered(self, lease_ms: int) -> "Optional[Claim]":
+        """Claim the earliest unfinished item if it is ready, else return None (strict FIFO) [O3]."""
+        return self._claim(lease_ms, True)
+
+    def _claim(self, lease_ms: int, ordered: bool) -> "Optional[Claim]":
+        _opt(lease_ms, 1, _MAX_LEASE_MS, "lease_ms")
+        self._alive()
+        now = self._now()
+        ix = self._ix
+        st, sq = ix.st, ix.seq
+        best, best_seq, head, head_seq = -1, 0, -1, 0
+        # Expired leases go back to AVAILABLE in RAM only; nothing is written [S7]. A deadline
+        # further ahead than the longest legal interval means the clock went back: due now [S9].
+        for s, e in ix.live.items():
+            i = e[0]
+            if st[i] == _CLAIMED and (e[2] <= now or e[2] - now > _MAX_LEASE_MS):
+                st[i] = _AVAILABLE
+                e[2] = 0
+                self._n_claimed -= 1
+                self._n_avail += 1
+            if ordered:
+                if head < 0 or s < head_seq:
+                    head, head_seq = i, s
+            elif st[i] == _AVAILABLE and (e[3] <= now or e[3] - now > _U32):
+                if best < 0 or s < best_seq:
+                    best, best_seq = i, s
+        f = ix.next_fresh()
+        if f < len(st):
+            if ordered:
+                if head < 0 or sq[f] < head_seq:
+                    head = f
+            elif best < 0 or sq[f] < best_seq:
+                best = f
+        if ordered and head >= 0:
+            e2 = ix.live.get(sq[head])
+            if st[head] == _AVAILABLE and (e2 is None or e2[3] <= now or e2[3] - now > _U32):
+                best = head
+        if best < 0:
+            return None
+        seq = sq[best]
+        lease = now + lease_ms
+        self._write(_T_CLAIM, seq, lease, None, self._sync_all)
+        ix = self._ix
+        i = ix.find(seq)  # a compaction inside the write may have moved it
+        attempts, _l, nb = ix.history(seq)
+        self._move(i, _CLAIMED, attempts, lease, nb)
+        return Claim(seq, attempts, ix.ln[i], lease)
+
+    def _claimed(self, seq: int, done: int) -> int:
+        i = self._find(seq)
+        s = self._ix.st[i]
+        if s == done:
+            return -1
+        if s != _CLAIMED:
+            raise BadState("item %d is %s, not claimed" % (seq, STATES[s]))
+        return i
+
+    def ack(self, seq: int) -> bool:
+        """Mark a claimed item delivered; False if it was already acked [O4]."""
+        if self._claimed(seq, _ACKED) < 0:
+            return False
+        self._write(_T_ACK, seq, 0, None, self._sync_ack)
+        attempts, _l, nb = self._ix.history(seq)
+        self._move(self._ix.find(seq), _ACKED, attempts, 0, nb)
+        return True
+
+    def retry(self, seq: int, delay_ms: int) -> None:
+        """Return a claimed item to AVAILABLE after delay_ms; attempts += 1 [O5]."""
+        _opt(delay_ms, 0, _U32, "delay_ms")
+        self._claimed(seq, 0)
+        attempts, _l, nb = self._ix.history(seq)
+        if attempts >= _U32:
+            raise Limit("attempts exhausted")
+        nb = self._now() + delay_ms
+        if nb > _U64:
+            raise Limit("not_before overflows")
+        self._write(_T_RETRY, seq, nb, None, self._sync_all)
+        self._move(self._ix.find(seq), _AVAILABLE, attempts + 1, 0, nb)
+
+    def quarantine(self, seq: int, reason: "Buf" = b"") -> bool:
+        """Quarantine a claimed item with a reason; False if already (first reason kept) [O6]."""
+        reason = _bytes_arg(reason, "reason")
+        if self._claimed(seq, _QUARANTINED) < 0:
+            return False
+        if len(reason) > self._reason_budget:
+            raise TooLarge("reason over %d bytes" % self._reason_budget)
+        if b"\0" in bytes(reason):
+            raise InvalidArgument("reason must not contain NUL bytes")
+        off = self._write(_T_QUAR, seq, 0, reason, self._sync_ack)
+        ix = self._ix
+        attempts, _l, nb = ix.history(seq)
+        self._move(ix.find(seq), _QUARANTINED, attempts, 0, nb)
+        ix.reasons[seq] = [len(self._log.sizes) - 1, off, len(reason)]
+        return True
+
+    def sync(self) -> int:
+        """Make every record written so far durable; return durable_seq [D3]."""
+        self._alive()
+        if self._log.dirty:
+            self._sync_h()
+        return self._durable
+
+    @property
+    def durable_seq(self) -> int:
+        """The highest seq whose enqueue is durable (every lower one is too) [D4]."""
+        return self._durable
+
+    def stats(self) -> Stats:
+        """Return counts; works while fail-stopped (`.failed`) [O9]."""
+        s = Stats()
+        s.total_items = len(self._ix.st)
+        s.available_items = self._n_avail
+        s.claimed_items = self._n_claimed
+        s.acknowledged_items = self._n_acked
+        s.quarantined_items = self._n_quar
+        s.stored_bytes = sum(self._log.sizes)
+        s.segment_count = len(self._log.sizes)
+        s.next_seq = self._next
+        s.recovered_tail_bytes = self._tail
+        s.generation = self._log.gen
+        s.failed = self._log.h is None
+        s.durable_seq = self._durable
+        return s
+
+    def items(self) -> "Iterator[Item]":
+        """Yield every retained item in seq order (RAM metadata; no payload reads)."""
+        ix = self._ix
+        for i in range(len(ix.st)):
+            s = ix.seq[i]
+            a, lease, nb = ix.history(s)
+            yield Item(s, STATES[ix.st[i]], a, lease, nb, ix.ln[i])
+
+    def close(self) -> None:
+        """Sync and close the queue and release the lock; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        err = None
+        if self._log.h is not None and self._log.dirty:
+            try:
+                self._fs.sync(self._log.h)
+            except OSError as e:
+                err = e
+        self._fail()
+        self._release()
+        if err is not None:
+            raise _io_failure(err, "sync at close")
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            tok, self._lock = self._lock, None
+            self._fs.unlock(tok)
+
+    # ------------------------------------------------------------------ admission (SPEC §10)
+    def _place(self, plan: "list[int]", n: int) -> bool:
+        # Next-fit placement of one record [A2]; False when it needs more than max_segments.
+        if plan[0] == 0 or plan[1] + n > self._seg_bytes:
+            if plan[0] >= self._max_segs:
+                return False
+            plan[0] += 1
+            plan[1] = 0
+        plan[1] += n
+        return True
+
+    def _plan_items(self) -> "Optional[list[int]]":
+        # Worst-case compacted layout of every unacked item [A4]. Next-fit is monotone: removing
+        # an item (ack) or shrinking one (quarantine) never grows the plan, so a cached plan stays
+        # an upper bound until it is recomputed (DESIGN §5).
+        ix, plan = self._ix, [0, 0]
+        term = _MIN_REC + self._reason_budget
+        for i in range(len(ix.st)):
+            if ix.st[i] == _ACKED:
+                continue
+            r = ix.reasons.get(ix.seq[i])
+            if not (self._place(plan, _MIN_REC + ix.ln[i]) and self._place(plan, _STATE_REC)
+                    and self._place(plan, _MIN_REC + r[2] if r is not None else term)):
+                return None
+        return plan
+
+    def _plan_add(self, n: int) -> None:
+        p = self._plan
+        if p is not None:
+            term = _MIN_REC + self._reason_budget
+            if not (self._place(p, _MIN_REC + n) and self._place(p, _STATE_REC)
+                    and self._place(p, term)):
+                self._plan = None
+
+    def _admit(self, n: int) -> bool:
+        """DDQ's admission rule for a new payload of n bytes, exactly [A1]-[A6]."""
+        if self._admit_with(self._plan, n):
+            return True
+        self._plan = self._plan_items()  # the cached upper bound refused: decide exactly
+        return self._admit_with(self._plan, n)
+
+    def _admit_with(self, cached: "Optional[list[int]]", n: int) -> bool:
+        if cached is None:
+            return False
+        seg = self._seg_bytes
+        term = _MIN_REC + self._reason_budget
+        phys = [len(self._log.sizes), self._log.off]
+        if not self._place(phys, _MIN_REC + n):
+            return False
+        plan = [cached[0], cached[1]]
+        for rec in (_MIN_REC + n, _STATE_REC, term, _MIN_REC, term):
+            if not self._place(plan, rec):
+                return False
+        p = 1 + self._n_avail + self._n_claimed
+        c = p * (_STATE_REC + _MIN_REC) + self._n_quar * _STATE_REC
+        if term <= seg // 2:
+            c += p * term
+            m, reserved = max(_STATE_REC, term), 0
+        else:
+            m, reserved = _STATE_REC, 2 * p
+        remaining = self._max_segs - phys[0] - reserved
+        if remaining < 0:
+            return False
+        left = seg - phys[1]
+        g = (left - (m - 1) if left >= m else 0) + remaining * (seg - (m - 1))
+        return c <= g
+
+    # ------------------------------------------------------------------ compaction (SPEC §11)
+    def compact(self) -> bool:
+        """Reclaim acked items and collapse history into a new generation now [C1].
+
+        Returns False when the new generation would not be smaller (nothing changes)."""
+        self._alive()
+        try:
+            self._compact(0, 0)
+        except Full:
+            return False
+        return True
+
+    def _publish(self, gen: int, nxt: int, segs: int, items: int, end: int) -> None:
+        # Commit point of a generation [C5]: tmp written, synced and closed, renamed over the
+        # manifest (atomic on POSIX and LittleFS; remove + rename on FAT, see [R14]), dir synced.
+        fs, tmp = self._fs, self._path(_MANIFEST_TMP)
+        if fs.kind(tmp) != 0:
+            raise OSError(_EEXIST, "exists: " + tmp)
+        h = fs.open(tmp, "wb")
+        try:
+            fs.write(h, encode_manifest(gen, nxt, segs, items, end))
+            fs.sync(h)
+        finally:
+            fs.close(h)
+        try:
+            fs.rename(tmp, self._path(_MANIFEST))
+        except OSError:
+            fs.remove(tmp)
+            fs.sync_dir(self._dir)
+            raise
+        fs.sync_dir(self._dir)
+
+    def _prepare_format(self) -> None:
+        # First compaction: publish a manifest for generation 0, then create the marker [C2]
+        # (this order keeps an interrupted migration readable in the old format).
+        fs, log = self._fs, self._log
+        if not self._has_manifest:
+            self._publish(log.gen, self._next, len(log.sizes), len(self._ix.st), log.off)
+            self._has_manifest = True
+        k = fs.kind(self._path(_MARKER))
+        if k == 0:
+            h = fs.open(self._path(_MARKER), "wb")
+            try:
+                fs.sync(h)
+            finally:
+                fs.close(h)
+            fs.sync_dir(self._dir)
+        elif k != 1 or fs.size(self._path(_MARKER)) != 0:
+            raise Corrupt("queue.format is not an empty file")
+
+    def _listdir(self) -> "list[str]":
+        names = self._fs.listdir(self._dir)
+        if len(names) > self._max_segs * 8 + 1024:
+            raise Limit("too many directory entries in " + self._dir)
+        return names
+
+    def _clean(self) -> None:
+        """Delete the manifest tmp and every segment of another generation [R16]."""
+        fs, removed, gen = self._fs, False, self._log.gen
+        for name in self._listdir():
+            pg = parse_segment_name(name)
+            if name == _MANIFEST_TMP or (pg is not None and pg[0] != gen):
+                p = self._path(name)
+                if fs.kind(p) != 1:
+                    raise Corrupt("not a regular file: " + name)
+                fs.remove(p)
+                removed = True
+        if removed:
+            fs.sync_dir(self._dir)
+
+    def _compact(self, reserve: int, required: int) -> None:
+        """Copy unacked items into generation g+1 and publish it; Full when no benefit [C3]-[C8]."""
+        if self._log.h is None:
+            raise IOFailure("queue is fail-stopped")
+        if required and not self._n_acked:
+            raise Full("max_items reached and nothing is acked")
+        if self._log.gen >= _U64:
+            raise Limit("generation counter exhausted")
+        try:
+            if self._log.dirty:
+                self._sync_h()  # a manifest never points past unsynced bytes
+            self._prepare_format()
+            self._clean()
+        except OSError as e:
+            self._fail()
+            raise _io_failure(e, "compaction")
+        except Corrupt:
+            self._fail()
+            raise
+        old, ix, fs = self._log, self._ix, self._fs
+        new, nix = _Log(old.gen + 1), _Index()
+        published = False
+        try:
+            self._new_segment(new, True)
+            sb = self._state_buf
+            for i in range(len(ix.st)):
+                s = ix.st[i]
+                if s == _ACKED:
+                    continue
+                seq = ix.seq[i]
+                data = self._read_record(old, ix.sg[i], ix.off[i], _T_DATA, seq, ix.ln[i])
+                off = self._append(new, _T_DATA, seq, 0, data, True)
+                nix.add(seq, len(new.sizes) - 1, off, ix.ln[i])
+                j = len(nix.st) - 1
+                nix.st[j] = s
+                a, lease, nb = ix.history(seq)
+                if s != _AVAILABLE or a or lease or nb:
+                    struct.pack_into(_STATE_FMT, sb, 0, s, a, lease, nb)
+                    self._append(new, _T_STATE, seq, 0, sb, True)
+                    nix.set_history(j, a, lease, nb)
+                r = ix.reasons.get(seq)
+                if r is not None:
+                    why = self._read_record(old, r[0], r[1], _T_QUAR, seq, r[2])
+                    roff = self._append(new, _T_QUAR, seq, 0, why, True)
+                    nix.reasons[seq] = [len(new.sizes) - 1, roff, r[2]]
+            if sum(new.sizes) >= sum(old.sizes) or len(nix.st) > self._max_items - required or (
+                    len(new.sizes) >= self._max_segs and new.off + reserve > self._seg_bytes):
+                raise Full("compaction gives no benefit")
+            fs.sync(new.h)
+            fs.sync_dir(self._dir)
+            self._publish(new.gen, self._next, len(new.sizes), len(nix.st), new.off)
+            published = True
+        except BaseException as e:
+            if not published:
+                try:
+                    if new.h is not None:
+                        fs.close(new.h)
+                    for k in range(len(new.sizes)):
+                        fs.remove(self._path(segment_name(new.gen, k)))
+                    if new.sizes:
+                        fs.sync_dir(self._dir)
+                except OSError as e2:
+                    self._fail()
+                    raise _io_failure(e2, "discarding staged generation")
+            if isinstance(e, Limit):  # the copy needs more segments than allowed: no benefit
+                raise Full("compacted copy does not fit max_segments")
+            if isinstance(e, Full):
+                raise
+            self._fail()  # an uncertain publication: recover before writing again [C7]
+            if isinstance(e, OSError):
+                raise _io_failure(e, "compaction")
+            raise
+        # Adopt the published generation, then delete the old one [C6].
+        h, old.h = old.h, None
+        try:
+            fs.close(h)
+        except OSError:
+            pass
+        self._log, self._ix = new, nix
+        self._has_manifest = True
+        self._n_acked = 0
+        self._plan = None
+        try:
+            self._clean()
+        except (OSError, Corrupt) as e:
+            self._fail()
+            if isinstance(e, OSError):
+                raise _io_failure(e, "cleaning old generation")
+            raise
+
+    # ------------------------------------------------------------------ recovery (SPEC §12)
+    def recover(self) -> None:
+        """Rebuild all state from disk; the only way out of fail-stop [R1]-[R18]."""
+        if self._closed:
+            raise IOFailure("queue is closed")
+        self._fail()
+        self._reset()
+        try:
+            self._recover()
+        except OSError as e:
+            self._fail()
+            raise _io_failure(e, "recovery")
+        except BaseException:
+            self._fail()
+            raise
+
+    def _read_small(self, path: str, n: int) -> bytes:
+        b = bytearray(n)
+        h = self._fs.open(path, "rb")
+        try:
+            got = self._read_exact(h, 0, memoryview(b))
+        finally:
+            self._fs.close(h)
+        return bytes(b[0:got])
+
+    def _recover(self) -> None:
+        fs = self._fs
+        names = self._listdir()
+        # [R12] finish a tail cut that was staged by copy + rename (no truncate on MicroPython).
+        for name in names:
+            if name[-4:] == _CUT and parse_segment_name(name[:-4]) is not None:
+                if name[:-4] in names:
+                    fs.remove(self._path(name))
+                else:
+                    fs.rename(self._path(name), self._path(name[:-4]))
+                fs.sync_dir(self._dir)
+        marker = fs.kind(self._path(_MARKER))
+        if marker not in (0, 1) or (marker == 1 and fs.size(self._path(_MARKER)) != 0):
+            raise Corrupt("queue.format is not an empty regular file")
+        mpath = self._path(_MANIFEST)
+        mk = fs.kind(mpath)
+        if mk == 0 and marker == 1 and fs.kind(self._path(_MANIFEST_TMP)) == 1:
+            # [R14] FAT renames over a file by remove + rename: a cut between leaves only the
+            # synced tmp. Adopt it when it is a valid manifest; otherwise the manifest is lost.
+            try:
+                decode_manifest(self._read_small(self._path(_MANIFEST_TMP), _MAN_SIZE + 1))
+            except Corrupt:
+                raise Corrupt("queue.manifest missing and queue.manifest.tmp invalid")
+            fs.rename(self._path(_MANIFEST_TMP), mpath)
+            fs.sync_dir(self._dir)
+            mk = 1
+        cp = [0, 0, 0, 1]  # checkpoint: segments, items, end offset, next_seq
+        seen = True
+        gen = 0
+        if mk == 0:
+            if marker == 1:
+                raise Corrupt("queue.manifest missing but queue.format present [R3]")
+        else:
+            if mk != 1:
+                raise Corrupt("queue.manifest is not a regular file")
+            gen, nxt, segs, items, end = decode_manifest(self._read_small(mpath, _MAN_SIZE + 1))
+            if nxt == 0 or segs == 0 or segs > self._max_segs or items > self._max_items \
+                    or end > self._seg_bytes or (gen != 0 and marker != 1):
+                raise Corrupt("queue.manifest fields out of range for these options")
+            cp = [segs, items, end, nxt]
+            seen = False
+            self._has_manifest = True
+        log = self._log = _Log(gen)
+        ids = []
+        for name in self._listdir():
+            pg = parse_segment_name(name)
+            if pg is not None and pg[0] == gen:
+                ids.append(pg[1])
+                if len(ids) > self._max_segs:
+                    raise Limit("more segments than max_segments")
+        ids.sort()
+        for k in range(len(ids)):
+            if ids[k] != k:
+                raise Corrupt("segment %d of generation %d is missing" % (k, gen))
+        if self._has_manifest and len(ids) < cp[0]:
+            raise Corrupt("fewer segments than the manifest names")
+        if not ids:
+            self._new_segment(log, False)
+        st = [seen, False, False]  # checkpoint seen, last item snapshotted, reason pending
+        for k in range(len(ids)):
+            self._replay(k, k == len(ids) - 1, cp, st)
+        if not st[0]:
+            raise Corrupt("the manifest's snapshot boundary was never reached")
+        fs.sync_dir(self._dir)  # the selected generation is durable before anything is deleted
+        self._clean()
+        self._durable = self._next - 1
+        self._plan = self._plan_items()
+
+    def _checkpoint(self, sg: int, pos: int, cp: "list[int]", st: "list[bool]") -> None:
+        # [R8] the manifest's snapshot boundary: counts must match when the replay reaches it.
+        if not st[0] and sg + 1 == cp[0]:
+            if pos > cp[2]:
+                raise Corrupt("a record crosses the snapshot boundary")
+            if pos == cp[2]:
+                if len(self._ix.st) != cp[1] or self._next > cp[3] or st[2] or (
+                        self._log.gen == 0 and self._next != cp[3]):
+                    raise Corrupt("snapshot boundary does not match the manifest")
+                self._next = cp[3]
+                st[0] = True
+
+    def _uniform(self, h: "Any", start: int, end: int) -> bool:
+        # ddq extension [R11]: a tail of only 0x00 or only 0xFF is an append that never reached
+        # the medium (or erased flash), so it is torn, not corrupt.
+        b = bytearray(256)
+        mv = memoryview(b)
+        first = -1
+        pos = start
+        for _ in range(_IO_LOOPS):
+            if pos >= end:
+                break
+            n = self._read_exact(h, pos, mv[0:min(256, end - pos)])
+            if n <= 0:
+                return False
+            for k in range(n):
+                v = b[k]
+                if first < 0:
+                    if v not in (0, 255):
+                        return False
+                    first = v
+                elif v != first:
+                    return False
+            pos += n
+        return True
+
+    def _replay(self, sg: int, last: bool, cp: "list[int]", st: "list[bool]") -> None:
+        fs, log = self._fs, self._log
+        name = segment_name(log.gen, sg)
+        path = self._path(name)
+        size = fs.size(path)
+        if size > self._seg_bytes:
+            raise Corrupt("%s is larger than segment_bytes" % name)
+        self._checkpoint(sg, 0, cp, st)
+        mv = self._buf(max(min(size, 65536), _MIN_REC))
+        wpos, wlen, pos = 0, 0, 0
+        torn = False
+        h = fs.open(path, "rb")
+        try:
+            for _ in range(_SCAN_RECORDS):
+                if pos >= size:
+                    break
+                left = size - pos
+                tail_ok = last and st[0]
+                need = min(left, _HDR)
+                if pos + need > wpos + wlen:
+                    wpos, wlen = pos, self._read_exact(h, pos, mv[0:min(len(mv), left)])
+                    if wlen < need:
+                        raise OSError(_EIO, "short read in " + name)
+                if left < _HDR:  # [R10] short tail
+                    if tail_ok:
+                        torn = True
+                        break
+                    raise Corrupt("short record at %s offset %d" % (name, pos))
+                p = pos - wpos
+                magic, ver = struct.unpack_from("<IH", mv, p)
+                rlen = struct.unpack_from("<I", mv, p + 28)[0]
+                if magic != _REC_MAGIC or ver != _VERSION or rlen < _MIN_REC \
+                        or rlen > self._seg_bytes:
+                    if tail_ok and self._uniform(h, pos, size):
+                        torn = True
+                        break
+                    raise Corrupt("bad record header at %s offset %d" % (name, pos))
+                if rlen > left:  # [R10] declared length runs past the end
+                    if tail_ok:
+                        torn = True
+                        break
+                    raise Corrupt("truncated record at %s offset %d" % (name, pos))
+                if pos + rlen > wpos + wlen:
+                    mv = self._buf(rlen)
+                    wpos, wlen = pos, self._read_exact(h, pos, mv[0:max(rlen, min(len(mv), left))])
+                    if wlen < rlen:
+                        raise OSError(_EIO, "short read in " + name)
+                    p = 0
+                try:
+                    typ, seq, arg, plen = check_record(mv, p, self._seg_bytes, self._max_payload)
+                except Corrupt as e:
+                    if tail_ok and pos + rlen == size and self._uniform(h, size - 8, size):
+                        torn = True  # [R11] the commit footer never reached the medium
+                        break
+                    raise Corrupt("%s at %s offset %d" % (e.args[0], name, pos))
+                try:
+                    self._apply(sg, pos, typ, seq, arg, plen, mv, p, st, cp)
+                except Corrupt as e:
+                    raise Corrupt("%s at %s offset %d (seq %d)" % (e.args[0], name, pos, seq))
+                pos += rlen
+                self._checkpoint(sg, pos, cp, st)
+            else:
+                raise Limit("too many records in " + name)
+        finally:
+            fs.close(h)
+        if torn:
+            self._tail += size - pos
+            self._cut(path, pos)
+            size = pos
+        log.sizes.append(size)
+        if last:
+            log.h = fs.open(path, "ab")
+            log.off = size
+
+    def _cut(self, path: str, size: int) -> None:
+        """Remove a torn tail: truncate where possible, else copy the prefix and rename [R12]."""
+        fs = self._fs
+        if getattr(fs, "can_truncate", False):
+            fs.truncate(path, size)
+            return
+        tmp = path + _CUT
+        if fs.kind(tmp) != 0:
+            fs.remove(tmp)
+        mv = self._buf(min(max(size, 1), 4096))
+        src = fs.open(path, "rb")
+        try:
+            dst = fs.open(tmp, "wb")
+            try:
+                pos = 0
+                for _ in range(_IO_LOOPS):
+                    if pos >= size:
+                        break
+                    n = self._read_exact(src, pos, mv[0:min(len(mv), size - pos)])
+                    if n <= 0:
+                        raise OSError(_EIO, "short read while cutting " + path)
+                    fs.write(dst, mv[0:n])
+                    pos += n
+                fs.sync(dst)
+            finally:
+                fs.close(dst)
+        finally:
+            fs.close(src)
+        fs.rename(tmp, path)  # the commit point of the cut [S4]
+        fs.sync_dir(self._dir)
+
+    def _apply(self, sg: int, off: int, typ: int, seq: int, arg: int, plen: int,
+               mv: memoryview, p: int, st: "list[bool]", cp: "list[int]") -> None:
+        """Apply one valid record in log order: DDQ's replay rules [R5]-[R7]."""
+        ix = self._ix
+        prefix = self._log.gen != 0 and not st[0]
+        n = len(ix.st)
+        if typ == _T_DATA:
+            if seq >= _U64 or (n and seq <= ix.seq[n - 1]) or (not prefix and seq != self._next) \
+                    or (prefix and st[2]):
+                raise Corrupt("DATA sequence out of order")
+            if n >= self._max_items:
+                raise Full("more items than max_items; reopen with the writer's limits")
+            ix.add(seq, sg, off, plen)
+            self._n_avail += 1
+            if seq >= self._next:
+                self._next = seq + 1
+            st[1] = False
+            return
+        i = ix.find(seq)
+        if i < 0:
+            raise Corrupt("record for unknown seq")
+        s = ix.st[i]
+        a, lease, nb = ix.history(seq)
+        if typ == _T_STATE and prefix and i == n - 1 and not st[1]:
+            state, a, lease, nb = struct.unpack_from(_STATE_FMT, mv, p + _HDR)
+            if state not in (_AVAILABLE, _CLAIMED, _QUARANTINED) \
+                    or (state == _CLAIMED) != (lease != 0):
+                raise Corrupt("bad STATE snapshot")
+            self._move(i, state, a, lease, nb)
+            st[1] = True
+            st[2] = state == _QUARANTINED
+        elif typ == _T_QUAR and prefix and s == _QUARANTINED and st[1] and st[2] and i == n - 1:
+            ix.reasons[seq] = [sg, off, plen]
+            st[2] = False
+        elif prefix:
+            raise Corrupt("record not allowed inside a snapshot")
+        elif typ == _T_CLAIM and s in (_AVAILABLE, _CLAIMED):
+            self._move(i, _CLAIMED, a, arg, nb)
+        elif typ == _T_ACK and s == _CLAIMED:
+            self._move(i, _ACKED, a, 0, nb)
+        elif typ == _T_RETRY and s == _CLAIMED and a < _U32:
+            self._move(i, _AVAILABLE, a + 1, 0, arg)
+        elif typ == _T_QUAR and s == _CLAIMED:
+            self._move(i, _QUARANTINED, a, 0, nb)
+            ix.reasons[seq] = [sg, off, plen]
+        else:
+            raise Corrupt("illegal transition")
