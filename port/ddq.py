@@ -864,8 +864,8 @@ class Queue:
         ix = self._ix
         st, sq = ix.st, ix.seq
         best, best_seq, head, head_seq = -1, 0, -1, 0
-        # Expired leases go back to AVAILABLE in RAM only; nothing is written [S7]. A deadline
-        # further ahead than the longest legal interval means the clock went back: due now [S9].
+        # Expired leases go back to AVAILABLE in RAM only; nothing is written [T2]. A deadline
+        # further ahead than the longest legal interval means the clock went back: due now [T3].
         for s, e in ix.live.items():
             i = e[0]
             if st[i] == _CLAIMED and (e[2] <= now or e[2] - now > _MAX_LEASE_MS):
