@@ -1514,3 +1514,7 @@ class Queue:
             ix.reasons[seq] = [sg, off, plen]
         else:
             raise Corrupt("illegal transition")
+
+
+# ============================================================================ message layer
+# (issue 4: envelope, Outbox, backoff, TTL, dead letters, drop-oldest, group commit, pump, asyncio)
