@@ -1,0 +1,46 @@
+"""Self-test of tests/mprun.py: run the shared suite's support tests through it on CPython and,
+when the venv has it, on MicroPython over each filesystem; check the closing line and status."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MPRUN = os.path.join(REPO, "tests", "mprun.py")
+MICROPYTHON = os.path.join(os.path.dirname(sys.executable), "micropython")
+CLOSING = re.compile(r"^(\w+: )?(\d+) passed, (\d+) failed(, (\d+) skipped)?$")
+
+
+def run(*args: str) -> tuple[int, list[str]]:
+    p = subprocess.run(list(args), capture_output=True, text=True, timeout=120, cwd=REPO)
+    return p.returncode, p.stdout.splitlines()
+
+
+def test_cpython_posix() -> None:
+    rc, lines = run(sys.executable, MPRUN, "test_support")
+    assert rc == 0, "\n".join(lines)
+    m = CLOSING.match(lines[-1])
+    assert m and m.group(1) == "posix: " and int(m.group(2)) > 0 and m.group(3) == "0", lines
+    assert all(line.startswith(("mprun:", "PASS ", "SKIP ")) for line in lines[:-1]), lines
+
+
+def test_no_test_ran_is_status_5() -> None:
+    rc, lines = run(sys.executable, MPRUN, "-k", "no-such-test")
+    assert rc == 5 and lines[-1] == "posix: 0 passed, 0 failed", lines
+
+
+def test_bad_usage_is_status_2() -> None:
+    rc, lines = run(sys.executable, MPRUN, "--fs", "ntfs")
+    assert rc == 2 and lines[-1].startswith("usage:"), lines
+
+
+@pytest.mark.parametrize("fs", ["posix", "lfs2", "fat"])
+def test_micropython(fs: str) -> None:
+    if not os.path.exists(MICROPYTHON):
+        pytest.skip("no micropython in the venv (make venv)")
+    rc, lines = run(MICROPYTHON, "-X", "heapsize=8M", MPRUN, "--fs", fs, "test_support")
+    assert rc == 0, "\n".join(lines)
+    assert CLOSING.match(lines[-1]) and lines[-1].startswith(fs + ": "), lines
