@@ -1,0 +1,169 @@
+# Interop with the C DurableDeliveryQueue: directories written by the real C library open in ddq
+# with the state the C library recovers (shared/fixtures/ddq-c/*.json), and ddq's own directories
+# decode with a small independent reader written from docs/SPEC.md (not with ddq's code).
+import json
+import struct
+
+import binascii
+
+import ddq
+import support
+
+
+def _load(name):
+    f = open(support.FIXTURES + "/" + name + ".json")
+    try:
+        return json.loads(f.read())
+    finally:
+        f.close()
+
+
+def _open_copy(name, clock):
+    meta = _load(name)
+    d = support.tmpdir() + "/q"
+    support.copytree(support.FIXTURES + "/" + name, d)
+    o = meta["options"]
+    q = ddq.Queue(d, segment_bytes=o["segment_bytes"], max_payload_bytes=o["max_payload_bytes"],
+                  max_items=o["max_items"], max_segments=o["max_segments"], clock=clock)
+    return meta, q, d
+
+
+def _check_fixture(name):
+    clock = support.FakeClock(_load(name)["wall_clock"]["reference_now_ms"])
+    meta, q, d = _open_copy(name, clock)
+    try:
+        s = q.stats()
+        for k, v in meta["stats"].items():
+            assert getattr(s, k) == v, (name, k, getattr(s, k), v)
+        assert s.generation == meta["recovered_generation"], s.generation
+        got = list(q.items())
+        assert len(got) == len(meta["items"]), (name, len(got))
+        for it, want in zip(got, meta["items"]):
+            assert it.seq == want["seq"], (it.seq, want["seq"])
+            assert it.state == want["state"], (name, it.seq, it.state, want["state"])
+            assert it.attempts == want["attempts"], (name, it.seq, it.attempts)
+            assert it.lease_until_ms == want["lease_until_ms"], (name, it.seq, it.lease_until_ms)
+            assert it.not_before_ms == want["not_before_ms"], (name, it.seq, it.not_before_ms)
+            assert it.payload_len == want["payload_len"]
+            assert binascii.hexlify(q.read(it.seq)).decode() == want["payload_hex"]
+            if want["quarantine_reason_hex"] is not None:
+                assert binascii.hexlify(q.reason(it.seq)).decode() == want["quarantine_reason_hex"]
+    finally:
+        q.close()
+    # The claim order at the reference time, and 8 days later, on fresh copies.
+    for key, offset in (("at_reference_now", 0), ("at_reference_now_plus_8_days", 8 * 86400000)):
+        want = meta["claim_order"][key]
+        clock = support.FakeClock(want["now_ms"])
+        meta2, q, d = _open_copy(name, clock)
+        try:
+            order = []
+            for _ in range(100):
+                c = q.claim(want["lease_ms"])
+                if c is None:
+                    break
+                order.append({"seq": c.seq, "attempts": c.attempts, "payload_len": c.payload_len})
+            assert order == want["claims"], (name, key, order, want["claims"])
+        finally:
+            q.close()
+
+
+def test_fixture_basic():
+    # EVIDENCE-OF: F1 F2 F3 F10 N2 R5 R6 O9 O12 O13
+    _check_fixture("basic")
+
+
+def test_fixture_compacted():
+    # EVIDENCE-OF: M1 M2 M5 N3 R2 R7 R8 O14
+    _check_fixture("compacted")
+
+
+def test_fixture_legacy_uncompacted():
+    # EVIDENCE-OF: R9 F11 O2 T2 O11
+    _check_fixture("legacy_uncompacted")
+
+
+def test_fixture_opening_changes_no_file():
+    # EVIDENCE-OF: R1 R16 N5
+    for name in ("basic", "compacted", "legacy_uncompacted"):
+        meta = _load(name)
+        clock = support.FakeClock(meta["wall_clock"]["reference_now_ms"])
+        meta, q, d = _open_copy(name, clock)
+        q.close()
+        for f in meta["files"]:
+            assert support.file_size(d + "/" + f["name"]) == f["size"], (name, f["name"])
+            data = support.read_file(d + "/" + f["name"])
+            import hashlib
+            assert binascii.hexlify(hashlib.sha256(data).digest()).decode() == f["sha256"]
+
+
+# ---------------------------------------------------------------- an independent reader
+# Written from docs/SPEC.md §2-§5 only: it shares no code with ddq.
+
+
+def _crc(b, v=0):
+    return binascii.crc32(b, v) & 0xFFFFFFFF
+
+
+def _records(data):
+    out, p = [], 0
+    while p < len(data):
+        magic, ver, typ, seq, arg, plen, rlen, crc, res = struct.unpack_from("<IHHQQIIII", data, p)
+        assert data[p:p + 4] == b"DQG1" and ver == 1 and res == 0 and rlen == 48 + plen
+        payload = data[p + 40:p + 40 + plen]
+        c = _crc(payload, _crc(data[p + 36:p + 40], _crc(data[p + 4:p + 32])))
+        assert c == crc, (p, c, crc)
+        assert data[p + 40 + plen:p + 44 + plen] == b"CMIT"
+        assert struct.unpack_from("<I", data, p + 44 + plen)[0] == rlen
+        out.append((typ, seq, arg, payload))
+        p += rlen
+    return out
+
+
+def _manifest(data):
+    assert len(data) == 48 and data[0:4] == b"DDQM"
+    magic, ver, size, gen, nxt, segs, items, end = struct.unpack_from("<IHHQQIIQ", data, 0)
+    crc, res = struct.unpack_from("<II", data, 40)
+    assert ver == 1 and size == 48 and res == 0 and crc == _crc(data[0:40])
+    return gen, nxt, segs, items, end
+
+
+def test_ddq_directory_reads_with_independent_reader():
+    # EVIDENCE-OF: F1 F2 F3 F4 F7 F9 F10 F11 M1 M3 M4 M5 N1 N3 C1 C2 C5 C6
+    d = support.tmpdir() + "/q"
+    clock = support.FakeClock()
+    q = ddq.Queue(d, segment_bytes=256, max_payload_bytes=16, max_items=4, max_segments=8,
+                  clock=clock)
+    seqs = [q.enqueue(b"m%d" % i) for i in range(4)]
+    c = q.claim(600000)
+    q.ack(c.seq)
+    c = q.claim(600000)
+    q.retry(c.seq, 5000)
+    c = q.claim(600000)
+    q.quarantine(c.seq, "ñ\"\\")
+    assert q.compact()
+    n5 = q.enqueue(b"five")
+    st = q.stats()
+    q.close()
+    assert seqs == [1, 2, 3, 4] and n5 == 5
+    names = support.listdir_sorted(d)
+    assert "queue.format" in names and "queue.manifest" in names and "queue.lock" in names
+    assert support.file_size(d + "/queue.format") == 0
+    gen, nxt, segs, items, end = _manifest(support.read_file(d + "/queue.manifest"))
+    assert gen == st.generation == 1 and nxt == 5 and items == 3 and segs == 2, (gen, nxt, segs)
+    assert not [n for n in names if n.startswith("segment-")]
+    recs = []
+    for k in range(segs):
+        segname = "generation-%020d-segment-%020d.log" % (1, k)
+        assert segname in names
+        recs += _records(support.read_file(d + "/" + segname))
+    kinds = [(r[0], r[1]) for r in recs]
+    # seq 2: DATA + STATE(available, attempts 1); seq 3: DATA + STATE(quarantined) + reason;
+    # seq 4: DATA only; then seq 5 after the snapshot boundary.
+    assert kinds == [(1, 2), (6, 2), (1, 3), (6, 3), (5, 3), (1, 4), (1, 5)], kinds
+    state = struct.unpack("<IIQQ", recs[1][3])
+    assert state[0] == 1 and state[1] == 1 and state[2] == 0 and state[3] == 1767225600000 + 5000
+    assert struct.unpack("<IIQQ", recs[3][3])[0] == 4
+    assert recs[4][3] == "ñ\"\\".encode()
+    # Segment 0 holds 50+72+50+72 bytes; the 52-byte reason opens segment 1, then DATA 4 (50):
+    # the snapshot boundary is at offset 102 of segment 1.
+    assert end == 52 + 50, end
