@@ -41,7 +41,8 @@ def _die(msg):
 
 def _tests_dir():
     # tests/ as an absolute path, from this file's own location (there is no os.path).
-    here = globals().get("__file__") or "tests/mprun.py"  # no file under `mpremote run`: cwd = repo
+    # Without a file (`mpremote run`), assume the cwd is the repository.
+    here = globals().get("__file__") or "tests/mprun.py"
     if not here.startswith("/"):
         cwd = os.getcwd()
         here = cwd + ("" if cwd.endswith("/") else "/") + here
