@@ -116,10 +116,14 @@ lint: $(DEPS_STAMP)
 
 # Two passes over the one source file (micropython-platform.md §9): `_MP` is False for the
 # CPython pass and True against the MicroPython typeshed. The host tools get the CPython pass.
+# All three run even when one fails, so one call shows every error.
 typecheck: check-port $(DEPS_STAMP) $(TYPES_STAMP)
-	$(MYPY) --config-file mypy_cpython.ini port/ddq.py
-	$(MYPY) --config-file mypy_mpy.ini port/ddq.py
-	MYPYPATH=port $(MYPY) --config-file mypy_cpython.ini host/ddqhost
+	@rc=0; \
+	for cmd in "$(MYPY) --config-file mypy_cpython.ini port/ddq.py" \
+	           "$(MYPY) --config-file mypy_mpy.ini port/ddq.py" \
+	           "$(MYPY) --config-file mypy_cpython.ini host/ddqhost"; do \
+	  echo "$$cmd"; MYPYPATH=port $$cmd || rc=1; \
+	done; exit $$rc
 
 # pytest's status 5 ("no tests collected") fails here too: the suite always has tests.
 test-cpython: $(DEPS_STAMP)
