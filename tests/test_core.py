@@ -1,0 +1,451 @@
+# The queue's operations, state machine, recovery and fail-stop (shared suite: CPython, and
+# MicroPython over POSIX, LittleFS and FAT). Ids refer to docs/SPEC.md.
+import ddq
+import support
+from faults import FaultStorage
+
+T0 = 1767225600000
+SMALL = {"segment_bytes": 256, "max_payload_bytes": 128, "max_items": 64, "max_segments": 16}
+
+
+def _q(d=None, clock=None, **kw):
+    o = dict(SMALL)
+    o.update(kw)
+    if d is None:
+        d = support.tmpdir() + "/q"
+    return ddq.Queue(d, clock=clock or support.FakeClock(T0), **o), d
+
+
+def _last_segment(d):
+    return d + "/" + [n for n in support.listdir_sorted(d) if n.endswith(".log")][-1]
+
+
+def _append(path, data):
+    f = open(path, "ab")
+    try:
+        f.write(data)
+    finally:
+        f.close()
+
+
+def test_lock_same_process():
+    # EVIDENCE-OF: L1 L3
+    q, d = _q()
+    support.raises(ddq.Locked, ddq.Queue, d, **SMALL)
+    q.close()
+    q2 = ddq.Queue(d, **SMALL)
+    q2.close()
+    q2.close()  # idempotent
+
+
+def test_basic_scenario():
+    # EVIDENCE-OF: O1 O2 O4 O5 O6 O9 O12 R1 R10 R17
+    clock = support.FakeClock(T0)
+    q, d = _q(clock=clock)
+    assert [q.enqueue(p) for p in (b"alpha", b"beta", b"gamma")] == [1, 2, 3]
+    c = q.claim(100000)
+    assert c.seq == 1 and c.attempts == 0 and c.payload_len == 5 and c.lease_until_ms == T0 + 100000
+    assert q.read(1) == b"alpha"
+    assert q.ack(1) is True
+    c = q.claim(100000)
+    assert c.seq == 2
+    q.retry(2, 0)
+    c = q.claim(100000)
+    assert c.seq == 2 and c.attempts == 1
+    assert q.quarantine(2, b"permanent test failure") is True
+    s = q.stats()
+    assert (s.available_items, s.claimed_items, s.acknowledged_items, s.quarantined_items) == \
+        (1, 0, 1, 1)
+    q.close()
+    q, d = _q(d, clock=clock)
+    c = q.claim(100000)
+    assert c.seq == 3
+    q.ack(3)
+    s = q.stats()
+    assert (s.available_items, s.acknowledged_items, s.quarantined_items, s.next_seq) == (0, 2, 1, 4)
+    q.close()
+    _append(_last_segment(d), b"garbage")
+    q, d = _q(d, clock=clock)
+    assert q.stats().recovered_tail_bytes >= 7
+    assert q.claim(1000) is None
+    assert q.reason(2) == b"permanent test failure"
+    assert q.stats().next_seq == 4
+    q.close()
+
+
+def _states(clock):
+    # One item in each state: 1 available, 2 claimed (live), 3 claimed (expired), 4 acked,
+    # 5 quarantined.
+    q, d = _q(clock=clock)
+    for i in range(5):
+        q.enqueue(b"p%d" % i)
+    q.claim(1000)              # 1
+    q.claim(100000)            # 2
+    q.claim(1)                 # 3: expires at T0+1
+    q.claim(1000)              # 4
+    q.claim(1000)              # 5
+    q.ack(4)
+    q.quarantine(5, b"why")
+    q.retry(1, 0)              # 1 back to available
+    clock.advance(10)          # 3's lease is now expired (not yet swept)
+    return q
+
+
+def test_operation_state_table():
+    # EVIDENCE-OF: O7 O11 O4 O5 O6 O12 O13
+    clock = support.FakeClock(T0)
+    q = _states(clock)
+    st = {i.seq: i.state for i in q.items()}
+    assert st == {1: "available", 2: "claimed", 3: "claimed", 4: "acked", 5: "quarantined"}, st
+    # ack
+    support.raises(ddq.BadState, q.ack, 1)
+    assert q.ack(4) is False
+    support.raises(ddq.BadState, q.ack, 5)
+    support.raises(ddq.NotFound, q.ack, 99)
+    # retry
+    support.raises(ddq.BadState, q.retry, 1, 0)
+    support.raises(ddq.BadState, q.retry, 4, 0)
+    support.raises(ddq.BadState, q.retry, 5, 0)
+    support.raises(ddq.NotFound, q.retry, 99, 0)
+    # quarantine
+    support.raises(ddq.BadState, q.quarantine, 1, b"x")
+    support.raises(ddq.BadState, q.quarantine, 4, b"x")
+    assert q.quarantine(5, b"second") is False
+    assert q.reason(5) == b"why"
+    support.raises(ddq.NotFound, q.quarantine, 99, b"x")
+    # read works in every state
+    for s in (1, 2, 3, 4, 5):
+        assert q.read(s) == b"p%d" % (s - 1)
+    support.raises(ddq.NotFound, q.read, 99)
+    support.raises(ddq.BadState, q.reason, 1)
+    # an expired lease can still be acked until a claim sweeps it [O11]
+    assert q.ack(3) is True
+    q.close()
+    q = _states(support.FakeClock(T0))
+    c = q.claim(1000)  # sweeps 3 (expired), then takes the first ready: 1 (retry(0) is due)
+    assert c.seq == 1
+    st = {i.seq: i.state for i in q.items()}
+    assert st[3] == "available", st
+    support.raises(ddq.BadState, q.ack, 3)
+    assert q.claim(1000).seq == 3
+    assert q.claim(1000) is None  # 2 is live, 4 acked, 5 quarantined
+    q.close()
+
+
+def test_claim_skips_and_ordered_blocks():
+    # EVIDENCE-OF: O2 O3 T2
+    clock = support.FakeClock(T0)
+    q, d = _q(clock=clock)
+    for i in range(3):
+        q.enqueue(b"x")
+    c = q.claim(5000)
+    q.retry(c.seq, 60000)               # 1 backs off for a minute
+    assert q.claim_ordered(1000) is None  # strict FIFO: the head (1) is not ready
+    assert q.claim(1000).seq == 2       # skip-ahead
+    clock.advance(60000)
+    assert q.claim_ordered(1000).seq == 1
+    assert q.claim_ordered(1000) is None  # head is 2, claimed and live
+    clock.advance(1001)                 # 2's lease expired: ordered sweeps the head
+    c = q.claim_ordered(1000)
+    assert c.seq == 1 or c.seq == 2
+    q.close()
+
+
+def test_restart_replay_keeps_state():
+    # EVIDENCE-OF: R1 R5 R6 R9 O14
+    clock = support.FakeClock(T0)
+    q, d = _q(clock=clock)
+    for i in range(4):
+        q.enqueue(b"v%d" % i)
+    q.claim(1000)
+    q.retry(1, 7000)
+    q.claim(50)
+    q.ack(2)
+    q.claim(1)                           # 3 claimed, lease expires
+    before = [(i.seq, i.state, i.attempts, i.lease_until_ms, i.not_before_ms) for i in q.items()]
+    q.close()
+    clock.advance(100)
+    q, d = _q(d, clock=clock)
+    after = [(i.seq, i.state, i.attempts, i.lease_until_ms, i.not_before_ms) for i in q.items()]
+    assert before == after, (before, after)
+    assert q.ack(3) is True               # recovery keeps an expired claim ackable [R9]
+    assert q.enqueue(b"next") == 5
+    q.close()
+
+
+def test_torn_tail_every_length():
+    # EVIDENCE-OF: R10 R11 R17 S1
+    q, d = _q()
+    q.enqueue(b"one")
+    q.close()
+    path = _last_segment(d)
+    good = support.read_file(path)
+    rec = good  # one 51-byte DATA record
+    for cut in range(1, len(rec)):
+        q, d2 = _q()
+        q.enqueue(b"one")
+        q.enqueue(b"two")
+        q.close()
+        p2 = _last_segment(d2)
+        data = support.read_file(p2)
+        support.write_file(p2, data[:len(data) - cut])
+        q, d2 = _q(d2)
+        s = q.stats()
+        assert s.total_items == 1 and s.recovered_tail_bytes == len(rec) - cut, (cut, s.as_dict())
+        assert s.next_seq == 2
+        assert q.enqueue(b"again") == 2   # the tail was really removed
+        q.close()
+        q, d2 = _q(d2)
+        assert q.read(2) == b"again" and q.stats().recovered_tail_bytes == 0
+        q.close()
+        support.rmtree(d2)
+
+
+def test_tails_of_fill_and_garbage():
+    # EVIDENCE-OF: R10 R11 R13 S5
+    for tail, torn in ((b"\0" * 300, False), (b"\0" * 100, True), (b"\xff" * 100, True),
+                       (b"\0" * 39, True), (b"junk" * 9, True), (b"junk" * 12, False),
+                       (b"\0\0\0\0" + b"\xff" * 60, False)):
+        q, d = _q()
+        q.enqueue(b"one")
+        q.close()
+        _append(_last_segment(d), tail)
+        if torn:
+            q, d = _q(d)
+            assert q.stats().recovered_tail_bytes == len(tail), (tail[:8], q.stats().as_dict())
+            assert q.read(1) == b"one"
+            q.close()
+        else:
+            e = support.raises((ddq.Corrupt, ddq.Full), _q, d)
+            if len(tail) == 300:
+                assert isinstance(e, ddq.Corrupt)
+
+
+def test_unfinished_final_record_is_torn():
+    # EVIDENCE-OF: R11 S5
+    q, d = _q()
+    q.enqueue(b"one")
+    q.enqueue(b"two")
+    q.close()
+    p = _last_segment(d)
+    data = bytearray(support.read_file(p))
+    for k in range(len(data) - 8, len(data)):  # the last record's footer never landed
+        data[k] = 0
+    support.write_file(p, bytes(data))
+    q, d = _q(d)
+    assert q.stats().total_items == 1 and q.stats().recovered_tail_bytes == 51
+    q.close()
+
+
+def test_mid_log_corruption_is_reported():
+    # EVIDENCE-OF: R13 F2
+    q, d = _q()
+    q.enqueue(b"one")
+    q.enqueue(b"two")
+    q.enqueue(b"three")
+    q.close()
+    p = _last_segment(d)
+    data = bytearray(support.read_file(p))
+    data[60] ^= 0x40  # inside the second record
+    support.write_file(p, bytes(data))
+    e = support.raises(ddq.Corrupt, _q, d)
+    msg = str(e)
+    assert "segment-00000000000000000000.log" in msg and "offset 51" in msg, msg
+    # a complete final record with a bad CRC is corrupt too (C DDQ's rule)
+    data[60] ^= 0x40
+    data[len(data) - 12] ^= 1
+    support.write_file(p, bytes(data))
+    support.raises(ddq.Corrupt, _q, d)
+
+
+def test_corruption_in_an_earlier_segment():
+    # EVIDENCE-OF: R10 R13 N5
+    q, d = _q(max_payload_bytes=16)
+    for i in range(10):
+        q.enqueue(b"x" * 16)
+    q.close()
+    names = [n for n in support.listdir_sorted(d) if n.endswith(".log")]
+    assert len(names) >= 3
+    first = d + "/" + names[0]
+    data = support.read_file(first)
+    support.write_file(first, data[:len(data) - 3])  # a short tail, but not in the last segment
+    e = support.raises(ddq.Corrupt, _q, d)
+    assert names[0] in str(e)
+    support.write_file(first, data)
+    support.write_file(d + "/unrelated.txt", b"keep me")
+    import os
+    os.remove(d + "/" + names[1])                     # a missing segment id
+    support.raises(ddq.Corrupt, _q, d)
+    assert support.read_file(d + "/unrelated.txt") == b"keep me"
+
+
+def test_read_into_and_buffer_too_small():
+    # EVIDENCE-OF: O12
+    q, d = _q()
+    q.enqueue(b"0123456789")
+    buf = bytearray(10)
+    assert q.read_into(1, buf) == 10 and bytes(buf) == b"0123456789"
+    e = support.raises(ddq.BufferTooSmall, q.read_into, 1, bytearray(4))
+    assert e.needed == 10 and e.code == -10
+    big = bytearray(32)
+    assert q.read_into(1, memoryview(big)) == 10 and bytes(big[:10]) == b"0123456789"
+    q.enqueue(b"")
+    assert q.read(2) == b""
+    q.close()
+
+
+def test_invalid_arguments_change_nothing():
+    # EVIDENCE-OF: O8 O14
+    d = support.tmpdir() + "/q"
+    for kw in ({"segment_bytes": 255}, {"segment_bytes": 64 * 1048576 + 1},
+               {"max_payload_bytes": 0}, {"max_payload_bytes": 256 - 47, "segment_bytes": 256},
+               {"max_items": 0}, {"max_items": 1000001}, {"max_segments": 0},
+               {"max_segments": 4097}, {"segment_bytes": "big"}, {"sync": "sometimes"},
+               {"clock": 5}):
+        support.raises(ddq.InvalidArgument, ddq.Queue, d, **kw)
+    support.raises(ddq.InvalidArgument, ddq.Queue, "")
+    q, d = _q()
+    q.enqueue(b"a")
+    for bad in (0, 604800001, -1, "1", 1.5, True):
+        support.raises(ddq.InvalidArgument, q.claim, bad)
+    support.raises(ddq.InvalidArgument, q.enqueue, 5)
+    support.raises(ddq.InvalidArgument, q.enqueue, None)
+    support.raises(ddq.TooLarge, q.enqueue, b"x" * 129)
+    c = q.claim(1000)
+    support.raises(ddq.InvalidArgument, q.retry, c.seq, -1)
+    support.raises(ddq.InvalidArgument, q.retry, c.seq, 1 << 32)
+    support.raises(ddq.TooLarge, q.quarantine, c.seq, b"r" * 129)
+    support.raises(ddq.InvalidArgument, q.quarantine, c.seq, b"a\0b")
+    support.raises(ddq.NotFound, q.read, "1")
+    s = q.stats()
+    assert s.total_items == 1 and s.claimed_items == 1 and s.next_seq == 2
+    assert q.enqueue(b"b") == 2
+    q.close()
+    f = support.tmpdir() + "/file"
+    support.write_file(f, b"")
+    support.raises(ddq.InvalidArgument, ddq.Queue, f)
+
+
+def test_fail_stop_after_write_failure():
+    # EVIDENCE-OF: R20 R1
+    fs = FaultStorage()
+    d = support.tmpdir() + "/q"
+    q = ddq.Queue(d, storage=fs, clock=support.FakeClock(T0), **SMALL)
+    q.enqueue(b"one")
+    fs.arm("write")
+    e = support.raises(ddq.IOFailure, q.enqueue, b"two")
+    assert e.code == -2 and e.errno == 5
+    assert q.stats().failed is True
+    for call, args in ((q.enqueue, (b"x",)), (q.claim, (1000,)), (q.read, (1,)), (q.ack, (1,)),
+                       (q.retry, (1, 0)), (q.quarantine, (1, b"")), (q.claim_ordered, (10,))):
+        support.raises(ddq.IOFailure, call, *args)
+    q.stats()
+    q.recover()
+    assert q.stats().failed is False
+    assert q.read(1) == b"one"
+    n = q.stats().total_items
+    assert n in (1, 2)  # an append that reported failure may still be on disk
+    assert q.enqueue(b"three") == n + 1
+    q.close()
+
+
+def test_fail_stop_after_sync_failure():
+    # EVIDENCE-OF: R20 W2
+    fs = FaultStorage()
+    d = support.tmpdir() + "/q"
+    q = ddq.Queue(d, storage=fs, clock=support.FakeClock(T0), **SMALL)
+    fs.arm("sync")
+    support.raises(ddq.IOFailure, q.enqueue, b"one")
+    support.raises(ddq.IOFailure, q.enqueue, b"two")
+    q.close()
+    q = ddq.Queue(d, clock=support.FakeClock(T0), **SMALL)
+    assert q.stats().total_items <= 1
+    q.close()
+
+
+def test_lease_and_retry_deadlines_with_injected_clock():
+    # EVIDENCE-OF: T1 T2 O5
+    clock = support.FakeClock(T0)
+    q, d = _q(clock=clock)
+    q.enqueue(b"x")
+    c = q.claim(30000)
+    assert c.lease_until_ms == T0 + 30000
+    assert q.claim(1000) is None
+    clock.advance(29999)
+    assert q.claim(1000) is None
+    clock.advance(1)
+    c = q.claim(1000)
+    assert c.seq == 1 and c.attempts == 0
+    q.retry(1, 5000)
+    assert [i.not_before_ms for i in q.items()] == [clock() + 5000]
+    clock.advance(4999)
+    assert q.claim(1000) is None
+    clock.advance(1)
+    assert q.claim(1000).attempts == 1
+    q.close()
+
+
+def test_clock_went_back_guard():
+    # EVIDENCE-OF: T3
+    clock = support.FakeClock(T0)
+    q, d = _q(clock=clock)
+    q.enqueue(b"a")
+    q.enqueue(b"b")
+    q.claim(604800000)          # 1: a 7-day lease
+    c = q.claim(1000)
+    q.retry(c.seq, 4294967295)  # 2: the longest retry
+    clock.set(T0 - 1000)        # the clock steps back: both deadlines now lie beyond legal
+    c = q.claim(1000)
+    assert c is not None and c.seq == 1, c
+    c = q.claim(1000)
+    assert c is not None and c.seq == 2
+    q.close()
+    bad = ddq.Queue(support.tmpdir() + "/q", clock=lambda: 0, **SMALL)
+    bad.enqueue(b"x")
+    support.raises(ddq.IOFailure, bad.claim, 1000)
+    bad.close()
+
+
+def test_sync_policies_and_durable_seq():
+    # EVIDENCE-OF: D1 D2 D3 D4
+    fs = FaultStorage()
+    d = support.tmpdir() + "/q"
+    q = ddq.Queue(d, storage=fs, clock=support.FakeClock(T0), sync="ack", **SMALL)
+    q.enqueue(b"a")
+    n = fs.calls.get("sync", 0)
+    c = q.claim(1000)
+    assert fs.calls.get("sync", 0) == n          # an unsynced CLAIM
+    q.retry(c.seq, 0)
+    assert fs.calls.get("sync", 0) == n          # an unsynced RETRY
+    q.claim(1000)
+    q.ack(1)
+    assert fs.calls.get("sync", 0) == n + 1      # the ACK is synced (and covers the rest)
+    assert q.durable_seq == 1
+    q.close()
+    d = support.tmpdir() + "/q2"
+    q = ddq.Queue(d, storage=fs, clock=support.FakeClock(T0), sync="none", **SMALL)
+    q.enqueue(b"first")
+    assert q.durable_seq == 0
+    q.sync()
+    n = fs.calls.get("sync", 0)
+    for i in range(3):
+        q.enqueue(b"g%d" % i)
+    assert fs.calls.get("sync", 0) == n and q.durable_seq == 1
+    assert q.sync() == 4 and q.durable_seq == 4
+    q.close()
+    q = ddq.Queue(d, clock=support.FakeClock(T0), **SMALL)
+    assert q.stats().next_seq == 5 and q.durable_seq == 4
+    q.close()
+
+
+def test_empty_payload_and_binary_data():
+    # EVIDENCE-OF: F9 O1
+    q, d = _q()
+    data = bytes(range(128))
+    assert q.enqueue(data) == 1
+    assert q.enqueue(b"") == 2
+    assert q.enqueue(bytearray(b"\0\\\"")) == 3
+    q.close()
+    q, d = _q(d)
+    assert q.read(1) == data and q.read(2) == b"" and q.read(3) == b"\0\\\""
+    q.close()
