@@ -1,0 +1,399 @@
+"""Part 1: syscall-level crash states (CPython only).
+
+A workload runs once on a recording MemFS. Its log of creates, writes, syncs, closes, renames,
+removes, mkdirs and sync_dirs is replayed step by step; after every step k the legal on-disk states of
+a crash at that point are materialised under a file-system model, deduplicated by content hash, and
+each distinct one is opened with ddq and judged by tmodel.check against the op in flight.
+
+File-system models (docs/RELIABILITY.md "Persistence models"):
+  posix  - directory entries (create, rename, remove, mkdir) persist only through sync_dir, in order
+           (any prefix of the unsynced ones survives: model d); file data persists through sync:
+           A all unsynced data lost (model a), V all of it landed, T the last unsynced write torn at
+           every byte (model b), R any subset of a file's unsynced writes landed, holes read as zeros,
+           with or without the size grown to the end (model c).
+  lfs    - LittleFS: create/rename/remove atomic and durable at once; data and truncation durable
+           at sync or close; nothing torn.
+  fat    - FAT: like lfs for data, directory ops durable, but rename over an existing file is
+           remove + rename: one more state where only the source is left.
+"""
+import hashlib
+
+import memfs
+import tmodel
+
+MAX_SUBSETS = 64
+
+
+def _parent(p):
+    i = p.rfind("/")
+    return p[:i] if i > 0 else "/"
+
+
+def _apply_dirop(names, dirs, op):
+    k = op[0]
+    if k == "create":
+        names[op[1]] = op[2]
+    elif k == "rename":
+        ino = names.pop(op[1], None)
+        if ino is None:
+            ino = op[3]
+        names[op[2]] = ino
+    elif k == "remove":
+        names.pop(op[1], None)
+    elif k == "mkdir":
+        dirs.add(op[1])
+
+
+def _opdir(op):
+    return _parent(op[1]) if op[0] != "rename" else _parent(op[2])
+
+
+class Sim:
+    """Replays a MemFS log, keeping the volatile view and the durable views side by side."""
+
+    def __init__(self, files=None, dirs=()):
+        self.names = {}
+        self.dirs = set(["/"]) | set(dirs)
+        self.dur_names = {}
+        self.dur_dirs = set(self.dirs)
+        self.pend_dir = []
+        self.vol = {}
+        self.dur_sync = {}
+        self.dur_close = {}
+        self.pend_w = {}
+        n = 0   # the same inode numbers MemFS(files) hands out
+        for p in (files or {}):
+            n += 1
+            self.names[p] = n
+            self.dur_names[p] = n
+            b = bytes(files[p])
+            self.vol[n] = bytearray(b)
+            self.dur_sync[n] = b
+            self.dur_close[n] = b
+            self.pend_w[n] = []
+        self.last = None
+
+    def apply(self, e):
+        k = e[0]
+        self.last = e
+        if k == "create":
+            ino = e[2]
+            self.names[e[1]] = ino
+            self.vol[ino] = bytearray()
+            self.dur_sync[ino] = b""
+            self.dur_close[ino] = b""
+            self.pend_w[ino] = []
+            self.pend_dir.append(e)
+        elif k == "trunc":
+            self.vol[e[1]] = bytearray()
+            self.pend_w[e[1]].append(("T",))
+        elif k == "write":
+            self.vol[e[1]].extend(e[3])
+            self.pend_w[e[1]].append((e[2], e[3]))
+        elif k == "sync":
+            b = bytes(self.vol[e[1]])
+            self.dur_sync[e[1]] = b
+            self.dur_close[e[1]] = b
+            self.pend_w[e[1]] = []
+        elif k == "close":
+            self.dur_close[e[1]] = bytes(self.vol[e[1]])
+        elif k == "rename":
+            self.names.pop(e[1], None)
+            self.names[e[2]] = e[3]
+            self.pend_dir.append(e)
+        elif k == "remove":
+            self.names.pop(e[1], None)
+            self.pend_dir.append(e)
+        elif k == "mkdir":
+            self.dirs.add(e[1])
+            self.pend_dir.append(e)
+        elif k == "sync_dir":
+            keep = []
+            for op in self.pend_dir:
+                if _opdir(op) == e[1]:
+                    _apply_dirop(self.dur_names, self.dur_dirs, op)
+                else:
+                    keep.append(op)
+            self.pend_dir = keep
+
+    # -- materialisation --
+    @staticmethod
+    def _files(names, dirs, content, override=None):
+        out = {}
+        for p in names:
+            if _parent(p) in dirs:
+                ino = names[p]
+                if override is not None and ino in override:
+                    out[p] = override[ino]
+                else:
+                    out[p] = content[ino] if not isinstance(content[ino], bytearray) else bytes(content[ino])
+        return out
+
+    def states(self, model):
+        """Yield (variant, files, dirs, holes) for a crash right now."""
+        if model == "posix":
+            yield from self._posix()
+        else:
+            names = self.names
+            yield ("dur", self._files(names, self.dirs, self.dur_close), self.dirs, False)
+            e = self.last
+            if model == "fat" and e is not None and e[0] == "rename" and e[4] is not None:
+                n2 = dict(names)
+                del n2[e[2]]
+                n2[e[1]] = e[3]
+                yield ("fat-rename-split", self._files(n2, self.dirs, self.dur_close), self.dirs, False)
+
+    def _posix(self):
+        dirvars = []
+        names = dict(self.dur_names)
+        dirs = set(self.dur_dirs)
+        dirvars.append((dict(names), set(dirs)))
+        for op in self.pend_dir:
+            _apply_dirop(names, dirs, op)
+            dirvars.append((dict(names), set(dirs)))
+        for j, (n, d) in enumerate(dirvars):
+            yield ("A/d%d" % j, self._files(n, d, self.dur_sync), d, False)
+            yield ("V/d%d" % j, self._files(n, d, self.vol), d, False)
+        e = self.last
+        if e is None or e[0] != "write":
+            return
+        ino, off, data = e[1], e[2], e[3]
+        if not self.pend_w[ino]:
+            return
+        base = bytes(self.vol[ino][:off])
+        ends = [dirvars[0], dirvars[-1]] if len(dirvars) > 1 else [dirvars[0]]
+        for t in range(len(data)):
+            ov = {ino: base + data[:t]}
+            for j, (n, d) in enumerate(ends):
+                yield ("T%d/d%d" % (t, j), self._files(n, d, self.vol, ov), d, False)
+        # model c: subsets of this file's unsynced writes (holes read as zeros)
+        pend = [w for w in self.pend_w[ino]]
+        if len(pend) < 2 or any(w[0] == "T" for w in pend):
+            return
+        n = len(pend)
+        dur = self.dur_sync[ino]
+        full = (1 << n) - 1
+        masks = list(range(1, full)) if n <= 6 else [
+            m for m in ([((1 << i) - 1) for i in range(1, n)] + [full & ~(1 << i) for i in range(n)])]
+        names, dirs = dirvars[-1]
+        for m in masks[:MAX_SUBSETS]:
+            end = len(dur)
+            for i in range(n):
+                if m >> i & 1:
+                    end = max(end, pend[i][0] + len(pend[i][1]))
+            for grow in (False, True):
+                size = len(self.vol[ino]) if grow else end
+                b = bytearray(size)
+                b[:len(dur)] = dur
+                for i in range(n):
+                    if m >> i & 1:
+                        o, w = pend[i]
+                        b[o:o + len(w)] = w
+                holes = True
+                yield ("R%x%s" % (m, "+" if grow else ""), self._files(names, dirs, self.vol, {ino: bytes(b)}),
+                       dirs, holes)
+
+
+def state_hash(files, dirs):
+    h = hashlib.blake2b(digest_size=12)
+    for p in sorted(files):
+        h.update(p.encode())
+        h.update(b"\0%d\0" % len(files[p]))
+        h.update(files[p])
+    for d in sorted(dirs):
+        h.update(b"D" + d.encode() + b"\0")
+    return h.digest()
+
+
+# -- judging one state --------------------------------------------------------------------------
+
+def _is_repair(log):
+    for e in log:
+        k = e[0]
+        if k in ("write", "trunc", "rename", "remove", "mkdir"):
+            return True
+        if k == "create" and not e[1].endswith("queue.lock"):
+            return True
+    return False
+
+
+def corrupt_names_place(msg):
+    """A Corrupt report must name the file (segment or manifest) and an offset."""
+    m = str(msg)
+    has_file = ("segment" in m) or ("manifest" in m) or (".log" in m) or ("queue.format" in m)
+    has_off = any(c.isdigit() for c in m) and ("offset" in m or "@" in m or "at " in m)
+    return has_file and has_off
+
+
+class Judge:
+    """Opens crash states with ddq and judges them against a workload's history."""
+
+    def __init__(self, ddq, wl, depth2=1, probe_every=4):
+        self.ddq = ddq
+        self.wl = wl
+        self.depth2 = depth2
+        self.probe_every = probe_every
+        self.n = 0
+        self.depth2_states = 0
+        self.reported = 0
+        self.repairs = 0
+
+    def _open(self, files, dirs, record=False):
+        fs = memfs.MemFS(files, dirs, record=record, budget=500000)
+        clock = tmodel.Clock(tmodel.CLOCK0 + 1000 * (len(self.wl.ops) + 10))
+        kw = dict(self.wl.opts)
+        q = self.ddq.Queue(self.wl.path, storage=fs, clock=clock, **kw)
+        return fs, q
+
+    def judge(self, files, dirs, i, holes):
+        ddq = self.ddq
+        wl = self.wl
+        self.n += 1
+        allowed, returned = wl.allowed(i)
+        sync = wl.opts.get("sync")
+        try:
+            fs, q = self._open(files, dirs, record=True)
+        except ddq.Corrupt as e:
+            if holes:
+                self.reported += 1
+                if not corrupt_names_place(e):
+                    return [("unexpected", "Corrupt message names no segment/offset: %s" % e)]
+                return []
+            return [("unexpected", "Corrupt on a legal crash state: %s" % e)]
+        except ddq.Locked as e:
+            return [("unexpected", "lock blocks recovery after a crash: %s" % e)]
+        except Exception as e:
+            return [("unexpected", "open raised %s: %s" % (type(e).__name__, e))]
+        bad = []
+        try:
+            bad += tmodel.check(q, allowed, returned, sync)
+            state1 = tmodel.recovered_state(q)
+            nxt1 = q.stats().next_seq
+        except Exception as e:
+            bad.append(("unexpected", "checking raised %s: %s" % (type(e).__name__, e)))
+            state1 = None
+        finally:
+            q.close()
+        if fs.open_count():
+            bad.append(("unexpected", "%d file handles left open after close()" % fs.open_count()))
+        if bad or state1 is None:
+            return bad
+        rec_log = list(fs.log)
+        repaired = _is_repair(rec_log)
+        if repaired:
+            self.repairs += 1
+        if repaired or self.n % self.probe_every == 0:
+            try:
+                clock = tmodel.Clock(tmodel.CLOCK0 + 1000 * (len(wl.ops) + 20))
+                q = ddq.Queue(wl.path, storage=fs, clock=clock, **wl.opts)
+                try:
+                    s2 = tmodel.recovered_state(q)
+                    if s2 != state1:
+                        bad.append(("unexpected", "recovery not idempotent: %r then %r" % (
+                            tmodel._short(state1), tmodel._short(s2))))
+                    try:
+                        seq = q.enqueue(b"probe")
+                        hi = max([returned, nxt1 - 1] + [t[0] for t in state1])
+                        if seq <= hi:
+                            bad.append(("reused_seq", "probe enqueue got seq %d, highest seen %d" % (seq, hi)))
+                    except ddq.Full:
+                        pass
+                finally:
+                    q.close()
+            except Exception as e:
+                bad.append(("unexpected", "reopen after recovery raised %s: %s" % (type(e).__name__, e)))
+        if repaired and self.depth2 and self.repairs % self.depth2 == 0 and not bad:
+            bad += self._depth2(files, dirs, rec_log, state1)
+        return bad
+
+    def _depth2(self, files, dirs, rec_log, state1):
+        """Cut the recovery itself at every step (posix A/V/T and lfs views) and recover again: the
+        result must be the state the uncut recovery produced."""
+        ddq = self.ddq
+        sim = Sim(files, dirs)
+        seen = set()
+        bad = []
+        for e in rec_log:
+            sim.apply(e)
+            for model in ("posix", "lfs"):
+                for variant, f2, d2, holes in sim.states(model):
+                    if holes or variant[0] == "T":
+                        continue
+                    h = state_hash(f2, d2)
+                    if h in seen:
+                        continue
+                    seen.add(h)
+                    self.depth2_states += 1
+                    try:
+                        fs, q = self._open(f2, d2)
+                    except Exception as ex:
+                        bad.append(("unexpected", "recovery cut at %s (%s) then reopened: %s %s" % (
+                            e[0], variant, type(ex).__name__, ex)))
+                        return bad
+                    try:
+                        s2 = tmodel.recovered_state(q)
+                    finally:
+                        q.close()
+                    if s2 != state1:
+                        bad.append(("unexpected", "recovery cut at %s (%s) recovers %r, uncut %r" % (
+                            e[0], variant, tmodel._short(s2), tmodel._short(state1))))
+                        return bad
+        return bad
+
+
+def run_seed(ddq, seed, nops, models=("posix", "lfs", "fat"), sync=None, hashes=None, depth2=1,
+             max_fail=5, path="/q"):
+    """Run one workload and judge every crash state under every model. Returns a result dict."""
+    memfs.MemFS.Locked = ddq.Locked
+    fs = memfs.MemFS(record=True)
+    opts = tmodel.params(seed, sync)
+    wl = tmodel.Workload(ddq, path, lambda: fs, seed, nops, opts=opts, pos=lambda: len(fs.log))
+    res = {"seed": seed, "sync": opts["sync"], "log": 0, "states": 0, "checked": 0, "fail": [],
+           "lost": 0, "resurrected": 0, "reused_seq": 0, "unexpected": 0, "reported": 0, "depth2": 0,
+           "by_model": {}}
+    try:
+        wl.run()
+    finally:
+        wl.close()
+    for u in wl.unexpected:
+        res[u[0] if u[0] in res else "unexpected"] += 1
+        if len(res["fail"]) < max_fail:
+            res["fail"].append({"seed": seed, "where": "live run", "category": u[0], "detail": u[1]})
+    if fs.open_count():
+        res["unexpected"] += 1
+        res["fail"].append({"seed": seed, "where": "live run", "category": "unexpected",
+                            "detail": "%d handles open after close()" % fs.open_count()})
+    log = fs.log
+    res["log"] = len(log)
+    judge = Judge(ddq, wl, depth2=depth2)
+    seen = hashes if hashes is not None else set()
+    checked = set()
+    sim = Sim()
+    for k in range(len(log) + 1):
+        if k:
+            sim.apply(log[k - 1])
+        i = wl.inflight(k)
+        for model in models:
+            for variant, files, dirs, holes in sim.states(model):
+                h = state_hash(files, dirs)
+                if h not in seen:
+                    seen.add(h)
+                    res["states"] += 1
+                    res["by_model"][model] = res["by_model"].get(model, 0) + 1
+                key = (h, i, holes)
+                if key in checked:
+                    continue
+                checked.add(key)
+                res["checked"] += 1
+                bad = judge.judge(files, dirs, i, holes)
+                for cat, detail in bad:
+                    res[cat] += 1
+                    if len(res["fail"]) < max_fail:
+                        op = wl.ops[i] if i is not None else None
+                        res["fail"].append({"seed": seed, "sync": opts["sync"], "crash_after_step": k,
+                                            "storage_op": repr(log[k - 1])[:120] if k else None,
+                                            "model": model, "variant": variant, "op_in_flight": repr(op)[:100],
+                                            "op_index": i, "category": cat, "detail": detail[:600]})
+    res["reported"] = judge.reported
+    res["depth2"] = judge.depth2_states
+    return res

@@ -1,0 +1,339 @@
+# tmodel: seeded workloads, the history they leave, and the Jepsen-style checker that judges a
+# recovered queue against that history. Subset Python: the same code runs the CPython crash-state
+# enumeration and the MicroPython power-cut sweeps, so a seed means the same workload on both.
+
+LEASE_MS = 3600000          # long leases: no lease expires inside a workload, so states compare exactly
+CLOCK0 = 1767225600000
+
+
+class Rng:
+    """xorshift32: identical sequences on both interpreters (random differs between them)."""
+
+    def __init__(self, seed):
+        self.s = (seed * 2654435761 + 12345) & 0xFFFFFFFF or 1
+
+    def u32(self):
+        x = self.s
+        x ^= (x << 13) & 0xFFFFFFFF
+        x ^= x >> 17
+        x ^= (x << 5) & 0xFFFFFFFF
+        self.s = x
+        return x
+
+    def below(self, n):
+        return self.u32() % n if n > 0 else 0
+
+    def bytes(self, n):
+        b = bytearray(n)
+        for i in range(n):
+            b[i] = self.u32() & 0xFF
+        return bytes(b)
+
+
+class Clock:
+    def __init__(self, t=CLOCK0):
+        self.t = t
+
+    def __call__(self):
+        return self.t
+
+    def advance(self, ms):
+        self.t += ms
+
+
+def params(seed, sync=None):
+    """Queue options for a seed: tight limits so rotation and compaction happen often."""
+    r = Rng(seed ^ 0x5EED)
+    seg = (256, 320, 384, 448, 512)[r.below(5)]
+    opts = {
+        "segment_bytes": seg,
+        "max_payload_bytes": 64,
+        "max_items": 3 + r.below(6),
+        "max_segments": 4 + r.below(5),
+    }
+    if sync is None:
+        sync = ("always", "ack")[r.below(2)]
+    opts["sync"] = sync
+    return opts
+
+
+def exc_name(e):
+    return type(e).__name__
+
+
+def _item_tuple(it, payloads, reasons):
+    return (it.seq, it.state, it.attempts, it.lease_until_ms, it.not_before_ms,
+            payloads.get(it.seq), reasons.get(it.seq, b"") if it.state == "quarantined" else b"")
+
+
+class Workload:
+    """Runs a seeded mix of enqueue/claim/ack/retry/quarantine/compact/reopen/read on one queue.
+
+    After every operation it records the logical state L[i+1] (items with state, attempts, deadlines,
+    payload and reason), the operation and its outcome, and the storage position (pos()) before and
+    after, so a crash state cut at position k can be judged against L[i] / L[i+1] of the op in flight.
+    """
+
+    def __init__(self, ddq, path, make_storage, seed, nops, opts=None, pos=None, clock=None):
+        self.ddq = ddq
+        self.path = path
+        self.make_storage = make_storage
+        self.seed = seed
+        self.nops = nops
+        self.opts = opts if opts is not None else params(seed)
+        self.pos = pos if pos is not None else (lambda: 0)
+        self.clock = clock if clock is not None else Clock()
+        self.rng = Rng(seed)
+        self.payloads = {}
+        self.reasons = {}
+        self.ops = []       # (name, arg, outcome) ; outcome = ("ok", value) | ("err", excname)
+        self.starts = []    # pos() before op i
+        self.ends = []      # pos() after op i
+        self.snaps = []     # snaps[i] = logical state before op i; snaps[-1] = final
+        self.returned = []  # max seq returned by a completed enqueue before op i
+        self.max_seq = 0
+        self.q = None
+        self.unexpected = []
+
+    def open(self):
+        st = self.make_storage()
+        kw = {}
+        for k in self.opts:
+            kw[k] = self.opts[k]
+        self.q = self.ddq.Queue(self.path, clock=self.clock, storage=st, **kw)
+
+    def snapshot(self):
+        out = []
+        for it in self.q.items():
+            out.append(_item_tuple(it, self.payloads, self.reasons))
+        return tuple(out)
+
+    def _pick(self, snap, states):
+        c = [t[0] for t in snap if t[1] in states]
+        if not c:
+            return None
+        return c[self.rng.below(len(c))]
+
+    def step(self, snap):
+        """Choose and run one operation. Returns (name, arg, outcome)."""
+        r = self.rng.below(100)
+        q = self.q
+        name = "enqueue"
+        arg = None
+        if r < 36:
+            pass
+        elif r < 56:
+            name = "claim"
+        elif r < 61:
+            name = "claim_ordered"
+        elif r < 74:
+            name = "ack"
+        elif r < 80:
+            name = "retry"
+        elif r < 84:
+            name = "quarantine"
+        elif r < 88:
+            name = "compact"
+        elif r < 92:
+            name = "reopen"
+        elif r < 97:
+            name = "read"
+        else:
+            name = "sync"
+        if name in ("ack", "retry", "quarantine"):
+            arg = self._pick(snap, ("claimed",))
+            if arg is None:
+                name = "enqueue"
+        if name == "read":
+            arg = self._pick(snap, ("available", "claimed", "quarantined", "acked"))
+            if arg is None:
+                name = "enqueue"
+        if name == "enqueue":
+            arg = self.rng.bytes(self.rng.below(self.opts["max_payload_bytes"] // 2 + 1))
+        delay = 0
+        reason = b""
+        if name == "retry":
+            delay = (0, 2000)[self.rng.below(2)]
+        if name == "quarantine":
+            reason = self.rng.bytes(self.rng.below(12))
+        self.clock.advance(1000)
+        try:
+            if name == "enqueue":
+                v = q.enqueue(arg)
+                self.payloads[v] = arg
+                if v <= self.max_seq:
+                    self.unexpected.append(("reused_seq", "enqueue returned %d after %d" % (v, self.max_seq)))
+                self.max_seq = v
+            elif name == "claim" or name == "claim_ordered":
+                c = q.claim(LEASE_MS) if name == "claim" else q.claim_ordered(LEASE_MS)
+                v = None if c is None else c.seq
+            elif name == "ack":
+                v = q.ack(arg)
+            elif name == "retry":
+                v = q.retry(arg, delay)
+            elif name == "quarantine":
+                v = q.quarantine(arg, reason)
+                if v:
+                    self.reasons[arg] = reason
+            elif name == "compact":
+                v = q.compact()
+            elif name == "reopen":
+                q.close()
+                self.q = None
+                self.open()
+                v = None
+            elif name == "read":
+                v = q.read(arg)
+                if v != self.payloads.get(arg):
+                    self.unexpected.append(("wrong_payload", "live read(%d)" % arg))
+                v = len(v)
+            else:
+                v = q.sync()
+            out = ("ok", v)
+        except self.ddq.Error as e:
+            out = ("err", exc_name(e))
+            if not (exc_name(e) == "Full" and name in ("enqueue", "compact")):
+                self.unexpected.append(("live_error", "%s(%r) raised %s: %s" % (name, arg, exc_name(e), e)))
+        return (name, arg if name != "enqueue" else len(arg), out)
+
+    def run(self, stop=None):
+        """Run the whole workload (stop(i) -> True ends it early). Exceptions other than ddq.Error
+        propagate (a power cut in 'raise' mode surfaces here)."""
+        self.starts.append(self.pos())
+        self.open()
+        self.ends.append(self.pos())
+        self.ops.append(("open", None, ("ok", None)))
+        self.snaps.append(())
+        self.returned.append(0)
+        snap = self.snapshot()
+        self.snaps.append(snap)
+        for i in range(self.nops):
+            if stop is not None and stop(i):
+                break
+            self.returned.append(self.max_seq)
+            self.starts.append(self.pos())
+            op = self.step(snap)
+            self.ends.append(self.pos())
+            self.ops.append(op)
+            if self.q is None:
+                break
+            snap = self.snapshot()
+            self.snaps.append(snap)
+        self.returned.append(self.max_seq)
+
+    def close(self):
+        if self.q is not None:
+            q = self.q
+            self.q = None
+            q.close()
+
+    def inflight(self, k):
+        """Index i of the operation in flight when the storage was cut after position k: the first op
+        whose writes extend past k (None: all ops complete)."""
+        lo = 0
+        hi = len(self.ends)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.ends[mid] > k:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo if lo < len(self.ends) else None
+
+    def allowed(self, i):
+        """Logical states a recovery may show with op i in flight: before it, after it, or (compaction
+        can run inside any op) before it with the acked items reclaimed."""
+        if i is None:
+            last = self.snaps[-1]
+            return [last, compacted(last)], self.returned[-1]
+        before = self.snaps[i]
+        after = self.snaps[i + 1]
+        return [before, after, compacted(before), compacted(after)], self.returned[i]
+
+
+def compacted(snap):
+    return tuple(t for t in snap if t[1] != "acked")
+
+
+def normalize(snap, sync):
+    """Under sync="ack" a CLAIM record may be lost: a claimed item may come back available."""
+    if sync != "ack":
+        return snap
+    out = []
+    for t in snap:
+        if t[1] == "claimed":
+            t = (t[0], "available", t[2], 0, t[4], t[5], t[6])
+        out.append(t)
+    return tuple(out)
+
+
+def recovered_state(q):
+    """The logical state of a recovered queue, reading every payload and reason back."""
+    out = []
+    for it in q.items():
+        p = q.read(it.seq)
+        r = q.reason(it.seq) if it.state == "quarantined" else b""
+        out.append((it.seq, it.state, it.attempts, it.lease_until_ms, it.not_before_ms, bytes(p), bytes(r)))
+    return tuple(out)
+
+
+def check(q, allowed, returned, sync):
+    """Judge a recovered queue. Returns [(category, detail)]; categories: lost, resurrected,
+    reused_seq, unexpected."""
+    bad = []
+    rec = recovered_state(q)
+    seqs = [t[0] for t in rec]
+    for j in range(1, len(seqs)):
+        if seqs[j] <= seqs[j - 1]:
+            bad.append(("unexpected", "items() out of order: %r" % (seqs,)))
+            break
+    st = q.stats()
+    maxp = seqs[-1] if seqs else 0
+    if st.next_seq <= returned or st.next_seq <= maxp:
+        bad.append(("reused_seq", "next_seq %d but seq %d was returned, %d present" % (st.next_seq, returned, maxp)))
+    cnt = {"available": 0, "claimed": 0, "acked": 0, "quarantined": 0}
+    for t in rec:
+        cnt[t[1]] = cnt.get(t[1], 0) + 1
+    if (st.total_items != len(rec) or st.available_items != cnt["available"] or st.claimed_items != cnt["claimed"]
+            or st.acknowledged_items != cnt["acked"] or st.quarantined_items != cnt["quarantined"]):
+        bad.append(("unexpected", "stats %r disagree with items %r" % (
+            (st.total_items, st.available_items, st.claimed_items, st.acknowledged_items,
+             st.quarantined_items), cnt)))
+    nrec = normalize(rec, sync)
+    norm = [normalize(a, sync) for a in allowed]
+    if nrec in norm:
+        return bad
+    # classify against the union of allowed states
+    live = {}    # seq -> set of allowed (state, payload) ; "gone" when absent
+    for a in norm:
+        for t in a:
+            live.setdefault(t[0], []).append(t)
+    got = {}
+    for t in nrec:
+        got[t[0]] = t
+    for s in got:
+        t = got[s]
+        opts = live.get(s)
+        if not opts:
+            if s <= returned and s not in [x[0] for x in allowed[0]]:
+                bad.append(("resurrected", "seq %d is back as %s but is not in the queue any more" % (s, t[1])))
+            else:
+                bad.append(("unexpected", "seq %d (%s) was never enqueued" % (s, t[1])))
+            continue
+        if t[5] not in [o[5] for o in opts]:
+            bad.append(("unexpected", "seq %d payload differs" % s))
+            continue
+        if t[1] != "acked" and all(o[1] == "acked" for o in opts) and len(opts) == len(norm):
+            bad.append(("resurrected", "seq %d acked, recovered as %s" % (s, t[1])))
+    for s in live:
+        opts = live[s]
+        if s not in got and len(opts) == len(norm) and all(o[1] != "acked" for o in opts):
+            bad.append(("lost", "seq %d (%s) missing" % (s, opts[0][1])))
+    if not bad:
+        bad.append(("unexpected", "state matches no allowed state: got %r allowed %r" % (
+            _short(nrec), [_short(a) for a in norm])))
+    return bad
+
+
+def _short(snap):
+    return [(t[0], t[1][:2], t[2], len(t[5] or b""), t[3] % 100000, t[4] % 100000) for t in snap]
