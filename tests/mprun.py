@@ -1,7 +1,7 @@
 # Runner for the shared suite on MicroPython (and on CPython, as a self-test).
 #
 #   micropython tests/mprun.py [--fs posix|lfs2|fat] [-k SUBSTR] [--root DIR] [--fixtures DIR]
-#                              [MODULE ...]
+#                              [--blocks N] [MODULE ...]
 #
 # Imports tests/test_*.py (sorted by name, or the MODULEs given: "test_x", "test_x.py" or a
 # path) with tests/ and port/ on sys.path, runs each module-level test_* function in name order
@@ -18,19 +18,21 @@
 #             tests run under a fresh directory in /tmp, or in the cwd where /tmp is missing.
 # --fs lfs2   a VfsLfs2 on a RAM block device (4096 B x 512 blocks = 2 MiB) mounted at /lfs2
 # --fs fat    a VfsFat on a RAM block device (512 B x 8192 blocks = 4 MiB) mounted at /fat
-# The RAM disks live in the MicroPython heap: run them with `micropython -X heapsize=8M`.
+# The RAM disks live in the MicroPython heap: run them with `micropython -X heapsize=8M`, or
+# make them smaller with --blocks N (a board has a few hundred KiB of heap).
 # The host filesystem stays mounted at "/" beside them, so the test sources and the fixtures
 # remain reachable through absolute paths.
 #
 # Each test gets a fresh support.ROOT (<base>/<n>) on the filesystem under test, removed after
-# the test. Everything here is feature-probed (no unix-only assumption), so a board can run it
+# the test; --root DIR sets <base> (for lfs2/fat only a DIR on the RAM disk). Everything here is feature-probed (no unix-only assumption), so a board can run it
 # too: `import mprun; mprun.main(["--root", "/flash/ddqt"])` with the repository mounted.
 import gc
 import os
 import sys
 
 USAGE = (
-    "usage: mprun.py [--fs posix|lfs2|fat] [-k SUBSTR] [--root DIR] [--fixtures DIR] [MODULE ...]"
+    "usage: mprun.py [--fs posix|lfs2|fat] [-k SUBSTR] [--root DIR] [--fixtures DIR]"
+    " [--blocks N] [MODULE ...]"
 )
 
 
@@ -100,9 +102,10 @@ def _vfs_module():
     return None
 
 
-def mount_ram_fs(fs):
+def mount_ram_fs(fs, num_blocks=None):
     """Format a RAM disk with filesystem fs ("lfs2" or "fat"), mount it; return the mount point."""
-    cls_name, block_size, num_blocks, point = FILESYSTEMS[fs]
+    cls_name, block_size, default_blocks, point = FILESYSTEMS[fs]
+    num_blocks = num_blocks or default_blocks
     vfs = _vfs_module()
     cls = getattr(vfs, cls_name, None) if vfs is not None else None
     if cls is None:
@@ -115,6 +118,10 @@ def mount_ram_fs(fs):
             % (block_size * num_blocks // 1024)
         )
     cls.mkfs(bdev)
+    try:
+        vfs.umount(point)  # left from an earlier run in the same interpreter
+    except OSError:
+        pass
     vfs.mount(cls(bdev), point)
     return point
 
@@ -163,11 +170,18 @@ def discover(tests_dir):
 
 
 def parse_args(argv):
-    opts = {"fs": "posix", "k": None, "root": None, "fixtures": None, "modules": []}
+    opts = {
+        "fs": "posix",
+        "k": None,
+        "root": None,
+        "fixtures": None,
+        "blocks": None,
+        "modules": [],
+    }
     i = 0
     while i < len(argv):
         a = argv[i]
-        if a in ("--fs", "-k", "--root", "--fixtures"):
+        if a in ("--fs", "-k", "--root", "--fixtures", "--blocks"):
             if i + 1 >= len(argv):
                 _die(USAGE)
             opts[a.lstrip("-")] = argv[i + 1]
@@ -179,6 +193,11 @@ def parse_args(argv):
         i += 1
     if opts["fs"] not in ("posix", "lfs2", "fat"):
         _die(USAGE)
+    if opts["blocks"] is not None:
+        try:
+            opts["blocks"] = int(opts["blocks"])
+        except ValueError:
+            _die(USAGE)
     return opts
 
 
@@ -269,11 +288,14 @@ def main(argv=None):
         support.FIXTURES = support._abspath(opts["fixtures"])
     fs = opts["fs"]
     owned = None  # a directory this run made and removes at the end
+    root = support._abspath(opts["root"]) if opts["root"] else None
     if fs != "posix":
-        base = mount_ram_fs(fs) + "/t"
-    if opts["root"]:
-        base = support._abspath(opts["root"])
-    elif fs == "posix":
+        # On a RAM disk: --root counts only when it lies on that disk.
+        point = mount_ram_fs(fs, opts["blocks"])
+        base = root if root and root.startswith(point + "/") else point + "/t"
+    elif root:
+        base = root
+    else:
         tmp = "/tmp" if support._kind("/tmp") == 2 else os.getcwd()
         base = owned = _fresh_dir(tmp)
     support._makedirs(base)
