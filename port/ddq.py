@@ -864,33 +864,30 @@ class Queue:
         now = self._now()
         ix = self._ix
         st, sq = ix.st, ix.seq
-        best, best_seq, head, head_seq = -1, 0, -1, 0
-        # Expired leases go back to AVAILABLE in RAM only; nothing is written [T2]. A deadline
-        # further ahead than the longest legal interval means the clock went back: due now [T3].
-        for s, e in ix.live.items():
-            i = e[0]
-            if st[i] == _CLAIMED and (e[2] <= now or e[2] - now > _MAX_LEASE_MS):
-                st[i] = _AVAILABLE
-                e[2] = 0
-                self._n_claimed -= 1
-                self._n_avail += 1
-            if ordered:
-                if head < 0 or s < head_seq:
-                    head, head_seq = i, s
-            elif st[i] == _AVAILABLE and (e[3] <= now or e[3] - now > _U32):
-                if best < 0 or s < best_seq:
-                    best, best_seq = i, s
+        best, best_seq = -1, 0
         f = ix.next_fresh()
-        if f < len(st):
-            if ordered:
-                if head < 0 or sq[f] < head_seq:
-                    head = f
-            elif best < 0 or sq[f] < best_seq:
+        if ordered:
+            # Strict FIFO: only the earliest unfinished item is a candidate; only it is swept.
+            head = f if f < len(st) else -1
+            for s, e in ix.live.items():
+                if head < 0 or s < sq[head]:
+                    head = e[0]
+            if head >= 0:
+                e = ix.live.get(sq[head])
+                if e is None:
+                    best = head
+                else:
+                    self._sweep(e, now)
+                    if st[head] == _AVAILABLE and (e[3] <= now or e[3] - now > _U32):
+                        best = head
+        else:
+            for s, e in ix.live.items():
+                self._sweep(e, now)
+                if st[e[0]] == _AVAILABLE and (e[3] <= now or e[3] - now > _U32):
+                    if best < 0 or s < best_seq:
+                        best, best_seq = e[0], s
+            if f < len(st) and (best < 0 or sq[f] < best_seq):
                 best = f
-        if ordered and head >= 0:
-            e2 = ix.live.get(sq[head])
-            if st[head] == _AVAILABLE and (e2 is None or e2[3] <= now or e2[3] - now > _U32):
-                best = head
         if best < 0:
             return None
         seq = sq[best]
@@ -901,6 +898,16 @@ class Queue:
         attempts, _l, nb = ix.history(seq)
         self._move(i, _CLAIMED, attempts, lease, nb)
         return Claim(seq, attempts, ix.ln[i], lease)
+
+    def _sweep(self, e: "list[int]", now: int) -> None:
+        # An expired lease goes back to AVAILABLE in RAM only; nothing is written [T2]. A lease
+        # further ahead than the longest legal one means the clock went back: expired [T3].
+        i = e[0]
+        if self._ix.st[i] == _CLAIMED and (e[2] <= now or e[2] - now > _MAX_LEASE_MS):
+            self._ix.st[i] = _AVAILABLE
+            e[2] = 0
+            self._n_claimed -= 1
+            self._n_avail += 1
 
     def _claimed(self, seq: int, done: int) -> int:
         i = self._find(seq)
@@ -1086,6 +1093,22 @@ class Queue:
             return False
         return True
 
+    def purge(self, seqs: "list[int]") -> int:
+        """Drop quarantined items (payload and reason) through a new generation; return how many.
+
+        ddq extension [C10]: the snapshot simply omits them (gaps are legal in a snapshot), so
+        C DDQ reads the result; their sequences are never reused."""
+        self._alive()
+        drop = []
+        for s in seqs:
+            i = self._find(s)
+            if self._ix.st[i] != _QUARANTINED:
+                raise BadState("item %d is not quarantined" % s)
+            drop.append(s)
+        if drop:
+            self._compact(0, 0, drop)
+        return len(drop)
+
     def _publish(self, gen: int, nxt: int, segs: int, items: int, end: int) -> None:
         # Commit point of a generation [C5]: tmp written, synced and closed, renamed over the
         # manifest (atomic on POSIX and LittleFS; remove + rename on FAT, see [R14]), dir synced.
@@ -1144,7 +1167,7 @@ class Queue:
         if removed:
             fs.sync_dir(self._dir)
 
-    def _compact(self, reserve: int, required: int) -> None:
+    def _compact(self, reserve: int, required: int, drop: "Optional[list[int]]" = None) -> None:
         """Copy unacked items into generation g+1 and publish it; Full when no benefit [C3]-[C8]."""
         if self._log.h is None:
             raise IOFailure("queue is fail-stopped")
@@ -1171,9 +1194,9 @@ class Queue:
             sb = self._state_buf
             for i in range(len(ix.st)):
                 s = ix.st[i]
-                if s == _ACKED:
-                    continue
                 seq = ix.seq[i]
+                if s == _ACKED or (drop and seq in drop):
+                    continue
                 data = self._read_record(old, ix.sg[i], ix.off[i], _T_DATA, seq, ix.ln[i])
                 off = self._append(new, _T_DATA, seq, 0, data, True)
                 nix.add(seq, len(new.sizes) - 1, off, ix.ln[i])
@@ -1225,6 +1248,7 @@ class Queue:
         self._log, self._ix = new, nix
         self._has_manifest = True
         self._n_acked = 0
+        self._n_quar -= len(drop) if drop else 0
         self._plan = None
         try:
             self._clean()
