@@ -271,11 +271,6 @@ def parse_segment_name(name: str) -> "Optional[tuple[int, int]]":
     return None if i > _U64 else (g, i)
 
 
-def decode_header(mv: "Buf", p: int = 0) -> "tuple[int, int, int, int, int, int, int, int, int]":
-    """Unpack the 40-byte record header at mv[p:] (magic ... reserved), unchecked [F1]."""
-    return struct.unpack_from(_REC_FMT, mv, p)  # type: ignore[return-value]
-
-
 def check_record(mv: memoryview, p: int, seg_bytes: int, max_payload: int) -> "tuple[int, int, int, int]":
     """Validate the whole record at mv[p:]; return (type, seq, arg, payload_len) [F2]-[F11].
 
@@ -397,7 +392,7 @@ class PosixStorage:
 
     def truncate(self, path: str, size: int) -> None:
         os.truncate(path, size)
-        fd = os.open(path, os.O_RDWR)
+        fd = os.open(path, getattr(os, "O_RDWR"))  # noqa: B009 (not in MicroPython stubs)
         try:
             os.fsync(fd)
         finally:
@@ -873,12 +868,12 @@ class Queue:
                 if head < 0 or s < sq[head]:
                     head = e[0]
             if head >= 0:
-                e = ix.live.get(sq[head])
-                if e is None:
+                h = ix.live.get(sq[head])
+                if h is None:
                     best = head
                 else:
-                    self._sweep(e, now)
-                    if st[head] == _AVAILABLE and (e[3] <= now or e[3] - now > _U32):
+                    self._sweep(h, now)
+                    if st[head] == _AVAILABLE and (h[3] <= now or h[3] - now > _U32):
                         best = head
         else:
             for s, e in ix.live.items():

@@ -237,7 +237,7 @@ def test_full_queue_can_be_drained():
     d = support.tmpdir() + "/q"
     q = _open(d, clock, payload=32, items=100, segs=4)
     n = 0
-    for i in range(200):
+    for _ in range(200):
         try:
             q.enqueue(b"p" * 32)
             n += 1
@@ -266,7 +266,7 @@ def test_sequences_survive_empty_snapshot_and_restart():
     clock = support.FakeClock(T0)
     d = support.tmpdir() + "/q"
     q = _open(d, clock, items=4, segs=2)
-    for i in range(5):
+    for _ in range(5):
         q.enqueue(b"x")
         q.claim(1000)
         q.ack(q.stats().next_seq - 1)

@@ -136,7 +136,7 @@ def test_claim_skips_and_ordered_blocks():
     # EVIDENCE-OF: O2 O3 T2
     clock = support.FakeClock(T0)
     q, d = _q(clock=clock)
-    for i in range(3):
+    for _ in range(3):
         q.enqueue(b"x")
     c = q.claim(5000)
     q.retry(c.seq, 60000)               # 1 backs off for a minute
@@ -261,7 +261,7 @@ def test_mid_log_corruption_is_reported():
 def test_corruption_in_an_earlier_segment():
     # EVIDENCE-OF: R10 R13 N5
     q, d = _q(max_payload_bytes=16)
-    for i in range(10):
+    for _ in range(10):
         q.enqueue(b"x" * 16)
     q.close()
     names = [n for n in support.listdir_sorted(d) if n.endswith(".log")]

@@ -87,6 +87,9 @@ class Sim:
         elif k == "trunc":
             self.vol[e[1]] = bytearray()
             self.pend_w[e[1]].append(("T",))
+        elif k == "truncate":
+            del self.vol[e[1]][e[2]:]
+            self.pend_w[e[1]].append(("T",))
         elif k == "write":
             self.vol[e[1]].extend(e[3])
             self.pend_w[e[1]].append((e[2], e[3]))
@@ -234,12 +237,13 @@ class Judge:
         self.depth2 = depth2
         self.probe_every = probe_every
         self.n = 0
+        self.can_truncate = False
         self.depth2_states = 0
         self.reported = 0
         self.repairs = 0
 
     def _open(self, files, dirs, record=False):
-        fs = memfs.MemFS(files, dirs, record=record, budget=500000)
+        fs = memfs.MemFS(files, dirs, record=record, budget=500000, can_truncate=self.can_truncate)
         clock = tmodel.Clock(tmodel.CLOCK0 + 1000 * (len(self.wl.ops) + 10))
         kw = dict(self.wl.opts)
         q = self.ddq.Queue(self.wl.path, storage=fs, clock=clock, **kw)
@@ -302,7 +306,7 @@ class Judge:
                     q.close()
             except Exception as e:
                 bad.append(("unexpected", "reopen after recovery raised %s: %s" % (type(e).__name__, e)))
-        if repaired and self.depth2 and self.repairs % self.depth2 == 0 and not bad:
+        if repaired and self.depth2 and self.repairs % self.depth2 == 1 % self.depth2 and not bad:
             bad += self._depth2(files, dirs, rec_log, state1)
         return bad
 
@@ -345,10 +349,13 @@ def run_seed(ddq, seed, nops, models=("posix", "lfs", "fat"), sync=None, hashes=
              max_fail=5, path="/q"):
     """Run one workload and judge every crash state under every model. Returns a result dict."""
     memfs.MemFS.Locked = ddq.Locked
-    fs = memfs.MemFS(record=True)
+    can_truncate = seed % 2 == 0     # even seeds: CPython-like storage; odd: MicroPython-like
+    # Most seeds start from an existing, durable queue directory; seeds = 1 mod 4 let ddq create it.
+    pre = () if seed % 4 == 1 else (path,)
+    fs = memfs.MemFS(dirs=pre, record=True, can_truncate=can_truncate)
     opts = tmodel.params(seed, sync)
     wl = tmodel.Workload(ddq, path, lambda: fs, seed, nops, opts=opts, pos=lambda: len(fs.log))
-    res = {"seed": seed, "sync": opts["sync"], "log": 0, "states": 0, "checked": 0, "fail": [],
+    res = {"seed": seed, "sync": opts["sync"], "truncate": can_truncate, "log": 0, "states": 0, "checked": 0, "fail": [],
            "lost": 0, "resurrected": 0, "reused_seq": 0, "unexpected": 0, "reported": 0, "depth2": 0,
            "by_model": {}}
     try:
@@ -366,9 +373,10 @@ def run_seed(ddq, seed, nops, models=("posix", "lfs", "fat"), sync=None, hashes=
     log = fs.log
     res["log"] = len(log)
     judge = Judge(ddq, wl, depth2=depth2)
+    judge.can_truncate = can_truncate
     seen = hashes if hashes is not None else set()
     checked = set()
-    sim = Sim()
+    sim = Sim(dirs=pre)
     for k in range(len(log) + 1):
         if k:
             sim.apply(log[k - 1])

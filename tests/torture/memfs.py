@@ -27,7 +27,7 @@ def _parent(path):
 
 class MemFS:
     Locked = OSError   # the harness sets this to ddq.Locked
-    def __init__(self, files=None, dirs=None, record=False, budget=0):
+    def __init__(self, files=None, dirs=None, record=False, budget=0, can_truncate=False):
         # files: {path: bytes}; dirs: iterable of directory paths.
         self.names = {}      # path -> inode number
         self.data = {}       # inode number -> bytearray
@@ -40,6 +40,9 @@ class MemFS:
         self.calls = 0
         self.budget = budget
         self.max_open = 0
+        # ddq uses truncate(path, size) when the storage says it can (PosixStorage on CPython);
+        # without it (MicroPython) a torn tail is cut by copy + rename.
+        self.can_truncate = can_truncate
         if dirs:
             for d in dirs:
                 self.dirs[d] = 1
@@ -214,6 +217,16 @@ class MemFS:
         if path not in self.dirs:
             raise OSError(_ENOENT)
         self._rec(("sync_dir", path))
+
+    def truncate(self, path, size):
+        # PosixStorage.truncate: os.truncate then fsync of the file.
+        self._tick()
+        ino = self.names.get(path)
+        if ino is None:
+            raise OSError(_ENOENT)
+        del self.data[ino][size:]
+        self._rec(("truncate", ino, size))
+        self._rec(("sync", ino))
 
     def lock(self, path):
         # flock semantics: one holder per file per process; a fresh MemFS (after a crash) has none.
