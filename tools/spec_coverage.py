@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""List docs/SPEC.md requirement ids that no test cites, and test citations SPEC lacks.
+
+An id is *defined* where docs/SPEC.md writes it in brackets: `[R10]` (a letter, then digits).
+Cross-references in SPEC are written without brackets and do not count. A test *cites* ids
+on a line containing `EVIDENCE-OF:` anywhere under tests/ (any text file): the ids are the
+whitespace- or comma-separated tokens after the colon, up to the first token that is not
+an id, so `# EVIDENCE-OF: F3, R7 (torn tail)` cites F3 and R7.
+
+    python3 tools/spec_coverage.py            # report; exit 0
+    python3 tools/spec_coverage.py --strict   # exit 1 if a test cites an id SPEC lacks
+    python3 tools/spec_coverage.py -v         # also list, per cited id, where it is cited
+
+The last line is always `spec coverage: N of M ids cited`. Standard library only.
+"""
+
+import argparse
+import os
+import re
+import sys
+
+ID = re.compile(r"^[A-Z][0-9]+$")
+DEFINED = re.compile(r"\[([A-Z][0-9]+)\]")
+MARK = "EVIDENCE-OF:"
+SKIP_DIRS = {"__pycache__", ".pytest_cache", ".hypothesis", ".mypy_cache", ".ruff_cache"}
+
+
+def id_key(i):
+    return (i[0], int(i[1:]))
+
+
+def defined_ids(spec_path):
+    ids = {}
+    with open(spec_path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            for m in DEFINED.finditer(line):
+                ids.setdefault(m.group(1), n)
+    return ids
+
+
+def cited_ids(tests_dir, root):
+    cites = {}
+    bad = []
+    for dirpath, dirnames, filenames in os.walk(tests_dir):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            try:
+                with open(path, encoding="utf-8") as f:
+                    lines = f.readlines()
+            except (UnicodeDecodeError, OSError):
+                continue  # binary fixtures and unreadable files cite nothing
+            rel = os.path.relpath(path, root)
+            for n, line in enumerate(lines, 1):
+                k = line.find(MARK)
+                if k < 0:
+                    continue
+                got = 0
+                for tok in re.split(r"[\s,]+", line[k + len(MARK):].strip()):
+                    if not ID.match(tok):
+                        break
+                    cites.setdefault(tok, []).append("%s:%d" % (rel, n))
+                    got += 1
+                if not got:
+                    bad.append("%s:%d" % (rel, n))
+    return cites, bad
+
+
+def main(argv=None):
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--root", default=os.path.dirname(here), help="repository root")
+    ap.add_argument("--strict", action="store_true",
+                    help="exit 1 when a test cites an id that docs/SPEC.md does not define")
+    ap.add_argument("-v", "--verbose", action="store_true", help="list where each id is cited")
+    a = ap.parse_args(argv)
+    spec = os.path.join(a.root, "docs", "SPEC.md")
+    if not os.path.exists(spec):
+        print("spec_coverage: %s does not exist" % spec, file=sys.stderr)
+        print("spec coverage: 0 of 0 ids cited")
+        return 1 if a.strict else 0
+    defined = defined_ids(spec)
+    cites, bad = cited_ids(os.path.join(a.root, "tests"), a.root)
+
+    uncovered = sorted((i for i in defined if i not in cites), key=id_key)
+    undefined = sorted((i for i in cites if i not in defined), key=id_key)
+    if uncovered:
+        print("defined in docs/SPEC.md, cited by no test (%d):" % len(uncovered))
+        line = " "
+        for i in uncovered:
+            if len(line) + len(i) > 96:
+                print(line)
+                line = " "
+            line += " " + i
+        print(line)
+    if undefined:
+        print("cited by tests, not defined in docs/SPEC.md (%d):" % len(undefined))
+        for i in undefined:
+            print("  %-5s %s" % (i, " ".join(cites[i])))
+    if bad:
+        print("EVIDENCE-OF lines without an id (%d):" % len(bad))
+        for b in bad:
+            print("  " + b)
+    if a.verbose:
+        print("citations:")
+        for i in sorted(cites, key=id_key):
+            print("  %-5s %s" % (i, " ".join(cites[i])))
+    covered = len(defined) - len(uncovered)
+    print("spec coverage: %d of %d ids cited" % (covered, len(defined)))
+    return 1 if a.strict and undefined else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
