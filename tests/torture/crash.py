@@ -192,7 +192,9 @@ class Sim:
                     if m >> i & 1:
                         o, w = pend[i]
                         b[o:o + len(w)] = w
-                holes = True
+                # a zero tail (a prefix landed, size grown) is torn [S5/R11] and must recover;
+                # only a hole before landed data is mid-log damage that Corrupt may report
+                holes = not (m & (m + 1) == 0)
                 yield ("R%x%s" % (m, "+" if grow else ""), self._files(names, dirs, self.vol, {ino: bytes(b)}),
                        dirs, holes)
 

@@ -43,6 +43,7 @@ class MemFS:
         # ddq uses truncate(path, size) when the storage says it can (PosixStorage on CPython);
         # without it (MicroPython) a torn tail is cut by copy + rename.
         self.can_truncate = can_truncate
+        self.trace = None   # a list: the method name of every seam call, in order
         if dirs:
             for d in dirs:
                 self.dirs[d] = 1
@@ -68,8 +69,10 @@ class MemFS:
             out[p] = bytes(self.data[self.names[p]])
         return out, sorted(d for d in self.dirs if d not in ("", "/"))
 
-    def _tick(self):
+    def _tick(self, name):
         self.calls += 1
+        if self.trace is not None:
+            self.trace.append(name)
         if self.budget and self.calls > self.budget:
             raise BudgetExceeded("storage call budget %d exceeded" % self.budget)
 
@@ -85,7 +88,7 @@ class MemFS:
 
     # -- the seam --
     def open(self, path, mode):
-        self._tick()
+        self._tick("open")
         if path in self.dirs:
             raise OSError(_EISDIR)
         ino = self.names.get(path)
@@ -114,7 +117,7 @@ class MemFS:
         return hid
 
     def write(self, handle, buf):
-        self._tick()
+        self._tick("write")
         h = self._h(handle)
         if h[1] == "rb":
             raise OSError(_EBADF)
@@ -125,7 +128,7 @@ class MemFS:
         self._rec(("write", h[0], off, b))
 
     def read_into(self, handle, offset, buf):
-        self._tick()
+        self._tick("read_into")
         h = self._h(handle)
         d = self.data[h[0]]
         n = len(d) - offset
@@ -137,12 +140,12 @@ class MemFS:
         return n
 
     def sync(self, handle):
-        self._tick()
+        self._tick("sync")
         h = self._h(handle)
         self._rec(("sync", h[0]))
 
     def close(self, handle):
-        self._tick()
+        self._tick("close")
         h = self.handles.pop(handle, None)
         if h is None:
             raise OSError(_EBADF)
@@ -150,7 +153,7 @@ class MemFS:
             self._rec(("close", h[0]))
 
     def size(self, path):
-        self._tick()
+        self._tick("size")
         ino = self.names.get(path)
         if ino is None:
             if path in self.dirs:
@@ -159,7 +162,7 @@ class MemFS:
         return len(self.data[ino])
 
     def kind(self, path):
-        self._tick()
+        self._tick("kind")
         if path in self.names:
             return 1
         if path in self.dirs:
@@ -167,7 +170,7 @@ class MemFS:
         return 0
 
     def listdir(self, path):
-        self._tick()
+        self._tick("listdir")
         if path not in self.dirs:
             raise OSError(_ENOENT if path not in self.names else _ENOTDIR)
         pre = path + "/" if path not in ("", "/") else path
@@ -182,7 +185,7 @@ class MemFS:
         return out
 
     def mkdir(self, path):
-        self._tick()
+        self._tick("mkdir")
         if path in self.dirs or path in self.names:
             raise OSError(_EEXIST)
         if _parent(path) not in self.dirs:
@@ -191,7 +194,7 @@ class MemFS:
         self._rec(("mkdir", path))
 
     def rename(self, src, dst):
-        self._tick()
+        self._tick("rename")
         ino = self.names.get(src)
         if ino is None:
             raise OSError(_ENOENT)
@@ -205,7 +208,7 @@ class MemFS:
         self._rec(("rename", src, dst, ino, old))
 
     def remove(self, path):
-        self._tick()
+        self._tick("remove")
         ino = self.names.get(path)
         if ino is None:
             raise OSError(_EISDIR if path in self.dirs else _ENOENT)
@@ -213,14 +216,14 @@ class MemFS:
         self._rec(("remove", path, ino))
 
     def sync_dir(self, path):
-        self._tick()
+        self._tick("sync_dir")
         if path not in self.dirs:
             raise OSError(_ENOENT)
         self._rec(("sync_dir", path))
 
     def truncate(self, path, size):
         # PosixStorage.truncate: os.truncate then fsync of the file.
-        self._tick()
+        self._tick("truncate")
         ino = self.names.get(path)
         if ino is None:
             raise OSError(_ENOENT)
@@ -230,7 +233,7 @@ class MemFS:
 
     def lock(self, path):
         # flock semantics: one holder per file per process; a fresh MemFS (after a crash) has none.
-        self._tick()
+        self._tick("lock")
         f = path if path.endswith("queue.lock") else path + "/queue.lock"
         if f in self.locks:
             raise self.Locked("locked: " + f)
@@ -240,5 +243,5 @@ class MemFS:
         return f
 
     def unlock(self, token):
-        self._tick()
+        self._tick("unlock")
         self.locks.pop(token, None)

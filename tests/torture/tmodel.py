@@ -190,7 +190,7 @@ class Workload:
             else:
                 v = q.sync()
             out = ("ok", v)
-        except self.ddq.Error as e:
+        except (self.ddq.Error, OSError) as e:
             out = ("err", exc_name(e))
             if not (exc_name(e) == "Full" and name in ("enqueue", "compact")):
                 self.unexpected.append(("live_error", "%s(%r) raised %s: %s" % (name, arg, exc_name(e), e)))

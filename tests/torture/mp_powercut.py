@@ -1,0 +1,331 @@
+# Part 2: block-level power cuts on the MicroPython unix port (run with .venv/bin/micropython).
+#
+#   micropython tests/torture/mp_powercut.py FS MODE SEED NOPS [STRIDE] [OFFSET]
+#     FS    lfs | fat          (vfs.VfsLfs2 on 4096-byte blocks, vfs.VfsFat on 512-byte blocks)
+#     MODE  snap  - one recorded run; for every program/erase op N the image of a cut there
+#                   (drop: op N and all later lost) and of op N torn half-way (torn)
+#           raise | errno - re-run the workload per cut point N (N = OFFSET, OFFSET+STRIDE, ...):
+#                   op N raises PowerCut through the file system's C code / returns -5 (EIO);
+#                   every later op is dropped. Exercises ddq's error paths, not only the image.
+#
+# Every cut image is remounted as a COPY with a new VFS object, the queue reopened (recovery), and
+# judged by tmodel.check against the history of the run. Prints one JSON summary line last.
+import sys
+import json
+import os
+import vfs
+
+sys.path.insert(0, "tests/torture")
+sys.path.insert(0, "port")
+import tmodel
+
+if "standin" in sys.argv:
+    import standin as ddq
+else:
+    import ddq
+
+
+class PowerCut(Exception):
+    pass
+
+
+class BD:
+    """RAM block device (extended protocol). Counts program/erase ops; can cut power at one."""
+
+    def __init__(self, bs, nb, data=None):
+        self.bs = bs
+        self.nb = nb
+        self.data = data if data is not None else bytearray(bs * nb)
+        self.ops = 0
+        self.cut = -1
+        self.mode = "raise"
+        self.dead = False
+        self.rec = None   # list of (addr, bytes) when recording; erase is (addr, None)
+
+    def readblocks(self, n, buf, off=0):
+        a = n * self.bs + off
+        buf[:] = self.data[a:a + len(buf)]
+
+    def _op(self, a, b, erase):
+        if self.dead:
+            return 0
+        k = self.ops
+        self.ops += 1
+        if k == self.cut:
+            self.dead = True
+            if self.mode == "raise":
+                raise PowerCut("cut at op %d" % k)
+            if self.mode == "errno":
+                return -5
+            return 0
+        if self.rec is not None:
+            self.rec.append((a, None if erase else bytes(b), len(b) if not erase else b))
+        if erase:
+            self.data[a:a + b] = b"\xff" * b
+        else:
+            self.data[a:a + len(b)] = b   # copy now: buf points into C memory valid only during the call
+        return 0
+
+    def writeblocks(self, n, buf, off=None):
+        return self._op(n * self.bs + (off or 0), buf, False)
+
+    def ioctl(self, op, arg):
+        if op == 4:
+            return self.nb
+        if op == 5:
+            return self.bs
+        if op == 6:
+            return self._op(arg * self.bs, self.bs, True)
+        return 0
+
+
+class CountingStorage(ddq.PosixStorage):
+    """ddq's own storage, counting open handles (none may stay open after close())."""
+    opened = 0
+
+    def open(self, path, mode):
+        h = ddq.PosixStorage.open(self, path, mode)
+        CountingStorage.opened += 1
+        return h
+
+    def close(self, h):
+        CountingStorage.opened -= 1
+        ddq.PosixStorage.close(self, h)
+
+
+GEOM = {"lfs": (4096, 32), "fat": (512, 256)}
+
+
+def mkfs(fs):
+    bs, nb = GEOM[fs]
+    bd = BD(bs, nb)
+    if fs == "lfs":
+        vfs.VfsLfs2.mkfs(bd)
+    else:
+        vfs.VfsFat.mkfs(bd)
+    return bd
+
+
+def mount(fs, bd, where):
+    v = vfs.VfsLfs2(bd) if fs == "lfs" else vfs.VfsFat(bd)
+    vfs.mount(v, where)
+
+
+def umount(where):
+    try:
+        vfs.umount(where)
+    except OSError:
+        pass
+
+
+def run_workload(fs, base, seed, nops, cut=-1, mode="raise", record=False):
+    bd = BD(base.bs, base.nb, bytearray(base.data))
+    if record:
+        bd.rec = []
+    mount(fs, bd, "/rec")
+    bd.ops = 0
+    opts = tmodel.params(seed)
+    if fs == "fat":
+        pass
+    wl = tmodel.Workload(ddq, "/rec/q", CountingStorage, seed, nops, opts=opts, pos=lambda: bd.ops)
+    bd.cut = cut
+    bd.mode = mode
+    err = None
+    try:
+        wl.run(stop=lambda i: bd.dead)
+    except PowerCut as e:
+        err = e
+    except OSError as e:
+        err = e
+    finally:
+        try:
+            wl.close()
+        except Exception:
+            pass
+        umount("/rec")
+    return wl, bd, err
+
+
+class Judge:
+    def __init__(self, fs, wl, seed):
+        self.fs = fs
+        self.wl = wl
+        self.seed = seed
+        self.res = {"cuts": 0, "lost": 0, "resurrected": 0, "reused_seq": 0, "unexpected": 0,
+                    "mount_fail": 0, "repairs": 0}
+        self.fail = []
+
+    def bad(self, cat, detail, k, how):
+        self.res[cat] = self.res.get(cat, 0) + 1
+        if len(self.fail) < 4:
+            i = self.wl.inflight(k)
+            self.fail.append({"fs": self.fs, "seed": self.seed, "cut_op": k, "how": how,
+                              "op_in_flight": repr(self.wl.ops[i] if i is not None and i < len(self.wl.ops) else None),
+                              "category": cat, "detail": detail[:400]})
+
+    def check(self, img, k, how, bs, nb):
+        self.res["cuts"] += 1
+        bd = BD(bs, nb, bytearray(img))
+        try:
+            mount(self.fs, bd, "/chk")
+        except OSError as e:
+            self.res["mount_fail"] += 1
+            self.bad("unexpected", "mount failed: %r" % (e,), k, how)
+            return
+        try:
+            self._check(k, how)
+        finally:
+            umount("/chk")
+
+    def _check(self, k, how):
+        wl = self.wl
+        i = wl.inflight(k)
+        if i is not None and i >= len(wl.ops):
+            i = None
+        allowed, returned = wl.allowed(i)
+        clock = tmodel.Clock(tmodel.CLOCK0 + 1000 * (len(wl.ops) + 10))
+        CountingStorage.opened = 0
+        try:
+            q = ddq.Queue("/chk/q", clock=clock, storage=CountingStorage(), **wl.opts)
+        except Exception as e:
+            self.bad("unexpected", "reopen after cut raised %s: %s" % (type(e).__name__, e), k, how)
+            return
+        try:
+            for cat, detail in tmodel.check(q, allowed, returned, wl.opts.get("sync")):
+                self.bad(cat, detail, k, how)
+            st = q.stats()
+            if st.recovered_tail_bytes:
+                self.res["repairs"] += 1
+            try:
+                seq = q.enqueue(b"probe")
+                if seq <= returned:
+                    self.bad("reused_seq", "probe got %d, %d was returned" % (seq, returned), k, how)
+            except ddq.Full:
+                pass
+        except Exception as e:
+            self.bad("unexpected", "checking raised %s: %s" % (type(e).__name__, e), k, how)
+        finally:
+            try:
+                q.close()
+            except Exception as e:
+                self.bad("unexpected", "close raised %r" % (e,), k, how)
+        if CountingStorage.opened:
+            self.bad("unexpected", "%d file handles left open" % CountingStorage.opened, k, how)
+
+
+def main():
+    fs = sys.argv[1]
+    mode = sys.argv[2]
+    seed = int(sys.argv[3])
+    nops = int(sys.argv[4])
+    stride = int(sys.argv[5]) if len(sys.argv) > 5 and sys.argv[5].isdigit() else 1
+    offset = int(sys.argv[6]) if len(sys.argv) > 6 and sys.argv[6].isdigit() else 0
+    base = mkfs(fs)
+    bs, nb = GEOM[fs]
+    wl, bd, err = run_workload(fs, base, seed, nops, record=True)
+    total = len(bd.rec)
+    out = {"fs": fs, "mode": mode, "seed": seed, "nops": len(wl.ops), "device_ops": total,
+           "live_unexpected": len(wl.unexpected)}
+    j = Judge(fs, wl, seed)
+    for u in wl.unexpected[:2]:
+        j.fail.append({"fs": fs, "seed": seed, "where": "live run", "category": u[0], "detail": u[1]})
+    j.res["unexpected"] += len(wl.unexpected)
+    if mode == "show":   # debug: list the image at cut OFFSET (drop) before and after recovery
+        img = bytearray(base.data)
+        for k in range(offset):
+            a, b, n = bd.rec[k]
+            if b is None:
+                img[a:a + n] = b"\xff" * n
+            else:
+                img[a:a + len(b)] = b
+        print("op", offset, "is", bd.rec[offset][0], bd.rec[offset][2], "in flight:", wl.ops[wl.inflight(offset)])
+        if stride == 2:
+            a, b, n = bd.rec[offset]
+            if b is None:
+                img[a:a + n // 2] = b"\xff" * (n // 2)
+            else:
+                img[a:a + len(b) // 2] = b[:len(b) // 2]
+        mount(fs, BD(bs, nb, img), "/chk")
+        for name in sorted(os.listdir("/chk/q")):
+            print("  ", name, os.stat("/chk/q/" + name)[6])
+        try:
+            q = ddq.Queue("/chk/q", clock=tmodel.Clock(tmodel.CLOCK0 + 10 ** 6), **wl.opts)
+            print("recovered", tmodel._short(tmodel.recovered_state(q)))
+            for name in sorted(os.listdir("/chk/q")):
+                print("  ", name, os.stat("/chk/q/" + name)[6])
+            class Tr(CountingStorage):
+                pass
+            for m in ("open", "write", "sync", "close", "rename", "remove", "mkdir", "listdir", "kind", "size", "sync_dir", "read_into"):
+                def mk(m):
+                    f0 = getattr(CountingStorage, m)
+                    def f(self, *a):
+                        try:
+                            r = f0(self, *a)
+                        except Exception as e:
+                            print("   ", m, [x if isinstance(x, (str, int)) else "<>" for x in a], "->", repr(e))
+                            raise
+                        if m not in ("write", "read_into", "sync"):
+                            print("   ", m, [x if isinstance(x, (str, int)) else "<>" for x in a], "->", r if isinstance(r, (int, str, list)) else "")
+                        return r
+                    return f
+                setattr(Tr, m, mk(m))
+            q.close()
+            def tryit(what, fn, *a):
+                try:
+                    print("  try", what, a, fn(*a))
+                except OSError as e:
+                    print("  try", what, a, e)
+            f = open("/chk/q/t1", "wb"); f.write(b"x" * 48); f.close()
+            tryit("rename", os.rename, "/chk/q/t1", "/chk/q/queue.manifest")
+            tryit("stat", os.stat, "/chk/q/t1")
+            tryit("listdir", os.listdir, "/chk/q")
+            tryit("listdir", os.listdir, "/chk")
+            tryit("rename", os.rename, "/chk/q/queue.lock", "/chk/q/zz")
+            tryit("rename", os.rename, "/chk/q/zz", "/chk/q/queue.manifest")
+            tryit("remove", os.remove, "/chk/q/queue.manifest")
+        except Exception as e:
+            print("raised", repr(e))
+        for name in sorted(os.listdir("/chk/q")):
+            print("  ", name, os.stat("/chk/q/" + name)[6])
+        return
+    if mode == "snap":
+        img = bytearray(base.data)
+        tj = 0
+        for k in range(total + 1):
+            if k % stride == offset % stride:
+                j.check(img, k, "drop", bs, nb)
+            if k == total:
+                break
+            a, b, n = bd.rec[k]
+            if k % stride == offset % stride:
+                t = bytearray(img)
+                if b is None:
+                    t[a:a + n // 2] = b"\xff" * (n // 2)
+                else:
+                    h = len(b) // 2
+                    t[a:a + h] = b[:h]
+                j.check(t, k, "torn", bs, nb)
+                tj += 1
+            if b is None:
+                img[a:a + n] = b"\xff" * n
+            else:
+                img[a:a + len(b)] = b
+        out["torn"] = tj
+    else:
+        k = offset
+        while k < total:
+            wl2, bd2, err2 = run_workload(fs, base, seed, nops, cut=k, mode=mode)
+            # The rerun is the recorded run up to the cut (same seed, same device ops), so the
+            # recorded history judges it; check that the completed ops agree.
+            done = [x for x in range(len(wl2.ops)) if x < len(wl2.ends) and wl2.ends[x] <= k]
+            if not bd2.dead or [wl2.ops[x] for x in done] != [wl.ops[x] for x in done]:
+                j.bad("unexpected", "rerun diverged before cut %d" % k, k, mode)
+            j.check(bd2.data, k, mode, bs, nb)
+            k += stride
+    for key in j.res:
+        out[key] = j.res[key]
+    out["fail"] = j.fail
+    print("RESULT " + json.dumps(out))
+
+
+main()
