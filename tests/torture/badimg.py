@@ -1,0 +1,108 @@
+"""Part 3: bad images on CPython: every mutation of mutate.all_mutations for a few seeded base
+images, each open under a storage-call budget (mutate.BUDGET) and a 2 s wall-clock alarm, plus
+Hypothesis-drawn mutations. Distinct images are counted by content hash."""
+import hashlib
+import signal
+
+import mutate
+
+
+class Timeout(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise Timeout()
+
+
+def image_hash(files):
+    h = hashlib.blake2b(digest_size=12)
+    for n in sorted(files):
+        h.update(n.encode() + b"\0%d\0" % len(files[n]))
+        h.update(files[n])
+    return h.digest()
+
+
+def judge_timed(ddq, base, files, acceptable, opts, seconds=2.0):
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return mutate.judge(ddq, base, files, acceptable, opts)
+    except Timeout:
+        return "error", [("unexpected", "open did not finish within %.1f s" % seconds)]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def run_seed(ddq, seed, nops, hashes=None, max_fail=5, limit=None):
+    base, wl, acceptable = mutate.build_base(ddq, seed, nops)
+    res = {"seed": seed, "images": 0, "distinct": 0, "corrupt": 0, "clean": 0, "lost": 0, "resurrected": 0,
+           "reused_seq": 0, "unexpected": 0, "fail": [], "base_bytes": sum(len(v) for v in base.values()),
+           "generation": 0}
+    seen = hashes if hashes is not None else set()
+    for n, (desc, files) in enumerate(mutate.all_mutations(base)):
+        if limit is not None and n >= limit:
+            break
+        h = image_hash(files)
+        if h in seen:
+            continue
+        seen.add(h)
+        res["distinct"] += 1
+        res["images"] += 1
+        outcome, bad = judge_timed(ddq, base, files, acceptable, wl.opts)
+        if outcome in ("corrupt", "clean"):
+            res[outcome] += 1
+        for cat, detail in bad:
+            res[cat] += 1
+            if len(res["fail"]) < max_fail:
+                res["fail"].append({"seed": seed, "nops": nops, "mutation": desc, "category": cat,
+                                    "detail": detail[:400]})
+    return res
+
+
+def hypothesis_run(ddq, seed, nops, examples, max_fail=5):
+    """Hypothesis draws: a file, a kind and its parameters (CPython only)."""
+    from hypothesis import given, settings, strategies as st, HealthCheck
+    base, wl, acceptable = mutate.build_base(ddq, seed, nops)
+    names = sorted(n for n in base if n != "queue.lock")
+    res = {"seed": seed, "examples": 0, "corrupt": 0, "clean": 0, "unexpected": 0, "fail": []}
+
+    @settings(max_examples=examples, derandomize=True, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def prop(data):
+        name = data.draw(st.sampled_from(names))
+        b = bytearray(base[name])
+        n = len(b)
+        for _ in range(data.draw(st.integers(1, 3))):
+            kind = data.draw(st.sampled_from(["flip", "set", "cut", "splice", "fill"]))
+            n = len(b)
+            if kind == "flip" and n:
+                i = data.draw(st.integers(0, n * 8 - 1))
+                b[i >> 3] ^= 1 << (i & 7)
+            elif kind == "set" and n:
+                i = data.draw(st.integers(0, n - 1))
+                b[i] = data.draw(st.integers(0, 255))
+            elif kind == "cut":
+                del b[data.draw(st.integers(0, len(b))):]
+            elif kind == "splice":
+                i = data.draw(st.integers(0, len(b)))
+                b[i:i] = data.draw(st.binary(min_size=1, max_size=64))
+            elif kind == "fill":
+                i = data.draw(st.integers(0, len(b)))
+                b[i:] = bytes([data.draw(st.sampled_from([0, 255]))]) * (len(b) - i)
+        files = dict(base)
+        files[name] = bytes(b)
+        outcome, bad = judge_timed(ddq, base, files, acceptable, wl.opts)
+        res["examples"] += 1
+        if outcome in ("corrupt", "clean"):
+            res[outcome] += 1
+        for cat, detail in bad:
+            res["unexpected"] += 1
+            if len(res["fail"]) < max_fail:
+                res["fail"].append({"seed": seed, "nops": nops, "mutation": "hypothesis on " + name,
+                                    "category": cat, "detail": detail[:400]})
+
+    prop()
+    return res

@@ -1,0 +1,247 @@
+# mutate: bad images for part 3. Subset Python: CPython enumerates every mutation (and Hypothesis
+# draws more); MicroPython replays seeded random ones with the same code.
+#
+# A base image is the directory a seeded workload leaves on MemFS. A mutated copy is opened with
+# ddq under a storage-call budget; the only acceptable outcomes are ddq.Corrupt, or a clean open
+# whose state is one the workload actually passed through (a valid prefix: a torn tail, a cut at a
+# record boundary, a lost last segment), with every payload byte-identical.
+import struct
+import memfs
+import tmodel
+import ddqfmt as F
+
+U32 = 0xFFFFFFFF
+U64 = 0xFFFFFFFFFFFFFFFF
+BUDGET = 200000     # storage calls per open: a corrupt length must not make recovery spin
+
+
+def build_base(ddq, seed, nops, path="/q"):
+    memfs.MemFS.Locked = ddq.Locked
+    fs = memfs.MemFS(dirs=(path,))
+    opts = tmodel.params(seed)
+    wl = tmodel.Workload(ddq, path, lambda: fs, seed, nops, opts=opts)
+    try:
+        wl.run()
+    finally:
+        wl.close()
+    files, dirs = fs.snapshot()
+    pre = path + "/"
+    out = {}
+    for p in files:
+        if p.startswith(pre):
+            out[p[len(pre):]] = files[p]
+    acceptable = []
+    for s in wl.snaps[1:]:
+        for t in (s, tmodel.compacted(s)):
+            if t not in acceptable:
+                acceptable.append(t)
+    return out, wl, acceptable
+
+
+def _set(files, name, data):
+    f = dict(files)
+    if data is None:
+        f.pop(name, None)
+    else:
+        f[name] = bytes(data)
+    return f
+
+
+def _segments(files):
+    segs = []
+    for n in files:
+        g = F.parse_seg_name(n)
+        if g is not None:
+            segs.append((g[0], g[1], n))
+    segs.sort()
+    return segs
+
+
+def _rerecord(rec, seq=None, rtype=None, arg=None, plen=None, rlen=None):
+    """Re-encode a record with some header fields changed and a VALID crc."""
+    magic, ver, t, s, a, pl, rl, crc, res = struct.unpack_from(F.HDR, rec, 0)
+    payload = rec[40:40 + pl]
+    return F.encode_record(t if rtype is None else rtype, s if seq is None else seq,
+                           a if arg is None else arg, payload, plen=plen, rlen=rlen)
+
+
+def record_mutations(files):
+    """Valid-CRC records with wrong fields: extreme lengths, out-of-order and bad sequences,
+    changed types and args."""
+    for g, idx, name in _segments(files):
+        data = files[name]
+        recs, end = F.decode_records(data)
+        for j in range(len(recs)):
+            off, t, seq, arg, pl = recs[j]
+            rec = data[off:off + 48 + len(pl)]
+
+            def put(new, what):
+                return ("rec:%s %s@%d" % (what, name, off),
+                        _set(files, name, data[:off] + new + data[off + len(rec):]))
+            for v in (0, 1, 47, 49, len(pl) + 1, 0x7FFFFFFF, U32):
+                yield put(_rerecord(rec, plen=v), "plen=%d" % v)
+                yield put(_rerecord(rec, rlen=v), "rlen=%d" % v)
+            for v in (0, 1, seq - 1, seq + 1, seq + 1000, U64 - 1, U64):
+                if 0 <= v <= U64 and v != seq:
+                    yield put(_rerecord(rec, seq=v), "seq=%d" % v)
+            for v in range(0, 8):
+                if v != t:
+                    yield put(_rerecord(rec, rtype=v), "type=%d" % v)
+            for v in (0, 1, U64):
+                if v != arg:
+                    yield put(_rerecord(rec, arg=v), "arg=%d" % v)
+            if j + 1 < len(recs):   # swap two neighbours (each keeps a valid crc)
+                o2 = recs[j + 1][0]
+                r2 = data[o2:o2 + 48 + len(recs[j + 1][4])]
+                yield ("rec:swap %s@%d" % (name, off),
+                       _set(files, name, data[:off] + r2 + rec + data[o2 + len(r2):]))
+            yield ("rec:dup %s@%d" % (name, off), _set(files, name, data[:off] + rec + data[off:]))
+            yield ("rec:drop %s@%d" % (name, off), _set(files, name, data[:off] + data[off + len(rec):]))
+
+
+def manifest_mutations(files):
+    m = files.get(F.MANIFEST)
+    if m is None or F.decode_manifest(m) is None:
+        return
+    gen, nxt, segs, items, end = F.decode_manifest(m)
+    fields = [gen, nxt, segs, items, end]
+    names = ("generation", "next_seq", "segment_count", "item_count", "end_offset")
+    for i in range(5):
+        cands = [0, 1, fields[i] - 1, fields[i] + 1, fields[i] + 48, U32]
+        if i in (0, 1, 4):
+            cands.append(U64)
+        for v in cands:
+            if v < 0 or v == fields[i] or (i in (2, 3) and v > U32):
+                continue
+            f2 = list(fields)
+            f2[i] = v
+            yield ("manifest:%s=%d" % (names[i], v), _set(files, F.MANIFEST, F.encode_manifest(*f2)))
+    for what, kw in (("version", {"version": 2}), ("size", {"size": 47}), ("reserved", {"reserved": 1}),
+                     ("crc", {"crc": 0}), ("magic", {"magic": b"DDQX"})):
+        yield ("manifest:%s" % what, _set(files, F.MANIFEST, F.encode_manifest(*fields, **kw)))
+    yield ("manifest:short", _set(files, F.MANIFEST, m[:47]))
+    yield ("manifest:long", _set(files, F.MANIFEST, m + b"\0"))
+
+
+def file_mutations(files):
+    segs = _segments(files)
+    for g, idx, name in segs:
+        yield ("seg:delete %s" % name, _set(files, name, None))
+        yield ("seg:dup-as-next %s" % name, _set(files, F.seg_name(g, len([s for s in segs if s[0] == g])), files[name]))
+        for g2, idx2, name2 in segs:
+            if name2 != name:
+                f = _set(files, name, files[name2])
+                yield ("seg:swap %s %s" % (name, name2), _set(f, name2, files[name]))
+                yield ("seg:copy %s over %s" % (name, name2), _set(files, name2, files[name]))
+        yield ("seg:rename-gen+1 %s" % name, _set(_set(files, name, None), F.seg_name(g + 1, idx), files[name]))
+    for n in (F.MANIFEST, F.MARKER):
+        if n in files:
+            yield ("file:delete %s" % n, _set(files, n, None))
+    if F.MARKER in files:
+        yield ("file:marker-nonempty", _set(files, F.MARKER, b"x"))
+    for junk in (b"", b"\0" * 48, b"garbage!" * 6):
+        yield ("file:stray tmp %d" % len(junk), _set(files, "queue.manifest.tmp", junk))
+        if segs:
+            yield ("file:stray cut %d" % len(junk), _set(files, segs[-1][2] + ".cut", junk))
+
+
+def byte_mutations(files, runs=True):
+    """Bit flips at every bit, truncation at every byte, 0x00/0xFF tails, byte runs."""
+    for name in sorted(files):
+        if name == F.LOCK:
+            continue
+        data = files[name]
+        n = len(data)
+        for i in range(n * 8):
+            b = bytearray(data)
+            b[i >> 3] ^= 1 << (i & 7)
+            yield ("flip %s bit %d" % (name, i), _set(files, name, b))
+        for cut in range(n):
+            yield ("truncate %s at %d" % (name, cut), _set(files, name, data[:cut]))
+        for off in range(0, n, 16):
+            for fill in (0, 255):
+                yield ("fill %s from %d with %02x" % (name, off, fill),
+                       _set(files, name, data[:off] + bytes([fill]) * (n - off)))
+        for fill in (0, 255):
+            yield ("grow %s by 64 x %02x" % (name, fill), _set(files, name, data + bytes([fill]) * 64))
+        if runs:
+            r = tmodel.Rng(n)
+            for off in range(0, n, 11):
+                for ln in (4, 16, 48):
+                    for fill in (0, 255, -1):
+                        b = bytearray(data)
+                        for k in range(off, min(n, off + ln)):
+                            b[k] = fill if fill >= 0 else r.u32() & 255
+                        yield ("run %s %d+%d %d" % (name, off, ln, fill), _set(files, name, b))
+
+
+def all_mutations(files):
+    for g in (byte_mutations(files), record_mutations(files), manifest_mutations(files), file_mutations(files)):
+        for m in g:
+            yield m
+
+
+def random_mutation(rng, files):
+    """One seeded random mutation (MicroPython replay; Hypothesis does the CPython draws)."""
+    names = sorted(n for n in files if n != F.LOCK)
+    name = names[rng.below(len(names))]
+    data = files[name]
+    n = len(data)
+    k = rng.below(6)
+    if k == 0 and n:
+        i = rng.below(n * 8)
+        b = bytearray(data)
+        b[i >> 3] ^= 1 << (i & 7)
+        return ("flip %s bit %d" % (name, i), _set(files, name, b))
+    if k == 1 and n:
+        c = rng.below(n)
+        return ("truncate %s at %d" % (name, c), _set(files, name, data[:c]))
+    if k == 2 and n:
+        off = rng.below(n)
+        ln = 1 + rng.below(48)
+        b = bytearray(data)
+        for j in range(off, min(n, off + ln)):
+            b[j] = rng.u32() & 255
+        return ("run %s %d+%d" % (name, off, ln), _set(files, name, b))
+    if k == 3:
+        fill = (0, 255)[rng.below(2)]
+        off = rng.below(n + 1)
+        return ("fill %s from %d %02x" % (name, off, fill), _set(files, name, data[:off] + bytes([fill]) * (n - off + 16)))
+    gens = [record_mutations, manifest_mutations, file_mutations][rng.below(3)]
+    ms = list(gens(files))
+    if not ms:
+        return ("none", files)
+    return ms[rng.below(len(ms))]
+
+
+def judge(ddq, base, files, acceptable, opts, path="/q"):
+    """Open a mutated image. Returns (outcome, [(category, detail)]); outcome is "corrupt",
+    "clean" or "error"."""
+    full = {}
+    for n in files:
+        full[path + "/" + n] = files[n]
+    fs = memfs.MemFS(full, (path,), budget=BUDGET)
+    clock = tmodel.Clock(tmodel.CLOCK0 + 10 ** 7)
+    try:
+        q = ddq.Queue(path, storage=fs, clock=clock, **opts)
+    except ddq.Corrupt as e:
+        if fs.open_count():
+            return "error", [("unexpected", "Corrupt left %d handles open" % fs.open_count())]
+        return "corrupt", []
+    except memfs.BudgetExceeded as e:
+        return "error", [("unexpected", "recovery exceeded %d storage calls" % BUDGET)]
+    except Exception as e:
+        return "error", [("unexpected", "open raised %s: %s" % (type(e).__name__, e))]
+    try:
+        try:
+            st = tmodel.recovered_state(q)
+        except ddq.Corrupt:
+            return "corrupt", []
+        if st in acceptable:
+            return "clean", []
+        return "error", [("unexpected", "clean open to a state the workload never had: %r" % (
+            tmodel._short(st),))]
+    except Exception as e:
+        return "error", [("unexpected", "reading raised %s: %s" % (type(e).__name__, e))]
+    finally:
+        q.close()
