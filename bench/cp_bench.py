@@ -1,0 +1,428 @@
+"""The CPython parts of the benchmarks; bench/run.py runs each as its own process.
+
+    python bench/cp_bench.py PART key=value ...
+
+Parts (each prints one "RESULT <json>" line; all times in microseconds, best of `reps`):
+    lifecycle  raw append+fsync loop; ddq sync="always" / "ack" / group commit; persist-queue
+               SQLiteAckQueue; litequeue (default and synchronous=FULL). Runs interleaved.
+    counts     fsyncs (file and directory) and bytes written per operation, through a counting
+               wrapper around ddq.PosixStorage, for each sync policy.
+    scaling    enqueue / claim / ack cost at `small` and at `big` pending items.
+    inflight   claim cost with `many` claims in flight vs with none.
+    recovery   open (recover) of a log of `mib` MiB vs a raw sequential read + crc32 of its files.
+    profile    cProfile of the CPU side of a lifecycle (sync="none") and of a recovery.
+"""
+
+import binascii
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(REPO, "port"))
+sys.path.insert(0, HERE)
+
+import common  # noqa: E402
+from common import best, emit, fresh, now_us, since_us  # noqa: E402
+
+import ddq  # noqa: E402
+
+CLOCK_MS = [1767225600000]
+
+
+def clock():
+    # A fixed wall clock (leases never expire inside a run); the default clock costs a syscall.
+    return CLOCK_MS[0]
+
+
+# --- lifecycle ------------------------------------------------------------------------------
+
+
+def raw_loop(d, n, payload):
+    """n lifecycles' worth of raw appends: the three record sizes, each written and fsynced."""
+    sizes = (48 + payload, 48, 48)
+    buf = memoryview(bytearray(48 + payload))
+    f = open(d + "/raw.log", "ab")
+    fd = f.fileno()
+    t0 = now_us()
+    for _ in range(n):
+        for s in sizes:
+            f.write(buf[:s])
+            f.flush()
+            os.fsync(fd)
+    dt = since_us(t0)
+    f.close()
+    return dt
+
+
+def ddq_loop(d, n, payload, sync, every=0):
+    q = ddq.Queue(d + "/q", sync=sync, clock=clock)
+    p = bytes(payload)
+    t0 = now_us()
+    for i in range(n):
+        q.enqueue(p)
+        c = q.claim(30000)
+        q.ack(c.seq)
+        if every and i % every == every - 1:
+            q.sync()
+    q.sync()
+    dt = since_us(t0)
+    q.close()
+    return dt
+
+
+def outbox_loop(d, n, payload, every):
+    """Group commit through ddq.Outbox(sync_every=...) when it exists; None otherwise."""
+    cls = getattr(ddq, "Outbox", None)
+    if cls is None:
+        return None
+    try:
+        ob = cls(d + "/ob", sync_every=every, clock=clock)
+    except TypeError:
+        return None
+    if not all(hasattr(ob, m) for m in ("enqueue", "claim", "ack")):
+        ob.close()
+        return None
+    p = bytes(payload)
+    t0 = now_us()
+    for _ in range(n):
+        ob.enqueue(p)
+        c = ob.claim(30000)
+        ob.ack(c.seq)
+    if hasattr(ob, "sync"):
+        ob.sync()
+    dt = since_us(t0)
+    ob.close()
+    return dt
+
+
+def pq_loop(d, n, payload):
+    import persistqueue
+
+    q = persistqueue.SQLiteAckQueue(d + "/pq")
+    p = bytes(payload)
+    t0 = now_us()
+    for _ in range(n):
+        q.put(p)
+        item = q.get(block=False, raw=True)
+        q.ack(id=item["pqid"])
+    dt = since_us(t0)
+    q.close()
+    return dt
+
+
+def lq_loop(d, n, payload, full):
+    import litequeue
+
+    q = litequeue.LiteQueue(d + "/lq.sqlite3")
+    if full:
+        q.conn.execute("PRAGMA synchronous = FULL;")
+    p = "x" * payload
+    t0 = now_us()
+    for _ in range(n):
+        q.put(p)
+        m = q.pop()
+        q.done(m.message_id)
+    dt = since_us(t0)
+    q.close()
+    return dt
+
+
+def part_lifecycle(a):
+    n, fast, payload, every = a["n"], a["fast"], a["payload"], a["every"]
+    runs = {}
+
+    def add(name, count, dt):
+        if dt is not None:
+            runs.setdefault(name, []).append(dt / count)
+
+    for r in range(a["reps"]):
+        base = fresh("%s/r%d" % (a["dir"], r))
+        add("raw_sync", 3 * n, raw_loop(base, n, payload))
+        add("ddq_always", n, ddq_loop(fresh(base + "/a"), n, payload, "always"))
+        add("ddq_ack", n, ddq_loop(fresh(base + "/k"), n, payload, "ack"))
+        add("ddq_group", fast, ddq_loop(fresh(base + "/g"), fast, payload, "none", every))
+        add("outbox_group", fast, outbox_loop(fresh(base + "/o"), fast, payload, every))
+        add("persistqueue", n, pq_loop(fresh(base + "/p"), n, payload))
+        add("litequeue_default", fast, lq_loop(fresh(base + "/l"), fast, payload, False))
+        add("litequeue_full", n, lq_loop(fresh(base + "/f"), n, payload, True))
+        common.rmtree(base)
+    out = {"us_per": {k: best(v) for k, v in runs.items()}, "runs": runs,
+           "n": n, "fast": fast, "payload": payload, "every": every}
+    emit(out)
+
+
+# --- counts -----------------------------------------------------------------------------------
+
+
+class CountingStorage(ddq.PosixStorage):
+    """ddq.PosixStorage that counts bytes written, file syncs and directory syncs."""
+
+    def __init__(self):
+        super().__init__()
+        self.bytes = 0
+        self.syncs = 0
+        self.dir_syncs = 0
+
+    def write(self, f, buf):
+        self.bytes += len(buf)
+        super().write(f, buf)
+
+    def sync(self, f):
+        self.syncs += 1
+        super().sync(f)
+
+    def sync_dir(self, path):
+        self.dir_syncs += 1
+        super().sync_dir(path)
+
+    def snap(self):
+        return (self.syncs, self.dir_syncs, self.bytes)
+
+
+def part_counts(a):
+    n, payload, every = a["n"], a["payload"], a["every"]
+    out = {}
+    for policy in ("always", "ack", "group"):
+        fs = CountingStorage()
+        d = fresh("%s/%s" % (a["dir"], policy))
+        q = ddq.Queue(d + "/q", sync="none" if policy == "group" else policy, clock=clock,
+                      storage=fs, segment_bytes=a["segment"])
+        p = bytes(payload)
+        per = {"enqueue": [0, 0, 0], "claim": [0, 0, 0], "ack": [0, 0, 0], "sync": [0, 0, 0]}
+
+        def acc(op, before, after, per=per):
+            for k in range(3):
+                per[op][k] += after[k] - before[k]
+
+        for i in range(n):
+            s0 = fs.snap()
+            q.enqueue(p)
+            s1 = fs.snap()
+            c = q.claim(30000)
+            s2 = fs.snap()
+            q.ack(c.seq)
+            s3 = fs.snap()
+            acc("enqueue", s0, s1)
+            acc("claim", s1, s2)
+            acc("ack", s2, s3)
+            if policy == "group" and i % every == every - 1:
+                q.sync()
+                acc("sync", s3, fs.snap())
+        s4 = fs.snap()
+        q.sync()
+        acc("sync", s4, fs.snap())
+        q.close()
+        out[policy] = {op: {"fsyncs": v[0] / n, "dir_fsyncs": v[1] / n, "bytes": v[2] / n}
+                       for op, v in per.items()}
+        common.rmtree(d)
+    emit({"n": n, "payload": payload, "every": every, "segment": a["segment"], "per_op": out})
+
+
+# --- scaling ----------------------------------------------------------------------------------
+
+
+def measure_ops(q, m, payload):
+    """Time m enqueues, then m (claim, ack) pairs; return per-op microseconds."""
+    p = bytes(payload)
+    t0 = now_us()
+    for _ in range(m):
+        q.enqueue(p)
+    te = since_us(t0)
+    tc = ta = 0
+    for _ in range(m):
+        t0 = now_us()
+        c = q.claim(30000)
+        t1 = now_us()
+        q.ack(c.seq)
+        ta += now_us() - t1
+        tc += t1 - t0
+    return te / m, tc / m, ta / m
+
+
+def part_scaling(a):
+    out = {}
+    for k in (a["small"], a["big"]):
+        d = fresh("%s/s%d" % (a["dir"], k))
+        q = ddq.Queue(d + "/q", sync="none", clock=clock, max_items=1000000)
+        p = bytes(a["payload"])
+        t0 = now_us()
+        for _ in range(k):
+            q.enqueue(p)
+        fill = since_us(t0)
+        e, c, ak = [], [], []
+        comp = []
+        for _ in range(a["reps"]):
+            te, tc, ta = measure_ops(q, a["m"], a["payload"])
+            e.append(te)
+            c.append(tc)
+            ak.append(ta)
+            t0 = now_us()
+            q.compact()  # drop the acked ones again: `k` pending, nothing else, for the next round
+            comp.append(since_us(t0))
+        out[str(k)] = {"enqueue": best(e), "claim": best(c), "ack": best(ak),
+                       "fill_us_per": fill / k, "compact_us": best(comp),
+                       "runs": {"enqueue": e, "claim": c, "ack": ak}}
+        q.close()
+        common.rmtree(d)
+    emit({"small": a["small"], "big": a["big"], "m": a["m"], "per_op": out})
+
+
+def part_inflight(a):
+    out = {}
+    for many in (0, a["many"]):
+        d = fresh("%s/i%d" % (a["dir"], many))
+        q = ddq.Queue(d + "/q", sync="none", clock=clock, max_items=1000000)
+        p = bytes(a["payload"])
+        for _ in range(many + a["m"] * a["reps"] + 10):
+            q.enqueue(p)
+        for _ in range(many):
+            q.claim(600000)
+        runs = []
+        for _ in range(a["reps"]):
+            t = 0
+            for _ in range(a["m"]):
+                t0 = now_us()
+                c = q.claim(30000)
+                t += since_us(t0)
+                q.ack(c.seq)
+            runs.append(t / a["m"])
+        out[str(many)] = best(runs)
+        q.close()
+        common.rmtree(d)
+    emit({"many": a["many"], "claim_us": out})
+
+
+# --- recovery ---------------------------------------------------------------------------------
+
+
+def build_log(d, mib, payload):
+    """A log of about mib MiB: DATA records, half of them claimed and acked."""
+    q = ddq.Queue(d, sync="none", clock=clock, max_items=1000000)
+    p = bytes(payload)
+    goal = mib * 1048576
+    i = 0
+    while q.stats().stored_bytes < goal:
+        for _ in range(256):
+            q.enqueue(p)
+            if i % 2 == 0:
+                c = q.claim(30000)
+                q.ack(c.seq)
+            i += 1
+    q.close()
+
+
+def raw_read_crc(d):
+    buf = bytearray(65536)
+    mv = memoryview(buf)
+    crc = 0
+    n = 0
+    t0 = now_us()
+    for name in sorted(os.listdir(d)):
+        if not name.endswith(".log"):
+            continue
+        with open(d + "/" + name, "rb") as f:
+            while True:
+                k = f.readinto(buf)
+                if not k:
+                    break
+                crc = binascii.crc32(mv[:k], crc)
+                n += k
+    return since_us(t0), n
+
+
+def open_queue(d):
+    t0 = now_us()
+    q = ddq.Queue(d, sync="none", clock=clock, max_items=1000000)
+    dt = since_us(t0)
+    st = q.stats()
+    q.close()
+    return dt, st.total_items
+
+
+def part_recovery(a):
+    d = a["dir"] + "/log"
+    if a["build"]:
+        fresh(a["dir"])
+        build_log(d, a["mib"], a["payload"])
+    raw, opened = [], []
+    size = items = 0
+    for _ in range(a["reps"]):
+        dt, size = raw_read_crc(d)
+        raw.append(dt)
+        dt, items = open_queue(d)
+        opened.append(dt)
+    emit({"bytes": size, "items": items, "payload": a["payload"], "raw_us": best(raw),
+          "open_us": best(opened), "runs": {"raw": raw, "open": opened}})
+
+
+# --- profile ----------------------------------------------------------------------------------
+
+
+def top(stats, total, k):
+    rows = []
+    for (fn, line, name), (_cc, nc, tt, ct, _callers) in stats.stats.items():
+        rows.append((tt, ct, nc, "%s:%d(%s)" % (os.path.basename(fn), line, name)))
+    rows.sort(reverse=True)
+    return [{"func": r[3], "calls": r[2], "tottime_pct": 100.0 * r[0] / total,
+             "cumtime_pct": 100.0 * r[1] / total} for r in rows[:k]]
+
+
+def profile_call(fn, k):
+    import cProfile
+    import pstats
+
+    pr = cProfile.Profile()
+    pr.enable()
+    fn()
+    pr.disable()
+    st = pstats.Stats(pr)
+    return top(st, st.total_tt or 1e-9, k)
+
+
+def part_profile(a):
+    d = fresh(a["dir"])
+    q = ddq.Queue(d + "/q", sync="none", clock=clock)
+    p = bytes(a["payload"])
+
+    def life():
+        for _ in range(a["n"]):
+            q.enqueue(p)
+            c = q.claim(30000)
+            q.ack(c.seq)
+
+    life_rows = profile_call(life, a["top"])
+    q.close()
+    build_log(d + "/r", a["mib"], 1024)
+    rec_rows = profile_call(lambda: ddq.Queue(d + "/r", clock=clock).close(), a["top"])
+    common.rmtree(d)
+    emit({"lifecycle": life_rows, "recovery": rec_rows, "n": a["n"], "mib": a["mib"]})
+
+
+PARTS = {
+    "lifecycle": (part_lifecycle, {"dir": "", "n": 300, "fast": 20000, "payload": 100,
+                                   "every": 100, "reps": 3}),
+    "counts": (part_counts, {"dir": "", "n": 2000, "payload": 100, "every": 100,
+                             "segment": 4194304}),
+    "scaling": (part_scaling, {"dir": "", "small": 100, "big": 100000, "m": 2000,
+                               "payload": 100, "reps": 3}),
+    "inflight": (part_inflight, {"dir": "", "many": 1000, "m": 1000, "payload": 100,
+                                 "reps": 3}),
+    "recovery": (part_recovery, {"dir": "", "mib": 64, "payload": 1024, "reps": 3, "build": 1}),
+    "profile": (part_profile, {"dir": "", "n": 20000, "payload": 100, "mib": 16, "top": 12}),
+}
+
+
+def main():
+    name = common.part_name()
+    if name not in PARTS:
+        raise SystemExit("usage: cp_bench.py {%s} key=value ..." % "|".join(sorted(PARTS)))
+    fn, defaults = PARTS[name]
+    a = common.args(defaults)
+    if not a["dir"]:
+        raise SystemExit("dir= is required")
+    fn(a)
+
+
+if __name__ == "__main__":
+    main()

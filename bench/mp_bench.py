@@ -1,0 +1,538 @@
+# The MicroPython parts of the benchmarks (unix port); bench/run.py runs each as its own process.
+#
+#   micropython [-X heapsize=..] bench/mp_bench.py PART key=value ...
+#
+# Subset Python. Parts (each prints one "RESULT <json>" line; times in microseconds, best of reps):
+#   lifecycle  raw append+flush loop (flush is the sync on MicroPython) vs ddq "always" / "ack"
+#   heap       gc.mem_alloc per pending item: `n` pending payloads of `payload` bytes
+#   scaling    enqueue / claim / ack cost at `small` and at `big` pending items
+#   recovery   open (recover) of an existing log vs raw sequential read + crc32 of its files
+#   lfs        LittleFS block programs and erases per delivered message on a counting RAM block
+#              device: ddq under each sync policy vs a JSON list rewritten per change and an
+#              append-only text log
+#   imports    heap used by `import ddq` from each directory in `paths` (","-separated)
+#   allocs     bytes allocated per enqueue / claim / ack in steady state, and which ops run
+#              under micropython.heap_lock()
+#   allocprof  per-line allocation of an instrumented ddq (bench/allocprof.py makes it)
+import gc
+import os
+import sys
+
+_here = globals().get("__file__") or "bench/mp_bench.py"
+if not _here.startswith("/"):
+    _here = os.getcwd().rstrip("/") + "/" + _here
+HERE = _here[: _here.rfind("/")]
+REPO = HERE[: HERE.rfind("/")]
+sys.path.insert(0, HERE)
+
+import common  # noqa: E402
+from common import best, collect, emit, fresh, now_us, since_us  # noqa: E402
+
+ddq = None
+
+
+def load_ddq(path=""):
+    global ddq
+    sys.path.insert(0, path or REPO + "/port")
+    import ddq as mod
+
+    ddq = mod
+    return mod
+
+
+class Clock:
+    def __init__(self):
+        self.ms = 1767225600000
+
+    def __call__(self):
+        return self.ms
+
+
+# --- lifecycle --------------------------------------------------------------------------------
+
+
+def raw_loop(d, n, payload):
+    buf = memoryview(bytearray(48 + payload))
+    recs = (buf, buf[:48], buf[:48])
+    f = open(d + "/raw.log", "ab")
+    t0 = now_us()
+    for _ in range(n):
+        for r in recs:
+            f.write(r)
+            f.flush()
+    dt = since_us(t0)
+    f.close()
+    return dt
+
+
+def ddq_loop(d, n, payload, sync):
+    q = ddq.Queue(d + "/q", sync=sync, clock=Clock())
+    p = bytes(payload)
+    t0 = now_us()
+    for _ in range(n):
+        q.enqueue(p)
+        c = q.claim(30000)
+        q.ack(c.seq)
+    dt = since_us(t0)
+    q.close()
+    return dt
+
+
+def part_lifecycle(a):
+    load_ddq()
+    n, payload = a["n"], a["payload"]
+    runs = {"raw_sync": [], "ddq_always": [], "ddq_ack": []}
+    for r in range(a["reps"]):
+        base = fresh("%s/r%d" % (a["dir"], r))
+        runs["raw_sync"].append(raw_loop(base, n, payload) / (3 * n))
+        runs["ddq_always"].append(ddq_loop(fresh(base + "/a"), n, payload, "always") / n)
+        runs["ddq_ack"].append(ddq_loop(fresh(base + "/k"), n, payload, "ack") / n)
+        common.rmtree(base)
+    us = {}
+    for k in runs:
+        us[k] = best(runs[k])
+    emit({"us_per": us, "runs": runs, "n": n, "payload": payload})
+
+
+# --- heap per pending item --------------------------------------------------------------------
+
+
+def part_heap(a):
+    load_ddq()
+    d = fresh(a["dir"]) + "/q"
+    n = a["n"]
+    m_start = collect()
+    q = ddq.Queue(d, sync="none", clock=Clock(), max_items=max(100000, n))
+    m_empty = collect()
+    p = bytes(a["payload"])
+    for _ in range(n):
+        q.enqueue(p)
+    q.sync()
+    m_full = collect()
+    q.close()
+    q = None
+    m_closed = collect()
+    q = ddq.Queue(d, sync="none", clock=Clock(), max_items=max(100000, n))
+    m_reopened = collect()
+    total = q.stats().total_items
+    q.close()
+    common.rmtree(a["dir"])
+    emit({"n": n, "payload": a["payload"], "empty_queue": m_empty - m_start,
+          "per_item": (m_full - m_empty) / n,
+          "per_item_after_reopen": (m_reopened - m_closed - (m_empty - m_start)) / n,
+          "reopened_items": total})
+
+
+# --- scaling ----------------------------------------------------------------------------------
+
+
+def measure_ops(q, m, payload):
+    p = bytes(payload)
+    t0 = now_us()
+    for _ in range(m):
+        q.enqueue(p)
+    te = since_us(t0)
+    tc = ta = 0
+    for _ in range(m):
+        t0 = now_us()
+        c = q.claim(30000)
+        t1 = now_us()
+        q.ack(c.seq)
+        ta += since_us(t1)
+        tc += t1 - t0
+    return te / m, tc / m, ta / m
+
+
+def part_scaling(a):
+    load_ddq()
+    out = {}
+    for k in (a["small"], a["big"]):
+        d = fresh("%s/s%d" % (a["dir"], k))
+        q = ddq.Queue(d + "/q", sync="none", clock=Clock(), max_items=1000000)
+        p = bytes(a["payload"])
+        t0 = now_us()
+        for _ in range(k):
+            q.enqueue(p)
+        fill = since_us(t0)
+        e, c, ak = [], [], []
+        for _ in range(a["reps"]):
+            te, tc, ta = measure_ops(q, a["m"], a["payload"])
+            e.append(te)
+            c.append(tc)
+            ak.append(ta)
+        out[str(k)] = {"enqueue": best(e), "claim": best(c), "ack": best(ak),
+                       "fill_us_per": fill / k, "runs": {"enqueue": e, "claim": c, "ack": ak}}
+        q.close()
+        q = None
+        common.rmtree(d)
+        gc.collect()
+    emit({"small": a["small"], "big": a["big"], "m": a["m"], "per_op": out})
+
+
+# --- recovery ---------------------------------------------------------------------------------
+
+
+def raw_read_crc(d):
+    import binascii
+
+    buf = bytearray(65536)
+    mv = memoryview(buf)
+    crc = 0
+    n = 0
+    t0 = now_us()
+    for name in sorted(os.listdir(d)):
+        if not name.endswith(".log"):
+            continue
+        f = open(d + "/" + name, "rb")
+        while True:
+            k = f.readinto(buf)
+            if not k:
+                break
+            crc = binascii.crc32(mv[:k], crc)
+            n += k
+        f.close()
+    return since_us(t0), n
+
+
+def part_recovery(a):
+    load_ddq()
+    d = a["dir"] + "/log"
+    raw, opened = [], []
+    size = items = 0
+    for _ in range(a["reps"]):
+        dt, size = raw_read_crc(d)
+        raw.append(dt)
+        gc.collect()
+        t0 = now_us()
+        q = ddq.Queue(d, sync="none", clock=Clock(), max_items=1000000)
+        opened.append(since_us(t0))
+        items = q.stats().total_items
+        q.close()
+        q = None
+        gc.collect()
+    emit({"bytes": size, "items": items, "raw_us": best(raw), "open_us": best(opened),
+          "runs": {"raw": raw, "open": opened}})
+
+
+# --- LittleFS wear ----------------------------------------------------------------------------
+
+
+class CountingDev:
+    """RAM block device (micropython-platform §4) that counts programs, bytes and erases."""
+
+    def __init__(self, block_size, num_blocks):
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self.data = bytearray(block_size * num_blocks)
+        self.mv = memoryview(self.data)
+        self.erased = b"\xff" * block_size
+        self.zero()
+
+    def zero(self):
+        self.progs = self.erases = self.prog_bytes = 0
+
+    def readblocks(self, n, buf, offset=0):
+        a = n * self.block_size + offset
+        buf[:] = self.mv[a : a + len(buf)]
+
+    def writeblocks(self, n, buf, offset=None):
+        a = n * self.block_size + (offset or 0)
+        self.mv[a : a + len(buf)] = buf
+        self.progs += 1
+        self.prog_bytes += len(buf)
+
+    def ioctl(self, op, arg):
+        if op == 4:
+            return self.num_blocks
+        if op == 5:
+            return self.block_size
+        if op == 6:
+            a = arg * self.block_size
+            self.mv[a : a + self.block_size] = self.erased
+            self.erases += 1
+        return 0
+
+
+MOUNT = "/ddqbench"
+
+
+def lfs_mount(blocks, progsize):
+    import vfs
+
+    try:
+        vfs.umount(MOUNT)
+    except OSError:
+        pass
+    dev = CountingDev(4096, blocks)
+    vfs.VfsLfs2.mkfs(dev, progsize=progsize)
+    vfs.mount(vfs.VfsLfs2(dev, progsize=progsize), MOUNT)
+    return dev
+
+
+def lfs_umount():
+    import vfs
+
+    vfs.umount(MOUNT)
+
+
+def wear_json(dev, n, backlog, payload):
+    # The outbox written by hand: the whole pending list rewritten as JSON on every change.
+    import json
+
+    text = "x" * payload
+    pending = []
+    path = MOUNT + "/outbox.json"
+
+    def save():
+        f = open(path, "w")
+        f.write(json.dumps(pending))
+        f.close()
+
+    seq = 0
+    for _ in range(backlog):
+        seq += 1
+        pending.append([seq, text])
+        save()
+    dev.zero()
+    for _ in range(n):
+        seq += 1
+        pending.append([seq, text])
+        save()
+        pending.pop(0)  # delivered
+        save()
+
+
+def wear_applog(dev, n, backlog, payload):
+    # An append-only text log: one line per enqueue and one per delivery, flushed each time.
+    text = "x" * payload
+    f = open(MOUNT + "/outbox.log", "a")
+    for i in range(backlog):
+        f.write("E %d %s\n" % (i, text))
+        f.flush()
+    dev.zero()
+    for i in range(n):
+        f.write("E %d %s\n" % (backlog + i, text))
+        f.flush()
+        f.write("A %d\n" % i)
+        f.flush()
+    f.close()
+
+
+def wear_ddq(dev, n, backlog, payload, policy, every, prof):
+    sync = policy
+    if policy in ("group", "enqueue"):
+        sync = "none"
+    q = ddq.Queue(MOUNT + "/q", sync=sync, clock=Clock(), segment_bytes=prof["segment_bytes"],
+                  max_items=prof["max_items"], max_payload_bytes=prof["max_payload_bytes"],
+                  max_segments=prof["max_segments"])
+    p = b"x" * payload
+    for _ in range(backlog):
+        q.enqueue(p)
+    q.sync()
+    dev.zero()
+    for i in range(n):
+        q.enqueue(p)
+        if policy == "enqueue":
+            q.sync()  # only the enqueue is made durable; claim and ack ride on the next sync
+        c = q.claim(30000)
+        q.ack(c.seq)
+        if policy == "group" and i % every == every - 1:
+            q.sync()
+    q.sync()
+    q.close()
+
+
+# The board profiles in boards/*.json (RPI_PICO: 4 KiB segments; ESP32_GENERIC: 8 KiB).
+PROFILES = {
+    "rp2": {"progsize": 256, "segment_bytes": 4096, "max_items": 256, "max_payload_bytes": 256,
+            "max_segments": 16},
+    "esp32": {"progsize": 32, "segment_bytes": 8192, "max_items": 512, "max_payload_bytes": 512,
+              "max_segments": 16},
+}
+
+
+def part_lfs(a):
+    load_ddq()
+    n, backlog, payload, every = a["n"], a["backlog"], a["payload"], a["every"]
+    out = {}
+    for pname in a["profiles"].split(","):
+        prof = PROFILES[pname]
+        res = {}
+        for case in ("json", "applog", "ddq_always", "ddq_ack", "ddq_enqueue", "ddq_group"):
+            dev = lfs_mount(a["blocks"], prof["progsize"])
+            if case == "json":
+                wear_json(dev, n, backlog, payload)
+            elif case == "applog":
+                wear_applog(dev, n, backlog, payload)
+            else:
+                wear_ddq(dev, n, backlog, payload, case[4:], every, prof)
+            res[case] = {"progs": dev.progs / n, "erases": dev.erases / n,
+                         "prog_bytes": dev.prog_bytes / n}
+            lfs_umount()
+            dev = None
+            gc.collect()
+        out[pname] = res
+    emit({"n": n, "backlog": backlog, "payload": payload, "every": every, "per_msg": out,
+          "profiles": PROFILES})
+
+
+# --- import heap ------------------------------------------------------------------------------
+
+
+def part_imports(a):
+    # Each path imports in a fresh process (run.py), so only the first path is measured here.
+    path = a["path"]
+    if a["romfs"]:
+        import vfs
+
+        f = open(a["romfs"], "rb")
+        img = f.read()
+        f.close()
+        vfs.mount(vfs.VfsRom(img), "/rom")
+        os.chdir("/")
+        path = "/rom"
+        img_len = len(img)
+    else:
+        img_len = 0
+    sys.path.clear()
+    sys.path.append(path)
+    m0 = collect()
+    import ddq as mod  # noqa: F401
+
+    m1 = collect()
+    emit({"path": a["path"], "romfs": a["romfs"], "romfs_bytes": img_len, "heap": m1 - m0})
+
+
+# --- allocation -------------------------------------------------------------------------------
+
+
+def lifecycle_allocs(q, rounds, p, lease):
+    # Bytes allocated per op, averaged over `rounds` lifecycles, with the collector off.
+    tot = [0, 0, 0]
+    for _ in range(rounds):
+        gc.collect()
+        gc.disable()
+        m0 = gc.mem_alloc()
+        q.enqueue(p)
+        m1 = gc.mem_alloc()
+        c = q.claim(lease)
+        m2 = gc.mem_alloc()
+        q.ack(c.seq)
+        m3 = gc.mem_alloc()
+        gc.enable()
+        tot[0] += m1 - m0
+        tot[1] += m2 - m1
+        tot[2] += m3 - m2
+    return [t / rounds for t in tot]
+
+
+def locked(fn, arg):
+    import micropython
+
+    micropython.heap_lock()
+    try:
+        r = fn(arg)
+        ok = True
+    except MemoryError:
+        r = None
+        ok = False
+    micropython.heap_unlock()
+    return ok, r
+
+
+def part_allocs(a):
+    load_ddq(a["mod"])
+    out = {}
+    for pending in (10, a["pending"]):
+        d = fresh("%s/p%d" % (a["dir"], pending)) + "/q"
+        q = ddq.Queue(d, sync=a["sync"], clock=Clock(), max_items=1000000)
+        p = bytes(a["payload"])
+        for _ in range(pending):
+            q.enqueue(p)
+        for _ in range(a["warm"]):
+            q.enqueue(p)
+            c = q.claim(30000)
+            q.ack(c.seq)
+        per = lifecycle_allocs(q, a["rounds"], p, 30000)
+        ok_e, _s = locked(q.enqueue, p)
+        ok_c, c = locked(q.claim, 30000)
+        if c is None:
+            c = q.claim(30000)
+        ok_a, _r = locked(q.ack, c.seq)
+        out[str(pending)] = {"enqueue": per[0], "claim": per[1], "ack": per[2],
+                             "heap_lock_ok": {"enqueue": ok_e, "claim": ok_c, "ack": ok_a}}
+        q.close()
+        q = None
+        common.rmtree(d)
+    emit({"sync": a["sync"], "payload": a["payload"], "rounds": a["rounds"], "per_op": out})
+
+
+def part_allocprof(a):
+    # ddq here is the instrumented copy: _ap_on/_ap_acc/_ap_select are its probe state.
+    mod = load_ddq(a["mod"])
+    d = fresh(a["dir"]) + "/q"
+    q = mod.Queue(d, sync=a["sync"], clock=Clock(), max_items=1000000)
+    p = bytes(a["payload"])
+    for _ in range(a["pending"]):
+        q.enqueue(p)
+    for _ in range(a["warm"]):
+        q.enqueue(p)
+        c = q.claim(30000)
+        q.ack(c.seq)
+    accs = mod._ap_accs
+    rounds = a["rounds"]
+    for _ in range(rounds):
+        gc.collect()
+        gc.disable()
+        mod._ap_select(0)
+        q.enqueue(p)
+        mod._ap_select(1)
+        c = q.claim(30000)
+        mod._ap_select(2)
+        q.ack(c.seq)
+        mod._ap_select(-1)
+        gc.enable()
+    out = {}
+    ops = ("enqueue", "claim", "ack")
+    for k in range(3):
+        rows = {}
+        acc = accs[k]
+        for line in range(len(acc)):
+            if acc[line]:
+                rows[str(line)] = acc[line] / rounds
+        out[ops[k]] = rows
+    q.close()
+    common.rmtree(a["dir"])
+    emit({"rounds": rounds, "sync": a["sync"], "per_line": out})
+
+
+PARTS = {
+    "lifecycle": (part_lifecycle, {"dir": "", "n": 200, "payload": 100, "reps": 3}),
+    "heap": (part_heap, {"dir": "", "n": 10000, "payload": 1024}),
+    "scaling": (part_scaling, {"dir": "", "small": 100, "big": 100000, "m": 2000,
+                               "payload": 100, "reps": 3}),
+    "recovery": (part_recovery, {"dir": "", "reps": 3}),
+    "lfs": (part_lfs, {"dir": "", "n": 1000, "backlog": 10, "payload": 100, "every": 10,
+                       "blocks": 256, "profiles": "rp2,esp32"}),
+    "imports": (part_imports, {"dir": "", "path": "", "romfs": ""}),
+    "allocs": (part_allocs, {"dir": "", "mod": "", "sync": "always", "payload": 100,
+                             "pending": 1000, "warm": 50, "rounds": 100}),
+    "allocprof": (part_allocprof, {"dir": "", "mod": "", "sync": "always", "payload": 100,
+                                   "pending": 10, "warm": 50, "rounds": 100}),
+}
+
+
+def main():
+    name = common.part_name()
+    if name not in PARTS:
+        print("usage: mp_bench.py PART key=value ...")
+        raise SystemExit(2)
+    fn, defaults = PARTS[name]
+    a = common.args(defaults)
+    if not a["dir"]:
+        print("dir= is required")
+        raise SystemExit(2)
+    fn(a)
+
+
+main()
