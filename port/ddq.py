@@ -251,6 +251,13 @@ def segment_name(generation: int, index: int) -> str:
     return "generation-%020d-segment-%020d.log" % (generation, index)
 
 
+def _digits(s: str) -> bool:
+    for c in s:  # ASCII only: str.isdigit() accepts other scripts on CPython
+        if c < "0" or c > "9":
+            return False
+    return True
+
+
 def parse_segment_name(name: str) -> "Optional[tuple[int, int]]":
     """Return (generation, index) for a segment file name, or None [N2][N3][N4]."""
     if len(name) == 32 and name[:8] == "segment-" and name[28:] == ".log":
@@ -258,14 +265,14 @@ def parse_segment_name(name: str) -> "Optional[tuple[int, int]]":
     elif len(name) == 64 and name[:11] == "generation-" and name[31:40] == "-segment-" \
             and name[60:] == ".log":
         gd, d = name[11:31], name[40:60]
-        if not gd.isdigit():
+        if not _digits(gd):
             return None
         g = int(gd)
         if g == 0 or g > _U64:  # generation 0 must use the legacy name
             return None
     else:
         return None
-    if not d.isdigit():
+    if not _digits(d):
         return None
     i = int(d)
     return None if i > _U64 else (g, i)
@@ -320,6 +327,18 @@ def decode_manifest(b: "Buf") -> "tuple[int, int, int, int, int]":
 
 
 # ============================================================================ storage
+def _norm(path: str) -> str:
+    # An absolute path without ".", ".." or doubled slashes: one lock key per directory.
+    out: "list[str]" = []
+    for part in path.split("/"):
+        if part == "..":
+            if out:
+                out.pop()
+        elif part and part != ".":
+            out.append(part)
+    return "/" + "/".join(out)
+
+
 class PosixStorage:
     """The one seam to the file system: open/write/read/sync/list/rename/remove/lock.
 
@@ -331,8 +350,15 @@ class PosixStorage:
     def __init__(self) -> None:
         self.can_truncate = hasattr(os, "truncate")
         self._fsync = getattr(os, "fsync", None)
+        self._fdopen = getattr(os, "fdopen", None)
+        if self._fdopen is not None:
+            self._flags = [getattr(os, n) for n in ("O_WRONLY", "O_CREAT", "O_APPEND", "O_TRUNC")]
 
     def open(self, path: str, mode: str) -> "Any":
+        if mode != "rb" and self._fdopen is not None:
+            # Files only the owner can read (C DDQ creates 0600): queued payloads are private.
+            w, c, a, t = self._flags
+            return self._fdopen(os.open(path, w | c | (a if mode == "ab" else t), 0o600), mode)
         return open(path, mode)
 
     def write(self, f: "Any", buf: "Buf") -> None:
@@ -372,7 +398,10 @@ class PosixStorage:
         return os.listdir(path)
 
     def mkdir(self, path: str) -> None:
-        os.mkdir(path)
+        if self._fdopen is not None:
+            getattr(os, "mkdir")(path, 0o700)  # noqa: B009 (MicroPython's mkdir takes no mode)
+        else:
+            os.mkdir(path)
 
     def rename(self, src: str, dst: str) -> None:
         os.rename(src, dst)
@@ -401,10 +430,10 @@ class PosixStorage:
     def lock(self, path: str) -> "Any":
         # flock on queue.lock excludes C DDQ too [L1]; on the MicroPython unix port an abstract
         # unix socket named after the directory does the same and dies with its process [L2].
-        key = path if path[:1] == "/" else os.getcwd().rstrip("/") + "/" + path
+        key = _norm(path if path[:1] == "/" else os.getcwd() + "/" + path)
         if key in PosixStorage._held:
             raise Locked("locked by this process: " + path)
-        f = open(path + "/" + _LOCK, "ab")
+        f = self.open(path + "/" + _LOCK, "ab")
         held = None
         fcntl = _import("fcntl")
         try:
@@ -522,6 +551,8 @@ def _opt(v: "Any", lo: int, hi: int, name: str) -> int:
 def _bytes_arg(v: "Any", name: str) -> "Buf":
     if isinstance(v, str):
         return v.encode()
+    if isinstance(v, memoryview) and getattr(v, "itemsize", 1) != 1:
+        return bytes(v)  # len() of a wide view counts items, not bytes
     if isinstance(v, (bytes, bytearray, memoryview)):
         return v
     raise InvalidArgument(name + " must be bytes, bytearray or memoryview")
@@ -1099,15 +1130,17 @@ class Queue:
             i = self._find(s)
             if self._ix.st[i] != _QUARANTINED:
                 raise BadState("item %d is not quarantined" % s)
-            drop.append(s)
+            if s not in drop:
+                drop.append(s)
         if drop:
             self._compact(0, 0, drop)
         return len(drop)
 
-    def _publish(self, gen: int, nxt: int, segs: int, items: int, end: int) -> None:
+    def _publish(self, gen: int, nxt: int, segs: int, items: int, end: int,
+                 done: "Optional[list[bool]]" = None) -> None:
         # Commit point of a generation [C5]: tmp written, synced and closed, renamed over the
         # manifest (atomic on POSIX and LittleFS; remove + rename on FAT, see [R14]), dir synced.
-        fs, tmp = self._fs, self._path(_MANIFEST_TMP)
+        fs, tmp, man = self._fs, self._path(_MANIFEST_TMP), self._path(_MANIFEST)
         if fs.kind(tmp) != 0:
             raise OSError(_EEXIST, "exists: " + tmp)
         h = fs.open(tmp, "wb")
@@ -1117,11 +1150,14 @@ class Queue:
         finally:
             fs.close(h)
         try:
-            fs.rename(tmp, self._path(_MANIFEST))
+            fs.rename(tmp, man)
         except OSError:
-            fs.remove(tmp)
-            fs.sync_dir(self._dir)
-            raise
+            if fs.kind(man) == 1:  # the old manifest stands: forget the tmp
+                fs.remove(tmp)
+                fs.sync_dir(self._dir)
+            raise  # else FAT removed the old one first: the tmp is the manifest now [R14]
+        if done is not None:
+            done[0] = True  # from here on the new generation is (or may be) the published one
         fs.sync_dir(self._dir)
 
     def _prepare_format(self) -> None:
@@ -1183,7 +1219,7 @@ class Queue:
             raise
         old, ix, fs = self._log, self._ix, self._fs
         new, nix = _Log(old.gen + 1), _Index()
-        published = False
+        published = [False]
         try:
             self._new_segment(new, True)
             sb = self._state_buf
@@ -1212,10 +1248,9 @@ class Queue:
                 raise Full("compaction gives no benefit")
             fs.sync(new.h)
             fs.sync_dir(self._dir)
-            self._publish(new.gen, self._next, len(new.sizes), len(nix.st), new.off)
-            published = True
+            self._publish(new.gen, self._next, len(new.sizes), len(nix.st), new.off, published)
         except BaseException as e:
-            if not published:
+            if not published[0]:
                 try:
                     if new.h is not None:
                         fs.close(new.h)
@@ -1341,6 +1376,7 @@ class Queue:
             self._replay(k, k == len(ids) - 1, cp, st)
         if not st[0]:
             raise Corrupt("the manifest's snapshot boundary was never reached")
+        fs.sync(self._log.h)  # what a crashed writer left in the page cache is durable now [D4]
         fs.sync_dir(self._dir)  # the selected generation is durable before anything is deleted
         self._clean()
         self._durable = self._next - 1

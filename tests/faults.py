@@ -43,3 +43,11 @@ class FaultStorage(ddq.PosixStorage):
     def read_into(self, f, offset, buf):
         self._hit("read_into")
         return super().read_into(f, offset, buf)
+
+    def sync_dir(self, path):
+        self._hit("sync_dir")
+        super().sync_dir(path)
+
+    def remove(self, path):
+        self._hit("remove")
+        super().remove(path)
