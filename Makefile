@@ -55,10 +55,10 @@ mp_heap_fat := -X heapsize=$(MP_HEAP)
 
 LINT_PATHS = $(wildcard port host tests bench)
 # The phases of `make test`, after setup; each runs even when an earlier one failed.
-TEST_PHASES := lint typecheck test-cpython test-mp torture-ci bench-smoke
+TEST_PHASES := lint typecheck spec-coverage test-cpython test-mp torture-ci bench-smoke
 
 .PHONY: help venv types lint typecheck test-cpython test-mp $(addprefix test-mp-,$(MP_FS)) \
-        test torture-ci bench-smoke demo clean distclean check-port
+        test torture-ci bench-smoke demo clean distclean check-port spec-coverage
 
 help:
 	@echo "make test          everything: venv types lint typecheck test-cpython test-mp torture-ci bench-smoke"
@@ -124,6 +124,10 @@ typecheck: check-port $(DEPS_STAMP) $(TYPES_STAMP)
 	           "$(MYPY) --config-file mypy_cpython.ini host/ddqhost"; do \
 	  echo "$$cmd"; MYPYPATH=port $$cmd || rc=1; \
 	done; exit $$rc
+
+# Requirement ids of docs/SPEC.md that no test cites, and citations SPEC does not define.
+spec-coverage:
+	$(PY) tools/spec_coverage.py --strict
 
 # pytest's status 5 ("no tests collected") fails here too: the suite always has tests.
 test-cpython: $(DEPS_STAMP)
