@@ -23,11 +23,11 @@ def image_hash(files):
     return h.digest()
 
 
-def judge_timed(ddq, base, files, acceptable, opts, seconds=2.0):
+def judge_timed(ddq, base, files, acceptable, opts, payloads=None, forged=False, seconds=2.0):
     old = signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
-        return mutate.judge(ddq, base, files, acceptable, opts)
+        return mutate.judge(ddq, base, files, acceptable, opts, payloads=payloads, forged=forged)
     except Timeout:
         return "error", [("unexpected", "open did not finish within %.1f s" % seconds)]
     finally:
@@ -37,7 +37,7 @@ def judge_timed(ddq, base, files, acceptable, opts, seconds=2.0):
 
 def run_seed(ddq, seed, nops, hashes=None, max_fail=5, limit=None):
     base, wl, acceptable = mutate.build_base(ddq, seed, nops)
-    res = {"seed": seed, "images": 0, "distinct": 0, "corrupt": 0, "clean": 0, "lost": 0, "resurrected": 0,
+    res = {"seed": seed, "images": 0, "distinct": 0, "corrupt": 0, "clean": 0, "forged": 0, "lost": 0, "resurrected": 0,
            "reused_seq": 0, "unexpected": 0, "fail": [], "base_bytes": sum(len(v) for v in base.values()),
            "generation": 0}
     seen = hashes if hashes is not None else set()
@@ -50,8 +50,8 @@ def run_seed(ddq, seed, nops, hashes=None, max_fail=5, limit=None):
         seen.add(h)
         res["distinct"] += 1
         res["images"] += 1
-        outcome, bad = judge_timed(ddq, base, files, acceptable, wl.opts)
-        if outcome in ("corrupt", "clean"):
+        outcome, bad = judge_timed(ddq, base, files, acceptable, wl.opts, wl.payloads, desc.startswith("rec:"))
+        if outcome in ("corrupt", "clean", "forged"):
             res[outcome] += 1
         for cat, detail in bad:
             res[cat] += 1

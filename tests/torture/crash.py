@@ -233,11 +233,12 @@ def corrupt_names_place(msg):
 class Judge:
     """Opens crash states with ddq and judges them against a workload's history."""
 
-    def __init__(self, ddq, wl, depth2=1, probe_every=4):
+    def __init__(self, ddq, wl, depth2=1, probe_every=16):
         self.ddq = ddq
         self.wl = wl
         self.depth2 = depth2
         self.probe_every = probe_every
+        self.idem_every = 4
         self.n = 0
         self.can_truncate = False
         self.depth2_states = 0
@@ -288,28 +289,31 @@ class Judge:
         repaired = _is_repair(rec_log)
         if repaired:
             self.repairs += 1
-        if repaired or self.n % self.probe_every == 0:
+        meta1 = tmodel.meta_of(state1)
+        idem = repaired and self.repairs % self.idem_every == 1 % self.idem_every
+        probe = self.n % self.probe_every == 0
+        if idem or probe:
             try:
                 clock = tmodel.Clock(tmodel.CLOCK0 + 1000 * (len(wl.ops) + 20))
                 q = ddq.Queue(wl.path, storage=fs, clock=clock, **wl.opts)
                 try:
-                    s2 = tmodel.recovered_state(q)
-                    if s2 != state1:
-                        bad.append(("unexpected", "recovery not idempotent: %r then %r" % (
-                            tmodel._short(state1), tmodel._short(s2))))
-                    try:
-                        seq = q.enqueue(b"probe")
-                        hi = max([returned, nxt1 - 1] + [t[0] for t in state1])
-                        if seq <= hi:
-                            bad.append(("reused_seq", "probe enqueue got seq %d, highest seen %d" % (seq, hi)))
-                    except ddq.Full:
-                        pass
+                    s2 = tmodel.meta_state(q)
+                    if s2 != meta1:
+                        bad.append(("unexpected", "recovery not idempotent: %r then %r" % (meta1, s2)))
+                    if probe:
+                        try:
+                            seq = q.enqueue(b"probe")
+                            hi = max([returned, nxt1 - 1] + [t[0] for t in state1])
+                            if seq <= hi:
+                                bad.append(("reused_seq", "probe enqueue got seq %d, highest seen %d" % (seq, hi)))
+                        except ddq.Full:
+                            pass
                 finally:
                     q.close()
             except Exception as e:
                 bad.append(("unexpected", "reopen after recovery raised %s: %s" % (type(e).__name__, e)))
         if repaired and self.depth2 and self.repairs % self.depth2 == 1 % self.depth2 and not bad:
-            bad += self._depth2(files, dirs, rec_log, state1)
+            bad += self._depth2(files, dirs, rec_log, meta1)
         return bad
 
     def _depth2(self, files, dirs, rec_log, state1):
@@ -337,7 +341,7 @@ class Judge:
                             e[0], variant, type(ex).__name__, ex)))
                         return bad
                     try:
-                        s2 = tmodel.recovered_state(q)
+                        s2 = tmodel.meta_state(q)
                     finally:
                         q.close()
                     if s2 != state1:

@@ -80,12 +80,14 @@ class BD:
 
 
 class CountingStorage(ddq.PosixStorage):
-    """ddq's own storage, counting open handles (none may stay open after close())."""
+    """ddq's own storage, counting open handles (none may stay open after close()). The lock
+    file's handle is ddq's lock token, closed by unlock(), so it is not counted here."""
     opened = 0
 
     def open(self, path, mode):
         h = ddq.PosixStorage.open(self, path, mode)
-        CountingStorage.opened += 1
+        if not path.endswith("queue.lock"):
+            CountingStorage.opened += 1
         return h
 
     def close(self, h):
@@ -118,16 +120,16 @@ def umount(where):
         pass
 
 
-def run_workload(fs, base, seed, nops, cut=-1, mode="raise", record=False):
+def run_workload(fs, base, seed, nops, cut=-1, mode="raise", record=False, where="/rec"):
     bd = BD(base.bs, base.nb, bytearray(base.data))
     if record:
         bd.rec = []
-    mount(fs, bd, "/rec")
+    mount(fs, bd, where)
     bd.ops = 0
     opts = tmodel.params(seed)
     if fs == "fat":
         pass
-    wl = tmodel.Workload(ddq, "/rec/q", CountingStorage, seed, nops, opts=opts, pos=lambda: bd.ops)
+    wl = tmodel.Workload(ddq, where + "/q", CountingStorage, seed, nops, opts=opts, pos=lambda: bd.ops)
     bd.cut = cut
     bd.mode = mode
     err = None
@@ -137,12 +139,14 @@ def run_workload(fs, base, seed, nops, cut=-1, mode="raise", record=False):
         err = e
     except OSError as e:
         err = e
+    except ddq.Error as e:      # the first open failed (IOFailure after an errno cut)
+        err = e
     finally:
         try:
             wl.close()
         except Exception:
             pass
-        umount("/rec")
+        umount(where)
     return wl, bd, err
 
 
@@ -314,7 +318,20 @@ def main():
     else:
         k = offset
         while k < total:
-            wl2, bd2, err2 = run_workload(fs, base, seed, nops, cut=k, mode=mode)
+            where = "/r%d" % k     # a fresh path: a lock leaked by one rerun must not block the next
+            wl2, bd2, err2 = run_workload(fs, base, seed, nops, cut=k, mode=mode, where=where)
+            # ddq's in-process lock (an abstract socket on the unix port) must be free again
+            probe = BD(bs, nb, bytearray(bd2.data))
+            try:
+                mount(fs, probe, where)
+                try:
+                    ddq.Queue(where + "/q", clock=tmodel.Clock(), **wl.opts).close()
+                except ddq.Locked as e:
+                    j.bad("unexpected", "lock still held in-process after the cut (%r; run error %r)" % (e, err2), k, mode)
+                except Exception:
+                    pass
+            finally:
+                umount(where)
             # The rerun is the recorded run up to the cut (same seed, same device ops), so the
             # recorded history judges it; check that the completed ops agree.
             done = [x for x in range(len(wl2.ops)) if x < len(wl2.ends) and wl2.ends[x] <= k]

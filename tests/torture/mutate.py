@@ -214,9 +214,13 @@ def random_mutation(rng, files):
     return ms[rng.below(len(ms))]
 
 
-def judge(ddq, base, files, acceptable, opts, path="/q"):
+def judge(ddq, base, files, acceptable, opts, path="/q", payloads=None, forged=False):
     """Open a mutated image. Returns (outcome, [(category, detail)]); outcome is "corrupt",
-    "clean" or "error"."""
+    "clean", "forged" or "error".
+
+    forged: the mutation re-encoded whole records with VALID crcs (rec:...). A checksummed log
+    cannot tell such a record from a real one, so a clean open to another state is counted as
+    "forged" (not a failure) as long as no payload is wrong."""
     full = {}
     for n in files:
         full[path + "/" + n] = files[n]
@@ -239,6 +243,11 @@ def judge(ddq, base, files, acceptable, opts, path="/q"):
             return "corrupt", []
         if st in acceptable:
             return "clean", []
+        if forged and payloads is not None:
+            wrong = [t[0] for t in st if payloads.get(t[0]) != t[5]]
+            if not wrong:
+                return "forged", []
+            return "error", [("unexpected", "forged record accepted with a wrong payload for seq %r" % (wrong,))]
         return "error", [("unexpected", "clean open to a state the workload never had: %r" % (
             tmodel._short(st),))]
     except Exception as e:

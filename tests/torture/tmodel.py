@@ -289,6 +289,16 @@ def recovered_state(q):
     return tuple(out)
 
 
+def meta_state(q):
+    """The logical state without reading payloads back (cheap; for idempotence comparisons)."""
+    return tuple((it.seq, it.state, it.attempts, it.lease_until_ms, it.not_before_ms, it.payload_len)
+                 for it in q.items())
+
+
+def meta_of(state):
+    return tuple((t[0], t[1], t[2], t[3], t[4], len(t[5])) for t in state)
+
+
 def check(q, allowed, returned, sync):
     """Judge a recovered queue. Returns [(category, detail)]; categories: lost, resurrected,
     reused_seq, unexpected."""

@@ -1,0 +1,54 @@
+# Part 3 on MicroPython: replay seeded random mutations (mutate.random_mutation) of a base image
+# built by the same seeded workload, open each on MemFS under a storage-call budget, judge it.
+#   micropython tests/torture/mp_badimg.py SEED NOPS COUNT
+# Prints the base image's sha256 too: CPython builds the same base, so the hashes must agree
+# (the two interpreters write byte-identical directories).
+import sys
+import json
+import hashlib
+import binascii
+
+sys.path.insert(0, "tests/torture")
+sys.path.insert(0, "port")
+import tmodel
+import mutate
+
+if "standin" in sys.argv:
+    import standin as ddq
+else:
+    import ddq
+
+
+def base_hash(files):
+    h = hashlib.sha256()
+    for n in sorted(files):
+        h.update(n.encode())
+        h.update(b"\0")
+        h.update(files[n])
+    return binascii.hexlify(h.digest()).decode()
+
+
+def main():
+    seed = int(sys.argv[1])
+    nops = int(sys.argv[2])
+    count = int(sys.argv[3])
+    base, wl, acceptable = mutate.build_base(ddq, seed, nops)
+    res = {"seed": seed, "images": 0, "corrupt": 0, "clean": 0, "forged": 0, "unexpected": 0,
+           "lost": 0, "resurrected": 0, "reused_seq": 0, "base_sha256": base_hash(base), "fail": []}
+    rng = tmodel.Rng(seed * 7919 + 1)
+    for i in range(count):
+        desc, files = mutate.random_mutation(rng, base)
+        outcome, bad = mutate.judge(ddq, base, files, acceptable, wl.opts, payloads=wl.payloads,
+                                    forged=desc.startswith("rec:"))
+        res["images"] += 1
+        if outcome in ("corrupt", "clean", "forged"):
+            res[outcome] += 1
+        for cat, detail in bad:
+            res[cat] += 1
+            if len(res["fail"]) < 4:
+                res["fail"].append({"seed": seed, "nops": nops, "mutation": desc, "index": i,
+                                    "category": cat, "detail": detail[:300]})
+    print("RESULT " + json.dumps(res))
+
+
+main()

@@ -1,0 +1,253 @@
+"""ddq torture harness entry point (`make torture-ci`; `--full` is `make torture`, 10x more).
+
+Runs the four parts as subprocess tasks, two at a time (2 cores):
+  1. crash states (CPython, tests/torture/crash.py)      2. power cuts (MicroPython, mp_powercut.py)
+  3. bad images (CPython + Hypothesis, MicroPython)      4. injected faults (CPython, faults.py)
+then prints ONE scoreboard line computed from what ran, checks the targets, and exits non-zero on
+any invariant failure or missed target, printing the first failure's reproduction.
+
+  --full         10x the CI plan          --jobs N      parallel tasks (default 2)
+  --smoke        a tiny plan (seconds)    --write-docs  refresh the generated part of docs/RELIABILITY.md
+  --only PARTS   e.g. --only crash,fault  --impl standin   run the harness on its stand-in queue
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+PY = sys.executable
+MP = os.path.join(ROOT, ".venv", "bin", "micropython")
+TARGETS = {"crash_states": 200000, "lfs_cuts": 30000, "fat_cuts": 10000, "bad_images": 100000,
+           "fault_kinds": 16}
+SYNCS = ("always", "ack", "always", "none")
+
+
+def plan(scale, smoke=False):
+    """[(part, label, argv, timeout_s)]: the CI plan at scale 1, --full at 10."""
+    t = []
+    if smoke:
+        t.append(("crash", "crash 101", [PY, "worker.py", "crash", "101", "12", "always"], 120))
+        t.append(("crash", "crash 102", [PY, "worker.py", "crash", "102", "12", "ack"], 120))
+        t.append(("fault", "fault 7", [PY, "worker.py", "fault", "7", "10", "3"], 120))
+        t.append(("bad", "bad 11", [PY, "worker.py", "bad", "11", "10"], 120))
+        t.append(("hypo", "hypo 11", [PY, "worker.py", "hypo", "11", "10", "50"], 120))
+        t.append(("mp", "lfs snap 3", [MP, "mp_powercut.py", "lfs", "snap", "3", "12"], 120))
+        t.append(("mp", "fat snap 3", [MP, "mp_powercut.py", "fat", "snap", "3", "12"], 120))
+        t.append(("mp", "lfs raise 3", [MP, "mp_powercut.py", "lfs", "raise", "3", "8", "3"], 120))
+        t.append(("mpbad", "mpbad 11", [MP, "mp_badimg.py", "11", "10", "200"], 120))
+        return t
+    n_crash = 22 * scale
+    for k in range(n_crash):
+        seed = 100 + k
+        t.append(("crash", "crash %d" % seed, [PY, "worker.py", "crash", str(seed), "60", SYNCS[k % 4]], 900))
+    for k in range(6 * scale):
+        seed = 300 + k
+        t.append(("fault", "fault %d" % seed, [PY, "worker.py", "fault", str(seed), "40", "1"], 900))
+    for k in range(12 * scale):
+        seed = 500 + k
+        nops = 10 + (k * 7) % 36
+        t.append(("bad", "bad %d" % seed, [PY, "worker.py", "bad", str(seed), str(nops)], 900))
+    for k in range(2 * scale):
+        t.append(("hypo", "hypo %d" % (500 + k), [PY, "worker.py", "hypo", str(500 + k), "30", "1500"], 900))
+    for k in range(2 * scale):
+        t.append(("mpbad", "mpbad %d" % (500 + k), [MP, "mp_badimg.py", str(500 + k), "30", "4000"], 900))
+    # power cuts: snap (drop + torn at every device op) and live raise/errno re-runs (strided)
+    for k in range(8 * scale):
+        seed = 700 + k
+        t.append(("mp", "lfs snap %d" % seed, [MP, "mp_powercut.py", "lfs", "snap", str(seed), "120"], 900))
+    for k in range(3 * scale):
+        seed = 800 + k
+        t.append(("mp", "fat snap %d" % seed, [MP, "mp_powercut.py", "fat", "snap", str(seed), "80"], 900))
+    for k in range(2 * scale):
+        seed = 900 + k
+        for mode in ("raise", "errno"):
+            t.append(("mp", "lfs %s %d" % (mode, seed), [MP, "mp_powercut.py", "lfs", mode, str(seed), "40", "2", str(k)], 900))
+            t.append(("mp", "fat %s %d" % (mode, seed), [MP, "mp_powercut.py", "fat", mode, str(seed), "30", "3", str(k)], 900))
+    return t
+
+
+def run_task(task, tmp, impl):
+    part, label, argv, timeout = task
+    argv = list(argv)
+    if argv[0] == MP:
+        argv[1:1] = ["-X", "heapsize=64M"]
+        argv[3] = os.path.join("tests", "torture", argv[3])
+        if impl == "standin":
+            argv.append("standin")
+        cwd = ROOT
+    else:
+        argv[1] = os.path.join(HERE, argv[1])
+        cwd = ROOT
+    hashfile = None
+    if part in ("crash", "bad"):
+        hashfile = os.path.join(tmp, label.replace(" ", "-") + ".hashes")
+        argv.append(hashfile)
+    env = dict(os.environ)
+    if impl == "standin":
+        env["DDQ_TORTURE_IMPL"] = "standin"
+    t0 = time.time()
+    try:
+        p = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+        out, err, rc = p.stdout, p.stderr, p.returncode
+    except subprocess.TimeoutExpired as e:
+        out, err, rc = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""), "timeout", -9
+    res = None
+    for line in out.splitlines():
+        if line.startswith("RESULT "):
+            res = json.loads(line[7:])
+    return {"part": part, "label": label, "argv": argv, "rc": rc, "res": res, "err": err[-2000:],
+            "secs": time.time() - t0, "hashfile": hashfile}
+
+
+def aggregate(done):
+    sb = {"crash_states": 0, "lfs_cuts": 0, "fat_cuts": 0, "bad_images": 0, "fault_kinds": 0,
+          "fault_points": 0, "lost": 0, "resurrected": 0, "reused_seq": 0, "unexpected": 0}
+    extra = {"crash_checked": 0, "depth2_states": 0, "corrupt_reported": 0, "by_model": {},
+             "lfs": {"drop": 0, "torn": 0, "raise": 0, "errno": 0}, "fat": {"drop": 0, "torn": 0, "raise": 0, "errno": 0},
+             "bad_corrupt": 0, "bad_clean": 0, "bad_forged": 0, "hypothesis": 0, "mp_bad_images": 0,
+             "fault_by_kind": {}, "harness_errors": 0, "base_sha": {}, "mount_fail": 0}
+    failures = []
+    crash_hashes, bad_hashes = set(), set()
+    for d in done:
+        r = d["res"]
+        if r is None or d["rc"] != 0:
+            extra["harness_errors"] += 1
+            sb["unexpected"] += 1
+            failures.append({"task": d["label"], "category": "harness", "detail": "exit %s: %s" % (d["rc"], d["err"][-800:]),
+                             "repro": " ".join(d["argv"])})
+            continue
+        for k in ("lost", "resurrected", "reused_seq", "unexpected"):
+            sb[k] += r.get(k, 0)
+        for f in r.get("fail", []):
+            f = dict(f)
+            f["task"] = d["label"]
+            f["repro"] = "cd %s && %s" % (ROOT, " ".join(a for a in d["argv"] if a != d["hashfile"]))
+            failures.append(f)
+        part = d["part"]
+        if part == "crash":
+            with open(d["hashfile"]) as fh:
+                crash_hashes.update(line.strip() for line in fh)
+            extra["crash_checked"] += r["checked"]
+            extra["depth2_states"] += r["depth2"]
+            extra["corrupt_reported"] += r["reported"]
+            for m, v in r["by_model"].items():
+                extra["by_model"][m] = extra["by_model"].get(m, 0) + v
+        elif part == "bad":
+            with open(d["hashfile"]) as fh:
+                bad_hashes.update(line.strip() for line in fh)
+            extra["bad_corrupt"] += r["corrupt"]
+            extra["bad_clean"] += r["clean"]
+            extra["bad_forged"] += r["forged"]
+            extra["base_sha"].setdefault(r["seed"], {})["cpython"] = r.get("base_sha256")
+        elif part == "hypo":
+            extra["hypothesis"] += r["examples"]
+        elif part == "mpbad":
+            extra["mp_bad_images"] += r["images"]
+            extra["bad_forged"] += r["forged"]
+            extra["base_sha"].setdefault(r["seed"], {})["micropython"] = r.get("base_sha256")
+        elif part == "fault":
+            sb["fault_points"] += r["points"]
+            for k, v in r["kinds"].items():
+                extra["fault_by_kind"][k] = extra["fault_by_kind"].get(k, 0) + v
+        elif part == "mp":
+            fs = r["fs"]
+            extra["mount_fail"] += r.get("mount_fail", 0)
+            if r["mode"] == "snap":
+                extra[fs]["torn"] += r["torn"]
+                extra[fs]["drop"] += r["cuts"] - r["torn"]
+            else:
+                extra[fs][r["mode"]] += r["cuts"]
+            sb[fs + "_cuts"] += r["cuts"]
+    sb["crash_states"] = len(crash_hashes)
+    sb["bad_images"] = len(bad_hashes)
+    sb["fault_kinds"] = len(extra["fault_by_kind"])
+    return sb, extra, failures
+
+
+def scoreboard_line(sb, extra):
+    keys = ("crash_states", "lfs_cuts", "fat_cuts", "bad_images", "fault_kinds", "fault_points",
+            "lost", "resurrected", "reused_seq", "unexpected")
+    s = "torture: " + " ".join("%s=%d" % (k, sb[k]) for k in keys)
+    s += " (depth2=%d corrupt_reported=%d hypothesis=%d mp_bad_images=%d forged_accepted=%d)" % (
+        extra["depth2_states"], extra["corrupt_reported"], extra["hypothesis"], extra["mp_bad_images"],
+        extra["bad_forged"])
+    return s
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--full", action="store_true")
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--only", default="")
+    ap.add_argument("--impl", default="ddq")
+    ap.add_argument("--write-docs", action="store_true")
+    ap.add_argument("--json", default="", help="also write the aggregate as JSON here")
+    a = ap.parse_args()
+    tasks = plan(10 if a.full else 1, a.smoke)
+    if a.only:
+        parts = a.only.split(",")
+        tasks = [t for t in tasks if t[0] in parts or (t[0] in ("hypo", "mpbad") and "bad" in parts)]
+    # longest first so the two workers finish together
+    weight = {"crash": 3, "mp": 2, "fault": 2, "bad": 1, "hypo": 1, "mpbad": 0}
+    tasks.sort(key=lambda t: -weight[t[0]])
+    t0 = time.time()
+    done = []
+    lock = threading.Lock()
+    with tempfile.TemporaryDirectory(prefix="ddq-torture-") as tmp:
+        def one(task):
+            d = run_task(task, tmp, a.impl)
+            with lock:
+                done.append(d)
+                r = d["res"] or {}
+                bad = sum(r.get(k, 0) for k in ("lost", "resurrected", "reused_seq", "unexpected"))
+                print("  %-16s %6.1fs%s" % (d["label"], d["secs"], "" if d["rc"] == 0 and not bad else
+                                            "  FAILURES=%d rc=%s" % (bad, d["rc"])), flush=True)
+            return d
+        with ThreadPoolExecutor(max_workers=a.jobs) as ex:
+            list(ex.map(one, tasks))
+        sb, extra, failures = aggregate(done)
+    wall = time.time() - t0
+    for seed, v in sorted(extra["base_sha"].items()):
+        if "cpython" in v and "micropython" in v and v["cpython"] != v["micropython"]:
+            sb["unexpected"] += 1
+            failures.append({"category": "unexpected", "detail": "seed %s: the base image differs between "
+                             "CPython and MicroPython (byte compatibility)" % seed})
+    line = scoreboard_line(sb, extra)
+    print(line)
+    print("wall %.0f s, %d tasks, jobs %d" % (wall, len(tasks), a.jobs))
+    ok = sb["lost"] == sb["resurrected"] == sb["reused_seq"] == sb["unexpected"] == 0
+    missed = []
+    if not (a.smoke or a.only):
+        scale = 10 if a.full else 1
+        for k, v in TARGETS.items():
+            want = v if k == "fault_kinds" else v * scale
+            if sb[k] < want:
+                missed.append("%s=%d < %d" % (k, sb[k], want))
+    if missed:
+        print("torture: targets missed: " + ", ".join(missed))
+    if failures:
+        print("torture: first failure (of %d shown; reproduce with the command):" % len(failures))
+        print(json.dumps(failures[0], indent=1))
+        for f in failures[1:6]:
+            print("  also: " + json.dumps(f)[:400])
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump({"scoreboard": sb, "extra": extra, "failures": failures[:50], "wall": wall,
+                       "line": line, "full": a.full}, fh, indent=1, sort_keys=True)
+    if a.write_docs:
+        import reliability_doc
+        reliability_doc.write(os.path.join(ROOT, "docs", "RELIABILITY.md"), line, sb, extra, wall, a.full)
+    if not ok or missed:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
