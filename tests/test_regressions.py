@@ -77,3 +77,188 @@ def test_wide_memoryview_payload_is_stored_whole():
     q.enqueue(mv)
     assert q.read(1) == bytes(mv) and len(q.read(1)) == 8
     q.close()
+
+
+# ---------------------------------------------------------------- found by tests/torture
+# Minimal reproductions of what the torture harness found (docs/RELIABILITY.md, "Bugs found").
+# Each storage below is a small ddq.PosixStorage subclass that injects one event.
+
+
+class _Recorder(ddq.PosixStorage):
+    """Counts open handles (the lock file's handle is the lock token and not counted), logs
+    mkdir/sync_dir, and can inject an error around the n-th rename over queue.manifest."""
+
+    def __init__(self, how=None, nth=2):
+        super().__init__()
+        self.log = []
+        self.handles = []
+        self.how = how
+        self.nth = nth
+        self.renames = 0
+        self.fail_dir = False
+
+    def open(self, path, mode):
+        h = super().open(path, mode)
+        if not path.endswith("queue.lock"):
+            self.handles.append(h)
+        return h
+
+    def close(self, h):
+        for i in range(len(self.handles)):
+            if self.handles[i] is h:
+                del self.handles[i]
+                break
+        super().close(h)
+
+    def mkdir(self, path):
+        self.log.append(("mkdir", path.rstrip("/")))
+        super().mkdir(path)
+
+    def sync_dir(self, path):
+        self.log.append(("sync_dir", path.rstrip("/")))
+        if self.fail_dir:
+            self.fail_dir = False
+            raise OSError(5, "injected sync_dir failure")
+        super().sync_dir(path)
+
+    def rename(self, src, dst):
+        if not dst.endswith("queue.manifest"):
+            return super().rename(src, dst)
+        self.renames += 1
+        if self.renames != self.nth or self.how is None:
+            return super().rename(src, dst)
+        if self.how == "after":        # the rename happened, the call still reports an error
+            super().rename(src, dst)
+            raise OSError(5, "injected error after rename")
+        if self.how == "fat":          # FAT: dst removed first, then the rename itself failed
+            self.remove(dst)
+            raise OSError(5, "injected error between remove and rename")
+        if self.how == "dirsync":      # the rename is fine; the directory sync after it fails
+            super().rename(src, dst)
+            self.fail_dir = True
+
+
+def _compact_with(fs):
+    # max_items 2: the third enqueue compacts (migration publish = rename 1, generation 1 = 2)
+    d = support.tmpdir() + "/q"
+    q = ddq.Queue(d, storage=fs, clock=support.FakeClock(T0), **OPTS)
+    q.enqueue(b"one")
+    q.claim(1000)
+    q.ack(1)
+    q.enqueue(b"two")
+    e = None
+    try:
+        q.enqueue(b"three")
+    except ddq.IOFailure as x:
+        e = x
+    try:
+        q.close()
+    except ddq.Error:
+        pass
+    return d, e
+
+
+def test_torture_rename_error_after_the_rename_keeps_the_published_generation():
+    # EVIDENCE-OF: C5 C7 R20
+    # torture part 4, fault rename_after_eio: rename(tmp, queue.manifest) took effect but
+    # reported EIO. _publish then removed the (gone) tmp, that raised, and _compact deleted the
+    # staged generation the manifest now names: the next open said Corrupt ("fewer segments
+    # than the manifest names") and every item was unreadable.
+    d, e = _compact_with(_Recorder("after"))
+    q = ddq.Queue(d, clock=support.FakeClock(T0), **OPTS)
+    assert q.read(2) == b"two"
+    q.close()
+
+
+def test_torture_fat_rename_error_keeps_the_tmp_generation():
+    # EVIDENCE-OF: C5 C7 R14 R20
+    # torture part 4, fault rename_partial: as FAT does, the old queue.manifest was removed and
+    # then the rename failed. The tmp is now the manifest (R14 adopts it), but _compact deleted
+    # the staged generation it names: Corrupt at the next open.
+    d, e = _compact_with(_Recorder("fat"))
+    q = ddq.Queue(d, clock=support.FakeClock(T0), **OPTS)
+    assert q.read(2) == b"two"
+    q.close()
+
+
+def test_torture_no_handle_left_open_after_a_failed_publish_dir_sync():
+    # EVIDENCE-OF: C7 R20 S7
+    # torture part 4, fault sync_dir_eio right after the manifest rename: the new generation is
+    # published (kept, see above) but its write handle was never closed, not even by close().
+    # On LittleFS a second write handle on that segment after recover() loses data (S7).
+    fs = _Recorder("dirsync")
+    d, e = _compact_with(fs)
+    assert e is not None
+    assert len(fs.handles) == 0, fs.handles
+
+
+def test_torture_created_queue_directory_is_made_durable():
+    # EVIDENCE-OF: S3 O1
+    # torture part 1, posix model: Queue() creates the missing directory with mkdir but never
+    # syncs its parent, so after a power cut the whole directory, with enqueues that returned,
+    # may be gone (lost, and sequence numbers reused). The parent must be synced before the
+    # first enqueue returns (a no-op where the platform has no directory fsync).
+    fs = _Recorder()
+    parent = support.tmpdir().rstrip("/")
+    q = ddq.Queue(parent + "/q", storage=fs, clock=support.FakeClock(T0), **OPTS)
+    q.enqueue(b"x")
+    q.close()
+    i = fs.log.index(("mkdir", parent + "/q"))
+    assert ("sync_dir", parent) in fs.log[i:], fs.log
+
+
+class _BadCloseLock(ddq.PosixStorage):
+    def open(self, path, mode):
+        f = super().open(path, mode)
+        if path.endswith("queue.lock"):
+            return _CloseFails(f)
+        return f
+
+
+class _CloseFails:
+    def __init__(self, f):
+        self.f = f
+
+    def fileno(self):
+        return self.f.fileno()
+
+    def close(self):
+        self.f.close()
+        raise OSError(5, "injected close error")
+
+
+def test_torture_lock_is_released_when_closing_the_lock_file_fails():
+    # EVIDENCE-OF: L2 L3
+    # torture part 2 (MicroPython, raise mode): after a cut, closing queue.lock raised, and
+    # unlock() never closed the abstract socket that is the lock on the unix port: every later
+    # Queue() on that directory in the process raised Locked. (CPython passes: flock dies with
+    # the descriptor.)
+    d = support.tmpdir() + "/q"
+    q = ddq.Queue(d, storage=_BadCloseLock(), clock=support.FakeClock(T0), **OPTS)
+    try:
+        q.close()
+    except (OSError, ddq.Error):
+        pass
+    q = ddq.Queue(d, clock=support.FakeClock(T0), **OPTS)
+    q.close()
+
+
+def test_torture_truncated_non_last_segment_is_corrupt():
+    # EVIDENCE-OF: R13 F7
+    # torture part 3, "truncate <segment> at <record boundary>": segment 0 cut right after its
+    # CLAIM record (the ACK dropped) opened cleanly with seq 1 claimed again, an acked item
+    # resurrected. A non-last segment can only end where the next segment's first record did
+    # not fit (F7); this one ends 106 bytes in and the 148-byte record would have fitted.
+    opts = {"segment_bytes": 256, "max_payload_bytes": 128, "max_items": 8, "max_segments": 8}
+    d = support.tmpdir() + "/q"
+    q = ddq.Queue(d, clock=support.FakeClock(T0), **opts)
+    q.enqueue(b"0123456789")       # DATA 58 bytes at 0
+    q.claim(1000)                  # CLAIM at 58
+    q.ack(1)                       # ACK at 106; segment 0 is 154 bytes
+    q.enqueue(b"p" * 100)          # 148 bytes do not fit: segment 1
+    q.close()
+    seg0 = d + "/segment-00000000000000000000.log"
+    data = support.read_file(seg0)
+    assert len(data) == 154
+    support.write_file(seg0, data[:106])
+    support.raises(ddq.Corrupt, ddq.Queue, d, clock=support.FakeClock(T0), **opts)
