@@ -262,3 +262,26 @@ def test_torture_truncated_non_last_segment_is_corrupt():
     assert len(data) == 154
     support.write_file(seg0, data[:106])
     support.raises(ddq.Corrupt, ddq.Queue, d, clock=support.FakeClock(T0), **opts)
+
+
+def test_torture_zero_footer_before_a_zero_tail_is_torn():
+    # EVIDENCE-OF: R10 R11 S5
+    # torture part 1, posix model c (sync="none", and "ack" when unsynced records follow each
+    # other): the size covers appends whose bytes never reached the medium (S5). Record 2's
+    # header and payload landed, its footer and the record after it read as zeros. Recovery said
+    # Corrupt ("bad commit footer") instead of cutting the torn tail: R11 accepts a zero footer
+    # only on the very last record and a zero tail only from a record boundary.
+    d = support.tmpdir() + "/q"
+    q = ddq.Queue(d, clock=support.FakeClock(T0), **OPTS)
+    q.enqueue(b"one")               # 51 bytes at 0
+    q.enqueue(b"two")               # 51 bytes at 51
+    q.close()
+    seg = d + "/segment-00000000000000000000.log"
+    data = support.read_file(seg)
+    assert len(data) == 102
+    support.write_file(seg, data[:94] + b"\0" * 8 + b"\0" * 48)
+    q = ddq.Queue(d, clock=support.FakeClock(T0), **OPTS)
+    assert q.read(1) == b"one"
+    assert q.stats().total_items == 1
+    assert q.stats().recovered_tail_bytes == 51 + 48
+    q.close()

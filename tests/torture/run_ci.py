@@ -77,7 +77,7 @@ def run_task(task, tmp, impl):
     part, label, argv, timeout = task
     argv = list(argv)
     if argv[0] == MP:
-        argv[1:1] = ["-X", "heapsize=64M"]
+        argv[1:1] = ["-X", "heapsize=16M"]
         argv[3] = os.path.join("tests", "torture", argv[3])
         if impl == "standin":
             argv.append("standin")
@@ -159,6 +159,8 @@ def aggregate(done):
         elif part == "mp":
             fs = r["fs"]
             extra["mount_fail"] += r.get("mount_fail", 0)
+            extra["fat_damaged"] = extra.get("fat_damaged", 0) + r.get("fat_damaged", 0)
+            extra["fat_fs_damage"] = extra.get("fat_fs_damage", 0) + r.get("fat_fs_damage", 0)
             if r["mode"] == "snap":
                 extra[fs]["torn"] += r["torn"]
                 extra[fs]["drop"] += r["cuts"] - r["torn"]

@@ -207,10 +207,16 @@ class Workload:
         self.returned.append(0)
         snap = self.snapshot()
         self.snaps.append(snap)
+        dmax = 0     # highest seq made durable by a completed op (what sync="none" promises)
         for i in range(self.nops):
             if stop is not None and stop(i):
                 break
-            self.returned.append(self.max_seq)
+            if self.opts.get("sync") == "none":
+                if self.durable(len(self.ops) - 1):
+                    dmax = self.max_seq
+                self.returned.append(dmax)
+            else:
+                self.returned.append(self.max_seq)
             self.starts.append(self.pos())
             op = self.step(snap)
             self.ends.append(self.pos())
@@ -219,7 +225,10 @@ class Workload:
                 break
             snap = self.snapshot()
             self.snaps.append(snap)
-        self.returned.append(self.max_seq)
+        if self.opts.get("sync") == "none":
+            self.returned.append(self.max_seq if self.durable(len(self.ops) - 1) else dmax)
+        else:
+            self.returned.append(self.max_seq)
 
     def close(self):
         if self.q is not None:

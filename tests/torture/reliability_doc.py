@@ -1,0 +1,55 @@
+"""Refreshes the generated block of docs/RELIABILITY.md from a run_ci aggregate
+(`run_ci.py --write-docs`). Only the text between the two markers is rewritten."""
+import datetime
+
+BEGIN = "<!-- torture:generated:begin (tests/torture/run_ci.py --write-docs rewrites this block) -->"
+END = "<!-- torture:generated:end -->"
+
+
+def block(line, sb, extra, wall, full):
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    out = [BEGIN, "", "### Latest run", "",
+           "`%s`, %s, wall %.0f s on 2 jobs, %s:" % ("run_ci.py --full" if full else "run_ci.py", when, wall,
+                                                    "pass" if sb["lost"] == sb["resurrected"] == sb["reused_seq"]
+                                                    == sb["unexpected"] == 0 else "FAIL"),
+           "", "```", line, "```", ""]
+    bm = extra["by_model"]
+    out += ["| Part | What ran | Count |", "|---|---|---|"]
+    out.append("| 1 crash states | distinct states (content hash), first seen under posix / lfs / fat | %d (%s) |" % (
+        sb["crash_states"], " / ".join(str(bm.get(m, 0)) for m in ("posix", "lfs", "fat"))))
+    out.append("| 1 crash states | state x op-in-flight judgements; recovery cut again (depth 2) | %d; %d |" % (
+        extra["crash_checked"], extra["depth2_states"]))
+    out.append("| 1 crash states | Corrupt on a mid-file hole (model c, reported, allowed) | %d |" % extra["corrupt_reported"])
+    for fs in ("lfs", "fat"):
+        e = extra[fs]
+        out.append("| 2 %s cuts | drop / torn / raise / errno | %d / %d / %d / %d |" % (
+            "LittleFS" if fs == "lfs" else "FAT", e["drop"], e["torn"], e["raise"], e["errno"]))
+    out.append("| 2 FAT cuts | on a FAT image fatcheck calls damaged; failures there blamed on FatFs | %d; %d |" % (
+        extra.get("fat_damaged", 0), extra.get("fat_fs_damage", 0)))
+    out.append("| 3 bad images | distinct CPython images: Corrupt / clean valid prefix / forged record accepted | %d: %d / %d / %d |" % (
+        sb["bad_images"], extra["bad_corrupt"], extra["bad_clean"], extra["bad_forged"]))
+    out.append("| 3 bad images | Hypothesis examples; seeded replays on MicroPython | %d; %d |" % (
+        extra["hypothesis"], extra["mp_bad_images"]))
+    kinds = extra["fault_by_kind"]
+    out.append("| 4 faults | kinds x call index x transient/persistent | %d kinds, %d runs |" % (
+        sb["fault_kinds"], sb["fault_points"]))
+    out.append("| 4 faults | runs per kind | %s |" % ", ".join("%s %d" % (k, kinds[k]) for k in sorted(kinds)))
+    out += ["", END]
+    return "\n".join(out)
+
+
+def write(path, line, sb, extra, wall, full):
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        text = ""
+    new = block(line, sb, extra, wall, full)
+    if BEGIN in text and END in text:
+        a = text.index(BEGIN)
+        b = text.index(END) + len(END)
+        text = text[:a] + new + text[b:]
+    else:
+        text = text.rstrip("\n") + "\n\n" + new + "\n"
+    with open(path, "w") as f:
+        f.write(text)
