@@ -734,13 +734,16 @@ def run(cfg, log=None, out=None):
         stats["broker"] = "up"
         deadline = now() + cfg.drain_timeout
         drained = False
+        gone = None
         while now() < deadline:
             progress.show()
             if any(b == device.boot for b, _e in sub.snapshot()[2]):
                 drained = True
                 break
-            if not device.alive():
-                break
+            if not device.alive():  # a gateway exits after "done": give its message a moment
+                gone = gone or now()
+                if now() - gone > 3:
+                    break
             time.sleep(0.25)
         elapsed = now() - t_run
         progress.clear()
