@@ -458,9 +458,11 @@ class PosixStorage:
         key, f, held = token
         if key in PosixStorage._held:
             PosixStorage._held.remove(key)
-        f.close()  # closing the descriptor releases flock
-        if held is not None:
-            held.close()
+        try:
+            f.close()  # closing the descriptor releases flock
+        finally:
+            if held is not None:
+                held.close()
 
 
 # ============================================================================ index
@@ -614,6 +616,8 @@ class Queue:
         if k == 0:
             try:
                 self._fs.mkdir(self._dir)
+                j = self._dir.rfind("/")
+                self._fs.sync_dir(self._dir[:j] or "/" if j >= 0 else ".")  # the new entry [S3]
             except OSError as e:
                 raise _io_failure(e, "mkdir " + self._dir)
         elif k != 2:
@@ -1152,10 +1156,14 @@ class Queue:
         try:
             fs.rename(tmp, man)
         except OSError:
-            if fs.kind(man) == 1:  # the old manifest stands: forget the tmp
+            if fs.kind(tmp) == 1 and fs.kind(man) == 1:  # nothing moved: forget the tmp
                 fs.remove(tmp)
                 fs.sync_dir(self._dir)
-            raise  # else FAT removed the old one first: the tmp is the manifest now [R14]
+            elif done is not None:
+                # The rename took effect after all, or FAT removed the old manifest first and
+                # the tmp is the manifest now [R14]: the new generation may be the published one.
+                done[0] = True
+            raise
         if done is not None:
             done[0] = True  # from here on the new generation is (or may be) the published one
         fs.sync_dir(self._dir)
@@ -1250,6 +1258,11 @@ class Queue:
             fs.sync_dir(self._dir)
             self._publish(new.gen, self._next, len(new.sizes), len(nix.st), new.off, published)
         except BaseException as e:
+            if published[0] and new.h is not None:
+                try:
+                    fs.close(new.h)  # kept on disk, not adopted: recover() reopens it
+                except OSError:
+                    pass
             if not published[0]:
                 try:
                     if new.h is not None:
@@ -1469,10 +1482,15 @@ class Queue:
                 try:
                     typ, seq, arg, plen = check_record(mv, p, self._seg_bytes, self._max_payload)
                 except Corrupt as e:
-                    if tail_ok and pos + rlen == size and self._uniform(h, size - 8, size):
-                        torn = True  # [R11] the commit footer never reached the medium
+                    if tail_ok and self._uniform(h, pos + rlen - 8, size):
+                        torn = True  # [R11] the footer and all after it never reached the medium
                         break
                     raise Corrupt("%s at %s offset %d" % (e.args[0], name, pos))
+                if pos == 0 and sg > 0 and log.sizes[sg - 1] + rlen <= self._seg_bytes:
+                    # [F7] a segment ends only where the next record did not fit: this one lost
+                    # its end (a resurrected state would follow from replaying it).
+                    raise Corrupt("%s ends early: %d bytes and the next record of %d would fit"
+                                  % (segment_name(log.gen, sg - 1), log.sizes[sg - 1], rlen))
                 try:
                     self._apply(sg, pos, typ, seq, arg, plen, mv, p, st, cp)
                 except Corrupt as e:
