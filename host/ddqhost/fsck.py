@@ -1,0 +1,727 @@
+"""Independent reader of the DDQ on-disk format (STYLE rule 22): fsck for ``ddq verify`` / ``ddq records``.
+
+This module deliberately does NOT import ddq. Every constant and rule below is written from the format
+tables in shared/reference/ddq-c-format.md (cited as F§n): records F§4, record types F§5, manifest F§6,
+options F§7, replay rules F§10.4, recovery F§14. When ddq and this reader disagree about a directory,
+one of them has a bug; tests compare both against directories written by the C library.
+
+Verdicts: CLEAN (0), TORN (1: only a short tail that recovery would truncate), CORRUPT (2).
+"""
+
+import os
+import re
+import struct
+import zlib
+
+# ---------------------------------------------------------------- format constants (F§4, F§6, F§7)
+
+U64_MAX = (1 << 64) - 1
+U32_MAX = (1 << 32) - 1
+
+REC_MAGIC = b"DQG1"  # 0x31475144 little-endian, F§4.1
+REC_VERSION = 1
+REC_HEADER = 40
+REC_FOOTER = 8
+REC_MIN = 48
+REC_COMMIT = b"CMIT"  # 0x54494D43, F§4.1
+# magic(4s) version(H) type(H) seq(Q) arg(Q) payload_length(I) record_length(I) crc(I) reserved(I)
+REC_HEADER_FMT = "<4sHHQQIIII"
+FOOTER_FMT = "<4sI"
+
+T_DATA, T_CLAIM, T_ACK, T_RETRY, T_QUARANTINE, T_STATE = 1, 2, 3, 4, 5, 6
+TYPE_NAMES = {1: "DATA", 2: "CLAIM", 3: "ACK", 4: "RETRY", 5: "QUARANTINE", 6: "STATE"}
+
+STATE_PAYLOAD = 24  # F§5: state(I) attempts(I) lease_until_ms(Q) not_before_ms(Q)
+STATE_FMT = "<IIQQ"
+MAX_REASON = 4096
+
+MAN_MAGIC = b"DDQM"  # 0x4D514444, F§6.1
+MAN_SIZE = 48
+# magic version size generation next_seq segment_count item_count end_offset crc reserved
+MAN_FMT = "<4sHHQQIIQII"
+
+S_AVAILABLE, S_CLAIMED, S_ACKED, S_QUARANTINED = 1, 2, 3, 4
+STATE_NAMES = {1: "available", 2: "claimed", 3: "acked", 4: "quarantined"}
+
+DEFAULT_OPTIONS = {  # F§7.1
+    "segment_bytes": 4194304,
+    "max_payload_bytes": 1048576,
+    "max_items": 100000,
+    "max_segments": 1024,
+}
+OPTION_RANGES = {
+    "segment_bytes": (256, 64 * 1024 * 1024),
+    "max_payload_bytes": (1, U32_MAX),
+    "max_items": (1, 1000000),
+    "max_segments": (1, 4096),
+}
+
+LOCK_NAME = "queue.lock"
+FORMAT_NAME = "queue.format"
+MANIFEST_NAME = "queue.manifest"
+MANIFEST_TMP = "queue.manifest.tmp"
+LEGACY_RE = re.compile(r"^segment-(\d{20})\.log$")
+GEN_RE = re.compile(r"^generation-(\d{20})-segment-(\d{20})\.log$")
+
+OK, TORN, CORRUPT = 0, 1, 2
+VERDICT_NAMES = {OK: "clean", TORN: "torn-tail", CORRUPT: "corrupt"}
+
+
+class NotAQueue(Exception):
+    """The directory holds no segment, manifest or format marker."""
+
+
+def check_options(opts):
+    """Fill defaults and range-check (F§7.1). Returns a new dict or raises ValueError."""
+    out = dict(DEFAULT_OPTIONS)
+    for k, v in (opts or {}).items():
+        if k in out and v is not None:
+            out[k] = int(v)
+    for k, (lo, hi) in OPTION_RANGES.items():
+        if not lo <= out[k] <= hi:
+            raise ValueError("%s=%d outside %d..%d" % (k, out[k], lo, hi))
+    if out["max_payload_bytes"] > out["segment_bytes"] - REC_MIN:
+        raise ValueError("max_payload_bytes must be <= segment_bytes - 48")
+    return out
+
+
+def parse_segment_name(name):
+    """(generation, segment_id) for a segment file name, else None (F§3.2)."""
+    m = LEGACY_RE.match(name)
+    if m:
+        sid = int(m.group(1))
+        return (0, sid) if sid <= U64_MAX else None
+    m = GEN_RE.match(name)
+    if m:
+        gen, sid = int(m.group(1)), int(m.group(2))
+        if gen == 0 or gen > U64_MAX or sid > U64_MAX:
+            return None  # generation 0 must use the legacy name
+        return (gen, sid)
+    return None
+
+
+def segment_name(gen, sid):
+    if gen == 0:
+        return "segment-%020d.log" % sid
+    return "generation-%020d-segment-%020d.log" % (gen, sid)
+
+
+def record_crc(buf, off, plen):
+    """F§4.2: CRC over bytes 4..31, then 36..39, then the payload (not magic, crc field, footer)."""
+    c = zlib.crc32(buf[off + 4:off + 32])
+    c = zlib.crc32(buf[off + 36:off + 40], c)
+    return zlib.crc32(buf[off + 40:off + 40 + plen], c) & 0xFFFFFFFF
+
+
+# ---------------------------------------------------------------- decoding
+
+
+class Problem:
+    """One finding. kind: 'torn' (recovery truncates it), 'corrupt', or 'note' (no effect on verdict)."""
+
+    def __init__(self, kind, message, file=None, offset=None, seqs=None, after_seq=None):
+        self.kind = kind
+        self.message = message
+        self.file = file
+        self.offset = offset
+        self.seqs = seqs  # (lo, hi) of the records concerned, when known
+        self.after_seq = after_seq  # last valid seq before the problem, when seqs is unknown
+
+    def where(self):
+        parts = []
+        if self.file:
+            parts.append(self.file)
+        if self.offset is not None:
+            parts.append("offset %d" % self.offset)
+        if self.seqs:
+            lo, hi = self.seqs
+            parts.append("seq %d" % lo if lo == hi else "seq %d..%d" % (lo, hi))
+        elif self.after_seq is not None:
+            parts.append("after seq %d" % self.after_seq)
+        return ", ".join(parts)
+
+    def to_json(self):
+        return {
+            "kind": self.kind, "message": self.message, "file": self.file, "offset": self.offset,
+            "seqs": list(self.seqs) if self.seqs else None, "after_seq": self.after_seq,
+        }
+
+
+def decode_record(buf, off, opts):
+    """Decode the record at buf[off:]. Returns (rec, status, why).
+
+    status: 'ok'; 'short' (fewer than 40 bytes left, or the declared length runs past the end);
+    'bad-header' (magic/version/length bounds: recovery cannot find the next record); 'invalid'
+    (complete record failing CRC, footer or field rules). rec holds whatever could be decoded.
+    """
+    left = len(buf) - off
+    if left < REC_HEADER:
+        return {"offset": off, "length": left}, "short", "%d bytes left, less than a 40-byte header" % left
+    magic, ver, typ, seq, arg, plen, rlen, crc, reserved = struct.unpack_from(REC_HEADER_FMT, buf, off)
+    rec = {
+        "offset": off, "type": typ, "type_name": TYPE_NAMES.get(typ, "?"), "version": ver, "seq": seq,
+        "arg": arg, "payload_length": plen, "record_length": rlen, "crc32": crc,
+        "crc_ok": None, "footer_ok": None, "reserved": reserved, "payload_hex": None,
+    }
+    if magic != REC_MAGIC:
+        return rec, "bad-header", "bad magic %s" % magic.hex()
+    if ver != REC_VERSION:
+        return rec, "bad-header", "unsupported record version %d" % ver
+    if rlen < REC_MIN or rlen > opts["segment_bytes"]:
+        return rec, "bad-header", "record_length %d outside 48..segment_bytes (%d)" % (rlen, opts["segment_bytes"])
+    if rlen > left:
+        return rec, "short", "record_length %d runs past the end (%d bytes left)" % (rlen, left)
+    payload = bytes(buf[off + REC_HEADER:off + REC_HEADER + min(plen, rlen - REC_MIN)])
+    rec["payload_hex"] = payload.hex()
+    commit, trail = struct.unpack_from(FOOTER_FMT, buf, off + rlen - REC_FOOTER)
+    rec["footer_ok"] = commit == REC_COMMIT and trail == rlen
+    if rlen != REC_MIN + plen:
+        rec["crc_ok"] = False
+        return rec, "invalid", "record_length %d != 48 + payload_length %d" % (rlen, plen)
+    rec["crc_ok"] = record_crc(buf, off, plen) == crc
+    if not 1 <= typ <= 6:
+        return rec, "invalid", "unknown record type %d" % typ
+    if seq == 0:
+        return rec, "invalid", "seq 0"
+    if reserved != 0:
+        return rec, "invalid", "reserved field is %d, must be 0" % reserved
+    if not rec["crc_ok"]:
+        return rec, "invalid", "crc mismatch (stored 0x%08x, computed 0x%08x)" % (crc, record_crc(buf, off, plen))
+    if commit != REC_COMMIT:
+        return rec, "invalid", "bad commit marker %s" % commit.hex()
+    if trail != rlen:
+        return rec, "invalid", "trailing length %d != record_length %d" % (trail, rlen)
+    why = _type_rule(typ, arg, plen, payload, opts)
+    if why:
+        return rec, "invalid", why
+    if typ == T_STATE:
+        st, att, lease, nb = struct.unpack(STATE_FMT, payload)
+        rec["state"] = {"state": st, "attempts": att, "lease_until_ms": lease, "not_before_ms": nb}
+    return rec, "ok", None
+
+
+def _type_rule(typ, arg, plen, payload, opts):
+    """Per-type rules of F§5; returns a reason string or None."""
+    if typ == T_DATA:
+        if arg != 0:
+            return "DATA arg must be 0"
+        if plen > opts["max_payload_bytes"]:
+            return "DATA payload %d > max_payload_bytes %d" % (plen, opts["max_payload_bytes"])
+    elif typ == T_CLAIM:
+        if arg == 0:
+            return "CLAIM lease_until_ms is 0"
+        if plen:
+            return "CLAIM payload must be empty"
+    elif typ == T_ACK:
+        if arg != 0 or plen:
+            return "ACK arg and payload must be 0/empty"
+    elif typ == T_RETRY:
+        if plen:
+            return "RETRY payload must be empty"
+    elif typ == T_QUARANTINE:
+        if arg != 0:
+            return "QUARANTINE arg must be 0"
+        if plen > MAX_REASON:
+            return "QUARANTINE reason %d > 4096 bytes" % plen
+    elif typ == T_STATE:
+        if arg != 0:
+            return "STATE arg must be 0"
+        if plen != STATE_PAYLOAD:
+            return "STATE payload is %d bytes, must be 24" % plen
+        st, _att, lease, _nb = struct.unpack(STATE_FMT, payload)
+        if st not in (S_AVAILABLE, S_CLAIMED, S_QUARANTINED):
+            return "STATE state %d is not 1, 2 or 4" % st
+        if (lease != 0) != (st == S_CLAIMED):
+            return "STATE lease_until_ms must be non-zero exactly when CLAIMED"
+    return None
+
+
+def decode_manifest(data, opts, marker_present):
+    """Decode and validate queue.manifest (F§6). Returns (fields, error or None)."""
+    if len(data) != MAN_SIZE:
+        return None, "manifest is %d bytes, must be 48" % len(data)
+    magic, ver, size, gen, next_seq, segs, items, end, crc, reserved = struct.unpack(MAN_FMT, data)
+    fields = {
+        "magic": magic.decode("latin-1"), "version": ver, "size": size, "generation": gen,
+        "next_seq": next_seq, "segment_count": segs, "item_count": items, "end_offset": end,
+        "crc32": crc, "reserved": reserved, "crc_ok": (zlib.crc32(data[:40]) & 0xFFFFFFFF) == crc,
+    }
+    if magic != MAN_MAGIC:
+        return fields, "manifest magic %s is not DDQM" % magic.hex()
+    if ver != 1:
+        return fields, "manifest version %d" % ver
+    if size != MAN_SIZE:
+        return fields, "manifest size field %d" % size
+    if not fields["crc_ok"]:
+        return fields, "manifest crc mismatch"
+    if reserved != 0:
+        return fields, "manifest reserved field is not 0"
+    if next_seq == 0:
+        return fields, "manifest next_seq is 0"
+    if segs == 0 or segs > opts["max_segments"]:
+        return fields, "manifest segment_count %d outside 1..max_segments (%d)" % (segs, opts["max_segments"])
+    if items > opts["max_items"]:
+        return fields, "manifest item_count %d > max_items (%d)" % (items, opts["max_items"])
+    if end > opts["segment_bytes"]:
+        return fields, "manifest end_offset %d > segment_bytes (%d)" % (end, opts["segment_bytes"])
+    if gen != 0 and not marker_present:
+        return fields, "generation %d manifest without queue.format marker" % gen
+    return fields, None
+
+
+class Item:
+    __slots__ = ("seq", "state", "attempts", "lease_until_ms", "not_before_ms", "payload_len",
+                 "snapshotted", "reason", "needs_reason", "location")
+
+    def __init__(self, seq, plen, location):
+        self.seq = seq
+        self.state = S_AVAILABLE
+        self.attempts = 0
+        self.lease_until_ms = 0
+        self.not_before_ms = 0
+        self.payload_len = plen
+        self.snapshotted = False
+        self.reason = None
+        self.needs_reason = False
+        self.location = location
+
+    def is_default(self):
+        return (self.state == S_AVAILABLE and self.attempts == 0 and self.lease_until_ms == 0
+                and self.not_before_ms == 0)
+
+    def to_json(self):
+        return {
+            "seq": self.seq, "state": STATE_NAMES[self.state], "attempts": self.attempts,
+            "lease_until_ms": self.lease_until_ms, "not_before_ms": self.not_before_ms,
+            "payload_len": self.payload_len,
+            "quarantine_reason_hex": self.reason.hex() if self.reason is not None else None,
+        }
+
+
+class Report:
+    def __init__(self, path, opts):
+        self.path = path
+        self.options = opts
+        self.manifest = None
+        self.generation = 0
+        self.segments = []  # {"name", "id", "size", "records": [...], "tail": {...} or None}
+        self.problems = []
+        self.items = {}
+        self.next_seq = 1
+        self.tail_bytes = 0
+        self.ignored = []  # names the scan ignores (never touched)
+        self.obsolete = []  # names recovery would delete
+        self.replay_stopped = None
+
+    @property
+    def verdict(self):
+        if any(p.kind == "corrupt" for p in self.problems):
+            return CORRUPT
+        if any(p.kind == "torn" for p in self.problems):
+            return TORN
+        return OK
+
+    def add(self, kind, message, **kw):
+        self.problems.append(Problem(kind, message, **kw))
+
+    def stats(self):
+        counts = {s: 0 for s in STATE_NAMES}
+        for it in self.items.values():
+            counts[it.state] += 1
+        stored = sum(s["size"] for s in self.segments) - self.tail_bytes
+        return {
+            "total_items": len(self.items), "available_items": counts[S_AVAILABLE],
+            "claimed_items": counts[S_CLAIMED], "acknowledged_items": counts[S_ACKED],
+            "quarantined_items": counts[S_QUARANTINED], "stored_bytes": stored,
+            "segment_count": max(1, len(self.segments)), "next_seq": self.next_seq,
+            "recovered_tail_bytes": self.tail_bytes, "generation": self.generation,
+        }
+
+    def to_json(self, with_records=False):
+        out = {
+            "path": self.path, "verdict": VERDICT_NAMES[self.verdict], "exit_code": self.verdict,
+            "options": self.options, "generation": self.generation, "manifest": self.manifest,
+            "problems": [p.to_json() for p in self.problems], "stats": self.stats(),
+            "items": [self.items[k].to_json() for k in sorted(self.items)],
+            "segments": [
+                {"name": s["name"], "id": s["id"], "size": s["size"], "record_count": len(s["records"]),
+                 "tail": s["tail"]} for s in self.segments
+            ],
+            "ignored_files": self.ignored, "obsolete_files": self.obsolete,
+        }
+        if with_records:
+            for js, s in zip(out["segments"], self.segments):
+                js["records"] = s["records"]
+        return out
+
+
+def scan(path, options=None, read_file=None):
+    """Decode a queue directory without modifying it. Returns a Report (raises NotAQueue, OSError)."""
+    opts = check_options(options)
+    rep = Report(path, opts)
+    names = sorted(os.listdir(path))
+    segs_by_gen = {}
+    for n in names:
+        parsed = parse_segment_name(n)
+        if parsed:
+            segs_by_gen.setdefault(parsed[0], []).append((parsed[1], n))
+    has_marker = FORMAT_NAME in names
+    has_manifest = MANIFEST_NAME in names
+    if not segs_by_gen and not has_marker and not has_manifest:
+        raise NotAQueue("%s is not a ddq queue directory (no segment, manifest or queue.format)" % path)
+
+    # F§14 step 2: marker and manifest.
+    if has_marker:
+        mp = os.path.join(path, FORMAT_NAME)
+        if os.path.islink(mp) or not os.path.isfile(mp):
+            rep.add("corrupt", "queue.format is not a regular file", file=FORMAT_NAME)
+        elif os.path.getsize(mp) != 0:
+            rep.add("corrupt", "queue.format is not empty (%d bytes)" % os.path.getsize(mp), file=FORMAT_NAME)
+    cp = None  # checkpoint (segment index, end offset) while not yet seen
+    if has_manifest:
+        mp = os.path.join(path, MANIFEST_NAME)
+        if os.path.islink(mp) or not os.path.isfile(mp):
+            rep.add("corrupt", "queue.manifest is not a regular file", file=MANIFEST_NAME)
+            return rep
+        with open(mp, "rb") as f:
+            fields, err = decode_manifest(f.read(), opts, has_marker)
+        rep.manifest = fields
+        if err:
+            rep.add("corrupt", err, file=MANIFEST_NAME)
+            return rep
+        rep.generation = fields["generation"]
+        cp = (fields["segment_count"] - 1, fields["end_offset"])
+    elif has_marker:
+        rep.add("corrupt", "queue.format exists but queue.manifest is missing", file=MANIFEST_NAME)
+        return rep
+
+    # F§14 step 3: the selected generation's segments, contiguous ids from 0.
+    gen = rep.generation
+    mine = sorted(segs_by_gen.get(gen, []))
+    if len(mine) > opts["max_segments"]:
+        rep.add("corrupt", "%d segments exceed max_segments %d (limit; try --max-segments)"
+                % (len(mine), opts["max_segments"]))
+        return rep
+    for i, (sid, n) in enumerate(mine):
+        if sid != i:
+            rep.add("corrupt", "segment ids not contiguous: expected id %d, found %s" % (i, n), file=n)
+            return rep
+    if rep.manifest and len(mine) < rep.manifest["segment_count"]:
+        rep.add("corrupt", "manifest names %d segments, only %d present"
+                % (rep.manifest["segment_count"], len(mine)))
+        return rep
+    _classify_other_files(rep, path, names, gen, mine)
+
+    # F§14 steps 6-7: replay.
+    st = _Replay(rep, opts, gen, cp)
+    for idx, (sid, n) in enumerate(mine):
+        fp = os.path.join(path, n)
+        if not os.path.isfile(fp):
+            rep.add("corrupt", "segment is not a regular file", file=n)
+            return rep
+        with open(fp, "rb") as f:
+            data = f.read()
+        seg = {"name": n, "id": sid, "size": len(data), "records": [], "tail": None}
+        rep.segments.append(seg)
+        st.segment(seg, idx, data, last=(idx == len(mine) - 1))
+    st.finish()
+    return rep
+
+
+def _classify_other_files(rep, path, names, gen, mine):
+    mine_names = {n for _, n in mine}
+    for n in names:
+        if n in (LOCK_NAME, FORMAT_NAME, MANIFEST_NAME) or n in mine_names:
+            continue
+        fp = os.path.join(path, n)
+        regular = os.path.isfile(fp) and not os.path.islink(fp)
+        if n == MANIFEST_TMP or parse_segment_name(n):
+            if not regular:
+                rep.add("corrupt", "%s is not a regular file" % n, file=n)
+            else:
+                rep.obsolete.append(n)
+        elif n.endswith(".reserve") and parse_segment_name(n[:-8]):
+            if not regular:
+                rep.add("corrupt", "%s is not a regular file" % n, file=n)
+            elif os.path.getsize(fp) == 0:
+                rep.obsolete.append(n)
+            else:
+                base = n[:-8]
+                alias = False
+                if base in mine_names:
+                    a, b = os.stat(fp), os.stat(os.path.join(path, base))
+                    alias = (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+                if alias:
+                    rep.obsolete.append(n)
+                else:
+                    rep.add("corrupt", "unknown non-empty reserve file", file=n)
+        else:
+            rep.ignored.append(n)
+    for n in rep.obsolete:
+        rep.add("note", "recovery deletes %s (other generation or leftover)" % n, file=n)
+
+
+class _Replay:
+    """Replay rules of F§10.4 with the checkpoint rules of F§14 step 7."""
+
+    def __init__(self, rep, opts, gen, cp):
+        self.rep = rep
+        self.opts = opts
+        self.gen = gen
+        self.cp = cp  # (segment index, end_offset) or None once seen / no manifest
+        self.seen = cp is None
+        self.next_seq = 1
+        self.last_seq = 0  # seq of the newest item
+        self.prev = None  # previous record (type, seq, state-record state) in log order
+        self.stopped = False
+
+    def corrupt(self, msg, **kw):
+        self.rep.add("corrupt", msg, **kw)
+        if not self.stopped:
+            self.stopped = True
+            self.rep.replay_stopped = "replay stopped at the first corruption"
+
+    def check_cp(self, idx, off, name):
+        if self.seen or self.stopped or idx != self.cp[0]:
+            return
+        end = self.cp[1]
+        if off > end:
+            self.corrupt("a record crosses the snapshot boundary at offset %d" % end, file=name,
+                         offset=off, after_seq=self.last_seq or None)
+            return
+        if off < end:
+            return
+        m = self.rep.manifest
+        items = self.rep.items
+        if len(items) != m["item_count"]:
+            self.corrupt("at the snapshot boundary %d items, manifest says %d" % (len(items), m["item_count"]),
+                         file=name, offset=off)
+            return
+        if self.next_seq > m["next_seq"] or (self.gen == 0 and self.next_seq != m["next_seq"]):
+            self.corrupt("at the snapshot boundary next_seq %d, manifest says %d" % (self.next_seq, m["next_seq"]),
+                         file=name, offset=off)
+            return
+        for it in items.values():
+            if self.gen != 0 and not it.snapshotted and not it.is_default():
+                self.corrupt("item %d not snapshotted but not in the default state" % it.seq, file=name,
+                             offset=off, seqs=(it.seq, it.seq))
+                return
+            if it.needs_reason:
+                self.corrupt("quarantined item %d has no reason record" % it.seq, file=name, offset=off,
+                             seqs=(it.seq, it.seq))
+                return
+        self.next_seq = m["next_seq"]
+        self.seen = True
+
+    def segment(self, seg, idx, data, last):
+        name = seg["name"]
+        if len(data) > self.opts["segment_bytes"]:
+            self.corrupt("segment is %d bytes, larger than segment_bytes %d" % (len(data), self.opts["segment_bytes"]),
+                         file=name)
+        self.check_cp(idx, 0, name)
+        off = 0
+        while off < len(data):
+            rec, status, why = decode_record(data, off, self.opts)
+            if status == "ok":
+                seg["records"].append(rec)
+                if not self.stopped:
+                    self.apply(rec, name)
+                off += rec["record_length"]
+                self.check_cp(idx, off, name)
+                continue
+            left = len(data) - off
+            # A decoded header is trustworthy only past the magic/version/length checks.
+            seqs = (rec["seq"], rec["seq"]) if "seq" in rec and status != "bad-header" else None
+            tail = {"offset": off, "length": left, "status": status, "reason": why,
+                    "header": rec if "seq" in rec else None}
+            if status == "short" and last and self.seen:
+                self.rep.tail_bytes = left
+                tail["status"] = "torn"
+                self.rep.add("torn", "torn tail of %d bytes (%s); recovery truncates it" % (left, why),
+                             file=name, offset=off, seqs=seqs, after_seq=self.last_seq or None)
+                seg["tail"] = tail
+                return
+            if status == "invalid":
+                # Complete but failing record: reported, shown by --all, and skipped by length so the
+                # rest of the segment can still be decoded (replay stays stopped).
+                rec["status"] = "invalid"
+                rec["reason"] = why
+                seg["records"].append(rec)
+                self.corrupt(why, file=name, offset=off, seqs=seqs)
+                off += rec["record_length"]
+                continue
+            if status == "short":
+                where = "before the snapshot boundary" if not self.seen else "in a segment that is not the last"
+                why = "%s %s" % (why, where)
+            tail["status"] = "invalid"
+            seg["tail"] = tail
+            self.corrupt(why, file=name, offset=off, seqs=seqs, after_seq=self.last_seq or None)
+            return
+
+    def apply(self, rec, name):
+        typ, seq = rec["type"], rec["seq"]
+        items = self.rep.items
+        off = rec["offset"]
+        where = {"file": name, "offset": off, "seqs": (seq, seq)}
+        in_prefix = not self.seen and self.gen != 0
+        prev = self.prev
+        self.prev = (typ, seq, rec.get("state", {}).get("state"))
+        if typ == T_DATA:
+            if seq == U64_MAX:
+                return self.corrupt("DATA seq is UINT64_MAX", **where)
+            if seq <= self.last_seq:
+                return self.corrupt("DATA seq %d not above previous item %d" % (seq, self.last_seq), **where)
+            if in_prefix:
+                for it in items.values():
+                    if it.needs_reason:
+                        return self.corrupt("DATA after quarantined item %d whose reason is missing" % it.seq, **where)
+            elif seq != self.next_seq:
+                return self.corrupt("DATA seq %d, expected %d (sequences must be contiguous)" % (seq, self.next_seq),
+                                    **where)
+            items[seq] = Item(seq, rec["payload_length"], (name, off))
+            self.last_seq = seq
+            self.next_seq = seq + 1
+            return
+        it = items.get(seq)
+        if it is None:
+            return self.corrupt("%s for unknown seq %d" % (TYPE_NAMES[typ], seq), **where)
+        if in_prefix:
+            if typ == T_STATE:
+                if seq != self.last_seq or it.snapshotted or not prev or prev[0] != T_DATA or prev[1] != seq:
+                    return self.corrupt("STATE must directly follow its DATA in the snapshot prefix", **where)
+                s = rec["state"]
+                it.state = s["state"]
+                it.attempts = s["attempts"]
+                it.lease_until_ms = s["lease_until_ms"]
+                it.not_before_ms = s["not_before_ms"]
+                it.snapshotted = True
+                it.needs_reason = it.state == S_QUARANTINED
+                return
+            if typ == T_QUARANTINE:
+                if not prev or prev[0] != T_STATE or prev[1] != seq or prev[2] != S_QUARANTINED:
+                    return self.corrupt("QUARANTINE in the snapshot prefix must follow a QUARANTINED STATE",
+                                        **where)
+                it.reason = bytes.fromhex(rec["payload_hex"])
+                it.needs_reason = False
+                return
+            return self.corrupt("%s record inside the snapshot prefix" % TYPE_NAMES[typ], **where)
+        if typ == T_STATE:
+            return self.corrupt("STATE record outside a snapshot prefix", **where)
+        if typ == T_CLAIM:
+            if it.state not in (S_AVAILABLE, S_CLAIMED):
+                return self.corrupt("CLAIM of a %s item" % STATE_NAMES[it.state], **where)
+            it.state = S_CLAIMED
+            it.lease_until_ms = rec["arg"]
+        elif typ == T_ACK:
+            if it.state != S_CLAIMED:
+                return self.corrupt("ACK of a %s item" % STATE_NAMES[it.state], **where)
+            it.state = S_ACKED
+            it.lease_until_ms = 0
+        elif typ == T_RETRY:
+            if it.state != S_CLAIMED:
+                return self.corrupt("RETRY of a %s item" % STATE_NAMES[it.state], **where)
+            if it.attempts >= U32_MAX:
+                return self.corrupt("RETRY would overflow attempts", **where)
+            it.state = S_AVAILABLE
+            it.attempts += 1
+            it.lease_until_ms = 0
+            it.not_before_ms = rec["arg"]
+        elif typ == T_QUARANTINE:
+            if it.state != S_CLAIMED:
+                return self.corrupt("QUARANTINE of a %s item" % STATE_NAMES[it.state], **where)
+            it.state = S_QUARANTINED
+            it.lease_until_ms = 0
+            it.reason = bytes.fromhex(rec["payload_hex"])
+
+    def finish(self):
+        rep = self.rep
+        if not self.seen and not self.stopped:
+            name = rep.segments[self.cp[0]]["name"] if self.cp[0] < len(rep.segments) else None
+            self.corrupt("snapshot boundary (segment %d, offset %d) never reached: incomplete snapshot"
+                         % self.cp, file=name)
+        rep.next_seq = self.next_seq
+
+
+# ---------------------------------------------------------------- text rendering
+
+
+def _fmt_record(r):
+    line = "  %6d  %-10s seq %-6d arg %-14d len %-5d rec %-5d crc %08x" % (
+        r["offset"], r["type_name"], r["seq"], r["arg"], r["payload_length"], r["record_length"], r["crc32"])
+    if r.get("status") == "invalid":
+        line += "  INVALID: %s" % r["reason"]
+    elif r["type"] == T_STATE and "state" in r:
+        s = r["state"]
+        line += "  state=%s attempts=%d lease=%d not_before=%d" % (
+            STATE_NAMES.get(s["state"], s["state"]), s["attempts"], s["lease_until_ms"], s["not_before_ms"])
+    elif r["payload_hex"]:
+        p = bytes.fromhex(r["payload_hex"])
+        line += "  %s" % _preview(p)
+    return line
+
+
+def _preview(b, n=32):
+    s = repr(bytes(b[:n]))
+    return s + ("..." if len(b) > n else "")
+
+
+def render_records(rep, show_all=False):
+    out = []
+    if rep.manifest:
+        m = rep.manifest
+        out.append("manifest: generation %d next_seq %d segment_count %d item_count %d end_offset %d crc %08x%s"
+                   % (m["generation"], m["next_seq"], m["segment_count"], m["item_count"], m["end_offset"],
+                      m["crc32"], "" if m["crc_ok"] else " (BAD CRC)"))
+    else:
+        out.append("manifest: none (generation 0)")
+    for s in rep.segments:
+        recs = [r for r in s["records"] if show_all or r.get("status") != "invalid"]
+        out.append("%s: %d bytes, %d records" % (s["name"], s["size"], len(recs)))
+        for r in recs:
+            out.append(_fmt_record(r))
+        t = s["tail"]
+        if t:
+            if show_all:
+                out.append("  %6d  %s tail of %d bytes: %s" % (t["offset"], t["status"].upper(), t["length"],
+                                                                t["reason"]))
+            else:
+                out.append("  (%d bytes at offset %d not shown: %s tail; use --all)" % (
+                    t["length"], t["offset"], t["status"]))
+        hidden = len(s["records"]) - len(recs)
+        if hidden:
+            out.append("  (%d invalid records not shown; use --all)" % hidden)
+    return "\n".join(out) + "\n"
+
+
+def render_verify(rep):
+    out = ["verify %s" % rep.path]
+    o = rep.options
+    out.append("options: segment_bytes %d max_payload_bytes %d max_items %d max_segments %d" % (
+        o["segment_bytes"], o["max_payload_bytes"], o["max_items"], o["max_segments"]))
+    if rep.manifest:
+        m = rep.manifest
+        out.append("manifest: generation %d next_seq %d segment_count %d item_count %d end_offset %d" % (
+            m["generation"], m["next_seq"], m["segment_count"], m["item_count"], m["end_offset"]))
+    else:
+        out.append("manifest: none (generation 0)")
+    for s in rep.segments:
+        out.append("segment %s: %d bytes, %d records" % (s["name"], s["size"], len(
+            [r for r in s["records"] if r.get("status") != "invalid"])))
+    for n in rep.ignored:
+        out.append("ignored: %s" % n)
+    for p in rep.problems:
+        out.append("%s: %s: %s" % (p.kind.upper(), p.where(), p.message))
+    if rep.replay_stopped:
+        out.append("note: %s" % rep.replay_stopped)
+    st = rep.stats()
+    out.append("items: %d total, %d available, %d claimed, %d acked, %d quarantined; next_seq %d" % (
+        st["total_items"], st["available_items"], st["claimed_items"], st["acknowledged_items"],
+        st["quarantined_items"], st["next_seq"]))
+    v = rep.verdict
+    if v == OK:
+        out.append("result: clean")
+    elif v == TORN:
+        out.append("result: torn tail (%d bytes recovery would remove)" % rep.tail_bytes)
+    else:
+        out.append("result: corrupt (%d problems)" % len([p for p in rep.problems if p.kind == "corrupt"]))
+    return "\n".join(out) + "\n"
