@@ -1,0 +1,101 @@
+# Example outbox app for ESP32_GENERIC (ESP32 (4 MB flash, LittleFS vfs partition, about 110 KB free heap))
+#
+# Enqueue a sensor reading every period, then deliver what is due: claim -> send -> ack. A reading
+# is durable once enqueue() returns, so a power cut between readings loses nothing that was queued;
+# a reading whose send failed is retried with a growing delay; one the far end rejects for good is
+# quarantined with the reason (inspect it on a host: `ddq pull :outbox out && ddq inspect out`).
+#
+# Start from here: replace send() with your transport (for example an MQTT QoS 1 publish that
+# returns True only after the PUBACK), and read_sensor() with your sensor.
+import time
+
+import ddq
+
+QUEUE_DIR = "outbox"
+# Queue options of boards/ESP32_GENERIC.json. Keep them fixed for the life of the directory: DDQ does not
+# store them, and a reader with smaller limits reports the directory as corrupt.
+OPTIONS = {
+    "segment_bytes": 8192,
+    "max_payload_bytes": 512,
+    "max_items": 512,
+    "max_segments": 16,
+}
+LEASE_MS = 30000  # how long a claimed reading stays ours before another claim may take it
+MAX_ATTEMPTS = 8  # then quarantine: the reading is kept as evidence, delivery moves on
+
+
+def read_sensor():
+    """ESP32 internal temperature (esp32.mcu_temperature on newer chips, raw_temperature in F on ESP32)."""
+    import esp32
+
+    if hasattr(esp32, "mcu_temperature"):
+        t = esp32.mcu_temperature()
+    else:
+        t = (esp32.raw_temperature() - 32) / 1.8
+    return b"%d" % int(t)
+
+
+def send(payload):
+    """Deliver one payload; return True once the far end confirmed it, False to retry later.
+
+    Raise ValueError for a payload the far end will never accept: it is quarantined.
+    """
+    print("send", payload)
+    return True
+
+
+def encode(reading, seq_hint):
+    # Small, self-describing, no allocation-heavy json on tiny boards: "n=<count> t=<ms> v=<value>".
+    return b"n=%d t=%d v=%s" % (seq_hint, time.ticks_ms(), reading)
+
+
+def deliver(q, budget=16, sender=None):
+    """Claim and send up to budget due readings; return (acked, retried, quarantined)."""
+    sender = sender or send
+    acked = retried = quarantined = 0
+    for _ in range(budget):  # bounded: never loop on the queue forever
+        c = q.claim(LEASE_MS)
+        if c is None:
+            break
+        payload = q.read(c.seq)
+        try:
+            ok = sender(payload)
+        except ValueError as e:
+            q.quarantine(c.seq, str(e).encode()[:200])
+            quarantined += 1
+            continue
+        except Exception:  # transport trouble: try again later
+            ok = False
+        if ok:
+            q.ack(c.seq)
+            acked += 1
+        elif c.attempts + 1 >= MAX_ATTEMPTS:
+            q.quarantine(c.seq, b"gave up after %d attempts" % (c.attempts + 1))
+            quarantined += 1
+        else:
+            q.retry(c.seq, min(300000, 1000 << c.attempts))  # 1 s, 2 s, 4 s, ... capped at 5 min
+            retried += 1
+    return acked, retried, quarantined
+
+
+def run(rounds=None, period_ms=10000, sender=None, queue_dir=QUEUE_DIR):
+    """Enqueue a reading and deliver, every period_ms; rounds=None runs forever."""
+    q = ddq.Queue(queue_dir, **OPTIONS)
+    n = 0
+    try:
+        while rounds is None or n < rounds:
+            n += 1
+            try:
+                q.enqueue(encode(read_sensor(), n))
+            except ddq.Full:
+                print("outbox full: reading dropped")  # nothing acked could be reclaimed
+            deliver(q, sender=sender)
+            if period_ms:
+                time.sleep_ms(period_ms)
+        return q.stats()
+    finally:
+        q.close()
+
+
+if __name__ == "__main__":
+    run()
