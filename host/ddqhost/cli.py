@@ -1,19 +1,459 @@
-"""Command line entry point `ddq` (minimal placeholder; the host tools replace it)."""
+"""The `ddq` command: a table of (handler, argparse factory), one CommandError, `ddq: message` on stderr.
 
+Exit status: 0 success; 1 any error (one line on stderr); 2 corruption (verify: corrupt; inspect,
+replay, push: the directory is corrupt); verify also exits 1 when only a torn tail would be removed;
+130 interrupted.
+"""
+
+import argparse
+import json
+import os
 import sys
 
+from . import boards, fsck, qdir, vboard
+from .device import Device, DeviceError, dpath
 
-def main(argv: list[str] | None = None) -> int:
-    """Print `ddq <version>` for --version; everything else is not written yet."""
-    args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["--version"]:
-        import ddq
 
-        print("ddq %s" % ddq.__version__)
+class CommandError(Exception):
+    """Printed as `ddq: message`; .code is the exit status (1 unless said otherwise)."""
+
+    def __init__(self, msg, code=1):
+        super().__init__(msg)
+        self.code = code
+
+
+def out_json(obj):
+    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def log_err(msg):
+    sys.stderr.write(msg + "\n")
+
+
+# ---------------------------------------------------------------- device selection
+
+
+def add_device_args(p):
+    p.add_argument("--device", "-d", metavar="DEV",
+                   help="serial port or pty of the board (default: $DDQ_DEVICE, else the running virtual board)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--resume", action="store_true", default=None,
+                   help="do not soft-reset on connect (automatic for the virtual board)")
+    g.add_argument("--soft-reset", dest="resume", action="store_false",
+                   help="soft-reset on connect (default for real boards: stops the running app)")
+    p.add_argument("--state-dir", metavar="DIR", help="virtual board state directory (for the default device)")
+
+
+def open_device(args):
+    dev = args.device or os.environ.get("DDQ_DEVICE")
+    state_dir = getattr(args, "state_dir", None)
+    if not dev:
+        dev = vboard.running_device(state_dir)
+        if not dev:
+            raise CommandError("no device: pass --device DEV, set DDQ_DEVICE, or start `ddq board virtual start`")
+    if args.resume is None:
+        soft_reset = not vboard.is_virtual_device(dev, state_dir)
+    else:
+        soft_reset = not args.resume
+    return Device(dev, soft_reset=soft_reset)
+
+
+# ---------------------------------------------------------------- options
+
+
+def add_option_args(p):
+    p.add_argument("--board", metavar="PROFILE", help="take queue options from boards/PROFILE.json")
+    for key in qdir.OPTION_KEYS:
+        p.add_argument("--" + key.replace("_", "-"), dest=key, type=int, metavar="N",
+                       help="queue option %s (see `ddq inspect -h` for the precedence)" % key)
+
+
+def resolve_options(args, path):
+    flags = {k: getattr(args, k, None) for k in qdir.OPTION_KEYS}
+    opts, src = qdir.resolve_options(path, flags, getattr(args, "board", None))
+    try:
+        fsck.check_options(opts)
+    except ValueError as e:
+        raise CommandError("bad queue options: %s" % e)
+    return opts, src
+
+
+# ---------------------------------------------------------------- board virtual
+
+
+def argparse_board(p):
+    sub = p.add_subparsers(dest="board_cmd", required=True)
+    v = sub.add_parser("virtual", help="the virtual board (unix port + LittleFS image + pty)")
+    v.add_argument("action", choices=["start", "stop", "status", "kill"])
+    v.add_argument("--dir", dest="state_dir", metavar="STATE_DIR",
+                   help="state directory (default $DDQ_STATE_DIR or ~/.local/state/ddq/virtual)")
+    v.add_argument("--image", metavar="PATH", help="LittleFS image file (default STATE_DIR/flash.img)")
+    v.add_argument("--size-kib", type=int, default=vboard.DEFAULT_BLOCKS * vboard.DEFAULT_BLOCK_SIZE // 1024,
+                   help="size of a new image (default %(default)s KiB)")
+    v.add_argument("--micropython", metavar="EXE", help="unix port executable (default: the venv's micropython)")
+    v.add_argument("--json", action="store_true")
+    pr = sub.add_parser("probe", help="detect the board profile of a connected device")
+    add_device_args(pr)
+    pr.add_argument("--json", action="store_true")
+    sub.add_parser("list", help="list board profiles")
+
+
+def do_board(args):
+    if args.board_cmd == "list":
+        for n in boards.names():
+            prof = boards.load(n)
+            print("%-14s %-9s mpy_arch %-10s segment %6d x %-4d payload <= %d" % (
+                n, prof.get("port", ""), prof["mpy_arch"] or "portable", prof["segment_bytes"],
+                prof["max_segments"], prof["max_payload_bytes"]))
         return 0
-    print("usage: ddq --version", file=sys.stderr)
-    return 2
+    if args.board_cmd == "probe":
+        with open_device(args) as dev:
+            probe = dev.probe()
+        name = boards.select(probe)
+        res = {"device": dev.port, "probe": probe, "board": name, "mpy": boards.device_mpy(probe)}
+        if args.json:
+            out_json(res)
+        else:
+            print("%s: %s (build %r, platform %s, mpy %s)" % (dev.port, name or "unknown board", probe.get("build"),
+                                                             probe.get("platform"), res["mpy"]))
+        return 0
+    state_dir = args.state_dir or vboard.default_state_dir()
+    try:
+        if args.action == "start":
+            bs = vboard.DEFAULT_BLOCK_SIZE
+            res = vboard.start(state_dir, image=args.image, micropython=args.micropython, block_size=bs,
+                               blocks=max(8, args.size_kib * 1024 // bs))
+            msg = "virtual board running: device %s (image %s)" % (res["device"], res["image"])
+        elif args.action == "stop":
+            res = vboard.stop(state_dir)
+            msg = "virtual board stopped" if res["stopped"] else "virtual board was not running"
+        elif args.action == "kill":
+            res = vboard.kill(state_dir)
+            msg = "virtual board killed (power cut)" if res["killed"] else "virtual board was not running"
+        else:
+            res = vboard.status(state_dir)
+            msg = ("running: device %s, pids %d/%d, image %s" % (res["device"], res["bridge_pid"],
+                                                                 res["micropython_pid"], res["image"])
+                   if res["running"] else "not running (state dir %s)" % res["state_dir"])
+    except vboard.BoardError as e:
+        raise CommandError(str(e))
+    if args.json:
+        out_json(res)
+    else:
+        print(msg)
+    return 0 if args.action != "status" or res["running"] else 3
+
+
+# ---------------------------------------------------------------- flash / pull / push
+
+
+def argparse_flash(p):
+    add_device_args(p)
+    p.add_argument("--board", metavar="PROFILE", help="board profile (default: probed)")
+    p.add_argument("--format", choices=["py", "mpy"], help="install as source or mpy-cross output "
+                   "(default: the profile's `install`)")
+    p.add_argument("--dest", default="", metavar=":DIR", help="device directory (default: the device's cwd)")
+    p.add_argument("--app", metavar="MAIN_PY", help="also install this file as :main.py")
+    p.add_argument("--example-app", action="store_true", help="install the profile's example app as :main.py")
+    p.add_argument("-O", dest="opt", type=int, choices=[0, 1, 2, 3], help="mpy-cross optimisation level")
+    p.add_argument("--json", action="store_true")
+
+
+def do_flash(args):
+    from . import transfer
+
+    if args.app and args.example_app:
+        raise CommandError("give --app or --example-app, not both")
+    if args.app and not os.path.isfile(args.app):
+        raise CommandError("%s: no such file" % args.app)
+    with open_device(args) as dev:
+        app = args.app
+        if args.example_app:
+            prof, _ = transfer.pick_profile(dev, args.board)
+            app = boards.app_path(prof)
+        res = transfer.flash(dev, board=args.board, fmt=args.format, dest=args.dest, app=app, opt=args.opt)
+    if args.json:
+        out_json(res)
+    else:
+        for w in res["written"]:
+            print("wrote %s (%d bytes)" % (w["path"], w["bytes"]))
+        for r in res["removed"]:
+            print("removed %s" % r)
+        print("ddq %s imports on %s (%s, %s) in %.1f s" % (res["version"], res["device"], res["board"],
+                                                           res["imported_from"], res["seconds"]))
+    return 0
+
+
+def argparse_pull(p):
+    add_device_args(p)
+    p.add_argument("remote", metavar="REMOTE_DIR", help="queue directory on the device (':outbox')")
+    p.add_argument("local", metavar="LOCAL_DIR", help="new local directory")
+    p.add_argument("--board", metavar="PROFILE", help="profile whose queue options to record (default: probed)")
+    p.add_argument("--force", action="store_true", help="overwrite a local pull that has local changes")
+    p.add_argument("--progress", action="store_true", default=None, help="progress bar even when not a tty")
+    p.add_argument("--json", action="store_true")
+
+
+def do_pull(args):
+    from . import transfer
+
+    with open_device(args) as dev:
+        res = transfer.pull(dev, args.remote, args.local, board=args.board, force=args.force,
+                            progress_enabled=args.progress)
+    if args.json:
+        out_json(res)
+    else:
+        print("pulled %d files (%d bytes) from %s to %s in %.1f s (%.1f KiB/s), sha256 verified" % (
+            res["files"], res["bytes"], res["remote"], res["local"], res["seconds"], res["kib_per_s"] or 0))
+    return 0
+
+
+def argparse_push(p):
+    add_device_args(p)
+    p.add_argument("local", metavar="LOCAL_DIR")
+    p.add_argument("remote", metavar="REMOTE_DIR")
+    p.add_argument("--force", action="store_true", help="push even if the device copy changed since the pull")
+    p.add_argument("--progress", action="store_true", default=None)
+    p.add_argument("--json", action="store_true")
+
+
+def do_push(args):
+    from . import transfer
+
+    with open_device(args) as dev:
+        res = transfer.push(dev, args.local, args.remote, force=args.force, progress_enabled=args.progress)
+    if args.json:
+        out_json(res)
+    else:
+        print("pushed %s to %s: %d written, %d appended, %d removed (%d bytes, %.1f s)" % (
+            res["local"], res["remote"], len(res["written"]), len(res["appended"]), len(res["removed"]),
+            res["bytes"], res["seconds"]))
+    return 0
+
+
+# ---------------------------------------------------------------- inspect / verify / records
+
+
+def argparse_inspect(p):
+    p.add_argument("dir", metavar="DIR")
+    add_option_args(p)
+    p.add_argument("--payloads", action="store_true", help="include every payload in hex (--json)")
+    p.add_argument("--now-ms", type=int, help="wall clock for lease/due figures (default: now)")
+    p.add_argument("--json", action="store_true")
+
+
+def do_inspect(args):
+    opts, src = resolve_options(args, args.dir)
+    info = qdir.inspect(args.dir, opts, payloads=args.payloads, now_ms=args.now_ms)
+    info["options_source"] = src
+    if args.json:
+        out_json(info)
+    else:
+        sys.stdout.write(qdir.render_inspect(info))
+    return 0
+
+
+def _scan(args):
+    opts, src = resolve_options(args, args.dir)
+    if not os.path.isdir(args.dir):
+        raise CommandError("%s: no such directory" % args.dir)
+    try:
+        return fsck.scan(args.dir, opts), src
+    except fsck.NotAQueue as e:
+        raise CommandError(str(e))
+
+
+def argparse_verify(p):
+    p.add_argument("dir", metavar="DIR")
+    add_option_args(p)
+    p.add_argument("--json", action="store_true")
+
+
+def do_verify(args):
+    rep, src = _scan(args)
+    if args.json:
+        js = rep.to_json()
+        js["options_source"] = src
+        out_json(js)
+    else:
+        sys.stdout.write(fsck.render_verify(rep))
+    return rep.verdict
+
+
+def argparse_records(p):
+    p.add_argument("dir", metavar="DIR")
+    add_option_args(p)
+    p.add_argument("--all", action="store_true", help="also show invalid records and torn/invalid tails")
+    p.add_argument("--json", action="store_true")
+
+
+def do_records(args):
+    rep, _src = _scan(args)
+    if args.json:
+        js = rep.to_json(with_records=True)
+        if not args.all:
+            for s in js["segments"]:
+                s["records"] = [r for r in s["records"] if r.get("status") != "invalid"]
+                s["tail"] = None if s["tail"] is None else {k: v for k, v in s["tail"].items() if k != "header"}
+        out_json({"path": js["path"], "manifest": js["manifest"], "segments": js["segments"],
+                  "verdict": js["verdict"], "generation": js["generation"]})
+    else:
+        sys.stdout.write(fsck.render_records(rep, show_all=args.all))
+    return 0
+
+
+# ---------------------------------------------------------------- replay
+
+
+def argparse_replay(p):
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument("--to", required=True, metavar="mqtt://HOST:PORT[/PREFIX]")
+    p.add_argument("--dry-run", action="store_true", help="list what would be sent; DIR is not touched")
+    p.add_argument("--limit", type=int, metavar="N", help="deliver at most N messages, then stop")
+    p.add_argument("--lease-ms", type=int, default=60000, help="lease of each claim (default %(default)s)")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for CONNACK/PUBACK")
+    p.add_argument("--client-id", help="MQTT client id (default ddq-replay-<time>)")
+    add_option_args(p)
+    p.add_argument("-v", "--verbose", action="store_true", help="one line per message on stderr")
+    p.add_argument("--json", action="store_true")
+
+
+def do_replay(args):
+    from . import replay
+
+    opts, _src = resolve_options(args, args.dir)
+    try:
+        cfg = replay.parse_url(args.to)
+        if args.dry_run:
+            res = replay.plan(args.dir, opts, cfg["prefix"])
+        else:
+            res = replay.replay(args.dir, args.to, opts, limit=args.limit, lease_ms=args.lease_ms,
+                                timeout=args.timeout, client_id=args.client_id,
+                                log=log_err if args.verbose else None)
+    except replay.ReplayError as e:
+        raise CommandError(str(e))
+    if args.json:
+        out_json(res)
+    else:
+        if res["dry_run"]:
+            for w in res["would_send"]:
+                print("would send seq %d -> %s (%d bytes)" % (w["seq"], w["topic"], w["bytes"]))
+        print("%ssent %d, failed %d, skipped %d, remaining %d" % (
+            "dry run: " if res["dry_run"] else "", res["sent"], res["failed"], res["skipped"], res["remaining"]))
+    if res.get("interrupted"):
+        return 130
+    return 1 if res["failed"] else 0
+
+
+# ---------------------------------------------------------------- test
+
+
+def argparse_test(p):
+    add_device_args(p)
+    p.add_argument("-k", metavar="SUBSTR", help="only tests whose name contains SUBSTR")
+    p.add_argument("--fs", choices=["posix", "lfs2", "fat"], default="posix",
+                   help="filesystem under test (posix = the board's own flash)")
+    p.add_argument("--root", metavar=":DIR", help="device directory for test files (default :<cwd>/ddq-test)")
+    p.add_argument("--installed", action="store_true",
+                   help="test ddq as installed on the device (`ddq flash`) instead of the checkout's port/ddq.py")
+    p.add_argument("modules", nargs="*", metavar="MODULE")
+
+
+def do_test(args):
+    from . import testrun
+
+    with open_device(args) as dev:
+        rc, summary = testrun.run(dev, modules=args.modules, k=args.k, fs=args.fs, root=args.root,
+                                  installed=args.installed, out=lambda b: (sys.stdout.buffer.write(b), sys.stdout.flush()))
+    if summary is None:
+        raise CommandError("the test run ended without a summary line")
+    return rc
+
+
+# ---------------------------------------------------------------- table and main
+
+COMMANDS = {
+    "board": (do_board, argparse_board, "virtual board; board profiles; probe a device"),
+    "flash": (do_flash, argparse_flash, "install ddq (.py or .mpy) on a device and check it imports"),
+    "pull": (do_pull, argparse_pull, "copy a queue directory off a device, sha256-verified"),
+    "push": (do_push, argparse_push, "put a pulled (replayed) directory back on the device"),
+    "inspect": (do_inspect, argparse_inspect, "recovered state of a queue directory (not modified)"),
+    "verify": (do_verify, argparse_verify, "fsck: exit 0 clean, 1 torn tail only, 2 corrupt"),
+    "records": (do_records, argparse_records, "dump the records of a queue directory"),
+    "replay": (do_replay, argparse_replay, "deliver pending messages to an MQTT broker (QoS 1)"),
+    "test": (do_test, argparse_test, "run the shared test suite on a device"),
+}
+
+
+def build_parser():
+    ap = argparse.ArgumentParser(prog="ddq", description="ddq host tools")
+    ap.add_argument("--version", action="version", version="ddq %s" % _version())
+    sub = ap.add_subparsers(dest="command", required=True)
+    for name, (_h, factory, helptext) in COMMANDS.items():
+        p = sub.add_parser(name, help=helptext, description=helptext)
+        factory(p)
+    return ap
+
+
+def _version():
+    try:
+        return qdir.load_ddq().__version__
+    except qdir.QueueDirError:
+        return "unknown"
+
+
+def _error_message(e):
+    if isinstance(e, OSError):
+        where = e.filename if e.filename is not None else ""
+        if where:
+            return "%s: %s" % (where, e.strerror or e)
+        return e.strerror or str(e)
+    return str(e)
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    handler = COMMANDS[args.command][0]
+    from .replay import ReplayError
+    from .transfer import TransferError
+
+    try:
+        return handler(args) or 0
+    except CommandError as e:
+        log_err("ddq: %s" % e)
+        return e.code
+    except TransferError as e:
+        log_err("ddq: %s" % e)
+        return e.code
+    except (DeviceError, boards.BoardProfileError, qdir.QueueDirError, ReplayError, fsck.NotAQueue) as e:
+        log_err("ddq: %s" % e)
+        return 1
+    except KeyboardInterrupt:
+        log_err("ddq: interrupted")
+        return 130
+    except OSError as e:
+        log_err("ddq: %s" % _error_message(e))
+        return 1
+    except Exception as e:
+        ddq_err = _ddq_error(e)
+        if ddq_err is None:
+            raise
+        code = 2 if type(e).__name__ == "Corrupt" else 1
+        log_err("ddq: %s: %s" % (type(e).__name__.lower(), str(e) or ddq_err))
+        return code
+
+
+def _ddq_error(e):
+    """The ddq.Error class name if e is one (ddq is imported lazily), else None."""
+    mod = sys.modules.get("ddq")
+    if mod is not None and isinstance(e, getattr(mod, "Error", ())):
+        return type(e).__name__
+    return None
+
+
+def entry():
+    sys.exit(main())
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

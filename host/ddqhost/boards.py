@@ -1,0 +1,84 @@
+"""Board profiles: boards/<BOARD>.json (flat JSON, sorted keys, named after the firmware board name).
+
+Keys: board, port, description, mpy_arch (mpy-cross -march value, or null for portable bytecode),
+filesystem, install ("mpy" or "py"), segment_bytes, max_payload_bytes, max_items, max_segments (the
+queue options the example app and the host tools use for this board), queue_dir, lease_ms, app (path
+of the example app relative to boards/).
+
+Selection (STYLE rule 23): probe sys.implementation._build.split("-")[0] on the device (getattr
+defaults); a profile with that name wins; a unix-port build ("standard", "coverage", ... on
+linux/darwin) maps to UNIX, which is also the virtual board's profile.
+"""
+
+import json
+import os
+
+QUEUE_KEYS = ("segment_bytes", "max_payload_bytes", "max_items", "max_segments")
+REQUIRED = ("board", "filesystem", "install", "mpy_arch") + QUEUE_KEYS
+MPY_ARCHS = {  # sys.implementation._mpy >> 10 (py/persistentcode.h MP_NATIVE_ARCH_*)
+    0: None, 1: "x86", 2: "x64", 3: "armv6", 4: "armv6m", 5: "armv7m", 6: "armv7em", 7: "armv7emsp",
+    8: "armv7emdp", 9: "xtensa", 10: "xtensawin", 11: "rv32imc", 12: "rv64imc",
+}
+
+
+class BoardProfileError(Exception):
+    """Unknown or malformed profile; one line for the user."""
+
+
+def boards_dir():
+    env = os.environ.get("DDQ_BOARDS_DIR")
+    if env:
+        return env
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "boards")
+
+
+def names():
+    d = boards_dir()
+    try:
+        return sorted(n[:-5] for n in os.listdir(d) if n.endswith(".json"))
+    except OSError:
+        return []
+
+
+def load(name):
+    p = os.path.join(boards_dir(), name + ".json")
+    try:
+        with open(p) as f:
+            prof = json.load(f)
+    except FileNotFoundError:
+        raise BoardProfileError("unknown board profile %s (known: %s)" % (name, ", ".join(names()) or "none"))
+    except ValueError as e:
+        raise BoardProfileError("%s: bad JSON (%s)" % (p, e))
+    missing = [k for k in REQUIRED if k not in prof]
+    if missing:
+        raise BoardProfileError("%s lacks %s" % (p, ", ".join(missing)))
+    prof["_path"] = p
+    return prof
+
+
+def queue_options(prof):
+    return {k: prof[k] for k in QUEUE_KEYS}
+
+
+def app_path(prof):
+    app = prof.get("app")
+    return os.path.join(boards_dir(), app) if app else None
+
+
+def select(probe):
+    """Profile name for a device probe dict (see device.Device.probe), or None."""
+    build = str(probe.get("build") or "").split("-")[0]
+    known = names()
+    if build and build in known:
+        return build
+    if probe.get("platform") in ("linux", "darwin") and "UNIX" in known:
+        return "UNIX"
+    return None
+
+
+def device_mpy(probe):
+    """(major version, sub-version, arch name) from sys.implementation._mpy, or None."""
+    v = probe.get("mpy")
+    if not isinstance(v, int):
+        return None
+    return v & 0xFF, (v >> 8) & 3, MPY_ARCHS.get(v >> 10, "arch%d" % (v >> 10))

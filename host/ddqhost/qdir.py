@@ -1,0 +1,309 @@
+"""Queue directories on the host: locate ddq, resolve queue options, inspect a directory with ddq.Queue.
+
+Options: DDQ options are not stored on disk (ddq-c-format.md §7.1), and a reader must use limits at least
+as large as the writer's; appending (replay's acks) must use the writer's exact segment_bytes. They are
+taken from, first match wins per key:
+  1. command-line flags (--segment-bytes, --max-payload-bytes, --max-items, --max-segments);
+  2. the board profile given with --board;
+  3. DIR/ddq-options.json (flat JSON with any of those four keys; written by whoever creates the queue);
+  4. DIR/.ddq-pull.json "options" (`ddq pull` records the profile of the board it pulled from);
+  5. DDQ's defaults (4 MiB segments, 1 MiB payloads, 100000 items, 1024 segments).
+"""
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+from . import boards
+
+OPTION_KEYS = ("segment_bytes", "max_payload_bytes", "max_items", "max_segments")
+DEFAULTS = {"segment_bytes": 4194304, "max_payload_bytes": 1048576, "max_items": 100000,
+            "max_segments": 1024}
+PULL_META = ".ddq-pull.json"
+OPTIONS_FILE = "ddq-options.json"
+QUEUE_NAMES = ("queue.manifest", "queue.format")
+
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class QueueDirError(Exception):
+    """Not a queue directory, or options that cannot be used; one line for the user."""
+
+
+def repo_root():
+    return _REPO
+
+
+def port_dir():
+    return os.path.join(_REPO, "port")
+
+
+def load_ddq():
+    """Import ddq: an installed module, else port/ddq.py of this checkout."""
+    try:
+        import ddq  # noqa: F401
+    except ImportError:
+        p = port_dir()
+        if os.path.exists(os.path.join(p, "ddq.py")) and p not in sys.path:
+            sys.path.insert(0, p)
+        try:
+            import ddq  # noqa: F401
+        except ImportError:
+            raise QueueDirError("cannot import ddq (install the ddq package or run from a checkout)")
+    import ddq
+
+    return ddq
+
+
+def ddq_source():
+    """Path of ddq.py to install on a device."""
+    ddq = load_ddq()
+    src = getattr(ddq, "__file__", None)
+    if not src or not src.endswith(".py"):
+        raise QueueDirError("cannot find ddq.py source to install")
+    return src
+
+
+def looks_like_queue(names):
+    ddq = load_ddq()
+    return any(n in QUEUE_NAMES or ddq.parse_segment_name(n) for n in names)
+
+
+def check_queue_dir(path):
+    if not os.path.exists(path):
+        raise QueueDirError("%s: no such directory" % path)
+    if not os.path.isdir(path):
+        raise QueueDirError("%s is not a directory" % path)
+    if not looks_like_queue(os.listdir(path)):
+        raise QueueDirError("%s is not a ddq queue directory (no segment, manifest or queue.format)" % path)
+
+
+def _read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise QueueDirError("%s: unreadable JSON (%s)" % (path, e))
+
+
+def resolve_options(path, flags=None, board=None):
+    """Return (options dict, {key: source}) following the precedence in the module docstring."""
+    layers = []
+    if flags:
+        layers.append(("command line", {k: v for k, v in flags.items() if v is not None}))
+    if board:
+        layers.append(("board " + board, boards.queue_options(boards.load(board))))
+    if path:
+        own = _read_json(os.path.join(path, OPTIONS_FILE))
+        if own is not None:
+            if not isinstance(own, dict):
+                raise QueueDirError("%s must hold a JSON object" % os.path.join(path, OPTIONS_FILE))
+            layers.append((OPTIONS_FILE, own))
+        meta = _read_json(os.path.join(path, PULL_META))
+        if isinstance(meta, dict) and isinstance(meta.get("options"), dict):
+            layers.append((PULL_META, meta["options"]))
+    layers.append(("default", DEFAULTS))
+    opts, src = {}, {}
+    for key in OPTION_KEYS:
+        for name, layer in layers:
+            if layer.get(key) is not None:
+                try:
+                    opts[key] = int(layer[key])
+                except (TypeError, ValueError):
+                    raise QueueDirError("%s: %s is not an integer" % (name, key))
+                src[key] = name
+                break
+    return opts, src
+
+
+# ---------------------------------------------------------------- inspect
+
+
+def _preview(b, n=40):
+    b = bytes(b)
+    head = b[:n]
+    try:
+        s = head.decode("utf-8")
+        if all(c.isprintable() or c in "\t" for c in s):
+            return s + ("..." if len(b) > n else "")
+    except UnicodeDecodeError:
+        pass
+    return "0x" + head.hex() + ("..." if len(b) > n else "")
+
+
+_ENV_TIME_FIELDS = ("created_ms", "enqueued_ms", "timestamp_ms", "ts_ms", "time_ms", "t_ms")
+_ENV_FIELDS = ("topic", "qos", "retain", "msg_id", "key", "flags", "expires_ms", "ttl_ms") + _ENV_TIME_FIELDS
+
+
+def decode_envelope(ddq, payload, now_ms=None):
+    """Message-layer envelope fields via ddq.decode_envelope when ddq has it; None when not an envelope."""
+    dec = getattr(ddq, "decode_envelope", None)
+    if dec is None:
+        return None
+    try:
+        env = dec(payload)
+    except Exception:
+        return None
+    if env is None:
+        return None
+    if isinstance(env, dict):
+        get = env.get
+    else:
+        def get(k, d=None):
+            return getattr(env, k, d)
+    out = {}
+    for k in _ENV_FIELDS:
+        v = get(k)
+        if v is not None:
+            out[k] = v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) and k == "topic" else v
+    if not out.get("topic"):
+        return None
+    body = get("payload")
+    if body is None:
+        body = get("body")
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        out["payload_len"] = len(body)
+        out["payload_preview"] = _preview(body)
+    for k in _ENV_TIME_FIELDS:
+        if isinstance(out.get(k), int) and now_ms:
+            out["age_ms"] = now_ms - out[k]
+            break
+    for k, v in list(out.items()):
+        if isinstance(v, (bytes, bytearray)):
+            out[k] = v.hex()
+    return out
+
+
+def envelope_parts(ddq, payload):
+    """(topic, body bytes, retain) for replay, or None when the payload is not an envelope."""
+    dec = getattr(ddq, "decode_envelope", None)
+    if dec is None:
+        return None
+    try:
+        env = dec(payload)
+    except Exception:
+        return None
+    if env is None:
+        return None
+    get = env.get if isinstance(env, dict) else (lambda k, d=None: getattr(env, k, d))
+    topic = get("topic")
+    body = get("payload")
+    if body is None:
+        body = get("body")
+    if not topic or body is None:
+        return None
+    if isinstance(topic, (bytes, bytearray)):
+        topic = bytes(topic).decode("utf-8", "replace")
+    return topic, bytes(body), bool(get("retain", False))
+
+
+def _snapshot(path):
+    out = {}
+    for n in os.listdir(path):
+        p = os.path.join(path, n)
+        if os.path.isfile(p):
+            out[n] = os.path.getsize(p)
+    return out
+
+
+def copy_queue(src, dst):
+    """Copy the regular files of a queue directory (flat) into a new directory dst."""
+    os.mkdir(dst)
+    for n in sorted(os.listdir(src)):
+        p = os.path.join(src, n)
+        if os.path.isfile(p) and not os.path.islink(p):
+            shutil.copy2(p, os.path.join(dst, n))
+
+
+def inspect(path, options, payloads=False, now_ms=None):
+    """Recovered state of the queue in path, computed on a temporary copy (path is never written)."""
+    ddq = load_ddq()
+    check_queue_dir(path)
+    now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+    tmp = tempfile.mkdtemp(prefix="ddq-inspect-")
+    try:
+        work = os.path.join(tmp, "q")
+        copy_queue(path, work)
+        before = _snapshot(work)
+        q = ddq.Queue(work, clock=lambda: now_ms, **options)
+        try:
+            st = q.stats()
+            stats = {k: getattr(st, k) for k in st.__slots__} if hasattr(st, "__slots__") else st.as_dict()
+            items = []
+            for it in q.items():
+                d = {
+                    "seq": it.seq, "state": it.state, "attempts": it.attempts,
+                    "lease_until_ms": it.lease_until_ms, "not_before_ms": it.not_before_ms,
+                    "payload_len": it.payload_len,
+                }
+                if it.state == "claimed" and it.lease_until_ms:
+                    d["lease_remaining_ms"] = it.lease_until_ms - now_ms
+                if it.not_before_ms and it.not_before_ms > now_ms and it.state == "available":
+                    d["due_in_ms"] = it.not_before_ms - now_ms
+                payload = q.read(it.seq)
+                d["preview"] = _preview(payload)
+                if payloads:
+                    d["payload_hex"] = payload.hex()
+                env = decode_envelope(ddq, payload, now_ms)
+                if env is not None:
+                    d["envelope"] = env
+                if it.state == "quarantined":
+                    r = q.reason(it.seq)
+                    d["reason"] = r.decode("utf-8", "replace")
+                    d["reason_hex"] = r.hex()
+                items.append(d)
+        finally:
+            q.close()
+        after = _snapshot(work)
+        changes = {
+            "truncated": sorted(n for n in before if n in after and after[n] < before[n]),
+            "deleted": sorted(n for n in before if n not in after),
+            "created": sorted(n for n in after if n not in before),
+        }
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {
+        "path": path, "options": options, "now_ms": now_ms, "generation": stats.get("generation"),
+        "stats": stats, "recovered_tail_bytes": stats.get("recovered_tail_bytes"),
+        "recovery_changes": changes, "items": items,
+    }
+
+
+def render_inspect(info):
+    st = info["stats"]
+    o = info["options"]
+    lines = [
+        "queue %s (generation %s)" % (info["path"], info["generation"]),
+        "options: segment_bytes %d max_payload_bytes %d max_items %d max_segments %d" % (
+            o["segment_bytes"], o["max_payload_bytes"], o["max_items"], o["max_segments"]),
+        "stats: %d items (%d available, %d claimed, %d acked, %d quarantined), %d bytes in %d segments, "
+        "next_seq %d" % (st["total_items"], st["available_items"], st["claimed_items"], st["acknowledged_items"],
+                         st["quarantined_items"], st["stored_bytes"], st["segment_count"], st["next_seq"]),
+    ]
+    ch = info["recovery_changes"]
+    if info["recovered_tail_bytes"]:
+        lines.append("torn tail: recovery removes %d bytes" % info["recovered_tail_bytes"])
+    for k in ("truncated", "deleted", "created"):
+        if ch[k]:
+            lines.append("recovery %s: %s" % (k, ", ".join(ch[k])))
+    for d in info["items"]:
+        extra = ""
+        if "lease_remaining_ms" in d:
+            extra += " lease %+ds" % (d["lease_remaining_ms"] // 1000)
+        if "due_in_ms" in d:
+            extra += " due in %ds" % (d["due_in_ms"] // 1000)
+        line = "  %6d %-11s attempts %-3d %5d B%s  %s" % (d["seq"], d["state"], d["attempts"], d["payload_len"],
+                                                         extra, d["preview"])
+        lines.append(line.rstrip())
+        env = d.get("envelope")
+        if env:
+            lines.append("         envelope: topic %s qos %s%s" % (
+                env.get("topic"), env.get("qos"), " age %ds" % (env["age_ms"] // 1000) if "age_ms" in env else ""))
+        if "reason" in d:
+            lines.append("         reason: %s" % d["reason"])
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,191 @@
+"""ddq replay: deliver the pending messages of a (pulled) queue directory to an MQTT broker, QoS 1.
+
+Each message is claimed in DIR (ddq.Queue), published with QoS 1, and acked in DIR when its PUBACK
+arrives, so an interrupted replay resumes without re-sending what was acked. The window between a
+PUBACK and the durable ACK record is the only place a hard kill can cause one duplicate (QoS 1 is
+at-least-once); Ctrl-C finishes the message in flight first.
+
+Topics (URL mqtt://[user[:password]@]HOST[:PORT][/PREFIX], PREFIX defaults to "ddq"):
+  - a payload that decodes as a message-layer envelope (ddq.decode_envelope, when ddq has it) is
+    published to PREFIX/<envelope topic> (to <envelope topic> itself with an empty prefix, mqtt://h:p/),
+    with the envelope's retain flag and its inner payload;
+  - any other payload is published unchanged to PREFIX/raw ("raw" with an empty prefix).
+Replay always publishes with QoS 1, whatever the envelope asked for: the ack needs a PUBACK.
+
+Counts: sent (acked this run), failed (no PUBACK in time / connection lost: released with retry(0),
+which counts an attempt, and the run stops), skipped (pending but not deliverable now: backing off
+after a retry, or under a live lease), remaining (deliverable but not attempted: --limit, Ctrl-C, or
+the stop after a failure), raw (of sent, published to PREFIX/raw).
+"""
+
+import signal
+import threading
+import time
+from urllib.parse import unquote, urlsplit
+
+from . import qdir
+
+DEFAULT_PREFIX = "ddq"
+DEFAULT_PORT = 1883
+
+
+class ReplayError(Exception):
+    """Bad URL, broker unreachable, queue unusable; one line for the user."""
+
+
+def parse_url(url):
+    u = urlsplit(url)
+    if u.scheme != "mqtt":
+        raise ReplayError("broker URL must look like mqtt://HOST:PORT[/TOPIC-PREFIX], got %r" % url)
+    if not u.hostname:
+        raise ReplayError("broker URL %r has no host" % url)
+    try:
+        port = u.port or DEFAULT_PORT
+    except ValueError:
+        raise ReplayError("broker URL %r has a bad port" % url)
+    path = u.path
+    prefix = DEFAULT_PREFIX if path == "" else unquote(path[1:]).strip("/")
+    return {
+        "host": u.hostname, "port": port, "prefix": prefix,
+        "username": unquote(u.username) if u.username else None,
+        "password": unquote(u.password) if u.password else None,
+    }
+
+
+def topic_for(prefix, topic):
+    return "%s/%s" % (prefix, topic) if prefix else topic
+
+
+def route(ddq, prefix, payload):
+    """(topic, body, retain, raw?) for a stored payload."""
+    env = qdir.envelope_parts(ddq, payload)
+    if env is None:
+        return topic_for(prefix, "raw"), bytes(payload), False, True
+    topic, body, retain = env
+    return topic_for(prefix, topic), body, retain, False
+
+
+def plan(path, options, prefix, now_ms=None):
+    """Dry run on a copy: what would be sent where, what would be skipped. DIR is not written."""
+    ddq = qdir.load_ddq()
+    info = qdir.inspect(path, options, payloads=True, now_ms=now_ms)
+    now = info["now_ms"]
+    would, skipped = [], []
+    for it in info["items"]:
+        if it["state"] not in ("available", "claimed"):
+            continue
+        due = (it["state"] == "available" and it["not_before_ms"] <= now) or (
+            it["state"] == "claimed" and it["lease_until_ms"] <= now)
+        if not due:
+            skipped.append(it["seq"])
+            continue
+        topic, body, retain, raw = route(ddq, prefix, bytes.fromhex(it["payload_hex"]))
+        would.append({"seq": it["seq"], "topic": topic, "bytes": len(body), "retain": retain, "raw": raw})
+    return {"dry_run": True, "would_send": would, "sent": 0, "failed": 0, "skipped": len(skipped),
+            "skipped_seqs": skipped, "remaining": len(would), "raw": sum(1 for w in would if w["raw"])}
+
+
+def replay(path, url, options, limit=None, lease_ms=60000, timeout=10.0, client_id=None, log=None):
+    """Deliver; return the summary dict (see the module docstring)."""
+    import paho.mqtt.client as mqtt
+
+    ddq = qdir.load_ddq()
+    qdir.check_queue_dir(path)
+    cfg = parse_url(url)
+    connected = threading.Event()
+    state = {"rc": None, "lost": False}
+
+    def on_connect(client, userdata, flags, reason_code, properties=None):
+        state["rc"] = reason_code
+        connected.set()
+
+    def on_disconnect(client, userdata, flags, reason_code, properties=None):
+        state["lost"] = True
+
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id or "ddq-replay-%d" % int(time.time()),
+                         clean_session=True)
+    client.on_connect = on_connect
+    client.on_disconnect = on_disconnect
+    if cfg["username"]:
+        client.username_pw_set(cfg["username"], cfg["password"])
+    try:
+        client.connect(cfg["host"], cfg["port"], keepalive=30)
+    except OSError as e:
+        raise ReplayError("cannot connect to broker %s:%d: %s" % (cfg["host"], cfg["port"], e.strerror or e))
+    client.loop_start()
+    interrupted = []
+    old = None
+    try:
+        if not connected.wait(timeout) or state["rc"] is None or state["rc"].is_failure:
+            raise ReplayError("broker %s:%d did not accept the connection (%s)"
+                              % (cfg["host"], cfg["port"], state["rc"]))
+
+        def on_sigint(signum, frame):
+            interrupted.append(True)
+
+        if threading.current_thread() is threading.main_thread():
+            old = signal.signal(signal.SIGINT, on_sigint)
+        res = _deliver(ddq, path, options, client, cfg["prefix"], limit, lease_ms, timeout, interrupted, state, log)
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGINT, old)
+        client.disconnect()
+        client.loop_stop()
+    res["broker"] = "%s:%d" % (cfg["host"], cfg["port"])
+    res["prefix"] = cfg["prefix"]
+    res["interrupted"] = bool(interrupted)
+    return res
+
+
+def _deliver(ddq, path, options, client, prefix, limit, lease_ms, timeout, interrupted, state, log):
+    sent, failed, raw = [], [], 0
+    q = ddq.Queue(path, **options)
+    try:
+        pending = [it.seq for it in q.items() if it.state in ("available", "claimed")]
+        attempted = set()
+        stop = False
+        for _ in range(len(pending) + 1):  # bounded: each pass claims a different pending item
+            if stop or interrupted or (limit is not None and len(sent) >= limit):
+                break
+            c = q.claim(lease_ms)
+            if c is None:
+                break
+            if c.seq in attempted:
+                q.retry(c.seq, 0)
+                break
+            attempted.add(c.seq)
+            topic, body, retain, is_raw = route(ddq, prefix, q.read(c.seq))
+            info = client.publish(topic, body, qos=1, retain=retain)
+            try:
+                info.wait_for_publish(timeout)
+                ok = info.is_published()
+            except (RuntimeError, ValueError):
+                ok = False
+            if ok:
+                q.ack(c.seq)
+                sent.append(c.seq)
+                raw += 1 if is_raw else 0
+                if log:
+                    log("sent seq %d -> %s (%d bytes)" % (c.seq, topic, len(body)))
+            else:
+                q.retry(c.seq, 0)
+                failed.append(c.seq)
+                stop = True
+                if log:
+                    log("no PUBACK for seq %d on %s; stopping" % (c.seq, topic))
+        left = [it for it in q.items() if it.state in ("available", "claimed")]
+        now = int(time.time() * 1000)
+        skipped = [it.seq for it in left if it.seq not in failed and (
+            (it.state == "available" and it.not_before_ms > now) or (it.state == "claimed" and it.lease_until_ms > now))]
+        remaining = [it.seq for it in left if it.seq not in skipped and it.seq not in failed]
+        stats = q.stats()
+    finally:
+        q.close()
+    return {
+        "dry_run": False, "sent": len(sent), "failed": len(failed), "skipped": len(skipped),
+        "remaining": len(remaining), "raw": raw, "sent_seqs": sent, "failed_seqs": failed,
+        "skipped_seqs": skipped, "remaining_seqs": remaining,
+        "stats": {k: getattr(stats, k) for k in ("total_items", "available_items", "claimed_items",
+                                                   "acknowledged_items", "quarantined_items", "next_seq")},
+        "connection_lost": state["lost"],
+    }

