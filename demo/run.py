@@ -5,7 +5,9 @@
 
 What runs (all on 127.0.0.1, a free port; every process is ended by pid in `finally`):
   * a broker: mosquitto (persistence on, stopped with SIGTERM so it saves its sessions), else the
-    embedded amqtt broker from PyPI (installed into this venv only when needed);
+    embedded amqtt broker from PyPI (installed into this venv only when needed). amqtt keeps
+    sessions in memory and drops them on restart, so with amqtt a "restart" is an outage instead:
+    a relay in front of it cuts the device's connections and refuses new ones for a while;
   * a subscriber (paho-mqtt, persistent session, QoS 1) recording every message;
   * the device: the virtual board (MicroPython unix port on a LittleFS image behind a pty) running
     demo/devapp.py, installed with `ddq flash` and started over mpremote without waiting; or with
@@ -153,6 +155,84 @@ class Mosquitto:
         stop_proc(self.proc, signal.SIGTERM)
         self.proc = None
 
+    # the chaos loop's calls: a real restart
+    interrupt, resume, close = stop, start, stop
+    outage = "restart"
+    sub_port = property(lambda self: self.port)
+
+
+class Relay:
+    """A TCP relay 127.0.0.1:port -> 127.0.0.1:target that can be cut: down() closes the listener
+    and every relayed connection (clients see the broker vanish), up() listens again."""
+
+    def __init__(self, port, target):
+        self.port, self.target = port, target
+        self.lock = threading.Lock()
+        self.lsock = None
+        self.socks = []
+
+    def up(self):
+        ls = socket.socket()
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ls.bind(("127.0.0.1", self.port))
+        ls.listen(8)
+        self.lsock = ls
+        threading.Thread(target=self._accept, args=(ls,), daemon=True).start()
+
+    def down(self):
+        with self.lock:
+            socks, self.socks = self.socks, []
+            ls, self.lsock = self.lsock, None
+        for x in socks + ([ls] if ls else []):
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            x.close()
+
+    def _accept(self, ls):
+        while True:
+            try:
+                a, _ = ls.accept()
+            except OSError:
+                return
+            try:
+                b = socket.create_connection(("127.0.0.1", self.target), timeout=2)
+                b.settimeout(None)
+            except OSError:
+                a.close()
+                continue
+            with self.lock:
+                if self.lsock is not ls:  # cut meanwhile
+                    a.close()
+                    b.close()
+                    return
+                self.socks += [a, b]
+            threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, a, b):
+        import selectors
+
+        sel = selectors.DefaultSelector()
+        sel.register(a, selectors.EVENT_READ, b)
+        sel.register(b, selectors.EVENT_READ, a)
+        try:
+            while True:
+                for key, _ in sel.select():
+                    data = key.fileobj.recv(65536)
+                    if not data:
+                        return
+                    key.data.sendall(data)
+        except (OSError, ValueError):
+            return
+        finally:
+            sel.close()
+            for x in (a, b):
+                try:
+                    x.close()
+                except OSError:
+                    pass
+
 
 class Amqtt:
     """The embedded amqtt broker (PyPI), as a process. It keeps sessions in memory only: across a
@@ -161,15 +241,19 @@ class Amqtt:
 
     kind = "amqtt"
 
+    outage = "outage"
+
     def __init__(self, workdir, port, python):
         self.dir, self.port, self.python = workdir, port, python
+        self.sub_port = free_port()  # the subscriber connects here directly, the device via relay
+        self.relay = Relay(port, self.sub_port)
         self.proc = None
         os.makedirs(workdir, exist_ok=True)
         self.conf = os.path.join(workdir, "amqtt.yaml")
         with open(self.conf, "w") as f:
             f.write("listeners:\n  default:\n    type: tcp\n    bind: 127.0.0.1:%d\n"
                     "plugins:\n  amqtt.plugins.authentication.AnonymousAuthPlugin:\n"
-                    "    allow_anonymous: true\n" % port)
+                    "    allow_anonymous: true\n" % self.sub_port)
         try:
             from importlib.metadata import version
 
@@ -184,14 +268,24 @@ class Amqtt:
         self.proc = subprocess.Popen([self.python, "-c", code], stdin=subprocess.DEVNULL,
                                      stdout=log, stderr=log, start_new_session=True)
         log.close()
-        if not wait_port(self.port, 20, self.proc):
+        if not wait_port(self.sub_port, 20, self.proc):
             stop_proc(self.proc, signal.SIGKILL)
             raise DemoError("amqtt did not listen on 127.0.0.1:%d (see %s/broker.log)"
-                            % (self.port, self.dir))
+                            % (self.sub_port, self.dir))
+        self.relay.up()
 
-    def stop(self):
+    def close(self):
+        self.relay.down()
         stop_proc(self.proc, signal.SIGINT)
         self.proc = None
+
+    # the chaos loop's calls: the device loses the broker (every connection cut, new ones
+    # refused) while the broker and the subscriber's session live on
+    def interrupt(self):
+        self.relay.down()
+
+    def resume(self):
+        self.relay.up()
 
 
 def ensure_amqtt(log):
@@ -520,11 +614,11 @@ class Chaos:
             if self._wait_until(t):
                 return
             down = rng.uniform(0.5, 2.5)
-            self.broker.stop()
+            self.broker.interrupt()
             self.stats["broker"] = "down"
             if self.stop.wait(down):
                 return
-            self.broker.start()
+            self.broker.resume()
             self.stats["broker"] = "up"
             self.stats["broker_restarts"] += 1
 
@@ -567,10 +661,10 @@ class Progress:
         enq = max(list(hb.values()) + [max(seqs, default=0)])  # heartbeats lag behind
         el = now() - self.t0
         s = self.stats
-        return ("%5.0fs  enqueued %d  delivered %d  dup %d  broker %s (%d restarts)  device %s "
+        return ("%5.0fs  enqueued %d  delivered %d  dup %d  broker %s (%d %ss)  device %s "
                 "(%d kills)  %.0f msg/s" % (el, enq, uniq, len(rec) - uniq, s["broker"],
-                                           s["broker_restarts"], s["device"], s["kills"],
-                                           uniq / el if el > 0 else 0))
+                                           s["broker_restarts"], s["outage"], s["device"],
+                                           s["kills"], uniq / el if el > 0 else 0))
 
     def show(self):
         if self.enabled:
@@ -695,9 +789,10 @@ def run(cfg, log=None, out=None):
               "seed": cfg.seed}
     dev_cls = Gateway if cfg.gateway == "cpython" else VirtualBoard
     device = dev_cls(workdir, app_kw, log)
-    stats = {"broker": "up", "broker_restarts": 0, "device": "boot 0", "kills": 0}
+    stats = {"broker": "up", "broker_restarts": 0, "device": "boot 0", "kills": 0,
+             "outage": broker.outage}
     stop = threading.Event()
-    sub = Subscriber(port, "ddq-demo-subscriber-%d" % os.getpid())
+    sub = Subscriber(broker.sub_port, "ddq-demo-subscriber-%d" % os.getpid())
     threads, chaos, progress = [], None, None
     res = {"seed": cfg.seed, "gateway": cfg.gateway, "device": device.label,
            "broker": broker.kind, "port": port, "messages": cfg.messages, "rate": cfg.rate,
@@ -706,7 +801,7 @@ def run(cfg, log=None, out=None):
         cfg.seed, cfg.seed, " GATEWAY=cpython" if cfg.gateway == "cpython" else ""))
     try:
         broker.start()
-        res["broker_version"] = broker.version
+        res["broker_version"], res["broker_outage"] = broker.version, broker.outage
         log("broker: %s on 127.0.0.1:%d" % (broker.version, port))
         sub.start()
         log("subscriber: paho-mqtt, persistent session, QoS 1 on %s/#" % TOPIC_ROOT)
@@ -784,7 +879,7 @@ def run(cfg, log=None, out=None):
         stop.set()
         for th in threads:
             th.join(10)
-        for fn in (device.stop, sub.stop, broker.stop):
+        for fn in (device.stop, sub.stop, broker.close):
             try:
                 fn()
             except Exception as e:
@@ -816,7 +911,11 @@ def render(res):
         "  lost             %6d" % res["lost"],
         "  quarantined      %6d" % res["quarantined"],
         "  still pending    %6d" % res["pending"],
-        "  broker restarts  %6d" % res["broker_restarts"],
+        ("  broker restarts  %6d   (stopped with SIGTERM, started again)" if
+         res.get("broker_outage", "restart") == "restart" else
+         "  broker outages   %6d   (a relay cut the device's connections: amqtt keeps sessions "
+         "in memory only, so a restart would lose what it had acknowledged)")
+        % res["broker_restarts"],
         "  device kills     %6d   (SIGKILL of the %s process; each %s recovered on the host)"
         % (res["device_kills"], *(("python", "queue directory") if res["gateway"] == "cpython"
                                   else ("micropython", "LittleFS image"))),
