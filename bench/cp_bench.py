@@ -4,7 +4,7 @@
 
 Parts (each prints one "RESULT <json>" line; all times in microseconds, best of `reps`):
     lifecycle  raw append+fsync loop; ddq sync="always" / "ack" / group commit; persist-queue
-               SQLiteAckQueue; litequeue (default and synchronous=FULL). Runs interleaved.
+               SQLiteAckQueue; litequeue (default and synchronous=FULL). Round-robin blocks.
     counts     fsyncs (file and directory) and bytes written per operation, through a counting
                wrapper around ddq.PosixStorage, for each sync policy.
     scaling    enqueue / claim / ack cost at `small` and at `big` pending items.
@@ -38,112 +38,137 @@ def clock():
 # --- lifecycle ------------------------------------------------------------------------------
 
 
-def raw_loop(d, n, payload):
-    """n lifecycles' worth of raw appends: the three record sizes, each written and fsynced."""
+# Each subject is a generator: primed with next(), then send(k) runs k lifecycles (or raw
+# lifecycles' worth of records) and returns the elapsed microseconds; close() cleans up. The
+# setup (opening a queue, a database, a file) stays outside the timings.
+
+
+def raw_subject(d, payload):
+    """Raw appends: the three record sizes of a lifecycle, each written and fsynced."""
     sizes = (48 + payload, 48, 48)
     buf = memoryview(bytearray(48 + payload))
     f = open(d + "/raw.log", "ab")
     fd = f.fileno()
-    t0 = now_us()
-    for _ in range(n):
-        for s in sizes:
-            f.write(buf[:s])
-            f.flush()
-            os.fsync(fd)
-    dt = since_us(t0)
-    f.close()
-    return dt
+    try:
+        k = yield
+        while True:
+            t0 = now_us()
+            for _ in range(k):
+                for s in sizes:
+                    f.write(buf[:s])
+                    f.flush()
+                    os.fsync(fd)
+            k = yield since_us(t0)
+    finally:
+        f.close()
 
 
-def ddq_loop(d, n, payload, sync, every=0):
+def ddq_subject(d, payload, sync, every=0):
     q = ddq.Queue(d + "/q", sync=sync, clock=clock)
     p = bytes(payload)
-    t0 = now_us()
-    for i in range(n):
-        q.enqueue(p)
-        c = q.claim(30000)
-        q.ack(c.seq)
-        if every and i % every == every - 1:
+    try:
+        k = yield
+        while True:
+            t0 = now_us()
+            for i in range(k):
+                q.enqueue(p)
+                c = q.claim(30000)
+                q.ack(c.seq)
+                if every and i % every == every - 1:
+                    q.sync()
             q.sync()
-    q.sync()
-    dt = since_us(t0)
-    q.close()
-    return dt
+            k = yield since_us(t0)
+    finally:
+        q.close()
 
 
-def outbox_loop(d, n, payload, every):
-    """Group commit through ddq.Outbox(sync_every=...) when it exists (None otherwise): put, get,
-    ack; sync_every counts records, three a lifecycle."""
-    cls = getattr(ddq, "Outbox", None)
-    if cls is None:
-        return None
-    ob = cls(d + "/ob", sync_every=3 * every, clock=clock)
+def outbox_subject(d, payload, every):
+    """Group commit through ddq.Outbox(sync_every=...): put, get, ack; sync_every counts
+    records, three a lifecycle."""
+    ob = ddq.Outbox(d + "/ob", sync_every=3 * every, clock=clock)
     p = bytes(payload)
-    t0 = now_us()
-    for _ in range(n):
-        ob.put("t", p)
-        m = ob.get()
-        ob.ack(m)
-    ob.sync()
-    dt = since_us(t0)
-    ob.close()
-    return dt
+    try:
+        k = yield
+        while True:
+            t0 = now_us()
+            for _ in range(k):
+                ob.put("t", p)
+                m = ob.get()
+                ob.ack(m)
+            ob.sync()
+            k = yield since_us(t0)
+    finally:
+        ob.close()
 
 
-def pq_loop(d, n, payload):
+def pq_subject(d, payload):
     import persistqueue
 
     q = persistqueue.SQLiteAckQueue(d + "/pq")
     p = bytes(payload)
-    t0 = now_us()
-    for _ in range(n):
-        q.put(p)
-        item = q.get(block=False, raw=True)
-        q.ack(id=item["pqid"])
-    dt = since_us(t0)
-    q.close()
-    return dt
+    try:
+        k = yield
+        while True:
+            t0 = now_us()
+            for _ in range(k):
+                q.put(p)
+                item = q.get(block=False, raw=True)
+                q.ack(id=item["pqid"])
+            k = yield since_us(t0)
+    finally:
+        q.close()
 
 
-def lq_loop(d, n, payload, full):
+def lq_subject(d, payload, full):
     import litequeue
 
     q = litequeue.LiteQueue(d + "/lq.sqlite3")
     if full:
         q.conn.execute("PRAGMA synchronous = FULL;")
     p = "x" * payload
-    t0 = now_us()
-    for _ in range(n):
-        q.put(p)
-        m = q.pop()
-        q.done(m.message_id)
-    dt = since_us(t0)
-    q.close()
-    return dt
+    try:
+        k = yield
+        while True:
+            t0 = now_us()
+            for _ in range(k):
+                q.put(p)
+                m = q.pop()
+                q.done(m.message_id)
+            k = yield since_us(t0)
+    finally:
+        q.close()
 
 
 def part_lifecycle(a):
+    """Subjects run in small blocks, round-robin, so that a subject and its baseline always see
+    the same moment of a shared machine; run.py takes the median of per-block ratios."""
     n, fast, payload, every = a["n"], a["fast"], a["payload"], a["every"]
-    runs = {}
-
-    def add(name, count, dt):
-        if dt is not None:
-            runs.setdefault(name, []).append(dt / count)
-
-    for r in range(a["reps"]):
-        base = fresh("%s/r%d" % (a["dir"], r))
-        add("raw_sync", 3 * n, raw_loop(base, n, payload))
-        add("ddq_always", n, ddq_loop(fresh(base + "/a"), n, payload, "always"))
-        add("ddq_ack", n, ddq_loop(fresh(base + "/k"), n, payload, "ack"))
-        add("ddq_group", fast, ddq_loop(fresh(base + "/g"), fast, payload, "none", every))
-        add("outbox_group", fast, outbox_loop(fresh(base + "/o"), fast, payload, every))
-        add("persistqueue", n, pq_loop(fresh(base + "/p"), n, payload))
-        add("litequeue_default", fast, lq_loop(fresh(base + "/l"), fast, payload, False))
-        add("litequeue_full", n, lq_loop(fresh(base + "/f"), n, payload, True))
+    base = fresh(a["dir"])
+    subjects = [
+        ("raw_sync", 3, n, raw_subject(fresh(base + "/raw"), payload)),
+        ("ddq_always", 1, n, ddq_subject(fresh(base + "/a"), payload, "always")),
+        ("ddq_ack", 1, n, ddq_subject(fresh(base + "/k"), payload, "ack")),
+        ("ddq_group", 1, fast, ddq_subject(fresh(base + "/g"), payload, "none", every)),
+        ("persistqueue", 1, n, pq_subject(fresh(base + "/p"), payload)),
+        ("litequeue_default", 1, fast, lq_subject(fresh(base + "/l"), payload, False)),
+        ("litequeue_full", 1, n, lq_subject(fresh(base + "/f"), payload, True)),
+    ]
+    if hasattr(ddq, "Outbox"):
+        subjects.append(("outbox_group", 1, n, outbox_subject(fresh(base + "/o"), payload, every)))
+    blocks = {}
+    try:
+        for _name, _per, _k, gen in subjects:
+            next(gen)
+            gen.send(1)  # warm-up: files exist, caches are filled
+        for _ in range(a["blocks"]):
+            for name, per, k, gen in subjects:
+                blocks.setdefault(name, []).append(gen.send(k) / (per * k))
+    finally:
+        for _name, _per, _k, gen in subjects:
+            gen.close()
         common.rmtree(base)
-    out = {"us_per": {k: best(v) for k, v in runs.items()}, "runs": runs,
-           "n": n, "fast": fast, "payload": payload, "every": every}
-    emit(out)
+    emit({"us_per": {k: best(v) for k, v in blocks.items()}, "blocks": blocks, "n": n,
+          "fast": fast, "payload": payload, "every": every})
 
 
 # --- counts -----------------------------------------------------------------------------------
@@ -425,8 +450,8 @@ def part_profile(a):
 
 
 PARTS = {
-    "lifecycle": (part_lifecycle, {"dir": "", "n": 300, "fast": 20000, "payload": 100,
-                                   "every": 100, "reps": 3}),
+    "lifecycle": (part_lifecycle, {"dir": "", "n": 25, "fast": 2000, "payload": 100,
+                                   "every": 100, "blocks": 12}),
     "counts": (part_counts, {"dir": "", "n": 2000, "payload": 100, "every": 100,
                              "segment": 4194304}),
     "scaling": (part_scaling, {"dir": "", "small": 100, "big": 100000, "m": 2000,

@@ -52,47 +52,70 @@ class Clock:
 # --- lifecycle --------------------------------------------------------------------------------
 
 
-def raw_loop(d, n, payload):
+# Subjects are generators (see bench/cp_bench.py): send(k) runs k lifecycles, returns µs.
+
+
+def raw_subject(d, payload):
     buf = memoryview(bytearray(48 + payload))
     recs = (buf, buf[:48], buf[:48])
     f = open(d + "/raw.log", "ab")
-    t0 = now_us()
-    for _ in range(n):
-        for r in recs:
-            f.write(r)
-            f.flush()
-    dt = since_us(t0)
-    f.close()
-    return dt
+    try:
+        k = yield
+        while True:
+            t0 = now_us()
+            for _ in range(k):
+                for r in recs:
+                    f.write(r)
+                    f.flush()
+            k = yield since_us(t0)
+    finally:
+        f.close()
 
 
-def ddq_loop(d, n, payload, sync):
+def ddq_subject(d, payload, sync):
     q = ddq.Queue(d + "/q", sync=sync, clock=Clock())
     p = bytes(payload)
-    t0 = now_us()
-    for _ in range(n):
-        q.enqueue(p)
-        c = q.claim(30000)
-        q.ack(c.seq)
-    dt = since_us(t0)
-    q.close()
-    return dt
+    try:
+        k = yield
+        while True:
+            t0 = now_us()
+            for _ in range(k):
+                q.enqueue(p)
+                c = q.claim(30000)
+                q.ack(c.seq)
+            k = yield since_us(t0)
+    finally:
+        q.close()
 
 
 def part_lifecycle(a):
     load_ddq()
     n, payload = a["n"], a["payload"]
-    runs = {"raw_sync": [], "ddq_always": [], "ddq_ack": []}
-    for r in range(a["reps"]):
-        base = fresh("%s/r%d" % (a["dir"], r))
-        runs["raw_sync"].append(raw_loop(base, n, payload) / (3 * n))
-        runs["ddq_always"].append(ddq_loop(fresh(base + "/a"), n, payload, "always") / n)
-        runs["ddq_ack"].append(ddq_loop(fresh(base + "/k"), n, payload, "ack") / n)
+    base = fresh(a["dir"])
+    subjects = (
+        ("raw_sync", 3, raw_subject(fresh(base + "/raw"), payload)),
+        ("ddq_always", 1, ddq_subject(fresh(base + "/a"), payload, "always")),
+        ("ddq_ack", 1, ddq_subject(fresh(base + "/k"), payload, "ack")),
+    )
+    blocks = {}
+    try:
+        for s in subjects:
+            next(s[2])
+            s[2].send(1)
+        for _ in range(a["blocks"]):
+            for name, per, gen in subjects:
+                gc.collect()
+                if name not in blocks:
+                    blocks[name] = []
+                blocks[name].append(gen.send(n) / (per * n))
+    finally:
+        for s in subjects:
+            s[2].close()
         common.rmtree(base)
     us = {}
-    for k in runs:
-        us[k] = best(runs[k])
-    emit({"us_per": us, "runs": runs, "n": n, "payload": payload})
+    for k in blocks:
+        us[k] = best(blocks[k])
+    emit({"us_per": us, "blocks": blocks, "n": n, "payload": payload})
 
 
 # --- heap per pending item --------------------------------------------------------------------
@@ -128,12 +151,17 @@ def part_heap(a):
 
 
 def measure_ops(q, m, payload):
+    # Each timed block starts on a collected heap: MicroPython's first-fit allocator slows down
+    # as garbage piles up between collections (micropython-platform §10), which would otherwise
+    # make the figure depend on where the collector's cycle happens to be.
     p = bytes(payload)
+    gc.collect()
     t0 = now_us()
     for _ in range(m):
         q.enqueue(p)
     te = since_us(t0)
     tc = ta = 0
+    gc.collect()
     for _ in range(m):
         t0 = now_us()
         c = q.claim(30000)
@@ -319,6 +347,25 @@ def wear_applog(dev, n, backlog, payload):
     f.close()
 
 
+def wear_outbox(dev, n, backlog, payload, every, prof):
+    # The message layer's group commit: Outbox(sync_every=3 records a message) put / get / ack.
+    q = ddq.Queue(MOUNT + "/q", sync="none", clock=Clock(), segment_bytes=prof["segment_bytes"],
+                  max_items=prof["max_items"], max_payload_bytes=prof["max_payload_bytes"],
+                  max_segments=prof["max_segments"])
+    ob = ddq.Outbox(q, clock=Clock(), sync_every=3 * every)
+    p = b"x" * payload
+    for _ in range(backlog):
+        ob.put("t", p)
+    ob.sync()
+    dev.zero()
+    for _ in range(n):
+        ob.put("t", p)
+        m = ob.get()
+        ob.ack(m)
+    ob.sync()
+    q.close()
+
+
 def wear_ddq(dev, n, backlog, payload, policy, every, prof):
     sync = policy
     if policy in ("group", "enqueue"):
@@ -359,12 +406,17 @@ def part_lfs(a):
     for pname in a["profiles"].split(","):
         prof = PROFILES[pname]
         res = {}
-        for case in ("json", "applog", "ddq_always", "ddq_ack", "ddq_enqueue", "ddq_group"):
+        cases = ["json", "applog", "ddq_always", "ddq_ack", "ddq_enqueue", "ddq_group"]
+        if hasattr(ddq, "Outbox"):
+            cases.append("ddq_outbox")
+        for case in cases:
             dev = lfs_mount(a["blocks"], prof["progsize"])
             if case == "json":
                 wear_json(dev, n, backlog, payload)
             elif case == "applog":
                 wear_applog(dev, n, backlog, payload)
+            elif case == "ddq_outbox":
+                wear_outbox(dev, n, backlog, payload, every, prof)
             else:
                 wear_ddq(dev, n, backlog, payload, case[4:], every, prof)
             res[case] = {"progs": dev.progs / n, "erases": dev.erases / n,
@@ -534,7 +586,7 @@ def part_capacity(a):
 
 PARTS = {
     "capacity": (part_capacity, {"dir": "", "mod": "", "payload": 16, "limit": 1000000}),
-    "lifecycle": (part_lifecycle, {"dir": "", "n": 200, "payload": 100, "reps": 3}),
+    "lifecycle": (part_lifecycle, {"dir": "", "n": 25, "payload": 100, "blocks": 12}),
     "heap": (part_heap, {"dir": "", "n": 10000, "payload": 1024}),
     "scaling": (part_scaling, {"dir": "", "small": 100, "big": 100000, "m": 2000,
                                "payload": 100, "reps": 3}),

@@ -35,8 +35,8 @@ sys.path.insert(0, HERE)
 
 # Sizes: (full, smoke).
 SIZES = {
-    "cp_lifecycle": ({"n": 300, "fast": 20000, "every": 100, "reps": 3},
-                     {"n": 5, "fast": 200, "every": 10, "reps": 1}),
+    "cp_lifecycle": ({"n": 25, "fast": 1000, "every": 100, "blocks": 30},
+                     {"n": 3, "fast": 50, "every": 10, "blocks": 2}),
     "cp_counts": ({"n": 2000, "every": 100}, {"n": 50, "every": 10}),
     "cp_scaling": ({"small": 100, "big": 100000, "m": 2000, "reps": 3},
                    {"small": 100, "big": 1000, "m": 50, "reps": 1}),
@@ -47,7 +47,7 @@ SIZES = {
     "cp_recovery_big": ({"mib": 64, "payload": 16384, "reps": 3},
                         {"mib": 1, "payload": 16384, "reps": 1}),
     "cp_profile": ({"n": 20000, "mib": 16}, {"n": 200, "mib": 1}),
-    "mp_lifecycle": ({"n": 200, "reps": 3}, {"n": 5, "reps": 1}),
+    "mp_lifecycle": ({"n": 25, "blocks": 30}, {"n": 3, "blocks": 2}),
     "mp_heap": ({"n": 10000}, {"n": 200}),
     "mp_scaling": ({"small": 100, "big": 100000, "m": 2000, "reps": 3},
                    {"small": 100, "big": 1000, "m": 50, "reps": 1}),
@@ -116,6 +116,18 @@ def rate(us):
     return 1e6 / us if us else None
 
 
+def median(v):
+    v = sorted(v)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+def paired(base, subject, per=1):
+    """Median over blocks of (per × base time) ÷ (subject time): >1 means the subject is faster
+    than base ÷ per. Blocks k of both ran back to back, so each ratio sees one machine state."""
+    return median([per * a / b for a, b in zip(base, subject)])
+
+
 class Report:
     def __init__(self):
         self.rows = []  # (id, measure, value, baseline, ratio, target, verdict)
@@ -142,47 +154,45 @@ def build(results, errors, smoke, seconds):
     rep = Report()
     R = results
 
-    # 1, 1b, 2, 3, 10: CPython lifecycles.
+    # 1, 1b, 2, 3, 10: CPython lifecycles. Ratios: the median over blocks of the ratio of the
+    # two subjects' times in the same round (each block of each subject ran back to back).
     lc = R.get("cp_lifecycle")
     if lc:
-        us = lc["us_per"]
-        raw = us["raw_sync"]
+        b = lc["blocks"]
+        med = {k: median(v) for k, v in b.items()}
+        raw = med["raw_sync"]
         for rid, key, syncs in (("1", "ddq_always", 3), ("1b", "ddq_ack", 2)):
-            ratio = syncs * raw / us[key]
+            ratio = paired(b["raw_sync"], b[key], syncs)
             rep.row(rid, "CPython lifecycle (enqueue+claim+ack), sync=\"%s\", msgs/s"
-                    % key[4:], fmt(rate(us[key])),
+                    % key[4:], fmt(rate(med[key])),
                     "raw append+fsync %s/s ÷ %d = %s" % (fmt(rate(raw)), syncs,
                                                          fmt(rate(raw) / syncs)),
                     fmt(ratio), "≥ 0.85", verdict(ratio, TARGETS[rid]))
-        pq = us["persistqueue"]
-        ratio = pq / us["ddq_always"]
+        pq = med["persistqueue"]
+        ratio = paired(b["persistqueue"], b["ddq_always"])
         rep.row("2", "CPython lifecycle sync=\"always\" vs persist-queue SQLiteAckQueue",
-                fmt(rate(us["ddq_always"])), "persist-queue %s/s" % fmt(rate(pq)), fmt(ratio),
+                fmt(rate(med["ddq_always"])), "persist-queue %s/s" % fmt(rate(pq)), fmt(ratio),
                 "≥ 1.5×", verdict(ratio, TARGETS["2"]))
-        ratio_ack = pq / us["ddq_ack"]
-        rep.row("2b", "same, sync=\"ack\" (2 fsyncs)", fmt(rate(us["ddq_ack"])),
-                "persist-queue %s/s" % fmt(rate(pq)), fmt(ratio_ack), "report", "report")
-        grp = us.get("outbox_group")
-        impl = "ddq.Outbox(sync_every=%d records)" % (3 * lc["every"])
-        if grp is None:
-            grp = us["ddq_group"]
-            impl = "Queue(sync=\"none\") + sync() every %d" % lc["every"]
-        ratio = pq / grp
-        rep.row("3", "group-commit lifecycle, " + impl, fmt(rate(grp)),
-                "persist-queue %s/s" % fmt(rate(pq)), fmt(ratio), "≥ 10×",
-                verdict(ratio, TARGETS["3"]))
-        if "outbox_group" in us:
-            ratio = pq / us["ddq_group"]
-            rep.row("3b", "group-commit lifecycle, Queue(sync=\"none\") + sync() every %d"
-                    % lc["every"], fmt(rate(us["ddq_group"])),
+        ratio = paired(b["persistqueue"], b["ddq_ack"])
+        rep.row("2b", "same, sync=\"ack\" (2 fsyncs)", fmt(rate(med["ddq_ack"])),
+                "persist-queue %s/s" % fmt(rate(pq)), fmt(ratio), "report", "report")
+        if "outbox_group" in b:
+            ratio = paired(b["persistqueue"], b["outbox_group"])
+            rep.row("3", "group-commit lifecycle, ddq.Outbox(sync_every=%d records)"
+                    % (3 * lc["every"]), fmt(rate(med["outbox_group"])),
                     "persist-queue %s/s" % fmt(rate(pq)), fmt(ratio), "≥ 10×",
                     verdict(ratio, TARGETS["3"]))
+        ratio = paired(b["persistqueue"], b["ddq_group"])
+        rep.row("3" if "outbox_group" not in b else "3b",
+                "group-commit lifecycle, Queue(sync=\"none\") + sync() every %d" % lc["every"],
+                fmt(rate(med["ddq_group"])), "persist-queue %s/s" % fmt(rate(pq)), fmt(ratio),
+                "≥ 10×", verdict(ratio, TARGETS["3"]))
         for key, name in (("litequeue_default", "default (WAL, synchronous=NORMAL)"),
                           ("litequeue_full", "synchronous=FULL")):
-            lq = us[key]
+            ratio = paired(b[key], b["ddq_always"])
             rep.row("10", "litequeue %s lifecycle; ratio = ddq sync=\"always\" ÷ it"
-                    % name, fmt(rate(lq)), "ddq %s/s" % fmt(rate(us["ddq_always"])),
-                    fmt(lq / us["ddq_always"]), "report", "report")
+                    % name, fmt(rate(med[key])), "ddq %s/s" % fmt(rate(med["ddq_always"])),
+                    fmt(ratio), "report", "report")
         rows = []
         for key, label, fs in (
                 ("raw_sync", "raw append + flush + os.fsync (one record)", "1"),
@@ -191,18 +201,18 @@ def build(results, errors, smoke, seconds):
                 ("ddq_group", "ddq Queue sync=\"none\" + sync() every %d" % lc["every"],
                  "1/%d" % lc["every"]),
                 ("outbox_group", "ddq Outbox sync_every=%d (put/get/ack)" % (3 * lc["every"]),
-                 "see fsync table"),
+                 "see the fsync table"),
                 ("persistqueue", "persist-queue SQLiteAckQueue (put/get/ack)", "3 commits"),
-                ("litequeue_default", "litequeue default (put/pop/done)", "WAL NORMAL"),
+                ("litequeue_default", "litequeue default (put/pop/done)", "WAL, NORMAL"),
                 ("litequeue_full", "litequeue synchronous=FULL", "3 commits")):
-            if key in us:
-                rows.append((label, fmt(us[key]), fmt(rate(us[key])), fs,
-                             ", ".join(fmt(v) for v in lc["runs"][key])))
-        rep.section("CPython lifecycles (payload %d B; %d lifecycles a run, %d for the fast ones;"
-                    " best of %d interleaved runs)" % (lc["payload"], lc["n"], lc["fast"],
-                                                       len(lc["runs"]["raw_sync"])),
-                    table(("what", "µs per lifecycle (raw: per record)", "per s", "fsyncs",
-                           "all runs (µs)"), rows))
+            if key in b:
+                rows.append((label, fmt(min(b[key])), fmt(med[key]), fmt(rate(med[key])), fs,
+                             "%s – %s" % (fmt(min(b[key])), fmt(max(b[key])))))
+        rep.section("CPython lifecycles (payload %d B; %d blocks round-robin, each %d lifecycles, "
+                    "%d for the fast ones)" % (lc["payload"], len(b["raw_sync"]), lc["n"],
+                                               lc["fast"]),
+                    table(("what", "best µs per lifecycle (raw: per record)", "median µs",
+                           "per s (median)", "fsyncs", "range of blocks (µs)"), rows))
 
     # Counts: fsyncs and bytes per op.
     ct = R.get("cp_counts")
@@ -231,14 +241,21 @@ def build(results, errors, smoke, seconds):
     # 4: MicroPython lifecycle.
     ml = R.get("mp_lifecycle")
     if ml:
-        us = ml["us_per"]
-        raw = us["raw_sync"]
+        b = ml["blocks"]
+        raw = median(b["raw_sync"])
         for rid, key, syncs in (("4", "ddq_always", 3), ("4b", "ddq_ack", 2)):
-            ratio = syncs * raw / us[key]
+            ratio = paired(b["raw_sync"], b[key], syncs)
             rep.row(rid, "MicroPython unix lifecycle, sync=\"%s\", msgs/s" % key[4:],
-                    fmt(rate(us[key])), "raw append+flush %s/s ÷ %d = %s"
+                    fmt(rate(median(b[key]))), "raw append+flush %s/s ÷ %d = %s"
                     % (fmt(rate(raw)), syncs, fmt(rate(raw) / syncs)), fmt(ratio), "≥ 0.8",
                     verdict(ratio, TARGETS[rid]))
+        rep.section("MicroPython lifecycles (unix port, VfsPosix: flush is the fsync; payload %d "
+                    "B; %d blocks round-robin, each %d lifecycles)"
+                    % (ml["payload"], len(b["raw_sync"]), ml["n"]),
+                    table(("what", "best µs", "median µs", "range of blocks (µs)"),
+                          [(k, fmt(min(v)), fmt(median(v)), "%s – %s" % (fmt(min(v)),
+                                                                          fmt(max(v))))
+                           for k, v in sorted(b.items())]))
 
     # 5: heap per pending item.
     hp = R.get("mp_heap")
@@ -320,11 +337,15 @@ def build(results, errors, smoke, seconds):
                   "ddq_always": "ddq sync=\"always\"", "ddq_ack": "ddq sync=\"ack\"",
                   "ddq_enqueue": "ddq sync=\"none\" + sync() after each enqueue (emulates an "
                                  "\"enqueue\" policy)",
-                  "ddq_group": "ddq sync=\"none\" + sync() every %d messages" % lf["every"]}
+                  "ddq_group": "ddq sync=\"none\" + sync() every %d messages" % lf["every"],
+                  "ddq_outbox": "ddq Outbox(sync_every=%d records) put/get/ack" % (3 * lf["every"])}
         for pname, res in lf["per_msg"].items():
             js = res["json"]["progs"] + res["json"]["erases"]
             rows = []
-            for case in ("json", "applog", "ddq_always", "ddq_ack", "ddq_enqueue", "ddq_group"):
+            for case in ("json", "applog", "ddq_always", "ddq_ack", "ddq_enqueue", "ddq_group",
+                         "ddq_outbox"):
+                if case not in res:
+                    continue
                 v = res[case]
                 pe = v["progs"] + v["erases"]
                 rows.append((labels[case], fmt(v["progs"]), fmt(v["erases"]), fmt(pe),
@@ -364,8 +385,10 @@ def build(results, errors, smoke, seconds):
         if im.get("sections"):
             lines += ["", "Per section of port/ddq.py (.mpy of each prefix; the difference is the "
                       "section's cost):", ""]
-            lines += table(("section", "lines", "heap (B)", "cumulative (B)"),
-                           [(s["name"], s["lines"], fmt(s["heap"]), fmt(s["cumulative"]))
+            lines += table(("section", "lines", ".mpy heap (B)", ".mpy cumulative (B)",
+                            "ROMFS heap (B)", "ROMFS cumulative (B)"),
+                           [(s["name"], s["lines"], fmt(s["heap"]), fmt(s["cumulative"]),
+                             fmt(s.get("romfs_heap")), fmt(s.get("romfs_cumulative")))
                             for s in im["sections"]])
         rep.section("Import heap on MicroPython (gc.mem_alloc after gc.collect, fresh process)",
                     lines)
@@ -483,6 +506,20 @@ def mpy_cross(src_path, out_path, opt=None):
     subprocess.run(cmd, check=True, capture_output=True, timeout=120)
 
 
+def quiet_romfs(src_dir):
+    """mpremote's ROMFS image of src_dir (.py compiled to .mpy); it prints its tree: hushed."""
+    from mpremote.romfs import make_romfs
+
+    devnull = open(os.devnull, "w")
+    old = sys.stdout
+    sys.stdout = devnull
+    try:
+        return make_romfs(src_dir, mpy_cross=True)
+    finally:
+        sys.stdout = old
+        devnull.close()
+
+
 def part_imports(tmp, smoke):
     res = {}
 
@@ -504,23 +541,15 @@ def part_imports(tmp, smoke):
         src = os.path.join(tmp, "romsrc")
         os.makedirs(src)
         shutil.copy(DDQ_SRC, src)
-        devnull = open(os.devnull, "w")
-        old = sys.stdout
-        sys.stdout = devnull  # make_romfs prints its tree
-        try:
-            img = make_romfs(src, mpy_cross=True)
-        finally:
-            sys.stdout = old
-            devnull.close()
         path = os.path.join(tmp, "ddq.romfs")
         with open(path, "wb") as f:
-            f.write(img)
+            f.write(quiet_romfs(src))
         res["romfs"] = imp(romfs=path)
     if not smoke:
         with open(DDQ_SRC) as f:
             src = f.read()
         lines = src.splitlines()
-        prev = 0
+        prev = prev_rom = 0
         secs = []
         for name, _start, end in sections_of(src):
             d = os.path.join(tmp, "sec-" + name)
@@ -528,10 +557,20 @@ def part_imports(tmp, smoke):
             with open(os.path.join(d, "ddq_prefix.py"), "w") as f:
                 f.write("\n".join(lines[:end]) + "\n")
             mpy_cross(os.path.join(d, "ddq_prefix.py"), os.path.join(d, "ddq.mpy"))
-            os.remove(os.path.join(d, "ddq_prefix.py"))
             h = imp(path=d)["heap"]
-            secs.append({"name": name, "lines": end - _start, "heap": h - prev, "cumulative": h})
+            row = {"name": name, "lines": end - _start, "heap": h - prev, "cumulative": h}
             prev = h
+            if make_romfs is not None:
+                os.remove(os.path.join(d, "ddq.mpy"))
+                os.rename(os.path.join(d, "ddq_prefix.py"), os.path.join(d, "ddq.py"))
+                path = os.path.join(tmp, "sec-%s.romfs" % name)
+                with open(path, "wb") as f:
+                    f.write(quiet_romfs(d))
+                hr = imp(romfs=path)["heap"]
+                row["romfs_heap"] = hr - prev_rom
+                row["romfs_cumulative"] = hr
+                prev_rom = hr
+            secs.append(row)
         res["sections"] = secs
     return res
 
