@@ -231,6 +231,33 @@ def do_push(args):
     return 0
 
 
+def argparse_stats(p):
+    add_device_args(p)
+    p.add_argument("remote", metavar="REMOTE_DIR", help="queue directory on the device (':outbox')")
+    add_option_args(p)
+    p.add_argument("--json", action="store_true")
+
+
+def do_stats(args):
+    from . import transfer
+
+    with open_device(args) as dev:
+        board = args.board
+        if board is None:
+            try:
+                prof, _ = transfer.pick_profile(dev)
+                board = prof["board"]
+            except transfer.TransferError:
+                board = None
+        opts, _src = resolve_options(argparse.Namespace(**dict(vars(args), board=board)), None)
+        res = transfer.device_stats(dev, args.remote, opts)
+    if args.json:
+        out_json(res)
+    else:
+        print(" ".join("%s=%s" % kv for kv in sorted(res.items())))
+    return 0
+
+
 # ---------------------------------------------------------------- inspect / verify / records
 
 
@@ -258,7 +285,7 @@ def _scan(args):
     if not os.path.isdir(args.dir):
         raise CommandError("%s: no such directory" % args.dir)
     try:
-        return fsck.scan(args.dir, opts), src
+        return fsck.scan(args.dir, opts, exact_segment_bytes=src["segment_bytes"] != "default"), src
     except fsck.NotAQueue as e:
         raise CommandError(str(e))
 
@@ -377,6 +404,7 @@ COMMANDS = {
     "flash": (do_flash, argparse_flash, "install ddq (.py or .mpy) on a device and check it imports"),
     "pull": (do_pull, argparse_pull, "copy a queue directory off a device, sha256-verified"),
     "push": (do_push, argparse_push, "put a pulled (replayed) directory back on the device"),
+    "stats": (do_stats, argparse_stats, "stats() of a queue directory, computed by ddq on the device"),
     "inspect": (do_inspect, argparse_inspect, "recovered state of a queue directory (not modified)"),
     "verify": (do_verify, argparse_verify, "fsck: exit 0 clean, 1 torn tail only, 2 corrupt"),
     "records": (do_records, argparse_records, "dump the records of a queue directory"),

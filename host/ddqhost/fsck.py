@@ -5,7 +5,17 @@ tables in shared/reference/ddq-c-format.md (cited as F§n): records F§4, record
 options F§7, replay rules F§10.4, recovery F§14. When ddq and this reader disagree about a directory,
 one of them has a bug; tests compare both against directories written by the C library.
 
-Verdicts: CLEAN (0), TORN (1: only a short tail that recovery would truncate), CORRUPT (2).
+ddq's docs/SPEC.md adds a few recovery rules to the C ones ("Extension"); they are applied here too,
+because verify answers "will ddq open this directory, and what will recovery change", and each use
+is reported as a note saying what libddq (C) would do instead:
+  - R11: a bad header whose bytes to the end of file are all 0x00 or all 0xFF, or a complete final
+    record failing validation whose footer onwards is uniform, is a torn tail (C: corrupt);
+  - R12: `<segment>.cut` left by an interrupted tail cut is removed, or adopted when its segment is
+    missing (C: a missing segment id is corrupt);
+  - R14: a missing manifest with the marker present adopts a valid `queue.manifest.tmp` (C: corrupt);
+  - F7: a segment other than the last must end where its successor's first record did not fit.
+
+Verdicts: CLEAN (0), TORN (1: only a torn tail that recovery would remove), CORRUPT (2).
 """
 
 import os
@@ -62,6 +72,7 @@ MANIFEST_NAME = "queue.manifest"
 MANIFEST_TMP = "queue.manifest.tmp"
 LEGACY_RE = re.compile(r"^segment-(\d{20})\.log$")
 GEN_RE = re.compile(r"^generation-(\d{20})-segment-(\d{20})\.log$")
+CUT_SUFFIX = ".cut"  # SPEC R12 (ddq extension): a tail cut in progress
 
 OK, TORN, CORRUPT = 0, 1, 2
 VERDICT_NAMES = {OK: "clean", TORN: "torn-tail", CORRUPT: "corrupt"}
@@ -117,7 +128,7 @@ def record_crc(buf, off, plen):
 
 
 class Problem:
-    """One finding. kind: 'torn' (recovery truncates it), 'corrupt', or 'note' (no effect on verdict)."""
+    """One finding. kind: 'torn' (recovery removes it), 'corrupt', 'warning' or 'note' (no effect on verdict)."""
 
     def __init__(self, kind, message, file=None, offset=None, seqs=None, after_seq=None):
         self.kind = kind
@@ -312,6 +323,7 @@ class Report:
         self.ignored = []  # names the scan ignores (never touched)
         self.obsolete = []  # names recovery would delete
         self.replay_stopped = None
+        self.c_compatible = True  # False when an extension rule (R11, R12, R14) decided something
 
     @property
     def verdict(self):
@@ -348,6 +360,7 @@ class Report:
                  "tail": s["tail"]} for s in self.segments
             ],
             "ignored_files": self.ignored, "obsolete_files": self.obsolete,
+            "c_compatible": self.c_compatible,
         }
         if with_records:
             for js, s in zip(out["segments"], self.segments):
@@ -355,8 +368,12 @@ class Report:
         return out
 
 
-def scan(path, options=None, read_file=None):
-    """Decode a queue directory without modifying it. Returns a Report (raises NotAQueue, OSError)."""
+def scan(path, options=None, exact_segment_bytes=True):
+    """Decode a queue directory without modifying it. Returns a Report (raises NotAQueue, OSError).
+
+    exact_segment_bytes: options["segment_bytes"] is the writer's (given, not a default), so a segment
+    that ends before a record that would have fit is damage (corrupt) rather than a warning.
+    """
     opts = check_options(options)
     rep = Report(path, opts)
     names = sorted(os.listdir(path))
@@ -365,6 +382,16 @@ def scan(path, options=None, read_file=None):
         parsed = parse_segment_name(n)
         if parsed:
             segs_by_gen.setdefault(parsed[0], []).append((parsed[1], n))
+    # R12: a `.cut` whose segment is missing is renamed to it by recovery; one beside its segment is removed.
+    sources = {}
+    for n in names:
+        if n.endswith(CUT_SUFFIX) and parse_segment_name(n[:-len(CUT_SUFFIX)]):
+            seg = n[:-len(CUT_SUFFIX)]
+            if seg in names:
+                continue  # classified with the leftovers below
+            parsed = parse_segment_name(seg)
+            segs_by_gen.setdefault(parsed[0], []).append((parsed[1], seg))
+            sources[seg] = n
     has_marker = FORMAT_NAME in names
     has_manifest = MANIFEST_NAME in names
     if not segs_by_gen and not has_marker and not has_manifest:
@@ -378,8 +405,19 @@ def scan(path, options=None, read_file=None):
         elif os.path.getsize(mp) != 0:
             rep.add("corrupt", "queue.format is not empty (%d bytes)" % os.path.getsize(mp), file=FORMAT_NAME)
     cp = None  # checkpoint (segment index, end offset) while not yet seen
+    man_name = MANIFEST_NAME
+    if not has_manifest and has_marker:
+        tp = os.path.join(path, MANIFEST_TMP)
+        if MANIFEST_TMP in names and os.path.isfile(tp) and not os.path.islink(tp):
+            with open(tp, "rb") as f:
+                _fields, err = decode_manifest(f.read(), opts, has_marker)
+            if err is None:
+                man_name, has_manifest = MANIFEST_TMP, True
+                rep.add("note", "queue.manifest is missing: recovery adopts queue.manifest.tmp (SPEC R14; "
+                        "libddq would report the directory corrupt)", file=MANIFEST_TMP)
+                rep.c_compatible = False
     if has_manifest:
-        mp = os.path.join(path, MANIFEST_NAME)
+        mp = os.path.join(path, man_name)
         if os.path.islink(mp) or not os.path.isfile(mp):
             rep.add("corrupt", "queue.manifest is not a regular file", file=MANIFEST_NAME)
             return rep
@@ -387,7 +425,7 @@ def scan(path, options=None, read_file=None):
             fields, err = decode_manifest(f.read(), opts, has_marker)
         rep.manifest = fields
         if err:
-            rep.add("corrupt", err, file=MANIFEST_NAME)
+            rep.add("corrupt", err, file=man_name)
             return rep
         rep.generation = fields["generation"]
         cp = (fields["segment_count"] - 1, fields["end_offset"])
@@ -410,12 +448,17 @@ def scan(path, options=None, read_file=None):
         rep.add("corrupt", "manifest names %d segments, only %d present"
                 % (rep.manifest["segment_count"], len(mine)))
         return rep
-    _classify_other_files(rep, path, names, gen, mine)
+    for _sid, n in mine:
+        if n in sources:
+            rep.add("note", "recovery renames %s to %s (SPEC R12; libddq would report the segment missing)"
+                    % (sources[n], n), file=sources[n])
+            rep.c_compatible = False
+    _classify_other_files(rep, path, names, gen, mine, man_name)
 
     # F§14 steps 6-7: replay.
-    st = _Replay(rep, opts, gen, cp)
+    st = _Replay(rep, opts, gen, cp, exact_segment_bytes)
     for idx, (sid, n) in enumerate(mine):
-        fp = os.path.join(path, n)
+        fp = os.path.join(path, sources.get(n, n))
         if not os.path.isfile(fp):
             rep.add("corrupt", "segment is not a regular file", file=n)
             return rep
@@ -424,18 +467,22 @@ def scan(path, options=None, read_file=None):
         seg = {"name": n, "id": sid, "size": len(data), "records": [], "tail": None}
         rep.segments.append(seg)
         st.segment(seg, idx, data, last=(idx == len(mine) - 1))
+        st.prev_size, st.prev_name = len(data), n
     st.finish()
     return rep
 
 
-def _classify_other_files(rep, path, names, gen, mine):
+def _classify_other_files(rep, path, names, gen, mine, man_name):
     mine_names = {n for _, n in mine}
     for n in names:
-        if n in (LOCK_NAME, FORMAT_NAME, MANIFEST_NAME) or n in mine_names:
+        if n in (LOCK_NAME, FORMAT_NAME, MANIFEST_NAME, man_name) or n in mine_names:
             continue
+        if n.endswith(CUT_SUFFIX) and n[:-len(CUT_SUFFIX)] in mine_names and n[:-len(CUT_SUFFIX)] not in names:
+            continue  # adopted as its segment (R12)
         fp = os.path.join(path, n)
         regular = os.path.isfile(fp) and not os.path.islink(fp)
-        if n == MANIFEST_TMP or parse_segment_name(n):
+        if n == MANIFEST_TMP or parse_segment_name(n) or (
+                n.endswith(CUT_SUFFIX) and parse_segment_name(n[:-len(CUT_SUFFIX)])):
             if not regular:
                 rep.add("corrupt", "%s is not a regular file" % n, file=n)
             else:
@@ -464,8 +511,9 @@ def _classify_other_files(rep, path, names, gen, mine):
 class _Replay:
     """Replay rules of F§10.4 with the checkpoint rules of F§14 step 7."""
 
-    def __init__(self, rep, opts, gen, cp):
+    def __init__(self, rep, opts, gen, cp, exact=True):
         self.rep = rep
+        self.exact = exact
         self.opts = opts
         self.gen = gen
         self.cp = cp  # (segment index, end_offset) or None once seen / no manifest
@@ -474,6 +522,8 @@ class _Replay:
         self.last_seq = 0  # seq of the newest item
         self.prev = None  # previous record (type, seq, state-record state) in log order
         self.stopped = False
+        self.prev_size, self.prev_name = 0, None
+        self.last_rec_seq = 0  # seq of the last valid record in log order (problem context)
 
     def corrupt(self, msg, **kw):
         self.rep.add("corrupt", msg, **kw)
@@ -487,7 +537,7 @@ class _Replay:
         end = self.cp[1]
         if off > end:
             self.corrupt("a record crosses the snapshot boundary at offset %d" % end, file=name,
-                         offset=off, after_seq=self.last_seq or None)
+                         offset=off, after_seq=self.last_rec_seq or None)
             return
         if off < end:
             return
@@ -522,7 +572,29 @@ class _Replay:
         off = 0
         while off < len(data):
             rec, status, why = decode_record(data, off, self.opts)
+            tail_ok = last and self.seen
+            if tail_ok and status in ("bad-header", "invalid") and self.uniform_tail(data, off, rec, status):
+                # SPEC R11 (ddq extension): bytes that never reached the medium read as 0x00 or 0xFF.
+                left = len(data) - off
+                self.rep.tail_bytes = left
+                self.rep.c_compatible = False
+                seg["tail"] = {"offset": off, "length": left, "status": "torn", "reason": why, "header": None}
+                self.rep.add("torn", "torn tail of %d bytes (%s, then only 0x00/0xFF); recovery removes it "
+                             "(SPEC R11; libddq would report it corrupt)" % (left, why), file=name, offset=off,
+                             after_seq=self.last_rec_seq or None)
+                return
+            if status == "ok" and off == 0 and idx > 0 and self.prev_size + rec["record_length"] <= self.opts["segment_bytes"]:
+                msg = ("segment %s ends early: %d bytes, and this first record of %d bytes would have fit in "
+                       "segment_bytes %d (SPEC F7)" % (self.prev_name, self.prev_size, rec["record_length"],
+                                                       self.opts["segment_bytes"]))
+                if self.exact:
+                    self.corrupt(msg, file=name, offset=0, seqs=(rec["seq"], rec["seq"]))
+                else:
+                    # Only the writer's exact segment_bytes tells a lost end from a smaller limit.
+                    self.rep.add("warning", msg + "; pass the writer's --segment-bytes (ddq refuses to open it "
+                                 "with this limit)", file=name, offset=0, seqs=(rec["seq"], rec["seq"]))
             if status == "ok":
+                self.last_rec_seq = rec["seq"]
                 seg["records"].append(rec)
                 if not self.stopped:
                     self.apply(rec, name)
@@ -538,7 +610,7 @@ class _Replay:
                 self.rep.tail_bytes = left
                 tail["status"] = "torn"
                 self.rep.add("torn", "torn tail of %d bytes (%s); recovery truncates it" % (left, why),
-                             file=name, offset=off, seqs=seqs, after_seq=self.last_seq or None)
+                             file=name, offset=off, seqs=seqs, after_seq=self.last_rec_seq or None)
                 seg["tail"] = tail
                 return
             if status == "invalid":
@@ -555,8 +627,16 @@ class _Replay:
                 why = "%s %s" % (why, where)
             tail["status"] = "invalid"
             seg["tail"] = tail
-            self.corrupt(why, file=name, offset=off, seqs=seqs, after_seq=self.last_seq or None)
+            self.corrupt(why, file=name, offset=off, seqs=seqs, after_seq=self.last_rec_seq or None)
             return
+
+    @staticmethod
+    def uniform_tail(data, off, rec, status):
+        if status == "bad-header":
+            rest = data[off:]
+        else:
+            rest = data[off + rec["record_length"] - REC_FOOTER:]  # the footer and all after it
+        return len(rest) > 0 and (rest.count(0) == len(rest) or rest.count(0xFF) == len(rest))
 
     def apply(self, rec, name):
         typ, seq = rec["type"], rec["seq"]
@@ -640,6 +720,9 @@ class _Replay:
             self.corrupt("snapshot boundary (segment %d, offset %d) never reached: incomplete snapshot"
                          % self.cp, file=name)
         rep.next_seq = self.next_seq
+        if len(rep.items) > self.opts["max_items"]:
+            rep.add("corrupt", "%d items exceed max_items %d (ddq reports Full; a reader's limits must be at "
+                    "least the writer's: try --max-items)" % (len(rep.items), self.opts["max_items"]))
 
 
 # ---------------------------------------------------------------- text rendering
@@ -713,6 +796,8 @@ def render_verify(rep):
         out.append("%s: %s: %s" % (p.kind.upper(), p.where(), p.message))
     if rep.replay_stopped:
         out.append("note: %s" % rep.replay_stopped)
+    if not rep.c_compatible:
+        out.append("note: libddq (C) would not open this directory as is (see the SPEC extension notes above)")
     st = rep.stats()
     out.append("items: %d total, %d available, %d claimed, %d acked, %d quarantined; next_seq %d" % (
         st["total_items"], st["available_items"], st["claimed_items"], st["acknowledged_items"],
@@ -723,5 +808,6 @@ def render_verify(rep):
     elif v == TORN:
         out.append("result: torn tail (%d bytes recovery would remove)" % rep.tail_bytes)
     else:
-        out.append("result: corrupt (%d problems)" % len([p for p in rep.problems if p.kind == "corrupt"]))
+        n = len([p for p in rep.problems if p.kind == "corrupt"])
+        out.append("result: corrupt (%d problem%s)" % (n, "" if n == 1 else "s"))
     return "\n".join(out) + "\n"

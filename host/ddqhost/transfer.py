@@ -10,7 +10,7 @@ import tempfile
 import time
 
 from . import boards, fsck, qdir
-from .device import DeviceError, djoin, dpath
+from .device import DeviceError, DeviceExecError, djoin, dpath
 
 
 class TransferError(Exception):
@@ -361,3 +361,45 @@ def push(dev, local, remote, force=False, options=None, progress_enabled=None):
         "written": sorted(plan_write), "appended": sorted(n for n, _ in plan_append), "removed": sorted(plan_remove),
         "bytes": total, "seconds": round(time.monotonic() - t0, 3), "forced": bool(force and now_dev != pulled),
     }
+
+
+# ---------------------------------------------------------------- stats on the device
+
+STATS_FIELDS = ("total_items", "available_items", "claimed_items", "acknowledged_items", "quarantined_items",
+                "stored_bytes", "segment_count", "next_seq", "recovered_tail_bytes", "generation", "failed",
+                "durable_seq")
+
+
+def device_stats(dev, remote, options):
+    """Open remote with the device's own ddq and return stats() as a dict (recovery runs there).
+
+    The directory must exist and look like a queue: opening a missing one would create it.
+    """
+    files, _ = _device_files(dev, remote)
+    if not qdir.looks_like_queue(files):
+        raise TransferError(":%s is not a ddq queue directory (no segment, manifest or queue.format)" % dpath(remote))
+    code = (
+        "import ddq\n"
+        "_q=ddq.Queue(%r,segment_bytes=%d,max_payload_bytes=%d,max_items=%d,max_segments=%d)\n"
+        "try:\n"
+        " _s=_q.stats()\n"
+        " print(repr([(k,getattr(_s,k)) for k in %r if hasattr(_s,k)]))\n"
+        "finally:\n"
+        " _q.close()\n"
+        "del _q,_s\n" % (dpath(remote), options["segment_bytes"], options["max_payload_bytes"],
+                         options["max_items"], options["max_segments"], STATS_FIELDS)
+    )
+    try:
+        out = dev._collect(code, path=dpath(remote))
+    except DeviceExecError as e:
+        if e.exc_line.startswith("ImportError") and "ddq" in e.exc_line:
+            raise TransferError("ddq is not installed on %s (run `ddq flash`)" % dev.port)
+        if e.exc_line.startswith("Corrupt"):
+            raise TransferError("device reports :%s corrupt: %s" % (dpath(remote), e.exc_line), code=2)
+        raise TransferError("ddq on the device failed: %s" % e.exc_line)
+    try:
+        import ast
+
+        return dict(ast.literal_eval(out.decode().strip()))
+    except (ValueError, SyntaxError):
+        raise TransferError("unexpected reply from the device: %r" % out[:80])

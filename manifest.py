@@ -1,0 +1,8 @@
+# Freeze ddq into a firmware: include("$(MPY_DIR)/../ddq/manifest.py") from a board's manifest.
+# The version must equal port/ddq.py's __version__ and package.json's (tests/host checks it).
+metadata(
+    description="Durable delivery queue (outbox) for MicroPython: a port of the C DDQ format.",
+    version="0.1.0",
+)
+
+module("ddq.py", base_path="port")

@@ -1,0 +1,185 @@
+"""Fixtures for the host-tool tests: the `ddq` CLI as a real process, a virtual board, a mosquitto.
+
+Every process a fixture starts is ended in a finally by its pid (and checked gone).
+"""
+
+import hashlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+HOST = os.path.join(REPO, "host")
+PORT_DIR = os.path.join(REPO, "port")
+for _p in (HOST, PORT_DIR, HERE):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+from ddqhost import vboard  # noqa: E402
+
+FIXTURES = os.environ.get("DDQ_FIXTURES") or os.path.normpath(os.path.join(REPO, "..", "shared", "fixtures", "ddq-c"))
+FIXTURE_NAMES = ("basic", "compacted", "legacy_uncompacted")
+
+
+def cli_env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([HOST, PORT_DIR] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env.pop("DDQ_DEVICE", None)
+    env["DDQ_STATE_DIR"] = os.path.join(REPO, "build", "no-default-virtual-board")  # never the user's board
+    return env
+
+
+def ddq(*args, timeout=120, input=None):
+    """Run `python -m ddqhost.cli ARGS` as a real process; return the CompletedProcess (text)."""
+    return subprocess.run([sys.executable, "-m", "ddqhost.cli", *map(str, args)], capture_output=True, text=True,
+                          env=cli_env(), timeout=timeout, input=input, cwd=REPO)
+
+
+def one_line_error(r, code):
+    """Assert r failed with exit status code and exactly one `ddq: ...` line on stderr."""
+    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ddq: "), r.stderr
+    return lines[0]
+
+
+def tree_hash(path):
+    """{relative name: sha256} of every file under path (to prove a command modified nothing)."""
+    out = {}
+    for root, _dirs, files in os.walk(path):
+        for n in files:
+            p = os.path.join(root, n)
+            with open(p, "rb") as f:
+                out[os.path.relpath(p, path)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def copy_fixture(name, dst):
+    shutil.copytree(os.path.join(FIXTURES, name), dst)
+    for root, dirs, files in os.walk(dst):
+        for n in dirs + files:
+            os.chmod(os.path.join(root, n), 0o755 if n in dirs else 0o644)
+    os.chmod(dst, 0o755)
+    return dst
+
+
+def option_flags(opts):
+    out = []
+    for k in ("segment_bytes", "max_payload_bytes", "max_items", "max_segments"):
+        out += ["--" + k.replace("_", "-"), str(opts[k])]
+    return out
+
+
+# ---------------------------------------------------------------- virtual board
+
+
+class Board:
+    def __init__(self, state_dir):
+        self.dir = state_dir
+        self.tty = os.path.join(state_dir, "tty")
+        self.pids = set()
+
+    def start(self):
+        st = vboard.start(self.dir)
+        self.pids.update([st["bridge_pid"], st["micropython_pid"]])
+        return st
+
+    def all_gone(self):
+        return not any(vboard.pid_alive(p) for p in self.pids)
+
+
+@pytest.fixture(scope="module")
+def board(tmp_path_factory):
+    """A virtual board for the module (its image persists across stop/start inside the module)."""
+    b = Board(str(tmp_path_factory.mktemp("vboard")))
+    b.start()
+    try:
+        yield b
+    finally:
+        vboard.kill(b.dir)
+        for pid in b.pids:
+            if vboard.pid_alive(pid):
+                os.kill(pid, 9)
+        assert b.all_gone(), "virtual board processes left behind"
+
+
+# ---------------------------------------------------------------- mosquitto
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def mosquitto(tmp_path_factory):
+    """A mosquitto on 127.0.0.1:<free port> with a generated config; yields the port."""
+    exe = shutil.which("mosquitto") or ("/usr/sbin/mosquitto" if os.path.exists("/usr/sbin/mosquitto") else None)
+    if exe is None:
+        pytest.skip("mosquitto binary not found (apt-get install mosquitto); replay needs a real broker")
+    d = tmp_path_factory.mktemp("mosquitto")
+    port = free_port()
+    conf = d / "mosquitto.conf"
+    conf.write_text("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest stderr\n" % port)
+    log = open(d / "log.txt", "wb")
+    p = subprocess.Popen([exe, "-c", str(conf)], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+    try:
+        end = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if p.poll() is not None or time.monotonic() > end:
+                    raise RuntimeError("mosquitto did not start: %s" % (d / "log.txt").read_text())
+                time.sleep(0.05)
+        yield port
+    finally:
+        p.kill()
+        p.wait()
+        log.close()
+
+
+class Subscriber:
+    """A QoS 1 subscriber to '#' that records (topic, payload) pairs."""
+
+    def __init__(self, port):
+        import paho.mqtt.client as mqtt
+
+        self.got = []
+        self.lock = threading.Lock()
+        ready = threading.Event()
+        self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="ddq-test-sub-%d" % os.getpid())
+        self.c.on_message = self._on_message
+        self.c.on_subscribe = lambda *a: ready.set()
+        self.c.connect("127.0.0.1", port)
+        self.c.subscribe("#", qos=1)
+        self.c.loop_start()
+        assert ready.wait(10), "subscription not acknowledged"
+
+    def _on_message(self, client, userdata, msg):
+        with self.lock:
+            self.got.append((msg.topic, bytes(msg.payload)))
+
+    def wait_for(self, n, timeout=10):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            with self.lock:
+                if len(self.got) >= n:
+                    break
+            time.sleep(0.02)
+        time.sleep(0.2)  # anything beyond n (a duplicate) would arrive now
+        with self.lock:
+            return list(self.got)
+
+    def close(self):
+        self.c.disconnect()
+        self.c.loop_stop()

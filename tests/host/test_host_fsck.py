@@ -1,0 +1,251 @@
+"""`ddq verify` / `ddq records`: the independent reader (host/ddqhost/fsck.py) against the C fixtures,
+ddq-written directories, an independent writer, and damaged copies; golden CLI output.
+
+Golden files live in tests/host/golden/*.exp; temp paths are replaced by <DIR> and \\r dropped.
+Regenerate with DDQ_UPDATE_GOLDEN=1 (then read the diff).
+"""
+
+import json
+import os
+import struct
+
+import cwriter
+import pytest
+from conftest import FIXTURE_NAMES, FIXTURES, copy_fixture, ddq, one_line_error, option_flags, tree_hash
+
+from ddqhost import fsck, qdir
+
+GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
+
+
+def fixture_json(name):
+    with open(os.path.join(FIXTURES, name + ".json")) as f:
+        return json.load(f)
+
+
+def golden(name, text, dirpath):
+    text = text.replace("\r", "").replace(str(dirpath), "<DIR>")
+    path = os.path.join(GOLDEN, name + ".exp")
+    if os.environ.get("DDQ_UPDATE_GOLDEN"):
+        os.makedirs(GOLDEN, exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+    with open(path) as f:
+        assert text == f.read(), "golden %s differs:\n%s" % (name, text)
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_fixture_records_and_state_match_the_c_library(name, tmp_path):
+    exp = fixture_json(name)
+    d = copy_fixture(name, tmp_path / name)
+    before = tree_hash(d)
+    rep = fsck.scan(str(d), exp["options"])
+    assert rep.verdict == fsck.OK and rep.c_compatible
+    js = rep.to_json(with_records=True)
+    got = {s["name"]: [{k: r[k] for k in exp["records"][s["name"]][0]} for r in s["records"]] for s in js["segments"]}
+    assert got == exp["records"]
+    stats = dict(js["stats"])
+    assert stats.pop("generation") == exp["recovered_generation"]
+    assert stats == exp["stats"]
+    keys = ("seq", "state", "attempts", "lease_until_ms", "not_before_ms", "payload_len", "quarantine_reason_hex")
+    assert [{k: it[k] for k in keys} for it in js["items"]] == [{k: it[k] for k in keys} for it in exp["items"]]
+    if exp["manifest"]:
+        assert {k: js["manifest"][k] for k in exp["manifest"]} == exp["manifest"]
+    assert tree_hash(d) == before  # read-only
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_fixture_golden_cli_output(name, tmp_path):
+    exp = fixture_json(name)
+    d = copy_fixture(name, tmp_path / name)
+    flags = option_flags(exp["options"])
+    r = ddq("records", d, *flags)
+    assert r.returncode == 0, r.stderr
+    golden(name + ".records", r.stdout, d)
+    r = ddq("verify", d, *flags)
+    assert r.returncode == 0, r.stderr
+    golden(name + ".verify", r.stdout, d)
+    r = ddq("records", d, "--json", *flags)
+    js = json.loads(r.stdout)
+    assert {s["name"]: [{k: x[k] for k in exp["records"][s["name"]][0]} for x in s["records"]]
+            for s in js["segments"]} == exp["records"]
+
+
+def test_options_from_ddq_options_json(tmp_path):
+    exp = fixture_json("legacy_uncompacted")
+    d = copy_fixture("legacy_uncompacted", tmp_path / "q")
+    # With the defaults the directory still verifies (limits only grow); a smaller payload limit
+    # than the writer's makes it corrupt, and ddq-options.json is where such limits are read from.
+    assert ddq("verify", d).returncode == 0
+    (d / qdir.OPTIONS_FILE).write_text(json.dumps(dict(exp["options"], max_payload_bytes=8)))
+    r = ddq("verify", d, "--json")
+    assert r.returncode == 2
+    js = json.loads(r.stdout)
+    assert js["options"]["max_payload_bytes"] == 8
+    assert js["options_source"]["max_payload_bytes"] == qdir.OPTIONS_FILE
+    assert "max_payload_bytes" in js["problems"][0]["message"]
+    r = ddq("verify", d, "--max-payload-bytes", "64")  # the command line wins
+    assert r.returncode == 0, r.stdout
+
+
+def test_independent_writer_generation_with_snapshot(tmp_path):
+    d = str(tmp_path / "q")
+    opts, items, stats = cwriter.compacted_scenario(d)
+    rep = fsck.scan(d, opts)
+    assert rep.verdict == fsck.OK, [p.message for p in rep.problems]
+    st = rep.stats()
+    assert {k: st[k] for k in stats} == stats
+    for it in rep.to_json()["items"]:
+        e = items[it["seq"]]
+        assert (it["state"], it["attempts"], it["lease_until_ms"], it["not_before_ms"], it["payload_len"]) == (
+            e["state"], e["attempts"], e["lease_until_ms"], e["not_before_ms"], len(e["payload"]))
+        assert it["quarantine_reason_hex"] == (e["reason"].hex() if "reason" in e else None)
+
+
+def test_ddq_written_directory_verifies_and_agrees_with_inspect(tmp_path):
+    ddqmod = qdir.load_ddq()
+    d = str(tmp_path / "q")
+    opts = {"segment_bytes": 1024, "max_payload_bytes": 64, "max_items": 16, "max_segments": 8}
+    now = [1767225600000]
+    q = ddqmod.Queue(d, clock=lambda: now[0], **opts)
+    try:
+        for i in range(30):  # enough acked traffic to force compactions into new generations
+            q.enqueue(b"m%02d" % i)
+            c = q.claim(60000)
+            if i % 7 == 3:
+                q.retry(c.seq, 5000)
+            elif i % 11 == 5:
+                q.quarantine(c.seq, b"nope %d" % i)
+            else:
+                q.ack(c.seq)
+            now[0] += 1000
+        q.enqueue(b"last")
+    finally:
+        q.close()
+    rep = fsck.scan(d, opts)
+    assert rep.verdict == fsck.OK, [p.message for p in rep.problems]
+    info = qdir.inspect(d, opts, now_ms=now[0])
+    st = rep.stats()
+    for k in ("total_items", "available_items", "claimed_items", "acknowledged_items", "quarantined_items",
+              "stored_bytes", "segment_count", "next_seq", "recovered_tail_bytes", "generation"):
+        assert st[k] == info["stats"][k], k
+    assert info["generation"] >= 1
+    mine = [(i["seq"], i["state"], i["attempts"], i["lease_until_ms"], i["not_before_ms"], i["payload_len"])
+            for i in rep.to_json()["items"]]
+    theirs = [(i["seq"], i["state"], i["attempts"], i["lease_until_ms"], i["not_before_ms"], i["payload_len"])
+              for i in info["items"]]
+    assert mine == theirs
+
+
+# ---------------------------------------------------------------- damage
+
+
+def _basic(tmp_path):
+    exp = fixture_json("basic")
+    return copy_fixture("basic", tmp_path / "q"), option_flags(exp["options"])
+
+
+def test_torn_tail_exit_1_and_records_all(tmp_path):
+    d, flags = _basic(tmp_path)
+    seg = d / "segment-00000000000000000001.log"
+    with open(seg, "ab") as f:
+        f.write(b"garbage")  # 7 bytes: shorter than a header
+    before = tree_hash(d)
+    r = ddq("verify", d, *flags)
+    assert r.returncode == 1, r.stdout
+    golden("basic-torn.verify", r.stdout, d)
+    r = ddq("records", d, "--all", *flags)
+    assert r.returncode == 0
+    golden("basic-torn.records-all", r.stdout, d)
+    r = ddq("records", d, *flags)
+    assert "use --all" in r.stdout and "TORN" not in r.stdout
+    assert tree_hash(d) == before
+    info = qdir.inspect(str(d), fixture_json("basic")["options"])
+    assert info["recovered_tail_bytes"] == 7 and info["recovery_changes"]["truncated"] == [seg.name]
+
+
+def test_corrupt_record_exit_2_names_segment_offset_and_seq(tmp_path):
+    d, flags = _basic(tmp_path)
+    seg = d / "segment-00000000000000000000.log"
+    data = bytearray(seg.read_bytes())
+    data[53 + 40] ^= 0x01  # a payload byte of seq 2's DATA record: CRC mismatch
+    seg.write_bytes(bytes(data))
+    before = tree_hash(d)
+    r = ddq("verify", d, *flags)
+    assert r.returncode == 2
+    golden("basic-crc.verify", r.stdout, d)
+    assert "CORRUPT: segment-00000000000000000000.log, offset 53, seq 2: crc mismatch" in r.stdout
+    r = ddq("records", d, "--all", *flags)
+    golden("basic-crc.records-all", r.stdout, d)
+    # The ddq reader agrees: inspect refuses with exit 2 and one line; nothing changed.
+    one_line_error(ddq("inspect", d, *flags), 2)
+    assert tree_hash(d) == before
+
+
+def test_zero_filled_tail_is_torn_for_ddq_and_noted_as_corrupt_for_c(tmp_path):
+    d, flags = _basic(tmp_path)
+    with open(d / "segment-00000000000000000001.log", "ab") as f:
+        f.write(b"\0" * 40)  # 40 bytes: a whole header's worth, so C checks (and rejects) its magic
+    r = ddq("verify", d, "--json", *flags)
+    js = json.loads(r.stdout)
+    assert r.returncode == 1 and js["verdict"] == "torn-tail" and js["c_compatible"] is False
+    assert js["stats"]["recovered_tail_bytes"] == 40
+    assert "libddq would report it corrupt" in js["problems"][0]["message"]
+    info = qdir.inspect(str(d), fixture_json("basic")["options"])
+    assert info["recovered_tail_bytes"] == 40
+
+
+def test_garbage_tail_of_40_bytes_is_corrupt(tmp_path):
+    d, flags = _basic(tmp_path)
+    with open(d / "segment-00000000000000000001.log", "ab") as f:
+        f.write(bytes(range(1, 41)))
+    r = ddq("verify", d, *flags)
+    assert r.returncode == 2 and "bad magic" in r.stdout
+
+
+def test_manifest_damage_and_missing_segment(tmp_path):
+    exp = fixture_json("compacted")
+    flags = option_flags(exp["options"])
+    d = copy_fixture("compacted", tmp_path / "a")
+    m = bytearray((d / "queue.manifest").read_bytes())
+    m[40] ^= 0xFF
+    (d / "queue.manifest").write_bytes(bytes(m))
+    r = ddq("verify", d, *flags)
+    assert r.returncode == 2 and "manifest crc mismatch" in r.stdout
+    d = copy_fixture("compacted", tmp_path / "b")
+    os.remove(d / "queue.manifest")
+    r = ddq("verify", d, *flags)
+    assert r.returncode == 2 and "queue.format exists but queue.manifest is missing" in r.stdout
+    d = copy_fixture("legacy_uncompacted", tmp_path / "c")
+    os.rename(d / "segment-00000000000000000001.log", d / "segment-00000000000000000002.log")
+    r = ddq("verify", d)
+    assert r.returncode == 2 and "not contiguous" in r.stdout
+
+
+def test_illegal_transition_is_corrupt(tmp_path):
+    d = tmp_path / "q"
+    recs = cwriter.record(cwriter.DATA, 1, 0, b"x") + cwriter.record(cwriter.ACK, 1)  # ACK without CLAIM
+    cwriter.write_dir(str(d), 0, [recs])
+    r = ddq("verify", d, "--json")
+    js = json.loads(r.stdout)
+    assert r.returncode == 2
+    p = js["problems"][0]
+    assert (p["file"], p["offset"], p["seqs"]) == ("segment-00000000000000000000.log", 49, [1, 1])
+    assert "ACK of a available item" in p["message"]
+
+
+def test_not_a_queue_and_missing_dir(tmp_path):
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "notes.txt").write_text("hello")
+    for cmd in ("verify", "records", "inspect"):
+        line = one_line_error(ddq(cmd, tmp_path / "plain"), 1)
+        assert "not a ddq queue directory" in line
+        one_line_error(ddq(cmd, tmp_path / "missing"), 1)
+    assert sorted(os.listdir(tmp_path / "plain")) == ["notes.txt"]
+
+
+def test_record_layout_constants_follow_the_reference():
+    # The tables of ddq-c-format.md §4.1 and §6.1, checked against the reader's format strings.
+    assert struct.calcsize(fsck.REC_HEADER_FMT) == fsck.REC_HEADER == 40
+    assert struct.calcsize(fsck.MAN_FMT) == fsck.MAN_SIZE == 48
+    assert fsck.record_crc(cwriter.record(1, 1, 0, b"alpha"), 0, 5) == 0xA5779387  # §4.4 example
