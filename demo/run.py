@@ -732,6 +732,7 @@ def analyse(cfg, sub, final, kills, device, log):
                      "recovered_tail_bytes": st["recovered_tail_bytes"]})
     boots = sorted(acked_before)
     dup_causes = {"power cut": 0, "publish retry": 0, "broker redelivery": 0}
+    dup_flagged = 0  # copies that carried MQTT's DUP flag (a broker resending to the subscriber)
     for seq, rs in got.items():
         if len({r[3] for r in rs}) > 1:
             errors.append("seq %d arrived with different payloads" % seq)
@@ -746,10 +747,12 @@ def analyse(cfg, sub, final, kills, device, log):
                 cause = ("power cut" if r[1] != p[1] else "publish retry" if r[2] != p[2]
                          else "broker redelivery")
                 dup_causes[cause] += 1
+                dup_flagged += bool(r[4])
     delivered = sum(1 for s in got if s <= enq)
     return {
         "enqueued": enq, "delivered": delivered,
         "duplicates": len(receipts) - len(got), "duplicate_causes": dup_causes,
+        "duplicates_dup_flag": dup_flagged,
         "lost": len(lost), "lost_seqs": lost[:50], "pending": len(pending),
         "quarantined": len(quarantined), "done": done, "power_cuts": cuts,
         "errors": errors, "violations": violations[:50], "violation_count": len(violations),
@@ -906,8 +909,9 @@ def render(res):
         "  delivered        %6d   (distinct readings the subscriber received, CRC checked)"
         % res["delivered"],
         "  duplicates       %6d   (at-least-once: %d after a power cut, %d publish retries, "
-        "%d broker redeliveries)" % (res["duplicates"], c["power cut"], c["publish retry"],
-                                     c["broker redelivery"]),
+        "%d broker redeliveries; %d with MQTT's DUP flag)" % (
+            res["duplicates"], c["power cut"], c["publish retry"], c["broker redelivery"],
+            res.get("duplicates_dup_flag", 0)),
         "  lost             %6d" % res["lost"],
         "  quarantined      %6d" % res["quarantined"],
         "  still pending    %6d" % res["pending"],
