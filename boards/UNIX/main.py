@@ -22,6 +22,7 @@ OPTIONS = {
 }
 LEASE_MS = 30000  # how long a claimed reading stays ours before another claim may take it
 MAX_ATTEMPTS = 8  # then quarantine: the reading is kept as evidence, delivery moves on
+RETRY_BASE_MS = 1000  # first retry delay; doubles per attempt, capped at 5 minutes
 
 
 def read_sensor():
@@ -67,13 +68,13 @@ def deliver(q, budget=16, sender=None):
             q.quarantine(c.seq, b"gave up after %d attempts" % (c.attempts + 1))
             quarantined += 1
         else:
-            q.retry(c.seq, min(300000, 1000 << c.attempts))  # 1 s, 2 s, 4 s, ... capped at 5 min
+            q.retry(c.seq, min(300000, RETRY_BASE_MS << c.attempts))  # 1 s, 2 s, 4 s, ...
             retried += 1
     return acked, retried, quarantined
 
 
-def run(rounds=None, period_ms=10000, sender=None, queue_dir=QUEUE_DIR):
-    """Enqueue a reading and deliver, every period_ms; rounds=None runs forever."""
+def run(rounds=None, period_ms=10000, sender=None, queue_dir=QUEUE_DIR, budget=16):
+    """Enqueue a reading and deliver up to budget due ones, every period_ms; rounds=None: forever."""
     q = ddq.Queue(queue_dir, **OPTIONS)
     n = 0
     try:
@@ -83,7 +84,7 @@ def run(rounds=None, period_ms=10000, sender=None, queue_dir=QUEUE_DIR):
                 q.enqueue(encode(read_sensor(), n))
             except ddq.Full:
                 print("outbox full: reading dropped")  # nothing acked could be reclaimed
-            deliver(q, sender=sender)
+            deliver(q, budget, sender)
             if period_ms:
                 time.sleep_ms(period_ms)
         return q.stats()

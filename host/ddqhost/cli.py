@@ -11,7 +11,6 @@ import os
 import sys
 
 from . import boards, fsck, qdir, vboard
-from .device import Device, DeviceError, dpath
 
 
 class CommandError(Exception):
@@ -55,6 +54,8 @@ def open_device(args):
         soft_reset = not vboard.is_virtual_device(dev, state_dir)
     else:
         soft_reset = not args.resume
+    from .device import Device  # imports mpremote and pyserial: only for commands that need a board
+
     return Device(dev, soft_reset=soft_reset)
 
 
@@ -415,7 +416,7 @@ COMMANDS = {
 
 def build_parser():
     ap = argparse.ArgumentParser(prog="ddq", description="ddq host tools")
-    ap.add_argument("--version", action="version", version="ddq %s" % _version())
+    ap.add_argument("--version", action=_VersionAction, nargs=0, help="print the ddq version and exit")
     sub = ap.add_subparsers(dest="command", required=True)
     for name, (_h, factory, helptext) in COMMANDS.items():
         p = sub.add_parser(name, help=helptext, description=helptext)
@@ -423,11 +424,15 @@ def build_parser():
     return ap
 
 
-def _version():
-    try:
-        return qdir.load_ddq().__version__
-    except qdir.QueueDirError:
-        return "unknown"
+class _VersionAction(argparse.Action):
+    # Lazy: importing ddq costs ~0.1 s, paid only when --version is asked for.
+    def __call__(self, parser, namespace, values, option_string=None):
+        try:
+            v = qdir.load_ddq().__version__
+        except qdir.QueueDirError:
+            v = "unknown"
+        print("ddq %s" % v)
+        parser.exit(0)
 
 
 def _error_message(e):
@@ -442,18 +447,12 @@ def _error_message(e):
 def main(argv=None):
     args = build_parser().parse_args(argv)
     handler = COMMANDS[args.command][0]
-    from .replay import ReplayError
-    from .transfer import TransferError
-
     try:
         return handler(args) or 0
     except CommandError as e:
         log_err("ddq: %s" % e)
         return e.code
-    except TransferError as e:
-        log_err("ddq: %s" % e)
-        return e.code
-    except (DeviceError, boards.BoardProfileError, qdir.QueueDirError, ReplayError, fsck.NotAQueue) as e:
+    except (boards.BoardProfileError, qdir.QueueDirError, fsck.NotAQueue) as e:
         log_err("ddq: %s" % e)
         return 1
     except KeyboardInterrupt:
@@ -463,12 +462,28 @@ def main(argv=None):
         log_err("ddq: %s" % _error_message(e))
         return 1
     except Exception as e:
+        known = _known_error(e)
+        if known is not None:
+            log_err("ddq: %s" % e)
+            return known
         ddq_err = _ddq_error(e)
         if ddq_err is None:
             raise
         code = 2 if type(e).__name__ == "Corrupt" else 1
         log_err("ddq: %s: %s" % (type(e).__name__.lower(), str(e) or ddq_err))
         return code
+
+
+def _known_error(e):
+    """Exit status for the error types of lazily imported modules (device, transfer, replay)."""
+    for modname, names in (("ddqhost.transfer", ("TransferError",)), ("ddqhost.device", ("DeviceError",)),
+                           ("ddqhost.replay", ("ReplayError",))):
+        mod = sys.modules.get(modname)
+        for n in names:
+            cls = getattr(mod, n, None) if mod else None
+            if cls is not None and isinstance(e, cls):
+                return getattr(e, "code", 1)
+    return None
 
 
 def _ddq_error(e):

@@ -384,6 +384,7 @@ def bridge_main(state_dir, micropython, image):
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
     ready = False
+    failed = False
     head = b""
     halted = False
     # Both directions are buffered and non-blocking so neither side can stall the other.
@@ -433,8 +434,13 @@ def bridge_main(state_dir, micropython, image):
                 if fd == m2:
                     if not ready:
                         head += data
-                        if FAIL_MARK in head:
-                            sys.stderr.write(head.decode("utf-8", "replace"))
+                        if FAIL_MARK in head and b"\n" in head[head.index(FAIL_MARK):]:
+                            # boot.py could not mount the image: report its one line and end.
+                            line = head[head.index(FAIL_MARK) + len(FAIL_MARK):].split(b"\n")[0]
+                            sys.stderr.write("cannot mount the image: %s\n" % line.decode("utf-8", "replace").strip())
+                            failed = True
+                            proc.kill()
+                            break
                         if READY_MARK in head:
                             ready = True
                             if os.path.lexists(p["link"]):
@@ -464,9 +470,9 @@ def bridge_main(state_dir, micropython, image):
                     os.remove(p[name])
                 except OSError:
                     pass
-        if not ready:
+        if not ready and not failed:
             sys.stderr.write("micropython exited before ready: %s\n" % head.decode("utf-8", "replace").strip())
-    return 0
+    return 0 if ready else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,292 @@
+"""End to end against a virtual board: flash, run the example app, power cycle, pull, inspect, replay to
+a real mosquitto (interrupted and resumed), push back; and the failure cases, each one line, the right
+exit status, nothing modified.
+
+The queue directory on the device has a name unique to this run: ddq's lock on the unix port is an
+abstract socket named after the path, shared by every process of the machine.
+"""
+
+import json
+import os
+import time
+
+from conftest import REPO, Subscriber, ddq, one_line_error, tree_hash
+
+from ddqhost import cli, qdir, vboard
+from ddqhost.device import Device
+
+QD = "outbox-%d" % os.getpid()
+PENDING_N = 8
+
+
+def _start_again(board):
+    r = ddq("board", "virtual", "start", "--dir", board.dir, "--json")
+    assert r.returncode == 0, r.stderr
+    st = json.loads(r.stdout)
+    board.pids.update([st["bridge_pid"], st["micropython_pid"]])
+    return st
+
+
+def _device_stats(board):
+    r = ddq("stats", "--device", board.tty, ":" + QD, "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+DDQ_STATS = ("total_items", "available_items", "claimed_items", "acknowledged_items", "quarantined_items",
+             "stored_bytes", "segment_count", "next_seq", "recovered_tail_bytes", "generation")
+
+
+def test_flash_py_then_mpy(board):
+    r = ddq("flash", "--device", board.tty, "--format", "py", "--json")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["board"] == "UNIX" and [w["path"] for w in res["written"]] == [":ddq.py"]
+    assert res["imported_from"].endswith("ddq.py") and res["version"] == qdir.load_ddq().__version__
+    r = ddq("flash", "--device", board.tty, "--example-app", "--json")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert [w["path"] for w in res["written"]] == [":ddq.mpy", ":main.py"]
+    assert res["removed"] == [":ddq.py"] and res["imported_from"].endswith("ddq.mpy")
+    with Device(board.tty, soft_reset=False) as dev:
+        names = [n for n, _d, _s in dev.listdir(":")]
+    assert "ddq.mpy" in names and "ddq.py" not in names  # never both side by side
+
+
+APP = """
+import main
+main.RETRY_BASE_MS = 0
+failed_once = []
+def sender(p):
+    n = int(p.split(b' ')[0][2:])
+    if n == 3:
+        raise ValueError('rejected reading %%d' %% n)
+    if n == 5 and not failed_once:
+        failed_once.append(n)
+        raise OSError(113)  # host unreachable: retried at once, attempts 1, then delivered
+    return True
+main.run(rounds=5, period_ms=0, sender=sender, queue_dir=%(qd)r)
+# Then the uplink goes away: readings are only queued.
+main.run(rounds=%(n)d, period_ms=0, sender=sender, queue_dir=%(qd)r, budget=0)
+"""
+
+
+def test_outbox_power_cycle_pull_inspect_replay_push(board, mosquitto, tmp_path):
+    r = ddq("flash", "--device", board.tty, "--example-app")
+    assert r.returncode == 0, r.stderr
+    with Device(board.tty, soft_reset=False) as dev:
+        dev.exec(APP % {"qd": QD, "n": PENDING_N})
+    before = _device_stats(board)
+    # 1,2,4,5 acked (5 after one retry); 3 quarantined; 6..13 (PENDING_N) never sent.
+    assert (before["acknowledged_items"], before["quarantined_items"], before["available_items"]) == (4, 1, PENDING_N)
+
+    # Power cut and restart: everything enqueue/ack returned for was synced, so nothing changes.
+    r = ddq("board", "virtual", "kill", "--dir", board.dir)
+    assert r.returncode == 0
+    assert not any(vboard.pid_alive(p) for p in board.pids)
+    _start_again(board)
+    assert _device_stats(board) == before
+
+    local = tmp_path / "pulled"
+    with Device(board.tty, soft_reset=False) as dev:
+        dev_files_before = dev.hash_dir(":" + QD)
+    r = ddq("pull", "--device", board.tty, ":" + QD, local, "--json")
+    assert r.returncode == 0, r.stderr
+    pulled = json.loads(r.stdout)
+    assert pulled["board"] == "UNIX" and pulled["files"] == len(dev_files_before)
+    with Device(board.tty, soft_reset=False) as dev:
+        assert dev.hash_dir(":" + QD) == dev_files_before  # pull never modifies the device
+    meta = json.loads((local / qdir.PULL_META).read_text())
+    assert meta["options"]["segment_bytes"] == 4096  # the UNIX profile, used by inspect/replay below
+
+    r = ddq("inspect", local, "--json")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert {k: info["stats"][k] for k in DDQ_STATS} == {k: before[k] for k in DDQ_STATS}
+    by_seq = {it["seq"]: it for it in info["items"]}
+    assert by_seq[3]["state"] == "quarantined" and by_seq[3]["reason"] == "rejected reading 3"
+    assert by_seq[5]["attempts"] == 1 and by_seq[5]["state"] == "acked"
+    assert by_seq[6]["preview"].startswith("n=1 ")  # second run restarted the counter
+    assert ddq("verify", local).returncode == 0
+
+    # Replay to mosquitto: interrupted after 3 (--limit), then resumed; every pending message once.
+    pending = sorted(s for s, it in by_seq.items() if it["state"] == "available")
+    sub = Subscriber(mosquitto)
+    try:
+        url = "mqtt://127.0.0.1:%d/dev1" % mosquitto
+        r = ddq("replay", local, "--to", url, "--dry-run", "--json")
+        assert r.returncode == 0 and len(json.loads(r.stdout)["would_send"]) == PENDING_N
+        assert json.loads(ddq("inspect", local, "--json").stdout)["stats"]["available_items"] == PENDING_N
+        r = ddq("replay", local, "--to", url, "--limit", "3", "--json")
+        assert r.returncode == 0, r.stderr
+        first = json.loads(r.stdout)
+        assert (first["sent"], first["remaining"], first["failed"]) == (3, PENDING_N - 3, 0)
+        r = ddq("replay", local, "--to", url, "--json")
+        assert r.returncode == 0, r.stderr
+        second = json.loads(r.stdout)
+        assert (second["sent"], second["remaining"], second["skipped"]) == (PENDING_N - 3, 0, 0)
+        assert first["sent_seqs"] + second["sent_seqs"] == pending
+        got = sub.wait_for(PENDING_N)
+    finally:
+        sub.close()
+    assert len(got) == PENDING_N  # delivered once: nothing re-sent after the interruption
+    assert all(t == "dev1/raw" for t, _ in got)  # the example app's payloads are not envelopes
+    assert [p for _t, p in got] == [by_seq[s]["preview"].encode() for s in pending]
+    r = ddq("replay", local, "--to", url, "--json")
+    assert json.loads(r.stdout)["sent"] == 0
+
+    after = json.loads(ddq("inspect", local, "--json").stdout)
+    assert after["stats"]["available_items"] == 0
+    assert after["stats"]["acknowledged_items"] == before["acknowledged_items"] + PENDING_N
+    assert ddq("verify", local).returncode == 0
+
+    # Push the acks back; the device's own ddq now sees them.
+    r = ddq("push", "--device", board.tty, local, ":" + QD, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["appended"]
+    now = _device_stats(board)
+    assert now["available_items"] == 0 and now["acknowledged_items"] == after["stats"]["acknowledged_items"]
+
+    # The device moves on; a second push of the stale copy is refused, --force overrides.
+    with Device(board.tty, soft_reset=False) as dev:
+        dev.exec("import main\nmain.run(rounds=1, period_ms=0, queue_dir=%r, budget=0)" % QD)
+        changed = dev.hash_dir(":" + QD)
+    line = one_line_error(ddq("push", "--device", board.tty, local, ":" + QD), 1)
+    assert "changed on the device since the pull" in line
+    with Device(board.tty, soft_reset=False) as dev:
+        assert dev.hash_dir(":" + QD) == changed
+    assert ddq("push", "--device", board.tty, local, ":" + QD, "--force").returncode == 0
+
+
+def test_c_format_directory_from_the_independent_writer_inspects_the_same(tmp_path):
+    import cwriter
+
+    d = str(tmp_path / "c")
+    opts, items, stats = cwriter.compacted_scenario(d)
+    (tmp_path / "c" / qdir.OPTIONS_FILE).write_text(json.dumps(opts))
+    r = ddq("inspect", d, "--json", "--payloads")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert {k: info["stats"][k] for k in stats} == stats
+    for it in info["items"]:
+        e = items[it["seq"]]
+        assert (it["state"], it["attempts"], it["lease_until_ms"], it["not_before_ms"]) == (
+            e["state"], e["attempts"], e["lease_until_ms"], e["not_before_ms"])
+        assert bytes.fromhex(it["payload_hex"]) == e["payload"]
+        if "reason" in e:
+            assert bytes.fromhex(it["reason_hex"]) == e["reason"]
+    r = ddq("verify", d, "--json")
+    assert r.returncode == 0
+    assert json.loads(r.stdout)["stats"] == dict(stats)
+
+
+# ---------------------------------------------------------------- failures
+
+
+def test_no_device_at_the_port(tmp_path):
+    line = one_line_error(ddq("pull", "--device", tmp_path / "ttyNONE", ":outbox", tmp_path / "x"), 1)
+    assert "no device at" in line
+    assert not (tmp_path / "x").exists()
+    one_line_error(ddq("flash", "--device", tmp_path / "ttyNONE"), 1)
+
+
+def test_device_without_ddq(board):
+    with Device(board.tty, soft_reset=False) as dev:
+        dev.mkdir(":noddq", exist_ok=True)
+        dev.write_file(":noddq/segment-00000000000000000000.log", b"")
+        for n in ("ddq.mpy", "ddq.py"):
+            if dev.exists(":" + n):
+                dev.rename(":" + n, ":" + n + ".off")
+        dev.exec("import sys\nsys.modules.pop('ddq', None)")
+    try:
+        line = one_line_error(ddq("stats", "--device", board.tty, ":noddq"), 1)
+        assert "ddq is not installed" in line
+    finally:
+        with Device(board.tty, soft_reset=False) as dev:
+            for n in ("ddq.mpy", "ddq.py"):
+                if dev.exists(":" + n + ".off"):
+                    dev.rename(":" + n + ".off", ":" + n)
+
+
+def test_pull_refuses_what_is_not_a_queue_and_missing_dirs(board, tmp_path):
+    line = one_line_error(ddq("pull", "--device", board.tty, ":", tmp_path / "root"), 1)
+    assert "not a ddq queue directory" in line
+    line = one_line_error(ddq("pull", "--device", board.tty, ":nowhere", tmp_path / "nowhere"), 1)
+    assert "no such directory" in line
+    assert not (tmp_path / "root").exists() and not (tmp_path / "nowhere").exists()
+    assert [n for n in os.listdir(tmp_path) if n.startswith(".ddq-pull-")] == []
+
+
+def test_pulled_file_whose_hash_differs(board, tmp_path, monkeypatch, capsys):
+    with Device(board.tty, soft_reset=False) as dev:
+        dev.mkdir(":hq", exist_ok=True)
+        dev.write_file(":hq/segment-00000000000000000000.log", b"\x44" * 100)
+        before = dev.hash_dir(":hq")
+    real = Device.read_file
+
+    def flipping(self, path, progress=None, size=None):
+        data = bytearray(real(self, path, progress, size))
+        if data:
+            data[10] ^= 0x20  # a bit flipped in transit
+        return bytes(data)
+
+    monkeypatch.setattr(Device, "read_file", flipping)
+    rc = cli.main(["pull", "--device", board.tty, ":hq", str(tmp_path / "hq")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1 and err[0].startswith("ddq: hash mismatch for :hq/segment-")
+    assert not (tmp_path / "hq").exists()
+    monkeypatch.undo()
+    with Device(board.tty, soft_reset=False) as dev:
+        assert dev.hash_dir(":hq") == before
+
+
+def test_corrupt_segment_is_refused_everywhere(tmp_path, mosquitto):
+    import cwriter
+
+    d = tmp_path / "q"
+    recs = b"".join(cwriter.record(cwriter.DATA, i, 0, b"payload %d" % i) for i in (1, 2, 3))
+    bad = bytearray(recs)
+    bad[60 + 40] ^= 0xFF  # inside seq 2's payload
+    cwriter.write_dir(str(d), 0, [bytes(bad)])
+    before = tree_hash(d)
+    assert ddq("verify", d).returncode == 2
+    one_line_error(ddq("inspect", d), 2)
+    one_line_error(ddq("replay", d, "--to", "mqtt://127.0.0.1:%d/x" % mosquitto), 2)
+    assert tree_hash(d) == before
+
+
+def test_replay_broker_unreachable_leaves_dir_untouched(tmp_path):
+    import cwriter
+    from conftest import free_port
+
+    d = tmp_path / "q"
+    cwriter.write_dir(str(d), 0, [cwriter.record(cwriter.DATA, 1, 0, b"x")])
+    before = tree_hash(d)
+    line = one_line_error(ddq("replay", d, "--to", "mqtt://127.0.0.1:%d" % free_port()), 1)
+    assert "cannot connect to broker" in line
+    one_line_error(ddq("replay", d, "--to", "http://127.0.0.1:1"), 1)
+    assert tree_hash(d) == before
+
+
+def test_run_the_shared_suite_on_the_board(board):
+    t0 = time.monotonic()
+    r = ddq("test", "--device", board.tty, "test_support", timeout=300)
+    lines = r.stdout.strip().splitlines()
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+    assert lines[-1].startswith("posix: ") and lines[-1].endswith(" passed, 0 failed"), lines[-3:]
+    assert time.monotonic() - t0 < 120
+
+
+def test_mip_installs_from_package_json(board):
+    import subprocess
+    import sys
+
+    mpremote = os.path.join(os.path.dirname(sys.executable), "mpremote")
+    r = subprocess.run([mpremote, "connect", board.tty, "resume", "mip", "install", "--target", "/flash/miplib",
+                        os.path.join(REPO, "package.json")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    with Device(board.tty, soft_reset=False) as dev:
+        with open(os.path.join(REPO, "port", "ddq.py"), "rb") as f:
+            import hashlib
+
+            assert dev.sha256(":/flash/miplib/ddq.py") == hashlib.sha256(f.read()).hexdigest()

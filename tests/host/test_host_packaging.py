@@ -1,0 +1,94 @@
+"""Packaging and board profiles: one version everywhere, flat sorted profiles, mpy-cross builds."""
+
+import ast
+import json
+import os
+import re
+
+import pytest
+from conftest import REPO, ddq
+
+from ddqhost import boards, qdir, transfer
+
+
+def ddq_version():
+    with open(os.path.join(REPO, "port", "ddq.py")) as f:
+        m = re.search(r'^__version__ = "([^"]+)"$', f.read(), re.M)
+    assert m, "port/ddq.py has no __version__ literal"
+    return m.group(1)
+
+
+def test_package_json_for_mip():
+    with open(os.path.join(REPO, "package.json")) as f:
+        pkg = json.load(f)
+    assert pkg["version"] == ddq_version()
+    assert ["ddq.py", "port/ddq.py"] in pkg["urls"]
+    for _target, url in pkg["urls"]:  # relative URLs: mip resolves them against package.json's location
+        assert os.path.exists(os.path.join(REPO, url)), url
+
+
+def test_manifest_py_for_freezing():
+    calls = []
+    with open(os.path.join(REPO, "manifest.py")) as f:
+        src = f.read()
+    exec(compile(src, "manifest.py", "exec"), {  # noqa: S102 - the manifest DSL is Python calls
+        "metadata": lambda **kw: calls.append(("metadata", kw)),
+        "module": lambda *a, **kw: calls.append(("module", a, kw)),
+    })
+    assert calls[0] == ("metadata", {"description": calls[0][1]["description"], "version": ddq_version()})
+    assert ("module", ("ddq.py",), {"base_path": "port"}) in calls
+
+
+def test_cli_version_matches():
+    r = ddq("--version")
+    assert r.returncode == 0 and r.stdout.strip() == "ddq " + ddq_version()
+
+
+@pytest.mark.parametrize("name", ["RPI_PICO", "ESP32_GENERIC", "UNIX"])
+def test_board_profiles_are_flat_sorted_and_complete(name, tmp_path):
+    path = os.path.join(REPO, "boards", name + ".json")
+    with open(path) as f:
+        text = f.read()
+    prof = json.loads(text)
+    assert text == json.dumps(prof, indent=2, sort_keys=True) + "\n", "not flat JSON with sorted keys"
+    assert all(not isinstance(v, (dict, list)) for v in prof.values())
+    assert prof["board"] == name
+    loaded = boards.load(name)
+    opts = boards.queue_options(loaded)
+    assert opts["max_payload_bytes"] <= opts["segment_bytes"] - 48
+    app = boards.app_path(loaded)
+    assert os.path.isfile(app)
+    with open(app) as f:
+        tree = ast.parse(f.read())
+    # The example app uses the profile's own queue options.
+    consts = {t.targets[0].id: ast.literal_eval(t.value) for t in tree.body
+              if isinstance(t, ast.Assign) and isinstance(t.targets[0], ast.Name) and t.targets[0].id == "OPTIONS"}
+    assert consts["OPTIONS"] == opts
+    q = qdir.load_ddq().Queue(str(tmp_path / "q"), **opts)  # ddq accepts them
+    q.close()
+
+
+def test_board_selection_by_probe():
+    assert boards.select({"build": "RPI_PICO", "platform": "rp2"}) == "RPI_PICO"
+    assert boards.select({"build": "ESP32_GENERIC-SPIRAM", "platform": "esp32"}) == "ESP32_GENERIC"
+    assert boards.select({"build": "standard", "platform": "linux"}) == "UNIX"
+    assert boards.select({"platform": "linux"}) == "UNIX"  # no _build at all: getattr default ''
+    assert boards.select({"build": "PYBV11", "platform": "pyboard"}) is None
+    assert boards.device_mpy({"mpy": 2822}) == (6, 3, "x64")
+
+
+@pytest.mark.parametrize("arch,archbits", [("armv6m", 4), ("xtensawin", 10), (None, 0)])
+def test_mpy_cross_builds_for_board_archs(arch, archbits, tmp_path):
+    out = transfer.mpy_cross(qdir.ddq_source(), str(tmp_path / "ddq.mpy"), arch)
+    head = transfer.mpy_header(out)
+    # mpy v6; ddq has no native code, so its bytecode stays portable whatever -march says.
+    assert head[0:3] == b"M\x06\x00"
+    for name in ("RPI_PICO", "ESP32_GENERIC"):
+        transfer.mpy_cross(boards.app_path(boards.load(name)), str(tmp_path / (name + ".mpy")), arch)
+    if arch is None:
+        return
+    # The -march flag does reach mpy-cross: a native function carries the arch in the flags byte.
+    probe = tmp_path / "probe.py"
+    probe.write_text("import micropython\n@micropython.native\ndef f(x):\n    return x + 1\n")
+    head = transfer.mpy_header(transfer.mpy_cross(str(probe), str(tmp_path / "probe.mpy"), arch))
+    assert head[2] >> 2 == archbits
