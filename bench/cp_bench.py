@@ -291,30 +291,37 @@ def measure_ops(q, m, payload):
 
 
 def part_scaling(a):
-    out = {}
-    for k in (a["small"], a["big"]):
+    """Both queues open at once; each round times the small one, then the big one, so that a
+    pair of figures always sees the same moment of the machine (run.py: median of the pairs)."""
+    sizes = (a["small"], a["big"])
+    qs, out = [], {}
+    for k in sizes:
         d = fresh("%s/s%d" % (a["dir"], k))
         q = ddq.Queue(d + "/q", sync="none", clock=clock, max_items=1000000)
         p = bytes(a["payload"])
         t0 = now_us()
         for _ in range(k):
             q.enqueue(p)
-        fill = since_us(t0)
-        e, c, ak = [], [], []
-        comp = []
-        for _ in range(a["reps"]):
+        out[str(k)] = {"fill_us_per": since_us(t0) / k, "compact_us": [],
+                       "runs": {"enqueue": [], "claim": [], "ack": []}}
+        qs.append(q)
+    for _ in range(a["reps"]):
+        for k, q in zip(sizes, qs):
+            r = out[str(k)]
             te, tc, ta = measure_ops(q, a["m"], a["payload"])
-            e.append(te)
-            c.append(tc)
-            ak.append(ta)
+            r["runs"]["enqueue"].append(te)
+            r["runs"]["claim"].append(tc)
+            r["runs"]["ack"].append(ta)
             t0 = now_us()
-            q.compact()  # drop the acked ones again: `k` pending, nothing else, for the next round
-            comp.append(since_us(t0))
-        out[str(k)] = {"enqueue": best(e), "claim": best(c), "ack": best(ak),
-                       "fill_us_per": fill / k, "compact_us": best(comp),
-                       "runs": {"enqueue": e, "claim": c, "ack": ak}}
+            q.compact()  # drop the acked ones again: `k` pending, nothing else, next round
+            r["compact_us"].append(since_us(t0))
+    for k, q in zip(sizes, qs):
+        r = out[str(k)]
+        for op in ("enqueue", "claim", "ack"):
+            r[op] = best(r["runs"][op])
+        r["compact_us"] = best(r["compact_us"])
         q.close()
-        common.rmtree(d)
+        common.rmtree("%s/s%d" % (a["dir"], k))
     emit({"small": a["small"], "big": a["big"], "m": a["m"], "per_op": out})
 
 
