@@ -248,7 +248,7 @@ class Judge:
     def _open(self, files, dirs, record=False):
         fs = memfs.MemFS(files, dirs, record=record, budget=500000, can_truncate=self.can_truncate)
         clock = tmodel.Clock(tmodel.CLOCK0 + 1000 * (len(self.wl.ops) + 10))
-        kw = dict(self.wl.opts)
+        kw = tmodel.queue_opts(self.wl.opts)
         q = self.ddq.Queue(self.wl.path, storage=fs, clock=clock, **kw)
         return fs, q
 
@@ -295,7 +295,7 @@ class Judge:
         if idem or probe:
             try:
                 clock = tmodel.Clock(tmodel.CLOCK0 + 1000 * (len(wl.ops) + 20))
-                q = ddq.Queue(wl.path, storage=fs, clock=clock, **wl.opts)
+                q = ddq.Queue(wl.path, storage=fs, clock=clock, **tmodel.queue_opts(wl.opts))
                 try:
                     s2 = tmodel.meta_state(q)
                     if s2 != meta1:
@@ -359,9 +359,12 @@ def run_seed(ddq, seed, nops, models=("posix", "lfs", "fat"), sync=None, hashes=
     # Most seeds start from an existing, durable queue directory; seeds = 1 mod 4 let ddq create it.
     pre = () if seed % 4 == 1 else (path,)
     fs = memfs.MemFS(dirs=pre, record=True, can_truncate=can_truncate)
-    opts = tmodel.params(seed, sync)
+    outbox = sync == "outbox" and getattr(ddq, "Outbox", None) is not None   # probe: a later layer
+    opts = tmodel.params(seed, "none" if sync == "outbox" else sync)
+    if outbox:
+        opts["outbox_every"] = 3     # group commit: sync after every 3 records put
     wl = tmodel.Workload(ddq, path, lambda: fs, seed, nops, opts=opts, pos=lambda: len(fs.log))
-    res = {"seed": seed, "sync": opts["sync"], "truncate": can_truncate, "log": 0, "states": 0, "checked": 0, "fail": [],
+    res = {"seed": seed, "sync": "outbox" if outbox else opts["sync"], "truncate": can_truncate, "log": 0, "states": 0, "checked": 0, "fail": [],
            "lost": 0, "resurrected": 0, "reused_seq": 0, "unexpected": 0, "reported": 0, "depth2": 0,
            "by_model": {}}
     try:

@@ -100,6 +100,11 @@ class CountingStorage(ddq.PosixStorage):
 
 
 GEOM = {"lfs": (4096, 32), "fat": (512, 256)}
+# Mount points are unique per task: ddq's lock on the unix port is an abstract socket named after
+# the path, shared by every process on the machine, and run_ci runs two micropython processes.
+TAG = "/t_" + "_".join(a for a in sys.argv[1:7]) + "_"
+CHK = TAG + "chk"
+DIF = TAG + "dif"
 LFS_IO = 256        # read/prog size as RP2 mounts it (progsize=256); the cache is 4x that
 PROBE_EVERY = 8     # every 8th cut also enqueues after recovery (sequence never reused)
 
@@ -126,7 +131,9 @@ def umount(where):
         pass
 
 
-def run_workload(fs, base, seed, nops, cut=-1, mode="raise", record=False, where="/rec"):
+def run_workload(fs, base, seed, nops, cut=-1, mode="raise", record=False, where=None):
+    if where is None:
+        where = TAG + "rec"
     bd = BD(base.bs, base.nb, bytearray(base.data))
     if record:
         bd.rec = []
@@ -216,16 +223,16 @@ class Judge:
         files = {}
         bd = BD(bs, nb, bytearray(img))
         try:
-            mount(self.fs, bd, "/dif")
+            mount(self.fs, bd, DIF)
             try:
-                for n in os.listdir("/dif/q"):
-                    f = open("/dif/q/" + n, "rb")
+                for n in os.listdir(DIF + "/q"):
+                    f = open(DIF + "/q/" + n, "rb")
                     try:
                         files["/q/" + n] = f.read()
                     finally:
                         f.close()
             finally:
-                umount("/dif")
+                umount(DIF)
         except Exception as e:
             return "reading the cut image failed: %r" % (e,)
         memfs.MemFS.Locked = ddq.Locked
@@ -255,7 +262,7 @@ class Judge:
     def _check_img(self, img, k, how, bs, nb):
         bd = BD(bs, nb, bytearray(img))
         try:
-            mount(self.fs, bd, "/chk")
+            mount(self.fs, bd, CHK)
         except OSError as e:
             self.res["mount_fail"] += 1
             self.bad("unexpected", "mount failed: %r" % (e,), k, how)
@@ -263,7 +270,7 @@ class Judge:
         try:
             self._check(k, how)
         finally:
-            umount("/chk")
+            umount(CHK)
 
     def _check(self, k, how):
         wl = self.wl
@@ -274,7 +281,7 @@ class Judge:
         clock = tmodel.Clock(tmodel.CLOCK0 + 1000 * (len(wl.ops) + 10))
         CountingStorage.opened = 0
         try:
-            q = ddq.Queue("/chk/q", clock=clock, storage=CountingStorage(), **wl.opts)
+            q = ddq.Queue(CHK + "/q", clock=clock, storage=CountingStorage(), **wl.opts)
         except Exception as e:
             self.bad("unexpected", "reopen after cut raised %s: %s" % (type(e).__name__, e), k, how)
             return
@@ -334,13 +341,13 @@ def main():
                 img[a:a + n // 2] = b"\xff" * (n // 2)
             else:
                 img[a:a + len(b) // 2] = b[:len(b) // 2]
-        mount(fs, BD(bs, nb, img), "/chk")
-        for name in sorted(os.listdir("/chk/q")):
+        mount(fs, BD(bs, nb, img), CHK)
+        for name in sorted(os.listdir(CHK + "/q")):
             print("  ", name, os.stat("/chk/q/" + name)[6])
         try:
-            q = ddq.Queue("/chk/q", clock=tmodel.Clock(tmodel.CLOCK0 + 10 ** 6), **wl.opts)
+            q = ddq.Queue(CHK + "/q", clock=tmodel.Clock(tmodel.CLOCK0 + 10 ** 6), **wl.opts)
             print("recovered", tmodel._short(tmodel.recovered_state(q)))
-            for name in sorted(os.listdir("/chk/q")):
+            for name in sorted(os.listdir(CHK + "/q")):
                 print("  ", name, os.stat("/chk/q/" + name)[6])
             class Tr(CountingStorage):
                 pass
@@ -366,18 +373,18 @@ def main():
                     print("  try", what, a, e)
             print("fsck:", fatcheck.check(img) if fs == "fat" else None)
             f = open("/chk/q/queue.manifest.tmp", "wb"); f.write(b"x" * 48); f.close()
-            tryit("listdir", os.listdir, "/chk/q")
+            tryit("listdir", os.listdir, CHK + "/q")
             tryit("stat", os.stat, "/chk/q/queue.manifest.tmp")
             tryit("rename", os.rename, "/chk/q/queue.manifest.tmp", "/chk/q/queue.manifest")
             tryit("stat", os.stat, "/chk/q/queue.manifest.tmp")
-            tryit("listdir", os.listdir, "/chk/q")
-            tryit("listdir", os.listdir, "/chk")
+            tryit("listdir", os.listdir, CHK + "/q")
+            tryit("listdir", os.listdir, CHK)
             tryit("rename", os.rename, "/chk/q/queue.lock", "/chk/q/zz")
             tryit("rename", os.rename, "/chk/q/zz", "/chk/q/queue.manifest")
             tryit("remove", os.remove, "/chk/q/queue.manifest")
         except Exception as e:
             print("raised", repr(e))
-        for name in sorted(os.listdir("/chk/q")):
+        for name in sorted(os.listdir(CHK + "/q")):
             print("  ", name, os.stat("/chk/q/" + name)[6])
         return
     if mode == "snap":
@@ -406,7 +413,7 @@ def main():
     else:
         k = offset
         while k < total:
-            where = "/r%d" % k     # a fresh path: a lock leaked by one rerun must not block the next
+            where = TAG + "r%d" % k     # a fresh path: a lock leaked by one rerun must not block the next
             wl2, bd2, err2 = run_workload(fs, base, seed, nops, cut=k, mode=mode, where=where)
             # ddq's in-process lock (an abstract socket on the unix port) must be free again
             probe = BD(bs, nb, bytearray(bd2.data))

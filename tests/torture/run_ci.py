@@ -26,7 +26,7 @@ PY = sys.executable
 MP = os.path.join(ROOT, ".venv", "bin", "micropython")
 TARGETS = {"crash_states": 200000, "lfs_cuts": 30000, "fat_cuts": 10000, "bad_images": 100000,
            "fault_kinds": 16}
-SYNCS = ("always", "ack", "always", "none")
+SYNCS = ("always", "ack", "always", "none", "outbox")   # outbox: ddq.Outbox group commit
 
 
 def plan(scale, smoke=False):
@@ -43,28 +43,28 @@ def plan(scale, smoke=False):
         t.append(("mp", "lfs raise 3", [MP, "mp_powercut.py", "lfs", "raise", "3", "8", "3"], 120))
         t.append(("mpbad", "mpbad 11", [MP, "mp_badimg.py", "11", "10", "200"], 120))
         return t
-    n_crash = 22 * scale
+    n_crash = 30 * scale
     for k in range(n_crash):
         seed = 100 + k
-        t.append(("crash", "crash %d" % seed, [PY, "worker.py", "crash", str(seed), "60", SYNCS[k % 4]], 900))
-    for k in range(6 * scale):
+        t.append(("crash", "crash %d" % seed, [PY, "worker.py", "crash", str(seed), "60", SYNCS[k % len(SYNCS)]], 900))
+    for k in range(4 * scale):   # 300: torn start (truncate faults), 301: creates its directory
         seed = 300 + k
-        t.append(("fault", "fault %d" % seed, [PY, "worker.py", "fault", str(seed), "40", "1"], 900))
-    for k in range(12 * scale):
+        t.append(("fault", "fault %d" % seed, [PY, "worker.py", "fault", str(seed), "36", "1"], 900))
+    for k in range(24 * scale):
         seed = 500 + k
         nops = 10 + (k * 7) % 36
         t.append(("bad", "bad %d" % seed, [PY, "worker.py", "bad", str(seed), str(nops)], 900))
     for k in range(2 * scale):
-        t.append(("hypo", "hypo %d" % (500 + k), [PY, "worker.py", "hypo", str(500 + k), "30", "1500"], 900))
-    for k in range(2 * scale):
-        t.append(("mpbad", "mpbad %d" % (500 + k), [MP, "mp_badimg.py", str(500 + k), "30", "4000"], 900))
+        t.append(("hypo", "hypo %d" % (500 + k), [PY, "worker.py", "hypo", str(500 + k), "30", "600"], 900))
+    for k in range(2 * scale):   # the same seeds and sizes as "bad": the base images must hash the same
+        t.append(("mpbad", "mpbad %d" % (500 + k), [MP, "mp_badimg.py", str(500 + k), str(10 + (k * 7) % 36), "4000"], 900))
     # power cuts: snap (drop + torn at every device op) and live raise/errno re-runs (strided)
-    for k in range(8 * scale):
-        seed = 700 + k
-        t.append(("mp", "lfs snap %d" % seed, [MP, "mp_powercut.py", "lfs", "snap", str(seed), "120"], 900))
-    for k in range(3 * scale):
-        seed = 800 + k
-        t.append(("mp", "fat snap %d" % seed, [MP, "mp_powercut.py", "fat", "snap", str(seed), "80"], 900))
+    for k in range(32 * scale):
+        seed = 1000 + k
+        t.append(("mp", "lfs snap %d" % seed, [MP, "mp_powercut.py", "lfs", "snap", str(seed), "160"], 900))
+    for k in range(9 * scale):
+        seed = 3000 + k
+        t.append(("mp", "fat snap %d" % seed, [MP, "mp_powercut.py", "fat", "snap", str(seed), "100"], 900))
     for k in range(2 * scale):
         seed = 900 + k
         for mode in ("raise", "errno"):
@@ -126,6 +126,8 @@ def aggregate(done):
         for k in ("lost", "resurrected", "reused_seq", "unexpected"):
             sb[k] += r.get(k, 0)
         for f in r.get("fail", []):
+            if f.get("category") == "info":
+                continue      # FAT cut images blamed on FatFs: counted in extra, not failures
             f = dict(f)
             f["task"] = d["label"]
             f["repro"] = "cd %s && %s" % (ROOT, " ".join(a for a in d["argv"] if a != d["hashfile"]))

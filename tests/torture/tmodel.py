@@ -57,6 +57,15 @@ def params(seed, sync=None):
     return opts
 
 
+def queue_opts(opts):
+    """Options for ddq.Queue (the harness's own keys removed)."""
+    out = {}
+    for k in opts:
+        if k != "outbox_every":
+            out[k] = opts[k]
+    return out
+
+
 def exc_name(e):
     return type(e).__name__
 
@@ -93,14 +102,28 @@ class Workload:
         self.returned = []  # max seq returned by a completed enqueue before op i
         self.max_seq = 0
         self.q = None
+        self.outbox = None
+        self.synced = []    # per op: did an Outbox group commit sync during it
+        self.synced_at = {}
         self.unexpected = []
 
     def open(self):
         st = self.make_storage()
         kw = {}
         for k in self.opts:
-            kw[k] = self.opts[k]
-        self.q = self.ddq.Queue(self.path, clock=self.clock, storage=st, **kw)
+            if k != "outbox_every":
+                kw[k] = self.opts[k]
+        every = self.opts.get("outbox_every")
+        if every:
+            # group commit of the message layer: ddq.Outbox over a path opens its Queue with
+            # sync="none" and syncs after every `every` records it writes [E15]
+            del kw["sync"]
+            self.outbox = self.ddq.Outbox(self.path, clock=self.clock, storage=st, sync_every=every,
+                                          ticks=lambda: 0, **kw)
+            self.q = self.outbox.queue
+        else:
+            self.outbox = None
+            self.q = self.ddq.Queue(self.path, clock=self.clock, storage=st, **kw)
 
     def snapshot(self):
         out = []
@@ -158,7 +181,15 @@ class Workload:
             reason = bytes(b % 255 + 1 for b in self.rng.bytes(self.rng.below(12)))   # no NUL
         self.clock.advance(1000)
         try:
-            if name == "enqueue":
+            if name == "enqueue" and self.outbox is not None:
+                d0 = q.stats().durable_seq
+                v = self.outbox.put(b"t", arg)
+                self.payloads[v] = q.read(v)     # the stored envelope is what must come back
+                self.synced.append(q.stats().durable_seq > d0 and q.stats().durable_seq == v)
+                if v <= self.max_seq:
+                    self.unexpected.append(("reused_seq", "put returned %d after %d" % (v, self.max_seq)))
+                self.max_seq = v
+            elif name == "enqueue":
                 v = q.enqueue(arg)
                 self.payloads[v] = arg
                 if v <= self.max_seq:
@@ -178,7 +209,10 @@ class Workload:
             elif name == "compact":
                 v = q.compact()
             elif name == "reopen":
-                q.close()
+                if self.outbox is not None:
+                    self.outbox.close()
+                else:
+                    q.close()
                 self.q = None
                 self.open()
                 v = None
@@ -194,6 +228,8 @@ class Workload:
             out = ("err", exc_name(e))
             if not (exc_name(e) == "Full" and name in ("enqueue", "compact")):
                 self.unexpected.append(("live_error", "%s(%r) raised %s: %s" % (name, arg, exc_name(e), e)))
+        if self.outbox is not None and name == "enqueue" and out[0] == "ok":
+            self.synced_at[len(self.ops)] = self.synced[-1]
         return (name, arg if name != "enqueue" else len(arg), out)
 
     def run(self, stop=None):
@@ -211,7 +247,7 @@ class Workload:
         for i in range(self.nops):
             if stop is not None and stop(i):
                 break
-            if self.opts.get("sync") == "none":
+            if self.opts.get("sync") == "none" or self.opts.get("outbox_every"):
                 if self.durable(len(self.ops) - 1):
                     dmax = self.max_seq
                 self.returned.append(dmax)
@@ -225,7 +261,7 @@ class Workload:
                 break
             snap = self.snapshot()
             self.snaps.append(snap)
-        if self.opts.get("sync") == "none":
+        if self.opts.get("sync") == "none" or self.opts.get("outbox_every"):
             self.returned.append(self.max_seq if self.durable(len(self.ops) - 1) else dmax)
         else:
             self.returned.append(self.max_seq)
@@ -234,7 +270,10 @@ class Workload:
         if self.q is not None:
             q = self.q
             self.q = None
-            q.close()
+            if self.outbox is not None:
+                self.outbox.close()
+            else:
+                q.close()
 
     def inflight(self, k):
         """Index i of the operation in flight when the storage was cut after position k: the first op
@@ -256,6 +295,8 @@ class Workload:
             return False
         if name in ("open", "reopen", "sync", "compact"):
             return True
+        if self.opts.get("outbox_every"):
+            return name == "enqueue" and self.synced_at.get(j, False)
         mode = self.opts.get("sync", "always")
         if mode == "always":
             return True

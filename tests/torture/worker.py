@@ -38,7 +38,7 @@ def main(argv):
         sync = None if argv[3] == "-" else argv[3]
         hashes = set()
         res = crash.run_seed(ddq, seed, nops, sync=sync, hashes=hashes,
-                             depth2=int(os.environ.get("DDQ_TORTURE_DEPTH2", "8")))
+                             depth2=int(os.environ.get("DDQ_TORTURE_DEPTH2", "12")))
         with open(argv[4], "w") as f:
             for h in hashes:
                 f.write(h.hex() + "\n")
