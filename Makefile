@@ -53,7 +53,7 @@ mp_heap_posix :=
 mp_heap_lfs2 := -X heapsize=$(MP_HEAP)
 mp_heap_fat := -X heapsize=$(MP_HEAP)
 
-LINT_PATHS = $(wildcard port host tests bench)
+LINT_PATHS = $(wildcard port host tests bench demo boards)
 # The phases of `make test`, after setup; each runs even when an earlier one failed.
 TEST_PHASES := lint typecheck spec-coverage test-cpython test-mp torture-ci bench-smoke
 
@@ -161,8 +161,15 @@ bench-smoke: $(DEPS_STAMP)
 test: venv types
 	@MAKE="$(MAKE)" tools/test_phases.sh $(TEST_PHASES)
 
-demo:
-	@echo "make demo: not yet (see issue 7)"
+# The end-to-end demo (demo/run.py): GATEWAY=cpython runs the app as a CPython gateway instead of
+# the virtual board; SEED=N replays a run's chaos; MESSAGES=N and RATE=R size it; DEMO_ARGS for
+# the rest (python demo/run.py -h). Installs mosquitto with apt-get when root and it is missing.
+DEMO_FLAGS = $(if $(GATEWAY),--gateway $(GATEWAY)) $(if $(SEED),--seed $(SEED)) \
+  $(if $(MESSAGES),--messages $(MESSAGES)) $(if $(RATE),--rate $(RATE)) $(DEMO_ARGS)
+
+demo: venv
+	@demo/ensure_broker.sh
+	$(PY) demo/run.py $(DEMO_FLAGS)
 
 clean:
 	rm -rf build dist *.egg-info host/*.egg-info port/*.egg-info types
