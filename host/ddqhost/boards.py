@@ -12,12 +12,24 @@ linux/darwin) maps to UNIX, which is also the virtual board's profile.
 
 import json
 import os
+from typing import Any
 
 QUEUE_KEYS = ("segment_bytes", "max_payload_bytes", "max_items", "max_segments")
 REQUIRED = ("board", "filesystem", "install", "mpy_arch") + QUEUE_KEYS
 MPY_ARCHS = {  # sys.implementation._mpy >> 10 (py/persistentcode.h MP_NATIVE_ARCH_*)
-    0: None, 1: "x86", 2: "x64", 3: "armv6", 4: "armv6m", 5: "armv7m", 6: "armv7em", 7: "armv7emsp",
-    8: "armv7emdp", 9: "xtensa", 10: "xtensawin", 11: "rv32imc", 12: "rv64imc",
+    0: None,
+    1: "x86",
+    2: "x64",
+    3: "armv6",
+    4: "armv6m",
+    5: "armv7m",
+    6: "armv7em",
+    7: "armv7emsp",
+    8: "armv7emdp",
+    9: "xtensa",
+    10: "xtensawin",
+    11: "rv32imc",
+    12: "rv64imc",
 }
 
 
@@ -25,14 +37,16 @@ class BoardProfileError(Exception):
     """Unknown or malformed profile; one line for the user."""
 
 
-def boards_dir():
+def boards_dir() -> str:
     env = os.environ.get("DDQ_BOARDS_DIR")
     if env:
         return env
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "boards")
+    return os.path.join(
+        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "boards"
+    )
 
 
-def names():
+def names() -> list[str]:
     d = boards_dir()
     try:
         return sorted(n[:-5] for n in os.listdir(d) if n.endswith(".json"))
@@ -40,15 +54,19 @@ def names():
         return []
 
 
-def load(name):
+def load(name: str) -> dict[str, Any]:
     p = os.path.join(boards_dir(), name + ".json")
     try:
         with open(p) as f:
             prof = json.load(f)
     except FileNotFoundError:
-        raise BoardProfileError("unknown board profile %s (known: %s)" % (name, ", ".join(names()) or "none"))
+        raise BoardProfileError(
+            "unknown board profile %s (known: %s)" % (name, ", ".join(names()) or "none")
+        ) from None
     except ValueError as e:
-        raise BoardProfileError("%s: bad JSON (%s)" % (p, e))
+        raise BoardProfileError("%s: bad JSON (%s)" % (p, e)) from None
+    if not isinstance(prof, dict):
+        raise BoardProfileError("%s must hold a JSON object" % p)
     missing = [k for k in REQUIRED if k not in prof]
     if missing:
         raise BoardProfileError("%s lacks %s" % (p, ", ".join(missing)))
@@ -56,16 +74,16 @@ def load(name):
     return prof
 
 
-def queue_options(prof):
+def queue_options(prof: dict[str, Any]) -> dict[str, int]:
     return {k: prof[k] for k in QUEUE_KEYS}
 
 
-def app_path(prof):
+def app_path(prof: dict[str, Any]) -> str | None:
     app = prof.get("app")
     return os.path.join(boards_dir(), app) if app else None
 
 
-def select(probe):
+def select(probe: dict[str, Any]) -> str | None:
     """Profile name for a device probe dict (see device.Device.probe), or None."""
     build = str(probe.get("build") or "").split("-")[0]
     known = names()
@@ -76,7 +94,7 @@ def select(probe):
     return None
 
 
-def device_mpy(probe):
+def device_mpy(probe: dict[str, Any]) -> tuple[int, int, str | None] | None:
     """(major version, sub-version, arch name) from sys.implementation._mpy, or None."""
     v = probe.get("mpy")
     if not isinstance(v, int):

@@ -9,52 +9,74 @@ import argparse
 import json
 import os
 import sys
+from typing import TYPE_CHECKING, Any
 
 from . import boards, fsck, qdir, vboard
+
+if TYPE_CHECKING:
+    from .device import Device
 
 
 class CommandError(Exception):
     """Printed as `ddq: message`; .code is the exit status (1 unless said otherwise)."""
 
-    def __init__(self, msg, code=1):
+    def __init__(self, msg: str, code: int = 1) -> None:
         super().__init__(msg)
         self.code = code
 
 
-def out_json(obj):
+def out_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
-def log_err(msg):
+def log_err(msg: str) -> None:
     sys.stderr.write(msg + "\n")
 
 
 # ---------------------------------------------------------------- device selection
 
 
-def add_device_args(p):
-    p.add_argument("--device", "-d", metavar="DEV",
-                   help="serial port or pty of the board (default: $DDQ_DEVICE, else the running virtual board)")
+def add_device_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--device",
+        "-d",
+        metavar="DEV",
+        help="serial port or pty of the board (default: $DDQ_DEVICE, else the running virtual board)",
+    )
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--resume", action="store_true", default=None,
-                   help="do not soft-reset on connect (automatic for the virtual board)")
-    g.add_argument("--soft-reset", dest="resume", action="store_false",
-                   help="soft-reset on connect (default for real boards: stops the running app)")
-    p.add_argument("--state-dir", metavar="DIR", help="virtual board state directory (for the default device)")
+    g.add_argument(
+        "--resume",
+        action="store_true",
+        default=None,
+        help="do not soft-reset on connect (automatic for the virtual board)",
+    )
+    g.add_argument(
+        "--soft-reset",
+        dest="resume",
+        action="store_false",
+        help="soft-reset on connect (default for real boards: stops the running app)",
+    )
+    p.add_argument(
+        "--state-dir", metavar="DIR", help="virtual board state directory (for the default device)"
+    )
 
 
-def open_device(args):
+def open_device(args: argparse.Namespace) -> "Device":
     dev = args.device or os.environ.get("DDQ_DEVICE")
     state_dir = getattr(args, "state_dir", None)
     if not dev:
         dev = vboard.running_device(state_dir)
         if not dev:
-            raise CommandError("no device: pass --device DEV, set DDQ_DEVICE, or start `ddq board virtual start`")
+            raise CommandError(
+                "no device: pass --device DEV, set DDQ_DEVICE, or start `ddq board virtual start`"
+            )
     if args.resume is None:
         soft_reset = not vboard.is_virtual_device(dev, state_dir)
     else:
         soft_reset = not args.resume
-    from .device import Device  # imports mpremote and pyserial: only for commands that need a board
+    from .device import (
+        Device,  # imports mpremote and pyserial: only for commands that need a board
+    )
 
     return Device(dev, soft_reset=soft_reset)
 
@@ -62,36 +84,59 @@ def open_device(args):
 # ---------------------------------------------------------------- options
 
 
-def add_option_args(p):
-    p.add_argument("--board", metavar="PROFILE", help="take queue options from boards/PROFILE.json")
+def add_option_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--board", metavar="PROFILE", help="take queue options from boards/PROFILE.json"
+    )
     for key in qdir.OPTION_KEYS:
-        p.add_argument("--" + key.replace("_", "-"), dest=key, type=int, metavar="N",
-                       help="queue option %s (see `ddq inspect -h` for the precedence)" % key)
+        p.add_argument(
+            "--" + key.replace("_", "-"),
+            dest=key,
+            type=int,
+            metavar="N",
+            help="queue option %s (see `ddq inspect -h` for the precedence)" % key,
+        )
 
 
-def resolve_options(args, path):
+def resolve_options(
+    args: argparse.Namespace, path: str | None
+) -> tuple[dict[str, int], dict[str, str]]:
     flags = {k: getattr(args, k, None) for k in qdir.OPTION_KEYS}
     opts, src = qdir.resolve_options(path, flags, getattr(args, "board", None))
     try:
         fsck.check_options(opts)
     except ValueError as e:
-        raise CommandError("bad queue options: %s" % e)
+        raise CommandError("bad queue options: %s" % e) from None
     return opts, src
 
 
 # ---------------------------------------------------------------- board virtual
 
 
-def argparse_board(p):
+def argparse_board(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="board_cmd", required=True)
     v = sub.add_parser("virtual", help="the virtual board (unix port + LittleFS image + pty)")
     v.add_argument("action", choices=["start", "stop", "status", "kill"])
-    v.add_argument("--dir", dest="state_dir", metavar="STATE_DIR",
-                   help="state directory (default $DDQ_STATE_DIR or ~/.local/state/ddq/virtual)")
-    v.add_argument("--image", metavar="PATH", help="LittleFS image file (default STATE_DIR/flash.img)")
-    v.add_argument("--size-kib", type=int, default=vboard.DEFAULT_BLOCKS * vboard.DEFAULT_BLOCK_SIZE // 1024,
-                   help="size of a new image (default %(default)s KiB)")
-    v.add_argument("--micropython", metavar="EXE", help="unix port executable (default: the venv's micropython)")
+    v.add_argument(
+        "--dir",
+        dest="state_dir",
+        metavar="STATE_DIR",
+        help="state directory (default $DDQ_STATE_DIR or ~/.local/state/ddq/virtual)",
+    )
+    v.add_argument(
+        "--image", metavar="PATH", help="LittleFS image file (default STATE_DIR/flash.img)"
+    )
+    v.add_argument(
+        "--size-kib",
+        type=int,
+        default=vboard.DEFAULT_BLOCKS * vboard.DEFAULT_BLOCK_SIZE // 1024,
+        help="size of a new image (default %(default)s KiB)",
+    )
+    v.add_argument(
+        "--micropython",
+        metavar="EXE",
+        help="unix port executable (default: the venv's micropython)",
+    )
     v.add_argument("--json", action="store_true")
     pr = sub.add_parser("probe", help="detect the board profile of a connected device")
     add_device_args(pr)
@@ -99,45 +144,92 @@ def argparse_board(p):
     sub.add_parser("list", help="list board profiles")
 
 
-def do_board(args):
+def _device_ddq_version(dev: "Device") -> str | None:
+    """ddq.__version__ as the device imports it now, or None when it cannot import ddq."""
+    from .device import DeviceExecError
+
+    try:
+        v = dev.eval("getattr(__import__('ddq'), '__version__', '?')")
+    except DeviceExecError:
+        return None
+    return str(v)
+
+
+def do_board(args: argparse.Namespace) -> int:
     if args.board_cmd == "list":
         for n in boards.names():
             prof = boards.load(n)
-            print("%-14s %-9s mpy_arch %-10s segment %6d x %-4d payload <= %d" % (
-                n, prof.get("port", ""), prof["mpy_arch"] or "portable", prof["segment_bytes"],
-                prof["max_segments"], prof["max_payload_bytes"]))
+            print(
+                "%-14s %-9s mpy_arch %-10s segment %6d x %-4d payload <= %d"
+                % (
+                    n,
+                    prof.get("port", ""),
+                    prof["mpy_arch"] or "portable",
+                    prof["segment_bytes"],
+                    prof["max_segments"],
+                    prof["max_payload_bytes"],
+                )
+            )
         return 0
     if args.board_cmd == "probe":
         with open_device(args) as dev:
             probe = dev.probe()
+            ddq_version = _device_ddq_version(dev)
         name = boards.select(probe)
-        res = {"device": dev.port, "probe": probe, "board": name, "mpy": boards.device_mpy(probe)}
+        found: dict[str, Any] = {
+            "device": dev.port,
+            "probe": probe,
+            "board": name,
+            "mpy": boards.device_mpy(probe),
+            "ddq_version": ddq_version,
+        }
         if args.json:
-            out_json(res)
+            out_json(found)
         else:
-            print("%s: %s (build %r, platform %s, mpy %s)" % (dev.port, name or "unknown board", probe.get("build"),
-                                                             probe.get("platform"), res["mpy"]))
+            print(
+                "%s: %s (build %r, platform %s, mpy %s, ddq %s)"
+                % (
+                    dev.port,
+                    name or "unknown board",
+                    probe.get("build"),
+                    probe.get("platform"),
+                    found["mpy"],
+                    ddq_version or "not installed",
+                )
+            )
         return 0
     state_dir = args.state_dir or vboard.default_state_dir()
     try:
         if args.action == "start":
             bs = vboard.DEFAULT_BLOCK_SIZE
-            res = vboard.start(state_dir, image=args.image, micropython=args.micropython, block_size=bs,
-                               blocks=max(8, args.size_kib * 1024 // bs))
+            res = vboard.start(
+                state_dir,
+                image=args.image,
+                micropython=args.micropython,
+                block_size=bs,
+                blocks=max(8, args.size_kib * 1024 // bs),
+            )
             msg = "virtual board running: device %s (image %s)" % (res["device"], res["image"])
         elif args.action == "stop":
             res = vboard.stop(state_dir)
             msg = "virtual board stopped" if res["stopped"] else "virtual board was not running"
         elif args.action == "kill":
             res = vboard.kill(state_dir)
-            msg = "virtual board killed (power cut)" if res["killed"] else "virtual board was not running"
+            msg = (
+                "virtual board killed (power cut)"
+                if res["killed"]
+                else "virtual board was not running"
+            )
         else:
             res = vboard.status(state_dir)
-            msg = ("running: device %s, pids %d/%d, image %s" % (res["device"], res["bridge_pid"],
-                                                                 res["micropython_pid"], res["image"])
-                   if res["running"] else "not running (state dir %s)" % res["state_dir"])
+            msg = (
+                "running: device %s, pids %d/%d, image %s"
+                % (res["device"], res["bridge_pid"], res["micropython_pid"], res["image"])
+                if res["running"]
+                else "not running (state dir %s)" % res["state_dir"]
+            )
     except vboard.BoardError as e:
-        raise CommandError(str(e))
+        raise CommandError(str(e)) from None
     if args.json:
         out_json(res)
     else:
@@ -148,19 +240,28 @@ def do_board(args):
 # ---------------------------------------------------------------- flash / pull / push
 
 
-def argparse_flash(p):
+def argparse_flash(p: argparse.ArgumentParser) -> None:
     add_device_args(p)
     p.add_argument("--board", metavar="PROFILE", help="board profile (default: probed)")
-    p.add_argument("--format", choices=["py", "mpy"], help="install as source or mpy-cross output "
-                   "(default: the profile's `install`)")
-    p.add_argument("--dest", default="", metavar=":DIR", help="device directory (default: the device's cwd)")
+    p.add_argument(
+        "--format",
+        choices=["py", "mpy"],
+        help="install as source or mpy-cross output (default: the profile's `install`)",
+    )
+    p.add_argument(
+        "--dest", default="", metavar=":DIR", help="device directory (default: the device's cwd)"
+    )
     p.add_argument("--app", metavar="MAIN_PY", help="also install this file as :main.py")
-    p.add_argument("--example-app", action="store_true", help="install the profile's example app as :main.py")
-    p.add_argument("-O", dest="opt", type=int, choices=[0, 1, 2, 3], help="mpy-cross optimisation level")
+    p.add_argument(
+        "--example-app", action="store_true", help="install the profile's example app as :main.py"
+    )
+    p.add_argument(
+        "-O", dest="opt", type=int, choices=[0, 1, 2, 3], help="mpy-cross optimisation level"
+    )
     p.add_argument("--json", action="store_true")
 
 
-def do_flash(args):
+def do_flash(args: argparse.Namespace) -> int:
     from . import transfer
 
     if args.app and args.example_app:
@@ -172,7 +273,9 @@ def do_flash(args):
         if args.example_app:
             prof, _ = transfer.pick_profile(dev, args.board)
             app = boards.app_path(prof)
-        res = transfer.flash(dev, board=args.board, fmt=args.format, dest=args.dest, app=app, opt=args.opt)
+        res = transfer.flash(
+            dev, board=args.board, fmt=args.format, dest=args.dest, app=app, opt=args.opt
+        )
     if args.json:
         out_json(res)
     else:
@@ -180,66 +283,108 @@ def do_flash(args):
             print("wrote %s (%d bytes)" % (w["path"], w["bytes"]))
         for r in res["removed"]:
             print("removed %s" % r)
-        print("ddq %s imports on %s (%s, %s) in %.1f s" % (res["version"], res["device"], res["board"],
-                                                           res["imported_from"], res["seconds"]))
+        print(
+            "ddq %s imports on %s (%s, %s) in %.1f s"
+            % (res["version"], res["device"], res["board"], res["imported_from"], res["seconds"])
+        )
     return 0
 
 
-def argparse_pull(p):
+def argparse_pull(p: argparse.ArgumentParser) -> None:
     add_device_args(p)
-    p.add_argument("remote", metavar="REMOTE_DIR", help="queue directory on the device (':outbox')")
+    p.add_argument(
+        "remote", metavar="REMOTE_DIR", help="queue directory on the device (':outbox')"
+    )
     p.add_argument("local", metavar="LOCAL_DIR", help="new local directory")
-    p.add_argument("--board", metavar="PROFILE", help="profile whose queue options to record (default: probed)")
-    p.add_argument("--force", action="store_true", help="overwrite a local pull that has local changes")
-    p.add_argument("--progress", action="store_true", default=None, help="progress bar even when not a tty")
+    p.add_argument(
+        "--board",
+        metavar="PROFILE",
+        help="profile whose queue options to record (default: probed)",
+    )
+    p.add_argument(
+        "--force", action="store_true", help="overwrite a local pull that has local changes"
+    )
+    p.add_argument(
+        "--progress", action="store_true", default=None, help="progress bar even when not a tty"
+    )
     p.add_argument("--json", action="store_true")
 
 
-def do_pull(args):
+def do_pull(args: argparse.Namespace) -> int:
     from . import transfer
 
     with open_device(args) as dev:
-        res = transfer.pull(dev, args.remote, args.local, board=args.board, force=args.force,
-                            progress_enabled=args.progress)
+        res = transfer.pull(
+            dev,
+            args.remote,
+            args.local,
+            board=args.board,
+            force=args.force,
+            progress_enabled=args.progress,
+        )
     if args.json:
         out_json(res)
     else:
-        print("pulled %d files (%d bytes) from %s to %s in %.1f s (%.1f KiB/s), sha256 verified" % (
-            res["files"], res["bytes"], res["remote"], res["local"], res["seconds"], res["kib_per_s"] or 0))
+        print(
+            "pulled %d files (%d bytes) from %s to %s in %.1f s (%.1f KiB/s), sha256 verified"
+            % (
+                res["files"],
+                res["bytes"],
+                res["remote"],
+                res["local"],
+                res["seconds"],
+                res["kib_per_s"] or 0,
+            )
+        )
     return 0
 
 
-def argparse_push(p):
+def argparse_push(p: argparse.ArgumentParser) -> None:
     add_device_args(p)
     p.add_argument("local", metavar="LOCAL_DIR")
     p.add_argument("remote", metavar="REMOTE_DIR")
-    p.add_argument("--force", action="store_true", help="push even if the device copy changed since the pull")
+    p.add_argument(
+        "--force", action="store_true", help="push even if the device copy changed since the pull"
+    )
     p.add_argument("--progress", action="store_true", default=None)
     p.add_argument("--json", action="store_true")
 
 
-def do_push(args):
+def do_push(args: argparse.Namespace) -> int:
     from . import transfer
 
     with open_device(args) as dev:
-        res = transfer.push(dev, args.local, args.remote, force=args.force, progress_enabled=args.progress)
+        res = transfer.push(
+            dev, args.local, args.remote, force=args.force, progress_enabled=args.progress
+        )
     if args.json:
         out_json(res)
     else:
-        print("pushed %s to %s: %d written, %d appended, %d removed (%d bytes, %.1f s)" % (
-            res["local"], res["remote"], len(res["written"]), len(res["appended"]), len(res["removed"]),
-            res["bytes"], res["seconds"]))
+        print(
+            "pushed %s to %s: %d written, %d appended, %d removed (%d bytes, %.1f s)"
+            % (
+                res["local"],
+                res["remote"],
+                len(res["written"]),
+                len(res["appended"]),
+                len(res["removed"]),
+                res["bytes"],
+                res["seconds"],
+            )
+        )
     return 0
 
 
-def argparse_stats(p):
+def argparse_stats(p: argparse.ArgumentParser) -> None:
     add_device_args(p)
-    p.add_argument("remote", metavar="REMOTE_DIR", help="queue directory on the device (':outbox')")
+    p.add_argument(
+        "remote", metavar="REMOTE_DIR", help="queue directory on the device (':outbox')"
+    )
     add_option_args(p)
     p.add_argument("--json", action="store_true")
 
 
-def do_stats(args):
+def do_stats(args: argparse.Namespace) -> int:
     from . import transfer
 
     with open_device(args) as dev:
@@ -262,7 +407,7 @@ def do_stats(args):
 # ---------------------------------------------------------------- inspect / verify / records
 
 
-def argparse_inspect(p):
+def argparse_inspect(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", metavar="DIR")
     add_option_args(p)
     p.add_argument("--payloads", action="store_true", help="include every payload in hex (--json)")
@@ -270,7 +415,7 @@ def argparse_inspect(p):
     p.add_argument("--json", action="store_true")
 
 
-def do_inspect(args):
+def do_inspect(args: argparse.Namespace) -> int:
     opts, src = resolve_options(args, args.dir)
     info = qdir.inspect(args.dir, opts, payloads=args.payloads, now_ms=args.now_ms)
     info["options_source"] = src
@@ -281,23 +426,25 @@ def do_inspect(args):
     return 0
 
 
-def _scan(args):
+def _scan(args: argparse.Namespace) -> tuple[fsck.Report, dict[str, str]]:
     opts, src = resolve_options(args, args.dir)
     if not os.path.isdir(args.dir):
         raise CommandError("%s: no such directory" % args.dir)
     try:
-        return fsck.scan(args.dir, opts, exact_segment_bytes=src["segment_bytes"] != "default"), src
+        return fsck.scan(
+            args.dir, opts, exact_segment_bytes=src["segment_bytes"] != "default"
+        ), src
     except fsck.NotAQueue as e:
-        raise CommandError(str(e))
+        raise CommandError(str(e)) from None
 
 
-def argparse_verify(p):
+def argparse_verify(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", metavar="DIR")
     add_option_args(p)
     p.add_argument("--json", action="store_true")
 
 
-def do_verify(args):
+def do_verify(args: argparse.Namespace) -> int:
     rep, src = _scan(args)
     if args.json:
         js = rep.to_json()
@@ -308,23 +455,36 @@ def do_verify(args):
     return rep.verdict
 
 
-def argparse_records(p):
+def argparse_records(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", metavar="DIR")
     add_option_args(p)
-    p.add_argument("--all", action="store_true", help="also show invalid records and torn/invalid tails")
+    p.add_argument(
+        "--all", action="store_true", help="also show invalid records and torn/invalid tails"
+    )
     p.add_argument("--json", action="store_true")
 
 
-def do_records(args):
+def do_records(args: argparse.Namespace) -> int:
     rep, _src = _scan(args)
     if args.json:
         js = rep.to_json(with_records=True)
         if not args.all:
             for s in js["segments"]:
                 s["records"] = [r for r in s["records"] if r.get("status") != "invalid"]
-                s["tail"] = None if s["tail"] is None else {k: v for k, v in s["tail"].items() if k != "header"}
-        out_json({"path": js["path"], "manifest": js["manifest"], "segments": js["segments"],
-                  "verdict": js["verdict"], "generation": js["generation"]})
+                s["tail"] = (
+                    None
+                    if s["tail"] is None
+                    else {k: v for k, v in s["tail"].items() if k != "header"}
+                )
+        out_json(
+            {
+                "path": js["path"],
+                "manifest": js["manifest"],
+                "segments": js["segments"],
+                "verdict": js["verdict"],
+                "generation": js["generation"],
+            }
+        )
     else:
         sys.stdout.write(fsck.render_records(rep, show_all=args.all))
     return 0
@@ -333,20 +493,26 @@ def do_records(args):
 # ---------------------------------------------------------------- replay
 
 
-def argparse_replay(p):
+def argparse_replay(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", metavar="DIR")
     p.add_argument("--to", required=True, metavar="mqtt://HOST:PORT[/PREFIX]")
-    p.add_argument("--dry-run", action="store_true", help="list what would be sent; DIR is not touched")
+    p.add_argument(
+        "--dry-run", action="store_true", help="list what would be sent; DIR is not touched"
+    )
     p.add_argument("--limit", type=int, metavar="N", help="deliver at most N messages, then stop")
-    p.add_argument("--lease-ms", type=int, default=60000, help="lease of each claim (default %(default)s)")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for CONNACK/PUBACK")
+    p.add_argument(
+        "--lease-ms", type=int, default=60000, help="lease of each claim (default %(default)s)"
+    )
+    p.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds to wait for CONNACK/PUBACK"
+    )
     p.add_argument("--client-id", help="MQTT client id (default ddq-replay-<time>)")
     add_option_args(p)
     p.add_argument("-v", "--verbose", action="store_true", help="one line per message on stderr")
     p.add_argument("--json", action="store_true")
 
 
-def do_replay(args):
+def do_replay(args: argparse.Namespace) -> int:
     from . import replay
 
     opts, _src = resolve_options(args, args.dir)
@@ -355,19 +521,34 @@ def do_replay(args):
         if args.dry_run:
             res = replay.plan(args.dir, opts, cfg["prefix"])
         else:
-            res = replay.replay(args.dir, args.to, opts, limit=args.limit, lease_ms=args.lease_ms,
-                                timeout=args.timeout, client_id=args.client_id,
-                                log=log_err if args.verbose else None)
+            res = replay.replay(
+                args.dir,
+                args.to,
+                opts,
+                limit=args.limit,
+                lease_ms=args.lease_ms,
+                timeout=args.timeout,
+                client_id=args.client_id,
+                log=log_err if args.verbose else None,
+            )
     except replay.ReplayError as e:
-        raise CommandError(str(e))
+        raise CommandError(str(e)) from None
     if args.json:
         out_json(res)
     else:
         if res["dry_run"]:
             for w in res["would_send"]:
                 print("would send seq %d -> %s (%d bytes)" % (w["seq"], w["topic"], w["bytes"]))
-        print("%ssent %d, failed %d, skipped %d, remaining %d" % (
-            "dry run: " if res["dry_run"] else "", res["sent"], res["failed"], res["skipped"], res["remaining"]))
+        print(
+            "%ssent %d, failed %d, skipped %d, remaining %d"
+            % (
+                "dry run: " if res["dry_run"] else "",
+                res["sent"],
+                res["failed"],
+                res["skipped"],
+                res["remaining"],
+            )
+        )
     if res.get("interrupted"):
         return 130
     return 1 if res["failed"] else 0
@@ -376,23 +557,39 @@ def do_replay(args):
 # ---------------------------------------------------------------- test
 
 
-def argparse_test(p):
+def argparse_test(p: argparse.ArgumentParser) -> None:
     add_device_args(p)
     p.add_argument("-k", metavar="SUBSTR", help="only tests whose name contains SUBSTR")
-    p.add_argument("--fs", choices=["posix", "lfs2", "fat"], default="posix",
-                   help="filesystem under test (posix = the board's own flash)")
-    p.add_argument("--root", metavar=":DIR", help="device directory for test files (default :<cwd>/ddq-test)")
-    p.add_argument("--installed", action="store_true",
-                   help="test ddq as installed on the device (`ddq flash`) instead of the checkout's port/ddq.py")
+    p.add_argument(
+        "--fs",
+        choices=["posix", "lfs2", "fat"],
+        default="posix",
+        help="filesystem under test (posix = the board's own flash)",
+    )
+    p.add_argument(
+        "--root", metavar=":DIR", help="device directory for test files (default :<cwd>/ddq-test)"
+    )
+    p.add_argument(
+        "--installed",
+        action="store_true",
+        help="test ddq as installed on the device (`ddq flash`) instead of the checkout's port/ddq.py",
+    )
     p.add_argument("modules", nargs="*", metavar="MODULE")
 
 
-def do_test(args):
+def do_test(args: argparse.Namespace) -> int:
     from . import testrun
 
     with open_device(args) as dev:
-        rc, summary = testrun.run(dev, modules=args.modules, k=args.k, fs=args.fs, root=args.root,
-                                  installed=args.installed, out=lambda b: (sys.stdout.buffer.write(b), sys.stdout.flush()))
+        rc, summary = testrun.run(
+            dev,
+            modules=args.modules,
+            k=args.k,
+            fs=args.fs,
+            root=args.root,
+            installed=args.installed,
+            out=lambda b: (sys.stdout.buffer.write(b), sys.stdout.flush()),
+        )
     if summary is None:
         raise CommandError("the test run ended without a summary line")
     return rc
@@ -402,11 +599,23 @@ def do_test(args):
 
 COMMANDS = {
     "board": (do_board, argparse_board, "virtual board; board profiles; probe a device"),
-    "flash": (do_flash, argparse_flash, "install ddq (.py or .mpy) on a device and check it imports"),
+    "flash": (
+        do_flash,
+        argparse_flash,
+        "install ddq (.py or .mpy) on a device and check it imports",
+    ),
     "pull": (do_pull, argparse_pull, "copy a queue directory off a device, sha256-verified"),
     "push": (do_push, argparse_push, "put a pulled (replayed) directory back on the device"),
-    "stats": (do_stats, argparse_stats, "stats() of a queue directory, computed by ddq on the device"),
-    "inspect": (do_inspect, argparse_inspect, "recovered state of a queue directory (not modified)"),
+    "stats": (
+        do_stats,
+        argparse_stats,
+        "stats() of a queue directory, computed by ddq on the device",
+    ),
+    "inspect": (
+        do_inspect,
+        argparse_inspect,
+        "recovered state of a queue directory (not modified)",
+    ),
     "verify": (do_verify, argparse_verify, "fsck: exit 0 clean, 1 torn tail only, 2 corrupt"),
     "records": (do_records, argparse_records, "dump the records of a queue directory"),
     "replay": (do_replay, argparse_replay, "deliver pending messages to an MQTT broker (QoS 1)"),
@@ -414,9 +623,11 @@ COMMANDS = {
 }
 
 
-def build_parser():
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="ddq", description="ddq host tools")
-    ap.add_argument("--version", action=_VersionAction, nargs=0, help="print the ddq version and exit")
+    ap.add_argument(
+        "--version", action=_VersionAction, nargs=0, help="print the ddq version and exit"
+    )
     sub = ap.add_subparsers(dest="command", required=True)
     for name, (_h, factory, helptext) in COMMANDS.items():
         p = sub.add_parser(name, help=helptext, description=helptext)
@@ -426,7 +637,13 @@ def build_parser():
 
 class _VersionAction(argparse.Action):
     # Lazy: importing ddq costs ~0.1 s, paid only when --version is asked for.
-    def __call__(self, parser, namespace, values, option_string=None):
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         try:
             v = qdir.load_ddq().__version__
         except qdir.QueueDirError:
@@ -435,7 +652,7 @@ class _VersionAction(argparse.Action):
         parser.exit(0)
 
 
-def _error_message(e):
+def _error_message(e: BaseException) -> str:
     if isinstance(e, OSError):
         where = e.filename if e.filename is not None else ""
         if where:
@@ -444,7 +661,7 @@ def _error_message(e):
     return str(e)
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = COMMANDS[args.command][0]
     try:
@@ -474,10 +691,13 @@ def main(argv=None):
         return code
 
 
-def _known_error(e):
+def _known_error(e: BaseException) -> int | None:
     """Exit status for the error types of lazily imported modules (device, transfer, replay)."""
-    for modname, names in (("ddqhost.transfer", ("TransferError",)), ("ddqhost.device", ("DeviceError",)),
-                           ("ddqhost.replay", ("ReplayError",))):
+    for modname, names in (
+        ("ddqhost.transfer", ("TransferError",)),
+        ("ddqhost.device", ("DeviceError",)),
+        ("ddqhost.replay", ("ReplayError",)),
+    ):
         mod = sys.modules.get(modname)
         for n in names:
             cls = getattr(mod, n, None) if mod else None
@@ -486,7 +706,7 @@ def _known_error(e):
     return None
 
 
-def _ddq_error(e):
+def _ddq_error(e: BaseException) -> str | None:
     """The ddq.Error class name if e is one (ddq is imported lazily), else None."""
     mod = sys.modules.get("ddq")
     if mod is not None and isinstance(e, getattr(mod, "Error", ())):
@@ -494,7 +714,7 @@ def _ddq_error(e):
     return None
 
 
-def entry():
+def entry() -> None:
     sys.exit(main())
 
 

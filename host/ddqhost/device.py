@@ -15,17 +15,19 @@ import contextlib
 import io
 import os
 import re
+from collections.abc import Callable
+from typing import Any
 
 PINNED_MPREMOTE = "1.29.0"
 
-try:
-    from importlib.metadata import PackageNotFoundError, version as _pkg_version
-except ImportError:  # pragma: no cover
-    _pkg_version = None
+from importlib.metadata import PackageNotFoundError, version as _pkg_version
 
-from mpremote.mp_errno import MP_ERRNO_TABLE
-from mpremote.transport import TransportError, TransportExecError
-from mpremote.transport_serial import SerialTransport
+from mpremote.mp_errno import MP_ERRNO_TABLE  # type: ignore[import-untyped]
+from mpremote.transport import (  # type: ignore[import-untyped]
+    TransportError,
+    TransportExecError,
+)
+from mpremote.transport_serial import SerialTransport  # type: ignore[import-untyped]
 
 READ_CHUNK = 1536  # bytes per base64 line when reading (2048 characters on the wire)
 WRITE_CHUNK = 2048  # bytes per exec when writing
@@ -39,20 +41,20 @@ class DeviceError(Exception):
 class DeviceExecError(DeviceError):
     """Code raised a non-OSError exception on the device; .exc_line is its last traceback line."""
 
-    def __init__(self, exc_line, output=""):
+    def __init__(self, exc_line: str, output: str = "") -> None:
         super().__init__(exc_line)
         self.exc_line = exc_line
         self.output = output
 
 
-def check_mpremote_version():
+def check_mpremote_version() -> str | None:
     """Return the installed mpremote version; raise DeviceError if it is not the pinned one."""
-    if _pkg_version is None:
-        return None
     try:
         v = _pkg_version("mpremote")
     except PackageNotFoundError:
-        raise DeviceError("mpremote is not installed (pip install mpremote==%s)" % PINNED_MPREMOTE)
+        raise DeviceError(
+            "mpremote is not installed (pip install mpremote==%s)" % PINNED_MPREMOTE
+        ) from None
     if v != PINNED_MPREMOTE and not os.environ.get("DDQ_MPREMOTE_UNPINNED"):
         raise DeviceError(
             "mpremote %s is installed but ddq is tested with %s (pip install mpremote==%s, "
@@ -61,7 +63,7 @@ def check_mpremote_version():
     return v
 
 
-def dpath(path):
+def dpath(path: str) -> str:
     """Device path without mpremote's ':' prefix; '' means the current directory."""
     if path.startswith(":"):
         path = path[1:]
@@ -70,7 +72,7 @@ def dpath(path):
     return path or "."
 
 
-def djoin(a, b):
+def djoin(a: str, b: str) -> str:
     a = dpath(a)
     if a == ".":
         return b
@@ -80,9 +82,13 @@ def djoin(a, b):
 _OSERR = re.compile(r"OSError: (?:\[Errno (\d+)\]|(-?\d+))")
 
 
-def _map_exec_error(e, path=None):
+def _map_exec_error(e: Any, path: str | None = None) -> Exception:
     """Turn a TransportExecError into OSError (errno mapped to the host) or DeviceExecError."""
-    text = e.error_output if isinstance(e.error_output, str) else e.error_output.decode("utf-8", "replace")
+    text = (
+        e.error_output
+        if isinstance(e.error_output, str)
+        else e.error_output.decode("utf-8", "replace")
+    )
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     last = lines[-1] if lines else "unknown device error"
     m = _OSERR.search(last)
@@ -107,7 +113,7 @@ class Device:
     False resumes (required for the unix port, which exits on Ctrl-D).
     """
 
-    def __init__(self, port, soft_reset=True, timeout=8.0):
+    def __init__(self, port: str, soft_reset: bool = True, timeout: float = 8.0) -> None:
         check_mpremote_version()
         self.port = port
         if "://" not in port and not os.path.exists(port):
@@ -117,7 +123,9 @@ class Device:
             with contextlib.redirect_stdout(sink):
                 self.t = SerialTransport(port, baudrate=115200)
         except TransportError as e:
-            raise DeviceError("cannot open %s: %s (in use by another program?)" % (port, e)) from None
+            raise DeviceError(
+                "cannot open %s: %s (in use by another program?)" % (port, e)
+            ) from None
         except (OSError, ValueError) as e:
             raise DeviceError("cannot open %s: %s" % (port, e)) from None
         try:
@@ -127,13 +135,13 @@ class Device:
             self._close_serial()
             raise DeviceError("%s: no MicroPython raw REPL answered (%s)" % (port, e)) from None
 
-    def _close_serial(self):
+    def _close_serial(self) -> None:
         try:
             self.t.close()
         except Exception:
             pass
 
-    def close(self):
+    def close(self) -> None:
         if getattr(self, "t", None) is None:
             return
         try:
@@ -145,18 +153,20 @@ class Device:
         self._close_serial()
         self.t = None
 
-    def __enter__(self):
+    def __enter__(self) -> "Device":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # ------------------------------------------------------------ exec primitives
 
-    def exec(self, code, path=None, consumer=None):
+    def exec(
+        self, code: str, path: str | None = None, consumer: Callable[[bytes], None] | None = None
+    ) -> bytes:
         """Run code on the device, return its stdout bytes; errors mapped (see _map_exec_error)."""
         try:
-            return self.t.exec(code, data_consumer=consumer)
+            return bytes(self.t.exec(code, data_consumer=consumer))
         except TransportExecError as e:
             raise _map_exec_error(e, path) from None
         except TransportError as e:
@@ -164,35 +174,39 @@ class Device:
         except OSError as e:
             raise DeviceError("%s: connection lost (%s)" % (self.port, e)) from None
 
-    def eval(self, expr, path=None):
+    def eval(self, expr: str, path: str | None = None) -> Any:
         out = self._collect("print(repr(%s))" % expr, path)
         try:
             return ast.literal_eval(out.decode().strip())
         except (ValueError, SyntaxError):
             raise DeviceError("unexpected reply from device: %r" % out[:80]) from None
 
-    def _collect(self, code, path=None):
+    def _collect(self, code: str, path: str | None = None) -> bytes:
         buf = bytearray()
         # A consumer avoids mpremote's quadratic accumulation for long outputs.
         self.exec(code, path, consumer=lambda b: buf.extend(b.replace(b"\x04", b"")))
         return bytes(buf)
 
-    def run(self, code, out, idle_timeout=RUN_IDLE_TIMEOUT):
+    def run(
+        self, code: str, out: Callable[[bytes], None], idle_timeout: float = RUN_IDLE_TIMEOUT
+    ) -> str:
         """Run a (possibly long) program streaming its output to out(bytes); return stderr text."""
         try:
             self.t.exec_raw_no_follow(code)
-            _, err = self.t.follow(idle_timeout, data_consumer=lambda b: out(b.replace(b"\x04", b"")))
+            _, err = self.t.follow(
+                idle_timeout, data_consumer=lambda b: out(b.replace(b"\x04", b""))
+            )
         except TransportError as e:
             raise DeviceError("%s: %s" % (self.port, e)) from None
         except OSError as e:
             raise DeviceError("%s: connection lost (%s)" % (self.port, e)) from None
-        return err.decode("utf-8", "replace")
+        return bytes(err).decode("utf-8", "replace")
 
     # ------------------------------------------------------------ probes
 
-    def probe(self):
+    def probe(self) -> dict[str, Any]:
         """Facts for board selection and .mpy compatibility (getattr defaults, rule 23)."""
-        return self.eval(
+        res = self.eval(
             "(lambda s,o:{'name':s.implementation.name,"
             "'version':tuple(s.implementation.version[:3]),"
             "'build':getattr(s.implementation,'_build',''),"
@@ -200,23 +214,26 @@ class Device:
             "'machine':getattr(s.implementation,'_machine',''),"
             "'platform':s.platform,'cwd':o.getcwd()})(__import__('sys'),__import__('os'))"
         )
+        if not isinstance(res, dict):
+            raise DeviceError("unexpected reply to the probe: %r" % (res,))
+        return res
 
     # ------------------------------------------------------------ filesystem
 
-    def stat(self, path):
+    def stat(self, path: str) -> tuple[bool, int]:
         """(is_dir, size) of a device path; OSError(ENOENT) when missing."""
         p = dpath(path)
         st = self.eval("tuple(__import__('os').stat(%r))" % p, path=p)
         return (st[0] & 0x4000) != 0, st[6]
 
-    def exists(self, path):
+    def exists(self, path: str) -> bool:
         try:
             self.stat(path)
             return True
         except FileNotFoundError:
             return False
 
-    def listdir(self, path):
+    def listdir(self, path: str) -> list[tuple[str, bool, int]]:
         """[(name, is_dir, size)] for the entries of a device directory, sorted by name."""
         p = dpath(path)
         rows = self.eval(
@@ -226,7 +243,7 @@ class Device:
         )
         return sorted((n, bool(d), s) for n, d, s in rows)
 
-    def hash_dir(self, path):
+    def hash_dir(self, path: str) -> dict[str, tuple[int, str] | None]:
         """{name: (size, sha256 hex)} for regular files in a device directory; dirs map to None.
 
         One exec for the whole directory: hashlib.sha256 runs on the device, 512 bytes at a time.
@@ -257,7 +274,7 @@ class Device:
             raise DeviceError("unexpected reply from device: %r" % out[:80]) from None
         return {n: (None if v is None else (v[0], v[1])) for n, v in rows}
 
-    def sha256(self, path):
+    def sha256(self, path: str) -> str:
         p = dpath(path)
         code = (
             "import hashlib,binascii\n"
@@ -271,7 +288,12 @@ class Device:
         )
         return self._collect(code, path=p).decode().strip()
 
-    def read_file(self, path, progress=None, size=None):
+    def read_file(
+        self,
+        path: str,
+        progress: Callable[[int, int | None], None] | None = None,
+        size: int | None = None,
+    ) -> bytes:
         """Whole file contents; progress(done, total) after each line when given."""
         p = dpath(path)
         code = (
@@ -287,7 +309,7 @@ class Device:
         data = bytearray()
         line = bytearray()
 
-        def consume(b):
+        def consume(b: bytes) -> None:
             for c in b:
                 if c == 10:
                     data.extend(binascii.a2b_base64(bytes(line)))
@@ -305,13 +327,19 @@ class Device:
             raise DeviceError("truncated transfer of %s" % p)
         return bytes(data)
 
-    def write_file(self, path, data, progress=None, append=False):
+    def write_file(
+        self,
+        path: str,
+        data: bytes,
+        progress: Callable[[int, int], None] | None = None,
+        append: bool = False,
+    ) -> None:
         p = dpath(path)
         self.exec("import binascii\n_f=open(%r,%r)" % (p, "ab" if append else "wb"), path=p)
         try:
             done = 0
             for i in range(0, len(data), WRITE_CHUNK):
-                chunk = data[i:i + WRITE_CHUNK]
+                chunk = data[i : i + WRITE_CHUNK]
                 b64 = binascii.b2a_base64(chunk, newline=False).decode()
                 self.exec("_f.write(binascii.a2b_base64(%r))" % b64, path=p)
                 done += len(chunk)
@@ -320,7 +348,7 @@ class Device:
         finally:
             self.exec("_f.close()\ndel _f", path=p)
 
-    def mkdir(self, path, exist_ok=False):
+    def mkdir(self, path: str, exist_ok: bool = False) -> None:
         p = dpath(path)
         try:
             self.exec("import os\nos.mkdir(%r)" % p, path=p)
@@ -328,17 +356,17 @@ class Device:
             if not exist_ok:
                 raise
 
-    def remove(self, path):
+    def remove(self, path: str) -> None:
         p = dpath(path)
         self.exec("import os\nos.remove(%r)" % p, path=p)
 
-    def rename(self, src, dst):
+    def rename(self, src: str, dst: str) -> None:
         s, d = dpath(src), dpath(dst)
         self.exec("import os\nos.rename(%r,%r)" % (s, d), path=s)
 
     # ------------------------------------------------------------ host directory mount
 
-    def mount_local(self, path):
+    def mount_local(self, path: str) -> None:
         """Expose a host directory at /remote on the device (mpremote mount); cwd becomes /remote."""
         try:
             self.t.mount_local(os.path.abspath(path))
@@ -347,12 +375,19 @@ class Device:
         except TransportError as e:
             raise DeviceError("%s: mount failed: %s" % (self.port, e)) from None
 
-    def umount_local(self):
+    def umount_local(self) -> None:
         try:
             self.t.umount_local()
         except (TransportError, OSError):
             pass
 
 
-__all__ = ["Device", "DeviceError", "DeviceExecError", "dpath", "djoin", "PINNED_MPREMOTE",
-           "check_mpremote_version"]
+__all__ = [
+    "Device",
+    "DeviceError",
+    "DeviceExecError",
+    "dpath",
+    "djoin",
+    "PINNED_MPREMOTE",
+    "check_mpremote_version",
+]

@@ -22,6 +22,10 @@ import os
 import re
 import struct
 import zlib
+from typing import Any
+
+JSON = dict[str, Any]
+Options = dict[str, int]
 
 # ---------------------------------------------------------------- format constants (F§4, F§6, F§7)
 
@@ -82,7 +86,7 @@ class NotAQueue(Exception):
     """The directory holds no segment, manifest or format marker."""
 
 
-def check_options(opts):
+def check_options(opts: dict[str, Any] | None) -> Options:
     """Fill defaults and range-check (F§7.1). Returns a new dict or raises ValueError."""
     out = dict(DEFAULT_OPTIONS)
     for k, v in (opts or {}).items():
@@ -96,7 +100,7 @@ def check_options(opts):
     return out
 
 
-def parse_segment_name(name):
+def parse_segment_name(name: str) -> tuple[int, int] | None:
     """(generation, segment_id) for a segment file name, else None (F§3.2)."""
     m = LEGACY_RE.match(name)
     if m:
@@ -111,17 +115,17 @@ def parse_segment_name(name):
     return None
 
 
-def segment_name(gen, sid):
+def segment_name(gen: int, sid: int) -> str:
     if gen == 0:
         return "segment-%020d.log" % sid
     return "generation-%020d-segment-%020d.log" % (gen, sid)
 
 
-def record_crc(buf, off, plen):
+def record_crc(buf: bytes, off: int, plen: int) -> int:
     """F§4.2: CRC over bytes 4..31, then 36..39, then the payload (not magic, crc field, footer)."""
-    c = zlib.crc32(buf[off + 4:off + 32])
-    c = zlib.crc32(buf[off + 36:off + 40], c)
-    return zlib.crc32(buf[off + 40:off + 40 + plen], c) & 0xFFFFFFFF
+    c = zlib.crc32(buf[off + 4 : off + 32])
+    c = zlib.crc32(buf[off + 36 : off + 40], c)
+    return zlib.crc32(buf[off + 40 : off + 40 + plen], c) & 0xFFFFFFFF
 
 
 # ---------------------------------------------------------------- decoding
@@ -130,7 +134,15 @@ def record_crc(buf, off, plen):
 class Problem:
     """One finding. kind: 'torn' (recovery removes it), 'corrupt', 'warning' or 'note' (no effect on verdict)."""
 
-    def __init__(self, kind, message, file=None, offset=None, seqs=None, after_seq=None):
+    def __init__(
+        self,
+        kind: str,
+        message: str,
+        file: str | None = None,
+        offset: int | None = None,
+        seqs: tuple[int, int] | None = None,
+        after_seq: int | None = None,
+    ) -> None:
         self.kind = kind
         self.message = message
         self.file = file
@@ -138,8 +150,8 @@ class Problem:
         self.seqs = seqs  # (lo, hi) of the records concerned, when known
         self.after_seq = after_seq  # last valid seq before the problem, when seqs is unknown
 
-    def where(self):
-        parts = []
+    def where(self) -> str:
+        parts: list[str] = []
         if self.file:
             parts.append(self.file)
         if self.offset is not None:
@@ -151,14 +163,18 @@ class Problem:
             parts.append("after seq %d" % self.after_seq)
         return ", ".join(parts)
 
-    def to_json(self):
+    def to_json(self) -> JSON:
         return {
-            "kind": self.kind, "message": self.message, "file": self.file, "offset": self.offset,
-            "seqs": list(self.seqs) if self.seqs else None, "after_seq": self.after_seq,
+            "kind": self.kind,
+            "message": self.message,
+            "file": self.file,
+            "offset": self.offset,
+            "seqs": list(self.seqs) if self.seqs else None,
+            "after_seq": self.after_seq,
         }
 
 
-def decode_record(buf, off, opts):
+def decode_record(buf: bytes, off: int, opts: Options) -> tuple[JSON, str, str | None]:
     """Decode the record at buf[off:]. Returns (rec, status, why).
 
     status: 'ok'; 'short' (fewer than 40 bytes left, or the declared length runs past the end);
@@ -167,22 +183,42 @@ def decode_record(buf, off, opts):
     """
     left = len(buf) - off
     if left < REC_HEADER:
-        return {"offset": off, "length": left}, "short", "%d bytes left, less than a 40-byte header" % left
-    magic, ver, typ, seq, arg, plen, rlen, crc, reserved = struct.unpack_from(REC_HEADER_FMT, buf, off)
+        return (
+            {"offset": off, "length": left},
+            "short",
+            "%d bytes left, less than a 40-byte header" % left,
+        )
+    magic, ver, typ, seq, arg, plen, rlen, crc, reserved = struct.unpack_from(
+        REC_HEADER_FMT, buf, off
+    )
     rec = {
-        "offset": off, "type": typ, "type_name": TYPE_NAMES.get(typ, "?"), "version": ver, "seq": seq,
-        "arg": arg, "payload_length": plen, "record_length": rlen, "crc32": crc,
-        "crc_ok": None, "footer_ok": None, "reserved": reserved, "payload_hex": None,
+        "offset": off,
+        "type": typ,
+        "type_name": TYPE_NAMES.get(typ, "?"),
+        "version": ver,
+        "seq": seq,
+        "arg": arg,
+        "payload_length": plen,
+        "record_length": rlen,
+        "crc32": crc,
+        "crc_ok": None,
+        "footer_ok": None,
+        "reserved": reserved,
+        "payload_hex": None,
     }
     if magic != REC_MAGIC:
         return rec, "bad-header", "bad magic %s" % magic.hex()
     if ver != REC_VERSION:
         return rec, "bad-header", "unsupported record version %d" % ver
     if rlen < REC_MIN or rlen > opts["segment_bytes"]:
-        return rec, "bad-header", "record_length %d outside 48..segment_bytes (%d)" % (rlen, opts["segment_bytes"])
+        return (
+            rec,
+            "bad-header",
+            "record_length %d outside 48..segment_bytes (%d)" % (rlen, opts["segment_bytes"]),
+        )
     if rlen > left:
         return rec, "short", "record_length %d runs past the end (%d bytes left)" % (rlen, left)
-    payload = bytes(buf[off + REC_HEADER:off + REC_HEADER + min(plen, rlen - REC_MIN)])
+    payload = bytes(buf[off + REC_HEADER : off + REC_HEADER + min(plen, rlen - REC_MIN)])
     rec["payload_hex"] = payload.hex()
     commit, trail = struct.unpack_from(FOOTER_FMT, buf, off + rlen - REC_FOOTER)
     rec["footer_ok"] = commit == REC_COMMIT and trail == rlen
@@ -197,7 +233,11 @@ def decode_record(buf, off, opts):
     if reserved != 0:
         return rec, "invalid", "reserved field is %d, must be 0" % reserved
     if not rec["crc_ok"]:
-        return rec, "invalid", "crc mismatch (stored 0x%08x, computed 0x%08x)" % (crc, record_crc(buf, off, plen))
+        return (
+            rec,
+            "invalid",
+            "crc mismatch (stored 0x%08x, computed 0x%08x)" % (crc, record_crc(buf, off, plen)),
+        )
     if commit != REC_COMMIT:
         return rec, "invalid", "bad commit marker %s" % commit.hex()
     if trail != rlen:
@@ -211,7 +251,7 @@ def decode_record(buf, off, opts):
     return rec, "ok", None
 
 
-def _type_rule(typ, arg, plen, payload, opts):
+def _type_rule(typ: int, arg: int, plen: int, payload: bytes, opts: Options) -> str | None:
     """Per-type rules of F§5; returns a reason string or None."""
     if typ == T_DATA:
         if arg != 0:
@@ -247,15 +287,25 @@ def _type_rule(typ, arg, plen, payload, opts):
     return None
 
 
-def decode_manifest(data, opts, marker_present):
+def decode_manifest(
+    data: bytes, opts: Options, marker_present: bool
+) -> tuple[JSON | None, str | None]:
     """Decode and validate queue.manifest (F§6). Returns (fields, error or None)."""
     if len(data) != MAN_SIZE:
         return None, "manifest is %d bytes, must be 48" % len(data)
     magic, ver, size, gen, next_seq, segs, items, end, crc, reserved = struct.unpack(MAN_FMT, data)
     fields = {
-        "magic": magic.decode("latin-1"), "version": ver, "size": size, "generation": gen,
-        "next_seq": next_seq, "segment_count": segs, "item_count": items, "end_offset": end,
-        "crc32": crc, "reserved": reserved, "crc_ok": (zlib.crc32(data[:40]) & 0xFFFFFFFF) == crc,
+        "magic": magic.decode("latin-1"),
+        "version": ver,
+        "size": size,
+        "generation": gen,
+        "next_seq": next_seq,
+        "segment_count": segs,
+        "item_count": items,
+        "end_offset": end,
+        "crc32": crc,
+        "reserved": reserved,
+        "crc_ok": (zlib.crc32(data[:40]) & 0xFFFFFFFF) == crc,
     }
     if magic != MAN_MAGIC:
         return fields, "manifest magic %s is not DDQM" % magic.hex()
@@ -270,7 +320,10 @@ def decode_manifest(data, opts, marker_present):
     if next_seq == 0:
         return fields, "manifest next_seq is 0"
     if segs == 0 or segs > opts["max_segments"]:
-        return fields, "manifest segment_count %d outside 1..max_segments (%d)" % (segs, opts["max_segments"])
+        return fields, "manifest segment_count %d outside 1..max_segments (%d)" % (
+            segs,
+            opts["max_segments"],
+        )
     if items > opts["max_items"]:
         return fields, "manifest item_count %d > max_items (%d)" % (items, opts["max_items"])
     if end > opts["segment_bytes"]:
@@ -281,10 +334,20 @@ def decode_manifest(data, opts, marker_present):
 
 
 class Item:
-    __slots__ = ("seq", "state", "attempts", "lease_until_ms", "not_before_ms", "payload_len",
-                 "snapshotted", "reason", "needs_reason", "location")
+    __slots__ = (
+        "seq",
+        "state",
+        "attempts",
+        "lease_until_ms",
+        "not_before_ms",
+        "payload_len",
+        "snapshotted",
+        "reason",
+        "needs_reason",
+        "location",
+    )
 
-    def __init__(self, seq, plen, location):
+    def __init__(self, seq: int, plen: int, location: tuple[str, int]) -> None:
         self.seq = seq
         self.state = S_AVAILABLE
         self.attempts = 0
@@ -292,83 +355,109 @@ class Item:
         self.not_before_ms = 0
         self.payload_len = plen
         self.snapshotted = False
-        self.reason = None
+        self.reason: bytes | None = None
         self.needs_reason = False
         self.location = location
 
-    def is_default(self):
-        return (self.state == S_AVAILABLE and self.attempts == 0 and self.lease_until_ms == 0
-                and self.not_before_ms == 0)
+    def is_default(self) -> bool:
+        return (
+            self.state == S_AVAILABLE
+            and self.attempts == 0
+            and self.lease_until_ms == 0
+            and self.not_before_ms == 0
+        )
 
-    def to_json(self):
+    def to_json(self) -> JSON:
         return {
-            "seq": self.seq, "state": STATE_NAMES[self.state], "attempts": self.attempts,
-            "lease_until_ms": self.lease_until_ms, "not_before_ms": self.not_before_ms,
+            "seq": self.seq,
+            "state": STATE_NAMES[self.state],
+            "attempts": self.attempts,
+            "lease_until_ms": self.lease_until_ms,
+            "not_before_ms": self.not_before_ms,
             "payload_len": self.payload_len,
             "quarantine_reason_hex": self.reason.hex() if self.reason is not None else None,
         }
 
 
 class Report:
-    def __init__(self, path, opts):
+    def __init__(self, path: str, opts: Options) -> None:
         self.path = path
         self.options = opts
-        self.manifest = None
+        self.manifest: JSON | None = None
         self.generation = 0
-        self.segments = []  # {"name", "id", "size", "records": [...], "tail": {...} or None}
-        self.problems = []
-        self.items = {}
+        self.segments: list[JSON] = []  # {"name", "id", "size", "records": [...], "tail": ...}
+        self.problems: list[Problem] = []
+        self.items: dict[int, Item] = {}
         self.next_seq = 1
         self.tail_bytes = 0
-        self.ignored = []  # names the scan ignores (never touched)
-        self.obsolete = []  # names recovery would delete
-        self.replay_stopped = None
+        self.ignored: list[str] = []  # names the scan ignores (never touched)
+        self.obsolete: list[str] = []  # names recovery would delete
+        self.replay_stopped: str | None = None
         self.c_compatible = True  # False when an extension rule (R11, R12, R14) decided something
 
     @property
-    def verdict(self):
+    def verdict(self) -> int:
         if any(p.kind == "corrupt" for p in self.problems):
             return CORRUPT
         if any(p.kind == "torn" for p in self.problems):
             return TORN
         return OK
 
-    def add(self, kind, message, **kw):
+    def add(self, kind: str, message: str, **kw: Any) -> None:
         self.problems.append(Problem(kind, message, **kw))
 
-    def stats(self):
+    def stats(self) -> JSON:
         counts = {s: 0 for s in STATE_NAMES}
         for it in self.items.values():
             counts[it.state] += 1
         stored = sum(s["size"] for s in self.segments) - self.tail_bytes
         return {
-            "total_items": len(self.items), "available_items": counts[S_AVAILABLE],
-            "claimed_items": counts[S_CLAIMED], "acknowledged_items": counts[S_ACKED],
-            "quarantined_items": counts[S_QUARANTINED], "stored_bytes": stored,
-            "segment_count": max(1, len(self.segments)), "next_seq": self.next_seq,
-            "recovered_tail_bytes": self.tail_bytes, "generation": self.generation,
+            "total_items": len(self.items),
+            "available_items": counts[S_AVAILABLE],
+            "claimed_items": counts[S_CLAIMED],
+            "acknowledged_items": counts[S_ACKED],
+            "quarantined_items": counts[S_QUARANTINED],
+            "stored_bytes": stored,
+            "segment_count": max(1, len(self.segments)),
+            "next_seq": self.next_seq,
+            "recovered_tail_bytes": self.tail_bytes,
+            "generation": self.generation,
         }
 
-    def to_json(self, with_records=False):
-        out = {
-            "path": self.path, "verdict": VERDICT_NAMES[self.verdict], "exit_code": self.verdict,
-            "options": self.options, "generation": self.generation, "manifest": self.manifest,
-            "problems": [p.to_json() for p in self.problems], "stats": self.stats(),
+    def to_json(self, with_records: bool = False) -> JSON:
+        out: JSON = {
+            "path": self.path,
+            "verdict": VERDICT_NAMES[self.verdict],
+            "exit_code": self.verdict,
+            "options": self.options,
+            "generation": self.generation,
+            "manifest": self.manifest,
+            "problems": [p.to_json() for p in self.problems],
+            "stats": self.stats(),
             "items": [self.items[k].to_json() for k in sorted(self.items)],
             "segments": [
-                {"name": s["name"], "id": s["id"], "size": s["size"], "record_count": len(s["records"]),
-                 "tail": s["tail"]} for s in self.segments
+                {
+                    "name": s["name"],
+                    "id": s["id"],
+                    "size": s["size"],
+                    "record_count": len(s["records"]),
+                    "tail": s["tail"],
+                }
+                for s in self.segments
             ],
-            "ignored_files": self.ignored, "obsolete_files": self.obsolete,
+            "ignored_files": self.ignored,
+            "obsolete_files": self.obsolete,
             "c_compatible": self.c_compatible,
         }
         if with_records:
-            for js, s in zip(out["segments"], self.segments):
+            for js, s in zip(out["segments"], self.segments):  # noqa: B905
                 js["records"] = s["records"]
         return out
 
 
-def scan(path, options=None, exact_segment_bytes=True):
+def scan(
+    path: str, options: dict[str, Any] | None = None, exact_segment_bytes: bool = True
+) -> Report:
     """Decode a queue directory without modifying it. Returns a Report (raises NotAQueue, OSError).
 
     exact_segment_bytes: options["segment_bytes"] is the writer's (given, not a default), so a segment
@@ -377,25 +466,28 @@ def scan(path, options=None, exact_segment_bytes=True):
     opts = check_options(options)
     rep = Report(path, opts)
     names = sorted(os.listdir(path))
-    segs_by_gen = {}
+    segs_by_gen: dict[int, list[tuple[int, str]]] = {}
     for n in names:
         parsed = parse_segment_name(n)
         if parsed:
             segs_by_gen.setdefault(parsed[0], []).append((parsed[1], n))
     # R12: a `.cut` whose segment is missing is renamed to it by recovery; one beside its segment is removed.
-    sources = {}
+    sources: dict[str, str] = {}
     for n in names:
-        if n.endswith(CUT_SUFFIX) and parse_segment_name(n[:-len(CUT_SUFFIX)]):
-            seg = n[:-len(CUT_SUFFIX)]
-            if seg in names:
+        if n.endswith(CUT_SUFFIX) and parse_segment_name(n[: -len(CUT_SUFFIX)]):
+            target = n[: -len(CUT_SUFFIX)]
+            if target in names:
                 continue  # classified with the leftovers below
-            parsed = parse_segment_name(seg)
-            segs_by_gen.setdefault(parsed[0], []).append((parsed[1], seg))
-            sources[seg] = n
+            parsed = parse_segment_name(target)
+            assert parsed is not None  # checked in the condition above
+            segs_by_gen.setdefault(parsed[0], []).append((parsed[1], target))
+            sources[target] = n
     has_marker = FORMAT_NAME in names
     has_manifest = MANIFEST_NAME in names
     if not segs_by_gen and not has_marker and not has_manifest:
-        raise NotAQueue("%s is not a ddq queue directory (no segment, manifest or queue.format)" % path)
+        raise NotAQueue(
+            "%s is not a ddq queue directory (no segment, manifest or queue.format)" % path
+        )
 
     # F§14 step 2: marker and manifest.
     if has_marker:
@@ -403,7 +495,11 @@ def scan(path, options=None, exact_segment_bytes=True):
         if os.path.islink(mp) or not os.path.isfile(mp):
             rep.add("corrupt", "queue.format is not a regular file", file=FORMAT_NAME)
         elif os.path.getsize(mp) != 0:
-            rep.add("corrupt", "queue.format is not empty (%d bytes)" % os.path.getsize(mp), file=FORMAT_NAME)
+            rep.add(
+                "corrupt",
+                "queue.format is not empty (%d bytes)" % os.path.getsize(mp),
+                file=FORMAT_NAME,
+            )
     cp = None  # checkpoint (segment index, end offset) while not yet seen
     man_name = MANIFEST_NAME
     if not has_manifest and has_marker:
@@ -413,8 +509,12 @@ def scan(path, options=None, exact_segment_bytes=True):
                 _fields, err = decode_manifest(f.read(), opts, has_marker)
             if err is None:
                 man_name, has_manifest = MANIFEST_TMP, True
-                rep.add("note", "queue.manifest is missing: recovery adopts queue.manifest.tmp (SPEC R14; "
-                        "libddq would report the directory corrupt)", file=MANIFEST_TMP)
+                rep.add(
+                    "note",
+                    "queue.manifest is missing: recovery adopts queue.manifest.tmp (SPEC R14; "
+                    "libddq would report the directory corrupt)",
+                    file=MANIFEST_TMP,
+                )
                 rep.c_compatible = False
     if has_manifest:
         mp = os.path.join(path, man_name)
@@ -424,8 +524,8 @@ def scan(path, options=None, exact_segment_bytes=True):
         with open(mp, "rb") as f:
             fields, err = decode_manifest(f.read(), opts, has_marker)
         rep.manifest = fields
-        if err:
-            rep.add("corrupt", err, file=man_name)
+        if err or fields is None:
+            rep.add("corrupt", err or "unreadable manifest", file=man_name)
             return rep
         rep.generation = fields["generation"]
         cp = (fields["segment_count"] - 1, fields["end_offset"])
@@ -437,21 +537,33 @@ def scan(path, options=None, exact_segment_bytes=True):
     gen = rep.generation
     mine = sorted(segs_by_gen.get(gen, []))
     if len(mine) > opts["max_segments"]:
-        rep.add("corrupt", "%d segments exceed max_segments %d (limit; try --max-segments)"
-                % (len(mine), opts["max_segments"]))
+        rep.add(
+            "corrupt",
+            "%d segments exceed max_segments %d (limit; try --max-segments)"
+            % (len(mine), opts["max_segments"]),
+        )
         return rep
     for i, (sid, n) in enumerate(mine):
         if sid != i:
-            rep.add("corrupt", "segment ids not contiguous: expected id %d, found %s" % (i, n), file=n)
+            rep.add(
+                "corrupt", "segment ids not contiguous: expected id %d, found %s" % (i, n), file=n
+            )
             return rep
     if rep.manifest and len(mine) < rep.manifest["segment_count"]:
-        rep.add("corrupt", "manifest names %d segments, only %d present"
-                % (rep.manifest["segment_count"], len(mine)))
+        rep.add(
+            "corrupt",
+            "manifest names %d segments, only %d present"
+            % (rep.manifest["segment_count"], len(mine)),
+        )
         return rep
     for _sid, n in mine:
         if n in sources:
-            rep.add("note", "recovery renames %s to %s (SPEC R12; libddq would report the segment missing)"
-                    % (sources[n], n), file=sources[n])
+            rep.add(
+                "note",
+                "recovery renames %s to %s (SPEC R12; libddq would report the segment missing)"
+                % (sources[n], n),
+                file=sources[n],
+            )
             rep.c_compatible = False
     _classify_other_files(rep, path, names, gen, mine, man_name)
 
@@ -464,7 +576,7 @@ def scan(path, options=None, exact_segment_bytes=True):
             return rep
         with open(fp, "rb") as f:
             data = f.read()
-        seg = {"name": n, "id": sid, "size": len(data), "records": [], "tail": None}
+        seg: JSON = {"name": n, "id": sid, "size": len(data), "records": [], "tail": None}
         rep.segments.append(seg)
         st.segment(seg, idx, data, last=(idx == len(mine) - 1))
         st.prev_size, st.prev_name = len(data), n
@@ -472,17 +584,26 @@ def scan(path, options=None, exact_segment_bytes=True):
     return rep
 
 
-def _classify_other_files(rep, path, names, gen, mine, man_name):
+def _classify_other_files(
+    rep: Report, path: str, names: list[str], gen: int, mine: list[tuple[int, str]], man_name: str
+) -> None:
     mine_names = {n for _, n in mine}
     for n in names:
         if n in (LOCK_NAME, FORMAT_NAME, MANIFEST_NAME, man_name) or n in mine_names:
             continue
-        if n.endswith(CUT_SUFFIX) and n[:-len(CUT_SUFFIX)] in mine_names and n[:-len(CUT_SUFFIX)] not in names:
+        if (
+            n.endswith(CUT_SUFFIX)
+            and n[: -len(CUT_SUFFIX)] in mine_names
+            and n[: -len(CUT_SUFFIX)] not in names
+        ):
             continue  # adopted as its segment (R12)
         fp = os.path.join(path, n)
         regular = os.path.isfile(fp) and not os.path.islink(fp)
-        if n == MANIFEST_TMP or parse_segment_name(n) or (
-                n.endswith(CUT_SUFFIX) and parse_segment_name(n[:-len(CUT_SUFFIX)])):
+        if (
+            n == MANIFEST_TMP
+            or parse_segment_name(n)
+            or (n.endswith(CUT_SUFFIX) and parse_segment_name(n[: -len(CUT_SUFFIX)]))
+        ):
             if not regular:
                 rep.add("corrupt", "%s is not a regular file" % n, file=n)
             else:
@@ -511,88 +632,150 @@ def _classify_other_files(rep, path, names, gen, mine, man_name):
 class _Replay:
     """Replay rules of F§10.4 with the checkpoint rules of F§14 step 7."""
 
-    def __init__(self, rep, opts, gen, cp, exact=True):
+    def __init__(
+        self, rep: Report, opts: Options, gen: int, cp: tuple[int, int] | None, exact: bool = True
+    ) -> None:
         self.rep = rep
         self.exact = exact
         self.opts = opts
         self.gen = gen
-        self.cp = cp  # (segment index, end_offset) or None once seen / no manifest
+        self.cp = cp  # (segment index, end_offset), or None without a manifest
         self.seen = cp is None
         self.next_seq = 1
         self.last_seq = 0  # seq of the newest item
-        self.prev = None  # previous record (type, seq, state-record state) in log order
+        self.prev: tuple[int, int, int | None] | None = (
+            None  # previous record (type, seq, state-record state) in log order
+        )
         self.stopped = False
-        self.prev_size, self.prev_name = 0, None
+        self.prev_size = 0
+        self.prev_name: str | None = None
         self.last_rec_seq = 0  # seq of the last valid record in log order (problem context)
 
-    def corrupt(self, msg, **kw):
+    def corrupt(self, msg: str, **kw: Any) -> None:
         self.rep.add("corrupt", msg, **kw)
         if not self.stopped:
             self.stopped = True
             self.rep.replay_stopped = "replay stopped at the first corruption"
 
-    def check_cp(self, idx, off, name):
-        if self.seen or self.stopped or idx != self.cp[0]:
+    def check_cp(self, idx: int, off: int, name: str) -> None:
+        if self.seen or self.stopped or self.cp is None or idx != self.cp[0]:
             return
         end = self.cp[1]
         if off > end:
-            self.corrupt("a record crosses the snapshot boundary at offset %d" % end, file=name,
-                         offset=off, after_seq=self.last_rec_seq or None)
+            self.corrupt(
+                "a record crosses the snapshot boundary at offset %d" % end,
+                file=name,
+                offset=off,
+                after_seq=self.last_rec_seq or None,
+            )
             return
         if off < end:
             return
         m = self.rep.manifest
+        assert m is not None  # a checkpoint exists only with a manifest
         items = self.rep.items
         if len(items) != m["item_count"]:
-            self.corrupt("at the snapshot boundary %d items, manifest says %d" % (len(items), m["item_count"]),
-                         file=name, offset=off)
+            self.corrupt(
+                "at the snapshot boundary %d items, manifest says %d"
+                % (len(items), m["item_count"]),
+                file=name,
+                offset=off,
+            )
             return
         if self.next_seq > m["next_seq"] or (self.gen == 0 and self.next_seq != m["next_seq"]):
-            self.corrupt("at the snapshot boundary next_seq %d, manifest says %d" % (self.next_seq, m["next_seq"]),
-                         file=name, offset=off)
+            self.corrupt(
+                "at the snapshot boundary next_seq %d, manifest says %d"
+                % (self.next_seq, m["next_seq"]),
+                file=name,
+                offset=off,
+            )
             return
         for it in items.values():
             if self.gen != 0 and not it.snapshotted and not it.is_default():
-                self.corrupt("item %d not snapshotted but not in the default state" % it.seq, file=name,
-                             offset=off, seqs=(it.seq, it.seq))
+                self.corrupt(
+                    "item %d not snapshotted but not in the default state" % it.seq,
+                    file=name,
+                    offset=off,
+                    seqs=(it.seq, it.seq),
+                )
                 return
             if it.needs_reason:
-                self.corrupt("quarantined item %d has no reason record" % it.seq, file=name, offset=off,
-                             seqs=(it.seq, it.seq))
+                self.corrupt(
+                    "quarantined item %d has no reason record" % it.seq,
+                    file=name,
+                    offset=off,
+                    seqs=(it.seq, it.seq),
+                )
                 return
         self.next_seq = m["next_seq"]
         self.seen = True
 
-    def segment(self, seg, idx, data, last):
+    def segment(self, seg: JSON, idx: int, data: bytes, last: bool) -> None:
         name = seg["name"]
         if len(data) > self.opts["segment_bytes"]:
-            self.corrupt("segment is %d bytes, larger than segment_bytes %d" % (len(data), self.opts["segment_bytes"]),
-                         file=name)
+            self.corrupt(
+                "segment is %d bytes, larger than segment_bytes %d"
+                % (len(data), self.opts["segment_bytes"]),
+                file=name,
+            )
         self.check_cp(idx, 0, name)
         off = 0
         while off < len(data):
             rec, status, why = decode_record(data, off, self.opts)
             tail_ok = last and self.seen
-            if tail_ok and status in ("bad-header", "invalid") and self.uniform_tail(data, off, rec, status):
+            if (
+                tail_ok
+                and status in ("bad-header", "invalid")
+                and self.uniform_tail(data, off, rec, status)
+            ):
                 # SPEC R11 (ddq extension): bytes that never reached the medium read as 0x00 or 0xFF.
                 left = len(data) - off
                 self.rep.tail_bytes = left
                 self.rep.c_compatible = False
-                seg["tail"] = {"offset": off, "length": left, "status": "torn", "reason": why, "header": None}
-                self.rep.add("torn", "torn tail of %d bytes (%s, then only 0x00/0xFF); recovery removes it "
-                             "(SPEC R11; libddq would report it corrupt)" % (left, why), file=name, offset=off,
-                             after_seq=self.last_rec_seq or None)
+                seg["tail"] = {
+                    "offset": off,
+                    "length": left,
+                    "status": "torn",
+                    "reason": why,
+                    "header": None,
+                }
+                self.rep.add(
+                    "torn",
+                    "torn tail of %d bytes (%s, then only 0x00/0xFF); recovery removes it "
+                    "(SPEC R11; libddq would report it corrupt)" % (left, why),
+                    file=name,
+                    offset=off,
+                    after_seq=self.last_rec_seq or None,
+                )
                 return
-            if status == "ok" and off == 0 and idx > 0 and self.prev_size + rec["record_length"] <= self.opts["segment_bytes"]:
-                msg = ("segment %s ends early: %d bytes, and this first record of %d bytes would have fit in "
-                       "segment_bytes %d (SPEC F7)" % (self.prev_name, self.prev_size, rec["record_length"],
-                                                       self.opts["segment_bytes"]))
+            if (
+                status == "ok"
+                and off == 0
+                and idx > 0
+                and self.prev_size + rec["record_length"] <= self.opts["segment_bytes"]
+            ):
+                msg = (
+                    "segment %s ends early: %d bytes, and this first record of %d bytes would have fit in "
+                    "segment_bytes %d (SPEC F7)"
+                    % (
+                        self.prev_name,
+                        self.prev_size,
+                        rec["record_length"],
+                        self.opts["segment_bytes"],
+                    )
+                )
                 if self.exact:
                     self.corrupt(msg, file=name, offset=0, seqs=(rec["seq"], rec["seq"]))
                 else:
                     # Only the writer's exact segment_bytes tells a lost end from a smaller limit.
-                    self.rep.add("warning", msg + "; pass the writer's --segment-bytes (ddq refuses to open it "
-                                 "with this limit)", file=name, offset=0, seqs=(rec["seq"], rec["seq"]))
+                    self.rep.add(
+                        "warning",
+                        msg + "; pass the writer's --segment-bytes (ddq refuses to open it "
+                        "with this limit)",
+                        file=name,
+                        offset=0,
+                        seqs=(rec["seq"], rec["seq"]),
+                    )
             if status == "ok":
                 self.last_rec_seq = rec["seq"]
                 seg["records"].append(rec)
@@ -604,13 +787,24 @@ class _Replay:
             left = len(data) - off
             # A decoded header is trustworthy only past the magic/version/length checks.
             seqs = (rec["seq"], rec["seq"]) if "seq" in rec and status != "bad-header" else None
-            tail = {"offset": off, "length": left, "status": status, "reason": why,
-                    "header": rec if "seq" in rec else None}
+            tail = {
+                "offset": off,
+                "length": left,
+                "status": status,
+                "reason": why,
+                "header": rec if "seq" in rec else None,
+            }
             if status == "short" and last and self.seen:
                 self.rep.tail_bytes = left
                 tail["status"] = "torn"
-                self.rep.add("torn", "torn tail of %d bytes (%s); recovery truncates it" % (left, why),
-                             file=name, offset=off, seqs=seqs, after_seq=self.last_rec_seq or None)
+                self.rep.add(
+                    "torn",
+                    "torn tail of %d bytes (%s); recovery truncates it" % (left, why),
+                    file=name,
+                    offset=off,
+                    seqs=seqs,
+                    after_seq=self.last_rec_seq or None,
+                )
                 seg["tail"] = tail
                 return
             if status == "invalid":
@@ -619,26 +813,36 @@ class _Replay:
                 rec["status"] = "invalid"
                 rec["reason"] = why
                 seg["records"].append(rec)
-                self.corrupt(why, file=name, offset=off, seqs=seqs)
+                self.corrupt(why or "invalid record", file=name, offset=off, seqs=seqs)
                 off += rec["record_length"]
                 continue
             if status == "short":
-                where = "before the snapshot boundary" if not self.seen else "in a segment that is not the last"
+                where = (
+                    "before the snapshot boundary"
+                    if not self.seen
+                    else "in a segment that is not the last"
+                )
                 why = "%s %s" % (why, where)
             tail["status"] = "invalid"
             seg["tail"] = tail
-            self.corrupt(why, file=name, offset=off, seqs=seqs, after_seq=self.last_rec_seq or None)
+            self.corrupt(
+                why or "invalid record",
+                file=name,
+                offset=off,
+                seqs=seqs,
+                after_seq=self.last_rec_seq or None,
+            )
             return
 
     @staticmethod
-    def uniform_tail(data, off, rec, status):
+    def uniform_tail(data: bytes, off: int, rec: JSON, status: str) -> bool:
         if status == "bad-header":
             rest = data[off:]
         else:
-            rest = data[off + rec["record_length"] - REC_FOOTER:]  # the footer and all after it
+            rest = data[off + rec["record_length"] - REC_FOOTER :]  # the footer and all after it
         return len(rest) > 0 and (rest.count(0) == len(rest) or rest.count(0xFF) == len(rest))
 
-    def apply(self, rec, name):
+    def apply(self, rec: JSON, name: str) -> None:
         typ, seq = rec["type"], rec["seq"]
         items = self.rep.items
         off = rec["offset"]
@@ -650,25 +854,42 @@ class _Replay:
             if seq == U64_MAX:
                 return self.corrupt("DATA seq is UINT64_MAX", **where)
             if seq <= self.last_seq:
-                return self.corrupt("DATA seq %d not above previous item %d" % (seq, self.last_seq), **where)
+                return self.corrupt(
+                    "DATA seq %d not above previous item %d" % (seq, self.last_seq), **where
+                )
             if in_prefix:
                 for it in items.values():
                     if it.needs_reason:
-                        return self.corrupt("DATA after quarantined item %d whose reason is missing" % it.seq, **where)
+                        return self.corrupt(
+                            "DATA after quarantined item %d whose reason is missing" % it.seq,
+                            **where,
+                        )
             elif seq != self.next_seq:
-                return self.corrupt("DATA seq %d, expected %d (sequences must be contiguous)" % (seq, self.next_seq),
-                                    **where)
+                return self.corrupt(
+                    "DATA seq %d, expected %d (sequences must be contiguous)"
+                    % (seq, self.next_seq),
+                    **where,
+                )
             items[seq] = Item(seq, rec["payload_length"], (name, off))
             self.last_seq = seq
             self.next_seq = seq + 1
             return
-        it = items.get(seq)
-        if it is None:
+        found = items.get(seq)
+        if found is None:
             return self.corrupt("%s for unknown seq %d" % (TYPE_NAMES[typ], seq), **where)
+        it = found
         if in_prefix:
             if typ == T_STATE:
-                if seq != self.last_seq or it.snapshotted or not prev or prev[0] != T_DATA or prev[1] != seq:
-                    return self.corrupt("STATE must directly follow its DATA in the snapshot prefix", **where)
+                if (
+                    seq != self.last_seq
+                    or it.snapshotted
+                    or not prev
+                    or prev[0] != T_DATA
+                    or prev[1] != seq
+                ):
+                    return self.corrupt(
+                        "STATE must directly follow its DATA in the snapshot prefix", **where
+                    )
                 s = rec["state"]
                 it.state = s["state"]
                 it.attempts = s["attempts"]
@@ -679,8 +900,10 @@ class _Replay:
                 return
             if typ == T_QUARANTINE:
                 if not prev or prev[0] != T_STATE or prev[1] != seq or prev[2] != S_QUARANTINED:
-                    return self.corrupt("QUARANTINE in the snapshot prefix must follow a QUARANTINED STATE",
-                                        **where)
+                    return self.corrupt(
+                        "QUARANTINE in the snapshot prefix must follow a QUARANTINED STATE",
+                        **where,
+                    )
                 it.reason = bytes.fromhex(rec["payload_hex"])
                 it.needs_reason = False
                 return
@@ -713,48 +936,74 @@ class _Replay:
             it.lease_until_ms = 0
             it.reason = bytes.fromhex(rec["payload_hex"])
 
-    def finish(self):
+    def finish(self) -> None:
         rep = self.rep
-        if not self.seen and not self.stopped:
+        if not self.seen and not self.stopped and self.cp is not None:
             name = rep.segments[self.cp[0]]["name"] if self.cp[0] < len(rep.segments) else None
-            self.corrupt("snapshot boundary (segment %d, offset %d) never reached: incomplete snapshot"
-                         % self.cp, file=name)
+            self.corrupt(
+                "snapshot boundary (segment %d, offset %d) never reached: incomplete snapshot"
+                % self.cp,
+                file=name,
+            )
         rep.next_seq = self.next_seq
         if len(rep.items) > self.opts["max_items"]:
-            rep.add("corrupt", "%d items exceed max_items %d (ddq reports Full; a reader's limits must be at "
-                    "least the writer's: try --max-items)" % (len(rep.items), self.opts["max_items"]))
+            rep.add(
+                "corrupt",
+                "%d items exceed max_items %d (ddq reports Full; a reader's limits must be at "
+                "least the writer's: try --max-items)" % (len(rep.items), self.opts["max_items"]),
+            )
 
 
 # ---------------------------------------------------------------- text rendering
 
 
-def _fmt_record(r):
+def _fmt_record(r: JSON) -> str:
     line = "  %6d  %-10s seq %-6d arg %-14d len %-5d rec %-5d crc %08x" % (
-        r["offset"], r["type_name"], r["seq"], r["arg"], r["payload_length"], r["record_length"], r["crc32"])
+        r["offset"],
+        r["type_name"],
+        r["seq"],
+        r["arg"],
+        r["payload_length"],
+        r["record_length"],
+        r["crc32"],
+    )
     if r.get("status") == "invalid":
         line += "  INVALID: %s" % r["reason"]
     elif r["type"] == T_STATE and "state" in r:
         s = r["state"]
         line += "  state=%s attempts=%d lease=%d not_before=%d" % (
-            STATE_NAMES.get(s["state"], s["state"]), s["attempts"], s["lease_until_ms"], s["not_before_ms"])
+            STATE_NAMES.get(s["state"], s["state"]),
+            s["attempts"],
+            s["lease_until_ms"],
+            s["not_before_ms"],
+        )
     elif r["payload_hex"]:
         p = bytes.fromhex(r["payload_hex"])
         line += "  %s" % _preview(p)
     return line
 
 
-def _preview(b, n=32):
+def _preview(b: bytes, n: int = 32) -> str:
     s = repr(bytes(b[:n]))
     return s + ("..." if len(b) > n else "")
 
 
-def render_records(rep, show_all=False):
-    out = []
+def render_records(rep: Report, show_all: bool = False) -> str:
+    out: list[str] = []
     if rep.manifest:
         m = rep.manifest
-        out.append("manifest: generation %d next_seq %d segment_count %d item_count %d end_offset %d crc %08x%s"
-                   % (m["generation"], m["next_seq"], m["segment_count"], m["item_count"], m["end_offset"],
-                      m["crc32"], "" if m["crc_ok"] else " (BAD CRC)"))
+        out.append(
+            "manifest: generation %d next_seq %d segment_count %d item_count %d end_offset %d crc %08x%s"
+            % (
+                m["generation"],
+                m["next_seq"],
+                m["segment_count"],
+                m["item_count"],
+                m["end_offset"],
+                m["crc32"],
+                "" if m["crc_ok"] else " (BAD CRC)",
+            )
+        )
     else:
         out.append("manifest: none (generation 0)")
     for s in rep.segments:
@@ -765,31 +1014,51 @@ def render_records(rep, show_all=False):
         t = s["tail"]
         if t:
             if show_all:
-                out.append("  %6d  %s tail of %d bytes: %s" % (t["offset"], t["status"].upper(), t["length"],
-                                                                t["reason"]))
+                out.append(
+                    "  %6d  %s tail of %d bytes: %s"
+                    % (t["offset"], t["status"].upper(), t["length"], t["reason"])
+                )
             else:
-                out.append("  (%d bytes at offset %d not shown: %s tail; use --all)" % (
-                    t["length"], t["offset"], t["status"]))
+                out.append(
+                    "  (%d bytes at offset %d not shown: %s tail; use --all)"
+                    % (t["length"], t["offset"], t["status"])
+                )
         hidden = len(s["records"]) - len(recs)
         if hidden:
             out.append("  (%d invalid records not shown; use --all)" % hidden)
     return "\n".join(out) + "\n"
 
 
-def render_verify(rep):
+def render_verify(rep: Report) -> str:
     out = ["verify %s" % rep.path]
     o = rep.options
-    out.append("options: segment_bytes %d max_payload_bytes %d max_items %d max_segments %d" % (
-        o["segment_bytes"], o["max_payload_bytes"], o["max_items"], o["max_segments"]))
+    out.append(
+        "options: segment_bytes %d max_payload_bytes %d max_items %d max_segments %d"
+        % (o["segment_bytes"], o["max_payload_bytes"], o["max_items"], o["max_segments"])
+    )
     if rep.manifest:
         m = rep.manifest
-        out.append("manifest: generation %d next_seq %d segment_count %d item_count %d end_offset %d" % (
-            m["generation"], m["next_seq"], m["segment_count"], m["item_count"], m["end_offset"]))
+        out.append(
+            "manifest: generation %d next_seq %d segment_count %d item_count %d end_offset %d"
+            % (
+                m["generation"],
+                m["next_seq"],
+                m["segment_count"],
+                m["item_count"],
+                m["end_offset"],
+            )
+        )
     else:
         out.append("manifest: none (generation 0)")
     for s in rep.segments:
-        out.append("segment %s: %d bytes, %d records" % (s["name"], s["size"], len(
-            [r for r in s["records"] if r.get("status") != "invalid"])))
+        out.append(
+            "segment %s: %d bytes, %d records"
+            % (
+                s["name"],
+                s["size"],
+                len([r for r in s["records"] if r.get("status") != "invalid"]),
+            )
+        )
     for n in rep.ignored:
         out.append("ignored: %s" % n)
     for p in rep.problems:
@@ -797,17 +1066,27 @@ def render_verify(rep):
     if rep.replay_stopped:
         out.append("note: %s" % rep.replay_stopped)
     if not rep.c_compatible:
-        out.append("note: libddq (C) would not open this directory as is (see the SPEC extension notes above)")
+        out.append(
+            "note: libddq (C) would not open this directory as is (see the SPEC extension notes above)"
+        )
     st = rep.stats()
-    out.append("items: %d total, %d available, %d claimed, %d acked, %d quarantined; next_seq %d" % (
-        st["total_items"], st["available_items"], st["claimed_items"], st["acknowledged_items"],
-        st["quarantined_items"], st["next_seq"]))
+    out.append(
+        "items: %d total, %d available, %d claimed, %d acked, %d quarantined; next_seq %d"
+        % (
+            st["total_items"],
+            st["available_items"],
+            st["claimed_items"],
+            st["acknowledged_items"],
+            st["quarantined_items"],
+            st["next_seq"],
+        )
+    )
     v = rep.verdict
     if v == OK:
         out.append("result: clean")
     elif v == TORN:
         out.append("result: torn tail (%d bytes recovery would remove)" % rep.tail_bytes)
     else:
-        n = len([p for p in rep.problems if p.kind == "corrupt"])
-        out.append("result: corrupt (%d problem%s)" % (n, "" if n == 1 else "s"))
+        nbad = len([p for p in rep.problems if p.kind == "corrupt"])
+        out.append("result: corrupt (%d problem%s)" % (nbad, "" if nbad == 1 else "s"))
     return "\n".join(out) + "\n"

@@ -16,12 +16,18 @@ import shutil
 import sys
 import tempfile
 import time
+from types import ModuleType
+from typing import Any
 
 from . import boards
 
 OPTION_KEYS = ("segment_bytes", "max_payload_bytes", "max_items", "max_segments")
-DEFAULTS = {"segment_bytes": 4194304, "max_payload_bytes": 1048576, "max_items": 100000,
-            "max_segments": 1024}
+DEFAULTS = {
+    "segment_bytes": 4194304,
+    "max_payload_bytes": 1048576,
+    "max_items": 100000,
+    "max_segments": 1024,
+}
 PULL_META = ".ddq-pull.json"
 OPTIONS_FILE = "ddq-options.json"
 QUEUE_NAMES = ("queue.manifest", "queue.format")
@@ -33,15 +39,15 @@ class QueueDirError(Exception):
     """Not a queue directory, or options that cannot be used; one line for the user."""
 
 
-def repo_root():
+def repo_root() -> str:
     return _REPO
 
 
-def port_dir():
+def port_dir() -> str:
     return os.path.join(_REPO, "port")
 
 
-def load_ddq():
+def load_ddq() -> ModuleType:
     """Import ddq: an installed module, else port/ddq.py of this checkout."""
     try:
         import ddq  # noqa: F401
@@ -52,48 +58,54 @@ def load_ddq():
         try:
             import ddq  # noqa: F401
         except ImportError:
-            raise QueueDirError("cannot import ddq (install the ddq package or run from a checkout)")
+            raise QueueDirError(
+                "cannot import ddq (install the ddq package or run from a checkout)"
+            ) from None
     import ddq
 
     return ddq
 
 
-def ddq_source():
+def ddq_source() -> str:
     """Path of ddq.py to install on a device."""
     ddq = load_ddq()
     src = getattr(ddq, "__file__", None)
-    if not src or not src.endswith(".py"):
+    if not isinstance(src, str) or not src.endswith(".py"):
         raise QueueDirError("cannot find ddq.py source to install")
     return src
 
 
-def looks_like_queue(names):
+def looks_like_queue(names: Any) -> bool:
     ddq = load_ddq()
     return any(n in QUEUE_NAMES or ddq.parse_segment_name(n) for n in names)
 
 
-def check_queue_dir(path):
+def check_queue_dir(path: str) -> None:
     if not os.path.exists(path):
         raise QueueDirError("%s: no such directory" % path)
     if not os.path.isdir(path):
         raise QueueDirError("%s is not a directory" % path)
     if not looks_like_queue(os.listdir(path)):
-        raise QueueDirError("%s is not a ddq queue directory (no segment, manifest or queue.format)" % path)
+        raise QueueDirError(
+            "%s is not a ddq queue directory (no segment, manifest or queue.format)" % path
+        )
 
 
-def _read_json(path):
+def _read_json(path: str) -> Any:
     try:
         with open(path) as f:
             return json.load(f)
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as e:
-        raise QueueDirError("%s: unreadable JSON (%s)" % (path, e))
+        raise QueueDirError("%s: unreadable JSON (%s)" % (path, e)) from None
 
 
-def resolve_options(path, flags=None, board=None):
+def resolve_options(
+    path: str | None, flags: dict[str, Any] | None = None, board: str | None = None
+) -> tuple[dict[str, int], dict[str, str]]:
     """Return (options dict, {key: source}) following the precedence in the module docstring."""
-    layers = []
+    layers: list[tuple[str, dict[str, Any]]] = []
     if flags:
         layers.append(("command line", {k: v for k, v in flags.items() if v is not None}))
     if board:
@@ -102,7 +114,9 @@ def resolve_options(path, flags=None, board=None):
         own = _read_json(os.path.join(path, OPTIONS_FILE))
         if own is not None:
             if not isinstance(own, dict):
-                raise QueueDirError("%s must hold a JSON object" % os.path.join(path, OPTIONS_FILE))
+                raise QueueDirError(
+                    "%s must hold a JSON object" % os.path.join(path, OPTIONS_FILE)
+                )
             layers.append((OPTIONS_FILE, own))
         meta = _read_json(os.path.join(path, PULL_META))
         if isinstance(meta, dict) and isinstance(meta.get("options"), dict):
@@ -115,7 +129,7 @@ def resolve_options(path, flags=None, board=None):
                 try:
                     opts[key] = int(layer[key])
                 except (TypeError, ValueError):
-                    raise QueueDirError("%s: %s is not an integer" % (name, key))
+                    raise QueueDirError("%s: %s is not an integer" % (name, key)) from None
                 src[key] = name
                 break
     return opts, src
@@ -124,7 +138,7 @@ def resolve_options(path, flags=None, board=None):
 # ---------------------------------------------------------------- inspect
 
 
-def _preview(b, n=40):
+def _preview(b: bytes, n: int = 40) -> str:
     b = bytes(b)
     head = b[:n]
     try:
@@ -137,10 +151,21 @@ def _preview(b, n=40):
 
 
 _ENV_TIME_FIELDS = ("created_ms", "enqueued_ms", "timestamp_ms", "ts_ms", "time_ms", "t_ms")
-_ENV_FIELDS = ("topic", "qos", "retain", "msg_id", "key", "flags", "expires_ms", "ttl_ms") + _ENV_TIME_FIELDS
+_ENV_FIELDS = (
+    "topic",
+    "qos",
+    "retain",
+    "msg_id",
+    "key",
+    "flags",
+    "expires_ms",
+    "ttl_ms",
+) + _ENV_TIME_FIELDS
 
 
-def decode_envelope(ddq, payload, now_ms=None):
+def decode_envelope(
+    ddq: ModuleType, payload: bytes, now_ms: int | None = None
+) -> dict[str, Any] | None:
     """Message-layer envelope fields via ddq.decode_envelope when ddq has it; None when not an envelope."""
     dec = getattr(ddq, "decode_envelope", None)
     if dec is None:
@@ -154,13 +179,19 @@ def decode_envelope(ddq, payload, now_ms=None):
     if isinstance(env, dict):
         get = env.get
     else:
-        def get(k, d=None):
+
+        def get(k: str, d: Any = None) -> Any:
             return getattr(env, k, d)
-    out = {}
+
+    out: dict[str, Any] = {}
     for k in _ENV_FIELDS:
         v = get(k)
         if v is not None:
-            out[k] = v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) and k == "topic" else v
+            out[k] = (
+                v.decode("utf-8", "replace")
+                if isinstance(v, (bytes, bytearray)) and k == "topic"
+                else v
+            )
     if not out.get("topic"):
         return None
     body = get("payload")
@@ -168,7 +199,7 @@ def decode_envelope(ddq, payload, now_ms=None):
         body = get("body")
     if isinstance(body, (bytes, bytearray, memoryview)):
         out["payload_len"] = len(body)
-        out["payload_preview"] = _preview(body)
+        out["payload_preview"] = _preview(bytes(body))
     for k in _ENV_TIME_FIELDS:
         if isinstance(out.get(k), int) and now_ms:
             out["age_ms"] = now_ms - out[k]
@@ -179,7 +210,7 @@ def decode_envelope(ddq, payload, now_ms=None):
     return out
 
 
-def envelope_parts(ddq, payload):
+def envelope_parts(ddq: ModuleType, payload: bytes) -> tuple[str, bytes, bool] | None:
     """(topic, body bytes, retain) for replay, or None when the payload is not an envelope."""
     dec = getattr(ddq, "decode_envelope", None)
     if dec is None:
@@ -202,8 +233,8 @@ def envelope_parts(ddq, payload):
     return topic, bytes(body), bool(get("retain", False))
 
 
-def _snapshot(path):
-    out = {}
+def _snapshot(path: str) -> dict[str, int]:
+    out: dict[str, int] = {}
     for n in os.listdir(path):
         p = os.path.join(path, n)
         if os.path.isfile(p):
@@ -211,7 +242,7 @@ def _snapshot(path):
     return out
 
 
-def copy_queue(src, dst):
+def copy_queue(src: str, dst: str) -> None:
     """Copy the regular files of a queue directory (flat) into a new directory dst."""
     os.mkdir(dst)
     for n in sorted(os.listdir(src)):
@@ -220,7 +251,9 @@ def copy_queue(src, dst):
             shutil.copy2(p, os.path.join(dst, n))
 
 
-def inspect(path, options, payloads=False, now_ms=None):
+def inspect(
+    path: str, options: dict[str, int], payloads: bool = False, now_ms: int | None = None
+) -> dict[str, Any]:
     """Recovered state of the queue in path, computed on a temporary copy (path is never written)."""
     ddq = load_ddq()
     check_queue_dir(path)
@@ -233,12 +266,19 @@ def inspect(path, options, payloads=False, now_ms=None):
         q = ddq.Queue(work, clock=lambda: now_ms, **options)
         try:
             st = q.stats()
-            stats = {k: getattr(st, k) for k in st.__slots__} if hasattr(st, "__slots__") else st.as_dict()
-            items = []
+            stats = (
+                {k: getattr(st, k) for k in st.__slots__}
+                if hasattr(st, "__slots__")
+                else st.as_dict()
+            )
+            items: list[dict[str, Any]] = []
             for it in q.items():
                 d = {
-                    "seq": it.seq, "state": it.state, "attempts": it.attempts,
-                    "lease_until_ms": it.lease_until_ms, "not_before_ms": it.not_before_ms,
+                    "seq": it.seq,
+                    "state": it.state,
+                    "attempts": it.attempts,
+                    "lease_until_ms": it.lease_until_ms,
+                    "not_before_ms": it.not_before_ms,
                     "payload_len": it.payload_len,
                 }
                 if it.state == "claimed" and it.lease_until_ms:
@@ -268,22 +308,36 @@ def inspect(path, options, payloads=False, now_ms=None):
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return {
-        "path": path, "options": options, "now_ms": now_ms, "generation": stats.get("generation"),
-        "stats": stats, "recovered_tail_bytes": stats.get("recovered_tail_bytes"),
-        "recovery_changes": changes, "items": items,
+        "path": path,
+        "options": options,
+        "now_ms": now_ms,
+        "generation": stats.get("generation"),
+        "stats": stats,
+        "recovered_tail_bytes": stats.get("recovered_tail_bytes"),
+        "recovery_changes": changes,
+        "items": items,
     }
 
 
-def render_inspect(info):
+def render_inspect(info: dict[str, Any]) -> str:
     st = info["stats"]
     o = info["options"]
     lines = [
         "queue %s (generation %s)" % (info["path"], info["generation"]),
-        "options: segment_bytes %d max_payload_bytes %d max_items %d max_segments %d" % (
-            o["segment_bytes"], o["max_payload_bytes"], o["max_items"], o["max_segments"]),
+        "options: segment_bytes %d max_payload_bytes %d max_items %d max_segments %d"
+        % (o["segment_bytes"], o["max_payload_bytes"], o["max_items"], o["max_segments"]),
         "stats: %d items (%d available, %d claimed, %d acked, %d quarantined), %d bytes in %d segments, "
-        "next_seq %d" % (st["total_items"], st["available_items"], st["claimed_items"], st["acknowledged_items"],
-                         st["quarantined_items"], st["stored_bytes"], st["segment_count"], st["next_seq"]),
+        "next_seq %d"
+        % (
+            st["total_items"],
+            st["available_items"],
+            st["claimed_items"],
+            st["acknowledged_items"],
+            st["quarantined_items"],
+            st["stored_bytes"],
+            st["segment_count"],
+            st["next_seq"],
+        ),
     ]
     ch = info["recovery_changes"]
     if info["recovered_tail_bytes"]:
@@ -297,13 +351,25 @@ def render_inspect(info):
             extra += " lease %+ds" % (d["lease_remaining_ms"] // 1000)
         if "due_in_ms" in d:
             extra += " due in %ds" % (d["due_in_ms"] // 1000)
-        line = "  %6d %-11s attempts %-3d %5d B%s  %s" % (d["seq"], d["state"], d["attempts"], d["payload_len"],
-                                                         extra, d["preview"])
+        line = "  %6d %-11s attempts %-3d %5d B%s  %s" % (
+            d["seq"],
+            d["state"],
+            d["attempts"],
+            d["payload_len"],
+            extra,
+            d["preview"],
+        )
         lines.append(line.rstrip())
         env = d.get("envelope")
         if env:
-            lines.append("         envelope: topic %s qos %s%s" % (
-                env.get("topic"), env.get("qos"), " age %ds" % (env["age_ms"] // 1000) if "age_ms" in env else ""))
+            lines.append(
+                "         envelope: topic %s qos %s%s"
+                % (
+                    env.get("topic"),
+                    env.get("qos"),
+                    " age %ds" % (env["age_ms"] // 1000) if "age_ms" in env else "",
+                )
+            )
         if "reason" in d:
             lines.append("         reason: %s" % d["reason"])
     return "\n".join(lines) + "\n"

@@ -21,6 +21,9 @@ the stop after a failure), raw (of sent, published to PREFIX/raw).
 import signal
 import threading
 import time
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from . import qdir
@@ -33,30 +36,34 @@ class ReplayError(Exception):
     """Bad URL, broker unreachable, queue unusable; one line for the user."""
 
 
-def parse_url(url):
+def parse_url(url: str) -> dict[str, Any]:
     u = urlsplit(url)
     if u.scheme != "mqtt":
-        raise ReplayError("broker URL must look like mqtt://HOST:PORT[/TOPIC-PREFIX], got %r" % url)
+        raise ReplayError(
+            "broker URL must look like mqtt://HOST:PORT[/TOPIC-PREFIX], got %r" % url
+        )
     if not u.hostname:
         raise ReplayError("broker URL %r has no host" % url)
     try:
         port = u.port or DEFAULT_PORT
     except ValueError:
-        raise ReplayError("broker URL %r has a bad port" % url)
+        raise ReplayError("broker URL %r has a bad port" % url) from None
     path = u.path
     prefix = DEFAULT_PREFIX if path == "" else unquote(path[1:]).strip("/")
     return {
-        "host": u.hostname, "port": port, "prefix": prefix,
+        "host": u.hostname,
+        "port": port,
+        "prefix": prefix,
         "username": unquote(u.username) if u.username else None,
         "password": unquote(u.password) if u.password else None,
     }
 
 
-def topic_for(prefix, topic):
+def topic_for(prefix: str, topic: str) -> str:
     return "%s/%s" % (prefix, topic) if prefix else topic
 
 
-def route(ddq, prefix, payload):
+def route(ddq: ModuleType, prefix: str, payload: bytes) -> tuple[str, bytes, bool, bool]:
     """(topic, body, retain, raw?) for a stored payload."""
     env = qdir.envelope_parts(ddq, payload)
     if env is None:
@@ -65,7 +72,9 @@ def route(ddq, prefix, payload):
     return topic_for(prefix, topic), body, retain, False
 
 
-def plan(path, options, prefix, now_ms=None):
+def plan(
+    path: str, options: dict[str, int], prefix: str, now_ms: int | None = None
+) -> dict[str, Any]:
     """Dry run on a copy: what would be sent where, what would be skipped. DIR is not written."""
     ddq = qdir.load_ddq()
     info = qdir.inspect(path, options, payloads=True, now_ms=now_ms)
@@ -75,35 +84,63 @@ def plan(path, options, prefix, now_ms=None):
         if it["state"] not in ("available", "claimed"):
             continue
         due = (it["state"] == "available" and it["not_before_ms"] <= now) or (
-            it["state"] == "claimed" and it["lease_until_ms"] <= now)
+            it["state"] == "claimed" and it["lease_until_ms"] <= now
+        )
         if not due:
             skipped.append(it["seq"])
             continue
         topic, body, retain, raw = route(ddq, prefix, bytes.fromhex(it["payload_hex"]))
-        would.append({"seq": it["seq"], "topic": topic, "bytes": len(body), "retain": retain, "raw": raw})
-    return {"dry_run": True, "would_send": would, "sent": 0, "failed": 0, "skipped": len(skipped),
-            "skipped_seqs": skipped, "remaining": len(would), "raw": sum(1 for w in would if w["raw"])}
+        would.append(
+            {"seq": it["seq"], "topic": topic, "bytes": len(body), "retain": retain, "raw": raw}
+        )
+    return {
+        "dry_run": True,
+        "would_send": would,
+        "sent": 0,
+        "failed": 0,
+        "skipped": len(skipped),
+        "skipped_seqs": skipped,
+        "remaining": len(would),
+        "raw": sum(1 for w in would if w["raw"]),
+    }
 
 
-def replay(path, url, options, limit=None, lease_ms=60000, timeout=10.0, client_id=None, log=None):
+def replay(
+    path: str,
+    url: str,
+    options: dict[str, int],
+    limit: int | None = None,
+    lease_ms: int = 60000,
+    timeout: float = 10.0,
+    client_id: str | None = None,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Deliver; return the summary dict (see the module docstring)."""
     import paho.mqtt.client as mqtt
+    from paho.mqtt.enums import CallbackAPIVersion
 
     ddq = qdir.load_ddq()
     qdir.check_queue_dir(path)
     cfg = parse_url(url)
     connected = threading.Event()
-    state = {"rc": None, "lost": False}
+    state: dict[str, Any] = {"rc": None, "lost": False}
 
-    def on_connect(client, userdata, flags, reason_code, properties=None):
+    def on_connect(
+        client: Any, userdata: Any, flags: Any, reason_code: Any, properties: Any = None
+    ) -> None:
         state["rc"] = reason_code
         connected.set()
 
-    def on_disconnect(client, userdata, flags, reason_code, properties=None):
+    def on_disconnect(
+        client: Any, userdata: Any, flags: Any, reason_code: Any, properties: Any = None
+    ) -> None:
         state["lost"] = True
 
-    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id or "ddq-replay-%d" % int(time.time()),
-                         clean_session=True)
+    client = mqtt.Client(
+        CallbackAPIVersion.VERSION2,
+        client_id=client_id or "ddq-replay-%d" % int(time.time()),
+        clean_session=True,
+    )
     client.on_connect = on_connect
     client.on_disconnect = on_disconnect
     if cfg["username"]:
@@ -111,21 +148,37 @@ def replay(path, url, options, limit=None, lease_ms=60000, timeout=10.0, client_
     try:
         client.connect(cfg["host"], cfg["port"], keepalive=30)
     except OSError as e:
-        raise ReplayError("cannot connect to broker %s:%d: %s" % (cfg["host"], cfg["port"], e.strerror or e))
+        raise ReplayError(
+            "cannot connect to broker %s:%d: %s" % (cfg["host"], cfg["port"], e.strerror or e)
+        ) from None
     client.loop_start()
-    interrupted = []
+    interrupted: list[bool] = []
     old = None
     try:
         if not connected.wait(timeout) or state["rc"] is None or state["rc"].is_failure:
-            raise ReplayError("broker %s:%d did not accept the connection (%s)"
-                              % (cfg["host"], cfg["port"], state["rc"]))
+            raise ReplayError(
+                "broker %s:%d did not accept the connection (%s)"
+                % (cfg["host"], cfg["port"], state["rc"])
+            )
 
-        def on_sigint(signum, frame):
+        def on_sigint(signum: int, frame: Any) -> None:
             interrupted.append(True)
 
         if threading.current_thread() is threading.main_thread():
             old = signal.signal(signal.SIGINT, on_sigint)
-        res = _deliver(ddq, path, options, client, cfg["prefix"], limit, lease_ms, timeout, interrupted, state, log)
+        res = _deliver(
+            ddq,
+            path,
+            options,
+            client,
+            cfg["prefix"],
+            limit,
+            lease_ms,
+            timeout,
+            interrupted,
+            state,
+            log,
+        )
     finally:
         if old is not None:
             signal.signal(signal.SIGINT, old)
@@ -137,12 +190,26 @@ def replay(path, url, options, limit=None, lease_ms=60000, timeout=10.0, client_
     return res
 
 
-def _deliver(ddq, path, options, client, prefix, limit, lease_ms, timeout, interrupted, state, log):
-    sent, failed, raw = [], [], 0
+def _deliver(
+    ddq: ModuleType,
+    path: str,
+    options: dict[str, int],
+    client: Any,
+    prefix: str,
+    limit: int | None,
+    lease_ms: int,
+    timeout: float,
+    interrupted: list[bool],
+    state: dict[str, Any],
+    log: Callable[[str], None] | None,
+) -> dict[str, Any]:
+    sent: list[int] = []
+    failed: list[int] = []
+    raw = 0
     q = ddq.Queue(path, **options)
     try:
         pending = [it.seq for it in q.items() if it.state in ("available", "claimed")]
-        attempted = set()
+        attempted: set[int] = set()
         stop = False
         for _ in range(len(pending) + 1):  # bounded: each pass claims a different pending item
             if stop or interrupted or (limit is not None and len(sent) >= limit):
@@ -175,17 +242,40 @@ def _deliver(ddq, path, options, client, prefix, limit, lease_ms, timeout, inter
                     log("no PUBACK for seq %d on %s; stopping" % (c.seq, topic))
         left = [it for it in q.items() if it.state in ("available", "claimed")]
         now = int(time.time() * 1000)
-        skipped = [it.seq for it in left if it.seq not in failed and (
-            (it.state == "available" and it.not_before_ms > now) or (it.state == "claimed" and it.lease_until_ms > now))]
+        skipped = [
+            it.seq
+            for it in left
+            if it.seq not in failed
+            and (
+                (it.state == "available" and it.not_before_ms > now)
+                or (it.state == "claimed" and it.lease_until_ms > now)
+            )
+        ]
         remaining = [it.seq for it in left if it.seq not in skipped and it.seq not in failed]
         stats = q.stats()
     finally:
         q.close()
     return {
-        "dry_run": False, "sent": len(sent), "failed": len(failed), "skipped": len(skipped),
-        "remaining": len(remaining), "raw": raw, "sent_seqs": sent, "failed_seqs": failed,
-        "skipped_seqs": skipped, "remaining_seqs": remaining,
-        "stats": {k: getattr(stats, k) for k in ("total_items", "available_items", "claimed_items",
-                                                   "acknowledged_items", "quarantined_items", "next_seq")},
+        "dry_run": False,
+        "sent": len(sent),
+        "failed": len(failed),
+        "skipped": len(skipped),
+        "remaining": len(remaining),
+        "raw": raw,
+        "sent_seqs": sent,
+        "failed_seqs": failed,
+        "skipped_seqs": skipped,
+        "remaining_seqs": remaining,
+        "stats": {
+            k: getattr(stats, k)
+            for k in (
+                "total_items",
+                "available_items",
+                "claimed_items",
+                "acknowledged_items",
+                "quarantined_items",
+                "next_seq",
+            )
+        },
         "connection_lost": state["lost"],
     }

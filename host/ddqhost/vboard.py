@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 import tty
+from typing import Any
 
 READY_MARK = b"<ddq-virtual-board-ready>"
 FAIL_MARK = b"<ddq-virtual-board-failed>"
@@ -98,15 +99,17 @@ class BoardError(Exception):
     """A virtual-board operation failed; the message is one line for the user."""
 
 
-def default_state_dir():
+def default_state_dir() -> str:
     env = os.environ.get("DDQ_STATE_DIR")
     if env:
         return env
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
     return os.path.join(base, "ddq", "virtual")
 
 
-def default_micropython():
+def default_micropython() -> str:
     cand = os.path.join(os.path.dirname(sys.executable), "micropython")
     if os.path.exists(cand):
         return cand
@@ -118,7 +121,7 @@ def default_micropython():
     return found
 
 
-def _paths(state_dir):
+def _paths(state_dir: str) -> dict[str, str]:
     state_dir = os.path.abspath(state_dir)
     return {
         "dir": state_dir,
@@ -133,7 +136,7 @@ def _paths(state_dir):
 # ---------------------------------------------------------------- pid helpers
 
 
-def pid_alive(pid):
+def pid_alive(pid: int | None) -> bool:
     """True if pid runs and is not a zombie (a zombie's parent may be slow to reap it)."""
     if not pid:
         return False
@@ -151,7 +154,7 @@ def pid_alive(pid):
         return True
 
 
-def _pid_matches(pid, needle):
+def _pid_matches(pid: int, needle: str) -> bool:
     """Guard against pid reuse: the process' command line must mention needle."""
     try:
         with open("/proc/%d/cmdline" % pid, "rb") as f:
@@ -160,7 +163,7 @@ def _pid_matches(pid, needle):
         return pid_alive(pid)
 
 
-def _wait_gone(pids, timeout):
+def _wait_gone(pids: list[int], timeout: float) -> bool:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if not any(pid_alive(p) for p in pids):
@@ -169,28 +172,24 @@ def _wait_gone(pids, timeout):
     return not any(pid_alive(p) for p in pids)
 
 
-def read_state(state_dir):
+def read_state(state_dir: str) -> dict[str, Any] | None:
     p = _paths(state_dir)
     try:
         with open(p["state"]) as f:
             st = json.load(f)
     except (OSError, ValueError):
         return None
-    return st
+    return st if isinstance(st, dict) else None
 
 
-def status(state_dir):
+def status(state_dir: str) -> dict[str, Any]:
     """Return a dict describing the board; running is True only when both pids are alive."""
     p = _paths(state_dir)
     st = read_state(state_dir) or {}
     bridge = st.get("bridge_pid")
     mp = st.get("micropython_pid")
     running = bool(
-        bridge
-        and mp
-        and pid_alive(bridge)
-        and pid_alive(mp)
-        and _pid_matches(bridge, p["dir"])
+        bridge and mp and pid_alive(bridge) and pid_alive(mp) and _pid_matches(bridge, p["dir"])
     )
     image = st.get("image") or p["image"]
     out = {
@@ -207,13 +206,13 @@ def status(state_dir):
     return out
 
 
-def running_device(state_dir=None):
+def running_device(state_dir: str | None = None) -> str | None:
     """The device path of a running virtual board in state_dir (default dir), else None."""
     st = status(state_dir or default_state_dir())
     return st["device"] if st["running"] else None
 
 
-def is_virtual_device(dev, state_dir=None):
+def is_virtual_device(dev: str, state_dir: str | None = None) -> bool:
     """True if dev names the pty of a virtual board (no soft reset there: it would end the port)."""
     cands = {state_dir or default_state_dir()}
     if os.path.islink(dev):
@@ -228,9 +227,9 @@ def is_virtual_device(dev, state_dir=None):
 # ---------------------------------------------------------------- start / stop / kill
 
 
-def _cleanup_stale(p, st):
+def _cleanup_stale(p: dict[str, str], st: dict[str, Any]) -> None:
     for pid in (st.get("micropython_pid"), st.get("bridge_pid")):
-        if pid and pid_alive(pid) and _pid_matches(pid, p["dir"]) :
+        if pid and pid_alive(pid) and _pid_matches(pid, p["dir"]):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -242,13 +241,21 @@ def _cleanup_stale(p, st):
             pass
 
 
-def start(state_dir, image=None, micropython=None, block_size=DEFAULT_BLOCK_SIZE,
-          blocks=DEFAULT_BLOCKS, timeout=15.0):
+def start(
+    state_dir: str,
+    image: str | None = None,
+    micropython: str | None = None,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    blocks: int = DEFAULT_BLOCKS,
+    timeout: float = 15.0,
+) -> dict[str, Any]:
     p = _paths(state_dir)
     os.makedirs(p["dir"], exist_ok=True)
     cur = status(state_dir)
     if cur["running"]:
-        raise BoardError("virtual board already running in %s (device %s)" % (p["dir"], cur["device"]))
+        raise BoardError(
+            "virtual board already running in %s (device %s)" % (p["dir"], cur["device"])
+        )
     _cleanup_stale(p, read_state(state_dir) or {})
     image = os.path.abspath(image or p["image"])
     if os.path.isdir(image):
@@ -257,16 +264,30 @@ def start(state_dir, image=None, micropython=None, block_size=DEFAULT_BLOCK_SIZE
         raise BoardError("image directory %s does not exist" % os.path.dirname(image))
     mp = micropython or default_micropython()
     with open(p["boot"], "w") as f:
-        f.write(BOOT_PY % {"image": image, "bs": block_size, "nb": blocks, "mount": MOUNT_POINT,
-                           "ready": READY_MARK.decode(), "fail": FAIL_MARK.decode()})
+        f.write(
+            BOOT_PY
+            % {
+                "image": image,
+                "bs": block_size,
+                "nb": blocks,
+                "mount": MOUNT_POINT,
+                "ready": READY_MARK.decode(),
+                "fail": FAIL_MARK.decode(),
+            }
+        )
     env = dict(os.environ)
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = here + os.pathsep + env.get("PYTHONPATH", "")
     with open(p["log"], "wb") as log:
         bridge = subprocess.Popen(
             [sys.executable, "-m", "ddqhost.vboard", "bridge", p["dir"], mp, image],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd=p["dir"],
-            start_new_session=True, close_fds=True,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=env,
+            cwd=p["dir"],
+            start_new_session=True,
+            close_fds=True,
         )
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -279,19 +300,23 @@ def start(state_dir, image=None, micropython=None, block_size=DEFAULT_BLOCK_SIZE
         time.sleep(0.02)
     _kill_pids([bridge.pid], p)
     bridge.wait()
-    raise BoardError("virtual board did not become ready in %.0f s: %s" % (timeout, _log_tail(p["log"])))
+    raise BoardError(
+        "virtual board did not become ready in %.0f s: %s" % (timeout, _log_tail(p["log"]))
+    )
 
 
-def _log_tail(path):
+def _log_tail(path: str) -> str:
     try:
         with open(path, "rb") as f:
-            lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+            lines = [
+                ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()
+            ]
     except OSError:
         return "no log"
     return lines[-1] if lines else "no output"
 
 
-def _kill_pids(pids, p):
+def _kill_pids(pids: list[int], p: dict[str, str]) -> None:
     for pid in pids:
         if pid and pid_alive(pid):
             try:
@@ -306,7 +331,7 @@ def _kill_pids(pids, p):
             pass
 
 
-def stop(state_dir, timeout=5.0):
+def stop(state_dir: str, timeout: float = 5.0) -> dict[str, Any]:
     """Graceful stop: unmount the image, exit micropython, end the bridge. Returns the old status."""
     p = _paths(state_dir)
     cur = status(state_dir)
@@ -325,7 +350,7 @@ def stop(state_dir, timeout=5.0):
     return dict(cur, stopped=True)
 
 
-def kill(state_dir, timeout=5.0):
+def kill(state_dir: str, timeout: float = 5.0) -> dict[str, Any]:
     """Power cut: SIGKILL micropython; the bridge notices and exits."""
     p = _paths(state_dir)
     cur = status(state_dir)
@@ -347,7 +372,7 @@ def kill(state_dir, timeout=5.0):
 # ---------------------------------------------------------------- the bridge process
 
 
-def _pdeathsig():
+def _pdeathsig() -> None:
     # Runs in the child before exec: SIGKILL me when the bridge (my parent) dies.
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -355,14 +380,14 @@ def _pdeathsig():
         pass
 
 
-def _write_state(path, data):
+def _write_state(path: str, data: dict[str, Any]) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(data, f, sort_keys=True)
     os.replace(tmp, path)
 
 
-def bridge_main(state_dir, micropython, image):
+def bridge_main(state_dir: str, micropython: str, image: str) -> int:
     p = _paths(state_dir)
     m1, s1 = pty.openpty()  # client side (mpremote opens the slave s1 by name)
     m2, s2 = pty.openpty()  # micropython side
@@ -370,15 +395,21 @@ def bridge_main(state_dir, micropython, image):
     tty.setraw(s2)
     slave_name = os.ttyname(s1)
     proc = subprocess.Popen(
-        [micropython, "-i", p["boot"]], stdin=s2, stdout=s2, stderr=s2, cwd=p["dir"],
-        start_new_session=True, preexec_fn=_pdeathsig, close_fds=True,
+        [micropython, "-i", p["boot"]],
+        stdin=s2,
+        stdout=s2,
+        stderr=s2,
+        cwd=p["dir"],
+        start_new_session=True,
+        preexec_fn=_pdeathsig,
+        close_fds=True,
     )
     os.close(s2)
     os.set_blocking(m1, False)
     os.set_blocking(m2, False)
     stopping = []
 
-    def on_term(signum, frame):
+    def on_term(signum: int, frame: Any) -> None:
         stopping.append(time.monotonic())
 
     signal.signal(signal.SIGTERM, on_term)
@@ -434,10 +465,13 @@ def bridge_main(state_dir, micropython, image):
                 if fd == m2:
                     if not ready:
                         head += data
-                        if FAIL_MARK in head and b"\n" in head[head.index(FAIL_MARK):]:
+                        if FAIL_MARK in head and b"\n" in head[head.index(FAIL_MARK) :]:
                             # boot.py could not mount the image: report its one line and end.
-                            line = head[head.index(FAIL_MARK) + len(FAIL_MARK):].split(b"\n")[0]
-                            sys.stderr.write("cannot mount the image: %s\n" % line.decode("utf-8", "replace").strip())
+                            line = head[head.index(FAIL_MARK) + len(FAIL_MARK) :].split(b"\n")[0]
+                            sys.stderr.write(
+                                "cannot mount the image: %s\n"
+                                % line.decode("utf-8", "replace").strip()
+                            )
                             failed = True
                             proc.kill()
                             break
@@ -446,12 +480,19 @@ def bridge_main(state_dir, micropython, image):
                             if os.path.lexists(p["link"]):
                                 os.remove(p["link"])
                             os.symlink(slave_name, p["link"])
-                            _write_state(p["state"], {
-                                "bridge_pid": os.getpid(), "micropython_pid": proc.pid,
-                                "pty": slave_name, "link": p["link"], "image": image,
-                                "micropython": micropython, "ready": True,
-                                "started_unix": int(time.time()),
-                            })
+                            _write_state(
+                                p["state"],
+                                {
+                                    "bridge_pid": os.getpid(),
+                                    "micropython_pid": proc.pid,
+                                    "pty": slave_name,
+                                    "link": p["link"],
+                                    "image": image,
+                                    "micropython": micropython,
+                                    "ready": True,
+                                    "started_unix": int(time.time()),
+                                },
+                            )
                             head = b""
                         continue
                     if not to_client:
@@ -471,7 +512,9 @@ def bridge_main(state_dir, micropython, image):
                 except OSError:
                     pass
         if not ready and not failed:
-            sys.stderr.write("micropython exited before ready: %s\n" % head.decode("utf-8", "replace").strip())
+            sys.stderr.write(
+                "micropython exited before ready: %s\n" % head.decode("utf-8", "replace").strip()
+            )
     return 0 if ready else 1
 
 

@@ -24,22 +24,35 @@ for _p in (HOST, PORT_DIR, HERE):
 
 from ddqhost import vboard  # noqa: E402
 
-FIXTURES = os.environ.get("DDQ_FIXTURES") or os.path.normpath(os.path.join(REPO, "..", "shared", "fixtures", "ddq-c"))
+FIXTURES = os.environ.get("DDQ_FIXTURES") or os.path.normpath(
+    os.path.join(REPO, "..", "shared", "fixtures", "ddq-c")
+)
 FIXTURE_NAMES = ("basic", "compacted", "legacy_uncompacted")
 
 
 def cli_env():
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([HOST, PORT_DIR] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["PYTHONPATH"] = os.pathsep.join(
+        [HOST, PORT_DIR] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
     env.pop("DDQ_DEVICE", None)
-    env["DDQ_STATE_DIR"] = os.path.join(REPO, "build", "no-default-virtual-board")  # never the user's board
+    env["DDQ_STATE_DIR"] = os.path.join(
+        REPO, "build", "no-default-virtual-board"
+    )  # never the user's board
     return env
 
 
 def ddq(*args, timeout=120, input=None):
     """Run `python -m ddqhost.cli ARGS` as a real process; return the CompletedProcess (text)."""
-    return subprocess.run([sys.executable, "-m", "ddqhost.cli", *map(str, args)], capture_output=True, text=True,
-                          env=cli_env(), timeout=timeout, input=input, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "ddqhost.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=timeout,
+        input=input,
+        cwd=REPO,
+    )
 
 
 def one_line_error(r, code):
@@ -122,13 +135,19 @@ def free_port():
 @pytest.fixture(scope="module")
 def mosquitto(tmp_path_factory):
     """A mosquitto on 127.0.0.1:<free port> with a generated config; yields the port."""
-    exe = shutil.which("mosquitto") or ("/usr/sbin/mosquitto" if os.path.exists("/usr/sbin/mosquitto") else None)
+    exe = shutil.which("mosquitto") or (
+        "/usr/sbin/mosquitto" if os.path.exists("/usr/sbin/mosquitto") else None
+    )
     if exe is None:
-        pytest.skip("mosquitto binary not found (apt-get install mosquitto); replay needs a real broker")
+        pytest.skip(
+            "mosquitto binary not found (apt-get install mosquitto); replay needs a real broker"
+        )
     d = tmp_path_factory.mktemp("mosquitto")
     port = free_port()
     conf = d / "mosquitto.conf"
-    conf.write_text("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest stderr\n" % port)
+    conf.write_text(
+        "listener %d 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest stderr\n" % port
+    )
     log = open(d / "log.txt", "wb")
     p = subprocess.Popen([exe, "-c", str(conf)], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
     try:
@@ -157,7 +176,9 @@ class Subscriber:
         self.got = []
         self.lock = threading.Lock()
         ready = threading.Event()
-        self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="ddq-test-sub-%d" % os.getpid())
+        self.c = mqtt.Client(
+            mqtt.CallbackAPIVersion.VERSION2, client_id="ddq-test-sub-%d" % os.getpid()
+        )
         self.c.on_message = self._on_message
         self.c.on_subscribe = lambda *a: ready.set()
         self.c.connect("127.0.0.1", port)

@@ -23,8 +23,14 @@ def record(rtype, seq, arg=0, payload=b""):
     head = struct.pack("<HHQQII", 1, rtype, seq, arg, n, total)  # bytes 4..31
     reserved = b"\0\0\0\0"  # bytes 36..39
     crc = zlib.crc32(payload, zlib.crc32(reserved, zlib.crc32(head))) & 0xFFFFFFFF
-    return (struct.pack("<I", DQG1) + head + struct.pack("<I", crc) + reserved + payload
-            + struct.pack("<II", CMIT, total))
+    return (
+        struct.pack("<I", DQG1)
+        + head
+        + struct.pack("<I", crc)
+        + reserved
+        + payload
+        + struct.pack("<II", CMIT, total)
+    )
 
 
 def state_record(seq, state, attempts, lease, not_before):
@@ -32,7 +38,9 @@ def state_record(seq, state, attempts, lease, not_before):
 
 
 def manifest(generation, next_seq, segment_count, item_count, end_offset):
-    body = struct.pack("<IHHQQIIQ", DDQM, 1, 48, generation, next_seq, segment_count, item_count, end_offset)
+    body = struct.pack(
+        "<IHHQQIIQ", DDQM, 1, 48, generation, next_seq, segment_count, item_count, end_offset
+    )
     return body + struct.pack("<II", zlib.crc32(body) & 0xFFFFFFFF, 0)
 
 
@@ -65,44 +73,88 @@ def compacted_scenario(path, segment_bytes=768):
     Returns (options, expected items, expected stats). Items: seq -> dict.
     """
     lease = T0 + 3600000
-    snap = b"".join([
-        record(DATA, 3, 0, b"three"),                                   # default state: no STATE
-        record(DATA, 5, 0, b"five"),
-        state_record(5, ST_CLAIMED, 1, lease, T0 + 1000),               # claimed, lease kept
-        record(DATA, 6, 0, b"six:\x00\xff"),
-        state_record(6, ST_QUARANTINED, 2, 0, T0 + 2000),
-        record(QUARANTINE, 6, 0, b"bad \"payload\"\tx"),                # its reason, right after
-        record(DATA, 8, 0, b""),                                        # empty payload
-        state_record(8, ST_AVAILABLE, 3, 0, T0 + 50000),                # backing off
-    ])
+    snap = b"".join(
+        [
+            record(DATA, 3, 0, b"three"),  # default state: no STATE
+            record(DATA, 5, 0, b"five"),
+            state_record(5, ST_CLAIMED, 1, lease, T0 + 1000),  # claimed, lease kept
+            record(DATA, 6, 0, b"six:\x00\xff"),
+            state_record(6, ST_QUARANTINED, 2, 0, T0 + 2000),
+            record(QUARANTINE, 6, 0, b'bad "payload"\tx'),  # its reason, right after
+            record(DATA, 8, 0, b""),  # empty payload
+            state_record(8, ST_AVAILABLE, 3, 0, T0 + 50000),  # backing off
+        ]
+    )
     end = len(snap)
-    live0 = b"".join([
-        record(DATA, 11, 0, b"eleven"),                                 # next_seq from the manifest
-        record(CLAIM, 11, T0 + 60000),
-        record(ACK, 11),
-        record(CLAIM, 3, T0 + 70000),
-        record(RETRY, 3, T0 + 80000),
-    ])
+    live0 = b"".join(
+        [
+            record(DATA, 11, 0, b"eleven"),  # next_seq from the manifest
+            record(CLAIM, 11, T0 + 60000),
+            record(ACK, 11),
+            record(CLAIM, 3, T0 + 70000),
+            record(RETRY, 3, T0 + 80000),
+        ]
+    )
     seg0 = snap + live0
     assert len(seg0) <= segment_bytes
-    seg1 = b"".join([
-        record(DATA, 12, 0, b"twelve" * 5),
-        record(CLAIM, 12, T0 + 90000),
-    ])
+    seg1 = b"".join(
+        [
+            record(DATA, 12, 0, b"twelve" * 5),
+            record(CLAIM, 12, T0 + 90000),
+        ]
+    )
     write_dir(path, 2, [seg0, seg1], man=(2, 11, 1, 4, end))
     items = {
-        3: dict(state="available", attempts=1, lease_until_ms=0, not_before_ms=T0 + 80000, payload=b"three"),
-        5: dict(state="claimed", attempts=1, lease_until_ms=lease, not_before_ms=T0 + 1000, payload=b"five"),
-        6: dict(state="quarantined", attempts=2, lease_until_ms=0, not_before_ms=T0 + 2000,
-                payload=b"six:\x00\xff", reason=b"bad \"payload\"\tx"),
-        8: dict(state="available", attempts=3, lease_until_ms=0, not_before_ms=T0 + 50000, payload=b""),
+        3: dict(
+            state="available",
+            attempts=1,
+            lease_until_ms=0,
+            not_before_ms=T0 + 80000,
+            payload=b"three",
+        ),
+        5: dict(
+            state="claimed",
+            attempts=1,
+            lease_until_ms=lease,
+            not_before_ms=T0 + 1000,
+            payload=b"five",
+        ),
+        6: dict(
+            state="quarantined",
+            attempts=2,
+            lease_until_ms=0,
+            not_before_ms=T0 + 2000,
+            payload=b"six:\x00\xff",
+            reason=b'bad "payload"\tx',
+        ),
+        8: dict(
+            state="available", attempts=3, lease_until_ms=0, not_before_ms=T0 + 50000, payload=b""
+        ),
         11: dict(state="acked", attempts=0, lease_until_ms=0, not_before_ms=0, payload=b"eleven"),
-        12: dict(state="claimed", attempts=0, lease_until_ms=T0 + 90000, not_before_ms=0, payload=b"twelve" * 5),
+        12: dict(
+            state="claimed",
+            attempts=0,
+            lease_until_ms=T0 + 90000,
+            not_before_ms=0,
+            payload=b"twelve" * 5,
+        ),
     }
     stats = {
-        "total_items": 6, "available_items": 2, "claimed_items": 2, "acknowledged_items": 1,
-        "quarantined_items": 1, "stored_bytes": len(seg0) + len(seg1), "segment_count": 2, "next_seq": 13,
-        "recovered_tail_bytes": 0, "generation": 2,
+        "total_items": 6,
+        "available_items": 2,
+        "claimed_items": 2,
+        "acknowledged_items": 1,
+        "quarantined_items": 1,
+        "stored_bytes": len(seg0) + len(seg1),
+        "segment_count": 2,
+        "next_seq": 13,
+        "recovered_tail_bytes": 0,
+        "generation": 2,
     }
-    opts = {"segment_bytes": segment_bytes, "max_payload_bytes": 64, "max_items": 16, "max_segments": 4}
+    opts = {
+        "segment_bytes": segment_bytes,
+        "max_payload_bytes": 64,
+        "max_items": 16,
+        "max_segments": 4,
+    }
     return opts, items, stats

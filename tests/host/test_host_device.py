@@ -11,7 +11,6 @@ import os
 import time
 
 from conftest import REPO, Subscriber, ddq, one_line_error, tree_hash
-
 from ddqhost import cli, qdir, vboard
 from ddqhost.device import Device
 
@@ -33,8 +32,18 @@ def _device_stats(board):
     return json.loads(r.stdout)
 
 
-DDQ_STATS = ("total_items", "available_items", "claimed_items", "acknowledged_items", "quarantined_items",
-             "stored_bytes", "segment_count", "next_seq", "recovered_tail_bytes", "generation")
+DDQ_STATS = (
+    "total_items",
+    "available_items",
+    "claimed_items",
+    "acknowledged_items",
+    "quarantined_items",
+    "stored_bytes",
+    "segment_count",
+    "next_seq",
+    "recovered_tail_bytes",
+    "generation",
+)
 
 
 def test_flash_py_then_mpy(board):
@@ -42,7 +51,9 @@ def test_flash_py_then_mpy(board):
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert res["board"] == "UNIX" and [w["path"] for w in res["written"]] == [":ddq.py"]
-    assert res["imported_from"].endswith("ddq.py") and res["version"] == qdir.load_ddq().__version__
+    assert (
+        res["imported_from"].endswith("ddq.py") and res["version"] == qdir.load_ddq().__version__
+    )
     r = ddq("flash", "--device", board.tty, "--example-app", "--json")
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
@@ -78,7 +89,11 @@ def test_outbox_power_cycle_pull_inspect_replay_push(board, mosquitto, tmp_path)
         dev.exec(APP % {"qd": QD, "n": PENDING_N})
     before = _device_stats(board)
     # 1,2,4,5 acked (5 after one retry); 3 quarantined; 6..13 (PENDING_N) never sent.
-    assert (before["acknowledged_items"], before["quarantined_items"], before["available_items"]) == (4, 1, PENDING_N)
+    assert (
+        before["acknowledged_items"],
+        before["quarantined_items"],
+        before["available_items"],
+    ) == (4, 1, PENDING_N)
 
     # Power cut and restart: everything enqueue/ack returned for was synced, so nothing changes.
     r = ddq("board", "virtual", "kill", "--dir", board.dir)
@@ -97,7 +112,9 @@ def test_outbox_power_cycle_pull_inspect_replay_push(board, mosquitto, tmp_path)
     with Device(board.tty, soft_reset=False) as dev:
         assert dev.hash_dir(":" + QD) == dev_files_before  # pull never modifies the device
     meta = json.loads((local / qdir.PULL_META).read_text())
-    assert meta["options"]["segment_bytes"] == 4096  # the UNIX profile, used by inspect/replay below
+    assert (
+        meta["options"]["segment_bytes"] == 4096
+    )  # the UNIX profile, used by inspect/replay below
 
     r = ddq("inspect", local, "--json")
     assert r.returncode == 0, r.stderr
@@ -116,7 +133,10 @@ def test_outbox_power_cycle_pull_inspect_replay_push(board, mosquitto, tmp_path)
         url = "mqtt://127.0.0.1:%d/dev1" % mosquitto
         r = ddq("replay", local, "--to", url, "--dry-run", "--json")
         assert r.returncode == 0 and len(json.loads(r.stdout)["would_send"]) == PENDING_N
-        assert json.loads(ddq("inspect", local, "--json").stdout)["stats"]["available_items"] == PENDING_N
+        assert (
+            json.loads(ddq("inspect", local, "--json").stdout)["stats"]["available_items"]
+            == PENDING_N
+        )
         r = ddq("replay", local, "--to", url, "--limit", "3", "--json")
         assert r.returncode == 0, r.stderr
         first = json.loads(r.stdout)
@@ -145,7 +165,10 @@ def test_outbox_power_cycle_pull_inspect_replay_push(board, mosquitto, tmp_path)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["appended"]
     now = _device_stats(board)
-    assert now["available_items"] == 0 and now["acknowledged_items"] == after["stats"]["acknowledged_items"]
+    assert (
+        now["available_items"] == 0
+        and now["acknowledged_items"] == after["stats"]["acknowledged_items"]
+    )
 
     # The device moves on; a second push of the stale copy is refused, --force overrides.
     with Device(board.tty, soft_reset=False) as dev:
@@ -171,7 +194,11 @@ def test_c_format_directory_from_the_independent_writer_inspects_the_same(tmp_pa
     for it in info["items"]:
         e = items[it["seq"]]
         assert (it["state"], it["attempts"], it["lease_until_ms"], it["not_before_ms"]) == (
-            e["state"], e["attempts"], e["lease_until_ms"], e["not_before_ms"])
+            e["state"],
+            e["attempts"],
+            e["lease_until_ms"],
+            e["not_before_ms"],
+        )
         assert bytes.fromhex(it["payload_hex"]) == e["payload"]
         if "reason" in e:
             assert bytes.fromhex(it["reason_hex"]) == e["reason"]
@@ -184,7 +211,9 @@ def test_c_format_directory_from_the_independent_writer_inspects_the_same(tmp_pa
 
 
 def test_no_device_at_the_port(tmp_path):
-    line = one_line_error(ddq("pull", "--device", tmp_path / "ttyNONE", ":outbox", tmp_path / "x"), 1)
+    line = one_line_error(
+        ddq("pull", "--device", tmp_path / "ttyNONE", ":outbox", tmp_path / "x"), 1
+    )
     assert "no device at" in line
     assert not (tmp_path / "x").exists()
     one_line_error(ddq("flash", "--device", tmp_path / "ttyNONE"), 1)
@@ -257,6 +286,7 @@ def test_corrupt_segment_is_refused_everywhere(tmp_path, mosquitto):
 
 def test_replay_broker_unreachable_leaves_dir_untouched(tmp_path):
     import cwriter
+
     from conftest import free_port
 
     d = tmp_path / "q"
@@ -282,8 +312,22 @@ def test_mip_installs_from_package_json(board):
     import sys
 
     mpremote = os.path.join(os.path.dirname(sys.executable), "mpremote")
-    r = subprocess.run([mpremote, "connect", board.tty, "resume", "mip", "install", "--target", "/flash/miplib",
-                        os.path.join(REPO, "package.json")], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            mpremote,
+            "connect",
+            board.tty,
+            "resume",
+            "mip",
+            "install",
+            "--target",
+            "/flash/miplib",
+            os.path.join(REPO, "package.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     with Device(board.tty, soft_reset=False) as dev:
         with open(os.path.join(REPO, "port", "ddq.py"), "rb") as f:

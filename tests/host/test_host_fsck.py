@@ -11,8 +11,16 @@ import struct
 
 import cwriter
 import pytest
-from conftest import FIXTURE_NAMES, FIXTURES, copy_fixture, ddq, one_line_error, option_flags, tree_hash
 
+from conftest import (
+    FIXTURE_NAMES,
+    FIXTURES,
+    copy_fixture,
+    ddq,
+    one_line_error,
+    option_flags,
+    tree_hash,
+)
 from ddqhost import fsck, qdir
 
 GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
@@ -42,13 +50,26 @@ def test_fixture_records_and_state_match_the_c_library(name, tmp_path):
     rep = fsck.scan(str(d), exp["options"])
     assert rep.verdict == fsck.OK and rep.c_compatible
     js = rep.to_json(with_records=True)
-    got = {s["name"]: [{k: r[k] for k in exp["records"][s["name"]][0]} for r in s["records"]] for s in js["segments"]}
+    got = {
+        s["name"]: [{k: r[k] for k in exp["records"][s["name"]][0]} for r in s["records"]]
+        for s in js["segments"]
+    }
     assert got == exp["records"]
     stats = dict(js["stats"])
     assert stats.pop("generation") == exp["recovered_generation"]
     assert stats == exp["stats"]
-    keys = ("seq", "state", "attempts", "lease_until_ms", "not_before_ms", "payload_len", "quarantine_reason_hex")
-    assert [{k: it[k] for k in keys} for it in js["items"]] == [{k: it[k] for k in keys} for it in exp["items"]]
+    keys = (
+        "seq",
+        "state",
+        "attempts",
+        "lease_until_ms",
+        "not_before_ms",
+        "payload_len",
+        "quarantine_reason_hex",
+    )
+    assert [{k: it[k] for k in keys} for it in js["items"]] == [
+        {k: it[k] for k in keys} for it in exp["items"]
+    ]
     if exp["manifest"]:
         assert {k: js["manifest"][k] for k in exp["manifest"]} == exp["manifest"]
     assert tree_hash(d) == before  # read-only
@@ -67,8 +88,10 @@ def test_fixture_golden_cli_output(name, tmp_path):
     golden(name + ".verify", r.stdout, d)
     r = ddq("records", d, "--json", *flags)
     js = json.loads(r.stdout)
-    assert {s["name"]: [{k: x[k] for k in exp["records"][s["name"]][0]} for x in s["records"]]
-            for s in js["segments"]} == exp["records"]
+    assert {
+        s["name"]: [{k: x[k] for k in exp["records"][s["name"]][0]} for x in s["records"]]
+        for s in js["segments"]
+    } == exp["records"]
 
 
 def test_options_from_ddq_options_json(tmp_path):
@@ -97,8 +120,19 @@ def test_independent_writer_generation_with_snapshot(tmp_path):
     assert {k: st[k] for k in stats} == stats
     for it in rep.to_json()["items"]:
         e = items[it["seq"]]
-        assert (it["state"], it["attempts"], it["lease_until_ms"], it["not_before_ms"], it["payload_len"]) == (
-            e["state"], e["attempts"], e["lease_until_ms"], e["not_before_ms"], len(e["payload"]))
+        assert (
+            it["state"],
+            it["attempts"],
+            it["lease_until_ms"],
+            it["not_before_ms"],
+            it["payload_len"],
+        ) == (
+            e["state"],
+            e["attempts"],
+            e["lease_until_ms"],
+            e["not_before_ms"],
+            len(e["payload"]),
+        )
         assert it["quarantine_reason_hex"] == (e["reason"].hex() if "reason" in e else None)
 
 
@@ -126,14 +160,42 @@ def test_ddq_written_directory_verifies_and_agrees_with_inspect(tmp_path):
     assert rep.verdict == fsck.OK, [p.message for p in rep.problems]
     info = qdir.inspect(d, opts, now_ms=now[0])
     st = rep.stats()
-    for k in ("total_items", "available_items", "claimed_items", "acknowledged_items", "quarantined_items",
-              "stored_bytes", "segment_count", "next_seq", "recovered_tail_bytes", "generation"):
+    for k in (
+        "total_items",
+        "available_items",
+        "claimed_items",
+        "acknowledged_items",
+        "quarantined_items",
+        "stored_bytes",
+        "segment_count",
+        "next_seq",
+        "recovered_tail_bytes",
+        "generation",
+    ):
         assert st[k] == info["stats"][k], k
     assert info["generation"] >= 1
-    mine = [(i["seq"], i["state"], i["attempts"], i["lease_until_ms"], i["not_before_ms"], i["payload_len"])
-            for i in rep.to_json()["items"]]
-    theirs = [(i["seq"], i["state"], i["attempts"], i["lease_until_ms"], i["not_before_ms"], i["payload_len"])
-              for i in info["items"]]
+    mine = [
+        (
+            i["seq"],
+            i["state"],
+            i["attempts"],
+            i["lease_until_ms"],
+            i["not_before_ms"],
+            i["payload_len"],
+        )
+        for i in rep.to_json()["items"]
+    ]
+    theirs = [
+        (
+            i["seq"],
+            i["state"],
+            i["attempts"],
+            i["lease_until_ms"],
+            i["not_before_ms"],
+            i["payload_len"],
+        )
+        for i in info["items"]
+    ]
     assert mine == theirs
 
 
@@ -161,7 +223,9 @@ def test_torn_tail_exit_1_and_records_all(tmp_path):
     assert "use --all" in r.stdout and "TORN" not in r.stdout
     assert tree_hash(d) == before
     info = qdir.inspect(str(d), fixture_json("basic")["options"])
-    assert info["recovered_tail_bytes"] == 7 and info["recovery_changes"]["truncated"] == [seg.name]
+    assert info["recovered_tail_bytes"] == 7 and info["recovery_changes"]["truncated"] == [
+        seg.name
+    ]
 
 
 def test_corrupt_record_exit_2_names_segment_offset_and_seq(tmp_path):
@@ -185,7 +249,9 @@ def test_corrupt_record_exit_2_names_segment_offset_and_seq(tmp_path):
 def test_zero_filled_tail_is_torn_for_ddq_and_noted_as_corrupt_for_c(tmp_path):
     d, flags = _basic(tmp_path)
     with open(d / "segment-00000000000000000001.log", "ab") as f:
-        f.write(b"\0" * 40)  # 40 bytes: a whole header's worth, so C checks (and rejects) its magic
+        f.write(
+            b"\0" * 40
+        )  # 40 bytes: a whole header's worth, so C checks (and rejects) its magic
     r = ddq("verify", d, "--json", *flags)
     js = json.loads(r.stdout)
     assert r.returncode == 1 and js["verdict"] == "torn-tail" and js["c_compatible"] is False
@@ -224,7 +290,9 @@ def test_manifest_damage_and_missing_segment(tmp_path):
 
 def test_illegal_transition_is_corrupt(tmp_path):
     d = tmp_path / "q"
-    recs = cwriter.record(cwriter.DATA, 1, 0, b"x") + cwriter.record(cwriter.ACK, 1)  # ACK without CLAIM
+    recs = cwriter.record(cwriter.DATA, 1, 0, b"x") + cwriter.record(
+        cwriter.ACK, 1
+    )  # ACK without CLAIM
     cwriter.write_dir(str(d), 0, [recs])
     r = ddq("verify", d, "--json")
     js = json.loads(r.stdout)

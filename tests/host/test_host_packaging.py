@@ -6,8 +6,8 @@ import os
 import re
 
 import pytest
-from conftest import REPO, ddq
 
+from conftest import REPO, ddq
 from ddqhost import boards, qdir, transfer
 
 
@@ -23,7 +23,9 @@ def test_package_json_for_mip():
         pkg = json.load(f)
     assert pkg["version"] == ddq_version()
     assert ["ddq.py", "port/ddq.py"] in pkg["urls"]
-    for _target, url in pkg["urls"]:  # relative URLs: mip resolves them against package.json's location
+    for _target, url in pkg[
+        "urls"
+    ]:  # relative URLs: mip resolves them against package.json's location
         assert os.path.exists(os.path.join(REPO, url)), url
 
 
@@ -31,11 +33,17 @@ def test_manifest_py_for_freezing():
     calls = []
     with open(os.path.join(REPO, "manifest.py")) as f:
         src = f.read()
-    exec(compile(src, "manifest.py", "exec"), {  # noqa: S102 - the manifest DSL is Python calls
-        "metadata": lambda **kw: calls.append(("metadata", kw)),
-        "module": lambda *a, **kw: calls.append(("module", a, kw)),
-    })
-    assert calls[0] == ("metadata", {"description": calls[0][1]["description"], "version": ddq_version()})
+    exec(
+        compile(src, "manifest.py", "exec"),
+        {  # noqa: S102 - the manifest DSL is Python calls
+            "metadata": lambda **kw: calls.append(("metadata", kw)),
+            "module": lambda *a, **kw: calls.append(("module", a, kw)),
+        },
+    )
+    assert calls[0] == (
+        "metadata",
+        {"description": calls[0][1]["description"], "version": ddq_version()},
+    )
     assert ("module", ("ddq.py",), {"base_path": "port"}) in calls
 
 
@@ -50,7 +58,9 @@ def test_board_profiles_are_flat_sorted_and_complete(name, tmp_path):
     with open(path) as f:
         text = f.read()
     prof = json.loads(text)
-    assert text == json.dumps(prof, indent=2, sort_keys=True) + "\n", "not flat JSON with sorted keys"
+    assert text == json.dumps(prof, indent=2, sort_keys=True) + "\n", (
+        "not flat JSON with sorted keys"
+    )
     assert all(not isinstance(v, (dict, list)) for v in prof.values())
     assert prof["board"] == name
     loaded = boards.load(name)
@@ -61,8 +71,13 @@ def test_board_profiles_are_flat_sorted_and_complete(name, tmp_path):
     with open(app) as f:
         tree = ast.parse(f.read())
     # The example app uses the profile's own queue options.
-    consts = {t.targets[0].id: ast.literal_eval(t.value) for t in tree.body
-              if isinstance(t, ast.Assign) and isinstance(t.targets[0], ast.Name) and t.targets[0].id == "OPTIONS"}
+    consts = {
+        t.targets[0].id: ast.literal_eval(t.value)
+        for t in tree.body
+        if isinstance(t, ast.Assign)
+        and isinstance(t.targets[0], ast.Name)
+        and t.targets[0].id == "OPTIONS"
+    }
     assert consts["OPTIONS"] == opts
     q = qdir.load_ddq().Queue(str(tmp_path / "q"), **opts)  # ddq accepts them
     q.close()
@@ -84,7 +99,9 @@ def test_mpy_cross_builds_for_board_archs(arch, archbits, tmp_path):
     # mpy v6; ddq has no native code, so its bytecode stays portable whatever -march says.
     assert head[0:3] == b"M\x06\x00"
     for name in ("RPI_PICO", "ESP32_GENERIC"):
-        transfer.mpy_cross(boards.app_path(boards.load(name)), str(tmp_path / (name + ".mpy")), arch)
+        transfer.mpy_cross(
+            boards.app_path(boards.load(name)), str(tmp_path / (name + ".mpy")), arch
+        )
     if arch is None:
         return
     # The -march flag does reach mpy-cross: a native function carries the arch in the flags byte.

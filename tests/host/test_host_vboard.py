@@ -4,7 +4,6 @@ import json
 import os
 
 from conftest import ddq, one_line_error
-
 from ddqhost import vboard
 from ddqhost.device import Device
 
@@ -32,8 +31,10 @@ def test_start_status_stop_kill_leave_nothing_behind(tmp_path):
         with Device(st["device"], soft_reset=False) as dev:
             assert dev.probe()["cwd"] == "/flash"
             dev.write_file(":kept.txt", b"kept")
-            dev.exec("f = open('synced', 'wb'); f.write(b'x' * 100); f.flush()\n"
-                     "g = open('unsynced', 'wb'); g.write(b'y' * 3000)")
+            dev.exec(
+                "f = open('synced', 'wb'); f.write(b'x' * 100); f.flush()\n"
+                "g = open('unsynced', 'wb'); g.write(b'y' * 3000)"
+            )
         r = ddq("board", "virtual", "kill", "--dir", d, "--json")
         assert r.returncode == 0 and json.loads(r.stdout)["killed"]
         assert not any(vboard.pid_alive(p) for p in pids)
@@ -64,8 +65,16 @@ def test_start_status_stop_kill_leave_nothing_behind(tmp_path):
 def test_stale_state_file_is_cleaned_up(tmp_path):
     d = tmp_path / "vb"
     d.mkdir()
-    (d / "state.json").write_text(json.dumps({"bridge_pid": 2 ** 22 + 1, "micropython_pid": 2 ** 22 + 2,
-                                              "link": str(d / "tty"), "ready": True}))
+    (d / "state.json").write_text(
+        json.dumps(
+            {
+                "bridge_pid": 2**22 + 1,
+                "micropython_pid": 2**22 + 2,
+                "link": str(d / "tty"),
+                "ready": True,
+            }
+        )
+    )
     rc, st = _status(d)
     assert rc == 3 and st["stale_state"] and not st["running"]
     r = ddq("board", "virtual", "stop", "--dir", d)
