@@ -507,6 +507,11 @@ def argparse_replay(p: argparse.ArgumentParser) -> None:
         "--timeout", type=float, default=10.0, help="seconds to wait for CONNACK/PUBACK"
     )
     p.add_argument("--client-id", help="MQTT client id (default ddq-replay-<time>)")
+    p.add_argument(
+        "--send-expired",
+        action="store_true",
+        help="publish envelopes past their TTL too (default: quarantine them as 'expired')",
+    )
     add_option_args(p)
     p.add_argument("-v", "--verbose", action="store_true", help="one line per message on stderr")
     p.add_argument("--json", action="store_true")
@@ -519,7 +524,7 @@ def do_replay(args: argparse.Namespace) -> int:
     try:
         cfg = replay.parse_url(args.to)
         if args.dry_run:
-            res = replay.plan(args.dir, opts, cfg["prefix"])
+            res = replay.plan(args.dir, opts, cfg["prefix"], send_expired=args.send_expired)
         else:
             res = replay.replay(
                 args.dir,
@@ -530,6 +535,7 @@ def do_replay(args: argparse.Namespace) -> int:
                 timeout=args.timeout,
                 client_id=args.client_id,
                 log=log_err if args.verbose else None,
+                send_expired=args.send_expired,
             )
     except replay.ReplayError as e:
         raise CommandError(str(e)) from None
@@ -540,12 +546,13 @@ def do_replay(args: argparse.Namespace) -> int:
             for w in res["would_send"]:
                 print("would send seq %d -> %s (%d bytes)" % (w["seq"], w["topic"], w["bytes"]))
         print(
-            "%ssent %d, failed %d, skipped %d, remaining %d"
+            "%ssent %d, failed %d, skipped %d, expired %d, remaining %d"
             % (
                 "dry run: " if res["dry_run"] else "",
                 res["sent"],
                 res["failed"],
                 res["skipped"],
+                res["expired"],
                 res["remaining"],
             )
         )

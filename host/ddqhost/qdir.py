@@ -150,87 +150,67 @@ def _preview(b: bytes, n: int = 40) -> str:
     return "0x" + head.hex() + ("..." if len(b) > n else "")
 
 
-_ENV_TIME_FIELDS = ("created_ms", "enqueued_ms", "timestamp_ms", "ts_ms", "time_ms", "t_ms")
-_ENV_FIELDS = (
-    "topic",
-    "qos",
-    "retain",
-    "msg_id",
-    "key",
-    "flags",
-    "expires_ms",
-    "ttl_ms",
-) + _ENV_TIME_FIELDS
+_ENV_FIELDS = ("topic", "qos", "retain", "enqueued_ms", "ttl_ms", "key", "orig_seq")
+
+
+def _decode(ddq: ModuleType, payload: bytes) -> Any:
+    """ddq.decode_envelope(payload) (the message layer's Message), or None when ddq has no message
+    layer or the payload is not an envelope (raw bytes enqueued with Queue.enqueue)."""
+    dec = getattr(ddq, "decode_envelope", None)
+    if dec is None:
+        return None
+    try:
+        return dec(payload)
+    except Exception:  # BadEnvelope, InvalidArgument: not an envelope
+        return None
+
+
+def _expiry(env: Any, now_ms: int) -> tuple[int | None, bool]:
+    """(age_ms or None, expired?) as the Outbox computes them (age against the envelope's time)."""
+    enq = getattr(env, "enqueued_ms", 0) or 0
+    if not enq:
+        return None, False
+    age = max(0, now_ms - enq)
+    ttl = getattr(env, "ttl_ms", 0) or 0
+    return age, bool(ttl) and age >= ttl
 
 
 def decode_envelope(
     ddq: ModuleType, payload: bytes, now_ms: int | None = None
 ) -> dict[str, Any] | None:
-    """Message-layer envelope fields via ddq.decode_envelope when ddq has it; None when not an envelope."""
-    dec = getattr(ddq, "decode_envelope", None)
-    if dec is None:
+    """Envelope fields for inspect (topic, qos, retain, times, age, key hex), or None."""
+    env = _decode(ddq, payload)
+    if env is None or not getattr(env, "topic", None):
         return None
-    try:
-        env = dec(payload)
-    except Exception:
-        return None
-    if env is None:
-        return None
-    if isinstance(env, dict):
-        get = env.get
-    else:
-
-        def get(k: str, d: Any = None) -> Any:
-            return getattr(env, k, d)
-
     out: dict[str, Any] = {}
     for k in _ENV_FIELDS:
-        v = get(k)
+        v = getattr(env, k, None)
         if v is not None:
-            out[k] = (
-                v.decode("utf-8", "replace")
-                if isinstance(v, (bytes, bytearray)) and k == "topic"
-                else v
-            )
-    if not out.get("topic"):
-        return None
-    body = get("payload")
-    if body is None:
-        body = get("body")
+            out[k] = v.hex() if isinstance(v, (bytes, bytearray)) else v
+    body = getattr(env, "payload", None)
     if isinstance(body, (bytes, bytearray, memoryview)):
         out["payload_len"] = len(body)
         out["payload_preview"] = _preview(bytes(body))
-    for k in _ENV_TIME_FIELDS:
-        if isinstance(out.get(k), int) and now_ms:
-            out["age_ms"] = now_ms - out[k]
-            break
-    for k, v in list(out.items()):
-        if isinstance(v, (bytes, bytearray)):
-            out[k] = v.hex()
+    if now_ms is not None:
+        age, expired = _expiry(env, now_ms)
+        if age is not None:
+            out["age_ms"] = age
+            out["expired"] = expired
     return out
 
 
-def envelope_parts(ddq: ModuleType, payload: bytes) -> tuple[str, bytes, bool] | None:
-    """(topic, body bytes, retain) for replay, or None when the payload is not an envelope."""
-    dec = getattr(ddq, "decode_envelope", None)
-    if dec is None:
-        return None
-    try:
-        env = dec(payload)
-    except Exception:
-        return None
-    if env is None:
-        return None
-    get = env.get if isinstance(env, dict) else (lambda k, d=None: getattr(env, k, d))
-    topic = get("topic")
-    body = get("payload")
-    if body is None:
-        body = get("body")
+def envelope_parts(
+    ddq: ModuleType, payload: bytes, now_ms: int
+) -> tuple[str, bytes, bool, bool] | None:
+    """(topic, inner payload, retain, expired) for replay, or None when not an envelope."""
+    env = _decode(ddq, payload)
+    topic = getattr(env, "topic", None) if env is not None else None
+    body = getattr(env, "payload", None) if env is not None else None
     if not topic or body is None:
         return None
     if isinstance(topic, (bytes, bytearray)):
         topic = bytes(topic).decode("utf-8", "replace")
-    return topic, bytes(body), bool(get("retain", False))
+    return str(topic), bytes(body), bool(getattr(env, "retain", False)), _expiry(env, now_ms)[1]
 
 
 def _snapshot(path: str) -> dict[str, int]:
@@ -363,11 +343,13 @@ def render_inspect(info: dict[str, Any]) -> str:
         env = d.get("envelope")
         if env:
             lines.append(
-                "         envelope: topic %s qos %s%s"
+                "         envelope: topic %s qos %s%s%s%s"
                 % (
                     env.get("topic"),
                     env.get("qos"),
+                    " retain" if env.get("retain") else "",
                     " age %ds" % (env["age_ms"] // 1000) if "age_ms" in env else "",
+                    " EXPIRED" if env.get("expired") else "",
                 )
             )
         if "reason" in d:

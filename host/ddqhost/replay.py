@@ -11,8 +11,10 @@ Topics (URL mqtt://[user[:password]@]HOST[:PORT][/PREFIX], PREFIX defaults to "d
     with the envelope's retain flag and its inner payload;
   - any other payload is published unchanged to PREFIX/raw ("raw" with an empty prefix).
 Replay always publishes with QoS 1, whatever the envelope asked for: the ack needs a PUBACK.
+An envelope past its TTL (enqueued_ms + ttl_ms <= now) is not published but quarantined with the
+reason "expired", as the Outbox does by default; --send-expired publishes it anyway.
 
-Counts: sent (acked this run), failed (no PUBACK in time / connection lost: released with retry(0),
+Counts: sent (acked this run), expired (quarantined, not sent), failed (no PUBACK in time / connection lost: released with retry(0),
 which counts an attempt, and the run stops), skipped (pending but not deliverable now: backing off
 after a retry, or under a live lease), remaining (deliverable but not attempted: --limit, Ctrl-C, or
 the stop after a failure), raw (of sent, published to PREFIX/raw).
@@ -63,17 +65,36 @@ def topic_for(prefix: str, topic: str) -> str:
     return "%s/%s" % (prefix, topic) if prefix else topic
 
 
-def route(ddq: ModuleType, prefix: str, payload: bytes) -> tuple[str, bytes, bool, bool]:
-    """(topic, body, retain, raw?) for a stored payload."""
-    env = qdir.envelope_parts(ddq, payload)
+class Route:
+    """Where and how one stored payload is published."""
+
+    __slots__ = ("topic", "body", "retain", "raw", "expired")
+
+    def __init__(self, topic: str, body: bytes, retain: bool, raw: bool, expired: bool) -> None:
+        self.topic, self.body, self.retain, self.raw, self.expired = (
+            topic,
+            body,
+            retain,
+            raw,
+            expired,
+        )
+
+
+def route(ddq: ModuleType, prefix: str, payload: bytes, now_ms: int) -> Route:
+    """The route of a stored payload: an envelope to PREFIX/<topic>, anything else to PREFIX/raw."""
+    env = qdir.envelope_parts(ddq, payload, now_ms)
     if env is None:
-        return topic_for(prefix, "raw"), bytes(payload), False, True
-    topic, body, retain = env
-    return topic_for(prefix, topic), body, retain, False
+        return Route(topic_for(prefix, "raw"), bytes(payload), False, True, False)
+    topic, body, retain, expired = env
+    return Route(topic_for(prefix, topic), body, retain, False, expired)
 
 
 def plan(
-    path: str, options: dict[str, int], prefix: str, now_ms: int | None = None
+    path: str,
+    options: dict[str, int],
+    prefix: str,
+    now_ms: int | None = None,
+    send_expired: bool = False,
 ) -> dict[str, Any]:
     """Dry run on a copy: what would be sent where, what would be skipped. DIR is not written."""
     ddq = qdir.load_ddq()
@@ -89,10 +110,19 @@ def plan(
         if not due:
             skipped.append(it["seq"])
             continue
-        topic, body, retain, raw = route(ddq, prefix, bytes.fromhex(it["payload_hex"]))
+        r = route(ddq, prefix, bytes.fromhex(it["payload_hex"]), now)
         would.append(
-            {"seq": it["seq"], "topic": topic, "bytes": len(body), "retain": retain, "raw": raw}
+            {
+                "seq": it["seq"],
+                "topic": r.topic,
+                "bytes": len(r.body),
+                "retain": r.retain,
+                "raw": r.raw,
+                "expired": r.expired,
+            }
         )
+    expired = [w["seq"] for w in would if w["expired"] and not send_expired]
+    would = [w for w in would if w["seq"] not in expired]
     return {
         "dry_run": True,
         "would_send": would,
@@ -100,6 +130,8 @@ def plan(
         "failed": 0,
         "skipped": len(skipped),
         "skipped_seqs": skipped,
+        "expired": len(expired),
+        "expired_seqs": expired,
         "remaining": len(would),
         "raw": sum(1 for w in would if w["raw"]),
     }
@@ -114,6 +146,7 @@ def replay(
     timeout: float = 10.0,
     client_id: str | None = None,
     log: Callable[[str], None] | None = None,
+    send_expired: bool = False,
 ) -> dict[str, Any]:
     """Deliver; return the summary dict (see the module docstring)."""
     import paho.mqtt.client as mqtt
@@ -178,6 +211,7 @@ def replay(
             interrupted,
             state,
             log,
+            send_expired,
         )
     finally:
         if old is not None:
@@ -202,9 +236,11 @@ def _deliver(
     interrupted: list[bool],
     state: dict[str, Any],
     log: Callable[[str], None] | None,
+    send_expired: bool = False,
 ) -> dict[str, Any]:
     sent: list[int] = []
     failed: list[int] = []
+    expired: list[int] = []
     raw = 0
     q = ddq.Queue(path, **options)
     try:
@@ -212,7 +248,7 @@ def _deliver(
         attempted: set[int] = set()
         stop = False
         for _ in range(len(pending) + 1):  # bounded: each pass claims a different pending item
-            if stop or interrupted or (limit is not None and len(sent) >= limit):
+            if stop or interrupted or (limit is not None and len(sent) + len(expired) >= limit):
                 break
             c = q.claim(lease_ms)
             if c is None:
@@ -221,8 +257,16 @@ def _deliver(
                 q.retry(c.seq, 0)
                 break
             attempted.add(c.seq)
-            topic, body, retain, is_raw = route(ddq, prefix, q.read(c.seq))
-            info = client.publish(topic, body, qos=1, retain=retain)
+            r = route(ddq, prefix, q.read(c.seq), int(time.time() * 1000))
+            if r.expired and not send_expired:
+                # Past its TTL: retired like the Outbox does by default (dead letter "expired").
+                q.quarantine(c.seq, b"expired")
+                expired.append(c.seq)
+                if log:
+                    log("seq %d expired (TTL): quarantined, not sent" % c.seq)
+                continue
+            topic = r.topic
+            info = client.publish(topic, r.body, qos=1, retain=r.retain)
             try:
                 info.wait_for_publish(timeout)
                 ok = info.is_published()
@@ -231,9 +275,9 @@ def _deliver(
             if ok:
                 q.ack(c.seq)
                 sent.append(c.seq)
-                raw += 1 if is_raw else 0
+                raw += 1 if r.raw else 0
                 if log:
-                    log("sent seq %d -> %s (%d bytes)" % (c.seq, topic, len(body)))
+                    log("sent seq %d -> %s (%d bytes)" % (c.seq, topic, len(r.body)))
             else:
                 q.retry(c.seq, 0)
                 failed.append(c.seq)
@@ -262,6 +306,8 @@ def _deliver(
         "skipped": len(skipped),
         "remaining": len(remaining),
         "raw": raw,
+        "expired": len(expired),
+        "expired_seqs": expired,
         "sent_seqs": sent,
         "failed_seqs": failed,
         "skipped_seqs": skipped,
