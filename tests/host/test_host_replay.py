@@ -4,7 +4,6 @@ import json
 import time
 
 from conftest import Subscriber, ddq, tree_hash
-
 from ddqhost import qdir
 
 OPTS = {"segment_bytes": 4096, "max_payload_bytes": 256, "max_items": 64, "max_segments": 8}
