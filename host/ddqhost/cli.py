@@ -137,6 +137,9 @@ def argparse_board(p: argparse.ArgumentParser) -> None:
         metavar="EXE",
         help="unix port executable (default: the venv's micropython)",
     )
+    v.add_argument(
+        "--heapsize", metavar="SIZE", help="MicroPython heap, e.g. 8M (for `ddq test --fs lfs2`)"
+    )
     v.add_argument("--json", action="store_true")
     pr = sub.add_parser("probe", help="detect the board profile of a connected device")
     add_device_args(pr)
@@ -208,6 +211,7 @@ def do_board(args: argparse.Namespace) -> int:
                 micropython=args.micropython,
                 block_size=bs,
                 blocks=max(8, args.size_kib * 1024 // bs),
+                heapsize=args.heapsize,
             )
             msg = "virtual board running: device %s (image %s)" % (res["device"], res["image"])
         elif args.action == "stop":

@@ -248,6 +248,7 @@ def start(
     block_size: int = DEFAULT_BLOCK_SIZE,
     blocks: int = DEFAULT_BLOCKS,
     timeout: float = 15.0,
+    heapsize: str | None = None,
 ) -> dict[str, Any]:
     p = _paths(state_dir)
     os.makedirs(p["dir"], exist_ok=True)
@@ -280,7 +281,16 @@ def start(
     env["PYTHONPATH"] = here + os.pathsep + env.get("PYTHONPATH", "")
     with open(p["log"], "wb") as log:
         bridge = subprocess.Popen(
-            [sys.executable, "-m", "ddqhost.vboard", "bridge", p["dir"], mp, image],
+            [
+                sys.executable,
+                "-m",
+                "ddqhost.vboard",
+                "bridge",
+                p["dir"],
+                mp,
+                image,
+                heapsize or "",
+            ],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
@@ -387,7 +397,7 @@ def _write_state(path: str, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def bridge_main(state_dir: str, micropython: str, image: str) -> int:
+def bridge_main(state_dir: str, micropython: str, image: str, heapsize: str = "") -> int:
     p = _paths(state_dir)
     m1, s1 = pty.openpty()  # client side (mpremote opens the slave s1 by name)
     m2, s2 = pty.openpty()  # micropython side
@@ -395,7 +405,7 @@ def bridge_main(state_dir: str, micropython: str, image: str) -> int:
     tty.setraw(s2)
     slave_name = os.ttyname(s1)
     proc = subprocess.Popen(
-        [micropython, "-i", p["boot"]],
+        [micropython] + (["-X", "heapsize=" + heapsize] if heapsize else []) + ["-i", p["boot"]],
         stdin=s2,
         stdout=s2,
         stderr=s2,
@@ -519,7 +529,9 @@ def bridge_main(state_dir: str, micropython: str, image: str) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "bridge":
-        sys.exit(bridge_main(sys.argv[2], sys.argv[3], sys.argv[4]))
-    sys.stderr.write("usage: python -m ddqhost.vboard bridge STATE_DIR MICROPYTHON IMAGE\n")
+    if len(sys.argv) in (5, 6) and sys.argv[1] == "bridge":
+        sys.exit(bridge_main(*sys.argv[2:]))
+    sys.stderr.write(
+        "usage: python -m ddqhost.vboard bridge STATE_DIR MICROPYTHON IMAGE [HEAPSIZE]\n"
+    )
     sys.exit(2)
