@@ -306,6 +306,13 @@ def build(results, errors, smoke, seconds):
             rows.append(("compact() with N pending (µs per pending item)",
                          fmt(small["compact_us"] / sc["small"]),
                          fmt(big["compact_us"] / sc["big"]), "", "", ""))
+            rows.append(("first enqueue after compact() (µs; the admission plan is rebuilt)",
+                         fmt(small["first_enqueue_after_compact_us"]),
+                         fmt(big["first_enqueue_after_compact_us"]),
+                         fmt(big["first_enqueue_after_compact_us"]
+                             / small["first_enqueue_after_compact_us"]),
+                         "second: %s" % fmt(small["second_enqueue_after_compact_us"]),
+                         "second: %s" % fmt(big["second_enqueue_after_compact_us"])))
         rep.section("%s per-operation cost vs pending items (sync=\"none\": CPU only; %d ops a "
                     "round; rounds alternate between the two queues; ratio = median of the "
                     "per-round ratios)" % (interp, sc["m"]),
@@ -505,14 +512,26 @@ def notes(R):
                 fmt(cpu(mps)), fmt(median(mb["raw_sync"])),
                 " / ".join(fmt(al["per_op"][max(al["per_op"], key=int)][o])
                            for o in ("enqueue", "claim", "ack")) if al else "?"))
-    for key, sc in (("cp", cps), ("mp", mps)):
-        if sc:
-            out["6" + key] = (
-                "claim and ack find the item by binary search over array('Q') seqs (twice in "
-                "ack), and on MicroPython each array('Q') read allocates a 64-byte mpz "
-                "(mp_obj_new_int_from_ll always allocates), so the cost grows with log2(n) "
-                "and with the allocator's scan. Close: P1 (seqs as small-int offsets from a "
-                "base in array('I')) and P2 (a claimed item's index from `live`, O(1)).")
+    find_text = ("claim and ack find the item by binary search over the array('Q') of seqs "
+                 "(twice in ack, once more in claim after its write), so their cost grows with "
+                 "log2(n); on MicroPython each array('Q') read also allocates a 64-byte mpz "
+                 "(mp_obj_new_int_from_ll always allocates), so it grows with the allocator's "
+                 "scan too. Close: P2 (a claimed item's index from `live`, O(1); no re-find "
+                 "after the write) and P1 (seqs as small-int offsets from a base in "
+                 "array('I')).")
+    out["6cp-claim"] = out["6cp-ack"] = out["6mp-claim"] = out["6mp-ack"] = find_text
+    out["6cp-enqueue"] = ("enqueue itself is O(1) in CPython (array appends, a cached admission "
+                          "plan), so a miss here is the noise of a shared machine (compare the "
+                          "rounds); the one O(n) step is the first enqueue after a compaction, "
+                          "which rebuilds the admission plan (row of the CPython scaling table). "
+                          "Close: let compaction compute the new plan while it copies (P15).")
+    out["6mp-enqueue"] = ("MicroPython grows an array by a few items at a time, so the five index "
+                          "arrays are reallocated and copied every few appends: at 100,000 items "
+                          "each copy moves ~1.9 MB in all (the fill row: %s µs an enqueue while "
+                          "growing to 100,000), and a board heap fits about half the items its "
+                          "free bytes allow (rows 5c). Close: P14 (grow the index in fixed "
+                          "chunks, or reserve max_items up front), and P1 for the seq reads."
+                          % fmt(mps["per_op"][str(mps["big"])]["fill_us_per"] if mps else None))
     out["7"] = ("Recovery is per-record Python work: at 1 KiB payloads about %s µs a record "
                 "(cProfile: %s), against a raw read + crc32 that runs in C at memory speed; the "
                 "ratio therefore rises with the payload size (rows 7x: %s at 100 B, %s at 16 "
@@ -578,11 +597,13 @@ def render(rep, results, errors, smoke, seconds, machine):
     out = ["# Benchmarks", ""]
     out += ["Written by `bench/run.py` (`make bench`); do not edit by hand. Each figure is a ratio "
             "against a baseline measured in the same run, on the same machine, by the same "
-            "interpreter; every part runs in its own process and takes the best of its "
-            "interleaved repeats (the machine is shared, so absolute numbers wander from run to "
-            "run; the ratios are what to compare). Targets are reported here and never asserted "
-            "(`make bench-smoke` only checks that every part still runs). No plot: matplotlib is "
-            "not in the pinned venv and the tables say it all.", ""]
+            "interpreter. Every part runs in its own process. The machine is shared and its "
+            "disk's fsync time wanders by 10× within a minute, so a subject and its baseline run "
+            "in alternating small blocks and a ratio is the median of the per-block (or "
+            "per-round) ratios; other figures are the best of their repeats. Absolute numbers "
+            "differ from run to run; compare the ratios. Targets are reported, never asserted "
+            "(`make bench-smoke` only checks that every part still runs). No plot: matplotlib "
+            "is not in the pinned venv, and the tables carry the numbers.", ""]
     out += ["Run: %s; %.0f s; %s." % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                        seconds, machine), ""]
     if smoke:
@@ -599,7 +620,7 @@ def render(rep, results, errors, smoke, seconds, machine):
             continue
         key = r[0]
         if key == "6":
-            key = "6cp" if r[1].startswith("CPython") else "6mp"
+            key = "6%s-%s" % ("cp" if r[1].startswith("CPython") else "mp", r[1].split()[1])
         text = why.get(key)
         if text and (r[0], text) not in [(m[0], m[2]) for m in missed]:
             missed.append((r[0], r[1], text))
@@ -668,6 +689,9 @@ PROPOSALS = [
     "replay window also stays allocated after open (`_rbuf`): shrink it back.",
     "- **P13** Import heap: split the message layer into its own module; fewer function and "
     "class objects in the core; recommend ROMFS or frozen modules on boards.",
+    "- **P15** `compact()` leaves `_plan = None`, so the next enqueue walks every item "
+    "(`_plan_items`) — an O(n) stall right after each compaction (CPython scaling table). "
+    "Compaction visits every kept item anyway: build the plan there.",
     "- **P14** Index growth: the five arrays grow by small reallocations, each needing a new "
     "contiguous block while the old one is live, so a board heap holds about half the items its "
     "free bytes allow (row 5c) and `enqueue` while growing costs O(n) copies (fill row of the "
@@ -688,11 +712,12 @@ def machine_line():
         pass
     mpv = ""
     try:
-        mpv = subprocess.run([MP, "-c", "import sys; print(sys.version)"], capture_output=True,
-                             text=True, timeout=30).stdout.strip()
+        mpv = subprocess.run([MP, "-c", "import sys; print('%d.%d.%d' % sys.implementation"
+                              ".version[:3], sys.implementation._build)"],
+                             capture_output=True, text=True, timeout=30).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         pass
-    return "%s, %d cores; CPython %s; MicroPython %s" % (cpu or platform.machine(),
+    return "%s, %d cores; CPython %s; MicroPython unix port %s" % (cpu or platform.machine(),
                                                          os.cpu_count() or 0,
                                                          platform.python_version(), mpv)
 
