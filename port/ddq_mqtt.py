@@ -1,0 +1,207 @@
+"""ddq_mqtt: deliver ddq.Outbox messages through MQTT 3.1.1, QoS 1 (PUBACK = delivered).
+
+A minimal client of our own over `socket` (CONNECT, PUBLISH, PUBACK, PINGREQ, DISCONNECT; no
+subscribe) that runs unchanged on CPython and MicroPython. Packet ids come from the ddq seq and
+are never 0; DUP is set on a redelivery (attempts > 0).
+
+    import ddq, ddq_mqtt
+    ob = ddq.Outbox("outbox")
+    link = ddq_mqtt.Sender("broker.local", client_id=b"dev-42")
+    ob.put("site/dev-42/temp", b"21.5")
+    ob.pump(link.send)        # or: asyncio.run(ob.run(link.send))
+
+Wire format: MQTT 3.1.1 (OASIS) §3.1 CONNECT, §3.2 CONNACK, §3.3 PUBLISH, §3.4 PUBACK. Behaviour:
+docs/SPEC.md §13 [E19].
+"""
+
+__version__ = "0.1.0"
+
+# Copyright (c) 2026 the ddq authors. BSD-3-Clause.
+
+import socket
+import struct
+import time
+
+_MP = hasattr(time, "ticks_ms")  # a feature probe; mypy's two passes read it as a flag
+if _MP:
+    from micropython import const
+
+    def _ms() -> int:
+        t: int = time.ticks_ms()  # type: ignore[assignment]  # stubs: an opaque _TicksMs
+        return t & 0x3FFFFFFF
+else:
+
+    def const(x: int) -> int:
+        return x
+
+    def _ms() -> int:
+        return (time.monotonic_ns() // 1000000) & 0x3FFFFFFF
+
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Optional
+
+_CONNECT = const(0x10)
+_CONNACK = const(0x20)
+_PUBLISH = const(0x30)
+_PUBACK = const(0x40)
+_PINGREQ = const(0xC0)
+_DISCONNECT = const(0xE0)
+_DUP = const(0x08)
+_RETAIN = const(0x01)
+_QOS1 = const(0x02)
+_MAX_PACKETS = const(64)  # packets read while waiting for one PUBACK (PINGRESP, stale PUBACKs)
+_ECONNRESET = const(104)
+_ECONNREFUSED = const(111)
+_ETIMEDOUT = const(110)
+
+
+def packet_id(seq: int) -> int:
+    """Return the MQTT packet id of ddq seq: 1..65535, never 0, stable across redeliveries."""
+    return (seq - 1) % 65535 + 1
+
+
+def _varlen(n: int) -> bytes:
+    # MQTT remaining length: 7 bits a byte, high bit = more (§2.2.3); at most 268,435,455.
+    if n > 268435455:
+        raise ValueError("MQTT packet too large")
+    out = bytearray()
+    for _ in range(4):
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | 0x80 if n else b)
+        if not n:
+            break
+    return bytes(out)
+
+
+def _str(b: bytes) -> bytes:
+    return struct.pack("!H", len(b)) + b
+
+
+def encode_connect(client_id: bytes, keepalive: int = 60, clean: bool = True,
+                   user: "Optional[bytes]" = None, password: "Optional[bytes]" = None) -> bytes:
+    """Return a CONNECT packet (protocol level 4)."""
+    flags = (0x02 if clean else 0) | (0x80 if user is not None else 0) \
+        | (0x40 if password is not None else 0)
+    body = _str(b"MQTT") + struct.pack("!BBH", 4, flags, keepalive) + _str(client_id)
+    if user is not None:
+        body += _str(user)
+    if password is not None:
+        body += _str(password)
+    return bytes([_CONNECT]) + _varlen(len(body)) + body
+
+
+def encode_publish(topic: bytes, payload: bytes, qos: int = 1, retain: bool = False,
+                   dup: bool = False, pid: int = 0) -> bytes:
+    """Return a PUBLISH packet; QoS 1 needs a packet id in 1..65535 (§3.3.2.2)."""
+    if qos and not 0 < pid < 65536:
+        raise ValueError("QoS 1 needs a packet id in 1..65535")
+    h = _PUBLISH | (_QOS1 if qos else 0) | (_RETAIN if retain else 0) | (_DUP if qos and dup else 0)
+    var = _str(topic) + (struct.pack("!H", pid) if qos else b"")
+    return bytes([h]) + _varlen(len(var) + len(payload)) + var + payload
+
+
+class Sender:
+    """One MQTT connection that publishes ddq messages; send(msg) returns True once delivered
+    (QoS 1: PUBACK received; QoS 0: written) and raises OSError otherwise, after closing the
+    connection (the next send reconnects). `connect` may supply a socket-like object (tests)."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 1883, client_id: bytes = b"ddq",
+                 keepalive: int = 60, timeout_ms: int = 5000, user: "Optional[bytes]" = None,
+                 password: "Optional[bytes]" = None,
+                 connect: "Optional[Callable[[], Any]]" = None) -> None:
+        self.host, self.port, self.client_id = host, port, client_id
+        self.keepalive, self.timeout_ms = keepalive, timeout_ms
+        self.user, self.password = user, password
+        self._factory = connect
+        self.sock: "Any" = None
+        self._last = 0
+        self.connects = 0  # how many connections were made (statistics)
+
+    def _open(self) -> "Any":
+        if self._factory is not None:
+            return self._factory()
+        s = socket.socket()
+        try:
+            s.settimeout(self.timeout_ms / 1000)
+            s.connect(socket.getaddrinfo(self.host, self.port)[0][-1])
+        except BaseException:
+            s.close()
+            raise
+        return s
+
+    def _write(self, b: bytes) -> None:
+        w = getattr(self.sock, "sendall", None) or self.sock.write  # sendall where it exists
+        w(b)
+        self._last = _ms()
+
+    def _read(self, n: int) -> bytes:
+        out = b""
+        for _ in range(n + 1):
+            if len(out) >= n:
+                break
+            chunk = self.sock.recv(n - len(out))
+            if not chunk:
+                raise OSError(_ECONNRESET, "MQTT connection closed by the broker")
+            out += chunk
+        return out
+
+    def _packet(self) -> "tuple[int, bytes]":
+        h = self._read(1)[0]
+        n, shift = 0, 0
+        for _ in range(4):
+            b = self._read(1)[0]
+            n |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                break
+        return h, self._read(n) if n else b""
+
+    def connect(self) -> None:
+        """Open the connection (CONNECT, wait for CONNACK); OSError if refused."""
+        self.close()
+        self.sock = self._open()
+        try:
+            self._write(encode_connect(self.client_id, self.keepalive, True, self.user,
+                                       self.password))
+            h, body = self._packet()
+            if h & 0xF0 != _CONNACK or len(body) != 2 or body[1] != 0:
+                raise OSError(_ECONNREFUSED, "MQTT CONNACK refused: %r" % (body,))
+        except BaseException:
+            self.close()
+            raise
+        self.connects += 1
+
+    def close(self) -> None:
+        """Send DISCONNECT (best effort) and close the socket."""
+        s, self.sock = self.sock, None
+        if s is not None:
+            try:
+                (getattr(s, "sendall", None) or s.write)(bytes([_DISCONNECT, 0]))
+            except OSError:
+                pass
+            s.close()
+
+    def send(self, m: "Any") -> bool:
+        """Publish one ddq.Message (topic, payload, qos, retain, seq, attempts) [E19]."""
+        idle = ((_ms() - self._last + 0x20000000) & 0x3FFFFFFF) - 0x20000000  # ticks_diff
+        if self.sock is not None and self.keepalive and not 0 <= idle < self.keepalive * 1000:
+            self.close()  # idle past keepalive: the broker may have dropped us; start afresh
+        if self.sock is None:
+            self.connect()
+        pid = packet_id(m.seq)
+        try:
+            self._write(encode_publish(m.topic.encode(), m.payload, m.qos, m.retain,
+                                       m.attempts > 0, pid))
+            if not m.qos:
+                return True
+            for _ in range(_MAX_PACKETS):
+                h, body = self._packet()
+                if h & 0xF0 == _PUBACK and len(body) == 2 and struct.unpack("!H", body)[0] == pid:
+                    return True
+            raise OSError(_ETIMEDOUT, "no PUBACK for packet id %d" % pid)
+        except BaseException:
+            self.close()
+            raise

@@ -1,0 +1,237 @@
+"""End to end: ddq.Outbox -> ddq_mqtt.Sender -> a real mosquitto -> a paho subscriber.
+
+Each test starts its own mosquitto (Debian's /usr/sbin/mosquitto) on a free loopback port with a
+generated config (listener on 127.0.0.1 only, anonymous, persistence on so a graceful restart
+keeps the subscriber's queued QoS 1 messages), and stops it by pid. The broker is restarted in
+the middle of delivery; every message must arrive (duplicates are allowed: at least once).
+The MicroPython run drives the same adapter from the unix port in a subprocess.
+Figures (messages/s) are printed, never asserted. EVIDENCE-OF: E17 E19
+"""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import ddq
+import ddq_mqtt
+
+mqtt = pytest.importorskip("paho.mqtt.client")
+MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+if not os.path.exists(MOSQUITTO):
+    pytest.skip("mosquitto is not installed", allow_module_level=True)
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MICROPYTHON = os.path.join(os.path.dirname(sys.executable), "micropython")
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = int(s.getsockname()[1])
+    s.close()
+    return port
+
+
+class Broker:
+    def __init__(self, tmp: str) -> None:
+        self.tmp, self.port = tmp, free_port()
+        self.conf = os.path.join(tmp, "mosquitto.conf")
+        with open(self.conf, "w") as f:
+            f.write(
+                "listener %d 127.0.0.1\nallow_anonymous true\nuser root\n"
+                "persistence true\npersistence_location %s/\nmax_queued_messages 100000\n"
+                "log_dest file %s/mosquitto.log\n" % (self.port, tmp, tmp)
+            )
+        self.proc: "subprocess.Popen[bytes] | None" = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen([MOSQUITTO, "-c", self.conf], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("mosquitto did not start: " + self.log())
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()  # SIGTERM: mosquitto saves its persistence db and exits
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc = None
+
+    def log(self) -> str:
+        try:
+            with open(os.path.join(self.tmp, "mosquitto.log")) as f:
+                return f.read()[-2000:]
+        except OSError:
+            return ""
+
+
+class Subscriber:
+    """paho, persistent session (clean_session False), QoS 1, auto-reconnect."""
+
+    def __init__(self, port: int, topic: str) -> None:
+        self.got: list[bytes] = []
+        self.lock = threading.Lock()
+        self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="ddq-e2e-sub-%d" % port,
+                             clean_session=False, protocol=mqtt.MQTTv311)
+        self.c.on_connect = lambda c, u, f, rc, p=None: c.subscribe(topic, qos=1)
+        self.c.on_message = self._on_message
+        self.c.reconnect_delay_set(1, 1)
+        self.c.connect("127.0.0.1", port, keepalive=30)
+        self.c.loop_start()
+
+    def _on_message(self, c: "object", u: "object", m: "object") -> None:
+        with self.lock:
+            self.got.append(m.payload)  # type: ignore[attr-defined]
+
+    def distinct(self) -> set[bytes]:
+        with self.lock:
+            return set(self.got)
+
+    def wait_for(self, want: set[bytes], seconds: float) -> set[bytes]:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and not want <= self.distinct():
+            time.sleep(0.05)
+        return want - self.distinct()
+
+    def close(self) -> None:
+        self.c.loop_stop()
+        self.c.disconnect()
+
+
+@pytest.fixture
+def broker(tmp_path):  # type: ignore[no-untyped-def]
+    b = Broker(str(tmp_path))
+    b.start()
+    yield b
+    b.stop()
+
+
+def _deliver(ob: ddq.Outbox, link: ddq_mqtt.Sender, seconds: float, until=None) -> None:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not ob.empty():
+        ob.pump(link.send, budget=50)
+        if until is not None and until():
+            return
+        d = ob.next_ready_ms()
+        time.sleep(min(d or 0, 50) / 1000)
+
+
+def test_delivery_survives_a_broker_restart(broker, tmp_path):  # type: ignore[no-untyped-def]
+    n = 300
+    sub = Subscriber(broker.port, "e2e/#")
+    ob = ddq.Outbox(str(tmp_path / "q"), min_retry_ms=20, max_retry_ms=300, lease_ms=10000)
+    link = ddq_mqtt.Sender("127.0.0.1", broker.port, client_id=b"ddq-e2e-pub", timeout_ms=2000)
+    want = {b"%06d" % i for i in range(n)}
+    try:
+        for i in range(n):
+            ob.put("e2e/%d" % (i % 7), b"%06d" % i, key=b"%06d" % i)
+        _deliver(ob, link, 30, until=lambda: ob.stats()["sent"] >= n // 3)
+        sent_before = ob.stats()["sent"]
+        assert 0 < sent_before < n
+        broker.stop()
+        _deliver(ob, link, 0.7)  # the broker is down: every send fails and backs off
+        st = ob.stats()
+        assert st["sent"] == sent_before and st["retried"] > 0
+        broker.start()
+        _deliver(ob, link, 60)
+        st = ob.stats()
+        assert ob.empty() and st["sent"] == n, st
+        missing = sub.wait_for(want, 30)
+        dups = len(sub.got) - len(sub.distinct())
+        print("broker restart: %d messages, %d lost, %d duplicates, %d retries, %d connects"
+              % (n, len(missing), dups, st["retried"], link.connects))
+        assert not missing, sorted(missing)[:10]
+    finally:
+        link.close()
+        sub.close()
+        ob.close()
+
+
+@pytest.mark.parametrize("group", [0, 100])
+def test_throughput_to_mosquitto(broker, tmp_path, group):  # type: ignore[no-untyped-def]
+    n = 1000
+    sub = Subscriber(broker.port, "rate/#")
+    ob = ddq.Outbox(str(tmp_path / "q"), sync_every=group)
+    link = ddq_mqtt.Sender("127.0.0.1", broker.port, client_id=b"ddq-rate-pub")
+    try:
+        t0 = time.perf_counter()
+        for i in range(n):
+            ob.put("rate/x", b"%06d" % i)
+        t1 = time.perf_counter()
+        _deliver(ob, link, 120)
+        t2 = time.perf_counter()
+        assert ob.stats()["sent"] == n
+        assert not sub.wait_for({b"%06d" % i for i in range(n)}, 30)
+        print("sync=%s: put %.0f msg/s; deliver (QoS 1, PUBACK each) %.0f msg/s"
+              % ("every %d" % group if group else "always", n / (t1 - t0), n / (t2 - t1)))
+    finally:
+        link.close()
+        sub.close()
+        ob.close()
+
+
+MP_SCRIPT = """
+import sys, time
+sys.path.insert(0, %(port)r)
+import ddq, ddq_mqtt
+ob = ddq.Outbox(%(qdir)r, min_retry_ms=20, max_retry_ms=300, lease_ms=10000)
+for i in range(%(n)d):
+    ob.put("mp/%%d" %% (i %% 5), b"%%06d" %% i)
+link = ddq_mqtt.Sender("127.0.0.1", %(mqtt_port)d, client_id=b"ddq-mp-pub", timeout_ms=2000)
+t0 = time.ticks_ms()
+for _ in range(100000):
+    if ob.empty() or time.ticks_diff(time.ticks_ms(), t0) > 60000:
+        break
+    ob.pump(link.send, budget=5)
+    time.sleep_ms(min(ob.next_ready_ms() or 0, 50) or 10)
+st = ob.stats()
+print("MP sent", st["sent"], "retried", st["retried"], "connects", link.connects)
+link.close()
+ob.close()
+"""
+
+
+def test_micropython_adapter_with_a_broker_restart(broker, tmp_path):  # type: ignore[no-untyped-def]
+    if not os.path.exists(MICROPYTHON):
+        pytest.skip("no MicroPython unix port in the venv")
+    n = 200
+    sub = Subscriber(broker.port, "mp/#")
+    script = tmp_path / "mp_pub.py"
+    script.write_text(MP_SCRIPT % {"port": os.path.join(REPO, "port"), "n": n,
+                                   "qdir": str(tmp_path / "mpq"), "mqtt_port": broker.port})
+    p = subprocess.Popen([MICROPYTHON, str(script)], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT)
+    try:
+        end = time.monotonic() + 30
+        while time.monotonic() < end and len(sub.distinct()) < n // 4:
+            time.sleep(0.02)
+        assert len(sub.distinct()) < n, "the MicroPython publisher finished before the restart"
+        broker.stop()
+        time.sleep(0.5)
+        broker.start()
+        out, _ = p.communicate(timeout=90)
+        text = out.decode()
+        assert p.returncode == 0, text
+        assert ("MP sent %d " % n) in text, text
+        missing = sub.wait_for({b"%06d" % i for i in range(n)}, 30)
+        print(text.strip(), "| lost", len(missing), "duplicates", len(sub.got) - len(sub.distinct()))
+        assert not missing, sorted(missing)[:10]
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        sub.close()
