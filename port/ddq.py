@@ -2055,37 +2055,35 @@ class Outbox:
         return out
 
     @_locked
-    def requeue(self, seq: "Optional[int]" = None) -> "list[int]":
+    def requeue(self, seq: "Optional[int]" = None, purge: bool = True) -> "list[int]":
         """Put a dead letter (or all) back under a new seq with the original seq recorded and a
-        fresh enqueue time; return the new seqs. The old item stays quarantined, hidden from
-        dead_letters(), until purge() [E14]."""
-        hidden, q = self._requeued(), self.queue
+        fresh enqueue time; return the new seqs. Then purge the old items (one compaction), or
+        with purge=False leave them quarantined, hidden from dead_letters() [E14]."""
+        hidden, q, done = self._requeued(), self.queue, []
         if seq is not None:
             q.reason(seq)  # NotFound / BadState unless seq is quarantined
         out = []
         for s in [seq] if seq is not None else [i.seq for i in q.items() if i.state[0] == "q"]:
-            if s in hidden:
-                continue
-            try:
-                m = decode_envelope(q.read(s))
-            except BadEnvelope:
-                if seq is not None:
-                    raise
-                continue  # requeue-all leaves undecodable ones where they are
-            out.append(self._put(m.topic, m.payload, m.qos, m.retain, m.ttl_ms, m.key,
-                                 m.orig_seq or s))
-            hidden.append(s)
+            if s not in hidden:
+                try:
+                    m = decode_envelope(q.read(s))
+                except BadEnvelope:
+                    if seq is not None:
+                        raise
+                    continue  # requeue-all leaves undecodable ones where they are
+                out.append(self._put(m.topic, m.payload, m.qos, m.retain, m.ttl_ms, m.key,
+                                     m.orig_seq or s))
+                hidden.append(s)
+            done.append(s)
+        if purge and done:
+            q.purge(done)  # a crash before this leaves both; the copy's orig_seq hides the old
         return out
 
     @_locked
     def purge(self, seqs: "Optional[list[int]]" = None) -> int:
-        """Delete dead letters (all, or seqs) for good. Needs the core hook Queue.purge(seqs):
-        BadState while the core lacks it [E14]."""
-        p = getattr(self.queue, "purge", None)
-        if p is None:
-            raise BadState("purge needs Queue.purge (pending core hook)")
-        return int(p([i.seq for i in self.queue.items() if i.state[0] == "q"]
-                     if seqs is None else seqs))
+        """Delete dead letters (all, or seqs) for good through a compaction [E14][C10]."""
+        return self.queue.purge([i.seq for i in self.queue.items() if i.state[0] == "q"]
+                                if seqs is None else seqs)
 
     @_locked
     def sync(self) -> int:  # make everything written so far durable; return durable_seq [E15]
