@@ -569,7 +569,7 @@ def test_T17_message_payload_is_not_a_shared_view():
 
 
 def test_dead_letters_requeue_round_trip_across_restart():
-    # EVIDENCE-OF: E14
+    # EVIDENCE-OF: E14 C10
     d = support.tmpdir()
     ob, clock = _ob(d)
     a = ob.put("t/a", b"A", key=b"key-a", qos=0, retain=True)
@@ -589,9 +589,10 @@ def test_dead_letters_requeue_round_trip_across_restart():
     n = ob.requeue(a)
     assert len(n) == 1 and n[0] > b
     assert [x.seq for x in ob.dead_letters()] == [b]
+    support.raises(ddq.NotFound, ob.queue.read, a)  # purged
     ob.close()
     ob, clock = _ob(d, clock=clock)
-    assert [x.seq for x in ob.dead_letters()] == [b]  # still hidden after a restart
+    assert [x.seq for x in ob.dead_letters()] == [b]
     m = ob.get()
     assert (m.seq, m.topic, m.payload, m.key, m.qos, m.retain, m.orig_seq, m.attempts) == \
         (n[0], "t/a", b"A", b"key-a", 0, True, a, 0)
@@ -601,19 +602,39 @@ def test_dead_letters_requeue_round_trip_across_restart():
     assert ddq.decode_envelope(ob.queue.read(n2[0])).orig_seq == b
     support.raises(ddq.BadState, ob.requeue, m.seq)
     support.raises(ddq.NotFound, ob.requeue, 999)
+    assert ob.stats()["quarantined"] == 0
     ob.close()
 
 
-def test_dead_letter_purge_is_pending_a_core_hook():
+def test_requeue_without_purge_hides_the_original_across_restart():
     # EVIDENCE-OF: E14
-    ob, clock = _ob()
-    s = ob.put("t", b"x")
+    d = support.tmpdir()
+    ob, clock = _ob(d)
+    a = ob.put("t", b"A")
     ob.reject(ob.get(), "no")
-    if hasattr(ob.queue, "purge"):
-        assert ob.purge() == 1 and ob.dead_letters() == []
-    else:
-        support.raises(ddq.BadState, ob.purge)
-        assert [x.seq for x in ob.dead_letters()] == [s]
+    n = ob.requeue(purge=False)
+    assert ob.dead_letters() == [] and ob.queue.reason(a) == b"rejected: no"
+    ob.close()
+    ob, clock = _ob(d, clock=clock)  # hidden again: the copy's envelope names the original
+    assert ob.dead_letters() == [] and ob.requeue() == []  # nothing requeued twice
+    assert ob.queue.stats().quarantined_items == 0  # ... and the leftover is purged now
+    m = ob.get()
+    assert m.seq == n[0] and m.orig_seq == a
+    ob.close()
+
+
+def test_purge_deletes_dead_letters():
+    # EVIDENCE-OF: E14 C10
+    ob, clock = _ob()
+    a = ob.put("t", b"x")
+    b = ob.put("t", b"y")
+    c = ob.put("t", b"z")
+    ob.reject(ob.get(), "no")
+    ob.reject(ob.get(), "no")
+    assert ob.purge([a]) == 1 and [x.seq for x in ob.dead_letters()] == [b]
+    support.raises(ddq.BadState, ob.purge, [c])
+    assert ob.purge() == 1 and ob.dead_letters() == [] and ob.qsize() == 1
+    assert ob.put("t", b"w") == 4
     ob.close()
 
 
