@@ -642,7 +642,7 @@ def test_purge_deletes_dead_letters():
 
 
 def test_sync_always_makes_every_put_durable():
-    # EVIDENCE-OF: D1 D4 E15
+    # EVIDENCE-OF: D1 D4 D5 D6 E15
     d, fs = support.tmpdir(), CrashFS()
     ob, clock = _ob(d, storage=fs)
     for i in range(3):
