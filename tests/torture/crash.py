@@ -317,9 +317,8 @@ class Judge:
         return bad
 
     def _depth2(self, files, dirs, rec_log, state1):
-        """Cut the recovery itself at every step (posix A/V/T and lfs views) and recover again: the
+        """Cut the recovery itself at every step (posix A/V and lfs views) and recover again: the
         result must be the state the uncut recovery produced."""
-        ddq = self.ddq
         sim = Sim(files, dirs)
         seen = set()
         bad = []

@@ -31,13 +31,11 @@ def parse_seg_name(name):
         d = name[8:28]
         if d.isdigit():
             return (0, int(d))
-    if name.startswith("generation-") and name.endswith(".log") and len(name) == 60:
+    if name.startswith("generation-") and name.endswith(".log") and len(name) == 64:
         g = name[11:31]
         d = name[40:60]
-        if name[31:40] == "-segment-" and g.isdigit() and name[40:56].isdigit():
-            d = name[40:60]
-            if d.isdigit() and int(g) != 0:
-                return (int(g), int(d))
+        if name[31:40] == "-segment-" and g.isdigit() and d.isdigit() and int(g) != 0:
+            return (int(g), int(d))
     return None
 
 

@@ -2,7 +2,8 @@
 #
 #   micropython tests/torture/mp_powercut.py FS MODE SEED NOPS [STRIDE] [OFFSET]
 #     FS    lfs | fat          (vfs.VfsLfs2 on 4096-byte blocks, vfs.VfsFat on 512-byte blocks)
-#     MODE  snap  - one recorded run; for every program/erase op N the image of a cut there
+#     MODE  show  - debug: list the image at cut OFFSET (STRIDE 2: torn), then recover it
+#           snap  - one recorded run; for every program/erase op N the image of a cut there
 #                   (drop: op N and all later lost) and of op N torn half-way (torn)
 #           raise | errno - re-run the workload per cut point N (N = OFFSET, OFFSET+STRIDE, ...):
 #                   op N raises PowerCut through the file system's C code / returns -5 (EIO);
@@ -10,15 +11,16 @@
 #
 # Every cut image is remounted as a COPY with a new VFS object, the queue reopened (recovery), and
 # judged by tmodel.check against the history of the run. Prints one JSON summary line last.
-import sys
 import json
 import os
+import sys
+
 import vfs
 
 sys.path.insert(0, "tests/torture")
 sys.path.insert(0, "port")
-import tmodel
 import fatcheck
+import tmodel
 
 if "standin" in sys.argv:
     import standin as ddq
@@ -140,8 +142,6 @@ def run_workload(fs, base, seed, nops, cut=-1, mode="raise", record=False, where
     mount(fs, bd, where)
     bd.ops = 0
     opts = tmodel.params(seed)
-    if fs == "fat":
-        pass
     wl = tmodel.Workload(ddq, where + "/q", CountingStorage, seed, nops, opts=opts, pos=lambda: bd.ops)
     bd.cut = cut
     bd.mode = mode
@@ -326,66 +326,30 @@ def main():
     for u in wl.unexpected[:2]:
         j.fail.append({"fs": fs, "seed": seed, "where": "live run", "category": u[0], "detail": u[1]})
     j.res["unexpected"] += len(wl.unexpected)
-    if mode == "show":   # debug: list the image at cut OFFSET (drop) before and after recovery
+    if mode == "show":   # debug: the directory at cut OFFSET (STRIDE 2: torn) before and after recovery
         img = bytearray(base.data)
-        for k in range(offset):
+        for k in range(offset + (1 if stride == 2 else 0)):
             a, b, n = bd.rec[k]
+            if k == offset:      # torn: half of the op lands
+                n = n // 2 if b is None else n
+                b = b if b is None else b[:len(b) // 2]
             if b is None:
                 img[a:a + n] = b"\xff" * n
             else:
                 img[a:a + len(b)] = b
-        print("op", offset, "is", bd.rec[offset][0], bd.rec[offset][2], "in flight:", wl.ops[wl.inflight(offset)])
-        if stride == 2:
-            a, b, n = bd.rec[offset]
-            if b is None:
-                img[a:a + n // 2] = b"\xff" * (n // 2)
-            else:
-                img[a:a + len(b) // 2] = b[:len(b) // 2]
+        print("cut at op", offset, "in flight:", wl.ops[wl.inflight(offset)], "fsck:",
+              fatcheck.check(img) if fs == "fat" else "-")
         mount(fs, BD(bs, nb, img), CHK)
-        for name in sorted(os.listdir(CHK + "/q")):
-            print("  ", name, os.stat("/chk/q/" + name)[6])
         try:
+            for name in sorted(os.listdir(CHK + "/q")):
+                print("  ", name, os.stat(CHK + "/q/" + name)[6])
             q = ddq.Queue(CHK + "/q", clock=tmodel.Clock(tmodel.CLOCK0 + 10 ** 6), **wl.opts)
             print("recovered", tmodel._short(tmodel.recovered_state(q)))
-            for name in sorted(os.listdir(CHK + "/q")):
-                print("  ", name, os.stat("/chk/q/" + name)[6])
-            class Tr(CountingStorage):
-                pass
-            for m in ("open", "write", "sync", "close", "rename", "remove", "mkdir", "listdir", "kind", "size", "sync_dir", "read_into"):
-                def mk(m):
-                    f0 = getattr(CountingStorage, m)
-                    def f(self, *a):
-                        try:
-                            r = f0(self, *a)
-                        except Exception as e:
-                            print("   ", m, [x if isinstance(x, (str, int)) else "<>" for x in a], "->", repr(e))
-                            raise
-                        if m not in ("write", "read_into", "sync"):
-                            print("   ", m, [x if isinstance(x, (str, int)) else "<>" for x in a], "->", r if isinstance(r, (int, str, list)) else "")
-                        return r
-                    return f
-                setattr(Tr, m, mk(m))
             q.close()
-            def tryit(what, fn, *a):
-                try:
-                    print("  try", what, a, fn(*a))
-                except OSError as e:
-                    print("  try", what, a, e)
-            print("fsck:", fatcheck.check(img) if fs == "fat" else None)
-            f = open("/chk/q/queue.manifest.tmp", "wb"); f.write(b"x" * 48); f.close()
-            tryit("listdir", os.listdir, CHK + "/q")
-            tryit("stat", os.stat, "/chk/q/queue.manifest.tmp")
-            tryit("rename", os.rename, "/chk/q/queue.manifest.tmp", "/chk/q/queue.manifest")
-            tryit("stat", os.stat, "/chk/q/queue.manifest.tmp")
-            tryit("listdir", os.listdir, CHK + "/q")
-            tryit("listdir", os.listdir, CHK)
-            tryit("rename", os.rename, "/chk/q/queue.lock", "/chk/q/zz")
-            tryit("rename", os.rename, "/chk/q/zz", "/chk/q/queue.manifest")
-            tryit("remove", os.remove, "/chk/q/queue.manifest")
         except Exception as e:
             print("raised", repr(e))
-        for name in sorted(os.listdir(CHK + "/q")):
-            print("  ", name, os.stat("/chk/q/" + name)[6])
+        finally:
+            umount(CHK)
         return
     if mode == "snap":
         img = bytearray(base.data)

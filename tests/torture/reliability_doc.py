@@ -15,7 +15,7 @@ def block(line, sb, extra, wall, full):
            "", "```", line, "```", ""]
     bm = extra["by_model"]
     out += ["| Part | What ran | Count |", "|---|---|---|"]
-    out.append("| 1 crash states | distinct states (content hash), first seen under posix / lfs / fat | %d (%s) |" % (
+    out.append("| 1 crash states | distinct states (content hash; per-task counts by the model that first produced them: posix / lfs / fat) | %d (%s) |" % (
         sb["crash_states"], " / ".join(str(bm.get(m, 0)) for m in ("posix", "lfs", "fat"))))
     out.append("| 1 crash states | state x op-in-flight judgements; recovery cut again (depth 2) | %d; %d |" % (
         extra["crash_checked"], extra["depth2_states"]))
@@ -26,10 +26,10 @@ def block(line, sb, extra, wall, full):
             "LittleFS" if fs == "lfs" else "FAT", e["drop"], e["torn"], e["raise"], e["errno"]))
     out.append("| 2 FAT cuts | on a FAT image fatcheck calls damaged; failures there blamed on FatFs | %d; %d |" % (
         extra.get("fat_damaged", 0), extra.get("fat_fs_damage", 0)))
-    out.append("| 3 bad images | distinct CPython images: Corrupt / clean valid prefix / forged record accepted | %d: %d / %d / %d |" % (
-        sb["bad_images"], extra["bad_corrupt"], extra["bad_clean"], extra["bad_forged"]))
-    out.append("| 3 bad images | Hypothesis examples; seeded replays on MicroPython | %d; %d |" % (
-        extra["hypothesis"], extra["mp_bad_images"]))
+    out.append("| 3 bad images | distinct CPython images: Corrupt / clean valid prefix / forged record accepted (of which a seq relabel) | %d: %d / %d / %d (%d) |" % (
+        sb["bad_images"], extra["bad_corrupt"], extra["bad_clean"], extra["bad_forged"], extra.get("bad_relabel", 0)))
+    out.append("| 3 bad images | Hypothesis examples; seeded replays on MicroPython (forged accepted) | %d; %d (%d) |" % (
+        extra["hypothesis"], extra["mp_bad_images"], extra.get("mp_forged", 0)))
     kinds = extra["fault_by_kind"]
     out.append("| 4 faults | kinds x call index x transient/persistent | %d kinds, %d runs |" % (
         sb["fault_kinds"], sb["fault_points"]))

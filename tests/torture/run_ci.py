@@ -2,7 +2,7 @@
 
 Runs the four parts as subprocess tasks, two at a time (2 cores):
   1. crash states (CPython, tests/torture/crash.py)      2. power cuts (MicroPython, mp_powercut.py)
-  3. bad images (CPython + Hypothesis, MicroPython)      4. injected faults (CPython, faults.py)
+  3. bad images (CPython + Hypothesis, MicroPython)      4. injected faults (CPython, tfaults.py)
 then prints ONE scoreboard line computed from what ran, checks the targets, and exits non-zero on
 any invariant failure or missed target, printing the first failure's reproduction.
 
@@ -147,12 +147,13 @@ def aggregate(done):
             extra["bad_corrupt"] += r["corrupt"]
             extra["bad_clean"] += r["clean"]
             extra["bad_forged"] += r["forged"]
+            extra["bad_relabel"] = extra.get("bad_relabel", 0) + r.get("relabel", 0)
             extra["base_sha"].setdefault(r["seed"], {})["cpython"] = r.get("base_sha256")
         elif part == "hypo":
             extra["hypothesis"] += r["examples"]
         elif part == "mpbad":
             extra["mp_bad_images"] += r["images"]
-            extra["bad_forged"] += r["forged"]
+            extra["mp_forged"] = extra.get("mp_forged", 0) + r["forged"]
             extra["base_sha"].setdefault(r["seed"], {})["micropython"] = r.get("base_sha256")
         elif part == "fault":
             sb["fault_points"] += r["points"]

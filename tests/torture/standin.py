@@ -4,6 +4,7 @@
 # Not a ddq implementation: no segments, no manifest, payloads kept in RAM. Subset Python.
 import os
 import struct
+
 import ddqfmt as F
 
 __version__ = "0.0-standin"

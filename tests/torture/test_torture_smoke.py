@@ -18,9 +18,10 @@ sys.path.insert(0, os.path.join(ROOT, "port"))
 
 import badimg  # noqa: E402
 import crash  # noqa: E402
-import ddq  # noqa: E402
-import faults  # noqa: E402
 import standin  # noqa: E402
+import tfaults as faults  # noqa: E402  (tests/faults.py is the shared suite's)
+
+import ddq  # noqa: E402
 
 MP = os.path.join(ROOT, ".venv", "bin", "micropython")
 BAD = ("lost", "resurrected", "reused_seq", "unexpected")

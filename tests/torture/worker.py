@@ -43,7 +43,7 @@ def main(argv):
             for h in hashes:
                 f.write(h.hex() + "\n")
     elif kind == "fault":
-        import faults
+        import tfaults as faults
         res = faults.run_seed(ddq, seed, nops, stride=int(argv[3]))
     elif kind == "bad":
         import badimg
@@ -65,6 +65,7 @@ def main(argv):
 
 def base_sha(ddq, seed, nops):
     import hashlib
+
     import mutate
     base, wl, acc = mutate.build_base(ddq, seed, nops)
     h = hashlib.sha256()

@@ -261,7 +261,7 @@ def run_point(ddq, ref, kind, at, persistent, path="/q"):
     for e in fs.log:
         sim.apply(e)
     for model in ("posix", "lfs"):
-        for variant, files, dirs, holes in sim.states(model):
+        for variant, files, dirs, _holes in sim.states(model):
             if variant[0] not in "Ad" and model == "posix":
                 continue
             fs2 = memfs.MemFS(files, dirs, can_truncate=can_truncate)
