@@ -1641,8 +1641,7 @@ def _device_seed() -> int:
 
 
 class Backoff:
-    """Full-jitter backoff: delay uniform in [0, cap], cap = min(min_ms * 2**attempts, max_ms)
-    [E8]; xorshift32, so a seed gives the same delays everywhere; seed None: per device [E9]."""
+    """Full-jitter backoff, uniform in [0, min(min_ms * 2**attempts, max_ms)] [E8] [E9]."""
 
     def __init__(self, min_ms: int = 1000, max_ms: int = 60000,
                  seed: "Optional[int]" = None) -> None:
@@ -1736,8 +1735,7 @@ def encode_envelope(topic: "Any", payload: "Any", qos: int = 1, retain: bool = F
 
 
 def decode_envelope(data: "Buf", verify: bool = True) -> Message:
-    """Decode an envelope, checking its SHA-256 if present and verify (and hashlib exists);
-    BadEnvelope, a Corrupt, says what is wrong [E2]-[E6]."""
+    """Decode an envelope into a Message; BadEnvelope (a Corrupt) says what is wrong [E2]-[E6]."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise InvalidArgument("envelope must be bytes")
     n = len(data)
@@ -1940,15 +1938,13 @@ class Outbox:
     @_locked
     def put(self, topic: "Any", payload: "Any", qos: int = 1, retain: bool = False,
             ttl_ms: "Optional[int]" = None, key: "Any" = b"") -> int:
-        """Enqueue a message and return its seq; durable on return unless group commit is on
-        (durable_seq). Full when refused (capacity="reject"): nothing stored [E13]."""
+        """Enqueue a message; return its seq (durable on return unless group commit) [E13]."""
         return self._put(topic, payload, qos, retain, self._ttl if ttl_ms is None else ttl_ms,
                          key, 0)
 
     @_locked
     def get(self, lease_ms: "Optional[int]" = None) -> "Optional[Message]":
-        """Claim the next ready message (strict FIFO if ordered) or return None [E12]; expired
-        messages met on the way are retired [E7], undecodable ones quarantined [E6]."""
+        """Claim and return the next ready message, or None [E12]; retire expired ones [E7]."""
         q, now, lease = self.queue, self._clock(), lease_ms or self._lease
         for _ in range(_GET_SCAN):
             c = q.claim_ordered(lease) if self._ordered else q.claim(lease)
@@ -1984,8 +1980,7 @@ class Outbox:
 
     @_locked
     def nack(self, m: Message, why: "Any" = "") -> "Optional[int]":
-        """Failed for now: retry m after a full-jitter delay (returned, ms), or at attempt
-        max_attempts quarantine it ("max_attempts: why") and return None [E8][E10]."""
+        """Retry m after a full-jitter delay (returned) or dead-letter it (None) [E8][E10]."""
         if self._max_att and m.attempts + 1 >= self._max_att:
             self.counters["exhausted"] += 1
             self._quar(m.seq, "max_attempts", why)
@@ -2004,8 +1999,7 @@ class Outbox:
 
     @_locked
     def next_ready_ms(self, now_ms: "Optional[int]" = None) -> "Optional[int]":
-        """Return ms until get() can return a message (0: now; at most 2**29-1, so ticks_add
-        stays valid), None when nothing is pending; O(n) when nothing is ready [E11]."""
+        """Return ms until get() can return a message, None if nothing is pending [E11]."""
         return self._next_ready(self._clock() if now_ms is None else now_ms)
 
     @_locked
@@ -2021,9 +2015,7 @@ class Outbox:
 
     @_locked
     def stats(self) -> "dict[str, Any]":
-        """Return counts from the log, which survive a restart (pending in_flight quarantined
-        quarantined_by_reason oldest_age_ms next_ready_ms durable_seq), and this run's counters
-        (put sent retried expired dropped rejected exhausted corrupt) [E18]."""
+        """Return log-derived counts (they survive a restart) and this run's counters [E18]."""
         q, now, oldest = self.queue, self._clock(), 0
         by: "dict[str, int]" = {}
         for it in q.items():
@@ -2044,8 +2036,7 @@ class Outbox:
 
     @_locked
     def dead_letters(self) -> "list[Message]":
-        """Return the quarantined messages not yet requeued, oldest first, with seq, reason,
-        attempts, age_ms and the envelope's fields [E14]."""
+        """Return the quarantined messages not yet requeued, oldest first [E14]."""
         out, hidden, now = [], self._requeued(), self._clock()
         for it in self.queue.items():
             if it.state == "quarantined" and it.seq not in hidden:
@@ -2056,9 +2047,7 @@ class Outbox:
 
     @_locked
     def requeue(self, seq: "Optional[int]" = None, purge: bool = True) -> "list[int]":
-        """Put a dead letter (or all) back under a new seq with the original seq recorded and a
-        fresh enqueue time; return the new seqs. Then purge the old items (one compaction), or
-        with purge=False leave them quarantined, hidden from dead_letters() [E14]."""
+        """Re-enqueue a dead letter (or all) under new seqs, then purge the originals [E14]."""
         hidden, q, done = self._requeued(), self.queue, []
         if seq is not None:
             q.reason(seq)  # NotFound / BadState unless seq is quarantined
@@ -2106,9 +2095,7 @@ class Outbox:
 
     # ------------------------------------------------------------------ delivery loops
     def pump(self, send: "Callable[[Message], Any]", budget: int = 16, budget_ms: int = 0) -> int:
-        """Deliver up to budget messages (for at most budget_ms ms if > 0) through send(msg)
-        and return how many were acked [E17]: send returns True once the far end confirmed;
-        False or an exception nacks and ends the round; Rejected dead-letters. No lock in send."""
+        """Deliver up to budget messages (budget_ms of ticks) via send; return acks [E17]."""
         t0, n = self._ticks(), 0
         self.tick()
         for _ in range(_opt(budget, 1, _MAX_WAIT, "budget")):
@@ -2127,9 +2114,7 @@ class Outbox:
 
     async def run(self, send: "Callable[[Message], Any]", idle_ms: int = 1000,
                   stop: "Optional[Callable[[], bool]]" = None) -> int:
-        """Deliver until stop() returns True, on asyncio (CPython or MicroPython); send may be
-        async; contract as pump(). Sleeps until next_ready_ms, at most idle_ms; returns how many
-        were acked [E17]."""
+        """Deliver on asyncio until stop() returns True; send may be async [E17]."""
         import asyncio
 
         sleep_ms = getattr(asyncio, "sleep_ms", None)  # MicroPython's asyncio has sleep_ms
