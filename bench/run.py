@@ -3,6 +3,7 @@
     .venv/bin/python bench/run.py            # full (several minutes); `make bench`
     .venv/bin/python bench/run.py --smoke    # each part once, tiny N (< 60 s); `make bench-smoke`
     .venv/bin/python bench/run.py --out FILE # write the report somewhere else
+    .venv/bin/python bench/run.py --from build/bench-results.json  # re-render the last full run
 
 Every figure is a ratio against a baseline measured in the same run on the same machine: each
 part runs as its own process (CPython parts: bench/cp_bench.py, MicroPython parts:
@@ -419,15 +420,16 @@ def build(results, errors, smoke, seconds):
             lines += ["", "Where (bench/allocprof.py: a probe after every statement of an "
                       "instrumented copy; B per op, averaged over %d lifecycles; `def` lines are "
                       "function frames over 11 words, which MicroPython puts on the heap and "
-                      "frees on return, a negative line is that frame being freed):"
+                      "frees on return (a `def __init__` line is the new instance); negative lines, the "
+                      "frames being freed, are left out):"
                       % ap["rounds"], ""]
             for op in ("enqueue", "claim", "ack"):
                 items = ap["per_op"].get(op, [])
-                net = sum(r["bytes"] for r in items)
-                frames = sum(r["bytes"] for r in items
-                             if r["source"].startswith("def ") and r["bytes"] > 0)
-                lines.append("**%s**: net %s B per op (garbage left for the collector); plus %s "
-                             "B of transient frames" % (op, fmt(net), fmt(frames)))
+                frames = sum(r["bytes"] for r in items if is_frame(r) and r["bytes"] > 0)
+                garbage = sum(r["bytes"] for r in items if not is_frame(r) and r["bytes"] > 0)
+                lines.append("**%s**: %s B per op left for the collector; plus %s B of "
+                             "transient frames (allocated and freed within the op)"
+                             % (op, fmt(garbage), fmt(frames)))
                 lines.append("")
                 lines += table(("B/op", "ddq.py line", "source"),
                                [(fmt(r["bytes"]), r["line"], "`%s`" % r["source"][:90])
@@ -593,7 +595,14 @@ def ratio_of(rc):
     return rc["raw_us"] / rc["open_us"]
 
 
-def render(rep, results, errors, smoke, seconds, machine):
+def is_frame(r):
+    # A `def` line of allocprof's table is the function's frame, allocated at entry, except
+    # for __init__, where it is the new instance (allocated by the type call just before).
+    src = r["source"]
+    return src.startswith("def ") and not src.startswith("def __init__")
+
+
+def render(rep, results, errors, smoke, seconds, machine, when=None):
     out = ["# Benchmarks", ""]
     out += ["Written by `bench/run.py` (`make bench`); do not edit by hand. Each figure is a ratio "
             "against a baseline measured in the same run, on the same machine, by the same "
@@ -604,7 +613,7 @@ def render(rep, results, errors, smoke, seconds, machine):
             "differ from run to run; compare the ratios. Targets are reported, never asserted "
             "(`make bench-smoke` only checks that every part still runs). No plot: matplotlib "
             "is not in the pinned venv, and the tables carry the numbers.", ""]
-    out += ["Run: %s; %.0f s; %s." % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    out += ["Run: %s; %.0f s; %s." % (when or time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                        seconds, machine), ""]
     if smoke:
         out += ["**SMOKE RUN: tiny sizes; these numbers mean nothing.**", ""]
@@ -825,6 +834,16 @@ def main():
         out_path = argv[argv.index("--out") + 1]
     k = 1 if smoke else 0
     t_start = time.time()
+    if "--from" in argv:  # re-render a saved run (build/bench-results.json) without running
+        with open(argv[argv.index("--from") + 1]) as f:
+            saved = json.load(f)
+        rep = build(saved["results"], saved["errors"], False, 0)
+        text = render(rep, saved["results"], saved["errors"], False, saved.get("seconds", 0),
+                      saved.get("machine", machine_line()), saved.get("when"))
+        with open(out_path, "w") as f:
+            f.write(text)
+        print("bench: re-rendered %s" % out_path)
+        return 0
     results, errors = {}, {}
     tmp = tempfile.mkdtemp(prefix="ddq-bench-")
 
@@ -886,7 +905,9 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
     seconds = time.time() - t_start
     rep = build(results, errors, smoke, seconds)
-    text = render(rep, results, errors, smoke, seconds, machine_line())
+    machine = machine_line()
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    text = render(rep, results, errors, smoke, seconds, machine, when)
     print("\n".join(table(("#", "measure", "value", "baseline (same run)", "ratio", "target",
                              "verdict"), rep.rows)))
     if smoke and "--out" not in argv:
@@ -896,7 +917,8 @@ def main():
             f.write(text)
         os.makedirs(os.path.join(REPO, "build"), exist_ok=True)
         with open(RAW, "w") as f:  # every number of the run, for digging (build/ is ignored)
-            json.dump({"results": results, "errors": errors}, f, indent=1, sort_keys=True)
+            json.dump({"results": results, "errors": errors, "seconds": seconds,
+                       "machine": machine, "when": when}, f, indent=1, sort_keys=True)
         print("bench: wrote %s (%.0f s)" % (out_path, seconds))
     if errors:
         print("bench: %d part(s) crashed: %s" % (len(errors), ", ".join(sorted(errors))))
