@@ -1885,7 +1885,8 @@ class Outbox:
         return seq
 
     def _quar(self, seq: int, cls: str, why: "Any" = "") -> None:
-        self.queue.quarantine(seq, (cls + (": %s" % why if why else "")).encode()[0:120]
+        n = min(120, getattr(self.queue, "_reason_budget", 120))  # fits a tiny max_payload
+        self.queue.quarantine(seq, (cls + (": %s" % why if why else "")).encode()[0:n]
                               .replace(b"\0", b"?"))
         self._qcls[seq] = cls
         self._wrote(1)
