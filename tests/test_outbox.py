@@ -361,6 +361,18 @@ def test_reject_quarantines_with_reason():
     ob.close()
 
 
+def test_reasons_fit_a_small_max_payload():
+    # EVIDENCE-OF: E10 O6
+    ob, clock = _ob(max_payload_bytes=40, max_attempts=1)
+    s = ob.put("t", b"x")
+    assert ob.nack(ob.get(), "a very long explanation of what went wrong " * 3) is None
+    assert ob.queue.reason(s) == b"max_attempts: a very long explanation of"
+    s = ob.put("t", b"y")
+    ob.reject(ob.get(), "nul \0 inside " * 20)
+    assert b"\0" not in ob.queue.reason(s) and len(ob.queue.reason(s)) == 40
+    ob.close()
+
+
 # ---------------------------------------------------------------------------------- TTL, time
 
 
