@@ -6,3 +6,4 @@ metadata(
 )
 
 module("ddq.py", base_path="port")
+module("ddq_mqtt.py", base_path="port")  # optional MQTT QoS 1 sender for ddq.Outbox

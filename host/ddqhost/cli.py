@@ -262,6 +262,9 @@ def argparse_flash(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-O", dest="opt", type=int, choices=[0, 1, 2, 3], help="mpy-cross optimisation level"
     )
+    p.add_argument(
+        "--progress", action="store_true", default=None, help="progress bar even when not a tty"
+    )
     p.add_argument("--json", action="store_true")
 
 
@@ -278,7 +281,13 @@ def do_flash(args: argparse.Namespace) -> int:
             prof, _ = transfer.pick_profile(dev, args.board)
             app = boards.app_path(prof)
         res = transfer.flash(
-            dev, board=args.board, fmt=args.format, dest=args.dest, app=app, opt=args.opt
+            dev,
+            board=args.board,
+            fmt=args.format,
+            dest=args.dest,
+            app=app,
+            opt=args.opt,
+            progress_enabled=args.progress,
         )
     if args.json:
         out_json(res)

@@ -135,7 +135,7 @@ def flash(
     dest: str = "",
     app: str | None = None,
     opt: int | None = None,
-    progress: Any = None,
+    progress_enabled: bool | None = None,
 ) -> dict[str, Any]:
     t0 = time.monotonic()
     prof, probe = pick_profile(dev, board)
@@ -181,7 +181,9 @@ def flash(
             other = base + (".py" if fmt == "mpy" else ".mpy")
             target = djoin(dest, name)
             staging = djoin(dest, name + ".tmp")
-            dev.write_file(staging, data, progress=progress)
+            bar = Progress(len(data), "flash " + name, progress_enabled)
+            dev.write_file(staging, data, progress=bar.at(0))
+            bar.finish()
             dev.rename(staging, target)  # atomic replace on LittleFS and POSIX
             written.append({"path": ":" + target, "bytes": len(data), "sha256": sha256(data)})
             # Never leave both: a .py beside a .mpy wins the import (micropython-platform.md §8).

@@ -50,15 +50,18 @@ def test_flash_py_then_mpy(board):
     r = ddq("flash", "--device", board.tty, "--format", "py", "--json")
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
-    assert res["board"] == "UNIX" and [w["path"] for w in res["written"]] == [":ddq.py"]
+    mods = [":ddq.py"] + (
+        [":ddq_mqtt.py"] if os.path.exists(os.path.join(REPO, "port", "ddq_mqtt.py")) else []
+    )
+    assert res["board"] == "UNIX" and [w["path"] for w in res["written"]] == mods
     assert (
         res["imported_from"].endswith("ddq.py") and res["version"] == qdir.load_ddq().__version__
     )
     r = ddq("flash", "--device", board.tty, "--example-app", "--json")
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
-    assert [w["path"] for w in res["written"]] == [":ddq.mpy", ":main.py"]
-    assert res["removed"] == [":ddq.py"] and res["imported_from"].endswith("ddq.mpy")
+    assert [w["path"] for w in res["written"]] == [m[:-2] + "mpy" for m in mods] + [":main.py"]
+    assert res["removed"] == mods and res["imported_from"].endswith("ddq.mpy")
     with Device(board.tty, soft_reset=False) as dev:
         names = [n for n, _d, _s in dev.listdir(":")]
     assert "ddq.mpy" in names and "ddq.py" not in names  # never both side by side
@@ -120,6 +123,7 @@ def test_outbox_power_cycle_pull_inspect_replay_push(board, mosquitto, tmp_path)
     assert r.returncode == 0, r.stderr
     info = json.loads(r.stdout)
     assert {k: info["stats"][k] for k in DDQ_STATS} == {k: before[k] for k in DDQ_STATS}
+    assert {k: info["stats"][k] for k in before} == before  # failed, durable_seq too
     by_seq = {it["seq"]: it for it in info["items"]}
     assert by_seq[3]["state"] == "quarantined" and by_seq[3]["reason"] == "rejected reading 3"
     assert by_seq[5]["attempts"] == 1 and by_seq[5]["state"] == "acked"
@@ -217,6 +221,22 @@ def test_no_device_at_the_port(tmp_path):
     assert "no device at" in line
     assert not (tmp_path / "x").exists()
     one_line_error(ddq("flash", "--device", tmp_path / "ttyNONE"), 1)
+
+
+def test_device_errors_map_to_cpython_oserrors(board):
+    import pytest
+
+    with Device(board.tty, soft_reset=False) as dev:
+        with pytest.raises(FileNotFoundError):
+            dev.stat(":no/such/file")
+        with pytest.raises(FileNotFoundError):
+            dev.read_file(":no-such-file")
+        dev.mkdir(":adir", exist_ok=True)
+        with pytest.raises(FileExistsError):
+            dev.mkdir(":adir")
+        with pytest.raises(FileNotFoundError):
+            dev.rename(":no-such-file", ":x")
+        dev.remove(":adir")
 
 
 def test_device_without_ddq(board):

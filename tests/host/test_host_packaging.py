@@ -45,6 +45,8 @@ def test_manifest_py_for_freezing():
         {"description": calls[0][1]["description"], "version": ddq_version()},
     )
     assert ("module", ("ddq.py",), {"base_path": "port"}) in calls
+    for _kind, args, kw in calls[1:]:
+        assert os.path.exists(os.path.join(REPO, kw["base_path"], args[0]))
 
 
 def test_cli_version_matches():

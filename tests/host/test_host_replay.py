@@ -31,7 +31,12 @@ def test_inspect_shows_envelope_fields(tmp_path):
     assert r.returncode == 0, r.stderr
     items = {it["seq"]: it for it in json.loads(r.stdout)["items"]}
     ea = items[a]["envelope"]
-    assert (ea["topic"], ea["qos"], ea["retain"], ea["payload_preview"]) == ("sensors/t", 1, False, "21.5")
+    assert (ea["topic"], ea["qos"], ea["retain"], ea["payload_preview"]) == (
+        "sensors/t",
+        1,
+        False,
+        "21.5",
+    )
     assert 4000 <= ea["age_ms"] < 60000 and ea["expired"] is False
     assert items[b]["envelope"]["retain"] is True and items[b]["envelope"]["qos"] == 0
     assert "envelope" not in items[c]
@@ -47,7 +52,11 @@ def test_replay_routes_envelopes_raw_and_expired(tmp_path, mosquitto):
     before = tree_hash(q)
     r = ddq("replay", q, "--to", url, "--dry-run", "--json")
     plan = json.loads(r.stdout)
-    assert [w["topic"] for w in plan["would_send"]] == ["site7/sensors/t", "site7/status", "site7/raw"]
+    assert [w["topic"] for w in plan["would_send"]] == [
+        "site7/sensors/t",
+        "site7/status",
+        "site7/raw",
+    ]
     assert plan["expired_seqs"] == [d]
     assert tree_hash(q) == before  # a dry run touches nothing
     sub = Subscriber(mosquitto)
@@ -60,7 +69,11 @@ def test_replay_routes_envelopes_raw_and_expired(tmp_path, mosquitto):
         sub.close()
     assert (res["sent"], res["raw"], res["expired"], res["remaining"]) == (3, 1, 1, 0)
     assert sorted(got) == sorted(
-        [("site7/sensors/t", b"21.5"), ("site7/status", b"online"), ("site7/raw", b"not an envelope \x00\xff")]
+        [
+            ("site7/sensors/t", b"21.5"),
+            ("site7/status", b"online"),
+            ("site7/raw", b"not an envelope \x00\xff"),
+        ]
     )
     items = {it["seq"]: it for it in json.loads(ddq("inspect", q, "--json").stdout)["items"]}
     assert [items[s]["state"] for s in (a, b, c)] == ["acked"] * 3
@@ -71,6 +84,14 @@ def test_replay_routes_envelopes_raw_and_expired(tmp_path, mosquitto):
 def test_empty_prefix_publishes_envelope_topics_verbatim(tmp_path, mosquitto):
     q = tmp_path / "q"
     _make_queue(q)
-    r = ddq("replay", q, "--to", "mqtt://127.0.0.1:%d/" % mosquitto, "--dry-run", "--json", "--send-expired")
+    r = ddq(
+        "replay",
+        q,
+        "--to",
+        "mqtt://127.0.0.1:%d/" % mosquitto,
+        "--dry-run",
+        "--json",
+        "--send-expired",
+    )
     topics = [w["topic"] for w in json.loads(r.stdout)["would_send"]]
     assert topics == ["sensors/t", "status", "raw", "sensors/t"]
