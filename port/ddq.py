@@ -472,9 +472,10 @@ class PosixStorage:
 
 
 class _Index:
-    __slots__ = ("seq", "sg", "off", "ln", "st", "live", "hist", "reasons", "fresh")
+    __slots__ = ("n", "seq", "sg", "off", "ln", "st", "live", "hist", "reasons", "fresh")
 
     def __init__(self) -> None:
+        self.n = 0  # items in use; the arrays are longer (capacity grows by half, DESIGN §4)
         self.seq = array("Q")
         self.sg = array("H")
         self.off = array("I")
@@ -489,15 +490,27 @@ class _Index:
         self.fresh = 0  # every index below is not a plain available item
 
     def add(self, seq: int, sg: int, off: int, ln: int) -> None:
-        self.seq.append(seq)
-        self.sg.append(sg)
-        self.off.append(off)
-        self.ln.append(ln)
-        self.st.append(_AVAILABLE)
+        n = self.n
+        if n == len(self.st):
+            # Grow every array once by half (MicroPython's append grows by a few items and
+            # copies the whole array each time: O(n^2) over a long fill).
+            k = max(32, n >> 1)
+            z = bytes(k)
+            self.seq.extend(array("Q", z * 8))
+            self.sg.extend(array("H", z * 2))
+            self.off.extend(array("I", z * 4))
+            self.ln.extend(array("I", z * 4))
+            self.st.extend(z)
+        self.seq[n] = seq
+        self.sg[n] = sg
+        self.off[n] = off
+        self.ln[n] = ln
+        self.st[n] = _AVAILABLE
+        self.n = n + 1
 
     def find(self, seq: int) -> int:
         a = self.seq
-        lo, hi = 0, len(a)
+        lo, hi = 0, self.n
         while lo < hi:  # at most 64 iterations: u64 keys
             mid = (lo + hi) >> 1
             v = a[mid]
@@ -535,7 +548,7 @@ class _Index:
                 self.hist.pop(s, None)
 
     def next_fresh(self) -> int:
-        n, st, live, sq = len(self.st), self.st, self.live, self.seq
+        n, st, live, sq = self.n, self.st, self.live, self.seq
         i = self.fresh
         while i < n and (st[i] != _AVAILABLE or sq[i] in live):
             i += 1
@@ -563,7 +576,7 @@ def _bytes_arg(v: "Any", name: str) -> "Buf":
 class _Log:
     """The segments of one generation as the writer sees them."""
 
-    __slots__ = ("gen", "sizes", "off", "h", "dirty")
+    __slots__ = ("gen", "sizes", "off", "h", "dirty", "synced")
 
     def __init__(self, gen: int) -> None:
         self.gen = gen
@@ -571,6 +584,7 @@ class _Log:
         self.off = 0
         self.h: "Any" = None
         self.dirty = False
+        self.synced = 0  # the last segment is durable (and visible to a new reader) up to here
 
 
 class Queue:
@@ -610,6 +624,7 @@ class Queue:
         self._mv_hdr, self._mv_ftr = mv[0:_HDR], mv[_HDR:_MIN_REC]
         self._mv_crc1, self._mv_crc2 = mv[4:32], mv[36:40]
         self._state_buf = bytearray(_STATE_LEN)
+        self._pl = ([0, 0], [0, 0])  # scratch plans for admission: no allocation per enqueue
         self._rbuf = bytearray(0)
         self._reset()
         k = self._fs.kind(self._dir)
@@ -645,6 +660,7 @@ class Queue:
         self._has_manifest = False
         self._n_avail = self._n_claimed = self._n_acked = self._n_quar = 0
         self._plan: "Optional[list[int]]" = None  # cached worst-case compacted plan [segs, off]
+        self._unsynced: "dict[int, bytes]" = {}  # sync="none": DATA payloads not yet synced
 
     def _path(self, name: str) -> str:
         return self._dir + "/" + name
@@ -702,7 +718,9 @@ class Queue:
             self._fail()
             raise _io_failure(e, "sync")
         log.dirty = False
+        log.synced = log.off
         self._durable = self._next - 1
+        self._unsynced.clear()
 
     def _new_segment(self, log: _Log, staging: bool) -> None:
         p = self._path(segment_name(log.gen, len(log.sizes)))
@@ -710,7 +728,7 @@ class Queue:
             raise OSError(_EEXIST, "segment exists: " + p)
         log.h = self._fs.open(p, "ab")
         log.sizes.append(0)
-        log.off = 0
+        log.off = log.synced = 0
         if not staging:
             self._fs.sync_dir(self._dir)
 
@@ -727,6 +745,7 @@ class Queue:
             log.dirty = False
             if log is self._log:
                 self._durable = self._next - 1
+                self._unsynced.clear()
             h, log.h = log.h, None
             self._fs.close(h)
             self._new_segment(log, staging)
@@ -797,8 +816,14 @@ class Queue:
         name = segment_name(log.gen, sg)
         if sg >= len(log.sizes) or off + _MIN_REC + ln > log.sizes[sg]:
             raise Corrupt("record of seq %d outside %s" % (seq, name))
-        if sg == len(log.sizes) - 1 and log.dirty and log is self._log and log.h is not None:
-            self._sync_h()  # a fresh reader sees only committed bytes (LittleFS, buffered CPython)
+        if log is self._log and sg == len(log.sizes) - 1 and off + _MIN_REC + ln > log.synced:
+            # A fresh reader sees only committed bytes (LittleFS; CPython's buffer): an unsynced
+            # DATA record is served from RAM (sync="none"), anything else syncs first [D7].
+            b = self._unsynced.get(seq) if typ == _T_DATA else None
+            if b is not None:
+                return memoryview(b)
+            if log.h is not None:
+                self._sync_h()
         total = _MIN_REC + ln
         mv = self._buf(total)
         try:
@@ -863,12 +888,12 @@ class Queue:
         if self._next >= _U64:
             raise Full("sequence space exhausted")
         ix = self._ix
-        if not self._admit(n) or len(ix.st) >= self._max_items:
-            self._compact(_MIN_REC + n, 1 if len(ix.st) >= self._max_items else 0)
+        if not self._admit(n) or ix.n >= self._max_items:
+            self._compact(_MIN_REC + n, 1 if ix.n >= self._max_items else 0)
             ix = self._ix
             if not self._admit(n):
                 raise Full("admission reserve exhausted")
-        if len(ix.st) >= self._max_items:
+        if ix.n >= self._max_items:
             raise Full("max_items reached")
         seq = self._next
         off = self._write(_T_DATA, seq, 0, payload, self._sync_ack)
@@ -877,6 +902,8 @@ class Queue:
         self._next = seq + 1
         if not self._log.dirty:
             self._durable = seq
+        elif not self._sync_ack:  # keep what a reader could not see yet (group commit only)
+            self._unsynced[seq] = payload if isinstance(payload, bytes) else bytes(payload)
         self._plan_add(n)
         return seq
 
@@ -898,7 +925,7 @@ class Queue:
         f = ix.next_fresh()
         if ordered:
             # Strict FIFO: only the earliest unfinished item is a candidate; only it is swept.
-            head = f if f < len(st) else -1
+            head = f if f < ix.n else -1
             for s, e in ix.live.items():
                 if head < 0 or s < sq[head]:
                     head = e[0]
@@ -916,12 +943,25 @@ class Queue:
                 if st[e[0]] == _AVAILABLE and (e[3] <= now or e[3] - now > _U32):
                     if best < 0 or s < best_seq:
                         best, best_seq = e[0], s
-            if f < len(st) and (best < 0 or sq[f] < best_seq):
+            if f < ix.n and (best < 0 or sq[f] < best_seq):
                 best = f
         if best < 0:
             return None
-        seq = sq[best]
-        lease = now + lease_ms
+        return self._take(sq[best], now + lease_ms)
+
+    def claim_seq(self, seq: int, lease_ms: int) -> Claim:
+        """Claim one available item by seq, due or not (to retire it, say) [O20]."""
+        _opt(lease_ms, 1, _MAX_LEASE_MS, "lease_ms")
+        i = self._find(seq)
+        now = self._now()
+        e = self._ix.live.get(seq)
+        if e is not None:
+            self._sweep(e, now)
+        if self._ix.st[i] != _AVAILABLE:
+            raise BadState("item %d is %s, not available" % (seq, STATES[self._ix.st[i]]))
+        return self._take(seq, now + lease_ms)
+
+    def _take(self, seq: int, lease: int) -> Claim:
         self._write(_T_CLAIM, seq, lease, None, self._sync_all)
         ix = self._ix
         i = ix.find(seq)  # a compaction inside the write may have moved it
@@ -940,6 +980,10 @@ class Queue:
             self._n_avail += 1
 
     def _claimed(self, seq: int, done: int) -> int:
+        # A claimed item always has a live entry holding its index: no binary search [O7].
+        e = self._ix.live.get(seq) if isinstance(seq, int) else None
+        if e is not None and self._ix.st[e[0]] == _CLAIMED and self._log.h is not None:
+            return e[0]
         i = self._find(seq)
         s = self._ix.st[i]
         if s == done:
@@ -953,8 +997,8 @@ class Queue:
         if self._claimed(seq, _ACKED) < 0:
             return False
         self._write(_T_ACK, seq, 0, None, self._sync_ack)
-        attempts, _l, nb = self._ix.history(seq)
-        self._move(self._ix.find(seq), _ACKED, attempts, 0, nb)
+        e = self._ix.live[seq]  # (a compaction inside the write may have moved the item)
+        self._move(e[0], _ACKED, e[1], 0, e[3])
         return True
 
     def retry(self, seq: int, delay_ms: int) -> None:
@@ -968,7 +1012,7 @@ class Queue:
         if nb > _U64:
             raise Limit("not_before overflows")
         self._write(_T_RETRY, seq, nb, None, self._sync_all)
-        self._move(self._ix.find(seq), _AVAILABLE, attempts + 1, 0, nb)
+        self._move(self._ix.live[seq][0], _AVAILABLE, attempts + 1, 0, nb)
 
     def quarantine(self, seq: int, reason: "Buf" = b"") -> bool:
         """Quarantine a claimed item with a reason; False if already (first reason kept) [O6]."""
@@ -981,8 +1025,8 @@ class Queue:
             raise InvalidArgument("reason must not contain NUL bytes")
         off = self._write(_T_QUAR, seq, 0, reason, self._sync_ack)
         ix = self._ix
-        attempts, _l, nb = ix.history(seq)
-        self._move(ix.find(seq), _QUARANTINED, attempts, 0, nb)
+        e = ix.live[seq]
+        self._move(e[0], _QUARANTINED, e[1], 0, e[3])
         ix.reasons[seq] = [len(self._log.sizes) - 1, off, len(reason)]
         return True
 
@@ -1001,7 +1045,7 @@ class Queue:
     def stats(self) -> Stats:
         """Return counts; works while fail-stopped (`.failed`) [O9]."""
         s = Stats()
-        s.total_items = len(self._ix.st)
+        s.total_items = self._ix.n
         s.available_items = self._n_avail
         s.claimed_items = self._n_claimed
         s.acknowledged_items = self._n_acked
@@ -1018,7 +1062,7 @@ class Queue:
     def items(self) -> "Iterator[Item]":
         """Yield every retained item in seq order (RAM metadata; no payload reads)."""
         ix = self._ix
-        for i in range(len(ix.st)):
+        for i in range(ix.n):
             s = ix.seq[i]
             a, lease, nb = ix.history(s)
             yield Item(s, STATES[ix.st[i]], a, lease, nb, ix.ln[i])
@@ -1061,7 +1105,7 @@ class Queue:
         # an upper bound until it is recomputed (DESIGN §5).
         ix, plan = self._ix, [0, 0]
         term = _MIN_REC + self._reason_budget
-        for i in range(len(ix.st)):
+        for i in range(ix.n):
             if ix.st[i] == _ACKED:
                 continue
             r = ix.reasons.get(ix.seq[i])
@@ -1090,13 +1134,13 @@ class Queue:
             return False
         seg = self._seg_bytes
         term = _MIN_REC + self._reason_budget
-        phys = [len(self._log.sizes), self._log.off]
-        if not self._place(phys, _MIN_REC + n):
+        phys, plan = self._pl
+        phys[0], phys[1], plan[0], plan[1] = len(self._log.sizes), self._log.off, cached[0], cached[1]
+        place = self._place
+        if not (place(phys, _MIN_REC + n) and place(plan, _MIN_REC + n)
+                and place(plan, _STATE_REC) and place(plan, term) and place(plan, _MIN_REC)
+                and place(plan, term)):
             return False
-        plan = [cached[0], cached[1]]
-        for rec in (_MIN_REC + n, _STATE_REC, term, _MIN_REC, term):
-            if not self._place(plan, rec):
-                return False
         p = 1 + self._n_avail + self._n_claimed
         c = p * (_STATE_REC + _MIN_REC) + self._n_quar * _STATE_REC
         if term <= seg // 2:
@@ -1173,7 +1217,7 @@ class Queue:
         # (this order keeps an interrupted migration readable in the old format).
         fs, log = self._fs, self._log
         if not self._has_manifest:
-            self._publish(log.gen, self._next, len(log.sizes), len(self._ix.st), log.off)
+            self._publish(log.gen, self._next, len(log.sizes), self._ix.n, log.off)
             self._has_manifest = True
         k = fs.kind(self._path(_MARKER))
         if k == 0:
@@ -1231,7 +1275,9 @@ class Queue:
         try:
             self._new_segment(new, True)
             sb = self._state_buf
-            for i in range(len(ix.st)):
+            plan: "Optional[list[int]]" = [0, 0]  # the admission plan of the copy, as it goes
+            term = _MIN_REC + self._reason_budget
+            for i in range(ix.n):
                 s = ix.st[i]
                 seq = ix.seq[i]
                 if s == _ACKED or (drop and seq in drop):
@@ -1239,7 +1285,7 @@ class Queue:
                 data = self._read_record(old, ix.sg[i], ix.off[i], _T_DATA, seq, ix.ln[i])
                 off = self._append(new, _T_DATA, seq, 0, data, True)
                 nix.add(seq, len(new.sizes) - 1, off, ix.ln[i])
-                j = len(nix.st) - 1
+                j = nix.n - 1
                 nix.st[j] = s
                 a, lease, nb = ix.history(seq)
                 if s != _AVAILABLE or a or lease or nb:
@@ -1247,16 +1293,22 @@ class Queue:
                     self._append(new, _T_STATE, seq, 0, sb, True)
                     nix.set_history(j, a, lease, nb)
                 r = ix.reasons.get(seq)
+                if plan is not None and not (
+                        self._place(plan, _MIN_REC + ix.ln[i]) and self._place(plan, _STATE_REC)
+                        and self._place(plan, _MIN_REC + r[2] if r is not None else term)):
+                    plan = None
                 if r is not None:
                     why = self._read_record(old, r[0], r[1], _T_QUAR, seq, r[2])
                     roff = self._append(new, _T_QUAR, seq, 0, why, True)
                     nix.reasons[seq] = [len(new.sizes) - 1, roff, r[2]]
-            if sum(new.sizes) >= sum(old.sizes) or len(nix.st) > self._max_items - required or (
+            if sum(new.sizes) >= sum(old.sizes) or nix.n > self._max_items - required or (
                     len(new.sizes) >= self._max_segs and new.off + reserve > self._seg_bytes):
                 raise Full("compaction gives no benefit")
             fs.sync(new.h)
+            new.synced = new.off
+            new.dirty = False
             fs.sync_dir(self._dir)
-            self._publish(new.gen, self._next, len(new.sizes), len(nix.st), new.off, published)
+            self._publish(new.gen, self._next, len(new.sizes), nix.n, new.off, published)
         except BaseException as e:
             if published[0] and new.h is not None:
                 try:
@@ -1292,7 +1344,7 @@ class Queue:
         self._has_manifest = True
         self._n_acked = 0
         self._n_quar -= len(drop) if drop else 0
-        self._plan = None
+        self._plan = plan
         try:
             self._clean()
         except (OSError, Corrupt) as e:
@@ -1394,6 +1446,7 @@ class Queue:
         self._clean()
         self._durable = self._next - 1
         self._plan = self._plan_items()
+        self._rbuf = bytearray(0)  # the replay window is not kept (64 KiB on big segments)
 
     def _checkpoint(self, sg: int, pos: int, cp: "list[int]", st: "list[bool]") -> None:
         # [R8] the manifest's snapshot boundary: counts must match when the replay reaches it.
@@ -1401,7 +1454,7 @@ class Queue:
             if pos > cp[2]:
                 raise Corrupt("a record crosses the snapshot boundary")
             if pos == cp[2]:
-                if len(self._ix.st) != cp[1] or self._next > cp[3] or st[2] or (
+                if self._ix.n != cp[1] or self._next > cp[3] or st[2] or (
                         self._log.gen == 0 and self._next != cp[3]):
                     raise Corrupt("snapshot boundary does not match the manifest")
                 self._next = cp[3]
@@ -1508,7 +1561,7 @@ class Queue:
         log.sizes.append(size)
         if last:
             log.h = fs.open(path, "ab")
-            log.off = size
+            log.off = log.synced = size
 
     def _cut(self, path: str, size: int) -> None:
         """Remove a torn tail: truncate where possible, else copy the prefix and rename [R12]."""
@@ -1546,7 +1599,7 @@ class Queue:
         """Apply one valid record in log order: DDQ's replay rules [R5]-[R7]."""
         ix = self._ix
         prefix = self._log.gen != 0 and not st[0]
-        n = len(ix.st)
+        n = ix.n
         if typ == _T_DATA:
             if seq >= _U64 or (n and seq <= ix.seq[n - 1]) or (not prefix and seq != self._next) \
                     or (prefix and st[2]):
