@@ -58,7 +58,7 @@ LINT_PATHS = $(wildcard port host tests bench demo boards)
 TEST_PHASES := lint typecheck spec-coverage test-cpython test-mp torture-ci bench-smoke
 
 .PHONY: help venv types lint typecheck test-cpython test-mp $(addprefix test-mp-,$(MP_FS)) \
-        test torture-ci bench-smoke demo clean distclean check-port spec-coverage
+        test torture-ci bench-smoke bench torture demo clean distclean check-port spec-coverage
 
 help:
 	@echo "make test          everything: venv types lint typecheck test-cpython test-mp torture-ci bench-smoke"
@@ -70,7 +70,8 @@ help:
 	@echo "make test-cpython  pytest (tests/)"
 	@echo "make test-mp       the shared suite on MicroPython: $(MP_FS) (one: make test-mp-lfs2)"
 	@echo "make torture-ci    the crash/torture harness, CI size"
-	@echo "make bench-smoke   the benchmarks, smoke size"
+	@echo "make bench-smoke   the benchmarks, smoke size;  make bench: the full run (docs/BENCHMARKS.md)"
+	@echo "make torture       the torture harness, 10x the CI size"
 	@echo "make clean         caches, build output, types/;  make distclean: also .venv"
 
 # --- setup -----------------------------------------------------------------------------------
@@ -154,6 +155,14 @@ bench-smoke: $(DEPS_STAMP)
 	else \
 	  echo "bench-smoke: not yet (no bench/run.py)"; \
 	fi
+
+# The full benchmark run: rewrites docs/BENCHMARKS.md (several minutes).
+bench: $(DEPS_STAMP)
+	$(PY) bench/run.py
+
+# The full torture run (10x torture-ci).
+torture: $(DEPS_STAMP)
+	$(PY) tests/torture/run_ci.py --full
 
 # Setup must succeed; then every phase runs, a table of phases and times is printed, and the
 # last line sums the suites' counts ("test: N passed, N failed, N skipped"). Fails if any
