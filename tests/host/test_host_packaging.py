@@ -23,10 +23,10 @@ def test_package_json_for_mip():
         pkg = json.load(f)
     assert pkg["version"] == ddq_version()
     assert ["ddq.py", "port/ddq.py"] in pkg["urls"]
-    for _target, url in pkg[
-        "urls"
-    ]:  # relative URLs: mip resolves them against package.json's location
-        assert os.path.exists(os.path.join(REPO, url)), url
+    # Relative URLs: mip resolves them against package.json's location.
+    for _target, url in pkg["urls"]:
+        with open(os.path.join(REPO, url)) as f:
+            assert '__version__ = "%s"' % pkg["version"] in f.read(), url
 
 
 def test_manifest_py_for_freezing():
