@@ -36,9 +36,8 @@ def cli_env():
         [HOST, PORT_DIR] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
     )
     env.pop("DDQ_DEVICE", None)
-    env["DDQ_STATE_DIR"] = os.path.join(
-        REPO, "build", "no-default-virtual-board"
-    )  # never the user's board
+    # Never the user's virtual board: tests always name their device.
+    env["DDQ_STATE_DIR"] = os.path.join(REPO, "build", "no-default-virtual-board")
     return env
 
 

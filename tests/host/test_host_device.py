@@ -115,9 +115,8 @@ def test_outbox_power_cycle_pull_inspect_replay_push(board, mosquitto, tmp_path)
     with Device(board.tty, soft_reset=False) as dev:
         assert dev.hash_dir(":" + QD) == dev_files_before  # pull never modifies the device
     meta = json.loads((local / qdir.PULL_META).read_text())
-    assert (
-        meta["options"]["segment_bytes"] == 4096
-    )  # the UNIX profile, used by inspect/replay below
+    # The UNIX profile's options, used by inspect and replay below.
+    assert meta["options"]["segment_bytes"] == 4096
 
     r = ddq("inspect", local, "--json")
     assert r.returncode == 0, r.stderr

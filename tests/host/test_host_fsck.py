@@ -249,9 +249,8 @@ def test_corrupt_record_exit_2_names_segment_offset_and_seq(tmp_path):
 def test_zero_filled_tail_is_torn_for_ddq_and_noted_as_corrupt_for_c(tmp_path):
     d, flags = _basic(tmp_path)
     with open(d / "segment-00000000000000000001.log", "ab") as f:
-        f.write(
-            b"\0" * 40
-        )  # 40 bytes: a whole header's worth, so C checks (and rejects) its magic
+        # 40 bytes: a whole header's worth, so C checks (and rejects) its magic.
+        f.write(b"\0" * 40)
     r = ddq("verify", d, "--json", *flags)
     js = json.loads(r.stdout)
     assert r.returncode == 1 and js["verdict"] == "torn-tail" and js["c_compatible"] is False
@@ -290,9 +289,8 @@ def test_manifest_damage_and_missing_segment(tmp_path):
 
 def test_illegal_transition_is_corrupt(tmp_path):
     d = tmp_path / "q"
-    recs = cwriter.record(cwriter.DATA, 1, 0, b"x") + cwriter.record(
-        cwriter.ACK, 1
-    )  # ACK without CLAIM
+    # An ACK without a CLAIM.
+    recs = cwriter.record(cwriter.DATA, 1, 0, b"x") + cwriter.record(cwriter.ACK, 1)
     cwriter.write_dir(str(d), 0, [recs])
     r = ddq("verify", d, "--json")
     js = json.loads(r.stdout)
