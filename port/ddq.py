@@ -440,12 +440,14 @@ class PosixStorage:
             if fcntl is not None:
                 fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             else:
+                st = os.stat(path)
                 socket = _import("socket")
-                hashlib = _import("hashlib")
-                if socket is not None and hasattr(socket, "AF_UNIX") and hashlib is not None:
+                # Only a host directory (VfsPosix: a real inode) can be shared with another
+                # process; LittleFS/FAT report inode 0 and belong to this process alone.
+                if st[1] and socket is not None and hasattr(socket, "AF_UNIX"):
                     held = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                    name = binascii.hexlify(hashlib.sha256(key.encode()).digest())
-                    held.bind(struct.pack("<H", socket.AF_UNIX) + b"\0ddq-" + name[:48])
+                    name = b"\0ddq-%d-%d" % (st[2], st[1])  # device and inode: one per directory
+                    held.bind(struct.pack("<H", socket.AF_UNIX) + name)
         except OSError as e:
             f.close()
             if held is not None:
@@ -1437,8 +1439,11 @@ class Queue:
         if not ids:
             self._new_segment(log, False)
         st = [seen, False, False]  # checkpoint seen, last item snapshotted, reason pending
+        fits: "list[int]" = []
         for k in range(len(ids)):
-            self._replay(k, k == len(ids) - 1, cp, st)
+            self._replay(k, k == len(ids) - 1, cp, st, fits)
+        if fits and max(log.sizes) >= min(fits):  # [F7] no segment size explains the rotations
+            raise Corrupt("a segment of generation %d ends early (lost its end)" % gen)
         if not st[0]:
             raise Corrupt("the manifest's snapshot boundary was never reached")
         fs.sync(self._log.h)  # what a crashed writer left in the page cache is durable now [D4]
@@ -1484,7 +1489,8 @@ class Queue:
             pos += n
         return True
 
-    def _replay(self, sg: int, last: bool, cp: "list[int]", st: "list[bool]") -> None:
+    def _replay(self, sg: int, last: bool, cp: "list[int]", st: "list[bool]",
+                fits: "list[int]") -> None:
         fs, log = self._fs, self._log
         name = segment_name(log.gen, sg)
         path = self._path(name)
@@ -1539,11 +1545,10 @@ class Queue:
                         torn = True  # [R11] the footer and all after it never reached the medium
                         break
                     raise Corrupt("%s at %s offset %d" % (e.args[0], name, pos))
-                if pos == 0 and sg > 0 and log.sizes[sg - 1] + rlen <= self._seg_bytes:
-                    # [F7] a segment ends only where the next record did not fit: this one lost
-                    # its end (a resurrected state would follow from replaying it).
-                    raise Corrupt("%s ends early: %d bytes and the next record of %d would fit"
-                                  % (segment_name(log.gen, sg - 1), log.sizes[sg - 1], rlen))
+                if pos == 0 and sg > 0:
+                    # [F7] a segment ends only where the next record did not fit: whatever the
+                    # writer's segment_bytes W was, every segment <= W < end + next record.
+                    fits.append(log.sizes[sg - 1] + rlen)
                 try:
                     self._apply(sg, pos, typ, seq, arg, plen, mv, p, st, cp)
                 except Corrupt as e:

@@ -54,7 +54,7 @@ def test_capacity_reuse_32():
 
 
 def test_control_headroom_1_segment():
-    # EVIDENCE-OF: A1 A4 A7
+    # EVIDENCE-OF: A1 A4 A7 A2 A3 V5
     d = support.tmpdir() + "/q"
     q = _open(d, support.FakeClock(T0), payload=208, items=32, segs=1)
     support.raises(ddq.Full, q.enqueue, b"x" * 208)
@@ -64,7 +64,7 @@ def test_control_headroom_1_segment():
 
 
 def test_control_headroom_8_segments():
-    # EVIDENCE-OF: A1 A4 A5 A7 C1 O6
+    # EVIDENCE-OF: A1 A4 A5 A7 C1 O6 A2 A3 V5
     d = support.tmpdir() + "/q"
     clock = support.FakeClock(T0)
     q = _open(d, clock, payload=208, items=32, segs=8)
@@ -145,7 +145,7 @@ def test_mixed_state_preservation():
 
 
 def test_manifest_recovery():
-    # EVIDENCE-OF: C5 C7 R16 R20 R9 O11 N5
+    # EVIDENCE-OF: C5 C7 R16 R20 R9 O11 N5 M6 C3
     d = support.tmpdir() + "/q"
     clock = support.FakeClock(T0)
     q = _open(d, clock)
@@ -262,7 +262,7 @@ def test_full_queue_can_be_drained():
 
 
 def test_sequences_survive_empty_snapshot_and_restart():
-    # EVIDENCE-OF: M4 O14
+    # EVIDENCE-OF: M4 O14 O17
     clock = support.FakeClock(T0)
     d = support.tmpdir() + "/q"
     q = _open(d, clock, items=4, segs=2)

@@ -29,7 +29,7 @@ def _append(path, data):
 
 
 def test_lock_same_process():
-    # EVIDENCE-OF: L1 L3
+    # EVIDENCE-OF: L1 L3 O16
     q, d = _q()
     support.raises(ddq.Locked, ddq.Queue, d, **SMALL)
     q.close()
@@ -152,7 +152,7 @@ def test_claim_skips_and_ordered_blocks():
 
 
 def test_restart_replay_keeps_state():
-    # EVIDENCE-OF: R1 R5 R6 R9 O14
+    # EVIDENCE-OF: R1 R5 R6 R9 O14 O10
     clock = support.FakeClock(T0)
     q, d = _q(clock=clock)
     for i in range(4):
@@ -174,7 +174,7 @@ def test_restart_replay_keeps_state():
 
 
 def test_torn_tail_every_length():
-    # EVIDENCE-OF: R10 R11 R17 S1
+    # EVIDENCE-OF: R10 R11 R17 S1 R12 S8
     q, d = _q()
     q.enqueue(b"one")
     q.close()
@@ -238,7 +238,7 @@ def test_unfinished_final_record_is_torn():
 
 
 def test_mid_log_corruption_is_reported():
-    # EVIDENCE-OF: R13 F2
+    # EVIDENCE-OF: R13 F2 F5 F6 V1
     q, d = _q()
     q.enqueue(b"one")
     q.enqueue(b"two")
@@ -259,7 +259,7 @@ def test_mid_log_corruption_is_reported():
 
 
 def test_corruption_in_an_earlier_segment():
-    # EVIDENCE-OF: R10 R13 N5
+    # EVIDENCE-OF: R10 R13 N5 R4
     q, d = _q(max_payload_bytes=16)
     for _ in range(10):
         q.enqueue(b"x" * 16)
@@ -280,7 +280,7 @@ def test_corruption_in_an_earlier_segment():
 
 
 def test_read_into_and_buffer_too_small():
-    # EVIDENCE-OF: O12
+    # EVIDENCE-OF: O12 S6
     q, d = _q()
     q.enqueue(b"0123456789")
     buf = bytearray(10)
@@ -295,7 +295,7 @@ def test_read_into_and_buffer_too_small():
 
 
 def test_invalid_arguments_change_nothing():
-    # EVIDENCE-OF: O8 O14
+    # EVIDENCE-OF: O8 O14 O15 O18
     d = support.tmpdir() + "/q"
     for kw in ({"segment_bytes": 255}, {"segment_bytes": 64 * 1048576 + 1},
                {"max_payload_bytes": 0}, {"max_payload_bytes": 256 - 47, "segment_bytes": 256},
@@ -386,7 +386,7 @@ def test_lease_and_retry_deadlines_with_injected_clock():
 
 
 def test_clock_went_back_guard():
-    # EVIDENCE-OF: T3
+    # EVIDENCE-OF: T3 T4
     clock = support.FakeClock(T0)
     q, d = _q(clock=clock)
     q.enqueue(b"a")

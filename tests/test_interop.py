@@ -67,7 +67,7 @@ def _check_fixture(name):
 
 
 def test_fixture_basic():
-    # EVIDENCE-OF: F1 F2 F3 F10 N2 R5 R6 O9 O12 O13
+    # EVIDENCE-OF: F1 F2 F3 F10 N2 R5 R6 O9 O12 O13 V3
     _check_fixture("basic")
 
 
@@ -127,7 +127,7 @@ def _manifest(data):
 
 
 def test_ddq_directory_reads_with_independent_reader():
-    # EVIDENCE-OF: F1 F2 F3 F4 F7 F9 F10 F11 M1 M3 M4 M5 N1 N3 C1 C2 C5 C6
+    # EVIDENCE-OF: F1 F2 F3 F4 F7 F9 F10 F11 M1 M3 M4 M5 N1 N3 C1 C2 C5 C6 V2 V4 F8
     d = support.tmpdir() + "/q"
     clock = support.FakeClock()
     q = ddq.Queue(d, segment_bytes=256, max_payload_bytes=16, max_items=4, max_segments=8,

@@ -1,0 +1,162 @@
+# Requirements of docs/SPEC.md not proven elsewhere: worked bytes, tail cuts by copy + rename,
+# re-validating reads, limits smaller than the writer's, reads of unsynced records, rotation,
+# error codes and ignored names. Shared suite.
+import binascii
+
+import ddq
+import support
+from faults import FaultStorage
+
+T0 = 1767225600000
+OPTS = {"segment_bytes": 512, "max_payload_bytes": 64, "max_items": 16, "max_segments": 16}
+
+
+def _q(d, **kw):
+    o = dict(OPTS)
+    o.update(kw)
+    return ddq.Queue(d, clock=support.FakeClock(T0), **o)
+
+
+def test_worked_record_bytes():
+    # EVIDENCE-OF: F12 F1 F2 F3
+    d = support.tmpdir() + "/q"
+    q = _q(d)
+    q.enqueue(b"alpha")
+    q.claim(1000)
+    q.ack(1)
+    q.close()
+    data = support.read_file(d + "/" + ddq.segment_name(0, 0))
+    want_data = ("44514731010001000100000000000000000000000000000005000000350000008793"
+                 "77a500000000616c706861434d495435000000")
+    want_ack = ("445147310100030001000000000000000000000000000000000000003000000"
+                "07fdb092800000000434d495430000000")
+    assert binascii.hexlify(data[0:53]).decode() == want_data
+    assert binascii.hexlify(data[101:149]).decode() == want_ack
+    m = ddq.encode_manifest(1, 13, 1, 0, 0)
+    assert binascii.hexlify(m).decode() == (
+        "4444514d0100300001000000000000000d0000000000000001000000000000000000000000000000"
+        "b7154d0f00000000")
+
+
+def test_leftover_cut_is_adopted_or_dropped():
+    # EVIDENCE-OF: R12 S4 S8
+    d = support.tmpdir() + "/q"
+    q = _q(d)
+    q.enqueue(b"one")
+    q.enqueue(b"two")
+    q.close()
+    seg = d + "/" + ddq.segment_name(0, 0)
+    data = support.read_file(seg)
+    # A cut whose rename never happened: the original stands, the .cut goes.
+    support.write_file(seg + ".cut", data[:51])
+    q = _q(d)
+    assert q.stats().total_items == 2
+    q.close()
+    assert ddq.segment_name(0, 0) + ".cut" not in support.listdir_sorted(d)
+    # FAT's rename-over removed the original first: the complete .cut is the segment.
+    support.write_file(seg + ".cut", data[:51])
+    import os
+    os.remove(seg)
+    q = _q(d)
+    assert q.stats().total_items == 1 and q.read(1) == b"one"
+    q.close()
+
+
+def test_read_revalidates_the_record():
+    # EVIDENCE-OF: R19 R13
+    d = support.tmpdir() + "/q"
+    q = _q(d)
+    for i in range(6):
+        q.enqueue(b"payload-%d" % i + b"x" * 40)
+    assert q.stats().segment_count >= 2
+    seg0 = d + "/" + ddq.segment_name(0, 0)  # closed: not the segment being written
+    data = bytearray(support.read_file(seg0))
+    data[45] ^= 1
+    support.write_file(seg0, bytes(data))
+    e = support.raises(ddq.Corrupt, q.read, 1)
+    assert ddq.segment_name(0, 0) in str(e) and "offset 0" in str(e)
+    q.close()
+
+
+def test_limits_smaller_than_the_writers():
+    # EVIDENCE-OF: R15 M8
+    d = support.tmpdir() + "/q"
+    q = _q(d)
+    for _ in range(5):
+        q.enqueue(b"p" * 40)
+    q.close()
+    support.raises(ddq.Corrupt, _q, d, max_payload_bytes=32)
+    support.raises(ddq.Full, _q, d, max_items=4)
+    q = _q(d)  # the writer's limits still open it
+    assert q.stats().total_items == 5
+    q.close()
+
+
+def test_unsynced_records_are_read_without_a_sync():
+    # EVIDENCE-OF: D3 D7
+    fs = FaultStorage()
+    d = support.tmpdir() + "/q"
+    q = ddq.Queue(d, storage=fs, clock=support.FakeClock(T0), sync="none", **OPTS)
+    q.enqueue(b"synced")
+    q.sync()
+    n = fs.calls.get("sync", 0)
+    q.enqueue(b"group")
+    c = q.claim(1000)
+    assert q.read(1) == b"synced" and q.read(2) == b"group"
+    assert fs.calls.get("sync", 0) == n  # served from the synced file and from RAM
+    q.quarantine(c.seq, b"why")
+    assert q.reason(c.seq) == b"why"   # not a DATA record: the segment is synced first
+    assert fs.calls.get("sync", 0) == n + 1
+    q.close()
+    q = _q(d)
+    assert q.read(2) == b"group" and q.reason(1) == b"why"
+    q.close()
+
+
+def test_rotation_syncs_the_finished_segment():
+    # EVIDENCE-OF: W3 F7
+    fs = FaultStorage()
+    d = support.tmpdir() + "/q"
+    q = ddq.Queue(d, storage=fs, clock=support.FakeClock(T0), sync="none", **OPTS)
+    n = fs.calls.get("sync", 0)
+    for _ in range(5):
+        q.enqueue(b"x" * 60)           # 108 bytes each: four to a segment
+    assert q.stats().segment_count == 2
+    assert fs.calls.get("sync", 0) == n + 1 and q.durable_seq == 4
+    q.close()
+
+
+def test_max_items_with_nothing_acked_is_full():
+    # EVIDENCE-OF: C12 A6 A7
+    d = support.tmpdir() + "/q"
+    q = _q(d, max_items=2)
+    q.enqueue(b"a")
+    q.enqueue(b"b")
+    e = support.raises(ddq.Full, q.enqueue, b"c")
+    assert e.code == -7 and q.stats().next_seq == 3 and not q.stats().failed
+    q.close()
+
+
+def test_error_codes():
+    # EVIDENCE-OF: O19
+    codes = {ddq.InvalidArgument: -1, ddq.IOFailure: -2, ddq.Corrupt: -3, ddq.Locked: -4,
+             ddq.TooLarge: -6, ddq.Full: -7, ddq.NotFound: -8, ddq.BadState: -9,
+             ddq.BufferTooSmall: -10, ddq.Limit: -11}
+    for cls, code in codes.items():
+        assert issubclass(cls, ddq.Error) and cls.code == code, cls
+
+
+def test_reserve_and_unknown_files_are_left_alone():
+    # EVIDENCE-OF: N5 N6
+    d = support.tmpdir() + "/q"
+    q = _q(d)
+    q.enqueue(b"a")
+    q.close()
+    spare = d + "/" + ddq.segment_name(0, 1) + ".reserve"
+    support.write_file(spare, b"")
+    support.write_file(d + "/notes.txt", b"mine")
+    q = _q(d)
+    assert q.read(1) == b"a"
+    q.close()
+    names = support.listdir_sorted(d)
+    assert ddq.segment_name(0, 1) + ".reserve" in names and "notes.txt" in names
