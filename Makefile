@@ -58,7 +58,7 @@ LINT_PATHS = $(wildcard port host tests bench demo boards)
 TEST_PHASES := lint typecheck spec-coverage test-cpython test-mp torture-ci bench-smoke
 
 .PHONY: help venv types lint typecheck test-cpython test-mp $(addprefix test-mp-,$(MP_FS)) \
-        test torture-ci bench-smoke bench torture demo clean distclean check-port spec-coverage
+        test test-host torture-ci bench-smoke bench torture demo clean distclean check-port spec-coverage
 
 help:
 	@echo "make test          everything: venv types lint typecheck test-cpython test-mp torture-ci bench-smoke"
@@ -67,7 +67,7 @@ help:
 	@echo "make types         types/unix_typeshed for mypy's MicroPython pass"
 	@echo "make lint          ruff check $(LINT_PATHS)"
 	@echo "make typecheck     mypy: port/ddq.py for CPython and for MicroPython; host/ddqhost"
-	@echo "make test-cpython  pytest (tests/)"
+	@echo "make test-cpython  pytest (tests/);  make test-host: tests/host alone"
 	@echo "make test-mp       the shared suite on MicroPython: $(MP_FS) (one: make test-mp-lfs2)"
 	@echo "make torture-ci    the crash/torture harness, CI size"
 	@echo "make bench-smoke   the benchmarks, smoke size;  make bench: the full run (docs/BENCHMARKS.md)"
@@ -155,6 +155,10 @@ bench-smoke: $(DEPS_STAMP)
 	else \
 	  echo "bench-smoke: not yet (no bench/run.py)"; \
 	fi
+
+# The host tools' tests alone (they also run in test-cpython).
+test-host: $(DEPS_STAMP)
+	$(PY) -m pytest tests/host -q
 
 # The full benchmark run: rewrites docs/BENCHMARKS.md (several minutes).
 bench: $(DEPS_STAMP)
