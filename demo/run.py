@@ -482,13 +482,8 @@ class VirtualBoard:
         code = ("import devapp\ntry:\n devapp.main(**%r)\nexcept Exception as e:\n"
                 " import sys\n f = open('devapp-error.txt', 'w')\n sys.print_exception(e, f)\n"
                 " f.close()\n raise\n" % (kw,))
-        dev = Device(self.tty, soft_reset=False)
-        try:
-            # Start the app and return at once: it keeps running on the board after we let go.
-            dev.t.exec_raw_no_follow(code)
-        finally:
-            dev.t.close()
-            dev.t = None
+        # Start the app and return at once: it keeps running on the board after we let go.
+        Device(self.tty, soft_reset=False).start(code)
         self.boot = boot
 
     def kill(self, snapdir):

@@ -153,6 +153,18 @@ class Device:
         self._close_serial()
         self.t = None
 
+    def start(self, code: str) -> None:
+        """Start code on the device and let go of the port at once (the code keeps running).
+
+        The raw REPL is not exited: the device stays busy with the code until it returns."""
+        try:
+            self.t.exec_raw_no_follow(code)
+        except Exception as e:
+            raise DeviceError("%s: could not start code (%s)" % (self.port, e)) from None
+        finally:
+            self._close_serial()
+            self.t = None
+
     def __enter__(self) -> "Device":
         return self
 
