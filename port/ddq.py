@@ -1926,13 +1926,16 @@ class Outbox:
                 self._full = True
                 if not self._drop_oldest:
                     raise
-                # drop_oldest [E13]: retire the oldest ready unclaimed message durably (CLAIM +
-                # ACK: reclaimable; counted). claim() skips live leases: a message in flight is
+                # drop_oldest [E13]: retire the oldest unclaimed message, due or backing off,
+                # durably (CLAIM + ACK: reclaimable; counted). A claimed message (in flight) is
                 # never dropped (iotspool T11).
-                c = self.queue.claim(self._lease)
-                if c is None:
-                    raise Full("full, and no unclaimed ready message to drop")
-                self.queue.ack(c.seq)
+                ix = self.queue._ix
+                i = 0
+                while i < ix.n and ix.st[i] != _AVAILABLE:  # only while full: O(n) is fine
+                    i += 1
+                if i == ix.n:
+                    raise Full("full, and no unclaimed message to drop")
+                self.queue.ack(self.queue.claim_seq(ix.seq[i], self._lease).seq)
                 self.counters["dropped"] += 1
                 self._wrote(2)
         else:

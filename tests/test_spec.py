@@ -160,3 +160,26 @@ def test_reserve_and_unknown_files_are_left_alone():
     q.close()
     names = support.listdir_sorted(d)
     assert ddq.segment_name(0, 1) + ".reserve" in names and "notes.txt" in names
+
+
+def test_claim_seq_takes_an_available_item_due_or_not():
+    # EVIDENCE-OF: O20 E13
+    clock = support.FakeClock(T0)
+    d = support.tmpdir() + "/q"
+    q = ddq.Queue(d, clock=clock, **OPTS)
+    q.enqueue(b"a")
+    q.enqueue(b"b")
+    c = q.claim(1000)
+    q.retry(c.seq, 60000)                 # 1 backs off for a minute
+    c = q.claim_seq(1, 5000)              # taken anyway
+    assert c.seq == 1 and c.attempts == 1 and c.lease_until_ms == T0 + 5000
+    support.raises(ddq.BadState, q.claim_seq, 1, 5000)   # claimed, live
+    support.raises(ddq.NotFound, q.claim_seq, 9, 5000)
+    clock.advance(5000)
+    assert q.claim_seq(1, 5000).seq == 1  # an expired lease is swept first
+    q.ack(1)
+    support.raises(ddq.BadState, q.claim_seq, 1, 5000)
+    q.close()
+    q = ddq.Queue(d, clock=clock, **OPTS)
+    assert [i.state for i in q.items()] == ["acked", "available"]
+    q.close()
