@@ -131,63 +131,51 @@ class Error(Exception):
 
 class InvalidArgument(Error):
     """Raised for a bad type or range of an option or argument; nothing changed."""
-
     code = -1
 
 
 class IOFailure(Error):
     """Raised when storage failed, and while the queue is fail-stopped (until recover())."""
-
-    code = -2
-    errno = 0
+    code, errno = -2, 0
 
 
 class Corrupt(Error):
     """Raised when a record, the manifest or the directory breaks the format rules."""
-
     code = -3
 
 
 class Locked(Error):
     """Raised when another Queue (this process or another) holds the directory."""
-
     code = -4
 
 
 class TooLarge(Error):
     """Raised for a payload, reason or record over its limit."""
-
     code = -6
 
 
 class Full(Error):
     """Raised when the admission reserve or max_items refuses an enqueue; nothing was stored."""
-
     code = -7
 
 
 class NotFound(Error):
     """Raised for an unknown sequence, or an acked item already reclaimed."""
-
     code = -8
 
 
 class BadState(Error):
     """Raised when the operation is not allowed from the item's current state."""
-
     code = -9
 
 
 class BufferTooSmall(Error):
     """Raised by read_into when the buffer is smaller than the payload; `.needed` says how big."""
-
-    code = -10
-    needed = 0
+    code, needed = -10, 0
 
 
 class Limit(Error):
     """Raised when a count, segment or arithmetic limit is reached."""
-
     code = -11
 
 
