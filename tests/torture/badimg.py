@@ -37,7 +37,7 @@ def judge_timed(ddq, base, files, acceptable, opts, payloads=None, forged=False,
 
 def run_seed(ddq, seed, nops, hashes=None, max_fail=5, limit=None):
     base, wl, acceptable = mutate.build_base(ddq, seed, nops)
-    res = {"seed": seed, "images": 0, "distinct": 0, "corrupt": 0, "clean": 0, "forged": 0, "relabel": 0, "lost": 0, "resurrected": 0,
+    res = {"seed": seed, "images": 0, "distinct": 0, "corrupt": 0, "clean": 0, "forged": 0, "relabel": 0, "undetectable_cut": 0, "lost": 0, "resurrected": 0,
            "reused_seq": 0, "unexpected": 0, "fail": [], "base_bytes": sum(len(v) for v in base.values()),
            "generation": 0}
     seen = hashes if hashes is not None else set()
@@ -50,10 +50,14 @@ def run_seed(ddq, seed, nops, hashes=None, max_fail=5, limit=None):
         seen.add(h)
         res["distinct"] += 1
         res["images"] += 1
-        outcome, bad = judge_timed(ddq, base, files, acceptable, wl.opts, wl.payloads, desc.startswith("rec:"))
+        outcome, bad = judge_timed(ddq, base, files, acceptable, wl.opts, wl.payloads,
+                                    desc.startswith("rec:") or desc.startswith("truncate-undetectable"))
         if outcome == "forged-relabel":
             res["forged"] += 1
             res["relabel"] += 1
+        elif outcome == "forged" and desc.startswith("truncate-undetectable"):
+            res["forged"] += 1
+            res["undetectable_cut"] += 1
         elif outcome in ("corrupt", "clean", "forged"):
             res[outcome] += 1
         for cat, detail in bad:

@@ -146,6 +146,31 @@ def file_mutations(files):
             yield ("file:stray cut %d" % len(junk), _set(files, segs[-1][2] + ".cut", junk))
 
 
+def _boundary_cuts(files, name):
+    """Cuts of a non-last segment at a record boundary that leave a directory some smaller
+    segment_bytes W would have written (every segment <= W < this end + the next segment's first
+    record, F7). The options are not on disk (M8) and a reader may have larger limits than the
+    writer (R15), so such an image is a valid directory of another history: indistinguishable."""
+    g = F.parse_seg_name(name)
+    if g is None:
+        return ()
+    nxt = F.seg_name(g[0], g[1] + 1)
+    if nxt not in files:
+        return ()
+    recs, end = F.decode_records(files[nxt])
+    if not recs:
+        return ()
+    first = 48 + len(recs[0][4])
+    others = [len(files[n]) for n in files if n != name and F.parse_seg_name(n) is not None
+              and F.parse_seg_name(n)[0] == g[0]]
+    out = []
+    recs, end = F.decode_records(files[name])
+    for b in [r[0] for r in recs] + [end]:
+        if b < len(files[name]) and max(others + [b]) < b + first:
+            out.append(b)
+    return out
+
+
 def byte_mutations(files, runs=True):
     """Bit flips at every bit, truncation at every byte, 0x00/0xFF tails, byte runs."""
     for name in sorted(files):
@@ -157,8 +182,10 @@ def byte_mutations(files, runs=True):
             b = bytearray(data)
             b[i >> 3] ^= 1 << (i & 7)
             yield ("flip %s bit %d" % (name, i), _set(files, name, b))
+        undetectable = _boundary_cuts(files, name)
         for cut in range(n):
-            yield ("truncate %s at %d" % (name, cut), _set(files, name, data[:cut]))
+            kind = "truncate-undetectable" if cut in undetectable else "truncate"
+            yield ("%s %s at %d" % (kind, name, cut), _set(files, name, data[:cut]))
         for off in range(0, n, 16):
             for fill in (0, 255):
                 yield ("fill %s from %d with %02x" % (name, off, fill),

@@ -26,8 +26,9 @@ def block(line, sb, extra, wall, full):
             "LittleFS" if fs == "lfs" else "FAT", e["drop"], e["torn"], e["raise"], e["errno"]))
     out.append("| 2 FAT cuts | on a FAT image fatcheck calls damaged; failures there blamed on FatFs | %d; %d |" % (
         extra.get("fat_damaged", 0), extra.get("fat_fs_damage", 0)))
-    out.append("| 3 bad images | distinct CPython images: Corrupt / clean valid prefix / forged record accepted (of which a seq relabel) | %d: %d / %d / %d (%d) |" % (
-        sb["bad_images"], extra["bad_corrupt"], extra["bad_clean"], extra["bad_forged"], extra.get("bad_relabel", 0)))
+    out.append("| 3 bad images | distinct CPython images: Corrupt / clean valid prefix / indistinguishable accepted (seq relabel; segment cut a smaller segment_bytes explains) | %d: %d / %d / %d (%d; %d) |" % (
+        sb["bad_images"], extra["bad_corrupt"], extra["bad_clean"], extra["bad_forged"], extra.get("bad_relabel", 0),
+        extra.get("bad_undetectable_cut", 0)))
     out.append("| 3 bad images | Hypothesis examples; seeded replays on MicroPython (forged accepted) | %d; %d (%d) |" % (
         extra["hypothesis"], extra["mp_bad_images"], extra.get("mp_forged", 0)))
     kinds = extra["fault_by_kind"]

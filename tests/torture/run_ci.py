@@ -148,6 +148,7 @@ def aggregate(done):
             extra["bad_clean"] += r["clean"]
             extra["bad_forged"] += r["forged"]
             extra["bad_relabel"] = extra.get("bad_relabel", 0) + r.get("relabel", 0)
+            extra["bad_undetectable_cut"] = extra.get("bad_undetectable_cut", 0) + r.get("undetectable_cut", 0)
             extra["base_sha"].setdefault(r["seed"], {})["cpython"] = r.get("base_sha256")
         elif part == "hypo":
             extra["hypothesis"] += r["examples"]
