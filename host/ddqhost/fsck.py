@@ -580,6 +580,16 @@ def scan(
         rep.segments.append(seg)
         st.segment(seg, idx, data, last=(idx == len(mine) - 1))
         st.prev_size, st.prev_name = len(data), n
+    if st.fits and not st.exact:
+        big = max(s["size"] for s in rep.segments)
+        fit, prev, nxt = min(st.fits)
+        if big >= fit:
+            st.corrupt(
+                "segment %s ends early: it and %s's first record (%d bytes together) would fit in "
+                "a segment of %d bytes, which this generation has (SPEC F7: no segment_bytes "
+                "explains its rotations)" % (prev, nxt, fit, big),
+                file=prev,
+            )
     st.finish()
     return rep
 
@@ -649,6 +659,7 @@ class _Replay:
         self.stopped = False
         self.prev_size = 0
         self.prev_name: str | None = None
+        self.fits: list[tuple[int, str | None, str]] = []
         self.last_rec_seq = 0  # seq of the last valid record in log order (problem context)
 
     def corrupt(self, msg: str, **kw: Any) -> None:
@@ -766,16 +777,10 @@ class _Replay:
                 )
                 if self.exact:
                     self.corrupt(msg, file=name, offset=0, seqs=(rec["seq"], rec["seq"]))
-                else:
-                    # Only the writer's exact segment_bytes tells a lost end from a smaller limit.
-                    self.rep.add(
-                        "warning",
-                        msg + "; pass the writer's --segment-bytes (ddq refuses to open it "
-                        "with this limit)",
-                        file=name,
-                        offset=0,
-                        seqs=(rec["seq"], rec["seq"]),
-                    )
+            if status == "ok" and off == 0 and idx > 0:
+                # F7 without the writer's segment_bytes W: every segment <= W < (end of a
+                # segment + its successor's first record) must have a solution.
+                self.fits.append((self.prev_size + rec["record_length"], self.prev_name, name))
             if status == "ok":
                 self.last_rec_seq = rec["seq"]
                 seg["records"].append(rec)
