@@ -111,3 +111,34 @@ def test_mpy_cross_builds_for_board_archs(arch, archbits, tmp_path):
     probe.write_text("import micropython\n@micropython.native\ndef f(x):\n    return x + 1\n")
     head = transfer.mpy_header(transfer.mpy_cross(str(probe), str(tmp_path / "probe.mpy"), arch))
     assert head[2] >> 2 == archbits
+
+
+def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
+    # The wheel carries module ddq, ddq_mqtt, the host package and the `ddq` console script;
+    # installed (without its network dependencies) into a new venv, `ddq --version` and
+    # `ddq verify` (which needs only ddq and the standard library) run from outside the checkout.
+    import subprocess
+    import sys
+
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                    "--no-build-isolation", "-w", str(wheels), REPO], check=True, timeout=300)
+    whl = [p for p in os.listdir(wheels) if p.endswith(".whl")]
+    assert len(whl) == 1 and whl[0].startswith("ddq-%s-" % ddq_version()), whl
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps"]
+    subprocess.run(pip + [str(wheels / whl[0])], check=True, timeout=300)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
+    out = subprocess.run([str(venv / "bin" / "ddq"), "--version"], capture_output=True,
+                         text=True, cwd=tmp_path, env=env, timeout=60)
+    assert out.returncode == 0 and ddq_version() in out.stdout, out
+    basic = os.path.join(os.path.dirname(REPO), "shared", "fixtures", "ddq-c", "basic")
+    if os.path.isdir(basic):
+        out = subprocess.run([str(venv / "bin" / "ddq"), "verify", basic], capture_output=True,
+                             text=True, cwd=tmp_path, env=env, timeout=60)
+        assert out.returncode == 0 and "result: clean" in out.stdout, out
+    mod = subprocess.run([str(venv / "bin" / "python"), "-c",
+                          "import ddq, ddq_mqtt, ddqhost; print(ddq.__file__)"],
+                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
+    assert mod.returncode == 0 and str(venv) in mod.stdout, mod
