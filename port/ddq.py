@@ -1875,7 +1875,7 @@ class Outbox:
         self._full = False
         self.counters: "dict[str, Any]" = {"put": 0, "sent": 0, "retried": 0, "expired": 0,
                                            "dropped": 0, "rejected": 0, "exhausted": 0,
-                                           "corrupt": 0}  # this run only [E18]
+                                           "corrupt": 0, "lapsed": 0}  # this run only [E18]
 
     def __enter__(self) -> "Outbox":
         return self
@@ -1992,10 +1992,28 @@ class Outbox:
         return self._put(topic, payload, qos, retain, self._ttl if ttl_ms is None else ttl_ms,
                          key, 0)
 
+    def _lapsed(self, now: int) -> None:
+        # A lease that ran out with no ack or nack (the sender hung, or the device died while
+        # sending) is a failed attempt: a RETRY records it durably, so max_attempts also stops a
+        # message that kills the device on every send [E10]. Claims are few: O(in flight).
+        q = self.queue
+        ix = q._ix
+        for s in [s for s, e in ix.live.items() if ix.st[e[0]] == _CLAIMED
+                  and (e[2] <= now or e[2] - now > _MAX_LEASE_MS)]:
+            a = ix.live[s][1]
+            if self._max_att and a + 1 >= self._max_att:
+                self.counters["exhausted"] += 1
+                self._quar(s, "max_attempts", "lease expired")
+            else:
+                q.retry(s, self._bo.delay(a))
+                self.counters["lapsed"] += 1
+                self._wrote(1)
+
     @_locked
     def get(self, lease_ms: "Optional[int]" = None) -> "Optional[Message]":
         """Claim and return the next ready message, or None [E12]; retire expired ones [E7]."""
         q, now, lease = self.queue, self._clock(), lease_ms or self._lease
+        self._lapsed(now)
         for _ in range(_GET_SCAN):
             c = q.claim_ordered(lease) if self._ordered else q.claim(lease)
             if c is None:

@@ -913,3 +913,34 @@ def test_outbox_options_are_checked():
     support.raises(ddq.InvalidArgument, ob.put, "t", b"x", qos=2)
     assert ob.put("1234", b"x") == 1
     ob.close()
+
+
+def test_lapsed_leases_count_as_attempts_so_a_poison_message_is_dead_lettered():
+    # EVIDENCE-OF: E10 E8 O11
+    # A message that kills the device on every send is never nacked: each boot claims it, then
+    # dies. A lease that ran out unanswered is a failed attempt (a durable RETRY), so
+    # max_attempts dead-letters it instead of a crash loop forever.
+    d = support.tmpdir()
+    clock = support.FakeClock(T0)
+    ob, _ = _ob(d, clock=clock, lease_ms=1000, max_attempts=3, min_retry_ms=10, max_retry_ms=10)
+    seq = ob.put("t", b"poison")
+    ob.put("t", b"fine")
+    for boot in range(2):
+        m = ob.get()
+        assert m.seq == seq and m.attempts == boot, (boot, m.attempts)
+        ob.queue.close()                       # the device dies while sending: no ack, no nack
+        ob, _ = _ob(d, clock=clock, lease_ms=1000, max_attempts=3, min_retry_ms=10,
+                    max_retry_ms=10)
+        clock.advance(1000)                    # the lease runs out
+        clock.advance(10)
+    m = ob.get()                               # the third claim
+    assert m.seq == seq and m.attempts == 2
+    ob.queue.close()
+    ob, _ = _ob(d, clock=clock, lease_ms=1000, max_attempts=3, min_retry_ms=10, max_retry_ms=10)
+    clock.advance(1000)
+    m = ob.get()                               # the lapse makes 3 attempts: dead letter
+    assert m.payload == b"fine"
+    dl = ob.dead_letters()
+    assert [x.seq for x in dl] == [seq] and dl[0].reason == b"max_attempts: lease expired"
+    assert ob.stats()["exhausted"] == 1
+    ob.close()
