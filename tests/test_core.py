@@ -407,7 +407,7 @@ def test_clock_went_back_guard():
 
 
 def test_sync_policies_and_durable_seq():
-    # EVIDENCE-OF: D1 D2 D3 D4
+    # EVIDENCE-OF: D1 D2 D3 D4 S2
     fs = FaultStorage()
     d = support.tmpdir() + "/q"
     q = ddq.Queue(d, storage=fs, clock=support.FakeClock(T0), sync="ack", **SMALL)

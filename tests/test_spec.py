@@ -18,7 +18,7 @@ def _q(d, **kw):
 
 
 def test_worked_record_bytes():
-    # EVIDENCE-OF: F12 F1 F2 F3
+    # EVIDENCE-OF: F12 F1 F2 F3 M7
     d = support.tmpdir() + "/q"
     q = _q(d)
     q.enqueue(b"alpha")
@@ -182,4 +182,55 @@ def test_claim_seq_takes_an_available_item_due_or_not():
     q.close()
     q = ddq.Queue(d, clock=clock, **OPTS)
     assert [i.state for i in q.items()] == ["acked", "available"]
+    q.close()
+
+
+class _Order(FaultStorage):
+    def __init__(self):
+        super().__init__()
+        self.log = []
+
+    def sync_dir(self, path):
+        self.log.append("sync_dir")
+        super().sync_dir(path)
+
+    def remove(self, path):
+        self.log.append("remove " + path[path.rfind("/") + 1:])
+        super().remove(path)
+
+
+def test_selected_generation_is_synced_before_anything_is_deleted():
+    # EVIDENCE-OF: R18 R16
+    d = support.tmpdir() + "/q"
+    q = _q(d)
+    q.enqueue(b"a")
+    q.close()
+    stray = ddq.segment_name(7, 0)
+    support.write_file(d + "/" + stray, b"unpublished")
+    fs = _Order()
+    q = ddq.Queue(d, storage=fs, clock=support.FakeClock(T0), **OPTS)
+    q.close()
+    i = fs.log.index("remove " + stray)
+    assert "sync_dir" in fs.log[:i], fs.log
+    assert stray not in support.listdir_sorted(d)
+
+
+def test_an_existing_next_segment_is_not_overwritten():
+    # EVIDENCE-OF: S9 R20
+    # No O_EXCL on VfsPosix: ddq checks that a segment name is free (under the lock) before it
+    # creates it; a file in the way fail-stops instead of being appended to.
+    d = support.tmpdir() + "/q"
+    q = _q(d)
+    q.enqueue(b"x" * 60)
+    planted = d + "/" + ddq.segment_name(0, 1)
+    support.write_file(planted, b"not ours")
+    e = None
+    for _ in range(8):  # fill segment 0 until the next record needs segment 1
+        try:
+            q.enqueue(b"x" * 60)
+        except ddq.IOFailure as x:
+            e = x
+            break
+    assert e is not None and q.stats().failed
+    assert support.read_file(planted) == b"not ours"
     q.close()
