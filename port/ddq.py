@@ -50,6 +50,11 @@ def _crc(data: "Buf", value: int = 0) -> int:
     return int(_crc32(data, value))
 
 
+def _abi() -> int:
+    # The recovery index stores the index columns in native order and width [X2].
+    return _crc(bytes(array("Q", [1])) + bytes(array("H", [1])) + bytes(array("I", [1])))
+
+
 def _import(name: str) -> "Any":
     # Optional modules (fcntl, socket, hashlib): present on some interpreters only.
     try:
@@ -105,6 +110,16 @@ _MARKER = "queue.format"
 _MANIFEST = "queue.manifest"
 _MANIFEST_TMP = "queue.manifest.tmp"
 _CUT = ".cut"  # ddq extension: a tail cut staged by copy + rename where truncate is missing [R12]
+# Recovery index: SPEC §12.1 [X1]-[X8]; a ddq-only file C DDQ ignores [N5].
+_INDEX = "queue.index"
+_INDEX_TMP = "queue.index.tmp"
+# magic version reserved abi manifest_crc generation next_seq, then 16 u32: items fresh available
+# claimed acked quarantined live hist reasons segments plan_segs plan_off max_payload flags body_crc
+# header_crc
+_IX_FMT = "<IHHIIQQIIIIIIIIIIIIIIII"
+_IX_MAGIC = 0x49514444  # b"DDQI"
+_IX_SIZE = const(96)
+_IX_NO_PLAN = 0xFFFFFFFF
 # Limits: SPEC §7.
 _MAX_REASON = const(4096)
 _MAX_LEASE_MS = const(604800000)
@@ -566,11 +581,12 @@ def _bytes_arg(v: "Any", name: str) -> "Buf":
 class _Log:
     """The segments of one generation as the writer sees them."""
 
-    __slots__ = ("gen", "sizes", "off", "h", "dirty", "synced")
+    __slots__ = ("gen", "sizes", "off", "h", "dirty", "synced", "ck")
 
     def __init__(self, gen: int) -> None:
         self.gen = gen
         self.sizes: "list[int]" = []
+        self.ck: "list[list[int]]" = []  # per segment [crc32 of bytes 0..n, n, first record_length]
         self.off = 0
         self.h: "Any" = None
         self.dirty = False
@@ -588,7 +604,8 @@ class Queue:
     def __init__(self, path: str, segment_bytes: int = 4194304,
                  max_payload_bytes: int = 1048576, max_items: int = 100000,
                  max_segments: int = 1024, clock: "Optional[Callable[[], int]]" = None,
-                 storage: "Any" = None, sync: str = "always") -> None:
+                 storage: "Any" = None, sync: str = "always",
+                 index_bytes: int = 1048576) -> None:
         self._closed = True
         self._lock: "Any" = None
         if not isinstance(path, str) or not path or len(path) >= 4096:
@@ -598,6 +615,7 @@ class Queue:
                                  "max_payload_bytes")
         self._max_items = _opt(max_items, 1, 1000000, "max_items")
         self._max_segs = _opt(max_segments, 1, 4096, "max_segments")
+        self._ix_bytes = _opt(index_bytes, 0, _U64, "index_bytes")
         if clock is not None and not callable(clock):
             raise InvalidArgument("clock must be callable")
         if sync not in ("always", "ack", "none"):
@@ -651,6 +669,10 @@ class Queue:
         self._n_avail = self._n_claimed = self._n_acked = self._n_quar = 0
         self._plan: "Optional[list[int]]" = None  # cached worst-case compacted plan [segs, off]
         self._unsynced: "dict[int, bytes]" = {}  # sync="none": DATA payloads not yet synced
+        self._swept: "dict[int, int]" = {}  # seq -> lease of a claim expired in RAM only [T2]
+        self._ixcov: "Optional[list[int]]" = None  # [generation, sizes...] queue.index covers
+        self.replayed_records = 0  # records the last recovery read and applied [X6]
+        self.index_used = False  # the last recovery started from queue.index [X6]
 
     def _path(self, name: str) -> str:
         return self._dir + "/" + name
@@ -694,6 +716,8 @@ class Queue:
 
     def _move(self, i: int, state: int, attempts: int, lease: int, nb: int) -> None:
         ix = self._ix
+        if self._swept:
+            self._swept.pop(ix.seq[i], None)
         self._count(ix.st[i], -1)
         self._count(state, 1)
         ix.st[i] = state
@@ -965,6 +989,7 @@ class Queue:
         i = e[0]
         if self._ix.st[i] == _CLAIMED and (e[2] <= now or e[2] - now > _MAX_LEASE_MS):
             self._ix.st[i] = _AVAILABLE
+            self._swept[self._ix.seq[i]] = e[2]  # on disk it is still claimed [X3]
             e[2] = 0
             self._n_claimed -= 1
             self._n_avail += 1
@@ -1066,8 +1091,11 @@ class Queue:
         if self._log.h is not None and self._log.dirty:
             try:
                 self._fs.sync(self._log.h)
+                self._log.dirty = False
             except OSError as e:
                 err = e
+        if err is None and self._log.h is not None:
+            self._index_at_close()
         self._fail()
         self._release()
         if err is not None:
@@ -1231,7 +1259,7 @@ class Queue:
         fs, removed, gen = self._fs, False, self._log.gen
         for name in self._listdir():
             pg = parse_segment_name(name)
-            if name == _MANIFEST_TMP or (pg is not None and pg[0] != gen):
+            if name in (_MANIFEST_TMP, _INDEX_TMP) or (pg is not None and pg[0] != gen):
                 p = self._path(name)
                 if fs.kind(p) != 1:
                     raise Corrupt("not a regular file: " + name)
@@ -1331,6 +1359,7 @@ class Queue:
         except OSError:
             pass
         self._log, self._ix = new, nix
+        self._swept = {}  # the STATE snapshots made the RAM sweeps durable
         self._has_manifest = True
         self._n_acked = 0
         self._n_quar -= len(drop) if drop else 0
@@ -1396,14 +1425,16 @@ class Queue:
             mk = 1
         cp = [0, 0, 0, 1]  # checkpoint: segments, items, end offset, next_seq
         seen = True
-        gen = 0
+        gen = mcrc = 0
         if mk == 0:
             if marker == 1:
                 raise Corrupt("queue.manifest missing but queue.format present [R3]")
         else:
             if mk != 1:
                 raise Corrupt("queue.manifest is not a regular file")
-            gen, nxt, segs, items, end = decode_manifest(self._read_small(mpath, _MAN_SIZE + 1))
+            mb = self._read_small(mpath, _MAN_SIZE + 1)
+            gen, nxt, segs, items, end = decode_manifest(mb)
+            mcrc = _crc(mb)
             if nxt == 0 or segs == 0 or segs > self._max_segs or items > self._max_items \
                     or end > self._seg_bytes or (gen != 0 and marker != 1):
                 raise Corrupt("queue.manifest fields out of range for these options")
@@ -1428,8 +1459,13 @@ class Queue:
             self._new_segment(log, False)
         st = [seen, False, False]  # checkpoint seen, last item snapshotted, reason pending
         fits: "list[int]" = []
-        for k in range(len(ids)):
-            self._replay(k, k == len(ids) - 1, cp, st, fits)
+        start = self._load_index(len(ids), cp, mcrc, fits) if ids and self._ix_bytes else -1
+        loaded = self._ix.n if start >= 0 else -1
+        if start >= 0:
+            st[0] = self.index_used = True
+        k0 = len(log.sizes)
+        for k in range(k0, len(ids)):
+            self._replay(k, k == len(ids) - 1, cp, st, fits, start if k == k0 and start > 0 else 0)
         if fits and max(log.sizes) >= min(fits):  # [F7] no segment size explains the rotations
             raise Corrupt("a segment of generation %d ends early (lost its end)" % gen)
         if not st[0]:
@@ -1438,7 +1474,11 @@ class Queue:
         fs.sync_dir(self._dir)  # the selected generation is durable before anything is deleted
         self._clean()
         self._durable = self._next - 1
-        self._plan = self._plan_items()
+        if loaded < 0:
+            self._plan = self._plan_items()
+        else:  # the saved plan is an upper bound like any cached one (DESIGN §5) [X5]
+            for i in range(loaded, self._ix.n):
+                self._plan_add(self._ix.ln[i])
         self._rbuf = bytearray(0)  # the replay window is not kept (64 KiB on big segments)
 
     def _checkpoint(self, sg: int, pos: int, cp: "list[int]", st: "list[bool]") -> None:
@@ -1478,7 +1518,7 @@ class Queue:
         return True
 
     def _replay(self, sg: int, last: bool, cp: "list[int]", st: "list[bool]",
-                fits: "list[int]") -> None:
+                fits: "list[int]", start: int = 0) -> None:
         fs, log = self._fs, self._log
         name = segment_name(log.gen, sg)
         path = self._path(name)
@@ -1487,7 +1527,7 @@ class Queue:
             raise Corrupt("%s is larger than segment_bytes" % name)
         self._checkpoint(sg, 0, cp, st)
         mv = self._buf(max(min(size, 65536), _MIN_REC))
-        wpos, wlen, pos = 0, 0, 0
+        wpos, wlen, pos = start, 0, start
         torn = False
         h = fs.open(path, "rb")
         try:
@@ -1542,6 +1582,7 @@ class Queue:
                 except Corrupt as e:
                     raise Corrupt("%s at %s offset %d (seq %d)" % (e.args[0], name, pos, seq))
                 pos += rlen
+                self.replayed_records += 1
                 self._checkpoint(sg, pos, cp, st)
             else:
                 raise Limit("too many records in " + name)
@@ -1555,6 +1596,229 @@ class Queue:
         if last:
             log.h = fs.open(path, "ab")
             log.off = log.synced = size
+
+    # ------------------------------------------------------------------ recovery index (SPEC §12.1)
+    def _ix_parts(self) -> "list[Any]":
+        # The body of queue.index in order [X2]: segments, the five index columns, live, hist,
+        # reasons. Sweeps are undone: the file holds the durable state, as a replay would [X3].
+        ix, log, n = self._ix, self._log, self._ix.n
+        segs = bytearray(12 * len(log.ck))
+        for k in range(len(log.ck)):
+            struct.pack_into("<III", segs, 12 * k, log.ck[k][0], log.ck[k][1], log.ck[k][2])
+        st = ix.st[0:n]
+        live = bytearray(28 * len(ix.live))
+        k = 0
+        for s, e in ix.live.items():
+            lease = self._swept.get(s, e[2])
+            if s in self._swept:
+                st[e[0]] = _CLAIMED
+            struct.pack_into("<QIQQ", live, k, s, e[1], lease, e[3])
+            k += 28
+        hist = bytearray(20 * len(ix.hist))
+        k = 0
+        for s, h in ix.hist.items():
+            struct.pack_into("<QIQ", hist, k, s, h[0], h[1])
+            k += 20
+        rs = bytearray(20 * len(ix.reasons))
+        k = 0
+        for s, r in ix.reasons.items():
+            struct.pack_into("<QIII", rs, k, s, r[0], r[1], r[2])
+            k += 20
+        # Each column as bytes (a typed view's len() counts items, not bytes).
+        return [segs, bytes(memoryview(ix.seq)[0:n]), bytes(memoryview(ix.sg)[0:n]),
+                bytes(memoryview(ix.off)[0:n]), bytes(memoryview(ix.ln)[0:n]), st, live, hist, rs]
+
+    def _ix_header(self, parts: "list[Any]", body: int, mcrc: int) -> bytearray:
+        ix, log, p = self._ix, self._log, self._plan
+        pay = max(memoryview(ix.ln)[0:ix.n]) if ix.n else 0
+        for r in ix.reasons.values():
+            pay = max(pay, r[2])
+        sw = len(self._swept)
+        b = bytearray(_IX_SIZE)
+        struct.pack_into(_IX_FMT, b, 0, _IX_MAGIC, 1, 0, _abi(), mcrc, log.gen, self._next, ix.n,
+                         ix.fresh, self._n_avail - sw, self._n_claimed + sw, self._n_acked,
+                         self._n_quar, len(ix.live), len(ix.hist), len(ix.reasons), len(log.ck),
+                         _IX_NO_PLAN if p is None else p[0], 0 if p is None else p[1], pay,
+                         1 if self._has_manifest else 0, body, 0)
+        struct.pack_into("<I", b, _IX_SIZE - 4, _crc(memoryview(b)[0:_IX_SIZE - 4]))
+        return b
+
+    def _index_at_close(self) -> None:
+        # [X1] at close: write the index when the log holds index_bytes or more and the file
+        # does not already cover it; otherwise leave no stale index behind. Errors only cost speed.
+        log = self._log
+        try:
+            if self._ix_bytes and sum(log.sizes) >= self._ix_bytes:
+                if self._ixcov != [log.gen] + log.sizes:
+                    self._save_index()
+            elif self._ix_bytes and self._fs.kind(self._path(_INDEX)) == 1:
+                self._fs.remove(self._path(_INDEX))
+                self._fs.sync_dir(self._dir)
+        except (OSError, Error):
+            pass
+
+    def save_index(self) -> None:
+        """Sync, then write queue.index so the next open replays only what follows [X1]."""
+        self.sync()
+        try:
+            self._save_index()
+        except OSError as e:
+            raise _io_failure(e, "writing " + _INDEX)
+
+    def _save_index(self) -> None:
+        fs, log = self._fs, self._log
+        mv = self._buf(4096 if log.off < 4096 else 65536)
+        try:
+            for k in range(len(log.sizes)):  # [X4] extend each segment's running CRC
+                if k == len(log.ck):
+                    log.ck.append([0, 0, 0])
+                c, size = log.ck[k], log.sizes[k]
+                if c[1] >= size:
+                    continue
+                h = fs.open(self._path(segment_name(log.gen, k)), "rb")
+                try:
+                    for _ in range(_IO_LOOPS):
+                        if c[1] >= size:
+                            break
+                        n = self._read_exact(h, c[1], mv[0:min(len(mv), size - c[1])])
+                        if n <= 0:
+                            raise OSError(_EIO, "short read")
+                        if c[1] == 0 and k > 0:
+                            c[2] = struct.unpack_from("<I", mv, 28)[0]
+                        c[0] = _crc(mv[0:n], c[0])
+                        c[1] += n
+                finally:
+                    fs.close(h)
+        finally:
+            self._rbuf = bytearray(0)
+        mcrc = 0
+        if self._has_manifest:
+            mcrc = _crc(self._read_small(self._path(_MANIFEST), _MAN_SIZE + 1))
+        parts = self._ix_parts()
+        body = 0
+        for b in parts:
+            body = _crc(b, body)
+        tmp = self._path(_INDEX_TMP)
+        if fs.kind(tmp) != 0:
+            fs.remove(tmp)
+        h = fs.open(tmp, "wb")
+        try:
+            fs.write(h, self._ix_header(parts, body, mcrc))
+            for b in parts:
+                if len(b):
+                    fs.write(h, b)
+            fs.sync(h)
+        finally:
+            fs.close(h)
+        fs.rename(tmp, self._path(_INDEX))  # old or new index, never a torn one [X1]
+        fs.sync_dir(self._dir)
+        self._ixcov = [log.gen] + log.sizes
+
+    def _load_index(self, nsegs: int, cp: "list[int]", mcrc: int, fits: "list[int]") -> int:
+        """Adopt queue.index when it matches the directory; return where to resume the last
+        covered segment, or -1 (and change nothing) to replay everything [X5]."""
+        fs, path = self._fs, self._path(_INDEX)
+        try:
+            if fs.kind(path) != 1:
+                return -1
+            h = fs.open(path, "rb")
+        except OSError:
+            return -1
+        try:
+            return self._adopt_index(h, fs.size(path), nsegs, cp, mcrc, fits)
+        except (OSError, Error, ValueError, IndexError, MemoryError):
+            return -1
+        finally:
+            fs.close(h)
+
+    def _adopt_index(self, h: "Any", size: int, nsegs: int, cp: "list[int]", mcrc: int,
+                     fits: "list[int]") -> int:
+        fs, log = self._fs, self._log
+        hb = bytearray(_IX_SIZE)
+        if self._read_exact(h, 0, memoryview(hb)) != _IX_SIZE:
+            return -1
+        (magic, ver, _r, abi, mc, gen, nxt, n, fresh, na, nc, nk, nq, nlive, nhist, nrs, ns,
+         p0, p1, pay, flags, body, hcrc) = struct.unpack(_IX_FMT, hb)
+        if magic != _IX_MAGIC or ver != 1 or hcrc != _crc(memoryview(hb)[0:_IX_SIZE - 4]) \
+                or abi != _abi() or gen != log.gen or mc != mcrc or (flags & 1) != \
+                self._has_manifest or ns == 0 or ns > nsegs or n > self._max_items \
+                or pay > self._max_payload or na + nc + nk + nq != n or fresh > n \
+                or size != _IX_SIZE + 12 * ns + 19 * n + 28 * nlive + 20 * (nhist + nrs):
+            return -1
+        pos, c = _IX_SIZE, 0
+        parts: "list[Any]" = []
+        for k in (12 * ns, 8 * n, 2 * n, 4 * n, 4 * n, n, 28 * nlive, 20 * nhist, 20 * nrs):
+            b = bytearray(k)
+            if k and self._read_exact(h, pos, memoryview(b)) != k:
+                return -1
+            c = _crc(b, c)
+            pos += k
+            # a column becomes its array at once: one column's bytes are extra, never all [X2]
+            j = len(parts)
+            parts.append(array("QHII"[j - 1], b) if 1 <= j <= 4 else b)
+        if c != body:
+            return -1
+        segs, live, hist, rs = parts[0], parts[6], parts[7], parts[8]
+        nix = _Index()
+        nix.seq, nix.sg, nix.off, nix.ln, nix.st = parts[1], parts[2], parts[3], parts[4], parts[5]
+        ck: "list[list[int]]" = []
+        for k in range(ns):
+            crc, sz, first = struct.unpack_from("<III", segs, 12 * k)
+            real = fs.size(self._path(segment_name(gen, k)))
+            if sz > self._seg_bytes or real < sz or (k < ns - 1 and real != sz):
+                return -1
+            ck.append([crc, sz, first])
+        if self._has_manifest and (ns < cp[0] or (ns == cp[0] and ck[ns - 1][1] < cp[2])):
+            return -1  # [R8] the index must lie past the manifest's boundary
+        if not self._prefix_ok(gen, ck):
+            return -1
+        nix.n, nix.fresh = n, fresh
+        for k in range(nlive):
+            s, a, lease, nb = struct.unpack_from("<QIQQ", live, 28 * k)
+            i = nix.find(s)
+            if i < 0 or nix.st[i] not in (_AVAILABLE, _CLAIMED):
+                return -1
+            nix.live[s] = [i, a, lease, nb]
+        for k in range(nhist):
+            s, a, nb = struct.unpack_from("<QIQ", hist, 20 * k)
+            nix.hist[s] = [a, nb]
+        for k in range(nrs):
+            s, sg, off, ln = struct.unpack_from("<QIII", rs, 20 * k)
+            nix.reasons[s] = [sg, off, ln]
+        # Adopt: the covered segments but the last are whole; the last resumes its replay.
+        self._ix, self._next = nix, nxt
+        self._n_avail, self._n_claimed, self._n_acked, self._n_quar = na, nc, nk, nq
+        self._plan = None if p0 == _IX_NO_PLAN else [p0, p1]
+        log.ck = ck
+        for k in range(ns - 1):
+            log.sizes.append(ck[k][1])
+        for k in range(1, ns):
+            fits.append(ck[k - 1][1] + ck[k][2])
+        self._ixcov = [gen] + [e[1] for e in ck]
+        return ck[-1][1]
+
+    def _prefix_ok(self, gen: int, ck: "list[list[int]]") -> bool:
+        # [X4] one sequential read + crc32 of every covered byte: any change to the prefix
+        # sends recovery back to the full replay, which names the damage.
+        fs = self._fs
+        mv = self._buf(65536)
+        for k in range(len(ck)):
+            c, pos, end = 0, 0, ck[k][1]
+            h = fs.open(self._path(segment_name(gen, k)), "rb")
+            try:
+                for _ in range(_IO_LOOPS):
+                    if pos >= end:
+                        break
+                    n = self._read_exact(h, pos, mv[0:min(len(mv), end - pos)])
+                    if n <= 0:
+                        return False
+                    c = _crc(mv[0:n], c)
+                    pos += n
+            finally:
+                fs.close(h)
+            if c != ck[k][0]:
+                return False
+        return True
 
     def _cut(self, path: str, size: int) -> None:
         """Remove a torn tail: truncate where possible, else copy the prefix and rename [R12]."""
