@@ -860,7 +860,10 @@ class Queue:
 
     def _find(self, seq: "Any") -> int:
         self._alive()
-        i = self._ix.find(seq) if isinstance(seq, int) and not isinstance(seq, bool) else -1
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            raise NotFound("no item %r" % (seq,))
+        e = self._ix.live.get(seq)  # an item with history knows its index: no binary search
+        i = e[0] if e is not None else self._ix.find(seq)
         if i < 0:
             raise NotFound("no item %r" % (seq,))
         return i
@@ -961,7 +964,7 @@ class Queue:
                 best = f
         if best < 0:
             return None
-        return self._take(sq[best], now + lease_ms)
+        return self._take(sq[best], now + lease_ms, best)
 
     def claim_seq(self, seq: int, lease_ms: int) -> Claim:
         """Claim one available item by seq, due or not (to retire it, say) [O20]."""
@@ -973,12 +976,14 @@ class Queue:
             self._sweep(e, now)
         if self._ix.st[i] != _AVAILABLE:
             raise BadState("item %d is %s, not available" % (seq, STATES[self._ix.st[i]]))
-        return self._take(seq, now + lease_ms)
+        return self._take(seq, now + lease_ms, i)
 
-    def _take(self, seq: int, lease: int) -> Claim:
+    def _take(self, seq: int, lease: int, i: int) -> Claim:
+        gen = self._log.gen
         self._write(_T_CLAIM, seq, lease, None, self._sync_all)
         ix = self._ix
-        i = ix.find(seq)  # a compaction inside the write may have moved it
+        if self._log.gen != gen:
+            i = ix.find(seq)  # the write compacted first: the item moved
         attempts, _l, nb = ix.history(seq)
         self._move(i, _CLAIMED, attempts, lease, nb)
         return Claim(seq, attempts, ix.ln[i], lease)
