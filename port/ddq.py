@@ -1524,74 +1524,177 @@ class Queue:
 
     def _replay(self, sg: int, last: bool, cp: "list[int]", st: "list[bool]",
                 fits: "list[int]", start: int = 0) -> None:
+        # One pass over segment sg: each record's header is unpacked once, validated in place
+        # (check_record's rules, inlined: a memoryview window, no copy), and applied; DATA inline,
+        # the rest through _apply. A torn tail is cut [R10][R11]; the boundary checked [R8].
         fs, log = self._fs, self._log
         name = segment_name(log.gen, sg)
         path = self._path(name)
         size = fs.size(path)
-        if size > self._seg_bytes:
+        seg_bytes, max_pay, max_items = self._seg_bytes, self._max_payload, self._max_items
+        if size > seg_bytes:
             raise Corrupt("%s is larger than segment_bytes" % name)
         self._checkpoint(sg, 0, cp, st)
+        boundary = sg + 1 == cp[0]  # only this segment holds the manifest's boundary [R8]
         mv = self._buf(max(min(size, 65536), _MIN_REC))
-        wpos, wlen, pos = start, 0, start
+        mvlen = len(mv)
+        wpos = wend = pos = start  # the window holds the bytes wpos..wend of the file
         torn = False
+        ix = self._ix
+        live, hist, swept = ix.live, ix.hist, self._swept
+        # The columns grow in place (extend), so these stay the index's own arrays.
+        ixseq, ixsg, ixoff, ixln, ixst = ix.seq, ix.sg, ix.off, ix.ln, ix.st
+        n = ix.n  # mirrors ix.n: only DATA adds items
+        prev = ixseq[n - 1] if n else 0  # the last item's seq (array('Q') reads allocate on MP)
+        gen_nz, u64 = log.gen != 0, _U64
+        unpack, crc32 = struct.unpack_from, _crc32
+        done = 0  # records applied: replayed_records [X6]
         h = fs.open(path, "rb")
         try:
             for _ in range(_SCAN_RECORDS):
                 if pos >= size:
                     break
                 left = size - pos
-                tail_ok = last and st[0]
-                need = min(left, _HDR)
-                if pos + need > wpos + wlen:
-                    wpos, wlen = pos, self._read_exact(h, pos, mv[0:min(len(mv), left)])
-                    if wlen < need:
+                need = left if left < _HDR else _HDR
+                if pos + need > wend:
+                    wpos = pos
+                    wend = pos + self._read_exact(h, pos, mv[0:mvlen if mvlen < left else left])
+                    if wend - pos < need:
                         raise OSError(_EIO, "short read in " + name)
                 if left < _HDR:  # [R10] short tail
-                    if tail_ok:
+                    if last and st[0]:
                         torn = True
                         break
                     raise Corrupt("short record at %s offset %d" % (name, pos))
                 p = pos - wpos
-                magic, ver = struct.unpack_from("<IH", mv, p)
-                rlen = struct.unpack_from("<I", mv, p + 28)[0]
-                if magic != _REC_MAGIC or ver != _VERSION or rlen < _MIN_REC \
-                        or rlen > self._seg_bytes:
-                    if tail_ok and self._uniform(h, pos, size):
+                magic, ver, typ, seq, arg, plen, rlen, crc, res = unpack(_REC_FMT, mv, p)
+                if magic != _REC_MAGIC or ver != _VERSION or rlen < _MIN_REC or rlen > seg_bytes:
+                    if last and st[0] and self._uniform(h, pos, size):
                         torn = True
                         break
                     raise Corrupt("bad record header at %s offset %d" % (name, pos))
                 if rlen > left:  # [R10] declared length runs past the end
-                    if tail_ok:
+                    if last and st[0]:
                         torn = True
                         break
                     raise Corrupt("truncated record at %s offset %d" % (name, pos))
-                if pos + rlen > wpos + wlen:
+                if pos + rlen > wend:  # the record runs past the window: refill from pos
                     mv = self._buf(rlen)
-                    wpos, wlen = pos, self._read_exact(h, pos, mv[0:max(rlen, min(len(mv), left))])
-                    if wlen < rlen:
+                    mvlen = len(mv)
+                    wpos = pos
+                    k = mvlen if mvlen < left else left
+                    wend = pos + self._read_exact(h, pos, mv[0:rlen if rlen > k else k])
+                    if wend - pos < rlen:
                         raise OSError(_EIO, "short read in " + name)
                     p = 0
-                try:
-                    typ, seq, arg, plen = check_record(mv, p, self._seg_bytes, self._max_payload)
-                except Corrupt as e:
-                    if tail_ok and self._uniform(h, pos + rlen - 8, size):
+                    magic, ver, typ, seq, arg, plen, rlen, crc, res = unpack(_REC_FMT, mv, 0)
+                # check_record's rules, in its order [F2]-[F11]
+                err = ""
+                if magic != _REC_MAGIC or ver != _VERSION or res != 0 or typ < _T_DATA \
+                        or typ > _T_STATE:
+                    err = "bad record header"
+                elif plen > max_pay and not (typ == _T_STATE and plen == _STATE_LEN):
+                    err = "payload over max_payload_bytes"
+                elif rlen != _MIN_REC + plen or rlen > seg_bytes:
+                    err = "bad record length"
+                else:
+                    e = p + _HDR + plen
+                    commit, rlen2 = unpack(_FTR_FMT, mv, e)
+                    if commit != _REC_COMMIT or rlen2 != rlen:
+                        err = "bad commit footer"
+                    # crc over bytes 4..32, then 36..end of payload: reserved and payload are
+                    # contiguous, so two calls
+                    elif crc32(mv[p + 36:e], crc32(mv[p + 4:p + 32])) != crc:
+                        err = "crc mismatch"
+                    elif seq == 0 or (typ == _T_DATA and arg != 0) \
+                            or (typ == _T_CLAIM and (arg == 0 or plen)) \
+                            or (typ == _T_ACK and (arg or plen)) or (typ == _T_RETRY and plen) \
+                            or (typ == _T_QUAR and (arg or plen > _MAX_REASON)) \
+                            or (typ == _T_STATE and (arg or plen != _STATE_LEN)):
+                        err = "record field rule broken"
+                if err:
+                    if last and st[0] and self._uniform(h, pos + rlen - 8, size):
                         torn = True  # [R11] the footer and all after it never reached the medium
                         break
-                    raise Corrupt("%s at %s offset %d" % (e.args[0], name, pos))
+                    raise Corrupt("%s at %s offset %d" % (err, name, pos))
                 if pos == 0 and sg > 0:
                     # [F7] a segment ends only where the next record did not fit: whatever the
                     # writer's segment_bytes W was, every segment <= W < end + next record.
                     fits.append(log.sizes[sg - 1] + rlen)
-                try:
-                    self._apply(sg, pos, typ, seq, arg, plen, mv, p, st, cp)
-                except Corrupt as e:
-                    raise Corrupt("%s at %s offset %d (seq %d)" % (e.args[0], name, pos, seq))
+                if typ == _T_DATA:  # [R5] appended in seq order (_apply's rules for the rest)
+                    prefix = gen_nz and not st[0]
+                    if seq >= u64 or (n and seq <= prev) or (not prefix and seq != self._next) \
+                            or (prefix and st[2]):
+                        raise Corrupt("DATA sequence out of order at %s offset %d (seq %d)"
+                                      % (name, pos, seq))
+                    if n >= max_items:
+                        raise Full("more items than max_items; reopen with the writer's limits")
+                    if n < len(ixst):  # ix.add without its call (it grows the arrays)
+                        ixseq[n] = seq
+                        ixsg[n] = sg
+                        ixoff[n] = pos
+                        ixln[n] = plen
+                        ixst[n] = _AVAILABLE
+                        ix.n = n + 1
+                    else:
+                        ix.add(seq, sg, pos, plen)
+                    n += 1
+                    prev = seq
+                    self._n_avail += 1
+                    if seq >= self._next:
+                        self._next = seq + 1
+                    st[1] = False
+                else:
+                    le = live.get(seq)  # an item with history knows its index
+                    if le is not None:
+                        i = le[0]
+                    else:  # seqs are dense in the usual log: try the guess, else binary search
+                        i = n - 1 - (prev - seq)
+                        if i < 0 or i >= n or ixseq[i] != seq:
+                            i = ix.find(seq)
+                    s = ixst[i] if i >= 0 else 0
+                    # The two common transitions outside a snapshot, as _apply would make them
+                    # (_move, then _Index.set_history), without three calls; the rest: _apply.
+                    if typ == _T_ACK and s == _CLAIMED and le is not None \
+                            and (st[0] or not gen_nz) and not swept:
+                        a, nb = le[1], le[3]
+                        self._n_claimed -= 1
+                        self._n_acked += 1
+                        ixst[i] = _ACKED
+                        del live[seq]
+                        if a or nb:
+                            hist[seq] = [a, nb]
+                        else:
+                            hist.pop(seq, None)
+                    elif typ == _T_CLAIM and (s == _AVAILABLE or s == _CLAIMED) \
+                            and (st[0] or not gen_nz) and not swept:
+                        if s == _AVAILABLE:
+                            self._n_avail -= 1
+                            self._n_claimed += 1
+                        ixst[i] = _CLAIMED
+                        if le is None:
+                            hh = hist.pop(seq, None)
+                            if hh is None:
+                                live[seq] = [i, 0, arg, 0]
+                            else:
+                                live[seq] = [i, hh[0], arg, hh[1]]
+                        else:
+                            hist.pop(seq, None)
+                            le[2] = arg
+                    else:
+                        try:
+                            self._apply(sg, pos, typ, seq, arg, plen, mv, p, st, i, le)
+                        except Corrupt as x:
+                            raise Corrupt("%s at %s offset %d (seq %d)"
+                                          % (x.args[0], name, pos, seq))
                 pos += rlen
-                self.replayed_records += 1
-                self._checkpoint(sg, pos, cp, st)
+                done += 1
+                if boundary and not st[0]:
+                    self._checkpoint(sg, pos, cp, st)
             else:
                 raise Limit("too many records in " + name)
         finally:
+            self.replayed_records += done
             fs.close(h)
         if torn:
             self._tail += size - pos
@@ -1644,9 +1747,14 @@ class Queue:
                          ix.fresh, self._n_avail - sw, self._n_claimed + sw, self._n_acked,
                          self._n_quar, len(ix.live), len(ix.hist), len(ix.reasons), len(log.ck),
                          _IX_NO_PLAN if p is None else p[0], 0 if p is None else p[1], pay,
-                         1 if self._has_manifest else 0, body, 0)
+                         self._plan_key() | (1 if self._has_manifest else 0), body, 0)
         struct.pack_into("<I", b, _IX_SIZE - 4, _crc(memoryview(b)[0:_IX_SIZE - 4]))
         return b
+
+    def _plan_key(self) -> int:
+        # flags bits 8-31: the options the admission plan was computed with [X2].
+        k = struct.pack("<III", self._seg_bytes, self._max_segs, self._reason_budget)
+        return _crc(k) & 0xFFFFFF00
 
     def _index_at_close(self) -> None:
         # [X1] at close: write the index when the log holds index_bytes or more and the file
@@ -1793,7 +1901,9 @@ class Queue:
         # Adopt: the covered segments but the last are whole; the last resumes its replay.
         self._ix, self._next = nix, nxt
         self._n_avail, self._n_claimed, self._n_acked, self._n_quar = na, nc, nk, nq
-        self._plan = None if p0 == _IX_NO_PLAN else [p0, p1]
+        # The plan depends on the options (not stored, M8): another writer's is not used [X5].
+        ok = p0 != _IX_NO_PLAN and flags & 0xFFFFFF00 == self._plan_key()
+        self._plan = [p0, p1] if ok else None
         log.ck = ck
         for k in range(ns - 1):
             log.sizes.append(ck[k][1])
@@ -1857,29 +1967,24 @@ class Queue:
         fs.sync_dir(self._dir)
 
     def _apply(self, sg: int, off: int, typ: int, seq: int, arg: int, plen: int,
-               mv: memoryview, p: int, st: "list[bool]", cp: "list[int]") -> None:
-        """Apply one valid record in log order: DDQ's replay rules [R5]-[R7]."""
+               mv: memoryview, p: int, st: "list[bool]", i: int,
+               e: "Optional[list[int]]") -> None:
+        """Apply one valid non-DATA record in log order: DDQ's replay rules [R6][R7] (_replay
+        applies DATA [R5]). i: the item's index or -1; e: its live entry, if any."""
         ix = self._ix
         prefix = self._log.gen != 0 and not st[0]
-        n = ix.n
-        if typ == _T_DATA:
-            if seq >= _U64 or (n and seq <= ix.seq[n - 1]) or (not prefix and seq != self._next) \
-                    or (prefix and st[2]):
-                raise Corrupt("DATA sequence out of order")
-            if n >= self._max_items:
-                raise Full("more items than max_items; reopen with the writer's limits")
-            ix.add(seq, sg, off, plen)
-            self._n_avail += 1
-            if seq >= self._next:
-                self._next = seq + 1
-            st[1] = False
-            return
-        i = ix.find(seq)
         if i < 0:
             raise Corrupt("record for unknown seq")
         s = ix.st[i]
-        a, lease, nb = ix.history(seq)
-        if typ == _T_STATE and prefix and i == n - 1 and not st[1]:
+        if e is not None:
+            a, lease, nb = e[1], e[2], e[3]
+        else:
+            h = ix.hist.get(seq)
+            if h is not None:
+                a, lease, nb = h[0], 0, h[1]
+            else:
+                a = lease = nb = 0
+        if typ == _T_STATE and prefix and i == ix.n - 1 and not st[1]:
             state, a, lease, nb = struct.unpack_from(_STATE_FMT, mv, p + _HDR)
             if state not in (_AVAILABLE, _CLAIMED, _QUARANTINED) \
                     or (state == _CLAIMED) != (lease != 0):
@@ -1887,7 +1992,8 @@ class Queue:
             self._move(i, state, a, lease, nb)
             st[1] = True
             st[2] = state == _QUARANTINED
-        elif typ == _T_QUAR and prefix and s == _QUARANTINED and st[1] and st[2] and i == n - 1:
+        elif typ == _T_QUAR and prefix and s == _QUARANTINED and st[1] and st[2] \
+                and i == ix.n - 1:
             ix.reasons[seq] = [sg, off, plen]
             st[2] = False
         elif prefix:

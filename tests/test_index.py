@@ -284,3 +284,29 @@ def test_torn_tail_after_the_index_is_cut():
     assert q.index_used and q.stats().recovered_tail_bytes == 30
     assert q.read(s.next_seq - 1) == b"whole"
     q.close()
+
+
+
+def test_a_plan_computed_with_other_options_is_not_used():
+    # EVIDENCE-OF: X2 X5 M8
+    # The stored admission plan is an upper bound only under the writer's segment_bytes,
+    # max_segments and reason budget: a reader with other options recomputes it (A1).
+    clock = support.FakeClock(T0)
+    d = support.tmpdir() + "/q"
+    q = _open(d, clock, segment_bytes=1024, max_segments=12)
+    for k in range(16):
+        q.enqueue(b"p%d" % k)
+    plan = q._plan
+    q.close()
+    flags = struct.unpack(IX_FMT, support.read_file(d + "/queue.index")[0:96])[20]
+    assert flags & 0xFF == 0 and flags >> 8 != 0  # no manifest yet; a plan key
+    q = _open(d, clock, segment_bytes=1024, max_segments=12)
+    assert q.index_used and q._plan == plan
+    q.close()
+    for opts in ({"segment_bytes": 2048, "max_segments": 12}, {"max_segments": 13},
+                 {"max_payload_bytes": 200}):
+        o = {"segment_bytes": 1024, "max_segments": 12}
+        o.update(opts)
+        q = _open(d, clock, **o)
+        assert q.index_used and q._plan is None, opts
+        q.close()
