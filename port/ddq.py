@@ -1099,10 +1099,12 @@ class Queue:
                 self._log.dirty = False
             except OSError as e:
                 err = e
-        if err is None and self._log.h is not None:
-            self._index_at_close()
-        self._fail()
-        self._release()
+        try:
+            if err is None and self._log.h is not None:
+                self._index_at_close()
+        finally:
+            self._fail()
+            self._release()
         if err is not None:
             raise _io_failure(err, "sync at close")
 
@@ -1439,7 +1441,7 @@ class Queue:
                 raise Corrupt("queue.manifest is not a regular file")
             mb = self._read_small(mpath, _MAN_SIZE + 1)
             gen, nxt, segs, items, end = decode_manifest(mb)
-            mcrc = _crc(mb)
+            mcrc = _crc(mb[0:40])  # = its CRC field (a crc32 over its own CRC is a constant)
             if nxt == 0 or segs == 0 or segs > self._max_segs or items > self._max_items \
                     or end > self._seg_bytes or (gen != 0 and marker != 1):
                 raise Corrupt("queue.manifest fields out of range for these options")
@@ -1767,7 +1769,7 @@ class Queue:
             elif self._ix_bytes and self._fs.kind(self._path(_INDEX)) == 1:
                 self._fs.remove(self._path(_INDEX))
                 self._fs.sync_dir(self._dir)
-        except (OSError, Error):
+        except Exception:  # noqa: BLE001 (optional: MemoryError or a cut must not keep the lock)
             pass
 
     def save_index(self) -> None:
@@ -1806,7 +1808,7 @@ class Queue:
             self._rbuf = bytearray(0)
         mcrc = 0
         if self._has_manifest:
-            mcrc = _crc(self._read_small(self._path(_MANIFEST), _MAN_SIZE + 1))
+            mcrc = _crc(self._read_small(self._path(_MANIFEST), _MAN_SIZE + 1)[0:40])
         parts = self._ix_parts()
         body = 0
         for b in parts:
@@ -1908,7 +1910,8 @@ class Queue:
         for k in range(ns - 1):
             log.sizes.append(ck[k][1])
         for k in range(1, ns):
-            fits.append(ck[k - 1][1] + ck[k][2])
+            if ck[k][1]:  # an empty segment (a crash after its creation) has no first record
+                fits.append(ck[k - 1][1] + ck[k][2])
         self._ixcov = [gen] + [e[1] for e in ck]
         return ck[-1][1]
 
