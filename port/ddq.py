@@ -1734,9 +1734,9 @@ class Queue:
         for s, r in ix.reasons.items():
             struct.pack_into("<QIII", rs, k, s, r[0], r[1], r[2])
             k += 20
-        # Each column as bytes (a typed view's len() counts items, not bytes).
-        return [segs, bytes(memoryview(ix.seq)[0:n]), bytes(memoryview(ix.sg)[0:n]),
-                bytes(memoryview(ix.off)[0:n]), bytes(memoryview(ix.ln)[0:n]), st, live, hist, rs]
+        # The columns as views: crc32 reads them in place; each is copied only while written.
+        return [segs, memoryview(ix.seq)[0:n], memoryview(ix.sg)[0:n], memoryview(ix.off)[0:n],
+                memoryview(ix.ln)[0:n], st, live, hist, rs]
 
     def _ix_header(self, parts: "list[Any]", body: int, mcrc: int) -> bytearray:
         ix, log, p = self._ix, self._log, self._plan
@@ -1819,9 +1819,9 @@ class Queue:
         h = fs.open(tmp, "wb")
         try:
             fs.write(h, self._ix_header(parts, body, mcrc))
-            for b in parts:
-                if len(b):
-                    fs.write(h, b)
+            for j in range(len(parts)):
+                if len(parts[j]):  # a typed view's len() counts items: write its bytes
+                    fs.write(h, bytes(parts[j]) if 1 <= j <= 4 else parts[j])
             fs.sync(h)
         finally:
             fs.close(h)
@@ -2523,6 +2523,11 @@ class Outbox:
     @_locked
     def sync(self) -> int:  # make everything written so far durable; return durable_seq [E15]
         return self._sync()
+
+    @_locked
+    def save_index(self) -> None:  # sync, then write queue.index now [X1]
+        self._unsynced = 0
+        self.queue.save_index()
 
     @_locked
     def tick(self) -> None:  # sync if sync_interval_ms passed since the first unsynced record

@@ -310,3 +310,24 @@ def test_a_plan_computed_with_other_options_is_not_used():
         q = _open(d, clock, **o)
         assert q.index_used and q._plan is None, opts
         q.close()
+
+
+def test_outbox_saves_the_index_without_closing():
+    # EVIDENCE-OF: X1 X6
+    # A gateway that never closes: save_index() now and then bounds the replay after a cut.
+    clock = support.FakeClock(T0)
+    d = support.tmpdir() + "/ob"
+    ob = ddq.Outbox(d, clock=clock, sync_every=50, index_bytes=1, **OPTS)
+    for k in range(20):
+        ob.put("t/%d" % k, b"v")
+    ob.ack(ob.get())
+    ob.save_index()
+    ob.put("t/late", b"w")
+    ob.sync()
+    # a power cut now: the process dies without close (a copy stands for the disk it left)
+    support.copytree(d, d + "-cut")
+    ob.close()
+    q = _open(d + "-cut", clock)
+    assert q.index_used and q.replayed_records == 1, (q.index_used, q.replayed_records)
+    assert q.stats().total_items == 21
+    q.close()
