@@ -15,6 +15,11 @@ is reported as a note saying what libddq (C) would do instead:
   - R14: a missing manifest with the marker present adopts a valid `queue.manifest.tmp` (C: corrupt);
   - F7: a segment other than the last must end where its successor's first record did not fit.
 
+The recovery index `queue.index` (SPEC §12.1, X1-X8; ddq only, libddq ignores it) is decoded from
+the SPEC's layout too: it is "valid" when ddq would adopt it (X4), and then its state must equal this
+reader's replay at the end of the bytes it covers (X3), else ddq would open a wrong state (corrupt).
+A stale or damaged index is a note: ddq ignores it and replays everything (time only).
+
 Verdicts: CLEAN (0), TORN (1: only a torn tail that recovery would remove), CORRUPT (2).
 """
 
@@ -77,6 +82,27 @@ MANIFEST_TMP = "queue.manifest.tmp"
 LEGACY_RE = re.compile(r"^segment-(\d{20})\.log$")
 GEN_RE = re.compile(r"^generation-(\d{20})-segment-(\d{20})\.log$")
 CUT_SUFFIX = ".cut"  # SPEC R12 (ddq extension): a tail cut in progress
+
+# SPEC §12.1 X2: the recovery index (ddq extension). A 96-byte header: magic version reserved abi
+# manifest_crc generation next_seq, then 16 u32: items fresh available claimed acked quarantined
+# live_count hist_count reason_count segment_count plan_segments plan_offset max_payload flags
+# body_crc header_crc. All little-endian except the five columns of the body (native order).
+INDEX_NAME = "queue.index"
+INDEX_TMP = "queue.index.tmp"  # a leftover of an interrupted write: recovery deletes it (R16)
+IX_MAGIC = b"DDQI"  # 0x49514444
+IX_HEADER = 96
+IX_FMT = "<4sHHIIQQ16I"
+IX_FIELDS = (
+    "magic version reserved abi manifest_crc generation next_seq items fresh available claimed "
+    "acked quarantined live_count hist_count reason_count segment_count plan_segments plan_offset "
+    "max_payload flags body_crc header_crc"
+).split()
+IX_SEG, IX_LIVE, IX_HIST, IX_REASON = 12, 28, 20, 20  # entry sizes; the columns take 19 per item
+# abi: crc32 of the value 1 as u64, u16, u32 in the writer's native order: the two byte orders.
+IX_ABI = {
+    zlib.crc32(struct.pack("<QHI", 1, 1, 1)) & 0xFFFFFFFF: "<",
+    zlib.crc32(struct.pack(">QHI", 1, 1, 1)) & 0xFFFFFFFF: ">",
+}
 
 OK, TORN, CORRUPT = 0, 1, 2
 VERDICT_NAMES = {OK: "clean", TORN: "torn-tail", CORRUPT: "corrupt"}
@@ -345,6 +371,7 @@ class Item:
         "reason",
         "needs_reason",
         "location",
+        "reason_at",
     )
 
     def __init__(self, seq: int, plen: int, location: tuple[str, int]) -> None:
@@ -358,6 +385,8 @@ class Item:
         self.reason: bytes | None = None
         self.needs_reason = False
         self.location = location
+        # where the QUARANTINE record is: file, offset, reason length
+        self.reason_at: tuple[str, int, int] | None = None
 
     def is_default(self) -> bool:
         return (
@@ -394,6 +423,7 @@ class Report:
         self.obsolete: list[str] = []  # names recovery would delete
         self.replay_stopped: str | None = None
         self.c_compatible = True  # False when an extension rule (R11, R12, R14) decided something
+        self.index: JSON = _index_json("absent")  # queue.index (SPEC §12.1), see IndexCheck
 
     @property
     def verdict(self) -> int:
@@ -448,6 +478,7 @@ class Report:
             "ignored_files": self.ignored,
             "obsolete_files": self.obsolete,
             "c_compatible": self.c_compatible,
+            "index": self.index,
         }
         if with_records:
             for js, s in zip(out["segments"], self.segments):  # noqa: B905
@@ -488,6 +519,7 @@ def scan(
         raise NotAQueue(
             "%s is not a ddq queue directory (no segment, manifest or queue.format)" % path
         )
+    ixc = IndexCheck(rep, path, names)
 
     # F§14 step 2: marker and manifest.
     if has_marker:
@@ -501,6 +533,7 @@ def scan(
                 file=FORMAT_NAME,
             )
     cp = None  # checkpoint (segment index, end offset) while not yet seen
+    man_bytes: bytes | None = None
     man_name = MANIFEST_NAME
     if not has_manifest and has_marker:
         tp = os.path.join(path, MANIFEST_TMP)
@@ -520,18 +553,19 @@ def scan(
         mp = os.path.join(path, man_name)
         if os.path.islink(mp) or not os.path.isfile(mp):
             rep.add("corrupt", "queue.manifest is not a regular file", file=MANIFEST_NAME)
-            return rep
+            return ixc.unchecked()
         with open(mp, "rb") as f:
-            fields, err = decode_manifest(f.read(), opts, has_marker)
+            man_bytes = f.read()
+        fields, err = decode_manifest(man_bytes, opts, has_marker)
         rep.manifest = fields
         if err or fields is None:
             rep.add("corrupt", err or "unreadable manifest", file=man_name)
-            return rep
+            return ixc.unchecked()
         rep.generation = fields["generation"]
         cp = (fields["segment_count"] - 1, fields["end_offset"])
     elif has_marker:
         rep.add("corrupt", "queue.format exists but queue.manifest is missing", file=MANIFEST_NAME)
-        return rep
+        return ixc.unchecked()
 
     # F§14 step 3: the selected generation's segments, contiguous ids from 0.
     gen = rep.generation
@@ -542,20 +576,20 @@ def scan(
             "%d segments exceed max_segments %d (limit; try --max-segments)"
             % (len(mine), opts["max_segments"]),
         )
-        return rep
+        return ixc.unchecked()
     for i, (sid, n) in enumerate(mine):
         if sid != i:
             rep.add(
                 "corrupt", "segment ids not contiguous: expected id %d, found %s" % (i, n), file=n
             )
-            return rep
+            return ixc.unchecked()
     if rep.manifest and len(mine) < rep.manifest["segment_count"]:
         rep.add(
             "corrupt",
             "manifest names %d segments, only %d present"
             % (rep.manifest["segment_count"], len(mine)),
         )
-        return rep
+        return ixc.unchecked()
     for _sid, n in mine:
         if n in sources:
             rep.add(
@@ -569,15 +603,21 @@ def scan(
 
     # F§14 steps 6-7: replay.
     st = _Replay(rep, opts, gen, cp, exact_segment_bytes)
+    sizes = []
+    for _sid, n in mine:
+        fp = os.path.join(path, sources.get(n, n))
+        sizes.append(os.path.getsize(fp) if os.path.isfile(fp) else -1)
+    st.snap_at = ixc.check_dir(gen, sizes, man_bytes, cp)
     for idx, (sid, n) in enumerate(mine):
         fp = os.path.join(path, sources.get(n, n))
         if not os.path.isfile(fp):
             rep.add("corrupt", "segment is not a regular file", file=n)
-            return rep
+            return ixc.unchecked()
         with open(fp, "rb") as f:
             data = f.read()
         seg: JSON = {"name": n, "id": sid, "size": len(data), "records": [], "tail": None}
         rep.segments.append(seg)
+        ixc.check_segment(idx, data)
         st.segment(seg, idx, data, last=(idx == len(mine) - 1))
         st.prev_size, st.prev_name = len(data), n
     if st.fits and not st.exact:
@@ -591,6 +631,7 @@ def scan(
                 file=prev,
             )
     st.finish()
+    ixc.finish(st)
     return rep
 
 
@@ -599,8 +640,8 @@ def _classify_other_files(
 ) -> None:
     mine_names = {n for _, n in mine}
     for n in names:
-        if n in (LOCK_NAME, FORMAT_NAME, MANIFEST_NAME, man_name) or n in mine_names:
-            continue
+        if n in (LOCK_NAME, FORMAT_NAME, MANIFEST_NAME, man_name, INDEX_NAME) or n in mine_names:
+            continue  # queue.index is decoded by IndexCheck
         if (
             n.endswith(CUT_SUFFIX)
             and n[: -len(CUT_SUFFIX)] in mine_names
@@ -610,7 +651,7 @@ def _classify_other_files(
         fp = os.path.join(path, n)
         regular = os.path.isfile(fp) and not os.path.islink(fp)
         if (
-            n == MANIFEST_TMP
+            n in (MANIFEST_TMP, INDEX_TMP)
             or parse_segment_name(n)
             or (n.endswith(CUT_SUFFIX) and parse_segment_name(n[: -len(CUT_SUFFIX)]))
         ):
@@ -661,6 +702,33 @@ class _Replay:
         self.prev_name: str | None = None
         self.fits: list[tuple[int, str | None, str]] = []
         self.last_rec_seq = 0  # seq of the last valid record in log order (problem context)
+        self.applied = 0  # records replayed without a problem (ddq's replayed_records, X6)
+        self.seg_ids: dict[str, int] = {}  # segment name -> index in the generation
+        # SPEC X3: the replay state where queue.index's covered bytes end (segment, offset).
+        self.snap_at: tuple[int, int] | None = None
+        self.snap: JSON | None = None
+
+    def check_snap(self, idx: int, off: int) -> None:
+        if self.snap_at != (idx, off) or self.snap is not None or self.stopped:
+            return
+        items = []
+        for k in sorted(self.rep.items):
+            it = self.rep.items[k]
+            ra = it.reason_at
+            items.append(
+                (
+                    it.seq,
+                    it.state,
+                    it.attempts,
+                    it.lease_until_ms,
+                    it.not_before_ms,
+                    it.payload_len,
+                    self.seg_ids[it.location[0]],
+                    it.location[1],
+                    None if ra is None else (self.seg_ids[ra[0]], ra[1], ra[2]),
+                )
+            )
+        self.snap = {"items": items, "next_seq": self.next_seq, "applied": self.applied}
 
     def corrupt(self, msg: str, **kw: Any) -> None:
         self.rep.add("corrupt", msg, **kw)
@@ -723,6 +791,7 @@ class _Replay:
 
     def segment(self, seg: JSON, idx: int, data: bytes, last: bool) -> None:
         name = seg["name"]
+        self.seg_ids[name] = idx
         if len(data) > self.opts["segment_bytes"]:
             self.corrupt(
                 "segment is %d bytes, larger than segment_bytes %d"
@@ -730,6 +799,7 @@ class _Replay:
                 file=name,
             )
         self.check_cp(idx, 0, name)
+        self.check_snap(idx, 0)
         off = 0
         while off < len(data):
             rec, status, why = decode_record(data, off, self.opts)
@@ -786,8 +856,11 @@ class _Replay:
                 seg["records"].append(rec)
                 if not self.stopped:
                     self.apply(rec, name)
+                    if not self.stopped:
+                        self.applied += 1
                 off += rec["record_length"]
                 self.check_cp(idx, off, name)
+                self.check_snap(idx, off)
                 continue
             left = len(data) - off
             # A decoded header is trustworthy only past the magic/version/length checks.
@@ -910,6 +983,7 @@ class _Replay:
                         **where,
                     )
                 it.reason = bytes.fromhex(rec["payload_hex"])
+                it.reason_at = (name, off, rec["payload_length"])
                 it.needs_reason = False
                 return
             return self.corrupt("%s record inside the snapshot prefix" % TYPE_NAMES[typ], **where)
@@ -940,6 +1014,7 @@ class _Replay:
             it.state = S_QUARANTINED
             it.lease_until_ms = 0
             it.reason = bytes.fromhex(rec["payload_hex"])
+            it.reason_at = (name, off, rec["payload_length"])
 
     def finish(self) -> None:
         rep = self.rep
@@ -957,6 +1032,356 @@ class _Replay:
                 "%d items exceed max_items %d (ddq reports Full; a reader's limits must be at "
                 "least the writer's: try --max-items)" % (len(rep.items), self.opts["max_items"]),
             )
+
+
+# ---------------------------------------------------------------- recovery index (SPEC §12.1)
+
+
+def _index_json(status: str, reason: str = "") -> JSON:
+    return {
+        "present": status != "absent",
+        "status": status,
+        "reason": reason,
+        "covered_bytes": 0,
+        "items": 0,
+        "records_after": 0,
+        "disagreement": None,
+    }
+
+
+class IndexFile:
+    """queue.index decoded (SPEC X2); the columns as lists, the entry tables as dicts by seq."""
+
+    def __init__(self, header: JSON, order: str) -> None:
+        self.header = header
+        self.order = order  # "<" or ">": the writer's native byte order (abi)
+        # per covered segment: (crc32 of bytes 0..n-1, n, record_length of its first record)
+        self.segs: list[tuple[int, int, int]] = []
+        self.seq: list[int] = []
+        self.sg: list[int] = []
+        self.off: list[int] = []
+        self.ln: list[int] = []
+        self.st: list[int] = []
+        self.live: dict[int, tuple[int, int, int]] = {}  # seq -> attempts, lease_until, not_before
+        self.hist: dict[int, tuple[int, int]] = {}  # seq -> attempts, not_before
+        self.reasons: dict[int, tuple[int, int, int]] = {}  # seq -> segment, offset, length
+
+    def find(self, seq: int) -> int:
+        """The item index of seq by binary search over the seq column, as ddq looks it up; -1."""
+        lo, hi = 0, len(self.seq)
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            v = self.seq[mid]
+            if v == seq:
+                return mid
+            if v < seq:
+                lo = mid + 1
+            else:
+                hi = mid
+        return -1
+
+    def history(self, seq: int) -> tuple[int, int, int]:
+        """(attempts, lease_until, not_before) of an item, as ddq reads its tables."""
+        e = self.live.get(seq)
+        if e is not None:
+            return e
+        h = self.hist.get(seq)
+        if h is not None:
+            return h[0], 0, h[1]
+        return 0, 0, 0
+
+
+def decode_index(data: bytes) -> tuple[IndexFile | None, str | None]:
+    """Decode queue.index and check what depends on the file alone (SPEC X2, X4): magic, version,
+    header CRC, abi, counts, exact size, body CRC, live entries. Returns (index, why damaged)."""
+    if len(data) < IX_HEADER:
+        return None, "%d bytes, shorter than the 96-byte header" % len(data)
+    h = dict(zip(IX_FIELDS, struct.unpack_from(IX_FMT, data), strict=True))
+    if h["magic"] != IX_MAGIC:
+        return None, "bad magic %s" % h["magic"].hex()
+    if h["version"] != 1:
+        return None, "version %d" % h["version"]
+    if zlib.crc32(data[: IX_HEADER - 4]) & 0xFFFFFFFF != h["header_crc"]:
+        return None, "bad header CRC"
+    order = IX_ABI.get(h["abi"])
+    if order is None:
+        return None, "unknown abi 0x%08x (column byte order and widths)" % h["abi"]
+    n, ns = h["items"], h["segment_count"]
+    counts = h["available"] + h["claimed"] + h["acked"] + h["quarantined"]
+    if ns == 0:
+        return None, "covers no segment"
+    if counts != n:
+        return None, "state counts add up to %d, not %d items" % (counts, n)
+    if h["fresh"] > n:
+        return None, "fresh %d > %d items" % (h["fresh"], n)
+    want = (
+        IX_HEADER
+        + IX_SEG * ns
+        + 19 * n
+        + IX_LIVE * h["live_count"]
+        + IX_HIST * h["hist_count"]
+        + IX_REASON * h["reason_count"]
+    )
+    if len(data) != want:
+        return None, "size mismatch: %d bytes, the counts give %d" % (len(data), want)
+    if zlib.crc32(data[IX_HEADER:]) & 0xFFFFFFFF != h["body_crc"]:
+        return None, "bad body CRC"
+    ix = IndexFile(h, order)
+    pos = IX_HEADER
+    for _ in range(ns):
+        ix.segs.append(struct.unpack_from("<III", data, pos))
+        pos += IX_SEG
+    cols: list[list[int]] = []
+    for code, width in (("Q", 8), ("H", 2), ("I", 4), ("I", 4), ("B", 1)):
+        cols.append(list(struct.unpack_from("%s%d%s" % (order, n, code), data, pos)))
+        pos += width * n
+    ix.seq, ix.sg, ix.off, ix.ln, ix.st = cols
+    for _ in range(h["live_count"]):
+        s, a, lease, nb = struct.unpack_from("<QIQQ", data, pos)
+        pos += IX_LIVE
+        i = ix.find(s)
+        if i < 0 or ix.st[i] not in (S_AVAILABLE, S_CLAIMED):
+            return None, "live entry for seq %d, which is not an available or claimed item" % s
+        ix.live[s] = (a, lease, nb)
+    for _ in range(h["hist_count"]):
+        s, a, nb = struct.unpack_from("<QIQ", data, pos)
+        pos += IX_HIST
+        ix.hist[s] = (a, nb)
+    for _ in range(h["reason_count"]):
+        s, sg, off, ln = struct.unpack_from("<QIII", data, pos)
+        pos += IX_REASON
+        ix.reasons[s] = (sg, off, ln)
+    return ix, None
+
+
+def _human(n: int) -> str:
+    if n < 1024:
+        return "%d bytes" % n
+    if n < 1 << 20:
+        return "%.1f KiB" % (n / 1024)
+    return "%.1f MiB" % (n / (1 << 20))
+
+
+class IndexCheck:
+    """Would ddq adopt queue.index (SPEC X4), and does it hold the replay state it covers (X3)?
+
+    Works in the order of scan(): decode (the file alone), check_dir (generation, manifest,
+    limits, covered sizes, boundary: sets where the replay snapshots its state), check_segment
+    (crc32 of every covered byte), finish (compare with the snapshot), or unchecked().
+    """
+
+    def __init__(self, rep: Report, path: str, names: list[str]) -> None:
+        self.rep = rep
+        self.ix: IndexFile | None = None
+        self.status = "absent"
+        self.reason = ""
+        self.header: JSON | None = None
+        if INDEX_NAME not in names:
+            return
+        fp = os.path.join(path, INDEX_NAME)
+        if not os.path.isfile(fp):
+            self._set("damaged", "not a regular file")
+            return
+        with open(fp, "rb") as f:
+            data = f.read()
+        if len(data) >= IX_HEADER:
+            self.header = dict(zip(IX_FIELDS, struct.unpack_from(IX_FMT, data), strict=True))
+        self.ix, why = decode_index(data)
+        if why is not None:
+            self._set("damaged", why)
+        else:
+            self.status = "pending"
+
+    def _set(self, status: str, reason: str) -> None:
+        if self.status in ("absent", "pending"):
+            self.status, self.reason = status, reason
+
+    def check_dir(
+        self, gen: int, sizes: list[int], man_bytes: bytes | None, cp: tuple[int, int] | None
+    ) -> tuple[int, int] | None:
+        """SPEC X4 against the directory; returns (segment, offset) where the coverage ends."""
+        ix, opts = self.ix, self.rep.options
+        if ix is None or self.status != "pending":
+            return None
+        h = ix.header
+        # manifest_crc: crc32 of manifest bytes 0..39 (so, by M3, the manifest's own CRC field)
+        mcrc = zlib.crc32(man_bytes[:40]) & 0xFFFFFFFF if man_bytes is not None else 0
+        ns = len(ix.segs)
+        if h["generation"] != gen:
+            self._set("stale", "generation %d, queue is at %d" % (h["generation"], gen))
+        elif (h["flags"] & 1) != (man_bytes is not None) or h["manifest_crc"] != mcrc:
+            self._set("stale", "manifest changed")
+        elif ns > len(sizes):
+            self._set("stale", "covers %d segments, the queue has %d" % (ns, len(sizes)))
+        elif h["items"] > opts["max_items"]:
+            self._set("stale", "%d items exceed max_items %d" % (h["items"], opts["max_items"]))
+        elif h["max_payload"] > opts["max_payload_bytes"]:
+            self._set(
+                "stale",
+                "a payload of %d bytes exceeds max_payload_bytes %d"
+                % (h["max_payload"], opts["max_payload_bytes"]),
+            )
+        else:
+            for k, (_crc, size, _first) in enumerate(ix.segs):
+                if size > opts["segment_bytes"]:
+                    self._set(
+                        "stale", "covers %d bytes of segment %d, over segment_bytes" % (size, k)
+                    )
+                elif sizes[k] < size or (k < ns - 1 and sizes[k] != size):
+                    self._set(
+                        "stale",
+                        "segment %d is %d bytes, the index covers %d" % (k, sizes[k], size),
+                    )
+                if self.status != "pending":
+                    return None
+            end = ix.segs[-1][1]
+            if cp is not None and (ns - 1 < cp[0] or (ns - 1 == cp[0] and end < cp[1])):
+                self._set("stale", "covered end lies before the manifest's snapshot boundary")
+        if self.status != "pending":
+            return None
+        return ns - 1, ix.segs[-1][1]
+
+    def check_segment(self, idx: int, data: bytes) -> None:
+        ix = self.ix
+        if ix is None or self.status != "pending" or idx >= len(ix.segs):
+            return
+        crc, size, _first = ix.segs[idx]
+        if zlib.crc32(data[:size]) & 0xFFFFFFFF != crc:
+            self._set("stale", "segment bytes changed at segment %d" % idx)
+
+    def unchecked(self) -> Report:
+        """scan() stopped before the replay: the index could not be compared with the log."""
+        if self.status == "pending":
+            self._set("stale", "not checked: the directory fails before recovery would read it")
+        self._publish(None)
+        return self.rep
+
+    def finish(self, st: "_Replay") -> None:
+        if self.status == "pending":
+            self.status = "valid"
+        self._publish(st)
+
+    def _publish(self, st: "_Replay | None") -> None:
+        rep, ix = self.rep, self.ix
+        js = _index_json(self.status, self.reason)
+        if self.header is not None and self.status != "damaged":
+            js["items"] = self.header["items"]
+        if ix is not None:
+            js["covered_bytes"] = sum(e[1] for e in ix.segs)
+        rep.index = js
+        if self.status in ("stale", "damaged"):
+            rep.add(
+                "note",
+                "queue.index is %s (%s): ddq ignores it and replays every record (costs time only)"
+                % (self.status, self.reason),
+                file=INDEX_NAME,
+            )
+        if st is None:
+            return
+        if self.status != "valid" or ix is None:
+            js["records_after"] = st.applied  # ddq replays the whole log
+            return
+        snap = st.snap
+        if snap is None:
+            end = (len(ix.segs) - 1, ix.segs[-1][1])
+            if st.stopped:
+                why = "it covers records that do not replay (see above), which ddq would not see"
+            else:
+                why = "its covered end (segment %d, offset %d) is not a record boundary" % end
+            self._disagree(js, why, None)
+            return
+        js["records_after"] = st.applied - snap["applied"]
+        diff, seq = _compare_index(ix, snap, rep.segments)
+        if diff is not None:
+            self._disagree(js, diff, seq)
+
+    def _disagree(self, js: JSON, why: str, seq: int | None) -> None:
+        at = " at seq %d" % seq if seq is not None else ""
+        msg = "queue.index disagrees with the log%s: %s; ddq would adopt a wrong state" % (at, why)
+        js["disagreement"] = msg
+        self.rep.add("corrupt", msg, file=INDEX_NAME, seqs=(seq, seq) if seq is not None else None)
+
+
+def _compare_index(
+    ix: IndexFile, snap: JSON, segments: list[JSON]
+) -> tuple[str | None, int | None]:
+    """SPEC X3: the index's state against this reader's replay of the covered bytes."""
+    h = ix.header
+    for k in range(1, len(ix.segs)):
+        recs = [r for r in segments[k]["records"] if r.get("status") != "invalid"]
+        first = recs[0]["record_length"] if recs and recs[0]["offset"] == 0 else 0
+        if ix.segs[k][2] != first:
+            return "segment %d's first record is %d bytes, the index says %d" % (
+                k,
+                first,
+                ix.segs[k][2],
+            ), None
+    mine: list[tuple[Any, ...]] = snap["items"]
+    names = (
+        "state",
+        "attempts",
+        "lease_until_ms",
+        "not_before_ms",
+        "payload length",
+        "segment",
+        "offset",
+    )
+    for i in range(max(len(mine), len(ix.seq))):
+        if i >= len(ix.seq):
+            return "the index ends before this item (%d items, the log has %d)" % (
+                len(ix.seq),
+                len(mine),
+            ), mine[i][0]
+        seq = ix.seq[i]
+        if i >= len(mine) or mine[i][0] != seq:
+            if i < len(mine) and mine[i][0] < seq:
+                return "the index lacks this item", mine[i][0]
+            return "the log has no such item", seq
+        a, lease, nb = ix.history(seq)
+        theirs = (ix.st[i], a, lease, nb, ix.ln[i], ix.sg[i], ix.off[i])
+        for name, x, y in zip(names, theirs, mine[i][1:8], strict=True):
+            if x != y:
+                if name == "state":
+                    return "state %s, the log gives %s" % (
+                        STATE_NAMES.get(x, str(x)),
+                        STATE_NAMES.get(y, str(y)),
+                    ), seq
+                return "%s %d, the log gives %d" % (name, x, y), seq
+        if mine[i][1] == S_QUARANTINED and ix.reasons.get(seq) != mine[i][8]:
+            return "reason at %s, the log has it at %s (segment, offset, length)" % (
+                ix.reasons.get(seq),
+                mine[i][8],
+            ), seq
+        if i < h["fresh"] and ix.st[i] == S_AVAILABLE and seq not in ix.live:
+            return "fresh (%d) lies past this plain available item: ddq would never deliver it" % (
+                h["fresh"]
+            ), seq
+    if h["next_seq"] != snap["next_seq"]:
+        return "next_seq %d, the log gives %d" % (h["next_seq"], snap["next_seq"]), None
+    counts = {s: 0 for s in STATE_NAMES}
+    for e in mine:
+        counts[e[1]] += 1
+    for s, key in ((1, "available"), (2, "claimed"), (3, "acked"), (4, "quarantined")):
+        if h[key] != counts[s]:
+            return "%d %s items, the log gives %d" % (h[key], key, counts[s]), None
+    return None, None
+
+
+def render_index(ix: JSON) -> str:
+    """The one-line summary of queue.index in verify and inspect."""
+    st = ix["status"]
+    if st == "absent":
+        return "index: none"
+    if st == "valid":
+        line = "index: valid, %d items, covers %s, %d records after it" % (
+            ix["items"],
+            _human(ix["covered_bytes"]),
+            ix["records_after"],
+        )
+        if ix.get("disagreement"):
+            line += " (DISAGREES WITH THE LOG)"
+        return line
+    return "index: %s (%s): ignored by ddq" % (st, ix["reason"])
 
 
 # ---------------------------------------------------------------- text rendering
@@ -1064,6 +1489,7 @@ def render_verify(rep: Report) -> str:
                 len([r for r in s["records"] if r.get("status") != "invalid"]),
             )
         )
+    out.append(render_index(rep.index))
     for n in rep.ignored:
         out.append("ignored: %s" % n)
     for p in rep.problems:

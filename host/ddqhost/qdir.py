@@ -19,7 +19,7 @@ import time
 from types import ModuleType
 from typing import Any
 
-from . import boards
+from . import boards, fsck
 
 OPTION_KEYS = ("segment_bytes", "max_payload_bytes", "max_items", "max_segments")
 DEFAULTS = {
@@ -243,7 +243,11 @@ def inspect(
         work = os.path.join(tmp, "q")
         copy_queue(path, work)
         before = _snapshot(work)
+        # The independent reader's view of queue.index (SPEC §12.1), then ddq's own.
+        index = fsck.scan(work, options, exact_segment_bytes=False).index
         q = ddq.Queue(work, clock=lambda: now_ms, **options)
+        index["used_by_ddq"] = bool(getattr(q, "index_used", False))
+        index["ddq_replayed_records"] = getattr(q, "replayed_records", None)
         try:
             st = q.stats()
             stats = (
@@ -277,9 +281,10 @@ def inspect(
                     d["reason"] = r.decode("utf-8", "replace")
                     d["reason_hex"] = r.hex()
                 items.append(d)
+            # What recovery changed, before close() writes (or drops) queue.index [X1].
+            after = _snapshot(work)
         finally:
             q.close()
-        after = _snapshot(work)
         changes = {
             "truncated": sorted(n for n in before if n in after and after[n] < before[n]),
             "deleted": sorted(n for n in before if n not in after),
@@ -295,6 +300,7 @@ def inspect(
         "stats": stats,
         "recovered_tail_bytes": stats.get("recovered_tail_bytes"),
         "recovery_changes": changes,
+        "index": index,
         "items": items,
     }
 
@@ -319,6 +325,7 @@ def render_inspect(info: dict[str, Any]) -> str:
             st["next_seq"],
         ),
     ]
+    lines.append(fsck.render_index(info["index"]))
     ch = info["recovery_changes"]
     if info["recovered_tail_bytes"]:
         lines.append("torn tail: recovery removes %d bytes" % info["recovered_tail_bytes"])

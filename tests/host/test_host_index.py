@@ -1,0 +1,360 @@
+"""`ddq verify` / `ddq inspect` and the recovery index `queue.index` (SPEC §12.1, X1-X8).
+
+host/ddqhost/fsck.py decodes queue.index from the SPEC without importing ddq: "valid" must mean
+exactly "ddq adopts it" (X4: checked here against ddq's own `index_used` / `replayed_records`), and
+a valid index must hold the state of fsck's own replay at its covered end (X3), else it is corrupt.
+"""
+
+import json
+import os
+import struct
+import tempfile
+import zlib
+
+import pytest
+from test_host_fsck import golden
+
+from conftest import ddq, option_flags, tree_hash
+from ddqhost import fsck, qdir
+
+OPTS = {"segment_bytes": 1024, "max_payload_bytes": 64, "max_items": 64, "max_segments": 16}
+FLAGS = option_flags(OPTS)
+T0 = 1767225600000
+IX_BODY_CRC, IX_HEADER_CRC = 88, 92  # offsets of body_crc and header_crc in the 96-byte header
+
+
+def _queue(d, index_bytes=1, now=T0):
+    return qdir.load_ddq().Queue(str(d), clock=lambda: now, index_bytes=index_bytes, **OPTS)
+
+
+def _fill(d):
+    """A queue over several segments with every state and history, closed with an index."""
+    q = _queue(d)
+    try:
+        for i in range(40):
+            q.enqueue(b"m%02d" % i + b"x" * (i % 9))
+        for i in range(12):
+            c = q.claim(60000)
+            if i % 4 == 0:
+                q.ack(c.seq)
+            elif i % 4 == 1:
+                q.retry(c.seq, 5000)
+            elif i % 4 == 2:
+                q.quarantine(c.seq, b"bad %d" % i)
+            # i % 4 == 3: stays claimed
+    finally:
+        q.close()
+    assert os.path.exists(os.path.join(d, fsck.INDEX_NAME))
+
+
+def _verify(d):
+    r = ddq("verify", d, "--json", *FLAGS)
+    return r.returncode, json.loads(r.stdout)
+
+
+def _ddq_view(d, tmp_path):
+    """(index_used, replayed_records) of ddq opening a copy of d (its close may rewrite the index)."""
+    work = os.path.join(tempfile.mkdtemp(dir=tmp_path), "q")
+    qdir.copy_queue(str(d), work)
+    q = _queue(work, index_bytes=1)
+    try:
+        return q.index_used, q.replayed_records
+    finally:
+        q.close()
+
+
+def _index_layout(data):
+    h = struct.unpack_from(fsck.IX_FMT, data)
+    f = dict(zip(fsck.IX_FIELDS, h, strict=True))
+    col0 = fsck.IX_HEADER + fsck.IX_SEG * f["segment_count"]
+    return f, col0
+
+
+def _reseal(data):
+    """Recompute body and header CRCs: a forged index that passes every CRC."""
+    b = bytearray(data)
+    struct.pack_into("<I", b, IX_BODY_CRC, zlib.crc32(bytes(b[fsck.IX_HEADER :])))
+    struct.pack_into("<I", b, IX_HEADER_CRC, zlib.crc32(bytes(b[: fsck.IX_HEADER - 4])))
+    return bytes(b)
+
+
+# EVIDENCE-OF: X2 X3 X4 X6
+def test_valid_index_is_adopted_and_equals_the_replay(tmp_path):
+    d = tmp_path / "q"
+    _fill(d)
+    before = tree_hash(d)
+    code, js = _verify(d)
+    ix = js["index"]
+    assert code == 0 and js["verdict"] == "clean", js["problems"]
+    assert ix["present"] and ix["status"] == "valid" and ix["reason"] == ""
+    assert ix["items"] == js["stats"]["total_items"] == 40
+    assert ix["covered_bytes"] == sum(s["size"] for s in js["segments"]) > OPTS["segment_bytes"]
+    assert ix["records_after"] == 0 and ix["disagreement"] is None
+    assert fsck.INDEX_NAME not in js["ignored_files"] + js["obsolete_files"]
+    assert not [p for p in js["problems"] if p["file"] == fsck.INDEX_NAME]
+    assert _ddq_view(d, tmp_path) == (True, 0)
+    r = ddq("verify", d, *FLAGS)
+    golden("index-valid.verify", r.stdout, d)
+    line = "index: valid, 40 items, covers %s, 0 records after it" % fsck._human(
+        ix["covered_bytes"]
+    )
+    assert line in r.stdout.splitlines(), r.stdout
+    # inspect shows the same, with ddq's own view, and recovery created nothing.
+    info = qdir.inspect(str(d), OPTS, now_ms=T0)
+    assert info["index"]["status"] == "valid" and info["index"]["used_by_ddq"] is True
+    assert info["index"]["ddq_replayed_records"] == 0
+    assert info["recovery_changes"] == {"truncated": [], "deleted": [], "created": []}
+    r = ddq("inspect", d, *FLAGS)
+    assert r.returncode == 0 and line in r.stdout.splitlines(), r.stdout
+    assert tree_hash(d) == before
+
+
+# EVIDENCE-OF: X5 X7
+def test_appends_by_a_writer_without_index_keep_it_valid_with_records_after(tmp_path):
+    d = tmp_path / "q"
+    _fill(d)
+    q = _queue(d, index_bytes=0)  # like libddq: appends and leaves queue.index alone
+    try:
+        for i in range(5):
+            q.enqueue(b"late %d" % i)
+        c = q.claim(1000)
+        q.ack(c.seq)
+    finally:
+        q.close()
+    code, js = _verify(d)
+    ix = js["index"]
+    assert code == 0, js["problems"]
+    assert ix["status"] == "valid" and ix["items"] == 40 and ix["records_after"] == 7
+    assert js["stats"]["total_items"] == 45
+    assert ix["covered_bytes"] < sum(s["size"] for s in js["segments"])
+    assert _ddq_view(d, tmp_path) == (True, 7)
+
+
+# EVIDENCE-OF: X4 X7
+def test_compaction_by_another_writer_makes_it_stale(tmp_path):
+    d = tmp_path / "q"
+    _fill(d)
+    q = _queue(d, index_bytes=0)
+    try:
+        assert q.compact()
+    finally:
+        q.close()
+    code, js = _verify(d)
+    ix = js["index"]
+    assert code == 0 and js["verdict"] == "clean", js["problems"]
+    assert ix["status"] == "stale" and ix["reason"] == "generation 0, queue is at 1"
+    assert ix["records_after"] > 0  # ddq replays every record
+    notes = [p for p in js["problems"] if p["file"] == fsck.INDEX_NAME]
+    assert [p["kind"] for p in notes] == ["note"]
+    assert _ddq_view(d, tmp_path) == (False, ix["records_after"])
+    r = ddq("verify", d, *FLAGS)
+    golden("index-stale.verify", r.stdout, d)
+    assert "index: stale (generation 0, queue is at 1): ignored by ddq" in r.stdout.splitlines()
+
+
+# EVIDENCE-OF: X2 X4
+def test_index_over_a_compacted_generation_and_a_changed_manifest(tmp_path):
+    d = tmp_path / "q"
+    _fill(d)
+    q = _queue(d)
+    try:
+        assert q.compact()
+    finally:
+        q.close()  # rewrites the index for generation 1, with the manifest's CRC
+    code, js = _verify(d)
+    assert code == 0 and js["generation"] == 1, js["problems"]
+    assert js["index"]["status"] == "valid" and js["index"]["items"] == 37
+    assert _ddq_view(d, tmp_path) == (True, 0)
+    # The same generation, another manifest (next_seq may only grow, R8): no longer covered.
+    m = bytearray((d / fsck.MANIFEST_NAME).read_bytes())
+    struct.pack_into("<Q", m, 16, struct.unpack_from("<Q", m, 16)[0] + 5)
+    struct.pack_into("<I", m, 40, zlib.crc32(bytes(m[:40])))
+    (d / fsck.MANIFEST_NAME).write_bytes(bytes(m))
+    code, js = _verify(d)
+    assert code == 0 and js["stats"]["next_seq"] == 46, js["problems"]
+    assert (js["index"]["status"], js["index"]["reason"]) == ("stale", "manifest changed")
+    assert _ddq_view(d, tmp_path)[0] is False
+
+
+def test_changed_segment_bytes_make_it_stale(tmp_path):
+    # A record rewritten with a valid CRC: the log still replays, the index no longer covers it.
+    d = tmp_path / "q"
+    _fill(d)
+    seg = d / fsck.segment_name(0, 0)
+    b = bytearray(seg.read_bytes())
+    b[40] ^= 0x20  # first payload byte of seq 1's DATA record ("m" -> "M")
+    struct.pack_into("<I", b, 32, fsck.record_crc(bytes(b), 0, struct.unpack_from("<I", b, 24)[0]))
+    seg.write_bytes(bytes(b))
+    code, js = _verify(d)
+    assert code == 0, js["problems"]
+    assert js["index"]["status"] == "stale"
+    assert js["index"]["reason"] == "segment bytes changed at segment 0"
+    assert _ddq_view(d, tmp_path)[0] is False
+
+
+# EVIDENCE-OF: X4
+@pytest.mark.parametrize(
+    "damage, reason",
+    [
+        ("body", "bad body CRC"),
+        ("header", "bad header CRC"),
+        ("truncate", "size mismatch"),
+        ("short", "shorter than the 96-byte header"),
+    ],
+)
+def test_damaged_index_is_a_note(tmp_path, damage, reason):
+    d = tmp_path / "q"
+    _fill(d)
+    p = d / fsck.INDEX_NAME
+    b = bytearray(p.read_bytes())
+    if damage == "body":
+        b[len(b) - 3] ^= 0x01
+    elif damage == "header":
+        b[20] ^= 0x01  # inside generation
+    elif damage == "truncate":
+        b = b[:-1]
+    else:
+        b = b[:50]
+    p.write_bytes(bytes(b))
+    before = tree_hash(d)
+    code, js = _verify(d)
+    ix = js["index"]
+    assert code == 0 and js["verdict"] == "clean", js["problems"]
+    assert ix["present"] and ix["status"] == "damaged" and reason in ix["reason"], ix
+    notes = [p for p in js["problems"] if p["file"] == fsck.INDEX_NAME]
+    assert [p["kind"] for p in notes] == ["note"]
+    assert _ddq_view(d, tmp_path)[0] is False
+    r = ddq("verify", d, *FLAGS)
+    assert r.returncode == 0
+    assert any(ln.startswith("index: damaged (") for ln in r.stdout.splitlines()), r.stdout
+    assert tree_hash(d) == before
+
+
+# EVIDENCE-OF: X3
+def test_forged_index_that_disagrees_with_the_log_is_corrupt(tmp_path):
+    d = tmp_path / "q"
+    _fill(d)
+    p = d / fsck.INDEX_NAME
+    data = p.read_bytes()
+    f, col0 = _index_layout(data)
+    n = f["items"]
+    seqs = struct.unpack_from("<%dQ" % n, data, col0)
+    st0 = col0 + 18 * n  # the state column follows seq (8), segment (2), offset (4), length (4)
+    i = n - 1  # the newest item: never claimed, a plain available item
+    assert data[st0 + i] == fsck.S_AVAILABLE
+    b = bytearray(data)
+    b[st0 + i] = fsck.S_ACKED  # the message would be lost
+    p.write_bytes(_reseal(b))
+    # ddq adopts it: every CRC matches and the covered bytes are unchanged.
+    assert _ddq_view(d, tmp_path) == (True, 0)
+    code, js = _verify(d)
+    assert code == 2 and js["verdict"] == "corrupt"
+    bad = [p for p in js["problems"] if p["kind"] == "corrupt"]
+    assert len(bad) == 1 and bad[0]["file"] == fsck.INDEX_NAME
+    msg = "queue.index disagrees with the log at seq %d" % seqs[i]
+    assert bad[0]["message"].startswith(msg), bad[0]["message"]
+    assert "state acked, the log gives available" in bad[0]["message"]
+    assert bad[0]["seqs"] == [seqs[i], seqs[i]]
+    assert js["index"]["status"] == "valid" and js["index"]["disagreement"] == bad[0]["message"]
+    r = ddq("verify", d, *FLAGS)
+    assert r.returncode == 2 and "CORRUPT: queue.index, seq %d: %s" % (seqs[i], msg) in r.stdout
+
+
+def test_forged_live_entry_attempts_is_corrupt(tmp_path):
+    d = tmp_path / "q"
+    _fill(d)
+    p = d / fsck.INDEX_NAME
+    data = p.read_bytes()
+    f, col0 = _index_layout(data)
+    assert f["live_count"] > 0
+    live0 = col0 + 19 * f["items"]
+    b = bytearray(data)
+    seq, attempts = struct.unpack_from("<QI", b, live0)
+    struct.pack_into("<I", b, live0 + 8, attempts + 1)
+    p.write_bytes(_reseal(b))
+    code, js = _verify(d)
+    assert code == 2
+    msg = js["index"]["disagreement"]
+    assert msg.startswith("queue.index disagrees with the log at seq %d: attempts" % seq), msg
+
+
+def _forge_segment_entry(d, k, size, seg_bytes):
+    """Point the index's entry for segment k at `size` bytes of seg_bytes, with a matching CRC."""
+    p = d / fsck.INDEX_NAME
+    b = bytearray(p.read_bytes())
+    pos = fsck.IX_HEADER + fsck.IX_SEG * k
+    struct.pack_into("<II", b, pos, zlib.crc32(bytes(seg_bytes[:size])), size)
+    p.write_bytes(_reseal(b))
+
+
+def test_forged_covered_end_inside_a_record_is_corrupt(tmp_path):
+    # ddq would adopt it, resume one byte before the end and cut that byte as a torn tail.
+    d = tmp_path / "q"
+    _fill(d)
+    f, _col0 = _index_layout((d / fsck.INDEX_NAME).read_bytes())
+    k = f["segment_count"] - 1
+    data = (d / fsck.segment_name(0, k)).read_bytes()
+    _forge_segment_entry(d, k, len(data) - 1, data)
+    assert _ddq_view(d, tmp_path)[0] is True
+    code, js = _verify(d)
+    assert code == 2
+    assert js["index"]["disagreement"].startswith(
+        "queue.index disagrees with the log: its covered end (segment %d, offset %d) is not a "
+        "record boundary" % (k, len(data) - 1)
+    )
+
+
+def test_forged_index_over_a_damaged_record_is_corrupt(tmp_path):
+    # The covered bytes no longer replay, but their CRC in the index was updated: ddq would adopt
+    # the index and never see the damage; verify reports both.
+    d = tmp_path / "q"
+    _fill(d)
+    seg = d / fsck.segment_name(0, 0)
+    data = bytearray(seg.read_bytes())
+    data[41] ^= 0x01  # a payload byte of seq 1: record CRC mismatch
+    seg.write_bytes(bytes(data))
+    _forge_segment_entry(d, 0, len(data), data)
+    assert _ddq_view(d, tmp_path)[0] is True
+    code, js = _verify(d)
+    bad = [p["message"] for p in js["problems"] if p["kind"] == "corrupt"]
+    assert code == 2 and len(bad) == 2 and bad[0].startswith("crc mismatch"), bad
+    assert "covers records that do not replay" in bad[1]
+
+
+def test_index_tmp_is_obsolete_and_index_is_not_ignored(tmp_path):
+    d = tmp_path / "q"
+    _fill(d)
+    (d / fsck.INDEX_TMP).write_bytes(b"half an index")
+    code, js = _verify(d)
+    assert code == 0
+    assert js["obsolete_files"] == [fsck.INDEX_TMP]
+    assert fsck.INDEX_NAME not in js["ignored_files"]
+    assert any(
+        p["kind"] == "note" and p["file"] == fsck.INDEX_TMP and "recovery deletes" in p["message"]
+        for p in js["problems"]
+    )
+    assert js["index"]["status"] == "valid"
+
+
+def test_no_index_and_a_directory_named_queue_index(tmp_path):
+    d = tmp_path / "q"
+    q = _queue(d, index_bytes=0)
+    q.enqueue(b"one")
+    q.close()
+    code, js = _verify(d)
+    assert code == 0 and js["index"]["status"] == "absent" and not js["index"]["present"]
+    assert js["index"]["records_after"] == 1  # ddq replays every record
+    assert "index: none" in ddq("verify", d, *FLAGS).stdout.splitlines()
+    (d / fsck.INDEX_NAME).mkdir()
+    code, js = _verify(d)
+    assert code == 0
+    assert (js["index"]["status"], js["index"]["reason"]) == ("damaged", "not a regular file")
+
+
+def test_index_layout_constants_follow_the_spec():
+    # SPEC X2: a 96-byte header; the abi of a little-endian writer is ddq's on this host.
+    assert struct.calcsize(fsck.IX_FMT) == fsck.IX_HEADER == 96
+    assert len(fsck.IX_FIELDS) == 23
+    assert struct.calcsize("<4sHHIIQQ14I") == IX_BODY_CRC
+    assert struct.calcsize("<4sHHIIQQ15I") == IX_HEADER_CRC
+    assert fsck.IX_ABI[qdir.load_ddq()._abi()] == "<"
