@@ -6,7 +6,9 @@
 #   lifecycle  raw append+flush loop (flush is the sync on MicroPython) vs ddq "always" / "ack"
 #   heap       gc.mem_alloc per pending item: `n` pending payloads of `payload` bytes
 #   scaling    enqueue / claim / ack cost at `small` and at `big` pending items
-#   recovery   open (recover) of an existing log vs raw sequential read + crc32 of its files
+#   recovery   open (recover) of an existing log vs raw sequential read + crc32 of its files:
+#              without queue.index (full replay, as after a crash), and after the clean close
+#              that wrote it (the index path); plus that close
 #   lfs        LittleFS block programs and erases per delivered message on a counting RAM block
 #              device: ddq under each sync policy vs a JSON list rewritten per change and an
 #              append-only text log
@@ -237,24 +239,57 @@ def raw_read_crc(d):
     return since_us(t0), n
 
 
+def open_queue(d, index_bytes):
+    # Open (recover) and close; return both times and what recovery did.
+    gc.collect()
+    t0 = now_us()
+    q = ddq.Queue(d, sync="none", clock=Clock(), max_items=1000000, index_bytes=index_bytes)
+    dt = since_us(t0)
+    items = q.stats().total_items
+    used, replayed = q.index_used, q.replayed_records
+    gc.collect()
+    t0 = now_us()
+    q.close()
+    dc = since_us(t0)
+    q = None
+    gc.collect()
+    return dt, dc, items, used, replayed
+
+
 def part_recovery(a):
+    # As bench/cp_bench.py: each rep the raw read + crc32, the crash path (queue.index removed:
+    # full replay; its close writes a new index), then the clean-close path (index adopted).
     load_ddq()
     d = a["dir"] + "/log"
-    raw, opened = [], []
+    ixb = a["index_bytes"]
+    runs = {"raw": [], "open_full": [], "close_index": [], "open_index": [], "close_noop": []}
     size = items = 0
+    used = {"full": [], "index": []}
+    replayed = {"full": 0, "index": 0}
     for _ in range(a["reps"]):
         dt, size = raw_read_crc(d)
-        raw.append(dt)
-        gc.collect()
-        t0 = now_us()
-        q = ddq.Queue(d, sync="none", clock=Clock(), max_items=1000000)
-        opened.append(since_us(t0))
-        items = q.stats().total_items
-        q.close()
-        q = None
-        gc.collect()
-    emit({"bytes": size, "items": items, "raw_us": best(raw), "open_us": best(opened),
-          "runs": {"raw": raw, "open": opened}})
+        runs["raw"].append(dt)
+        if common.kind(d + "/queue.index") == 1:
+            os.remove(d + "/queue.index")
+        dt, dc, items, u, replayed["full"] = open_queue(d, ixb)
+        runs["open_full"].append(dt)
+        runs["close_index"].append(dc)
+        used["full"].append(u)
+        dt, dc, items, u, replayed["index"] = open_queue(d, ixb)
+        runs["open_index"].append(dt)
+        runs["close_noop"].append(dc)
+        used["index"].append(u)
+    if True in used["full"] or False in used["index"]:
+        print("recovery: index_used", used, "want False for the full replay, True after close")
+        raise SystemExit(1)
+    out = {}
+    for k in runs:
+        out[k] = best(runs[k])
+    emit({"bytes": size, "items": items, "raw_us": out["raw"], "open_us": out["open_index"],
+          "open_full_us": out["open_full"], "close_index_us": out["close_index"],
+          "close_noop_us": out["close_noop"], "index_bytes": ixb,
+          "index_size": common.file_size(d + "/queue.index"), "replayed": replayed,
+          "index_used": used, "runs": runs})
 
 
 # --- LittleFS wear ----------------------------------------------------------------------------
@@ -604,7 +639,7 @@ PARTS = {
     "heap": (part_heap, {"dir": "", "n": 10000, "payload": 1024, "fill": 1}),
     "scaling": (part_scaling, {"dir": "", "small": 100, "big": 100000, "m": 2000,
                                "payload": 100, "reps": 3}),
-    "recovery": (part_recovery, {"dir": "", "reps": 3}),
+    "recovery": (part_recovery, {"dir": "", "reps": 3, "index_bytes": 1048576}),
     "lfs": (part_lfs, {"dir": "", "n": 1000, "backlog": 10, "payload": 100, "every": 10,
                        "blocks": 256, "profiles": "rp2,esp32"}),
     "imports": (part_imports, {"dir": "", "path": "", "romfs": ""}),
