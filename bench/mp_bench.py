@@ -126,12 +126,18 @@ def part_lifecycle(a):
 def part_heap(a):
     # fill=1: a fresh queue, n enqueues, heap per item; leaves the directory for fill=0, which
     # (in a fresh process: MicroPython's conservative collector may keep the first queue alive
-    # through a stale stack word) reopens it and measures the recovery-built index.
+    # through a stale stack word) reopens it and measures the index as recovery builds it (from queue.index when the
+    # close wrote one).
     load_ddq()
     d = a["dir"] + "/q"
     n = a["n"]
     if a["fill"]:
         fresh(a["dir"])
+    if a.get("noindex"):  # as after a power cut: the index is rebuilt by a full replay
+        try:
+            os.remove(d + "/queue.index")
+        except OSError:
+            pass
     m_start = collect()
     q = ddq.Queue(d, sync="none", clock=Clock(), max_items=max(100000, n))
     m_open = collect()
@@ -139,9 +145,10 @@ def part_heap(a):
         items = q.stats().total_items
         scratch = len(q._rbuf) if hasattr(q, "_rbuf") else 0  # the replay window it keeps
         q.close()
-        common.rmtree(a["dir"])
+        if not a.get("keep"):
+            common.rmtree(a["dir"])
         emit({"n": items, "opened": m_open - m_start, "per_item": (m_open - m_start) / items,
-              "kept_read_buffer": scratch})
+              "kept_read_buffer": scratch, "index_used": bool(getattr(q, "index_used", False))})
         return
     p = bytes(a["payload"])
     for _ in range(n):
@@ -636,7 +643,7 @@ def part_capacity(a):
 PARTS = {
     "capacity": (part_capacity, {"dir": "", "mod": "", "payload": 16, "limit": 1000000}),
     "lifecycle": (part_lifecycle, {"dir": "", "n": 25, "payload": 100, "blocks": 12}),
-    "heap": (part_heap, {"dir": "", "n": 10000, "payload": 1024, "fill": 1}),
+    "heap": (part_heap, {"dir": "", "n": 10000, "payload": 1024, "fill": 1, "noindex": 0, "keep": 0}),
     "scaling": (part_scaling, {"dir": "", "small": 100, "big": 100000, "m": 2000,
                                "payload": 100, "reps": 3}),
     "recovery": (part_recovery, {"dir": "", "reps": 3, "index_bytes": 1048576}),
