@@ -23,11 +23,11 @@ def image_hash(files):
     return h.digest()
 
 
-def judge_timed(ddq, base, files, acceptable, opts, payloads=None, forged=False, seconds=2.0):
+def judge_timed(ddq, base, files, acceptable, opts, payloads=None, forged=False, seconds=2.0, view=None):
     old = signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
-        return mutate.judge(ddq, base, files, acceptable, opts, payloads=payloads, forged=forged)
+        return mutate.judge(ddq, base, files, acceptable, opts, payloads=payloads, forged=forged, view=view)
     except Timeout:
         return "error", [("unexpected", "open did not finish within %.1f s" % seconds)]
     finally:
@@ -35,13 +35,36 @@ def judge_timed(ddq, base, files, acceptable, opts, payloads=None, forged=False,
         signal.signal(signal.SIGALRM, old)
 
 
-def run_seed(ddq, seed, nops, hashes=None, max_fail=5, limit=None):
-    base, wl, acceptable = mutate.build_base(ddq, seed, nops)
+def index_timed(ddq, files, opts, res, got, seconds=2.0):
+    """mutate.judge_index under the alarm (got: the judged open's view); counts into res.
+    Returns [(category, detail)]."""
+    if mutate.INDEX not in files:
+        return []
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        used, diff = mutate.judge_index(ddq, files, opts, got=got[0] if len(got) == 1 else None)
+    except Timeout:
+        return [("unexpected", "index comparison did not finish within %.1f s" % seconds)]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    res["index_compared"] += 1
+    if used:
+        res["index_opens"] += 1
+    if diff is not None:
+        return [("forged_index", diff)]
+    return []
+
+
+def run_seed(ddq, seed, nops, hashes=None, max_fail=5, limit=None, index=None):
+    base, wl, acceptable = mutate.build_base(ddq, seed, nops, index=index)
     res = {"seed": seed, "images": 0, "distinct": 0, "corrupt": 0, "clean": 0, "forged": 0, "relabel": 0, "undetectable_cut": 0, "lost": 0, "resurrected": 0,
            "reused_seq": 0, "unexpected": 0, "fail": [], "base_bytes": sum(len(v) for v in base.values()),
-           "generation": 0}
+           "generation": 0, "index": index, "index_compared": 0, "index_opens": 0, "forged_index": 0,
+           "old_indexes": len(wl.old_indexes)}
     seen = hashes if hashes is not None else set()
-    for n, (desc, files) in enumerate(mutate.all_mutations(base)):
+    for n, (desc, files) in enumerate(mutate.all_mutations(base, wl.old_indexes)):
         if limit is not None and n >= limit:
             break
         h = image_hash(files)
@@ -50,8 +73,9 @@ def run_seed(ddq, seed, nops, hashes=None, max_fail=5, limit=None):
         seen.add(h)
         res["distinct"] += 1
         res["images"] += 1
+        got = []
         outcome, bad = judge_timed(ddq, base, files, acceptable, wl.opts, wl.payloads,
-                                    desc.startswith("rec:") or desc.startswith("truncate-undetectable"))
+                                    desc.startswith("rec:") or desc.startswith("truncate-undetectable"), view=got)
         if outcome == "forged-relabel":
             res["forged"] += 1
             res["relabel"] += 1
@@ -60,20 +84,31 @@ def run_seed(ddq, seed, nops, hashes=None, max_fail=5, limit=None):
             res["undetectable_cut"] += 1
         elif outcome in ("corrupt", "clean", "forged"):
             res[outcome] += 1
+        if index:
+            bad = bad + index_timed(ddq, files, wl.opts, res, got)
         for cat, detail in bad:
             res[cat] += 1
             if len(res["fail"]) < max_fail:
-                res["fail"].append({"seed": seed, "nops": nops, "mutation": desc, "category": cat,
+                res["fail"].append({"seed": seed, "nops": nops, "index": index, "mutation": desc, "category": cat,
                                     "detail": detail[:400]})
     return res
 
 
-def hypothesis_run(ddq, seed, nops, examples, max_fail=5):
-    """Hypothesis draws: a file, a kind and its parameters (CPython only)."""
+def hypothesis_run(ddq, seed, nops, examples, max_fail=5, index=None):
+    """Hypothesis draws: a file, a kind and its parameters (CPython only). With index (index_bytes),
+    queue.index is drawn as often as all other files together, an "old" edit swaps in an older
+    queue.index of the same run, and every example is also judged by mutate.judge_index."""
     from hypothesis import HealthCheck, given, settings, strategies as st
-    base, wl, acceptable = mutate.build_base(ddq, seed, nops)
+    base, wl, acceptable = mutate.build_base(ddq, seed, nops, index=index)
     names = sorted(n for n in base if n != "queue.lock")
-    res = {"seed": seed, "examples": 0, "corrupt": 0, "clean": 0, "unexpected": 0, "fail": []}
+    olds = wl.old_indexes
+    kinds = ["flip", "set", "cut", "splice", "fill"]
+    if index and mutate.INDEX in base:
+        names = names + [mutate.INDEX] * len(names)
+        if olds:
+            kinds.append("old")
+    res = {"seed": seed, "examples": 0, "corrupt": 0, "clean": 0, "unexpected": 0, "fail": [], "index": index,
+           "index_compared": 0, "index_opens": 0, "forged_index": 0}
 
     @settings(max_examples=examples, derandomize=True, database=None, deadline=None,
               suppress_health_check=list(HealthCheck))
@@ -83,9 +118,12 @@ def hypothesis_run(ddq, seed, nops, examples, max_fail=5):
         b = bytearray(base[name])
         n = len(b)
         for _ in range(data.draw(st.integers(1, 3))):
-            kind = data.draw(st.sampled_from(["flip", "set", "cut", "splice", "fill"]))
+            kind = data.draw(st.sampled_from(kinds))
             n = len(b)
-            if kind == "flip" and n:
+            if kind == "old":   # an older queue.index (edits drawn before on another file are dropped)
+                name = mutate.INDEX
+                b = bytearray(olds[data.draw(st.integers(0, len(olds) - 1))])
+            elif kind == "flip" and n:
                 i = data.draw(st.integers(0, n * 8 - 1))
                 b[i >> 3] ^= 1 << (i & 7)
             elif kind == "set" and n:
@@ -101,12 +139,15 @@ def hypothesis_run(ddq, seed, nops, examples, max_fail=5):
                 b[i:] = bytes([data.draw(st.sampled_from([0, 255]))]) * (len(b) - i)
         files = dict(base)
         files[name] = bytes(b)
-        outcome, bad = judge_timed(ddq, base, files, acceptable, wl.opts)
+        got = []
+        outcome, bad = judge_timed(ddq, base, files, acceptable, wl.opts, view=got)
         res["examples"] += 1
         if outcome in ("corrupt", "clean"):
             res[outcome] += 1
+        if index:
+            bad = bad + index_timed(ddq, files, wl.opts, res, got)
         for cat, detail in bad:
-            res["unexpected"] += 1
+            res["forged_index" if cat == "forged_index" else "unexpected"] += 1
             if len(res["fail"]) < max_fail:
                 res["fail"].append({"seed": seed, "nops": nops, "mutation": "hypothesis on " + name,
                                     "category": cat, "detail": detail[:400]})

@@ -213,11 +213,28 @@ def state_hash(files, dirs):
 # -- judging one state --------------------------------------------------------------------------
 
 def _is_repair(log):
+    # close() writing queue.index (create the tmp, write it, rename it over queue.index) is not a
+    # repair: with index_bytes=1 almost every recovered queue does it. Removing a leftover tmp is.
+    ix = set()
     for e in log:
         k = e[0]
+        if k == "create" and e[1].endswith("/queue.index.tmp"):
+            ix.add(e[2])
+            continue
+        if k in ("write", "trunc") and e[1] in ix:
+            continue
+        if k == "rename" and e[1].endswith("/queue.index.tmp"):
+            continue
         if k in ("write", "trunc", "rename", "remove", "mkdir"):
             return True
         if k == "create" and not e[1].endswith("queue.lock"):
+            return True
+    return False
+
+
+def has_index(files):
+    for p in files:
+        if p.endswith("/queue.index"):
             return True
     return False
 
@@ -244,38 +261,100 @@ class Judge:
         self.depth2_states = 0
         self.reported = 0
         self.repairs = 0
+        # index_bytes=1 workloads: every distinct state holding a queue.index is opened through it
+        # (the judged open) and again with index_bytes=0; the two must agree exactly (SPEC 12.1
+        # X4, X5); every 16th comparison also runs the same operations on both (probe_view)
+        self.index_cmp = bool(wl.opts.get("index_bytes"))
+        self.index_compared = 0
+        self.index_opens = 0        # compared states where the index was adopted (index_used)
+        self.index_probe_every = 16
+        self.index_mismatch = 0
+        self.index_done = set()     # state hashes compared (the comparison does not depend on the op in flight)
 
-    def _open(self, files, dirs, record=False):
+    def _open(self, files, dirs, record=False, index=None):
         fs = memfs.MemFS(files, dirs, record=record, budget=500000, can_truncate=self.can_truncate)
         clock = tmodel.Clock(tmodel.CLOCK0 + 1000 * (len(self.wl.ops) + 10))
         kw = tmodel.queue_opts(self.wl.opts)
+        if index is not None:
+            kw["index_bytes"] = index
         q = self.ddq.Queue(self.wl.path, storage=fs, clock=clock, **kw)
         return fs, q
 
-    def judge(self, files, dirs, i, holes):
+    def _full_replay(self, files, dirs, probe):
+        """Open with index_bytes=0: ("err", type, message) or ("ok", index_view, probe_view)."""
+        try:
+            fs, q = self._open(files, dirs, index=0)
+        except Exception as e:
+            return ("err", type(e).__name__, str(e))
+        try:
+            return ("ok", tmodel.index_view(q), tmodel.probe_view(self.ddq, q) if probe else None)
+        except Exception as e:
+            return ("err", type(e).__name__, "after open: %s" % e)
+        finally:
+            q.close()
+
+    def _index_compare(self, files, dirs, got):
+        """got: what the judged open (through queue.index) gave, as _full_replay returns it, with
+        the probe still to run. Returns [(category, detail)]."""
+        self.index_compared += 1
+        probe = self.index_compared % self.index_probe_every == 0 and got[0] == "ok"
+        want = self._full_replay(files, dirs, probe)
+        if got[0] == "err" or want[0] == "err":
+            if got != want:
+                self.index_mismatch += 1
+                return [("index_mismatch", "index open %r, full replay %r" % (got[:3], want[:3]))]
+            return []
+        if got[1] != want[1]:
+            self.index_mismatch += 1
+            return [("index_mismatch", "index open and full replay differ: " + tmodel.index_diff(got[1], want[1]))]
+        if probe:
+            try:
+                fs, q = self._open(files, dirs, index=1)
+                try:
+                    p = tmodel.probe_view(self.ddq, q)
+                finally:
+                    q.close()
+            except Exception as e:
+                p = ("raised", type(e).__name__, str(e))
+            if p != want[2]:
+                self.index_mismatch += 1
+                return [("index_mismatch", "the same operations after an index open and a full replay "
+                         "answer differently: %r vs %r" % (p, want[2]))]
+        return []
+
+    def judge(self, files, dirs, i, holes, h=None):
         ddq = self.ddq
         wl = self.wl
         self.n += 1
         allowed, returned = wl.allowed(i)
         sync = wl.opts.get("sync")
+        ixc = self.index_cmp and (h is None or h not in self.index_done) and has_index(files)
+        if ixc and h is not None:
+            self.index_done.add(h)
         try:
             fs, q = self._open(files, dirs, record=True)
         except ddq.Corrupt as e:
+            bad = self._index_compare(files, dirs, ("err", type(e).__name__, str(e))) if ixc else []
             if holes:
                 self.reported += 1
                 if not corrupt_names_place(e):
-                    return [("unexpected", "Corrupt message names no segment/offset: %s" % e)]
-                return []
-            return [("unexpected", "Corrupt on a legal crash state: %s" % e)]
+                    return bad + [("unexpected", "Corrupt message names no segment/offset: %s" % e)]
+                return bad
+            return bad + [("unexpected", "Corrupt on a legal crash state: %s" % e)]
         except ddq.Locked as e:
             return [("unexpected", "lock blocks recovery after a crash: %s" % e)]
         except Exception as e:
             return [("unexpected", "open raised %s: %s" % (type(e).__name__, e))]
         bad = []
+        got = None
         try:
             bad += tmodel.check(q, allowed, returned, sync)
             state1 = tmodel.recovered_state(q)
             nxt1 = q.stats().next_seq
+            if ixc:
+                got = ("ok", tmodel.index_view(q, state1), None)
+                if q.index_used:
+                    self.index_opens += 1
         except Exception as e:
             bad.append(("unexpected", "checking raised %s: %s" % (type(e).__name__, e)))
             state1 = None
@@ -283,6 +362,8 @@ class Judge:
             q.close()
         if fs.open_count():
             bad.append(("unexpected", "%d file handles left open after close()" % fs.open_count()))
+        if got is not None:
+            bad += self._index_compare(files, dirs, got)
         if bad or state1 is None:
             return bad
         rec_log = list(fs.log)
@@ -322,8 +403,15 @@ class Judge:
         sim = Sim(files, dirs)
         seen = set()
         bad = []
+        ix = set()
         for e in rec_log:
             sim.apply(e)
+            # close() writing queue.index.tmp: a cut between its writes leaves a partial tmp, which
+            # recovery ignores and removes; the live workloads' crash states cut each write already
+            if e[0] == "create" and e[1].endswith("/queue.index.tmp"):
+                ix.add(e[2])
+            elif e[0] == "write" and e[1] in ix:
+                continue
             for model in ("posix", "lfs"):
                 for variant, f2, d2, holes in sim.states(model):
                     if holes or variant[0] == "T":
@@ -351,7 +439,7 @@ class Judge:
 
 
 def run_seed(ddq, seed, nops, models=("posix", "lfs", "fat"), sync=None, hashes=None, depth2=1,
-             max_fail=5, path="/q"):
+             max_fail=5, path="/q", index=None):
     """Run one workload and judge every crash state under every model. Returns a result dict."""
     memfs.MemFS.Locked = ddq.Locked
     can_truncate = seed % 2 == 0     # even seeds: CPython-like storage; odd: MicroPython-like
@@ -359,13 +447,14 @@ def run_seed(ddq, seed, nops, models=("posix", "lfs", "fat"), sync=None, hashes=
     pre = () if seed % 4 == 1 else (path,)
     fs = memfs.MemFS(dirs=pre, record=True, can_truncate=can_truncate)
     outbox = sync == "outbox" and getattr(ddq, "Outbox", None) is not None   # probe: a later layer
-    opts = tmodel.params(seed, "none" if sync == "outbox" else sync)
+    opts = tmodel.params(seed, "none" if sync == "outbox" else sync, index)
     if outbox:
         opts["outbox_every"] = 3     # group commit: sync after every 3 records put
     wl = tmodel.Workload(ddq, path, lambda: fs, seed, nops, opts=opts, pos=lambda: len(fs.log))
     res = {"seed": seed, "sync": "outbox" if outbox else opts["sync"], "truncate": can_truncate, "log": 0, "states": 0, "checked": 0, "fail": [],
            "lost": 0, "resurrected": 0, "reused_seq": 0, "unexpected": 0, "reported": 0, "depth2": 0,
-           "by_model": {}}
+           "by_model": {}, "index": opts.get("index_bytes"), "index_compared": 0, "index_opens": 0,
+           "index_mismatch": 0}
     try:
         wl.run()
     finally:
@@ -401,7 +490,7 @@ def run_seed(ddq, seed, nops, models=("posix", "lfs", "fat"), sync=None, hashes=
                     continue
                 checked.add(key)
                 res["checked"] += 1
-                bad = judge.judge(files, dirs, i, holes)
+                bad = judge.judge(files, dirs, i, holes, h)
                 for cat, detail in bad:
                     res[cat] += 1
                     if len(res["fail"]) < max_fail:
@@ -412,4 +501,6 @@ def run_seed(ddq, seed, nops, models=("posix", "lfs", "fat"), sync=None, hashes=
                                             "op_index": i, "category": cat, "detail": detail[:600]})
     res["reported"] = judge.reported
     res["depth2"] = judge.depth2_states
+    res["index_compared"] = judge.index_compared
+    res["index_opens"] = judge.index_opens
     return res

@@ -1,6 +1,6 @@
 # Part 2: block-level power cuts on the MicroPython unix port (run with .venv/bin/micropython).
 #
-#   micropython tests/torture/mp_powercut.py FS MODE SEED NOPS [STRIDE] [OFFSET]
+#   micropython tests/torture/mp_powercut.py FS MODE SEED NOPS [STRIDE] [OFFSET] [index=N]
 #     FS    lfs | fat          (vfs.VfsLfs2 on 4096-byte blocks, vfs.VfsFat on 512-byte blocks)
 #     MODE  show  - debug: list the image at cut OFFSET (STRIDE 2: torn), then recover it
 #           snap  - one recorded run; for every program/erase op N the image of a cut there
@@ -11,6 +11,9 @@
 #
 # Every cut image is remounted as a COPY with a new VFS object, the queue reopened (recovery), and
 # judged by tmodel.check against the history of the run. Prints one JSON summary line last.
+#     index=N  the workload runs with index_bytes=N (tmodel.params: 1 writes queue.index at every
+#              close + reopen and save_index step); every cut image is then opened through the
+#              index and, on another copy, with index_bytes=0: both must agree (SPEC 12.1).
 import json
 import os
 import sys
@@ -101,10 +104,14 @@ class CountingStorage(ddq.PosixStorage):
         ddq.PosixStorage.close(self, h)
 
 
+INDEX = None
+for _a in sys.argv:
+    if _a.startswith("index="):
+        INDEX = int(_a[6:])
 GEOM = {"lfs": (4096, 32), "fat": (512, 256)}
 # Mount points are unique per task: ddq's lock on the unix port is an abstract socket named after
 # the path, shared by every process on the machine, and run_ci runs two micropython processes.
-TAG = "/t_" + "_".join(a for a in sys.argv[1:7]) + "_"
+TAG = "/t_" + "_".join(a.replace("=", "") for a in sys.argv[1:8] if a != "standin") + "_"
 CHK = TAG + "chk"
 DIF = TAG + "dif"
 LFS_IO = 256        # read/prog size as RP2 mounts it (progsize=256); the cache is 4x that
@@ -141,7 +148,7 @@ def run_workload(fs, base, seed, nops, cut=-1, mode="raise", record=False, where
         bd.rec = []
     mount(fs, bd, where)
     bd.ops = 0
-    opts = tmodel.params(seed)
+    opts = tmodel.params(seed, None, INDEX)
     wl = tmodel.Workload(ddq, where + "/q", CountingStorage, seed, nops, opts=opts, pos=lambda: bd.ops)
     bd.cut = cut
     bd.mode = mode
@@ -169,7 +176,9 @@ class Judge:
         self.wl = wl
         self.seed = seed
         self.res = {"cuts": 0, "lost": 0, "resurrected": 0, "reused_seq": 0, "unexpected": 0,
-                    "mount_fail": 0, "repairs": 0, "fat_damaged": 0, "fat_fs_damage": 0}
+                    "mount_fail": 0, "repairs": 0, "fat_damaged": 0, "fat_fs_damage": 0,
+                    "index_compared": 0, "index_opens": 0, "index_mismatch": 0, "index_write_cuts": 0}
+        self.index_cmp = bool(wl.opts.get("index_bytes"))
         self.damage = None      # fatcheck's verdict on the image being judged (FAT only)
         self.fail = []
 
@@ -267,10 +276,51 @@ class Judge:
             self.res["mount_fail"] += 1
             self.bad("unexpected", "mount failed: %r" % (e,), k, how)
             return
+        got = None
         try:
-            self._check(k, how)
+            got = self._check(k, how)
         finally:
             umount(CHK)
+        if got is not None and self.index_cmp:
+            self._index_compare(img, k, how, bs, nb, got)
+
+    def _index_compare(self, img, k, how, bs, nb, got):
+        # The same cut image, another copy, opened with index_bytes=0 (a full replay): the same
+        # error or the identical state as the open through queue.index [X4][X5].
+        i = self.wl.inflight(k)
+        if i is not None and i < len(self.wl.ops) and self.wl.ops[i][0] in ("reopen", "save_index"):
+            self.res["index_write_cuts"] += 1
+        self.res["index_compared"] += 1
+        if got[0] == "ok" and got[2]:
+            self.res["index_opens"] += 1
+        bd = BD(bs, nb, bytearray(img))
+        try:
+            mount(self.fs, bd, DIF)
+        except OSError as e:
+            self.bad("unexpected", "mount of a second copy failed: %r" % (e,), k, how)
+            return
+        kw = dict(self.wl.opts)
+        kw["index_bytes"] = 0
+        try:
+            try:
+                q = ddq.Queue(DIF + "/q", clock=tmodel.Clock(tmodel.CLOCK0 + 1000 * (len(self.wl.ops) + 10)),
+                              storage=CountingStorage(), **kw)
+            except Exception as e:
+                want = ("err", type(e).__name__, str(e))
+            else:
+                try:
+                    want = ("ok", tmodel.index_view(q))
+                except Exception as e:
+                    want = ("err", type(e).__name__, "after open: %s" % e)
+                finally:
+                    q.close()
+        finally:
+            umount(DIF)
+        if got[0] != want[0] or (got[0] == "err" and got != want):
+            self.bad("index_mismatch", "index open %r, full replay %r" % (got[:3] if got[0] == "err" else "ok",
+                                                                          want[:3] if want[0] == "err" else "ok"), k, how)
+        elif got[0] == "ok" and got[1] != want[1]:
+            self.bad("index_mismatch", "index open and full replay differ: " + tmodel.index_diff(got[1], want[1]), k, how)
 
     def _check(self, k, how):
         wl = self.wl
@@ -280,14 +330,17 @@ class Judge:
         allowed, returned = wl.allowed(i)
         clock = tmodel.Clock(tmodel.CLOCK0 + 1000 * (len(wl.ops) + 10))
         CountingStorage.opened = 0
+        got = None
         try:
             q = ddq.Queue(CHK + "/q", clock=clock, storage=CountingStorage(), **wl.opts)
         except Exception as e:
             self.bad("unexpected", "reopen after cut raised %s: %s" % (type(e).__name__, e), k, how)
-            return
+            return ("err", type(e).__name__, str(e))
         try:
             for cat, detail in tmodel.check(q, allowed, returned, wl.opts.get("sync")):
                 self.bad(cat, detail, k, how)
+            if self.index_cmp:
+                got = ("ok", tmodel.index_view(q), q.index_used)
             st = q.stats()
             if st.recovered_tail_bytes:
                 self.res["repairs"] += 1
@@ -307,6 +360,7 @@ class Judge:
                 self.bad("unexpected", "close raised %r" % (e,), k, how)
         if CountingStorage.opened:
             self.bad("unexpected", "%d file handles left open" % CountingStorage.opened, k, how)
+        return got
 
 
 def main():

@@ -14,18 +14,30 @@ import tmodel
 U32 = 0xFFFFFFFF
 U64 = 0xFFFFFFFFFFFFFFFF
 BUDGET = 200000     # storage calls per open: a corrupt length must not make recovery spin
+INDEX = "queue.index"
 
 
-def build_base(ddq, seed, nops, path="/q"):
+def build_base(ddq, seed, nops, path="/q", index=None):
+    """The directory a seeded workload leaves. index: index_bytes (tmodel.params); with it every
+    queue.index the run wrote is kept as wl.old_indexes (oldest first, the final one excluded)."""
     memfs.MemFS.Locked = ddq.Locked
     fs = memfs.MemFS(dirs=(path,))
-    opts = tmodel.params(seed)
+    opts = tmodel.params(seed, None, index)
     wl = tmodel.Workload(ddq, path, lambda: fs, seed, nops, opts=opts)
+    olds = []
+
+    def keep(i):
+        ino = fs.names.get(path + "/" + INDEX)
+        if ino is not None and bytes(fs.data[ino]) not in olds:
+            olds.append(bytes(fs.data[ino]))
+        return False
     try:
-        wl.run()
+        wl.run(stop=keep if index else None)
     finally:
         wl.close()
     files, dirs = fs.snapshot()
+    final = files.get(path + "/" + INDEX)
+    wl.old_indexes = [b for b in olds if b != final]
     pre = path + "/"
     out = {}
     for p in files:
@@ -203,8 +215,21 @@ def byte_mutations(files, runs=True):
                         yield ("run %s %d+%d %d" % (name, off, ln, fill), _set(files, name, b))
 
 
-def all_mutations(files):
-    for g in (byte_mutations(files), record_mutations(files), manifest_mutations(files), file_mutations(files)):
+def index_mutations(files, olds):
+    """queue.index swapped for every older one the same run wrote (a stale index: same or older
+    generation, a shorter prefix), deleted, and the tmp left beside it."""
+    if INDEX not in files:
+        return
+    for k in range(len(olds)):
+        yield ("index:old %d of %d" % (k, len(olds)), _set(files, INDEX, olds[k]))
+        yield ("index:old %d as tmp" % k, _set(files, INDEX + ".tmp", olds[k]))
+    yield ("index:delete", _set(files, INDEX, None))
+    yield ("index:moved to tmp", _set(_set(files, INDEX, None), INDEX + ".tmp", files[INDEX]))
+
+
+def all_mutations(files, olds=()):
+    for g in (byte_mutations(files), record_mutations(files), manifest_mutations(files), file_mutations(files),
+              index_mutations(files, olds)):
         for m in g:
             yield m
 
@@ -242,7 +267,46 @@ def random_mutation(rng, files):
     return ms[rng.below(len(ms))]
 
 
-def judge(ddq, base, files, acceptable, opts, path="/q", payloads=None, forged=False):
+def _open_view(ddq, files, opts, path, index):
+    """Open files with index_bytes=index: ("err", type, message) or ("ok", index_view)."""
+    full = {}
+    for n in files:
+        full[path + "/" + n] = files[n]
+    fs = memfs.MemFS(full, (path,), budget=BUDGET)
+    kw = dict(opts)
+    kw["index_bytes"] = index
+    try:
+        q = ddq.Queue(path, storage=fs, clock=tmodel.Clock(tmodel.CLOCK0 + 10 ** 7), **kw)
+    except Exception as e:
+        return ("err", tmodel.exc_name(e), str(e))
+    try:
+        return ("ok", tmodel.index_view(q), q.index_used)
+    except Exception as e:
+        return ("err", tmodel.exc_name(e), "after open: " + str(e))
+    finally:
+        q.close()
+
+
+def judge_index(ddq, files, opts, path="/q", got=None):
+    """An image holding queue.index, opened through it (index_bytes=1; got: that open's view, as
+    judge(view=...) leaves it) and with index_bytes=0: the same error or the identical state
+    (SPEC 12.1 X4: a damaged, stale or forged index is ignored). Returns (index_used, None) or
+    (index_used, how they differ)."""
+    if INDEX not in files:
+        return False, None
+    if not got:
+        got = _open_view(ddq, files, opts, path, 1)
+    want = _open_view(ddq, files, opts, path, 0)
+    used = got[0] == "ok" and got[2]
+    if got[0] != want[0] or (got[0] == "err" and got != want):
+        return used, "index open %r, full replay %r" % (got[:3] if got[0] == "err" else "ok",
+                                                       want[:3] if want[0] == "err" else "ok")
+    if got[0] == "ok" and got[1] != want[1]:
+        return used, "index open and full replay differ: " + tmodel.index_diff(got[1], want[1])
+    return used, None
+
+
+def judge(ddq, base, files, acceptable, opts, path="/q", payloads=None, forged=False, view=None):
     """Open a mutated image. Returns (outcome, [(category, detail)]); outcome is "corrupt",
     "clean", "forged" or "error".
 
@@ -256,7 +320,9 @@ def judge(ddq, base, files, acceptable, opts, path="/q", payloads=None, forged=F
     clock = tmodel.Clock(tmodel.CLOCK0 + 10 ** 7)
     try:
         q = ddq.Queue(path, storage=fs, clock=clock, **opts)
-    except ddq.Corrupt:
+    except ddq.Corrupt as e:
+        if view is not None:    # what judge_index compares with the index_bytes=0 open
+            view.append(("err", "Corrupt", str(e)))
         if fs.open_count():
             return "error", [("unexpected", "Corrupt left %d handles open" % fs.open_count())]
         return "corrupt", []
@@ -267,8 +333,12 @@ def judge(ddq, base, files, acceptable, opts, path="/q", payloads=None, forged=F
     try:
         try:
             st = tmodel.recovered_state(q)
-        except ddq.Corrupt:
+        except ddq.Corrupt as e:
+            if view is not None:
+                view.append(("err", "Corrupt", "after open: " + str(e)))
             return "corrupt", []
+        if view is not None:
+            view.append(("ok", tmodel.index_view(q, st), q.index_used))
         if st in acceptable:
             return "clean", []
         if forged and payloads is not None:

@@ -31,6 +31,13 @@ def block(line, sb, extra, wall, full):
         extra.get("bad_undetectable_cut", 0)))
     out.append("| 3 bad images | Hypothesis examples; seeded replays on MicroPython (forged accepted) | %d; %d (%d) |" % (
         extra["hypothesis"], extra["mp_bad_images"], extra.get("mp_forged", 0)))
+    ix = extra.get("index")
+    if ix:
+        out.append("| 1-3 recovery index | compared with an index_bytes=0 open / opened through queue.index: crash states; power cuts (cut inside a queue.index write); bad images; Hypothesis | %d / %d; %d / %d (%d); %d / %d; %d / %d |" % (
+            ix["crash"][0], ix["crash"][1], ix["mp"][0], ix["mp"][1], extra.get("index_write_cuts", 0),
+            ix["bad"][0], ix["bad"][1], ix["hypo"][0], ix["hypo"][1]))
+        out.append("| 1-3 recovery index | an index open that differs from the full replay (index_mismatch; of them a damaged or stale index accepted) | %d (%d) |" % (
+            sb.get("index_mismatch", 0), extra.get("forged_index", 0)))
     kinds = extra["fault_by_kind"]
     out.append("| 4 faults | kinds x call index x transient/persistent | %d kinds, %d runs |" % (
         sb["fault_kinds"], sb["fault_points"]))

@@ -25,37 +25,52 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 PY = sys.executable
 MP = os.path.join(ROOT, ".venv", "bin", "micropython")
 TARGETS = {"crash_states": 200000, "lfs_cuts": 30000, "fat_cuts": 10000, "bad_images": 100000,
-           "fault_kinds": 16}
+           "fault_kinds": 16, "index_opens": 10000}
 SYNCS = ("always", "ack", "always", "none", "outbox")   # outbox: ddq.Outbox group commit
+# index_bytes per crash seed (k % 3): ddq's default (1 MiB: never reached, never written), 0 (the
+# index off), 1 (every close + reopen and save_index step writes queue.index; every judged state
+# is also opened with index_bytes=0 and must agree; 48 operations, not 60: each state costs about
+# twice as much). Periods 3 and 5: every sync mode gets all three.
+CRASH_INDEX = ("-", "0", "1")
 
 
 def plan(scale, smoke=False):
     """[(part, label, argv, timeout_s)]: the CI plan at scale 1, --full at 10."""
     t = []
     if smoke:
-        t.append(("crash", "crash 101", [PY, "worker.py", "crash", "101", "12", "always"], 120))
-        t.append(("crash", "crash 102", [PY, "worker.py", "crash", "102", "12", "ack"], 120))
+        t.append(("crash", "crash 101", [PY, "worker.py", "crash", "101", "12", "always", "-"], 120))
+        t.append(("crash", "crash 102", [PY, "worker.py", "crash", "102", "12", "ack", "-"], 120))
+        t.append(("crash", "crash 103 ix", [PY, "worker.py", "crash", "103", "16", "always", "1"], 120))
         t.append(("fault", "fault 7", [PY, "worker.py", "fault", "7", "10", "3"], 120))
-        t.append(("bad", "bad 11", [PY, "worker.py", "bad", "11", "10"], 120))
+        t.append(("bad", "bad 11", [PY, "worker.py", "bad", "11", "10", "-"], 120))
+        t.append(("bad", "bad 12 ix", [PY, "worker.py", "bad", "12", "10", "1"], 120))
         t.append(("hypo", "hypo 11", [PY, "worker.py", "hypo", "11", "10", "50"], 120))
+        t.append(("hypo", "hypo 12 ix", [PY, "worker.py", "hypo", "12", "16", "50", "1"], 120))
         t.append(("mp", "lfs snap 3", [MP, "mp_powercut.py", "lfs", "snap", "3", "12"], 120))
         t.append(("mp", "fat snap 3", [MP, "mp_powercut.py", "fat", "snap", "3", "12"], 120))
+        t.append(("mp", "lfs snap 4 ix", [MP, "mp_powercut.py", "lfs", "snap", "4", "24", "1", "0", "index=1"], 120))
         t.append(("mp", "lfs raise 3", [MP, "mp_powercut.py", "lfs", "raise", "3", "8", "3"], 120))
         t.append(("mpbad", "mpbad 11", [MP, "mp_badimg.py", "11", "10", "200"], 120))
         return t
     n_crash = 30 * scale
     for k in range(n_crash):
         seed = 100 + k
-        t.append(("crash", "crash %d" % seed, [PY, "worker.py", "crash", str(seed), "60", SYNCS[k % len(SYNCS)]], 900))
+        ix = CRASH_INDEX[k % len(CRASH_INDEX)]
+        t.append(("crash", "crash %d%s" % (seed, " ix" if ix == "1" else ""),
+                  [PY, "worker.py", "crash", str(seed), "48" if ix == "1" else "60", SYNCS[k % len(SYNCS)], ix], 900))
     for k in range(4 * scale):   # 300: torn start (truncate faults), 301: creates its directory
         seed = 300 + k
         t.append(("fault", "fault %d" % seed, [PY, "worker.py", "fault", str(seed), "36", "1"], 900))
-    for k in range(24 * scale):
+    for k in range(24 * scale):   # one in six with index_bytes=1: queue.index mutated too
         seed = 500 + k
         nops = 10 + (k * 7) % 36
-        t.append(("bad", "bad %d" % seed, [PY, "worker.py", "bad", str(seed), str(nops)], 900))
+        ix = "1" if k % 6 == 3 else "-"
+        t.append(("bad", "bad %d%s" % (seed, " ix" if ix == "1" else ""),
+                  [PY, "worker.py", "bad", str(seed), str(nops), ix], 900))
     for k in range(2 * scale):
         t.append(("hypo", "hypo %d" % (500 + k), [PY, "worker.py", "hypo", str(500 + k), "30", "600"], 900))
+    for k in range(scale):
+        t.append(("hypo", "hypo %d ix" % (503 + 6 * k), [PY, "worker.py", "hypo", str(503 + 6 * k), "31", "600", "1"], 900))
     for k in range(2 * scale):   # the same seeds and sizes as "bad": the base images must hash the same
         t.append(("mpbad", "mpbad %d" % (500 + k), [MP, "mp_badimg.py", str(500 + k), str(10 + (k * 7) % 36), "4000"], 900))
     # power cuts: snap (drop + torn at every device op) and live raise/errno re-runs (a cut at
@@ -66,6 +81,17 @@ def plan(scale, smoke=False):
     for k in range(9 * scale):
         seed = 3000 + k
         t.append(("mp", "fat snap %d" % seed, [MP, "mp_powercut.py", "fat", "snap", str(seed), "100"], 900))
+    # the same with index_bytes=1: cuts inside queue.index writes (close + reopen, save_index);
+    # on FAT the rename over queue.index is remove + rename
+    for k in range(2 * scale):
+        seed = 1100 + k
+        t.append(("mp", "lfs snap %d ix" % seed, [MP, "mp_powercut.py", "lfs", "snap", str(seed), "160", "1", "0", "index=1"], 900))
+    for k in range(scale):
+        seed = 3100 + k
+        t.append(("mp", "fat snap %d ix" % seed, [MP, "mp_powercut.py", "fat", "snap", str(seed), "100", "1", "0", "index=1"], 900))
+        seed = 910 + k
+        t.append(("mp", "lfs errno %d ix" % seed, [MP, "mp_powercut.py", "lfs", "errno", str(seed), "40", "1", "0", "index=1"], 900))
+        t.append(("mp", "fat raise %d ix" % seed, [MP, "mp_powercut.py", "fat", "raise", str(seed), "30", "1", "0", "index=1"], 900))
     for k in range(2 * scale):
         seed = 900 + k
         for mode in ("raise", "errno"):
@@ -109,11 +135,16 @@ def run_task(task, tmp, impl):
 
 def aggregate(done):
     sb = {"crash_states": 0, "lfs_cuts": 0, "fat_cuts": 0, "bad_images": 0, "fault_kinds": 0,
-          "fault_points": 0, "lost": 0, "resurrected": 0, "reused_seq": 0, "unexpected": 0}
+          "fault_points": 0, "lost": 0, "resurrected": 0, "reused_seq": 0, "unexpected": 0,
+          "index_opens": 0, "index_mismatch": 0}
     extra = {"crash_checked": 0, "depth2_states": 0, "corrupt_reported": 0, "by_model": {},
              "lfs": {"drop": 0, "torn": 0, "raise": 0, "errno": 0}, "fat": {"drop": 0, "torn": 0, "raise": 0, "errno": 0},
              "bad_corrupt": 0, "bad_clean": 0, "bad_forged": 0, "hypothesis": 0, "mp_bad_images": 0,
-             "fault_by_kind": {}, "harness_errors": 0, "base_sha": {}, "mount_fail": 0}
+             "fault_by_kind": {}, "harness_errors": 0, "base_sha": {}, "mount_fail": 0,
+             # recovery index (SPEC 12.1): per part, [states compared, of them opened through the
+             # index]; bad images also count a damaged/stale index accepted to another state
+             "index": {"crash": [0, 0], "mp": [0, 0], "bad": [0, 0], "hypo": [0, 0]},
+             "forged_index": 0, "index_write_cuts": 0}
     failures = []
     crash_hashes, bad_hashes = set(), set()
     for d in done:
@@ -126,6 +157,15 @@ def aggregate(done):
             continue
         for k in ("lost", "resurrected", "reused_seq", "unexpected"):
             sb[k] += r.get(k, 0)
+        # an index open that differs from the full replay: crash states and power cuts
+        # (index_mismatch) and bad images (forged_index: a damaged or stale index accepted)
+        sb["index_mismatch"] += r.get("index_mismatch", 0) + r.get("forged_index", 0)
+        extra["forged_index"] += r.get("forged_index", 0)
+        extra["index_write_cuts"] += r.get("index_write_cuts", 0)
+        if d["part"] in extra["index"]:
+            extra["index"][d["part"]][0] += r.get("index_compared", 0)
+            extra["index"][d["part"]][1] += r.get("index_opens", 0)
+            sb["index_opens"] += r.get("index_opens", 0)
         for f in r.get("fail", []):
             if f.get("category") == "info":
                 continue      # FAT cut images blamed on FatFs: counted in extra, not failures
@@ -180,11 +220,11 @@ def aggregate(done):
 
 def scoreboard_line(sb, extra):
     keys = ("crash_states", "lfs_cuts", "fat_cuts", "bad_images", "fault_kinds", "fault_points",
-            "lost", "resurrected", "reused_seq", "unexpected")
+            "lost", "resurrected", "reused_seq", "unexpected", "index_opens", "index_mismatch")
     s = "torture: " + " ".join("%s=%d" % (k, sb[k]) for k in keys)
-    s += " (depth2=%d corrupt_reported=%d hypothesis=%d mp_bad_images=%d forged_accepted=%d)" % (
+    s += " (depth2=%d corrupt_reported=%d hypothesis=%d mp_bad_images=%d forged_accepted=%d forged_index_accepted=%d)" % (
         extra["depth2_states"], extra["corrupt_reported"], extra["hypothesis"], extra["mp_bad_images"],
-        extra["bad_forged"])
+        extra["bad_forged"], extra["forged_index"])
     return s
 
 
@@ -214,7 +254,8 @@ def main():
             with lock:
                 done.append(d)
                 r = d["res"] or {}
-                bad = sum(r.get(k, 0) for k in ("lost", "resurrected", "reused_seq", "unexpected"))
+                bad = sum(r.get(k, 0) for k in ("lost", "resurrected", "reused_seq", "unexpected", "index_mismatch",
+                                                "forged_index"))
                 print("  %-16s %6.1fs%s" % (d["label"], d["secs"], "" if d["rc"] == 0 and not bad else
                                             "  FAILURES=%d rc=%s" % (bad, d["rc"])), flush=True)
             return d
@@ -230,7 +271,7 @@ def main():
     line = scoreboard_line(sb, extra)
     print(line)
     print("wall %.0f s, %d tasks, jobs %d" % (wall, len(tasks), a.jobs))
-    ok = sb["lost"] == sb["resurrected"] == sb["reused_seq"] == sb["unexpected"] == 0
+    ok = sb["lost"] == sb["resurrected"] == sb["reused_seq"] == sb["unexpected"] == sb["index_mismatch"] == 0
     missed = []
     if not (a.smoke or a.only):
         scale = 10 if a.full else 1

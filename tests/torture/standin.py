@@ -101,8 +101,9 @@ class PosixStorage:
 
 class Queue:
     def __init__(self, path, segment_bytes=4194304, max_payload_bytes=1048576, max_items=100000,
-                 max_segments=1024, clock=None, storage=None, sync="always"):
+                 max_segments=1024, clock=None, storage=None, sync="always", index_bytes=0):
         self.path = path
+        self.index_used = False     # no recovery index: every open replays the whole log
         self.s = storage if storage is not None else PosixStorage()
         self.clock = clock
         self.max_items = max_items
@@ -327,6 +328,9 @@ class Queue:
         if self.failed:
             raise IOFailure("fail-stop")
         self._append(b"", True)
+
+    def save_index(self):
+        self.sync()
 
     def items(self):
         for seq in sorted(self.its):

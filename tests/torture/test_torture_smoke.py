@@ -38,6 +38,14 @@ def test_crash_states_slice(seed, sync):
     assert not _clean(res)[0], _clean(res)
 
 
+def test_crash_states_through_the_index_slice():
+    # index_bytes=1: close + reopen and save_index write queue.index inside the workload; every
+    # judged state holding one is opened through it and with index_bytes=0, which must agree
+    res = crash.run_seed(ddq, 3, 16, sync="always", index=1, depth2=4)
+    assert res["index_compared"] > 100 and res["index_opens"] > 20, res
+    assert not _clean(res)[0] and not res["index_mismatch"], (_clean(res), res["index_mismatch"])
+
+
 def test_fault_injection_slice():
     res = faults.run_seed(ddq, 8, 12, stride=4)
     assert res["points"] > 50 and len(res["kinds"]) >= 12, res
@@ -50,6 +58,32 @@ def test_bad_images_slice():
     assert not _clean(res)[0], _clean(res)
     hyp = badimg.hypothesis_run(ddq, 13, 16, 60)
     assert hyp["examples"] == 60 and not hyp["unexpected"], hyp
+
+
+def test_bad_index_images_slice():
+    res = badimg.run_seed(ddq, 12, 10, limit=3000, index=1)
+    assert res["index_compared"] > 1000 and res["index_opens"] > 0, res
+    assert not _clean(res)[0] and not res["forged_index"], _clean(res)
+    hyp = badimg.hypothesis_run(ddq, 12, 16, 60, index=1)
+    assert hyp["index_compared"] == 60 and not hyp["unexpected"] and not hyp["forged_index"], hyp
+
+
+def test_harness_catches_an_index_that_skips_its_check():
+    # A planted bug: adopt queue.index without the crc32 of the covered bytes [X4]. A damaged
+    # covered segment then opens to the indexed state where the full replay reports the damage.
+    import mutate
+    base, wl, _ = mutate.build_base(ddq, 12, 10, index=1)
+    seg = sorted(n for n in base if n.endswith(".log"))[0]
+    files = dict(base)
+    files[seg] = b"X" + base[seg][1:]     # the first record's magic
+    assert mutate.judge_index(ddq, files, wl.opts)[1] is None
+    real = ddq.Queue._prefix_ok
+    ddq.Queue._prefix_ok = lambda self, gen, ck: True
+    try:
+        used, diff = mutate.judge_index(ddq, files, wl.opts)
+    finally:
+        ddq.Queue._prefix_ok = real
+    assert diff is not None, (used, diff)   # (the damage shows only when a payload is read, R19)
 
 
 def _mp(script, *args):
@@ -67,6 +101,12 @@ def test_power_cut_slice(fs, mode, nops):
     res = _mp("mp_powercut.py", fs, mode, "3", nops, "2" if mode != "snap" else "1")
     assert res["cuts"] > 10, res
     assert not _clean(res)[0], _clean(res)
+
+
+def test_power_cut_through_the_index_slice():
+    res = _mp("mp_powercut.py", "lfs", "snap", "4", "24", "1", "0", "index=1")
+    assert res["index_compared"] > 10 and res["index_write_cuts"] > 0, res
+    assert not _clean(res)[0] and not res["index_mismatch"], _clean(res)
 
 
 def test_bad_images_on_micropython_slice():

@@ -41,8 +41,12 @@ class Clock:
         self.t += ms
 
 
-def params(seed, sync=None):
-    """Queue options for a seed: tight limits so rotation and compaction happen often."""
+def params(seed, sync=None, index=None):
+    """Queue options for a seed: tight limits so rotation and compaction happen often.
+
+    index: None leaves index_bytes at ddq's default (1 MiB: these logs never reach it, so an
+    index is read if present but never written); a number sets it (1: every close writes
+    queue.index, SPEC 12.1; 0: never read or written) and adds save_index steps to the workload."""
     r = Rng(seed ^ 0x5EED)
     seg = (256, 320, 384, 448, 512)[r.below(5)]
     opts = {
@@ -54,6 +58,8 @@ def params(seed, sync=None):
     if sync is None:
         sync = ("always", "ack")[r.below(2)]
     opts["sync"] = sync
+    if index is not None:
+        opts["index_bytes"] = index
     return opts
 
 
@@ -139,7 +145,9 @@ class Workload:
 
     def step(self, snap):
         """Choose and run one operation. Returns (name, arg, outcome)."""
-        r = self.rng.below(100)
+        # With a small index_bytes, one draw in 13 is a save_index or a close + reopen (each
+        # writes queue.index); other workloads draw exactly as before (same seeds, same runs).
+        r = self.rng.below(108 if self.opts.get("index_bytes") else 100)
         q = self.q
         name = "enqueue"
         arg = None
@@ -161,8 +169,12 @@ class Workload:
             name = "reopen"
         elif r < 97:
             name = "read"
-        else:
+        elif r < 100:
             name = "sync"
+        elif r < 104:
+            name = "save_index"
+        else:
+            name = "reopen"
         if name in ("ack", "retry", "quarantine"):
             arg = self._pick(snap, ("claimed",))
             if arg is None:
@@ -216,6 +228,8 @@ class Workload:
                 self.q = None
                 self.open()
                 v = None
+            elif name == "save_index":
+                v = q.save_index()
             elif name == "read":
                 v = q.read(arg)
                 if v != self.payloads.get(arg):
@@ -293,7 +307,7 @@ class Workload:
         name, arg, out = self.ops[j]
         if out[0] != "ok":
             return False
-        if name in ("open", "reopen", "sync", "compact"):
+        if name in ("open", "reopen", "sync", "compact", "save_index"):
             return True
         if self.opts.get("outbox_every"):
             return name == "enqueue" and self.synced_at.get(j, False)
@@ -409,3 +423,47 @@ def check(q, allowed, returned, sync):
 
 def _short(snap):
     return [(t[0], t[1][:2], t[2], len(t[5] or b""), t[3] % 100000, t[4] % 100000) for t in snap]
+
+
+# -- the recovery index (SPEC 12.1): an open through queue.index must equal a full replay --------
+
+STATS_KEYS = ("total_items", "available_items", "claimed_items", "acknowledged_items", "quarantined_items",
+              "stored_bytes", "segment_count", "next_seq", "generation", "failed", "durable_seq")
+
+
+def index_view(q, state=None):
+    """What an index open and a full replay (index_bytes=0) must agree on: every item with its
+    state, attempts, lease, not_before, payload and reason, and the stats but recovered_tail_bytes
+    (an index open may find the same torn tail; the counter is not part of the state)."""
+    st = q.stats()
+    return (recovered_state(q) if state is None else state, tuple(getattr(st, k) for k in STATS_KEYS))
+
+
+def probe_view(ddq, q):
+    """The same few operations on two recovered queues must answer the same: claim order (the
+    `fresh` boundary), admission (the stored plan is an upper bound, the A-rules decide), the
+    sequence an enqueue gets."""
+    out = []
+    for op in ("claim", "enqueue", "claim_ordered", "enqueue", "compact", "enqueue"):
+        try:
+            if op == "claim":
+                c = q.claim(LEASE_MS)
+                out.append(None if c is None else c.seq)
+            elif op == "claim_ordered":
+                c = q.claim_ordered(LEASE_MS)
+                out.append(None if c is None else c.seq)
+            elif op == "enqueue":
+                out.append(q.enqueue(b"index probe"))
+            else:
+                out.append(q.compact())
+        except ddq.Error as e:
+            out.append(exc_name(e))
+    out.append(meta_state(q))
+    return tuple(out)
+
+
+def index_diff(a, b):
+    """A short description of how two index_views (or probe_views) differ."""
+    if a[0] != b[0]:
+        return "items %r vs %r" % (_short(a[0]), _short(b[0])) if isinstance(a[0], tuple) else "%r vs %r" % (a, b)
+    return "%r vs %r" % (a[1:], b[1:])

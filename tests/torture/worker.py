@@ -1,10 +1,12 @@
 """One CPython torture task; run_ci.py starts these as subprocesses (two at a time).
 
-    python tests/torture/worker.py crash SEED NOPS SYNC HASHFILE   part 1 (SYNC: always|ack|none|-)
+    python tests/torture/worker.py crash SEED NOPS SYNC INDEX HASHFILE
+                                                             part 1 (SYNC: always|ack|none|outbox|-;
+                                                             INDEX: index_bytes, - for ddq's default)
     python tests/torture/worker.py fault SEED NOPS STRIDE          part 4
-    python tests/torture/worker.py bad SEED NOPS HASHFILE          part 3, exhaustive
-    python tests/torture/worker.py hypo SEED NOPS EXAMPLES         part 3, Hypothesis
-    python tests/torture/worker.py base SEED NOPS                  sha256 of a base image
+    python tests/torture/worker.py bad SEED NOPS INDEX HASHFILE    part 3, exhaustive
+    python tests/torture/worker.py hypo SEED NOPS EXAMPLES [INDEX] part 3, Hypothesis
+    python tests/torture/worker.py base SEED NOPS [INDEX]          sha256 of a base image
 
 Prints "RESULT <json>" last. DDQ_TORTURE_IMPL=standin tests the harness on tests/torture/standin.py.
 """
@@ -36,10 +38,12 @@ def main(argv):
     if kind == "crash":
         import crash
         sync = None if argv[3] == "-" else argv[3]
+        index = _index(argv, 4)
         hashes = set()
-        res = crash.run_seed(ddq, seed, nops, sync=sync, hashes=hashes,
-                             depth2=int(os.environ.get("DDQ_TORTURE_DEPTH2", "12")))
-        with open(argv[4], "w") as f:
+        # depth 2 on every 12th repair; every 24th with the index (its recovery logs are longer)
+        res = crash.run_seed(ddq, seed, nops, sync=sync, hashes=hashes, index=index,
+                             depth2=int(os.environ.get("DDQ_TORTURE_DEPTH2", "24" if index else "12")))
+        with open(argv[5], "w") as f:
             for h in hashes:
                 f.write(h.hex() + "\n")
     elif kind == "fault":
@@ -48,26 +52,32 @@ def main(argv):
     elif kind == "bad":
         import badimg
         hashes = set()
-        res = badimg.run_seed(ddq, seed, nops, hashes=hashes)
-        with open(argv[3], "w") as f:
+        index = _index(argv, 3)
+        res = badimg.run_seed(ddq, seed, nops, hashes=hashes, index=index)
+        with open(argv[4], "w") as f:
             for h in hashes:
                 f.write(h.hex() + "\n")
-        res["base_sha256"] = base_sha(ddq, seed, nops)
+        res["base_sha256"] = base_sha(ddq, seed, nops, index)
     elif kind == "hypo":
         import badimg
-        res = badimg.hypothesis_run(ddq, seed, nops, int(argv[3]))
+        res = badimg.hypothesis_run(ddq, seed, nops, int(argv[3]), index=_index(argv, 4))
     elif kind == "base":
-        res = {"base_sha256": base_sha(ddq, seed, nops)}
+        res = {"base_sha256": base_sha(ddq, seed, nops, _index(argv, 3))}
     else:
         raise SystemExit("unknown task " + kind)
     print("RESULT " + json.dumps(res))
 
 
-def base_sha(ddq, seed, nops):
+def _index(argv, i):
+    """index_bytes from argv[i]: "-" or missing means ddq's default (tmodel.params)."""
+    return None if len(argv) <= i or argv[i] == "-" else int(argv[i])
+
+
+def base_sha(ddq, seed, nops, index=None):
     import hashlib
 
     import mutate
-    base, wl, acc = mutate.build_base(ddq, seed, nops)
+    base, wl, acc = mutate.build_base(ddq, seed, nops, index=index)
     h = hashlib.sha256()
     for n in sorted(base):
         h.update(n.encode() + b"\0")
