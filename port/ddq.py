@@ -1101,7 +1101,7 @@ class Queue:
                 err = e
         try:
             if err is None and self._log.h is not None:
-                self._index_at_close()
+                self._index_update()
         finally:
             self._fail()
             self._release()
@@ -1378,6 +1378,7 @@ class Queue:
             if isinstance(e, OSError):
                 raise _io_failure(e, "cleaning old generation")
             raise
+        self._index_update()  # [X1] so a power cut later replays only what follows
 
     # ------------------------------------------------------------------ recovery (SPEC §12)
     def recover(self) -> None:
@@ -1758,9 +1759,10 @@ class Queue:
         k = struct.pack("<III", self._seg_bytes, self._max_segs, self._reason_budget)
         return _crc(k) & 0xFFFFFF00
 
-    def _index_at_close(self) -> None:
-        # [X1] at close: write the index when the log holds index_bytes or more and the file
-        # does not already cover it; otherwise leave no stale index behind. Errors only cost speed.
+    def _index_update(self) -> None:
+        # [X1] at close and after a compaction: write the index when the log holds index_bytes
+        # or more and the file does not already cover it; otherwise leave no stale index behind.
+        # Errors only cost speed.
         log = self._log
         try:
             if self._ix_bytes and sum(log.sizes) >= self._ix_bytes:

@@ -331,3 +331,26 @@ def test_outbox_saves_the_index_without_closing():
     assert q.index_used and q.replayed_records == 1, (q.index_used, q.replayed_records)
     assert q.stats().total_items == 21
     q.close()
+
+
+def test_a_compaction_writes_the_index_so_a_power_cut_replays_only_what_follows():
+    # EVIDENCE-OF: X1 X5 X6 C1
+    clock = support.FakeClock(T0)
+    d = support.tmpdir() + "/q"
+    q = _open(d, clock)
+    _fill(q, clock)
+    assert q.compact()
+    gen = q.stats().generation
+    for k in range(5):
+        q.enqueue(b"after the compaction %d" % k)
+    q.ack(q.claim(1000).seq)
+    want = _state(q)
+    support.copytree(d, d + "-cut")  # the power cut: no close
+    q.close()
+    q = _open(d + "-cut", clock)
+    assert q.index_used and q.stats().generation == gen
+    assert q.replayed_records == 7, q.replayed_records
+    got = _state(q)
+    q.close()
+    assert got == want, (got, want)
+    _same_as_full_replay(d + "-cut", clock, want)
