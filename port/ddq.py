@@ -654,8 +654,10 @@ class Queue:
             self.recover()
         except BaseException:
             self._closed = True
-            self._fail()
-            self._release()
+            try:
+                self._fail()
+            finally:
+                self._release()
             raise
 
     # ------------------------------------------------------------------ state
@@ -1093,18 +1095,20 @@ class Queue:
             return
         self._closed = True
         err = None
-        if self._log.h is not None and self._log.dirty:
-            try:
-                self._fs.sync(self._log.h)
-                self._log.dirty = False
-            except OSError as e:
-                err = e
-        try:
+        try:  # whatever is raised here (a cut surfacing as another exception), the lock goes
+            if self._log.h is not None and self._log.dirty:
+                try:
+                    self._fs.sync(self._log.h)
+                    self._log.dirty = False
+                except OSError as e:
+                    err = e
             if err is None and self._log.h is not None:
                 self._index_update()
         finally:
-            self._fail()
-            self._release()
+            try:
+                self._fail()
+            finally:
+                self._release()
         if err is not None:
             raise _io_failure(err, "sync at close")
 

@@ -295,3 +295,38 @@ def test_torture_zero_footer_before_a_zero_tail_is_torn():
     assert q.stats().total_items == 1
     assert q.stats().recovered_tail_bytes == 51 + 48
     q.close()
+
+
+class _Cut(Exception):
+    pass
+
+
+class _SyncRaises(ddq.PosixStorage):
+    # A power cut that surfaces through the file system's code as something other than OSError
+    # (the torture's raise mode, found by `make torture` on LittleFS and FAT).
+    def __init__(self):
+        super().__init__()
+        self.armed = False
+
+    def sync(self, f):
+        if self.armed:
+            self.armed = False
+            raise _Cut("cut inside sync")
+        super().sync(f)
+
+
+def test_close_releases_the_lock_when_its_final_sync_raises():
+    # EVIDENCE-OF: O16 L3 R20
+    # close() synced the dirty log outside its try/finally: anything but OSError left close()
+    # with the lock held, and every later Queue() on the directory in this process raised Locked.
+    fs = _SyncRaises()
+    d = support.tmpdir() + "/q"
+    q = ddq.Queue(d, storage=fs, clock=support.FakeClock(T0), sync="none", **OPTS)
+    q.enqueue(b"not yet synced")
+    fs.armed = True
+    try:
+        q.close()
+    except _Cut:
+        pass
+    q = ddq.Queue(d, clock=support.FakeClock(T0), **OPTS)  # raised Locked
+    q.close()

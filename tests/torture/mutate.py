@@ -248,7 +248,9 @@ def random_mutation(rng, files):
         return ("flip %s bit %d" % (name, i), _set(files, name, b))
     if k == 1 and n:
         c = rng.below(n)
-        return ("truncate %s at %d" % (name, c), _set(files, name, data[:c]))
+        # labelled as the exhaustive cuts are: a boundary cut a smaller segment_bytes explains (T9)
+        kind = "truncate-undetectable" if c in _boundary_cuts(files, name) else "truncate"
+        return ("%s %s at %d" % (kind, name, c), _set(files, name, data[:c]))
     if k == 2 and n:
         off = rng.below(n)
         ln = 1 + rng.below(48)
