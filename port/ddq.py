@@ -1788,28 +1788,16 @@ class Queue:
 
     def _save_index(self) -> None:
         fs, log = self._fs, self._log
-        mv = self._buf(4096 if log.off < 4096 else 65536)
         try:
             for k in range(len(log.sizes)):  # [X4] extend each segment's running CRC
                 if k == len(log.ck):
                     log.ck.append([0, 0, 0])
                 c, size = log.ck[k], log.sizes[k]
-                if c[1] >= size:
-                    continue
-                h = fs.open(self._path(segment_name(log.gen, k)), "rb")
-                try:
-                    for _ in range(_IO_LOOPS):
-                        if c[1] >= size:
-                            break
-                        n = self._read_exact(h, c[1], mv[0:min(len(mv), size - c[1])])
-                        if n <= 0:
-                            raise OSError(_EIO, "short read")
-                        if c[1] == 0 and k > 0:
-                            c[2] = struct.unpack_from("<I", mv, 28)[0]
-                        c[0] = _crc(mv[0:n], c[0])
-                        c[1] += n
-                finally:
-                    fs.close(h)
+                if c[1] < size:
+                    path = self._path(segment_name(log.gen, k))
+                    if c[1] == 0 and k > 0:  # its first record_length, for F7 [X5]
+                        c[2] = struct.unpack_from("<I", self._read_small(path, 32), 28)[0]
+                    c[0], c[1] = self._crc_span(path, c[1], size, c[0]), size
         finally:
             self._rbuf = bytearray(0)
         mcrc = 0
@@ -1924,25 +1912,27 @@ class Queue:
     def _prefix_ok(self, gen: int, ck: "list[list[int]]") -> bool:
         # [X4] one sequential read + crc32 of every covered byte: any change to the prefix
         # sends recovery back to the full replay, which names the damage.
-        fs = self._fs
-        mv = self._buf(65536)
         for k in range(len(ck)):
-            c, pos, end = 0, 0, ck[k][1]
-            h = fs.open(self._path(segment_name(gen, k)), "rb")
-            try:
-                for _ in range(_IO_LOOPS):
-                    if pos >= end:
-                        break
-                    n = self._read_exact(h, pos, mv[0:min(len(mv), end - pos)])
-                    if n <= 0:
-                        return False
-                    c = _crc(mv[0:n], c)
-                    pos += n
-            finally:
-                fs.close(h)
-            if c != ck[k][0]:
+            if self._crc_span(self._path(segment_name(gen, k)), 0, ck[k][1], 0) != ck[k][0]:
                 return False
         return True
+
+    def _crc_span(self, path: str, pos: int, end: int, c: int) -> int:
+        # The running crc32 c extended over bytes pos..end-1 of a file: one sequential read.
+        mv = self._buf(min(max(end - pos, 1), 65536))
+        h = self._fs.open(path, "rb")
+        try:
+            for _ in range(_IO_LOOPS):
+                if pos >= end:
+                    break
+                n = self._read_exact(h, pos, mv[0:min(len(mv), end - pos)])
+                if n <= 0:
+                    raise OSError(_EIO, "short read in " + path)
+                c = _crc(mv[0:n], c)
+                pos += n
+        finally:
+            self._fs.close(h)
+        return c
 
     def _cut(self, path: str, size: int) -> None:
         """Remove a torn tail: truncate where possible, else copy the prefix and rename [R12]."""
