@@ -54,6 +54,8 @@ mp_heap_lfs2 := -X heapsize=$(MP_HEAP)
 mp_heap_fat := -X heapsize=$(MP_HEAP)
 
 LINT_PATHS = $(wildcard port host tests bench demo boards)
+# Every module of port/ is type-checked twice (CPython, MicroPython stubs).
+PORT_MODULES = $(sort $(wildcard port/*.py))
 # The phases of `make test`, after setup; each runs even when an earlier one failed.
 TEST_PHASES := lint typecheck spec-coverage test-cpython test-mp torture-ci bench-smoke
 
@@ -66,7 +68,7 @@ help:
 	@echo "make venv          .venv with the pinned tools (and ddq installed editable)"
 	@echo "make types         types/unix_typeshed for mypy's MicroPython pass"
 	@echo "make lint          ruff check $(LINT_PATHS)"
-	@echo "make typecheck     mypy: port/ddq.py for CPython and for MicroPython; host/ddqhost"
+	@echo "make typecheck     mypy: port/*.py for CPython and for MicroPython; host/ddqhost"
 	@echo "make test-cpython  pytest (tests/);  make test-host: tests/host alone"
 	@echo "make test-mp       the shared suite on MicroPython: $(MP_FS) (one: make test-mp-lfs2)"
 	@echo "make torture-ci    the crash/torture harness, CI size"
@@ -120,8 +122,8 @@ lint: $(DEPS_STAMP)
 # All three run even when one fails, so one call shows every error.
 typecheck: check-port $(DEPS_STAMP) $(TYPES_STAMP)
 	@rc=0; \
-	for cmd in "$(MYPY) --config-file mypy_cpython.ini port/ddq.py" \
-	           "$(MYPY) --config-file mypy_mpy.ini port/ddq.py" \
+	for cmd in "$(MYPY) --config-file mypy_cpython.ini $(PORT_MODULES)" \
+	           "$(MYPY) --config-file mypy_mpy.ini $(PORT_MODULES)" \
 	           "$(MYPY) --config-file mypy_cpython.ini host/ddqhost"; do \
 	  echo "$$cmd"; MYPYPATH=port $$cmd || rc=1; \
 	done; exit $$rc

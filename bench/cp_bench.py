@@ -28,6 +28,7 @@ import common  # noqa: E402
 from common import best, emit, fresh, now_us, since_us  # noqa: E402
 
 import ddq  # noqa: E402
+import ddq_outbox  # noqa: E402
 
 CLOCK_MS = [1767225600000]
 
@@ -85,9 +86,9 @@ def ddq_subject(d, payload, sync, every=0):
 
 
 def outbox_subject(d, payload, every):
-    """Group commit through ddq.Outbox(sync_every=...): put, get, ack; sync_every counts
+    """Group commit through ddq_outbox.Outbox(sync_every=...): put, get, ack; sync_every counts
     records, three a lifecycle."""
-    ob = ddq.Outbox(d + "/ob", sync_every=3 * every, clock=clock)
+    ob = ddq_outbox.Outbox(d + "/ob", sync_every=3 * every, clock=clock)
     p = bytes(payload)
     try:
         k = yield
@@ -155,8 +156,7 @@ def part_lifecycle(a):
         ("litequeue_default", 1, fast, lq_subject(fresh(base + "/l"), payload, False)),
         ("litequeue_full", 1, n, lq_subject(fresh(base + "/f"), payload, True)),
     ]
-    if hasattr(ddq, "Outbox"):
-        subjects.append(("outbox_group", 1, n, outbox_subject(fresh(base + "/o"), payload, every)))
+    subjects.append(("outbox_group", 1, n, outbox_subject(fresh(base + "/o"), payload, every)))
     blocks = {}
     try:
         for _name, _per, _k, gen in subjects:
@@ -229,16 +229,14 @@ class OutboxAsQueue:
 def part_counts(a):
     n, payload, every = a["n"], a["payload"], a["every"]
     out = {}
-    policies = ["always", "ack", "group"]
-    if hasattr(ddq, "Outbox"):
-        policies.append("outbox")
+    policies = ["always", "ack", "group", "outbox"]
     for policy in policies:
         fs = CountingStorage()
         d = fresh("%s/%s" % (a["dir"], policy))
         q = ddq.Queue(d + "/q", sync=policy if policy in ("always", "ack") else "none",
                       clock=clock, storage=fs, segment_bytes=a["segment"])
         if policy == "outbox":
-            ob = ddq.Outbox(q, sync_every=3 * every, clock=clock)
+            ob = ddq_outbox.Outbox(q, sync_every=3 * every, clock=clock)
             q = OutboxAsQueue(ob)
         p = bytes(payload)
         per = {"enqueue": [0, 0, 0], "claim": [0, 0, 0], "ack": [0, 0, 0], "sync": [0, 0, 0]}

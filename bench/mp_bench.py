@@ -408,7 +408,9 @@ def wear_outbox(dev, n, backlog, payload, every, prof):
     q = ddq.Queue(MOUNT + "/q", sync="none", clock=Clock(), segment_bytes=prof["segment_bytes"],
                   max_items=prof["max_items"], max_payload_bytes=prof["max_payload_bytes"],
                   max_segments=prof["max_segments"])
-    ob = ddq.Outbox(q, clock=Clock(), sync_every=3 * every)
+    import ddq_outbox
+
+    ob = ddq_outbox.Outbox(q, clock=Clock(), sync_every=3 * every)
     p = b"x" * payload
     for _ in range(backlog):
         ob.put("t", p)
@@ -462,9 +464,7 @@ def part_lfs(a):
     for pname in a["profiles"].split(","):
         prof = PROFILES[pname]
         res = {}
-        cases = ["json", "applog", "ddq_always", "ddq_ack", "ddq_enqueue", "ddq_group"]
-        if hasattr(ddq, "Outbox"):
-            cases.append("ddq_outbox")
+        cases = ["json", "applog", "ddq_always", "ddq_ack", "ddq_enqueue", "ddq_group", "ddq_outbox"]
         for case in cases:
             dev = lfs_mount(a["blocks"], prof["progsize"])
             if case == "json":

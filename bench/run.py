@@ -179,7 +179,7 @@ def build(results, errors, smoke, seconds):
                 "persist-queue %s/s" % fmt(rate(pq)), fmt(ratio), "report", "report")
         if "outbox_group" in b:
             ratio = paired(b["persistqueue"], b["outbox_group"])
-            rep.row("3", "group-commit lifecycle, ddq.Outbox(sync_every=%d records)"
+            rep.row("3", "group-commit lifecycle, ddq_outbox.Outbox(sync_every=%d records)"
                     % (3 * lc["every"]), fmt(rate(med["outbox_group"])),
                     "persist-queue %s/s" % fmt(rate(pq)), fmt(ratio), "≥ 10×",
                     verdict(ratio, TARGETS["3"]))

@@ -11,7 +11,7 @@
 #
 # Delivery: Outbox.pump claims a message, publishes it with QoS 1 and acks it only after the
 # broker's PUBACK; a failed publish is nacked (the message layer's full-jitter backoff); losing the
-# broker drops the connection, and reconnects back off too (ddq.Backoff). The publish topic is the
+# broker drops the connection, and reconnects back off too (ddq_outbox.Backoff). The publish topic is the
 # stored topic plus "/<boot>/<attempts>", so the host can tell which boot of the device sent each
 # copy. At boot, claims left by the previous (killed) boot are released: this app is the queue's
 # only consumer. When `total` readings are enqueued and none is pending, the app publishes
@@ -26,6 +26,7 @@ except ImportError:  # pragma: no cover  (every interpreter the demo uses has bo
     socket = select = None
 
 import ddq
+import ddq_outbox
 
 try:
     from binascii import crc32
@@ -301,7 +302,7 @@ def main(host="127.0.0.1", port=1883, total=1000, rate=50, boot=0, queue_dir="ou
          max_retry_ms=3000, seed=None, link="mini", client_id="ddq-demo-device", log=True):
     """Run until `total` readings are enqueued and delivered; return the Outbox stats."""
     opts = dict(options or {})
-    ob = ddq.Outbox(queue_dir, lease_ms=lease_ms, min_retry_ms=min_retry_ms,
+    ob = ddq_outbox.Outbox(queue_dir, lease_ms=lease_ms, min_retry_ms=min_retry_ms,
                     max_retry_ms=max_retry_ms, seed=seed, sync=sync, **opts)
     q = ob.queue
     say = print if log else (lambda *a: None)
@@ -310,7 +311,7 @@ def main(host="127.0.0.1", port=1883, total=1000, rate=50, boot=0, queue_dir="ou
     say("boot %d: next_seq %d, %d pending, %d claims released" % (boot, nxt, ob.qsize(), released))
     cls = PahoLink if link == "paho" else MiniMQTT
     mq = cls(host, port, "%s-%d" % (client_id, boot), timeout_ms)
-    conn_bo = ddq.Backoff(100, 2000, None if seed is None else seed + 1)
+    conn_bo = ddq_outbox.Backoff(100, 2000, None if seed is None else seed + 1)
     conn_fail, conn_at = 0, ticks_ms()
     period = 1000 // max(1, rate)
     t_sample = hb_at = ticks_ms()

@@ -37,10 +37,9 @@ else:
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable, Iterator, Optional, TypeVar, Union
+    from typing import Any, Callable, Iterator, Optional, Union
 
     Buf = Union[bytes, bytearray, memoryview]
-    F = TypeVar("F", bound=Callable[..., Any])  # message layer: _locked keeps the signature
 
 _crc32 = binascii.crc32
 
@@ -622,10 +621,10 @@ class Queue:
             raise InvalidArgument("sync must be 'always', 'ack' or 'none'")
         self._sync_all = sync == "always"
         self._sync_ack = sync != "none"
-        self._clock = clock if clock is not None else _wall_ms
+        self.clock = clock if clock is not None else _wall_ms
         self._fs = storage if storage is not None else PosixStorage()
         self._dir = path.rstrip("/") or "/"
-        self._reason_budget = min(self._max_payload, _MAX_REASON)
+        self.reason_budget = min(self._max_payload, _MAX_REASON)
         # One reused 48-byte record buffer and its views: no allocation per record (STYLE 6).
         self._rec = bytearray(_MIN_REC)
         mv = memoryview(self._rec)
@@ -701,7 +700,7 @@ class Queue:
                 pass
 
     def _now(self) -> int:
-        now = self._clock()
+        now = self.clock()
         if not isinstance(now, int) or now <= 0 or now > _U64:
             raise IOFailure("clock returned %r; want wall-clock ms > 0" % (now,))
         return now
@@ -1041,8 +1040,8 @@ class Queue:
         reason = _bytes_arg(reason, "reason")
         if self._claimed(seq, _QUARANTINED) < 0:
             return False
-        if len(reason) > self._reason_budget:
-            raise TooLarge("reason over %d bytes" % self._reason_budget)
+        if len(reason) > self.reason_budget:
+            raise TooLarge("reason over %d bytes" % self.reason_budget)
         if b"\0" in bytes(reason):
             raise InvalidArgument("reason must not contain NUL bytes")
         off = self._write(_T_QUAR, seq, 0, reason, self._sync_ack)
@@ -1089,6 +1088,20 @@ class Queue:
             a, lease, nb = ix.history(s)
             yield Item(s, STATES[ix.st[i]], a, lease, nb, ix.ln[i])
 
+    def oldest_available(self) -> "Optional[int]":
+        """The seq of the oldest unclaimed item, due or backing off; None if there is none."""
+        ix = self._ix
+        i = 0
+        while i < ix.n and ix.st[i] != _AVAILABLE:  # O(n): the message layer calls it when full
+            i += 1
+        return ix.seq[i] if i < ix.n else None
+
+    def lapsed(self, now: int) -> "list[tuple[int, int]]":
+        """(seq, attempts) of each claimed item whose lease ran out by now (O(in flight))."""
+        ix = self._ix
+        return [(s, e[1]) for s, e in ix.live.items() if ix.st[e[0]] == _CLAIMED
+                and (e[2] <= now or e[2] - now > _MAX_LEASE_MS)]
+
     def close(self) -> None:
         """Sync and close the queue and release the lock; idempotent."""
         if self._closed:
@@ -1133,7 +1146,7 @@ class Queue:
         # an item (ack) or shrinking one (quarantine) never grows the plan, so a cached plan stays
         # an upper bound until it is recomputed (DESIGN §5).
         ix, plan = self._ix, [0, 0]
-        term = _MIN_REC + self._reason_budget
+        term = _MIN_REC + self.reason_budget
         for i in range(ix.n):
             if ix.st[i] == _ACKED:
                 continue
@@ -1146,7 +1159,7 @@ class Queue:
     def _plan_add(self, n: int) -> None:
         p = self._plan
         if p is not None:
-            term = _MIN_REC + self._reason_budget
+            term = _MIN_REC + self.reason_budget
             if not (self._place(p, _MIN_REC + n) and self._place(p, _STATE_REC)
                     and self._place(p, term)):
                 self._plan = None
@@ -1162,7 +1175,7 @@ class Queue:
         if cached is None:
             return False
         seg = self._seg_bytes
-        term = _MIN_REC + self._reason_budget
+        term = _MIN_REC + self.reason_budget
         phys, plan = self._pl
         phys[0], phys[1], plan[0], plan[1] = len(self._log.sizes), self._log.off, cached[0], cached[1]
         place = self._place
@@ -1305,7 +1318,7 @@ class Queue:
             self._new_segment(new, True)
             sb = self._state_buf
             plan: "Optional[list[int]]" = [0, 0]  # the admission plan of the copy, as it goes
-            term = _MIN_REC + self._reason_budget
+            term = _MIN_REC + self.reason_budget
             for i in range(ix.n):
                 s = ix.st[i]
                 seq = ix.seq[i]
@@ -1760,7 +1773,7 @@ class Queue:
 
     def _plan_key(self) -> int:
         # flags bits 8-31: the options the admission plan was computed with [X2].
-        k = struct.pack("<III", self._seg_bytes, self._max_segs, self._reason_budget)
+        k = struct.pack("<III", self._seg_bytes, self._max_segs, self.reason_budget)
         return _crc(k) & 0xFFFFFF00
 
     def _index_update(self) -> None:
@@ -2008,581 +2021,3 @@ class Queue:
             ix.reasons[seq] = [sg, off, plen]
         else:
             raise Corrupt("illegal transition")
-
-
-# ============================================================================ message layer
-# An envelope inside DDQ's opaque DATA payload carries topic, QoS, retain, times, an optional key
-# and digest; C DDQ still reads the directory (SPEC "Envelope" [E1]-[E6]). Outbox adds leases,
-# backoff, TTL, capacity policy, dead letters, group commit, a lock and delivery loops on top of
-# Queue (SPEC "Message layer" [E7]-[E18]).
-_ENV_FMT = "<HBBBHIQ"  # magic version flags key_len topic_len ttl_ms enqueued_ms [E1]
-_ENV_MAGIC = const(0x4544)  # b"DE"
-_ENV_SIZE = const(19)
-_EF_QOS1 = const(0x01)
-_EF_RETAIN = const(0x02)
-_EF_SHA = const(0x04)  # a 32-byte SHA-256 follows the header (and orig_seq) [E5]
-_EF_ORIG = const(0x08)  # a u64 original seq follows the header: a requeued dead letter [E14]
-# _EF_ 0x10 0x20 0x40 0x80: reserved, must be zero; a reader rejects them [E3]
-_TICKS_MASK = const(0x3FFFFFFF)  # ticks modulo 2**30 on every interpreter (32-bit boards' period)
-_MAX_WAIT = const(0x1FFFFFFF)  # the longest wait next_ready_ms returns: inside ticks_diff's window
-_GET_SCAN = const(64)  # expired/undecodable messages one get() retires before it returns None
-
-
-class BadEnvelope(Corrupt):
-    """Raised for bytes that are not a valid envelope (get() quarantines such an item)."""
-
-
-class Rejected(Error):
-    """Raise it from a send callable: the message is undeliverable for good (dead-lettered)."""
-
-
-def _ticks() -> int:
-    # Milliseconds for intervals, modulo 2**30 on both interpreters (STYLE 13).
-    if _MP:
-        t: int = time.ticks_ms()  # type: ignore[assignment]  # stubs: an opaque _TicksMs
-        return t & _TICKS_MASK
-    return (time.monotonic_ns() // 1000000) & _TICKS_MASK
-
-
-def _tdiff(a: int, b: int) -> int:
-    # ticks_diff for the 2**30 period: signed, right while |a - b| < 2**29 ms (6.2 days).
-    return ((a - b + 0x20000000) & _TICKS_MASK) - 0x20000000
-
-
-def _device_seed() -> int:
-    # Per-device entropy, never a fleet-wide constant (iotspool T18): os.urandom where it exists,
-    # else the board's unique id mixed with the ticks at first use.
-    urandom = getattr(os, "urandom", None)
-    if urandom is not None:
-        return int(struct.unpack("<I", urandom(4))[0])
-    machine = _import("machine")
-    uid = machine.unique_id() if hasattr(machine, "unique_id") else b""
-    return _crc(uid, _crc(struct.pack("<I", _ticks())))
-
-
-class Backoff:
-    """Full-jitter backoff, uniform in [0, min(min_ms * 2**attempts, max_ms)] [E8] [E9]."""
-
-    def __init__(self, min_ms: int = 1000, max_ms: int = 60000,
-                 seed: "Optional[int]" = None) -> None:
-        self.min_ms = _opt(min_ms, 1, _U32, "min_retry_ms")
-        self.max_ms = _opt(max_ms, min_ms, _U32, "max_retry_ms")
-        s = _device_seed() if seed is None else _opt(seed, 0, _U32, "seed")
-        # An odd multiply (a bijection) spreads small seeds; xorshift's state must not be 0.
-        self.state = ((s ^ 0x5DEECE66) * 0x9E3779B1) & _U32 or 0x9E3779B9
-
-    def next32(self) -> int:
-        x = self.state
-        x ^= (x << 13) & _U32
-        x ^= x >> 17
-        x ^= (x << 5) & _U32
-        self.state = x
-        return x
-
-    def cap(self, attempts: int) -> int:
-        return min(self.max_ms, self.min_ms << min(attempts, 32))
-
-    def delay(self, attempts: int) -> int:
-        # multiply-shift maps 32 random bits onto [0, cap]: bias below cap / 2**32
-        return (self.next32() * (self.cap(attempts) + 1)) >> 32
-
-
-class Message:
-    """A message: its envelope's fields, plus seq/attempts/lease (get) or reason (dead letter)."""
-
-    __slots__ = ("seq", "topic", "payload", "qos", "retain", "attempts", "enqueued_ms",
-                 "ttl_ms", "key", "orig_seq", "lease_until_ms", "reason", "age_ms")
-
-    def __init__(self) -> None:
-        self.seq = self.qos = self.attempts = self.enqueued_ms = self.ttl_ms = self.orig_seq = 0
-        self.lease_until_ms = self.age_ms = 0
-        self.topic, self.retain = "", False
-        self.payload = self.key = self.reason = b""
-
-
-def _sha(mv: memoryview, a: int, n: int) -> "Optional[bytes]":
-    # SHA-256 of the envelope mv[0:n] minus its digest field at [a, a+32); None without hashlib.
-    hl = _import("hashlib")
-    if not hasattr(hl, "sha256"):
-        return None
-    h = hl.sha256(mv[0:a])
-    h.update(mv[a + 32:n])
-    return bytes(h.digest())
-
-
-def _pack_env(buf: "Optional[bytearray]", topic: "Any", payload: "Any", qos: "Any",
-              retain: "Any", ttl: "Any", key: "Any", sha: bool, orig: "Any", enq: "Any",
-              max_topic: int) -> memoryview:
-    # [E1] header | orig_seq u64? | sha256? | key | topic | payload, in buf (or a new buffer).
-    t, k = bytes(_bytes_arg(topic, "topic")), bytes(_bytes_arg(key, "key"))
-    p = _bytes_arg(payload, "payload")
-    try:
-        t.decode()
-    except UnicodeError:
-        t = b""
-    if not 0 < len(t) <= max_topic or b"\0" in t or len(k) > 255 or qos not in (0, 1) \
-            or retain not in (0, 1) or _opt(ttl, 0, _U32, "ttl_ms") < 0:
-        raise InvalidArgument("topic 1..%d bytes UTF-8 sans NUL, key <= 255 bytes, qos 0|1, "
-                              "retain bool" % max_topic)
-    flags = (_EF_QOS1 if qos else 0) | (_EF_RETAIN if retain else 0) | (_EF_SHA if sha else 0) \
-        | (_EF_ORIG if _opt(orig, 0, _U64, "orig_seq") else 0)
-    a = _ENV_SIZE + (8 if orig else 0)
-    i = a + (32 if sha else 0)
-    n = i + len(k) + len(t) + len(p)
-    if buf is None or len(buf) < n:
-        buf = bytearray(n)
-    struct.pack_into(_ENV_FMT, buf, 0, _ENV_MAGIC, 1, flags, len(k), len(t), ttl,
-                     _opt(enq, 0, _U64, "enqueued_ms"))
-    struct.pack_into("<Q", buf, _ENV_SIZE, orig) if orig else None
-    for part in (k, t, p):
-        buf[i:i + len(part)] = part
-        i += len(part)
-    mv = memoryview(buf)
-    if sha:
-        d = _sha(mv, a, n)
-        if d is None:
-            raise InvalidArgument("sha256 needs hashlib.sha256")
-        buf[a:a + 32] = d
-    return mv[0:n]
-
-
-def encode_envelope(topic: "Any", payload: "Any", qos: int = 1, retain: bool = False,
-                    enqueued_ms: int = 0, ttl_ms: int = 0, key: "Any" = b"",
-                    sha256: bool = False, orig_seq: int = 0) -> bytes:
-    """Return a message's envelope; InvalidArgument for a bad field [E1]-[E5]."""
-    return bytes(_pack_env(None, topic, payload, qos, retain, ttl_ms, key, sha256, orig_seq,
-                           enqueued_ms, 65535))
-
-
-def decode_envelope(data: "Buf", verify: bool = True) -> Message:
-    """Decode an envelope into a Message; BadEnvelope (a Corrupt) says what is wrong [E2]-[E6]."""
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise InvalidArgument("envelope must be bytes")
-    n = len(data)
-    if n < _ENV_SIZE:
-        raise BadEnvelope("envelope: %d bytes, under the 19-byte header" % n)
-    magic, ver, flags, kl, tl, ttl, enq = struct.unpack_from(_ENV_FMT, data, 0)
-    if magic != _ENV_MAGIC or ver != 1 or flags & 0xF0:
-        raise BadEnvelope("envelope: bad magic, version %d or flags 0x%02x" % (ver, flags))
-    a = _ENV_SIZE + (8 if flags & _EF_ORIG else 0)
-    p = a + (32 if flags & _EF_SHA else 0)
-    if tl == 0 or p + kl + tl > n:
-        raise BadEnvelope("envelope: topic/key lengths run past the end")
-    m, mv = Message(), memoryview(data)
-    if flags & _EF_ORIG:
-        m.orig_seq = struct.unpack_from("<Q", data, _ENV_SIZE)[0]
-    if verify and flags & _EF_SHA and _sha(mv, a, n) not in (None, bytes(mv[a:a + 32])):
-        raise BadEnvelope("envelope: sha256 mismatch")
-    m.key, t = bytes(mv[p:p + kl]), bytes(mv[p + kl:p + kl + tl])
-    try:
-        m.topic = t.decode()
-    except UnicodeError:
-        t = b"\0"
-    if b"\0" in t:
-        raise BadEnvelope("envelope: topic is not UTF-8 without NUL")
-    m.payload = bytes(mv[p + kl + tl:n])
-    m.qos, m.retain, m.ttl_ms, m.enqueued_ms = flags & _EF_QOS1, bool(flags & _EF_RETAIN), ttl, enq
-    return m
-
-
-def _locked(fn: "F") -> "F":
-    # The optional lock around every public call [E16]: acquire() returning False refuses the
-    # call (Locked, nothing done). Not re-entrant: public methods never call each other inside.
-    def call(self: "Outbox", *a: "Any", **k: "Any") -> "Any":
-        lk = self._lk
-        if lk is None:
-            return fn(self, *a, **k)
-        if lk[0]() is False:
-            raise Locked("outbox lock refused")
-        try:
-            return fn(self, *a, **k)
-        finally:
-            lk[1]()
-
-    return call  # type: ignore[return-value]
-
-
-class Outbox:
-    """Messages with topic, QoS, retain and TTL over a Queue (or a path; **options go to Queue),
-    delivered at least once: get() one with a lease, send it, then ack(), nack() (full-jitter
-    retry) or reject() (dead letter) it [E7]-[E18]."""
-
-    def __init__(self, queue: "Any", clock: "Optional[Callable[[], int]]" = None,
-                 ticks: "Optional[Callable[[], int]]" = None, seed: "Optional[int]" = None,
-                 lease_ms: int = 60000, min_retry_ms: int = 1000, max_retry_ms: int = 60000,
-                 max_attempts: int = 0, ttl_ms: int = 0, expired: str = "quarantine",
-                 capacity: str = "reject", ordered: bool = False, sha256: bool = False,
-                 max_topic_bytes: int = 256, sync_every: int = 0, sync_interval_ms: int = 0,
-                 lock: "Any" = None, **options: "Any") -> None:
-        self._lease = _opt(lease_ms, 1, _MAX_LEASE_MS, "lease_ms")
-        self._bo = Backoff(min_retry_ms, max_retry_ms, seed)
-        self._max_att = _opt(max_attempts, 0, _U32, "max_attempts")
-        self._ttl = _opt(ttl_ms, 0, _U32, "ttl_ms")
-        self._max_topic = _opt(max_topic_bytes, 1, 65535, "max_topic_bytes")
-        self._every = _opt(sync_every, 0, _MAX_WAIT, "sync_every")
-        self._interval = _opt(sync_interval_ms, 0, _MAX_WAIT, "sync_interval_ms")
-        if expired not in ("quarantine", "drop") or capacity not in ("reject", "drop_oldest"):
-            raise InvalidArgument("expired: quarantine|drop; capacity: reject|drop_oldest")
-        self._drop_expired, self._drop_oldest = expired == "drop", capacity == "drop_oldest"
-        self._ordered, self._sha, self._ticks = bool(ordered), bool(sha256), ticks or _ticks
-        if lock is True:
-            th = _import("_thread")  # missing on most boards: pass (acquire, release) there
-            if th is None:
-                raise InvalidArgument("lock=True needs _thread")
-            lock = th.allocate_lock()
-        self._lk: "Any" = (lock.acquire, lock.release) if hasattr(lock, "acquire") else lock
-        if self._lk is not None and not (isinstance(self._lk, tuple) and len(self._lk) == 2):
-            raise InvalidArgument("lock: True, (acquire, release) or an object with both")
-        if isinstance(queue, Queue):
-            if options:
-                raise InvalidArgument("queue options need a path, not a Queue")
-            self.queue, self._own = queue, False
-        else:
-            if self._every or self._interval:
-                options["sync"] = "none"  # group commit: the Outbox decides when to sync [E15]
-            self.queue, self._own = Queue(queue, clock=clock, **options), True
-        self._clock: "Any" = clock or getattr(self.queue, "_clock", _wall_ms)
-        self._buf = bytearray(256)  # envelopes up to 256 bytes are packed without allocation
-        self._unsynced = self._synced_at = 0
-        self._qcls: "dict[int, str]" = {}  # seq -> reason class of a quarantined item (cache)
-        self._hidden: "Optional[list[int]]" = None  # dead letters already requeued
-        self._full = False
-        self.counters: "dict[str, Any]" = {"put": 0, "sent": 0, "retried": 0, "expired": 0,
-                                           "dropped": 0, "rejected": 0, "exhausted": 0,
-                                           "corrupt": 0, "lapsed": 0}  # this run only [E18]
-
-    def __enter__(self) -> "Outbox":
-        return self
-
-    def __exit__(self, *a: "Any") -> None:
-        self.close()
-
-    # ------------------------------------------------------------------ internals (no lock)
-    def _wrote(self, n: int) -> None:
-        # Group commit [E15]: sync after sync_every records, or sync_interval_ms of ticks after
-        # the first unsynced one; a negative difference means ticks_diff's window was left.
-        if not (self._every or self._interval) or not (n or self._unsynced):
-            return
-        now = self._ticks()
-        if not self._unsynced:
-            self._synced_at = now
-        self._unsynced += n
-        d = _tdiff(now, self._synced_at)
-        if (self._every and self._unsynced >= self._every) or (
-                self._interval and (d >= self._interval or d < 0)):
-            self._sync()
-
-    def _sync(self) -> int:
-        self._unsynced = 0
-        return self.queue.sync()
-
-    def _put(self, topic: "Any", payload: "Any", qos: "Any", retain: "Any", ttl: "Any",
-             key: "Any", orig: int) -> int:
-        mv = _pack_env(self._buf, topic, payload, qos, retain, ttl, key, self._sha, orig,
-                       self._clock(), self._max_topic)
-        for _ in range(_IO_LOOPS):
-            try:
-                seq = self.queue.enqueue(mv)
-                break
-            except Full:
-                self._full = True
-                if not self._drop_oldest:
-                    raise
-                # drop_oldest [E13]: retire the oldest unclaimed message, due or backing off,
-                # durably (CLAIM + ACK: reclaimable; counted). A claimed message (in flight) is
-                # never dropped (iotspool T11).
-                ix = self.queue._ix
-                i = 0
-                while i < ix.n and ix.st[i] != _AVAILABLE:  # only while full: O(n) is fine
-                    i += 1
-                if i == ix.n:
-                    raise Full("full, and no unclaimed message to drop")
-                self.queue.ack(self.queue.claim_seq(ix.seq[i], self._lease).seq)
-                self.counters["dropped"] += 1
-                self._wrote(2)
-        else:
-            raise Full("drop_oldest made no room")
-        self._full = False
-        self.counters["put"] += 1
-        self._wrote(1)
-        return seq
-
-    def _quar(self, seq: int, cls: str, why: "Any" = "") -> None:
-        n = min(120, getattr(self.queue, "_reason_budget", 120))  # fits a tiny max_payload
-        self.queue.quarantine(seq, (cls + (": %s" % why if why else "")).encode()[0:n]
-                              .replace(b"\0", b"?"))
-        self._qcls[seq] = cls
-        self._wrote(1)
-
-    def _peek(self, seq: int, now: int) -> Message:
-        try:
-            m = decode_envelope(self.queue.read(seq))
-        except BadEnvelope:
-            m = Message()
-            m.payload = self.queue.read(seq)  # not an envelope: shown raw
-        m.seq, m.age_ms = seq, max(0, now - m.enqueued_ms) if m.enqueued_ms else 0
-        return m
-
-    def _next_ready(self, now: int) -> "Optional[int]":
-        best = None
-        for it in self.queue.items():
-            if it.state == "claimed":  # claimable when the lease ends; > 7 days ahead: now [T3]
-                t, far = it.lease_until_ms, _MAX_LEASE_MS
-            elif it.state == "available":  # a retry deadline > 2**32 ms ahead: now [T3]
-                t, far = it.not_before_ms, _U32
-            else:
-                continue
-            d = 0 if t <= now or t - now > far else t - now
-            best = d if best is None else min(best, d)
-            if self._ordered or best == 0:
-                break
-        return None if best is None else min(best, _MAX_WAIT)
-
-    def _requeued(self) -> "list[int]":
-        # Dead letters already requeued: the orig_seq of every pending message, read once (a
-        # payload read each), then kept up to date by requeue().
-        if self._hidden is None:
-            self._hidden = [m.orig_seq for m in [self._peek(it.seq, 0) for it in
-                            self.queue.items() if it.state in ("available", "claimed")]
-                            if m.orig_seq]
-        return self._hidden
-
-    def _settle(self, m: Message, ok: "Any", e: "Optional[BaseException]") -> int:
-        # The send contract [E17]: True -> ack (1); Rejected -> dead letter (0); False or any
-        # other exception -> nack, and the caller ends its round (-1).
-        if e is None and ok is True:
-            return 1 if self.ack(m) else 0
-        if isinstance(e, Rejected):
-            self.reject(m, e.args[0] if e.args else "")
-            return 0
-        self.nack(m, repr(e) if e is not None else "send returned %r" % (ok,))
-        return -1
-
-    # ------------------------------------------------------------------ public (locked)
-    @_locked
-    def put(self, topic: "Any", payload: "Any", qos: int = 1, retain: bool = False,
-            ttl_ms: "Optional[int]" = None, key: "Any" = b"") -> int:
-        """Enqueue a message; return its seq (durable on return unless group commit) [E13]."""
-        return self._put(topic, payload, qos, retain, self._ttl if ttl_ms is None else ttl_ms,
-                         key, 0)
-
-    def _lapsed(self, now: int) -> None:
-        # A lease that ran out with no ack or nack (the sender hung, or the device died while
-        # sending) is a failed attempt: a RETRY records it durably, so max_attempts also stops a
-        # message that kills the device on every send [E10]. Claims are few: O(in flight).
-        q = self.queue
-        ix = q._ix
-        for s in [s for s, e in ix.live.items() if ix.st[e[0]] == _CLAIMED
-                  and (e[2] <= now or e[2] - now > _MAX_LEASE_MS)]:
-            a = ix.live[s][1]
-            if self._max_att and a + 1 >= self._max_att:
-                self.counters["exhausted"] += 1
-                self._quar(s, "max_attempts", "lease expired")
-            else:
-                q.retry(s, self._bo.delay(a))
-                self.counters["lapsed"] += 1
-                self._wrote(1)
-
-    @_locked
-    def get(self, lease_ms: "Optional[int]" = None) -> "Optional[Message]":
-        """Claim and return the next ready message, or None [E12]; retire expired ones [E7]."""
-        q, now, lease = self.queue, self._clock(), lease_ms or self._lease
-        self._lapsed(now)
-        for _ in range(_GET_SCAN):
-            c = q.claim_ordered(lease) if self._ordered else q.claim(lease)
-            if c is None:
-                return None
-            self._wrote(1)
-            try:
-                m = decode_envelope(q.read(c.seq))
-            except BadEnvelope as e:
-                self.counters["corrupt"] += 1
-                self._quar(c.seq, "corrupt", e.args[0])
-                continue
-            m.seq, m.attempts, m.lease_until_ms = c.seq, c.attempts, c.lease_until_ms
-            m.age_ms = max(0, now - m.enqueued_ms)  # a clock behind the enqueue time: age 0
-            if not m.ttl_ms or m.age_ms < m.ttl_ms:
-                return m
-            self.counters["expired"] += 1
-            if self._drop_expired:
-                q.ack(c.seq)
-                self._wrote(1)
-            else:
-                self._quar(c.seq, "expired")
-        return None
-
-    @_locked
-    def ack(self, m: Message) -> bool:
-        """Mark m delivered, once the far end confirmed; False if already acked [O4]."""
-        if not self.queue.ack(m.seq):
-            return False
-        self.counters["sent"] += 1
-        self._wrote(1)
-        return True
-
-    @_locked
-    def nack(self, m: Message, why: "Any" = "") -> "Optional[int]":
-        """Retry m after a full-jitter delay (returned) or dead-letter it (None) [E8][E10]."""
-        if self._max_att and m.attempts + 1 >= self._max_att:
-            self.counters["exhausted"] += 1
-            self._quar(m.seq, "max_attempts", why)
-            return None
-        d = self._bo.delay(m.attempts)
-        self.queue.retry(m.seq, d)
-        self.counters["retried"] += 1
-        self._wrote(1)
-        return d
-
-    @_locked
-    def reject(self, m: Message, why: "Any" = "") -> None:
-        """Failed for good: quarantine m with reason "rejected: why" [E10]."""
-        self.counters["rejected"] += 1
-        self._quar(m.seq, "rejected", why)
-
-    @_locked
-    def next_ready_ms(self, now_ms: "Optional[int]" = None) -> "Optional[int]":
-        """Return ms until get() can return a message, None if nothing is pending [E11]."""
-        return self._next_ready(self._clock() if now_ms is None else now_ms)
-
-    @_locked
-    def qsize(self) -> int:  # pending: available and in flight
-        s = self.queue.stats()
-        return s.available_items + s.claimed_items
-
-    def empty(self) -> bool:
-        return self.qsize() == 0
-
-    def full(self) -> bool:  # approximate: the last put() met Full and none succeeded since
-        return self._full
-
-    @_locked
-    def stats(self) -> "dict[str, Any]":
-        """Return log-derived counts (they survive a restart) and this run's counters [E18]."""
-        q, now, oldest = self.queue, self._clock(), 0
-        by: "dict[str, int]" = {}
-        for it in q.items():
-            if it.state == "quarantined":
-                c = self._qcls.get(it.seq)
-                if c is None:
-                    r = q.reason(it.seq)
-                    c = self._qcls[it.seq] = repr(r[0:r.find(b":")] if b":" in r else r)[2:-1]
-                by[c] = by.get(c, 0) + 1
-            elif it.state != "acked" and not oldest:
-                oldest = it.seq
-        s, d = q.stats(), dict(self.counters)
-        d.update({"pending": s.available_items + s.claimed_items, "in_flight": s.claimed_items,
-                  "quarantined": s.quarantined_items, "durable_seq": q.durable_seq,
-                  "next_ready_ms": self._next_ready(now), "quarantined_by_reason": by,
-                  "oldest_age_ms": self._peek(oldest, now).age_ms if oldest else None})
-        return d
-
-    @_locked
-    def dead_letters(self) -> "list[Message]":
-        """Return the quarantined messages not yet requeued, oldest first [E14]."""
-        out, hidden, now = [], self._requeued(), self._clock()
-        for it in self.queue.items():
-            if it.state == "quarantined" and it.seq not in hidden:
-                m = self._peek(it.seq, now)
-                m.attempts, m.reason = it.attempts, self.queue.reason(it.seq)
-                out.append(m)
-        return out
-
-    @_locked
-    def requeue(self, seq: "Optional[int]" = None, purge: bool = True) -> "list[int]":
-        """Re-enqueue a dead letter (or all) under new seqs, then purge the originals [E14]."""
-        hidden, q, done = self._requeued(), self.queue, []
-        if seq is not None:
-            q.reason(seq)  # NotFound / BadState unless seq is quarantined
-        out = []
-        for s in [seq] if seq is not None else [i.seq for i in q.items() if i.state[0] == "q"]:
-            if s not in hidden:
-                try:
-                    m = decode_envelope(q.read(s))
-                except BadEnvelope:
-                    if seq is not None:
-                        raise
-                    continue  # requeue-all leaves undecodable ones where they are
-                out.append(self._put(m.topic, m.payload, m.qos, m.retain, m.ttl_ms, m.key,
-                                     m.orig_seq or s))
-                hidden.append(s)
-            done.append(s)
-        if purge and done:
-            q.purge(done)  # a crash before this leaves both; the copy's orig_seq hides the old
-        return out
-
-    @_locked
-    def purge(self, seqs: "Optional[list[int]]" = None) -> int:
-        """Delete dead letters (all, or seqs) for good through a compaction [E14][C10]."""
-        return self.queue.purge([i.seq for i in self.queue.items() if i.state[0] == "q"]
-                                if seqs is None else seqs)
-
-    @_locked
-    def sync(self) -> int:  # make everything written so far durable; return durable_seq [E15]
-        return self._sync()
-
-    @_locked
-    def save_index(self) -> None:  # sync, then write queue.index now [X1]
-        self._unsynced = 0
-        self.queue.save_index()
-
-    @_locked
-    def tick(self) -> None:  # sync if sync_interval_ms passed since the first unsynced record
-        self._wrote(0)
-
-    @property
-    def durable_seq(self) -> int:  # every put() with a seq up to this one is durable [D4]
-        return self.queue.durable_seq
-
-    @_locked
-    def close(self) -> None:  # sync; close the queue if the Outbox opened it
-        if self._own:
-            self.queue.close()
-        elif not self.queue.stats().failed:
-            self._sync()
-
-    # ------------------------------------------------------------------ delivery loops
-    def pump(self, send: "Callable[[Message], Any]", budget: int = 16, budget_ms: int = 0) -> int:
-        """Deliver up to budget messages (budget_ms of ticks) via send; return acks [E17]."""
-        t0, n = self._ticks(), 0
-        self.tick()
-        for _ in range(_opt(budget, 1, _MAX_WAIT, "budget")):
-            m = self.get() if not budget_ms or _tdiff(self._ticks(), t0) < budget_ms else None
-            if m is None:
-                break
-            try:
-                ok, e = send(m), None
-            except Exception as x:
-                ok, e = False, x
-            r = self._settle(m, ok, e)
-            if r < 0:
-                break
-            n += r
-        return n
-
-    async def run(self, send: "Callable[[Message], Any]", idle_ms: int = 1000,
-                  stop: "Optional[Callable[[], bool]]" = None) -> int:
-        """Deliver on asyncio until stop() returns True; send may be async [E17]."""
-        import asyncio
-
-        sleep_ms = getattr(asyncio, "sleep_ms", None)  # MicroPython's asyncio has sleep_ms
-        _opt(idle_ms, 1, _MAX_WAIT, "idle_ms")
-        n = 0
-        while stop is None or not stop():
-            self.tick()
-            m = self.get()
-            if m is not None:
-                try:
-                    ok, e = send(m), None
-                    if hasattr(ok, "send"):  # a coroutine (a generator on MicroPython)
-                        ok = await ok
-                except Exception as x:
-                    ok, e = False, x
-                r = self._settle(m, ok, e)
-                n += max(r, 0)
-                if r >= 0:
-                    await asyncio.sleep(0)
-                    continue
-            d = self.next_ready_ms()
-            d = idle_ms if d is None else min(d, idle_ms)
-            await (sleep_ms(d) if sleep_ms is not None else asyncio.sleep(d / 1000))
-        return n

@@ -1,11 +1,11 @@
-"""ddq_mqtt: deliver ddq.Outbox messages through MQTT 3.1.1, QoS 1 (PUBACK = delivered).
+"""ddq_mqtt: deliver ddq_outbox.Outbox messages through MQTT 3.1.1, QoS 1 (PUBACK = delivered).
 
 A minimal client of our own over `socket` (CONNECT, PUBLISH, PUBACK, PINGREQ, DISCONNECT; no
 subscribe) that runs unchanged on CPython and MicroPython. Packet ids come from the ddq seq and
 are never 0; DUP is set on a redelivery (attempts > 0).
 
-    import ddq, ddq_mqtt
-    ob = ddq.Outbox("outbox")
+    import ddq_mqtt, ddq_outbox
+    ob = ddq_outbox.Outbox("outbox")
     link = ddq_mqtt.Sender("broker.local", client_id=b"dev-42")
     ob.put("site/dev-42/temp", b"21.5")
     ob.pump(link.send)        # or: asyncio.run(ob.run(link.send))
@@ -185,7 +185,7 @@ class Sender:
             s.close()
 
     def send(self, m: "Any") -> bool:
-        """Publish one ddq.Message (topic, payload, qos, retain, seq, attempts) [E19]."""
+        """Publish one ddq_outbox.Message (topic, payload, qos, retain, seq, attempts) [E19]."""
         idle = ((_ms() - self._last + 0x20000000) & 0x3FFFFFFF) - 0x20000000  # ticks_diff
         if self.sock is not None and self.keepalive and not 0 <= idle < self.keepalive * 1000:
             self.close()  # idle past keepalive: the broker may have dropped us; start afresh

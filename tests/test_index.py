@@ -4,6 +4,7 @@
 import struct
 
 import ddq
+import ddq_outbox
 import support
 from faults import FaultStorage
 
@@ -317,7 +318,7 @@ def test_outbox_saves_the_index_without_closing():
     # A gateway that never closes: save_index() now and then bounds the replay after a cut.
     clock = support.FakeClock(T0)
     d = support.tmpdir() + "/ob"
-    ob = ddq.Outbox(d, clock=clock, sync_every=50, index_bytes=1, **OPTS)
+    ob = ddq_outbox.Outbox(d, clock=clock, sync_every=50, index_bytes=1, **OPTS)
     for k in range(20):
         ob.put("t/%d" % k, b"v")
     ob.ack(ob.get())

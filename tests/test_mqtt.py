@@ -2,8 +2,8 @@
 # PUBACK contract, packet ids (iotspool T8), DUP on redelivery, reconnect after a failure; and
 # the adapter driven by Outbox.pump. Shared suite: subset Python. The real-broker runs (mosquitto,
 # with a restart) are in tests/e2e/test_mqtt_mosquitto.py.
-import ddq
 import ddq_mqtt
+import ddq_outbox
 import support
 
 T0 = 1767225600000
@@ -53,7 +53,7 @@ class Broker:
 
 
 def msg(seq, topic="t", payload=b"p", qos=1, retain=False, attempts=0):
-    m = ddq.Message()
+    m = ddq_outbox.Message()
     m.seq, m.topic, m.payload, m.qos, m.retain, m.attempts = seq, topic, payload, qos, retain, \
         attempts
     return m
@@ -122,7 +122,7 @@ def test_failure_raises_closes_and_the_next_send_reconnects():
 def test_outbox_pump_through_the_adapter():
     # EVIDENCE-OF: E17 E19
     clock = support.FakeClock(T0)
-    ob = ddq.Outbox(support.tmpdir(), clock=clock, seed=3, min_retry_ms=10, max_retry_ms=10)
+    ob = ddq_outbox.Outbox(support.tmpdir(), clock=clock, seed=3, min_retry_ms=10, max_retry_ms=10)
     for i in range(3):
         ob.put("dev/%d" % i, b"v%d" % i)
     broker = Broker(CONNACK + puback(1), CONNACK + puback(2) + puback(3))

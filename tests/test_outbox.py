@@ -3,6 +3,7 @@
 # regression tests named after them. Shared suite: subset Python, no real sleeping (injected
 # clock and ticks), bounded loops.
 import ddq
+import ddq_outbox
 import support
 
 T0 = 1767225600000
@@ -13,7 +14,7 @@ def _ob(d=None, clock=None, **kw):
     if "seed" not in kw:
         kw["seed"] = 7
     clock = clock or support.FakeClock(T0)
-    return ddq.Outbox(d or support.tmpdir(), clock=clock, **kw), clock
+    return ddq_outbox.Outbox(d or support.tmpdir(), clock=clock, **kw), clock
 
 
 def _drain(ob, limit=1000):
@@ -87,29 +88,29 @@ def _pending(d, **kw):
 
 def test_envelope_layout_bytes():
     # EVIDENCE-OF: E1
-    b = ddq.encode_envelope("t/1", b"hi", qos=1, retain=True, enqueued_ms=0x0102030405,
+    b = ddq_outbox.encode_envelope("t/1", b"hi", qos=1, retain=True, enqueued_ms=0x0102030405,
                             ttl_ms=1000, key=b"k")
     exp = (b"DE\x01\x03\x01\x03\x00\xe8\x03\x00\x00\x05\x04\x03\x02\x01\x00\x00\x00"
            + b"k" + b"t/1" + b"hi")
     assert b == exp, b
-    assert len(ddq.encode_envelope("t", b"")) == 20
+    assert len(ddq_outbox.encode_envelope("t", b"")) == 20
 
 
 def test_envelope_round_trip():
     # EVIDENCE-OF: E1 E4
-    b = ddq.encode_envelope("a/b/c", b"\x00payload", qos=0, retain=False, enqueued_ms=T0,
+    b = ddq_outbox.encode_envelope("a/b/c", b"\x00payload", qos=0, retain=False, enqueued_ms=T0,
                             ttl_ms=5, key=b"id-1", orig_seq=42)
-    m = ddq.decode_envelope(b)
+    m = ddq_outbox.decode_envelope(b)
     assert (m.topic, m.payload, m.qos, m.retain, m.enqueued_ms, m.ttl_ms, m.key, m.orig_seq) \
         == ("a/b/c", b"\x00payload", 0, False, T0, 5, b"id-1", 42)
     assert m.seq == 0 and m.attempts == 0
-    m = ddq.decode_envelope(bytearray(ddq.encode_envelope(b"\xc3\xa9t\xc3\xa9", b"", 1, True)))
+    m = ddq_outbox.decode_envelope(bytearray(ddq_outbox.encode_envelope(b"\xc3\xa9t\xc3\xa9", b"", 1, True)))
     assert m.topic == "\u00e9t\u00e9" and m.retain and m.qos == 1 and m.orig_seq == 0
 
 
 def test_T16_topic_has_an_explicit_length():
     # EVIDENCE-OF: E1 E4
-    m = ddq.decode_envelope(ddq.encode_envelope("factory/line1/temp", b'{"v":72.3}'))
+    m = ddq_outbox.decode_envelope(ddq_outbox.encode_envelope("factory/line1/temp", b'{"v":72.3}'))
     assert m.topic == "factory/line1/temp"
     assert m.payload == b'{"v":72.3}'
 
@@ -129,12 +130,12 @@ def test_envelope_encode_rejects_bad_fields():
         (("t", 5), {}),
         ((None, b"x"), {}),
     ):
-        support.raises(ddq.InvalidArgument, ddq.encode_envelope, *args, **kw)
+        support.raises(ddq.InvalidArgument, ddq_outbox.encode_envelope, *args, **kw)
 
 
 def test_envelope_decode_bad_input_is_a_clear_error():
     # EVIDENCE-OF: E2 E3 E4 E6
-    good = ddq.encode_envelope("t", b"payload", key=b"k")
+    good = ddq_outbox.encode_envelope("t", b"payload", key=b"k")
     bad = [
         b"",
         good[0:18],
@@ -145,34 +146,34 @@ def test_envelope_decode_bad_input_is_a_clear_error():
         good[0:5] + b"\x00\x00" + good[7:],  # topic_len 0
         good[0:5] + b"\xff\x00" + good[7:],  # topic_len past the end
         good[0:4] + b"\xff" + good[5:],  # key_len past the end
-        ddq.encode_envelope("ab", b"")[0:19] + b"\xff\xfe",  # topic not UTF-8
-        ddq.encode_envelope("ab", b"")[0:19] + b"a\x00",  # NUL in topic
+        ddq_outbox.encode_envelope("ab", b"")[0:19] + b"\xff\xfe",  # topic not UTF-8
+        ddq_outbox.encode_envelope("ab", b"")[0:19] + b"a\x00",  # NUL in topic
     ]
     for b in bad:
-        e = support.raises(ddq.BadEnvelope, ddq.decode_envelope, b)
+        e = support.raises(ddq_outbox.BadEnvelope, ddq_outbox.decode_envelope, b)
         assert isinstance(e, ddq.Corrupt) and isinstance(e, ddq.Error)
         assert str(e).startswith("envelope: "), str(e)
-    support.raises(ddq.InvalidArgument, ddq.decode_envelope, "text")
-    assert ddq.decode_envelope(good).payload == b"payload"
+    support.raises(ddq.InvalidArgument, ddq_outbox.decode_envelope, "text")
+    assert ddq_outbox.decode_envelope(good).payload == b"payload"
 
 
 def test_envelope_sha256_round_trip_and_mismatch():
     # EVIDENCE-OF: E5
-    b = ddq.encode_envelope("t", b"payload", key=b"k", sha256=True, orig_seq=3)
+    b = ddq_outbox.encode_envelope("t", b"payload", key=b"k", sha256=True, orig_seq=3)
     assert len(b) == 19 + 8 + 32 + 1 + 1 + 7
-    assert ddq.decode_envelope(b).payload == b"payload"
+    assert ddq_outbox.decode_envelope(b).payload == b"payload"
     for i in (0, 20, len(b) - 1):  # header, orig_seq, payload: all covered
         c = bytearray(b)
         c[i] ^= 0x01
         if i == 0:
-            support.raises(ddq.BadEnvelope, ddq.decode_envelope, c)
+            support.raises(ddq_outbox.BadEnvelope, ddq_outbox.decode_envelope, c)
             continue
-        e = support.raises(ddq.BadEnvelope, ddq.decode_envelope, c)
+        e = support.raises(ddq_outbox.BadEnvelope, ddq_outbox.decode_envelope, c)
         assert "sha256" in str(e), str(e)
-        ddq.decode_envelope(c, verify=False)
+        ddq_outbox.decode_envelope(c, verify=False)
     d = bytearray(b)
     d[30] ^= 0x80  # inside the digest itself
-    assert "sha256" in str(support.raises(ddq.BadEnvelope, ddq.decode_envelope, d))
+    assert "sha256" in str(support.raises(ddq_outbox.BadEnvelope, ddq_outbox.decode_envelope, d))
 
 
 def test_get_quarantines_bad_envelopes_and_nothing_is_lost():
@@ -181,7 +182,7 @@ def test_get_quarantines_bad_envelopes_and_nothing_is_lost():
     a = ob.put("t/a", b"first")
     raw = ob.queue.enqueue(b"not an envelope")
     c = ob.put("t/c", b"third")
-    tampered = bytearray(ddq.encode_envelope("t/d", b"fourth", sha256=True))
+    tampered = bytearray(ddq_outbox.encode_envelope("t/d", b"fourth", sha256=True))
     tampered[-1] ^= 0xFF
     d = ob.queue.enqueue(tampered)
     got = [m.seq for m in _drain(ob)]
@@ -201,9 +202,9 @@ def test_T29_enqueue_time_and_ttl_are_recorded():
     clock.advance(123)
     s = ob.put("t", b"x")
     s2 = ob.put("t", b"y", ttl_ms=0)
-    m = ddq.decode_envelope(ob.queue.read(s))
+    m = ddq_outbox.decode_envelope(ob.queue.read(s))
     assert m.enqueued_ms == T0 + 123 and m.ttl_ms == 5000
-    assert ddq.decode_envelope(ob.queue.read(s2)).ttl_ms == 0
+    assert ddq_outbox.decode_envelope(ob.queue.read(s2)).ttl_ms == 0
     clock.advance(77)
     assert ob.get().age_ms == 77
     ob.close()
@@ -214,7 +215,7 @@ def test_T29_enqueue_time_and_ttl_are_recorded():
 
 def test_backoff_bounds_and_mean():
     # EVIDENCE-OF: E8
-    b = ddq.Backoff(1000, 60000, seed=99)
+    b = ddq_outbox.Backoff(1000, 60000, seed=99)
     n, total, lo, hi = 20000, 0, 10 ** 9, -1
     for _ in range(n):
         v = b.delay(0)
@@ -236,42 +237,42 @@ def test_backoff_bounds_and_mean():
 
 def test_backoff_cap_doubles_up_to_the_ceiling():
     # EVIDENCE-OF: E8
-    b = ddq.Backoff(1000, 60000, seed=1)
+    b = ddq_outbox.Backoff(1000, 60000, seed=1)
     assert [b.cap(a) for a in range(9)] == [1000, 2000, 4000, 8000, 16000, 32000, 60000, 60000,
                                             60000]
     assert b.cap(10 ** 6) == 60000
-    b = ddq.Backoff(1, 2 ** 32 - 1, seed=1)
+    b = ddq_outbox.Backoff(1, 2 ** 32 - 1, seed=1)
     assert b.cap(31) == 2 ** 31 and b.cap(32) == 2 ** 32 - 1 and b.cap(400) == 2 ** 32 - 1
     assert 0 <= b.delay(400) <= 2 ** 32 - 1
-    support.raises(ddq.InvalidArgument, ddq.Backoff, 0, 10)
-    support.raises(ddq.InvalidArgument, ddq.Backoff, 100, 10)
+    support.raises(ddq.InvalidArgument, ddq_outbox.Backoff, 0, 10)
+    support.raises(ddq.InvalidArgument, ddq_outbox.Backoff, 100, 10)
 
 
 def test_T19_full_jitter_has_no_floor():
     # EVIDENCE-OF: E8
-    b = ddq.Backoff(1000, 60000, seed=3)
+    b = ddq_outbox.Backoff(1000, 60000, seed=3)
     low = [v for v in [b.delay(2) for _ in range(2000)] if v < 1000]
     assert len(low) > 300, len(low)  # cap 4000: about a quarter of the draws are under min
 
 
 def test_T18_seeded_determinism_same_on_both_interpreters():
     # EVIDENCE-OF: E9
-    b = ddq.Backoff(1000, 60000, seed=12345)
+    b = ddq_outbox.Backoff(1000, 60000, seed=12345)
     assert [b.next32() for _ in range(4)] == [246445077, 107500940, 2548281312, 2716074767]
-    b = ddq.Backoff(1000, 60000, seed=1)
+    b = ddq_outbox.Backoff(1000, 60000, seed=1)
     assert [b.delay(a) for a in range(8)] == [868, 1061, 343, 3725, 9626, 17520, 25556, 46126]
-    c = ddq.Backoff(1000, 60000, seed=1)
+    c = ddq_outbox.Backoff(1000, 60000, seed=1)
     assert [c.delay(a) for a in range(8)] == [868, 1061, 343, 3725, 9626, 17520, 25556, 46126]
-    z = ddq.Backoff(seed=0)
+    z = ddq_outbox.Backoff(seed=0)
     assert z.next32() != 0
 
 
 def test_T18_per_device_seeds_differ():
     # EVIDENCE-OF: E9
-    a, b = ddq.Backoff(), ddq.Backoff()
+    a, b = ddq_outbox.Backoff(), ddq_outbox.Backoff()
     sa = [a.next32() for _ in range(4)]
     assert sa != [b.next32() for _ in range(4)]
-    assert sa != [ddq.Backoff(seed=0x9E3779B9).next32() for _ in range(4)]
+    assert sa != [ddq_outbox.Backoff(seed=0x9E3779B9).next32() for _ in range(4)]
 
 
 def test_T6_nack_works_on_what_get_returns_and_is_durable():
@@ -611,7 +612,7 @@ def test_dead_letters_requeue_round_trip_across_restart():
     assert m.age_ms == 0  # a fresh enqueue time
     n2 = ob.requeue()
     assert len(n2) == 1 and ob.dead_letters() == [] and ob.requeue() == []
-    assert ddq.decode_envelope(ob.queue.read(n2[0])).orig_seq == b
+    assert ddq_outbox.decode_envelope(ob.queue.read(n2[0])).orig_seq == b
     support.raises(ddq.BadState, ob.requeue, m.seq)
     support.raises(ddq.NotFound, ob.requeue, 999)
     assert ob.stats()["quarantined"] == 0
@@ -718,7 +719,7 @@ def test_group_commit_on_a_queue_passed_in():
     # EVIDENCE-OF: D3 E15
     d = support.tmpdir()
     q = ddq.Queue(d, sync="none", clock=support.FakeClock(T0))
-    ob = ddq.Outbox(q, sync_every=2, seed=1)
+    ob = ddq_outbox.Outbox(q, sync_every=2, seed=1)
     ob.put("t", b"1")
     assert ob.durable_seq == 0
     ob.put("t", b"2")
@@ -726,7 +727,7 @@ def test_group_commit_on_a_queue_passed_in():
     ob.put("t", b"3")
     ob.close()  # syncs; the caller's queue stays open
     assert q.durable_seq == 3 and q.stats().total_items == 3
-    support.raises(ddq.InvalidArgument, ddq.Outbox, q, max_items=3)
+    support.raises(ddq.InvalidArgument, ddq_outbox.Outbox, q, max_items=3)
     q.close()
 
 
@@ -800,7 +801,7 @@ def test_pump_send_contract():
     def send(m):
         what = script[m.seq]
         if what == "reject":
-            raise ddq.Rejected("schema")
+            raise ddq_outbox.Rejected("schema")
         if what == "boom":
             script[m.seq] = True
             raise OSError(104)
@@ -907,7 +908,7 @@ def test_outbox_options_are_checked():
     for kw in ({"capacity": "evict"}, {"expired": "keep"}, {"lease_ms": 0}, {"max_attempts": -1},
                {"min_retry_ms": 0}, {"max_retry_ms": 1}, {"sync_every": -1},
                {"max_topic_bytes": 0}):
-        support.raises(ddq.InvalidArgument, ddq.Outbox, d, **kw)
+        support.raises(ddq.InvalidArgument, ddq_outbox.Outbox, d, **kw)
     ob, clock = _ob(d, max_topic_bytes=4)
     support.raises(ddq.InvalidArgument, ob.put, "12345", b"x")
     support.raises(ddq.InvalidArgument, ob.put, "t", b"x", qos=2)

@@ -154,13 +154,12 @@ _ENV_FIELDS = ("topic", "qos", "retain", "enqueued_ms", "ttl_ms", "key", "orig_s
 
 
 def _decode(ddq: ModuleType, payload: bytes) -> Any:
-    """ddq.decode_envelope(payload) (the message layer's Message), or None when ddq has no message
-    layer or the payload is not an envelope (raw bytes enqueued with Queue.enqueue)."""
-    dec = getattr(ddq, "decode_envelope", None)
-    if dec is None:
-        return None
+    """ddq_outbox.decode_envelope(payload) (the message layer's Message), or None when the
+    payload is not an envelope (raw bytes enqueued with Queue.enqueue)."""
+    import ddq_outbox  # beside ddq (load_ddq put its directory on the path)
+
     try:
-        return dec(payload)
+        return ddq_outbox.decode_envelope(payload)
     except Exception:  # BadEnvelope, InvalidArgument: not an envelope
         return None
 

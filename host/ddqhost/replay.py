@@ -6,7 +6,7 @@ PUBACK and the durable ACK record is the only place a hard kill can cause one du
 at-least-once); Ctrl-C finishes the message in flight first.
 
 Topics (URL mqtt://[user[:password]@]HOST[:PORT][/PREFIX], PREFIX defaults to "ddq"):
-  - a payload that decodes as a message-layer envelope (ddq.decode_envelope, when ddq has it) is
+  - a payload that decodes as a message-layer envelope (ddq_outbox.decode_envelope) is
     published to PREFIX/<envelope topic> (to <envelope topic> itself with an empty prefix, mqtt://h:p/),
     with the envelope's retain flag and its inner payload;
   - any other payload is published unchanged to PREFIX/raw ("raw" with an empty prefix).

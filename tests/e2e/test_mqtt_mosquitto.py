@@ -1,4 +1,4 @@
-"""End to end: ddq.Outbox -> ddq_mqtt.Sender -> a real mosquitto -> a paho subscriber.
+"""End to end: ddq_outbox.Outbox -> ddq_mqtt.Sender -> a real mosquitto -> a paho subscriber.
 
 Each test starts its own mosquitto (Debian's /usr/sbin/mosquitto) on a free loopback port with a
 generated config (listener on 127.0.0.1 only, anonymous, persistence on so a graceful restart
@@ -18,8 +18,8 @@ import time
 
 import pytest
 
-import ddq
 import ddq_mqtt
+import ddq_outbox
 
 mqtt = pytest.importorskip("paho.mqtt.client")
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
@@ -120,7 +120,7 @@ def broker(tmp_path):  # type: ignore[no-untyped-def]
     b.stop()
 
 
-def _deliver(ob: ddq.Outbox, link: ddq_mqtt.Sender, seconds: float, until=None) -> None:  # type: ignore[no-untyped-def]
+def _deliver(ob: ddq_outbox.Outbox, link: ddq_mqtt.Sender, seconds: float, until=None) -> None:  # type: ignore[no-untyped-def]
     end = time.monotonic() + seconds
     while time.monotonic() < end and not ob.empty():
         ob.pump(link.send, budget=50)
@@ -133,7 +133,7 @@ def _deliver(ob: ddq.Outbox, link: ddq_mqtt.Sender, seconds: float, until=None) 
 def test_delivery_survives_a_broker_restart(broker, tmp_path):  # type: ignore[no-untyped-def]
     n = 300
     sub = Subscriber(broker.port, "e2e/#")
-    ob = ddq.Outbox(str(tmp_path / "q"), min_retry_ms=20, max_retry_ms=300, lease_ms=10000)
+    ob = ddq_outbox.Outbox(str(tmp_path / "q"), min_retry_ms=20, max_retry_ms=300, lease_ms=10000)
     link = ddq_mqtt.Sender("127.0.0.1", broker.port, client_id=b"ddq-e2e-pub", timeout_ms=2000)
     want = {b"%06d" % i for i in range(n)}
     try:
@@ -165,7 +165,7 @@ def test_delivery_survives_a_broker_restart(broker, tmp_path):  # type: ignore[n
 def test_throughput_to_mosquitto(broker, tmp_path, group):  # type: ignore[no-untyped-def]
     n = 1000
     sub = Subscriber(broker.port, "rate/#")
-    ob = ddq.Outbox(str(tmp_path / "q"), sync_every=group)
+    ob = ddq_outbox.Outbox(str(tmp_path / "q"), sync_every=group)
     link = ddq_mqtt.Sender("127.0.0.1", broker.port, client_id=b"ddq-rate-pub")
     try:
         t0 = time.perf_counter()
@@ -187,8 +187,8 @@ def test_throughput_to_mosquitto(broker, tmp_path, group):  # type: ignore[no-un
 MP_SCRIPT = """
 import sys, time
 sys.path.insert(0, %(port)r)
-import ddq, ddq_mqtt
-ob = ddq.Outbox(%(qdir)r, min_retry_ms=20, max_retry_ms=300, lease_ms=10000)
+import ddq_mqtt, ddq_outbox
+ob = ddq_outbox.Outbox(%(qdir)r, min_retry_ms=20, max_retry_ms=300, lease_ms=10000)
 for i in range(%(n)d):
     ob.put("mp/%%d" %% (i %% 5), b"%%06d" %% i)
 link = ddq_mqtt.Sender("127.0.0.1", %(mqtt_port)d, client_id=b"ddq-mp-pub", timeout_ms=2000)

@@ -11,8 +11,10 @@ OPTS = {"segment_bytes": 4096, "max_payload_bytes": 256, "max_items": 64, "max_s
 
 def _make_queue(path):
     ddqmod = qdir.load_ddq()
+    import ddq_outbox
+
     now = int(time.time() * 1000)
-    enc = ddqmod.encode_envelope
+    enc = ddq_outbox.encode_envelope
     q = ddqmod.Queue(str(path), **OPTS)
     try:
         a = q.enqueue(enc("sensors/t", b"21.5", qos=1, enqueued_ms=now - 5000))

@@ -446,7 +446,7 @@ def run_seed(ddq, seed, nops, models=("posix", "lfs", "fat"), sync=None, hashes=
     # Most seeds start from an existing, durable queue directory; seeds = 1 mod 4 let ddq create it.
     pre = () if seed % 4 == 1 else (path,)
     fs = memfs.MemFS(dirs=pre, record=True, can_truncate=can_truncate)
-    outbox = sync == "outbox" and getattr(ddq, "Outbox", None) is not None   # probe: a later layer
+    outbox = sync == "outbox"
     opts = tmodel.params(seed, "none" if sync == "outbox" else sync, index)
     if outbox:
         opts["outbox_every"] = 3     # group commit: sync after every 3 records put

@@ -26,7 +26,7 @@ PY = sys.executable
 MP = os.path.join(ROOT, ".venv", "bin", "micropython")
 TARGETS = {"crash_states": 200000, "lfs_cuts": 30000, "fat_cuts": 10000, "bad_images": 100000,
            "fault_kinds": 16, "index_opens": 10000}
-SYNCS = ("always", "ack", "always", "none", "outbox")   # outbox: ddq.Outbox group commit
+SYNCS = ("always", "ack", "always", "none", "outbox")   # outbox: ddq_outbox.Outbox group commit
 # index_bytes per crash seed (k % 3): ddq's default (1 MiB: never reached, never written), 0 (the
 # index off), 1 (every close + reopen and save_index step writes queue.index; every judged state
 # is also opened with index_bytes=0 and must agree; 48 operations, not 60: each state costs about

@@ -121,10 +121,10 @@ class Workload:
                 kw[k] = self.opts[k]
         every = self.opts.get("outbox_every")
         if every:
-            # group commit of the message layer: ddq.Outbox over a path opens its Queue with
+            # group commit of the message layer: ddq_outbox.Outbox over a path opens its Queue with
             # sync="none" and syncs after every `every` records it writes [E15]
             del kw["sync"]
-            self.outbox = self.ddq.Outbox(self.path, clock=self.clock, storage=st, sync_every=every,
+            self.outbox = __import__("ddq_outbox").Outbox(self.path, clock=self.clock, storage=st, sync_every=every,
                                           ticks=lambda: 0, **kw)
             self.q = self.outbox.queue
         else:
