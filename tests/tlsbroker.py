@@ -29,6 +29,11 @@ subjectAltName = DNS:localhost, IP:127.0.0.1
 basicConstraints = CA:FALSE
 keyUsage = digitalSignature, keyEncipherment
 extendedKeyUsage = serverAuth
+[elsewhere]
+subjectAltName = DNS:broker.example
+basicConstraints = CA:FALSE
+keyUsage = digitalSignature, keyEncipherment
+extendedKeyUsage = serverAuth
 [client]
 basicConstraints = CA:FALSE
 keyUsage = digitalSignature, keyEncipherment
@@ -75,7 +80,8 @@ def _leaf(d, name, ca, ext, cn):
 
 def make_pki(d):
     """Write into directory d: ca (the broker's CA), other-ca (a CA that signed nothing the
-    broker uses), server (CN localhost; SAN localhost and 127.0.0.1), client (signed by ca);
+    broker uses), server (CN localhost; SAN localhost and 127.0.0.1), elsewhere (signed by ca
+    for broker.example only), client (signed by ca);
     PEM .crt/.key and DER .der copies of every certificate and key. Returns {name: path}."""
     d = str(d)
     with open(os.path.join(d, "ext.cnf"), "w") as f:
@@ -83,9 +89,10 @@ def make_pki(d):
     _ca(d, "ca")
     _ca(d, "other-ca")
     _leaf(d, "server", "ca", "server", "localhost")
+    _leaf(d, "elsewhere", "ca", "elsewhere", "broker.example")
     _leaf(d, "client", "ca", "client", "ddq-client")
     out = {}
-    for n in ("ca", "other-ca", "server", "client"):
+    for n in ("ca", "other-ca", "server", "elsewhere", "client"):
         out[n + ".crt"] = os.path.join(d, n + ".crt")
         out[n + ".key"] = os.path.join(d, n + ".key")
         _ssl("x509", "-in", n + ".crt", "-outform", "DER", "-out", n + ".der", cwd=d)
@@ -126,20 +133,24 @@ def free_port():
 
 
 class TLSBroker:
-    """mosquitto with two TLS listeners on 127.0.0.1: .port (server certificate, password) and
-    .mtls_port (also require_certificate); anonymous clients refused. Started on enter, killed
-    by pid on exit."""
+    """mosquitto with three TLS listeners on 127.0.0.1: .port (server certificate, password),
+    .mtls_port (also require_certificate) and .elsewhere_port (a certificate for broker.example
+    only: a wrong name for 127.0.0.1 and localhost); anonymous clients refused. Started on
+    enter, killed by pid on exit."""
 
     def __init__(self, d, pki, users):
         self.dir = str(d)
         self.pki = pki
-        self.port, self.mtls_port = free_port(), free_port()
+        self.port, self.mtls_port, self.elsewhere_port = free_port(), free_port(), free_port()
         self.pwfile = os.path.join(self.dir, "passwd")
         write_password_file(self.pwfile, users)
         tls = "cafile %s\ncertfile %s\nkeyfile %s\n" % (
             pki["ca.crt"],
             pki["server.crt"],
             pki["server.key"],
+        )
+        other = tls.replace(pki["server.crt"], pki["elsewhere.crt"]).replace(
+            pki["server.key"], pki["elsewhere.key"]
         )
         self.conf = os.path.join(self.dir, "mosquitto.conf")
         self.logfile = os.path.join(self.dir, "mosquitto.log")
@@ -150,7 +161,9 @@ class TLSBroker:
                 "persistence false\nlog_dest file %s\n%s"
                 "listener %d 127.0.0.1\n%s"
                 "listener %d 127.0.0.1\n%srequire_certificate true\n"
-                % (self.pwfile, self.logfile, user, self.port, tls, self.mtls_port, tls)
+                "listener %d 127.0.0.1\n%s"
+                % (self.pwfile, self.logfile, user, self.port, tls, self.mtls_port, tls,
+                   self.elsewhere_port, other)  # fmt: skip
             )
         self.proc = None
 
@@ -162,7 +175,7 @@ class TLSBroker:
             stderr=subprocess.DEVNULL,
         )
         end = time.monotonic() + 10
-        for port in (self.port, self.mtls_port):
+        for port in (self.port, self.mtls_port, self.elsewhere_port):
             while True:
                 try:
                     socket.create_connection(("127.0.0.1", port), timeout=0.2).close()

@@ -508,7 +508,29 @@ def do_records(args: argparse.Namespace) -> int:
 
 def argparse_replay(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", metavar="DIR")
-    p.add_argument("--to", required=True, metavar="mqtt://HOST:PORT[/PREFIX]")
+    p.add_argument(
+        "--to",
+        required=True,
+        metavar="mqtt[s]://HOST[:PORT][/PREFIX]",
+        help="broker URL; mqtts:// is TLS (port 8883 by default)",
+    )
+    p.add_argument("--username", metavar="NAME", help="MQTT user name (or user@HOST in the URL)")
+    pw = p.add_mutually_exclusive_group()
+    pw.add_argument(
+        "--password-env", metavar="VAR", help="read the MQTT password from environment variable VAR"
+    )
+    pw.add_argument(
+        "--password-file",
+        metavar="PATH",
+        help="read the MQTT password from PATH (its first line; keep it mode 600)",
+    )
+    p.add_argument(
+        "--ca-file",
+        metavar="PEM",
+        help="mqtts: CA certificate(s) the broker's certificate must chain to (default: the system's)",
+    )
+    p.add_argument("--cert", metavar="PEM", help="mqtts: client certificate (may hold the key too)")
+    p.add_argument("--key", metavar="PEM", help="mqtts: the client certificate's private key")
     p.add_argument(
         "--dry-run", action="store_true", help="list what would be sent; DIR is not touched"
     )
@@ -536,6 +558,11 @@ def do_replay(args: argparse.Namespace) -> int:
     opts, _src = resolve_options(args, args.dir)
     try:
         cfg = replay.parse_url(args.to)
+        user, password, warnings = replay.resolve_auth(
+            cfg, args.username, args.password_env, args.password_file
+        )
+        for w in warnings:
+            log_err("ddq: %s" % w)
         if args.dry_run:
             res = replay.plan(args.dir, opts, cfg["prefix"], send_expired=args.send_expired)
         else:
@@ -549,6 +576,10 @@ def do_replay(args: argparse.Namespace) -> int:
                 client_id=args.client_id,
                 log=log_err if args.verbose else None,
                 send_expired=args.send_expired,
+                auth=(user, password),
+                ca_file=args.ca_file,
+                certfile=args.cert,
+                keyfile=args.key,
             )
     except replay.ReplayError as e:
         raise CommandError(str(e)) from None

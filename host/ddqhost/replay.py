@@ -5,7 +5,13 @@ arrives, so an interrupted replay resumes without re-sending what was acked. The
 PUBACK and the durable ACK record is the only place a hard kill can cause one duplicate (QoS 1 is
 at-least-once); Ctrl-C finishes the message in flight first.
 
-Topics (URL mqtt://[user[:password]@]HOST[:PORT][/PREFIX], PREFIX defaults to "ddq"):
+Connection: mqtt://HOST[:PORT] (1883) or mqtts://HOST[:PORT] (8883, TLS: the broker's certificate must
+chain to --ca-file, else to the system's CAs, and name HOST; --cert/--key: a client certificate).
+A user name comes from the URL (user@HOST) or --username, the password from --password-env or
+--password-file; a password in the URL still works but shows in the process list. No message, log
+or summary repeats a password: URLs are shown redacted (user:***@HOST).
+
+Topics (URL mqtt[s]://[user[:password]@]HOST[:PORT][/PREFIX], PREFIX defaults to "ddq"):
   - a payload that decodes as a message-layer envelope (ddq_outbox.decode_envelope) is
     published to PREFIX/<envelope topic> (to <envelope topic> itself with an empty prefix, mqtt://h:p/),
     with the envelope's retain flag and its inner payload;
@@ -20,7 +26,9 @@ after a retry, or under a live lease), remaining (deliverable but not attempted:
 the stop after a failure), raw (of sent, published to PREFIX/raw).
 """
 
+import os
 import signal
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -32,33 +40,137 @@ from . import qdir
 
 DEFAULT_PREFIX = "ddq"
 DEFAULT_PORT = 1883
+DEFAULT_TLS_PORT = 8883
 
 
 class ReplayError(Exception):
     """Bad URL, broker unreachable, queue unusable; one line for the user."""
 
 
+def redact_url(url: str) -> str:
+    """url as it may be shown: the password (anything after user: before the last @) is ***."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    userinfo, _, tail = rest.rpartition("@")
+    user = userinfo.split(":", 1)[0]
+    return "%s://%s%s@%s" % (scheme, user, ":***" if ":" in userinfo else "", tail)
+
+
 def parse_url(url: str) -> dict[str, Any]:
-    u = urlsplit(url)
-    if u.scheme != "mqtt":
-        raise ReplayError(
-            "broker URL must look like mqtt://HOST:PORT[/TOPIC-PREFIX], got %r" % url
-        )
-    if not u.hostname:
-        raise ReplayError("broker URL %r has no host" % url)
+    """host, port, prefix, tls, username, password of a broker URL; ReplayError (the URL redacted)."""
+    shown = redact_url(url)
     try:
-        port = u.port or DEFAULT_PORT
+        u = urlsplit(url)
     except ValueError:
-        raise ReplayError("broker URL %r has a bad port" % url) from None
+        raise ReplayError("broker URL %r is not a valid URL" % shown) from None
+    if u.scheme not in ("mqtt", "mqtts"):
+        raise ReplayError(
+            "broker URL must look like mqtt://HOST[:PORT][/TOPIC-PREFIX] or mqtts://..., got %r"
+            % shown
+        )
+    try:
+        port = u.port
+        host = u.hostname
+    except ValueError:
+        raise ReplayError("broker URL %r has a bad port" % shown) from None
+    if not host:
+        raise ReplayError("broker URL %r has no host" % shown)
+    tls = u.scheme == "mqtts"
     path = u.path
     prefix = DEFAULT_PREFIX if path == "" else unquote(path[1:]).strip("/")
     return {
-        "host": u.hostname,
-        "port": port,
+        "host": host,
+        "port": port or (DEFAULT_TLS_PORT if tls else DEFAULT_PORT),
         "prefix": prefix,
+        "tls": tls,
         "username": unquote(u.username) if u.username else None,
         "password": unquote(u.password) if u.password else None,
     }
+
+
+def resolve_auth(
+    cfg: dict[str, Any],
+    username: str | None = None,
+    password_env: str | None = None,
+    password_file: str | None = None,
+    environ: dict[str, str] | None = None,
+) -> tuple[str | None, str | None, list[str]]:
+    """(user, password, warnings) from the URL's cfg and the options; ReplayError when they
+    conflict or a source is unusable. No message contains the password."""
+    warnings: list[str] = []
+    if username is not None and cfg["username"] is not None and username != cfg["username"]:
+        raise ReplayError("two user names: one in the URL and --username; give one")
+    user = username if username is not None else cfg["username"]
+    password = cfg["password"]
+    if password is not None:
+        if password_env is not None or password_file is not None:
+            raise ReplayError(
+                "two passwords: one in the URL and --password-env/--password-file; give one"
+            )
+        warnings.append(
+            "warning: the password in the --to URL is visible to other users in the process list;"
+            " use --password-env VAR or --password-file PATH"
+        )
+    if password_env is not None:
+        password = (os.environ if environ is None else environ).get(password_env)
+        if not password:
+            raise ReplayError("--password-env: environment variable %s is not set or empty"
+                              % password_env)  # fmt: skip
+    if password_file is not None:
+        try:
+            fd = os.open(password_file, os.O_RDONLY)
+            try:
+                st = os.fstat(fd)
+                data = os.read(fd, 65536)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise ReplayError("--password-file %s: %s" % (password_file, e.strerror)) from None
+        password = data.decode("utf-8", "replace").rstrip("\r\n")
+        if not password:
+            raise ReplayError("--password-file %s is empty" % password_file)
+        if st.st_mode & 0o077:
+            warnings.append(
+                "warning: --password-file %s can be read by other users (mode %04o); chmod 600 it"
+                % (password_file, st.st_mode & 0o7777)
+            )
+    if password is not None and user is None:
+        raise ReplayError("a password needs a user name: --username NAME or user@HOST in the URL")
+    return user, password, warnings
+
+
+def tls_context(
+    ca_file: str | None = None, certfile: str | None = None, keyfile: str | None = None
+) -> ssl.SSLContext:
+    """A client context that verifies the broker: its certificate chains to ca_file (else the
+    system's CAs) and names the host connected to. certfile/keyfile: the client certificate."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # CERT_REQUIRED and check_hostname
+    try:
+        if ca_file is not None:
+            ctx.load_verify_locations(cafile=ca_file)
+        else:
+            ctx.load_default_certs()
+    except (OSError, ValueError) as e:
+        raise ReplayError("--ca-file %s: %s" % (ca_file, _tls_reason(e))) from None
+    if certfile is not None:
+        try:
+            ctx.load_cert_chain(certfile, keyfile)
+        except (OSError, ValueError) as e:
+            raise ReplayError(
+                "--cert %s / --key %s: %s" % (certfile, keyfile or certfile, _tls_reason(e))
+            ) from None
+    return ctx
+
+
+def _tls_reason(e: BaseException) -> str:
+    if isinstance(e, ssl.SSLCertVerificationError):
+        return str(e.verify_message)
+    if isinstance(e, ssl.SSLError):
+        return str(e.reason or e)
+    if isinstance(e, OSError):
+        return e.strerror or str(e)
+    return str(e)
 
 
 def topic_for(prefix: str, topic: str) -> str:
@@ -147,14 +259,25 @@ def replay(
     client_id: str | None = None,
     log: Callable[[str], None] | None = None,
     send_expired: bool = False,
+    auth: tuple[str | None, str | None] | None = None,
+    ca_file: str | None = None,
+    certfile: str | None = None,
+    keyfile: str | None = None,
 ) -> dict[str, Any]:
-    """Deliver; return the summary dict (see the module docstring)."""
+    """Deliver; return the summary dict (see the module docstring). auth: (user, password)
+    instead of the URL's (resolve_auth); ca_file, certfile, keyfile: TLS (mqtts:// only)."""
     import paho.mqtt.client as mqtt
     from paho.mqtt.enums import CallbackAPIVersion
 
     ddq = qdir.load_ddq()
     qdir.check_queue_dir(path)
     cfg = parse_url(url)
+    user, password = auth if auth is not None else (cfg["username"], cfg["password"])
+    if not cfg["tls"] and (ca_file or certfile or keyfile):
+        raise ReplayError("--ca-file, --cert and --key need an mqtts:// URL")
+    if keyfile and not certfile:
+        raise ReplayError("--key needs --cert (the client certificate)")
+    broker = "%s:%d" % (cfg["host"], cfg["port"])
     connected = threading.Event()
     state: dict[str, Any] = {"rc": None, "lost": False}
 
@@ -168,6 +291,7 @@ def replay(
         client: Any, userdata: Any, flags: Any, reason_code: Any, properties: Any = None
     ) -> None:
         state["lost"] = True
+        connected.set()  # a close before CONNACK ends the wait
 
     client = mqtt.Client(
         CallbackAPIVersion.VERSION2,
@@ -176,23 +300,42 @@ def replay(
     )
     client.on_connect = on_connect
     client.on_disconnect = on_disconnect
-    if cfg["username"]:
-        client.username_pw_set(cfg["username"], cfg["password"])
+    if cfg["tls"]:
+        client.tls_set_context(tls_context(ca_file, certfile, keyfile))
+    if user is not None:
+        client.username_pw_set(user, password)
+    client.connect_timeout = timeout  # the TCP connect and the TLS handshake
     try:
         client.connect(cfg["host"], cfg["port"], keepalive=30)
-    except OSError as e:
+    except ssl.SSLCertVerificationError as e:
+        if e.verify_code in (62, 64):  # X509_V_ERR_HOSTNAME_MISMATCH, _IP_ADDRESS_MISMATCH
+            hint = "the host in the URL must be a name or address the certificate carries"
+        elif ca_file:
+            hint = "it is not signed by --ca-file %s" % ca_file
+        else:
+            hint = "it is not signed by a CA this system trusts: give --ca-file"
         raise ReplayError(
-            "cannot connect to broker %s:%d: %s" % (cfg["host"], cfg["port"], e.strerror or e)
+            "TLS: broker %s: certificate refused: %s (%s)" % (broker, e.verify_message, hint)
         ) from None
+    except ssl.SSLError as e:
+        raise ReplayError(
+            "TLS handshake with broker %s failed: %s" % (broker, _tls_reason(e))
+        ) from None
+    except OSError as e:
+        raise ReplayError("cannot connect to broker %s: %s" % (broker, e.strerror or e)) from None
     client.loop_start()
     interrupted: list[bool] = []
     old = None
     try:
-        if not connected.wait(timeout) or state["rc"] is None or state["rc"].is_failure:
-            raise ReplayError(
-                "broker %s:%d did not accept the connection (%s)"
-                % (cfg["host"], cfg["port"], state["rc"])
-            )
+        if not connected.wait(timeout):
+            raise ReplayError("broker %s did not answer CONNECT within %g s" % (broker, timeout))
+        if state["rc"] is None:
+            why = "broker %s closed the connection before accepting it" % broker
+            if cfg["tls"] and not certfile:
+                why += " (a broker that requires a client certificate does this: --cert, --key)"
+            raise ReplayError(why)
+        if state["rc"].is_failure:
+            raise ReplayError("broker %s refused the connection: %s" % (broker, state["rc"]))
 
         def on_sigint(signum: int, frame: Any) -> None:
             interrupted.append(True)
@@ -218,7 +361,8 @@ def replay(
             signal.signal(signal.SIGINT, old)
         client.disconnect()
         client.loop_stop()
-    res["broker"] = "%s:%d" % (cfg["host"], cfg["port"])
+    res["broker"] = broker
+    res["tls"] = cfg["tls"]
     res["prefix"] = cfg["prefix"]
     res["interrupted"] = bool(interrupted)
     return res
