@@ -127,7 +127,7 @@ def resolve_auth(
                 os.close(fd)
         except OSError as e:
             raise ReplayError("--password-file %s: %s" % (password_file, e.strerror)) from None
-        password = data.decode("utf-8", "replace").rstrip("\r\n")
+        password = data.split(b"\n", 1)[0].rstrip(b"\r").decode("utf-8", "replace")
         if not password:
             raise ReplayError("--password-file %s is empty" % password_file)
         if st.st_mode & 0o077:

@@ -161,6 +161,7 @@ def run(name, host, port, kw, sni=None, pw=PW):
 run("pem", "localhost", P, dict(cafile=D + "/ca.crt"))
 run("der", "127.0.0.1", P, dict(cadata=open(D + "/ca.der", "rb").read()))
 run("othercA", "localhost", P, dict(cafile=D + "/other-ca.crt"))
+run("noverify", "localhost", P, dict(verify=False))  # encrypted, broker not authenticated
 run("wrongname", "127.0.0.1", P, dict(cafile=D + "/ca.crt"), "broker.example")
 run("wrongpw", "localhost", P, dict(cafile=D + "/ca.crt"), None, b"nope")
 run("nocert", "localhost", MP, dict(cafile=D + "/ca.crt"))
@@ -185,13 +186,14 @@ def test_micropython_sender_over_tls(tls, tmp_path):
     print(r.stdout)
     assert r.returncode == 0, r.stdout + r.stderr
     res = dict(line.split(" -> ", 1) for line in r.stdout.strip().splitlines())
-    for ok in ("pem", "der", "mtls"):
+    for ok in ("pem", "der", "mtls", "noverify"):
         assert res[ok] == "True", (ok, res)
     for bad in ("othercA", "wrongname", "wrongpw", "nocert"):
         assert res[bad].startswith("OSError"), (bad, res)
     assert "signed by the trusted CA" in res["othercA"], res
     assert "does not match" in res["wrongname"], res
     assert res["noca"].startswith("ValueError"), res
-    for ok in ("pem", "der", "mtls"):
+    oks = ("pem", "der", "mtls", "noverify")
+    for ok in oks:
         assert _wait(got, "mp/" + ok, 1) == [b"m"], (ok, got)
-    assert [t for t, _ in got if t.startswith("mp/") and t[3:] not in ("pem", "der", "mtls")] == []
+    assert [t for t, _ in got if t.startswith("mp/") and t[3:] not in oks] == []

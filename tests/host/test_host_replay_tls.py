@@ -146,7 +146,7 @@ def test_client_certificate(tls, tmp_path):
     q = _queue(tmp_path / "q", 2, "tls/mtls")
     r = ddq("replay", q, "--to", "mqtts://gw@localhost:%d/c" % b.mtls_port, "--ca-file",
             pki["ca.crt"], "--cert", pki["client.crt"], "--key", pki["client.key"],
-            "--password-file", _pwfile(tmp_path))  # fmt: skip
+            "--password-file", _pwfile(tmp_path, PASSWORD + "\r\nthe first line only\n"))  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert _wait(got, "c/tls/mtls", 2) == [b"m0", b"m1"]
 
