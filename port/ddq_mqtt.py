@@ -187,6 +187,8 @@ class _WrapTLS:
                  certfile: "Optional[str]", keyfile: "Optional[str]", verify: bool) -> None:
         kw: "dict[str, Any]" = {}
         if verify:
+            if not hasattr(m, "CERT_REQUIRED"):  # axTLS ports: no certificate checks at all
+                raise ValueError("ddq_mqtt: this port's ssl cannot verify certificates")
             kw["cert_reqs"] = m.CERT_REQUIRED
             kw["cadata"] = _der(_file(cafile) if cafile is not None else cadata or b"")[0]
         if certfile is not None:

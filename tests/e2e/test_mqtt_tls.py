@@ -139,6 +139,11 @@ def test_tls_context_without_ssl_or_ca_and_on_old_ports(monkeypatch, tmp_path):
     ctx = ddq_mqtt.tls_context(cafile=str(ca))
     assert ctx.wrap_socket("sock", server_hostname="h") == "sock"
     assert OldSSL.calls == [{"server_hostname": "h", "cert_reqs": 2, "cadata": b"\x00\x01\x02"}]
+    del OldSSL.CERT_REQUIRED  # axTLS: wrap_socket without certificate checks
+    with pytest.raises(ValueError, match="cannot verify certificates"):
+        ddq_mqtt.tls_context(cafile=str(ca))
+    assert ddq_mqtt.tls_context(verify=False).wrap_socket("s", server_hostname="h") == "s"
+    assert OldSSL.calls[-1] == {"server_hostname": "h"}
 
 
 MP_SCRIPT = """
