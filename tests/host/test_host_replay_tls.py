@@ -90,16 +90,14 @@ def test_replay_over_tls_with_ca_and_password_file(tls, tmp_path):
     assert ddq("verify", q).returncode == 0
 
 
-def test_password_from_environment_and_username_option(tls, tmp_path):
+def test_password_from_environment_and_username_option(tls, tmp_path, monkeypatch):
     b, pki, got = tls
     q = _queue(tmp_path / "q", 2, "tls/env")
     env_name = "DDQ_TEST_MQTT_PW"
-    os.environ[env_name] = PASSWORD  # inherited by the ddq process (cli_env copies os.environ)
-    try:
-        r = ddq("replay", q, "--to", "mqtts://127.0.0.1:%d/e" % b.port, "--ca-file",
-                pki["ca.crt"], "--username", "gw", "--password-env", env_name)  # fmt: skip
-    finally:
-        del os.environ[env_name]
+    monkeypatch.setenv(env_name, PASSWORD)  # the ddq process inherits it (cli_env copies)
+    r = ddq("replay", q, "--to", "mqtts://127.0.0.1:%d/e" % b.port, "--ca-file", pki["ca.crt"],
+            "--username", "gw", "--password-env", env_name)  # fmt: skip
+    monkeypatch.delenv(env_name)
     assert r.returncode == 0, r.stderr
     _no_secret(r)
     assert _wait(got, "e/tls/env", 2) == [b"m0", b"m1"]
