@@ -172,12 +172,30 @@ def _pads(key: "Any") -> "tuple[bytes, bytes]":
     return bytes(b ^ 0x36 for b in k), bytes(b ^ 0x5C for b in k)
 
 
+_HMAC_MOD: "list[Any]" = []  # [the hmac module or None], probed once: a failed import on a
+# board searches the filesystem every time
+
+
+def _hmac_mod() -> "Any":
+    # The hmac module if it has new() and gives RFC 4231's test case 2 (a micropython-lib hmac that
+    # needs hash.copy(), missing from MicroPython's sha256, fails here), else None.
+    if not _HMAC_MOD:
+        hm, hl = _import("hmac"), _import("hashlib")
+        try:
+            h = hm.new(b"Jefe", b"what do ya want for nothing?", hl.sha256)
+            ok = bytes(h.digest())[0:4] == b"\x5b\xdc\xc1\x46"
+        except Exception:
+            ok = False
+        _HMAC_MOD.append(hm if ok else None)
+    return _HMAC_MOD[0]
+
+
 def _hmac_parts(key: "Any", pads: "Optional[tuple[bytes, bytes]]", *parts: "Buf") -> bytes:
     # HMAC-SHA256 over the concatenated parts: the interpreter's hmac module where it exists
     # (CPython; micropython-lib's on a board), else RFC 2104 over hashlib.sha256 with the pads.
-    hm = _import("hmac")
+    hm = _hmac_mod()
     hl = _import("hashlib")
-    if hm is not None and hasattr(hm, "new"):
+    if hm is not None:
         h = hm.new(bytes(_bytes_arg(key, "hmac_key")), None, hl.sha256)
         for part in parts:
             h.update(part)
@@ -199,7 +217,7 @@ def hmac_sha256(key: "Any", data: "Any") -> bytes:
 def _same(a: "Buf", b: "Buf") -> bool:
     # Constant-time equality of two digests: hmac.compare_digest where it exists, else every byte
     # is compared whatever the first difference (no early exit).
-    hm = _import("hmac")
+    hm = _hmac_mod()
     if hm is not None and hasattr(hm, "compare_digest"):
         return bool(hm.compare_digest(bytes(a), bytes(b)))
     if len(a) != len(b):
