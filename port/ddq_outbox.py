@@ -666,6 +666,8 @@ class Outbox:
                     if seq is not None:
                         raise
                     continue  # requeue-all leaves undecodable ones where they are
+                if seq is None and publishable(m.topic, self._max_topic):
+                    continue  # and one whose topic put() refuses (an old record) [E4]
                 out.append(self._put(m.topic, m.payload, m.qos, m.retain, m.ttl_ms, m.key,
                                      m.orig_seq or s))
                 hidden.append(s)

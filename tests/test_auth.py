@@ -130,6 +130,23 @@ def test_put_refuses_topics_mqtt_cannot_publish():
     support.raises(ddq.InvalidArgument, ddq_outbox.encode_envelope, "x" * 65536, b"")
 
 
+def test_requeue_all_skips_a_dead_letter_put_would_refuse():
+    # EVIDENCE-OF: E4 E14
+    ob = _ob()
+    b = bytearray(ddq_outbox.encode_envelope("sensors/x", b"old", enqueued_ms=T0))
+    b[-4] = 0x23  # "sensors/#": an old writer's record
+    old = ob.queue.enqueue(b)
+    ok = ob.put("sensors/ok", b"ok")
+    for m in [ob.get(), ob.get()]:
+        ob.reject(m, "test")
+    new = ob.requeue()
+    assert len(new) == 1 and ob.get().payload == b"ok"
+    assert [x.seq for x in ob.dead_letters()] == [old] and ob.dead_letters()[0].topic == "sensors/#"
+    support.raises(ddq.InvalidArgument, ob.requeue, old)
+    assert ok != old
+    ob.close()
+
+
 # ---------------------------------------------------------------------------------- Outbox
 
 
