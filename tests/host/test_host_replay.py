@@ -231,8 +231,7 @@ def test_inspect_shows_auth_status(tmp_path, monkeypatch):
     r = ddq("inspect", q, "--json")
     items = {it["seq"]: it for it in json.loads(r.stdout)["items"]}
     assert items[good]["auth"] == "unchecked" and items[unsigned]["auth"] == "unsigned"
-    env_key = dict(DDQ_HMAC_KEY=KEY.hex())
-    monkeypatch.setattr("os.environ", {**__import__("os").environ, **env_key})
+    monkeypatch.setenv("DDQ_HMAC_KEY", KEY.hex())
     r = ddq("inspect", q, "--json")  # the key from $DDQ_HMAC_KEY
     info = json.loads(r.stdout)
     items = {it["seq"]: it for it in info["items"]}
