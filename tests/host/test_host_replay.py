@@ -259,3 +259,38 @@ def test_hmac_key_file_errors_never_show_the_key(tmp_path):
     r = ddq("inspect", q, "--hmac-key-file", tmp_path / "missing.key")
     assert r.returncode == 1 and "cannot read" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_deliver_quarantines_what_paho_refuses_and_goes_on(tmp_path):
+    # paho raises ValueError for what it cannot publish: quarantined, the next message is sent
+    from ddqhost import replay
+
+    q = tmp_path / "q"
+    a, b, c, d = _make_queue(q)
+
+    class Info:
+        def wait_for_publish(self, timeout):
+            pass
+
+        def is_published(self):
+            return True
+
+    class Client:
+        def __init__(self):
+            self.sent = []
+
+        def publish(self, topic, body, qos, retain):
+            if topic.endswith("/status"):
+                raise ValueError("Invalid topic.")
+            self.sent.append(topic)
+            return Info()
+
+    cl = Client()
+    res = replay._deliver(
+        qdir.load_ddq(), str(q), OPTS, cl, "p", None, 60000, 1.0, [], {"lost": False}, None
+    )
+    assert cl.sent == ["p/sensors/t", "p/raw"]
+    assert res["unpublishable_seqs"] == [b] and res["sent_seqs"] == [a, c]
+    assert res["stats"]["claimed_items"] == 0
+    items = {it["seq"]: it for it in json.loads(ddq("inspect", q, "--json").stdout)["items"]}
+    assert items[b]["reason"] == "unpublishable: Invalid topic."
