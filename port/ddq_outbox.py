@@ -65,7 +65,9 @@ _EF_QOS1 = const(0x01)
 _EF_RETAIN = const(0x02)
 _EF_SHA = const(0x04)  # a 32-byte SHA-256 follows the header (and orig_seq) [E5]
 _EF_ORIG = const(0x08)  # a u64 original seq follows the header: a requeued dead letter [E14]
-# _EF_ 0x10 0x20 0x40 0x80: reserved, must be zero; a reader rejects them [E3]
+_EF_HMAC = const(0x10)  # a 32-byte HMAC-SHA256 tag where the SHA-256 would be (never both) [E21]
+_EF_RESERVED = const(0xE0)  # _EF_ 0x20 0x40 0x80: reserved, must be zero; a reader rejects them [E3]
+_MIN_KEY = const(16)  # the shortest HMAC key an Outbox accepts [E22]
 _TICKS_MASK = const(0x3FFFFFFF)  # ticks modulo 2**30 on every interpreter (32-bit boards' period)
 _MAX_WAIT = const(0x1FFFFFFF)  # the longest wait next_ready_ms returns: inside ticks_diff's window
 _GET_SCAN = const(64)  # expired/undecodable messages one get() retires before it returns None
@@ -73,6 +75,10 @@ _GET_SCAN = const(64)  # expired/undecodable messages one get() retires before i
 
 class BadEnvelope(Corrupt):
     """Raised for bytes that are not a valid envelope (get() quarantines such an item)."""
+
+
+class Unauthenticated(BadEnvelope):
+    """Raised when an HMAC key is given and the envelope has no valid tag [E21]."""
 
 
 class Rejected(Error):
@@ -153,24 +159,115 @@ def _sha(mv: memoryview, a: int, n: int) -> "Optional[bytes]":
     return bytes(h.digest())
 
 
-def _pack_env(buf: "Optional[bytearray]", topic: "Any", payload: "Any", qos: "Any",
-              retain: "Any", ttl: "Any", key: "Any", sha: bool, orig: "Any", enq: "Any",
-              max_topic: int) -> memoryview:
-    # [E1] header | orig_seq u64? | sha256? | key | topic | payload, in buf (or a new buffer).
-    t, k = bytes(_bytes_arg(topic, "topic")), bytes(_bytes_arg(key, "key"))
-    p = _bytes_arg(payload, "payload")
+def _pads(key: "Any") -> "tuple[bytes, bytes]":
+    # HMAC's inner and outer padded keys (RFC 2104): a key longer than SHA-256's 64-byte block is
+    # hashed first, then zero-padded to 64 bytes and XORed with 0x36 (inner) and 0x5C (outer).
+    k = bytes(_bytes_arg(key, "hmac_key"))
+    hl = _import("hashlib")
+    if not hasattr(hl, "sha256"):
+        raise InvalidArgument("HMAC-SHA256 needs hashlib.sha256")
+    if len(k) > 64:
+        k = bytes(hl.sha256(k).digest())
+    k = k + bytes(64 - len(k))
+    return bytes(b ^ 0x36 for b in k), bytes(b ^ 0x5C for b in k)
+
+
+_HMAC_MOD: "list[Any]" = []  # [the hmac module or None], probed once: a failed import on a
+# board searches the filesystem every time
+
+
+def _hmac_mod() -> "Any":
+    # The hmac module if it has new() and gives RFC 4231's test case 2 (a micropython-lib hmac that
+    # needs hash.copy(), missing from MicroPython's sha256, fails here), else None.
+    if not _HMAC_MOD:
+        hm, hl = _import("hmac"), _import("hashlib")
+        try:
+            h = hm.new(b"Jefe", b"what do ya want for nothing?", hl.sha256)
+            ok = bytes(h.digest())[0:4] == b"\x5b\xdc\xc1\x46"
+        except Exception:
+            ok = False
+        _HMAC_MOD.append(hm if ok else None)
+    return _HMAC_MOD[0]
+
+
+def _hmac_parts(key: "Any", pads: "Optional[tuple[bytes, bytes]]", *parts: "Buf") -> bytes:
+    # HMAC-SHA256 over the concatenated parts: the interpreter's hmac module where it exists
+    # (CPython; micropython-lib's on a board), else RFC 2104 over hashlib.sha256 with the pads.
+    hm = _hmac_mod()
+    hl = _import("hashlib")
+    if hm is not None:
+        h = hm.new(bytes(_bytes_arg(key, "hmac_key")), None, hl.sha256)
+        for part in parts:
+            h.update(part)
+        return bytes(h.digest())
+    ipad, opad = pads or _pads(key)
+    h = hl.sha256(ipad)
+    for part in parts:
+        h.update(part)
+    o = hl.sha256(opad)
+    o.update(h.digest())
+    return bytes(o.digest())
+
+
+def hmac_sha256(key: "Any", data: "Any") -> bytes:
+    """Return HMAC-SHA256(key, data) (RFC 2104 / RFC 4231) [E21]."""
+    return _hmac_parts(key, None, _bytes_arg(data, "data"))
+
+
+def _same(a: "Buf", b: "Buf") -> bool:
+    # Constant-time equality of two digests: hmac.compare_digest where it exists, else every byte
+    # is compared whatever the first difference (no early exit).
+    hm = _hmac_mod()
+    if hm is not None and hasattr(hm, "compare_digest"):
+        return bool(hm.compare_digest(bytes(a), bytes(b)))
+    if len(a) != len(b):
+        return False
+    d = 0
+    for i in range(len(a)):
+        d |= a[i] ^ b[i]
+    return d == 0
+
+
+def _tag(mv: memoryview, a: int, n: int, key: "Any", pads: "Any") -> bytes:
+    # The HMAC-SHA256 tag of the envelope mv[0:n] minus its tag field at [a, a+32) [E21].
+    return _hmac_parts(key, pads, mv[0:a], mv[a + 32:n])
+
+
+def publishable(topic: "Any", max_topic: int = 65535) -> str:
+    """Return "" if MQTT can publish topic (str or bytes), else why not [E4]: empty, over
+    max_topic bytes of UTF-8, not UTF-8, NUL, or a wildcard "+" / "#"."""
+    t = bytes(_bytes_arg(topic, "topic"))
     try:
         t.decode()
     except UnicodeError:
-        t = b""
-    if not 0 < len(t) <= max_topic or b"\0" in t or len(k) > 255 or qos not in (0, 1) \
-            or retain not in (0, 1) or _opt(ttl, 0, _U32, "ttl_ms") < 0:
-        raise InvalidArgument("topic 1..%d bytes UTF-8 sans NUL, key <= 255 bytes, qos 0|1, "
-                              "retain bool" % max_topic)
+        return "topic is not UTF-8"
+    if not 0 < len(t) <= max_topic:
+        return "topic is %d bytes, not 1..%d" % (len(t), max_topic)
+    if b"\0" in t:
+        return "topic contains NUL"
+    if b"+" in t or b"#" in t:
+        return "topic contains an MQTT wildcard (+ or #)"
+    return ""
+
+
+def _pack_env(buf: "Optional[bytearray]", topic: "Any", payload: "Any", qos: "Any",
+              retain: "Any", ttl: "Any", key: "Any", sha: bool, orig: "Any", enq: "Any",
+              max_topic: int, hkey: "Any" = None, pads: "Any" = None) -> memoryview:
+    # [E1] header | orig_seq u64? | sha256 or hmac? | key | topic | payload, in buf (or new).
+    t, k = bytes(_bytes_arg(topic, "topic")), bytes(_bytes_arg(key, "key"))
+    p = _bytes_arg(payload, "payload")
+    why = publishable(t, max_topic)
+    if why:
+        raise InvalidArgument(why + " (MQTT cannot publish it)")
+    if len(k) > 255 or qos not in (0, 1) or retain not in (0, 1) or _opt(ttl, 0, _U32,
+                                                                          "ttl_ms") < 0:
+        raise InvalidArgument("key <= 255 bytes, qos 0|1, retain bool")
+    if hkey is not None and sha:
+        raise InvalidArgument("sha256 or hmac_key, not both (the tag detects accidents too)")
     flags = (_EF_QOS1 if qos else 0) | (_EF_RETAIN if retain else 0) | (_EF_SHA if sha else 0) \
-        | (_EF_ORIG if _opt(orig, 0, _U64, "orig_seq") else 0)
+        | (_EF_ORIG if _opt(orig, 0, _U64, "orig_seq") else 0) | (_EF_HMAC if hkey else 0)
     a = _ENV_SIZE + (8 if orig else 0)
-    i = a + (32 if sha else 0)
+    i = a + (32 if sha or hkey is not None else 0)
     n = i + len(k) + len(t) + len(p)
     if buf is None or len(buf) < n:
         buf = bytearray(n)
@@ -186,32 +283,46 @@ def _pack_env(buf: "Optional[bytearray]", topic: "Any", payload: "Any", qos: "An
         if d is None:
             raise InvalidArgument("sha256 needs hashlib.sha256")
         buf[a:a + 32] = d
+    elif hkey is not None:
+        buf[a:a + 32] = _tag(mv, a, n, hkey, pads)
     return mv[0:n]
 
 
 def encode_envelope(topic: "Any", payload: "Any", qos: int = 1, retain: bool = False,
                     enqueued_ms: int = 0, ttl_ms: int = 0, key: "Any" = b"",
-                    sha256: bool = False, orig_seq: int = 0) -> bytes:
-    """Return a message's envelope; InvalidArgument for a bad field [E1]-[E5]."""
+                    sha256: bool = False, orig_seq: int = 0, hmac_key: "Any" = None) -> bytes:
+    """Return a message's envelope (signed with hmac_key if given); InvalidArgument for a bad
+    field [E1]-[E5] [E21]."""
     return bytes(_pack_env(None, topic, payload, qos, retain, ttl_ms, key, sha256, orig_seq,
-                           enqueued_ms, 65535))
+                           enqueued_ms, 65535, hmac_key))
 
 
-def decode_envelope(data: "Buf", verify: bool = True) -> Message:
-    """Decode an envelope into a Message; BadEnvelope (a Corrupt) says what is wrong [E2]-[E6]."""
+def decode_envelope(data: "Buf", verify: bool = True, hmac_key: "Any" = None) -> Message:
+    """Decode an envelope into a Message; BadEnvelope (a Corrupt) says what is wrong [E2]-[E6].
+    With hmac_key, an envelope without a valid HMAC tag raises Unauthenticated [E21]."""
+    return _decode(data, verify, hmac_key, None)
+
+
+def _decode(data: "Buf", verify: bool, hkey: "Any", pads: "Any") -> Message:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise InvalidArgument("envelope must be bytes")
     n = len(data)
     if n < _ENV_SIZE:
         raise BadEnvelope("envelope: %d bytes, under the 19-byte header" % n)
     magic, ver, flags, kl, tl, ttl, enq = struct.unpack_from(_ENV_FMT, data, 0)
-    if magic != _ENV_MAGIC or ver != 1 or flags & 0xF0:
+    if magic != _ENV_MAGIC or ver != 1 or flags & _EF_RESERVED or (
+            flags & _EF_SHA and flags & _EF_HMAC):
         raise BadEnvelope("envelope: bad magic, version %d or flags 0x%02x" % (ver, flags))
     a = _ENV_SIZE + (8 if flags & _EF_ORIG else 0)
-    p = a + (32 if flags & _EF_SHA else 0)
+    p = a + (32 if flags & (_EF_SHA | _EF_HMAC) else 0)
     if tl == 0 or p + kl + tl > n:
         raise BadEnvelope("envelope: topic/key lengths run past the end")
     m, mv = Message(), memoryview(data)
+    if hkey is not None:  # before anything else is read: a forger controls every field
+        if not flags & _EF_HMAC:
+            raise Unauthenticated("envelope: no HMAC tag")
+        if not _same(_tag(mv, a, n, hkey, pads), mv[a:a + 32]):
+            raise Unauthenticated("envelope: HMAC tag mismatch")
     if flags & _EF_ORIG:
         m.orig_seq = struct.unpack_from("<Q", data, _ENV_SIZE)[0]
     if verify and flags & _EF_SHA and _sha(mv, a, n) not in (None, bytes(mv[a:a + 32])):
@@ -256,7 +367,7 @@ class Outbox:
                  max_attempts: int = 0, ttl_ms: int = 0, expired: str = "quarantine",
                  capacity: str = "reject", ordered: bool = False, sha256: bool = False,
                  max_topic_bytes: int = 256, sync_every: int = 0, sync_interval_ms: int = 0,
-                 lock: "Any" = None, **options: "Any") -> None:
+                 lock: "Any" = None, hmac_key: "Any" = None, **options: "Any") -> None:
         self._lease = _opt(lease_ms, 1, _MAX_LEASE_MS, "lease_ms")
         self._bo = Backoff(min_retry_ms, max_retry_ms, seed)
         self._max_att = _opt(max_attempts, 0, _U32, "max_attempts")
@@ -267,7 +378,17 @@ class Outbox:
         if expired not in ("quarantine", "drop") or capacity not in ("reject", "drop_oldest"):
             raise InvalidArgument("expired: quarantine|drop; capacity: reject|drop_oldest")
         self._drop_expired, self._drop_oldest = expired == "drop", capacity == "drop_oldest"
-        self._ordered, self._sha, self._ticks = bool(ordered), bool(sha256), ticks or _ticks
+        self._ordered, self._ticks = bool(ordered), ticks or _ticks
+        # With an HMAC key [E22] put signs and get verifies; the tag replaces the SHA-256 (it
+        # detects accidents too). The key lives in RAM only, never in the queue directory.
+        self._hkey: "Optional[bytes]" = None
+        self._pads: "Any" = None
+        if hmac_key is not None:
+            self._hkey = bytes(_bytes_arg(hmac_key, "hmac_key"))
+            if len(self._hkey) < _MIN_KEY:
+                raise InvalidArgument("hmac_key: at least 16 bytes (32 random bytes advised)")
+            self._pads = _pads(self._hkey)
+        self._sha = bool(sha256) and self._hkey is None
         if lock is True:
             th = _import("_thread")  # missing on most boards: pass (acquire, release) there
             if th is None:
@@ -292,7 +413,8 @@ class Outbox:
         self._full = False
         self.counters: "dict[str, Any]" = {"put": 0, "sent": 0, "retried": 0, "expired": 0,
                                            "dropped": 0, "rejected": 0, "exhausted": 0,
-                                           "corrupt": 0, "lapsed": 0}  # this run only [E18]
+                                           "corrupt": 0, "lapsed": 0,
+                                           "unauthenticated": 0}  # this run only [E18]
 
     def __enter__(self) -> "Outbox":
         return self
@@ -322,7 +444,7 @@ class Outbox:
     def _put(self, topic: "Any", payload: "Any", qos: "Any", retain: "Any", ttl: "Any",
              key: "Any", orig: int) -> int:
         mv = _pack_env(self._buf, topic, payload, qos, retain, ttl, key, self._sha, orig,
-                       self._clock(), self._max_topic)
+                       self._clock(), self._max_topic, self._hkey, self._pads)
         for _ in range(_IO_LOOPS):
             try:
                 seq = self.queue.enqueue(mv)
@@ -354,9 +476,10 @@ class Outbox:
         self._qcls[seq] = cls
         self._wrote(1)
 
-    def _peek(self, seq: int, now: int) -> Message:
+    def _peek(self, seq: int, now: int, auth: bool = False) -> Message:
+        # auth: with a key, an unauthenticated envelope reads as raw bytes (its orig_seq unused)
         try:
-            m = decode_envelope(self.queue.read(seq))
+            m = _decode(self.queue.read(seq), True, self._hkey if auth else None, self._pads)
         except BadEnvelope:
             m = Message()
             m.payload = self.queue.read(seq)  # not an envelope: shown raw
@@ -382,7 +505,7 @@ class Outbox:
         # Dead letters already requeued: the orig_seq of every pending message, read once (a
         # payload read each), then kept up to date by requeue().
         if self._hidden is None:
-            self._hidden = [m.orig_seq for m in [self._peek(it.seq, 0) for it in
+            self._hidden = [m.orig_seq for m in [self._peek(it.seq, 0, True) for it in
                             self.queue.items() if it.state in ("available", "claimed")]
                             if m.orig_seq]
         return self._hidden
@@ -431,7 +554,11 @@ class Outbox:
                 return None
             self._wrote(1)
             try:
-                m = decode_envelope(q.read(c.seq))
+                m = _decode(q.read(c.seq), True, self._hkey, self._pads)
+            except Unauthenticated as e:  # forged, altered or unsigned: never delivered [E22]
+                self.counters["unauthenticated"] += 1
+                self._quar(c.seq, "unauthenticated", e.args[0])
+                continue
             except BadEnvelope as e:
                 self.counters["corrupt"] += 1
                 self._quar(c.seq, "corrupt", e.args[0])
@@ -533,12 +660,14 @@ class Outbox:
         out = []
         for s in [seq] if seq is not None else [i.seq for i in q.items() if i.state[0] == "q"]:
             if s not in hidden:
-                try:
-                    m = decode_envelope(q.read(s))
+                try:  # with a key, an unauthenticated dead letter is never re-signed [E22]
+                    m = _decode(q.read(s), True, self._hkey, self._pads)
                 except BadEnvelope:
                     if seq is not None:
                         raise
                     continue  # requeue-all leaves undecodable ones where they are
+                if seq is None and publishable(m.topic, self._max_topic):
+                    continue  # and one whose topic put() refuses (an old record) [E4]
                 out.append(self._put(m.topic, m.payload, m.qos, m.retain, m.ttl_ms, m.key,
                                      m.orig_seq or s))
                 hidden.append(s)

@@ -141,7 +141,7 @@ def test_envelope_decode_bad_input_is_a_clear_error():
         good[0:18],
         b"XE" + good[2:],
         good[0:2] + b"\x02" + good[3:],  # version 2
-        good[0:3] + b"\x10" + good[4:],  # reserved flag bit
+        good[0:3] + b"\x20" + good[4:],  # reserved flag bit
         good[0:3] + b"\x08" + good[4:],  # orig_seq flag without room
         good[0:5] + b"\x00\x00" + good[7:],  # topic_len 0
         good[0:5] + b"\xff\x00" + good[7:],  # topic_len past the end

@@ -425,12 +425,22 @@ def argparse_inspect(p: argparse.ArgumentParser) -> None:
     add_option_args(p)
     p.add_argument("--payloads", action="store_true", help="include every payload in hex (--json)")
     p.add_argument("--now-ms", type=int, help="wall clock for lease/due figures (default: now)")
+    add_hmac_arg(p)
     p.add_argument("--json", action="store_true")
+
+
+def add_hmac_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--hmac-key-file",
+        metavar="F",
+        help="the device's HMAC key in hex (else $%s): check every message's tag" % qdir.HMAC_KEY_ENV,
+    )
 
 
 def do_inspect(args: argparse.Namespace) -> int:
     opts, src = resolve_options(args, args.dir)
-    info = qdir.inspect(args.dir, opts, payloads=args.payloads, now_ms=args.now_ms)
+    key = qdir.load_hmac_key(args.hmac_key_file, args.dir)
+    info = qdir.inspect(args.dir, opts, payloads=args.payloads, now_ms=args.now_ms, hmac_key=key)
     info["options_source"] = src
     if args.json:
         out_json(info)
@@ -547,6 +557,7 @@ def argparse_replay(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="publish envelopes past their TTL too (default: quarantine them as 'expired')",
     )
+    add_hmac_arg(p)
     add_option_args(p)
     p.add_argument("-v", "--verbose", action="store_true", help="one line per message on stderr")
     p.add_argument("--json", action="store_true")
@@ -556,6 +567,7 @@ def do_replay(args: argparse.Namespace) -> int:
     from . import replay
 
     opts, _src = resolve_options(args, args.dir)
+    key = qdir.load_hmac_key(args.hmac_key_file, args.dir)
     try:
         cfg = replay.parse_url(args.to)
         user, password, warnings = replay.resolve_auth(
@@ -564,7 +576,9 @@ def do_replay(args: argparse.Namespace) -> int:
         for w in warnings:
             log_err("ddq: %s" % w)
         if args.dry_run:
-            res = replay.plan(args.dir, opts, cfg["prefix"], send_expired=args.send_expired)
+            res = replay.plan(
+                args.dir, opts, cfg["prefix"], send_expired=args.send_expired, hmac_key=key
+            )
         else:
             res = replay.replay(
                 args.dir,
@@ -580,6 +594,7 @@ def do_replay(args: argparse.Namespace) -> int:
                 ca_file=args.ca_file,
                 certfile=args.cert,
                 keyfile=args.key,
+                hmac_key=key,
             )
     except replay.ReplayError as e:
         raise CommandError(str(e)) from None
@@ -590,13 +605,16 @@ def do_replay(args: argparse.Namespace) -> int:
             for w in res["would_send"]:
                 print("would send seq %d -> %s (%d bytes)" % (w["seq"], w["topic"], w["bytes"]))
         print(
-            "%ssent %d, failed %d, skipped %d, expired %d, remaining %d"
+            "%ssent %d, failed %d, skipped %d, expired %d, unpublishable %d, unauthenticated %d, "
+            "remaining %d"
             % (
                 "dry run: " if res["dry_run"] else "",
                 res["sent"],
                 res["failed"],
                 res["skipped"],
                 res["expired"],
+                res["unpublishable"],
+                res["unauthenticated"],
                 res["remaining"],
             )
         )

@@ -151,6 +151,40 @@ def _preview(b: bytes, n: int = 40) -> str:
 
 
 _ENV_FIELDS = ("topic", "qos", "retain", "enqueued_ms", "ttl_ms", "key", "orig_seq")
+HMAC_KEY_ENV = "DDQ_HMAC_KEY"  # the key in hex, when no --hmac-key-file is given
+
+
+class HmacKeyError(QueueDirError):
+    """The HMAC key cannot be used (never shows the key)."""
+
+
+def load_hmac_key(path: str | None, queue_dir: str | None = None) -> bytes | None:
+    """The device's HMAC key (SPEC E21/E22): hex digits in the file `path` (whitespace ignored,
+    e.g. `openssl rand -hex 32 > device.key`), else in $DDQ_HMAC_KEY, else None (no check).
+    A key file inside the queue directory is refused: the key must never travel with the
+    queue. The key is never echoed."""
+    if path is not None:
+        if queue_dir is not None:
+            d, f = os.path.realpath(queue_dir), os.path.realpath(path)
+            if os.path.commonpath([d, f]) == d:
+                raise HmacKeyError("%s: the HMAC key file must not be inside the queue directory" % path)
+        try:
+            with open(path, "rb") as fh:
+                text = fh.read(4096).decode("ascii", "replace")
+        except OSError as e:
+            raise HmacKeyError("%s: cannot read the HMAC key file (%s)" % (path, e.strerror or e)) from None
+        where = path
+    elif os.environ.get(HMAC_KEY_ENV):
+        text, where = os.environ[HMAC_KEY_ENV], "$" + HMAC_KEY_ENV
+    else:
+        return None
+    try:
+        key = bytes.fromhex("".join(text.split()))
+    except ValueError:
+        key = b""
+    if len(key) < 16:
+        raise HmacKeyError("%s: the HMAC key must be at least 16 bytes written in hex" % where)
+    return key
 
 
 def _decode(ddq: ModuleType, payload: bytes) -> Any:
@@ -162,6 +196,23 @@ def _decode(ddq: ModuleType, payload: bytes) -> Any:
         return ddq_outbox.decode_envelope(payload)
     except Exception:  # BadEnvelope, InvalidArgument: not an envelope
         return None
+
+
+def auth_status(payload: bytes, hmac_key: bytes | None) -> str:
+    """"ok" (a valid tag), "unauthenticated: <why>" (with a key: no valid tag, or not an
+    envelope), "unchecked" (a tag, no key given) or "unsigned" (no tag, no key)."""
+    import ddq_outbox
+
+    if hmac_key is None:
+        p = bytes(payload)
+        return "unchecked" if len(p) > 3 and p[0:2] == b"DE" and p[3] & 0x10 else "unsigned"
+    try:
+        ddq_outbox.decode_envelope(payload, hmac_key=hmac_key)
+    except ddq_outbox.Unauthenticated as e:
+        return "unauthenticated: %s" % e
+    except Exception as e:  # BadEnvelope or not bytes: cannot carry a valid tag
+        return "unauthenticated: not an envelope (%s)" % e
+    return "ok"
 
 
 def _expiry(env: Any, now_ms: int) -> tuple[int | None, bool]:
@@ -201,6 +252,7 @@ def decode_envelope(
 def envelope_parts(
     ddq: ModuleType, payload: bytes, now_ms: int
 ) -> tuple[str, bytes, bool, bool] | None:
+    # Unauthenticated input: replay checks auth_status first when it has a key.
     """(topic, inner payload, retain, expired) for replay, or None when not an envelope."""
     env = _decode(ddq, payload)
     topic = getattr(env, "topic", None) if env is not None else None
@@ -231,7 +283,11 @@ def copy_queue(src: str, dst: str) -> None:
 
 
 def inspect(
-    path: str, options: dict[str, int], payloads: bool = False, now_ms: int | None = None
+    path: str,
+    options: dict[str, int],
+    payloads: bool = False,
+    now_ms: int | None = None,
+    hmac_key: bytes | None = None,
 ) -> dict[str, Any]:
     """Recovered state of the queue in path, computed on a temporary copy (path is never written)."""
     ddq = load_ddq()
@@ -275,6 +331,7 @@ def inspect(
                 env = decode_envelope(ddq, payload, now_ms)
                 if env is not None:
                     d["envelope"] = env
+                d["auth"] = auth_status(payload, hmac_key)
                 if it.state == "quarantined":
                     r = q.reason(it.seq)
                     d["reason"] = r.decode("utf-8", "replace")
@@ -294,6 +351,7 @@ def inspect(
     return {
         "path": path,
         "options": options,
+        "hmac_checked": hmac_key is not None,
         "now_ms": now_ms,
         "generation": stats.get("generation"),
         "stats": stats,
@@ -324,6 +382,9 @@ def render_inspect(info: dict[str, Any]) -> str:
             st["next_seq"],
         ),
     ]
+    if info.get("hmac_checked"):
+        bad = sum(1 for d in info["items"] if d.get("auth", "").startswith("unauthenticated"))
+        lines.append("auth: HMAC checked with the given key, %d unauthenticated" % bad)
     lines.append(fsck.render_index(info["index"]))
     ch = info["recovery_changes"]
     if info["recovered_tail_bytes"]:
@@ -358,6 +419,10 @@ def render_inspect(info: dict[str, Any]) -> str:
                     " EXPIRED" if env.get("expired") else "",
                 )
             )
+        auth = d.get("auth", "")
+        if auth.startswith("unauthenticated") or (auth == "ok" and env):
+            lines.append("         auth: %s" % ("ok (HMAC)" if auth == "ok" else auth.upper()[:15]
+                                                  + auth[15:]))
         if "reason" in d:
             lines.append("         reason: %s" % d["reason"])
     return "\n".join(lines) + "\n"

@@ -19,8 +19,14 @@ Topics (URL mqtt[s]://[user[:password]@]HOST[:PORT][/PREFIX], PREFIX defaults to
 Replay always publishes with QoS 1, whatever the envelope asked for: the ack needs a PUBACK.
 An envelope past its TTL (enqueued_ms + ttl_ms <= now) is not published but quarantined with the
 reason "expired", as the Outbox does by default; --send-expired publishes it anyway.
+A message MQTT cannot publish (a topic with a wildcard "+"/"#" from an old or forged record, one
+over 65,535 bytes once the prefix is added, one paho refuses) is quarantined with the reason
+"unpublishable: <why>" and replay goes on with the next. With an HMAC key (--hmac-key-file F or
+$DDQ_HMAC_KEY, SPEC E21/E22) every message must carry a valid tag: anything else (unsigned, altered,
+forged, a raw payload) is quarantined as "unauthenticated: <why>", never published.
 
-Counts: sent (acked this run), expired (quarantined, not sent), failed (no PUBACK in time / connection lost: released with retry(0),
+Counts: sent (acked this run), expired (quarantined, not sent), unpublishable and
+unauthenticated (quarantined, not sent), failed (no PUBACK in time / connection lost: released with retry(0),
 which counts an attempt, and the run stops), skipped (pending but not deliverable now: backing off
 after a retry, or under a live lease), remaining (deliverable but not attempted: --limit, Ctrl-C, or
 the stop after a failure), raw (of sent, published to PREFIX/raw).
@@ -177,12 +183,27 @@ def topic_for(prefix: str, topic: str) -> str:
     return "%s/%s" % (prefix, topic) if prefix else topic
 
 
+def check_prefix(prefix: str) -> None:
+    """A prefix MQTT cannot publish under would make every message unpublishable: refuse it."""
+    if prefix and ("+" in prefix or "#" in prefix or "\0" in prefix):
+        raise ReplayError("topic prefix %r: no MQTT wildcard (+ #) or NUL allowed" % prefix)
+
+
+def unpublishable(topic: str) -> str:
+    """"" if MQTT can publish topic (after the prefix), else why not (ddq_outbox.publishable)."""
+    import ddq_outbox  # beside ddq (qdir.load_ddq put its directory on the path)
+
+    return str(ddq_outbox.publishable(topic.encode("utf-8", "surrogatepass"), 65535))
+
+
 class Route:
     """Where and how one stored payload is published."""
 
-    __slots__ = ("topic", "body", "retain", "raw", "expired")
+    __slots__ = ("topic", "body", "retain", "raw", "expired", "problem")
 
-    def __init__(self, topic: str, body: bytes, retain: bool, raw: bool, expired: bool) -> None:
+    def __init__(
+        self, topic: str, body: bytes, retain: bool, raw: bool, expired: bool, problem: str = ""
+    ) -> None:
         self.topic, self.body, self.retain, self.raw, self.expired = (
             topic,
             body,
@@ -190,15 +211,29 @@ class Route:
             raw,
             expired,
         )
+        # "" or the quarantine reason: "unauthenticated: ..." or "unpublishable: ..."
+        self.problem = problem
 
 
-def route(ddq: ModuleType, prefix: str, payload: bytes, now_ms: int) -> Route:
-    """The route of a stored payload: an envelope to PREFIX/<topic>, anything else to PREFIX/raw."""
+def route(
+    ddq: ModuleType, prefix: str, payload: bytes, now_ms: int, hmac_key: bytes | None = None
+) -> Route:
+    """The route of a stored payload: an envelope to PREFIX/<topic>, anything else to PREFIX/raw.
+    With hmac_key, a payload without a valid tag gets problem "unauthenticated: ..." (checked
+    first: nothing else in it is trusted); a topic MQTT cannot publish gets "unpublishable: ..."."""
+    if hmac_key is not None:
+        auth = qdir.auth_status(payload, hmac_key)
+        if auth != "ok":
+            return Route(topic_for(prefix, "raw"), b"", False, False, False, auth)
     env = qdir.envelope_parts(ddq, payload, now_ms)
     if env is None:
         return Route(topic_for(prefix, "raw"), bytes(payload), False, True, False)
     topic, body, retain, expired = env
-    return Route(topic_for(prefix, topic), body, retain, False, expired)
+    r = Route(topic_for(prefix, topic), body, retain, False, expired)
+    why = unpublishable(r.topic)
+    if why:
+        r.problem = "unpublishable: " + why
+    return r
 
 
 def plan(
@@ -207,12 +242,15 @@ def plan(
     prefix: str,
     now_ms: int | None = None,
     send_expired: bool = False,
+    hmac_key: bytes | None = None,
 ) -> dict[str, Any]:
     """Dry run on a copy: what would be sent where, what would be skipped. DIR is not written."""
     ddq = qdir.load_ddq()
+    check_prefix(prefix)
     info = qdir.inspect(path, options, payloads=True, now_ms=now_ms)
     now = info["now_ms"]
     would, skipped = [], []
+    bad: dict[str, list[int]] = {"unpublishable": [], "unauthenticated": []}
     for it in info["items"]:
         if it["state"] not in ("available", "claimed"):
             continue
@@ -222,7 +260,10 @@ def plan(
         if not due:
             skipped.append(it["seq"])
             continue
-        r = route(ddq, prefix, bytes.fromhex(it["payload_hex"]), now)
+        r = route(ddq, prefix, bytes.fromhex(it["payload_hex"]), now, hmac_key)
+        if r.problem:
+            bad[r.problem.split(":")[0]].append(it["seq"])
+            continue
         would.append(
             {
                 "seq": it["seq"],
@@ -244,6 +285,10 @@ def plan(
         "skipped_seqs": skipped,
         "expired": len(expired),
         "expired_seqs": expired,
+        "unpublishable": len(bad["unpublishable"]),
+        "unpublishable_seqs": bad["unpublishable"],
+        "unauthenticated": len(bad["unauthenticated"]),
+        "unauthenticated_seqs": bad["unauthenticated"],
         "remaining": len(would),
         "raw": sum(1 for w in would if w["raw"]),
     }
@@ -263,6 +308,7 @@ def replay(
     ca_file: str | None = None,
     certfile: str | None = None,
     keyfile: str | None = None,
+    hmac_key: bytes | None = None,
 ) -> dict[str, Any]:
     """Deliver; return the summary dict (see the module docstring). auth: (user, password)
     instead of the URL's (resolve_auth); ca_file, certfile, keyfile: TLS (mqtts:// only)."""
@@ -278,6 +324,7 @@ def replay(
     if keyfile and not certfile:
         raise ReplayError("--key needs --cert (the client certificate)")
     broker = "%s:%d" % (cfg["host"], cfg["port"])
+    check_prefix(cfg["prefix"])
     connected = threading.Event()
     state: dict[str, Any] = {"rc": None, "lost": False}
 
@@ -355,6 +402,7 @@ def replay(
             state,
             log,
             send_expired,
+            hmac_key,
         )
     finally:
         if old is not None:
@@ -381,10 +429,12 @@ def _deliver(
     state: dict[str, Any],
     log: Callable[[str], None] | None,
     send_expired: bool = False,
+    hmac_key: bytes | None = None,
 ) -> dict[str, Any]:
     sent: list[int] = []
     failed: list[int] = []
     expired: list[int] = []
+    bad: dict[str, list[int]] = {"unpublishable": [], "unauthenticated": []}
     raw = 0
     q = ddq.Queue(path, **options)
     try:
@@ -392,7 +442,8 @@ def _deliver(
         attempted: set[int] = set()
         stop = False
         for _ in range(len(pending) + 1):  # bounded: each pass claims a different pending item
-            if stop or interrupted or (limit is not None and len(sent) + len(expired) >= limit):
+            done = len(sent) + len(expired) + sum(len(v) for v in bad.values())
+            if stop or interrupted or (limit is not None and done >= limit):
                 break
             c = q.claim(lease_ms)
             if c is None:
@@ -401,7 +452,10 @@ def _deliver(
                 q.retry(c.seq, 0)
                 break
             attempted.add(c.seq)
-            r = route(ddq, prefix, q.read(c.seq), int(time.time() * 1000))
+            r = route(ddq, prefix, q.read(c.seq), int(time.time() * 1000), hmac_key)
+            if r.problem.startswith("unauthenticated"):
+                _quarantine(q, c.seq, r.problem, bad, log)
+                continue
             if r.expired and not send_expired:
                 # Past its TTL: retired like the Outbox does by default (dead letter "expired").
                 q.quarantine(c.seq, b"expired")
@@ -410,7 +464,14 @@ def _deliver(
                     log("seq %d expired (TTL): quarantined, not sent" % c.seq)
                 continue
             topic = r.topic
-            info = client.publish(topic, r.body, qos=1, retain=r.retain)
+            if r.problem:
+                _quarantine(q, c.seq, r.problem, bad, log)
+                continue
+            try:
+                info = client.publish(topic, r.body, qos=1, retain=r.retain)
+            except ValueError as e:  # paho refuses the topic or the payload: not sendable, ever
+                _quarantine(q, c.seq, "unpublishable: %s" % e, bad, log)
+                continue
             try:
                 info.wait_for_publish(timeout)
                 ok = info.is_published()
@@ -452,6 +513,10 @@ def _deliver(
         "raw": raw,
         "expired": len(expired),
         "expired_seqs": expired,
+        "unpublishable": len(bad["unpublishable"]),
+        "unpublishable_seqs": bad["unpublishable"],
+        "unauthenticated": len(bad["unauthenticated"]),
+        "unauthenticated_seqs": bad["unauthenticated"],
         "sent_seqs": sent,
         "failed_seqs": failed,
         "skipped_seqs": skipped,
@@ -469,3 +534,15 @@ def _deliver(
         },
         "connection_lost": state["lost"],
     }
+
+
+def _quarantine(
+    q: Any, seq: int, why: str, bad: dict[str, list[int]], log: Callable[[str], None] | None
+) -> None:
+    """Retire a message replay can never send, with its reason (the Outbox's reason rules:
+    at most 120 bytes, NUL replaced), and go on with the next."""
+    n = min(120, int(getattr(q, "reason_budget", 120)))
+    q.quarantine(seq, why.encode("utf-8", "replace")[:n].replace(b"\0", b"?"))
+    bad[why.split(":")[0]].append(seq)
+    if log:
+        log("seq %d not sent: quarantined (%s)" % (seq, why))

@@ -97,3 +97,200 @@ def test_empty_prefix_publishes_envelope_topics_verbatim(tmp_path, mosquitto):
     )
     topics = [w["topic"] for w in json.loads(r.stdout)["would_send"]]
     assert topics == ["sensors/t", "status", "raw", "sensors/t"]
+
+
+# ---------------------------------------------------------------- unpublishable / unauthenticated
+
+KEY = bytes(range(32))
+
+
+def _wildcard(enc, now):
+    # A raw encode as an old writer (or a forger) made it: put() refuses such a topic today.
+    b = bytearray(enc("sensors/x", b"wild", enqueued_ms=now))
+    i = bytes(b).index(b"sensors/x") + 8
+    b[i : i + 1] = b"#"
+    return bytes(b)
+
+
+def test_replay_quarantines_unpublishable_and_goes_on(tmp_path, mosquitto):
+    import ddq_outbox
+
+    q = tmp_path / "q"
+    ddqmod = qdir.load_ddq()
+    now = int(time.time() * 1000)
+    enc = ddq_outbox.encode_envelope
+    qq = ddqmod.Queue(str(q), **OPTS)
+    try:
+        a = qq.enqueue(enc("ok/1", b"one", enqueued_ms=now))
+        w = qq.enqueue(_wildcard(enc, now))
+        plus = qq.enqueue(_wildcard(enc, now).replace(b"sensors/#", b"sensors/+"))
+        long_t = qq.enqueue(enc("l" * 200, b"long", enqueued_ms=now))
+        b = qq.enqueue(enc("ok/2", b"two", enqueued_ms=now))
+    finally:
+        qq.close()
+    (q / qdir.OPTIONS_FILE).write_text(json.dumps(OPTS))
+    # a 200-byte topic is fine; under a 65,400-byte prefix it is over MQTT's 65,535 bytes
+    pre = "p" * 65400
+    url = "mqtt://127.0.0.1:%d/%s" % (mosquitto, pre)
+    r = ddq("replay", q, "--to", url, "--dry-run", "--json")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    assert plan["unpublishable_seqs"] == [w, plus, long_t]
+    assert [x["seq"] for x in plan["would_send"]] == [a, b]
+    short = json.loads(ddq("replay", q, "--to", url[:-65399], "--dry-run", "--json").stdout)
+    assert short["unpublishable_seqs"] == [w, plus]  # prefix "p": the long topic fits
+    sub = Subscriber(mosquitto)
+    try:
+        r = ddq("replay", q, "--to", url, "--json", "-v")
+        assert r.returncode == 0, r.stderr
+        res = json.loads(r.stdout)
+        sub.wait_for(2)
+        time.sleep(0.2)
+        got = [g for g in sub.got if g[0].startswith(pre)]  # retained messages of other tests too
+    finally:
+        sub.close()
+    assert (res["sent"], res["unpublishable"], res["failed"], res["remaining"]) == (2, 3, 0, 0)
+    assert "Traceback" not in r.stderr and "quarantined (unpublishable" in r.stderr
+    assert sorted(got) == [(pre + "/ok/1", b"one"), (pre + "/ok/2", b"two")]
+    items = {it["seq"]: it for it in json.loads(ddq("inspect", q, "--json").stdout)["items"]}
+    assert items[w]["state"] == items[plus]["state"] == "quarantined"
+    assert items[w]["reason"].startswith("unpublishable: topic contains an MQTT wildcard")
+    # the rerun is clean: nothing claimed, nothing left, nothing sent twice
+    assert items[long_t]["reason"].startswith("unpublishable: topic is 65601 bytes")
+    res = json.loads(ddq("replay", q, "--to", url, "--json").stdout)
+    assert (res["sent"], res["unpublishable"], res["failed"], res["remaining"]) == (0, 0, 0, 0)
+    assert res["stats"]["claimed_items"] == 0 and res["stats"]["quarantined_items"] == 3
+    assert ddq("verify", q).returncode == 0
+
+
+def test_replay_refuses_a_wildcard_prefix(tmp_path):
+    q = tmp_path / "q"
+    _make_queue(q)
+    before = tree_hash(q)
+    for p in ("a/%23", "+/b"):  # %23: a "#" in a URL starts the fragment
+        r = ddq("replay", q, "--to", "mqtt://127.0.0.1:1/" + p, "--dry-run")
+        assert r.returncode == 1 and "wildcard" in r.stderr and "Traceback" not in r.stderr
+    assert tree_hash(q) == before
+
+
+def _signed_queue(path, key):
+    import ddq_outbox
+
+    ddqmod = qdir.load_ddq()
+    now = int(time.time() * 1000)
+    enc = ddq_outbox.encode_envelope
+    q = ddqmod.Queue(str(path), **OPTS)
+    try:
+        good = q.enqueue(enc("s/good", b"good", enqueued_ms=now, hmac_key=key))
+        alt = bytearray(enc("s/alt", b"100", enqueued_ms=now, hmac_key=key))
+        alt[-1] = ord("9")
+        altered = q.enqueue(bytes(alt))
+        unsigned = q.enqueue(enc("s/unsigned", b"u", enqueued_ms=now))
+        foreign = q.enqueue(enc("s/foreign", b"f", enqueued_ms=now, hmac_key=b"x" * 32))
+        raw = q.enqueue(b"raw bytes")
+        good2 = q.enqueue(enc("s/good2", b"good2", enqueued_ms=now, hmac_key=key))
+    finally:
+        q.close()
+    (path / qdir.OPTIONS_FILE).write_text(json.dumps(OPTS))
+    return good, altered, unsigned, foreign, raw, good2
+
+
+def test_replay_with_an_hmac_key_sends_only_authenticated_messages(tmp_path, mosquitto):
+    q = tmp_path / "q"
+    good, altered, unsigned, foreign, raw, good2 = _signed_queue(q, KEY)
+    kf = tmp_path / "device.key"
+    kf.write_text(KEY.hex() + "\n")
+    url = "mqtt://127.0.0.1:%d/" % mosquitto
+    plan = json.loads(
+        ddq("replay", q, "--to", url, "--dry-run", "--json", "--hmac-key-file", kf).stdout
+    )
+    assert plan["unauthenticated_seqs"] == [altered, unsigned, foreign, raw]
+    assert [w["seq"] for w in plan["would_send"]] == [good, good2]
+    sub = Subscriber(mosquitto)
+    try:
+        r = ddq("replay", q, "--to", url, "--json", "--hmac-key-file", kf)
+        assert r.returncode == 0, r.stderr
+        res = json.loads(r.stdout)
+        sub.wait_for(2)
+        time.sleep(0.3)
+        got = [g for g in sub.got if g[0].startswith("s/")]  # other tests' retained messages
+    finally:
+        sub.close()
+    assert (res["sent"], res["unauthenticated"], res["remaining"]) == (2, 4, 0)
+    assert sorted(got) == [("s/good", b"good"), ("s/good2", b"good2")]
+    assert KEY.hex() not in r.stdout + r.stderr
+    items = {it["seq"]: it for it in json.loads(ddq("inspect", q, "--json").stdout)["items"]}
+    assert items[altered]["reason"] == "unauthenticated: envelope: HMAC tag mismatch"
+    assert items[unsigned]["reason"] == "unauthenticated: envelope: no HMAC tag"
+    assert items[raw]["reason"].startswith("unauthenticated: not an envelope")
+
+
+def test_inspect_shows_auth_status(tmp_path, monkeypatch):
+    q = tmp_path / "q"
+    good, altered, unsigned, foreign, raw, good2 = _signed_queue(q, KEY)
+    r = ddq("inspect", q, "--json")
+    items = {it["seq"]: it for it in json.loads(r.stdout)["items"]}
+    assert items[good]["auth"] == "unchecked" and items[unsigned]["auth"] == "unsigned"
+    monkeypatch.setenv("DDQ_HMAC_KEY", KEY.hex())
+    r = ddq("inspect", q, "--json")  # the key from $DDQ_HMAC_KEY
+    info = json.loads(r.stdout)
+    items = {it["seq"]: it for it in info["items"]}
+    assert info["hmac_checked"] is True
+    assert [items[s]["auth"] for s in (good, good2)] == ["ok", "ok"]
+    assert items[altered]["auth"] == "unauthenticated: envelope: HMAC tag mismatch"
+    assert items[foreign]["auth"] == "unauthenticated: envelope: HMAC tag mismatch"
+    assert items[unsigned]["auth"] == "unauthenticated: envelope: no HMAC tag"
+    r = ddq("inspect", q)
+    assert "auth: HMAC checked with the given key, 4 unauthenticated" in r.stdout
+    assert "auth: UNAUTHENTICATED: envelope: HMAC tag mismatch" in r.stdout
+
+
+def test_hmac_key_file_errors_never_show_the_key(tmp_path):
+    q = tmp_path / "q"
+    _signed_queue(q, KEY)
+    inside = q / "device.key"
+    inside.write_text(KEY.hex())
+    r = ddq("inspect", q, "--hmac-key-file", inside)
+    assert r.returncode == 1 and "inside the queue directory" in r.stderr
+    short = tmp_path / "short.key"
+    short.write_text("abcd" + "zz" * 20)
+    r = ddq("inspect", q, "--hmac-key-file", short)
+    assert r.returncode == 1 and "at least 16 bytes" in r.stderr and "zz" not in r.stderr
+    r = ddq("inspect", q, "--hmac-key-file", tmp_path / "missing.key")
+    assert r.returncode == 1 and "cannot read" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_deliver_quarantines_what_paho_refuses_and_goes_on(tmp_path):
+    # paho raises ValueError for what it cannot publish: quarantined, the next message is sent
+    from ddqhost import replay
+
+    q = tmp_path / "q"
+    a, b, c, d = _make_queue(q)
+
+    class Info:
+        def wait_for_publish(self, timeout):
+            pass
+
+        def is_published(self):
+            return True
+
+    class Client:
+        def __init__(self):
+            self.sent = []
+
+        def publish(self, topic, body, qos, retain):
+            if topic.endswith("/status"):
+                raise ValueError("Invalid topic.")
+            self.sent.append(topic)
+            return Info()
+
+    cl = Client()
+    res = replay._deliver(
+        qdir.load_ddq(), str(q), OPTS, cl, "p", None, 60000, 1.0, [], {"lost": False}, None
+    )
+    assert cl.sent == ["p/sensors/t", "p/raw"]
+    assert res["unpublishable_seqs"] == [b] and res["sent_seqs"] == [a, c]
+    assert res["stats"]["claimed_items"] == 0
+    items = {it["seq"]: it for it in json.loads(ddq("inspect", q, "--json").stdout)["items"]}
+    assert items[b]["reason"] == "unpublishable: Invalid topic."

@@ -31,6 +31,11 @@ def block(line, sb, extra, wall, full):
         extra.get("bad_undetectable_cut", 0)))
     out.append("| 3 bad images | Hypothesis examples; seeded replays on MicroPython (forged accepted) | %d; %d (%d) |" % (
         extra["hypothesis"], extra["mp_bad_images"], extra.get("mp_forged", 0)))
+    if sb.get("hmac_forged"):
+        hk = extra.get("hmac_by_kind", {})
+        out.append("| 3b forged messages | HMAC-signed envelopes altered or forged, valid record CRCs, opened with the key: tried / returned by get() (control without the key: accepted) | %d / %d (%d); %s |" % (
+            sb["hmac_forged"], sb["hmac_forged_accepted"], extra.get("hmac_control_accepted", 0),
+            ", ".join("%s %d" % (k, hk[k]) for k in sorted(hk))))
     ix = extra.get("index")
     if ix:
         out.append("| 1-3 recovery index | compared with an index_bytes=0 open / opened through queue.index: crash states; power cuts (cut inside a queue.index write); bad images; Hypothesis | %d / %d; %d / %d (%d); %d / %d; %d / %d |" % (

@@ -3,6 +3,7 @@
 Runs the four parts as subprocess tasks, two at a time (2 cores):
   1. crash states (CPython, tests/torture/crash.py)      2. power cuts (MicroPython, mp_powercut.py)
   3. bad images (CPython + Hypothesis, MicroPython)      4. injected faults (CPython, tfaults.py)
+  3b. forged/altered HMAC-signed messages (CPython, forge.py): forged records tried and accepted
 then prints ONE scoreboard line computed from what ran, checks the targets, and exits non-zero on
 any invariant failure or missed target, printing the first failure's reproduction.
 
@@ -25,7 +26,7 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 PY = sys.executable
 MP = os.path.join(ROOT, ".venv", "bin", "micropython")
 TARGETS = {"crash_states": 200000, "lfs_cuts": 30000, "fat_cuts": 10000, "bad_images": 100000,
-           "fault_kinds": 16, "index_opens": 10000}
+           "fault_kinds": 16, "index_opens": 10000, "hmac_forged": 10000}
 SYNCS = ("always", "ack", "always", "none", "outbox")   # outbox: ddq_outbox.Outbox group commit
 # index_bytes per crash seed (k % 3): ddq's default (1 MiB: never reached, never written), 0 (the
 # index off), 1 (every close + reopen and save_index step writes queue.index; every judged state
@@ -51,6 +52,7 @@ def plan(scale, smoke=False):
         t.append(("mp", "lfs snap 4 ix", [MP, "mp_powercut.py", "lfs", "snap", "4", "24", "1", "0", "index=1"], 120))
         t.append(("mp", "lfs raise 3", [MP, "mp_powercut.py", "lfs", "raise", "3", "8", "3"], 120))
         t.append(("mpbad", "mpbad 11", [MP, "mp_badimg.py", "11", "10", "200"], 120))
+        t.append(("forge", "forge 11", [PY, "worker.py", "forge", "11", "500"], 120))
         return t
     n_crash = 30 * scale
     for k in range(n_crash):
@@ -71,6 +73,8 @@ def plan(scale, smoke=False):
         t.append(("hypo", "hypo %d" % (500 + k), [PY, "worker.py", "hypo", str(500 + k), "30", "600"], 900))
     for k in range(scale):
         t.append(("hypo", "hypo %d ix" % (503 + 6 * k), [PY, "worker.py", "hypo", str(503 + 6 * k), "31", "600", "1"], 900))
+    for k in range(2 * scale):   # forged/altered signed messages: 2 x 6000 (about a second each)
+        t.append(("forge", "forge %d" % (700 + k), [PY, "worker.py", "forge", str(700 + k), "6000"], 900))
     for k in range(2 * scale):   # the same seeds and sizes as "bad": the base images must hash the same
         t.append(("mpbad", "mpbad %d" % (500 + k), [MP, "mp_badimg.py", str(500 + k), str(10 + (k * 7) % 36), "4000"], 900))
     # power cuts: snap (drop + torn at every device op) and live raise/errno re-runs (a cut at
@@ -136,7 +140,7 @@ def run_task(task, tmp, impl):
 def aggregate(done):
     sb = {"crash_states": 0, "lfs_cuts": 0, "fat_cuts": 0, "bad_images": 0, "fault_kinds": 0,
           "fault_points": 0, "lost": 0, "resurrected": 0, "reused_seq": 0, "unexpected": 0,
-          "index_opens": 0, "index_mismatch": 0}
+          "index_opens": 0, "index_mismatch": 0, "hmac_forged": 0, "hmac_forged_accepted": 0}
     extra = {"crash_checked": 0, "depth2_states": 0, "corrupt_reported": 0, "by_model": {},
              "lfs": {"drop": 0, "torn": 0, "raise": 0, "errno": 0}, "fat": {"drop": 0, "torn": 0, "raise": 0, "errno": 0},
              "bad_corrupt": 0, "bad_clean": 0, "bad_forged": 0, "hypothesis": 0, "mp_bad_images": 0,
@@ -144,7 +148,8 @@ def aggregate(done):
              # recovery index (SPEC 12.1): per part, [states compared, of them opened through the
              # index]; bad images also count a damaged/stale index accepted to another state
              "index": {"crash": [0, 0], "mp": [0, 0], "bad": [0, 0], "hypo": [0, 0]},
-             "forged_index": 0, "index_write_cuts": 0}
+             "forged_index": 0, "index_write_cuts": 0, "hmac_control_accepted": 0,
+             "hmac_by_kind": {}}
     failures = []
     crash_hashes, bad_hashes = set(), set()
     for d in done:
@@ -197,6 +202,12 @@ def aggregate(done):
             extra["mp_bad_images"] += r["images"]
             extra["mp_forged"] = extra.get("mp_forged", 0) + r["forged"]
             extra["base_sha"].setdefault(r["seed"], {})["micropython"] = r.get("base_sha256")
+        elif part == "forge":
+            sb["hmac_forged"] += r["forged"]
+            sb["hmac_forged_accepted"] += r["accepted"]
+            extra["hmac_control_accepted"] += r["control_accepted"]
+            for k, v in r["by_kind"].items():
+                extra["hmac_by_kind"][k] = extra["hmac_by_kind"].get(k, 0) + v
         elif part == "fault":
             sb["fault_points"] += r["points"]
             for k, v in r["kinds"].items():
@@ -222,9 +233,11 @@ def scoreboard_line(sb, extra):
     keys = ("crash_states", "lfs_cuts", "fat_cuts", "bad_images", "fault_kinds", "fault_points",
             "lost", "resurrected", "reused_seq", "unexpected", "index_opens", "index_mismatch")
     s = "torture: " + " ".join("%s=%d" % (k, sb[k]) for k in keys)
-    s += " (depth2=%d corrupt_reported=%d hypothesis=%d mp_bad_images=%d forged_accepted=%d forged_index_accepted=%d)" % (
+    s += " (depth2=%d corrupt_reported=%d hypothesis=%d mp_bad_images=%d forged_accepted=%d forged_index_accepted=%d" % (
         extra["depth2_states"], extra["corrupt_reported"], extra["hypothesis"], extra["mp_bad_images"],
         extra["bad_forged"], extra["forged_index"])
+    # with an HMAC key (SPEC E22): forged/altered signed messages tried, and returned by get()
+    s += " hmac_forged=%d hmac_forged_accepted=%d)" % (sb["hmac_forged"], sb["hmac_forged_accepted"])
     return s
 
 
@@ -241,9 +254,9 @@ def main():
     tasks = plan(10 if a.full else 1, a.smoke)
     if a.only:
         parts = a.only.split(",")
-        tasks = [t for t in tasks if t[0] in parts or (t[0] in ("hypo", "mpbad") and "bad" in parts)]
+        tasks = [t for t in tasks if t[0] in parts or (t[0] in ("hypo", "mpbad", "forge") and "bad" in parts)]
     # longest first so the two workers finish together
-    weight = {"crash": 3, "mp": 2, "fault": 2, "bad": 1, "hypo": 1, "mpbad": 0}
+    weight = {"crash": 3, "mp": 2, "fault": 2, "bad": 1, "hypo": 1, "mpbad": 0, "forge": 0}
     tasks.sort(key=lambda t: -weight[t[0]])
     t0 = time.time()
     done = []
@@ -255,7 +268,7 @@ def main():
                 done.append(d)
                 r = d["res"] or {}
                 bad = sum(r.get(k, 0) for k in ("lost", "resurrected", "reused_seq", "unexpected", "index_mismatch",
-                                                "forged_index"))
+                                                "forged_index") + (("accepted",) if d["part"] == "forge" else ()))
                 print("  %-16s %6.1fs%s" % (d["label"], d["secs"], "" if d["rc"] == 0 and not bad else
                                             "  FAILURES=%d rc=%s" % (bad, d["rc"])), flush=True)
             return d
@@ -271,7 +284,8 @@ def main():
     line = scoreboard_line(sb, extra)
     print(line)
     print("wall %.0f s, %d tasks, jobs %d" % (wall, len(tasks), a.jobs))
-    ok = sb["lost"] == sb["resurrected"] == sb["reused_seq"] == sb["unexpected"] == sb["index_mismatch"] == 0
+    ok = sb["lost"] == sb["resurrected"] == sb["reused_seq"] == sb["unexpected"] == sb["index_mismatch"] == 0 \
+        and sb["hmac_forged_accepted"] == 0
     missed = []
     if not (a.smoke or a.only):
         scale = 10 if a.full else 1

@@ -132,3 +132,19 @@ def test_harness_catches_planted_bugs():
     # The stand-in drops its tmp at recovery: under FAT's remove + rename the log vanishes.
     res = crash.run_seed(standin, 2, 40, models=("fat",), depth2=0)
     assert res["lost"] + res["reused_seq"] > 0, res
+
+
+def test_forged_signed_messages_slice(monkeypatch):
+    # EVIDENCE-OF: E22 E21
+    import forge
+
+    import ddq_outbox
+
+    res = forge.run_seed(ddq, 5, 400)
+    assert res["forged"] >= 400 and res["accepted"] == 0 and res["unexpected"] == 0, res
+    assert len(res["by_kind"]) == len(forge.KINDS) and res["control_accepted"] > 0, res
+    # a planted bug: get() that ignores the key is caught (forged_accepted > 0)
+    real = ddq_outbox._decode
+    monkeypatch.setattr(ddq_outbox, "_decode", lambda d, v, k, p: real(d, v, None, None))
+    res = forge.run_seed(ddq, 5, 200)
+    assert res["accepted"] > 0, res

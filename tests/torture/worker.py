@@ -7,6 +7,8 @@
     python tests/torture/worker.py bad SEED NOPS INDEX HASHFILE    part 3, exhaustive
     python tests/torture/worker.py hypo SEED NOPS EXAMPLES [INDEX] part 3, Hypothesis
     python tests/torture/worker.py base SEED NOPS [INDEX]          sha256 of a base image
+    python tests/torture/worker.py forge SEED N                    part 3b: N forged/altered
+                                                                   signed messages (forge.py)
 
 Prints "RESULT <json>" last. DDQ_TORTURE_IMPL=standin tests the harness on tests/torture/standin.py.
 """
@@ -61,6 +63,9 @@ def main(argv):
     elif kind == "hypo":
         import badimg
         res = badimg.hypothesis_run(ddq, seed, nops, int(argv[3]), index=_index(argv, 4))
+    elif kind == "forge":
+        import forge
+        res = forge.run_seed(ddq, seed, nops)
     elif kind == "base":
         res = {"base_sha256": base_sha(ddq, seed, nops, _index(argv, 3))}
     else:
