@@ -171,7 +171,8 @@ def test_outbox_power_cycle_pull_inspect_replay_push(board, mosquitto, tmp_path)
         and now["acknowledged_items"] == after["stats"]["acknowledged_items"]
     )
 
-    # The device moves on; a second push of the stale copy is refused, --force overrides.
+    # The device moves on (enqueues one more); a second push of the stale copy is refused, and so
+    # is --force: it would move next_seq back and reuse the new message's seq.
     with Device(board.tty, soft_reset=False) as dev:
         dev.exec("import main\nmain.run(rounds=1, period_ms=0, queue_dir=%r, budget=0)" % QD)
         changed = dev.hash_dir(":" + QD)
@@ -179,7 +180,18 @@ def test_outbox_power_cycle_pull_inspect_replay_push(board, mosquitto, tmp_path)
     assert "changed on the device since the pull" in line
     with Device(board.tty, soft_reset=False) as dev:
         assert dev.hash_dir(":" + QD) == changed
-    assert ddq("push", "--device", board.tty, local, ":" + QD, "--force").returncode == 0
+    line = one_line_error(ddq("push", "--device", board.tty, local, ":" + QD, "--force"), 1)
+    assert (
+        "refusing --force: the device used seqs %d..%d"
+        % (
+            now["next_seq"],
+            now["next_seq"],
+        )
+        in line
+    )
+    with Device(board.tty, soft_reset=False) as dev:
+        assert dev.hash_dir(":" + QD) == changed
+    assert _device_stats(board)["next_seq"] == now["next_seq"] + 1
 
 
 def test_c_format_directory_from_the_independent_writer_inspects_the_same(tmp_path):
