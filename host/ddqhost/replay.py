@@ -188,9 +188,14 @@ def replay(
     interrupted: list[bool] = []
     old = None
     try:
-        if not connected.wait(timeout) or state["rc"] is None or state["rc"].is_failure:
+        if not connected.wait(timeout) or state["rc"] is None:
             raise ReplayError(
-                "broker %s:%d did not accept the connection (%s)"
+                "broker %s:%d accepted the TCP connection but sent no CONNACK: "
+                "timed out after %g s (--timeout)" % (cfg["host"], cfg["port"], timeout)
+            )
+        if state["rc"].is_failure:
+            raise ReplayError(
+                "broker %s:%d refused the connection (%s)"
                 % (cfg["host"], cfg["port"], state["rc"])
             )
 
