@@ -12,9 +12,11 @@ several times faster over a pty or USB CDC and still only uses binascii/hashlib 
 import ast
 import binascii
 import contextlib
+import errno
 import io
 import os
 import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -27,7 +29,10 @@ from mpremote.transport import (  # type: ignore[import-untyped]
     TransportError,
     TransportExecError,
 )
-from mpremote.transport_serial import SerialTransport  # type: ignore[import-untyped]
+from mpremote.transport_serial import (  # type: ignore[import-untyped]
+    PyboardCommand,
+    SerialTransport,
+)
 
 READ_CHUNK = 1536  # bytes per base64 line when reading (2048 characters on the wire)
 MAX_REPLY = 1 << 20  # bytes of a reply the host parses (a listing of thousands of files fits)
@@ -200,6 +205,26 @@ def _map_exec_error(e: Any, path: str | None = None) -> Exception:
 
 class _TooLong(Exception):
     pass
+
+
+class _ReadOnlyCommand(PyboardCommand):  # type: ignore[misc]
+    """mpremote's host side of `mount`, refusing every change (mpremote mount has no read-only flag).
+
+    mpremote (pinned) checks each device path with path_check() before it stats, lists, opens,
+    removes, renames or makes a directory. Here that check also looks at which operation asks:
+    stat, listing and opening for reading pass; everything else is EROFS. An operation this
+    does not know (another mpremote) is refused too: it fails closed."""
+
+    def path_check(self, path: str) -> None:
+        caller = sys._getframe(1)
+        op = caller.f_code.co_name
+        mode = caller.f_locals.get("mode") if op == "do_open" else None
+        reading = op in ("do_stat", "do_ilistdir_start") or (
+            op == "do_open" and isinstance(mode, str) and not set(mode) & set("wax+")
+        )
+        if not reading:
+            raise OSError(errno.EROFS, "read-only mount")
+        super().path_check(path)
 
 
 class Device:
@@ -511,14 +536,22 @@ class Device:
 
     # ------------------------------------------------------------ host directory mount
 
-    def mount_local(self, path: str) -> None:
-        """Expose a host directory at /remote on the device (mpremote mount); cwd becomes /remote."""
+    def mount_local(self, path: str, read_only: bool = False) -> None:
+        """Expose a host directory at /remote on the device (mpremote mount); cwd becomes /remote.
+
+        read_only: the device can stat, list and read, nothing else (see _ReadOnlyCommand)."""
         try:
             self.t.mount_local(os.path.abspath(path))
         except TransportExecError as e:
             raise _map_exec_error(e, path) from None
         except TransportError as e:
             raise DeviceError("%s: mount failed: %s" % (self.port, e)) from None
+        if read_only:
+            cmd = self.t.cmd
+            ro = _ReadOnlyCommand.__new__(_ReadOnlyCommand)
+            ro.__dict__.update(cmd.__dict__)
+            self.t.cmd = ro
+            self.t.serial.cmd = ro  # mpremote's SerialIntercept dispatches to this object
 
     def umount_local(self) -> None:
         try:
