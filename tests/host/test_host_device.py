@@ -113,6 +113,9 @@ def test_outbox_power_cycle_pull_inspect_replay_push(board, mosquitto, tmp_path)
     with Device(board.tty, soft_reset=False) as dev:
         assert dev.hash_dir(":" + QD) == dev_files_before  # pull never modifies the device
     meta = json.loads((local / qdir.PULL_META).read_text())
+    # Private like ddq's own files: the directory 0700, every pulled file and the metadata 0600.
+    assert os.stat(local).st_mode & 0o777 == 0o700
+    assert {os.stat(local / n).st_mode & 0o777 for n in os.listdir(local)} == {0o600}
     # The UNIX profile's options, used by inspect and replay below.
     assert meta["options"]["segment_bytes"] == 4096
 
@@ -165,6 +168,7 @@ def test_outbox_power_cycle_pull_inspect_replay_push(board, mosquitto, tmp_path)
     r = ddq("push", "--device", board.tty, local, ":" + QD, "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["appended"]
+    assert os.stat(local / qdir.PULL_META).st_mode & 0o777 == 0o600  # rewritten by push
     now = _device_stats(board)
     assert (
         now["available_items"] == 0
