@@ -63,8 +63,8 @@ def load(name: str) -> dict[str, Any]:
         raise BoardProfileError(
             "unknown board profile %s (known: %s)" % (name, ", ".join(names()) or "none")
         ) from None
-    except ValueError as e:
-        raise BoardProfileError("%s: bad JSON (%s)" % (p, e)) from None
+    except (ValueError, RecursionError) as e:
+        raise BoardProfileError("%s: bad JSON (%s)" % (p, e or "nested too deeply")) from None
     if not isinstance(prof, dict):
         raise BoardProfileError("%s must hold a JSON object" % p)
     missing = [k for k in REQUIRED if k not in prof]

@@ -149,10 +149,14 @@ def argparse_board(p: argparse.ArgumentParser) -> None:
 
 def _device_ddq_version(dev: "Device") -> str | None:
     """ddq.__version__ as the device imports it now, or None when it cannot import ddq."""
-    from .device import DeviceExecError
+    from .device import DeviceExecError, is_str
 
     try:
-        v = dev.eval("getattr(__import__('ddq'), '__version__', '?')")
+        v = dev.eval(
+            "getattr(__import__('ddq'), '__version__', '?')",
+            check=lambda x: is_str(x, 64),
+            what="ddq.__version__",
+        )
     except DeviceExecError:
         return None
     return str(v)
@@ -385,6 +389,20 @@ def do_push(args: argparse.Namespace) -> int:
                 res["seconds"],
             )
         )
+        ow = res.get("overwritten")
+        if ow is not None:
+            print(
+                "--force overwrote the device copy (next_seq %d kept): %s"
+                % (
+                    ow["pushed_next_seq"],
+                    "; ".join(
+                        "seq %d %s on the device, %s now"
+                        % (i["seq"], i["device_state"], i["pushed_state"] or "gone")
+                        for i in ow["items"]
+                    )
+                    or "no item changed",
+                )
+            )
     return 0
 
 
@@ -566,7 +584,10 @@ def argparse_replay(p: argparse.ArgumentParser) -> None:
 def do_replay(args: argparse.Namespace) -> int:
     from . import replay
 
-    opts, _src = resolve_options(args, args.dir)
+    opts, src = resolve_options(args, args.dir)
+    if not args.dry_run:
+        # replay appends claims and acks: only with the writer's own options (issue 13).
+        qdir.check_writer_options(args.dir, opts, src, "replay")
     key = qdir.load_hmac_key(args.hmac_key_file, args.dir)
     try:
         cfg = replay.parse_url(args.to)

@@ -12,9 +12,11 @@ several times faster over a pty or USB CDC and still only uses binascii/hashlib 
 import ast
 import binascii
 import contextlib
+import errno
 import io
 import os
 import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -27,15 +29,23 @@ from mpremote.transport import (  # type: ignore[import-untyped]
     TransportError,
     TransportExecError,
 )
-from mpremote.transport_serial import SerialTransport  # type: ignore[import-untyped]
+from mpremote.transport_serial import (  # type: ignore[import-untyped]
+    PyboardCommand,
+    SerialTransport,
+)
 
 READ_CHUNK = 1536  # bytes per base64 line when reading (2048 characters on the wire)
+MAX_REPLY = 1 << 20  # bytes of a reply the host parses (a listing of thousands of files fits)
 WRITE_CHUNK = 2048  # bytes per exec when writing
 RUN_IDLE_TIMEOUT = 300  # seconds without output before a long run is declared hung
 
 
 class DeviceError(Exception):
     """A device or transport failure; str() is one line for the user."""
+
+
+class DeviceReplyError(DeviceError):
+    """The device answered something the host does not accept (never evaluated, only parsed)."""
 
 
 class DeviceExecError(DeviceError):
@@ -79,6 +89,93 @@ def djoin(a: str, b: str) -> str:
     return a + "/" + b if not a.endswith("/") else a + b
 
 
+# ---------------------------------------------------------------- replies
+#
+# Everything a device prints is untrusted (any boot.py or firmware can replace repr): a reply is parsed
+# with ast.literal_eval only (never eval/exec/pickle), bounded in size, and checked for the exact shape
+# the caller expects before any of it is used. Each failure is one DeviceReplyError line.
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def parse_reply(out: bytes, what: str, check: Callable[[Any], bool] | None = None) -> Any:
+    """The Python literal the device printed, checked by check(value); DeviceReplyError otherwise."""
+    if len(out) > MAX_REPLY:
+        raise DeviceReplyError(
+            "reply to %s from the device is too long (%d bytes)" % (what, len(out))
+        )
+    try:
+        val = ast.literal_eval(out.decode("utf-8").strip())
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError, UnicodeDecodeError):
+        raise DeviceReplyError(
+            "unexpected reply to %s from the device: %r" % (what, out[:80])
+        ) from None
+    if check is not None and not check(val):
+        raise DeviceReplyError(
+            "reply to %s from the device has the wrong shape: %r" % (what, out[:80])
+        )
+    return val
+
+
+def is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def is_str(v: Any, limit: int = 4096) -> bool:
+    return isinstance(v, str) and len(v) <= limit
+
+
+def is_sha256(v: Any) -> bool:
+    return isinstance(v, str) and _HEX64.fullmatch(v) is not None
+
+
+def _is_probe(v: Any) -> bool:
+    return (
+        isinstance(v, dict)
+        and set(v) == {"name", "version", "build", "mpy", "machine", "platform", "cwd"}
+        and all(is_str(v[k], 256) for k in ("name", "build", "machine", "platform", "cwd"))
+        and isinstance(v["version"], tuple)
+        and len(v["version"]) <= 3
+        and all(is_int(x) for x in v["version"])
+        and (v["mpy"] is None or is_int(v["mpy"]))
+    )
+
+
+def _is_stat(v: Any) -> bool:
+    return isinstance(v, tuple) and 7 <= len(v) <= 16 and all(is_int(x) for x in v)
+
+
+def _is_listing(v: Any) -> bool:
+    return isinstance(v, list) and all(
+        isinstance(e, tuple)
+        and len(e) == 3
+        and is_str(e[0], 255)
+        and isinstance(e[1], bool)
+        and is_int(e[2])
+        and e[2] >= 0
+        for e in v
+    )
+
+
+def _is_hash_listing(v: Any) -> bool:
+    # [(name, type, size, sha256 hex)]: size and hash only for regular files (type S_IFREG).
+    return isinstance(v, list) and all(
+        isinstance(e, tuple)
+        and len(e) == 4
+        and is_str(e[0], 255)
+        and is_int(e[1])
+        and (
+            (is_int(e[2]) and e[2] >= 0 and is_sha256(e[3]))
+            if e[1] == S_IFREG
+            else (e[2] is None and e[3] is None)
+        )
+        for e in v
+    )
+
+
+S_IFDIR = 0x4000
+S_IFREG = 0x8000
+
 _OSERR = re.compile(r"OSError: (?:\[Errno (\d+)\]|(-?\d+))")
 
 
@@ -104,6 +201,30 @@ def _map_exec_error(e: Any, path: str | None = None) -> Exception:
         return OSError(host, msg)
     out = e.status_code if isinstance(e.status_code, (bytes, bytearray)) else b""
     return DeviceExecError(last, out.decode("utf-8", "replace"))
+
+
+class _TooLong(Exception):
+    pass
+
+
+class _ReadOnlyCommand(PyboardCommand):  # type: ignore[misc]
+    """mpremote's host side of `mount`, refusing every change (mpremote mount has no read-only flag).
+
+    mpremote (pinned) checks each device path with path_check() before it stats, lists, opens,
+    removes, renames or makes a directory. Here that check also looks at which operation asks:
+    stat, listing and opening for reading pass; everything else is EROFS. An operation this
+    does not know (another mpremote) is refused too: it fails closed."""
+
+    def path_check(self, path: str) -> None:
+        caller = sys._getframe(1)
+        op = caller.f_code.co_name
+        mode = caller.f_locals.get("mode") if op == "do_open" else None
+        reading = op in ("do_stat", "do_ilistdir_start") or (
+            op == "do_open" and isinstance(mode, str) and not set(mode) & set("wax+")
+        )
+        if not reading:
+            raise OSError(errno.EROFS, "read-only mount")
+        super().path_check(path)
 
 
 class Device:
@@ -186,17 +307,34 @@ class Device:
         except OSError as e:
             raise DeviceError("%s: connection lost (%s)" % (self.port, e)) from None
 
-    def eval(self, expr: str, path: str | None = None) -> Any:
+    def eval(
+        self,
+        expr: str,
+        path: str | None = None,
+        check: Callable[[Any], bool] | None = None,
+        what: str | None = None,
+    ) -> Any:
+        """repr(expr) on the device, parsed as a literal (parse_reply) and checked by check."""
         out = self._collect("print(repr(%s))" % expr, path)
-        try:
-            return ast.literal_eval(out.decode().strip())
-        except (ValueError, SyntaxError):
-            raise DeviceError("unexpected reply from device: %r" % out[:80]) from None
+        return parse_reply(out, what or "a query", check)
 
-    def _collect(self, code: str, path: str | None = None) -> bytes:
+    def _collect(self, code: str, path: str | None = None, limit: int = MAX_REPLY) -> bytes:
+        """stdout of code; DeviceReplyError past limit bytes (a device cannot flood the host)."""
         buf = bytearray()
+
+        def consume(b: bytes) -> None:
+            buf.extend(b.replace(b"\x04", b""))
+            if len(buf) > limit:
+                raise _TooLong()
+
         # A consumer avoids mpremote's quadratic accumulation for long outputs.
-        self.exec(code, path, consumer=lambda b: buf.extend(b.replace(b"\x04", b"")))
+        try:
+            self.exec(code, path, consumer=consume)
+        except _TooLong:
+            raise DeviceReplyError(
+                "%s: the device sent more than %d bytes where a short reply was expected"
+                % (self.port, limit)
+            ) from None
         return bytes(buf)
 
     def run(
@@ -224,10 +362,11 @@ class Device:
             "'build':getattr(s.implementation,'_build',''),"
             "'mpy':getattr(s.implementation,'_mpy',None),"
             "'machine':getattr(s.implementation,'_machine',''),"
-            "'platform':s.platform,'cwd':o.getcwd()})(__import__('sys'),__import__('os'))"
+            "'platform':s.platform,'cwd':o.getcwd()})(__import__('sys'),__import__('os'))",
+            check=_is_probe,
+            what="the probe",
         )
-        if not isinstance(res, dict):
-            raise DeviceError("unexpected reply to the probe: %r" % (res,))
+        assert isinstance(res, dict)
         return res
 
     # ------------------------------------------------------------ filesystem
@@ -235,8 +374,10 @@ class Device:
     def stat(self, path: str) -> tuple[bool, int]:
         """(is_dir, size) of a device path; OSError(ENOENT) when missing."""
         p = dpath(path)
-        st = self.eval("tuple(__import__('os').stat(%r))" % p, path=p)
-        return (st[0] & 0x4000) != 0, st[6]
+        st = self.eval(
+            "tuple(__import__('os').stat(%r))" % p, path=p, check=_is_stat, what="stat " + p
+        )
+        return (st[0] & S_IFDIR) != 0, st[6]
 
     def exists(self, path: str) -> bool:
         try:
@@ -252,13 +393,18 @@ class Device:
             "[(e[0],e[1]==0x4000,__import__('os').stat(%r+'/'+e[0])[6])"
             " for e in __import__('os').ilistdir(%r)]" % (p, p),
             path=p,
+            check=_is_listing,
+            what="the listing of " + p,
         )
         return sorted((n, bool(d), s) for n, d, s in rows)
 
-    def hash_dir(self, path: str) -> dict[str, tuple[int, str] | None]:
-        """{name: (size, sha256 hex)} for regular files in a device directory; dirs map to None.
+    def hash_dir(self, path: str) -> list[tuple[str, int, int | None, str | None]]:
+        """[(name, type, size, sha256 hex)] for the entries of a device directory, as the device
+        reports them: type is the S_IFMT part of the mode (S_IFREG, S_IFDIR, a symlink, a FIFO, ...);
+        size and hash are given for regular files only (nothing else is opened on the device).
 
         One exec for the whole directory: hashlib.sha256 runs on the device, 512 bytes at a time.
+        The reply is checked for its shape, not for the names (see transfer.check_entry_name).
         """
         p = dpath(path)
         code = (
@@ -273,18 +419,16 @@ class Device:
             " return binascii.hexlify(h.digest()).decode()\n"
             "r=[]\n"
             "for e in os.ilistdir(%r):\n"
-            " q=%r+'/'+e[0]\n"
-            " if e[1]==0x4000:r.append((e[0],None))\n"
-            " else:r.append((e[0],(os.stat(q)[6],_h(q))))\n"
+            " q=%r+'/'+e[0];t=e[1]&0xf000\n"
+            " if not t:t=os.stat(q)[0]&0xf000\n"
+            " if t==0x8000:r.append((e[0],t,os.stat(q)[6],_h(q)))\n"
+            " else:r.append((e[0],t,None,None))\n"
             "print(repr(r))\n"
             "del _h,r\n" % (p, p)
         )
         out = self._collect(code, path=p)
-        try:
-            rows = ast.literal_eval(out.decode().strip())
-        except (ValueError, SyntaxError):
-            raise DeviceError("unexpected reply from device: %r" % out[:80]) from None
-        return {n: (None if v is None else (v[0], v[1])) for n, v in rows}
+        rows = parse_reply(out, "the listing of " + p, _is_hash_listing)
+        return [(n, t, sz, h) for n, t, sz, h in rows]
 
     def sha256(self, path: str) -> str:
         p = dpath(path)
@@ -298,7 +442,13 @@ class Device:
             "  h.update(m[:n])\n"
             "print(binascii.hexlify(h.digest()).decode())\n" % p
         )
-        return self._collect(code, path=p).decode().strip()
+        out = self._collect(code, path=p, limit=256)
+        h = out.decode("utf-8", "replace").strip()
+        if not is_sha256(h):
+            raise DeviceReplyError(
+                "reply to sha256 of %s from the device is not a sha256: %r" % (p, out[:80])
+            )
+        return h
 
     def read_file(
         self,
@@ -326,15 +476,23 @@ class Device:
                 if c == 10:
                     data.extend(binascii.a2b_base64(bytes(line)))
                     line.clear()
+                    if size is not None and len(data) > size:
+                        raise _TooLong()
                     if progress:
                         progress(len(data), size)
                 elif c not in (4, 13):
                     line.append(c)
+                    if len(line) > 4 * READ_CHUNK:
+                        raise binascii.Error("line too long")
 
         try:
             self.exec(code, path=p, consumer=consume)
         except binascii.Error as e:
             raise DeviceError("garbled transfer of %s: %s" % (p, e)) from None
+        except _TooLong:
+            raise DeviceReplyError(
+                "the device sent more than the %d bytes it listed for %s" % (size or 0, p)
+            ) from None
         if line:
             raise DeviceError("truncated transfer of %s" % p)
         return bytes(data)
@@ -378,14 +536,22 @@ class Device:
 
     # ------------------------------------------------------------ host directory mount
 
-    def mount_local(self, path: str) -> None:
-        """Expose a host directory at /remote on the device (mpremote mount); cwd becomes /remote."""
+    def mount_local(self, path: str, read_only: bool = False) -> None:
+        """Expose a host directory at /remote on the device (mpremote mount); cwd becomes /remote.
+
+        read_only: the device can stat, list and read, nothing else (see _ReadOnlyCommand)."""
         try:
             self.t.mount_local(os.path.abspath(path))
         except TransportExecError as e:
             raise _map_exec_error(e, path) from None
         except TransportError as e:
             raise DeviceError("%s: mount failed: %s" % (self.port, e)) from None
+        if read_only:
+            cmd = self.t.cmd
+            ro = _ReadOnlyCommand.__new__(_ReadOnlyCommand)
+            ro.__dict__.update(cmd.__dict__)
+            self.t.cmd = ro
+            self.t.serial.cmd = ro  # mpremote's SerialIntercept dispatches to this object
 
     def umount_local(self) -> None:
         try:
@@ -398,6 +564,10 @@ __all__ = [
     "Device",
     "DeviceError",
     "DeviceExecError",
+    "DeviceReplyError",
+    "S_IFDIR",
+    "S_IFREG",
+    "parse_reply",
     "dpath",
     "djoin",
     "PINNED_MPREMOTE",

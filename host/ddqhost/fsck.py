@@ -610,7 +610,7 @@ def scan(
     st.snap_at = ixc.check_dir(gen, sizes, man_bytes, cp)
     for idx, (sid, n) in enumerate(mine):
         fp = os.path.join(path, sources.get(n, n))
-        if not os.path.isfile(fp):
+        if not os.path.isfile(fp) or os.path.islink(fp):
             rep.add("corrupt", "segment is not a regular file", file=n)
             return ixc.unchecked()
         with open(fp, "rb") as f:

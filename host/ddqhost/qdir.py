@@ -13,6 +13,7 @@ taken from, first match wins per key:
 import json
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -31,6 +32,14 @@ DEFAULTS = {
 PULL_META = ".ddq-pull.json"
 OPTIONS_FILE = "ddq-options.json"
 QUEUE_NAMES = ("queue.manifest", "queue.format")
+# Every name ddq may open in a queue directory besides the segments (SPEC §3, §12).
+QUEUE_FILE_NAMES = QUEUE_NAMES + (
+    "queue.manifest.tmp",
+    "queue.index",
+    "queue.index.tmp",
+    "queue.lock",
+)
+MAX_JSON_BYTES = 1 << 20  # ddq-options.json and .ddq-pull.json are a few hundred bytes
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -80,6 +89,40 @@ def looks_like_queue(names: Any) -> bool:
     return any(n in QUEUE_NAMES or ddq.parse_segment_name(n) for n in names)
 
 
+def is_queue_file_name(name: str) -> bool:
+    """True for a name ddq may open as a file: a segment (or its .cut/.reserve), the marker,
+    manifest, index, their .tmp, the lock."""
+    ddq = load_ddq()
+    for suffix in (".cut", ".reserve"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return name in QUEUE_FILE_NAMES or bool(ddq.parse_segment_name(name))
+
+
+_TYPE_NAMES = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFLNK: "a symbolic link",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def check_regular_files(path: str) -> None:
+    """QueueDirError when an entry named like a queue file is not a regular file (a FIFO would
+    block the open forever, a symlink points out of the directory). Uses lstat; opens nothing."""
+    for n in sorted(os.listdir(path)):
+        if not is_queue_file_name(n):
+            continue
+        mode = os.lstat(os.path.join(path, n)).st_mode
+        if not stat.S_ISREG(mode):
+            raise QueueDirError(
+                "%s: %s is %s, not a regular file; refusing to open the queue"
+                % (path, n, _TYPE_NAMES.get(stat.S_IFMT(mode), "not a regular file"))
+            )
+
+
 def check_queue_dir(path: str) -> None:
     if not os.path.exists(path):
         raise QueueDirError("%s: no such directory" % path)
@@ -89,14 +132,27 @@ def check_queue_dir(path: str) -> None:
         raise QueueDirError(
             "%s is not a ddq queue directory (no segment, manifest or queue.format)" % path
         )
+    check_regular_files(path)
 
 
-def _read_json(path: str) -> Any:
+def read_json(path: str) -> Any:
+    """The JSON value in path, None when it does not exist; QueueDirError when it is not a small
+    regular file of JSON (a FIFO is never opened; deep nesting is an error, not a RecursionError)."""
     try:
-        with open(path) as f:
-            return json.load(f)
+        st = os.lstat(path)
     except FileNotFoundError:
         return None
+    except OSError as e:
+        raise QueueDirError("%s: %s" % (path, e.strerror or e)) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise QueueDirError("%s is not a regular file" % path)
+    if st.st_size > MAX_JSON_BYTES:
+        raise QueueDirError("%s is too large for a settings file (%d bytes)" % (path, st.st_size))
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read(MAX_JSON_BYTES + 1))
+    except RecursionError:
+        raise QueueDirError("%s: unreadable JSON (nested too deeply)" % path) from None
     except (OSError, ValueError) as e:
         raise QueueDirError("%s: unreadable JSON (%s)" % (path, e)) from None
 
@@ -111,14 +167,14 @@ def resolve_options(
     if board:
         layers.append(("board " + board, boards.queue_options(boards.load(board))))
     if path:
-        own = _read_json(os.path.join(path, OPTIONS_FILE))
+        own = read_json(os.path.join(path, OPTIONS_FILE))
         if own is not None:
             if not isinstance(own, dict):
                 raise QueueDirError(
                     "%s must hold a JSON object" % os.path.join(path, OPTIONS_FILE)
                 )
             layers.append((OPTIONS_FILE, own))
-        meta = _read_json(os.path.join(path, PULL_META))
+        meta = read_json(os.path.join(path, PULL_META))
         if isinstance(meta, dict) and isinstance(meta.get("options"), dict):
             layers.append((PULL_META, meta["options"]))
     layers.append(("default", DEFAULTS))
@@ -133,6 +189,40 @@ def resolve_options(
                 src[key] = name
                 break
     return opts, src
+
+
+def writer_options(path: str) -> tuple[dict[str, int], dict[str, str]]:
+    """The writer's options recorded in a directory, per key: DIR/ddq-options.json, else the
+    "options" of DIR/.ddq-pull.json; ({}, {}) when neither records any."""
+    opts, src = resolve_options(path)
+    keep = {k for k, v in src.items() if v in (OPTIONS_FILE, PULL_META)}
+    return {k: opts[k] for k in keep}, {k: src[k] for k in keep}
+
+
+def check_writer_options(
+    path: str, options: dict[str, int], sources: dict[str, str], what: str
+) -> None:
+    """QueueDirError when a tool about to write to path (what) would use options other than the
+    writer's: appending with another segment_bytes (or limits) leaves a directory its own
+    device reads as corrupt."""
+    mine, where = writer_options(path)
+    for key in OPTION_KEYS:
+        if key in mine and options.get(key) != mine[key]:
+            raise QueueDirError(
+                "%s writes to %s, but --%s %s (%s) disagrees with the writer's %d (%s); "
+                "appending with other options would make the directory corrupt for its device: "
+                "drop the option, or correct %s"
+                % (
+                    what,
+                    path,
+                    key.replace("_", "-"),
+                    options.get(key),
+                    sources.get(key, "given"),
+                    mine[key],
+                    where[key],
+                    where[key],
+                )
+            )
 
 
 # ---------------------------------------------------------------- inspect

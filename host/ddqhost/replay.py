@@ -375,7 +375,10 @@ def replay(
     old = None
     try:
         if not connected.wait(timeout):
-            raise ReplayError("broker %s did not answer CONNECT within %g s" % (broker, timeout))
+            raise ReplayError(
+                "broker %s accepted the TCP connection but sent no CONNACK: "
+                "timed out after %g s (--timeout)" % (broker, timeout)
+            )
         if state["rc"] is None:
             why = "broker %s closed the connection before accepting it" % broker
             if cfg["tls"] and not certfile:

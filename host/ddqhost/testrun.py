@@ -1,17 +1,25 @@
-"""ddq test: run the shared suite (tests/mprun.py) on a device, with the checkout mounted by mpremote.
+"""ddq test: run the shared suite (tests/mprun.py) on a device, with what it needs mounted by mpremote.
 
-The checkout is exposed at /remote (`mpremote mount`); when the C fixtures live outside it (the
-default ../shared/fixtures/ddq-c), the common parent directory is mounted instead. Test files go to a
-directory on the device's own filesystem (default <device cwd>/ddq-test), so the flash is what is
-tested. The output is streamed; its last line is mprun's `<fs>: N passed, N failed[, N skipped]`.
+The device sees only a private, read-only copy (stage()): a temporary directory (mode 0700) holding
+tests/*.py, port/*.py and the C fixtures (../shared/fixtures/ddq-c), files 0444 and directories 0555,
+exposed at /remote (`mpremote mount`, which keeps every path inside its root). mpremote mount has no
+read-only flag: Device.mount_local(read_only=True) refuses every change at mpremote's host side
+(EROFS), and the file modes refuse them again for a non-root user. Nothing else of the host (the
+checkout's parent, other checkouts, the user's files) is reachable. The copy is removed after the run. Test files
+go to a directory on the device's own filesystem (default <device cwd>/ddq-test), so the flash is what
+is tested. The output is streamed; its last line is mprun's `<fs>: N passed, N failed[, N skipped]`.
 """
 
+import contextlib
 import os
 import re
-from collections.abc import Callable, Sequence
+import shutil
+import stat
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 
 from . import qdir
-from .device import Device
+from .device import Device, DeviceError, is_int
 
 SUMMARY = re.compile(rb"^\w+: (\d+) passed, (\d+) failed(?:, (\d+) skipped)?\s*$", re.M)
 
@@ -21,6 +29,49 @@ def fixtures_dir() -> str:
     if env:
         return os.path.abspath(env)
     return os.path.normpath(os.path.join(qdir.repo_root(), "..", "shared", "fixtures", "ddq-c"))
+
+
+def _copy_py(src: str, dst: str) -> None:
+    os.mkdir(dst, 0o700)
+    for n in sorted(os.listdir(src)):
+        p = os.path.join(src, n)
+        if n.endswith(".py") and os.path.isfile(p) and not os.path.islink(p):
+            shutil.copyfile(p, os.path.join(dst, n))
+
+
+def _chmod_tree(path: str, file_mode: int, dir_mode: int) -> None:
+    for root, dirs, files in os.walk(path, topdown=False):
+        for n in files:
+            os.chmod(os.path.join(root, n), file_mode)
+        for n in dirs:
+            os.chmod(os.path.join(root, n), dir_mode)
+    os.chmod(path, dir_mode)
+
+
+@contextlib.contextmanager
+def stage(fixtures: str | None = None) -> Iterator[str]:
+    """A private read-only directory with what the suite reads: tests/, port/, fixtures/."""
+    repo = qdir.repo_root()
+    d = tempfile.mkdtemp(prefix="ddq-test-mount-")
+    try:
+        _copy_py(os.path.join(repo, "tests"), os.path.join(d, "tests"))
+        _copy_py(os.path.join(repo, "port"), os.path.join(d, "port"))
+        if fixtures and os.path.isdir(fixtures):
+            shutil.copytree(fixtures, os.path.join(d, "fixtures"), symlinks=False)
+        for root, _dirs, files in os.walk(d):
+            for n in files:
+                if not stat.S_ISREG(os.lstat(os.path.join(root, n)).st_mode):
+                    os.remove(os.path.join(root, n))
+        _chmod_tree(d, 0o444, 0o555)
+        yield d
+    finally:
+        if os.path.isdir(d):
+            _chmod_tree(d, 0o600, 0o700)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+class TestRunError(DeviceError):
+    """The suite could not start on the device (e.g. --installed without ddq); one line."""
 
 
 def run(
@@ -33,17 +84,14 @@ def run(
     installed: bool = False,
 ) -> tuple[int, str | None]:
     """Run mprun on dev; return (exit status, summary line or None)."""
-    repo = qdir.repo_root()
     fix = fixtures_dir()
-    mount = os.path.commonpath([repo, fix]) if os.path.isdir(fix) else repo
-    rel_tests = os.path.relpath(os.path.join(repo, "tests"), mount).replace(os.sep, "/")
     cwd = dev.probe().get("cwd") or "/"
     if root is None:
         root = (cwd.rstrip("/") or "") + "/ddq-test"
     root = root[1:] if root.startswith(":") else root
     argv = ["--root", root]
     if os.path.isdir(fix):
-        argv += ["--fixtures", "/remote/" + os.path.relpath(fix, mount).replace(os.sep, "/")]
+        argv += ["--fixtures", "/remote/fixtures"]
     if fs != "posix":
         argv += ["--fs", fs]
     if k:
@@ -56,31 +104,40 @@ def run(
         if out:
             out(b)
 
-    dev.mount_local(mount)
-    try:
-        # The unix port keeps one interpreter across connections (no soft reset): drop modules an
-        # earlier session imported, so the run uses the checkout (or, with installed=True, ddq as
-        # flashed on the device, imported first so that mprun's sys.path order cannot replace it).
-        code = (
-            "import sys\n"
-            "for _m in list(sys.modules):\n"
-            " _f = getattr(sys.modules[_m], '__file__', '') or ''\n"
-            " if _m in ('ddq', 'ddq_outbox', 'ddq_mqtt') or _f.startswith('/remote'):\n"
-            "  del sys.modules[_m]\n"
-            + ("import ddq\n" if installed else "")
-            + "sys.path.insert(0, '/remote/%s')\n"
-            "import mprun\n"
-            "_rc = None\n"
-            "_rc = mprun.main(%r)\n" % (rel_tests, argv)
-        )
-        err = dev.run(code, sink)
-        rc = dev.eval("_rc")
-    finally:
-        dev.umount_local()
+    with stage(fix if os.path.isdir(fix) else None) as mount:
+        dev.mount_local(mount, read_only=True)
         try:
-            dev.exec("import os\nos.chdir(%r)" % cwd)
-        except Exception:
-            pass
+            # The unix port keeps one interpreter across connections (no soft reset): drop modules an
+            # earlier session imported, so the run uses the checkout (or, with installed=True, ddq as
+            # flashed on the device, imported first so that mprun's sys.path order cannot replace it).
+            # _rc is set first: whatever fails after it, the host reads None and the error text.
+            code = (
+                "_rc = None\n"
+                "import sys\n"
+                "for _m in list(sys.modules):\n"
+                " _f = getattr(sys.modules[_m], '__file__', '') or ''\n"
+                " if _m in ('ddq', 'ddq_outbox', 'ddq_mqtt') or _f.startswith('/remote'):\n"
+                "  del sys.modules[_m]\n"
+                "sys.path[:] = [_p for _p in sys.path if not _p.startswith('/remote')]\n"
+                + ("import ddq\n" if installed else "")
+                + "sys.path.insert(0, '/remote/tests')\n"
+                "import mprun\n"
+                "_rc = mprun.main(%r)\n" % (argv,)
+            )
+            err = dev.run(code, sink)
+            rc = dev.eval("_rc", check=lambda v: v is None or is_int(v), what="the exit status")
+        finally:
+            dev.umount_local()
+            try:
+                dev.exec("import os\nos.chdir(%r)" % cwd)
+            except Exception:
+                pass
+    if rc is None and err.strip():
+        last = [ln.strip() for ln in err.strip().splitlines() if ln.strip()][-1]
+        hint = ""
+        if installed and last.startswith("ImportError") and "ddq" in last:
+            hint = " (ddq is not installed on the device: run `ddq flash`, or drop --installed)"
+        raise TestRunError("the test run failed on the device: %s%s" % (last, hint))
     if err and out:
         out(err.encode())
     sums = SUMMARY.findall(bytes(buf))

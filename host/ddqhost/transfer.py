@@ -4,6 +4,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -12,7 +13,18 @@ from collections.abc import Callable
 from typing import Any
 
 from . import boards, fsck, qdir
-from .device import Device, DeviceError, DeviceExecError, djoin, dpath
+from .device import (
+    S_IFDIR,
+    S_IFREG,
+    Device,
+    DeviceError,
+    DeviceExecError,
+    djoin,
+    dpath,
+    is_int,
+    is_str,
+    parse_reply,
+)
 
 
 class TransferError(Exception):
@@ -25,6 +37,17 @@ class TransferError(Exception):
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def write_private(path: str, data: bytes) -> None:
+    """Create path (never an existing file or a symlink) with mode 0600 and write data."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def write_json_private(path: str, obj: Any) -> None:
+    write_private(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
 
 
 class Progress:
@@ -202,9 +225,7 @@ def flash(
         shutil.rmtree(tmp, ignore_errors=True)
     # Import check: drop any cached module, import from the destination, compare the version.
     where = dpath(dest)
-    code = (
-        "import sys\nfor _m in ('ddq','ddq_outbox','ddq_mqtt'):\n if _m in sys.modules: del sys.modules[_m]\n"
-    )
+    code = "import sys\nfor _m in ('ddq','ddq_outbox','ddq_mqtt'):\n if _m in sys.modules: del sys.modules[_m]\n"
     if where != ".":
         code += "_p=%r\nif _p not in sys.path: sys.path.insert(0,_p)\n" % where
     code += "import ddq\nprint(repr((ddq.__version__, getattr(ddq,'__file__',''))))\n"
@@ -212,10 +233,15 @@ def flash(
         out = dev._collect(code)
     except DeviceError as e:
         raise TransferError("installed, but importing ddq on the device failed: %s" % e) from None
+    # The reply is data from the device: a literal, a tuple of two short strings, nothing else.
     try:
-        got, imported = eval(out.decode().strip(), {"__builtins__": {}})
-    except Exception:
-        raise TransferError("unexpected reply to the import check: %r" % out[:80]) from None
+        got, imported = parse_reply(
+            out,
+            "the import check",
+            lambda v: isinstance(v, tuple) and len(v) == 2 and all(is_str(x, 256) for x in v),
+        )
+    except DeviceError as e:
+        raise TransferError(str(e)) from None
     if version and got != version:
         raise TransferError(
             "device imports ddq %s, expected %s (another copy on sys.path?)" % (got, version)
@@ -240,24 +266,74 @@ def _hash_local_dir(path: str, skip: tuple[str, ...] = (qdir.PULL_META,)) -> dic
     out: dict[str, Any] = {}
     for n in sorted(os.listdir(path)):
         p = os.path.join(path, n)
-        if n in skip or not os.path.isfile(p):
-            continue
+        if n in skip or not stat.S_ISREG(os.lstat(p).st_mode):
+            continue  # a symlink is never followed, a FIFO never opened
         with open(p, "rb") as f:
             data = f.read()
         out[n] = {"size": len(data), "sha256": sha256(data)}
     return out
 
 
+_TYPE_NAMES = {
+    0x1000: "a FIFO",
+    0x2000: "a character device",
+    0x6000: "a block device",
+    0xA000: "a symbolic link",
+    0xC000: "a socket",
+}
+
+
+def check_entry_name(name: str, where: str) -> None:
+    """TransferError unless name (from a device listing) is a plain file name: not '', '.' or '..',
+    no separator ('/' or '\\'), no NUL or other control character, not absolute."""
+    if (
+        name in ("", ".", "..")
+        or "/" in name
+        or "\\" in name
+        or any(ord(c) < 32 or ord(c) == 127 for c in name)
+        or os.path.isabs(name)
+        or os.path.basename(name) != name
+    ):
+        raise TransferError(
+            "refusing %s: the device lists an entry %r that is not a plain file name "
+            "(nothing was written)" % (where, name)
+        )
+
+
 def _device_files(dev: Device, remote: str) -> tuple[dict[str, Any], list[str]]:
+    """({name: {size, sha256}} of the regular files, [subdirectory names]) of a device directory.
+
+    Every entry is checked before anything is written: names must be plain file names, and only
+    regular files are taken; a symlink, device node, FIFO or socket, or a directory named like a
+    queue file, is refused (TransferError) without being opened."""
     try:
         listing = dev.hash_dir(remote)
     except NotADirectoryError:
         raise TransferError(":%s is not a directory" % dpath(remote)) from None
     except FileNotFoundError:
         raise TransferError(":%s: no such directory on the device" % dpath(remote)) from None
-    files = {n: {"size": v[0], "sha256": v[1]} for n, v in listing.items() if v is not None}
-    subdirs = sorted(n for n, v in listing.items() if v is None)
-    return files, subdirs
+    where = ":" + dpath(remote)
+    files: dict[str, Any] = {}
+    subdirs = []
+    for n, t, size, digest in listing:
+        check_entry_name(n, where)
+        if n in files or n in subdirs:
+            raise TransferError("refusing %s: the device lists %r twice" % (where, n))
+        if t == S_IFREG:
+            files[n] = {"size": size, "sha256": digest}
+        elif t == S_IFDIR and not qdir.is_queue_file_name(n):
+            subdirs.append(n)
+        elif t == S_IFDIR:
+            raise TransferError(
+                "refusing %s: %s is a directory where ddq expects a file (nothing was written)"
+                % (where, djoin(remote, n))
+            )
+        else:
+            raise TransferError(
+                "refusing %s: %s is %s, not a regular file (nothing was written)"
+                % (where, djoin(remote, n), _TYPE_NAMES.get(t, "of type 0x%x" % t))
+            )
+    return files, sorted(subdirs)
 
 
 def pull(
@@ -286,9 +362,8 @@ def pull(
                 "%s is not empty and holds no earlier pull; choose a new directory" % local
             )
         if entries and not force:
-            with open(meta_path) as f:
-                old = json.load(f)
-            if _hash_local_dir(local) != old.get("files"):
+            old = qdir.read_json(meta_path)
+            if not isinstance(old, dict) or _hash_local_dir(local) != old.get("files"):
                 raise TransferError(
                     "%s has local changes since its pull (replayed?); push them first or use --force"
                     % local
@@ -300,7 +375,7 @@ def pull(
     except TransferError:
         probe, options, board_name = dev.probe(), None, None
     parent = os.path.dirname(local)
-    staging = tempfile.mkdtemp(prefix=".ddq-pull-", dir=parent)
+    staging = tempfile.mkdtemp(prefix=".ddq-pull-", dir=parent)  # mode 0700
     try:
         total = sum(v["size"] for v in files.values())
         bar = Progress(total, "pull", progress_enabled)
@@ -318,8 +393,7 @@ def pull(
                     "hash mismatch for :%s: device sha256 %s (%d bytes), received %s (%d bytes)"
                     % (djoin(remote, n), exp["sha256"][:16], exp["size"], got[:16], len(data))
                 )
-            with open(os.path.join(staging, n), "wb") as f:
-                f.write(data)
+            write_private(os.path.join(staging, n), data)  # mode 0600, like ddq's own files
             base += len(data)
         bar.finish()
         meta: dict[str, Any] = {
@@ -333,9 +407,7 @@ def pull(
             "device_build": probe.get("build"),
             "device_version": list(probe.get("version") or ()),
         }
-        with open(os.path.join(staging, qdir.PULL_META), "w") as f:
-            json.dump(meta, f, indent=2, sort_keys=True)
-            f.write("\n")
+        write_json_private(os.path.join(staging, qdir.PULL_META), meta)
         if os.path.exists(local):
             shutil.rmtree(local)
         os.rename(staging, local)
@@ -371,22 +443,34 @@ def push(
     local = os.path.abspath(local)
     meta_path = os.path.join(local, qdir.PULL_META)
     try:
-        with open(meta_path) as f:
-            meta = json.load(f)
-    except FileNotFoundError:
+        meta = qdir.read_json(meta_path)
+    except qdir.QueueDirError as e:
+        raise TransferError(str(e)) from None
+    if meta is None:
         raise TransferError(
             "%s has no %s: push only puts back a directory made by `ddq pull`"
             % (local, qdir.PULL_META)
-        ) from None
-    except ValueError:
-        raise TransferError("%s is not valid JSON" % meta_path) from None
-    rep = fsck.scan(local, options or meta.get("options"))
+        )
+    if not isinstance(meta, dict):
+        raise TransferError("%s must hold a JSON object" % meta_path)
+    # The writer's options: ddq-options.json in the directory (a pull copies it), else those the
+    # pull recorded, else the defaults; options= overrides (a caller who knows better).
+    try:
+        opts, src = qdir.resolve_options(local, options)
+        fsck.check_options(opts)
+        qdir.check_queue_dir(local)
+        rep = fsck.scan(local, opts, exact_segment_bytes=src["segment_bytes"] != "default")
+    except qdir.QueueDirError as e:
+        raise TransferError(str(e)) from None
+    except (ValueError, fsck.NotAQueue) as e:
+        raise TransferError("%s: %s" % (local, e)) from None
     if rep.verdict == fsck.CORRUPT and not force:
         raise TransferError(
             "%s is corrupt (ddq verify %s); not pushing it" % (local, local), code=2
         )
     pulled = meta.get("files") or {}
     now_dev, _subdirs = _device_files(dev, remote) if dev.exists(remote) else ({}, [])
+    overwritten = None
     if now_dev != pulled and not force:
         changed = sorted(
             set(now_dev) ^ set(pulled)
@@ -396,6 +480,8 @@ def push(
             ":%s changed on the device since the pull (%s); use --force to overwrite"
             % (dpath(remote), ", ".join(changed[:3]) + (" ..." if len(changed) > 3 else ""))
         )
+    if now_dev != pulled:
+        overwritten = _force_check(dev, remote, now_dev, local, opts)
     if not now_dev:
         dev.mkdir(remote, exist_ok=True)
     mine = _hash_local_dir(local)
@@ -446,9 +532,9 @@ def push(
         )
     meta["files"] = after
     meta["pushed_unix"] = int(time.time())
-    with open(meta_path + ".tmp", "w") as f:
-        json.dump(meta, f, indent=2, sort_keys=True)
-        f.write("\n")
+    if os.path.lexists(meta_path + ".tmp"):
+        os.remove(meta_path + ".tmp")
+    write_json_private(meta_path + ".tmp", meta)
     os.replace(meta_path + ".tmp", meta_path)
     return {
         "device": dev.port,
@@ -459,8 +545,63 @@ def push(
         "removed": sorted(plan_remove),
         "bytes": total,
         "seconds": round(time.monotonic() - t0, 3),
-        "forced": bool(force and now_dev != pulled),
+        "forced": overwritten is not None,
+        "overwritten": overwritten,
     }
+
+
+def _queue_state(path: str, opts: dict[str, int]) -> tuple[int, dict[int, str]]:
+    """(next_seq high-water mark, {seq: state}) of a queue directory, by the independent reader
+    (nothing is written). The mark is the largest of the recovered next_seq, the manifest's, and
+    every decoded record's seq + 1, so a damaged directory still shows the seqs it used."""
+    try:
+        rep = fsck.scan(path, opts, exact_segment_bytes=False)
+    except fsck.NotAQueue:
+        return 1, {}
+    high = rep.next_seq
+    if rep.manifest and isinstance(rep.manifest.get("next_seq"), int):
+        high = max(high, rep.manifest["next_seq"])
+    for seg in rep.segments:
+        for r in seg["records"]:
+            if r.get("status") != "invalid" and isinstance(r.get("seq"), int):
+                high = max(high, r["seq"] + 1)
+    return high, {s: fsck.STATE_NAMES[it.state] for s, it in rep.items.items()}
+
+
+def _force_check(
+    dev: Device, remote: str, now_dev: dict[str, Any], local: str, opts: dict[str, int]
+) -> dict[str, Any]:
+    """Before --force overwrites a device copy that changed since the pull: read it (into a private
+    temporary directory), refuse if the device used seqs the local copy does not know (pushing would
+    lower next_seq, and DDQ never reuses a seq), else return what the push overwrites."""
+    tmp = tempfile.mkdtemp(prefix="ddq-push-")
+    try:
+        for n in sorted(now_dev):
+            exp = now_dev[n]
+            data = dev.read_file(djoin(remote, n), size=exp["size"])
+            if sha256(data) != exp["sha256"] or len(data) != exp["size"]:
+                raise TransferError(
+                    "hash mismatch reading :%s to check what --force overwrites" % djoin(remote, n)
+                )
+            write_private(os.path.join(tmp, n), data)
+        dev_next, dev_items = _queue_state(tmp, opts)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    loc_next, loc_items = _queue_state(local, opts)
+    if dev_next > loc_next:
+        new = [s for s in sorted(dev_items) if s >= loc_next]
+        raise TransferError(
+            "refusing --force: the device used seqs %d..%d since the pull (next_seq %d there, %d "
+            "in %s); pushing would move next_seq back and reuse them, and lose %d message(s) "
+            "enqueued on the device. Pull again, replay, then push"
+            % (loc_next, dev_next - 1, dev_next, loc_next, local, len(new))
+        )
+    lost = [
+        {"seq": s, "device_state": dev_items[s], "pushed_state": loc_items.get(s)}
+        for s in sorted(dev_items)
+        if loc_items.get(s) != dev_items[s]
+    ]
+    return {"device_next_seq": dev_next, "pushed_next_seq": loc_next, "items": lost}
 
 
 # ---------------------------------------------------------------- stats on the device
@@ -523,8 +664,20 @@ def device_stats(dev: Device, remote: str, options: dict[str, int]) -> dict[str,
             ) from None
         raise TransferError("ddq on the device failed: %s" % e.exc_line) from None
     try:
-        import ast
-
-        return dict(ast.literal_eval(out.decode().strip()))
-    except (ValueError, SyntaxError):
-        raise TransferError("unexpected reply from the device: %r" % out[:80]) from None
+        rows = parse_reply(
+            out,
+            "stats",
+            lambda v: (
+                isinstance(v, list)
+                and all(
+                    isinstance(e, tuple)
+                    and len(e) == 2
+                    and e[0] in STATS_FIELDS
+                    and (is_int(e[1]) or isinstance(e[1], bool))
+                    for e in v
+                )
+            ),
+        )
+    except DeviceError as e:
+        raise TransferError(str(e)) from None
+    return dict(rows)

@@ -177,7 +177,7 @@ def read_state(state_dir: str) -> dict[str, Any] | None:
     try:
         with open(p["state"]) as f:
             st = json.load(f)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return st if isinstance(st, dict) else None
 
@@ -213,13 +213,24 @@ def running_device(state_dir: str | None = None) -> str | None:
 
 
 def is_virtual_device(dev: str, state_dir: str | None = None) -> bool:
-    """True if dev names the pty of a virtual board (no soft reset there: it would end the port)."""
-    cands = {state_dir or default_state_dir()}
-    if os.path.islink(dev):
-        cands.add(os.path.dirname(os.path.abspath(dev)))
+    """True if dev names the pty of a virtual board (no soft reset there: it would end the port).
+
+    dev may be relative (`-d vb/tty`): it is compared as an absolute path and as the pty it
+    resolves to."""
+    if "://" in dev:
+        return False
+    absdev = os.path.abspath(dev)
+    names = {absdev, os.path.realpath(absdev)}
+    cands = {os.path.abspath(state_dir or default_state_dir())}
+    if os.path.islink(absdev):
+        cands.add(os.path.dirname(absdev))
     for d in cands:
         st = read_state(d)
-        if st and dev in (st.get("link"), st.get("pty"), os.path.realpath(st.get("link") or "")):
+        if not st:
+            continue
+        link = st.get("link") or ""
+        known = {link, st.get("pty"), os.path.realpath(link) if link else None}
+        if names & known:
             return True
     return False
 
@@ -251,7 +262,10 @@ def start(
     heapsize: str | None = None,
 ) -> dict[str, Any]:
     p = _paths(state_dir)
-    os.makedirs(p["dir"], exist_ok=True)
+    # Private like the queue data it holds: the state directory 0700, the image 0600, and every file
+    # the bridge and micropython create (umask 077).
+    os.makedirs(p["dir"], mode=0o700, exist_ok=True)
+    os.chmod(p["dir"], 0o700)
     cur = status(state_dir)
     if cur["running"]:
         raise BoardError(
@@ -263,6 +277,10 @@ def start(
         raise BoardError("image %s is a directory" % image)
     if not os.path.isdir(os.path.dirname(image)):
         raise BoardError("image directory %s does not exist" % os.path.dirname(image))
+    if os.path.isfile(image):
+        mode = os.stat(image).st_mode
+        if mode & 0o077:
+            os.chmod(image, mode & 0o700)
     mp = micropython or default_micropython()
     with open(p["boot"], "w") as f:
         f.write(
@@ -298,6 +316,7 @@ def start(
             cwd=p["dir"],
             start_new_session=True,
             close_fds=True,
+            umask=0o077,
         )
     end = time.monotonic() + timeout
     while time.monotonic() < end:

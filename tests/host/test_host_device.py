@@ -113,6 +113,9 @@ def test_outbox_power_cycle_pull_inspect_replay_push(board, mosquitto, tmp_path)
     with Device(board.tty, soft_reset=False) as dev:
         assert dev.hash_dir(":" + QD) == dev_files_before  # pull never modifies the device
     meta = json.loads((local / qdir.PULL_META).read_text())
+    # Private like ddq's own files: the directory 0700, every pulled file and the metadata 0600.
+    assert os.stat(local).st_mode & 0o777 == 0o700
+    assert {os.stat(local / n).st_mode & 0o777 for n in os.listdir(local)} == {0o600}
     # The UNIX profile's options, used by inspect and replay below.
     assert meta["options"]["segment_bytes"] == 4096
 
@@ -165,13 +168,15 @@ def test_outbox_power_cycle_pull_inspect_replay_push(board, mosquitto, tmp_path)
     r = ddq("push", "--device", board.tty, local, ":" + QD, "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["appended"]
+    assert os.stat(local / qdir.PULL_META).st_mode & 0o777 == 0o600  # rewritten by push
     now = _device_stats(board)
     assert (
         now["available_items"] == 0
         and now["acknowledged_items"] == after["stats"]["acknowledged_items"]
     )
 
-    # The device moves on; a second push of the stale copy is refused, --force overrides.
+    # The device moves on (enqueues one more); a second push of the stale copy is refused, and so
+    # is --force: it would move next_seq back and reuse the new message's seq.
     with Device(board.tty, soft_reset=False) as dev:
         dev.exec("import main\nmain.run(rounds=1, period_ms=0, queue_dir=%r, budget=0)" % QD)
         changed = dev.hash_dir(":" + QD)
@@ -179,7 +184,18 @@ def test_outbox_power_cycle_pull_inspect_replay_push(board, mosquitto, tmp_path)
     assert "changed on the device since the pull" in line
     with Device(board.tty, soft_reset=False) as dev:
         assert dev.hash_dir(":" + QD) == changed
-    assert ddq("push", "--device", board.tty, local, ":" + QD, "--force").returncode == 0
+    line = one_line_error(ddq("push", "--device", board.tty, local, ":" + QD, "--force"), 1)
+    assert (
+        "refusing --force: the device used seqs %d..%d"
+        % (
+            now["next_seq"],
+            now["next_seq"],
+        )
+        in line
+    )
+    with Device(board.tty, soft_reset=False) as dev:
+        assert dev.hash_dir(":" + QD) == changed
+    assert _device_stats(board)["next_seq"] == now["next_seq"] + 1
 
 
 def test_c_format_directory_from_the_independent_writer_inspects_the_same(tmp_path):
@@ -351,3 +367,68 @@ def test_mip_installs_from_package_json(board):
             import hashlib
 
             assert dev.sha256(":/flash/miplib/ddq.py") == hashlib.sha256(f.read()).hexdigest()
+
+
+ESCAPE = """
+import os
+def test_sees_only_the_staged_copy():
+    names = sorted(os.listdir('/remote'))
+    assert 'tests' in names and 'port' in names, names
+    assert set(names) <= {'tests', 'port', 'fixtures'}, names
+def test_cannot_write_the_mount():
+    for what, f in (
+        ('create', lambda: open('/remote/tests/zz_evil.py', 'w').close()),
+        ('create', lambda: open('/remote/zz_evil', 'w').close()),
+        ('append', lambda: open('/remote/tests/mprun.py', 'a').close()),
+        ('mkdir', lambda: os.mkdir('/remote/zz_dir')),
+        ('remove', lambda: os.remove('/remote/tests/mprun.py')),
+        ('rename', lambda: os.rename('/remote/tests/support.py', '/remote/tests/zz.py')),
+    ):
+        try:
+            f()
+        except OSError:
+            continue
+        raise AssertionError('could ' + what + ' in the mount')
+def test_cannot_leave_the_mount():
+    for p in ('/remote/../../../../../etc/hostname', '/remote/tests/../../../../../etc/hostname'):
+        try:
+            open(p).close()
+        except OSError:
+            continue
+        raise AssertionError('read ' + p)
+"""
+
+
+def test_ddq_test_mounts_only_a_private_read_only_copy(board):
+    with Device(board.tty, soft_reset=False) as dev:
+        dev.mkdir(":/flash/lib", exist_ok=True)
+        dev.write_file(":/flash/lib/test_zz_escape.py", ESCAPE.encode())
+    try:
+        r = ddq("test", "--device", board.tty, "test_zz_escape", timeout=120)
+        lines = r.stdout.strip().splitlines()
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr
+        assert lines[-1] == "posix: 3 passed, 0 failed", lines[-5:]
+    finally:
+        with Device(board.tty, soft_reset=False) as dev:
+            dev.remove(":/flash/lib/test_zz_escape.py")
+    assert os.path.exists(os.path.join(REPO, "tests", "mprun.py"))
+    assert not os.path.exists(os.path.join(REPO, "tests", "zz_evil.py"))
+
+
+def test_ddq_test_installed_without_ddq_reports_the_import_error(board):
+    with Device(board.tty, soft_reset=False) as dev:
+        for n in ("ddq.mpy", "ddq.py"):
+            if dev.exists(":" + n):
+                dev.rename(":" + n, ":" + n + ".off")
+        dev.exec("import sys\nsys.modules.pop('ddq', None)")
+    try:
+        line = one_line_error(
+            ddq("test", "--device", board.tty, "--installed", "test_support", timeout=120), 1
+        )
+        assert "the test run failed on the device: ImportError" in line, line
+        assert "ddq is not installed on the device" in line and "_rc" not in line
+    finally:
+        with Device(board.tty, soft_reset=False) as dev:
+            for n in ("ddq.mpy", "ddq.py"):
+                if dev.exists(":" + n + ".off"):
+                    dev.rename(":" + n + ".off", ":" + n)

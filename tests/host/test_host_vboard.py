@@ -91,3 +91,50 @@ def test_bad_image_is_one_line_error(tmp_path):
         assert img.read_bytes() == b"\x00" * 4096 * 8  # never reformatted behind the user's back
     finally:
         vboard.kill(str(d))
+
+
+def test_state_dir_and_image_are_private_and_a_relative_device_is_the_virtual_board(tmp_path):
+    import stat
+
+    from conftest import REPO
+
+    d = tmp_path / "vb"
+    pids = set()
+
+    def mode(p):
+        return stat.S_IMODE(os.stat(p).st_mode)
+
+    try:
+        r = ddq("board", "virtual", "start", "--dir", d, "--json")
+        assert r.returncode == 0, r.stderr
+        st = json.loads(r.stdout)
+        pids |= {st["bridge_pid"], st["micropython_pid"]}
+        assert mode(d) == 0o700 and mode(d / "flash.img") == 0o600
+        assert mode(d / "state.json") == 0o600
+
+        # `-d vb/tty` relative to the cwd (the tests run ddq in REPO): recognised as the virtual
+        # board, so it is not soft-reset (which would end the unix port).
+        rel = os.path.relpath(d / "tty", REPO)
+        assert not os.path.isabs(rel)
+        r = ddq("board", "probe", "-d", rel, "--json")
+        assert r.returncode == 0, r.stderr
+        rc, st2 = _status(d)
+        assert rc == 0 and st2["micropython_pid"] == st["micropython_pid"]
+        with Device(st["device"], soft_reset=False) as dev:
+            assert dev.probe()["cwd"] == "/flash"
+
+        # An older state directory and image made with the umask's modes are tightened at start.
+        assert ddq("board", "virtual", "stop", "--dir", d).returncode == 0
+        os.chmod(d, 0o755)
+        os.chmod(d / "flash.img", 0o644)
+        r = ddq("board", "virtual", "start", "--dir", d, "--json")
+        assert r.returncode == 0, r.stderr
+        st = json.loads(r.stdout)
+        pids |= {st["bridge_pid"], st["micropython_pid"]}
+        assert mode(d) == 0o700 and mode(d / "flash.img") == 0o600
+    finally:
+        vboard.kill(str(d))
+        for p in pids:
+            if vboard.pid_alive(p):
+                os.kill(p, 9)
+    assert not any(vboard.pid_alive(p) for p in pids)
