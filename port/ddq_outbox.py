@@ -275,7 +275,8 @@ class _Ctr:
         if c + (n - i + 15) // 16 > 0x100000000:
             raise InvalidArgument("AES-CTR: the 32-bit block counter would wrap")
         blk, ks = self.blk, self.ks
-        blk[0:12] = nonce[0:12]
+        for j in range(12):  # not blk[0:12] = nonce[0:12]: two slices allocate
+            blk[j] = nonce[j]
         if self.ecb is None:
             cm = _ciphers()
             struct.pack_into(">I", blk, 12, c)
