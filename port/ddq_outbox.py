@@ -66,10 +66,10 @@ _EF_RETAIN = const(0x02)
 _EF_SHA = const(0x04)  # a 32-byte SHA-256 follows the header (and orig_seq) [E5]
 _EF_ORIG = const(0x08)  # a u64 original seq follows the header: a requeued dead letter [E14]
 _EF_HMAC = const(0x10)  # a 32-byte HMAC-SHA256 tag where the SHA-256 would be (never both) [E21]
-_EF_ENC = const(0x20)  # a 12-byte nonce follows the tag; the payload is AES-256-CTR ciphertext [E23]
+_EF_ENC = const(0x20)  # a 12-byte nonce follows the tag; the payload is AES-CTR ciphertext [E23]
 _EF_RESERVED = const(0xC0)  # _EF_ 0x40 0x80: reserved, must be zero; a reader rejects them [E3]
 _MIN_KEY = const(16)  # the shortest HMAC key an Outbox accepts [E22]
-_NONCE = const(12)  # bytes of the per-message random nonce; the counter block is nonce | u32 BE [E23]
+_NONCE = const(12)  # the per-message random nonce; a counter block is nonce | u32 BE [E23]
 _TICKS_MASK = const(0x3FFFFFFF)  # ticks modulo 2**30 on every interpreter (32-bit boards' period)
 _MAX_WAIT = const(0x1FFFFFFF)  # the longest wait next_ready_ms returns: inside ticks_diff's window
 _GET_SCAN = const(64)  # expired/undecodable messages one get() retires before it returns None
@@ -253,10 +253,10 @@ def _ciphers() -> "Any":
 
 
 class _Ctr:
-    # AES in CTR mode (NIST SP 800-38A) under one key. On MicroPython: cryptolib.aes in ECB mode (1)
-    # encrypts a counter block (nonce | u32 big-endian count) into a keystream block, XORed into
-    # the data in place; both blocks are allocated once (cryptolib's own CTR mode 6 is a build
-    # option most ports lack). Elsewhere: the cryptography package's CTR, the same bytes.
+    # AES in CTR mode (NIST SP 800-38A) under one key. On MicroPython cryptolib.aes in ECB mode
+    # (1) encrypts a counter block (nonce | u32 big-endian count) into a keystream block, XORed
+    # into the data in place; both blocks are allocated once (cryptolib's own CTR mode 6 is a
+    # build option most ports lack). Elsewhere the cryptography package's CTR: the same bytes.
     def __init__(self, key: "Buf") -> None:
         self.key = bytes(key)
         if len(self.key) not in (16, 32):

@@ -312,7 +312,8 @@ def test_aes_ctr_nist_sp800_38a_vectors():
     support.raises(ddq.InvalidArgument, ddq_outbox.aes_ctr, k256, b"\xff" * 16, bytes(17))
 
 
-ENC_HEX = ("444501310003000000000000a8da769b010000"  # header: flags 0x31 = QoS 1 | HMAC | encrypted
+# header (flags 0x31: QoS 1, HMAC tag, encrypted), tag, nonce, topic in clear, ciphertext
+ENC_HEX = ("444501310003000000000000a8da769b010000"
            "238befeb2765679b4116c947921b4b8cc212722e43a085f30e6f7bd1671725ed"  # tag
            "00112233445566778899aabb"  # nonce
            "742f31"  # topic "t/1", in clear

@@ -222,10 +222,11 @@ def check_decryptable(n_encrypted: int, hmac_key: bytes | None, what: str = "mes
     without the key, or without the cryptography package (CPython's AES)."""
     if not n_encrypted:
         return
+    are = "s are" if n_encrypted > 1 else " is"
     if hmac_key is None:
         raise EncryptedError(
             "%d %s%s encrypted (SPEC E23): give the device key with --hmac-key-file F or $%s"
-            % (n_encrypted, what, "s are" if n_encrypted > 1 else " is", HMAC_KEY_ENV)
+            % (n_encrypted, what, are, HMAC_KEY_ENV)
         )
     import ddq_outbox
 
@@ -234,7 +235,7 @@ def check_decryptable(n_encrypted: int, hmac_key: bytes | None, what: str = "mes
     except load_ddq().InvalidArgument:
         raise EncryptedError(
             "%d %s%s encrypted: decrypting needs the 'cryptography' package "
-            "(pip install cryptography)" % (n_encrypted, what, "s are" if n_encrypted > 1 else " is")
+            "(pip install cryptography)" % (n_encrypted, what, are)
         ) from None
 
 

@@ -41,7 +41,8 @@ PATH = "/q"
 OPTS = {"segment_bytes": 65536, "max_segments": 16, "max_payload_bytes": 1024, "max_items": 512,
         "index_bytes": 0}
 T0 = 1767225600000
-KINDS = ("flip", "set", "header", "body", "tag", "splice", "unsigned", "otherkey", "nonce", "strip")
+KINDS = ("flip", "set", "header", "body", "tag", "splice", "unsigned", "otherkey", "nonce",
+         "strip")
 
 
 class _Clock:
