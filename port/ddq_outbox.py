@@ -139,7 +139,8 @@ class Backoff:
 
 
 class Message:
-    """A message: its envelope's fields, plus seq/attempts/lease (get) or reason (dead letter)."""
+    """A message: its envelope's fields, plus seq/attempts/lease (get) or reason (dead letter);
+    encrypted: the payload is stored encrypted (decrypted here only when a key verified it)."""
 
     __slots__ = ("seq", "topic", "payload", "qos", "retain", "attempts", "enqueued_ms",
                  "ttl_ms", "key", "orig_seq", "lease_until_ms", "reason", "age_ms", "encrypted")
