@@ -35,7 +35,8 @@ DEV_PKGS := \
   pyserial==3.5 \
   littlefs-python==0.19.0 \
   persist-queue==1.1.0 \
-  litequeue==0.9
+  litequeue==0.9 \
+  cryptography==50.0.2
 DEPS_STAMP := $(VENV)/.ddq-deps-$(shell printf '%s' '$(DEV_PKGS)' | cksum | cut -d' ' -f1)
 EDITABLE_STAMP := $(VENV)/.ddq-editable
 

@@ -10,7 +10,7 @@ public API only. Import it only where messages are needed: `import ddq` alone ne
         ob.put("sensors/t", b"21.5")
         ob.pump(send)          # send(m) returns True once the far end confirmed
 
-Format: see docs/SPEC.md "Envelope" [E1]-[E6]; behaviour: "Message layer" [E7]-[E18].
+Format: see docs/SPEC.md "Envelope" [E1]-[E6] [E21] [E23]; behaviour: "Message layer" [E7]-[E22].
 """
 
 __version__ = "0.1.0"
@@ -66,8 +66,10 @@ _EF_RETAIN = const(0x02)
 _EF_SHA = const(0x04)  # a 32-byte SHA-256 follows the header (and orig_seq) [E5]
 _EF_ORIG = const(0x08)  # a u64 original seq follows the header: a requeued dead letter [E14]
 _EF_HMAC = const(0x10)  # a 32-byte HMAC-SHA256 tag where the SHA-256 would be (never both) [E21]
-_EF_RESERVED = const(0xE0)  # _EF_ 0x20 0x40 0x80: reserved, must be zero; a reader rejects them [E3]
+_EF_ENC = const(0x20)  # a 12-byte nonce follows the tag; the payload is AES-CTR ciphertext [E23]
+_EF_RESERVED = const(0xC0)  # _EF_ 0x40 0x80: reserved, must be zero; a reader rejects them [E3]
 _MIN_KEY = const(16)  # the shortest HMAC key an Outbox accepts [E22]
+_NONCE = const(12)  # the per-message random nonce; a counter block is nonce | u32 BE [E23]
 _TICKS_MASK = const(0x3FFFFFFF)  # ticks modulo 2**30 on every interpreter (32-bit boards' period)
 _MAX_WAIT = const(0x1FFFFFFF)  # the longest wait next_ready_ms returns: inside ticks_diff's window
 _GET_SCAN = const(64)  # expired/undecodable messages one get() retires before it returns None
@@ -137,15 +139,16 @@ class Backoff:
 
 
 class Message:
-    """A message: its envelope's fields, plus seq/attempts/lease (get) or reason (dead letter)."""
+    """A message: its envelope's fields, plus seq/attempts/lease (get) or reason (dead letter);
+    encrypted: the payload is stored encrypted (decrypted here only when a key verified it)."""
 
     __slots__ = ("seq", "topic", "payload", "qos", "retain", "attempts", "enqueued_ms",
-                 "ttl_ms", "key", "orig_seq", "lease_until_ms", "reason", "age_ms")
+                 "ttl_ms", "key", "orig_seq", "lease_until_ms", "reason", "age_ms", "encrypted")
 
     def __init__(self) -> None:
         self.seq = self.qos = self.attempts = self.enqueued_ms = self.ttl_ms = self.orig_seq = 0
         self.lease_until_ms = self.age_ms = 0
-        self.topic, self.retain = "", False
+        self.topic, self.retain, self.encrypted = "", False, False
         self.payload = self.key = self.reason = b""
 
 
@@ -233,6 +236,103 @@ def _tag(mv: memoryview, a: int, n: int, key: "Any", pads: "Any") -> bytes:
     return _hmac_parts(key, pads, mv[0:a], mv[a + 32:n])
 
 
+# AES-256-CTR for confidentiality at rest [E23]: encrypt-then-MAC under one device key K. The
+# tag keeps K itself (E21, unchanged); the AES key is HKDF-Expand(K, info, 32) of RFC 5869, i.e.
+# HMAC(K, info | 0x01). Every tag input starts with the magic "DE" (0x44), the info with "d"
+# (0x64): the two uses of K never see the same input.
+_ENC_INFO = b"ddq-aes-256-ctr-v1\x01"
+
+_CIPHERS: "list[Any]" = []  # [cryptography's ciphers module or None], probed once
+
+
+def _ciphers() -> "Any":
+    # The cryptography package's ciphers module (CPython), else None (MicroPython: no such module).
+    if not _CIPHERS:
+        c = _import("cryptography.hazmat.primitives.ciphers.modes")
+        _CIPHERS.append(c.hazmat.primitives.ciphers if c is not None else None)
+    return _CIPHERS[0]
+
+
+class _Ctr:
+    # AES in CTR mode (NIST SP 800-38A) under one key. On MicroPython cryptolib.aes in ECB mode
+    # (1) encrypts a counter block (nonce | u32 big-endian count) into a keystream block, XORed
+    # into the data in place; both blocks are allocated once (cryptolib's own CTR mode 6 is a
+    # build option most ports lack). Elsewhere the cryptography package's CTR: the same bytes.
+    def __init__(self, key: "Buf") -> None:
+        self.key = bytes(key)
+        if len(self.key) not in (16, 32):
+            raise InvalidArgument("AES key: 16 or 32 bytes")
+        cl = _import("cryptolib")
+        self.ecb: "Any" = None
+        self.blk, self.ks = bytearray(16), bytearray(16)
+        if cl is not None and hasattr(cl, "aes"):  # feature probe: cryptolib without aes exists
+            self.ecb = cl.aes(self.key, 1)
+        elif _ciphers() is None:
+            raise InvalidArgument("encryption needs cryptolib.aes (MicroPython) or the "
+                                  "cryptography package (CPython: pip install cryptography)")
+
+    def xor(self, nonce: "Buf", c: int, buf: "Any", i: int, n: int) -> None:
+        # buf[i:n] ^= the keystream of counter blocks nonce(12) | c, c + 1, ... (big-endian u32)
+        if c + (n - i + 15) // 16 > 0x100000000:
+            raise InvalidArgument("AES-CTR: the 32-bit block counter would wrap")
+        blk, ks = self.blk, self.ks
+        for j in range(12):  # not blk[0:12] = nonce[0:12]: two slices allocate
+            blk[j] = nonce[j]
+        if self.ecb is None:
+            cm = _ciphers()
+            struct.pack_into(">I", blk, 12, c)
+            e = cm.Cipher(cm.algorithms.AES(self.key), cm.modes.CTR(bytes(blk))).encryptor()
+            buf[i:n] = e.update(bytes(buf[i:n]))
+            return
+        ecb = self.ecb
+        while i < n:
+            struct.pack_into(">I", blk, 12, c)
+            ecb.encrypt(blk, ks)
+            for j in range(min(16, n - i)):
+                buf[i + j] ^= ks[j]
+            i += 16
+            c += 1
+
+
+def aes_ctr(key: "Any", iv: "Any", data: "Any") -> bytes:
+    """Return AES-CTR(key, data) from the 16-byte counter block iv, whose last 4 bytes count
+    blocks big-endian (InvalidArgument if they would wrap); key 16 or 32 bytes [E23]."""
+    iv = _bytes_arg(iv, "iv")
+    if len(iv) != 16:
+        raise InvalidArgument("iv: 16 bytes")
+    b = bytearray(_bytes_arg(data, "data"))
+    _Ctr(_bytes_arg(key, "key")).xor(iv, struct.unpack_from(">I", iv, 12)[0], b, 0, len(b))
+    return bytes(b)
+
+
+def _enc_ctr(hkey: "Any", pads: "Any") -> _Ctr:
+    # The AES-256-CTR context of HMAC key K [E23]: AES key = HMAC(K, _ENC_INFO).
+    return _Ctr(_hmac_parts(hkey, pads, _ENC_INFO))
+
+
+def _nonce_fn(nonce: "Any") -> "Callable[[], Any]":
+    # The nonce source [E23]: the caller's callable, else os.urandom; else InvalidArgument (a
+    # counter or the ticks would repeat after a power cut or on another device: never guessed).
+    if nonce is not None:
+        if not callable(nonce):
+            raise InvalidArgument("nonce: a callable returning 12 random bytes")
+        return nonce  # type: ignore[no-any-return]
+    u = getattr(os, "urandom", None)
+    if u is None:
+        raise InvalidArgument("encrypt needs os.urandom, or nonce=<a callable returning 12 "
+                              "random bytes> (a hardware RNG)")
+    return lambda: u(_NONCE)
+
+
+def _nonce_ok(nb: "Any", last: "Any") -> bytes:
+    # 12 bytes, and not the previous nonce (catches a constant source; cannot see older repeats)
+    if not isinstance(nb, (bytes, bytearray)) or len(nb) != _NONCE:
+        raise InvalidArgument("nonce source must return 12 bytes")
+    if last is not None and bytes(nb) == last:
+        raise InvalidArgument("nonce source returned the same nonce twice")
+    return bytes(nb)
+
+
 def publishable(topic: "Any", max_topic: int = 65535) -> str:
     """Return "" if MQTT can publish topic (str or bytes), else why not [E4]: empty, over
     max_topic bytes of UTF-8, not UTF-8, NUL, or a wildcard "+" / "#"."""
@@ -252,8 +352,10 @@ def publishable(topic: "Any", max_topic: int = 65535) -> str:
 
 def _pack_env(buf: "Optional[bytearray]", topic: "Any", payload: "Any", qos: "Any",
               retain: "Any", ttl: "Any", key: "Any", sha: bool, orig: "Any", enq: "Any",
-              max_topic: int, hkey: "Any" = None, pads: "Any" = None) -> memoryview:
-    # [E1] header | orig_seq u64? | sha256 or hmac? | key | topic | payload, in buf (or new).
+              max_topic: int, hkey: "Any" = None, pads: "Any" = None, ctr: "Any" = None,
+              nonce: "Any" = None) -> memoryview:
+    # [E1] header | orig_seq u64? | sha256 or hmac? | nonce? | key | topic | payload, in buf (or
+    # new). With ctr (an _Ctr) and nonce the payload is stored encrypted, then tagged [E23].
     t, k = bytes(_bytes_arg(topic, "topic")), bytes(_bytes_arg(key, "key"))
     p = _bytes_arg(payload, "payload")
     why = publishable(t, max_topic)
@@ -264,19 +366,28 @@ def _pack_env(buf: "Optional[bytearray]", topic: "Any", payload: "Any", qos: "An
         raise InvalidArgument("key <= 255 bytes, qos 0|1, retain bool")
     if hkey is not None and sha:
         raise InvalidArgument("sha256 or hmac_key, not both (the tag detects accidents too)")
+    if ctr is not None and (hkey is None or nonce is None or len(nonce) != _NONCE):
+        raise InvalidArgument("encrypt needs hmac_key (encrypt-then-MAC) and a 12-byte nonce")
     flags = (_EF_QOS1 if qos else 0) | (_EF_RETAIN if retain else 0) | (_EF_SHA if sha else 0) \
-        | (_EF_ORIG if _opt(orig, 0, _U64, "orig_seq") else 0) | (_EF_HMAC if hkey else 0)
+        | (_EF_ORIG if _opt(orig, 0, _U64, "orig_seq") else 0) | (_EF_HMAC if hkey else 0) \
+        | (_EF_ENC if ctr is not None else 0)
     a = _ENV_SIZE + (8 if orig else 0)
     i = a + (32 if sha or hkey is not None else 0)
+    c = i  # the nonce's offset
+    i += _NONCE if ctr is not None else 0
     n = i + len(k) + len(t) + len(p)
     if buf is None or len(buf) < n:
         buf = bytearray(n)
     struct.pack_into(_ENV_FMT, buf, 0, _ENV_MAGIC, 1, flags, len(k), len(t), ttl,
                      _opt(enq, 0, _U64, "enqueued_ms"))
     struct.pack_into("<Q", buf, _ENV_SIZE, orig) if orig else None
+    if ctr is not None:
+        buf[c:c + _NONCE] = nonce
     for part in (k, t, p):
         buf[i:i + len(part)] = part
         i += len(part)
+    if ctr is not None:  # encrypt, then MAC: the tag below covers the nonce and the ciphertext
+        ctr.xor(nonce, 0, buf, n - len(p), n)
     mv = memoryview(buf)
     if sha:
         d = _sha(mv, a, n)
@@ -290,20 +401,33 @@ def _pack_env(buf: "Optional[bytearray]", topic: "Any", payload: "Any", qos: "An
 
 def encode_envelope(topic: "Any", payload: "Any", qos: int = 1, retain: bool = False,
                     enqueued_ms: int = 0, ttl_ms: int = 0, key: "Any" = b"",
-                    sha256: bool = False, orig_seq: int = 0, hmac_key: "Any" = None) -> bytes:
-    """Return a message's envelope (signed with hmac_key if given); InvalidArgument for a bad
-    field [E1]-[E5] [E21]."""
+                    sha256: bool = False, orig_seq: int = 0, hmac_key: "Any" = None,
+                    encrypt: bool = False, nonce: "Any" = None) -> bytes:
+    """Return a message's envelope (signed with hmac_key if given; with encrypt=True also its
+    payload encrypted, under nonce (12 bytes; default os.urandom)); InvalidArgument for a bad
+    field [E1]-[E5] [E21] [E23]."""
+    ctr = None
+    if encrypt:
+        if hmac_key is None:
+            raise InvalidArgument("encrypt needs hmac_key (encrypt-then-MAC)")
+        nonce = _nonce_ok(_nonce_fn(None)() if nonce is None else nonce, None)
+        ctr = _enc_ctr(hmac_key, None)
     return bytes(_pack_env(None, topic, payload, qos, retain, ttl_ms, key, sha256, orig_seq,
-                           enqueued_ms, 65535, hmac_key))
+                           enqueued_ms, 65535, hmac_key, None, ctr, nonce))
 
 
 def decode_envelope(data: "Buf", verify: bool = True, hmac_key: "Any" = None) -> Message:
     """Decode an envelope into a Message; BadEnvelope (a Corrupt) says what is wrong [E2]-[E6].
-    With hmac_key, an envelope without a valid HMAC tag raises Unauthenticated [E21]."""
+    With hmac_key, an envelope without a valid HMAC tag raises Unauthenticated [E21], and an
+    encrypted payload is decrypted after the tag is verified. Without hmac_key an encrypted
+    envelope's payload is the ciphertext: check m.encrypted [E23]."""
     return _decode(data, verify, hmac_key, None)
 
 
-def _decode(data: "Buf", verify: bool, hkey: "Any", pads: "Any") -> Message:
+def _decode(data: "Buf", verify: bool, hkey: "Any", pads: "Any", ctrs: "Any" = None,
+            need: bool = False) -> Message:
+    # ctrs: [] or [_Ctr] (the Outbox's cache of its AES context); need: the caller delivers the
+    # payload, so an encrypted envelope without a key is Unauthenticated instead of ciphertext.
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise InvalidArgument("envelope must be bytes")
     n = len(data)
@@ -311,10 +435,11 @@ def _decode(data: "Buf", verify: bool, hkey: "Any", pads: "Any") -> Message:
         raise BadEnvelope("envelope: %d bytes, under the 19-byte header" % n)
     magic, ver, flags, kl, tl, ttl, enq = struct.unpack_from(_ENV_FMT, data, 0)
     if magic != _ENV_MAGIC or ver != 1 or flags & _EF_RESERVED or (
-            flags & _EF_SHA and flags & _EF_HMAC):
+            flags & _EF_SHA and flags & _EF_HMAC) or (flags & _EF_ENC and not flags & _EF_HMAC):
         raise BadEnvelope("envelope: bad magic, version %d or flags 0x%02x" % (ver, flags))
+    enc = flags & _EF_ENC
     a = _ENV_SIZE + (8 if flags & _EF_ORIG else 0)
-    p = a + (32 if flags & (_EF_SHA | _EF_HMAC) else 0)
+    p = a + (32 if flags & (_EF_SHA | _EF_HMAC) else 0) + (_NONCE if enc else 0)
     if tl == 0 or p + kl + tl > n:
         raise BadEnvelope("envelope: topic/key lengths run past the end")
     m, mv = Message(), memoryview(data)
@@ -323,6 +448,8 @@ def _decode(data: "Buf", verify: bool, hkey: "Any", pads: "Any") -> Message:
             raise Unauthenticated("envelope: no HMAC tag")
         if not _same(_tag(mv, a, n, hkey, pads), mv[a:a + 32]):
             raise Unauthenticated("envelope: HMAC tag mismatch")
+    elif enc and need:
+        raise Unauthenticated("envelope: encrypted, no key")
     if flags & _EF_ORIG:
         m.orig_seq = struct.unpack_from("<Q", data, _ENV_SIZE)[0]
     if verify and flags & _EF_SHA and _sha(mv, a, n) not in (None, bytes(mv[a:a + 32])):
@@ -334,7 +461,19 @@ def _decode(data: "Buf", verify: bool, hkey: "Any", pads: "Any") -> Message:
         t = b"\0"
     if b"\0" in t:
         raise BadEnvelope("envelope: topic is not UTF-8 without NUL")
-    m.payload = bytes(mv[p + kl + tl:n])
+    if enc and hkey is not None:  # verified above: decrypt (MAC before decrypt) [E23]
+        if not ctrs:
+            ctrs = [] if ctrs is None else ctrs
+            try:
+                ctrs.append(_enc_ctr(hkey, pads))
+            except InvalidArgument as e:  # no AES on this interpreter: cannot be read here
+                raise BadEnvelope("envelope: encrypted; " + e.args[0])
+        b = bytearray(mv[p + kl + tl:n])
+        ctrs[0].xor(mv[p - _NONCE:p], 0, b, 0, len(b))
+        m.payload = bytes(b)
+    else:
+        m.payload = bytes(mv[p + kl + tl:n])
+    m.encrypted = bool(enc)
     m.qos, m.retain, m.ttl_ms, m.enqueued_ms = flags & _EF_QOS1, bool(flags & _EF_RETAIN), ttl, enq
     return m
 
@@ -367,7 +506,8 @@ class Outbox:
                  max_attempts: int = 0, ttl_ms: int = 0, expired: str = "quarantine",
                  capacity: str = "reject", ordered: bool = False, sha256: bool = False,
                  max_topic_bytes: int = 256, sync_every: int = 0, sync_interval_ms: int = 0,
-                 lock: "Any" = None, hmac_key: "Any" = None, **options: "Any") -> None:
+                 lock: "Any" = None, hmac_key: "Any" = None, encrypt: bool = False,
+                 nonce: "Optional[Callable[[], Any]]" = None, **options: "Any") -> None:
         self._lease = _opt(lease_ms, 1, _MAX_LEASE_MS, "lease_ms")
         self._bo = Backoff(min_retry_ms, max_retry_ms, seed)
         self._max_att = _opt(max_attempts, 0, _U32, "max_attempts")
@@ -389,6 +529,21 @@ class Outbox:
                 raise InvalidArgument("hmac_key: at least 16 bytes (32 random bytes advised)")
             self._pads = _pads(self._hkey)
         self._sha = bool(sha256) and self._hkey is None
+        # encrypt [E23]: AES-256-CTR under a key derived from hmac_key, a fresh nonce per put from
+        # the nonce source (os.urandom unless given). Refused here, never weakened, without an
+        # AES implementation or a nonce source. The AES context is made on first use otherwise
+        # (a key-only Outbox decrypts what it reads).
+        self._enc, self._nonce_arg = bool(encrypt), nonce
+        self._last: "Optional[bytes]" = None  # the previous nonce (a constant source is refused)
+        self._nonce: "Any" = None
+        self._ctrs: "list[Any]" = []
+        if self._enc:
+            if self._hkey is None:
+                raise InvalidArgument("encrypt needs hmac_key (encrypt-then-MAC)")
+            self._nonce = _nonce_fn(nonce)
+            self._ctrs.append(_enc_ctr(self._hkey, self._pads))
+        elif nonce is not None:
+            _nonce_fn(nonce)  # a bad nonce argument fails now, not at a requeue
         if lock is True:
             th = _import("_thread")  # missing on most boards: pass (acquire, release) there
             if th is None:
@@ -442,9 +597,17 @@ class Outbox:
         return self.queue.sync()
 
     def _put(self, topic: "Any", payload: "Any", qos: "Any", retain: "Any", ttl: "Any",
-             key: "Any", orig: int) -> int:
+             key: "Any", orig: int, enc: bool = False) -> int:
+        ctr = nb = None
+        if enc or self._enc:  # [E23]; enc: requeue of an encrypted dead letter stays encrypted
+            if self._nonce is None:
+                self._nonce = _nonce_fn(self._nonce_arg)
+            if not self._ctrs:
+                self._ctrs.append(_enc_ctr(self._hkey, self._pads))
+            nb = self._last = _nonce_ok(self._nonce(), self._last)
+            ctr = self._ctrs[0]
         mv = _pack_env(self._buf, topic, payload, qos, retain, ttl, key, self._sha, orig,
-                       self._clock(), self._max_topic, self._hkey, self._pads)
+                       self._clock(), self._max_topic, self._hkey, self._pads, ctr, nb)
         for _ in range(_IO_LOOPS):
             try:
                 seq = self.queue.enqueue(mv)
@@ -477,12 +640,19 @@ class Outbox:
         self._wrote(1)
 
     def _peek(self, seq: int, now: int, auth: bool = False) -> Message:
-        # auth: with a key, an unauthenticated envelope reads as raw bytes (its orig_seq unused)
+        # With a key, a verified envelope (an encrypted one decrypted); an unauthenticated one
+        # reads unchecked (its payload the ciphertext if encrypted) or, with auth, as raw bytes.
+        raw = self.queue.read(seq)
         try:
-            m = _decode(self.queue.read(seq), True, self._hkey if auth else None, self._pads)
+            try:
+                m = _decode(raw, True, self._hkey, self._pads, self._ctrs)
+            except Unauthenticated:
+                if auth:
+                    raise
+                m = _decode(raw, True, None, None)
         except BadEnvelope:
             m = Message()
-            m.payload = self.queue.read(seq)  # not an envelope: shown raw
+            m.payload = raw  # not an envelope: shown raw
         m.seq, m.age_ms = seq, max(0, now - m.enqueued_ms) if m.enqueued_ms else 0
         return m
 
@@ -554,7 +724,7 @@ class Outbox:
                 return None
             self._wrote(1)
             try:
-                m = _decode(q.read(c.seq), True, self._hkey, self._pads)
+                m = _decode(q.read(c.seq), True, self._hkey, self._pads, self._ctrs, True)
             except Unauthenticated as e:  # forged, altered or unsigned: never delivered [E22]
                 self.counters["unauthenticated"] += 1
                 self._quar(c.seq, "unauthenticated", e.args[0])
@@ -661,7 +831,7 @@ class Outbox:
         for s in [seq] if seq is not None else [i.seq for i in q.items() if i.state[0] == "q"]:
             if s not in hidden:
                 try:  # with a key, an unauthenticated dead letter is never re-signed [E22]
-                    m = _decode(q.read(s), True, self._hkey, self._pads)
+                    m = _decode(q.read(s), True, self._hkey, self._pads, self._ctrs, True)
                 except BadEnvelope:
                     if seq is not None:
                         raise
@@ -669,7 +839,7 @@ class Outbox:
                 if seq is None and publishable(m.topic, self._max_topic):
                     continue  # and one whose topic put() refuses (an old record) [E4]
                 out.append(self._put(m.topic, m.payload, m.qos, m.retain, m.ttl_ms, m.key,
-                                     m.orig_seq or s))
+                                     m.orig_seq or s, m.encrypted))
                 hidden.append(s)
             done.append(s)
         if purge and done:

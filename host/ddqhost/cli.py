@@ -451,7 +451,8 @@ def add_hmac_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--hmac-key-file",
         metavar="F",
-        help="the device's HMAC key in hex (else $%s): check every message's tag" % qdir.HMAC_KEY_ENV,
+        help="the device's HMAC key in hex (else $%s): check every message's tag, decrypt "
+        "encrypted payloads (SPEC E23)" % qdir.HMAC_KEY_ENV,
     )
 
 

@@ -277,15 +277,56 @@ def load_hmac_key(path: str | None, queue_dir: str | None = None) -> bytes | Non
     return key
 
 
-def _decode(ddq: ModuleType, payload: bytes) -> Any:
+def _decode(ddq: ModuleType, payload: bytes, hmac_key: bytes | None = None) -> Any:
     """ddq_outbox.decode_envelope(payload) (the message layer's Message), or None when the
-    payload is not an envelope (raw bytes enqueued with Queue.enqueue)."""
+    payload is not an envelope (raw bytes enqueued with Queue.enqueue). With hmac_key an
+    envelope with a valid tag is decoded verified (an encrypted payload decrypted, SPEC E23);
+    one without is decoded unchecked, an encrypted payload left as ciphertext."""
     import ddq_outbox  # beside ddq (load_ddq put its directory on the path)
 
+    if hmac_key is not None:
+        try:
+            return ddq_outbox.decode_envelope(payload, hmac_key=hmac_key)
+        except ddq_outbox.Unauthenticated:
+            pass  # shown unchecked; auth_status says why
+        except Exception:
+            return None
     try:
         return ddq_outbox.decode_envelope(payload)
     except Exception:  # BadEnvelope, InvalidArgument: not an envelope
         return None
+
+
+class EncryptedError(QueueDirError):
+    """Encrypted messages that cannot be decrypted here: no key, or no AES (never shows a key)."""
+
+
+def is_encrypted(payload: bytes) -> bool:
+    """True for an envelope whose payload is encrypted (flag bit 5, SPEC E23)."""
+    p = bytes(payload[0:4])
+    return len(p) == 4 and p[0:3] == b"DE\x01" and bool(p[3] & 0x20)
+
+
+def check_decryptable(n_encrypted: int, hmac_key: bytes | None, what: str = "message") -> None:
+    """Raise EncryptedError when n_encrypted > 0 encrypted messages cannot be decrypted here:
+    without the key, or without the cryptography package (CPython's AES)."""
+    if not n_encrypted:
+        return
+    are = "s are" if n_encrypted > 1 else " is"
+    if hmac_key is None:
+        raise EncryptedError(
+            "%d %s%s encrypted (SPEC E23): give the device key with --hmac-key-file F or $%s"
+            % (n_encrypted, what, are, HMAC_KEY_ENV)
+        )
+    import ddq_outbox
+
+    try:
+        ddq_outbox.aes_ctr(bytes(32), bytes(16), b"")
+    except load_ddq().InvalidArgument:
+        raise EncryptedError(
+            "%d %s%s encrypted: decrypting needs the 'cryptography' package "
+            "(pip install cryptography)" % (n_encrypted, what, are)
+        ) from None
 
 
 def auth_status(payload: bytes, hmac_key: bytes | None) -> str:
@@ -296,6 +337,7 @@ def auth_status(payload: bytes, hmac_key: bytes | None) -> str:
     if hmac_key is None:
         p = bytes(payload)
         return "unchecked" if len(p) > 3 and p[0:2] == b"DE" and p[3] & 0x10 else "unsigned"
+    check_decryptable(int(is_encrypted(payload)), hmac_key)  # no AES: an error, not a verdict
     try:
         ddq_outbox.decode_envelope(payload, hmac_key=hmac_key)
     except ddq_outbox.Unauthenticated as e:
@@ -316,10 +358,12 @@ def _expiry(env: Any, now_ms: int) -> tuple[int | None, bool]:
 
 
 def decode_envelope(
-    ddq: ModuleType, payload: bytes, now_ms: int | None = None
+    ddq: ModuleType, payload: bytes, now_ms: int | None = None, hmac_key: bytes | None = None
 ) -> dict[str, Any] | None:
-    """Envelope fields for inspect (topic, qos, retain, times, age, key hex), or None."""
-    env = _decode(ddq, payload)
+    """Envelope fields for inspect (topic, qos, retain, times, age, key hex), or None.
+    "encrypted": the payload is stored encrypted; "decrypted": whether the preview is the
+    plaintext (the key verified the tag) -- without, the ciphertext is not previewed."""
+    env = _decode(ddq, payload, hmac_key)
     if env is None or not getattr(env, "topic", None):
         return None
     out: dict[str, Any] = {}
@@ -328,9 +372,15 @@ def decode_envelope(
         if v is not None:
             out[k] = v.hex() if isinstance(v, (bytes, bytearray)) else v
     body = getattr(env, "payload", None)
+    enc = bool(getattr(env, "encrypted", False))
+    out["encrypted"] = enc
+    if enc:
+        out["decrypted"] = hmac_key is not None and auth_status(payload, hmac_key) == "ok"
     if isinstance(body, (bytes, bytearray, memoryview)):
         out["payload_len"] = len(body)
-        out["payload_preview"] = _preview(bytes(body))
+        out["payload_preview"] = (
+            "(encrypted)" if enc and not out["decrypted"] else _preview(bytes(body))
+        )
     if now_ms is not None:
         age, expired = _expiry(env, now_ms)
         if age is not None:
@@ -340,11 +390,15 @@ def decode_envelope(
 
 
 def envelope_parts(
-    ddq: ModuleType, payload: bytes, now_ms: int
+    ddq: ModuleType, payload: bytes, now_ms: int, hmac_key: bytes | None = None
 ) -> tuple[str, bytes, bool, bool] | None:
     # Unauthenticated input: replay checks auth_status first when it has a key.
-    """(topic, inner payload, retain, expired) for replay, or None when not an envelope."""
-    env = _decode(ddq, payload)
+    """(topic, inner payload, retain, expired) for replay, or None when not an envelope.
+    An encrypted payload is decrypted with hmac_key; without it EncryptedError (replay never
+    publishes a ciphertext)."""
+    if is_encrypted(payload):
+        check_decryptable(1, hmac_key)
+    env = _decode(ddq, payload, hmac_key)
     topic = getattr(env, "topic", None) if env is not None else None
     body = getattr(env, "payload", None) if env is not None else None
     if not topic or body is None:
@@ -418,7 +472,7 @@ def inspect(
                 d["preview"] = _preview(payload)
                 if payloads:
                     d["payload_hex"] = payload.hex()
-                env = decode_envelope(ddq, payload, now_ms)
+                env = decode_envelope(ddq, payload, now_ms, hmac_key)
                 if env is not None:
                     d["envelope"] = env
                 d["auth"] = auth_status(payload, hmac_key)
@@ -500,11 +554,14 @@ def render_inspect(info: dict[str, Any]) -> str:
         env = d.get("envelope")
         if env:
             lines.append(
-                "         envelope: topic %s qos %s%s%s%s"
+                "         envelope: topic %s qos %s%s%s%s%s"
                 % (
                     env.get("topic"),
                     env.get("qos"),
                     " retain" if env.get("retain") else "",
+                    (" encrypted" + ("" if env.get("decrypted") else " (no key: not decrypted)"))
+                    if env.get("encrypted")
+                    else "",
                     " age %ds" % (env["age_ms"] // 1000) if "age_ms" in env else "",
                     " EXPIRED" if env.get("expired") else "",
                 )

@@ -23,7 +23,10 @@ A message MQTT cannot publish (a topic with a wildcard "+"/"#" from an old or fo
 over 65,535 bytes once the prefix is added, one paho refuses) is quarantined with the reason
 "unpublishable: <why>" and replay goes on with the next. With an HMAC key (--hmac-key-file F or
 $DDQ_HMAC_KEY, SPEC E21/E22) every message must carry a valid tag: anything else (unsigned, altered,
-forged, a raw payload) is quarantined as "unauthenticated: <why>", never published.
+forged, a raw payload) is quarantined as "unauthenticated: <why>", never published. An encrypted
+payload (SPEC E23) is published decrypted, after its tag is verified; without the key (or without
+the cryptography package) replay refuses to start while any pending message is encrypted: it never
+publishes a ciphertext, and changes nothing.
 
 Counts: sent (acked this run), expired (quarantined, not sent), unpublishable and
 unauthenticated (quarantined, not sent), failed (no PUBACK in time / connection lost: released with retry(0),
@@ -225,7 +228,7 @@ def route(
         auth = qdir.auth_status(payload, hmac_key)
         if auth != "ok":
             return Route(topic_for(prefix, "raw"), b"", False, False, False, auth)
-    env = qdir.envelope_parts(ddq, payload, now_ms)
+    env = qdir.envelope_parts(ddq, payload, now_ms, hmac_key)
     if env is None:
         return Route(topic_for(prefix, "raw"), bytes(payload), False, True, False)
     topic, body, retain, expired = env
@@ -249,6 +252,16 @@ def plan(
     check_prefix(prefix)
     info = qdir.inspect(path, options, payloads=True, now_ms=now_ms)
     now = info["now_ms"]
+    qdir.check_decryptable(
+        sum(
+            1
+            for it in info["items"]
+            if it["state"] in ("available", "claimed")
+            and qdir.is_encrypted(bytes.fromhex(it["payload_hex"]))
+        ),
+        hmac_key,
+        "pending message",
+    )
     would, skipped = [], []
     bad: dict[str, list[int]] = {"unpublishable": [], "unauthenticated": []}
     for it in info["items"]:
@@ -442,6 +455,10 @@ def _deliver(
     q = ddq.Queue(path, **options)
     try:
         pending = [it.seq for it in q.items() if it.state in ("available", "claimed")]
+        # Refuse before the first claim what cannot be decrypted here (SPEC E23).
+        qdir.check_decryptable(
+            sum(1 for s in pending if qdir.is_encrypted(q.read(s))), hmac_key, "pending message"
+        )
         attempted: set[int] = set()
         stop = False
         for _ in range(len(pending) + 1):  # bounded: each pass claims a different pending item

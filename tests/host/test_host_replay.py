@@ -294,3 +294,112 @@ def test_deliver_quarantines_what_paho_refuses_and_goes_on(tmp_path):
     assert res["stats"]["claimed_items"] == 0
     items = {it["seq"]: it for it in json.loads(ddq("inspect", q, "--json").stdout)["items"]}
     assert items[b]["reason"] == "unpublishable: Invalid topic."
+
+
+# ---------------------------------------------------------------- encrypted payloads (SPEC E23)
+
+SECRET = b"secret-reading-42.7"
+
+
+def _encrypted_queue(path, key):
+    import ddq_outbox
+
+    ob = ddq_outbox.Outbox(str(path), hmac_key=key, encrypt=True, **OPTS)
+    try:
+        a = ob.put("s/enc", SECRET)
+        b = ob.put("s/enc2", b"second-" + SECRET, retain=True)
+    finally:
+        ob.close()
+    (path / qdir.OPTIONS_FILE).write_text(json.dumps(OPTS))
+    return a, b
+
+
+def test_replay_decrypts_for_the_subscriber_and_refuses_without_the_key(tmp_path, mosquitto):
+    # EVIDENCE-OF: E23
+    q = tmp_path / "q"
+    a, b = _encrypted_queue(q, KEY)
+    for name in sorted(p.name for p in q.iterdir()):  # plaintext nowhere at rest
+        assert (q / name).read_bytes().find(SECRET[0:12]) < 0, name
+    url = "mqtt://127.0.0.1:%d/" % mosquitto
+    before = tree_hash(q)
+    for extra in (["--dry-run"], []):
+        r = ddq("replay", q, "--to", url, *extra)
+        assert r.returncode == 1, r.stdout
+        assert "2 pending messages are encrypted" in r.stderr and "--hmac-key-file" in r.stderr
+        assert "Traceback" not in r.stderr
+    items = {it["seq"]: it for it in json.loads(ddq("inspect", q, "--json").stdout)["items"]}
+    assert [items[s]["state"] for s in (a, b)] == ["available"] * 2  # nothing claimed
+    assert tree_hash(q) == before  # refused before anything was written
+    kf = tmp_path / "device.key"
+    kf.write_text(KEY.hex() + "\n")
+    plan = json.loads(
+        ddq("replay", q, "--to", url, "--dry-run", "--json", "--hmac-key-file", kf).stdout
+    )
+    assert [(w["seq"], w["bytes"]) for w in plan["would_send"]] == [
+        (a, len(SECRET)),
+        (b, len(SECRET) + 7),
+    ]
+    sub = Subscriber(mosquitto)
+    try:
+        r = ddq("replay", q, "--to", url, "--json", "--hmac-key-file", kf)
+        assert r.returncode == 0, r.stderr
+        res = json.loads(r.stdout)
+        sub.wait_for(2)
+        time.sleep(0.3)
+        got = [g for g in sub.got if g[0].startswith("s/enc")]
+    finally:
+        sub.close()
+    assert (res["sent"], res["unauthenticated"]) == (2, 0)
+    assert sorted(got) == [("s/enc", SECRET), ("s/enc2", b"second-" + SECRET)]
+    assert KEY.hex() not in r.stdout + r.stderr
+
+
+def test_replay_quarantines_an_altered_encrypted_message(tmp_path):
+    # EVIDENCE-OF: E23
+    import ddq_outbox
+
+    q = tmp_path / "q"
+    ddqmod = qdir.load_ddq()
+    now = int(time.time() * 1000)
+    e = bytearray(ddq_outbox.encode_envelope("s/x", SECRET, enqueued_ms=now, hmac_key=KEY,
+                                             encrypt=True))
+    e[-1] ^= 1
+    qq = ddqmod.Queue(str(q), **OPTS)
+    s = qq.enqueue(bytes(e))
+    qq.close()
+    (q / qdir.OPTIONS_FILE).write_text(json.dumps(OPTS))
+    kf = tmp_path / "device.key"
+    kf.write_text(KEY.hex())
+    plan = json.loads(
+        ddq("replay", q, "--to", "mqtt://127.0.0.1:1/", "--dry-run", "--json",
+            "--hmac-key-file", kf).stdout
+    )
+    assert plan["unauthenticated_seqs"] == [s] and plan["would_send"] == []
+
+
+def test_inspect_decrypts_with_the_key_and_marks_encrypted_without(tmp_path, monkeypatch):
+    # EVIDENCE-OF: E23
+    q = tmp_path / "q"
+    a, b = _encrypted_queue(q, KEY)
+    r = ddq("inspect", q, "--json")
+    assert r.returncode == 0, r.stderr
+    items = {it["seq"]: it for it in json.loads(r.stdout)["items"]}
+    ea = items[a]["envelope"]
+    assert (ea["topic"], ea["encrypted"], ea["decrypted"], ea["payload_preview"]) == (
+        "s/enc", True, False, "(encrypted)")
+    assert ea["payload_len"] == len(SECRET) and items[a]["auth"] == "unchecked"
+    text = ddq("inspect", q).stdout
+    assert "envelope: topic s/enc qos 1 encrypted (no key: not decrypted)" in text
+    assert SECRET.decode() not in text and SECRET.decode() not in r.stdout
+    monkeypatch.setenv("DDQ_HMAC_KEY", KEY.hex())
+    items = {it["seq"]: it for it in json.loads(ddq("inspect", q, "--json").stdout)["items"]}
+    eb = items[b]["envelope"]
+    assert (eb["encrypted"], eb["decrypted"], eb["payload_preview"], eb["retain"]) == (
+        True, True, "second-" + SECRET.decode(), True)
+    assert items[b]["auth"] == "ok"
+    text = ddq("inspect", q).stdout
+    assert "envelope: topic s/enc qos 1 encrypted age" in text and "auth: ok (HMAC)" in text
+    monkeypatch.setenv("DDQ_HMAC_KEY", bytes(32).hex())  # the wrong key: marked, not decrypted
+    items = {it["seq"]: it for it in json.loads(ddq("inspect", q, "--json").stdout)["items"]}
+    assert items[a]["envelope"]["decrypted"] is False
+    assert items[a]["auth"] == "unauthenticated: envelope: HMAC tag mismatch"

@@ -1,21 +1,27 @@
-"""Part 3b: forged and altered messages against HMAC-SHA256 envelopes (SPEC E21/E22).
+"""Part 3b: forged and altered messages against HMAC-SHA256 envelopes (SPEC E21/E22), signed and
+signed + encrypted (E23).
 
 A base image is a queue an Outbox with a per-seed key wrote (MemFS): messages with varied topics,
-payloads, idempotency keys, QoS, retain, TTL and orig_seq, every one signed. Each forged image
+payloads, idempotency keys, QoS, retain, TTL and orig_seq, every one signed; the second half (and
+the requeued ones) also encrypted (AES-256-CTR, nonces from the seed's RNG). Each forged image
 replaces the payload of many DATA records with a forgery and re-encodes the record with a VALID
 CRC (tests/torture/ddqfmt.py, written from the format reference), so DDQ's own format check
 passes and only the tag can tell. Forgery kinds:
 
-  flip      one to three bits flipped anywhere in the envelope (header, orig_seq, tag, key,
-            topic, payload)
+  flip      one to three bits flipped anywhere in the envelope (header, orig_seq, tag, nonce,
+            key, topic, payload or ciphertext)
   set       one byte set in the header, key, topic or payload
-  header    a header field re-packed: flags (QoS, retain, orig_seq, SHA/HMAC bits), key_len,
-            topic_len, ttl_ms, enqueued_ms
+  header    a header field re-packed: flags (QoS, retain, orig_seq, SHA/HMAC/encrypted bits),
+            key_len, topic_len, ttl_ms, enqueued_ms
   body      the payload replaced, truncated or extended; the topic or key replaced
   tag       the tag replaced by random bytes, zeros, or the tag of another message
   splice    the header and tag of one message, the body of another
   unsigned  the same fields re-encoded without a tag, or with a SHA-256 instead
-  otherkey  the same fields signed with another key (an attacker's)
+  otherkey  the same fields signed with another key (an attacker's), encrypted too if the
+            original was
+  nonce     (encrypted) the nonce replaced by random bytes or another message's nonce
+  strip     (encrypted) bit 5 cleared and the nonce cut out, the tag kept: the ciphertext
+            passed off as a plaintext payload
 
 An image is opened with ddq_outbox.Outbox(hmac_key=KEY) and drained with get() (each acked). A
 message get() returns whose fields (topic, payload, key, QoS, retain, TTL, enqueued_ms, orig_seq)
@@ -35,7 +41,8 @@ PATH = "/q"
 OPTS = {"segment_bytes": 65536, "max_segments": 16, "max_payload_bytes": 1024, "max_items": 512,
         "index_bytes": 0}
 T0 = 1767225600000
-KINDS = ("flip", "set", "header", "body", "tag", "splice", "unsigned", "otherkey")
+KINDS = ("flip", "set", "header", "body", "tag", "splice", "unsigned", "otherkey", "nonce",
+         "strip")
 
 
 class _Clock:
@@ -63,6 +70,10 @@ def build_base(ddq, ob_mod, rng, key, n_msgs):
     clock = _Clock(T0)
     ob = ob_mod.Outbox(PATH, storage=fs, clock=clock, seed=1, hmac_key=key, **OPTS)
     for i in range(n_msgs):
+        if i == n_msgs // 2:  # the second half encrypted (E23): nonces from the seed's RNG
+            ob.close()
+            ob = ob_mod.Outbox(PATH, storage=fs, clock=clock, seed=1, hmac_key=key, encrypt=True,
+                               nonce=lambda: _rand(rng, 12), **OPTS)
         clock.t += rng.randrange(1, 5000)
         topic = "site%d/%s/%d" % (rng.randrange(4), rng.choice(["temp", "hum", "ev", "\u00e9t\u00e9"]), i)
         payload = _rand(rng, rng.randrange(0, 48))
@@ -97,9 +108,10 @@ def _items(ob_mod, files):
 
 
 def _layout(env):
+    # (flags, tag offset, key offset): the nonce (flag bit 5) sits between the tag and the key
     flags = env[3]
     a = 19 + (8 if flags & 0x08 else 0)
-    return flags, a, a + 32
+    return flags, a, a + 32 + (12 if flags & 0x20 else 0)
 
 
 def forge(rng, ob_mod, env, envs, key, other_key):
@@ -107,6 +119,8 @@ def forge(rng, ob_mod, env, envs, key, other_key):
     kind = rng.choice(KINDS)
     b = bytearray(env)
     flags, a, p = _layout(env)
+    if kind in ("nonce", "strip") and not flags & 0x20:
+        kind = "flip"
     kl, tl = env[4], struct.unpack_from("<H", env, 5)[0]
     if kind == "flip":
         for _ in range(rng.randrange(1, 4)):
@@ -119,7 +133,7 @@ def forge(rng, ob_mod, env, envs, key, other_key):
     elif kind == "header":
         field = rng.randrange(5)
         if field == 0:
-            b[3] ^= rng.choice([0x01, 0x02, 0x04, 0x08, 0x10, 0x14, 0x03])
+            b[3] ^= rng.choice([0x01, 0x02, 0x04, 0x08, 0x10, 0x14, 0x03, 0x20, 0x30])
         elif field == 1:
             b[4] = rng.randrange(0, kl + tl + 1)
         elif field == 2:
@@ -159,14 +173,23 @@ def forge(rng, ob_mod, env, envs, key, other_key):
         b = b[0:p] + o[op:]
         b[4] = okl
         struct.pack_into("<H", b, 5, otl)
+    elif kind == "nonce":
+        o = rng.choice([e for e in envs if e[3] & 0x20])
+        op = _layout(o)[2]
+        b[p - 12:p] = _rand(rng, 12) if rng.random() < 0.5 else o[op - 12:op]
+    elif kind == "strip":
+        b[3] &= ~0x20
+        del b[p - 12:p]
     else:
-        m = ob_mod.decode_envelope(env)
+        m = ob_mod.decode_envelope(env)  # the attacker's view: an encrypted payload as ciphertext
         kw = {"qos": m.qos, "retain": m.retain, "enqueued_ms": m.enqueued_ms, "ttl_ms": m.ttl_ms,
               "key": m.key, "orig_seq": m.orig_seq}
         if kind == "unsigned":
             kw["sha256"] = rng.random() < 0.5
         else:
             kw["hmac_key"] = other_key
+            if m.encrypted:
+                kw["encrypt"], kw["nonce"] = True, _rand(rng, 12)
         if rng.random() < 0.5:  # and a change the forger wants delivered
             m.payload = b"forged " + bytes(m.payload)
         b = bytearray(ob_mod.encode_envelope(m.topic, m.payload, **kw))
@@ -199,7 +222,7 @@ def run_seed(ddq, seed, n_forged, per_image=40, max_fail=5):
     base, signed, envs, pending = build_base(ddq, ob_mod, rng, key, 64)
     res = {"seed": seed, "forged": 0, "accepted": 0, "images": 0, "by_kind": {},
            "control_images": 0, "control_accepted": 0, "legit_delivered": 0,
-           "refused": 0, "unexpected": 0, "fail": []}
+           "refused": 0, "unexpected": 0, "fail": [], "encrypted_forged": 0}
     segs = sorted(n for n in base if F.parse_seg_name(n) is not None)
     while res["forged"] < n_forged:
         files = dict(base)
@@ -215,6 +238,7 @@ def run_seed(ddq, seed, n_forged, per_image=40, max_fail=5):
                     if fb != pl:
                         rec = F.encode_record(t, s, arg, fb)   # a VALID record CRC
                         forged_here += 1
+                        res["encrypted_forged"] += bool(pl[3] & 0x20)
                         res["by_kind"][kind] = res["by_kind"].get(kind, 0) + 1
                     else:
                         want += s in pending

@@ -33,8 +33,9 @@ def block(line, sb, extra, wall, full):
         extra["hypothesis"], extra["mp_bad_images"], extra.get("mp_forged", 0)))
     if sb.get("hmac_forged"):
         hk = extra.get("hmac_by_kind", {})
-        out.append("| 3b forged messages | HMAC-signed envelopes altered or forged, valid record CRCs, opened with the key: tried / returned by get() (control without the key: accepted) | %d / %d (%d); %s |" % (
-            sb["hmac_forged"], sb["hmac_forged_accepted"], extra.get("hmac_control_accepted", 0),
+        out.append("| 3b forged messages | HMAC-signed envelopes altered or forged, valid record CRCs, opened with the key: tried (of them encrypted, E23) / returned by get() (control without the key: accepted) | %d (%d) / %d (%d); %s |" % (
+            sb["hmac_forged"], extra.get("hmac_encrypted_forged", 0), sb["hmac_forged_accepted"],
+            extra.get("hmac_control_accepted", 0),
             ", ".join("%s %d" % (k, hk[k]) for k in sorted(hk))))
     ix = extra.get("index")
     if ix:

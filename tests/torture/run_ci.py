@@ -149,7 +149,7 @@ def aggregate(done):
              # index]; bad images also count a damaged/stale index accepted to another state
              "index": {"crash": [0, 0], "mp": [0, 0], "bad": [0, 0], "hypo": [0, 0]},
              "forged_index": 0, "index_write_cuts": 0, "hmac_control_accepted": 0,
-             "hmac_by_kind": {}}
+             "hmac_by_kind": {}, "hmac_encrypted_forged": 0}
     failures = []
     crash_hashes, bad_hashes = set(), set()
     for d in done:
@@ -206,6 +206,7 @@ def aggregate(done):
             sb["hmac_forged"] += r["forged"]
             sb["hmac_forged_accepted"] += r["accepted"]
             extra["hmac_control_accepted"] += r["control_accepted"]
+            extra["hmac_encrypted_forged"] += r.get("encrypted_forged", 0)  # of hmac_forged (E23)
             for k, v in r["by_kind"].items():
                 extra["hmac_by_kind"][k] = extra["hmac_by_kind"].get(k, 0) + v
         elif part == "fault":

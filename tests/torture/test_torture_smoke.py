@@ -135,7 +135,7 @@ def test_harness_catches_planted_bugs():
 
 
 def test_forged_signed_messages_slice(monkeypatch):
-    # EVIDENCE-OF: E22 E21
+    # EVIDENCE-OF: E22 E21 E23
     import forge
 
     import ddq_outbox
@@ -143,8 +143,10 @@ def test_forged_signed_messages_slice(monkeypatch):
     res = forge.run_seed(ddq, 5, 400)
     assert res["forged"] >= 400 and res["accepted"] == 0 and res["unexpected"] == 0, res
     assert len(res["by_kind"]) == len(forge.KINDS) and res["control_accepted"] > 0, res
+    assert res["encrypted_forged"] > 100, res  # forgeries of encrypted envelopes too (E23)
     # a planted bug: get() that ignores the key is caught (forged_accepted > 0)
     real = ddq_outbox._decode
-    monkeypatch.setattr(ddq_outbox, "_decode", lambda d, v, k, p: real(d, v, None, None))
+    monkeypatch.setattr(ddq_outbox, "_decode",
+                        lambda d, v, k, p, c=None, n=False: real(d, v, None, None))
     res = forge.run_seed(ddq, 5, 200)
     assert res["accepted"] > 0, res
