@@ -314,7 +314,7 @@ def part_scaling(a):
             r["runs"]["claim"].append(tc)
             r["runs"]["ack"].append(ta)
     for k, q in zip(sizes, qs):  # read(): a claimed item, and pending items across the backlog
-        out[str(k)]["read"] = common.read_costs(q, a["m"])
+        out[str(k)]["read"] = common.read_costs(q, a["m"], a["reps"])
     # Compaction, and the first enqueue after it (the admission plan is rebuilt then: O(n)).
     p = bytes(a["payload"])
     for k, q in zip(sizes, qs):

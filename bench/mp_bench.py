@@ -212,7 +212,7 @@ def part_scaling(a):
             r["runs"]["claim"].append(tc)
             r["runs"]["ack"].append(ta)
     for j in range(2):  # read(): a claimed item, and pending items across the backlog
-        out[str(sizes[j])]["read"] = common.read_costs(qs[j], a["m"])
+        out[str(sizes[j])]["read"] = common.read_costs(qs[j], a["m"], a["reps"])
     for j in range(2):
         r = out[str(sizes[j])]
         for op in ("enqueue", "claim", "ack"):
