@@ -1,11 +1,13 @@
 # The largest single allocation a reopen needs (issue 14, target 3): run by bench/run.py as
 #
-#   micropython -X heapsize=16M bench/mp_hole.py MPY_DIR QUEUE_DIR K
+#   micropython -X heapsize=16M bench/mp_hole.py MPY_DIR QUEUE_DIR K [compact]
 #
 # Imports ddq from MPY_DIR, then chops the free heap into holes of about K bytes (live 16-byte
 # blocks between them; any longer free run filled), then opens the queue in QUEUE_DIR (made by
 # mp_bench.py part `reopen` fill=1). A reopen that needs one allocation larger than K fails with
-# MemoryError. Kept apart from mp_bench.py: in that process the same open exhausted the heap.
+# MemoryError. With `compact`: the queue is opened in the whole heap, its older half acked, then
+# the heap chopped and compact() run (QUEUE_DIR is modified: pass a copy). Kept apart from
+# mp_bench.py: in that process the same open exhausted the heap.
 # Prints "RESULT ok|fail holes items-or-error".
 import gc
 import sys
@@ -51,11 +53,25 @@ def chop_heap(k):
 
 
 
+OPTS = {"segment_bytes": 4096, "max_payload_bytes": 64, "max_items": 1000000,
+        "max_segments": 4096}
+if len(sys.argv) > 4 and sys.argv[4] == "compact":
+    # compact(): open in the whole heap, ack the older half, then chop and compact.
+    q = ddq.Queue(qdir, sync="none", clock=lambda: 1767225600000, index_bytes=1 << 40, **OPTS)
+    for _ in range(q.stats().total_items // 2):
+        q.ack(q.claim(30000).seq)
+    gc.collect()
+    keep, holes = chop_heap(k)
+    try:
+        q.compact()
+        n = q.stats().total_items
+        print("RESULT ok %d %d" % (holes, n))
+    except MemoryError as e:
+        print("RESULT fail %d %s" % (holes, e))
+    raise SystemExit
 keep, holes = chop_heap(k)
 try:
-    q = ddq.Queue(qdir, sync="none", clock=lambda: 1767225600000, index_bytes=1 << 40,
-                  segment_bytes=4096, max_payload_bytes=64, max_items=1000000,
-                  max_segments=4096)
+    q = ddq.Queue(qdir, sync="none", clock=lambda: 1767225600000, index_bytes=1 << 40, **OPTS)
     n = q.stats().total_items
     q.close()
     print("RESULT ok %d %d" % (holes, n))

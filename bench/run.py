@@ -334,15 +334,20 @@ def build(results, errors, smoke, seconds):
                 fmt(churn), "kept %s B; allocated %s B; peak %s B over the start"
                 % (fmt(ro["kept"]), fmt(ro["allocated"]), fmt(ro["peak_over_start"])),
                 "%s×" % fmt(churn), "a few × (≤ 4)", verdict(churn, 4, False))
-        ok = [h for h in ro["holes"] if h["ok"]]
-        fails = [h for h in ro["holes"] if not h["ok"]]
-        k = ok[0]["hole"] if ok else None
-        rep.row("5h (new)", "largest single allocation of that reopen: the smallest free-run size "
-                "K (heap chopped into holes of just under K bytes, bench/mp_hole.py) in which it "
-                "succeeds; the failure at the size below names the allocation",
-                "≤ %s B" % fmt(k) if k else "> %s B" % fmt(HOLES[-1]),
-                (fails[-1]["detail"] if fails else "—"), "—", "≤ 4 KiB",
-                verdict(k if k else 10 ** 9, 4096, False))
+        for key, what in (("holes", "that reopen"),
+                          ("compact_holes", "compact() of that queue with its older half acked "
+                                            "(opened first in the whole heap)")):
+            if key not in ro:
+                continue
+            ok = [h for h in ro[key] if h["ok"]]
+            fails = [h for h in ro[key] if not h["ok"]]
+            k = ok[0]["hole"] if ok else None
+            rep.row("5h (new)", "largest single allocation of %s: the smallest free-run size K "
+                    "(heap chopped into holes of just under K bytes, bench/mp_hole.py) in which "
+                    "it succeeds; the failure at the size below names the allocation" % what,
+                    "≤ %s B" % fmt(k) if k else "> %s B" % fmt(HOLES[-1]),
+                    (fails[-1]["detail"] if fails else "—"), "—", "≤ 4 KiB",
+                    verdict(k if k else 10 ** 9, 4096, False))
 
     # 6: scaling.
     for key, interp in (("cp_scaling", "CPython"), ("mp_scaling", "MicroPython")):
@@ -1047,19 +1052,25 @@ def part_reopen(mp, mpy_dir, tmp, smoke):
     reopen succeeds (bench/mp_hole.py, one process per size)."""
     mp("reopen", "mp_reopen", heap="8M", mod=mpy_dir, dir=tmp, fill=1)()
     res = mp("reopen", "mp_reopen", heap="8M", mod=mpy_dir, dir=tmp)()
-    holes = []
-    for k in HOLES:
-        p = subprocess.run([MP, "-X", "heapsize=16M", os.path.join(HERE, "mp_hole.py"), mpy_dir,
-                            os.path.join(tmp, "q"), str(k)], capture_output=True, text=True,
-                           timeout=900, cwd=REPO)
-        line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
-        if not line:
-            raise PartFailed("mp_hole.py %d: %s" % (k, (p.stdout + p.stderr)[-2000:]))
-        f = line[-1].split(None, 3)
-        holes.append({"hole": k, "ok": f[1] == "ok", "detail": f[3]})
-        if f[1] == "ok":
-            break
-    res["holes"] = holes
+    for mode in ("open", "compact"):
+        holes = []
+        for k in HOLES:
+            q = os.path.join(tmp, "q")
+            if mode == "compact":  # compact() changes the directory: a copy each time
+                q = os.path.join(tmp, "qc")
+                shutil.rmtree(q, ignore_errors=True)
+                shutil.copytree(os.path.join(tmp, "q"), q)
+            p = subprocess.run([MP, "-X", "heapsize=16M", os.path.join(HERE, "mp_hole.py"),
+                                mpy_dir, q, str(k), mode], capture_output=True, text=True,
+                               timeout=900, cwd=REPO)
+            line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
+            if not line:
+                raise PartFailed("mp_hole.py %d %s: %s" % (k, mode, (p.stdout + p.stderr)[-2000:]))
+            f = line[-1].split(None, 3)
+            holes.append({"hole": k, "ok": f[1] == "ok", "detail": f[3]})
+            if f[1] == "ok":
+                break
+        res["holes" if mode == "open" else "compact_holes"] = holes
     shutil.rmtree(tmp, ignore_errors=True)
     return res
 
