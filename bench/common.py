@@ -112,3 +112,85 @@ def emit(result):
 
 def part_name():
     return sys.argv[1] if len(sys.argv) > 1 else ""
+
+
+# --- the standing-backlog FIFO run (issue 15), shared by both interpreters --------------------
+
+# Bytes of the records a delivered message needs on its own: DATA (48 + payload), CLAIM (48),
+# ACK (48) (docs/SPEC.md §5): the floor of bytes written per message, before any reclamation.
+def record_bytes(payload):
+    return 48 + payload + 48 + 48
+
+
+def fill_until_full(ddq, q, payload, limit):
+    """Enqueue until Full (or limit); return how many the options admitted."""
+    n = 0
+    try:
+        while n < limit:
+            q.enqueue(payload)
+            n += 1
+    except ddq.Full:
+        pass
+    return n
+
+
+def _spread(values):
+    v = sorted(values)
+    k = len(v)
+    med = v[k // 2] if k % 2 else (v[k // 2 - 1] + v[k // 2]) / 2
+    return {"median": med, "p99": v[min(k - 1, (k * 99) // 100)], "max": v[-1]}
+
+
+def steady_run(q, n, payload, lease=30000):
+    """n FIFO lifecycles (enqueue, claim the oldest, ack it) on q, which holds the backlog:
+    each call timed alone with the monotonic clock; per op median, p99 and max (µs), and the
+    compactions (generation steps) the run made. Buffers are allocated before the run."""
+    from array import array
+
+    te = array("I", bytes(4 * n))
+    tc = array("I", bytes(4 * n))
+    ta = array("I", bytes(4 * n))
+    g0 = q.stats().generation
+    t_run = now_us()
+    for i in range(n):
+        t0 = now_us()
+        q.enqueue(payload)
+        te[i] = since_us(t0)
+        t0 = now_us()
+        c = q.claim(lease)
+        tc[i] = since_us(t0)
+        t0 = now_us()
+        q.ack(c.seq)
+        ta[i] = since_us(t0)
+    run_us = since_us(t_run)
+    st = q.stats()
+    return {"enqueue": _spread(te), "claim": _spread(tc), "ack": _spread(ta),
+            "compactions": st.generation - g0, "run_us": run_us, "pending_after":
+            st.available_items + st.claimed_items}
+
+
+def read_costs(q, m, reps=1, lease=30000):
+    """µs per read() of a claimed item, and of pending items spread over the backlog (m reads
+    each, best of reps rounds). The queue must have been worked FIFO only (its available items
+    are the newest seqs)."""
+    q.sync()  # with sync="none", records not yet synced are read from RAM: read the log
+    c = q.claim(lease)
+    st = q.stats()
+    avail = st.available_items
+    first = st.next_seq - avail
+    step = avail // m if avail > m else 1
+    seqs = [first + (j * step) % avail for j in range(m)]
+    claimed = pending = None
+    for _ in range(reps):
+        t0 = now_us()
+        for _ in range(m):
+            q.read(c.seq)
+        dt = since_us(t0) / m
+        claimed = dt if claimed is None or dt < claimed else claimed
+        t0 = now_us()
+        for s in seqs:
+            q.read(s)
+        dt = since_us(t0) / m
+        pending = dt if pending is None or dt < pending else pending
+    q.ack(c.seq)
+    return {"claimed": claimed, "pending": pending}

@@ -313,6 +313,8 @@ def part_scaling(a):
             r["runs"]["enqueue"].append(te)
             r["runs"]["claim"].append(tc)
             r["runs"]["ack"].append(ta)
+    for k, q in zip(sizes, qs):  # read(): a claimed item, and pending items across the backlog
+        out[str(k)]["read"] = common.read_costs(q, a["m"], a["reps"])
     # Compaction, and the first enqueue after it (the admission plan is rebuilt then: O(n)).
     p = bytes(a["payload"])
     for k, q in zip(sizes, qs):
@@ -493,7 +495,46 @@ def part_profile(a):
     emit({"lifecycle": life_rows, "recovery": rec_rows, "n": a["n"], "mib": a["mib"]})
 
 
+# --- standing backlog (issue 15) ----------------------------------------------------------------
+
+
+def part_steady(a):
+    # As bench/mp_bench.py part `steady`, on the host filesystem: what the options admit, then
+    # for each standing backlog and sync policy a FIFO run of n messages, each call timed alone.
+    opts = {"segment_bytes": a["segment_bytes"], "max_payload_bytes": a["max_payload"],
+            "max_items": 1000000, "max_segments": a["max_segments"]}
+    p = bytes(a["payload"])
+    d = fresh(a["dir"])
+    q = ddq.Queue(d + "/cap", sync="none", clock=clock, **opts)
+    cap = common.fill_until_full(ddq, q, p, 1000000)
+    q.close()
+    out = {}
+    for frac in a["backlogs"].split(","):
+        b = cap * int(frac) // 100
+        for sync in a["syncs"].split(","):
+            path = fresh("%s/q-%s-%s" % (d, frac, sync)) + "/q"
+            q = ddq.Queue(path, sync="none", clock=clock, **opts)
+            for _ in range(b):
+                q.enqueue(p)
+            q.close()
+            cs = CountingStorage()
+            q = ddq.Queue(path, sync=sync, clock=clock, storage=cs, **opts)
+            cs.bytes = 0
+            r = common.steady_run(q, a["n"], p)
+            q.close()
+            r["ddq_bytes"] = cs.bytes / a["n"]
+            r["backlog"] = b
+            out["%s-%s" % (frac, sync)] = r
+            common.rmtree(path)
+    common.rmtree(d)
+    emit({"admitted": cap, "options": opts, "payload": a["payload"], "n": a["n"],
+          "record_bytes": common.record_bytes(a["payload"]), "runs": out})
+
+
 PARTS = {
+    "steady": (part_steady, {"dir": "", "n": 20000, "payload": 32, "segment_bytes": 4096,
+                             "max_payload": 64, "max_segments": 100, "backlogs": "50,90",
+                             "syncs": "none,always"}),
     "lifecycle": (part_lifecycle, {"dir": "", "n": 25, "fast": 2000, "payload": 100,
                                    "every": 100, "blocks": 12}),
     "counts": (part_counts, {"dir": "", "n": 2000, "payload": 100, "every": 100,

@@ -211,6 +211,8 @@ def part_scaling(a):
             r["runs"]["enqueue"].append(te)
             r["runs"]["claim"].append(tc)
             r["runs"]["ack"].append(ta)
+    for j in range(2):  # read(): a claimed item, and pending items across the backlog
+        out[str(sizes[j])]["read"] = common.read_costs(qs[j], a["m"], a["reps"])
     for j in range(2):
         r = out[str(sizes[j])]
         for op in ("enqueue", "claim", "ack"):
@@ -509,7 +511,13 @@ def part_imports(a):
     import ddq as mod  # noqa: F401
 
     m1 = collect()
-    emit({"path": a["path"], "romfs": a["romfs"], "romfs_bytes": img_len, "heap": m1 - m0})
+    more = {}
+    for name in [x for x in a["also"].split(",") if x]:  # each one's increment after ddq
+        m2 = collect()
+        __import__(name)
+        more[name] = collect() - m2
+    emit({"path": a["path"], "romfs": a["romfs"], "romfs_bytes": img_len, "heap": m1 - m0,
+          "also": more})
 
 
 # --- allocation -------------------------------------------------------------------------------
@@ -640,7 +648,145 @@ def part_capacity(a):
           "error": err, "payload": a["payload"]})
 
 
+# --- heap per item by state, capacity in a board heap, reopen (issue 14) -----------------------
+
+BOARD_OPTS = {"segment_bytes": 4096, "max_payload_bytes": 64, "max_items": 1000000,
+              "max_segments": 4096}
+
+
+def part_heapstate(a):
+    # Heap per item in the default state (enqueued, never claimed, in log order), amortised over
+    # n, then per item of each exceptional state, k items each, measured from the state before:
+    # claimed; acked in order (back to default); waiting for a retry; acked out of order.
+    load_ddq(a["mod"])
+    d = fresh(a["dir"]) + "/q"
+    q = ddq.Queue(d, sync="none", clock=Clock(), **BOARD_OPTS)
+    p = bytes(a["payload"])
+    n, k = a["n"], a["k"]
+    m0 = collect()
+    for _ in range(n):
+        q.enqueue(p)
+    m1 = collect()
+    cl = [q.claim(30000).seq for _ in range(k)]
+    m2 = collect()
+    for s_ in cl:
+        q.ack(s_)
+    cl = None
+    m3 = collect()
+    for _ in range(k):
+        q.retry(q.claim(30000).seq, 60000)
+    m4 = collect()
+    base = q.oldest_available()
+    for j in range(k):  # every other item further on: acked while the ones between wait
+        q.ack(q.claim_seq(base + 2 + 2 * j, 30000).seq)
+    m5 = collect()
+    q.close()
+    q = None
+    common.rmtree(a["dir"])
+    emit({"n": n, "k": k, "payload": a["payload"], "default": (m1 - m0) / n,
+          "claimed": (m2 - m1) / k, "acked_in_order": (m3 - m1) / k, "retry": (m4 - m3) / k,
+          "acked_out_of_order": (m5 - m4) / k})
+
+
+def part_reopen(a):
+    # fill=1: make the queue (n pending 16-byte items; no queue.index) and leave it. Then, in a
+    # fresh process: open it and report micropython.mem_total() (bytes requested from the
+    # allocator; a realloc counts its growth only) and mem_peak() over what the open keeps.
+    # (The largest allocation: bench/mp_hole.py, a small script of its own.)
+    import micropython
+
+    load_ddq(a["mod"])
+    d = a["dir"] + "/q"
+    if a["fill"]:
+        fresh(a["dir"])
+        q = ddq.Queue(d, sync="none", clock=Clock(), index_bytes=1 << 40, **BOARD_OPTS)
+        p = bytes(a["payload"])
+        for _ in range(a["n"]):
+            q.enqueue(p)
+        q.close()
+        emit({"n": a["n"]})
+        return
+    k0 = collect()
+    t0 = micropython.mem_total()
+    q = ddq.Queue(d, sync="none", clock=Clock(), index_bytes=1 << 40, **BOARD_OPTS)
+    t1 = micropython.mem_total()
+    peak = micropython.mem_peak()
+    k1 = collect()
+    n = q.stats().total_items
+    q.close()
+    emit({"items": n, "allocated": t1 - t0, "kept": k1 - k0, "peak_over_start": peak - k0,
+          "index_used": q.index_used})
+
+
+# --- standing backlog (issue 15) ----------------------------------------------------------------
+
+
+def counting_storage():
+    class CountingStorage(ddq.PosixStorage):
+        """ddq.PosixStorage counting the bytes ddq writes (ddq's own figure, before LittleFS)."""
+
+        def __init__(self):
+            super().__init__()
+            self.bytes = 0
+
+        def write(self, f, buf):
+            self.bytes += len(buf)
+            super().write(f, buf)
+
+    return CountingStorage()
+
+
+def part_steady(a):
+    # Fill until Full to find what the options admit; then, for each standing backlog (a
+    # percentage of that) and each sync policy, a FIFO run of n messages on a fresh LittleFS
+    # (counting RAM block device): every enqueue/claim/ack timed alone, compactions, bytes ddq
+    # wrote, LittleFS programs and erases, per delivered message.
+    load_ddq()
+    opts = {"segment_bytes": a["segment_bytes"], "max_payload_bytes": a["max_payload"],
+            "max_items": 1000000, "max_segments": a["max_segments"]}
+    p = bytes(a["payload"])
+    lfs_mount(a["blocks"], a["progsize"])
+    q = ddq.Queue(MOUNT + "/cap", sync="none", clock=Clock(), **opts)
+    cap = common.fill_until_full(ddq, q, p, 1000000)
+    q.close()
+    lfs_umount()
+    out = {}
+    for frac in a["backlogs"].split(","):
+        b = cap * int(frac) // 100
+        for sync in a["syncs"].split(","):
+            dev = lfs_mount(a["blocks"], a["progsize"])
+            q = ddq.Queue(MOUNT + "/q", sync="none", clock=Clock(), **opts)
+            for _ in range(b):
+                q.enqueue(p)
+            q.close()
+            cs = counting_storage()
+            q = ddq.Queue(MOUNT + "/q", sync=sync, clock=Clock(), storage=cs, **opts)
+            gc.collect()
+            dev.zero()
+            cs.bytes = 0
+            r = common.steady_run(q, a["n"], p)
+            q.close()  # the close's own writes are left out: counted before it
+            n = a["n"]
+            r["ddq_bytes"] = cs.bytes / n
+            r["progs"] = dev.progs / n
+            r["erases"] = dev.erases / n
+            r["prog_bytes"] = dev.prog_bytes / n
+            r["backlog"] = b
+            out["%s-%s" % (frac, sync)] = r
+            lfs_umount()
+            dev = q = None
+            gc.collect()
+    emit({"admitted": cap, "options": opts, "payload": a["payload"], "n": a["n"],
+          "record_bytes": common.record_bytes(a["payload"]), "runs": out,
+          "progsize": a["progsize"], "block_size": 4096})
+
+
 PARTS = {
+    "heapstate": (part_heapstate, {"dir": "", "mod": "", "n": 10000, "k": 500, "payload": 16}),
+    "reopen": (part_reopen, {"dir": "", "mod": "", "n": 3000, "payload": 16, "fill": 0}),
+    "steady": (part_steady, {"dir": "", "n": 20000, "payload": 32, "segment_bytes": 4096,
+                             "max_payload": 64, "max_segments": 100, "backlogs": "50,90",
+                             "syncs": "none,always", "blocks": 256, "progsize": 256}),
     "capacity": (part_capacity, {"dir": "", "mod": "", "payload": 16, "limit": 1000000}),
     "lifecycle": (part_lifecycle, {"dir": "", "n": 25, "payload": 100, "blocks": 12}),
     "heap": (part_heap, {"dir": "", "n": 10000, "payload": 1024, "fill": 1, "noindex": 0, "keep": 0}),
@@ -649,7 +795,7 @@ PARTS = {
     "recovery": (part_recovery, {"dir": "", "reps": 3, "index_bytes": 1048576}),
     "lfs": (part_lfs, {"dir": "", "n": 1000, "backlog": 10, "payload": 100, "every": 10,
                        "blocks": 256, "profiles": "rp2,esp32"}),
-    "imports": (part_imports, {"dir": "", "path": "", "romfs": ""}),
+    "imports": (part_imports, {"dir": "", "path": "", "romfs": "", "also": ""}),
     "allocs": (part_allocs, {"dir": "", "mod": "", "sync": "always", "payload": 100,
                              "pending": 1000, "warm": 50, "rounds": 100}),
     "allocprof": (part_allocprof, {"dir": "", "mod": "", "sync": "always", "payload": 100,

@@ -4,6 +4,7 @@
     .venv/bin/python bench/run.py --smoke    # each part once, tiny N (< 60 s); `make bench-smoke`
     .venv/bin/python bench/run.py --out FILE # write the report somewhere else
     .venv/bin/python bench/run.py --from build/bench-results.json  # re-render the last full run
+    .venv/bin/python bench/run.py --only imports,mp_steady --out /tmp/b.md  # some parts only
 
 Every figure is a ratio against a baseline measured in the same run on the same machine: each
 part runs as its own process (CPython parts: bench/cp_bench.py, MicroPython parts:
@@ -57,7 +58,12 @@ SIZES = {
     "mp_capacity": ({"limit": 1000000}, {"limit": 1000000}),
     "mp_allocs": ({"rounds": 200, "pending": 1000}, {"rounds": 10, "pending": 50}),
     "allocprof": ({"rounds": 48}, {"rounds": 4}),
+    "mp_heapstate": ({"n": 10000, "k": 500}, {"n": 300, "k": 50}),
+    "mp_reopen": ({"n": 3000}, {"n": 200}),
+    "cp_steady": ({"n": 20000}, {"n": 300}),
+    "mp_steady": ({"n": 20000}, {"n": 300}),
 }
+HOLES = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144)
 MP_HEAP_BIG = "16M"  # 100,000 items and a 64 MiB recovery; the default heap is 2 MB
 
 TARGETS = {
@@ -293,6 +299,56 @@ def build(results, errors, smoke, seconds):
                         fmt(cap["free_before"]), fmt(hp["per_item"]), fmt(fit)),
                     fmt(cap["items"] / fit), "report", "report")
 
+    # 5 and 5c as issue 14 measures them (ddq from .mpy; segment_bytes 4096, max_payload_bytes
+    # 64, max_items 1,000,000, max_segments 4096; 16-byte payloads).
+    hs = R.get("mp_heapstate")
+    if hs:
+        rep.row("5 (new)", "MicroPython heap per pending item in the default state (enqueued, "
+                "never claimed, log order), amortised over %s items, ddq from .mpy"
+                % fmt(hs["n"]), "%s B" % fmt(hs["default"]), "—", "%s B" % fmt(hs["default"]),
+                "≤ 2 B", verdict(hs["default"], 2, False))
+        for key, what in (("claimed", "claimed (in flight)"),
+                          ("retry", "waiting for a retry (claimed, then retry())"),
+                          ("acked_out_of_order", "acked out of order (every other item)"),
+                          ("acked_in_order", "claimed then acked in order (back to default)")):
+            rep.row("5x", "heap per item %s, %d items, over the %s" % (
+                        what, hs["k"], "default state" if key == "acked_in_order" else
+                        "state before (claimed: the default state)"),
+                    "%s B" % fmt(hs[key]), "default %s B" % fmt(hs["default"]), "—", "report",
+                    "report")
+    fit = R.get("mp_fit")
+    if fit:
+        for heap, target in (("64K", 5000), ("128K", 20000)):
+            v = fit[heap]
+            rep.row("5c (new)", "pending 16 B items that fit with `-X heapsize=%s` (bench/mp_fit.py: "
+                    "ddq from .mpy alone; ended by %s; import %s, %s B free after it)"
+                    % (heap, v["end"], "works" if v["import_ok"] else "FAILS",
+                       fmt(v["free_after_import"])), fmt(v["items"]), "—", "—",
+                    "≥ %s" % fmt(target), verdict(v["items"], target))
+    ro = R.get("mp_reopen")
+    if ro:
+        churn = ro["allocated"] / ro["kept"]
+        rep.row("5r (new)", "reopen of a %s-item queue (full replay, no queue.index): bytes "
+                "allocated ÷ bytes kept (micropython.mem_total: m_malloc requests, a realloc "
+                "counted by its growth only, so copying is undercounted)" % fmt(ro["items"]),
+                fmt(churn), "kept %s B; allocated %s B; peak %s B over the start"
+                % (fmt(ro["kept"]), fmt(ro["allocated"]), fmt(ro["peak_over_start"])),
+                "%s×" % fmt(churn), "a few × (≤ 4)", verdict(churn, 4, False))
+        for key, what in (("holes", "that reopen"),
+                          ("compact_holes", "compact() of that queue with its older half acked "
+                                            "(opened first in the whole heap)")):
+            if key not in ro:
+                continue
+            ok = [h for h in ro[key] if h["ok"]]
+            fails = [h for h in ro[key] if not h["ok"]]
+            k = ok[0]["hole"] if ok else None
+            rep.row("5h (new)", "largest single allocation of %s: the smallest free-run size K "
+                    "(heap chopped into holes of just under K bytes, bench/mp_hole.py) in which "
+                    "it succeeds; the failure at the size below names the allocation" % what,
+                    "≤ %s B" % fmt(k) if k else "> %s B" % fmt(HOLES[-1]),
+                    (fails[-1]["detail"] if fails else "—"), "—", "≤ 4 KiB",
+                    verdict(k if k else 10 ** 9, 4096, False))
+
     # 6: scaling.
     for key, interp in (("cp_scaling", "CPython"), ("mp_scaling", "MicroPython")):
         sc = R.get(key)
@@ -309,6 +365,19 @@ def build(results, errors, smoke, seconds):
             rows.append((op, fmt(small[op]), fmt(big[op]), fmt(ratio),
                          ", ".join(fmt(x) for x in small["runs"][op]),
                          ", ".join(fmt(x) for x in big["runs"][op])))
+        if "read" in big:
+            for kind, what, tgt in (
+                    ("claimed", "read() of a claimed item", "≤ 1.3 (O(1))"),
+                    ("pending", "read() of pending items spread over the backlog", "report "
+                     "(bounded: one segment walk)")):
+                ratio = big["read"][kind] / small["read"][kind]
+                rep.row("6r", "%s %s µs at %s pending ÷ at %s" % (interp, what, fmt(sc["big"]),
+                                                                 fmt(sc["small"])),
+                        "%s µs" % fmt(big["read"][kind]), "%s µs" % fmt(small["read"][kind]),
+                        fmt(ratio), tgt, verdict(ratio, TARGETS["6"], False)
+                        if kind == "claimed" else "report")
+                rows.append((what, fmt(small["read"][kind]), fmt(big["read"][kind]),
+                             fmt(ratio), "", ""))
         rows.append(("fill (enqueue while growing to N)", fmt(small["fill_us_per"]),
                      fmt(big["fill_us_per"]), fmt(big["fill_us_per"] / small["fill_us_per"]),
                      "", ""))
@@ -442,6 +511,22 @@ def build(results, errors, smoke, seconds):
                     "%s B" % fmt(im["romfs"]["heap"]), "—",
                     "%s KiB" % fmt(im["romfs"]["heap"] / 1024), "≤ 16 KiB",
                     verdict(im["romfs"]["heap"], TARGETS["9"], False))
+        if "layers" in im:
+            rep.row("9 (new)", "heap of `import ddq` alone from .mpy (%s B file)"
+                    % fmt(im["mpy_bytes"]), "%s B" % fmt(v), "—", "%s KiB" % fmt(v / 1024),
+                    "≤ 24 KiB", verdict(v, 24576, False))
+            if "romfs" in im:
+                h = im["romfs"]["heap"]
+                rep.row("9b (new)", "same, from a ROMFS image (VfsRom on the unix port: bytecode "
+                        "runs in place, as frozen bytecode would; frozen itself needs a firmware "
+                        "build, not measured)", "%s B" % fmt(h), "—", "%s KiB" % fmt(h / 1024),
+                        "≤ 12 KiB", verdict(h, 12288, False))
+            for name in ("ddq_outbox", "ddq_index"):
+                inc = im["layers"].get("also", {}).get(name)
+                rep.row("9%s" % name[4], "`import %s` after ddq, from .mpy: heap increment%s"
+                        % (name, "" if inc is not None else " (port/%s.py does not exist yet)"
+                           % name), "%s B" % fmt(inc) if inc is not None else "—",
+                        "%s B file" % fmt(im.get(name + "_bytes")), "—", "report", "report")
         lines = table(("how", "heap after import (B)", "file bytes"), rows)
         if im.get("sections"):
             lines += ["", "Per section of port/ddq.py (.mpy of each prefix; the difference is the "
@@ -486,6 +571,57 @@ def build(results, errors, smoke, seconds):
                 lines.append("")
         rep.section("MicroPython allocation per operation (sync=\"%s\", payload %d B)"
                     % (al["sync"], al["payload"]), lines)
+
+    # Issue 15: a long FIFO run on a standing backlog.
+    for key, interp in (("cp_steady", "CPython (host fs)"), ("mp_steady", "MicroPython "
+                                                                       "(LittleFS RAM device)")):
+        st = R.get(key)
+        if not st:
+            continue
+        rows = []
+        rb = st["record_bytes"]
+        for name, r in sorted(st["runs"].items(), key=lambda kv: (kv[0].split("-")[1],
+                                                                    int(kv[0].split("-")[0]))):
+            frac, sync = name.split("-")
+            worst = max(r[o]["max"] / max(r[o]["median"], 1) for o in ("enqueue", "claim",
+                                                                         "ack"))
+            rep.row("15l", "%s slowest single enqueue/claim/ack ÷ its median, backlog %s%% (%s "
+                    "items), sync=\"%s\", %s messages" % (interp, frac, fmt(r["backlog"]), sync,
+                                                          fmt(st["n"])),
+                    fmt(worst), "medians %s / %s / %s µs" % tuple(fmt(r[o]["median"]) for o in
+                                                               ("enqueue", "claim", "ack")),
+                    "%s×" % fmt(worst), "≤ 20×", verdict(worst, 20, False))
+            wa = r["ddq_bytes"] / rb
+            rep.row("15w", "%s bytes ddq wrote per delivered message ÷ its records' own %d B, "
+                    "backlog %s%%, sync=\"%s\" (%d compactions)" % (interp, rb, frac, sync,
+                                                                     r["compactions"]),
+                    fmt(r["ddq_bytes"]), "%d B" % rb, "%s×" % fmt(wa),
+                    "≤ 1.5× (and ≤ 1.25× the DESIGN.md bound)", verdict(wa, 1.5, False))
+            pe = None
+            if "progs" in r:
+                pe = r["progs"] + r["erases"]
+                rep.row("15e", "%s LittleFS programs+erases per delivered message, backlog %s%%, "
+                        "sync=\"%s\"" % (interp, frac, sync), fmt(pe),
+                        "%s B programmed a message" % fmt(r["prog_bytes"]), "—",
+                        "≤ 1.25× the DESIGN.md bound", "report")
+            rows.append((frac + " %", fmt(r["backlog"]), sync, r["compactions"],
+                         " / ".join("%s, %s, %s" % (fmt(r[o]["median"]), fmt(r[o]["p99"]),
+                                                    fmt(r[o]["max"]))
+                                    for o in ("enqueue", "claim", "ack")),
+                         fmt(r["ddq_bytes"]), "%s×" % fmt(wa),
+                         fmt(pe) if pe is not None else "—",
+                         fmt(r["run_us"] / 1000)))
+        o = st["options"]
+        rep.section("Standing backlog, %s: a FIFO run of %s messages (payload %d B) on top of a "
+                    "backlog of a share of what the options admit (segment_bytes %d, "
+                    "max_payload_bytes %d, max_segments %d: %s items admitted when filled until "
+                    "Full); each call timed alone (monotonic clock)"
+                    % (interp, fmt(st["n"]), st["payload"], o["segment_bytes"],
+                       o["max_payload_bytes"], o["max_segments"], fmt(st["admitted"])),
+                    table(("backlog", "items", "sync", "compactions",
+                           "enqueue / claim / ack µs: median, p99, max", "bytes written a "
+                           "message", "÷ record bytes", "LittleFS p+e a message", "run ms"),
+                          rows))
 
     pr = R.get("cp_profile")
     if pr:
@@ -836,6 +972,19 @@ def part_imports(tmp, smoke):
         mpy_cross(DDQ_SRC, os.path.join(d, "ddq.mpy"), opt)
         res[key + "_bytes"] = os.path.getsize(os.path.join(d, "ddq.mpy"))
         res[key] = imp(path=d)
+    # The optional layers, each from .mpy, as increments over `import ddq` (ddq_index: only once
+    # port/ddq_index.py exists).
+    d = os.path.join(tmp, "layers")
+    os.makedirs(d)
+    mpy_cross(DDQ_SRC, os.path.join(d, "ddq.mpy"))
+    also = []
+    for name in ("ddq_index", "ddq_outbox"):
+        src = os.path.join(REPO, "port", name + ".py")
+        if os.path.exists(src):
+            mpy_cross(src, os.path.join(d, name + ".mpy"))
+            res[name + "_bytes"] = os.path.getsize(os.path.join(d, name + ".mpy"))
+            also.append(name)
+    res["layers"] = imp(path=d, also=",".join(also))
     try:
         from mpremote.romfs import make_romfs
     except ImportError:
@@ -878,6 +1027,54 @@ def part_imports(tmp, smoke):
     return res
 
 
+def part_fit(mpy_dir, tmp):
+    """bench/mp_fit.py in a 64 KiB and a 128 KiB heap: import, then items until MemoryError."""
+    out = {}
+    for heap in ("64K", "128K"):
+        d = os.path.join(tmp, heap)
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        p = subprocess.run([MP, "-X", "heapsize=" + heap, os.path.join(HERE, "mp_fit.py"),
+                            mpy_dir, os.path.join(d, "q")], capture_output=True, text=True,
+                           timeout=900, cwd=REPO)
+        line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
+        if not line:
+            raise PartFailed("mp_fit.py %s: %s" % (heap, (p.stdout + p.stderr)[-2000:]))
+        f = line[-1].split()
+        out[heap] = {"import_ok": f[1] == "1", "import_heap": int(f[2]), "free_after_import":
+                     int(f[3]), "items": int(f[4]), "end": f[5]}
+        shutil.rmtree(d, ignore_errors=True)
+    return out
+
+
+def part_reopen(mp, mpy_dir, tmp, smoke):
+    """Churn of a reopen (mp_bench.py part reopen), then the smallest hole size in which the
+    reopen succeeds (bench/mp_hole.py, one process per size)."""
+    mp("reopen", "mp_reopen", heap="8M", mod=mpy_dir, dir=tmp, fill=1)()
+    res = mp("reopen", "mp_reopen", heap="8M", mod=mpy_dir, dir=tmp)()
+    for mode in ("open", "compact"):
+        holes = []
+        for k in HOLES:
+            q = os.path.join(tmp, "q")
+            if mode == "compact":  # compact() changes the directory: a copy each time
+                q = os.path.join(tmp, "qc")
+                shutil.rmtree(q, ignore_errors=True)
+                shutil.copytree(os.path.join(tmp, "q"), q)
+            p = subprocess.run([MP, "-X", "heapsize=16M", os.path.join(HERE, "mp_hole.py"),
+                                mpy_dir, q, str(k), mode], capture_output=True, text=True,
+                               timeout=900, cwd=REPO)
+            line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
+            if not line:
+                raise PartFailed("mp_hole.py %d %s: %s" % (k, mode, (p.stdout + p.stderr)[-2000:]))
+            f = line[-1].split(None, 3)
+            holes.append({"hole": k, "ok": f[1] == "ok", "detail": f[3]})
+            if f[1] == "ok":
+                break
+        res["holes" if mode == "open" else "compact_holes"] = holes
+    shutil.rmtree(tmp, ignore_errors=True)
+    return res
+
+
 # --- main -------------------------------------------------------------------------------------
 
 
@@ -902,7 +1099,11 @@ def main():
     results, errors = {}, {}
     tmp = tempfile.mkdtemp(prefix="ddq-bench-")
 
+    only = argv[argv.index("--only") + 1].split(",") if "--only" in argv else None
+
     def step(name, fn):
+        if only is not None and name not in only:
+            return
         t0 = time.time()
         try:
             results[name] = fn()
@@ -950,6 +1151,13 @@ def main():
                 step("mp_capacity_" + heap, mp("capacity", "mp_capacity", heap=heap, mod=mpy_dir,
                                                dir=os.path.join(tmp, "cap" + heap)))
         step("mp_allocs", mp("allocs", "mp_allocs", heap="8M"))
+        if os.path.exists(os.path.join(mpy_dir, "ddq.mpy")):
+            step("mp_heapstate", mp("heapstate", "mp_heapstate", heap="8M", mod=mpy_dir))
+            step("mp_fit", lambda: part_fit(mpy_dir, os.path.join(tmp, "fit")))
+            step("mp_reopen", lambda: part_reopen(mp, mpy_dir, os.path.join(tmp, "reopen"),
+                                                  smoke))
+        step("cp_steady", cp("steady", "cp_steady"))
+        step("mp_steady", mp("steady", "mp_steady", heap="8M"))
 
         def allocprof():
             import allocprof as ap

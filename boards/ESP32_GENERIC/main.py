@@ -17,8 +17,8 @@ QUEUE_DIR = "outbox"
 OPTIONS = {
     "segment_bytes": 8192,
     "max_payload_bytes": 512,
-    "max_items": 512,
-    "max_segments": 16,
+    "max_items": 768,
+    "max_segments": 128,
 }
 LEASE_MS = 30000  # how long a claimed reading stays ours before another claim may take it
 MAX_ATTEMPTS = 8  # then quarantine: the reading is kept as evidence, delivery moves on

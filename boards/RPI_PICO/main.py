@@ -17,8 +17,8 @@ QUEUE_DIR = "outbox"
 OPTIONS = {
     "segment_bytes": 4096,
     "max_payload_bytes": 256,
-    "max_items": 256,
-    "max_segments": 16,
+    "max_items": 1352,
+    "max_segments": 176,
 }
 LEASE_MS = 30000  # how long a claimed reading stays ours before another claim may take it
 MAX_ATTEMPTS = 8  # then quarantine: the reading is kept as evidence, delivery moves on

@@ -3,7 +3,11 @@
 Keys: board, port, description, mpy_arch (mpy-cross -march value, or null for portable bytecode),
 filesystem, install ("mpy" or "py"), segment_bytes, max_payload_bytes, max_items, max_segments (the
 queue options the example app and the host tools use for this board), queue_dir, lease_ms, app (path
-of the example app relative to boards/).
+of the example app relative to boards/); fs_bytes (the filesystem's size), heap_bytes (the
+firmware's MicroPython heap), app_heap_bytes (the heap the application keeps for itself): from
+these tools/board_capacity.py derives max_segments and max_items (docs/BOARDS.md); network (false:
+no `socket`, so `ddq flash` never installs ddq_mqtt there); builds (optional: other firmware board
+names, space-separated, that this profile covers).
 
 Selection (STYLE rule 23): probe sys.implementation._build.split("-")[0] on the device (getattr
 defaults); a profile with that name wins; a unix-port build ("standard", "coverage", ... on
@@ -16,6 +20,7 @@ from typing import Any
 
 QUEUE_KEYS = ("segment_bytes", "max_payload_bytes", "max_items", "max_segments")
 REQUIRED = ("board", "filesystem", "install", "mpy_arch") + QUEUE_KEYS
+SIZE_KEYS = ("fs_bytes", "heap_bytes", "app_heap_bytes")  # for tools/board_capacity.py
 MPY_ARCHS = {  # sys.implementation._mpy >> 10 (py/persistentcode.h MP_NATIVE_ARCH_*)
     0: None,
     1: "x86",
@@ -70,6 +75,10 @@ def load(name: str) -> dict[str, Any]:
     missing = [k for k in REQUIRED if k not in prof]
     if missing:
         raise BoardProfileError("%s lacks %s" % (p, ", ".join(missing)))
+    bad = [k for k in QUEUE_KEYS + SIZE_KEYS if k in prof and not isinstance(prof[k], int)]
+    if bad or not isinstance(prof.get("network", True), bool):
+        raise BoardProfileError("%s: %s must be integers, network true/false"
+                                % (p, ", ".join(bad) or "sizes"))
     prof["_path"] = p
     return prof
 
@@ -89,6 +98,9 @@ def select(probe: dict[str, Any]) -> str | None:
     known = names()
     if build and build in known:
         return build
+    for n in known:
+        if build and build in str(load(n).get("builds") or "").split():
+            return n
     if probe.get("platform") in ("linux", "darwin") and "UNIX" in known:
         return "UNIX"
     return None

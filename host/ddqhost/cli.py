@@ -665,12 +665,33 @@ def argparse_test(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="test ddq as installed on the device (`ddq flash`) instead of the checkout's port/ddq.py",
     )
+    p.add_argument(
+        "--ramdisk-kb",
+        type=int,
+        metavar="N",
+        help="size of the --fs lfs2/fat RAM disk in KiB (it lives in the device's heap; "
+        "default 2048 for lfs2, 4096 for fat)",
+    )
+    p.add_argument(
+        "--each",
+        action="store_true",
+        help="one session per test module (a small heap need not hold them one after another)",
+    )
+    p.add_argument(
+        "--mpy",
+        action="store_true",
+        help="mount the suite and port/ compiled to .mpy (the device compiles nothing)",
+    )
     p.add_argument("modules", nargs="*", metavar="MODULE")
 
 
 def do_test(args: argparse.Namespace) -> int:
     from . import testrun
 
+    if args.ramdisk_kb is not None and args.fs == "posix":
+        raise CommandError("--ramdisk-kb needs --fs lfs2 or --fs fat")
+    if args.ramdisk_kb is not None and args.ramdisk_kb < 1:
+        raise CommandError("--ramdisk-kb must be at least 1")
     with open_device(args) as dev:
         rc, summary = testrun.run(
             dev,
@@ -679,6 +700,9 @@ def do_test(args: argparse.Namespace) -> int:
             fs=args.fs,
             root=args.root,
             installed=args.installed,
+            ramdisk_kb=args.ramdisk_kb,
+            each=args.each,
+            mpy=args.mpy,
             out=lambda b: (sys.stdout.buffer.write(b), sys.stdout.flush()),
         )
     if summary is None:

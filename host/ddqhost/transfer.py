@@ -1,5 +1,6 @@
 """flash, pull and push: moving files between the host and a device (through device.Device only)."""
 
+import ast
 import hashlib
 import json
 import os
@@ -133,15 +134,60 @@ def mpy_header(path: str) -> bytes:
         return f.read(4)
 
 
-def modules_to_install() -> list[str]:
-    """Module source paths: ddq.py, and the optional layers beside it that exist."""
+# Modules of port/ that flash knows; ddq_mqtt needs the firmware's `socket` module.
+PORT_MODULES = ("ddq", "ddq_outbox", "ddq_mqtt")
+NEEDS_NETWORK = ("ddq_mqtt",)
+
+
+def port_imports(path: str) -> set[str]:
+    """Names of port modules that the Python file at path imports (any nesting level)."""
+    with open(path, "rb") as f:
+        tree = ast.parse(f.read(), path)
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module]
+        else:
+            continue
+        out.update(n.split(".")[0] for n in names if n.split(".")[0] in PORT_MODULES)
+    return out
+
+
+def modules_to_install(prof: dict[str, Any] | None = None, app: str | None = None) -> list[str]:
+    """Module source paths to install, ddq.py first.
+
+    With an app: ddq and the port modules the app imports, followed through the modules' own
+    imports (ddq_mqtt's example imports do not count: only real import statements). Without
+    one: every port module the board can load. A board whose profile says `"network": false`
+    cannot load ddq_mqtt (it imports socket): an app that needs it is refused.
+    """
     src = qdir.ddq_source()
-    mods = [src]
-    for name in ("ddq_outbox.py", "ddq_mqtt.py"):
-        extra = os.path.join(os.path.dirname(src), name)
-        if os.path.exists(extra):
-            mods.append(extra)
-    return mods
+    port = os.path.dirname(src)
+    network = True if prof is None else bool(prof.get("network", True))
+    loadable = [m for m in PORT_MODULES if network or m not in NEEDS_NETWORK]
+    if app is None:
+        want = set(loadable)
+    else:
+        want = {"ddq"}
+        todo = [app]
+        while todo:
+            for m in sorted(port_imports(todo.pop()) - want):
+                want.add(m)
+                if os.path.exists(os.path.join(port, m + ".py")):
+                    todo.append(os.path.join(port, m + ".py"))
+        bad = sorted(want - set(loadable))
+        if bad:
+            raise TransferError(
+                "%s imports %s, which board %s cannot load (profile: network false, no socket)"
+                % (os.path.basename(app), ", ".join(bad), (prof or {}).get("board"))
+            )
+    return [
+        os.path.join(port, m + ".py")
+        for m in PORT_MODULES
+        if m in want and (m == "ddq" or os.path.exists(os.path.join(port, m + ".py")))
+    ]
 
 
 def local_version(src: str) -> str | None:
@@ -187,7 +233,7 @@ def flash(
     dest = dpath(dest) if dest else "."
     if dest != ".":
         dev.mkdir(dest, exist_ok=True)
-    mods = modules_to_install()
+    mods = modules_to_install(prof, app)
     version = local_version(mods[0])
     written, removed = [], []
     tmp = tempfile.mkdtemp(prefix="ddq-flash-")
@@ -214,6 +260,14 @@ def flash(
             if other in present:
                 dev.remove(djoin(dest, other))
                 removed.append(":" + djoin(dest, other))
+        # A port module outside the selection is an older copy the app does not use (or one the
+        # board cannot load): remove it, so no stale version sits beside the new ddq.
+        chosen = {os.path.basename(m)[:-3] for m in mods}
+        for m in PORT_MODULES:
+            for ext in (".py", ".mpy"):
+                if m not in chosen and m + ext in present:
+                    dev.remove(djoin(dest, m + ext))
+                    removed.append(":" + djoin(dest, m + ext))
         if app:
             with open(app, "rb") as f:
                 data = f.read()

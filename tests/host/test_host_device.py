@@ -58,11 +58,32 @@ def test_flash_py_then_mpy(board):
     r = ddq("flash", "--device", board.tty, "--example-app", "--json")
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
-    assert [w["path"] for w in res["written"]] == [m[:-2] + "mpy" for m in mods] + [":main.py"]
+    # The example app imports ddq alone: only ddq.mpy is installed, and the message layer and
+    # MQTT modules the first flash put there are removed (no stale copy beside the new ddq).
+    assert [w["path"] for w in res["written"]] == [":ddq.mpy", ":main.py"]
     assert res["removed"] == mods and res["imported_from"].endswith("ddq.mpy")
     with Device(board.tty, soft_reset=False) as dev:
         names = [n for n, _d, _s in dev.listdir(":")]
     assert "ddq.mpy" in names and "ddq.py" not in names  # never both side by side
+
+
+def test_flash_skips_what_the_board_cannot_load(board, tmp_path):
+    # PYBV11's profile says network false (no socket): ddq_mqtt is neither installed nor left
+    # behind from an earlier flash. (--format py: the unix port does not load armv7emsp .mpy.)
+    r = ddq("flash", "--device", board.tty, "--board", "UNIX", "--format", "py", "--json")
+    assert r.returncode == 0, r.stderr
+    r = ddq("flash", "--device", board.tty, "--board", "PYBV11", "--format", "py", "--json")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert [w["path"] for w in res["written"]] == [":ddq.py", ":ddq_outbox.py"]
+    assert res["removed"] == [":ddq_mqtt.py"]
+    # An app that needs MQTT is refused for that board, before anything is written.
+    app = tmp_path / "main.py"
+    app.write_text("import ddq_mqtt\n")
+    line = one_line_error(
+        ddq("flash", "--device", board.tty, "--board", "PYBV11", "--format", "py", "--app", app), 1
+    )
+    assert "ddq_mqtt" in line and "cannot load" in line
 
 
 APP = """

@@ -4,6 +4,8 @@ import ast
 import json
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -55,7 +57,11 @@ def test_cli_version_matches():
     assert r.returncode == 0 and r.stdout.strip() == "ddq " + ddq_version()
 
 
-@pytest.mark.parametrize("name", ["RPI_PICO", "ESP32_GENERIC", "UNIX"])
+def test_every_profile_is_checked():
+    assert set(boards.names()) >= {"RPI_PICO", "ESP32_GENERIC", "UNIX", "PYBV11", "ARMV7M_GENERIC"}
+
+
+@pytest.mark.parametrize("name", boards.names())
 def test_board_profiles_are_flat_sorted_and_complete(name, tmp_path):
     path = os.path.join(REPO, "boards", name + ".json")
     with open(path) as f:
@@ -66,6 +72,11 @@ def test_board_profiles_are_flat_sorted_and_complete(name, tmp_path):
     )
     assert all(not isinstance(v, (dict, list)) for v in prof.values())
     assert prof["board"] == name
+    for k in boards.SIZE_KEYS:  # what tools/board_capacity.py sizes the queue from
+        assert isinstance(prof[k], int) and prof[k] > 0, k
+    assert isinstance(prof["network"], bool)
+    # A compaction stages the next generation beside the current one: both fit in half the fs.
+    assert prof["max_segments"] * prof["segment_bytes"] <= prof["fs_bytes"] // 2
     loaded = boards.load(name)
     opts = boards.queue_options(loaded)
     assert opts["max_payload_bytes"] <= opts["segment_bytes"] - 48
@@ -91,7 +102,9 @@ def test_board_selection_by_probe():
     assert boards.select({"build": "ESP32_GENERIC-SPIRAM", "platform": "esp32"}) == "ESP32_GENERIC"
     assert boards.select({"build": "standard", "platform": "linux"}) == "UNIX"
     assert boards.select({"platform": "linux"}) == "UNIX"  # no _build at all: getattr default ''
-    assert boards.select({"build": "PYBV11", "platform": "pyboard"}) is None
+    assert boards.select({"build": "PYBV11", "platform": "pyboard"}) == "PYBV11"
+    assert boards.select({"build": "MPS2_AN385", "platform": "qemu"}) == "ARMV7M_GENERIC"
+    assert boards.select({"build": "NUCLEO_F091RC", "platform": "pyboard"}) is None
     assert boards.device_mpy({"mpy": 2822}) == (6, 3, "x64")
 
 
@@ -143,3 +156,46 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
                           "import ddq, ddq_outbox, ddq_mqtt, ddqhost; print(ddq.__file__)"],
                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
     assert mod.returncode == 0 and str(venv) in mod.stdout, mod
+
+
+def test_board_max_items_is_reachable():
+    # Each profile's max_items is what its queue really takes: filled with the profile's options
+    # and the example app's message, exactly max_items enqueues succeed and the next raises Full,
+    # on CPython and on the MicroPython unix port with the board's heap (tools/board_capacity.py;
+    # docs/BOARDS.md shows the derivation).
+    r = subprocess.run(
+        [sys.executable, os.path.join(REPO, "tools", "board_capacity.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count(" reachable: ") == len(boards.names()), r.stdout
+
+
+def _app(tmp_path, text):
+    p = tmp_path / "main.py"
+    p.write_text(text)
+    return str(p)
+
+
+def test_flash_installs_what_the_app_imports(tmp_path):
+    names = lambda mods: [os.path.basename(m) for m in mods]  # noqa: E731
+    unix, pyb = boards.load("UNIX"), boards.load("PYBV11")
+    # No app: every port module the board can load; no socket on PYBV11, so no ddq_mqtt.
+    assert names(transfer.modules_to_install(unix)) == ["ddq.py", "ddq_outbox.py", "ddq_mqtt.py"]
+    assert names(transfer.modules_to_install(pyb)) == ["ddq.py", "ddq_outbox.py"]
+    # An app: ddq and what it imports (also inside functions, and `from ... import`).
+    plain = _app(tmp_path, "import time\nimport ddq\n")
+    assert names(transfer.modules_to_install(unix, plain)) == ["ddq.py"]
+    ob = _app(tmp_path, "def f():\n    from ddq_outbox import Outbox\n")
+    assert names(transfer.modules_to_install(pyb, ob)) == ["ddq.py", "ddq_outbox.py"]
+    mq = _app(tmp_path, "import ddq_mqtt\nimport ddq_outbox\n")
+    assert names(transfer.modules_to_install(unix, mq)) == [
+        "ddq.py", "ddq_outbox.py", "ddq_mqtt.py"]
+    with pytest.raises(transfer.TransferError, match="ddq_mqtt.*cannot load"):
+        transfer.modules_to_install(pyb, mq)
+    for name in boards.names():  # each example app loads on its own board
+        prof = boards.load(name)
+        transfer.modules_to_install(prof, boards.app_path(prof))

