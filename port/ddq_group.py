@@ -82,6 +82,7 @@ class Group:
         self._spare: "Any" = None  # a gate no follower waited on: reused (no lock per call)
         self._arun: "Any" = None  # asyncio: the Event of the batch a leader task gathers
         self._closed = False
+        self._last = 0  # ops in the last batch: > 1 means concurrent callers
         self.writes = 0  # ops applied and covered by a completed sync (this Group's life)
         self.syncs = 0  # syncs this Group made
 
@@ -119,6 +120,7 @@ class Group:
         # lock, then one sync covering them all. Whatever happens, every op ends done, with its
         # result only if that sync completed [G3]; anything else gets an error [G4].
         lk, err, n, synced = self.lock, None, 0, False
+        self._last = len(batch)
         if lk is not None:
             lk.acquire()
         try:
@@ -168,7 +170,8 @@ class Group:
                 run = self._run = [gate, 0]
                 mu.release()
                 try:
-                    _yield()  # let the callers just woken by the last sync join this batch
+                    if self._last > 1:  # callers run concurrently: let those the last sync
+                        _yield()  # woke join this batch (a lone caller never waits here)
                     self._apply(self._take())
                 finally:
                     mu.acquire()
