@@ -8,7 +8,8 @@ replayed step by step (crash.Sim) and every legal crash state under the posix, l
 models is opened with ddq: a put that had returned by then must be retained with its payload,
 an ack that had returned must be acked (or its item reclaimed). A miss is `returned_lost`;
 a state ddq cannot open (other than Corrupt on a state with holes, crash.py's rule) is
-`unexpected`. Calls still waiting at the cut may be lost (G3): not checked.
+`unexpected`. Calls still waiting at the cut may be lost (G3): not checked. With `threads`
+the same calls come from real threads (CPython's scheduler picks the interleaving).
 """
 import asyncio
 
@@ -17,9 +18,11 @@ import memfs
 import tmodel
 
 
-def workload(ddq, ddq_group, seed, tasks, per):
+def workload(ddq, ddq_group, seed, tasks, per, threads=False):
     """Run the workload; return (fs, events, opts): events are (log position after return,
-    "put"|"ack", seq, payload)."""
+    "put"|"ack", seq, payload). threads: the same calls from real threads (the interleaving
+    is the scheduler's, not the seed's; every storage call still happens under the group's
+    lock, and a position read after the return is at or after the sync that covered it)."""
     rng = tmodel.Rng(seed)
     memfs.MemFS.Locked = ddq.Locked
     fs = memfs.MemFS(dirs=("/q",), record=True, can_truncate=seed % 2 == 0)
@@ -32,25 +35,50 @@ def workload(ddq, ddq_group, seed, tasks, per):
     events = []  # an ack is recorded before its call too ("acking"): from then on its item may
     # be reclaimed by a compaction before the ack returned
 
+    # each task's payloads and ack choices are drawn up front: the same for both forms
+    plan = [[(b"%d.%d." % (t, i) + rng.bytes(rng.below(24)), rng.below(2) == 0)
+             for i in range(per)] for t in range(tasks)]
+
     async def task(t):
-        for i in range(per):
-            p = b"%d.%d." % (t, i) + rng.bytes(rng.below(24))
+        for p, ack in plan[t]:
             try:
                 s = await g.aenqueue(p)
             except ddq.Full:
                 continue
             events.append((len(fs.log), "put", s, p))
-            if rng.below(2) == 0:
+            if ack:
                 c = g.locked(q.claim_seq, s, tmodel.LEASE_MS)
                 events.append((-1, "acking", s, None))
                 if await g.aack(c.seq):
+                    events.append((len(fs.log), "ack", s, None))
+
+    def thread(t):
+        for p, ack in plan[t]:
+            try:
+                s = g.enqueue(p)
+            except ddq.Full:
+                continue
+            events.append((len(fs.log), "put", s, p))
+            if ack:
+                c = g.locked(q.claim_seq, s, tmodel.LEASE_MS)
+                events.append((-1, "acking", s, None))
+                if g.ack(c.seq):
                     events.append((len(fs.log), "ack", s, None))
 
     async def main():
         await asyncio.gather(*[task(t) for t in range(tasks)])
 
     try:
-        asyncio.run(main())
+        if threads:
+            import threading
+
+            ts = [threading.Thread(target=thread, args=(t,)) for t in range(tasks)]
+            for x in ts:
+                x.start()
+            for x in ts:
+                x.join()
+        else:
+            asyncio.run(main())
     finally:
         g.close()
     return fs, events, opts
@@ -81,10 +109,11 @@ def check(ddq, fs_files, dirs, must, events, opts):
     return bad
 
 
-def run_seed(ddq, ddq_group, seed, tasks=4, per=6, models=("posix", "lfs", "fat"), max_fail=5):
-    fs, events, opts = workload(ddq, ddq_group, seed, tasks, per)
+def run_seed(ddq, ddq_group, seed, tasks=4, per=6, models=("posix", "lfs", "fat"), max_fail=5,
+             threads=False):
+    fs, events, opts = workload(ddq, ddq_group, seed, tasks, per, threads)
     log = fs.log
-    res = {"seed": seed, "log": len(log), "puts": sum(1 for e in events if e[1] == "put"),
+    res = {"seed": seed, "threads": threads, "log": len(log), "puts": sum(1 for e in events if e[1] == "put"),
            "acks": sum(1 for e in events if e[1] == "ack"), "states": 0, "returned_lost": 0,
            "unexpected": 0, "reported": 0, "fail": []}
     seen = set()

@@ -77,8 +77,9 @@ def plan(scale, smoke=False):
         t.append(("hypo", "hypo %d ix" % (503 + 6 * k), [PY, "worker.py", "hypo", str(503 + 6 * k), "31", "600", "1"], 900))
     for k in range(2 * scale):   # forged/altered signed messages: 2 x 6000 (about a second each)
         t.append(("forge", "forge %d" % (700 + k), [PY, "worker.py", "forge", str(700 + k), "6000"], 900))
-    for k in range(4 * scale):   # ddq_group: 4 asyncio tasks x 6 puts (some acked), ~3 s each
-        t.append(("group", "group %d" % (800 + k), [PY, "worker.py", "group", str(800 + k), "6"], 900))
+    for k in range(4 * scale):   # ddq_group: 4 asyncio tasks (or threads) x 6 puts, some acked, ~3 s each
+        argv = [PY, "worker.py", "group", str(800 + k), "6"] + (["threads"] if k % 2 else [])
+        t.append(("group", "group %d%s" % (800 + k, " threads" if k % 2 else ""), argv, 900))
     for k in range(2 * scale):   # the same seeds and sizes as "bad": the base images must hash the same
         t.append(("mpbad", "mpbad %d" % (500 + k), [MP, "mp_badimg.py", str(500 + k), str(10 + (k * 7) % 36), "4000"], 900))
     # power cuts: snap (drop + torn at every device op) and live raise/errno re-runs (a cut at

@@ -150,13 +150,14 @@ def test_forged_signed_messages_slice(monkeypatch):
     assert res["accepted"] > 0, res
 
 
-def test_group_crash_states_slice():
+@pytest.mark.parametrize("threads", [False, True])
+def test_group_crash_states_slice(threads):
     # EVIDENCE-OF: G3
     import group
 
     import ddq_group
 
-    res = group.run_seed(ddq, ddq_group, 11, per=3)
+    res = group.run_seed(ddq, ddq_group, 11, per=3, threads=threads)
     assert res["states"] > 500 and res["puts"] >= 6, res
     assert res["returned_lost"] == 0 and res["unexpected"] == 0, res["fail"][:2]
 
