@@ -635,6 +635,11 @@ def build(results, errors, smoke, seconds):
                            [("`%s`" % r["func"], fmt(r["calls"]), fmt(r["tottime_pct"]),
                              fmt(r["cumtime_pct"])) for r in pr[key]])
         rep.section("CPython profiles", lines)
+    # ddq_group (issue 20): durable-on-return writes from many producers; bench/group_bench.py
+    import group_bench
+
+    group_bench.report(R, rep, {"fmt": fmt, "paired": paired, "median": median, "rate": rate,
+                                "verdict": verdict})
     return rep
 
 
@@ -1166,6 +1171,12 @@ def main():
 
         step("allocprof", allocprof)
         step("cp_profile", cp("profile", "cp_profile"))
+        import group_bench  # ddq_group (issue 20): its parts, sizes and rows live there
+
+        for key, interp, part, size in group_bench.RUNS:
+            args = dict(group_bench.SIZES[size][k], dir=os.path.join(tmp, key))
+            step(key, lambda i=interp, p=part, a=args: run_part(PY if i == "cp" else MP,
+                                                                "group_bench.py", p, a))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     seconds = time.time() - t_start

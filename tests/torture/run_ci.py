@@ -4,6 +4,7 @@ Runs the four parts as subprocess tasks, two at a time (2 cores):
   1. crash states (CPython, tests/torture/crash.py)      2. power cuts (MicroPython, mp_powercut.py)
   3. bad images (CPython + Hypothesis, MicroPython)      4. injected faults (CPython, tfaults.py)
   3b. forged/altered HMAC-signed messages (CPython, forge.py): forged records tried and accepted
+  1g. crash states of durable-on-return group writes (CPython, group.py): returned puts/acks lost
 then prints ONE scoreboard line computed from what ran, checks the targets, and exits non-zero on
 any invariant failure or missed target, printing the first failure's reproduction.
 
@@ -53,6 +54,7 @@ def plan(scale, smoke=False):
         t.append(("mp", "lfs raise 3", [MP, "mp_powercut.py", "lfs", "raise", "3", "8", "3"], 120))
         t.append(("mpbad", "mpbad 11", [MP, "mp_badimg.py", "11", "10", "200"], 120))
         t.append(("forge", "forge 11", [PY, "worker.py", "forge", "11", "500"], 120))
+        t.append(("group", "group 11", [PY, "worker.py", "group", "11", "3"], 120))
         return t
     n_crash = 30 * scale
     for k in range(n_crash):
@@ -75,6 +77,9 @@ def plan(scale, smoke=False):
         t.append(("hypo", "hypo %d ix" % (503 + 6 * k), [PY, "worker.py", "hypo", str(503 + 6 * k), "31", "600", "1"], 900))
     for k in range(2 * scale):   # forged/altered signed messages: 2 x 6000 (about a second each)
         t.append(("forge", "forge %d" % (700 + k), [PY, "worker.py", "forge", str(700 + k), "6000"], 900))
+    for k in range(4 * scale):   # ddq_group: 4 asyncio tasks (or threads) x 6 puts, some acked, ~3 s each
+        argv = [PY, "worker.py", "group", str(800 + k), "6"] + (["threads"] if k % 2 else [])
+        t.append(("group", "group %d%s" % (800 + k, " threads" if k % 2 else ""), argv, 900))
     for k in range(2 * scale):   # the same seeds and sizes as "bad": the base images must hash the same
         t.append(("mpbad", "mpbad %d" % (500 + k), [MP, "mp_badimg.py", str(500 + k), str(10 + (k * 7) % 36), "4000"], 900))
     # power cuts: snap (drop + torn at every device op) and live raise/errno re-runs (a cut at
@@ -140,7 +145,8 @@ def run_task(task, tmp, impl):
 def aggregate(done):
     sb = {"crash_states": 0, "lfs_cuts": 0, "fat_cuts": 0, "bad_images": 0, "fault_kinds": 0,
           "fault_points": 0, "lost": 0, "resurrected": 0, "reused_seq": 0, "unexpected": 0,
-          "index_opens": 0, "index_mismatch": 0, "hmac_forged": 0, "hmac_forged_accepted": 0}
+          "index_opens": 0, "index_mismatch": 0, "hmac_forged": 0, "hmac_forged_accepted": 0,
+          "group_states": 0, "group_returned_lost": 0}
     extra = {"crash_checked": 0, "depth2_states": 0, "corrupt_reported": 0, "by_model": {},
              "lfs": {"drop": 0, "torn": 0, "raise": 0, "errno": 0}, "fat": {"drop": 0, "torn": 0, "raise": 0, "errno": 0},
              "bad_corrupt": 0, "bad_clean": 0, "bad_forged": 0, "hypothesis": 0, "mp_bad_images": 0,
@@ -209,6 +215,9 @@ def aggregate(done):
             extra["hmac_encrypted_forged"] += r.get("encrypted_forged", 0)  # of hmac_forged (E23)
             for k, v in r["by_kind"].items():
                 extra["hmac_by_kind"][k] = extra["hmac_by_kind"].get(k, 0) + v
+        elif part == "group":
+            sb["group_states"] += r["states"]
+            sb["group_returned_lost"] += r["returned_lost"]
         elif part == "fault":
             sb["fault_points"] += r["points"]
             for k, v in r["kinds"].items():
@@ -238,7 +247,9 @@ def scoreboard_line(sb, extra):
         extra["depth2_states"], extra["corrupt_reported"], extra["hypothesis"], extra["mp_bad_images"],
         extra["bad_forged"], extra["forged_index"])
     # with an HMAC key (SPEC E22): forged/altered signed messages tried, and returned by get()
-    s += " hmac_forged=%d hmac_forged_accepted=%d)" % (sb["hmac_forged"], sb["hmac_forged_accepted"])
+    s += " hmac_forged=%d hmac_forged_accepted=%d" % (sb["hmac_forged"], sb["hmac_forged_accepted"])
+    # durable-on-return group writes (SPEC G3): crash states judged, returned puts/acks lost
+    s += " group_states=%d group_returned_lost=%d)" % (sb["group_states"], sb["group_returned_lost"])
     return s
 
 
@@ -257,7 +268,7 @@ def main():
         parts = a.only.split(",")
         tasks = [t for t in tasks if t[0] in parts or (t[0] in ("hypo", "mpbad", "forge") and "bad" in parts)]
     # longest first so the two workers finish together
-    weight = {"crash": 3, "mp": 2, "fault": 2, "bad": 1, "hypo": 1, "mpbad": 0, "forge": 0}
+    weight = {"crash": 3, "mp": 2, "fault": 2, "bad": 1, "hypo": 1, "mpbad": 0, "forge": 0, "group": 1}
     tasks.sort(key=lambda t: -weight[t[0]])
     t0 = time.time()
     done = []
@@ -269,7 +280,7 @@ def main():
                 done.append(d)
                 r = d["res"] or {}
                 bad = sum(r.get(k, 0) for k in ("lost", "resurrected", "reused_seq", "unexpected", "index_mismatch",
-                                                "forged_index") + (("accepted",) if d["part"] == "forge" else ()))
+                                                "forged_index", "returned_lost") + (("accepted",) if d["part"] == "forge" else ()))
                 print("  %-16s %6.1fs%s" % (d["label"], d["secs"], "" if d["rc"] == 0 and not bad else
                                             "  FAILURES=%d rc=%s" % (bad, d["rc"])), flush=True)
             return d
@@ -286,7 +297,7 @@ def main():
     print(line)
     print("wall %.0f s, %d tasks, jobs %d" % (wall, len(tasks), a.jobs))
     ok = sb["lost"] == sb["resurrected"] == sb["reused_seq"] == sb["unexpected"] == sb["index_mismatch"] == 0 \
-        and sb["hmac_forged_accepted"] == 0
+        and sb["hmac_forged_accepted"] == 0 and sb["group_returned_lost"] == 0
     missed = []
     if not (a.smoke or a.only):
         scale = 10 if a.full else 1

@@ -150,3 +150,39 @@ def test_forged_signed_messages_slice(monkeypatch):
                         lambda d, v, k, p, c=None, n=False: real(d, v, None, None))
     res = forge.run_seed(ddq, 5, 200)
     assert res["accepted"] > 0, res
+
+
+@pytest.mark.parametrize("threads", [False, True])
+def test_group_crash_states_slice(threads):
+    # EVIDENCE-OF: G3
+    import group
+
+    import ddq_group
+
+    res = group.run_seed(ddq, ddq_group, 11, per=3, threads=threads)
+    assert res["states"] > 500 and res["puts"] >= 6, res
+    assert res["returned_lost"] == 0 and res["unexpected"] == 0, res["fail"][:2]
+
+
+def test_group_checker_catches_a_group_that_returns_before_syncing():
+    import group
+
+    import ddq_group
+
+    class NoSync:
+        def __init__(self, q):
+            self.q = q
+
+        def __getattr__(self, name):
+            return getattr(self.q, name)
+
+        def sync(self):  # the planted bug: nothing is synced, callers are told durable
+            return 0
+
+    class Planted:
+        class Group(ddq_group.Group):
+            def __init__(self, q, **kw):
+                super().__init__(NoSync(q), **kw)
+
+    res = group.run_seed(ddq, Planted, 11, per=3)
+    assert res["returned_lost"] > 0, res

@@ -9,6 +9,9 @@
     python tests/torture/worker.py base SEED NOPS [INDEX]          sha256 of a base image
     python tests/torture/worker.py forge SEED N                    part 3b: N forged/altered
                                                                    signed messages (forge.py)
+    python tests/torture/worker.py group SEED PER [threads]        part 1g: durable-on-return
+                                                                   group writes (group.py); asyncio
+                                                                   tasks, or real threads
 
 Prints "RESULT <json>" last. DDQ_TORTURE_IMPL=standin tests the harness on tests/torture/standin.py.
 """
@@ -66,6 +69,12 @@ def main(argv):
     elif kind == "forge":
         import forge
         res = forge.run_seed(ddq, seed, nops)
+    elif kind == "group":
+        import group
+
+        import ddq_group
+        res = group.run_seed(ddq, ddq_group, seed, per=nops,
+                             threads=len(argv) > 3 and argv[3] == "threads")
     elif kind == "base":
         res = {"base_sha256": base_sha(ddq, seed, nops, _index(argv, 3))}
     else:

@@ -1,0 +1,244 @@
+# ddq_group benchmarks (issue 20): durable-on-return writes from many producers sharing syncs.
+# Runs on CPython (all parts) and MicroPython (asyncio); bench/run.py runs each part as its own
+# process and renders the rows with report() below.
+#
+#   python bench/group_bench.py threads key=value ...   (CPython) round-robin blocks of:
+#       always   one producer, Queue(sync="always").enqueue: the baseline rate
+#       group    `threads` producers, each putting `m` messages through ddq_group.Group
+#       pq       `threads` producers on persist-queue SQLiteAckQueue(multithreading=True)
+#       life_g   one caller: Group enqueue + claim + ack (ack_durable: 2 fsyncs, claim unsynced)
+#       life_a   one caller: Queue(sync="ack") enqueue + claim + ack (the same 2 fsyncs)
+#   micropython bench/group_bench.py asyncio key=value ...  (and python): `tasks` asyncio tasks
+#       each awaiting `m` Group enqueues: writes per sync
+#
+# fsyncs are counted by a storage wrapper (file syncs and directory syncs); no timers in ddq.
+import os
+import sys
+
+_here = globals().get("__file__") or "bench/group_bench.py"
+if not _here.startswith("/"):
+    _here = os.getcwd().rstrip("/") + "/" + _here
+HERE = _here[: _here.rfind("/")]
+REPO = HERE[: HERE.rfind("/")]
+sys.path.insert(0, HERE)
+sys.path.insert(0, REPO + "/port")
+
+import common  # noqa: E402
+from common import emit, fresh, now_us, since_us  # noqa: E402
+
+import ddq  # noqa: E402
+import ddq_group  # noqa: E402
+
+CLOCK_MS = 1767225600000
+
+
+def clock():
+    return CLOCK_MS  # fixed: leases never expire inside a run; no syscall
+
+
+class Counting(ddq.PosixStorage):
+    """ddq.PosixStorage counting file and directory syncs."""
+
+    def __init__(self):
+        super().__init__()
+        self.syncs = 0
+
+    def sync(self, f):
+        self.syncs += 1
+        super().sync(f)
+
+    def sync_dir(self, path):
+        self.syncs += 1
+        super().sync_dir(path)
+
+
+# --- threads (CPython) -------------------------------------------------------------------------
+
+
+def _threads(n, body):
+    """Run body(t) in n threads started together; return the microseconds from the start to
+    the last one's end (thread creation excluded)."""
+    import threading
+
+    bar = threading.Barrier(n + 1)
+
+    def run(t):
+        bar.wait()
+        body(t)
+
+    ts = [threading.Thread(target=run, args=(t,)) for t in range(n)]
+    for t in ts:
+        t.start()
+    bar.wait()
+    t0 = now_us()
+    for t in ts:
+        t.join()
+    return since_us(t0)
+
+
+def part_threads(a):
+    n, m, nt, k, payload = a["n"], a["m"], a["threads"], a["life"], a["payload"]
+    base = fresh(a["dir"])
+    p = b"x" * payload
+    qa = ddq.Queue(base + "/a", sync="always", clock=clock)
+    fs = Counting()
+    qg = ddq.Queue(base + "/g", sync="none", clock=clock, storage=fs)
+    g = ddq_group.Group(qg)
+    ql = ddq.Queue(base + "/l", sync="none", clock=clock)
+    gl = ddq_group.Group(ql)
+    qk = ddq.Queue(base + "/k", sync="ack", clock=clock)
+    pq = None
+    try:
+        import persistqueue
+
+        pq = persistqueue.SQLiteAckQueue(base + "/pq", multithreading=True)
+    except ImportError:
+        print("persist-queue missing: no pq rows")
+    blocks = {"always": [], "group": [], "pq": [], "life_g": [], "life_a": []}
+    syncs = msgs = 0
+
+    def life(enq, claim, ack):
+        t0 = now_us()
+        for _ in range(k):
+            enq(p)
+            ack(claim(30000).seq)
+        return since_us(t0) / k
+
+    try:
+        for b in range(a["blocks"] + 1):  # block 0 warms up (files, caches, threads)
+            t0 = now_us()
+            for _ in range(n):
+                qa.enqueue(p)
+            us_a = since_us(t0) / n
+            s0 = fs.syncs
+            us_g = _threads(nt, lambda t: [g.enqueue(p) for _ in range(m)]) / (nt * m)
+            ds = fs.syncs - s0
+            us_p = None
+            if pq is not None:
+                us_p = _threads(nt, lambda t: [pq.put(p) for _ in range(a["pq_m"])]) / (
+                    nt * a["pq_m"])
+            us_lg = life(gl.enqueue, lambda ms: gl.locked(ql.claim, ms), gl.ack)
+            us_la = life(qk.enqueue, qk.claim, qk.ack)
+            if not b:
+                continue
+            syncs += ds
+            msgs += nt * m
+            for key, v in (("always", us_a), ("group", us_g), ("pq", us_p), ("life_g", us_lg),
+                           ("life_a", us_la)):
+                if v is not None:
+                    blocks[key].append(v)
+    finally:
+        g.close()
+        gl.close()
+        qa.close()
+        qk.close()
+        if pq is not None:
+            pq.close() if hasattr(pq, "close") else None
+        common.rmtree(base)
+    emit({"blocks": blocks, "threads": nt, "m": m, "pq_m": a["pq_m"], "payload": payload,
+          "msgs": msgs, "fsyncs": syncs, "n": n, "life": k})
+
+
+# --- asyncio (both interpreters) ---------------------------------------------------------------
+
+
+def part_asyncio(a):
+    import asyncio
+
+    nt, m, payload = a["tasks"], a["m"], a["payload"]
+    base = fresh(a["dir"])
+    p = b"x" * payload
+    fs = Counting()
+    q = ddq.Queue(base + "/g", sync="none", clock=clock, storage=fs)
+    g = ddq_group.Group(q)
+
+    async def task():
+        for _ in range(m):
+            await g.aenqueue(p)
+
+    async def main():
+        await asyncio.gather(*[task() for _ in range(nt)])
+
+    s0 = fs.syncs
+    t0 = now_us()
+    try:
+        asyncio.run(main())
+        us = since_us(t0)
+        syncs = fs.syncs - s0
+    finally:
+        g.close()
+        common.rmtree(base)
+    emit({"tasks": nt, "m": m, "msgs": nt * m, "fsyncs": syncs, "group_syncs": g.syncs,
+          "us": us, "payload": payload})
+
+
+PARTS = {
+    "threads": (part_threads, {"dir": "", "n": 100, "m": 50, "threads": 16, "pq_m": 10,
+                               "life": 30, "payload": 100, "blocks": 7}),
+    "asyncio": (part_asyncio, {"dir": "", "tasks": 64, "m": 20, "payload": 100}),
+}
+
+# Sizes for bench/run.py: (full, smoke), and the parts it runs: (result key, interpreter, part).
+SIZES = {
+    "group_threads": ({"blocks": 7}, {"blocks": 1, "n": 10, "m": 5, "pq_m": 2, "life": 3}),
+    "group_asyncio": ({"m": 20}, {"m": 3}),
+}
+RUNS = (("cp_group_threads", "cp", "threads", "group_threads"),
+        ("cp_group_asyncio", "cp", "asyncio", "group_asyncio"),
+        ("mp_group_asyncio", "mp", "asyncio", "group_asyncio"))
+TARGETS = {"g1": 8.0, "g2": 8.0, "g3": 10.0, "g5": 16.0}
+
+
+def report(R, rep, h):
+    """Add the ddq_group rows to run.py's report: h holds run.py's helpers (fmt, paired,
+    median, rate, verdict)."""
+    fmt, paired, median, rate, verdict = h["fmt"], h["paired"], h["median"], h["rate"], \
+        h["verdict"]
+    th = R.get("cp_group_threads")
+    if th:
+        b = th["blocks"]
+        per = th["msgs"] / th["fsyncs"] if th["fsyncs"] else None
+        rep.row("g1", "CPython ddq_group, %d producer threads, durable-on-return puts of %d B: "
+                "messages per fsync (file + dir)" % (th["threads"], th["payload"]), fmt(per),
+                "%s msgs, %s fsyncs" % (fmt(th["msgs"]), fmt(th["fsyncs"])), fmt(per), "≥ 8",
+                verdict(per, TARGETS["g1"]))
+        r = paired(b["always"], b["group"])
+        rep.row("g2", "same, throughput vs one producer's sync=\"always\" enqueues, msgs/s",
+                fmt(rate(median(b["group"]))), "sync=\"always\" %s/s"
+                % fmt(rate(median(b["always"]))), fmt(r), "≥ 8×", verdict(r, TARGETS["g2"]))
+        if b.get("pq"):
+            r = paired(b["pq"], b["group"])
+            rep.row("g3", "same vs persist-queue SQLiteAckQueue(multithreading=True), %d threads "
+                    "putting" % th["threads"], fmt(rate(median(b["group"]))),
+                    "persist-queue %s/s" % fmt(rate(median(b["pq"]))), fmt(r), "≥ 10×",
+                    verdict(r, TARGETS["g3"]))
+        r = paired(b["life_a"], b["life_g"])
+        rep.row("g4", "one caller, ddq_group lifecycle (enqueue + claim + durable ack) ÷ Queue "
+                "sync=\"ack\" (the same 2 fsyncs): no cost", fmt(rate(median(b["life_g"]))),
+                "sync=\"ack\" %s/s" % fmt(rate(median(b["life_a"]))), fmt(r), "≈ 1 (report)",
+                "report")
+    for key, interp in (("cp_group_asyncio", "CPython"), ("mp_group_asyncio", "MicroPython")):
+        t = R.get(key)
+        if t:
+            per = t["msgs"] / t["fsyncs"] if t["fsyncs"] else None
+            rep.row("g5", "%s ddq_group, %d asyncio tasks awaiting puts: messages per fsync"
+                    % (interp, t["tasks"]), fmt(per), "%s msgs, %s fsyncs, %s/s"
+                    % (fmt(t["msgs"]), fmt(t["fsyncs"]), fmt(t["msgs"] * 1e6 / t["us"])),
+                    fmt(per), "≥ 16", verdict(per, TARGETS["g5"]))
+
+
+def main():
+    name = common.part_name()
+    if name not in PARTS:
+        print("usage: group_bench.py {threads|asyncio} key=value ...")
+        raise SystemExit(2)
+    fn, defaults = PARTS[name]
+    a = common.args(defaults)
+    if not a["dir"]:
+        print("dir= is required")
+        raise SystemExit(2)
+    fn(a)
+
+
+if __name__ == "__main__":
+    main()
