@@ -66,21 +66,22 @@ def test_flash_py_then_mpy(board):
 
 
 APP = """
-import main
-main.RETRY_BASE_MS = 0
+import main, ddq_outbox
+main.RETRY_BASE_MS = main.RETRY_MAX_MS = 1
 failed_once = []
-def sender(p):
-    n = int(p.split(b' ')[0][2:])
+def sender(m):
+    n = int(m.payload.split(b' ')[0][2:])
     if n == 3:
-        raise ValueError('rejected reading %%d' %% n)
+        raise ddq_outbox.Rejected('rejected reading %%d' %% n)
     if n == 5 and not failed_once:
         failed_once.append(n)
-        raise OSError(113)  # host unreachable: retried at once, attempts 1, then delivered
+        raise OSError(113)  # host unreachable: nacked (attempts 1), retried 1 ms later, delivered
     return True
-main.run(rounds=5, period_ms=0, sender=sender, queue_dir=%(qd)r)
+main.run(rounds=5, period_ms=0, sender=sender, queue_dir=%(qd)r, drain_ms=5000)
 # Then the uplink goes away: readings are only queued.
 main.run(rounds=%(n)d, period_ms=0, sender=sender, queue_dir=%(qd)r, budget=0)
 """
+TOPIC = "ddq/unix/temp"  # boards/UNIX/main.py's
 
 
 def test_outbox_power_cycle_pull_inspect_replay_push(board, mosquitto, tmp_path):
@@ -122,9 +123,9 @@ def test_outbox_power_cycle_pull_inspect_replay_push(board, mosquitto, tmp_path)
     assert {k: info["stats"][k] for k in DDQ_STATS} == {k: before[k] for k in DDQ_STATS}
     assert {k: info["stats"][k] for k in before} == before  # failed, durable_seq too
     by_seq = {it["seq"]: it for it in info["items"]}
-    assert by_seq[3]["state"] == "quarantined" and by_seq[3]["reason"] == "rejected reading 3"
+    assert by_seq[3]["state"] == "quarantined" and by_seq[3]["reason"] == "rejected: rejected reading 3"
     assert by_seq[5]["attempts"] == 1 and by_seq[5]["state"] == "acked"
-    assert by_seq[6]["preview"].startswith("n=1 ")  # second run restarted the counter
+    assert by_seq[6]["envelope"]["payload_preview"].startswith("n=1 ")  # the counter restarted
     assert ddq("verify", local).returncode == 0
 
     # Replay to mosquitto: interrupted after 3 (--limit), then resumed; every pending message once.
@@ -151,8 +152,9 @@ def test_outbox_power_cycle_pull_inspect_replay_push(board, mosquitto, tmp_path)
     finally:
         sub.close()
     assert len(got) == PENDING_N  # delivered once: nothing re-sent after the interruption
-    assert all(t == "dev1/raw" for t, _ in got)  # the example app's payloads are not envelopes
-    assert [p for _t, p in got] == [by_seq[s]["preview"].encode() for s in pending]
+    assert all(t == "dev1/" + TOPIC for t, _ in got)  # the app's Outbox envelopes, routed
+    assert [p for _t, p in got] == [by_seq[s]["envelope"]["payload_preview"].encode()
+                                    for s in pending]
     r = ddq("replay", local, "--to", url, "--json")
     assert json.loads(r.stdout)["sent"] == 0
 
