@@ -5,7 +5,9 @@
 #   make help    all targets
 #
 # Setup is stamped: a second `make test` skips it. A fresh machine needs only python3 (3.11)
-# and network access to PyPI; .ci/run adds the Debian packages (mosquitto, socat).
+# and network access to PyPI; .ci/run adds the Debian packages (mosquitto, socat). Without
+# mosquitto the end-to-end tests install it with apt-get when root, else run on the embedded
+# amqtt broker (tests/brokers.py); the summary says which broker served them.
 
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c

@@ -15,7 +15,8 @@ what it acknowledged survives). amqtt keeps sessions in memory only, so its outa
 between the clients and the broker going down and up (demo/run.py's Amqtt): the publisher sees
 the broker vanish the same way while the subscriber's session lives on.
 
-summary() is the line pytest prints at the end: which broker served how many tests.
+summary() is the line pytest prints at the end (tests/conftest.py) and `make test` repeats above
+its closing line: which broker served the tests, and how often one was started.
 Not part of the shared suite (the name does not start with test_).
 """
 
@@ -34,7 +35,7 @@ _spec = importlib.util.spec_from_file_location("ddq_demo_run",
 demo = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(demo)
 
-_used = {}  # "mosquitto 2.0.21" -> tests served
+_used = {}  # "mosquitto 2.0.21" -> brokers started (a module fixture's broker serves many tests)
 _tried_install = []
 
 
@@ -65,15 +66,20 @@ def start(workdir):
     os.makedirs(workdir, exist_ok=True)
     b = demo.make_broker(k, workdir, demo.free_port(), lambda s: print(s, file=sys.stderr))
     b.start()
-    _used[b.version] = _used.get(b.version, 0) + 1
+    served(b.version)
     return b
+
+
+def served(version):
+    """Count a test served by a broker started elsewhere (the demo starts its own)."""
+    _used[version] = _used.get(version, 0) + 1
 
 
 def summary():
     """One line: the brokers that served the tests, or None when no test used one."""
     if not _used:
         return None
-    return "MQTT broker: " + ", ".join("%s (%d tests)" % kv for kv in sorted(_used.items()))
+    return "MQTT broker: " + ", ".join("%s (started %d times)" % kv for kv in sorted(_used.items()))
 
 
 class Subscriber:
