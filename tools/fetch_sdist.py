@@ -37,7 +37,8 @@ def pip_config(key):
 
 def indexes():
     main = os.environ.get("PIP_INDEX_URL") or pip_config("global.index-url") or DEFAULT_INDEX
-    extra = os.environ.get("PIP_EXTRA_INDEX_URL") or pip_config("global.extra-index-url")
+    extra = os.environ["PIP_EXTRA_INDEX_URL"] if "PIP_EXTRA_INDEX_URL" in os.environ \
+        else pip_config("global.extra-index-url")
     out = []
     for url in [main] + extra.split():
         if url.startswith("file:") and not os.path.isdir(urllib.parse.urlparse(url).path):
