@@ -74,15 +74,18 @@ def test_unix_app_on_the_virtual_board_through_an_outage_and_a_power_cut(tmp_pat
     b = brokers.start(str(tmp_path / "broker"))
     sub = brokers.Subscriber(b.sub_port, "ddq/unix/#", "ddq-sub-app-%d" % os.getpid())
     d = str(tmp_path / "vboard")
+    pids = []
     try:
         st = vboard.start(d)
+        pids += [st["bridge_pid"], st["micropython_pid"]]
         tty = st["device"]
         r = _ddq("flash", "--device", tty, "--example-app")
         assert r.returncode == 0, r.stdout + r.stderr
         with Device(tty, soft_reset=False) as dev:
-            dev.mkdir("umqtt", exist_ok=True)
+            for sub_dir in ("lib", "lib/umqtt"):  # where `mpremote mip install` puts it
+                dev.mkdir(sub_dir, exist_ok=True)
             with open(os.path.join(_mpylib(), "umqtt", "simple.py"), "rb") as f:
-                dev.write_file("umqtt/simple.py", f.read())
+                dev.write_file("lib/umqtt/simple.py", f.read())
         Device(tty, soft_reset=False).start(APP % {"port": b.port, "rounds": N})
         _wait(lambda: len(_readings(sub)) >= N // 4, 60, "a quarter of the readings")
         b.interrupt()  # the broker goes away mid-stream; readings keep being queued
@@ -92,23 +95,30 @@ def test_unix_app_on_the_virtual_board_through_an_outage_and_a_power_cut(tmp_pat
         b.interrupt()  # away again: readings pile up on flash ...
         time.sleep(0.5)
         assert len(_readings(sub)) < N, "the app finished before the power cut"
+        before = len(sub.got)
         vboard.kill(d)  # ... and the power goes
         b.resume()
-        tty = vboard.start(d)["device"]  # boot again on the same image; deliver what is left
+        assert not any(vboard.pid_alive(p) for p in pids), "the power cut left a process"
+        st = vboard.start(d)  # boot again on the same image; deliver what is left
+        pids += [st["bridge_pid"], st["micropython_pid"]]
+        tty = st["device"]
         Device(tty, soft_reset=False).start(APP % {"port": b.port, "rounds": 0})
         _wait(lambda: any(p.startswith(b"done ") for p in sub.distinct()), 90, "the app's report")
         done = [p for p in sub.distinct() if p.startswith(b"done ")][0].split()
         pending, sent, next_seq, umqtt = (int(x) for x in done[1:])
         put = next_seq - 1  # readings whose put() returned (seqs 1..put; reading n is seq n)
         got = _readings(sub)
-        print("board app: %d readings put before the power cut, %d received (%d copies), "
-              "%d sent after the boot, broker %s" % (put, len(got), len(sub.got) - 1, sent,
-                                                      b.version))
+        print("board app: %d readings put before the power cut, %d received (%d copies, %d of "
+              "them before the power cut), %d acked after the boot, broker %s"
+              % (put, len(got), len(sub.got) - 1, before, sent, b.version))
         assert umqtt == 1, "the app did not deliver through umqtt.simple"
         assert pending == 0 and put >= N // 2 and sent > 0
         assert got == set(range(1, put + 1)), sorted(set(range(1, put + 1)) - got)[:10]
     finally:
         vboard.kill(d)
+        for p in pids:  # by pid, whatever the state file says
+            if vboard.pid_alive(p):
+                os.kill(p, 9)
         sub.close()
         b.close()
 
