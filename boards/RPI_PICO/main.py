@@ -13,6 +13,7 @@
 # On the board: ddq, ddq_outbox, ddq_mqtt (`ddq flash --example-app` installs them and this file as
 # main.py) and umqtt.simple (`mpremote mip install umqtt.simple`; without it the app uses
 # ddq_mqtt.Sender). Set BROKER, CLIENT_ID, the WiFi settings and read_sensor() for yours.
+# run_async() is the same app on asyncio, delivering through mqtt_as.
 import time
 
 import ddq
@@ -99,6 +100,13 @@ def make_link():
                                      keepalive=KEEPALIVE_S)).send
 
 
+def open_outbox(queue_dir=QUEUE_DIR):
+    """The board's outbox: its queue options and lease, this app's retry policy."""
+    return ddq_outbox.Outbox(queue_dir, lease_ms=LEASE_MS, min_retry_ms=max(1, RETRY_BASE_MS),
+                             max_retry_ms=max(1, RETRY_BASE_MS, RETRY_MAX_MS),
+                             max_attempts=MAX_ATTEMPTS, **OPTIONS)
+
+
 def run(rounds=None, period_ms=None, sender=None, queue_dir=QUEUE_DIR, budget=BUDGET,
         drain_ms=0):
     """Take a reading every period_ms and deliver what is due in between; rounds=None: forever.
@@ -107,9 +115,7 @@ def run(rounds=None, period_ms=None, sender=None, queue_dir=QUEUE_DIR, budget=BU
     return its stats(). sender: a send function (default: make_link()); budget=0: only queue.
     """
     period = PERIOD_MS if period_ms is None else period_ms
-    ob = ddq_outbox.Outbox(queue_dir, lease_ms=LEASE_MS, min_retry_ms=max(1, RETRY_BASE_MS),
-                           max_retry_ms=max(1, RETRY_BASE_MS, RETRY_MAX_MS),
-                           max_attempts=MAX_ATTEMPTS, **OPTIONS)
+    ob = open_outbox(queue_dir)
     wifi = Wifi()
     send = sender or (make_link() if budget else None)
     n, due, end = 0, time.ticks_ms(), None
@@ -146,5 +152,55 @@ def run(rounds=None, period_ms=None, sender=None, queue_dir=QUEUE_DIR, budget=BU
         ob.close()
 
 
+async def run_async(rounds=None, period_ms=None, client=None, queue_dir=QUEUE_DIR, drain_ms=0):
+    """The asyncio variant of run(): a task takes the readings on the timer, mqtt_as (Peter
+    Hinch's; micropython-mqtt-async works too) keeps WiFi and the broker connection, and the
+    message layer's asyncio loop (Outbox.run) delivers through ddq_mqtt.MqttAs. client: a
+    connected-or-not mqtt_as MQTTClient (default: one made from the settings above). Start it
+    with asyncio.run(run_async()); returns the outbox's stats() like run()."""
+    import asyncio
+
+    period = PERIOD_MS if period_ms is None else period_ms
+    ob = open_outbox(queue_dir)
+    state = [0, None]  # readings taken; the drain deadline once they are all taken
+
+    async def sample():
+        while rounds is None or state[0] < rounds:
+            state[0] += 1
+            try:
+                ob.put(TOPIC, encode(read_sensor(), state[0]))
+            except ddq.Full:
+                print("outbox full: reading dropped")
+            await asyncio.sleep_ms(period)
+        state[1] = time.ticks_add(time.ticks_ms(), drain_ms)
+
+    def stop():
+        return state[1] is not None and (ob.empty()
+                                         or time.ticks_diff(time.ticks_ms(), state[1]) >= 0)
+
+    try:
+        task = asyncio.create_task(sample())  # readings are queued while we connect
+        if client is None:
+            from mqtt_as import MQTTClient, config
+
+            config["server"], config["port"], config["client_id"] = BROKER, BROKER_PORT, CLIENT_ID
+            config["ssid"], config["wifi_pw"] = WIFI_SSID, WIFI_PASSWORD
+            client = MQTTClient(config)
+        delay = 1000
+        while not stop():  # the first connect, with backoff; mqtt_as reconnects by itself later
+            try:
+                await client.connect()
+                break
+            except OSError as e:
+                print("mqtt:", e)
+                await asyncio.sleep_ms(delay)
+                delay = min(delay * 2, 60000)
+        await ob.run(ddq_mqtt.MqttAs(client).send, stop=stop)
+        task.cancel()
+        return ob.stats()
+    finally:
+        ob.close()
+
+
 if __name__ == "__main__":
-    run()
+    run()  # asyncio with mqtt_as instead: import asyncio; asyncio.run(run_async())

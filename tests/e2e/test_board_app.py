@@ -127,8 +127,9 @@ def _shape(path):
     """The app's top-level names, minus what a board may set for itself."""
     with open(path) as f:
         tree = ast.parse(f.read())
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign)
     return sorted(n.name if hasattr(n, "name") else ast.unparse(n.targets[0])
-                  for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.Assign)))
+                  for n in tree.body if isinstance(n, kinds))
 
 
 def test_board_apps_share_the_unix_apps_shape():
@@ -181,3 +182,55 @@ def test_board_app_wifi_backs_off_between_connects():
     assert len(at) == 3 and at[0] < 100 and 1000 <= at[1] - at[0] < 1300 \
         and 2000 <= at[2] - at[1] < 2300, at  # 1 s, then 2 s (then 4 s, ... 60 s)
     assert line.endswith("up False") and last == "then up True", r.stdout
+
+
+ASYNC_APP = r"""
+import sys, asyncio
+sys.path[0:0] = [%(app)r, %(port)r, %(mpylib)r, %(standin)r]
+# mqtt_async on the unix port (tests/e2e/mpstandin/mqtt_async_unix.py: the stand-ins and why)
+from mqtt_async_unix import Client, config
+import main
+config.server, config.port, config.client_id, config.response_time = (
+    "127.0.0.1", %(mqtt)d, b"ddq-app-async", 2)
+main.RETRY_BASE_MS, main.RETRY_MAX_MS = 100, 1000
+st = asyncio.run(main.run_async(rounds=%(n)d, period_ms=30, client=Client(config),
+                                queue_dir=%(qdir)r, drain_ms=60000))
+print("async app put", st["put"], "sent", st["sent"], "retried", st["retried"], "pending",
+      st["pending"])
+"""
+
+
+def test_unix_app_async_variant_with_mqtt_as_through_an_outage(tmp_path):
+    # run_async(): the readings task, mqtt_async's own reconnects, Outbox.run through MqttAs.
+    b = brokers.start(str(tmp_path / "broker"))
+    sub = brokers.Subscriber(b.sub_port, "ddq/unix/#", "ddq-sub-async-%d" % os.getpid())
+    script = tmp_path / "app.py"
+    script.write_text(ASYNC_APP % {
+        "app": os.path.join(REPO, "boards", "UNIX"), "port": os.path.join(REPO, "port"),
+        "mpylib": _mpylib(), "standin": os.path.join(os.path.dirname(__file__), "mpstandin"),
+        "mqtt": b.port, "n": N, "qdir": str(tmp_path / "q")})
+    p = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "micropython"),
+                          str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        _wait(lambda: len(_readings(sub)) >= N // 4 or p.poll() is not None, 60, "readings")
+        assert len(_readings(sub)) < N, "the app finished before the outage"
+        b.interrupt()
+        time.sleep(1.0)
+        b.resume()
+        out, _ = p.communicate(timeout=120)
+        text = out.decode()
+        assert p.returncode == 0, text[-3000:]
+        got = _readings(sub)
+        if got != set(range(1, N + 1)):
+            time.sleep(2)  # the last copies may still be on their way to the subscriber
+            got = _readings(sub)
+        print(text.strip().splitlines()[-1], "| received %d, broker %s" % (len(got), b.version))
+        assert ("async app put %d sent %d " % (N, N)) in text and text.rstrip().endswith(
+            "pending 0"), text[-2000:]
+        assert got == set(range(1, N + 1)), sorted(set(range(1, N + 1)) - got)[:10]
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        sub.close()
+        b.close()

@@ -8,7 +8,7 @@ is stopped, kept down for a second and started again on the same port (tests/bro
 what an outage is with each broker). Nothing may be lost: every message arrives at least once
 and the queue ends empty. The unix port's clients come from their pinned sdists (`make venv`:
 .venv/mpylib; fetched here when missing). Figures are printed, not asserted, except that the
-adapter's TCP_NODELAY run must beat a second per 200 messages.
+adapter's TCP_NODELAY run must be at least 3 times faster than the same run without it.
 """
 
 import os
@@ -180,38 +180,21 @@ def test_umqtt_figures_tcp_nodelay_and_the_obvious_glue(broker, tmp_path):
     print(r.stdout.strip(), "| broker", broker.version)
     assert "glue acked 0 retried 1" in r.stdout, r.stdout
     line = [ln for ln in r.stdout.splitlines() if "with TCP_NODELAY" in ln][0]
-    assert int(line.split(": ")[1].split(" ms")[0]) < 1000, line
+    with_ms, without_ms = (int(w) for w in line.split(": ")[1].split() if w.isdigit())
+    # Without it each publish waits for a delayed ACK (~40 ms on Linux) whatever the CPU does;
+    # with it, the time is the queue's own work. A ratio holds on a busy machine too.
+    assert with_ms * 3 < without_ms, line
 
 
 MQTT_AS = r"""
 import sys, time, asyncio
 sys.path[0:0] = [%(port)r, %(mpylib)r, %(standin)r]
-# Stand-ins for what the unix port lacks (tests only): `network` (WiFi, always up) comes from
-# tests/e2e/mpstandin; machine.unique_id (mqtt_async's default client id) is added here.
-import machine as _machine
-class _M:
-    pass
-_m = _M()
-for _k in dir(_machine):
-    if not _k.startswith("__"):
-        setattr(_m, _k, getattr(_machine, _k))
-_m.unique_id = lambda: b"ddq-unix"
-sys.modules["machine"] = _m
-import mqtt_async
+# mqtt_async on the unix port: stand-ins for `network` (WiFi) and what else the port lacks
+# (tests/e2e/mpstandin/mqtt_async_unix.py says which and why)
+from mqtt_async_unix import Client, config
 import ddq_mqtt, ddq_outbox
 
-class Client(mqtt_async.MQTTClient):
-    def _dns_lookup(self):
-        # The unix port's getaddrinfo gives a raw sockaddr (bytes), which asyncio's
-        # open_connection cannot take; boards give (ip, port).
-        self._addr = (self._c.server, self._c.port)
-
-class Quiet:  # mqtt_async's fallback logger breaks on its own warning('...', e) calls
-    def debug(self, *a): pass
-    info = warning = debug
-mqtt_async.log = Quiet()
-
-cfg = mqtt_async.config
+cfg = config
 cfg.server, cfg.port, cfg.client_id, cfg.response_time = "127.0.0.1", %(mqtt)d, b"ddq-as", 2
 ob = ddq_outbox.Outbox(%(qdir)r, min_retry_ms=50, max_retry_ms=500, lease_ms=10000)
 state = {"put": 0}
