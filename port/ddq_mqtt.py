@@ -407,7 +407,9 @@ class Umqtt:
         if not self.up:
             self.connect()
         try:
-            c.sock.settimeout(self.timeout_ms / 1000)  # wait_msg() resets it to blocking
+            st = getattr(c.sock, "settimeout", None)  # some TLS sockets have none: no bound then
+            if st is not None:
+                st(self.timeout_ms / 1000)  # each time: umqtt's wait_msg() resets it to blocking
             if m.qos:
                 c.pid = packet_id(m.seq) - 1  # publish() adds 1
             c.publish(m.topic.encode(), m.payload, m.retain, m.qos)

@@ -81,6 +81,21 @@ def test_umqtt_acks_after_publish_with_nodelay_and_the_message_packet_id():
     ob.close()
 
 
+class TLSSock(FakeSock):
+    settimeout = None  # a TLS socket without settimeout (some MicroPython ports)
+
+
+def test_umqtt_over_a_socket_without_settimeout():
+    # EVIDENCE-OF: E22
+    ob, c = _ob(), FakeUmqtt()
+    ob.put("t", b"m")
+    link = ddq_mqtt.Umqtt(c)
+    link.connect()
+    c.sock = TLSSock()  # as umqtt.simple's ssl=True leaves it
+    assert ob.pump(link.send) == 1 and ob.empty()
+    ob.close()
+
+
 def test_umqtt_failure_nacks_closes_and_reconnects():
     # EVIDENCE-OF: E22
     ob, c = _ob(), FakeUmqtt()
