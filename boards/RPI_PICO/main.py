@@ -137,12 +137,13 @@ def run(rounds=None, period_ms=None, sender=None, queue_dir=QUEUE_DIR, budget=BU
                 end = time.ticks_add(now, drain_ms) if end is None else end
                 if ob.empty() or time.ticks_diff(now, end) >= 0:
                     break
-            if budget and wifi.up():
+            online = budget and wifi.up()
+            if online:
                 ob.pump(send, budget)  # the message layer's loop: ack, nack or dead letter
-            # sleep until the next reading or the next retry, whichever is first (1 s at most,
-            # so a WiFi that comes back is noticed)
+            # sleep until the next reading or, online, the next retry, whichever is first (1 s at
+            # most, so a WiFi that comes back is noticed)
             wait = time.ticks_diff(due, time.ticks_ms()) if end is None else 50
-            nxt = ob.next_ready_ms() if budget else None
+            nxt = ob.next_ready_ms() if online else None
             if nxt is not None:
                 wait = min(wait, nxt)
             if wait > 0:

@@ -147,10 +147,11 @@ import sys, time
 sys.path[0:0] = [%(app)r, %(port)r]
 class WLAN:  # a station that never connects, then does
     def __init__(self, i):
-        self.calls, self.ok = [], False
+        self.calls, self.ok, self.polls = [], False, 0
     def active(self, *a):
         return True
     def isconnected(self):
+        self.polls += 1
         return self.ok
     def connect(self, ssid, pw):
         self.calls.append(time.ticks_ms())
@@ -169,19 +170,33 @@ while time.ticks_diff(time.ticks_ms(), t0) < 3500:
 print("connects at", [time.ticks_diff(t, t0) for t in w.wlan.calls], "up", any(ups))
 w.wlan.ok = True
 print("then up", w.up())
+# Offline with readings waiting: the app queues and sleeps, it does not spin on the queue.
+polls = []
+_W = main.Wifi
+class Counted(_W):
+    def __init__(self):
+        _W.__init__(self)
+        polls.append(self.wlan)
+main.Wifi = Counted
+st = main.run(rounds=3, period_ms=400, sender=lambda m: True, queue_dir=%(q)r, drain_ms=800)
+print("offline", st["pending"], st["sent"], polls[0].polls)
 """
 
 
-def test_board_app_wifi_backs_off_between_connects():
-    script = WIFI % {"app": os.path.join(REPO, "boards", "UNIX"), "port": os.path.join(REPO, "port")}
+def test_board_app_wifi_backs_off_between_connects(tmp_path):
+    script = WIFI % {"app": os.path.join(REPO, "boards", "UNIX"), "port": os.path.join(REPO, "port"),
+                     "q": str(tmp_path / "q")}
     r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "micropython"), "-c", script],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
-    line, last = r.stdout.strip().splitlines()
+    line, last, offline = r.stdout.strip().splitlines()
     at = ast.literal_eval(line.split("at ")[1].split(" up")[0])
     assert len(at) == 3 and at[0] < 100 and 1000 <= at[1] - at[0] < 1300 \
         and 2000 <= at[2] - at[1] < 2300, at  # 1 s, then 2 s (then 4 s, ... 60 s)
     assert line.endswith("up False") and last == "then up True", r.stdout
+    pending, sent, polls = (int(x) for x in offline.split()[1:])
+    # 3 readings kept, none sent, and about 2 s of waiting took a few dozen loop rounds at most
+    assert (pending, sent) == (3, 0) and polls < 100, offline
 
 
 ASYNC_APP = r"""
