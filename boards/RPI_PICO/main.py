@@ -119,6 +119,7 @@ def run(rounds=None, period_ms=None, sender=None, queue_dir=QUEUE_DIR, budget=BU
     wifi = Wifi()
     send = sender or (make_link() if budget else None)
     n, due, end = 0, time.ticks_ms(), None
+    pause, resume = 0, time.ticks_ms()  # the link's own backoff: 1 s doubling to 60 s
     try:
         while True:
             now = time.ticks_ms()
@@ -138,14 +139,22 @@ def run(rounds=None, period_ms=None, sender=None, queue_dir=QUEUE_DIR, budget=BU
                 if ob.empty() or time.ticks_diff(now, end) >= 0:
                     break
             online = budget and wifi.up()
-            if online:
-                ob.pump(send, budget)  # the message layer's loop: ack, nack or dead letter
+            if online and time.ticks_diff(now, resume) >= 0:
+                nacked = ob.counters["retried"]
+                # the message layer's loop: ack after the PUBACK, nack (backoff) or dead letter
+                if ob.pump(send, budget) == 0 and ob.counters["retried"] > nacked:
+                    # the link failed: every waiting reading would try it now, one after the
+                    # other; pause delivery instead (each reading keeps its own backoff too)
+                    pause = min(max(1000, pause * 2), 60000)
+                    resume = time.ticks_add(time.ticks_ms(), pause)
+                else:
+                    pause = 0
             # sleep until the next reading or, online, the next retry, whichever is first (1 s at
             # most, so a WiFi that comes back is noticed)
             wait = time.ticks_diff(due, time.ticks_ms()) if end is None else 50
             nxt = ob.next_ready_ms() if online else None
             if nxt is not None:
-                wait = min(wait, nxt)
+                wait = min(wait, max(nxt, time.ticks_diff(resume, time.ticks_ms())))
             if wait > 0:
                 time.sleep_ms(min(wait, 1000))
         return ob.stats()

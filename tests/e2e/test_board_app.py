@@ -146,8 +146,9 @@ WIFI = r"""
 import sys, time
 sys.path[0:0] = [%(app)r, %(port)r]
 class WLAN:  # a station that never connects, then does
+    connected = False  # how new ones start
     def __init__(self, i):
-        self.calls, self.ok, self.polls = [], False, 0
+        self.calls, self.ok, self.polls = [], WLAN.connected, 0
     def active(self, *a):
         return True
     def isconnected(self):
@@ -180,16 +181,27 @@ class Counted(_W):
 main.Wifi = Counted
 st = main.run(rounds=3, period_ms=400, sender=lambda m: True, queue_dir=%(q)r, drain_ms=800)
 print("offline", st["pending"], st["sent"], polls[0].polls)
+# Online, but the broker refuses: the link backs off (1 s, 2 s, ...), not each reading in turn.
+main.Wifi = _W
+WLAN.connected = True
+main.RETRY_BASE_MS = main.RETRY_MAX_MS = 1  # the readings' own backoff would allow ~1 try a ms
+sends = []
+def refused(m):
+    sends.append(time.ticks_ms())
+    raise OSError(111)
+st = main.run(rounds=10, period_ms=0, sender=refused, queue_dir=%(q)r + "2", drain_ms=2500)
+print("refused", st["pending"], len(sends))
 """
 
 
-def test_board_app_wifi_backs_off_between_connects(tmp_path):
+def test_board_app_backs_off_wifi_and_link_and_sleeps_offline(tmp_path):
     script = WIFI % {"app": os.path.join(REPO, "boards", "UNIX"), "port": os.path.join(REPO, "port"),
                      "q": str(tmp_path / "q")}
     r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "micropython"), "-c", script],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
-    line, last, offline = r.stdout.strip().splitlines()
+    line, last, offline, refused = r.stdout.strip().splitlines()
+    print(line, "|", offline, "(pending, sent, WiFi polls) |", refused, "(pending, sends)")
     at = ast.literal_eval(line.split("at ")[1].split(" up")[0])
     assert len(at) == 3 and at[0] < 100 and 1000 <= at[1] - at[0] < 1300 \
         and 2000 <= at[2] - at[1] < 2300, at  # 1 s, then 2 s (then 4 s, ... 60 s)
@@ -197,6 +209,8 @@ def test_board_app_wifi_backs_off_between_connects(tmp_path):
     pending, sent, polls = (int(x) for x in offline.split()[1:])
     # 3 readings kept, none sent, and about 2 s of waiting took a few dozen loop rounds at most
     assert (pending, sent) == (3, 0) and polls < 100, offline
+    pending, sends = (int(x) for x in refused.split()[1:])
+    assert pending == 10 and 2 <= sends <= 4, refused  # at 0, 1, 3 s (2.5 s of draining)
 
 
 ASYNC_APP = r"""
