@@ -46,8 +46,11 @@ def ensure_mosquitto():
     exe = demo.find_mosquitto()
     if exe is None and not _tried_install:
         _tried_install.append(1)
-        subprocess.run(["bash", os.path.join(REPO, "demo", "ensure_broker.sh"), "pytest"],
-                       stdout=sys.stderr, timeout=600)
+        r = subprocess.run(["bash", os.path.join(REPO, "demo", "ensure_broker.sh"), "pytest"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=600)
+        if r and r.stdout:
+            print(r.stdout.strip(), file=sys.stderr)
         exe = demo.find_mosquitto()
     return exe
 
