@@ -27,7 +27,6 @@ __version__ = "0.1.0"
 
 # Copyright (c) 2026 the ddq authors. BSD-3-Clause.
 
-import socket
 import struct
 import time
 
@@ -238,6 +237,10 @@ class Sender:
         self.connects = 0  # how many connections were made (statistics)
 
     def _open(self) -> "Any":
+        # socket is imported here, not at the top: the adapters need none, so the module loads
+        # on a port without networking too (Sender then raises ImportError: a nack).
+        import socket
+
         s = self._factory() if self._factory is not None else socket.socket()
         try:
             if self._factory is None:

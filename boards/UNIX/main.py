@@ -17,7 +17,6 @@
 import time
 
 import ddq
-import ddq_mqtt
 import ddq_outbox
 
 QUEUE_DIR = "outbox"
@@ -85,7 +84,15 @@ class Wifi:
 
 
 def make_link():
-    """The send function: umqtt.simple through ddq_mqtt.Umqtt (PUBACK = ack, TCP_NODELAY)."""
+    """The send function: umqtt.simple through ddq_mqtt.Umqtt (PUBACK = ack, TCP_NODELAY).
+    None where the port has no socket: the readings wait on flash (`ddq pull`, `ddq replay`)."""
+    try:
+        import socket  # noqa: F401
+    except ImportError:
+        print("no network on this port: readings wait on flash (ddq pull, ddq replay)")
+        return None
+    import ddq_mqtt
+
     try:
         from umqtt.simple import MQTTClient
     except ImportError:
@@ -134,7 +141,7 @@ def run(rounds=None, period_ms=None, sender=None, queue_dir=QUEUE_DIR, budget=BU
                 end = time.ticks_add(now, drain_ms) if end is None else end
                 if ob.empty() or time.ticks_diff(now, end) >= 0:
                     break
-            online = budget and wifi.up()
+            online = send is not None and budget and wifi.up()
             if online and time.ticks_diff(now, resume) >= 0:
                 nacked = ob.counters["retried"]
                 # the message layer's loop: ack after the PUBACK, nack (backoff) or dead letter
@@ -165,6 +172,8 @@ async def run_async(rounds=None, period_ms=None, client=None, queue_dir=QUEUE_DI
     connected-or-not mqtt_as MQTTClient (default: one made from the settings above). Start it
     with asyncio.run(run_async()); returns the outbox's stats() like run()."""
     import asyncio
+
+    import ddq_mqtt
 
     period = PERIOD_MS if period_ms is None else period_ms
     ob = open_outbox(queue_dir)

@@ -263,3 +263,26 @@ def test_unix_app_async_variant_with_mqtt_as_through_an_outage(tmp_path):
             p.wait()
         sub.close()
         b.close()
+
+
+NO_NET = r"""
+import sys
+sys.path[0:0] = [%(nonet)r, %(app)r, %(port)r]
+import main
+st = main.run(rounds=3, period_ms=0, queue_dir=%(q)r)
+print("no network", st["pending"], st["sent"], st["retried"], "ddq_mqtt" in sys.modules)
+"""
+
+
+def test_board_app_without_network_queues_for_pull(tmp_path):
+    # A port without socket (RPI_PICO firmware: no network): readings wait on flash for `ddq
+    # pull`/`ddq replay`; no send is tried (no nack records wearing the flash), nothing crashes.
+    nonet = tmp_path / "nonet"
+    nonet.mkdir()
+    (nonet / "socket.py").write_text("raise ImportError('no module named socket')\n")
+    script = NO_NET % {"nonet": str(nonet), "app": os.path.join(REPO, "boards", "UNIX"),
+                       "port": os.path.join(REPO, "port"), "q": str(tmp_path / "q")}
+    r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "micropython"), "-c", script],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "readings wait on flash" in r.stdout and "no network 3 0 0 False" in r.stdout, r.stdout
