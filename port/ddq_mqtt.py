@@ -2,7 +2,7 @@
 
 Adapters for the MQTT client you already run: each `send(m)` publishes one message and returns
 True only after the broker's PUBACK, so the Outbox acks it; a failed publish or a lost connection
-raises, so the Outbox nacks it (retried after a backoff) [E22]:
+raises, so the Outbox nacks it (retried after a backoff) [E24]:
 
     ob.pump(ddq_mqtt.Umqtt(umqtt.simple.MQTTClient(b"dev-42", "broker.local")).send)
     await ob.run(ddq_mqtt.MqttAs(mqtt_as_client).send)      # asyncio: Peter Hinch's mqtt_as
@@ -20,7 +20,7 @@ from the ddq seq and are never 0; DUP is set on a redelivery (attempts > 0).
     ob.pump(link.send)        # or: asyncio.run(ob.run(link.send))
 
 Wire format: MQTT 3.1.1 (OASIS) §3.1 CONNECT, §3.2 CONNACK, §3.3 PUBLISH, §3.4 PUBACK. Behaviour:
-docs/SPEC.md §13 [E19], TLS [E20], adapters [E22].
+docs/SPEC.md §13 [E19], TLS [E20], adapters [E24].
 """
 
 __version__ = "0.1.0"
@@ -336,7 +336,7 @@ class Sender:
             raise
 
 
-# ============================================================================ adapters [E22]
+# ============================================================================ adapters [E24]
 # Thin adapters for the MQTT clients users already run. Each send(m) is an E17 send: True only
 # after the broker's PUBACK (QoS 1; QoS 0: once written), and any failure raises so the Outbox
 # nacks the message. None of them imports its client: pass the client object in.
@@ -402,7 +402,7 @@ class Umqtt:
                 _drop(self.client.sock)
 
     def send(self, m: "Any") -> bool:
-        """Publish one ddq_outbox.Message; True after the PUBACK [E22]."""
+        """Publish one ddq_outbox.Message; True after the PUBACK [E24]."""
         c, ka = self.client, getattr(self.client, "keepalive", 0)
         idle = ((_ms() - self._last + 0x20000000) & 0x3FFFFFFF) - 0x20000000  # ticks_diff
         if self.up and ka and not 0 <= idle < ka * 1000:
@@ -438,7 +438,7 @@ class MqttAs:
         self.client, self.timeout_ms = client, timeout_ms
 
     async def send(self, m: "Any") -> bool:
-        """Publish one ddq_outbox.Message; True after the PUBACK [E22]."""
+        """Publish one ddq_outbox.Message; True after the PUBACK [E24]."""
         import asyncio
 
         await asyncio.wait_for(self.client.publish(m.topic.encode(), m.payload, m.retain, m.qos),
@@ -461,7 +461,7 @@ class Paho:
         self.client, self.timeout_ms = client, timeout_ms
 
     def send(self, m: "Any") -> bool:
-        """Publish one ddq_outbox.Message; True after the PUBACK [E22]."""
+        """Publish one ddq_outbox.Message; True after the PUBACK [E24]."""
         c = self.client
         if not c.is_connected():
             raise OSError(_ECONNRESET, "MQTT client not connected")

@@ -64,7 +64,7 @@ def _ob(**kw):
 
 
 def test_umqtt_acks_after_publish_with_nodelay_and_the_message_packet_id():
-    # EVIDENCE-OF: E22
+    # EVIDENCE-OF: E24
     ob, c = _ob(), FakeUmqtt()
     for i in range(3):
         ob.put("t/%d" % i, b"m%d" % i, retain=i == 1)
@@ -86,7 +86,7 @@ class TLSSock(FakeSock):
 
 
 def test_umqtt_over_a_socket_without_settimeout():
-    # EVIDENCE-OF: E22
+    # EVIDENCE-OF: E24
     ob, c = _ob(), FakeUmqtt()
     ob.put("t", b"m")
     link = ddq_mqtt.Umqtt(c)
@@ -97,7 +97,7 @@ def test_umqtt_over_a_socket_without_settimeout():
 
 
 def test_umqtt_failure_nacks_closes_and_reconnects():
-    # EVIDENCE-OF: E22
+    # EVIDENCE-OF: E24
     ob, c = _ob(), FakeUmqtt()
     for i in range(3):
         ob.put("t", b"m%d" % i)
@@ -144,7 +144,7 @@ class FakePaho:
 
 
 def test_paho_acks_only_a_published_message():
-    # EVIDENCE-OF: E22
+    # EVIDENCE-OF: E24
     ob, c = _ob(), FakePaho()
     for i in range(3):
         ob.put("t/%d" % i, b"m%d" % i)
@@ -175,7 +175,7 @@ class FakeMqttAs:
 
 
 def test_mqtt_as_awaits_the_publish_and_a_hung_one_times_out():
-    # EVIDENCE-OF: E22
+    # EVIDENCE-OF: E24
     try:
         import asyncio
     except ImportError:
@@ -198,7 +198,7 @@ def test_mqtt_as_awaits_the_publish_and_a_hung_one_times_out():
 
 
 def test_nodelay_is_false_where_it_cannot_be_set():
-    # EVIDENCE-OF: E22
+    # EVIDENCE-OF: E24
     class NoOpt:
         pass
 

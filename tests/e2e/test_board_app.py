@@ -3,7 +3,7 @@ flash --example-app`, umqtt.simple copied to the board (from its pinned sdist, .
 then main.run() against a real broker. The broker goes away mid-stream and comes back on the same
 port; later it goes away again and, while readings wait on flash, the board loses power (SIGKILL
 of the unix port) and boots again on the same LittleFS image. Every reading whose put() returned arrives at least once, through umqtt.simple, and the
-queue ends empty. EVIDENCE-OF: E22 E17
+queue ends empty. EVIDENCE-OF: E24 E17
 
 boards/RPI_PICO and ESP32_GENERIC run the same code with their own sensor and WiFi; here they are
 checked to compile and to differ from the UNIX app only where the board does.

@@ -1,6 +1,6 @@
 """The MQTT clients users already run, through ddq_mqtt's adapters, against a real broker that goes
 away mid-stream: umqtt.simple and mqtt_as (micropython-mqtt-async) on the MicroPython unix port,
-paho-mqtt on CPython. EVIDENCE-OF: E22 E17
+paho-mqtt on CPython. EVIDENCE-OF: E24 E17
 
 Each run puts a message every 10 ms while delivering (the message layer's pump/run), so the
 outage falls in the middle of the stream: once the subscriber has a quarter of them, the broker
