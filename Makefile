@@ -5,7 +5,9 @@
 #   make help    all targets
 #
 # Setup is stamped: a second `make test` skips it. A fresh machine needs only python3 (3.11)
-# and network access to PyPI; .ci/run adds the Debian packages (mosquitto, socat).
+# and network access to PyPI; .ci/run adds the Debian packages (mosquitto, socat). Without
+# mosquitto the end-to-end tests install it with apt-get when root, else run on the embedded
+# amqtt broker (tests/brokers.py); the summary says which broker served them.
 
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -39,6 +41,15 @@ DEV_PKGS := \
   cryptography==50.0.2
 DEPS_STAMP := $(VENV)/.ddq-deps-$(shell printf '%s' '$(DEV_PKGS)' | cksum | cut -d' ' -f1)
 EDITABLE_STAMP := $(VENV)/.ddq-editable
+
+# MQTT clients that exist for MicroPython only, run by the tests on the unix port: sdists that pip
+# fetches but refuses to install (no setup.py), so tools/fetch_sdist.py takes the one file out,
+# from the index pip is configured with, pinned by sha256: NAME==VERSION SHA256 MEMBER.
+MPYLIB := $(VENV)/mpylib
+MPYLIB_PINS := \
+  micropython-umqtt.simple==1.3.4 b6a2520239e3992c63a7de9370ee9b3d9d27819a90359c521f1c0f7ccab8d12f umqtt/simple.py \
+  micropython-mqtt-async==0.7b4 c10a8a34064adad629f71f7ea559f7070169ce13c180265509f68f58618eec2b mqtt_async.py
+MPYLIB_STAMP := $(MPYLIB)/.stamp-$(shell printf '%s' '$(MPYLIB_PINS)' | cksum | cut -d' ' -f1)
 
 # The MicroPython typeshed for mypy's second pass (micropython-platform.md §9).
 UNIX_STUBS := micropython-unix-stubs==1.29.0.post1
@@ -79,7 +90,7 @@ help:
 
 # --- setup -----------------------------------------------------------------------------------
 
-venv: $(DEPS_STAMP) $(EDITABLE_STAMP)
+venv: $(DEPS_STAMP) $(EDITABLE_STAMP) $(MPYLIB_STAMP)
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -98,6 +109,14 @@ $(EDITABLE_STAMP): pyproject.toml | $(DEPS_STAMP)
 	  echo "$(PIP) install -q --no-deps --no-build-isolation -e ."; \
 	  $(PIP) install -q --disable-pip-version-check --no-deps --no-build-isolation -e . && touch $@; \
 	fi
+
+$(MPYLIB_STAMP): tools/fetch_sdist.py | $(PY)
+	@set -- $(MPYLIB_PINS); while [ $$# -ge 3 ]; do \
+	  echo "$(PY) tools/fetch_sdist.py $$1 $$2 $$3 $(MPYLIB)/$$3"; \
+	  $(PY) tools/fetch_sdist.py "$$1" "$$2" "$$3" "$(MPYLIB)/$$3"; shift 3; \
+	done
+	rm -f $(MPYLIB)/.stamp-*
+	touch $@
 
 types: $(TYPES_STAMP)
 

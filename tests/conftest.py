@@ -23,3 +23,11 @@ def _support_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     support.ROOT = str(tmp_path_factory.mktemp("root"))
     yield
     support.ROOT = old
+
+
+def pytest_terminal_summary(terminalreporter: "pytest.TerminalReporter") -> None:
+    """Say which MQTT broker served the end-to-end tests (tests/brokers.py), if any ran."""
+    brokers = sys.modules.get("brokers")
+    line = brokers.summary() if brokers is not None else None
+    if line:
+        terminalreporter.write_line(line)

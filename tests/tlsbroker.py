@@ -42,11 +42,21 @@ extendedKeyUsage = clientAuth
 
 
 def missing():
-    """Why the TLS tests cannot run here (a tool is missing), or None."""
+    """Why the TLS tests cannot run here, or None. mosquitto is installed first where we can
+    (tests/brokers.py: apt-get when root); the embedded amqtt cannot stand in: these tests need
+    TLS listeners that check a password file and require client certificates."""
+    global MOSQUITTO, MOSQUITTO_PASSWD
     if OPENSSL is None:
         return "openssl CLI not found (apt-get install openssl)"
+    if MOSQUITTO is None and os.environ.get("DDQ_TEST_BROKER") != "amqtt":
+        import brokers
+
+        MOSQUITTO = brokers.ensure_mosquitto()
+        MOSQUITTO_PASSWD = shutil.which("mosquitto_passwd")
     if MOSQUITTO is None:
-        return "mosquitto not found (apt-get install mosquitto)"
+        return ("mosquitto not found and not installable here (not root, or no apt-get): the TLS "
+                "tests need its TLS listeners with a password file and client certificates, "
+                "which the embedded amqtt broker lacks (apt-get install mosquitto)")
     return None
 
 

@@ -4,6 +4,8 @@
 #
 #   test: N passed, N failed, N skipped
 #
+# preceded by the line saying which MQTT broker served the end-to-end tests.
+#
 # Counts come from the runners' own closing lines (pytest's "== 3 passed, 1 skipped in 0.2s =="
 # and mprun's "lfs2: 8 passed, 0 failed"). A phase that failed without reporting a failed test
 # (lint, typecheck, a crashed runner) adds 1 to "failed". Exit status 1 if any phase failed.
@@ -63,5 +65,7 @@ printf '%s\n' "${rows[@]}"
 if [ "$failed_phases" -gt 0 ]; then
   echo "make test: $failed_phases phase(s) failed"
 fi
+# Which MQTT broker served the end-to-end tests (pytest's "MQTT broker: ..." line, tests/brokers.py).
+grep -h "^MQTT broker: " "$LOGDIR"/*.log 2>/dev/null | sort -u
 echo "test: $total_p passed, $total_f failed, $total_s skipped"
 [ "$failed_phases" -eq 0 ]

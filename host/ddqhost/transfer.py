@@ -134,8 +134,9 @@ def mpy_header(path: str) -> bytes:
         return f.read(4)
 
 
-# Modules of port/ that flash knows; ddq_mqtt needs the firmware's `socket` module.
-PORT_MODULES = ("ddq", "ddq_outbox", "ddq_mqtt")
+# Modules of port/ that flash knows. ddq_mqtt loads anywhere (it imports `socket` only when its
+# own Sender connects), but without an app a board with no network does not get it.
+PORT_MODULES = ("ddq", "ddq_outbox", "ddq_mqtt", "ddq_group")
 NEEDS_NETWORK = ("ddq_mqtt",)
 
 
@@ -160,8 +161,8 @@ def modules_to_install(prof: dict[str, Any] | None = None, app: str | None = Non
 
     With an app: ddq and the port modules the app imports, followed through the modules' own
     imports (ddq_mqtt's example imports do not count: only real import statements). Without
-    one: every port module the board can load. A board whose profile says `"network": false`
-    cannot load ddq_mqtt (it imports socket): an app that needs it is refused.
+    one: every port module the board can load, less ddq_mqtt where the profile says
+    `"network": false` (an app that imports it there still gets it: its adapters need no socket).
     """
     src = qdir.ddq_source()
     port = os.path.dirname(src)
@@ -177,12 +178,6 @@ def modules_to_install(prof: dict[str, Any] | None = None, app: str | None = Non
                 want.add(m)
                 if os.path.exists(os.path.join(port, m + ".py")):
                     todo.append(os.path.join(port, m + ".py"))
-        bad = sorted(want - set(loadable))
-        if bad:
-            raise TransferError(
-                "%s imports %s, which board %s cannot load (profile: network false, no socket)"
-                % (os.path.basename(app), ", ".join(bad), (prof or {}).get("board"))
-            )
     return [
         os.path.join(port, m + ".py")
         for m in PORT_MODULES

@@ -37,8 +37,7 @@ except ddq.Locked:
 
 def _interp(name):
     if name == "micropython":
-        if not os.path.exists(MICROPYTHON):
-            pytest.skip("no MicroPython unix port in .venv")
+        assert os.path.exists(MICROPYTHON), "no MicroPython unix port in .venv: make venv"
         return [MICROPYTHON]
     return [sys.executable]
 

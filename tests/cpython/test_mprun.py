@@ -39,8 +39,7 @@ def test_bad_usage_is_status_2() -> None:
 
 @pytest.mark.parametrize("fs", ["posix", "lfs2", "fat"])
 def test_micropython(fs: str) -> None:
-    if not os.path.exists(MICROPYTHON):
-        pytest.skip("no micropython in the venv (make venv)")
+    assert os.path.exists(MICROPYTHON), "no micropython in the venv: make venv"
     rc, lines = run(MICROPYTHON, "-X", "heapsize=8M", MPRUN, "--fs", fs, "test_support")
     assert rc == 0, "\n".join(lines)
     assert CLOSING.match(lines[-1]) and lines[-1].startswith(fs + ": "), lines

@@ -1,123 +1,44 @@
-"""End to end: ddq_outbox.Outbox -> ddq_mqtt.Sender -> a real mosquitto -> a paho subscriber.
+"""End to end: ddq_outbox.Outbox -> ddq_mqtt.Sender -> a real broker -> a paho subscriber.
 
-Each test starts its own mosquitto (Debian's /usr/sbin/mosquitto) on a free loopback port with a
-generated config (listener on 127.0.0.1 only, anonymous, persistence on so a graceful restart
-keeps the subscriber's queued QoS 1 messages), and stops it by pid. The broker is restarted in
+Each test starts its own broker on a free loopback port (tests/brokers.py: mosquitto with
+persistence on, so a graceful restart keeps the subscriber's queued QoS 1 messages; installed
+with apt-get when root; else the embedded amqtt, whose outage is a relay cut) and ends it by pid. The broker is restarted in
 the middle of delivery; every message must arrive (duplicates are allowed: at least once).
 The MicroPython run drives the same adapter from the unix port in a subprocess.
 Figures (messages/s) are printed, never asserted. EVIDENCE-OF: E17 E19
 """
 
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import threading
 import time
 
+import paho.mqtt.client as mqtt  # noqa: F401  (make venv installs it: never a reason to skip)
 import pytest
 
+import brokers
 import ddq_mqtt
 import ddq_outbox
-
-mqtt = pytest.importorskip("paho.mqtt.client")
-MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
-if not os.path.exists(MOSQUITTO):
-    pytest.skip("mosquitto is not installed", allow_module_level=True)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MICROPYTHON = os.path.join(os.path.dirname(sys.executable), "micropython")
 
 
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = int(s.getsockname()[1])
-    s.close()
-    return port
-
-
-class Broker:
-    def __init__(self, tmp: str) -> None:
-        self.tmp, self.port = tmp, free_port()
-        self.conf = os.path.join(tmp, "mosquitto.conf")
-        with open(self.conf, "w") as f:
-            f.write(
-                "listener %d 127.0.0.1\nallow_anonymous true\nuser root\n"
-                "persistence true\npersistence_location %s/\nmax_queued_messages 100000\n"
-                "log_dest file %s/mosquitto.log\n" % (self.port, tmp, tmp)
-            )
-        self.proc: "subprocess.Popen[bytes] | None" = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen([MOSQUITTO, "-c", self.conf], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("mosquitto did not start: " + self.log())
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()  # SIGTERM: mosquitto saves its persistence db and exits
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.proc = None
-
-    def log(self) -> str:
-        try:
-            with open(os.path.join(self.tmp, "mosquitto.log")) as f:
-                return f.read()[-2000:]
-        except OSError:
-            return ""
-
-
-class Subscriber:
-    """paho, persistent session (clean_session False), QoS 1, auto-reconnect."""
-
+class Subscriber(brokers.Subscriber):
     def __init__(self, port: int, topic: str) -> None:
-        self.got: list[bytes] = []
-        self.lock = threading.Lock()
-        self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="ddq-e2e-sub-%d" % port,
-                             clean_session=False, protocol=mqtt.MQTTv311)
-        self.c.on_connect = lambda c, u, f, rc, p=None: c.subscribe(topic, qos=1)
-        self.c.on_message = self._on_message
-        self.c.reconnect_delay_set(1, 1)
-        self.c.connect("127.0.0.1", port, keepalive=30)
-        self.c.loop_start()
-
-    def _on_message(self, c: "object", u: "object", m: "object") -> None:
-        with self.lock:
-            self.got.append(m.payload)  # type: ignore[attr-defined]
-
-    def distinct(self) -> set[bytes]:
-        with self.lock:
-            return set(self.got)
-
-    def wait_for(self, want: set[bytes], seconds: float) -> set[bytes]:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end and not want <= self.distinct():
-            time.sleep(0.05)
-        return want - self.distinct()
-
-    def close(self) -> None:
-        self.c.loop_stop()
-        self.c.disconnect()
+        super().__init__(port, topic, "ddq-e2e-sub-%d-%d" % (port, os.getpid()))
 
 
 @pytest.fixture
 def broker(tmp_path):  # type: ignore[no-untyped-def]
-    b = Broker(str(tmp_path))
-    b.start()
-    yield b
-    b.stop()
+    """tests/brokers.py: mosquitto (installed with apt-get when root), else the embedded amqtt.
+    stop()/start() of the tests below are its outage: interrupt()/resume() on the same port."""
+    b = brokers.start(str(tmp_path / "broker"))
+    b.stop, b.start = b.interrupt, b.resume
+    try:
+        yield b
+    finally:
+        b.close()
 
 
 def _deliver(ob: ddq_outbox.Outbox, link: ddq_mqtt.Sender, seconds: float, until=None) -> None:  # type: ignore[no-untyped-def]
@@ -132,7 +53,7 @@ def _deliver(ob: ddq_outbox.Outbox, link: ddq_mqtt.Sender, seconds: float, until
 
 def test_delivery_survives_a_broker_restart(broker, tmp_path):  # type: ignore[no-untyped-def]
     n = 300
-    sub = Subscriber(broker.port, "e2e/#")
+    sub = Subscriber(broker.sub_port, "e2e/#")
     ob = ddq_outbox.Outbox(str(tmp_path / "q"), min_retry_ms=20, max_retry_ms=300, lease_ms=10000)
     link = ddq_mqtt.Sender("127.0.0.1", broker.port, client_id=b"ddq-e2e-pub", timeout_ms=2000)
     want = {b"%06d" % i for i in range(n)}
@@ -164,7 +85,7 @@ def test_delivery_survives_a_broker_restart(broker, tmp_path):  # type: ignore[n
 @pytest.mark.parametrize("group", [0, 100])
 def test_throughput_to_mosquitto(broker, tmp_path, group):  # type: ignore[no-untyped-def]
     n = 1000
-    sub = Subscriber(broker.port, "rate/#")
+    sub = Subscriber(broker.sub_port, "rate/#")
     ob = ddq_outbox.Outbox(str(tmp_path / "q"), sync_every=group)
     link = ddq_mqtt.Sender("127.0.0.1", broker.port, client_id=b"ddq-rate-pub")
     try:
@@ -206,10 +127,9 @@ ob.close()
 
 
 def test_micropython_adapter_with_a_broker_restart(broker, tmp_path):  # type: ignore[no-untyped-def]
-    if not os.path.exists(MICROPYTHON):
-        pytest.skip("no MicroPython unix port in the venv")
+    assert os.path.exists(MICROPYTHON), "no MicroPython unix port in the venv: make venv"
     n = 200
-    sub = Subscriber(broker.port, "mp/#")
+    sub = Subscriber(broker.sub_port, "mp/#")
     script = tmp_path / "mp_pub.py"
     script.write_text(MP_SCRIPT % {"port": os.path.join(REPO, "port"), "n": n,
                                    "qdir": str(tmp_path / "mpq"), "mqtt_port": broker.port})

@@ -133,37 +133,15 @@ def free_port():
 
 @pytest.fixture(scope="module")
 def mosquitto(tmp_path_factory):
-    """A mosquitto on 127.0.0.1:<free port> with a generated config; yields the port."""
-    exe = shutil.which("mosquitto") or (
-        "/usr/sbin/mosquitto" if os.path.exists("/usr/sbin/mosquitto") else None
-    )
-    if exe is None:
-        pytest.skip(
-            "mosquitto binary not found (apt-get install mosquitto); replay needs a real broker"
-        )
-    d = tmp_path_factory.mktemp("mosquitto")
-    port = free_port()
-    conf = d / "mosquitto.conf"
-    conf.write_text(
-        "listener %d 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest stderr\n" % port
-    )
-    log = open(d / "log.txt", "wb")
-    p = subprocess.Popen([exe, "-c", str(conf)], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+    """An MQTT broker on 127.0.0.1:<free port>; yields the port. tests/brokers.py picks it:
+    mosquitto (installed with apt-get when root), else the embedded amqtt from PyPI."""
+    import brokers
+
+    b = brokers.start(str(tmp_path_factory.mktemp("broker")))
     try:
-        end = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if p.poll() is not None or time.monotonic() > end:
-                    raise RuntimeError("mosquitto did not start: %s" % (d / "log.txt").read_text())
-                time.sleep(0.05)
-        yield port
+        yield b.sub_port  # the broker itself (amqtt's relay is for outages, none here)
     finally:
-        p.kill()
-        p.wait()
-        log.close()
+        b.close()
 
 
 class Subscriber:

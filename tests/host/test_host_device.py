@@ -50,7 +50,7 @@ def test_flash_py_then_mpy(board):
     r = ddq("flash", "--device", board.tty, "--format", "py", "--json")
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
-    mods = [":ddq.py", ":ddq_outbox.py", ":ddq_mqtt.py"]
+    mods = [":ddq.py", ":ddq_outbox.py", ":ddq_mqtt.py", ":ddq_group.py"]
     assert res["board"] == "UNIX" and [w["path"] for w in res["written"]] == mods
     assert (
         res["imported_from"].endswith("ddq.py") and res["version"] == qdir.load_ddq().__version__
@@ -58,9 +58,10 @@ def test_flash_py_then_mpy(board):
     r = ddq("flash", "--device", board.tty, "--example-app", "--json")
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
-    # The example app imports ddq alone: only ddq.mpy is installed, and the message layer and
-    # MQTT modules the first flash put there are removed (no stale copy beside the new ddq).
-    assert [w["path"] for w in res["written"]] == [":ddq.mpy", ":main.py"]
+    # The example app imports ddq, ddq_outbox and ddq_mqtt: those are installed as .mpy, and
+    # every .py the first flash put there is removed (no stale copy beside the new ddq).
+    assert [w["path"] for w in res["written"]] == [
+        ":ddq.mpy", ":ddq_outbox.mpy", ":ddq_mqtt.mpy", ":main.py"]
     assert res["removed"] == mods and res["imported_from"].endswith("ddq.mpy")
     with Device(board.tty, soft_reset=False) as dev:
         names = [n for n, _d, _s in dev.listdir(":")]
@@ -68,40 +69,44 @@ def test_flash_py_then_mpy(board):
 
 
 def test_flash_skips_what_the_board_cannot_load(board, tmp_path):
-    # PYBV11's profile says network false (no socket): ddq_mqtt is neither installed nor left
-    # behind from an earlier flash. (--format py: the unix port does not load armv7emsp .mpy.)
+    # PYBV11's profile says network false (no socket): without an app ddq_mqtt is neither
+    # installed nor left behind from an earlier flash. (--format py: the unix port does not load
+    # armv7emsp .mpy.)
     r = ddq("flash", "--device", board.tty, "--board", "UNIX", "--format", "py", "--json")
     assert r.returncode == 0, r.stderr
     r = ddq("flash", "--device", board.tty, "--board", "PYBV11", "--format", "py", "--json")
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
-    assert [w["path"] for w in res["written"]] == [":ddq.py", ":ddq_outbox.py"]
+    assert [w["path"] for w in res["written"]] == [":ddq.py", ":ddq_outbox.py", ":ddq_group.py"]
     assert res["removed"] == [":ddq_mqtt.py"]
-    # An app that needs MQTT is refused for that board, before anything is written.
+    # An app that imports ddq_mqtt gets it there too: the module loads without socket (its
+    # adapters need none; only its own Sender imports socket, when it connects).
     app = tmp_path / "main.py"
     app.write_text("import ddq_mqtt\n")
-    line = one_line_error(
-        ddq("flash", "--device", board.tty, "--board", "PYBV11", "--format", "py", "--app", app), 1
-    )
-    assert "ddq_mqtt" in line and "cannot load" in line
+    r = ddq("flash", "--device", board.tty, "--board", "PYBV11", "--format", "py", "--app", app,
+            "--json")
+    assert r.returncode == 0, r.stderr
+    assert [w["path"] for w in json.loads(r.stdout)["written"]] == [
+        ":ddq.py", ":ddq_mqtt.py", ":main.py"]
 
 
 APP = """
-import main
-main.RETRY_BASE_MS = 0
+import main, ddq_outbox
+main.RETRY_BASE_MS = main.RETRY_MAX_MS = 1
 failed_once = []
-def sender(p):
-    n = int(p.split(b' ')[0][2:])
+def sender(m):
+    n = int(m.payload.split(b' ')[0][2:])
     if n == 3:
-        raise ValueError('rejected reading %%d' %% n)
+        raise ddq_outbox.Rejected('rejected reading %%d' %% n)
     if n == 5 and not failed_once:
         failed_once.append(n)
-        raise OSError(113)  # host unreachable: retried at once, attempts 1, then delivered
+        raise OSError(113)  # host unreachable: nacked (attempts 1), retried 1 ms later, delivered
     return True
-main.run(rounds=5, period_ms=0, sender=sender, queue_dir=%(qd)r)
+main.run(rounds=5, period_ms=0, sender=sender, queue_dir=%(qd)r, drain_ms=5000)
 # Then the uplink goes away: readings are only queued.
 main.run(rounds=%(n)d, period_ms=0, sender=sender, queue_dir=%(qd)r, budget=0)
 """
+TOPIC = "ddq/unix/temp"  # boards/UNIX/main.py's
 
 
 def test_outbox_power_cycle_pull_inspect_replay_push(board, mosquitto, tmp_path):
@@ -146,9 +151,9 @@ def test_outbox_power_cycle_pull_inspect_replay_push(board, mosquitto, tmp_path)
     assert {k: info["stats"][k] for k in DDQ_STATS} == {k: before[k] for k in DDQ_STATS}
     assert {k: info["stats"][k] for k in before} == before  # failed, durable_seq too
     by_seq = {it["seq"]: it for it in info["items"]}
-    assert by_seq[3]["state"] == "quarantined" and by_seq[3]["reason"] == "rejected reading 3"
+    assert by_seq[3]["state"] == "quarantined" and by_seq[3]["reason"] == "rejected: rejected reading 3"
     assert by_seq[5]["attempts"] == 1 and by_seq[5]["state"] == "acked"
-    assert by_seq[6]["preview"].startswith("n=1 ")  # second run restarted the counter
+    assert by_seq[6]["envelope"]["payload_preview"].startswith("n=1 ")  # the counter restarted
     assert ddq("verify", local).returncode == 0
 
     # Replay to mosquitto: interrupted after 3 (--limit), then resumed; every pending message once.
@@ -175,8 +180,9 @@ def test_outbox_power_cycle_pull_inspect_replay_push(board, mosquitto, tmp_path)
     finally:
         sub.close()
     assert len(got) == PENDING_N  # delivered once: nothing re-sent after the interruption
-    assert all(t == "dev1/raw" for t, _ in got)  # the example app's payloads are not envelopes
-    assert [p for _t, p in got] == [by_seq[s]["preview"].encode() for s in pending]
+    assert all(t == "dev1/" + TOPIC for t, _ in got)  # the app's Outbox envelopes, routed
+    assert [p for _t, p in got] == [by_seq[s]["envelope"]["payload_preview"].encode()
+                                    for s in pending]
     r = ddq("replay", local, "--to", url, "--json")
     assert json.loads(r.stdout)["sent"] == 0
 

@@ -8,13 +8,13 @@ import json
 import os
 import time
 
+import paho.mqtt.client  # noqa: F401  (make venv installs it: never a reason to skip)
 import pytest
 
 import tlsbroker
 from conftest import ddq, one_line_error, tree_hash
 from ddqhost import qdir
 
-pytest.importorskip("paho.mqtt.client")
 if tlsbroker.missing():
     pytest.skip(tlsbroker.missing(), allow_module_level=True)
 

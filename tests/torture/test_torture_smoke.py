@@ -87,8 +87,7 @@ def test_harness_catches_an_index_that_skips_its_check():
 
 
 def _mp(script, *args):
-    if not os.path.exists(MP):
-        pytest.skip("no .venv/bin/micropython")
+    assert os.path.exists(MP), "no .venv/bin/micropython: make venv"
     p = subprocess.run([MP, "-X", "heapsize=16M", os.path.join("tests", "torture", script)] + list(args),
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     lines = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]

@@ -1,0 +1,131 @@
+"""CPython-only test helper: an MQTT broker for the end-to-end tests on any machine.
+
+mosquitto when it is installed. When it is not and we are root with apt-get, it is installed
+first (demo/ensure_broker.sh, as `make demo` does). Otherwise the embedded amqtt broker from PyPI
+(installed into this venv on first use, as demo/run.py does). DDQ_TEST_BROKER=mosquitto|amqtt
+forces one. The brokers are demo/run.py's: a process on a free loopback port, ended by pid.
+
+    b = brokers.start(tmp)   # b.kind, b.version; publishers use b.port, subscribers b.sub_port
+    b.interrupt()            # an outage: connections cut, the port refuses ...
+    b.resume()               # ... and listens again, on the same port
+    b.close()
+
+mosquitto's outage is a real stop and restart (SIGTERM: it saves its persistent sessions, so
+what it acknowledged survives). amqtt keeps sessions in memory only, so its outage is a relay
+between the clients and the broker going down and up (demo/run.py's Amqtt): the publisher sees
+the broker vanish the same way while the subscriber's session lives on.
+
+summary() is the line pytest prints at the end (tests/conftest.py) and `make test` repeats above
+its closing line: which broker served the tests, and how often one was started.
+Not part of the shared suite (the name does not start with test_).
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+for _p in (os.path.join(REPO, "host"), os.path.join(REPO, "port")):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+_spec = importlib.util.spec_from_file_location("ddq_demo_run",
+                                               os.path.join(REPO, "demo", "run.py"))
+demo = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(demo)
+
+_used = {}  # "mosquitto 2.0.21" -> brokers started (a module fixture's broker serves many tests)
+_tried_install = []
+
+
+def ensure_mosquitto():
+    """Path of mosquitto, installing it with apt-get first when root (once); None if absent."""
+    if os.environ.get("DDQ_TEST_BROKER") == "amqtt":
+        return None
+    exe = demo.find_mosquitto()
+    if exe is None and not _tried_install:
+        _tried_install.append(1)
+        r = subprocess.run(["bash", os.path.join(REPO, "demo", "ensure_broker.sh"), "pytest"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=600)
+        if r and r.stdout:
+            print(r.stdout.strip(), file=sys.stderr)
+        exe = demo.find_mosquitto()
+    return exe
+
+
+def kind():
+    """The broker start() gives: "mosquitto" or "amqtt"."""
+    forced = os.environ.get("DDQ_TEST_BROKER")
+    if forced == "mosquitto" or (forced != "amqtt" and ensure_mosquitto()):
+        return "mosquitto"
+    return "amqtt"
+
+
+def start(workdir):
+    """Start a broker on a free loopback port; the caller close()s it."""
+    k = kind()
+    os.makedirs(workdir, exist_ok=True)
+    b = demo.make_broker(k, workdir, demo.free_port(), lambda s: print(s, file=sys.stderr))
+    b.start()
+    served(b.version)
+    return b
+
+
+def served(version):
+    """Count a test served by a broker started elsewhere (the demo starts its own)."""
+    _used[version] = _used.get(version, 0) + 1
+
+
+def summary():
+    """One line: the brokers that served the tests, or None when no test used one."""
+    if not _used:
+        return None
+    return "MQTT broker: " + ", ".join("%s (started %d times)" % kv for kv in sorted(_used.items()))
+
+
+class Subscriber:
+    """paho on b.sub_port: a persistent session (clean_session False), QoS 1, reconnecting by
+    itself; records every payload received under topic (a filter)."""
+
+    def __init__(self, port, topic, client_id):
+        import threading
+
+        import paho.mqtt.client as mqtt
+
+        self.got = []
+        self.lock = threading.Lock()
+        self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
+                             clean_session=False, protocol=mqtt.MQTTv311)
+        ready = threading.Event()
+        self.c.on_connect = lambda c, u, f, rc, p=None: c.subscribe(topic, qos=1)
+        self.c.on_subscribe = lambda *a: ready.set()
+        self.c.on_message = self._on_message
+        self.c.reconnect_delay_set(1, 1)
+        self.c.connect("127.0.0.1", port, keepalive=30)
+        self.c.loop_start()
+        if not ready.wait(20):
+            self.close()
+            raise RuntimeError("the subscription was not acknowledged")
+
+    def _on_message(self, c, u, m):
+        with self.lock:
+            self.got.append(bytes(m.payload))
+
+    def distinct(self):
+        with self.lock:
+            return set(self.got)
+
+    def wait_for(self, want, seconds):
+        """Wait until every payload of want arrived; return the missing ones."""
+        import time
+
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and not want <= self.distinct():
+            time.sleep(0.05)
+        return want - self.distinct()
+
+    def close(self):
+        self.c.loop_stop()
+        self.c.disconnect()
