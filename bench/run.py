@@ -499,6 +499,10 @@ def build(results, errors, smoke, seconds):
                            [("`%s`" % r["func"], fmt(r["calls"]), fmt(r["tottime_pct"]),
                              fmt(r["cumtime_pct"])) for r in pr[key]])
         rep.section("CPython profiles", lines)
+    # D1-D5: draining a backlog over a 100 ms round trip (issue 17; bench/drain_bench.py).
+    import drain_bench
+
+    drain_bench.rows(rep, R.get("drain"), fmt, verdict)
     return rep
 
 
@@ -958,6 +962,10 @@ def main():
 
         step("allocprof", allocprof)
         step("cp_profile", cp("profile", "cp_profile"))
+        # D1-D5 (issue 17): windowed drain through a 50 ms-each-way relay to mosquitto.
+        import drain_bench
+
+        step("drain", lambda: drain_bench.run(smoke, os.path.join(tmp, "drain")))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     seconds = time.time() - t_start
