@@ -1,9 +1,18 @@
 """ddq replay: deliver the pending messages of a (pulled) queue directory to an MQTT broker, QoS 1.
 
 Each message is claimed in DIR (ddq.Queue), published with QoS 1, and acked in DIR when its PUBACK
-arrives, so an interrupted replay resumes without re-sending what was acked. The window between a
-PUBACK and the durable ACK record is the only place a hard kill can cause one duplicate (QoS 1 is
-at-least-once); Ctrl-C finishes the message in flight first.
+arrives, so an interrupted replay resumes without re-sending what was acked. The time between a
+PUBACK and the durable ACK record is the only place a hard kill can cause duplicates (at most the
+window's; QoS 1 is at-least-once); Ctrl-C finishes the messages in flight first.
+
+Window (--window W, default 16; SPEC E24's, through paho's max_inflight_messages): up to W
+publishes wait for their PUBACK at once; each is acked in DIR when its PUBACK arrives (they come
+back in order), and none is waited for past its lease. A failure releases every message of the
+window (retry(0)) and stops that directory. Many directories (`ddq replay DIR... --to URL`): one
+connection and thread each, all at once; {dir} in the URL's prefix or --client-id is the
+directory's name, --prefix-per-dir publishes under PREFIX/<name>, and client ids always differ
+(-<name> is appended). Each is resumable on its own; --json gives a summary per directory (one
+DIR: the summary itself); --progress (or a terminal on stderr) shows sent/total.
 
 Connection: mqtt://HOST[:PORT] (1883) or mqtts://HOST[:PORT] (8883, TLS: the broker's certificate must
 chain to --ca-file, else to the system's CAs, and name HOST; --cert/--key: a client certificate).
