@@ -143,7 +143,7 @@ def test_broker_drops_the_connection_with_the_window_full(broker, tmp_path):  # 
     link = ddq_mqtt.WindowSender("127.0.0.1", relay.port, inflight_max=w,
                                  client_id=b"ddq-win-pub", timeout_ms=3000)
     want = {b"%06d" % i for i in range(n)}
-    cuts = []
+    cuts: list[int] = []
 
     def cutter() -> None:  # drop every connection three times while the window is full
         for k in (1, 2, 3):
