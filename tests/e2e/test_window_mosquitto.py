@@ -189,7 +189,8 @@ def test_broker_drops_the_connection_with_the_window_full(broker, tmp_path):  # 
 
 class FakeBroker:
     """A TCP server that CONNACKs and then answers each PUBLISH per `mode`: "never" (no PUBACK)
-    or "unknown" (a PUBACK for packet id 0x7777, a PINGRESP, then the right PUBACK)."""
+    or "unknown" (a PUBACK for packet id 0x7777, a PINGRESP, then the right PUBACK); "mute"
+    accepts the TCP connection and never answers at all (no CONNACK)."""
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
@@ -221,7 +222,8 @@ class FakeBroker:
                 while len(buf) >= 2 and len(buf) >= 2 + buf[1]:  # packets < 128 bytes here
                     h, body, buf = buf[0], buf[2:2 + buf[1]], buf[2 + buf[1]:]
                     if h & 0xF0 == 0x10:
-                        c.sendall(b"\x20\x02\x00\x00")
+                        if self.mode != "mute":
+                            c.sendall(b"\x20\x02\x00\x00")
                     elif h & 0xF0 == 0x30:
                         self.publishes += 1
                         tl = struct.unpack_from("!H", body, 0)[0]
@@ -271,6 +273,28 @@ def test_broker_that_never_acks_times_out_and_reconnects_with_backoff(tmp_path):
         wait = ob.next_ready_ms()
         if wait:
             assert ob.pump(link, budget=5) == 0 and len(fb.accepts) == 2
+    finally:
+        link.close()
+        fb.close()
+        ob.close()
+
+
+def test_broker_that_never_connacks_is_retried_with_backoff(tmp_path):  # type: ignore[no-untyped-def]
+    fb = FakeBroker("mute")
+    ob = ddq_outbox.Outbox(str(tmp_path / "q"), min_retry_ms=300, max_retry_ms=300, seed=4)
+    link = ddq_mqtt.WindowSender("127.0.0.1", fb.port, inflight_max=16, timeout_ms=200)
+    try:
+        for i in range(4):
+            ob.put("m/x", b"%d" % i)
+        t0 = time.monotonic()
+        assert ob.pump(link, budget=4) == 0
+        # the CONNECT times out, one reconnect at once times out too: the claimed message is
+        # nacked and the round ends (no busy retry); the next round waits for the backoff
+        assert time.monotonic() - t0 < 3 and len(fb.accepts) == 2 and fb.publishes == 0
+        st = ob.stats()
+        assert st["retried"] == 1 and st["in_flight"] == 0 and link.connects == 0
+        if ob.next_ready_ms():
+            assert ob.pump(link, budget=4) == 0 and len(fb.accepts) == 2
     finally:
         link.close()
         fb.close()
