@@ -463,8 +463,10 @@ class WindowSender(Sender):
                     st(w / 1000)
                 chunk = r(256)
             except OSError as e:
+                # Nothing to read yet: EAGAIN/ETIMEDOUT (MicroPython), TimeoutError or
+                # BlockingIOError (CPython), SSLWantReadError (CPython TLS, non-blocking).
                 if e.args and e.args[0] not in (_EAGAIN, _ETIMEDOUT, _EWOULDBLOCK_MP) and \
-                        "timed out" not in str(e):
+                        "timed out" not in str(e) and "WantRead" not in type(e).__name__:
                     raise
             finally:
                 if st is not None:
