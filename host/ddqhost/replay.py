@@ -716,13 +716,17 @@ def replay_many(
     interrupted: list[bool] = []
     results: list[dict[str, Any]] = [{} for _ in jobs]
 
+    log = kw.pop("log", None)
+
     def one(i: int) -> None:
         j = jobs[i]
+        name = dir_name(j["dir"])
         try:
             res = replay(
                 j["dir"], url, j["options"], client_id=j["client_id"], prefix=j["prefix"],
                 hmac_key=j["hmac_key"], interrupted=interrupted,
-                progress=progress.callback(j["dir"]) if progress is not None else None, **kw
+                progress=progress.callback(j["dir"]) if progress is not None else None,
+                log=(lambda m: log("%s: %s" % (name, m))) if log is not None else None, **kw
             )
         except ReplayError as e:
             res = {"error": str(e), "sent": 0, "failed": 0}

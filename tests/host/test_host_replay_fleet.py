@@ -89,6 +89,10 @@ def test_progress_on_stderr(tmp_path, mosquitto):
     assert r.returncode == 0, r.stderr
     assert "replay: 60/60 sent, 2 dir(s), 2 done" in r.stderr.strip().splitlines()[-1]
     assert "p1: sent 30" in r.stdout and "p2: sent 30" in r.stdout
+    more = [_queue(tmp_path / n, 2) for n in ("v1", "v2")]
+    r = ddq("replay", *more, "--to", "mqtt://127.0.0.1:%d/p" % mosquitto, "-v")
+    assert r.returncode == 0 and "v1: sent seq 1 -> p/t/0" in r.stderr, r.stderr
+    assert "v2: sent seq 2 -> p/t/1" in r.stderr and "replay:" not in r.stderr
 
 
 def test_checks_apply_to_every_dir(tmp_path, mosquitto):
