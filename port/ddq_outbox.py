@@ -1018,8 +1018,11 @@ class _Window:
         return wait
 
     def step(self, timeout_ms: int) -> None:
+        wait = self.due()
+        if not self.fl:
+            return  # every message was given up at its lease: nothing left to wait for
         try:
-            self.done(self.s.poll(min(timeout_ms, self.due())))
+            self.done(self.s.poll(min(timeout_ms, wait)))
         except OSError as e:
             self.lost(e)
 

@@ -226,22 +226,27 @@ def test_connection_refused_nacks_everything_claimed():
 def test_no_message_stays_in_flight_past_its_lease():
     # EVIDENCE-OF: E24 E7
     clock = support.FakeClock(T0)
-    ob, _ = _ob(3, clock=clock, lease_ms=4000, min_retry_ms=10, max_retry_ms=10)
+    ob, _ = _ob(3, clock=clock, lease_ms=400, min_retry_ms=10, max_retry_ms=10)
     broker = WinBroker("never", "all")
-    # Every empty read moves the wall clock half a second, up to 3 s: the lease (4 s, margin 1 s)
-    # ends within the margin there, and the loop must give the messages up.
-    broker.tick = lambda: clock.advance(500) if clock() - T0 < 3000 else None
+    # Every empty read moves the wall clock 50 ms, up to 300 ms: the lease (400 ms, margin a
+    # quarter of it) ends within the margin there, and the loop must give the messages up.
+    broker.tick = lambda: clock.advance(50) if clock() - T0 < 300 else None
     link = _link(broker, 8, timeout_ms=60000)
     assert ob.pump(link, budget=3) == 0
     st = ob.stats()
     assert st["lease_nacks"] == 3 and st["in_flight"] == 0 and st["retried"] == 3
     assert len(broker.log) == 3  # nacked before the lease ran out: never claimed twice meanwhile
-    assert clock() - T0 == 3000
+    assert clock() - T0 == 300
     broker.tick = None
     clock.advance(20)
-    # The stale connection is still up, and its PUBACKs may arrive late: they are ignored.
-    link.close()
-    assert ob.pump(link, budget=3) == 3 and ob.empty()
+    # The connection is still up; the broker now acks, late: the first copies' PUBACKs confirm
+    # the messages sent again (DUP, same packet ids), whose own PUBACKs are then unknown.
+    sock = broker.socks[0]
+    sock.policy = "all"
+    for p in (1, 2, 3):
+        sock.rx += b"\x40\x02\x00" + bytes([p])
+    assert ob.pump(link, budget=3) == 3 and ob.empty() and link.connects == 1
+    assert [d for p, d, _t, _b in broker.log[3:]] == [True] * 3 and link.unknown_acks == 3
     ob.close()
 
 
@@ -301,4 +306,41 @@ def test_asyncio_loop_with_a_window():
     assert n == 20 and ob.empty() and link.connects == 2
     assert set(p for p, _d, _t, _b in broker.log) == set(range(1, 21))
     assert ob.stats()["resent"] >= 6 and link.dups == ob.stats()["resent"]
+    ob.close()
+
+
+def test_in_flight_messages_hold_no_payload_and_resends_reread_it():
+    # EVIDENCE-OF: E24
+    ob, _ = _ob(0)
+    for i in range(6):
+        ob.put("big/%d" % i, b"%d" % i * 3000)
+
+    class Spy:
+        inflight_max = 3
+        timeout_ms = 100
+
+        def __init__(self):
+            self.fl, self.seqs, self.held, self.drop, self.resent = [], [], [], True, []
+
+        def publish(self, m, dup=False):
+            assert len(m.payload) == 3000, len(m.payload)
+            if dup:  # a resend: a fresh Message, re-read from the queue (dropped after this)
+                self.resent.append((m.seq, bytes(m.payload[0:1])))
+            else:
+                self.fl.append(m)  # the loop's own Message, kept while in flight
+            self.seqs.append(m.seq)
+
+        def poll(self, timeout_ms=0):
+            # while waiting, the loop's in-flight messages carry no payload (not held as a copy)
+            self.held += [len(m.payload) for m in self.fl]
+            if self.drop:
+                self.drop, self.seqs = False, []
+                raise OSError(104)  # the connection dropped with the window full
+            out, self.seqs, self.fl = self.seqs, [], []
+            return out
+
+    spy = Spy()
+    assert ob.pump(spy, budget=6) == 6 and ob.empty()
+    assert spy.held and max(spy.held) == 0
+    assert spy.resent == [(1, b"0"), (2, b"1"), (3, b"2")]  # re-read from the queue
     ob.close()
