@@ -399,6 +399,13 @@ class WindowSender(Sender):
             self.close()
             raise
 
+    def forget(self, seq: int) -> None:
+        """Stop waiting for seq's PUBACK (the loop gave it up at its lease's end): its packet id
+        is free again; a PUBACK that still comes for it is counted unknown."""
+        pid = packet_id(seq)
+        if self._fl.get(pid) == seq:
+            del self._fl[pid]
+
     def poll(self, timeout_ms: int = 0) -> "list[int]":
         """Return the seqs confirmed since the last poll, waiting up to timeout_ms for one."""
         out, self._acked = self._acked, []

@@ -1013,6 +1013,8 @@ class _Window:
                 self.fl.pop(m.seq)
                 self.ob.counters["lease_nacks"] += 1
                 self.ob.nack(m, "lease would run out in flight")
+                if hasattr(self.s, "forget"):  # optional: the sender frees its packet id
+                    self.s.forget(m.seq)
             else:
                 wait = min(wait, left)
         return wait

@@ -236,6 +236,7 @@ def test_no_message_stays_in_flight_past_its_lease():
     st = ob.stats()
     assert st["lease_nacks"] == 3 and st["in_flight"] == 0 and st["retried"] == 3
     assert len(broker.log) == 3  # nacked before the lease ran out: never claimed twice meanwhile
+    assert link.in_flight() == 0  # forget(): the sender stopped waiting for them too
     assert clock() - T0 == 300
     broker.tick = None
     clock.advance(20)
