@@ -640,6 +640,10 @@ def build(results, errors, smoke, seconds):
 
     group_bench.report(R, rep, {"fmt": fmt, "paired": paired, "median": median, "rate": rate,
                                 "verdict": verdict})
+    # D1-D5: draining a backlog over a 100 ms round trip (issue 17; bench/drain_bench.py).
+    import drain_bench
+
+    drain_bench.rows(rep, R.get("drain"), fmt, verdict)
     return rep
 
 
@@ -1177,6 +1181,10 @@ def main():
             args = dict(group_bench.SIZES[size][k], dir=os.path.join(tmp, key))
             step(key, lambda i=interp, p=part, a=args: run_part(PY if i == "cp" else MP,
                                                                 "group_bench.py", p, a))
+        # D1-D5 (issue 17): windowed drain through a 50 ms-each-way relay to mosquitto.
+        import drain_bench
+
+        step("drain", lambda: drain_bench.run(smoke, os.path.join(tmp, "drain")))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     seconds = time.time() - t_start

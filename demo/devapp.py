@@ -9,8 +9,10 @@
 # next_seq - 1 after recovery (sync="always": every returned enqueue is durable). A full queue is
 # backpressure: the reading waits, nothing is counted.
 #
-# Delivery: Outbox.pump claims a message, publishes it with QoS 1 and acks it only after the
-# broker's PUBACK; a failed publish is nacked (the message layer's full-jitter backoff); losing the
+# Delivery: Outbox.pump claims up to `window` messages (16; SPEC E25, ddq_mqtt.WindowSender on the
+# MicroPython board; the paho gateway and window=1 keep one at a time), publishes them with QoS 1
+# and acks each only after the broker's PUBACK; after a lost connection the un-acked ones are
+# republished at once with DUP; a failed publish is nacked (the message layer's full-jitter backoff); losing the
 # broker drops the connection, and reconnects back off too (ddq_outbox.Backoff). The publish topic is the
 # stored topic plus "/<boot>/<attempts>", so the host can tell which boot of the device sent each
 # copy. At boot, claims left by the previous (killed) boot are released: this app is the queue's
@@ -285,6 +287,70 @@ class PahoLink:
     disconnect = close
 
 
+class WindowLink:
+    """The app's four calls over ddq_mqtt.WindowSender (SPEC E25), plus `win`: the windowed
+    sender Outbox.pump takes, which keeps `window` QoS 1 publishes in flight and adds the app's
+    topic suffix (boot, attempts) to each. Any failure drops the connection (up = False)."""
+
+    def __init__(self, host, port, client_id, timeout_ms=2000, keepalive=30, window=16,
+                 suffix="/0/"):
+        import ddq_mqtt
+
+        self.s = ddq_mqtt.WindowSender(host, port, inflight_max=window, timeout_ms=timeout_ms,
+                                       client_id=client_id.encode(), keepalive=keepalive)
+        self.win, self.inflight_max = _Win(self.s, suffix, window), window
+
+    @property
+    def up(self):
+        return self.s.sock is not None
+
+    def connect(self):
+        try:
+            self.s.connect()
+            return True
+        except OSError:
+            return False
+
+    def publish(self, topic, payload, qos=1):
+        # The app's own status messages (nothing of the window is in flight then).
+        try:
+            if qos == 0:
+                self.s.publish(_msg(topic, payload, 0, 0, 0))
+                return True
+            return self.s.send(_msg(topic, payload, 1, 65535, 0))
+        except OSError:
+            return False
+
+    def poll(self):
+        pass  # WindowSender notices a dead connection at its next publish or poll
+
+    def disconnect(self):
+        self.s.close()
+
+    close = disconnect
+
+
+def _msg(topic, payload, qos, seq, attempts):
+    m = ddq_outbox.Message()
+    m.topic, m.payload, m.qos, m.seq, m.attempts = topic, payload, qos, seq, attempts
+    return m
+
+
+class _Win:
+    """The windowed-sender protocol (SPEC E25) with the app's topic suffix."""
+
+    def __init__(self, s, suffix, window):
+        self.s, self.suffix, self.inflight_max = s, suffix, window
+        self.timeout_ms = s.timeout_ms
+
+    def publish(self, m, dup=False):
+        self.s.publish(_msg(m.topic + self.suffix + str(m.attempts), m.payload, m.qos, m.seq,
+                            m.attempts), dup)
+
+    def poll(self, timeout_ms=0):
+        return [s for s in self.s.poll(timeout_ms) if s]  # seq 0: a QoS 0 status message
+
+
 # ---------------------------------------------------------------- the app
 
 
@@ -299,7 +365,8 @@ def release_claims(q):
 
 def main(host="127.0.0.1", port=1883, total=1000, rate=50, boot=0, queue_dir="outbox",
          options=None, sync="always", lease_ms=5000, timeout_ms=2000, min_retry_ms=200,
-         max_retry_ms=3000, seed=None, link="mini", client_id="ddq-demo-device", log=True):
+         max_retry_ms=3000, seed=None, link="mini", client_id="ddq-demo-device", log=True,
+         window=16):
     """Run until `total` readings are enqueued and delivered; return the Outbox stats."""
     opts = dict(options or {})
     ob = ddq_outbox.Outbox(queue_dir, lease_ms=lease_ms, min_retry_ms=min_retry_ms,
@@ -309,14 +376,20 @@ def main(host="127.0.0.1", port=1883, total=1000, rate=50, boot=0, queue_dir="ou
     released = release_claims(q)
     nxt = q.stats().next_seq
     say("boot %d: next_seq %d, %d pending, %d claims released" % (boot, nxt, ob.qsize(), released))
-    cls = PahoLink if link == "paho" else MiniMQTT
-    mq = cls(host, port, "%s-%d" % (client_id, boot), timeout_ms)
+    suffix = "/%d/" % boot
+    if link == "mini" and window > 1:  # the window (SPEC E25): ddq_mqtt.WindowSender
+        mq = WindowLink(host, port, "%s-%d" % (client_id, boot), timeout_ms, window=window,
+                        suffix=suffix)
+    else:
+        cls = PahoLink if link == "paho" else MiniMQTT
+        mq = cls(host, port, "%s-%d" % (client_id, boot), timeout_ms)
+    say("boot %d: delivery window %d (%s)" % (boot, getattr(mq, "inflight_max", 1),
+                                              type(mq).__name__))
     conn_bo = ddq_outbox.Backoff(100, 2000, None if seed is None else seed + 1)
     conn_fail, conn_at = 0, ticks_ms()
     period = 1000 // max(1, rate)
     t_sample = hb_at = ticks_ms()
     full = done_sent = 0
-    suffix = "/%d/" % boot
 
     def send(m):
         return mq.publish(m.topic + suffix + str(m.attempts), m.payload, 1)
@@ -351,7 +424,8 @@ def main(host="127.0.0.1", port=1883, total=1000, rate=50, boot=0, queue_dir="ou
                     conn_at = ticks_ms() + conn_bo.delay(conn_fail)
             # 3. deliver what is due
             if mq.up:
-                busy = ob.pump(send, budget=8) > 0 or busy
+                w = getattr(mq, "win", None)
+                busy = ob.pump(w or send, budget=2 * w.inflight_max if w else 8) > 0 or busy
             # 4. heartbeat for the host's progress line (QoS 0, best effort)
             if mq.up and ticks_diff(now, hb_at) >= 500:
                 hb_at = now

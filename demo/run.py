@@ -766,6 +766,7 @@ class Config:
         self.workdir = None
         self.drain_timeout = 180.0
         self.progress = None
+        self.inflight = 16  # the device's delivery window (SPEC E25); the paho gateway: 1
         self.__dict__.update(kw)
         if self.seed is None:
             self.seed = random.SystemRandom().randrange(1, 10 ** 6)
@@ -784,7 +785,7 @@ def run(cfg, log=None, out=None):
     port = free_port()
     broker = make_broker(cfg.broker, os.path.join(workdir, "broker"), port, log)
     app_kw = {"host": "127.0.0.1", "port": port, "total": cfg.messages, "rate": cfg.rate,
-              "seed": cfg.seed}
+              "seed": cfg.seed, "window": cfg.inflight}
     dev_cls = Gateway if cfg.gateway == "cpython" else VirtualBoard
     device = dev_cls(workdir, app_kw, log)
     stats = {"broker": "up", "broker_restarts": 0, "device": "boot 0", "kills": 0,
@@ -793,6 +794,7 @@ def run(cfg, log=None, out=None):
     sub = Subscriber(broker.sub_port, "ddq-demo-subscriber-%d" % os.getpid())
     threads, chaos, progress = [], None, None
     res = {"seed": cfg.seed, "gateway": cfg.gateway, "device": device.label,
+           "delivery_window": 1 if cfg.gateway == "cpython" else cfg.inflight,
            "broker": broker.kind, "port": port, "messages": cfg.messages, "rate": cfg.rate,
            "workdir": workdir}
     log("ddq demo: seed %d (replay: make demo SEED=%d%s)" % (
@@ -903,8 +905,10 @@ def render(res):
         % res["enqueued"],
         "  delivered        %6d   (distinct readings the subscriber received, CRC checked)"
         % res["delivered"],
+        "  delivery window  %6d   (QoS 1 publishes in flight, SPEC E25)"
+        % res.get("delivery_window", 1),
         "  duplicates       %6d   (at-least-once: %d after a power cut, %d publish retries, "
-        "%d broker redeliveries; %d with MQTT's DUP flag)" % (
+        "%d window resends or broker redeliveries; %d with MQTT's DUP flag)" % (
             res["duplicates"], c["power cut"], c["publish retry"], c["broker redelivery"],
             res.get("duplicates_dup_flag", 0)),
         "  lost             %6d" % res["lost"],

@@ -470,3 +470,170 @@ class Paho:
         if not info.is_published():
             raise OSError(_ETIMEDOUT, "no PUBACK within %d ms" % self.timeout_ms)
         return True
+
+
+_EAGAIN = const(11)
+_EWOULDBLOCK_MP = const(115)  # EINPROGRESS: some ports' non-blocking recv
+
+
+class WindowSender(Sender):
+    """A Sender that keeps up to inflight_max QoS 1 publishes in flight (a window) [E25].
+
+    The windowed-sender protocol of Outbox.pump/run: publish(m, dup) writes one PUBLISH and
+    returns (it waits only while the window is full or m's packet id is taken); poll(timeout_ms)
+    returns the seqs whose PUBACK arrived (possibly none) and raises OSError once the connection
+    is lost or no PUBACK came for timeout_ms while messages were in flight. After an OSError
+    nothing is in flight: the next publish reconnects (clean session) and the caller republishes
+    what was not acked, with dup=True. RAM: two ints per message in flight, never a payload.
+    send(m) (one message at a time, W = 1) still works."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, inflight_max: int = 16,
+                 **kw: "Any") -> None:
+        Sender.__init__(self, host, port, **kw)
+        if not 1 <= inflight_max <= 65535:
+            raise ValueError("inflight_max: 1..65535")
+        self.inflight_max = inflight_max
+        self._fl: "dict[int, int]" = {}  # packet id -> seq, in flight on this connection
+        self._acked: "list[int]" = []  # seqs confirmed (PUBACK, or QoS 0 written), not polled
+        self._rb = b""  # bytes read, not yet a whole packet
+        self._since = 0  # ticks of the last progress (a PUBACK, or the window filling from 0)
+        self.dups = 0  # PUBLISHes sent with DUP (statistics)
+        self.unknown_acks = 0  # PUBACKs for a packet id not in flight: ignored (statistics)
+        self.timeouts = 0  # connections dropped because no PUBACK came in time (statistics)
+
+    def connect(self) -> None:
+        """Open the connection; nothing is in flight on a new (clean) session."""
+        Sender.connect(self)
+        if self.sock is not None:
+            so = getattr(self.sock, "setsockopt", None)
+            if so is not None and self.ssl is None:
+                try:  # TCP_NODELAY: a window of small packets must not wait for Nagle
+                    so(6, 1, 1)
+                except (OSError, TypeError, ValueError):
+                    pass
+
+    def close(self) -> None:
+        """Send DISCONNECT (best effort) and close; what was in flight is forgotten."""
+        Sender.close(self)
+        self._fl = {}
+        self._rb = b""
+
+    def in_flight(self) -> int:
+        """How many publishes wait for their PUBACK on this connection."""
+        return len(self._fl)
+
+    def publish(self, m: "Any", dup: bool = False) -> None:
+        """Write m's PUBLISH (DUP if dup or m.attempts > 0); OSError: the connection is lost."""
+        idle = ((_ms() - self._last + 0x20000000) & 0x3FFFFFFF) - 0x20000000
+        if self.sock is not None and not self._fl and self.keepalive and \
+                not 0 <= idle < self.keepalive * 1000:
+            self.close()
+        if self.sock is None:
+            self.connect()
+        pid = packet_id(m.seq)
+        try:
+            if m.qos:
+                for _ in range(65536):  # wait for room and for a free packet id
+                    s = self._fl.get(pid)
+                    if len(self._fl) < self.inflight_max and s in (None, m.seq):
+                        break
+                    self._acked.extend(self._wait(self.timeout_ms))
+            d = bool(m.qos) and (dup or m.attempts > 0)
+            if not self._fl:
+                self._since = _ms()
+            self._write(encode_publish(m.topic.encode(), m.payload, m.qos, m.retain, d, pid))
+            self.dups += 1 if d else 0
+            if m.qos:
+                self._fl[pid] = m.seq
+            else:
+                self._acked.append(m.seq)
+        except BaseException:
+            self.close()
+            raise
+
+    def forget(self, seq: int) -> None:
+        """Stop waiting for seq's PUBACK (the loop gave it up at its lease's end): its packet id
+        is free again; a PUBACK that still comes for it is counted unknown."""
+        pid = packet_id(seq)
+        if self._fl.get(pid) == seq:
+            del self._fl[pid]
+
+    def poll(self, timeout_ms: int = 0) -> "list[int]":
+        """Return the seqs confirmed since the last poll, waiting up to timeout_ms for one."""
+        out, self._acked = self._acked, []
+        if out or self.sock is None or not self._fl:
+            return out
+        try:
+            return self._wait(timeout_ms)
+        except BaseException:
+            self.close()
+            raise
+
+    def _take(self) -> "list[int]":
+        # Parse the whole packets in the read buffer; return the seqs their PUBACKs confirm.
+        out, b, i = [], self._rb, 0
+        while i + 2 <= len(b):
+            n, shift, j = 0, 0, i + 1
+            while j < len(b) and j < i + 5:
+                n |= (b[j] & 0x7F) << shift
+                shift += 7
+                j += 1
+                if not b[j - 1] & 0x80:
+                    break
+            else:
+                break  # the length is not complete yet
+            if j + n > len(b):
+                break
+            if b[i] & 0xF0 == _PUBACK and n == 2:
+                s = self._fl.pop((b[j] << 8) | b[j + 1], None)
+                if s is None:
+                    self.unknown_acks += 1  # stale, duplicated or never sent: ignored
+                else:
+                    out.append(s)
+                    self._since = _ms()
+            i = j + n  # PINGRESP and anything else: skipped
+        self._rb = b[i:]
+        return out
+
+    def _wait(self, timeout_ms: int) -> "list[int]":
+        # Read until a PUBACK confirms something or timeout_ms passes; OSError on a closed
+        # connection or when the oldest unconfirmed publish waited timeout_ms (self's).
+        t0 = _ms()
+        r = getattr(self.sock, "recv", None) or self.sock.read
+        st = getattr(self.sock, "settimeout", None)
+        for _ in range(1048576):
+            out = self._take()
+            if out or not self._fl:
+                return out
+            now = _ms()
+            left = timeout_ms - (((now - t0 + 0x20000000) & 0x3FFFFFFF) - 0x20000000)
+            stall = self.timeout_ms - (((now - self._since + 0x20000000) & 0x3FFFFFFF)
+                                       - 0x20000000)
+            if stall <= 0:
+                self.timeouts += 1
+                raise OSError(_ETIMEDOUT, "no PUBACK for %d ms (%d in flight)"
+                              % (self.timeout_ms, len(self._fl)))
+            if left < 0:
+                return out
+            w = min(left, stall)
+            chunk = None
+            try:
+                if st is not None:
+                    st(w / 1000)
+                chunk = r(256)
+            except OSError as e:
+                # Nothing to read yet: EAGAIN/ETIMEDOUT (MicroPython), TimeoutError or
+                # BlockingIOError (CPython), SSLWantReadError (CPython TLS, non-blocking).
+                if e.args and e.args[0] not in (_EAGAIN, _ETIMEDOUT, _EWOULDBLOCK_MP) and \
+                        "timed out" not in str(e) and "WantRead" not in type(e).__name__:
+                    raise
+            finally:
+                if st is not None:
+                    st(self.timeout_ms / 1000)
+            if chunk is not None:
+                if not chunk:
+                    raise OSError(_ECONNRESET, "MQTT connection closed by the broker")
+                self._rb += chunk
+            elif left <= 0:
+                return out
+        return []

@@ -569,7 +569,8 @@ class Outbox:
         self.counters: "dict[str, Any]" = {"put": 0, "sent": 0, "retried": 0, "expired": 0,
                                            "dropped": 0, "rejected": 0, "exhausted": 0,
                                            "corrupt": 0, "lapsed": 0,
-                                           "unauthenticated": 0}  # this run only [E18]
+                                           "unauthenticated": 0, "resent": 0,
+                                           "lease_nacks": 0}  # this run only [E18] [E25]
 
     def __enter__(self) -> "Outbox":
         return self
@@ -755,6 +756,14 @@ class Outbox:
         return True
 
     @_locked
+    def _reread(self, m: Message) -> Message:
+        # m (claimed, its payload dropped) again, from the queue: a resend holds no copy [E25].
+        r = _decode(self.queue.read(m.seq), True, self._hkey, self._pads, self._ctrs, True)
+        r.seq, r.attempts, r.lease_until_ms, r.age_ms = m.seq, m.attempts, m.lease_until_ms, \
+            m.age_ms
+        return r
+
+    @_locked
     def nack(self, m: Message, why: "Any" = "") -> "Optional[int]":
         """Retry m after a full-jitter delay (returned) or dead-letter it (None) [E8][E10]."""
         if self._max_att and m.attempts + 1 >= self._max_att:
@@ -878,7 +887,10 @@ class Outbox:
 
     # ------------------------------------------------------------------ delivery loops
     def pump(self, send: "Callable[[Message], Any]", budget: int = 16, budget_ms: int = 0) -> int:
-        """Deliver up to budget messages (budget_ms of ticks) via send; return acks [E17]."""
+        """Deliver up to budget messages (budget_ms of ticks) via send; return acks [E17].
+        send may be a windowed sender (publish/poll/inflight_max): a window of them [E25]."""
+        if hasattr(send, "poll") and hasattr(send, "publish"):
+            return _Window(self, send).pump(budget, budget_ms)
         t0, n = self._ticks(), 0
         self.tick()
         for _ in range(_opt(budget, 1, _MAX_WAIT, "budget")):
@@ -897,8 +909,12 @@ class Outbox:
 
     async def run(self, send: "Callable[[Message], Any]", idle_ms: int = 1000,
                   stop: "Optional[Callable[[], bool]]" = None) -> int:
-        """Deliver on asyncio until stop() returns True; send may be async [E17]."""
+        """Deliver on asyncio until stop() returns True; send may be async [E17], or a
+        windowed sender [E25]."""
         import asyncio
+
+        if hasattr(send, "poll") and hasattr(send, "publish"):
+            return await _Window(self, send).run(idle_ms, stop)
 
         sleep_ms = getattr(asyncio, "sleep_ms", None)  # MicroPython's asyncio has sleep_ms
         _opt(idle_ms, 1, _MAX_WAIT, "idle_ms")
@@ -922,3 +938,130 @@ class Outbox:
             d = idle_ms if d is None else min(d, idle_ms)
             await (sleep_ms(d) if sleep_ms is not None else asyncio.sleep(d / 1000))
         return n
+
+
+# ============================================================================ windowed delivery
+class _Window:
+    # One windowed delivery loop [E25]: up to the sender's inflight_max claimed messages are
+    # published before their PUBACKs come back. In flight = a Message without its payload (the
+    # payload is re-read from the queue when it must be resent): RAM is O(W) small objects.
+    def __init__(self, ob: Outbox, sender: "Any") -> None:
+        self.ob, self.s = ob, sender
+        self.w = _opt(int(getattr(sender, "inflight_max", 1)), 1, 65535, "inflight_max")
+        self.fl: "dict[int, Message]" = {}
+        self.acked = 0
+        self.healthy = True  # a PUBACK arrived since the last connection loss
+        self.failed = False  # the round ended: a second loss without progress, or "not now"
+        # The loop stops waiting for a message margin ms before its lease ends and nacks it:
+        # it is never in flight past its lease, so never claimed and sent again meanwhile.
+        self.margin = min(ob._lease // 4, 2000)
+
+    def fill(self, n: int) -> int:
+        # Claim and publish up to n more (within the window); return how many were claimed.
+        k = 0
+        while k < n and len(self.fl) < self.w and not self.failed:
+            m = self.ob.get()
+            if m is None:
+                break
+            k += 1
+            self.fl[m.seq] = m
+            try:
+                self.s.publish(m, m.attempts > 0)
+            except OSError as e:
+                self.lost(e)
+                continue
+            except Exception as e:  # Rejected: dead letter; anything else: not now [E17]
+                self.fl.pop(m.seq)
+                if self.ob._settle(m, False, e) < 0:
+                    self.failed = True
+                continue
+            m.payload = b""  # not held: re-read if it must be resent
+        return k
+
+    def lost(self, e: BaseException) -> None:
+        # The connection dropped with messages in flight: nothing of them is acked. Once per loss
+        # after progress, reconnect at once and republish them (DUP), re-read from the queue;
+        # otherwise nack them all (full-jitter backoff, E8) and end the round.
+        if self.healthy and self.fl:
+            self.healthy = False
+            try:
+                for seq in sorted(self.fl):
+                    m = self.fl[seq]
+                    self.s.publish(self.ob._reread(m), True)
+                    self.ob.counters["resent"] += 1
+                return
+            except OSError as e2:
+                e = e2
+        for m in list(self.fl.values()):
+            self.ob.nack(m, repr(e))
+        self.fl = {}
+        self.failed = True
+
+    def done(self, seqs: "list[int]") -> None:
+        for seq in seqs:
+            m = self.fl.pop(seq, None)
+            if m is not None:  # else acked before, or nacked at its lease's end: ignored
+                self.healthy = True
+                self.acked += 1 if self.ob.ack(m) else 0
+
+    def due(self) -> int:
+        # Nack every message whose lease ends within the margin; return ms to wait at most.
+        now, wait = self.ob._clock(), _MAX_WAIT
+        for m in list(self.fl.values()):
+            left = m.lease_until_ms - now - self.margin
+            if left <= 0:
+                self.fl.pop(m.seq)
+                self.ob.counters["lease_nacks"] += 1
+                self.ob.nack(m, "lease would run out in flight")
+                if hasattr(self.s, "forget"):  # optional: the sender frees its packet id
+                    self.s.forget(m.seq)
+            else:
+                wait = min(wait, left)
+        return wait
+
+    def step(self, timeout_ms: int) -> None:
+        wait = self.due()
+        if not self.fl:
+            return  # every message was given up at its lease: nothing left to wait for
+        try:
+            self.done(self.s.poll(min(timeout_ms, wait)))
+        except OSError as e:
+            self.lost(e)
+
+    def pump(self, budget: int, budget_ms: int) -> int:
+        ob, t0, n = self.ob, self.ob._ticks(), 0
+        budget = _opt(budget, 1, _MAX_WAIT, "budget")
+        ob.tick()
+        for _ in range(_IO_LOOPS):
+            if not self.failed and n < budget and (
+                    not budget_ms or _tdiff(ob._ticks(), t0) < budget_ms):
+                n += self.fill(budget - n)
+            if not self.fl:
+                break
+            self.step(int(getattr(self.s, "timeout_ms", 5000)))
+            ob.tick()
+        return self.acked
+
+    async def run(self, idle_ms: int, stop: "Any") -> int:
+        import asyncio
+
+        sleep_ms = getattr(asyncio, "sleep_ms", None)
+        _opt(idle_ms, 1, _MAX_WAIT, "idle_ms")
+        ob = self.ob
+        while stop is None or not stop():
+            ob.tick()
+            self.failed = False
+            k = self.fill(self.w)
+            if self.fl:
+                self.step(0)  # never blocks the event loop: poll, then yield a few ms
+                await (sleep_ms(2) if sleep_ms is not None else asyncio.sleep(0.002))
+                continue
+            if k and not self.failed:
+                await asyncio.sleep(0)
+                continue
+            d = ob.next_ready_ms()
+            d = idle_ms if d is None else min(d, idle_ms)
+            await (sleep_ms(d) if sleep_ms is not None else asyncio.sleep(d / 1000))
+        while self.fl:  # stopping: settle what is in flight (bounded by the sender's timeout)
+            self.step(int(getattr(self.s, "timeout_ms", 5000)))
+        return self.acked

@@ -536,7 +536,12 @@ def do_records(args: argparse.Namespace) -> int:
 
 
 def argparse_replay(p: argparse.ArgumentParser) -> None:
-    p.add_argument("dir", metavar="DIR")
+    p.add_argument(
+        "dir",
+        metavar="DIR",
+        nargs="+",
+        help="queue directories; several are replayed at once, one connection each",
+    )
     p.add_argument(
         "--to",
         required=True,
@@ -570,7 +575,28 @@ def argparse_replay(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--timeout", type=float, default=10.0, help="seconds to wait for CONNACK/PUBACK"
     )
-    p.add_argument("--client-id", help="MQTT client id (default ddq-replay-<time>)")
+    p.add_argument(
+        "--client-id",
+        help="MQTT client id (default ddq-replay-<time>); {dir} is the directory's name "
+        "(several DIRs: -{dir} is appended when missing)",
+    )
+    p.add_argument(
+        "--window",
+        type=int,
+        default=16,
+        metavar="W",
+        help="QoS 1 publishes in flight per connection (default %(default)s; 1: one at a time)",
+    )
+    p.add_argument(
+        "--prefix-per-dir",
+        action="store_true",
+        help="publish each DIR under PREFIX/<its name> ({dir} in the URL's prefix does the same)",
+    )
+    p.add_argument(
+        "--progress",
+        action="store_true",
+        help="show progress on stderr even when it is not a terminal",
+    )
     p.add_argument(
         "--send-expired",
         action="store_true",
@@ -585,11 +611,14 @@ def argparse_replay(p: argparse.ArgumentParser) -> None:
 def do_replay(args: argparse.Namespace) -> int:
     from . import replay
 
-    opts, src = resolve_options(args, args.dir)
-    if not args.dry_run:
-        # replay appends claims and acks: only with the writer's own options (issue 13).
-        qdir.check_writer_options(args.dir, opts, src, "replay")
-    key = qdir.load_hmac_key(args.hmac_key_file, args.dir)
+    jobs = []
+    for d in args.dir:
+        opts, src = resolve_options(args, d)
+        if not args.dry_run:
+            # replay appends claims and acks: only with the writer's own options (issue 13).
+            qdir.check_writer_options(d, opts, src, "replay")
+        key = qdir.load_hmac_key(args.hmac_key_file, d)
+        jobs.append({"dir": d, "options": opts, "hmac_key": key})
     try:
         cfg = replay.parse_url(args.to)
         user, password, warnings = replay.resolve_auth(
@@ -597,52 +626,90 @@ def do_replay(args: argparse.Namespace) -> int:
         )
         for w in warnings:
             log_err("ddq: %s" % w)
+        names = replay.fleet_names(args.dir, cfg["prefix"], args.client_id, args.prefix_per_dir)
+        for j, (prefix, cid) in zip(jobs, names):
+            j["prefix"], j["client_id"] = prefix, cid
+        if not 1 <= args.window <= 65535:
+            raise replay.ReplayError("--window must be 1..65535, got %d" % args.window)
+        show = args.progress or (sys.stderr.isatty() and not args.verbose)
+        kw: dict[str, Any] = dict(
+            limit=args.limit,
+            lease_ms=args.lease_ms,
+            timeout=args.timeout,
+            log=log_err if args.verbose else None,
+            send_expired=args.send_expired,
+            auth=(user, password),
+            ca_file=args.ca_file,
+            certfile=args.cert,
+            keyfile=args.key,
+            window=args.window,
+        )
+        results = []
         if args.dry_run:
-            res = replay.plan(
-                args.dir, opts, cfg["prefix"], send_expired=args.send_expired, hmac_key=key
-            )
+            for j in jobs:
+                res = replay.plan(
+                    j["dir"], j["options"], j["prefix"], send_expired=args.send_expired,
+                    hmac_key=j["hmac_key"],
+                )
+                res["dir"] = j["dir"]
+                results.append(res)
+        elif len(jobs) == 1:
+            j = jobs[0]
+            prog = replay.Progress([j["dir"]], sys.stderr, sys.stderr.isatty()) if show else None
+            try:
+                res = replay.replay(
+                    j["dir"], args.to, j["options"], client_id=j["client_id"],
+                    prefix=j["prefix"], hmac_key=j["hmac_key"],
+                    progress=prog.callback(j["dir"]) if prog is not None else None, **kw
+                )
+            finally:
+                if prog is not None:
+                    prog.stop()
+            res["dir"] = j["dir"]
+            results.append(res)
         else:
-            res = replay.replay(
-                args.dir,
-                args.to,
-                opts,
-                limit=args.limit,
-                lease_ms=args.lease_ms,
-                timeout=args.timeout,
-                client_id=args.client_id,
-                log=log_err if args.verbose else None,
-                send_expired=args.send_expired,
-                auth=(user, password),
-                ca_file=args.ca_file,
-                certfile=args.cert,
-                keyfile=args.key,
-                hmac_key=key,
-            )
+            prog = replay.Progress(args.dir, sys.stderr, sys.stderr.isatty()) if show else None
+            results = replay.replay_many(jobs, args.to, prog, **kw)
     except replay.ReplayError as e:
         raise CommandError(str(e)) from None
     if args.json:
-        out_json(res)
+        if len(results) == 1:
+            out_json(results[0])
+        else:
+            tot = {
+                k: sum(int(r.get(k, 0)) for r in results)
+                for k in ("sent", "failed", "skipped", "expired", "unpublishable",
+                          "unauthenticated", "remaining")
+            }
+            tot["errors"] = sum(1 for r in results if "error" in r)
+            out_json({"dirs": results, "total": tot})
     else:
-        if res["dry_run"]:
-            for w in res["would_send"]:
-                print("would send seq %d -> %s (%d bytes)" % (w["seq"], w["topic"], w["bytes"]))
-        print(
-            "%ssent %d, failed %d, skipped %d, expired %d, unpublishable %d, unauthenticated %d, "
-            "remaining %d"
-            % (
-                "dry run: " if res["dry_run"] else "",
-                res["sent"],
-                res["failed"],
-                res["skipped"],
-                res["expired"],
-                res["unpublishable"],
-                res["unauthenticated"],
-                res["remaining"],
+        for res in results:
+            if res.get("dry_run"):
+                for w in res["would_send"]:
+                    print("would send seq %d -> %s (%d bytes)" % (w["seq"], w["topic"], w["bytes"]))
+            head = "%s: " % res["dir"] if len(results) > 1 else ""
+            if "error" in res:
+                print("%serror: %s" % (head, res["error"]))
+                continue
+            print(
+                "%s%ssent %d, failed %d, skipped %d, expired %d, unpublishable %d, "
+                "unauthenticated %d, remaining %d"
+                % (
+                    head,
+                    "dry run: " if res["dry_run"] else "",
+                    res["sent"],
+                    res["failed"],
+                    res["skipped"],
+                    res["expired"],
+                    res["unpublishable"],
+                    res["unauthenticated"],
+                    res["remaining"],
+                )
             )
-        )
-    if res.get("interrupted"):
+    if any(r.get("interrupted") for r in results):
         return 130
-    return 1 if res["failed"] else 0
+    return 1 if any(r.get("failed") or "error" in r for r in results) else 0
 
 
 # ---------------------------------------------------------------- test

@@ -1,9 +1,18 @@
 """ddq replay: deliver the pending messages of a (pulled) queue directory to an MQTT broker, QoS 1.
 
 Each message is claimed in DIR (ddq.Queue), published with QoS 1, and acked in DIR when its PUBACK
-arrives, so an interrupted replay resumes without re-sending what was acked. The window between a
-PUBACK and the durable ACK record is the only place a hard kill can cause one duplicate (QoS 1 is
-at-least-once); Ctrl-C finishes the message in flight first.
+arrives, so an interrupted replay resumes without re-sending what was acked. The time between a
+PUBACK and the durable ACK record is the only place a hard kill can cause duplicates (at most the
+window's; QoS 1 is at-least-once); Ctrl-C finishes the messages in flight first.
+
+Window (--window W, default 16; SPEC E25's, through paho's max_inflight_messages): up to W
+publishes wait for their PUBACK at once; each is acked in DIR when its PUBACK arrives (they come
+back in order), and none is waited for past its lease. A failure releases every message of the
+window (retry(0)) and stops that directory. Many directories (`ddq replay DIR... --to URL`): one
+connection and thread each, all at once; {dir} in the URL's prefix or --client-id is the
+directory's name, --prefix-per-dir publishes under PREFIX/<name>, and client ids always differ
+(-<name> is appended). Each is resumable on its own; --json gives a summary per directory (one
+DIR: the summary itself); --progress (or a terminal on stderr) shows sent/total.
 
 Connection: mqtt://HOST[:PORT] (1883) or mqtts://HOST[:PORT] (8883, TLS: the broker's certificate must
 chain to --ca-file, else to the system's CAs, and name HOST; --cert/--key: a client certificate).
@@ -322,9 +331,17 @@ def replay(
     certfile: str | None = None,
     keyfile: str | None = None,
     hmac_key: bytes | None = None,
+    window: int = 16,
+    progress: Callable[[int, int], None] | None = None,
+    interrupted: list[bool] | None = None,
+    prefix: str | None = None,
 ) -> dict[str, Any]:
     """Deliver; return the summary dict (see the module docstring). auth: (user, password)
-    instead of the URL's (resolve_auth); ca_file, certfile, keyfile: TLS (mqtts:// only)."""
+    instead of the URL's (resolve_auth); ca_file, certfile, keyfile: TLS (mqtts:// only).
+    window: QoS 1 publishes in flight (paho's max_inflight_messages); progress(sent, total):
+    called with (0, pending) once, then (1, 0) per PUBACK; interrupted: a shared stop flag
+    (set by the caller's SIGINT handler; None: replay installs its own); prefix: instead of
+    the URL's."""
     import paho.mqtt.client as mqtt
     from paho.mqtt.enums import CallbackAPIVersion
 
@@ -336,6 +353,10 @@ def replay(
         raise ReplayError("--ca-file, --cert and --key need an mqtts:// URL")
     if keyfile and not certfile:
         raise ReplayError("--key needs --cert (the client certificate)")
+    if prefix is not None:
+        cfg["prefix"] = prefix
+    if not 1 <= window <= 65535:
+        raise ReplayError("--window must be 1..65535, got %d" % window)
     broker = "%s:%d" % (cfg["host"], cfg["port"])
     check_prefix(cfg["prefix"])
     connected = threading.Event()
@@ -353,13 +374,15 @@ def replay(
         state["lost"] = True
         connected.set()  # a close before CONNACK ends the wait
 
+    client_id = client_id or "ddq-replay-%d" % int(time.time())
     client = mqtt.Client(
         CallbackAPIVersion.VERSION2,
-        client_id=client_id or "ddq-replay-%d" % int(time.time()),
+        client_id=client_id,
         clean_session=True,
     )
     client.on_connect = on_connect
     client.on_disconnect = on_disconnect
+    client.max_inflight_messages_set(window)
     if cfg["tls"]:
         client.tls_set_context(tls_context(ca_file, certfile, keyfile))
     if user is not None:
@@ -384,7 +407,9 @@ def replay(
     except OSError as e:
         raise ReplayError("cannot connect to broker %s: %s" % (broker, e.strerror or e)) from None
     client.loop_start()
-    interrupted: list[bool] = []
+    own_flag = interrupted is None
+    if interrupted is None:
+        interrupted = []
     old = None
     try:
         if not connected.wait(timeout):
@@ -401,10 +426,12 @@ def replay(
             raise ReplayError("broker %s refused the connection: %s" % (broker, state["rc"]))
 
         def on_sigint(signum: int, frame: Any) -> None:
+            assert interrupted is not None
             interrupted.append(True)
 
-        if threading.current_thread() is threading.main_thread():
+        if own_flag and threading.current_thread() is threading.main_thread():
             old = signal.signal(signal.SIGINT, on_sigint)
+        t_deliver = time.monotonic()
         res = _deliver(
             ddq,
             path,
@@ -419,6 +446,8 @@ def replay(
             log,
             send_expired,
             hmac_key,
+            window,
+            progress,
         )
     finally:
         if old is not None:
@@ -429,6 +458,9 @@ def replay(
     res["tls"] = cfg["tls"]
     res["prefix"] = cfg["prefix"]
     res["interrupted"] = bool(interrupted)
+    res["window"] = window
+    res["seconds"] = round(time.monotonic() - t_deliver, 3)  # delivery, after the CONNACK
+    res["client_id"] = client_id
     return res
 
 
@@ -446,6 +478,8 @@ def _deliver(
     log: Callable[[str], None] | None,
     send_expired: bool = False,
     hmac_key: bytes | None = None,
+    window: int = 1,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     sent: list[int] = []
     failed: list[int] = []
@@ -461,9 +495,45 @@ def _deliver(
         )
         attempted: set[int] = set()
         stop = False
+        if progress is not None:
+            progress(0, len(pending))
+        # The window (SPEC E25's, with paho): up to `window` publishes wait for their PUBACK;
+        # QoS 1 PUBACKs come back in order (MQTT 3.1.1 §4.6), so the oldest is waited for first.
+        flight: list[tuple[int, Any, bool, str, int, int]] = []  # seq, info, raw, topic, bytes, lease
+
+        def settle_oldest() -> bool:
+            seq, info, is_raw, topic, nb, lease_until = flight.pop(0)
+            # Never past the lease: a copy still in flight must not be claimed again (E25).
+            left = (lease_until - int(time.time() * 1000)) / 1000 - min(lease_ms / 4000, 2.0)
+            try:
+                if left > 0:
+                    info.wait_for_publish(min(timeout, left))
+                ok = info.is_published()
+            except (RuntimeError, ValueError):
+                ok = False
+            if ok:
+                q.ack(seq)
+                sent.append(seq)
+                if progress is not None:
+                    progress(1, 0)
+                if log:
+                    log("sent seq %d -> %s (%d bytes)" % (seq, topic, nb))
+                return True
+            for rest in [(seq, info, is_raw, topic, nb, lease_until)] + flight:
+                q.retry(rest[0], 0)
+                failed.append(rest[0])
+            flight.clear()
+            if log:
+                log("no PUBACK for seq %d on %s; stopping" % (seq, topic))
+            return False
+
+        raws: dict[int, bool] = {}
         for _ in range(len(pending) + 1):  # bounded: each pass claims a different pending item
-            done = len(sent) + len(expired) + sum(len(v) for v in bad.values())
+            done = len(sent) + len(flight) + len(expired) + sum(len(v) for v in bad.values())
             if stop or interrupted or (limit is not None and done >= limit):
+                break
+            if len(flight) >= max(1, window) and not settle_oldest():
+                stop = True
                 break
             c = q.claim(lease_ms)
             if c is None:
@@ -492,23 +562,11 @@ def _deliver(
             except ValueError as e:  # paho refuses the topic or the payload: not sendable, ever
                 _quarantine(q, c.seq, "unpublishable: %s" % e, bad, log)
                 continue
-            try:
-                info.wait_for_publish(timeout)
-                ok = info.is_published()
-            except (RuntimeError, ValueError):
-                ok = False
-            if ok:
-                q.ack(c.seq)
-                sent.append(c.seq)
-                raw += 1 if r.raw else 0
-                if log:
-                    log("sent seq %d -> %s (%d bytes)" % (c.seq, topic, len(r.body)))
-            else:
-                q.retry(c.seq, 0)
-                failed.append(c.seq)
-                stop = True
-                if log:
-                    log("no PUBACK for seq %d on %s; stopping" % (c.seq, topic))
+            raws[c.seq] = r.raw
+            flight.append((c.seq, info, r.raw, topic, len(r.body), c.lease_until_ms))
+        while flight and not stop:  # the last window (and what Ctrl-C or --limit left)
+            stop = not settle_oldest()
+        raw = sum(1 for s in sent if raws.get(s))
         left = [it for it in q.items() if it.state in ("available", "claimed")]
         now = int(time.time() * 1000)
         skipped = [
@@ -566,3 +624,135 @@ def _quarantine(
     bad[why.split(":")[0]].append(seq)
     if log:
         log("seq %d not sent: quarantined (%s)" % (seq, why))
+
+
+# ---------------------------------------------------------------- many directories at once
+
+
+def dir_name(path: str) -> str:
+    """The name a directory goes by in {dir}, --prefix-per-dir and client ids: its basename."""
+    return os.path.basename(os.path.normpath(os.path.abspath(path)))
+
+
+def fleet_names(
+    dirs: list[str], prefix: str, client_id: str | None, per_dir: bool
+) -> list[tuple[str, str]]:
+    """(prefix, client id) of each directory: {dir} in the prefix or the client id is the
+    directory's name; per_dir appends /<name> to the prefix. With several directories every
+    client id must differ (a broker drops the older of two sessions with one id): the default
+    is ddq-replay-<time>-<name>, and a given id without {dir} gets -<name> appended.
+    ReplayError for two directories with one name, or ids/prefixes that would collide."""
+    names = [dir_name(d) for d in dirs]
+    many = len(dirs) > 1
+    if many and len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise ReplayError("two directories are named %s: {dir}, client ids and --prefix-per-dir "
+                          "need distinct names" % ", ".join(dup))
+    tmpl = client_id or "ddq-replay-%d" % int(time.time())
+    if many and "{dir}" not in tmpl:
+        tmpl += "-{dir}"
+    out = []
+    for n in names:
+        p = prefix.replace("{dir}", n)
+        if per_dir:
+            p = "%s/%s" % (p, n) if p else n
+        check_prefix(p)
+        out.append((p, tmpl.replace("{dir}", n)))
+    return out
+
+
+class Progress:
+    """sent/total of every directory, shown on stderr: rewritten in place on a tty, else one
+    line a second; stop() prints the last line."""
+
+    def __init__(self, dirs: list[str], stream: Any, tty: bool) -> None:
+        self.sent = {d: 0 for d in dirs}
+        self.total = {d: 0 for d in dirs}
+        self.done: set[str] = set()
+        self.stream, self.tty = stream, tty
+        self.t0 = time.monotonic()
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def callback(self, d: str) -> Callable[[int, int], None]:
+        def cb(sent: int, total: int) -> None:
+            with self.lock:
+                self.sent[d] += sent
+                self.total[d] += total
+
+        return cb
+
+    def line(self) -> str:
+        with self.lock:
+            s, t = sum(self.sent.values()), sum(self.total.values())
+        dt = max(time.monotonic() - self.t0, 1e-6)
+        return "replay: %d/%d sent, %d dir(s), %d done, %.0f msg/s, %.0f s" % (
+            s, t, len(self.sent), len(self.done), s / dt, dt)
+
+    def _loop(self) -> None:
+        while not self.stopped.wait(0.5 if self.tty else 1.0):
+            self.stream.write(("\r%s\033[K" if self.tty else "%s\n") % self.line())
+            self.stream.flush()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join()
+        self.stream.write(("\r%s\033[K\n" if self.tty else "%s\n") % self.line())
+        self.stream.flush()
+
+
+def replay_many(
+    jobs: list[dict[str, Any]],
+    url: str,
+    progress: Progress | None = None,
+    **kw: Any,
+) -> list[dict[str, Any]]:
+    """Replay each job (dir, options, hmac_key, prefix, client_id) over its own connection, all
+    at once (one thread each; paho runs its own network thread per connection), resumable per
+    directory like replay(). Ctrl-C stops every directory after its window. A directory that
+    fails (ReplayError) gets {"dir": ..., "error": ...}; the others go on."""
+    interrupted: list[bool] = []
+    results: list[dict[str, Any]] = [{} for _ in jobs]
+
+    log = kw.pop("log", None)
+
+    def one(i: int) -> None:
+        j = jobs[i]
+        name = dir_name(j["dir"])
+        try:
+            res = replay(
+                j["dir"], url, j["options"], client_id=j["client_id"], prefix=j["prefix"],
+                hmac_key=j["hmac_key"], interrupted=interrupted,
+                progress=progress.callback(j["dir"]) if progress is not None else None,
+                log=(lambda m: log("%s: %s" % (name, m))) if log is not None else None, **kw
+            )
+        except ReplayError as e:
+            res = {"error": str(e), "sent": 0, "failed": 0}
+        except Exception as e:  # a queue that cannot be opened, say: this directory only
+            res = {"error": "%s: %s" % (type(e).__name__, e), "sent": 0, "failed": 0}
+        res["dir"] = j["dir"]
+        results[i] = res
+        if progress is not None:
+            progress.done.add(j["dir"])
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        interrupted.append(True)
+
+    old = None
+    if threading.current_thread() is threading.main_thread():
+        old = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(jobs))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGINT, old)
+        if progress is not None:
+            progress.stop()
+    return results
