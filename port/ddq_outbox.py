@@ -569,7 +569,7 @@ class Outbox:
         self.counters: "dict[str, Any]" = {"put": 0, "sent": 0, "retried": 0, "expired": 0,
                                            "dropped": 0, "rejected": 0, "exhausted": 0,
                                            "corrupt": 0, "lapsed": 0,
-                                           "unauthenticated": 0, "resent": 0,
+                                           "unauthenticated": 0, "unpublishable": 0, "resent": 0,
                                            "lease_nacks": 0}  # this run only [E18] [E25]
 
     def __enter__(self) -> "Outbox":
@@ -733,6 +733,11 @@ class Outbox:
             except BadEnvelope as e:
                 self.counters["corrupt"] += 1
                 self._quar(c.seq, "corrupt", e.args[0])
+                continue
+            why = publishable(m.topic)  # an old or forged record: no client can send it [E4]
+            if why:
+                self.counters["unpublishable"] += 1
+                self._quar(c.seq, "unpublishable", why)
                 continue
             m.seq, m.attempts, m.lease_until_ms = c.seq, c.attempts, c.lease_until_ms
             m.age_ms = max(0, now - m.enqueued_ms)  # a clock behind the enqueue time: age 0
