@@ -49,13 +49,8 @@ def _crc(data: "Buf", value: int = 0) -> int:
     return int(_crc32(data, value))
 
 
-def _abi() -> int:
-    # The recovery index stores the index columns in native order and width [X2].
-    return _crc(bytes(array("Q", [1])) + bytes(array("H", [1])) + bytes(array("I", [1])))
-
-
 def _import(name: str) -> "Any":
-    # Optional modules (fcntl, socket, hashlib): present on some interpreters only.
+    # Optional modules (fcntl, socket; ddq_index beside ddq): present on some installs only.
     try:
         return __import__(name)
     except ImportError:
@@ -112,13 +107,7 @@ _CUT = ".cut"  # ddq extension: a tail cut staged by copy + rename where truncat
 # Recovery index: SPEC §12.1 [X1]-[X8]; a ddq-only file C DDQ ignores [N5].
 _INDEX = "queue.index"
 _INDEX_TMP = "queue.index.tmp"
-# magic version reserved abi manifest_crc generation next_seq, then 16 u32: items fresh available
-# claimed acked quarantined live hist reasons segments plan_segs plan_off max_payload flags body_crc
-# header_crc
-_IX_FMT = "<IHHIIQQIIIIIIIIIIIIIIII"
-_IX_MAGIC = 0x49514444  # b"DDQI"
-_IX_SIZE = const(96)
-_IX_NO_PLAN = 0xFFFFFFFF
+# Its layout lives in port/ddq_index.py, imported only when a queue needs it.
 # Limits: SPEC §7.
 _MAX_REASON = const(4096)
 _MAX_LEASE_MS = const(604800000)
@@ -1484,7 +1473,14 @@ class Queue:
             self._new_segment(log, False)
         st = [seen, False, False]  # checkpoint seen, last item snapshotted, reason pending
         fits: "list[int]" = []
-        start = self._load_index(len(ids), cp, mcrc, fits) if ids and self._ix_bytes else -1
+        start = -1
+        if ids and self._ix_bytes and fs.kind(self._path(_INDEX)) == 1:  # a stat, not an import
+            try:
+                m = _import("ddq_index")
+            except MemoryError:  # no room for the optional module: replay the whole log [X5]
+                m = None
+            if m is not None:
+                start = m.load(self, len(ids), cp, mcrc, fits)
         loaded = self._ix.n if start >= 0 else -1
         if start >= 0:
             st[0] = self.index_used = True
@@ -1726,65 +1722,17 @@ class Queue:
             log.off = log.synced = size
 
     # ------------------------------------------------------------------ recovery index (SPEC §12.1)
-    def _ix_parts(self) -> "list[Any]":
-        # The body of queue.index in order [X2]: segments, the five index columns, live, hist,
-        # reasons. Sweeps are undone: the file holds the durable state, as a replay would [X3].
-        ix, log, n = self._ix, self._log, self._ix.n
-        segs = bytearray(12 * len(log.ck))
-        for k in range(len(log.ck)):
-            struct.pack_into("<III", segs, 12 * k, log.ck[k][0], log.ck[k][1], log.ck[k][2])
-        st = ix.st[0:n]
-        live = bytearray(28 * len(ix.live))
-        k = 0
-        for s, e in ix.live.items():
-            lease = self._swept.get(s, e[2])
-            if s in self._swept:
-                st[e[0]] = _CLAIMED
-            struct.pack_into("<QIQQ", live, k, s, e[1], lease, e[3])
-            k += 28
-        hist = bytearray(20 * len(ix.hist))
-        k = 0
-        for s, h in ix.hist.items():
-            struct.pack_into("<QIQ", hist, k, s, h[0], h[1])
-            k += 20
-        rs = bytearray(20 * len(ix.reasons))
-        k = 0
-        for s, r in ix.reasons.items():
-            struct.pack_into("<QIII", rs, k, s, r[0], r[1], r[2])
-            k += 20
-        # The columns as views: crc32 reads them in place; each is copied only while written.
-        return [segs, memoryview(ix.seq)[0:n], memoryview(ix.sg)[0:n], memoryview(ix.off)[0:n],
-                memoryview(ix.ln)[0:n], st, live, hist, rs]
-
-    def _ix_header(self, parts: "list[Any]", body: int, mcrc: int) -> bytearray:
-        ix, log, p = self._ix, self._log, self._plan
-        pay = max(memoryview(ix.ln)[0:ix.n]) if ix.n else 0
-        for r in ix.reasons.values():
-            pay = max(pay, r[2])
-        sw = len(self._swept)
-        b = bytearray(_IX_SIZE)
-        struct.pack_into(_IX_FMT, b, 0, _IX_MAGIC, 1, 0, _abi(), mcrc, log.gen, self._next, ix.n,
-                         ix.fresh, self._n_avail - sw, self._n_claimed + sw, self._n_acked,
-                         self._n_quar, len(ix.live), len(ix.hist), len(ix.reasons), len(log.ck),
-                         _IX_NO_PLAN if p is None else p[0], 0 if p is None else p[1], pay,
-                         self._plan_key() | (1 if self._has_manifest else 0), body, 0)
-        struct.pack_into("<I", b, _IX_SIZE - 4, _crc(memoryview(b)[0:_IX_SIZE - 4]))
-        return b
-
-    def _plan_key(self) -> int:
-        # flags bits 8-31: the options the admission plan was computed with [X2].
-        k = struct.pack("<III", self._seg_bytes, self._max_segs, self.reason_budget)
-        return _crc(k) & 0xFFFFFF00
-
     def _index_update(self) -> None:
         # [X1] at close and after a compaction: write the index when the log holds index_bytes
         # or more and the file does not already cover it; otherwise leave no stale index behind.
-        # Errors only cost speed.
+        # ddq_index is imported only here and when an index exists at open. Errors cost speed.
         log = self._log
         try:
             if self._ix_bytes and sum(log.sizes) >= self._ix_bytes:
                 if self._ixcov != [log.gen] + log.sizes:
-                    self._save_index()
+                    m = _import("ddq_index")
+                    if m is not None:  # a board may ship without it: open replays the log
+                        m.save(self)
             elif self._ix_bytes and self._fs.kind(self._path(_INDEX)) == 1:
                 self._fs.remove(self._path(_INDEX))
                 self._fs.sync_dir(self._dir)
@@ -1794,158 +1742,12 @@ class Queue:
     def save_index(self) -> None:
         """Sync, then write queue.index so the next open replays only what follows [X1]."""
         self.sync()
+        import ddq_index  # noqa: PLC0415 (the optional module, loaded on demand)
+
         try:
-            self._save_index()
+            ddq_index.save(self)
         except OSError as e:
             raise _io_failure(e, "writing " + _INDEX)
-
-    def _save_index(self) -> None:
-        fs, log = self._fs, self._log
-        try:
-            for k in range(len(log.sizes)):  # [X4] extend each segment's running CRC
-                if k == len(log.ck):
-                    log.ck.append([0, 0, 0])
-                c, size = log.ck[k], log.sizes[k]
-                if c[1] < size:
-                    path = self._path(segment_name(log.gen, k))
-                    if c[1] == 0 and k > 0:  # its first record_length, for F7 [X5]
-                        c[2] = struct.unpack_from("<I", self._read_small(path, 32), 28)[0]
-                    c[0], c[1] = self._crc_span(path, c[1], size, c[0]), size
-        finally:
-            self._rbuf = bytearray(0)
-        mcrc = 0
-        if self._has_manifest:
-            mcrc = _crc(self._read_small(self._path(_MANIFEST), _MAN_SIZE + 1)[0:40])
-        parts = self._ix_parts()
-        body = 0
-        for b in parts:
-            body = _crc(b, body)
-        tmp = self._path(_INDEX_TMP)
-        if fs.kind(tmp) != 0:
-            fs.remove(tmp)
-        h = fs.open(tmp, "wb")
-        try:
-            fs.write(h, self._ix_header(parts, body, mcrc))
-            for j in range(len(parts)):
-                if len(parts[j]):  # a typed view's len() counts items: write its bytes
-                    fs.write(h, bytes(parts[j]) if 1 <= j <= 4 else parts[j])
-            fs.sync(h)
-        finally:
-            fs.close(h)
-        fs.rename(tmp, self._path(_INDEX))  # old or new index, never a torn one [X1]
-        fs.sync_dir(self._dir)
-        self._ixcov = [log.gen] + log.sizes
-
-    def _load_index(self, nsegs: int, cp: "list[int]", mcrc: int, fits: "list[int]") -> int:
-        """Adopt queue.index when it matches the directory; return where to resume the last
-        covered segment, or -1 (and change nothing) to replay everything [X5]."""
-        fs, path = self._fs, self._path(_INDEX)
-        try:
-            if fs.kind(path) != 1:
-                return -1
-            h = fs.open(path, "rb")
-        except OSError:
-            return -1
-        try:
-            return self._adopt_index(h, fs.size(path), nsegs, cp, mcrc, fits)
-        except (OSError, Error, ValueError, IndexError, MemoryError):
-            return -1
-        finally:
-            fs.close(h)
-
-    def _adopt_index(self, h: "Any", size: int, nsegs: int, cp: "list[int]", mcrc: int,
-                     fits: "list[int]") -> int:
-        fs, log = self._fs, self._log
-        hb = bytearray(_IX_SIZE)
-        if self._read_exact(h, 0, memoryview(hb)) != _IX_SIZE:
-            return -1
-        (magic, ver, _r, abi, mc, gen, nxt, n, fresh, na, nc, nk, nq, nlive, nhist, nrs, ns,
-         p0, p1, pay, flags, body, hcrc) = struct.unpack(_IX_FMT, hb)
-        if magic != _IX_MAGIC or ver != 1 or hcrc != _crc(memoryview(hb)[0:_IX_SIZE - 4]) \
-                or abi != _abi() or gen != log.gen or mc != mcrc or (flags & 1) != \
-                self._has_manifest or ns == 0 or ns > nsegs or n > self._max_items \
-                or pay > self._max_payload or na + nc + nk + nq != n or fresh > n \
-                or size != _IX_SIZE + 12 * ns + 19 * n + 28 * nlive + 20 * (nhist + nrs):
-            return -1
-        pos, c = _IX_SIZE, 0
-        parts: "list[Any]" = []
-        for k in (12 * ns, 8 * n, 2 * n, 4 * n, 4 * n, n, 28 * nlive, 20 * nhist, 20 * nrs):
-            b = bytearray(k)
-            if k and self._read_exact(h, pos, memoryview(b)) != k:
-                return -1
-            c = _crc(b, c)
-            pos += k
-            # a column becomes its array at once: one column's bytes are extra, never all [X2]
-            j = len(parts)
-            parts.append(array("QHII"[j - 1], b) if 1 <= j <= 4 else b)
-        if c != body:
-            return -1
-        segs, live, hist, rs = parts[0], parts[6], parts[7], parts[8]
-        nix = _Index()
-        nix.seq, nix.sg, nix.off, nix.ln, nix.st = parts[1], parts[2], parts[3], parts[4], parts[5]
-        ck: "list[list[int]]" = []
-        for k in range(ns):
-            crc, sz, first = struct.unpack_from("<III", segs, 12 * k)
-            real = fs.size(self._path(segment_name(gen, k)))
-            if sz > self._seg_bytes or real < sz or (k < ns - 1 and real != sz):
-                return -1
-            ck.append([crc, sz, first])
-        if self._has_manifest and (ns < cp[0] or (ns == cp[0] and ck[ns - 1][1] < cp[2])):
-            return -1  # [R8] the index must lie past the manifest's boundary
-        if not self._prefix_ok(gen, ck):
-            return -1
-        nix.n, nix.fresh = n, fresh
-        for k in range(nlive):
-            s, a, lease, nb = struct.unpack_from("<QIQQ", live, 28 * k)
-            i = nix.find(s)
-            if i < 0 or nix.st[i] not in (_AVAILABLE, _CLAIMED):
-                return -1
-            nix.live[s] = [i, a, lease, nb]
-        for k in range(nhist):
-            s, a, nb = struct.unpack_from("<QIQ", hist, 20 * k)
-            nix.hist[s] = [a, nb]
-        for k in range(nrs):
-            s, sg, off, ln = struct.unpack_from("<QIII", rs, 20 * k)
-            nix.reasons[s] = [sg, off, ln]
-        # Adopt: the covered segments but the last are whole; the last resumes its replay.
-        self._ix, self._next = nix, nxt
-        self._n_avail, self._n_claimed, self._n_acked, self._n_quar = na, nc, nk, nq
-        # The plan depends on the options (not stored, M8): another writer's is not used [X5].
-        ok = p0 != _IX_NO_PLAN and flags & 0xFFFFFF00 == self._plan_key()
-        self._plan = [p0, p1] if ok else None
-        log.ck = ck
-        for k in range(ns - 1):
-            log.sizes.append(ck[k][1])
-        for k in range(1, ns):
-            if ck[k][1]:  # an empty segment (a crash after its creation) has no first record
-                fits.append(ck[k - 1][1] + ck[k][2])
-        self._ixcov = [gen] + [e[1] for e in ck]
-        return ck[-1][1]
-
-    def _prefix_ok(self, gen: int, ck: "list[list[int]]") -> bool:
-        # [X4] one sequential read + crc32 of every covered byte: any change to the prefix
-        # sends recovery back to the full replay, which names the damage.
-        for k in range(len(ck)):
-            if self._crc_span(self._path(segment_name(gen, k)), 0, ck[k][1], 0) != ck[k][0]:
-                return False
-        return True
-
-    def _crc_span(self, path: str, pos: int, end: int, c: int) -> int:
-        # The running crc32 c extended over bytes pos..end-1 of a file: one sequential read.
-        mv = self._buf(min(max(end - pos, 1), 65536))
-        h = self._fs.open(path, "rb")
-        try:
-            for _ in range(_IO_LOOPS):
-                if pos >= end:
-                    break
-                n = self._read_exact(h, pos, mv[0:min(len(mv), end - pos)])
-                if n <= 0:
-                    raise OSError(_EIO, "short read in " + path)
-                c = _crc(mv[0:n], c)
-                pos += n
-        finally:
-            self._fs.close(h)
-        return c
 
     def _cut(self, path: str, size: int) -> None:
         """Remove a torn tail: truncate where possible, else copy the prefix and rename [R12]."""
