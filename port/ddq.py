@@ -459,21 +459,34 @@ class PosixStorage:
 
 
 # ============================================================================ index
-# RAM metadata per retained item, in seq order, in parallel compact arrays (19 bytes an item):
-# seq, segment index, record offset, payload length, state. Items with history (attempts, lease,
-# not_before) live in small dicts keyed by seq, so a fresh item costs nothing more (DESIGN §4).
+# RAM metadata per retained item, in seq order (DESIGN §4). Per item only what the log cannot
+# give without a walk: its record offset and payload length (u16 each when segment_bytes and
+# max_payload_bytes allow, else u32) and its state (u8), in column chunks of _CH items: a column
+# grows by one chunk, never by copying (no allocation over 4 KiB, no reopen churn). A seq and a
+# segment index are derived: seqs come in runs of consecutive values (one run for all that was
+# appended since the last compaction; a gap only where a compaction dropped acked items), and
+# each segment's first item index is kept, so both are a binary search over short lists.
+# Items with history (attempts, lease, not_before) live in small dicts keyed by seq, so a
+# fresh item costs nothing more.
+_CH = const(512)  # items per column chunk (a u32 chunk is 2 KiB)
+_CS = const(9)  # log2(_CH)
+_CM = const(511)
 
 
 class _Index:
-    __slots__ = ("n", "seq", "sg", "off", "ln", "st", "live", "hist", "reasons", "fresh")
+    __slots__ = ("n", "tc", "ro", "rs", "last", "sfo", "off", "ln", "st", "live", "hist",
+                 "reasons", "fresh")
 
-    def __init__(self) -> None:
-        self.n = 0  # items in use; the arrays are longer (capacity grows by half, DESIGN §4)
-        self.seq = array("Q")
-        self.sg = array("H")
-        self.off = array("I")
-        self.ln = array("I")
-        self.st = bytearray()
+    def __init__(self, tc: str) -> None:
+        self.n = 0  # items
+        self.tc = tc  # array typecodes of the offset and length columns ("HH" .. "II")
+        self.ro: "list[int]" = []  # per run of consecutive seqs: the index of its first item
+        self.rs: "list[int]" = []  # and its seq
+        self.last = 0  # the seq of the last item
+        self.sfo: "list[int]" = []  # per segment: the index of its first item (its count below)
+        self.off: "list[Any]" = []  # column chunks: record offset, payload length, state
+        self.ln: "list[Any]" = []
+        self.st: "list[bytearray]" = []
         # live: non-terminal items with history, seq -> [index, attempts, lease_until, not_before]
         self.live: "dict[int, list[int]]" = {}
         # hist: terminal items with history, seq -> [attempts, not_before]
@@ -484,36 +497,62 @@ class _Index:
 
     def add(self, seq: int, sg: int, off: int, ln: int) -> None:
         n = self.n
-        if n == len(self.st):
-            # Grow every array once by half (MicroPython's append grows by a few items and
-            # copies the whole array each time: O(n^2) over a long fill).
-            k = max(32, n >> 1)
-            z = bytes(k)
-            self.seq.extend(array("Q", z * 8))
-            self.sg.extend(array("H", z * 2))
-            self.off.extend(array("I", z * 4))
-            self.ln.extend(array("I", z * 4))
-            self.st.extend(z)
-        self.seq[n] = seq
-        self.sg[n] = sg
-        self.off[n] = off
-        self.ln[n] = ln
-        self.st[n] = _AVAILABLE
+        c, j = n >> _CS, n & _CM
+        if c == len(self.st):
+            tc = self.tc
+            self.off.append(array(tc[0], bytes(_CH * (2 if tc[0] == "H" else 4))))
+            self.ln.append(array(tc[1], bytes(_CH * (2 if tc[1] == "H" else 4))))
+            self.st.append(bytearray(_CH))
+        if not n or seq != self.last + 1:
+            self.ro.append(n)
+            self.rs.append(seq)
+        while len(self.sfo) <= sg:
+            self.sfo.append(n)
+        self.last = seq
+        self.off[c][j] = off
+        self.ln[c][j] = ln
+        self.st[c][j] = _AVAILABLE
         self.n = n + 1
 
-    def find(self, seq: int) -> int:
-        a = self.seq
-        lo, hi = 0, self.n
-        while lo < hi:  # at most 64 iterations: u64 keys
-            mid = (lo + hi) >> 1
-            v = a[mid]
-            if v == seq:
-                return mid
-            if v < seq:
-                lo = mid + 1
+    def seq(self, i: int) -> int:
+        ro = self.ro
+        k = len(ro) - 1
+        if ro[k] > i:  # not in the last run (rare): binary search
+            lo = 0
+            while lo < k:
+                m = (lo + k + 1) >> 1
+                if ro[m] <= i:
+                    lo = m
+                else:
+                    k = m - 1
+        return self.rs[k] + i - ro[k]
+
+    def sg(self, i: int) -> int:
+        a = self.sfo  # the last segment whose first item index is <= i
+        lo, k = 0, len(a) - 1
+        while lo < k:
+            m = (lo + k + 1) >> 1
+            if a[m] <= i:
+                lo = m
             else:
-                hi = mid
-        return -1
+                k = m - 1
+        return k
+
+    def find(self, seq: int) -> int:
+        rs = self.rs
+        k = len(rs) - 1
+        if k < 0 or seq < rs[0] or seq > self.last:
+            return -1
+        if rs[k] > seq:
+            lo = 0
+            while lo < k:
+                m = (lo + k + 1) >> 1
+                if rs[m] <= seq:
+                    lo = m
+                else:
+                    k = m - 1
+        i = self.ro[k] + seq - rs[k]
+        return i if i < (self.ro[k + 1] if k + 1 < len(rs) else self.n) else -1
 
     def history(self, seq: int) -> "tuple[int, int, int]":
         e = self.live.get(seq)
@@ -525,8 +564,8 @@ class _Index:
         return 0, 0, 0
 
     def set_history(self, i: int, attempts: int, lease: int, nb: int) -> None:
-        s = self.seq[i]
-        if self.st[i] in (_AVAILABLE, _CLAIMED):
+        s = self.seq(i)
+        if self.st[i >> _CS][i & _CM] in (_AVAILABLE, _CLAIMED):
             self.hist.pop(s, None)
             e = self.live.get(s)
             if e is None:
@@ -541,9 +580,9 @@ class _Index:
                 self.hist.pop(s, None)
 
     def next_fresh(self) -> int:
-        n, st, live, sq = self.n, self.st, self.live, self.seq
+        n, st, live = self.n, self.st, self.live
         i = self.fresh
-        while i < n and (st[i] != _AVAILABLE or sq[i] in live):
+        while i < n and (st[i >> _CS][i & _CM] != _AVAILABLE or self.seq(i) in live):
             i += 1
         self.fresh = i
         return i
@@ -604,6 +643,9 @@ class Queue:
         self._max_items = _opt(max_items, 1, 1000000, "max_items")
         self._max_segs = _opt(max_segments, 1, 4096, "max_segments")
         self._ix_bytes = _opt(index_bytes, 0, _U64, "index_bytes")
+        # The index's offset and length columns: u16 where every value fits, else u32 (§4).
+        self._tc = ("H" if segment_bytes <= 65536 else "I") + \
+            ("H" if self._max_payload <= 65535 else "I")
         if clock is not None and not callable(clock):
             raise InvalidArgument("clock must be callable")
         if sync not in ("always", "ack", "none"):
@@ -650,7 +692,7 @@ class Queue:
 
     # ------------------------------------------------------------------ state
     def _reset(self) -> None:
-        self._ix = _Index()
+        self._ix = _Index(self._tc)
         self._log = _Log(0)
         self._next = 1
         self._durable = 0
@@ -707,10 +749,11 @@ class Queue:
     def _move(self, i: int, state: int, attempts: int, lease: int, nb: int) -> None:
         ix = self._ix
         if self._swept:
-            self._swept.pop(ix.seq[i], None)
-        self._count(ix.st[i], -1)
+            self._swept.pop(ix.seq(i), None)
+        c, j = i >> _CS, i & _CM
+        self._count(ix.st[c][j], -1)
         self._count(state, 1)
-        ix.st[i] = state
+        ix.st[c][j] = state
         ix.set_history(i, attempts, lease, nb)
 
     # ------------------------------------------------------------------ writing
@@ -862,19 +905,22 @@ class Queue:
         """Copy the payload of any retained item into buf; return its length [O12]."""
         i = self._find(seq)
         ix = self._ix
-        n = ix.ln[i]
+        n: int = ix.ln[i >> _CS][i & _CM]
         if len(buf) < n:
             e = BufferTooSmall("buffer of %d bytes; need %d" % (len(buf), n))
             e.needed = n
             raise e
-        buf[0:n] = self._read_record(self._log, ix.sg[i], ix.off[i], _T_DATA, seq, n)
+        buf[0:n] = self._read_record(self._log, ix.sg(i), ix.off[i >> _CS][i & _CM], _T_DATA,
+                                     seq, n)
         return n
 
     def read(self, seq: int) -> bytes:
         """Return the payload of any retained item, in any state [O12]."""
         i = self._find(seq)
         ix = self._ix
-        return bytes(self._read_record(self._log, ix.sg[i], ix.off[i], _T_DATA, seq, ix.ln[i]))
+        c, j = i >> _CS, i & _CM
+        return bytes(self._read_record(self._log, ix.sg(i), ix.off[c][j], _T_DATA, seq,
+                                       ix.ln[c][j]))
 
     def reason(self, seq: int) -> bytes:
         """Return the quarantine reason of a quarantined item [O13]."""
@@ -927,34 +973,37 @@ class Queue:
         self._alive()
         now = self._now()
         ix = self._ix
-        st, sq = ix.st, ix.seq
+        st = ix.st
         best, best_seq = -1, 0
         f = ix.next_fresh()
+        fs = ix.seq(f) if f < ix.n else 0
         if ordered:
             # Strict FIFO: only the earliest unfinished item is a candidate; only it is swept.
-            head = f if f < ix.n else -1
+            head, hs = (f, fs) if f < ix.n else (-1, 0)
             for s, e in ix.live.items():
-                if head < 0 or s < sq[head]:
-                    head = e[0]
+                if head < 0 or s < hs:
+                    head, hs = e[0], s
             if head >= 0:
-                h = ix.live.get(sq[head])
+                h = ix.live.get(hs)
                 if h is None:
-                    best = head
+                    best, best_seq = head, hs
                 else:
                     self._sweep(h, now)
-                    if st[head] == _AVAILABLE and (h[3] <= now or h[3] - now > _U32):
-                        best = head
+                    if st[head >> _CS][head & _CM] == _AVAILABLE \
+                            and (h[3] <= now or h[3] - now > _U32):
+                        best, best_seq = head, hs
         else:
             for s, e in ix.live.items():
                 self._sweep(e, now)
-                if st[e[0]] == _AVAILABLE and (e[3] <= now or e[3] - now > _U32):
+                i = e[0]
+                if st[i >> _CS][i & _CM] == _AVAILABLE and (e[3] <= now or e[3] - now > _U32):
                     if best < 0 or s < best_seq:
-                        best, best_seq = e[0], s
-            if f < ix.n and (best < 0 or sq[f] < best_seq):
-                best = f
+                        best, best_seq = i, s
+            if f < ix.n and (best < 0 or fs < best_seq):
+                best, best_seq = f, fs
         if best < 0:
             return None
-        return self._take(sq[best], now + lease_ms, best)
+        return self._take(best_seq, now + lease_ms, best)
 
     def claim_seq(self, seq: int, lease_ms: int) -> Claim:
         """Claim one available item by seq, due or not (to retire it, say) [O20]."""
@@ -964,8 +1013,9 @@ class Queue:
         e = self._ix.live.get(seq)
         if e is not None:
             self._sweep(e, now)
-        if self._ix.st[i] != _AVAILABLE:
-            raise BadState("item %d is %s, not available" % (seq, STATES[self._ix.st[i]]))
+        s = self._ix.st[i >> _CS][i & _CM]
+        if s != _AVAILABLE:
+            raise BadState("item %d is %s, not available" % (seq, STATES[s]))
         return self._take(seq, now + lease_ms, i)
 
     def _take(self, seq: int, lease: int, i: int) -> Claim:
@@ -976,15 +1026,16 @@ class Queue:
             i = ix.find(seq)  # the write compacted first: the item moved
         attempts, _l, nb = ix.history(seq)
         self._move(i, _CLAIMED, attempts, lease, nb)
-        return Claim(seq, attempts, ix.ln[i], lease)
+        return Claim(seq, attempts, ix.ln[i >> _CS][i & _CM], lease)
 
     def _sweep(self, e: "list[int]", now: int) -> None:
         # An expired lease goes back to AVAILABLE in RAM only; nothing is written [T2]. A lease
         # further ahead than the longest legal one means the clock went back: expired [T3].
         i = e[0]
-        if self._ix.st[i] == _CLAIMED and (e[2] <= now or e[2] - now > _MAX_LEASE_MS):
-            self._ix.st[i] = _AVAILABLE
-            self._swept[self._ix.seq[i]] = e[2]  # on disk it is still claimed [X3]
+        st = self._ix.st[i >> _CS]
+        if st[i & _CM] == _CLAIMED and (e[2] <= now or e[2] - now > _MAX_LEASE_MS):
+            st[i & _CM] = _AVAILABLE
+            self._swept[self._ix.seq(i)] = e[2]  # on disk it is still claimed [X3]
             e[2] = 0
             self._n_claimed -= 1
             self._n_avail += 1
@@ -992,10 +1043,11 @@ class Queue:
     def _claimed(self, seq: int, done: int) -> int:
         # A claimed item always has a live entry holding its index: no binary search [O7].
         e = self._ix.live.get(seq) if isinstance(seq, int) else None
-        if e is not None and self._ix.st[e[0]] == _CLAIMED and self._log.h is not None:
+        if e is not None and self._ix.st[e[0] >> _CS][e[0] & _CM] == _CLAIMED \
+                and self._log.h is not None:
             return e[0]
         i = self._find(seq)
-        s = self._ix.st[i]
+        s = self._ix.st[i >> _CS][i & _CM]
         if s == done:
             return -1
         if s != _CLAIMED:
@@ -1073,22 +1125,22 @@ class Queue:
         """Yield every retained item in seq order (RAM metadata; no payload reads)."""
         ix = self._ix
         for i in range(ix.n):
-            s = ix.seq[i]
+            s = ix.seq(i)
             a, lease, nb = ix.history(s)
-            yield Item(s, STATES[ix.st[i]], a, lease, nb, ix.ln[i])
+            yield Item(s, STATES[ix.st[i >> _CS][i & _CM]], a, lease, nb, ix.ln[i >> _CS][i & _CM])
 
     def oldest_available(self) -> "Optional[int]":
         """The seq of the oldest unclaimed item, due or backing off; None if there is none."""
         ix = self._ix
         i = 0
-        while i < ix.n and ix.st[i] != _AVAILABLE:  # O(n): the message layer calls it when full
+        while i < ix.n and ix.st[i >> _CS][i & _CM] != _AVAILABLE:  # O(n): called when full
             i += 1
-        return ix.seq[i] if i < ix.n else None
+        return ix.seq(i) if i < ix.n else None
 
     def lapsed(self, now: int) -> "list[tuple[int, int]]":
         """(seq, attempts) of each claimed item whose lease ran out by now (O(in flight))."""
         ix = self._ix
-        return [(s, e[1]) for s, e in ix.live.items() if ix.st[e[0]] == _CLAIMED
+        return [(s, e[1]) for s, e in ix.live.items() if ix.st[e[0] >> _CS][e[0] & _CM] == _CLAIMED
                 and (e[2] <= now or e[2] - now > _MAX_LEASE_MS)]
 
     def close(self) -> None:
@@ -1137,10 +1189,11 @@ class Queue:
         ix, plan = self._ix, [0, 0]
         term = _MIN_REC + self.reason_budget
         for i in range(ix.n):
-            if ix.st[i] == _ACKED:
+            c, j = i >> _CS, i & _CM
+            if ix.st[c][j] == _ACKED:
                 continue
-            r = ix.reasons.get(ix.seq[i])
-            if not (self._place(plan, _MIN_REC + ix.ln[i]) and self._place(plan, _STATE_REC)
+            r = ix.reasons.get(ix.seq(i)) if ix.reasons else None
+            if not (self._place(plan, _MIN_REC + ix.ln[c][j]) and self._place(plan, _STATE_REC)
                     and self._place(plan, _MIN_REC + r[2] if r is not None else term)):
                 return None
         return plan
@@ -1207,7 +1260,7 @@ class Queue:
         drop = []
         for s in seqs:
             i = self._find(s)
-            if self._ix.st[i] != _QUARANTINED:
+            if self._ix.st[i >> _CS][i & _CM] != _QUARANTINED:
                 raise BadState("item %d is not quarantined" % s)
             if s not in drop:
                 drop.append(s)
@@ -1301,7 +1354,7 @@ class Queue:
             self._fail()
             raise
         old, ix, fs = self._log, self._ix, self._fs
-        new, nix = _Log(old.gen + 1), _Index()
+        new, nix = _Log(old.gen + 1), _Index(self._tc)
         published = [False]
         try:
             self._new_segment(new, True)
@@ -1309,15 +1362,18 @@ class Queue:
             plan: "Optional[list[int]]" = [0, 0]  # the admission plan of the copy, as it goes
             term = _MIN_REC + self.reason_budget
             for i in range(ix.n):
-                s = ix.st[i]
-                seq = ix.seq[i]
-                if s == _ACKED or (drop and seq in drop):
+                c, j = i >> _CS, i & _CM
+                s, ln = ix.st[c][j], ix.ln[c][j]
+                if s == _ACKED:
                     continue
-                data = self._read_record(old, ix.sg[i], ix.off[i], _T_DATA, seq, ix.ln[i])
+                seq = ix.seq(i)
+                if drop and seq in drop:
+                    continue
+                data = self._read_record(old, ix.sg(i), ix.off[c][j], _T_DATA, seq, ln)
                 off = self._append(new, _T_DATA, seq, 0, data, True)
-                nix.add(seq, len(new.sizes) - 1, off, ix.ln[i])
+                nix.add(seq, len(new.sizes) - 1, off, ln)
                 j = nix.n - 1
-                nix.st[j] = s
+                nix.st[j >> _CS][j & _CM] = s
                 a, lease, nb = ix.history(seq)
                 if s != _AVAILABLE or a or lease or nb:
                     struct.pack_into(_STATE_FMT, sb, 0, s, a, lease, nb)
@@ -1325,7 +1381,7 @@ class Queue:
                     nix.set_history(j, a, lease, nb)
                 r = ix.reasons.get(seq)
                 if plan is not None and not (
-                        self._place(plan, _MIN_REC + ix.ln[i]) and self._place(plan, _STATE_REC)
+                        self._place(plan, _MIN_REC + ln) and self._place(plan, _STATE_REC)
                         and self._place(plan, _MIN_REC + r[2] if r is not None else term)):
                     plan = None
                 if r is not None:
@@ -1499,7 +1555,7 @@ class Queue:
             self._plan = self._plan_items()
         else:  # the saved plan is an upper bound like any cached one (DESIGN §5) [X5]
             for i in range(loaded, self._ix.n):
-                self._plan_add(self._ix.ln[i])
+                self._plan_add(self._ix.ln[i >> _CS][i & _CM])
         self._rbuf = bytearray(0)  # the replay window is not kept (64 KiB on big segments)
 
     def _checkpoint(self, sg: int, pos: int, cp: "list[int]", st: "list[bool]") -> None:
@@ -1558,10 +1614,10 @@ class Queue:
         torn = False
         ix = self._ix
         live, hist, swept = ix.live, ix.hist, self._swept
-        # The columns grow in place (extend), so these stay the index's own arrays.
-        ixseq, ixsg, ixoff, ixln, ixst = ix.seq, ix.sg, ix.off, ix.ln, ix.st
+        # The chunk lists grow in place (append), so these stay the index's own lists.
+        ixoff, ixln, ixst, sfo = ix.off, ix.ln, ix.st, ix.sfo
         n = ix.n  # mirrors ix.n: only DATA adds items
-        prev = ixseq[n - 1] if n else 0  # the last item's seq (array('Q') reads allocate on MP)
+        prev = ix.last  # the last item's seq
         gen_nz, u64 = log.gen != 0, _U64
         unpack, crc32 = struct.unpack_from, _crc32
         done = 0  # records applied: replayed_records [X6]
@@ -1645,13 +1701,15 @@ class Queue:
                                       % (name, pos, seq))
                     if n >= max_items:
                         raise Full("more items than max_items; reopen with the writer's limits")
-                    if n < len(ixst):  # ix.add without its call (it grows the arrays)
-                        ixseq[n] = seq
-                        ixsg[n] = sg
-                        ixoff[n] = pos
-                        ixln[n] = plen
-                        ixst[n] = _AVAILABLE
+                    c = n >> _CS
+                    if c < len(ixst) and seq == prev + 1 and n and sg < len(sfo):
+                        # ix.add without its call: no new chunk, run or segment
+                        j = n & _CM
+                        ixoff[c][j] = pos
+                        ixln[c][j] = plen
+                        ixst[c][j] = _AVAILABLE
                         ix.n = n + 1
+                        ix.last = seq
                     else:
                         ix.add(seq, sg, pos, plen)
                     n += 1
@@ -1662,13 +1720,9 @@ class Queue:
                     st[1] = False
                 else:
                     le = live.get(seq)  # an item with history knows its index
-                    if le is not None:
-                        i = le[0]
-                    else:  # seqs are dense in the usual log: try the guess, else binary search
-                        i = n - 1 - (prev - seq)
-                        if i < 0 or i >= n or ixseq[i] != seq:
-                            i = ix.find(seq)
-                    s = ixst[i] if i >= 0 else 0
+                    i = le[0] if le is not None else ix.find(seq)
+                    stc = ixst[i >> _CS] if i >= 0 else self._state_buf  # the item's chunk
+                    s = stc[i & _CM] if i >= 0 else 0
                     # The two common transitions outside a snapshot, as _apply would make them
                     # (_move, then _Index.set_history), without three calls; the rest: _apply.
                     if typ == _T_ACK and s == _CLAIMED and le is not None \
@@ -1676,7 +1730,7 @@ class Queue:
                         a, nb = le[1], le[3]
                         self._n_claimed -= 1
                         self._n_acked += 1
-                        ixst[i] = _ACKED
+                        stc[i & _CM] = _ACKED
                         del live[seq]
                         if a or nb:
                             hist[seq] = [a, nb]
@@ -1687,7 +1741,7 @@ class Queue:
                         if s == _AVAILABLE:
                             self._n_avail -= 1
                             self._n_claimed += 1
-                        ixst[i] = _CLAIMED
+                        stc[i & _CM] = _CLAIMED
                         if le is None:
                             hh = hist.pop(seq, None)
                             if hh is None:
@@ -1789,7 +1843,7 @@ class Queue:
         prefix = self._log.gen != 0 and not st[0]
         if i < 0:
             raise Corrupt("record for unknown seq")
-        s = ix.st[i]
+        s = ix.st[i >> _CS][i & _CM]
         if e is not None:
             a, lease, nb = e[1], e[2], e[3]
         else:

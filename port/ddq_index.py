@@ -34,12 +34,15 @@ else:
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Iterator
 
 # Item states as in ddq (SPEC §4.1 [F11]); tests/test_index.py holds them equal to ddq's.
 _AVAILABLE = const(1)
 _CLAIMED = const(2)
 _IO_LOOPS = const(1048576)
+_CH = const(512)  # ddq's column chunk: items per chunk, its log2 and mask
+_CS = const(9)
+_CM = const(511)
 _EIO = const(5)
 # The header: SPEC §12.1 [X2]. magic version reserved abi manifest_crc generation next_seq, then
 # 16 u32: items fresh available claimed acked quarantined live hist reasons segments plan_segs
@@ -55,35 +58,68 @@ def abi() -> int:
     return ddq._crc(bytes(array("Q", [1])) + bytes(array("H", [1])) + bytes(array("I", [1])))
 
 
-def _parts(q: "ddq.Queue") -> "list[Any]":
-    # The body of queue.index in order [X2]: segments, the five index columns, live, hist,
-    # reasons. Sweeps are undone: the file holds the durable state, as a replay would [X3].
+def _body(q: "ddq.Queue") -> "Iterator[Any]":
+    # The body of queue.index in order [X2]: segments, the five columns (as RAM derives them, in
+    # chunks of at most _CH items), live, hist, reasons. Sweeps are undone: the file holds the
+    # durable state, as a replay would [X3]. Called twice (crc, then write): nothing is kept.
     ix, log, n = q._ix, q._log, q._ix.n
-    segs = bytearray(12 * len(log.ck))
+    b = bytearray(12)
     for k in range(len(log.ck)):
-        struct.pack_into("<III", segs, 12 * k, log.ck[k][0], log.ck[k][1], log.ck[k][2])
-    st = ix.st[0:n]
-    live = bytearray(28 * len(ix.live))
-    k = 0
-    for s, e in ix.live.items():
-        lease = q._swept.get(s, e[2])
-        if s in q._swept:
-            st[e[0]] = _CLAIMED
-        struct.pack_into("<QIQQ", live, k, s, e[1], lease, e[3])
-        k += 28
-    hist = bytearray(20 * len(ix.hist))
-    k = 0
-    for s, h in ix.hist.items():
-        struct.pack_into("<QIQ", hist, k, s, h[0], h[1])
-        k += 20
-    rs = bytearray(20 * len(ix.reasons))
-    k = 0
-    for s, r in ix.reasons.items():
-        struct.pack_into("<QIII", rs, k, s, r[0], r[1], r[2])
-        k += 20
-    # The columns as views: crc32 reads them in place; each is copied only while written.
-    return [segs, memoryview(ix.seq)[0:n], memoryview(ix.sg)[0:n], memoryview(ix.off)[0:n],
-            memoryview(ix.ln)[0:n], st, live, hist, rs]
+        struct.pack_into("<III", b, 0, log.ck[k][0], log.ck[k][1], log.ck[k][2])
+        yield b
+    sw = q._swept
+    for col in range(5):
+        sg = r = 0
+        for c in range(len(ix.st)):
+            i0 = c << _CS
+            m = min(_CH, n - i0)
+            if col == 0:  # seq: along the runs
+                a = array("Q", bytes(8 * m))
+                for t in range(m):
+                    while r + 1 < len(ix.ro) and ix.ro[r + 1] <= i0 + t:
+                        r += 1
+                    a[t] = ix.rs[r] + i0 + t - ix.ro[r]
+                yield a
+            elif col == 1:  # segment: along the first item of each segment
+                a = array("H", bytes(2 * m))
+                for t in range(m):
+                    while sg + 1 < len(ix.sfo) and ix.sfo[sg + 1] <= i0 + t:
+                        sg += 1
+                    a[t] = sg
+                yield a
+            elif col < 4:  # offset, payload length: u32 in the file
+                a = (ix.off if col == 2 else ix.ln)[c]
+                yield array("I", a[0:m] if m < _CH else a) if ix.tc[col - 2] == "H" else \
+                    memoryview(a)[0:m]
+            else:
+                st = ix.st[c]
+                if sw:
+                    st = st[0:m]
+                    for s, e in ix.live.items():
+                        if s in sw and e[0] >> _CS == c:
+                            st[e[0] & _CM] = _CLAIMED
+                yield memoryview(st)[0:m]
+    if ix.live:
+        b = bytearray(28 * len(ix.live))
+        k = 0
+        for s, e in ix.live.items():
+            struct.pack_into("<QIQQ", b, k, s, e[1], sw.get(s, e[2]), e[3])
+            k += 28
+        yield b
+    if ix.hist:
+        b = bytearray(20 * len(ix.hist))
+        k = 0
+        for s, h in ix.hist.items():
+            struct.pack_into("<QIQ", b, k, s, h[0], h[1])
+            k += 20
+        yield b
+    if ix.reasons:
+        b = bytearray(20 * len(ix.reasons))
+        k = 0
+        for s, rr in ix.reasons.items():
+            struct.pack_into("<QIII", b, k, s, rr[0], rr[1], rr[2])
+            k += 20
+        yield b
 
 
 def _plan_key(q: "ddq.Queue") -> int:
@@ -92,9 +128,12 @@ def _plan_key(q: "ddq.Queue") -> int:
     return ddq._crc(k) & 0xFFFFFF00
 
 
-def _header(q: "ddq.Queue", parts: "list[Any]", body: int, mcrc: int) -> bytearray:
+def _header(q: "ddq.Queue", body: int, mcrc: int) -> bytearray:
     ix, log, p = q._ix, q._log, q._plan
-    pay = max(memoryview(ix.ln)[0:ix.n]) if ix.n else 0
+    pay = 0
+    for c in range(len(ix.ln)):
+        m = min(_CH, ix.n - (c << _CS))
+        pay = max(pay, max(ix.ln[c][0:m]) if m < _CH else max(ix.ln[c]))
     for r in ix.reasons.values():
         pay = max(pay, r[2])
     sw = len(q._swept)
@@ -126,19 +165,18 @@ def save(q: "ddq.Queue") -> None:
     mcrc = 0
     if q._has_manifest:
         mcrc = ddq._crc(q._read_small(q._path(ddq._MANIFEST), 49)[0:40])
-    parts = _parts(q)
     body = 0
-    for b in parts:
+    for b in _body(q):
         body = ddq._crc(b, body)
     tmp = q._path(ddq._INDEX_TMP)
     if fs.kind(tmp) != 0:
         fs.remove(tmp)
     h = fs.open(tmp, "wb")
     try:
-        fs.write(h, _header(q, parts, body, mcrc))
-        for j in range(len(parts)):
-            if len(parts[j]):  # a typed view's len() counts items: write its bytes
-                fs.write(h, bytes(parts[j]) if 1 <= j <= 4 else parts[j])
+        fs.write(h, _header(q, body, mcrc))
+        for b in _body(q):
+            if len(b):  # a typed chunk's len() counts items: write its bytes
+                fs.write(h, b if isinstance(b, bytearray) else bytes(b))
         fs.sync(h)
     finally:
         fs.close(h)
@@ -179,25 +217,14 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
             or pay > q._max_payload or na + nc + nk + nq != n or fresh > n \
             or size != _IX_SIZE + 12 * ns + 19 * n + 28 * nlive + 20 * (nhist + nrs):
         return -1
-    pos, c = _IX_SIZE, 0
-    parts: "list[Any]" = []
-    for k in (12 * ns, 8 * n, 2 * n, 4 * n, 4 * n, n, 28 * nlive, 20 * nhist, 20 * nrs):
-        b = bytearray(k)
-        if k and q._read_exact(h, pos, memoryview(b)) != k:
-            return -1
-        c = ddq._crc(b, c)
-        pos += k
-        # a column becomes its array at once: one column's bytes are extra, never all [X2]
-        j = len(parts)
-        parts.append(array("QHII"[j - 1], b) if 1 <= j <= 4 else b)
-    if c != body:
+    if crc_span(q, q._path(ddq._INDEX), _IX_SIZE, size, 0) != body:
         return -1
-    segs, live, hist, rs = parts[0], parts[6], parts[7], parts[8]
-    nix = ddq._Index()
-    nix.seq, nix.sg, nix.off, nix.ln, nix.st = parts[1], parts[2], parts[3], parts[4], parts[5]
     ck: "list[list[int]]" = []
+    b = bytearray(12)
     for k in range(ns):
-        crc, sz, first = struct.unpack_from("<III", segs, 12 * k)
+        if q._read_exact(h, _IX_SIZE + 12 * k, memoryview(b)) != 12:
+            return -1
+        crc, sz, first = struct.unpack_from("<III", b, 0)
         real = fs.size(q._path(ddq.segment_name(gen, k)))
         if sz > q._seg_bytes or real < sz or (k < ns - 1 and real != sz):
             return -1
@@ -206,11 +233,38 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
         return -1  # [R8] the index must lie past the manifest's boundary
     if not prefix_ok(q, gen, ck):
         return -1
+    # The columns, read together in pieces of _CH items into the chunked index (no allocation
+    # of a whole column) [X2]: seqs must increase and segments must not go back.
+    nix = ddq._Index(q._tc)
+    pos = _IX_SIZE + 12 * ns
+    prev = sgp = 0
+    for i0 in range(0, n, _CH):
+        m = min(_CH, n - i0)
+        cols: "list[Any]" = []
+        for tc, w, base in (("Q", 8, 0), ("H", 2, 8), ("I", 4, 10), ("I", 4, 14), ("B", 1, 18)):
+            b = bytearray(w * m)
+            if q._read_exact(h, pos + base * n + w * i0, memoryview(b)) != w * m:
+                return -1
+            cols.append(array(tc, b) if w > 1 else b)
+        sq, sgc, offc, lnc, stc = cols
+        for t in range(m):
+            s, sg = sq[t], sgc[t]
+            if s <= prev or sg < sgp or sg >= ns or stc[t] < _AVAILABLE or stc[t] > 4:
+                return -1
+            nix.add(s, sg, offc[t], lnc[t])
+            nix.st[(i0 + t) >> _CS][(i0 + t) & _CM] = stc[t]
+            prev, sgp = s, sg
+    live, hist, rs = bytearray(28 * nlive), bytearray(20 * nhist), bytearray(20 * nrs)
+    pos += 19 * n
+    for b in (live, hist, rs):
+        if len(b) and q._read_exact(h, pos, memoryview(b)) != len(b):
+            return -1
+        pos += len(b)
     nix.n, nix.fresh = n, fresh
     for k in range(nlive):
         s, a, lease, nb = struct.unpack_from("<QIQQ", live, 28 * k)
         i = nix.find(s)
-        if i < 0 or nix.st[i] not in (_AVAILABLE, _CLAIMED):
+        if i < 0 or nix.st[i >> _CS][i & _CM] not in (_AVAILABLE, _CLAIMED):
             return -1
         nix.live[s] = [i, a, lease, nb]
     for k in range(nhist):
