@@ -459,13 +459,15 @@ class PosixStorage:
 
 
 # ============================================================================ index
-# RAM metadata per retained item, in seq order (DESIGN §4). Per item only what the log cannot
-# give without a walk: its record offset and payload length (u16 each when segment_bytes and
-# max_payload_bytes allow, else u32) and its state (u8), in column chunks of _CH items: a column
-# grows by one chunk, never by copying (no allocation over 4 KiB, no reopen churn). A seq and a
-# segment index are derived: seqs come in runs of consecutive values (one run for all that was
-# appended since the last compaction; a gap only where a compaction dropped acked items), and
-# each segment's first item index is kept, so both are a binary search over short lists.
+# RAM metadata per retained item, in seq order (DESIGN §4). Per item only what admission needs
+# at once and the log cannot give without a walk: its payload length (u16 when
+# max_payload_bytes allows, else u32) and its state (u8), in column chunks of _CH items: a
+# column grows by one chunk, never by copying (no allocation over 4 KiB, no reopen churn).
+# Derived: seqs come in runs of consecutive values (one run for all that was appended since the
+# last compaction; a gap only where a compaction dropped acked items), each segment keeps the
+# index of its first item, so a seq and a segment are a binary search over short lists; the
+# offset of a DATA record is found by walking its segment's headers (Queue._where), from the
+# last item located when that lies before it, and a claimed item keeps it in its live entry.
 # Items with history (attempts, lease, not_before) live in small dicts keyed by seq, so a
 # fresh item costs nothing more.
 _CH = const(512)  # items per column chunk (a u32 chunk is 2 KiB)
@@ -474,45 +476,57 @@ _CM = const(511)
 
 
 class _Index:
-    __slots__ = ("n", "tc", "ro", "rs", "last", "sfo", "off", "ln", "st", "live", "hist",
-                 "reasons", "fresh")
+    __slots__ = ("n", "tc", "ro", "rs", "last", "sfo", "col", "sh", "mk", "live", "hist",
+                 "reasons", "fresh", "hint")
 
     def __init__(self, tc: str) -> None:
         self.n = 0  # items
-        self.tc = tc  # array typecodes of the offset and length columns ("HH" .. "II")
+        self.tc = tc  # array typecode of the length column, "H" or "I"
         self.ro: "list[int]" = []  # per run of consecutive seqs: the index of its first item
         self.rs: "list[int]" = []  # and its seq
         self.last = 0  # the seq of the last item
-        self.sfo: "list[int]" = []  # per segment: the index of its first item (its count below)
-        self.off: "list[Any]" = []  # column chunks: record offset, payload length, state
-        self.ln: "list[Any]" = []
-        self.st: "list[bytearray]" = []
-        # live: non-terminal items with history, seq -> [index, attempts, lease_until, not_before]
+        # per segment: the index of its first item (the items before it); an array, as the
+        # segment sizes: 4 bytes a segment, so 1,024 segments stay in one 4 KiB allocation
+        self.sfo: "Any" = array("I")
+        # Column chunks: payload length | (state - 1) << sh, one u16 an item when lengths
+        # fit 14 bits, else one u32 (shift 26: values stay small ints on 32-bit boards).
+        self.col: "list[Any]" = []
+        self.sh = 14 if tc == "H" else 26
+        self.mk = (1 << self.sh) - 1
+
+        # live: non-terminal items with history,
+        #   seq -> [index, attempts, lease_until, not_before, DATA offset or -1 if not known yet]
         self.live: "dict[int, list[int]]" = {}
         # hist: terminal items with history, seq -> [attempts, not_before]
         self.hist: "dict[int, list[int]]" = {}
         # reasons: quarantined items, seq -> [segment index, offset, length]
         self.reasons: "dict[int, list[int]]" = {}
         self.fresh = 0  # every index below is not a plain available item
+        self.hint = [-1, 0, -1]  # the item Queue._where located last: index, offset, segment
 
-    def add(self, seq: int, sg: int, off: int, ln: int) -> None:
+    def add(self, seq: int, sg: int, ln: int) -> None:
         n = self.n
         c, j = n >> _CS, n & _CM
-        if c == len(self.st):
-            tc = self.tc
-            self.off.append(array(tc[0], bytes(_CH * (2 if tc[0] == "H" else 4))))
-            self.ln.append(array(tc[1], bytes(_CH * (2 if tc[1] == "H" else 4))))
-            self.st.append(bytearray(_CH))
+        if c == len(self.col):
+            self.col.append(array(self.tc, bytes(_CH * (2 if self.tc == "H" else 4))))
         if not n or seq != self.last + 1:
             self.ro.append(n)
             self.rs.append(seq)
         while len(self.sfo) <= sg:
             self.sfo.append(n)
         self.last = seq
-        self.off[c][j] = off
-        self.ln[c][j] = ln
-        self.st[c][j] = _AVAILABLE
+        self.col[c][j] = ln  # state AVAILABLE: 0 in the state bits
         self.n = n + 1
+
+    def state(self, i: int) -> int:
+        return int(self.col[i >> _CS][i & _CM] >> self.sh) + 1
+
+    def length(self, i: int) -> int:
+        return int(self.col[i >> _CS][i & _CM] & self.mk)
+
+    def put(self, i: int, state: int) -> None:
+        a = self.col[i >> _CS]
+        a[i & _CM] = (a[i & _CM] & self.mk) | (state - 1) << self.sh
 
     def seq(self, i: int) -> int:
         ro = self.ro
@@ -565,11 +579,11 @@ class _Index:
 
     def set_history(self, i: int, attempts: int, lease: int, nb: int) -> None:
         s = self.seq(i)
-        if self.st[i >> _CS][i & _CM] in (_AVAILABLE, _CLAIMED):
+        if self.state(i) in (_AVAILABLE, _CLAIMED):
             self.hist.pop(s, None)
             e = self.live.get(s)
             if e is None:
-                self.live[s] = [i, attempts, lease, nb]
+                self.live[s] = [i, attempts, lease, nb, -1]
             else:
                 e[1], e[2], e[3] = attempts, lease, nb
         else:
@@ -580,9 +594,9 @@ class _Index:
                 self.hist.pop(s, None)
 
     def next_fresh(self) -> int:
-        n, st, live = self.n, self.st, self.live
+        n, live = self.n, self.live
         i = self.fresh
-        while i < n and (st[i >> _CS][i & _CM] != _AVAILABLE or self.seq(i) in live):
+        while i < n and (self.state(i) != _AVAILABLE or self.seq(i) in live):
             i += 1
         self.fresh = i
         return i
@@ -612,7 +626,7 @@ class _Log:
 
     def __init__(self, gen: int) -> None:
         self.gen = gen
-        self.sizes: "list[int]" = []
+        self.sizes: "Any" = array("I")  # per segment (u32: segment_bytes <= 64 MiB)
         self.ck: "list[list[int]]" = []  # per segment [crc32 of bytes 0..n, n, first record_length]
         self.off = 0
         self.h: "Any" = None
@@ -643,9 +657,8 @@ class Queue:
         self._max_items = _opt(max_items, 1, 1000000, "max_items")
         self._max_segs = _opt(max_segments, 1, 4096, "max_segments")
         self._ix_bytes = _opt(index_bytes, 0, _U64, "index_bytes")
-        # The index's offset and length columns: u16 where every value fits, else u32 (§4).
-        self._tc = ("H" if segment_bytes <= 65536 else "I") + \
-            ("H" if self._max_payload <= 65535 else "I")
+        # The index's column: u16 where every payload length fits 14 bits, else u32 (§4).
+        self._tc = "H" if self._max_payload <= 16383 else "I"
         if clock is not None and not callable(clock):
             raise InvalidArgument("clock must be callable")
         if sync not in ("always", "ack", "none"):
@@ -750,10 +763,9 @@ class Queue:
         ix = self._ix
         if self._swept:
             self._swept.pop(ix.seq(i), None)
-        c, j = i >> _CS, i & _CM
-        self._count(ix.st[c][j], -1)
+        self._count(ix.state(i), -1)
         self._count(state, 1)
-        ix.st[c][j] = state
+        ix.put(i, state)
         ix.set_history(i, attempts, lease, nb)
 
     # ------------------------------------------------------------------ writing
@@ -891,6 +903,53 @@ class Queue:
             raise Corrupt("%s at %s offset %d (seq %d)" % (e.args[0], name, off, seq))
         return mv[_HDR:_HDR + ln]
 
+    def _where(self, i: int, seq: int) -> int:
+        """Return the offset of item i's DATA record in its segment: from its live entry, else by
+        walking the segment's record headers from the last item located there, when that lies
+        before it, or from the segment's start (at most one segment's headers, DESIGN §4)."""
+        log, ix = self._log, self._ix
+        e = ix.live.get(seq)
+        if e is not None and e[4] >= 0:
+            return e[4]
+        k = ix.sg(i)
+        hint = ix.hint
+        # j: the index of the next DATA record found at or after pos
+        j, pos = (hint[0], hint[1]) if hint[2] == k and hint[0] <= i else (ix.sfo[k], 0)
+        end = log.sizes[k]
+        name = segment_name(log.gen, k)
+        mv = self._mv_hdr  # the record buffer's header: no append runs during a walk
+        try:
+            h = self._fs.open(self._path(name), "rb")
+            try:
+                for _ in range(_SCAN_RECORDS):
+                    if pos + _MIN_REC > end or self._read_exact(h, pos, mv) != _HDR:
+                        break
+                    magic, _v, typ, s, _a, _p, rlen, _c, _r = struct.unpack_from(_REC_FMT, mv, 0)
+                    if magic != _REC_MAGIC or rlen < _MIN_REC:
+                        break
+                    if typ == _T_DATA:
+                        if j == i:
+                            if s != seq:
+                                break
+                            hint[0], hint[1], hint[2] = i, pos, k
+                            if e is not None:
+                                e[4] = pos
+                            return pos
+                        j += 1
+                    pos += rlen
+            finally:
+                self._fs.close(h)
+        except OSError as x:
+            raise _io_failure(x, "read " + name)
+        raise Corrupt("DATA record of seq %d not found in %s" % (seq, name))
+
+    def _data(self, log: _Log, i: int, seq: int, ln: int) -> memoryview:
+        # The payload of item i: from RAM while a fresh reader could not see it yet [D7].
+        b = self._unsynced.get(seq) if log is self._log else None
+        if b is not None:
+            return memoryview(b)
+        return self._read_record(log, self._ix.sg(i), self._where(i, seq), _T_DATA, seq, ln)
+
     def _find(self, seq: "Any") -> int:
         self._alive()
         if not isinstance(seq, int) or isinstance(seq, bool):
@@ -905,22 +964,19 @@ class Queue:
         """Copy the payload of any retained item into buf; return its length [O12]."""
         i = self._find(seq)
         ix = self._ix
-        n: int = ix.ln[i >> _CS][i & _CM]
+        n: int = ix.length(i)
         if len(buf) < n:
             e = BufferTooSmall("buffer of %d bytes; need %d" % (len(buf), n))
             e.needed = n
             raise e
-        buf[0:n] = self._read_record(self._log, ix.sg(i), ix.off[i >> _CS][i & _CM], _T_DATA,
-                                     seq, n)
+        buf[0:n] = self._data(self._log, i, seq, n)
         return n
 
     def read(self, seq: int) -> bytes:
         """Return the payload of any retained item, in any state [O12]."""
         i = self._find(seq)
         ix = self._ix
-        c, j = i >> _CS, i & _CM
-        return bytes(self._read_record(self._log, ix.sg(i), ix.off[c][j], _T_DATA, seq,
-                                       ix.ln[c][j]))
+        return bytes(self._data(self._log, i, seq, ix.length(i)))
 
     def reason(self, seq: int) -> bytes:
         """Return the quarantine reason of a quarantined item [O13]."""
@@ -949,8 +1005,8 @@ class Queue:
         if ix.n >= self._max_items:
             raise Full("max_items reached")
         seq = self._next
-        off = self._write(_T_DATA, seq, 0, payload, self._sync_ack)
-        ix.add(seq, len(self._log.sizes) - 1, off, n)
+        self._write(_T_DATA, seq, 0, payload, self._sync_ack)
+        ix.add(seq, len(self._log.sizes) - 1, n)
         self._n_avail += 1
         self._next = seq + 1
         if not self._log.dirty:
@@ -973,7 +1029,6 @@ class Queue:
         self._alive()
         now = self._now()
         ix = self._ix
-        st = ix.st
         best, best_seq = -1, 0
         f = ix.next_fresh()
         fs = ix.seq(f) if f < ix.n else 0
@@ -989,14 +1044,13 @@ class Queue:
                     best, best_seq = head, hs
                 else:
                     self._sweep(h, now)
-                    if st[head >> _CS][head & _CM] == _AVAILABLE \
-                            and (h[3] <= now or h[3] - now > _U32):
+                    if ix.state(head) == _AVAILABLE and (h[3] <= now or h[3] - now > _U32):
                         best, best_seq = head, hs
         else:
             for s, e in ix.live.items():
                 self._sweep(e, now)
                 i = e[0]
-                if st[i >> _CS][i & _CM] == _AVAILABLE and (e[3] <= now or e[3] - now > _U32):
+                if ix.state(i) == _AVAILABLE and (e[3] <= now or e[3] - now > _U32):
                     if best < 0 or s < best_seq:
                         best, best_seq = i, s
             if f < ix.n and (best < 0 or fs < best_seq):
@@ -1013,7 +1067,7 @@ class Queue:
         e = self._ix.live.get(seq)
         if e is not None:
             self._sweep(e, now)
-        s = self._ix.st[i >> _CS][i & _CM]
+        s = self._ix.state(i)
         if s != _AVAILABLE:
             raise BadState("item %d is %s, not available" % (seq, STATES[s]))
         return self._take(seq, now + lease_ms, i)
@@ -1026,15 +1080,14 @@ class Queue:
             i = ix.find(seq)  # the write compacted first: the item moved
         attempts, _l, nb = ix.history(seq)
         self._move(i, _CLAIMED, attempts, lease, nb)
-        return Claim(seq, attempts, ix.ln[i >> _CS][i & _CM], lease)
+        return Claim(seq, attempts, ix.length(i), lease)
 
     def _sweep(self, e: "list[int]", now: int) -> None:
         # An expired lease goes back to AVAILABLE in RAM only; nothing is written [T2]. A lease
         # further ahead than the longest legal one means the clock went back: expired [T3].
         i = e[0]
-        st = self._ix.st[i >> _CS]
-        if st[i & _CM] == _CLAIMED and (e[2] <= now or e[2] - now > _MAX_LEASE_MS):
-            st[i & _CM] = _AVAILABLE
+        if self._ix.state(i) == _CLAIMED and (e[2] <= now or e[2] - now > _MAX_LEASE_MS):
+            self._ix.put(i, _AVAILABLE)
             self._swept[self._ix.seq(i)] = e[2]  # on disk it is still claimed [X3]
             e[2] = 0
             self._n_claimed -= 1
@@ -1043,11 +1096,11 @@ class Queue:
     def _claimed(self, seq: int, done: int) -> int:
         # A claimed item always has a live entry holding its index: no binary search [O7].
         e = self._ix.live.get(seq) if isinstance(seq, int) else None
-        if e is not None and self._ix.st[e[0] >> _CS][e[0] & _CM] == _CLAIMED \
+        if e is not None and self._ix.state(e[0]) == _CLAIMED \
                 and self._log.h is not None:
             return e[0]
         i = self._find(seq)
-        s = self._ix.st[i >> _CS][i & _CM]
+        s = self._ix.state(i)
         if s == done:
             return -1
         if s != _CLAIMED:
@@ -1127,20 +1180,20 @@ class Queue:
         for i in range(ix.n):
             s = ix.seq(i)
             a, lease, nb = ix.history(s)
-            yield Item(s, STATES[ix.st[i >> _CS][i & _CM]], a, lease, nb, ix.ln[i >> _CS][i & _CM])
+            yield Item(s, STATES[ix.state(i)], a, lease, nb, ix.length(i))
 
     def oldest_available(self) -> "Optional[int]":
         """The seq of the oldest unclaimed item, due or backing off; None if there is none."""
         ix = self._ix
         i = 0
-        while i < ix.n and ix.st[i >> _CS][i & _CM] != _AVAILABLE:  # O(n): called when full
+        while i < ix.n and ix.state(i) != _AVAILABLE:  # O(n): called when full
             i += 1
         return ix.seq(i) if i < ix.n else None
 
     def lapsed(self, now: int) -> "list[tuple[int, int]]":
         """(seq, attempts) of each claimed item whose lease ran out by now (O(in flight))."""
         ix = self._ix
-        return [(s, e[1]) for s, e in ix.live.items() if ix.st[e[0] >> _CS][e[0] & _CM] == _CLAIMED
+        return [(s, e[1]) for s, e in ix.live.items() if ix.state(e[0]) == _CLAIMED
                 and (e[2] <= now or e[2] - now > _MAX_LEASE_MS)]
 
     def close(self) -> None:
@@ -1189,11 +1242,11 @@ class Queue:
         ix, plan = self._ix, [0, 0]
         term = _MIN_REC + self.reason_budget
         for i in range(ix.n):
-            c, j = i >> _CS, i & _CM
-            if ix.st[c][j] == _ACKED:
+            v = ix.col[i >> _CS][i & _CM]
+            if v >> ix.sh == _ACKED - 1:
                 continue
             r = ix.reasons.get(ix.seq(i)) if ix.reasons else None
-            if not (self._place(plan, _MIN_REC + ix.ln[c][j]) and self._place(plan, _STATE_REC)
+            if not (self._place(plan, _MIN_REC + (v & ix.mk)) and self._place(plan, _STATE_REC)
                     and self._place(plan, _MIN_REC + r[2] if r is not None else term)):
                 return None
         return plan
@@ -1260,7 +1313,7 @@ class Queue:
         drop = []
         for s in seqs:
             i = self._find(s)
-            if self._ix.st[i >> _CS][i & _CM] != _QUARANTINED:
+            if self._ix.state(i) != _QUARANTINED:
                 raise BadState("item %d is not quarantined" % s)
             if s not in drop:
                 drop.append(s)
@@ -1362,23 +1415,21 @@ class Queue:
             plan: "Optional[list[int]]" = [0, 0]  # the admission plan of the copy, as it goes
             term = _MIN_REC + self.reason_budget
             for i in range(ix.n):
-                c, j = i >> _CS, i & _CM
-                s, ln = ix.st[c][j], ix.ln[c][j]
+                s, ln = ix.state(i), ix.length(i)
                 if s == _ACKED:
                     continue
                 seq = ix.seq(i)
                 if drop and seq in drop:
                     continue
-                data = self._read_record(old, ix.sg(i), ix.off[c][j], _T_DATA, seq, ln)
-                off = self._append(new, _T_DATA, seq, 0, data, True)
-                nix.add(seq, len(new.sizes) - 1, off, ln)
-                j = nix.n - 1
-                nix.st[j >> _CS][j & _CM] = s
+                data = self._data(old, i, seq, ln)  # (synced above: read from the file)
+                self._append(new, _T_DATA, seq, 0, data, True)
+                nix.add(seq, len(new.sizes) - 1, ln)
+                nix.put(nix.n - 1, s)
                 a, lease, nb = ix.history(seq)
                 if s != _AVAILABLE or a or lease or nb:
                     struct.pack_into(_STATE_FMT, sb, 0, s, a, lease, nb)
                     self._append(new, _T_STATE, seq, 0, sb, True)
-                    nix.set_history(j, a, lease, nb)
+                    nix.set_history(nix.n - 1, a, lease, nb)
                 r = ix.reasons.get(seq)
                 if plan is not None and not (
                         self._place(plan, _MIN_REC + ln) and self._place(plan, _STATE_REC)
@@ -1555,7 +1606,7 @@ class Queue:
             self._plan = self._plan_items()
         else:  # the saved plan is an upper bound like any cached one (DESIGN §5) [X5]
             for i in range(loaded, self._ix.n):
-                self._plan_add(self._ix.ln[i >> _CS][i & _CM])
+                self._plan_add(self._ix.length(i))
         self._rbuf = bytearray(0)  # the replay window is not kept (64 KiB on big segments)
 
     def _checkpoint(self, sg: int, pos: int, cp: "list[int]", st: "list[bool]") -> None:
@@ -1615,7 +1666,7 @@ class Queue:
         ix = self._ix
         live, hist, swept = ix.live, ix.hist, self._swept
         # The chunk lists grow in place (append), so these stay the index's own lists.
-        ixoff, ixln, ixst, sfo = ix.off, ix.ln, ix.st, ix.sfo
+        ixcol, sfo, sh, mk = ix.col, ix.sfo, ix.sh, ix.mk
         n = ix.n  # mirrors ix.n: only DATA adds items
         prev = ix.last  # the last item's seq
         gen_nz, u64 = log.gen != 0, _U64
@@ -1702,16 +1753,13 @@ class Queue:
                     if n >= max_items:
                         raise Full("more items than max_items; reopen with the writer's limits")
                     c = n >> _CS
-                    if c < len(ixst) and seq == prev + 1 and n and sg < len(sfo):
+                    if c < len(ixcol) and seq == prev + 1 and n and sg < len(sfo):
                         # ix.add without its call: no new chunk, run or segment
-                        j = n & _CM
-                        ixoff[c][j] = pos
-                        ixln[c][j] = plen
-                        ixst[c][j] = _AVAILABLE
+                        ixcol[c][n & _CM] = plen  # state bits 0: AVAILABLE
                         ix.n = n + 1
                         ix.last = seq
                     else:
-                        ix.add(seq, sg, pos, plen)
+                        ix.add(seq, sg, plen)
                     n += 1
                     prev = seq
                     self._n_avail += 1
@@ -1721,8 +1769,12 @@ class Queue:
                 else:
                     le = live.get(seq)  # an item with history knows its index
                     i = le[0] if le is not None else ix.find(seq)
-                    stc = ixst[i >> _CS] if i >= 0 else self._state_buf  # the item's chunk
-                    s = stc[i & _CM] if i >= 0 else 0
+                    if i >= 0:
+                        cc = ixcol[i >> _CS]  # the item's chunk and its value there
+                        v = cc[i & _CM]
+                        s = (v >> sh) + 1
+                    else:
+                        s = 0
                     # The two common transitions outside a snapshot, as _apply would make them
                     # (_move, then _Index.set_history), without three calls; the rest: _apply.
                     if typ == _T_ACK and s == _CLAIMED and le is not None \
@@ -1730,7 +1782,7 @@ class Queue:
                         a, nb = le[1], le[3]
                         self._n_claimed -= 1
                         self._n_acked += 1
-                        stc[i & _CM] = _ACKED
+                        cc[i & _CM] = (v & mk) | (_ACKED - 1) << sh
                         del live[seq]
                         if a or nb:
                             hist[seq] = [a, nb]
@@ -1741,13 +1793,13 @@ class Queue:
                         if s == _AVAILABLE:
                             self._n_avail -= 1
                             self._n_claimed += 1
-                        stc[i & _CM] = _CLAIMED
+                        cc[i & _CM] = (v & mk) | (_CLAIMED - 1) << sh
                         if le is None:
                             hh = hist.pop(seq, None)
                             if hh is None:
-                                live[seq] = [i, 0, arg, 0]
+                                live[seq] = [i, 0, arg, 0, -1]
                             else:
-                                live[seq] = [i, hh[0], arg, hh[1]]
+                                live[seq] = [i, hh[0], arg, hh[1], -1]
                         else:
                             hist.pop(seq, None)
                             le[2] = arg
@@ -1783,7 +1835,7 @@ class Queue:
         log = self._log
         try:
             if self._ix_bytes and sum(log.sizes) >= self._ix_bytes:
-                if self._ixcov != [log.gen] + log.sizes:
+                if self._ixcov != [log.gen] + list(log.sizes):
                     m = _import("ddq_index")
                     if m is not None:  # a board may ship without it: open replays the log
                         m.save(self)
@@ -1843,7 +1895,7 @@ class Queue:
         prefix = self._log.gen != 0 and not st[0]
         if i < 0:
             raise Corrupt("record for unknown seq")
-        s = ix.st[i >> _CS][i & _CM]
+        s = ix.state(i)
         if e is not None:
             a, lease, nb = e[1], e[2], e[3]
         else:

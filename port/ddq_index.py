@@ -34,12 +34,13 @@ else:
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Iterator
+    from typing import Any, Generator
 
 # Item states as in ddq (SPEC §4.1 [F11]); tests/test_index.py holds them equal to ddq's.
 _AVAILABLE = const(1)
 _CLAIMED = const(2)
 _IO_LOOPS = const(1048576)
+_SCAN_RECORDS = const(4000000)
 _CH = const(512)  # ddq's column chunk: items per chunk, its log2 and mask
 _CS = const(9)
 _CM = const(511)
@@ -58,19 +59,30 @@ def abi() -> int:
     return ddq._crc(bytes(array("Q", [1])) + bytes(array("H", [1])) + bytes(array("I", [1])))
 
 
-def _body(q: "ddq.Queue") -> "Iterator[Any]":
+def _body(q: "ddq.Queue") -> "Generator[Any, None, None]":
     # The body of queue.index in order [X2]: segments, the five columns (as RAM derives them, in
     # chunks of at most _CH items), live, hist, reasons. Sweeps are undone: the file holds the
     # durable state, as a replay would [X3]. Called twice (crc, then write): nothing is kept.
-    ix, log, n = q._ix, q._log, q._ix.n
+    log, n = q._log, q._ix.n
     b = bytearray(12)
     for k in range(len(log.ck)):
         struct.pack_into("<III", b, 0, log.ck[k][0], log.ck[k][1], log.ck[k][2])
         yield b
     sw = q._swept
+    w: "list[Any]" = [0, 0, None]  # the offset walk: segment, position, open handle
+    try:
+        yield from _columns(q, n, sw, w)
+    finally:
+        if w[2] is not None:
+            q._fs.close(w[2])
+    yield from _entries(q, sw)
+
+
+def _columns(q: "ddq.Queue", n: int, sw: "dict[int, int]", w: "list[Any]") -> "Generator[Any, None, None]":
+    ix = q._ix
     for col in range(5):
         sg = r = 0
-        for c in range(len(ix.st)):
+        for c in range(len(ix.col)):
             i0 = c << _CS
             m = min(_CH, n - i0)
             if col == 0:  # seq: along the runs
@@ -87,18 +99,29 @@ def _body(q: "ddq.Queue") -> "Iterator[Any]":
                         sg += 1
                     a[t] = sg
                 yield a
-            elif col < 4:  # offset, payload length: u32 in the file
-                a = (ix.off if col == 2 else ix.ln)[c]
-                yield array("I", a[0:m] if m < _CH else a) if ix.tc[col - 2] == "H" else \
-                    memoryview(a)[0:m]
-            else:
-                st = ix.st[c]
+            elif col == 2:  # offset: RAM does not keep it; one walk of the record headers
+                a = array("I", bytes(4 * m))
+                for t in range(m):
+                    a[t] = _next_data(q, w)
+                yield a
+            elif col == 3:  # payload length: u32 in the file
+                a = array("I", bytes(4 * m))
+                for t in range(m):
+                    a[t] = ix.length(i0 + t)
+                yield a
+            else:  # state: u8 in the file
+                st = bytearray(m)
+                for t in range(m):
+                    st[t] = ix.state(i0 + t)
                 if sw:
-                    st = st[0:m]
                     for s, e in ix.live.items():
                         if s in sw and e[0] >> _CS == c:
                             st[e[0] & _CM] = _CLAIMED
-                yield memoryview(st)[0:m]
+                yield st
+
+
+def _entries(q: "ddq.Queue", sw: "dict[int, int]") -> "Generator[Any, None, None]":
+    ix = q._ix
     if ix.live:
         b = bytearray(28 * len(ix.live))
         k = 0
@@ -122,6 +145,33 @@ def _body(q: "ddq.Queue") -> "Iterator[Any]":
         yield b
 
 
+def _next_data(q: "ddq.Queue", w: "list[Any]") -> int:
+    # The offset of the next DATA record of the (synced) log in log order, one header read a
+    # record; w = [segment, position, open handle or None] carries the walk between calls.
+    log, hb = q._log, q._rec  # the record buffer's header: no append runs while indexing
+    mv = memoryview(hb)[0:40]
+    for _ in range(_SCAN_RECORDS):
+        k: int = w[0]
+        pos: int = w[1]
+        if k >= len(log.sizes):
+            break
+        if pos >= log.sizes[k]:
+            if w[2] is not None:
+                q._fs.close(w[2])
+                w[2] = None
+            w[0], w[1] = k + 1, 0
+            continue
+        if w[2] is None:
+            w[2] = q._fs.open(q._path(ddq.segment_name(log.gen, k)), "rb")
+        rlen = struct.unpack_from("<I", hb, 28)[0] if q._read_exact(w[2], pos, mv) == 40 else 0
+        if rlen < 48:
+            break
+        w[1] = pos + rlen
+        if hb[6] == 1 and hb[7] == 0:  # a DATA record (type u16 at offset 6)
+            return pos
+    raise OSError(_EIO, "the log has fewer DATA records than the index has items")
+
+
 def _plan_key(q: "ddq.Queue") -> int:
     # flags bits 8-31: the options the admission plan was computed with [X2].
     k = struct.pack("<III", q._seg_bytes, q._max_segs, q.reason_budget)
@@ -131,9 +181,8 @@ def _plan_key(q: "ddq.Queue") -> int:
 def _header(q: "ddq.Queue", body: int, mcrc: int) -> bytearray:
     ix, log, p = q._ix, q._log, q._plan
     pay = 0
-    for c in range(len(ix.ln)):
-        m = min(_CH, ix.n - (c << _CS))
-        pay = max(pay, max(ix.ln[c][0:m]) if m < _CH else max(ix.ln[c]))
+    for i in range(ix.n):
+        pay = max(pay, ix.length(i))
     for r in ix.reasons.values():
         pay = max(pay, r[2])
     sw = len(q._swept)
@@ -166,23 +215,31 @@ def save(q: "ddq.Queue") -> None:
     if q._has_manifest:
         mcrc = ddq._crc(q._read_small(q._path(ddq._MANIFEST), 49)[0:40])
     body = 0
-    for b in _body(q):
-        body = ddq._crc(b, body)
+    g = _body(q)
+    try:
+        for b in g:
+            body = ddq._crc(b, body)
+    finally:
+        g.close()  # its finally closes the offset walk's segment
     tmp = q._path(ddq._INDEX_TMP)
     if fs.kind(tmp) != 0:
         fs.remove(tmp)
     h = fs.open(tmp, "wb")
     try:
         fs.write(h, _header(q, body, mcrc))
-        for b in _body(q):
-            if len(b):  # a typed chunk's len() counts items: write its bytes
-                fs.write(h, b if isinstance(b, bytearray) else bytes(b))
+        g = _body(q)
+        try:
+            for b in g:
+                if len(b):  # a typed chunk's len() counts items: write its bytes
+                    fs.write(h, b if isinstance(b, bytearray) else bytes(b))
+        finally:
+            g.close()
         fs.sync(h)
     finally:
         fs.close(h)
     fs.rename(tmp, q._path(ddq._INDEX))  # old or new index, never a torn one [X1]
     fs.sync_dir(q._dir)
-    q._ixcov = [log.gen] + log.sizes
+    q._ixcov = [log.gen] + list(log.sizes)
 
 
 def load(q: "ddq.Queue", nsegs: int, cp: "list[int]", mcrc: int, fits: "list[int]") -> int:
@@ -241,18 +298,20 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
     for i0 in range(0, n, _CH):
         m = min(_CH, n - i0)
         cols: "list[Any]" = []
-        for tc, w, base in (("Q", 8, 0), ("H", 2, 8), ("I", 4, 10), ("I", 4, 14), ("B", 1, 18)):
+        for tc, w, base in (("Q", 8, 0), ("H", 2, 8), ("I", 4, 14), ("B", 1, 18)):  # no offset
             b = bytearray(w * m)
             if q._read_exact(h, pos + base * n + w * i0, memoryview(b)) != w * m:
                 return -1
             cols.append(array(tc, b) if w > 1 else b)
-        sq, sgc, offc, lnc, stc = cols
+        sq, sgc, lnc, stc = cols
         for t in range(m):
             s, sg = sq[t], sgc[t]
             if s <= prev or sg < sgp or sg >= ns or stc[t] < _AVAILABLE or stc[t] > 4:
                 return -1
-            nix.add(s, sg, offc[t], lnc[t])
-            nix.st[(i0 + t) >> _CS][(i0 + t) & _CM] = stc[t]
+            if lnc[t] > nix.mk:
+                return -1
+            nix.add(s, sg, lnc[t])
+            nix.put(i0 + t, stc[t])
             prev, sgp = s, sg
     live, hist, rs = bytearray(28 * nlive), bytearray(20 * nhist), bytearray(20 * nrs)
     pos += 19 * n
@@ -264,9 +323,9 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
     for k in range(nlive):
         s, a, lease, nb = struct.unpack_from("<QIQQ", live, 28 * k)
         i = nix.find(s)
-        if i < 0 or nix.st[i >> _CS][i & _CM] not in (_AVAILABLE, _CLAIMED):
+        if i < 0 or nix.state(i) not in (_AVAILABLE, _CLAIMED):
             return -1
-        nix.live[s] = [i, a, lease, nb]
+        nix.live[s] = [i, a, lease, nb, -1]
     for k in range(nhist):
         s, a, nb = struct.unpack_from("<QIQ", hist, 20 * k)
         nix.hist[s] = [a, nb]

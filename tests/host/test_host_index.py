@@ -371,5 +371,7 @@ def test_ddq_index_constants_equal_ddq_and_the_spec():
 
     assert (ddq_index._AVAILABLE, ddq_index._CLAIMED) == (ddq_mod._AVAILABLE, ddq_mod._CLAIMED)
     assert (ddq_index._IO_LOOPS, ddq_index._EIO) == (ddq_mod._IO_LOOPS, ddq_mod._EIO)
+    assert ddq_index._SCAN_RECORDS == ddq_mod._SCAN_RECORDS
+    assert (ddq_index._CH, ddq_index._CS, ddq_index._CM) == (ddq_mod._CH, ddq_mod._CS, ddq_mod._CM)
     assert struct.calcsize(ddq_index._IX_FMT) == ddq_index._IX_SIZE == fsck.IX_HEADER
     assert ddq_mod._MAN_SIZE + 1 == 49  # ddq_index reads the manifest with this bound
