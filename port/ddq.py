@@ -114,6 +114,7 @@ _MAX_LEASE_MS = const(604800000)
 _U32 = 0xFFFFFFFF
 _U64 = 0xFFFFFFFFFFFFFFFF
 _SCAN_RECORDS = const(4000000)
+_UNSYNCED_MAX = const(256)  # sync="none": RAM copies of unsynced payloads before a sync [D3]
 _IO_LOOPS = const(1048576)
 _ENOENT = const(2)
 _EIO = const(5)
@@ -466,7 +467,7 @@ class PosixStorage:
 # Derived: seqs come in runs of consecutive values (one run for all that was appended since the
 # last compaction; a gap only where a compaction dropped acked items), each segment keeps the
 # index of its first item, so a seq and a segment are a binary search over short lists; the
-# offset of a DATA record is found by walking its segment's headers (Queue._where), from the
+# offset of a DATA record is found by walking its segment's headers (Queue._data), from the
 # last item located when that lies before it, and a claimed item keeps it in its live entry.
 # Items with history (attempts, lease, not_before) live in small dicts keyed by seq, so a
 # fresh item costs nothing more.
@@ -502,7 +503,7 @@ class _Index:
         # reasons: quarantined items, seq -> [segment index, offset, length]
         self.reasons: "dict[int, list[int]]" = {}
         self.fresh = 0  # every index below is not a plain available item
-        self.hint = [-1, 0, -1]  # the item Queue._where located last: index, offset, segment
+        self.hint = [-1, 0, -1]  # the item Queue._data located last: index, offset, segment
 
     def add(self, seq: int, sg: int, ln: int) -> None:
         n = self.n
@@ -870,8 +871,9 @@ class Queue:
         return memoryview(self._rbuf)
 
     def _read_record(self, log: _Log, sg: int, off: int, typ: int, seq: int,
-                     ln: int) -> memoryview:
-        """Re-read and validate one whole record; return a view of its payload [R19]."""
+                     ln: int, f: "Any" = None) -> memoryview:
+        """Re-read and validate one whole record; return a view of its payload [R19]. f: the
+        segment already open for reading (kept open), else it is opened and closed here."""
         name = segment_name(log.gen, sg)
         if sg >= len(log.sizes) or off + _MIN_REC + ln > log.sizes[sg]:
             raise Corrupt("record of seq %d outside %s" % (seq, name))
@@ -886,11 +888,12 @@ class Queue:
         total = _MIN_REC + ln
         mv = self._buf(total)
         try:
-            h = self._fs.open(self._path(name), "rb")
+            h = f if f is not None else self._fs.open(self._path(name), "rb")
             try:
                 got = self._read_exact(h, off, mv[0:total])
             finally:
-                self._fs.close(h)
+                if f is None:
+                    self._fs.close(h)
         except OSError as e:
             raise _io_failure(e, "read " + name)
         try:
@@ -903,52 +906,55 @@ class Queue:
             raise Corrupt("%s at %s offset %d (seq %d)" % (e.args[0], name, off, seq))
         return mv[_HDR:_HDR + ln]
 
-    def _where(self, i: int, seq: int) -> int:
-        """Return the offset of item i's DATA record in its segment: from its live entry, else by
-        walking the segment's record headers from the last item located there, when that lies
-        before it, or from the segment's start (at most one segment's headers, DESIGN §4)."""
-        log, ix = self._log, self._ix
+    def _data(self, log: _Log, i: int, seq: int, ln: int) -> memoryview:
+        """Return a view of item i's payload: from RAM while a fresh reader could not see it yet
+        [D7]; else from its DATA record, whose offset its live entry caches or a walk of its
+        segment's record headers finds: from the last item located (the hint) when that lies
+        before it in the same segment, else from the segment's start (DESIGN §4)."""
+        b = self._unsynced.get(seq) if log is self._log else None
+        if b is not None:
+            return memoryview(b)
+        ix = self._ix
+        hint, sfo = ix.hint, ix.sfo
+        k = hint[2]  # the segment: the hint's, when i lies in it after the hint
+        if k < 0 or hint[0] > i or (k + 1 < len(sfo) and sfo[k + 1] <= i):
+            k = ix.sg(i)
         e = ix.live.get(seq)
         if e is not None and e[4] >= 0:
-            return e[4]
-        k = ix.sg(i)
-        hint = ix.hint
+            return self._read_record(log, k, e[4], _T_DATA, seq, ln)
         # j: the index of the next DATA record found at or after pos
-        j, pos = (hint[0], hint[1]) if hint[2] == k and hint[0] <= i else (ix.sfo[k], 0)
+        j, pos = (hint[0], hint[1]) if hint[2] == k and hint[0] <= i else (sfo[k], 0)
         end = log.sizes[k]
         name = segment_name(log.gen, k)
         mv = self._mv_hdr  # the record buffer's header: no append runs during a walk
         try:
             h = self._fs.open(self._path(name), "rb")
-            try:
-                for _ in range(_SCAN_RECORDS):
-                    if pos + _MIN_REC > end or self._read_exact(h, pos, mv) != _HDR:
-                        break
-                    magic, _v, typ, s, _a, _p, rlen, _c, _r = struct.unpack_from(_REC_FMT, mv, 0)
-                    if magic != _REC_MAGIC or rlen < _MIN_REC:
-                        break
-                    if typ == _T_DATA:
-                        if j == i:
-                            if s != seq:
-                                break
-                            hint[0], hint[1], hint[2] = i, pos, k
-                            if e is not None:
-                                e[4] = pos
-                            return pos
-                        j += 1
-                    pos += rlen
-            finally:
-                self._fs.close(h)
         except OSError as x:
             raise _io_failure(x, "read " + name)
+        try:
+            for _ in range(_SCAN_RECORDS):
+                try:
+                    got = self._read_exact(h, pos, mv) if pos + _MIN_REC <= end else 0
+                except OSError as x:
+                    raise _io_failure(x, "read " + name)
+                if got != _HDR:
+                    break
+                magic, _v, typ, s, _a, _p, rlen, _c, _r = struct.unpack_from(_REC_FMT, mv, 0)
+                if magic != _REC_MAGIC or rlen < _MIN_REC:
+                    break
+                if typ == _T_DATA:
+                    if j == i:
+                        if s != seq:
+                            break
+                        hint[0], hint[1], hint[2] = i, pos, k
+                        if e is not None:
+                            e[4] = pos
+                        return self._read_record(log, k, pos, _T_DATA, seq, ln, h)
+                    j += 1
+                pos += rlen
+        finally:
+            self._fs.close(h)
         raise Corrupt("DATA record of seq %d not found in %s" % (seq, name))
-
-    def _data(self, log: _Log, i: int, seq: int, ln: int) -> memoryview:
-        # The payload of item i: from RAM while a fresh reader could not see it yet [D7].
-        b = self._unsynced.get(seq) if log is self._log else None
-        if b is not None:
-            return memoryview(b)
-        return self._read_record(log, self._ix.sg(i), self._where(i, seq), _T_DATA, seq, ln)
 
     def _find(self, seq: "Any") -> int:
         self._alive()
@@ -1013,6 +1019,8 @@ class Queue:
             self._durable = seq
         elif not self._sync_ack:  # keep what a reader could not see yet (group commit only)
             self._unsynced[seq] = payload if isinstance(payload, bytes) else bytes(payload)
+            if len(self._unsynced) >= _UNSYNCED_MAX:
+                self._sync_h()  # [D3] the RAM copies stay a small table, never a big allocation
         self._plan_add(n)
         return seq
 
