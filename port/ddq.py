@@ -49,13 +49,8 @@ def _crc(data: "Buf", value: int = 0) -> int:
     return int(_crc32(data, value))
 
 
-def _abi() -> int:
-    # The recovery index stores the index columns in native order and width [X2].
-    return _crc(bytes(array("Q", [1])) + bytes(array("H", [1])) + bytes(array("I", [1])))
-
-
 def _import(name: str) -> "Any":
-    # Optional modules (fcntl, socket, hashlib): present on some interpreters only.
+    # Optional modules (fcntl, socket; ddq_index beside ddq): present on some installs only.
     try:
         return __import__(name)
     except ImportError:
@@ -112,19 +107,14 @@ _CUT = ".cut"  # ddq extension: a tail cut staged by copy + rename where truncat
 # Recovery index: SPEC §12.1 [X1]-[X8]; a ddq-only file C DDQ ignores [N5].
 _INDEX = "queue.index"
 _INDEX_TMP = "queue.index.tmp"
-# magic version reserved abi manifest_crc generation next_seq, then 16 u32: items fresh available
-# claimed acked quarantined live hist reasons segments plan_segs plan_off max_payload flags body_crc
-# header_crc
-_IX_FMT = "<IHHIIQQIIIIIIIIIIIIIIII"
-_IX_MAGIC = 0x49514444  # b"DDQI"
-_IX_SIZE = const(96)
-_IX_NO_PLAN = 0xFFFFFFFF
+# Its layout lives in port/ddq_index.py, imported only when a queue needs it.
 # Limits: SPEC §7.
 _MAX_REASON = const(4096)
 _MAX_LEASE_MS = const(604800000)
 _U32 = 0xFFFFFFFF
 _U64 = 0xFFFFFFFFFFFFFFFF
 _SCAN_RECORDS = const(4000000)
+_UNSYNCED_MAX = const(256)  # sync="none": RAM copies of unsynced payloads before a sync [D3]
 _IO_LOOPS = const(1048576)
 _ENOENT = const(2)
 _EIO = const(5)
@@ -470,61 +460,114 @@ class PosixStorage:
 
 
 # ============================================================================ index
-# RAM metadata per retained item, in seq order, in parallel compact arrays (19 bytes an item):
-# seq, segment index, record offset, payload length, state. Items with history (attempts, lease,
-# not_before) live in small dicts keyed by seq, so a fresh item costs nothing more (DESIGN §4).
+# RAM metadata per retained item, in seq order (DESIGN §4). Per item only what admission needs
+# at once and the log cannot give without a walk: its payload length (u16 when
+# max_payload_bytes allows, else u32) and its state (u8), in column chunks of _CH items: a
+# column grows by one chunk, never by copying (no allocation over 4 KiB, no reopen churn).
+# Derived: seqs come in runs of consecutive values (one run for all that was appended since the
+# last compaction; a gap only where a compaction dropped acked items), each segment keeps the
+# index of its first item, so a seq and a segment are a binary search over short lists; the
+# offset of a DATA record is found by walking its segment's headers (Queue._data), from the
+# last item located when that lies before it, and a claimed item keeps it in its live entry.
+# Items with history (attempts, lease, not_before) live in small dicts keyed by seq, so a
+# fresh item costs nothing more.
+_CH = const(512)  # items per column chunk (a u32 chunk is 2 KiB)
+_CS = const(9)  # log2(_CH)
+_CM = const(511)
 
 
 class _Index:
-    __slots__ = ("n", "seq", "sg", "off", "ln", "st", "live", "hist", "reasons", "fresh")
+    __slots__ = ("n", "tc", "ro", "rs", "last", "sfo", "col", "sh", "mk", "live", "hist",
+                 "reasons", "fresh", "hint")
 
-    def __init__(self) -> None:
-        self.n = 0  # items in use; the arrays are longer (capacity grows by half, DESIGN §4)
-        self.seq = array("Q")
-        self.sg = array("H")
-        self.off = array("I")
-        self.ln = array("I")
-        self.st = bytearray()
-        # live: non-terminal items with history, seq -> [index, attempts, lease_until, not_before]
+    def __init__(self, tc: str) -> None:
+        self.n = 0  # items
+        self.tc = tc  # array typecode of the length column, "H" or "I"
+        self.ro: "list[int]" = []  # per run of consecutive seqs: the index of its first item
+        self.rs: "list[int]" = []  # and its seq
+        self.last = 0  # the seq of the last item
+        # per segment: the index of its first item (the items before it); an array, as the
+        # segment sizes: 4 bytes a segment, so 1,024 segments stay in one 4 KiB allocation
+        self.sfo: "Any" = array("I")
+        # Column chunks: payload length | (state - 1) << sh, one u16 an item when lengths
+        # fit 14 bits, else one u32 (shift 26: values stay small ints on 32-bit boards).
+        self.col: "list[Any]" = []
+        self.sh = 14 if tc == "H" else 26
+        self.mk = (1 << self.sh) - 1
+
+        # live: non-terminal items with history,
+        #   seq -> [index, attempts, lease_until, not_before, DATA offset or -1 if not known yet]
         self.live: "dict[int, list[int]]" = {}
         # hist: terminal items with history, seq -> [attempts, not_before]
         self.hist: "dict[int, list[int]]" = {}
         # reasons: quarantined items, seq -> [segment index, offset, length]
         self.reasons: "dict[int, list[int]]" = {}
         self.fresh = 0  # every index below is not a plain available item
+        self.hint = [-1, 0, -1]  # the item Queue._data located last: index, offset, segment
 
-    def add(self, seq: int, sg: int, off: int, ln: int) -> None:
+    def add(self, seq: int, sg: int, ln: int) -> None:
         n = self.n
-        if n == len(self.st):
-            # Grow every array once by half (MicroPython's append grows by a few items and
-            # copies the whole array each time: O(n^2) over a long fill).
-            k = max(32, n >> 1)
-            z = bytes(k)
-            self.seq.extend(array("Q", z * 8))
-            self.sg.extend(array("H", z * 2))
-            self.off.extend(array("I", z * 4))
-            self.ln.extend(array("I", z * 4))
-            self.st.extend(z)
-        self.seq[n] = seq
-        self.sg[n] = sg
-        self.off[n] = off
-        self.ln[n] = ln
-        self.st[n] = _AVAILABLE
+        c, j = n >> _CS, n & _CM
+        if c == len(self.col):
+            self.col.append(array(self.tc, bytes(_CH * (2 if self.tc == "H" else 4))))
+        if not n or seq != self.last + 1:
+            self.ro.append(n)
+            self.rs.append(seq)
+        while len(self.sfo) <= sg:
+            self.sfo.append(n)
+        self.last = seq
+        self.col[c][j] = ln  # state AVAILABLE: 0 in the state bits
         self.n = n + 1
 
-    def find(self, seq: int) -> int:
-        a = self.seq
-        lo, hi = 0, self.n
-        while lo < hi:  # at most 64 iterations: u64 keys
-            mid = (lo + hi) >> 1
-            v = a[mid]
-            if v == seq:
-                return mid
-            if v < seq:
-                lo = mid + 1
+    def state(self, i: int) -> int:
+        return int(self.col[i >> _CS][i & _CM] >> self.sh) + 1
+
+    def length(self, i: int) -> int:
+        return int(self.col[i >> _CS][i & _CM] & self.mk)
+
+    def put(self, i: int, state: int) -> None:
+        a = self.col[i >> _CS]
+        a[i & _CM] = (a[i & _CM] & self.mk) | (state - 1) << self.sh
+
+    def seq(self, i: int) -> int:
+        ro = self.ro
+        k = len(ro) - 1
+        if ro[k] > i:  # not in the last run (rare): binary search
+            lo = 0
+            while lo < k:
+                m = (lo + k + 1) >> 1
+                if ro[m] <= i:
+                    lo = m
+                else:
+                    k = m - 1
+        return self.rs[k] + i - ro[k]
+
+    def sg(self, i: int) -> int:
+        a = self.sfo  # the last segment whose first item index is <= i
+        lo, k = 0, len(a) - 1
+        while lo < k:
+            m = (lo + k + 1) >> 1
+            if a[m] <= i:
+                lo = m
             else:
-                hi = mid
-        return -1
+                k = m - 1
+        return k
+
+    def find(self, seq: int) -> int:
+        rs = self.rs
+        k = len(rs) - 1
+        if k < 0 or seq < rs[0] or seq > self.last:
+            return -1
+        if rs[k] > seq:
+            lo = 0
+            while lo < k:
+                m = (lo + k + 1) >> 1
+                if rs[m] <= seq:
+                    lo = m
+                else:
+                    k = m - 1
+        i = self.ro[k] + seq - rs[k]
+        return i if i < (self.ro[k + 1] if k + 1 < len(rs) else self.n) else -1
 
     def history(self, seq: int) -> "tuple[int, int, int]":
         e = self.live.get(seq)
@@ -536,12 +579,12 @@ class _Index:
         return 0, 0, 0
 
     def set_history(self, i: int, attempts: int, lease: int, nb: int) -> None:
-        s = self.seq[i]
-        if self.st[i] in (_AVAILABLE, _CLAIMED):
+        s = self.seq(i)
+        if self.state(i) in (_AVAILABLE, _CLAIMED):
             self.hist.pop(s, None)
             e = self.live.get(s)
             if e is None:
-                self.live[s] = [i, attempts, lease, nb]
+                self.live[s] = [i, attempts, lease, nb, -1]
             else:
                 e[1], e[2], e[3] = attempts, lease, nb
         else:
@@ -552,9 +595,9 @@ class _Index:
                 self.hist.pop(s, None)
 
     def next_fresh(self) -> int:
-        n, st, live, sq = self.n, self.st, self.live, self.seq
+        n, live = self.n, self.live
         i = self.fresh
-        while i < n and (st[i] != _AVAILABLE or sq[i] in live):
+        while i < n and (self.state(i) != _AVAILABLE or self.seq(i) in live):
             i += 1
         self.fresh = i
         return i
@@ -584,7 +627,7 @@ class _Log:
 
     def __init__(self, gen: int) -> None:
         self.gen = gen
-        self.sizes: "list[int]" = []
+        self.sizes: "Any" = array("I")  # per segment (u32: segment_bytes <= 64 MiB)
         self.ck: "list[list[int]]" = []  # per segment [crc32 of bytes 0..n, n, first record_length]
         self.off = 0
         self.h: "Any" = None
@@ -615,6 +658,8 @@ class Queue:
         self._max_items = _opt(max_items, 1, 1000000, "max_items")
         self._max_segs = _opt(max_segments, 1, 4096, "max_segments")
         self._ix_bytes = _opt(index_bytes, 0, _U64, "index_bytes")
+        # The index's column: u16 where every payload length fits 14 bits, else u32 (§4).
+        self._tc = "H" if self._max_payload <= 16383 else "I"
         if clock is not None and not callable(clock):
             raise InvalidArgument("clock must be callable")
         if sync not in ("always", "ack", "none"):
@@ -661,7 +706,7 @@ class Queue:
 
     # ------------------------------------------------------------------ state
     def _reset(self) -> None:
-        self._ix = _Index()
+        self._ix = _Index(self._tc)
         self._log = _Log(0)
         self._next = 1
         self._durable = 0
@@ -718,10 +763,10 @@ class Queue:
     def _move(self, i: int, state: int, attempts: int, lease: int, nb: int) -> None:
         ix = self._ix
         if self._swept:
-            self._swept.pop(ix.seq[i], None)
-        self._count(ix.st[i], -1)
+            self._swept.pop(ix.seq(i), None)
+        self._count(ix.state(i), -1)
         self._count(state, 1)
-        ix.st[i] = state
+        ix.put(i, state)
         ix.set_history(i, attempts, lease, nb)
 
     # ------------------------------------------------------------------ writing
@@ -826,8 +871,9 @@ class Queue:
         return memoryview(self._rbuf)
 
     def _read_record(self, log: _Log, sg: int, off: int, typ: int, seq: int,
-                     ln: int) -> memoryview:
-        """Re-read and validate one whole record; return a view of its payload [R19]."""
+                     ln: int, f: "Any" = None) -> memoryview:
+        """Re-read and validate one whole record; return a view of its payload [R19]. f: the
+        segment already open for reading (kept open), else it is opened and closed here."""
         name = segment_name(log.gen, sg)
         if sg >= len(log.sizes) or off + _MIN_REC + ln > log.sizes[sg]:
             raise Corrupt("record of seq %d outside %s" % (seq, name))
@@ -842,11 +888,12 @@ class Queue:
         total = _MIN_REC + ln
         mv = self._buf(total)
         try:
-            h = self._fs.open(self._path(name), "rb")
+            h = f if f is not None else self._fs.open(self._path(name), "rb")
             try:
                 got = self._read_exact(h, off, mv[0:total])
             finally:
-                self._fs.close(h)
+                if f is None:
+                    self._fs.close(h)
         except OSError as e:
             raise _io_failure(e, "read " + name)
         try:
@@ -858,6 +905,56 @@ class Queue:
         except Corrupt as e:
             raise Corrupt("%s at %s offset %d (seq %d)" % (e.args[0], name, off, seq))
         return mv[_HDR:_HDR + ln]
+
+    def _data(self, log: _Log, i: int, seq: int, ln: int) -> memoryview:
+        """Return a view of item i's payload: from RAM while a fresh reader could not see it yet
+        [D7]; else from its DATA record, whose offset its live entry caches or a walk of its
+        segment's record headers finds: from the last item located (the hint) when that lies
+        before it in the same segment, else from the segment's start (DESIGN §4)."""
+        b = self._unsynced.get(seq) if log is self._log else None
+        if b is not None:
+            return memoryview(b)
+        ix = self._ix
+        hint, sfo = ix.hint, ix.sfo
+        k = hint[2]  # the segment: the hint's, when i lies in it after the hint
+        if k < 0 or hint[0] > i or (k + 1 < len(sfo) and sfo[k + 1] <= i):
+            k = ix.sg(i)
+        e = ix.live.get(seq)
+        if e is not None and e[4] >= 0:
+            return self._read_record(log, k, e[4], _T_DATA, seq, ln)
+        # j: the index of the next DATA record found at or after pos
+        j, pos = (hint[0], hint[1]) if hint[2] == k and hint[0] <= i else (sfo[k], 0)
+        end = log.sizes[k]
+        name = segment_name(log.gen, k)
+        mv = self._mv_hdr  # the record buffer's header: no append runs during a walk
+        try:
+            h = self._fs.open(self._path(name), "rb")
+        except OSError as x:
+            raise _io_failure(x, "read " + name)
+        try:
+            for _ in range(_SCAN_RECORDS):
+                try:
+                    got = self._read_exact(h, pos, mv) if pos + _MIN_REC <= end else 0
+                except OSError as x:
+                    raise _io_failure(x, "read " + name)
+                if got != _HDR:
+                    break
+                magic, _v, typ, s, _a, _p, rlen, _c, _r = struct.unpack_from(_REC_FMT, mv, 0)
+                if magic != _REC_MAGIC or rlen < _MIN_REC:
+                    break
+                if typ == _T_DATA:
+                    if j == i:
+                        if s != seq:
+                            break
+                        hint[0], hint[1], hint[2] = i, pos, k
+                        if e is not None:
+                            e[4] = pos
+                        return self._read_record(log, k, pos, _T_DATA, seq, ln, h)
+                    j += 1
+                pos += rlen
+        finally:
+            self._fs.close(h)
+        raise Corrupt("DATA record of seq %d not found in %s" % (seq, name))
 
     def _find(self, seq: "Any") -> int:
         self._alive()
@@ -873,19 +970,19 @@ class Queue:
         """Copy the payload of any retained item into buf; return its length [O12]."""
         i = self._find(seq)
         ix = self._ix
-        n = ix.ln[i]
+        n: int = ix.length(i)
         if len(buf) < n:
             e = BufferTooSmall("buffer of %d bytes; need %d" % (len(buf), n))
             e.needed = n
             raise e
-        buf[0:n] = self._read_record(self._log, ix.sg[i], ix.off[i], _T_DATA, seq, n)
+        buf[0:n] = self._data(self._log, i, seq, n)
         return n
 
     def read(self, seq: int) -> bytes:
         """Return the payload of any retained item, in any state [O12]."""
         i = self._find(seq)
         ix = self._ix
-        return bytes(self._read_record(self._log, ix.sg[i], ix.off[i], _T_DATA, seq, ix.ln[i]))
+        return bytes(self._data(self._log, i, seq, ix.length(i)))
 
     def reason(self, seq: int) -> bytes:
         """Return the quarantine reason of a quarantined item [O13]."""
@@ -914,14 +1011,16 @@ class Queue:
         if ix.n >= self._max_items:
             raise Full("max_items reached")
         seq = self._next
-        off = self._write(_T_DATA, seq, 0, payload, self._sync_ack)
-        ix.add(seq, len(self._log.sizes) - 1, off, n)
+        self._write(_T_DATA, seq, 0, payload, self._sync_ack)
+        ix.add(seq, len(self._log.sizes) - 1, n)
         self._n_avail += 1
         self._next = seq + 1
         if not self._log.dirty:
             self._durable = seq
         elif not self._sync_ack:  # keep what a reader could not see yet (group commit only)
             self._unsynced[seq] = payload if isinstance(payload, bytes) else bytes(payload)
+            if len(self._unsynced) >= _UNSYNCED_MAX:
+                self._sync_h()  # [D3] the RAM copies stay a small table, never a big allocation
         self._plan_add(n)
         return seq
 
@@ -938,34 +1037,35 @@ class Queue:
         self._alive()
         now = self._now()
         ix = self._ix
-        st, sq = ix.st, ix.seq
         best, best_seq = -1, 0
         f = ix.next_fresh()
+        fs = ix.seq(f) if f < ix.n else 0
         if ordered:
             # Strict FIFO: only the earliest unfinished item is a candidate; only it is swept.
-            head = f if f < ix.n else -1
+            head, hs = (f, fs) if f < ix.n else (-1, 0)
             for s, e in ix.live.items():
-                if head < 0 or s < sq[head]:
-                    head = e[0]
+                if head < 0 or s < hs:
+                    head, hs = e[0], s
             if head >= 0:
-                h = ix.live.get(sq[head])
+                h = ix.live.get(hs)
                 if h is None:
-                    best = head
+                    best, best_seq = head, hs
                 else:
                     self._sweep(h, now)
-                    if st[head] == _AVAILABLE and (h[3] <= now or h[3] - now > _U32):
-                        best = head
+                    if ix.state(head) == _AVAILABLE and (h[3] <= now or h[3] - now > _U32):
+                        best, best_seq = head, hs
         else:
             for s, e in ix.live.items():
                 self._sweep(e, now)
-                if st[e[0]] == _AVAILABLE and (e[3] <= now or e[3] - now > _U32):
+                i = e[0]
+                if ix.state(i) == _AVAILABLE and (e[3] <= now or e[3] - now > _U32):
                     if best < 0 or s < best_seq:
-                        best, best_seq = e[0], s
-            if f < ix.n and (best < 0 or sq[f] < best_seq):
-                best = f
+                        best, best_seq = i, s
+            if f < ix.n and (best < 0 or fs < best_seq):
+                best, best_seq = f, fs
         if best < 0:
             return None
-        return self._take(sq[best], now + lease_ms, best)
+        return self._take(best_seq, now + lease_ms, best)
 
     def claim_seq(self, seq: int, lease_ms: int) -> Claim:
         """Claim one available item by seq, due or not (to retire it, say) [O20]."""
@@ -975,8 +1075,9 @@ class Queue:
         e = self._ix.live.get(seq)
         if e is not None:
             self._sweep(e, now)
-        if self._ix.st[i] != _AVAILABLE:
-            raise BadState("item %d is %s, not available" % (seq, STATES[self._ix.st[i]]))
+        s = self._ix.state(i)
+        if s != _AVAILABLE:
+            raise BadState("item %d is %s, not available" % (seq, STATES[s]))
         return self._take(seq, now + lease_ms, i)
 
     def _take(self, seq: int, lease: int, i: int) -> Claim:
@@ -987,15 +1088,15 @@ class Queue:
             i = ix.find(seq)  # the write compacted first: the item moved
         attempts, _l, nb = ix.history(seq)
         self._move(i, _CLAIMED, attempts, lease, nb)
-        return Claim(seq, attempts, ix.ln[i], lease)
+        return Claim(seq, attempts, ix.length(i), lease)
 
     def _sweep(self, e: "list[int]", now: int) -> None:
         # An expired lease goes back to AVAILABLE in RAM only; nothing is written [T2]. A lease
         # further ahead than the longest legal one means the clock went back: expired [T3].
         i = e[0]
-        if self._ix.st[i] == _CLAIMED and (e[2] <= now or e[2] - now > _MAX_LEASE_MS):
-            self._ix.st[i] = _AVAILABLE
-            self._swept[self._ix.seq[i]] = e[2]  # on disk it is still claimed [X3]
+        if self._ix.state(i) == _CLAIMED and (e[2] <= now or e[2] - now > _MAX_LEASE_MS):
+            self._ix.put(i, _AVAILABLE)
+            self._swept[self._ix.seq(i)] = e[2]  # on disk it is still claimed [X3]
             e[2] = 0
             self._n_claimed -= 1
             self._n_avail += 1
@@ -1003,10 +1104,11 @@ class Queue:
     def _claimed(self, seq: int, done: int) -> int:
         # A claimed item always has a live entry holding its index: no binary search [O7].
         e = self._ix.live.get(seq) if isinstance(seq, int) else None
-        if e is not None and self._ix.st[e[0]] == _CLAIMED and self._log.h is not None:
+        if e is not None and self._ix.state(e[0]) == _CLAIMED \
+                and self._log.h is not None:
             return e[0]
         i = self._find(seq)
-        s = self._ix.st[i]
+        s = self._ix.state(i)
         if s == done:
             return -1
         if s != _CLAIMED:
@@ -1084,22 +1186,22 @@ class Queue:
         """Yield every retained item in seq order (RAM metadata; no payload reads)."""
         ix = self._ix
         for i in range(ix.n):
-            s = ix.seq[i]
+            s = ix.seq(i)
             a, lease, nb = ix.history(s)
-            yield Item(s, STATES[ix.st[i]], a, lease, nb, ix.ln[i])
+            yield Item(s, STATES[ix.state(i)], a, lease, nb, ix.length(i))
 
     def oldest_available(self) -> "Optional[int]":
         """The seq of the oldest unclaimed item, due or backing off; None if there is none."""
         ix = self._ix
         i = 0
-        while i < ix.n and ix.st[i] != _AVAILABLE:  # O(n): the message layer calls it when full
+        while i < ix.n and ix.state(i) != _AVAILABLE:  # O(n): called when full
             i += 1
-        return ix.seq[i] if i < ix.n else None
+        return ix.seq(i) if i < ix.n else None
 
     def lapsed(self, now: int) -> "list[tuple[int, int]]":
         """(seq, attempts) of each claimed item whose lease ran out by now (O(in flight))."""
         ix = self._ix
-        return [(s, e[1]) for s, e in ix.live.items() if ix.st[e[0]] == _CLAIMED
+        return [(s, e[1]) for s, e in ix.live.items() if ix.state(e[0]) == _CLAIMED
                 and (e[2] <= now or e[2] - now > _MAX_LEASE_MS)]
 
     def close(self) -> None:
@@ -1148,10 +1250,11 @@ class Queue:
         ix, plan = self._ix, [0, 0]
         term = _MIN_REC + self.reason_budget
         for i in range(ix.n):
-            if ix.st[i] == _ACKED:
+            v = ix.col[i >> _CS][i & _CM]
+            if v >> ix.sh == _ACKED - 1:
                 continue
-            r = ix.reasons.get(ix.seq[i])
-            if not (self._place(plan, _MIN_REC + ix.ln[i]) and self._place(plan, _STATE_REC)
+            r = ix.reasons.get(ix.seq(i)) if ix.reasons else None
+            if not (self._place(plan, _MIN_REC + (v & ix.mk)) and self._place(plan, _STATE_REC)
                     and self._place(plan, _MIN_REC + r[2] if r is not None else term)):
                 return None
         return plan
@@ -1218,7 +1321,7 @@ class Queue:
         drop = []
         for s in seqs:
             i = self._find(s)
-            if self._ix.st[i] != _QUARANTINED:
+            if self._ix.state(i) != _QUARANTINED:
                 raise BadState("item %d is not quarantined" % s)
             if s not in drop:
                 drop.append(s)
@@ -1312,7 +1415,7 @@ class Queue:
             self._fail()
             raise
         old, ix, fs = self._log, self._ix, self._fs
-        new, nix = _Log(old.gen + 1), _Index()
+        new, nix = _Log(old.gen + 1), _Index(self._tc)
         published = [False]
         try:
             self._new_segment(new, True)
@@ -1320,23 +1423,24 @@ class Queue:
             plan: "Optional[list[int]]" = [0, 0]  # the admission plan of the copy, as it goes
             term = _MIN_REC + self.reason_budget
             for i in range(ix.n):
-                s = ix.st[i]
-                seq = ix.seq[i]
-                if s == _ACKED or (drop and seq in drop):
+                s, ln = ix.state(i), ix.length(i)
+                if s == _ACKED:
                     continue
-                data = self._read_record(old, ix.sg[i], ix.off[i], _T_DATA, seq, ix.ln[i])
-                off = self._append(new, _T_DATA, seq, 0, data, True)
-                nix.add(seq, len(new.sizes) - 1, off, ix.ln[i])
-                j = nix.n - 1
-                nix.st[j] = s
+                seq = ix.seq(i)
+                if drop and seq in drop:
+                    continue
+                data = self._data(old, i, seq, ln)  # (synced above: read from the file)
+                self._append(new, _T_DATA, seq, 0, data, True)
+                nix.add(seq, len(new.sizes) - 1, ln)
+                nix.put(nix.n - 1, s)
                 a, lease, nb = ix.history(seq)
                 if s != _AVAILABLE or a or lease or nb:
                     struct.pack_into(_STATE_FMT, sb, 0, s, a, lease, nb)
                     self._append(new, _T_STATE, seq, 0, sb, True)
-                    nix.set_history(j, a, lease, nb)
+                    nix.set_history(nix.n - 1, a, lease, nb)
                 r = ix.reasons.get(seq)
                 if plan is not None and not (
-                        self._place(plan, _MIN_REC + ix.ln[i]) and self._place(plan, _STATE_REC)
+                        self._place(plan, _MIN_REC + ln) and self._place(plan, _STATE_REC)
                         and self._place(plan, _MIN_REC + r[2] if r is not None else term)):
                     plan = None
                 if r is not None:
@@ -1484,7 +1588,14 @@ class Queue:
             self._new_segment(log, False)
         st = [seen, False, False]  # checkpoint seen, last item snapshotted, reason pending
         fits: "list[int]" = []
-        start = self._load_index(len(ids), cp, mcrc, fits) if ids and self._ix_bytes else -1
+        start = -1
+        if ids and self._ix_bytes and fs.kind(self._path(_INDEX)) == 1:  # a stat, not an import
+            try:
+                m = _import("ddq_index")
+            except MemoryError:  # no room for the optional module: replay the whole log [X5]
+                m = None
+            if m is not None:
+                start = m.load(self, len(ids), cp, mcrc, fits)
         loaded = self._ix.n if start >= 0 else -1
         if start >= 0:
             st[0] = self.index_used = True
@@ -1503,7 +1614,7 @@ class Queue:
             self._plan = self._plan_items()
         else:  # the saved plan is an upper bound like any cached one (DESIGN §5) [X5]
             for i in range(loaded, self._ix.n):
-                self._plan_add(self._ix.ln[i])
+                self._plan_add(self._ix.length(i))
         self._rbuf = bytearray(0)  # the replay window is not kept (64 KiB on big segments)
 
     def _checkpoint(self, sg: int, pos: int, cp: "list[int]", st: "list[bool]") -> None:
@@ -1562,10 +1673,10 @@ class Queue:
         torn = False
         ix = self._ix
         live, hist, swept = ix.live, ix.hist, self._swept
-        # The columns grow in place (extend), so these stay the index's own arrays.
-        ixseq, ixsg, ixoff, ixln, ixst = ix.seq, ix.sg, ix.off, ix.ln, ix.st
+        # The chunk lists grow in place (append), so these stay the index's own lists.
+        ixcol, sfo, sh, mk = ix.col, ix.sfo, ix.sh, ix.mk
         n = ix.n  # mirrors ix.n: only DATA adds items
-        prev = ixseq[n - 1] if n else 0  # the last item's seq (array('Q') reads allocate on MP)
+        prev = ix.last  # the last item's seq
         gen_nz, u64 = log.gen != 0, _U64
         unpack, crc32 = struct.unpack_from, _crc32
         done = 0  # records applied: replayed_records [X6]
@@ -1649,15 +1760,14 @@ class Queue:
                                       % (name, pos, seq))
                     if n >= max_items:
                         raise Full("more items than max_items; reopen with the writer's limits")
-                    if n < len(ixst):  # ix.add without its call (it grows the arrays)
-                        ixseq[n] = seq
-                        ixsg[n] = sg
-                        ixoff[n] = pos
-                        ixln[n] = plen
-                        ixst[n] = _AVAILABLE
+                    c = n >> _CS
+                    if c < len(ixcol) and seq == prev + 1 and n and sg < len(sfo):
+                        # ix.add without its call: no new chunk, run or segment
+                        ixcol[c][n & _CM] = plen  # state bits 0: AVAILABLE
                         ix.n = n + 1
+                        ix.last = seq
                     else:
-                        ix.add(seq, sg, pos, plen)
+                        ix.add(seq, sg, plen)
                     n += 1
                     prev = seq
                     self._n_avail += 1
@@ -1666,13 +1776,13 @@ class Queue:
                     st[1] = False
                 else:
                     le = live.get(seq)  # an item with history knows its index
-                    if le is not None:
-                        i = le[0]
-                    else:  # seqs are dense in the usual log: try the guess, else binary search
-                        i = n - 1 - (prev - seq)
-                        if i < 0 or i >= n or ixseq[i] != seq:
-                            i = ix.find(seq)
-                    s = ixst[i] if i >= 0 else 0
+                    i = le[0] if le is not None else ix.find(seq)
+                    if i >= 0:
+                        cc = ixcol[i >> _CS]  # the item's chunk and its value there
+                        v = cc[i & _CM]
+                        s = (v >> sh) + 1
+                    else:
+                        s = 0
                     # The two common transitions outside a snapshot, as _apply would make them
                     # (_move, then _Index.set_history), without three calls; the rest: _apply.
                     if typ == _T_ACK and s == _CLAIMED and le is not None \
@@ -1680,7 +1790,7 @@ class Queue:
                         a, nb = le[1], le[3]
                         self._n_claimed -= 1
                         self._n_acked += 1
-                        ixst[i] = _ACKED
+                        cc[i & _CM] = (v & mk) | (_ACKED - 1) << sh
                         del live[seq]
                         if a or nb:
                             hist[seq] = [a, nb]
@@ -1691,13 +1801,13 @@ class Queue:
                         if s == _AVAILABLE:
                             self._n_avail -= 1
                             self._n_claimed += 1
-                        ixst[i] = _CLAIMED
+                        cc[i & _CM] = (v & mk) | (_CLAIMED - 1) << sh
                         if le is None:
                             hh = hist.pop(seq, None)
                             if hh is None:
-                                live[seq] = [i, 0, arg, 0]
+                                live[seq] = [i, 0, arg, 0, -1]
                             else:
-                                live[seq] = [i, hh[0], arg, hh[1]]
+                                live[seq] = [i, hh[0], arg, hh[1], -1]
                         else:
                             hist.pop(seq, None)
                             le[2] = arg
@@ -1726,65 +1836,17 @@ class Queue:
             log.off = log.synced = size
 
     # ------------------------------------------------------------------ recovery index (SPEC §12.1)
-    def _ix_parts(self) -> "list[Any]":
-        # The body of queue.index in order [X2]: segments, the five index columns, live, hist,
-        # reasons. Sweeps are undone: the file holds the durable state, as a replay would [X3].
-        ix, log, n = self._ix, self._log, self._ix.n
-        segs = bytearray(12 * len(log.ck))
-        for k in range(len(log.ck)):
-            struct.pack_into("<III", segs, 12 * k, log.ck[k][0], log.ck[k][1], log.ck[k][2])
-        st = ix.st[0:n]
-        live = bytearray(28 * len(ix.live))
-        k = 0
-        for s, e in ix.live.items():
-            lease = self._swept.get(s, e[2])
-            if s in self._swept:
-                st[e[0]] = _CLAIMED
-            struct.pack_into("<QIQQ", live, k, s, e[1], lease, e[3])
-            k += 28
-        hist = bytearray(20 * len(ix.hist))
-        k = 0
-        for s, h in ix.hist.items():
-            struct.pack_into("<QIQ", hist, k, s, h[0], h[1])
-            k += 20
-        rs = bytearray(20 * len(ix.reasons))
-        k = 0
-        for s, r in ix.reasons.items():
-            struct.pack_into("<QIII", rs, k, s, r[0], r[1], r[2])
-            k += 20
-        # The columns as views: crc32 reads them in place; each is copied only while written.
-        return [segs, memoryview(ix.seq)[0:n], memoryview(ix.sg)[0:n], memoryview(ix.off)[0:n],
-                memoryview(ix.ln)[0:n], st, live, hist, rs]
-
-    def _ix_header(self, parts: "list[Any]", body: int, mcrc: int) -> bytearray:
-        ix, log, p = self._ix, self._log, self._plan
-        pay = max(memoryview(ix.ln)[0:ix.n]) if ix.n else 0
-        for r in ix.reasons.values():
-            pay = max(pay, r[2])
-        sw = len(self._swept)
-        b = bytearray(_IX_SIZE)
-        struct.pack_into(_IX_FMT, b, 0, _IX_MAGIC, 1, 0, _abi(), mcrc, log.gen, self._next, ix.n,
-                         ix.fresh, self._n_avail - sw, self._n_claimed + sw, self._n_acked,
-                         self._n_quar, len(ix.live), len(ix.hist), len(ix.reasons), len(log.ck),
-                         _IX_NO_PLAN if p is None else p[0], 0 if p is None else p[1], pay,
-                         self._plan_key() | (1 if self._has_manifest else 0), body, 0)
-        struct.pack_into("<I", b, _IX_SIZE - 4, _crc(memoryview(b)[0:_IX_SIZE - 4]))
-        return b
-
-    def _plan_key(self) -> int:
-        # flags bits 8-31: the options the admission plan was computed with [X2].
-        k = struct.pack("<III", self._seg_bytes, self._max_segs, self.reason_budget)
-        return _crc(k) & 0xFFFFFF00
-
     def _index_update(self) -> None:
         # [X1] at close and after a compaction: write the index when the log holds index_bytes
         # or more and the file does not already cover it; otherwise leave no stale index behind.
-        # Errors only cost speed.
+        # ddq_index is imported only here and when an index exists at open. Errors cost speed.
         log = self._log
         try:
             if self._ix_bytes and sum(log.sizes) >= self._ix_bytes:
-                if self._ixcov != [log.gen] + log.sizes:
-                    self._save_index()
+                if self._ixcov != [log.gen] + list(log.sizes):
+                    m = _import("ddq_index")
+                    if m is not None:  # a board may ship without it: open replays the log
+                        m.save(self)
             elif self._ix_bytes and self._fs.kind(self._path(_INDEX)) == 1:
                 self._fs.remove(self._path(_INDEX))
                 self._fs.sync_dir(self._dir)
@@ -1794,158 +1856,12 @@ class Queue:
     def save_index(self) -> None:
         """Sync, then write queue.index so the next open replays only what follows [X1]."""
         self.sync()
+        import ddq_index  # noqa: PLC0415 (the optional module, loaded on demand)
+
         try:
-            self._save_index()
+            ddq_index.save(self)
         except OSError as e:
             raise _io_failure(e, "writing " + _INDEX)
-
-    def _save_index(self) -> None:
-        fs, log = self._fs, self._log
-        try:
-            for k in range(len(log.sizes)):  # [X4] extend each segment's running CRC
-                if k == len(log.ck):
-                    log.ck.append([0, 0, 0])
-                c, size = log.ck[k], log.sizes[k]
-                if c[1] < size:
-                    path = self._path(segment_name(log.gen, k))
-                    if c[1] == 0 and k > 0:  # its first record_length, for F7 [X5]
-                        c[2] = struct.unpack_from("<I", self._read_small(path, 32), 28)[0]
-                    c[0], c[1] = self._crc_span(path, c[1], size, c[0]), size
-        finally:
-            self._rbuf = bytearray(0)
-        mcrc = 0
-        if self._has_manifest:
-            mcrc = _crc(self._read_small(self._path(_MANIFEST), _MAN_SIZE + 1)[0:40])
-        parts = self._ix_parts()
-        body = 0
-        for b in parts:
-            body = _crc(b, body)
-        tmp = self._path(_INDEX_TMP)
-        if fs.kind(tmp) != 0:
-            fs.remove(tmp)
-        h = fs.open(tmp, "wb")
-        try:
-            fs.write(h, self._ix_header(parts, body, mcrc))
-            for j in range(len(parts)):
-                if len(parts[j]):  # a typed view's len() counts items: write its bytes
-                    fs.write(h, bytes(parts[j]) if 1 <= j <= 4 else parts[j])
-            fs.sync(h)
-        finally:
-            fs.close(h)
-        fs.rename(tmp, self._path(_INDEX))  # old or new index, never a torn one [X1]
-        fs.sync_dir(self._dir)
-        self._ixcov = [log.gen] + log.sizes
-
-    def _load_index(self, nsegs: int, cp: "list[int]", mcrc: int, fits: "list[int]") -> int:
-        """Adopt queue.index when it matches the directory; return where to resume the last
-        covered segment, or -1 (and change nothing) to replay everything [X5]."""
-        fs, path = self._fs, self._path(_INDEX)
-        try:
-            if fs.kind(path) != 1:
-                return -1
-            h = fs.open(path, "rb")
-        except OSError:
-            return -1
-        try:
-            return self._adopt_index(h, fs.size(path), nsegs, cp, mcrc, fits)
-        except (OSError, Error, ValueError, IndexError, MemoryError):
-            return -1
-        finally:
-            fs.close(h)
-
-    def _adopt_index(self, h: "Any", size: int, nsegs: int, cp: "list[int]", mcrc: int,
-                     fits: "list[int]") -> int:
-        fs, log = self._fs, self._log
-        hb = bytearray(_IX_SIZE)
-        if self._read_exact(h, 0, memoryview(hb)) != _IX_SIZE:
-            return -1
-        (magic, ver, _r, abi, mc, gen, nxt, n, fresh, na, nc, nk, nq, nlive, nhist, nrs, ns,
-         p0, p1, pay, flags, body, hcrc) = struct.unpack(_IX_FMT, hb)
-        if magic != _IX_MAGIC or ver != 1 or hcrc != _crc(memoryview(hb)[0:_IX_SIZE - 4]) \
-                or abi != _abi() or gen != log.gen or mc != mcrc or (flags & 1) != \
-                self._has_manifest or ns == 0 or ns > nsegs or n > self._max_items \
-                or pay > self._max_payload or na + nc + nk + nq != n or fresh > n \
-                or size != _IX_SIZE + 12 * ns + 19 * n + 28 * nlive + 20 * (nhist + nrs):
-            return -1
-        pos, c = _IX_SIZE, 0
-        parts: "list[Any]" = []
-        for k in (12 * ns, 8 * n, 2 * n, 4 * n, 4 * n, n, 28 * nlive, 20 * nhist, 20 * nrs):
-            b = bytearray(k)
-            if k and self._read_exact(h, pos, memoryview(b)) != k:
-                return -1
-            c = _crc(b, c)
-            pos += k
-            # a column becomes its array at once: one column's bytes are extra, never all [X2]
-            j = len(parts)
-            parts.append(array("QHII"[j - 1], b) if 1 <= j <= 4 else b)
-        if c != body:
-            return -1
-        segs, live, hist, rs = parts[0], parts[6], parts[7], parts[8]
-        nix = _Index()
-        nix.seq, nix.sg, nix.off, nix.ln, nix.st = parts[1], parts[2], parts[3], parts[4], parts[5]
-        ck: "list[list[int]]" = []
-        for k in range(ns):
-            crc, sz, first = struct.unpack_from("<III", segs, 12 * k)
-            real = fs.size(self._path(segment_name(gen, k)))
-            if sz > self._seg_bytes or real < sz or (k < ns - 1 and real != sz):
-                return -1
-            ck.append([crc, sz, first])
-        if self._has_manifest and (ns < cp[0] or (ns == cp[0] and ck[ns - 1][1] < cp[2])):
-            return -1  # [R8] the index must lie past the manifest's boundary
-        if not self._prefix_ok(gen, ck):
-            return -1
-        nix.n, nix.fresh = n, fresh
-        for k in range(nlive):
-            s, a, lease, nb = struct.unpack_from("<QIQQ", live, 28 * k)
-            i = nix.find(s)
-            if i < 0 or nix.st[i] not in (_AVAILABLE, _CLAIMED):
-                return -1
-            nix.live[s] = [i, a, lease, nb]
-        for k in range(nhist):
-            s, a, nb = struct.unpack_from("<QIQ", hist, 20 * k)
-            nix.hist[s] = [a, nb]
-        for k in range(nrs):
-            s, sg, off, ln = struct.unpack_from("<QIII", rs, 20 * k)
-            nix.reasons[s] = [sg, off, ln]
-        # Adopt: the covered segments but the last are whole; the last resumes its replay.
-        self._ix, self._next = nix, nxt
-        self._n_avail, self._n_claimed, self._n_acked, self._n_quar = na, nc, nk, nq
-        # The plan depends on the options (not stored, M8): another writer's is not used [X5].
-        ok = p0 != _IX_NO_PLAN and flags & 0xFFFFFF00 == self._plan_key()
-        self._plan = [p0, p1] if ok else None
-        log.ck = ck
-        for k in range(ns - 1):
-            log.sizes.append(ck[k][1])
-        for k in range(1, ns):
-            if ck[k][1]:  # an empty segment (a crash after its creation) has no first record
-                fits.append(ck[k - 1][1] + ck[k][2])
-        self._ixcov = [gen] + [e[1] for e in ck]
-        return ck[-1][1]
-
-    def _prefix_ok(self, gen: int, ck: "list[list[int]]") -> bool:
-        # [X4] one sequential read + crc32 of every covered byte: any change to the prefix
-        # sends recovery back to the full replay, which names the damage.
-        for k in range(len(ck)):
-            if self._crc_span(self._path(segment_name(gen, k)), 0, ck[k][1], 0) != ck[k][0]:
-                return False
-        return True
-
-    def _crc_span(self, path: str, pos: int, end: int, c: int) -> int:
-        # The running crc32 c extended over bytes pos..end-1 of a file: one sequential read.
-        mv = self._buf(min(max(end - pos, 1), 65536))
-        h = self._fs.open(path, "rb")
-        try:
-            for _ in range(_IO_LOOPS):
-                if pos >= end:
-                    break
-                n = self._read_exact(h, pos, mv[0:min(len(mv), end - pos)])
-                if n <= 0:
-                    raise OSError(_EIO, "short read in " + path)
-                c = _crc(mv[0:n], c)
-                pos += n
-        finally:
-            self._fs.close(h)
-        return c
 
     def _cut(self, path: str, size: int) -> None:
         """Remove a torn tail: truncate where possible, else copy the prefix and rename [R12]."""
@@ -1987,7 +1903,7 @@ class Queue:
         prefix = self._log.gen != 0 and not st[0]
         if i < 0:
             raise Corrupt("record for unknown seq")
-        s = ix.st[i]
+        s = ix.state(i)
         if e is not None:
             a, lease, nb = e[1], e[2], e[3]
         else:

@@ -355,3 +355,24 @@ def test_a_compaction_writes_the_index_so_a_power_cut_replays_only_what_follows(
     q.close()
     assert got == want, (got, want)
     _same_as_full_replay(d + "-cut", clock, want)
+
+
+def test_the_index_module_is_loaded_only_when_a_queue_needs_it():
+    # EVIDENCE-OF: X9
+    import sys
+    clock = support.FakeClock(T0)
+    d = support.tmpdir() + "/q"
+    was = "ddq_index" in sys.modules
+    q = _open(d, clock, ixb=1 << 20)  # small log, no index file: nothing to load
+    _fill(q, clock)
+    q.close()
+    q = _open(d, clock, ixb=1 << 20)
+    q.close()
+    if not was:  # (an earlier test of this process may have loaded it)
+        assert "ddq_index" not in sys.modules
+    q = _open(d, clock)  # index_bytes=1: close writes the index through ddq_index
+    q.close()
+    assert "ddq_index" in sys.modules and "queue.index" in support.listdir_sorted(d)
+    q = _open(d, clock)
+    assert q.index_used
+    q.close()

@@ -136,7 +136,7 @@ def mpy_header(path: str) -> bytes:
 
 # Modules of port/ that flash knows. ddq_mqtt loads anywhere (it imports `socket` only when its
 # own Sender connects), but without an app a board with no network does not get it.
-PORT_MODULES = ("ddq", "ddq_outbox", "ddq_mqtt", "ddq_group")
+PORT_MODULES = ("ddq", "ddq_index", "ddq_outbox", "ddq_mqtt", "ddq_group")
 NEEDS_NETWORK = ("ddq_mqtt",)
 
 
@@ -274,7 +274,10 @@ def flash(
         shutil.rmtree(tmp, ignore_errors=True)
     # Import check: drop any cached module, import from the destination, compare the version.
     where = dpath(dest)
-    code = "import sys\nfor _m in ('ddq','ddq_outbox','ddq_mqtt'):\n if _m in sys.modules: del sys.modules[_m]\n"
+    code = (
+        "import sys\nfor _m in ('ddq','ddq_index','ddq_outbox','ddq_mqtt','ddq_group'):\n"
+        " if _m in sys.modules: del sys.modules[_m]\n"
+    )
     if where != ".":
         code += "_p=%r\nif _p not in sys.path: sys.path.insert(0,_p)\n" % where
     code += "import ddq\nprint(repr((ddq.__version__, getattr(ddq,'__file__',''))))\n"

@@ -357,4 +357,21 @@ def test_index_layout_constants_follow_the_spec():
     assert len(fsck.IX_FIELDS) == 23
     assert struct.calcsize("<4sHHIIQQ14I") == IX_BODY_CRC
     assert struct.calcsize("<4sHHIIQQ15I") == IX_HEADER_CRC
-    assert fsck.IX_ABI[qdir.load_ddq()._abi()] == "<"
+    qdir.load_ddq()
+    import ddq_index  # beside ddq
+
+    assert fsck.IX_ABI[ddq_index.abi()] == "<"
+
+
+def test_ddq_index_constants_equal_ddq_and_the_spec():
+    # ddq_index keeps its own consts (a MicroPython const is no module global of ddq): CPython
+    # holds them equal to ddq's and to the SPEC's header layout [X2][X9].
+    ddq_mod = qdir.load_ddq()
+    import ddq_index
+
+    assert (ddq_index._AVAILABLE, ddq_index._CLAIMED) == (ddq_mod._AVAILABLE, ddq_mod._CLAIMED)
+    assert (ddq_index._IO_LOOPS, ddq_index._EIO) == (ddq_mod._IO_LOOPS, ddq_mod._EIO)
+    assert ddq_index._SCAN_RECORDS == ddq_mod._SCAN_RECORDS
+    assert (ddq_index._CH, ddq_index._CS, ddq_index._CM) == (ddq_mod._CH, ddq_mod._CS, ddq_mod._CM)
+    assert struct.calcsize(ddq_index._IX_FMT) == ddq_index._IX_SIZE == fsck.IX_HEADER
+    assert ddq_mod._MAN_SIZE + 1 == 49  # ddq_index reads the manifest with this bound

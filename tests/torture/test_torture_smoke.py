@@ -77,12 +77,13 @@ def test_harness_catches_an_index_that_skips_its_check():
     files = dict(base)
     files[seg] = b"X" + base[seg][1:]     # the first record's magic
     assert mutate.judge_index(ddq, files, wl.opts)[1] is None
-    real = ddq.Queue._prefix_ok
-    ddq.Queue._prefix_ok = lambda self, gen, ck: True
+    import ddq_index
+    real = ddq_index.prefix_ok
+    ddq_index.prefix_ok = lambda q, gen, ck: True
     try:
         used, diff = mutate.judge_index(ddq, files, wl.opts)
     finally:
-        ddq.Queue._prefix_ok = real
+        ddq_index.prefix_ok = real
     assert diff is not None, (used, diff)   # (the damage shows only when a payload is read, R19)
 
 

@@ -1,0 +1,375 @@
+"""ddq_index: the recovery index (queue.index) of a ddq queue, loaded only when a queue needs it.
+
+ddq.Queue imports this module when its log reaches index_bytes (to write the index at close,
+after a compaction or on save_index()) or when a queue.index is present at open (to adopt it).
+A board whose logs never reach index_bytes never loads it; without this module a queue simply
+replays its whole log at open (the index is derived data, SPEC §12.1 [X1]-[X8]).
+
+    import ddq
+    q = ddq.Queue("outbox", index_bytes=65536)
+    ...
+    q.save_index()   # imports ddq_index; the next open replays only what follows
+
+Format: see docs/SPEC.md §12.1.
+"""
+
+__version__ = "0.1.0"
+
+# Copyright (c) 2026 the ddq authors. BSD-3-Clause.
+
+import struct
+import time
+from array import array
+
+import ddq
+
+_MP = hasattr(time, "ticks_ms")  # a feature probe; mypy's two passes read it as a flag
+if _MP:
+    from micropython import const
+else:
+
+    def const(x: int) -> int:
+        return x
+
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Generator
+
+# Item states as in ddq (SPEC §4.1 [F11]); tests/test_index.py holds them equal to ddq's.
+_AVAILABLE = const(1)
+_CLAIMED = const(2)
+_IO_LOOPS = const(1048576)
+_SCAN_RECORDS = const(4000000)
+_CH = const(512)  # ddq's column chunk: items per chunk, its log2 and mask
+_CS = const(9)
+_CM = const(511)
+_EIO = const(5)
+# The header: SPEC §12.1 [X2]. magic version reserved abi manifest_crc generation next_seq, then
+# 16 u32: items fresh available claimed acked quarantined live hist reasons segments plan_segs
+# plan_off max_payload flags body_crc header_crc
+_IX_FMT = "<IHHIIQQIIIIIIIIIIIIIIII"
+_IX_MAGIC = 0x49514444  # b"DDQI"
+_IX_SIZE = const(96)
+_IX_NO_PLAN = 0xFFFFFFFF
+
+
+def abi() -> int:
+    """The index columns are stored in native order and width [X2]: the writer's ABI tag."""
+    return ddq._crc(bytes(array("Q", [1])) + bytes(array("H", [1])) + bytes(array("I", [1])))
+
+
+def _body(q: "ddq.Queue") -> "Generator[Any, None, None]":
+    # The body of queue.index in order [X2]: segments, the five columns (as RAM derives them, in
+    # chunks of at most _CH items), live, hist, reasons. Sweeps are undone: the file holds the
+    # durable state, as a replay would [X3]. Called twice (crc, then write): nothing is kept.
+    log, n = q._log, q._ix.n
+    b = bytearray(12)
+    for k in range(len(log.ck)):
+        struct.pack_into("<III", b, 0, log.ck[k][0], log.ck[k][1], log.ck[k][2])
+        yield b
+    sw = q._swept
+    w: "list[Any]" = [0, 0, None]  # the offset walk: segment, position, open handle
+    try:
+        yield from _columns(q, n, sw, w)
+    finally:
+        if w[2] is not None:
+            q._fs.close(w[2])
+    yield from _entries(q, sw)
+
+
+def _columns(q: "ddq.Queue", n: int, sw: "dict[int, int]", w: "list[Any]") -> "Generator[Any, None, None]":
+    ix = q._ix
+    for col in range(5):
+        sg = r = 0
+        for c in range(len(ix.col)):
+            i0 = c << _CS
+            m = min(_CH, n - i0)
+            if col == 0:  # seq: along the runs
+                a = array("Q", bytes(8 * m))
+                for t in range(m):
+                    while r + 1 < len(ix.ro) and ix.ro[r + 1] <= i0 + t:
+                        r += 1
+                    a[t] = ix.rs[r] + i0 + t - ix.ro[r]
+                yield a
+            elif col == 1:  # segment: along the first item of each segment
+                a = array("H", bytes(2 * m))
+                for t in range(m):
+                    while sg + 1 < len(ix.sfo) and ix.sfo[sg + 1] <= i0 + t:
+                        sg += 1
+                    a[t] = sg
+                yield a
+            elif col == 2:  # offset: RAM does not keep it; one walk of the record headers
+                a = array("I", bytes(4 * m))
+                for t in range(m):
+                    a[t] = _next_data(q, w)
+                yield a
+            elif col == 3:  # payload length: u32 in the file
+                a = array("I", bytes(4 * m))
+                for t in range(m):
+                    a[t] = ix.length(i0 + t)
+                yield a
+            else:  # state: u8 in the file
+                st = bytearray(m)
+                for t in range(m):
+                    st[t] = ix.state(i0 + t)
+                if sw:
+                    for s, e in ix.live.items():
+                        if s in sw and e[0] >> _CS == c:
+                            st[e[0] & _CM] = _CLAIMED
+                yield st
+
+
+def _entries(q: "ddq.Queue", sw: "dict[int, int]") -> "Generator[Any, None, None]":
+    ix = q._ix
+    if ix.live:
+        b = bytearray(28 * len(ix.live))
+        k = 0
+        for s, e in ix.live.items():
+            struct.pack_into("<QIQQ", b, k, s, e[1], sw.get(s, e[2]), e[3])
+            k += 28
+        yield b
+    if ix.hist:
+        b = bytearray(20 * len(ix.hist))
+        k = 0
+        for s, h in ix.hist.items():
+            struct.pack_into("<QIQ", b, k, s, h[0], h[1])
+            k += 20
+        yield b
+    if ix.reasons:
+        b = bytearray(20 * len(ix.reasons))
+        k = 0
+        for s, rr in ix.reasons.items():
+            struct.pack_into("<QIII", b, k, s, rr[0], rr[1], rr[2])
+            k += 20
+        yield b
+
+
+def _next_data(q: "ddq.Queue", w: "list[Any]") -> int:
+    # The offset of the next DATA record of the (synced) log in log order, one header read a
+    # record; w = [segment, position, open handle or None] carries the walk between calls.
+    log, hb = q._log, q._rec  # the record buffer's header: no append runs while indexing
+    mv = memoryview(hb)[0:40]
+    for _ in range(_SCAN_RECORDS):
+        k: int = w[0]
+        pos: int = w[1]
+        if k >= len(log.sizes):
+            break
+        if pos >= log.sizes[k]:
+            if w[2] is not None:
+                q._fs.close(w[2])
+                w[2] = None
+            w[0], w[1] = k + 1, 0
+            continue
+        if w[2] is None:
+            w[2] = q._fs.open(q._path(ddq.segment_name(log.gen, k)), "rb")
+        rlen = struct.unpack_from("<I", hb, 28)[0] if q._read_exact(w[2], pos, mv) == 40 else 0
+        if rlen < 48:
+            break
+        w[1] = pos + rlen
+        if hb[6] == 1 and hb[7] == 0:  # a DATA record (type u16 at offset 6)
+            return pos
+    raise OSError(_EIO, "the log has fewer DATA records than the index has items")
+
+
+def _plan_key(q: "ddq.Queue") -> int:
+    # flags bits 8-31: the options the admission plan was computed with [X2].
+    k = struct.pack("<III", q._seg_bytes, q._max_segs, q.reason_budget)
+    return ddq._crc(k) & 0xFFFFFF00
+
+
+def _header(q: "ddq.Queue", body: int, mcrc: int) -> bytearray:
+    ix, log, p = q._ix, q._log, q._plan
+    pay = 0
+    for i in range(ix.n):
+        pay = max(pay, ix.length(i))
+    for r in ix.reasons.values():
+        pay = max(pay, r[2])
+    sw = len(q._swept)
+    b = bytearray(_IX_SIZE)
+    struct.pack_into(_IX_FMT, b, 0, _IX_MAGIC, 1, 0, abi(), mcrc, log.gen, q._next, ix.n,
+                     ix.fresh, q._n_avail - sw, q._n_claimed + sw, q._n_acked,
+                     q._n_quar, len(ix.live), len(ix.hist), len(ix.reasons), len(log.ck),
+                     _IX_NO_PLAN if p is None else p[0], 0 if p is None else p[1], pay,
+                     _plan_key(q) | (1 if q._has_manifest else 0), body, 0)
+    struct.pack_into("<I", b, _IX_SIZE - 4, ddq._crc(memoryview(b)[0:_IX_SIZE - 4]))
+    return b
+
+
+def save(q: "ddq.Queue") -> None:
+    """Write queue.index for the synced log of q (OSError on a storage error) [X1]."""
+    fs, log = q._fs, q._log
+    try:
+        for k in range(len(log.sizes)):  # [X4] extend each segment's running CRC
+            if k == len(log.ck):
+                log.ck.append([0, 0, 0])
+            c, size = log.ck[k], log.sizes[k]
+            if c[1] < size:
+                path = q._path(ddq.segment_name(log.gen, k))
+                if c[1] == 0 and k > 0:  # its first record_length, for F7 [X5]
+                    c[2] = struct.unpack_from("<I", q._read_small(path, 32), 28)[0]
+                c[0], c[1] = crc_span(q, path, c[1], size, c[0]), size
+    finally:
+        q._rbuf = bytearray(0)
+    mcrc = 0
+    if q._has_manifest:
+        mcrc = ddq._crc(q._read_small(q._path(ddq._MANIFEST), 49)[0:40])
+    body = 0
+    g = _body(q)
+    try:
+        for b in g:
+            body = ddq._crc(b, body)
+    finally:
+        g.close()  # its finally closes the offset walk's segment
+    tmp = q._path(ddq._INDEX_TMP)
+    if fs.kind(tmp) != 0:
+        fs.remove(tmp)
+    h = fs.open(tmp, "wb")
+    try:
+        fs.write(h, _header(q, body, mcrc))
+        g = _body(q)
+        try:
+            for b in g:
+                if len(b):  # a typed chunk's len() counts items: write its bytes
+                    fs.write(h, b if isinstance(b, bytearray) else bytes(b))
+        finally:
+            g.close()
+        fs.sync(h)
+    finally:
+        fs.close(h)
+    fs.rename(tmp, q._path(ddq._INDEX))  # old or new index, never a torn one [X1]
+    fs.sync_dir(q._dir)
+    q._ixcov = [log.gen] + list(log.sizes)
+
+
+def load(q: "ddq.Queue", nsegs: int, cp: "list[int]", mcrc: int, fits: "list[int]") -> int:
+    """Adopt queue.index when it matches the directory; return where to resume the last
+    covered segment, or -1 (and change nothing) to replay everything [X5]."""
+    fs, path = q._fs, q._path(ddq._INDEX)
+    try:
+        if fs.kind(path) != 1:
+            return -1
+        h = fs.open(path, "rb")
+    except OSError:
+        return -1
+    try:
+        return _adopt(q, h, fs.size(path), nsegs, cp, mcrc, fits)
+    except (OSError, ddq.Error, ValueError, IndexError, MemoryError):
+        return -1
+    finally:
+        fs.close(h)
+
+
+def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcrc: int,
+           fits: "list[int]") -> int:
+    fs, log = q._fs, q._log
+    hb = bytearray(_IX_SIZE)
+    if q._read_exact(h, 0, memoryview(hb)) != _IX_SIZE:
+        return -1
+    (magic, ver, _r, ab, mc, gen, nxt, n, fresh, na, nc, nk, nq, nlive, nhist, nrs, ns,
+     p0, p1, pay, flags, body, hcrc) = struct.unpack(_IX_FMT, hb)
+    if magic != _IX_MAGIC or ver != 1 or hcrc != ddq._crc(memoryview(hb)[0:_IX_SIZE - 4]) \
+            or ab != abi() or gen != log.gen or mc != mcrc or (flags & 1) != \
+            q._has_manifest or ns == 0 or ns > nsegs or n > q._max_items \
+            or pay > q._max_payload or na + nc + nk + nq != n or fresh > n \
+            or size != _IX_SIZE + 12 * ns + 19 * n + 28 * nlive + 20 * (nhist + nrs):
+        return -1
+    if crc_span(q, q._path(ddq._INDEX), _IX_SIZE, size, 0) != body:
+        return -1
+    ck: "list[list[int]]" = []
+    b = bytearray(12)
+    for k in range(ns):
+        if q._read_exact(h, _IX_SIZE + 12 * k, memoryview(b)) != 12:
+            return -1
+        crc, sz, first = struct.unpack_from("<III", b, 0)
+        real = fs.size(q._path(ddq.segment_name(gen, k)))
+        if sz > q._seg_bytes or real < sz or (k < ns - 1 and real != sz):
+            return -1
+        ck.append([crc, sz, first])
+    if q._has_manifest and (ns < cp[0] or (ns == cp[0] and ck[ns - 1][1] < cp[2])):
+        return -1  # [R8] the index must lie past the manifest's boundary
+    if not prefix_ok(q, gen, ck):
+        return -1
+    # The columns, read together in pieces of _CH items into the chunked index (no allocation
+    # of a whole column) [X2]: seqs must increase and segments must not go back.
+    nix = ddq._Index(q._tc)
+    pos = _IX_SIZE + 12 * ns
+    prev = sgp = 0
+    for i0 in range(0, n, _CH):
+        m = min(_CH, n - i0)
+        cols: "list[Any]" = []
+        for tc, w, base in (("Q", 8, 0), ("H", 2, 8), ("I", 4, 14), ("B", 1, 18)):  # no offset
+            b = bytearray(w * m)
+            if q._read_exact(h, pos + base * n + w * i0, memoryview(b)) != w * m:
+                return -1
+            cols.append(array(tc, b) if w > 1 else b)
+        sq, sgc, lnc, stc = cols
+        for t in range(m):
+            s, sg = sq[t], sgc[t]
+            if s <= prev or sg < sgp or sg >= ns or stc[t] < _AVAILABLE or stc[t] > 4:
+                return -1
+            if lnc[t] > nix.mk:
+                return -1
+            nix.add(s, sg, lnc[t])
+            nix.put(i0 + t, stc[t])
+            prev, sgp = s, sg
+    live, hist, rs = bytearray(28 * nlive), bytearray(20 * nhist), bytearray(20 * nrs)
+    pos += 19 * n
+    for b in (live, hist, rs):
+        if len(b) and q._read_exact(h, pos, memoryview(b)) != len(b):
+            return -1
+        pos += len(b)
+    nix.n, nix.fresh = n, fresh
+    for k in range(nlive):
+        s, a, lease, nb = struct.unpack_from("<QIQQ", live, 28 * k)
+        i = nix.find(s)
+        if i < 0 or nix.state(i) not in (_AVAILABLE, _CLAIMED):
+            return -1
+        nix.live[s] = [i, a, lease, nb, -1]
+    for k in range(nhist):
+        s, a, nb = struct.unpack_from("<QIQ", hist, 20 * k)
+        nix.hist[s] = [a, nb]
+    for k in range(nrs):
+        s, sg, off, ln = struct.unpack_from("<QIII", rs, 20 * k)
+        nix.reasons[s] = [sg, off, ln]
+    # Adopt: the covered segments but the last are whole; the last resumes its replay.
+    q._ix, q._next = nix, nxt
+    q._n_avail, q._n_claimed, q._n_acked, q._n_quar = na, nc, nk, nq
+    # The plan depends on the options (not stored, M8): another writer's is not used [X5].
+    ok = p0 != _IX_NO_PLAN and flags & 0xFFFFFF00 == _plan_key(q)
+    q._plan = [p0, p1] if ok else None
+    log.ck = ck
+    for k in range(ns - 1):
+        log.sizes.append(ck[k][1])
+    for k in range(1, ns):
+        if ck[k][1]:  # an empty segment (a crash after its creation) has no first record
+            fits.append(ck[k - 1][1] + ck[k][2])
+    q._ixcov = [gen] + [e[1] for e in ck]
+    return int(ck[-1][1])
+
+
+def prefix_ok(q: "ddq.Queue", gen: int, ck: "list[list[int]]") -> bool:
+    """[X4] one sequential read + crc32 of every covered byte: any change to the prefix sends
+    recovery back to the full replay, which names the damage."""
+    for k in range(len(ck)):
+        if crc_span(q, q._path(ddq.segment_name(gen, k)), 0, ck[k][1], 0) != ck[k][0]:
+            return False
+    return True
+
+
+def crc_span(q: "ddq.Queue", path: str, pos: int, end: int, c: int) -> int:
+    """The running crc32 c extended over bytes pos..end-1 of a file: one sequential read."""
+    mv = q._buf(min(max(end - pos, 1), 65536))
+    h = q._fs.open(path, "rb")
+    try:
+        for _ in range(_IO_LOOPS):
+            if pos >= end:
+                break
+            n = q._read_exact(h, pos, mv[0:min(len(mv), end - pos)])
+            if n <= 0:
+                raise OSError(_EIO, "short read in " + path)
+            c = ddq._crc(mv[0:n], c)
+            pos += n
+    finally:
+        q._fs.close(h)
+    return c
