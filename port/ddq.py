@@ -635,26 +635,6 @@ class _Log:
         self.synced = 0  # the last segment is durable (and visible to a new reader) up to here
 
 
-class _Build:
-    """A generation g+1 staged over many calls (DESIGN §12)."""
-
-    __slots__ = ("log", "ix", "i", "n0", "next0", "cow", "plan", "dropped", "snap", "tk", "to")
-
-    def __init__(self, gen: int, tc: str, n0: int, next0: int, tk: int, to: int) -> None:
-        self.log = _Log(gen)
-        self.ix = _Index(tc)
-        self.i = 0  # the next item of g to copy
-        self.n0 = n0  # the items of g at P0
-        self.next0 = next0  # next_seq at P0: the manifest's
-        # seq -> (state, attempts, lease, not_before, reason) at P0 of an item that changed
-        # before it was copied (copy on write)
-        self.cow: "dict[int, Any]" = {}
-        self.plan: "Optional[list[int]]" = [0, 0]  # the admission plan of the copy (§5)
-        self.dropped = 0  # items acked at P0, not copied
-        self.snap: "Optional[list[int]]" = None  # the snapshot's segments, end, items
-        self.tk, self.to = tk, to  # where the copy of g's tail stands (P0 at first)
-
-
 class Queue:
     """A DDQ directory opened for delivery; see the module docstring.
 
@@ -681,6 +661,11 @@ class Queue:
         # Records a call copies into a generation staged over many calls; 0: compaction runs
         # whole in the call that needs it, as C DDQ's (DESIGN §12) [C13].
         self._rstep = _opt(reclaim_step, 0, 4096, "reclaim_step")
+        self._rm: "Any" = None  # ddq_reclaim, imported only for reclaim_step > 0 [C13]
+        if self._rstep:
+            self._rm = _import("ddq_reclaim")
+            if self._rm is None:
+                raise InvalidArgument("reclaim_step needs ddq_reclaim.py beside ddq.py")
         # The index's column: u16 where every payload length fits 14 bits, else u32 (§4).
         self._tc = "H" if self._max_payload <= 16383 else "I"
         if clock is not None and not callable(clock):
@@ -742,7 +727,7 @@ class Queue:
         self._ixcov: "Optional[list[int]]" = None  # [generation, sizes...] queue.index covers
         self.replayed_records = 0  # records the last recovery read and applied [X6]
         self.index_used = False  # the last recovery started from queue.index [X6]
-        self._bld: "Optional[_Build]" = None  # a generation staged over many calls [C13]
+        self._bld: "Any" = None  # a ddq_reclaim.Build: g+1 staged over many calls [C13]
         self._slack = -1  # admission's room left at the last enqueue, in bytes (-1: unknown)
         self._bnext = 0  # start no build before this many acked items (after a useless one)
         self._dead: "list[int]" = []  # [generation, next index, count]: old segments to delete
@@ -765,7 +750,7 @@ class Queue:
     def _fail(self) -> None:
         # Fail-stop [R20]: drop the writable handle; only stats/recover/close work until recover().
         if self._bld is not None:
-            self._build_drop()
+            self._rm.drop(self)
         h, self._log.h = self._log.h, None
         if h is not None:
             try:
@@ -873,9 +858,9 @@ class Queue:
         if total > self._seg_bytes:
             raise TooLarge("record larger than segment_bytes")
         if self._bld is not None:
-            self._build_step()  # before this record: a publish moves it to g+1 [C13]
+            self._rm.step(self)  # before this record: a publish moves it to g+1 [C13]
         elif self._dead:
-            self._unlink_dead()
+            self._rm.unlink(self)
         log = self._log
         if log.off > 0 and log.off + total > self._seg_bytes and len(log.sizes) >= self._max_segs:
             try:
@@ -1056,7 +1041,7 @@ class Queue:
             # call, half again for margin), so a copy frees as much as any copy can (DESIGN
             # §12) [C13].
             if self._slack < (ix.n // self._rstep + 8) * (2 * _MIN_REC + n) * 3 // 2:
-                self._build_start()
+                self._rm.start(self)
         seq = self._next
         self._write(_T_DATA, seq, 0, payload, self._sync_ack)
         self._ix.add(seq, len(self._log.sizes) - 1, n)
@@ -1258,11 +1243,12 @@ class Queue:
         self._closed = True
         err = None
         try:  # whatever is raised here (a cut surfacing as another exception), the lock goes
-            self._build_drop()
-            for _ in range(_IO_LOOPS):  # what is left of a replaced generation
-                if not self._dead:
-                    break
-                self._unlink_dead()
+            if self._rm is not None:
+                self._rm.drop(self)
+                for _ in range(_IO_LOOPS):  # what is left of a replaced generation
+                    if not self._dead:
+                        break
+                    self._rm.unlink(self)
             if self._log.h is not None and self._log.dirty:
                 try:
                     self._fs.sync(self._log.h)
@@ -1450,7 +1436,8 @@ class Queue:
 
     def _compact(self, reserve: int, required: int, drop: "Optional[list[int]]" = None) -> None:
         """Copy unacked items into generation g+1 and publish it; Full when no benefit [C3]-[C8]."""
-        self._build_drop()  # a staged generation gives way to the full copy [C13]
+        if self._bld is not None:
+            self._rm.drop(self)  # a staged generation gives way to the full copy [C13]
         self._dead = []  # (its _clean deletes them)
         if self._log.h is None:
             raise IOFailure("queue is fail-stopped")
@@ -1563,207 +1550,6 @@ class Queue:
             roff = self._append(new, _T_QUAR, seq, 0, why, True)
             nix.reasons[seq] = [len(new.sizes) - 1, roff, r[2]]
         return plan
-
-    # ------------------------------------------------------------------ staged reclamation
-    def _build_start(self) -> None:
-        # P0 is the end of g now: the snapshot holds every item not acked at P0 in its state at
-        # P0, the records after P0 follow it verbatim (DESIGN §12) [C13].
-        self._dead = []  # (_clean below deletes what is left of an older generation)
-        try:
-            if self._log.dirty:
-                self._sync_h()  # the copy reads g from the files
-            self._prepare_format()
-            self._clean()
-        except OSError as e:
-            self._fail()
-            raise _io_failure(e, "compaction")
-        except Corrupt:
-            self._fail()
-            raise
-        log = self._log
-        b = _Build(log.gen + 1, self._tc, self._ix.n, self._next, len(log.sizes) - 1, log.off)
-        self._bld = b
-        try:
-            self._new_segment(b.log, True)
-        except OSError as e:  # as an inline compaction: fail-stop [C7][R20]
-            self._build_drop()
-            self._fail()
-            raise _io_failure(e, "compaction")
-
-    def _build_drop(self) -> None:
-        # Abandon a staged generation; files left behind are deleted at open (R16) or by the
-        # next compaction's clean.
-        b, self._bld = self._bld, None
-        if b is None:
-            return
-        fs = self._fs
-        try:
-            if b.log.h is not None:
-                fs.close(b.log.h)
-            for k in range(len(b.log.sizes)):
-                fs.remove(self._path(segment_name(b.log.gen, k)))
-            if b.log.sizes:
-                fs.sync_dir(self._dir)
-        except OSError:
-            pass
-
-    def _build_step(self) -> None:
-        """Copy at most reclaim_step records into the staged generation; publish it when the tail of
-        g is all copied [C13]. An error abandons the build (g is untouched) and fail-stops."""
-        b, old, ix = self._bld, self._log, self._ix
-        if b is None:
-            return
-        new, nix = b.log, b.ix
-        try:
-            for _ in range(self._rstep):
-                if b.i < b.n0:  # the snapshot, in the states at P0
-                    i = b.i
-                    b.i = i + 1
-                    seq = ix.seq(i)
-                    c = b.cow.get(seq)
-                    if c is None:
-                        s = ix.state(i)
-                        a, lease, nb = ix.history(seq)
-                        r = ix.reasons.get(seq)
-                    else:
-                        s, a, lease, nb, r = c
-                    if s == _ACKED:
-                        b.dropped += 1
-                    else:
-                        b.plan = self._copy(old, new, nix, i, seq, ix.length(i), s, a, lease,
-                                            nb, r, b.plan)
-                    continue
-                if b.snap is None:  # the manifest's boundary [R8]
-                    b.snap = [len(new.sizes), new.off, nix.n]
-                k, pos = b.tk, b.to
-                last = len(old.sizes) - 1
-                if k >= last and pos >= old.off:
-                    self._build_publish()
-                    return
-                if pos >= old.sizes[k]:
-                    b.tk, b.to = k + 1, 0
-                    continue
-                if k == last and pos >= old.synced:
-                    self._sync_h()  # a fresh reader sees synced bytes only [D7]
-                self._build_tail(b, old, k, pos)
-        except Limit:  # the copy needs more segments than allowed: no benefit now
-            self._build_drop()
-            self._bnext = self._n_acked + self._rstep
-        except BaseException as e:  # as an inline compaction: fail-stop [C7][R20]
-            self._build_drop()
-            self._fail()
-            if isinstance(e, OSError):
-                raise _io_failure(e, "compaction")
-            raise
-
-    def _build_tail(self, b: "_Build", old: _Log, k: int, pos: int) -> None:
-        # One record of g after P0, appended verbatim to the staged generation and applied to
-        # its index with the replay's rules (R5-R7).
-        fs, new, nix = self._fs, b.log, b.ix
-        name = segment_name(old.gen, k)
-        h = fs.open(self._path(name), "rb")
-        try:
-            if self._read_exact(h, pos, self._mv_hdr) != _HDR:
-                raise OSError(_EIO, "short read in " + name)
-            _m, _v, typ, seq, arg, plen, rlen, _c, _r = struct.unpack_from(_REC_FMT, self._rec, 0)
-            pay = self._read_record(old, k, pos, typ, seq, plen, h)
-            off = self._append(new, typ, seq, arg, pay if plen else None, True)
-        finally:
-            fs.close(h)
-        b.to = pos + rlen
-        if typ == _T_DATA:
-            nix.add(seq, len(new.sizes) - 1, plen)
-            p = b.plan
-            if p is not None and not (self._place(p, _MIN_REC + plen) and
-                                      self._place(p, _STATE_REC) and
-                                      self._place(p, _MIN_REC + self.reason_budget)):
-                b.plan = None
-            return
-        j = nix.find(seq)
-        if j < 0 or typ == _T_STATE:
-            raise Corrupt("record of seq %d does not follow the snapshot" % seq)
-        a, _l, nb = nix.history(seq)
-        if typ == _T_CLAIM:
-            nix.put(j, _CLAIMED)
-            nix.set_history(j, a, arg, nb)
-        elif typ == _T_RETRY:
-            nix.put(j, _AVAILABLE)
-            nix.set_history(j, a + 1, 0, arg)
-        else:
-            nix.put(j, _ACKED if typ == _T_ACK else _QUARANTINED)
-            nix.set_history(j, a, 0, nb)
-            if typ == _T_QUAR:
-                nix.reasons[seq] = [len(new.sizes) - 1, off, plen]
-
-    def _build_publish(self) -> None:
-        # The commit point is the manifest rename, as for any compaction [C5]; the manifest
-        # names the snapshot, the copied tail follows it.
-        b, old, fs = self._bld, self._log, self._fs
-        if b is None or b.snap is None:
-            return
-        new, nix = b.log, b.ix
-        if sum(new.sizes) >= sum(old.sizes):  # no benefit: g stays, as for compact() [C8]
-            self._build_drop()
-            self._bnext = self._n_acked + self._rstep
-            return
-        fs.sync(new.h)
-        new.synced = new.off
-        new.dirty = False
-        fs.sync_dir(self._dir)
-        published = [False]
-        try:
-            self._publish(new.gen, b.next0, b.snap[0], b.snap[2], b.snap[1], published)
-        except BaseException as e:
-            if not published[0]:
-                raise  # (the caller abandons the build)
-            self._bld = None
-            try:
-                fs.close(new.h)  # kept on disk, not adopted: recover() reopens it
-            except OSError:
-                pass
-            self._fail()  # an uncertain publication: recover before writing again [C7]
-            if isinstance(e, OSError):
-                raise _io_failure(e, "compaction")
-            raise
-        self._bld = None
-        h, old.h = old.h, None
-        try:
-            fs.close(h)
-        except OSError:
-            pass
-        # The swept claims stay RAM-only where the new generation holds them claimed (T2).
-        for s in list(self._swept):
-            j = nix.find(s)
-            le = nix.live.get(s)
-            if j >= 0 and le is not None and nix.state(j) == _CLAIMED:
-                nix.put(j, _AVAILABLE)
-                le[2] = 0
-            else:
-                del self._swept[s]
-        self._log, self._ix = new, nix
-        self._has_manifest = True
-        self._n_acked -= b.dropped
-        self._plan = b.plan
-        # g's segments go a few a call (_unlink_dead); a cut leaves them to recovery (R16).
-        self._dead = [old.gen, 0, len(old.sizes)]
-        self._index_update()
-
-    def _unlink_dead(self) -> None:
-        # Delete up to 4 segments of a replaced generation [C13]; errors leave them to the next
-        # clean (compaction, recovery: R16).
-        d, fs = self._dead, self._fs
-        try:
-            for _ in range(4):
-                if d[1] >= d[2]:
-                    self._dead = []
-                    fs.sync_dir(self._dir)
-                    return
-                p = self._path(segment_name(d[0], d[1]))
-                d[1] += 1
-                if fs.kind(p) == 1:
-                    fs.remove(p)
-        except OSError:
-            self._dead = []
 
     # ------------------------------------------------------------------ recovery (SPEC §12)
     def recover(self) -> None:

@@ -102,3 +102,19 @@ def test_a_staged_generation_is_abandoned_by_close_and_compact():
     gens = set(n[:31] for n in support.listdir_sorted(d) if n.startswith("generation-"))
     assert len(gens) == 1, gens
     q.close()
+
+
+def test_the_reclaim_module_is_loaded_only_for_a_staged_queue():
+    # EVIDENCE-OF: C13
+    import sys
+    was = "ddq_reclaim" in sys.modules
+    d = support.tmpdir() + "/q"
+    q = ddq.Queue(d, clock=support.FakeClock(T0), **OPTS)  # reclaim_step=0: inline only
+    q.enqueue(b"x")
+    q.close()
+    if not was:  # (an earlier test of this process may have loaded it)
+        assert "ddq_reclaim" not in sys.modules
+    q = ddq.Queue(d, clock=support.FakeClock(T0), reclaim_step=8, **OPTS)
+    assert "ddq_reclaim" in sys.modules
+    q.close()
+    support.raises(ddq.InvalidArgument, ddq.Queue, d, reclaim_step=-1, **OPTS)

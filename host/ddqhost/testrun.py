@@ -65,7 +65,7 @@ def run(
             "import sys\n"
             "for _m in list(sys.modules):\n"
             " _f = getattr(sys.modules[_m], '__file__', '') or ''\n"
-            " if _m in ('ddq', 'ddq_index', 'ddq_outbox', 'ddq_mqtt') or _f.startswith('/remote'):\n"
+            " if _m in ('ddq', 'ddq_index', 'ddq_reclaim', 'ddq_outbox', 'ddq_mqtt') or _f.startswith('/remote'):\n"
             "  del sys.modules[_m]\n"
             + ("import ddq\n" if installed else "")
             + "sys.path.insert(0, '/remote/%s')\n"

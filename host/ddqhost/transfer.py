@@ -114,7 +114,7 @@ def modules_to_install() -> list[str]:
     """Module source paths: ddq.py, and the optional layers beside it that exist."""
     src = qdir.ddq_source()
     mods = [src]
-    for name in ("ddq_index.py", "ddq_outbox.py", "ddq_mqtt.py"):
+    for name in ("ddq_index.py", "ddq_reclaim.py", "ddq_outbox.py", "ddq_mqtt.py"):
         extra = os.path.join(os.path.dirname(src), name)
         if os.path.exists(extra):
             mods.append(extra)
@@ -203,7 +203,7 @@ def flash(
     # Import check: drop any cached module, import from the destination, compare the version.
     where = dpath(dest)
     code = (
-        "import sys\nfor _m in ('ddq','ddq_index','ddq_outbox','ddq_mqtt'):\n if _m in sys.modules: del sys.modules[_m]\n"
+        "import sys\nfor _m in ('ddq','ddq_index','ddq_reclaim','ddq_outbox','ddq_mqtt'):\n if _m in sys.modules: del sys.modules[_m]\n"
     )
     if where != ".":
         code += "_p=%r\nif _p not in sys.path: sys.path.insert(0,_p)\n" % where

@@ -50,7 +50,7 @@ def test_flash_py_then_mpy(board):
     r = ddq("flash", "--device", board.tty, "--format", "py", "--json")
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
-    mods = [":ddq.py", ":ddq_index.py", ":ddq_outbox.py", ":ddq_mqtt.py"]
+    mods = [":ddq.py", ":ddq_index.py", ":ddq_reclaim.py", ":ddq_outbox.py", ":ddq_mqtt.py"]
     assert res["board"] == "UNIX" and [w["path"] for w in res["written"]] == mods
     assert (
         res["imported_from"].endswith("ddq.py") and res["version"] == qdir.load_ddq().__version__

@@ -24,6 +24,7 @@ def test_package_json_for_mip():
     assert pkg["version"] == ddq_version()
     assert ["ddq.py", "port/ddq.py"] in pkg["urls"]
     assert ["ddq_index.py", "port/ddq_index.py"] in pkg["urls"]
+    assert ["ddq_reclaim.py", "port/ddq_reclaim.py"] in pkg["urls"]
     assert ["ddq_outbox.py", "port/ddq_outbox.py"] in pkg["urls"]
     # Relative URLs: mip resolves them against package.json's location.
     for _target, url in pkg["urls"]:
@@ -116,7 +117,7 @@ def test_mpy_cross_builds_for_board_archs(arch, archbits, tmp_path):
 
 
 def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
-    # The wheel carries modules ddq, ddq_index, ddq_outbox, ddq_mqtt, the host package and the `ddq` console script;
+    # The wheel carries modules ddq, ddq_index, ddq_reclaim, ddq_outbox, ddq_mqtt, the host package and the `ddq` console script;
     # installed (without its network dependencies) into a new venv, `ddq --version` and
     # `ddq verify` (which needs only ddq and the standard library) run from outside the checkout.
     import subprocess
@@ -141,6 +142,6 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
                              text=True, cwd=tmp_path, env=env, timeout=60)
         assert out.returncode == 0 and "result: clean" in out.stdout, out
     mod = subprocess.run([str(venv / "bin" / "python"), "-c",
-                          "import ddq, ddq_index, ddq_outbox, ddq_mqtt, ddqhost; print(ddq.__file__)"],
+                          "import ddq, ddq_index, ddq_reclaim, ddq_outbox, ddq_mqtt, ddqhost; print(ddq.__file__)"],
                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
     assert mod.returncode == 0 and str(venv) in mod.stdout, mod
