@@ -647,7 +647,7 @@ class Queue:
                  max_payload_bytes: int = 1048576, max_items: int = 100000,
                  max_segments: int = 1024, clock: "Optional[Callable[[], int]]" = None,
                  storage: "Any" = None, sync: str = "always",
-                 index_bytes: int = 1048576) -> None:
+                 index_bytes: int = 1048576, reclaim_step: int = 0) -> None:
         self._closed = True
         self._lock: "Any" = None
         if not isinstance(path, str) or not path or len(path) >= 4096:
@@ -658,6 +658,14 @@ class Queue:
         self._max_items = _opt(max_items, 1, 1000000, "max_items")
         self._max_segs = _opt(max_segments, 1, 4096, "max_segments")
         self._ix_bytes = _opt(index_bytes, 0, _U64, "index_bytes")
+        # Records a call copies into a generation staged over many calls; 0: compaction runs
+        # whole in the call that needs it, as C DDQ's (DESIGN §12) [C13].
+        self._rstep = _opt(reclaim_step, 0, 4096, "reclaim_step")
+        self._rm: "Any" = None  # ddq_reclaim, imported only for reclaim_step > 0 [C13]
+        if self._rstep:
+            self._rm = _import("ddq_reclaim")
+            if self._rm is None:
+                raise InvalidArgument("reclaim_step needs ddq_reclaim.py beside ddq.py")
         # The index's column: u16 where every payload length fits 14 bits, else u32 (§4).
         self._tc = "H" if self._max_payload <= 16383 else "I"
         if clock is not None and not callable(clock):
@@ -719,6 +727,10 @@ class Queue:
         self._ixcov: "Optional[list[int]]" = None  # [generation, sizes...] queue.index covers
         self.replayed_records = 0  # records the last recovery read and applied [X6]
         self.index_used = False  # the last recovery started from queue.index [X6]
+        self._bld: "Any" = None  # a ddq_reclaim.Build: g+1 staged over many calls [C13]
+        self._slack = -1  # admission's room left at the last enqueue, in bytes (-1: unknown)
+        self._bnext = 0  # start no build before this many acked items (after a useless one)
+        self._dead: "list[int]" = []  # [generation, next index, count]: old segments to delete
 
     def _path(self, name: str) -> str:
         return self._dir + "/" + name
@@ -737,6 +749,8 @@ class Queue:
 
     def _fail(self) -> None:
         # Fail-stop [R20]: drop the writable handle; only stats/recover/close work until recover().
+        if self._bld is not None:
+            self._rm.drop(self)
         h, self._log.h = self._log.h, None
         if h is not None:
             try:
@@ -762,6 +776,12 @@ class Queue:
 
     def _move(self, i: int, state: int, attempts: int, lease: int, nb: int) -> None:
         ix = self._ix
+        b = self._bld
+        if b is not None and b.i <= i < b.n0:  # not copied yet: keep its state at P0 [C13]
+            s = ix.seq(i)
+            if s not in b.cow:
+                a, le, n = ix.history(s)
+                b.cow[s] = (ix.state(i), a, le, n, ix.reasons.get(s))
         if self._swept:
             self._swept.pop(ix.seq(i), None)
         self._count(ix.state(i), -1)
@@ -837,6 +857,10 @@ class Queue:
         total = _MIN_REC + (len(payload) if payload is not None else 0)
         if total > self._seg_bytes:
             raise TooLarge("record larger than segment_bytes")
+        if self._bld is not None:
+            self._rm.step(self)  # before this record: a publish moves it to g+1 [C13]
+        elif self._dead:
+            self._rm.unlink(self)
         log = self._log
         if log.off > 0 and log.off + total > self._seg_bytes and len(log.sizes) >= self._max_segs:
             try:
@@ -1010,9 +1034,17 @@ class Queue:
                 raise Full("admission reserve exhausted")
         if ix.n >= self._max_items:
             raise Full("max_items reached")
+        if self._rstep and self._bld is None and 0 <= self._slack and self._n_acked \
+                and self._n_acked >= self._bnext:
+            # Start staging g+1 as late as admission allows: when its room left is about what
+            # the calls of the build will append (a message's DATA and control records per
+            # call, half again for margin), so a copy frees as much as any copy can (DESIGN
+            # §12) [C13].
+            if self._slack < (ix.n // self._rstep + 8) * (2 * _MIN_REC + n) * 3 // 2:
+                self._rm.start(self)
         seq = self._next
         self._write(_T_DATA, seq, 0, payload, self._sync_ack)
-        ix.add(seq, len(self._log.sizes) - 1, n)
+        self._ix.add(seq, len(self._log.sizes) - 1, n)
         self._n_avail += 1
         self._next = seq + 1
         if not self._log.dirty:
@@ -1211,6 +1243,12 @@ class Queue:
         self._closed = True
         err = None
         try:  # whatever is raised here (a cut surfacing as another exception), the lock goes
+            if self._rm is not None:
+                self._rm.drop(self)
+                for _ in range(_IO_LOOPS):  # what is left of a replaced generation
+                    if not self._dead:
+                        break
+                    self._rm.unlink(self)
             if self._log.h is not None and self._log.dirty:
                 try:
                     self._fs.sync(self._log.h)
@@ -1298,6 +1336,7 @@ class Queue:
             return False
         left = seg - phys[1]
         g = (left - (m - 1) if left >= m else 0) + remaining * (seg - (m - 1))
+        self._slack = g - c
         return c <= g
 
     # ------------------------------------------------------------------ compaction (SPEC §11)
@@ -1397,6 +1436,9 @@ class Queue:
 
     def _compact(self, reserve: int, required: int, drop: "Optional[list[int]]" = None) -> None:
         """Copy unacked items into generation g+1 and publish it; Full when no benefit [C3]-[C8]."""
+        if self._bld is not None:
+            self._rm.drop(self)  # a staged generation gives way to the full copy [C13]
+        self._dead = []  # (its _clean deletes them)
         if self._log.h is None:
             raise IOFailure("queue is fail-stopped")
         if required and not self._n_acked:
@@ -1419,34 +1461,17 @@ class Queue:
         published = [False]
         try:
             self._new_segment(new, True)
-            sb = self._state_buf
             plan: "Optional[list[int]]" = [0, 0]  # the admission plan of the copy, as it goes
-            term = _MIN_REC + self.reason_budget
             for i in range(ix.n):
-                s, ln = ix.state(i), ix.length(i)
+                s = ix.state(i)
                 if s == _ACKED:
                     continue
                 seq = ix.seq(i)
                 if drop and seq in drop:
                     continue
-                data = self._data(old, i, seq, ln)  # (synced above: read from the file)
-                self._append(new, _T_DATA, seq, 0, data, True)
-                nix.add(seq, len(new.sizes) - 1, ln)
-                nix.put(nix.n - 1, s)
                 a, lease, nb = ix.history(seq)
-                if s != _AVAILABLE or a or lease or nb:
-                    struct.pack_into(_STATE_FMT, sb, 0, s, a, lease, nb)
-                    self._append(new, _T_STATE, seq, 0, sb, True)
-                    nix.set_history(nix.n - 1, a, lease, nb)
-                r = ix.reasons.get(seq)
-                if plan is not None and not (
-                        self._place(plan, _MIN_REC + ln) and self._place(plan, _STATE_REC)
-                        and self._place(plan, _MIN_REC + r[2] if r is not None else term)):
-                    plan = None
-                if r is not None:
-                    why = self._read_record(old, r[0], r[1], _T_QUAR, seq, r[2])
-                    roff = self._append(new, _T_QUAR, seq, 0, why, True)
-                    nix.reasons[seq] = [len(new.sizes) - 1, roff, r[2]]
+                plan = self._copy(old, new, nix, i, seq, ix.length(i), s, a, lease, nb,
+                                  ix.reasons.get(seq), plan)
             if sum(new.sizes) >= sum(old.sizes) or nix.n > self._max_items - required or (
                     len(new.sizes) >= self._max_segs and new.off + reserve > self._seg_bytes):
                 raise Full("compaction gives no benefit")
@@ -1501,12 +1526,37 @@ class Queue:
             raise
         self._index_update()  # [X1] so a power cut later replays only what follows
 
+    def _copy(self, old: _Log, new: _Log, nix: "_Index", i: int, seq: int, ln: int, s: int,
+              a: int, lease: int, nb: int, r: "Optional[list[int]]",
+              plan: "Optional[list[int]]") -> "Optional[list[int]]":
+        # Item i of old into a staged generation in state s: DATA, a STATE unless it is in its
+        # default state, its reason [C4]; returns the copy's admission plan so far (§5).
+        data = self._data(old, i, seq, ln)  # (g is synced up to what is copied: from the file)
+        self._append(new, _T_DATA, seq, 0, data, True)
+        nix.add(seq, len(new.sizes) - 1, ln)
+        j = nix.n - 1
+        nix.put(j, s)
+        if s != _AVAILABLE or a or lease or nb:
+            sb = self._state_buf
+            struct.pack_into(_STATE_FMT, sb, 0, s, a, lease, nb)
+            self._append(new, _T_STATE, seq, 0, sb, True)
+            nix.set_history(j, a, lease, nb)
+        if plan is not None and not (
+                self._place(plan, _MIN_REC + ln) and self._place(plan, _STATE_REC)
+                and self._place(plan, _MIN_REC + (r[2] if r is not None else self.reason_budget))):
+            plan = None
+        if r is not None:
+            why = self._read_record(old, r[0], r[1], _T_QUAR, seq, r[2])
+            roff = self._append(new, _T_QUAR, seq, 0, why, True)
+            nix.reasons[seq] = [len(new.sizes) - 1, roff, r[2]]
+        return plan
+
     # ------------------------------------------------------------------ recovery (SPEC §12)
     def recover(self) -> None:
         """Rebuild all state from disk; the only way out of fail-stop [R1]-[R18]."""
         if self._closed:
             raise IOFailure("queue is closed")
-        self._fail()
+        self._fail()  # (abandons a staged generation too)
         self._reset()
         try:
             self._recover()

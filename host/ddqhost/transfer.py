@@ -136,7 +136,7 @@ def mpy_header(path: str) -> bytes:
 
 # Modules of port/ that flash knows. ddq_mqtt loads anywhere (it imports `socket` only when its
 # own Sender connects), but without an app a board with no network does not get it.
-PORT_MODULES = ("ddq", "ddq_index", "ddq_outbox", "ddq_mqtt", "ddq_group")
+PORT_MODULES = ("ddq", "ddq_index", "ddq_reclaim", "ddq_outbox", "ddq_mqtt", "ddq_group")
 NEEDS_NETWORK = ("ddq_mqtt",)
 
 
@@ -275,7 +275,8 @@ def flash(
     # Import check: drop any cached module, import from the destination, compare the version.
     where = dpath(dest)
     code = (
-        "import sys\nfor _m in ('ddq','ddq_index','ddq_outbox','ddq_mqtt','ddq_group'):\n"
+        "import sys\nfor _m in ('ddq','ddq_index','ddq_reclaim','ddq_outbox','ddq_mqtt',"
+        "'ddq_group'):\n"
         " if _m in sys.modules: del sys.modules[_m]\n"
     )
     if where != ".":

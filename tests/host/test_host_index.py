@@ -375,3 +375,14 @@ def test_ddq_index_constants_equal_ddq_and_the_spec():
     assert (ddq_index._CH, ddq_index._CS, ddq_index._CM) == (ddq_mod._CH, ddq_mod._CS, ddq_mod._CM)
     assert struct.calcsize(ddq_index._IX_FMT) == ddq_index._IX_SIZE == fsck.IX_HEADER
     assert ddq_mod._MAN_SIZE + 1 == 49  # ddq_index reads the manifest with this bound
+
+
+def test_ddq_reclaim_constants_equal_ddq():
+    # ddq_reclaim keeps its own consts (a MicroPython const is no module global of ddq) [C13].
+    ddq_mod = qdir.load_ddq()
+    import ddq_reclaim
+
+    for name in ("_HDR", "_MIN_REC", "_STATE_REC", "_T_DATA", "_T_CLAIM", "_T_ACK", "_T_RETRY",
+                 "_T_QUAR", "_T_STATE", "_AVAILABLE", "_CLAIMED", "_ACKED", "_QUARANTINED",
+                 "_EIO", "_REC_FMT"):
+        assert getattr(ddq_reclaim, name) == getattr(ddq_mod, name), name

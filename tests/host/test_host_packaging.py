@@ -26,6 +26,7 @@ def test_package_json_for_mip():
     assert pkg["version"] == ddq_version()
     assert ["ddq.py", "port/ddq.py"] in pkg["urls"]
     assert ["ddq_index.py", "port/ddq_index.py"] in pkg["urls"]
+    assert ["ddq_reclaim.py", "port/ddq_reclaim.py"] in pkg["urls"]
     assert ["ddq_outbox.py", "port/ddq_outbox.py"] in pkg["urls"]
     # Relative URLs: mip resolves them against package.json's location.
     for _target, url in pkg["urls"]:
@@ -129,7 +130,7 @@ def test_mpy_cross_builds_for_board_archs(arch, archbits, tmp_path):
 
 
 def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
-    # The wheel carries modules ddq, ddq_index, ddq_outbox, ddq_mqtt, the host package and the `ddq` console script;
+    # The wheel carries modules ddq, ddq_index, ddq_reclaim, ddq_outbox, ddq_mqtt, the host package and the `ddq` console script;
     # installed (without its network dependencies) into a new venv, `ddq --version` and
     # `ddq verify` (which needs only ddq and the standard library) run from outside the checkout.
     import subprocess
@@ -154,7 +155,7 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
                              text=True, cwd=tmp_path, env=env, timeout=60)
         assert out.returncode == 0 and "result: clean" in out.stdout, out
     mod = subprocess.run([str(venv / "bin" / "python"), "-c",
-                          "import ddq, ddq_index, ddq_outbox, ddq_mqtt, ddqhost; print(ddq.__file__)"],
+                          "import ddq, ddq_index, ddq_reclaim, ddq_outbox, ddq_mqtt, ddqhost; print(ddq.__file__)"],
                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
     assert mod.returncode == 0 and str(venv) in mod.stdout, mod
 
@@ -186,9 +187,9 @@ def test_flash_installs_what_the_app_imports(tmp_path):
     unix, pyb = boards.load("UNIX"), boards.load("PYBV11")
     # No app: every port module the board can load; no socket on PYBV11, so no ddq_mqtt.
     assert names(transfer.modules_to_install(unix)) == [
-        "ddq.py", "ddq_index.py", "ddq_outbox.py", "ddq_mqtt.py", "ddq_group.py"]
+        "ddq.py", "ddq_index.py", "ddq_reclaim.py", "ddq_outbox.py", "ddq_mqtt.py", "ddq_group.py"]
     assert names(transfer.modules_to_install(pyb)) == [
-        "ddq.py", "ddq_index.py", "ddq_outbox.py", "ddq_group.py"]
+        "ddq.py", "ddq_index.py", "ddq_reclaim.py", "ddq_outbox.py", "ddq_group.py"]
     # An app: ddq and what it imports (also inside functions, and `from ... import`).
     plain = _app(tmp_path, "import time\nimport ddq\n")
     assert names(transfer.modules_to_install(unix, plain)) == ["ddq.py"]

@@ -1,0 +1,273 @@
+"""ddq_reclaim: staged reclamation for ddq.Queue(reclaim_step=s), loaded only when s > 0.
+
+Generation g+1 is built a few records per write instead of in the one call that needs the
+space: the items not acked at P0 (the end of g when the build starts) in their state at P0,
+then g's records after P0 verbatim; the manifest rename publishes it. A queue with
+reclaim_step=0 (the default, C DDQ's inline compaction) never imports this module.
+
+    import ddq
+    q = ddq.Queue("outbox", reclaim_step=32)   # imports ddq_reclaim
+    q.enqueue(b"reading")                      # a build advances by at most 32 records a call
+
+Format: see docs/SPEC.md §11 [C13]; design: docs/DESIGN.md §12.
+"""
+
+__version__ = "0.1.0"
+
+# Copyright (c) 2026 the ddq authors. BSD-3-Clause.
+
+import struct
+import time
+
+import ddq
+
+_MP = hasattr(time, "ticks_ms")  # a feature probe; mypy's two passes read it as a flag
+if _MP:
+    from micropython import const
+else:
+
+    def const(x: int) -> int:
+        return x
+
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Optional
+
+# ddq's format values (SPEC §3, §4); tests/host/test_host_index.py holds them equal to ddq's.
+_HDR = const(40)
+_MIN_REC = const(48)
+_STATE_REC = const(72)
+_T_DATA = const(1)
+_T_CLAIM = const(2)
+_T_ACK = const(3)
+_T_RETRY = const(4)
+_T_QUAR = const(5)
+_T_STATE = const(6)
+_AVAILABLE = const(1)
+_CLAIMED = const(2)
+_ACKED = const(3)
+_QUARANTINED = const(4)
+_EIO = const(5)
+_REC_FMT = "<IHHQQIIII"
+
+
+class Build:
+    """A generation g+1 staged over many calls (DESIGN §12)."""
+
+    __slots__ = ("log", "ix", "i", "n0", "next0", "cow", "plan", "dropped", "snap", "tk", "to")
+
+    def __init__(self, gen: int, tc: str, n0: int, next0: int, tk: int, to: int) -> None:
+        self.log = ddq._Log(gen)
+        self.ix = ddq._Index(tc)
+        self.i = 0  # the next item of g to copy
+        self.n0 = n0  # the items of g at P0
+        self.next0 = next0  # next_seq at P0: the manifest's
+        # seq -> (state, attempts, lease, not_before, reason) at P0 of an item that changed
+        # before it was copied (copy on write)
+        self.cow: "dict[int, Any]" = {}
+        self.plan: "Optional[list[int]]" = [0, 0]  # the admission plan of the copy (§5)
+        self.dropped = 0  # items acked at P0, not copied
+        self.snap: "Optional[list[int]]" = None  # the snapshot's segments, end, items
+        self.tk, self.to = tk, to  # where the copy of g's tail stands (P0 at first)
+
+
+def start(q: "ddq.Queue") -> None:
+    # P0 is the end of g now: the snapshot holds every item not acked at P0 in its state at
+    # P0, the records after P0 follow it verbatim (DESIGN §12) [C13].
+    q._dead = []  # (q._clean below deletes what is left of an older generation)
+    try:
+        if q._log.dirty:
+            q._sync_h()  # the copy reads g from the files
+        q._prepare_format()
+        q._clean()
+    except OSError as e:
+        q._fail()
+        raise ddq._io_failure(e, "compaction")
+    except ddq.Corrupt:
+        q._fail()
+        raise
+    log = q._log
+    b = Build(log.gen + 1, q._tc, q._ix.n, q._next, len(log.sizes) - 1, log.off)
+    q._bld = b
+    try:
+        q._new_segment(b.log, True)
+    except OSError as e:  # as an inline compaction: fail-stop [C7][R20]
+        drop(q)
+        q._fail()
+        raise ddq._io_failure(e, "compaction")
+
+def drop(q: "ddq.Queue") -> None:
+    # Abandon a staged generation; files left behind are deleted at open (R16) or by the
+    # next compaction's clean.
+    b, q._bld = q._bld, None
+    if b is None:
+        return
+    fs = q._fs
+    try:
+        if b.log.h is not None:
+            fs.close(b.log.h)
+        for k in range(len(b.log.sizes)):
+            fs.remove(q._path(ddq.segment_name(b.log.gen, k)))
+        if b.log.sizes:
+            fs.sync_dir(q._dir)
+    except OSError:
+        pass
+
+def step(q: "ddq.Queue") -> None:
+    """Copy at most reclaim_step records into the staged generation; publish it when the tail of
+    g is all copied [C13]. An error abandons the build (g is untouched) and fail-stops."""
+    b, old, ix = q._bld, q._log, q._ix
+    if b is None:
+        return
+    new, nix = b.log, b.ix
+    try:
+        for _ in range(q._rstep):
+            if b.i < b.n0:  # the snapshot, in the states at P0
+                i = b.i
+                b.i = i + 1
+                seq = ix.seq(i)
+                c = b.cow.get(seq)
+                if c is None:
+                    s = ix.state(i)
+                    a, lease, nb = ix.history(seq)
+                    r = ix.reasons.get(seq)
+                else:
+                    s, a, lease, nb, r = c
+                if s == _ACKED:
+                    b.dropped += 1
+                else:
+                    b.plan = q._copy(old, new, nix, i, seq, ix.length(i), s, a, lease,
+                                        nb, r, b.plan)
+                continue
+            if b.snap is None:  # the manifest's boundary [R8]
+                b.snap = [len(new.sizes), new.off, nix.n]
+            k, pos = b.tk, b.to
+            last = len(old.sizes) - 1
+            if k >= last and pos >= old.off:
+                _publish(q)
+                return
+            if pos >= old.sizes[k]:
+                b.tk, b.to = k + 1, 0
+                continue
+            if k == last and pos >= old.synced:
+                q._sync_h()  # a fresh reader sees synced bytes only [D7]
+            _tail(q, b, old, k, pos)
+    except ddq.Limit:  # the copy needs more segments than allowed: no benefit now
+        drop(q)
+        q._bnext = q._n_acked + q._rstep
+    except BaseException as e:  # as an inline compaction: fail-stop [C7][R20]
+        drop(q)
+        q._fail()
+        if isinstance(e, OSError):
+            raise ddq._io_failure(e, "compaction")
+        raise
+
+def _tail(q: "ddq.Queue", b: Build, old: "ddq._Log", k: int, pos: int) -> None:
+    # One record of g after P0, appended verbatim to the staged generation and applied to
+    # its index with the replay's rules (R5-R7).
+    fs, new, nix = q._fs, b.log, b.ix
+    name = ddq.segment_name(old.gen, k)
+    h = fs.open(q._path(name), "rb")
+    try:
+        if q._read_exact(h, pos, q._mv_hdr) != _HDR:
+            raise OSError(_EIO, "short read in " + name)
+        _m, _v, typ, seq, arg, plen, rlen, _c, _r = struct.unpack_from(_REC_FMT, q._rec, 0)
+        pay = q._read_record(old, k, pos, typ, seq, plen, h)
+        off = q._append(new, typ, seq, arg, pay if plen else None, True)
+    finally:
+        fs.close(h)
+    b.to = pos + rlen
+    if typ == _T_DATA:
+        nix.add(seq, len(new.sizes) - 1, plen)
+        p = b.plan
+        if p is not None and not (q._place(p, _MIN_REC + plen) and
+                                  q._place(p, _STATE_REC) and
+                                  q._place(p, _MIN_REC + q.reason_budget)):
+            b.plan = None
+        return
+    j = nix.find(seq)
+    if j < 0 or typ == _T_STATE:
+        raise ddq.Corrupt("record of seq %d does not follow the snapshot" % seq)
+    a, _l, nb = nix.history(seq)
+    if typ == _T_CLAIM:
+        nix.put(j, _CLAIMED)
+        nix.set_history(j, a, arg, nb)
+    elif typ == _T_RETRY:
+        nix.put(j, _AVAILABLE)
+        nix.set_history(j, a + 1, 0, arg)
+    else:
+        nix.put(j, _ACKED if typ == _T_ACK else _QUARANTINED)
+        nix.set_history(j, a, 0, nb)
+        if typ == _T_QUAR:
+            nix.reasons[seq] = [len(new.sizes) - 1, off, plen]
+
+def _publish(q: "ddq.Queue") -> None:
+    # The commit point is the manifest rename, as for any compaction [C5]; the manifest
+    # names the snapshot, the copied tail follows it.
+    b, old, fs = q._bld, q._log, q._fs
+    if b is None or b.snap is None:
+        return
+    new, nix = b.log, b.ix
+    if sum(new.sizes) >= sum(old.sizes):  # no benefit: g stays, as for compact() [C8]
+        drop(q)
+        q._bnext = q._n_acked + q._rstep
+        return
+    fs.sync(new.h)
+    new.synced = new.off
+    new.dirty = False
+    fs.sync_dir(q._dir)
+    published = [False]
+    try:
+        q._publish(new.gen, b.next0, b.snap[0], b.snap[2], b.snap[1], published)
+    except BaseException as e:
+        if not published[0]:
+            raise  # (the caller abandons the build)
+        q._bld = None
+        try:
+            fs.close(new.h)  # kept on disk, not adopted: recover() reopens it
+        except OSError:
+            pass
+        q._fail()  # an uncertain publication: recover before writing again [C7]
+        if isinstance(e, OSError):
+            raise ddq._io_failure(e, "compaction")
+        raise
+    q._bld = None
+    h, old.h = old.h, None
+    try:
+        fs.close(h)
+    except OSError:
+        pass
+    # The swept claims stay RAM-only where the new generation holds them claimed (T2).
+    for s in list(q._swept):
+        j = nix.find(s)
+        le = nix.live.get(s)
+        if j >= 0 and le is not None and nix.state(j) == _CLAIMED:
+            nix.put(j, _AVAILABLE)
+            le[2] = 0
+        else:
+            del q._swept[s]
+    q._log, q._ix = new, nix
+    q._has_manifest = True
+    q._n_acked -= b.dropped
+    q._plan = b.plan
+    # g's segments go a few a call (unlink); a cut leaves them to recovery (R16).
+    q._dead = [old.gen, 0, len(old.sizes)]
+    q._index_update()
+
+def unlink(q: "ddq.Queue") -> None:
+    # Delete up to 4 segments of a replaced generation [C13]; errors leave them to the next
+    # clean (compaction, recovery: R16).
+    d, fs = q._dead, q._fs
+    try:
+        for _ in range(4):
+            if d[1] >= d[2]:
+                q._dead = []
+                fs.sync_dir(q._dir)
+                return
+            p = q._path(ddq.segment_name(d[0], d[1]))
+            d[1] += 1
+            if fs.kind(p) == 1:
+                fs.remove(p)
+    except OSError:
+        q._dead = []
