@@ -29,6 +29,9 @@ import struct
 import zlib
 from typing import Any
 
+from . import options
+from .errors import HostError
+
 JSON = dict[str, Any]
 Options = dict[str, int]
 
@@ -62,18 +65,8 @@ MAN_FMT = "<4sHHQQIIQII"
 S_AVAILABLE, S_CLAIMED, S_ACKED, S_QUARANTINED = 1, 2, 3, 4
 STATE_NAMES = {1: "available", 2: "claimed", 3: "acked", 4: "quarantined"}
 
-DEFAULT_OPTIONS = {  # F§7.1
-    "segment_bytes": 4194304,
-    "max_payload_bytes": 1048576,
-    "max_items": 100000,
-    "max_segments": 1024,
-}
-OPTION_RANGES = {
-    "segment_bytes": (256, 64 * 1024 * 1024),
-    "max_payload_bytes": (1, U32_MAX),
-    "max_items": (1, 1000000),
-    "max_segments": (1, 4096),
-}
+DEFAULT_OPTIONS = options.DEFAULTS  # F§7.1: a table of numbers, not ddq.py
+OPTION_RANGES = options.RANGES
 
 LOCK_NAME = "queue.lock"
 FORMAT_NAME = "queue.format"
@@ -108,7 +101,7 @@ OK, TORN, CORRUPT = 0, 1, 2
 VERDICT_NAMES = {OK: "clean", TORN: "torn-tail", CORRUPT: "corrupt"}
 
 
-class NotAQueue(Exception):
+class NotAQueue(HostError):
     """The directory holds no segment, manifest or format marker."""
 
 
@@ -1463,8 +1456,7 @@ def render_verify(rep: Report) -> str:
     out = ["verify %s" % rep.path]
     o = rep.options
     out.append(
-        "options: segment_bytes %d max_payload_bytes %d max_items %d max_segments %d"
-        % (o["segment_bytes"], o["max_payload_bytes"], o["max_items"], o["max_segments"])
+        "options: " + " ".join("%s %d" % (k, o[k]) for k in options.KEYS)
     )
     if rep.manifest:
         m = rep.manifest

@@ -20,15 +20,11 @@ import time
 from types import ModuleType
 from typing import Any
 
-from . import boards, fsck
+from . import boards, fsck, options
+from .errors import HostError
 
-OPTION_KEYS = ("segment_bytes", "max_payload_bytes", "max_items", "max_segments")
-DEFAULTS = {
-    "segment_bytes": 4194304,
-    "max_payload_bytes": 1048576,
-    "max_items": 100000,
-    "max_segments": 1024,
-}
+OPTION_KEYS = options.KEYS
+DEFAULTS = options.DEFAULTS
 PULL_META = ".ddq-pull.json"
 OPTIONS_FILE = "ddq-options.json"
 QUEUE_NAMES = ("queue.manifest", "queue.format")
@@ -44,7 +40,7 @@ MAX_JSON_BYTES = 1 << 20  # ddq-options.json and .ddq-pull.json are a few hundre
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-class QueueDirError(Exception):
+class QueueDirError(HostError):
     """Not a queue directory, or options that cannot be used; one line for the user."""
 
 
@@ -511,8 +507,7 @@ def render_inspect(info: dict[str, Any]) -> str:
     o = info["options"]
     lines = [
         "queue %s (generation %s)" % (info["path"], info["generation"]),
-        "options: segment_bytes %d max_payload_bytes %d max_items %d max_segments %d"
-        % (o["segment_bytes"], o["max_payload_bytes"], o["max_items"], o["max_segments"]),
+        "options: " + " ".join("%s %d" % (k, o[k]) for k in options.KEYS),
         "stats: %d items (%d available, %d claimed, %d acked, %d quarantined), %d bytes in %d segments, "
         "next_seq %d"
         % (

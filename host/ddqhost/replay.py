@@ -55,13 +55,14 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from . import qdir
+from .errors import HostError
 
 DEFAULT_PREFIX = "ddq"
 DEFAULT_PORT = 1883
 DEFAULT_TLS_PORT = 8883
 
 
-class ReplayError(Exception):
+class ReplayError(HostError):
     """Bad URL, broker unreachable, queue unusable; one line for the user."""
 
 

@@ -30,6 +30,8 @@ import time
 import tty
 from typing import Any
 
+from .errors import HostError
+
 READY_MARK = b"<ddq-virtual-board-ready>"
 FAIL_MARK = b"<ddq-virtual-board-failed>"
 MOUNT_POINT = "/flash"
@@ -95,7 +97,7 @@ print(%(ready)r)
 """
 
 
-class BoardError(Exception):
+class BoardError(HostError):
     """A virtual-board operation failed; the message is one line for the user."""
 
 
