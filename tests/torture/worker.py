@@ -88,15 +88,9 @@ def _index(argv, i):
 
 
 def base_sha(ddq, seed, nops, index=None):
-    import hashlib
-
     import mutate
     base, wl, acc = mutate.build_base(ddq, seed, nops, index=index)
-    h = hashlib.sha256()
-    for n in sorted(base):
-        h.update(n.encode() + b"\0")
-        h.update(base[n])
-    return h.hexdigest()
+    return mutate.base_sha256(base)
 
 
 if __name__ == "__main__":
