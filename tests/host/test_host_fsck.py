@@ -12,6 +12,7 @@ import struct
 import cwriter
 import pytest
 
+import ddqfmt
 from conftest import (
     FIXTURE_NAMES,
     FIXTURES,
@@ -290,7 +291,7 @@ def test_manifest_damage_and_missing_segment(tmp_path):
 def test_illegal_transition_is_corrupt(tmp_path):
     d = tmp_path / "q"
     # An ACK without a CLAIM.
-    recs = cwriter.record(cwriter.DATA, 1, 0, b"x") + cwriter.record(cwriter.ACK, 1)
+    recs = ddqfmt.encode_record(ddqfmt.T_DATA, 1, 0, b"x") + ddqfmt.encode_record(ddqfmt.T_ACK, 1)
     cwriter.write_dir(str(d), 0, [recs])
     r = ddq("verify", d, "--json")
     js = json.loads(r.stdout)
@@ -314,7 +315,7 @@ def test_record_layout_constants_follow_the_reference():
     # The tables of ddq-c-format.md §4.1 and §6.1, checked against the reader's format strings.
     assert struct.calcsize(fsck.REC_HEADER_FMT) == fsck.REC_HEADER == 40
     assert struct.calcsize(fsck.MAN_FMT) == fsck.MAN_SIZE == 48
-    assert fsck.record_crc(cwriter.record(1, 1, 0, b"alpha"), 0, 5) == 0xA5779387  # §4.4 example
+    assert fsck.record_crc(ddqfmt.encode_record(1, 1, 0, b"alpha"), 0, 5) == 0xA5779387  # §4.4 example
 
 
 def test_segment_that_lost_its_end_is_corrupt_whatever_the_limits(tmp_path):

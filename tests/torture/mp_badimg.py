@@ -9,6 +9,7 @@ import sys
 
 sys.path.insert(0, "tests/torture")
 sys.path.insert(0, "port")
+sys.path.append("tests")  # tests/ddqfmt.py
 import mutate
 import tmodel
 

@@ -22,6 +22,7 @@ import vfs
 
 sys.path.insert(0, "tests/torture")
 sys.path.insert(0, "port")
+sys.path.append("tests")  # tests/ddqfmt.py
 import fatcheck
 import tmodel
 

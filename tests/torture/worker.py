@@ -22,6 +22,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "port"))
+sys.path.append(os.path.join(HERE, ".."))  # tests/ddqfmt.py
 
 
 def load_ddq():
