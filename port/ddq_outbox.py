@@ -151,6 +151,11 @@ class Message:
         self.topic, self.retain, self.encrypted = "", False, False
         self.payload = self.key = self.reason = b""
 
+    def expired(self, now_ms: int) -> bool:
+        """Set age_ms at now_ms and return whether the TTL ran out (the one TTL rule) [E7]."""
+        self.age_ms = max(0, now_ms - self.enqueued_ms)  # a clock behind the enqueue time: age 0
+        return bool(self.ttl_ms) and self.age_ms >= self.ttl_ms
+
 
 def _sha(mv: memoryview, a: int, n: int) -> "Optional[bytes]":
     # SHA-256 of the envelope mv[0:n] minus its digest field at [a, a+32); None without hashlib.
@@ -735,8 +740,7 @@ class Outbox:
                 self._quar(c.seq, "corrupt", e.args[0])
                 continue
             m.seq, m.attempts, m.lease_until_ms = c.seq, c.attempts, c.lease_until_ms
-            m.age_ms = max(0, now - m.enqueued_ms)  # a clock behind the enqueue time: age 0
-            if not m.ttl_ms or m.age_ms < m.ttl_ms:
+            if not m.expired(now):
                 return m
             self.counters["expired"] += 1
             if self._drop_expired:

@@ -344,13 +344,12 @@ def auth_status(payload: bytes, hmac_key: bytes | None) -> str:
 
 
 def _expiry(env: Any, now_ms: int) -> tuple[int | None, bool]:
-    """(age_ms or None, expired?) as the Outbox computes them (age against the envelope's time)."""
-    enq = getattr(env, "enqueued_ms", 0) or 0
-    if not enq:
+    """(age_ms or None, expired?) by the Outbox's own rule (ddq_outbox.Message.expired, SPEC
+    E7); an envelope without an enqueue time has no age here and never expires."""
+    if not getattr(env, "enqueued_ms", 0):
         return None, False
-    age = max(0, now_ms - enq)
-    ttl = getattr(env, "ttl_ms", 0) or 0
-    return age, bool(ttl) and age >= ttl
+    expired = env.expired(now_ms)
+    return env.age_ms, expired
 
 
 def decode_envelope(
