@@ -1,4 +1,4 @@
-"""`ddq verify` / `ddq records`: the independent reader (host/ddqhost/fsck.py) against the C fixtures,
+"""`ddq verify` / `ddq records`: the independent reader (host/ddqhost/fsck/) against the C fixtures,
 ddq-written directories, an independent writer, and damaged copies; golden CLI output.
 
 Golden files live in tests/host/golden/*.exp; temp paths are replaced by <DIR> and \\r dropped.
@@ -7,6 +7,7 @@ Regenerate with DDQ_UPDATE_GOLDEN=1 (then read the diff).
 
 import json
 import os
+import re
 import struct
 
 import cwriter
@@ -344,3 +345,17 @@ def test_segment_that_lost_its_end_is_corrupt_whatever_the_limits(tmp_path):
     assert r.returncode == 2 and "ends early" in r.stdout, r.stdout
     one_line_error(ddq("inspect", d), 2)
     assert tree_hash(d) == before
+
+
+def test_fsck_package_never_imports_ddq():
+    # STYLE 22, 26: the independent reader is written from docs/SPEC.md, in four small steps.
+    pkg = os.path.dirname(fsck.__file__)
+    assert sorted(n for n in os.listdir(pkg) if n.endswith(".py")) == [
+        "__init__.py", "format.py", "index.py", "replay.py", "report.py"]
+    for n in os.listdir(pkg):
+        if n.endswith(".py"):
+            with open(os.path.join(pkg, n)) as f:
+                src = f.read()
+            assert not re.search(r"^\s*(import ddq\b|from ddq\b|import ddq_)", src, re.M), n
+    with open(os.path.join(pkg, "__init__.py")) as f:
+        assert f.readline().startswith('"""Independent reader')
