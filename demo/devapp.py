@@ -9,7 +9,7 @@
 # next_seq - 1 after recovery (sync="always": every returned enqueue is durable). A full queue is
 # backpressure: the reading waits, nothing is counted.
 #
-# Delivery: Outbox.pump claims up to `window` messages (16; SPEC E25, ddq_mqtt.WindowSender on the
+# Delivery: Outbox.pump claims up to `window` messages (16; OUTBOX E25, ddq_mqtt.WindowSender on the
 # MicroPython board; the paho gateway and window=1 keep one at a time), publishes them with QoS 1
 # and acks each only after the broker's PUBACK; after a lost connection the un-acked ones are
 # republished at once with DUP; a failed publish is nacked (the message layer's full-jitter backoff); losing the
@@ -76,7 +76,7 @@ def check_reading(payload):
 
 
 class SenderLink:
-    """The app's four calls over ddq_mqtt.Sender (SPEC E19), one QoS 1 publish at a time: connect,
+    """The app's four calls over ddq_mqtt.Sender (OUTBOX E19), one QoS 1 publish at a time: connect,
     publish (QoS 1 returns True only after the PUBACK), poll, disconnect. Any failure drops the
     connection (up = False)."""
 
@@ -185,7 +185,7 @@ class PahoLink:
 
 
 class WindowLink(SenderLink):
-    """The app's four calls over ddq_mqtt.WindowSender (SPEC E25), plus `win`: the windowed
+    """The app's four calls over ddq_mqtt.WindowSender (OUTBOX E25), plus `win`: the windowed
     sender Outbox.pump takes, which keeps `window` QoS 1 publishes in flight and adds the app's
     topic suffix (boot, attempts) to each. Any failure drops the connection (up = False)."""
 
@@ -215,7 +215,7 @@ def _msg(topic, payload, qos, seq, attempts):
 
 
 class _Win:
-    """The windowed-sender protocol (SPEC E25) with the app's topic suffix."""
+    """The windowed-sender protocol (OUTBOX E25) with the app's topic suffix."""
 
     def __init__(self, s, suffix, window):
         self.s, self.suffix, self.inflight_max = s, suffix, window
@@ -255,7 +255,7 @@ def main(host="127.0.0.1", port=1883, total=1000, rate=50, boot=0, queue_dir="ou
     nxt = q.stats().next_seq
     say("boot %d: next_seq %d, %d pending, %d claims released" % (boot, nxt, ob.qsize(), released))
     suffix = "/%d/" % boot
-    if link == "mini" and window > 1:  # the window (SPEC E25): ddq_mqtt.WindowSender
+    if link == "mini" and window > 1:  # the window (OUTBOX E25): ddq_mqtt.WindowSender
         mq = WindowLink(host, port, "%s-%d" % (client_id, boot), timeout_ms, window=window,
                         suffix=suffix)
     else:
