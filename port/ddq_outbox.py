@@ -35,7 +35,7 @@ from ddq import (
 )
 
 # ============================================================================ compat
-_MP = hasattr(time, "ticks_ms")  # the same feature probe as ddq's (micropython-platform.md §9)
+_MP = hasattr(time, "ticks_ms")  # ddq's feature probe; mypy_mpy.ini's pass reads it (Makefile typecheck)
 if _MP:
     from micropython import const
 else:
@@ -101,7 +101,7 @@ def _tdiff(a: int, b: int) -> int:
 
 
 def _device_seed() -> int:
-    # Per-device entropy, never a fleet-wide constant (iotspool T18): os.urandom where it exists,
+    # Per-device entropy, never a fleet-wide constant (DESIGN §10 T18): os.urandom where it exists,
     # else the board's unique id mixed with the ticks at first use.
     urandom = getattr(os, "urandom", None)
     if urandom is not None:
@@ -624,7 +624,7 @@ class Outbox:
                     raise
                 # drop_oldest [E13]: retire the oldest unclaimed message, due or backing off,
                 # durably (CLAIM + ACK: reclaimable; counted). A claimed message (in flight) is
-                # never dropped (iotspool T11).
+                # never dropped (DESIGN §10 T11).
                 s = self.queue.oldest_available()  # only while full: O(n) is fine
                 if s is None:
                     raise Full("full, and no unclaimed message to drop")

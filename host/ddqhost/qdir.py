@@ -1,6 +1,6 @@
 """Queue directories on the host: locate ddq, resolve queue options, inspect a directory with ddq.Queue.
 
-Options: DDQ options are not stored on disk (ddq-c-format.md §7.1), and a reader must use limits at least
+Options: DDQ options are not stored on disk (SPEC §7.1, M8), and a reader must use limits at least
 as large as the writer's; appending (replay's acks) must use the writer's exact segment_bytes. They are
 taken from, first match wins per key:
   1. command-line flags (--segment-bytes, --max-payload-bytes, --max-items, --max-segments);

@@ -248,7 +248,7 @@ def flash(
             bar.finish()
             dev.rename(staging, target)  # atomic replace on LittleFS and POSIX
             written.append({"path": ":" + target, "bytes": len(data), "sha256": sha256(data)})
-            # Never leave both: a .py beside a .mpy wins the import (micropython-platform.md §8).
+            # Never leave both: a .py beside a .mpy wins the import (docs/HOST.md, flash).
             if other in present:
                 dev.remove(djoin(dest, other))
                 removed.append(":" + djoin(dest, other))
