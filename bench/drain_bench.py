@@ -293,7 +293,7 @@ def rows(rep: "Any", R: "Any", fmt: "Any", verdict: "Any") -> None:
         "TCP segment by %d ms each way between the sender and a local mosquitto, keeping order "
         "and letting segments overlap. Each sender drains %d queued 100-byte QoS 1 messages "
         "(W = 1 and `--window 1`: %d, since one at a time takes 100 ms each; rates compare). "
-        "Device sender: ddq_mqtt.WindowSender under Outbox.pump (SPEC E25), group commit "
+        "Device sender: ddq_mqtt.WindowSender under Outbox.pump (OUTBOX E25), group commit "
         "sync_interval_ms=50, its own process (bench/drain_dev.py; MicroPython with an 8 MiB heap: "
         "the unix port's 2 MiB default fragments as the index of 2,000 items grows, P14); "
         "paho-mqtt 2.2 with "

@@ -304,42 +304,6 @@ def part_recovery(a):
 # --- LittleFS wear ----------------------------------------------------------------------------
 
 
-class CountingDev:
-    """RAM block device (micropython-platform §4) that counts programs, bytes and erases."""
-
-    def __init__(self, block_size, num_blocks):
-        self.block_size = block_size
-        self.num_blocks = num_blocks
-        self.data = bytearray(block_size * num_blocks)
-        self.mv = memoryview(self.data)
-        self.erased = b"\xff" * block_size
-        self.zero()
-
-    def zero(self):
-        self.progs = self.erases = self.prog_bytes = 0
-
-    def readblocks(self, n, buf, offset=0):
-        a = n * self.block_size + offset
-        buf[:] = self.mv[a : a + len(buf)]
-
-    def writeblocks(self, n, buf, offset=None):
-        a = n * self.block_size + (offset or 0)
-        self.mv[a : a + len(buf)] = buf
-        self.progs += 1
-        self.prog_bytes += len(buf)
-
-    def ioctl(self, op, arg):
-        if op == 4:
-            return self.num_blocks
-        if op == 5:
-            return self.block_size
-        if op == 6:
-            a = arg * self.block_size
-            self.mv[a : a + self.block_size] = self.erased
-            self.erases += 1
-        return 0
-
-
 MOUNT = "/ddqbench"
 
 
@@ -350,7 +314,10 @@ def lfs_mount(blocks, progsize):
         vfs.umount(MOUNT)
     except OSError:
         pass
-    dev = CountingDev(4096, blocks)
+    sys.path.append(REPO + "/tests")
+    from blockdev import RAMBlockDev  # tests/blockdev.py: counts programs, bytes and erases
+
+    dev = RAMBlockDev(4096, blocks)
     vfs.VfsLfs2.mkfs(dev, progsize=progsize)
     vfs.mount(vfs.VfsLfs2(dev, progsize=progsize), MOUNT)
     return dev

@@ -9,7 +9,7 @@
 # next_seq - 1 after recovery (sync="always": every returned enqueue is durable). A full queue is
 # backpressure: the reading waits, nothing is counted.
 #
-# Delivery: Outbox.pump claims up to `window` messages (16; SPEC E25, ddq_mqtt.WindowSender on the
+# Delivery: Outbox.pump claims up to `window` messages (16; OUTBOX E25, ddq_mqtt.WindowSender on the
 # MicroPython board; the paho gateway and window=1 keep one at a time), publishes them with QoS 1
 # and acks each only after the broker's PUBACK; after a lost connection the un-acked ones are
 # republished at once with DUP; a failed publish is nacked (the message layer's full-jitter backoff); losing the
@@ -20,12 +20,6 @@
 # "done" on the status topic, closes the queue and returns.
 import sys
 import time
-
-try:
-    import select
-    import socket
-except ImportError:  # pragma: no cover  (every interpreter the demo uses has both)
-    socket = select = None
 
 import ddq
 import ddq_outbox
@@ -78,145 +72,48 @@ def check_reading(payload):
         return -1
 
 
-# ---------------------------------------------------------------- a small MQTT 3.1.1 client
+# ---------------------------------------------------------------- MQTT links: ddq_mqtt or paho
 
 
-class MiniMQTT:
-    """CONNECT, PUBLISH QoS 0/1 (QoS 1 returns True only after the PUBACK), PINGREQ, DISCONNECT.
-    Any socket error or a missing reply within timeout_ms drops the connection (up = False)."""
+class SenderLink:
+    """The app's four calls over ddq_mqtt.Sender (OUTBOX E19), one QoS 1 publish at a time: connect,
+    publish (QoS 1 returns True only after the PUBACK), poll, disconnect. Any failure drops the
+    connection (up = False)."""
 
     def __init__(self, host, port, client_id, timeout_ms=2000, keepalive=30):
-        self.host, self.port, self.cid = host, port, client_id
-        self.timeout_ms, self.keepalive = timeout_ms, keepalive
-        self.s = self.p = None
-        self.pid = 0
-        self.last_tx = 0
-        self.buf = b""
+        import ddq_mqtt
+
+        self.s = ddq_mqtt.Sender(host, port, client_id=client_id.encode(), keepalive=keepalive,
+                                 timeout_ms=timeout_ms)
 
     @property
     def up(self):
-        return self.s is not None
-
-    def close(self):
-        s, self.s, self.p, self.buf = self.s, None, None, b""
-        if s is not None:
-            try:
-                s.close()
-            except OSError:
-                pass
-
-    def _send(self, data):
-        self.s.sendall(data)
-        self.last_tx = ticks_ms()
-
-    @staticmethod
-    def _packet(first, body):
-        n, rl = len(body), bytearray()
-        while True:
-            b = n & 0x7F
-            n >>= 7
-            rl.append(b | (0x80 if n else 0))
-            if not n:
-                break
-        return bytes([first]) + bytes(rl) + body
-
-    @staticmethod
-    def _str(s):
-        if isinstance(s, str):
-            s = s.encode()
-        return bytes([len(s) >> 8, len(s) & 0xFF]) + s
-
-    def _read(self, n, t0):
-        # n bytes, waiting at most timeout_ms since t0 (ticks); raises OSError on timeout or EOF.
-        p = self.p
-        while len(self.buf) < n:
-            left = self.timeout_ms - ticks_diff(ticks_ms(), t0)
-            if left <= 0 or not p.poll(left):
-                raise OSError(110)  # ETIMEDOUT
-            d = self.s.recv(512)
-            if not d:
-                raise OSError(104)  # ECONNRESET: the broker went away
-            self.buf += d
-        out, self.buf = self.buf[:n], self.buf[n:]
-        return out
-
-    def _packet_in(self, t0):
-        first = self._read(1, t0)[0]
-        n = shift = 0
-        for _ in range(4):
-            b = self._read(1, t0)[0]
-            n |= (b & 0x7F) << shift
-            shift += 7
-            if not b & 0x80:
-                break
-        return first, self._read(n, t0)
+        return self.s.sock is not None
 
     def connect(self):
-        self.close()
-        s = socket.socket()
         try:
-            s.connect(socket.getaddrinfo(self.host, self.port)[0][-1])
+            self.s.connect()
+            return True
         except OSError:
-            s.close()
             return False
-        self.s, self.p = s, select.poll()
-        self.p.register(s, select.POLLIN)
-        try:
-            body = b"\x00\x04MQTT\x04\x02" + bytes([self.keepalive >> 8, self.keepalive & 0xFF])
-            self._send(self._packet(0x10, body + self._str(self.cid)))
-            t0 = ticks_ms()
-            while True:
-                first, body = self._packet_in(t0)
-                if first >> 4 == 2:  # CONNACK
-                    if len(body) == 2 and body[1] == 0:
-                        return True
-                    break
-        except OSError:
-            pass
-        self.close()
-        return False
 
     def publish(self, topic, payload, qos=1):
-        if self.s is None:
+        if not self.up:
             return False
         try:
-            if qos == 0:
-                self._send(self._packet(0x30, self._str(topic) + bytes(payload)))
-                return True
-            self.pid = self.pid % 65535 + 1
-            pid = bytes([self.pid >> 8, self.pid & 0xFF])
-            self._send(self._packet(0x32, self._str(topic) + pid + bytes(payload)))
-            t0 = ticks_ms()
-            while True:
-                first, body = self._packet_in(t0)
-                if first >> 4 == 4 and body[:2] == pid:  # PUBACK of this publish
-                    return True
+            # Packet id 65535 for every publish: one at a time, and a failure closes the
+            # connection, so no late PUBACK can be taken for a later publish.
+            return self.s.send(_msg(topic, payload, qos, 65535, 0))
         except OSError:
-            self.close()
             return False
 
     def poll(self):
-        # Keep the connection alive; notice a broker that went away (EOF) between publishes.
-        if self.s is None:
-            return
-        try:
-            if ticks_diff(ticks_ms(), self.last_tx) > self.keepalive * 500:
-                self._send(b"\xc0\x00")
-            while self.p.poll(0):
-                d = self.s.recv(512)
-                if not d:
-                    raise OSError(104)
-                self.buf = b""  # PINGRESP or a stray late PUBACK: nothing to keep
-        except OSError:
-            self.close()
+        pass  # Sender notices a dead connection at its next publish
 
     def disconnect(self):
-        if self.s is not None:
-            try:
-                self._send(b"\xe0\x00")
-            except OSError:
-                pass
-        self.close()
+        self.s.close()
+
+    close = disconnect
 
 
 class PahoLink:
@@ -287,8 +184,8 @@ class PahoLink:
     disconnect = close
 
 
-class WindowLink:
-    """The app's four calls over ddq_mqtt.WindowSender (SPEC E25), plus `win`: the windowed
+class WindowLink(SenderLink):
+    """The app's four calls over ddq_mqtt.WindowSender (OUTBOX E25), plus `win`: the windowed
     sender Outbox.pump takes, which keeps `window` QoS 1 publishes in flight and adds the app's
     topic suffix (boot, attempts) to each. Any failure drops the connection (up = False)."""
 
@@ -300,17 +197,6 @@ class WindowLink:
                                        client_id=client_id.encode(), keepalive=keepalive)
         self.win, self.inflight_max = _Win(self.s, suffix, window), window
 
-    @property
-    def up(self):
-        return self.s.sock is not None
-
-    def connect(self):
-        try:
-            self.s.connect()
-            return True
-        except OSError:
-            return False
-
     def publish(self, topic, payload, qos=1):
         # The app's own status messages (nothing of the window is in flight then).
         try:
@@ -321,14 +207,6 @@ class WindowLink:
         except OSError:
             return False
 
-    def poll(self):
-        pass  # WindowSender notices a dead connection at its next publish or poll
-
-    def disconnect(self):
-        self.s.close()
-
-    close = disconnect
-
 
 def _msg(topic, payload, qos, seq, attempts):
     m = ddq_outbox.Message()
@@ -337,7 +215,7 @@ def _msg(topic, payload, qos, seq, attempts):
 
 
 class _Win:
-    """The windowed-sender protocol (SPEC E25) with the app's topic suffix."""
+    """The windowed-sender protocol (OUTBOX E25) with the app's topic suffix."""
 
     def __init__(self, s, suffix, window):
         self.s, self.suffix, self.inflight_max = s, suffix, window
@@ -377,11 +255,11 @@ def main(host="127.0.0.1", port=1883, total=1000, rate=50, boot=0, queue_dir="ou
     nxt = q.stats().next_seq
     say("boot %d: next_seq %d, %d pending, %d claims released" % (boot, nxt, ob.qsize(), released))
     suffix = "/%d/" % boot
-    if link == "mini" and window > 1:  # the window (SPEC E25): ddq_mqtt.WindowSender
+    if link == "mini" and window > 1:  # the window (OUTBOX E25): ddq_mqtt.WindowSender
         mq = WindowLink(host, port, "%s-%d" % (client_id, boot), timeout_ms, window=window,
                         suffix=suffix)
     else:
-        cls = PahoLink if link == "paho" else MiniMQTT
+        cls = PahoLink if link == "paho" else SenderLink
         mq = cls(host, port, "%s-%d" % (client_id, boot), timeout_ms)
     say("boot %d: delivery window %d (%s)" % (boot, getattr(mq, "inflight_max", 1),
                                               type(mq).__name__))

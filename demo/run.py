@@ -766,7 +766,7 @@ class Config:
         self.workdir = None
         self.drain_timeout = 180.0
         self.progress = None
-        self.inflight = 16  # the device's delivery window (SPEC E25); the paho gateway: 1
+        self.inflight = 16  # the device's delivery window (OUTBOX E25); the paho gateway: 1
         self.__dict__.update(kw)
         if self.seed is None:
             self.seed = random.SystemRandom().randrange(1, 10 ** 6)
@@ -905,7 +905,7 @@ def render(res):
         % res["enqueued"],
         "  delivered        %6d   (distinct readings the subscriber received, CRC checked)"
         % res["delivered"],
-        "  delivery window  %6d   (QoS 1 publishes in flight, SPEC E25)"
+        "  delivery window  %6d   (QoS 1 publishes in flight, OUTBOX E25)"
         % res.get("delivery_window", 1),
         "  duplicates       %6d   (at-least-once: %d after a power cut, %d publish retries, "
         "%d window resends or broker redeliveries; %d with MQTT's DUP flag)" % (

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from typing import Any, Generator
 
 # Item states as in ddq (SPEC §4.1 [F11]); tests/test_index.py holds them equal to ddq's.
+# ============================================================================ recovery index
 _AVAILABLE = const(1)
 _CLAIMED = const(2)
 _IO_LOOPS = const(1048576)

@@ -35,7 +35,7 @@ from ddq import (
 )
 
 # ============================================================================ compat
-_MP = hasattr(time, "ticks_ms")  # the same feature probe as ddq's (micropython-platform.md §9)
+_MP = hasattr(time, "ticks_ms")  # ddq's feature probe; mypy_mpy.ini's pass reads it (Makefile typecheck)
 if _MP:
     from micropython import const
 else:
@@ -101,7 +101,7 @@ def _tdiff(a: int, b: int) -> int:
 
 
 def _device_seed() -> int:
-    # Per-device entropy, never a fleet-wide constant (iotspool T18): os.urandom where it exists,
+    # Per-device entropy, never a fleet-wide constant (DESIGN §10 T18): os.urandom where it exists,
     # else the board's unique id mixed with the ticks at first use.
     urandom = getattr(os, "urandom", None)
     if urandom is not None:
@@ -150,6 +150,11 @@ class Message:
         self.lease_until_ms = self.age_ms = 0
         self.topic, self.retain, self.encrypted = "", False, False
         self.payload = self.key = self.reason = b""
+
+    def expired(self, now_ms: int) -> bool:
+        """Set age_ms at now_ms and return whether the TTL ran out (the one TTL rule) [E7]."""
+        self.age_ms = max(0, now_ms - self.enqueued_ms)  # a clock behind the enqueue time: age 0
+        return bool(self.ttl_ms) and self.age_ms >= self.ttl_ms
 
 
 def _sha(mv: memoryview, a: int, n: int) -> "Optional[bytes]":
@@ -619,7 +624,7 @@ class Outbox:
                     raise
                 # drop_oldest [E13]: retire the oldest unclaimed message, due or backing off,
                 # durably (CLAIM + ACK: reclaimable; counted). A claimed message (in flight) is
-                # never dropped (iotspool T11).
+                # never dropped (DESIGN §10 T11).
                 s = self.queue.oldest_available()  # only while full: O(n) is fine
                 if s is None:
                     raise Full("full, and no unclaimed message to drop")
@@ -740,8 +745,7 @@ class Outbox:
                 self._quar(c.seq, "unpublishable", why)
                 continue
             m.seq, m.attempts, m.lease_until_ms = c.seq, c.attempts, c.lease_until_ms
-            m.age_ms = max(0, now - m.enqueued_ms)  # a clock behind the enqueue time: age 0
-            if not m.ttl_ms or m.age_ms < m.ttl_ms:
+            if not m.expired(now):
                 return m
             self.counters["expired"] += 1
             if self._drop_expired:

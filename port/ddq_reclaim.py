@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from typing import Any, Optional
 
 # ddq's format values (SPEC §3, §4); tests/host/test_host_index.py holds them equal to ddq's.
+# ============================================================================ staged reclamation
 _HDR = const(40)
 _MIN_REC = const(48)
 _STATE_REC = const(72)

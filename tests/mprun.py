@@ -54,35 +54,6 @@ def _tests_dir():
 # --- filesystems -----------------------------------------------------------------------------
 
 
-class RAMBlockDev:
-    """bytearray block device with the extended protocol (offset), as in micropython-platform §4."""
-
-    def __init__(self, block_size, num_blocks):
-        self.block_size = block_size
-        self.num_blocks = num_blocks
-        self.data = bytearray(block_size * num_blocks)
-        self.mv = memoryview(self.data)
-        self.erased = b"\xff" * block_size
-
-    def readblocks(self, n, buf, offset=0):
-        a = n * self.block_size + offset
-        buf[:] = self.mv[a : a + len(buf)]
-
-    def writeblocks(self, n, buf, offset=None):
-        a = n * self.block_size + (offset or 0)
-        self.mv[a : a + len(buf)] = buf
-
-    def ioctl(self, op, arg):
-        if op == 4:  # BLOCK_COUNT
-            return self.num_blocks
-        if op == 5:  # BLOCK_SIZE
-            return self.block_size
-        if op == 6:  # BLOCK_ERASE: like NOR flash, an erased block reads 0xFF
-            a = arg * self.block_size
-            self.mv[a : a + self.block_size] = self.erased
-        return 0  # 1 INIT, 2 DEINIT, 3 SYNC
-
-
 # fs -> (VFS class name, block size, block count, mount point)
 FILESYSTEMS = {
     "lfs2": ("VfsLfs2", 4096, 512, "/lfs2"),
@@ -111,6 +82,8 @@ def mount_ram_fs(fs, num_blocks=None):
     if cls is None:
         _die("mprun: --fs %s needs MicroPython's vfs.%s" % (fs, cls_name))
     try:
+        from blockdev import RAMBlockDev  # tests/blockdev.py (tests/ is on sys.path)
+
         bdev = RAMBlockDev(block_size, num_blocks)
     except MemoryError:
         _die(

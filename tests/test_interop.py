@@ -1,11 +1,12 @@
 # Interop with the C DurableDeliveryQueue: directories written by the real C library open in ddq
-# with the state the C library recovers (shared/fixtures/ddq-c/*.json), and ddq's own directories
-# decode with a small independent reader written from docs/SPEC.md (not with ddq's code).
+# with the state the C library recovers (the ddq-c fixtures, support.FIXTURES), and ddq's own
+# directories decode with tests/ddqfmt.py, the tests' independent codec (docs/SPEC.md, not ddq's code).
 import binascii
 import json
 import struct
 
 import ddq
+import ddqfmt
 import support
 
 
@@ -95,37 +96,6 @@ def test_fixture_opening_changes_no_file():
             assert binascii.hexlify(hashlib.sha256(data).digest()).decode() == f["sha256"]
 
 
-# ---------------------------------------------------------------- an independent reader
-# Written from docs/SPEC.md §2-§5 only: it shares no code with ddq.
-
-
-def _crc(b, v=0):
-    return binascii.crc32(b, v) & 0xFFFFFFFF
-
-
-def _records(data):
-    out, p = [], 0
-    while p < len(data):
-        magic, ver, typ, seq, arg, plen, rlen, crc, res = struct.unpack_from("<IHHQQIIII", data, p)
-        assert data[p:p + 4] == b"DQG1" and ver == 1 and res == 0 and rlen == 48 + plen
-        payload = data[p + 40:p + 40 + plen]
-        c = _crc(payload, _crc(data[p + 36:p + 40], _crc(data[p + 4:p + 32])))
-        assert c == crc, (p, c, crc)
-        assert data[p + 40 + plen:p + 44 + plen] == b"CMIT"
-        assert struct.unpack_from("<I", data, p + 44 + plen)[0] == rlen
-        out.append((typ, seq, arg, payload))
-        p += rlen
-    return out
-
-
-def _manifest(data):
-    assert len(data) == 48 and data[0:4] == b"DDQM"
-    magic, ver, size, gen, nxt, segs, items, end = struct.unpack_from("<IHHQQIIQ", data, 0)
-    crc, res = struct.unpack_from("<II", data, 40)
-    assert ver == 1 and size == 48 and res == 0 and crc == _crc(data[0:40])
-    return gen, nxt, segs, items, end
-
-
 def test_ddq_directory_reads_with_independent_reader():
     # EVIDENCE-OF: F1 F2 F3 F4 F7 F9 F10 F11 M1 M3 M4 M5 N1 N3 C1 C2 C5 C6 V2 V4 F8
     d = support.tmpdir() + "/q"
@@ -147,21 +117,23 @@ def test_ddq_directory_reads_with_independent_reader():
     names = support.listdir_sorted(d)
     assert "queue.format" in names and "queue.manifest" in names and "queue.lock" in names
     assert support.file_size(d + "/queue.format") == 0
-    gen, nxt, segs, items, end = _manifest(support.read_file(d + "/queue.manifest"))
+    man = ddqfmt.decode_manifest(support.read_file(d + "/queue.manifest"))
+    assert man is not None
+    gen, nxt, segs, items, end = man
     assert gen == st.generation == 1 and nxt == 5 and items == 3 and segs == 2, (gen, nxt, segs)
     assert not [n for n in names if n.startswith("segment-")]
     recs = []
     for k in range(segs):
-        segname = "generation-%020d-segment-%020d.log" % (1, k)
+        segname = ddqfmt.seg_name(1, k)
         assert segname in names
-        recs += _records(support.read_file(d + "/" + segname))
+        recs += ddqfmt.read_records(support.read_file(d + "/" + segname))
     kinds = [(r[0], r[1]) for r in recs]
     # seq 2: DATA + STATE(available, attempts 1); seq 3: DATA + STATE(quarantined) + reason;
     # seq 4: DATA only; then seq 5 after the snapshot boundary.
     assert kinds == [(1, 2), (6, 2), (1, 3), (6, 3), (5, 3), (1, 4), (1, 5)], kinds
-    state = struct.unpack("<IIQQ", recs[1][3])
+    state = struct.unpack(ddqfmt.STATE_FMT, recs[1][3])
     assert state[0] == 1 and state[1] == 1 and state[2] == 0 and state[3] == 1767225600000 + 5000
-    assert struct.unpack("<IIQQ", recs[3][3])[0] == 4
+    assert struct.unpack(ddqfmt.STATE_FMT, recs[3][3])[0] == ddqfmt.S_QUARANTINED
     assert recs[4][3] == "ñ\"\\".encode()
     # Segment 0 holds 50+72+50+72 bytes; the 52-byte reason opens segment 1, then DATA 4 (50):
     # the snapshot boundary is at offset 102 of segment 1.

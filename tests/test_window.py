@@ -1,4 +1,4 @@
-# The windowed delivery of SPEC E25: ddq_mqtt.WindowSender against a fake broker that answers
+# The windowed delivery of OUTBOX E25: ddq_mqtt.WindowSender against a fake broker that answers
 # what it is sent (a socket-like object), driven by Outbox.pump and Outbox.run. Shared suite:
 # subset Python, no real sleeping except a sender's short timeouts, bounded loops. The runs
 # against a real mosquitto are in tests/e2e/test_window_mosquitto.py.

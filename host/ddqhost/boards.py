@@ -18,7 +18,10 @@ import json
 import os
 from typing import Any
 
-QUEUE_KEYS = ("segment_bytes", "max_payload_bytes", "max_items", "max_segments")
+from . import options
+from .errors import HostError
+
+QUEUE_KEYS = options.KEYS
 REQUIRED = ("board", "filesystem", "install", "mpy_arch") + QUEUE_KEYS
 SIZE_KEYS = ("fs_bytes", "heap_bytes", "app_heap_bytes")  # for tools/board_capacity.py
 MPY_ARCHS = {  # sys.implementation._mpy >> 10 (py/persistentcode.h MP_NATIVE_ARCH_*)
@@ -38,7 +41,7 @@ MPY_ARCHS = {  # sys.implementation._mpy >> 10 (py/persistentcode.h MP_NATIVE_AR
 }
 
 
-class BoardProfileError(Exception):
+class BoardProfileError(HostError):
     """Unknown or malformed profile; one line for the user."""
 
 

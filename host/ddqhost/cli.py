@@ -12,17 +12,14 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from . import boards, fsck, qdir, vboard
+from .errors import HostError
 
 if TYPE_CHECKING:
     from .device import Device
 
 
-class CommandError(Exception):
-    """Printed as `ddq: message`; .code is the exit status (1 unless said otherwise)."""
-
-    def __init__(self, msg: str, code: int = 1) -> None:
-        super().__init__(msg)
-        self.code = code
+class CommandError(HostError):
+    """A command refused its arguments or failed; printed as `ddq: message`."""
 
 
 def out_json(obj: Any) -> None:
@@ -848,12 +845,9 @@ def main(argv: list[str] | None = None) -> int:
     handler = COMMANDS[args.command][0]
     try:
         return handler(args) or 0
-    except CommandError as e:
+    except HostError as e:
         log_err("ddq: %s" % e)
         return e.code
-    except (boards.BoardProfileError, qdir.QueueDirError, fsck.NotAQueue) as e:
-        log_err("ddq: %s" % e)
-        return 1
     except KeyboardInterrupt:
         log_err("ddq: interrupted")
         return 130
@@ -861,31 +855,12 @@ def main(argv: list[str] | None = None) -> int:
         log_err("ddq: %s" % _error_message(e))
         return 1
     except Exception as e:
-        known = _known_error(e)
-        if known is not None:
-            log_err("ddq: %s" % e)
-            return known
         ddq_err = _ddq_error(e)
         if ddq_err is None:
             raise
         code = 2 if type(e).__name__ == "Corrupt" else 1
         log_err("ddq: %s: %s" % (type(e).__name__.lower(), str(e) or ddq_err))
         return code
-
-
-def _known_error(e: BaseException) -> int | None:
-    """Exit status for the error types of lazily imported modules (device, transfer, replay)."""
-    for modname, names in (
-        ("ddqhost.transfer", ("TransferError",)),
-        ("ddqhost.device", ("DeviceError",)),
-        ("ddqhost.replay", ("ReplayError",)),
-    ):
-        mod = sys.modules.get(modname)
-        for n in names:
-            cls = getattr(mod, n, None) if mod else None
-            if cls is not None and isinstance(e, cls):
-                return getattr(e, "code", 1)
-    return None
 
 
 def _ddq_error(e: BaseException) -> str | None:

@@ -34,13 +34,15 @@ from mpremote.transport_serial import (  # type: ignore[import-untyped]
     SerialTransport,
 )
 
+from .errors import HostError
+
 READ_CHUNK = 1536  # bytes per base64 line when reading (2048 characters on the wire)
 MAX_REPLY = 1 << 20  # bytes of a reply the host parses (a listing of thousands of files fits)
 WRITE_CHUNK = 2048  # bytes per exec when writing
 RUN_IDLE_TIMEOUT = 300  # seconds without output before a long run is declared hung
 
 
-class DeviceError(Exception):
+class DeviceError(HostError):
     """A device or transport failure; str() is one line for the user."""
 
 

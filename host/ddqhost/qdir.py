@@ -1,6 +1,6 @@
 """Queue directories on the host: locate ddq, resolve queue options, inspect a directory with ddq.Queue.
 
-Options: DDQ options are not stored on disk (ddq-c-format.md §7.1), and a reader must use limits at least
+Options: DDQ options are not stored on disk (SPEC §7.1, M8), and a reader must use limits at least
 as large as the writer's; appending (replay's acks) must use the writer's exact segment_bytes. They are
 taken from, first match wins per key:
   1. command-line flags (--segment-bytes, --max-payload-bytes, --max-items, --max-segments);
@@ -20,15 +20,11 @@ import time
 from types import ModuleType
 from typing import Any
 
-from . import boards, fsck
+from . import boards, fsck, options
+from .errors import HostError
 
-OPTION_KEYS = ("segment_bytes", "max_payload_bytes", "max_items", "max_segments")
-DEFAULTS = {
-    "segment_bytes": 4194304,
-    "max_payload_bytes": 1048576,
-    "max_items": 100000,
-    "max_segments": 1024,
-}
+OPTION_KEYS = options.KEYS
+DEFAULTS = options.DEFAULTS
 PULL_META = ".ddq-pull.json"
 OPTIONS_FILE = "ddq-options.json"
 QUEUE_NAMES = ("queue.manifest", "queue.format")
@@ -44,7 +40,7 @@ MAX_JSON_BYTES = 1 << 20  # ddq-options.json and .ddq-pull.json are a few hundre
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-class QueueDirError(Exception):
+class QueueDirError(HostError):
     """Not a queue directory, or options that cannot be used; one line for the user."""
 
 
@@ -249,7 +245,7 @@ class HmacKeyError(QueueDirError):
 
 
 def load_hmac_key(path: str | None, queue_dir: str | None = None) -> bytes | None:
-    """The device's HMAC key (SPEC E21/E22): hex digits in the file `path` (whitespace ignored,
+    """The device's HMAC key (SPEC E21/OUTBOX E22): hex digits in the file `path` (whitespace ignored,
     e.g. `openssl rand -hex 32 > device.key`), else in $DDQ_HMAC_KEY, else None (no check).
     A key file inside the queue directory is refused: the key must never travel with the
     queue. The key is never echoed."""
@@ -348,13 +344,12 @@ def auth_status(payload: bytes, hmac_key: bytes | None) -> str:
 
 
 def _expiry(env: Any, now_ms: int) -> tuple[int | None, bool]:
-    """(age_ms or None, expired?) as the Outbox computes them (age against the envelope's time)."""
-    enq = getattr(env, "enqueued_ms", 0) or 0
-    if not enq:
+    """(age_ms or None, expired?) by the Outbox's own rule (ddq_outbox.Message.expired, SPEC
+    E7); an envelope without an enqueue time has no age here and never expires."""
+    if not getattr(env, "enqueued_ms", 0):
         return None, False
-    age = max(0, now_ms - enq)
-    ttl = getattr(env, "ttl_ms", 0) or 0
-    return age, bool(ttl) and age >= ttl
+    expired = env.expired(now_ms)
+    return env.age_ms, expired
 
 
 def decode_envelope(
@@ -511,8 +506,7 @@ def render_inspect(info: dict[str, Any]) -> str:
     o = info["options"]
     lines = [
         "queue %s (generation %s)" % (info["path"], info["generation"]),
-        "options: segment_bytes %d max_payload_bytes %d max_items %d max_segments %d"
-        % (o["segment_bytes"], o["max_payload_bytes"], o["max_items"], o["max_segments"]),
+        "options: " + " ".join("%s %d" % (k, o[k]) for k in options.KEYS),
         "stats: %d items (%d available, %d claimed, %d acked, %d quarantined), %d bytes in %d segments, "
         "next_seq %d"
         % (

@@ -5,7 +5,7 @@ arrives, so an interrupted replay resumes without re-sending what was acked. The
 PUBACK and the durable ACK record is the only place a hard kill can cause duplicates (at most the
 window's; QoS 1 is at-least-once); Ctrl-C finishes the messages in flight first.
 
-Window (--window W, default 16; SPEC E25's, through paho's max_inflight_messages): up to W
+Window (--window W, default 16; OUTBOX E25's, through paho's max_inflight_messages): up to W
 publishes wait for their PUBACK at once; each is acked in DIR when its PUBACK arrives (they come
 back in order), and none is waited for past its lease. A failure releases every message of the
 window (retry(0)) and stops that directory. Many directories (`ddq replay DIR... --to URL`): one
@@ -31,7 +31,7 @@ reason "expired", as the Outbox does by default; --send-expired publishes it any
 A message MQTT cannot publish (a topic with a wildcard "+"/"#" from an old or forged record, one
 over 65,535 bytes once the prefix is added, one paho refuses) is quarantined with the reason
 "unpublishable: <why>" and replay goes on with the next. With an HMAC key (--hmac-key-file F or
-$DDQ_HMAC_KEY, SPEC E21/E22) every message must carry a valid tag: anything else (unsigned, altered,
+$DDQ_HMAC_KEY, SPEC E21/OUTBOX E22) every message must carry a valid tag: anything else (unsigned, altered,
 forged, a raw payload) is quarantined as "unauthenticated: <why>", never published. An encrypted
 payload (SPEC E23) is published decrypted, after its tag is verified; without the key (or without
 the cryptography package) replay refuses to start while any pending message is encrypted: it never
@@ -55,13 +55,14 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from . import qdir
+from .errors import HostError
 
 DEFAULT_PREFIX = "ddq"
 DEFAULT_PORT = 1883
 DEFAULT_TLS_PORT = 8883
 
 
-class ReplayError(Exception):
+class ReplayError(HostError):
     """Bad URL, broker unreachable, queue unusable; one line for the user."""
 
 
@@ -497,7 +498,7 @@ def _deliver(
         stop = False
         if progress is not None:
             progress(0, len(pending))
-        # The window (SPEC E25's, with paho): up to `window` publishes wait for their PUBACK;
+        # The window (OUTBOX E25's, with paho): up to `window` publishes wait for their PUBACK;
         # QoS 1 PUBACKs come back in order (MQTT 3.1.1 §4.6), so the oldest is waited for first.
         flight: list[tuple[int, Any, bool, str, int, int]] = []  # seq, info, raw, topic, bytes, lease
 

@@ -26,14 +26,11 @@ from .device import (
     is_str,
     parse_reply,
 )
+from .errors import HostError
 
 
-class TransferError(Exception):
+class TransferError(HostError):
     """A transfer refused or failed; one line for the user. .code is the exit status."""
-
-    def __init__(self, msg: str, code: int = 1) -> None:
-        super().__init__(msg)
-        self.code = code
 
 
 def sha256(data: bytes) -> str:
@@ -251,7 +248,7 @@ def flash(
             bar.finish()
             dev.rename(staging, target)  # atomic replace on LittleFS and POSIX
             written.append({"path": ":" + target, "bytes": len(data), "sha256": sha256(data)})
-            # Never leave both: a .py beside a .mpy wins the import (micropython-platform.md §8).
+            # Never leave both: a .py beside a .mpy wins the import (docs/HOST.md, flash).
             if other in present:
                 dev.remove(djoin(dest, other))
                 removed.append(":" + djoin(dest, other))
@@ -659,22 +656,6 @@ def _force_check(
 
 # ---------------------------------------------------------------- stats on the device
 
-STATS_FIELDS = (
-    "total_items",
-    "available_items",
-    "claimed_items",
-    "acknowledged_items",
-    "quarantined_items",
-    "stored_bytes",
-    "segment_count",
-    "next_seq",
-    "recovered_tail_bytes",
-    "generation",
-    "failed",
-    "durable_seq",
-)
-
-
 def device_stats(dev: Device, remote: str, options: dict[str, int]) -> dict[str, Any]:
     """Open remote with the device's own ddq and return stats() as a dict (recovery runs there).
 
@@ -688,21 +669,13 @@ def device_stats(dev: Device, remote: str, options: dict[str, int]) -> dict[str,
         )
     code = (
         "import ddq\n"
-        "_q=ddq.Queue(%r,segment_bytes=%d,max_payload_bytes=%d,max_items=%d,max_segments=%d)\n"
+        "_q=ddq.Queue(%r,%s)\n"
         "try:\n"
-        " _s=_q.stats()\n"
-        " print(repr([(k,getattr(_s,k)) for k in %r if hasattr(_s,k)]))\n"
+        " print(repr(_q.stats().as_dict()))\n"
         "finally:\n"
         " _q.close()\n"
-        "del _q,_s\n"
-        % (
-            dpath(remote),
-            options["segment_bytes"],
-            options["max_payload_bytes"],
-            options["max_items"],
-            options["max_segments"],
-            STATS_FIELDS,
-        )
+        "del _q\n"
+        % (dpath(remote), ",".join("%s=%d" % (k, options[k]) for k in qdir.OPTION_KEYS))
     )
     try:
         out = dev._collect(code, path=dpath(remote))
@@ -721,13 +694,12 @@ def device_stats(dev: Device, remote: str, options: dict[str, int]) -> dict[str,
             out,
             "stats",
             lambda v: (
-                isinstance(v, list)
+                isinstance(v, dict)
                 and all(
-                    isinstance(e, tuple)
-                    and len(e) == 2
-                    and e[0] in STATS_FIELDS
-                    and (is_int(e[1]) or isinstance(e[1], bool))
-                    for e in v
+                    isinstance(k, str)
+                    and k.isidentifier()
+                    and (is_int(n) or isinstance(n, bool))
+                    for k, n in v.items()
                 )
             ),
         )

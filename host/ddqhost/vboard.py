@@ -30,6 +30,8 @@ import time
 import tty
 from typing import Any
 
+from .errors import HostError
+
 READY_MARK = b"<ddq-virtual-board-ready>"
 FAIL_MARK = b"<ddq-virtual-board-failed>"
 MOUNT_POINT = "/flash"
@@ -41,7 +43,7 @@ DEFAULT_BLOCKS = 256  # 1 MiB, about what an RP2040 leaves for the filesystem
 BOOT_PY = """\
 import os, sys, vfs
 class FileBlockDev:
-    # Block device on an image file (micropython-platform.md section 4/6). Unix-port file writes
+    # Block device on an image file (the block protocol tests/blockdev.py describes). Unix-port file writes
     # are unbuffered (one write(2) each) and flush() fsyncs, so ioctl SYNC makes writes durable.
     def __init__(self, path, bs, nb):
         self.bs, self.nb = bs, nb
@@ -95,7 +97,7 @@ print(%(ready)r)
 """
 
 
-class BoardError(Exception):
+class BoardError(HostError):
     """A virtual-board operation failed; the message is one line for the user."""
 
 

@@ -1,4 +1,4 @@
-"""The window (SPEC E25) at its edges, over real sockets: ddq_mqtt.WindowSender under Outbox.pump
+"""The window (OUTBOX E25) at its edges, over real sockets: ddq_mqtt.WindowSender under Outbox.pump
 -> a delaying relay of our own (it also reads every PUBLISH the sender writes, to check DUP) ->
 a real mosquitto -> a paho subscriber. The broker's side drops every connection with the window
 full; a fake broker (a socket server in this file) answers with a PUBACK for an unknown packet

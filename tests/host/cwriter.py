@@ -1,53 +1,25 @@
-"""An independent writer of C-DDQ-format directories, for tests only.
-
-Written from shared/reference/ddq-c-format.md §3-§6 and §13 without looking at port/ddq.py or
-host/ddqhost/fsck.py, so that the directory it produces checks both readers. It writes exactly what
-it is told (records, manifest, marker) and returns the state the format rules say recovery must find.
+"""C-DDQ-format directories for the host tests, written with tests/ddqfmt.py (the test-side
+independent codec: docs/SPEC.md §3-§6, not port/ddq.py or host/ddqhost/fsck.py), so that the
+directory it produces checks both readers. It writes exactly what it is told (records, manifest,
+marker) and returns the state the format rules say recovery must find.
 """
 
 import os
-import struct
-import zlib
 
-DQG1 = 0x31475144
-CMIT = 0x54494D43
-DDQM = 0x4D514444
-DATA, CLAIM, ACK, RETRY, QUARANTINE, STATE = 1, 2, 3, 4, 5, 6
-ST_AVAILABLE, ST_CLAIMED, ST_QUARANTINED = 1, 2, 4
-
-
-def record(rtype, seq, arg=0, payload=b""):
-    """One record: 40-byte header, payload, 8-byte footer; CRC over [4:32] + [36:40] + payload."""
-    n = len(payload)
-    total = 48 + n
-    head = struct.pack("<HHQQII", 1, rtype, seq, arg, n, total)  # bytes 4..31
-    reserved = b"\0\0\0\0"  # bytes 36..39
-    crc = zlib.crc32(payload, zlib.crc32(reserved, zlib.crc32(head))) & 0xFFFFFFFF
-    return (
-        struct.pack("<I", DQG1)
-        + head
-        + struct.pack("<I", crc)
-        + reserved
-        + payload
-        + struct.pack("<II", CMIT, total)
-    )
-
-
-def state_record(seq, state, attempts, lease, not_before):
-    return record(STATE, seq, 0, struct.pack("<IIQQ", state, attempts, lease, not_before))
-
-
-def manifest(generation, next_seq, segment_count, item_count, end_offset):
-    body = struct.pack(
-        "<IHHQQIIQ", DDQM, 1, 48, generation, next_seq, segment_count, item_count, end_offset
-    )
-    return body + struct.pack("<II", zlib.crc32(body) & 0xFFFFFFFF, 0)
-
-
-def seg_name(gen, idx):
-    if gen == 0:
-        return "segment-%020d.log" % idx
-    return "generation-%020d-segment-%020d.log" % (gen, idx)
+from ddqfmt import (
+    S_AVAILABLE as ST_AVAILABLE,
+    S_CLAIMED as ST_CLAIMED,
+    S_QUARANTINED as ST_QUARANTINED,
+    T_ACK as ACK,
+    T_CLAIM as CLAIM,
+    T_DATA as DATA,
+    T_QUARANTINE as QUARANTINE,
+    T_RETRY as RETRY,
+    encode_manifest,
+    encode_record as record,
+    seg_name,
+    state_record,
+)
 
 
 def write_dir(path, gen, segments, man=None, lock=True):
@@ -58,7 +30,7 @@ def write_dir(path, gen, segments, man=None, lock=True):
             f.write(data)
     if man is not None:
         with open(os.path.join(path, "queue.manifest"), "wb") as f:
-            f.write(manifest(*man))
+            f.write(encode_manifest(*man))
         open(os.path.join(path, "queue.format"), "wb").close()
     if lock:
         open(os.path.join(path, "queue.lock"), "wb").close()

@@ -336,8 +336,10 @@ def test_pulled_file_whose_hash_differs(board, tmp_path, monkeypatch, capsys):
 def test_corrupt_segment_is_refused_everywhere(tmp_path, mosquitto):
     import cwriter
 
+    import ddqfmt
+
     d = tmp_path / "q"
-    recs = b"".join(cwriter.record(cwriter.DATA, i, 0, b"payload %d" % i) for i in (1, 2, 3))
+    recs = b"".join(ddqfmt.encode_record(ddqfmt.T_DATA, i, 0, b"payload %d" % i) for i in (1, 2, 3))
     bad = bytearray(recs)
     bad[60 + 40] ^= 0xFF  # inside seq 2's payload
     cwriter.write_dir(str(d), 0, [bytes(bad)])
@@ -351,10 +353,11 @@ def test_corrupt_segment_is_refused_everywhere(tmp_path, mosquitto):
 def test_replay_broker_unreachable_leaves_dir_untouched(tmp_path):
     import cwriter
 
+    import ddqfmt
     from conftest import free_port
 
     d = tmp_path / "q"
-    cwriter.write_dir(str(d), 0, [cwriter.record(cwriter.DATA, 1, 0, b"x")])
+    cwriter.write_dir(str(d), 0, [ddqfmt.encode_record(ddqfmt.T_DATA, 1, 0, b"x")])
     before = tree_hash(d)
     line = one_line_error(ddq("replay", d, "--to", "mqtt://127.0.0.1:%d" % free_port()), 1)
     assert "cannot connect to broker" in line

@@ -1,4 +1,4 @@
-"""`ddq verify` / `ddq records`: the independent reader (host/ddqhost/fsck.py) against the C fixtures,
+"""`ddq verify` / `ddq records`: the independent reader (host/ddqhost/fsck/) against the C fixtures,
 ddq-written directories, an independent writer, and damaged copies; golden CLI output.
 
 Golden files live in tests/host/golden/*.exp; temp paths are replaced by <DIR> and \\r dropped.
@@ -7,11 +7,13 @@ Regenerate with DDQ_UPDATE_GOLDEN=1 (then read the diff).
 
 import json
 import os
+import re
 import struct
 
 import cwriter
 import pytest
 
+import ddqfmt
 from conftest import (
     FIXTURE_NAMES,
     FIXTURES,
@@ -159,19 +161,9 @@ def test_ddq_written_directory_verifies_and_agrees_with_inspect(tmp_path):
     rep = fsck.scan(d, opts)
     assert rep.verdict == fsck.OK, [p.message for p in rep.problems]
     info = qdir.inspect(d, opts, now_ms=now[0])
-    st = rep.stats()
-    for k in (
-        "total_items",
-        "available_items",
-        "claimed_items",
-        "acknowledged_items",
-        "quarantined_items",
-        "stored_bytes",
-        "segment_count",
-        "next_seq",
-        "recovered_tail_bytes",
-        "generation",
-    ):
+    st = rep.stats()  # the ten ddq.Stats fields a reader of the log can derive
+    assert len(st) == 10 and set(st) <= set(info["stats"]), sorted(st)
+    for k in st:
         assert st[k] == info["stats"][k], k
     assert info["generation"] >= 1
     mine = [
@@ -290,7 +282,7 @@ def test_manifest_damage_and_missing_segment(tmp_path):
 def test_illegal_transition_is_corrupt(tmp_path):
     d = tmp_path / "q"
     # An ACK without a CLAIM.
-    recs = cwriter.record(cwriter.DATA, 1, 0, b"x") + cwriter.record(cwriter.ACK, 1)
+    recs = ddqfmt.encode_record(ddqfmt.T_DATA, 1, 0, b"x") + ddqfmt.encode_record(ddqfmt.T_ACK, 1)
     cwriter.write_dir(str(d), 0, [recs])
     r = ddq("verify", d, "--json")
     js = json.loads(r.stdout)
@@ -314,7 +306,7 @@ def test_record_layout_constants_follow_the_reference():
     # The tables of ddq-c-format.md §4.1 and §6.1, checked against the reader's format strings.
     assert struct.calcsize(fsck.REC_HEADER_FMT) == fsck.REC_HEADER == 40
     assert struct.calcsize(fsck.MAN_FMT) == fsck.MAN_SIZE == 48
-    assert fsck.record_crc(cwriter.record(1, 1, 0, b"alpha"), 0, 5) == 0xA5779387  # §4.4 example
+    assert fsck.record_crc(ddqfmt.encode_record(1, 1, 0, b"alpha"), 0, 5) == 0xA5779387  # §4.4 example
 
 
 def test_segment_that_lost_its_end_is_corrupt_whatever_the_limits(tmp_path):
@@ -343,3 +335,17 @@ def test_segment_that_lost_its_end_is_corrupt_whatever_the_limits(tmp_path):
     assert r.returncode == 2 and "ends early" in r.stdout, r.stdout
     one_line_error(ddq("inspect", d), 2)
     assert tree_hash(d) == before
+
+
+def test_fsck_package_never_imports_ddq():
+    # STYLE 22, 26: the independent reader is written from docs/SPEC.md, in four small steps.
+    pkg = os.path.dirname(fsck.__file__)
+    assert sorted(n for n in os.listdir(pkg) if n.endswith(".py")) == [
+        "__init__.py", "format.py", "index.py", "replay.py", "report.py"]
+    for n in os.listdir(pkg):
+        if n.endswith(".py"):
+            with open(os.path.join(pkg, n)) as f:
+                src = f.read()
+            assert not re.search(r"^\s*(import ddq\b|from ddq\b|import ddq_)", src, re.M), n
+    with open(os.path.join(pkg, "__init__.py")) as f:
+        assert f.readline().startswith('"""Independent reader')

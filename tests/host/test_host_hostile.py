@@ -90,7 +90,7 @@ class FakeTransport:
         if kind == "import_check":
             return repr((qdir.load_ddq().__version__, "ddq.py")).encode()
         if kind == "stats":
-            return repr([("next_seq", 1), ("total_items", 0)]).encode()
+            return repr({"next_seq": 1, "total_items": 0}).encode()
         if kind == "stat":
             return repr((0x8000, 0, 0, 0, 0, 0, 10, 0, 0, 0)).encode()
         if kind == "sha256":

@@ -1,6 +1,6 @@
 """`ddq verify` / `ddq inspect` and the recovery index `queue.index` (SPEC §12.1, X1-X8).
 
-host/ddqhost/fsck.py decodes queue.index from the SPEC without importing ddq: "valid" must mean
+host/ddqhost/fsck/ decodes queue.index from the SPEC without importing ddq: "valid" must mean
 exactly "ddq adopts it" (X4: checked here against ddq's own `index_used` / `replayed_records`), and
 a valid index must hold the state of fsck's own replay at its covered end (X3), else it is corrupt.
 """

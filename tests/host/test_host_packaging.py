@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import REPO, ddq
-from ddqhost import boards, qdir, transfer
+from ddqhost import boards, options, qdir, transfer
 
 
 def ddq_version():
@@ -57,6 +57,15 @@ def test_manifest_py_for_freezing():
 def test_cli_version_matches():
     r = ddq("--version")
     assert r.returncode == 0 and r.stdout.strip() == "ddq " + ddq_version()
+
+
+def test_options_table_matches_the_port():
+    # host/ddqhost/options.py is the host's one table; ddq.Queue's keyword defaults are the port's.
+    import inspect
+
+    sig = inspect.signature(qdir.load_ddq().Queue.__init__)
+    assert {k: sig.parameters[k].default for k in options.KEYS} == options.DEFAULTS
+    assert boards.QUEUE_KEYS == qdir.OPTION_KEYS == options.KEYS
 
 
 def test_every_profile_is_checked():

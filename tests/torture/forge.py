@@ -5,7 +5,7 @@ A base image is a queue an Outbox with a per-seed key wrote (MemFS): messages wi
 payloads, idempotency keys, QoS, retain, TTL and orig_seq, every one signed; the second half (and
 the requeued ones) also encrypted (AES-256-CTR, nonces from the seed's RNG). Each forged image
 replaces the payload of many DATA records with a forgery and re-encodes the record with a VALID
-CRC (tests/torture/ddqfmt.py, written from the format reference), so DDQ's own format check
+CRC (tests/ddqfmt.py, written from docs/SPEC.md), so DDQ's own format check
 passes and only the tag can tell. Forgery kinds:
 
   flip      one to three bits flipped anywhere in the envelope (header, orig_seq, tag, nonce,
@@ -34,8 +34,9 @@ accepted (control_accepted > 0), which shows the count can fail.
 import random
 import struct
 
-import ddqfmt as F
 import memfs
+
+import ddqfmt as F
 
 PATH = "/q"
 OPTS = {"segment_bytes": 65536, "max_segments": 16, "max_payload_bytes": 1024, "max_items": 512,

@@ -1,15 +1,15 @@
 # Part 3 on MicroPython: replay seeded random mutations (mutate.random_mutation) of a base image
 # built by the same seeded workload, open each on MemFS under a storage-call budget, judge it.
-#   micropython tests/torture/mp_badimg.py SEED NOPS COUNT
+#   micropython tests/torture/mp_badimg.py SEED NOPS COUNT [INDEX]
+# INDEX: index_bytes as the CPython `bad` task of the same seed takes it (- for ddq's default).
 # Prints the base image's sha256 too: CPython builds the same base, so the hashes must agree
-# (the two interpreters write byte-identical directories).
-import binascii
-import hashlib
+# (the two interpreters write byte-identical logs; mutate.base_sha256 says why queue.index is left out).
 import json
 import sys
 
 sys.path.insert(0, "tests/torture")
 sys.path.insert(0, "port")
+sys.path.append("tests")  # tests/ddqfmt.py
 import mutate
 import tmodel
 
@@ -19,22 +19,14 @@ else:
     import ddq
 
 
-def base_hash(files):
-    h = hashlib.sha256()
-    for n in sorted(files):
-        h.update(n.encode())
-        h.update(b"\0")
-        h.update(files[n])
-    return binascii.hexlify(h.digest()).decode()
-
-
 def main():
     seed = int(sys.argv[1])
     nops = int(sys.argv[2])
     count = int(sys.argv[3])
-    base, wl, acceptable = mutate.build_base(ddq, seed, nops)
+    index = None if len(sys.argv) <= 4 or sys.argv[4] in ("-", "standin") else int(sys.argv[4])
+    base, wl, acceptable = mutate.build_base(ddq, seed, nops, index=index)
     res = {"seed": seed, "images": 0, "corrupt": 0, "clean": 0, "forged": 0, "unexpected": 0,
-           "lost": 0, "resurrected": 0, "reused_seq": 0, "base_sha256": base_hash(base), "fail": []}
+           "lost": 0, "resurrected": 0, "reused_seq": 0, "base_sha256": mutate.base_sha256(base), "fail": []}
     rng = tmodel.Rng(seed * 7919 + 1)
     for i in range(count):
         desc, files = mutate.random_mutation(rng, base)

@@ -22,8 +22,11 @@ import vfs
 
 sys.path.insert(0, "tests/torture")
 sys.path.insert(0, "port")
+sys.path.append("tests")  # tests/ddqfmt.py, tests/blockdev.py
 import fatcheck
 import tmodel
+
+from blockdev import RAMBlockDev
 
 if "standin" in sys.argv:
     import standin as ddq
@@ -35,25 +38,18 @@ class PowerCut(Exception):
     pass
 
 
-class BD:
-    """RAM block device (extended protocol). Counts program/erase ops; can cut power at one."""
+class BD(RAMBlockDev):
+    """tests/blockdev.py's RAM block device; counts program/erase ops; can cut power at one."""
 
     def __init__(self, bs, nb, data=None):
+        RAMBlockDev.__init__(self, bs, nb, data)
         self.bs = bs
         self.nb = nb
-        self.data = data if data is not None else bytearray(bs * nb)
-        self.mv = memoryview(self.data)
-        self.reads = 0
         self.ops = 0
         self.cut = -1
         self.mode = "raise"
         self.dead = False
         self.rec = None   # list of (addr, bytes) when recording; erase is (addr, None)
-
-    def readblocks(self, n, buf, off=0):
-        a = n * self.bs + off
-        self.reads += 1
-        buf[:] = self.mv[a:a + len(buf)]
 
     def _op(self, a, b, erase):
         if self.dead:
@@ -75,17 +71,11 @@ class BD:
             self.data[a:a + len(b)] = b   # copy now: buf points into C memory valid only during the call
         return 0
 
-    def writeblocks(self, n, buf, off=None):
-        return self._op(n * self.bs + (off or 0), buf, False)
+    def program(self, a, buf):
+        return self._op(a, buf, False)
 
-    def ioctl(self, op, arg):
-        if op == 4:
-            return self.nb
-        if op == 5:
-            return self.bs
-        if op == 6:
-            return self._op(arg * self.bs, self.bs, True)
-        return 0
+    def erase(self, a):
+        return self._op(a, self.bs, True)
 
 
 class CountingStorage(ddq.PosixStorage):

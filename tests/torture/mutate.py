@@ -7,14 +7,30 @@
 # record boundary, a lost last segment), with every payload byte-identical.
 import struct
 
-import ddqfmt as F
 import memfs
 import tmodel
+
+import ddqfmt as F
 
 U32 = 0xFFFFFFFF
 U64 = 0xFFFFFFFFFFFFFFFF
 BUDGET = 200000     # storage calls per open: a corrupt length must not make recovery spin
 INDEX = "queue.index"
+
+
+def base_sha256(files):
+    """The hex sha256 of a base image (name, NUL, bytes; sorted): CPython's and MicroPython's must
+    agree. queue.index is left out: the order of its live entries follows the writer's dict
+    iteration, which SPEC 12.1 X2 does not fix (an index is a cache; X4 checks it, not its bytes)."""
+    import binascii
+    import hashlib
+    h = hashlib.sha256()
+    for n in sorted(files):
+        if n != INDEX:
+            h.update(n.encode())
+            h.update(b"\0")
+            h.update(files[n])
+    return binascii.hexlify(h.digest()).decode()
 
 
 def build_base(ddq, seed, nops, path="/q", index=None):

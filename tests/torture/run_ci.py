@@ -68,7 +68,7 @@ def plan(scale, smoke=False):
     for k in range(24 * scale):   # one in six with index_bytes=1: queue.index mutated too
         seed = 500 + k
         nops = 10 + (k * 7) % 36
-        ix = "1" if k % 6 == 3 else "-"
+        ix = "1" if k % 6 == 3 else "-"   # mpbad below takes the same rule
         t.append(("bad", "bad %d%s" % (seed, " ix" if ix == "1" else ""),
                   [PY, "worker.py", "bad", str(seed), str(nops), ix], 900))
     for k in range(2 * scale):
@@ -80,8 +80,10 @@ def plan(scale, smoke=False):
     for k in range(4 * scale):   # ddq_group: 4 asyncio tasks (or threads) x 6 puts, some acked, ~3 s each
         argv = [PY, "worker.py", "group", str(800 + k), "6"] + (["threads"] if k % 2 else [])
         t.append(("group", "group %d%s" % (800 + k, " threads" if k % 2 else ""), argv, 900))
-    for k in range(2 * scale):   # the same seeds and sizes as "bad": the base images must hash the same
-        t.append(("mpbad", "mpbad %d" % (500 + k), [MP, "mp_badimg.py", str(500 + k), str(10 + (k * 7) % 36), "4000"], 900))
+    for k in range(2 * scale):   # the same seeds, sizes and index_bytes as "bad": the base images must hash the same
+        ix = "1" if k % 6 == 3 else "-"
+        t.append(("mpbad", "mpbad %d%s" % (500 + k, " ix" if ix == "1" else ""),
+                  [MP, "mp_badimg.py", str(500 + k), str(10 + (k * 7) % 36), "4000", ix], 900))
     # power cuts: snap (drop + torn at every device op) and live raise/errno re-runs (a cut at
     # every device op of the workload too: stride 1)
     for k in range(32 * scale):

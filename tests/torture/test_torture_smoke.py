@@ -15,6 +15,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "port"))
+sys.path.append(os.path.join(ROOT, "tests"))  # tests/ddqfmt.py
 
 import badimg  # noqa: E402
 import crash  # noqa: E402

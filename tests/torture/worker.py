@@ -22,6 +22,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "port"))
+sys.path.append(os.path.join(HERE, ".."))  # tests/ddqfmt.py
 
 
 def load_ddq():
@@ -88,15 +89,9 @@ def _index(argv, i):
 
 
 def base_sha(ddq, seed, nops, index=None):
-    import hashlib
-
     import mutate
     base, wl, acc = mutate.build_base(ddq, seed, nops, index=index)
-    h = hashlib.sha256()
-    for n in sorted(base):
-        h.update(n.encode() + b"\0")
-        h.update(base[n])
-    return h.hexdigest()
+    return mutate.base_sha256(base)
 
 
 if __name__ == "__main__":

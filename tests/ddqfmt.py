@@ -1,6 +1,9 @@
-# ddqfmt: an independent encoder/decoder of the DDQ on-disk format, written from
-# shared/reference/ddq-c-format.md §3, §4, §6 (NOT from port/ddq.py), so that the torture harness can
-# build bad images with valid CRCs and check what ddq recovers. Subset Python (both interpreters).
+# Independent test-side codec of the DDQ format: written from docs/SPEC.md, never from port/ddq.py.
+# The one codec the tests use (the torture harness, tests/host/cwriter.py's directories,
+# test_interop's reader): records §3 (layout §3.1, CRC §3.2, validity §3.3), record types §4,
+# STATE payload §4.1, manifest §5, names §6. It builds bad images with valid CRCs and decodes what
+# ddq wrote, so a mistake in ddq shows as a disagreement. host/ddqhost/fsck is the users'
+# independent reader; this one is for tests only. Subset Python (CPython and MicroPython).
 import struct
 from binascii import crc32
 
@@ -14,6 +17,11 @@ T_ACK = 3
 T_RETRY = 4
 T_QUARANTINE = 5
 T_STATE = 6
+S_AVAILABLE = 1     # STATE payload states (SPEC §4.1); 3 (ACKED) is never stored
+S_CLAIMED = 2
+S_QUARANTINED = 4
+STATE_FMT = "<IIQQ"  # state attempts lease_until_ms not_before_ms (SPEC §4.1)
+MAN_FMT = "<4sHHQQIIQ"  # magic version size generation next_seq segs items end_offset (SPEC §5)
 MANIFEST = "queue.manifest"
 MARKER = "queue.format"
 LOCK = "queue.lock"
@@ -46,7 +54,7 @@ def record_crc(rec):
     return crc32(mv[40:len(rec) - 8], c) & 0xFFFFFFFF
 
 
-def encode_record(rtype, seq, arg, payload=b"", version=1, reserved=0, plen=None, rlen=None,
+def encode_record(rtype, seq, arg=0, payload=b"", version=1, reserved=0, plen=None, rlen=None,
                   crc=None, commit=COMMIT, tail_len=None, magic=MAGIC):
     """One record; every field can be overridden (bad images). The CRC is recomputed unless given."""
     p = bytes(payload)
@@ -63,6 +71,12 @@ def encode_record(rtype, seq, arg, payload=b"", version=1, reserved=0, plen=None
         crc = record_crc(rec)
     struct.pack_into("<I", rec, 32, crc)
     return bytes(rec)
+
+
+def state_record(seq, state, attempts, lease_until_ms, not_before_ms):
+    """A STATE record (SPEC §4.1)."""
+    return encode_record(T_STATE, seq, 0, struct.pack(STATE_FMT, state, attempts, lease_until_ms,
+                                                      not_before_ms))
 
 
 def decode_records(data):
@@ -83,10 +97,26 @@ def decode_records(data):
     return out, off
 
 
+def read_records(data):
+    """[(type, seq, arg, payload)] of a segment that must be valid to its last byte (every rule of
+    SPEC §3.3 that needs no options: F2, F3, F5); ValueError at the first byte that is not."""
+    recs, end = decode_records(data)
+    if end != len(data):
+        raise ValueError("no valid record at offset %d of %d" % (end, len(data)))
+    out = []
+    for off, rtype, seq, arg, payload in recs:
+        magic, ver, _t, _s, _a, _p, rlen, _c, res = struct.unpack_from(HDR, data, off)
+        tail = struct.unpack_from("<I", data, off + rlen - 4)[0]
+        if ver != 1 or res != 0 or not 1 <= rtype <= 6 or tail != rlen:
+            raise ValueError("invalid record at offset %d" % off)
+        out.append((rtype, seq, arg, payload))
+    return out
+
+
 def encode_manifest(gen, next_seq, seg_count, item_count, end_offset, version=1, size=48,
                     reserved=0, crc=None, magic=MMAGIC):
     m = bytearray(48)
-    struct.pack_into("<4sHHQQIIQ", m, 0, magic, version, size, gen, next_seq, seg_count, item_count,
+    struct.pack_into(MAN_FMT, m, 0, magic, version, size, gen, next_seq, seg_count, item_count,
                      end_offset)
     if crc is None:
         crc = crc32(memoryview(m)[0:40]) & 0xFFFFFFFF
@@ -98,7 +128,7 @@ def decode_manifest(m):
     """(gen, next_seq, seg_count, item_count, end_offset) or None when invalid."""
     if len(m) != 48:
         return None
-    magic, ver, size, gen, nxt, segs, items, end = struct.unpack_from("<4sHHQQIIQ", m, 0)
+    magic, ver, size, gen, nxt, segs, items, end = struct.unpack_from(MAN_FMT, m, 0)
     crc, res = struct.unpack_from("<II", m, 40)
     if magic != MMAGIC or ver != 1 or size != 48 or res != 0:
         return None

@@ -1,0 +1,232 @@
+"""fsck, step 3 of 4, index check: would ddq adopt queue.index (SPEC §12.1 X4), and does it hold
+the state the replay (step 2) reaches at the end of the bytes it covers (X3)?
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from typing import TYPE_CHECKING, Any
+
+from .format import (
+    INDEX_NAME,
+    IX_FIELDS,
+    IX_FMT,
+    IX_HEADER,
+    JSON,
+    S_AVAILABLE,
+    S_QUARANTINED,
+    STATE_NAMES,
+    IndexFile,
+    _index_json,
+    decode_index,
+)
+
+if TYPE_CHECKING:
+    from .replay import Report, _Replay
+
+
+class IndexCheck:
+    """Would ddq adopt queue.index (SPEC X4), and does it hold the replay state it covers (X3)?
+
+    Works in the order of scan(): decode (the file alone), check_dir (generation, manifest,
+    limits, covered sizes, boundary: sets where the replay snapshots its state), check_segment
+    (crc32 of every covered byte), finish (compare with the snapshot), or unchecked().
+    """
+
+    def __init__(self, rep: Report, path: str, names: list[str]) -> None:
+        self.rep = rep
+        self.ix: IndexFile | None = None
+        self.status = "absent"
+        self.reason = ""
+        self.header: JSON | None = None
+        if INDEX_NAME not in names:
+            return
+        fp = os.path.join(path, INDEX_NAME)
+        if not os.path.isfile(fp):
+            self._set("damaged", "not a regular file")
+            return
+        with open(fp, "rb") as f:
+            data = f.read()
+        if len(data) >= IX_HEADER:
+            self.header = dict(zip(IX_FIELDS, struct.unpack_from(IX_FMT, data), strict=True))
+        self.ix, why = decode_index(data)
+        if why is not None:
+            self._set("damaged", why)
+        else:
+            self.status = "pending"
+
+    def _set(self, status: str, reason: str) -> None:
+        if self.status in ("absent", "pending"):
+            self.status, self.reason = status, reason
+
+    def check_dir(
+        self, gen: int, sizes: list[int], man_bytes: bytes | None, cp: tuple[int, int] | None
+    ) -> tuple[int, int] | None:
+        """SPEC X4 against the directory; returns (segment, offset) where the coverage ends."""
+        ix, opts = self.ix, self.rep.options
+        if ix is None or self.status != "pending":
+            return None
+        h = ix.header
+        # manifest_crc: crc32 of manifest bytes 0..39 (so, by M3, the manifest's own CRC field)
+        mcrc = zlib.crc32(man_bytes[:40]) & 0xFFFFFFFF if man_bytes is not None else 0
+        ns = len(ix.segs)
+        if h["generation"] != gen:
+            self._set("stale", "generation %d, queue is at %d" % (h["generation"], gen))
+        elif (h["flags"] & 1) != (man_bytes is not None) or h["manifest_crc"] != mcrc:
+            self._set("stale", "manifest changed")
+        elif ns > len(sizes):
+            self._set("stale", "covers %d segments, the queue has %d" % (ns, len(sizes)))
+        elif h["items"] > opts["max_items"]:
+            self._set("stale", "%d items exceed max_items %d" % (h["items"], opts["max_items"]))
+        elif h["max_payload"] > opts["max_payload_bytes"]:
+            self._set(
+                "stale",
+                "a payload of %d bytes exceeds max_payload_bytes %d"
+                % (h["max_payload"], opts["max_payload_bytes"]),
+            )
+        else:
+            for k, (_crc, size, _first) in enumerate(ix.segs):
+                if size > opts["segment_bytes"]:
+                    self._set(
+                        "stale", "covers %d bytes of segment %d, over segment_bytes" % (size, k)
+                    )
+                elif sizes[k] < size or (k < ns - 1 and sizes[k] != size):
+                    self._set(
+                        "stale",
+                        "segment %d is %d bytes, the index covers %d" % (k, sizes[k], size),
+                    )
+                if self.status != "pending":
+                    return None
+            end = ix.segs[-1][1]
+            if cp is not None and (ns - 1 < cp[0] or (ns - 1 == cp[0] and end < cp[1])):
+                self._set("stale", "covered end lies before the manifest's snapshot boundary")
+        if self.status != "pending":
+            return None
+        return ns - 1, ix.segs[-1][1]
+
+    def check_segment(self, idx: int, data: bytes) -> None:
+        ix = self.ix
+        if ix is None or self.status != "pending" or idx >= len(ix.segs):
+            return
+        crc, size, _first = ix.segs[idx]
+        if zlib.crc32(data[:size]) & 0xFFFFFFFF != crc:
+            self._set("stale", "segment bytes changed at segment %d" % idx)
+
+    def unchecked(self) -> Report:
+        """scan() stopped before the replay: the index could not be compared with the log."""
+        if self.status == "pending":
+            self._set("stale", "not checked: the directory fails before recovery would read it")
+        self._publish(None)
+        return self.rep
+
+    def finish(self, st: "_Replay") -> None:
+        if self.status == "pending":
+            self.status = "valid"
+        self._publish(st)
+
+    def _publish(self, st: "_Replay | None") -> None:
+        rep, ix = self.rep, self.ix
+        js = _index_json(self.status, self.reason)
+        if self.header is not None and self.status != "damaged":
+            js["items"] = self.header["items"]
+        if ix is not None:
+            js["covered_bytes"] = sum(e[1] for e in ix.segs)
+        rep.index = js
+        if self.status in ("stale", "damaged"):
+            rep.add(
+                "note",
+                "queue.index is %s (%s): ddq ignores it and replays every record (costs time only)"
+                % (self.status, self.reason),
+                file=INDEX_NAME,
+            )
+        if st is None:
+            return
+        if self.status != "valid" or ix is None:
+            js["records_after"] = st.applied  # ddq replays the whole log
+            return
+        snap = st.snap
+        if snap is None:
+            end = (len(ix.segs) - 1, ix.segs[-1][1])
+            if st.stopped:
+                why = "it covers records that do not replay (see above), which ddq would not see"
+            else:
+                why = "its covered end (segment %d, offset %d) is not a record boundary" % end
+            self._disagree(js, why, None)
+            return
+        js["records_after"] = st.applied - snap["applied"]
+        diff, seq = _compare_index(ix, snap, rep.segments)
+        if diff is not None:
+            self._disagree(js, diff, seq)
+
+    def _disagree(self, js: JSON, why: str, seq: int | None) -> None:
+        at = " at seq %d" % seq if seq is not None else ""
+        msg = "queue.index disagrees with the log%s: %s; ddq would adopt a wrong state" % (at, why)
+        js["disagreement"] = msg
+        self.rep.add("corrupt", msg, file=INDEX_NAME, seqs=(seq, seq) if seq is not None else None)
+
+
+def _compare_index(
+    ix: IndexFile, snap: JSON, segments: list[JSON]
+) -> tuple[str | None, int | None]:
+    """SPEC X3: the index's state against this reader's replay of the covered bytes."""
+    h = ix.header
+    for k in range(1, len(ix.segs)):
+        recs = [r for r in segments[k]["records"] if r.get("status") != "invalid"]
+        first = recs[0]["record_length"] if recs and recs[0]["offset"] == 0 else 0
+        if ix.segs[k][2] != first:
+            return "segment %d's first record is %d bytes, the index says %d" % (
+                k,
+                first,
+                ix.segs[k][2],
+            ), None
+    mine: list[tuple[Any, ...]] = snap["items"]
+    names = (
+        "state",
+        "attempts",
+        "lease_until_ms",
+        "not_before_ms",
+        "payload length",
+        "segment",
+        "offset",
+    )
+    for i in range(max(len(mine), len(ix.seq))):
+        if i >= len(ix.seq):
+            return "the index ends before this item (%d items, the log has %d)" % (
+                len(ix.seq),
+                len(mine),
+            ), mine[i][0]
+        seq = ix.seq[i]
+        if i >= len(mine) or mine[i][0] != seq:
+            if i < len(mine) and mine[i][0] < seq:
+                return "the index lacks this item", mine[i][0]
+            return "the log has no such item", seq
+        a, lease, nb = ix.history(seq)
+        theirs = (ix.st[i], a, lease, nb, ix.ln[i], ix.sg[i], ix.off[i])
+        for name, x, y in zip(names, theirs, mine[i][1:8], strict=True):
+            if x != y:
+                if name == "state":
+                    return "state %s, the log gives %s" % (
+                        STATE_NAMES.get(x, str(x)),
+                        STATE_NAMES.get(y, str(y)),
+                    ), seq
+                return "%s %d, the log gives %d" % (name, x, y), seq
+        if mine[i][1] == S_QUARANTINED and ix.reasons.get(seq) != mine[i][8]:
+            return "reason at %s, the log has it at %s (segment, offset, length)" % (
+                ix.reasons.get(seq),
+                mine[i][8],
+            ), seq
+        if i < h["fresh"] and ix.st[i] == S_AVAILABLE and seq not in ix.live:
+            return "fresh (%d) lies past this plain available item: ddq would never deliver it" % (
+                h["fresh"]
+            ), seq
+    if h["next_seq"] != snap["next_seq"]:
+        return "next_seq %d, the log gives %d" % (h["next_seq"], snap["next_seq"]), None
+    counts = {s: 0 for s in STATE_NAMES}
+    for e in mine:
+        counts[e[1]] += 1
+    for s, key in ((1, "available"), (2, "claimed"), (3, "acked"), (4, "quarantined")):
+        if h[key] != counts[s]:
+            return "%d %s items, the log gives %d" % (h[key], key, counts[s]), None
+    return None, None

@@ -1,0 +1,723 @@
+"""fsck, step 2 of 4, replay: scan a directory as recovery would (SPEC §12) into a Report.
+
+The directory rules (marker, manifest, segments), the replay of every record with the boundary
+checkpoint, the tail rules, and the files recovery would delete; the index check (step 3) runs
+beside it on the same walk.
+"""
+
+import os
+from typing import Any
+
+from .format import (
+    CORRUPT,
+    CUT_SUFFIX,
+    FORMAT_NAME,
+    INDEX_NAME,
+    INDEX_TMP,
+    JSON,
+    LOCK_NAME,
+    MANIFEST_NAME,
+    MANIFEST_TMP,
+    OK,
+    REC_FOOTER,
+    S_ACKED,
+    S_AVAILABLE,
+    S_CLAIMED,
+    S_QUARANTINED,
+    STATE_NAMES,
+    T_ACK,
+    T_CLAIM,
+    T_DATA,
+    T_QUARANTINE,
+    T_RETRY,
+    T_STATE,
+    TORN,
+    TYPE_NAMES,
+    U32_MAX,
+    U64_MAX,
+    VERDICT_NAMES,
+    NotAQueue,
+    Options,
+    Problem,
+    _index_json,
+    check_options,
+    decode_manifest,
+    decode_record,
+    parse_segment_name,
+)
+from .index import IndexCheck
+
+
+class Item:
+    __slots__ = (
+        "seq",
+        "state",
+        "attempts",
+        "lease_until_ms",
+        "not_before_ms",
+        "payload_len",
+        "snapshotted",
+        "reason",
+        "needs_reason",
+        "location",
+        "reason_at",
+    )
+
+    def __init__(self, seq: int, plen: int, location: tuple[str, int]) -> None:
+        self.seq = seq
+        self.state = S_AVAILABLE
+        self.attempts = 0
+        self.lease_until_ms = 0
+        self.not_before_ms = 0
+        self.payload_len = plen
+        self.snapshotted = False
+        self.reason: bytes | None = None
+        self.needs_reason = False
+        self.location = location
+        # where the QUARANTINE record is: file, offset, reason length
+        self.reason_at: tuple[str, int, int] | None = None
+
+    def is_default(self) -> bool:
+        return (
+            self.state == S_AVAILABLE
+            and self.attempts == 0
+            and self.lease_until_ms == 0
+            and self.not_before_ms == 0
+        )
+
+    def to_json(self) -> JSON:
+        return {
+            "seq": self.seq,
+            "state": STATE_NAMES[self.state],
+            "attempts": self.attempts,
+            "lease_until_ms": self.lease_until_ms,
+            "not_before_ms": self.not_before_ms,
+            "payload_len": self.payload_len,
+            "quarantine_reason_hex": self.reason.hex() if self.reason is not None else None,
+        }
+
+
+class Report:
+    def __init__(self, path: str, opts: Options) -> None:
+        self.path = path
+        self.options = opts
+        self.manifest: JSON | None = None
+        self.generation = 0
+        self.segments: list[JSON] = []  # {"name", "id", "size", "records": [...], "tail": ...}
+        self.problems: list[Problem] = []
+        self.items: dict[int, Item] = {}
+        self.next_seq = 1
+        self.tail_bytes = 0
+        self.ignored: list[str] = []  # names the scan ignores (never touched)
+        self.obsolete: list[str] = []  # names recovery would delete
+        self.replay_stopped: str | None = None
+        self.c_compatible = True  # False when an extension rule (R11, R12, R14) decided something
+        self.index: JSON = _index_json("absent")  # queue.index (SPEC §12.1), see IndexCheck
+
+    @property
+    def verdict(self) -> int:
+        if any(p.kind == "corrupt" for p in self.problems):
+            return CORRUPT
+        if any(p.kind == "torn" for p in self.problems):
+            return TORN
+        return OK
+
+    def add(self, kind: str, message: str, **kw: Any) -> None:
+        self.problems.append(Problem(kind, message, **kw))
+
+    def stats(self) -> JSON:
+        counts = {s: 0 for s in STATE_NAMES}
+        for it in self.items.values():
+            counts[it.state] += 1
+        stored = sum(s["size"] for s in self.segments) - self.tail_bytes
+        return {
+            "total_items": len(self.items),
+            "available_items": counts[S_AVAILABLE],
+            "claimed_items": counts[S_CLAIMED],
+            "acknowledged_items": counts[S_ACKED],
+            "quarantined_items": counts[S_QUARANTINED],
+            "stored_bytes": stored,
+            "segment_count": max(1, len(self.segments)),
+            "next_seq": self.next_seq,
+            "recovered_tail_bytes": self.tail_bytes,
+            "generation": self.generation,
+        }
+
+    def to_json(self, with_records: bool = False) -> JSON:
+        out: JSON = {
+            "path": self.path,
+            "verdict": VERDICT_NAMES[self.verdict],
+            "exit_code": self.verdict,
+            "options": self.options,
+            "generation": self.generation,
+            "manifest": self.manifest,
+            "problems": [p.to_json() for p in self.problems],
+            "stats": self.stats(),
+            "items": [self.items[k].to_json() for k in sorted(self.items)],
+            "segments": [
+                {
+                    "name": s["name"],
+                    "id": s["id"],
+                    "size": s["size"],
+                    "record_count": len(s["records"]),
+                    "tail": s["tail"],
+                }
+                for s in self.segments
+            ],
+            "ignored_files": self.ignored,
+            "obsolete_files": self.obsolete,
+            "c_compatible": self.c_compatible,
+            "index": self.index,
+        }
+        if with_records:
+            for js, s in zip(out["segments"], self.segments):  # noqa: B905
+                js["records"] = s["records"]
+        return out
+
+
+def scan(
+    path: str, options: dict[str, Any] | None = None, exact_segment_bytes: bool = True
+) -> Report:
+    """Decode a queue directory without modifying it. Returns a Report (raises NotAQueue, OSError).
+
+    exact_segment_bytes: options["segment_bytes"] is the writer's (given, not a default), so a segment
+    that ends before a record that would have fit is damage (corrupt) rather than a warning.
+    """
+    opts = check_options(options)
+    rep = Report(path, opts)
+    names = sorted(os.listdir(path))
+    segs_by_gen: dict[int, list[tuple[int, str]]] = {}
+    for n in names:
+        parsed = parse_segment_name(n)
+        if parsed:
+            segs_by_gen.setdefault(parsed[0], []).append((parsed[1], n))
+    # R12: a `.cut` whose segment is missing is renamed to it by recovery; one beside its segment is removed.
+    sources: dict[str, str] = {}
+    for n in names:
+        if n.endswith(CUT_SUFFIX) and parse_segment_name(n[: -len(CUT_SUFFIX)]):
+            target = n[: -len(CUT_SUFFIX)]
+            if target in names:
+                continue  # classified with the leftovers below
+            parsed = parse_segment_name(target)
+            assert parsed is not None  # checked in the condition above
+            segs_by_gen.setdefault(parsed[0], []).append((parsed[1], target))
+            sources[target] = n
+    has_marker = FORMAT_NAME in names
+    has_manifest = MANIFEST_NAME in names
+    if not segs_by_gen and not has_marker and not has_manifest:
+        raise NotAQueue(
+            "%s is not a ddq queue directory (no segment, manifest or queue.format)" % path
+        )
+    ixc = IndexCheck(rep, path, names)
+
+    # SPEC §12 steps 2-5 (R2, R14, R3, R15): marker and manifest.
+    if has_marker:
+        mp = os.path.join(path, FORMAT_NAME)
+        if os.path.islink(mp) or not os.path.isfile(mp):
+            rep.add("corrupt", "queue.format is not a regular file", file=FORMAT_NAME)
+        elif os.path.getsize(mp) != 0:
+            rep.add(
+                "corrupt",
+                "queue.format is not empty (%d bytes)" % os.path.getsize(mp),
+                file=FORMAT_NAME,
+            )
+    cp = None  # checkpoint (segment index, end offset) while not yet seen
+    man_bytes: bytes | None = None
+    man_name = MANIFEST_NAME
+    if not has_manifest and has_marker:
+        tp = os.path.join(path, MANIFEST_TMP)
+        if MANIFEST_TMP in names and os.path.isfile(tp) and not os.path.islink(tp):
+            with open(tp, "rb") as f:
+                _fields, err = decode_manifest(f.read(), opts, has_marker)
+            if err is None:
+                man_name, has_manifest = MANIFEST_TMP, True
+                rep.add(
+                    "note",
+                    "queue.manifest is missing: recovery adopts queue.manifest.tmp (SPEC R14; "
+                    "libddq would report the directory corrupt)",
+                    file=MANIFEST_TMP,
+                )
+                rep.c_compatible = False
+    if has_manifest:
+        mp = os.path.join(path, man_name)
+        if os.path.islink(mp) or not os.path.isfile(mp):
+            rep.add("corrupt", "queue.manifest is not a regular file", file=MANIFEST_NAME)
+            return ixc.unchecked()
+        with open(mp, "rb") as f:
+            man_bytes = f.read()
+        fields, err = decode_manifest(man_bytes, opts, has_marker)
+        rep.manifest = fields
+        if err or fields is None:
+            rep.add("corrupt", err or "unreadable manifest", file=man_name)
+            return ixc.unchecked()
+        rep.generation = fields["generation"]
+        cp = (fields["segment_count"] - 1, fields["end_offset"])
+    elif has_marker:
+        rep.add("corrupt", "queue.format exists but queue.manifest is missing", file=MANIFEST_NAME)
+        return ixc.unchecked()
+
+    # SPEC §12 step 6 (R4): the selected generation's segments, contiguous ids from 0.
+    gen = rep.generation
+    mine = sorted(segs_by_gen.get(gen, []))
+    if len(mine) > opts["max_segments"]:
+        rep.add(
+            "corrupt",
+            "%d segments exceed max_segments %d (limit; try --max-segments)"
+            % (len(mine), opts["max_segments"]),
+        )
+        return ixc.unchecked()
+    for i, (sid, n) in enumerate(mine):
+        if sid != i:
+            rep.add(
+                "corrupt", "segment ids not contiguous: expected id %d, found %s" % (i, n), file=n
+            )
+            return ixc.unchecked()
+    if rep.manifest and len(mine) < rep.manifest["segment_count"]:
+        rep.add(
+            "corrupt",
+            "manifest names %d segments, only %d present"
+            % (rep.manifest["segment_count"], len(mine)),
+        )
+        return ixc.unchecked()
+    for _sid, n in mine:
+        if n in sources:
+            rep.add(
+                "note",
+                "recovery renames %s to %s (SPEC R12; libddq would report the segment missing)"
+                % (sources[n], n),
+                file=sources[n],
+            )
+            rep.c_compatible = False
+    _classify_other_files(rep, path, names, gen, mine, man_name)
+
+    # SPEC §12 steps 7-8 (R5-R11): replay.
+    st = _Replay(rep, opts, gen, cp, exact_segment_bytes)
+    sizes = []
+    for _sid, n in mine:
+        fp = os.path.join(path, sources.get(n, n))
+        sizes.append(os.path.getsize(fp) if os.path.isfile(fp) else -1)
+    st.snap_at = ixc.check_dir(gen, sizes, man_bytes, cp)
+    for idx, (sid, n) in enumerate(mine):
+        fp = os.path.join(path, sources.get(n, n))
+        if not os.path.isfile(fp) or os.path.islink(fp):
+            rep.add("corrupt", "segment is not a regular file", file=n)
+            return ixc.unchecked()
+        with open(fp, "rb") as f:
+            data = f.read()
+        seg: JSON = {"name": n, "id": sid, "size": len(data), "records": [], "tail": None}
+        rep.segments.append(seg)
+        ixc.check_segment(idx, data)
+        st.segment(seg, idx, data, last=(idx == len(mine) - 1))
+        st.prev_size, st.prev_name = len(data), n
+    if st.fits and not st.exact:
+        big = max(s["size"] for s in rep.segments)
+        fit, prev, nxt = min(st.fits)
+        if big >= fit:
+            st.corrupt(
+                "segment %s ends early: it and %s's first record (%d bytes together) would fit in "
+                "a segment of %d bytes, which this generation has (SPEC F7: no segment_bytes "
+                "explains its rotations)" % (prev, nxt, fit, big),
+                file=prev,
+            )
+    st.finish()
+    ixc.finish(st)
+    return rep
+
+
+def _classify_other_files(
+    rep: Report, path: str, names: list[str], gen: int, mine: list[tuple[int, str]], man_name: str
+) -> None:
+    mine_names = {n for _, n in mine}
+    for n in names:
+        if n in (LOCK_NAME, FORMAT_NAME, MANIFEST_NAME, man_name, INDEX_NAME) or n in mine_names:
+            continue  # queue.index is decoded by IndexCheck
+        if (
+            n.endswith(CUT_SUFFIX)
+            and n[: -len(CUT_SUFFIX)] in mine_names
+            and n[: -len(CUT_SUFFIX)] not in names
+        ):
+            continue  # adopted as its segment (R12)
+        fp = os.path.join(path, n)
+        regular = os.path.isfile(fp) and not os.path.islink(fp)
+        if (
+            n in (MANIFEST_TMP, INDEX_TMP)
+            or parse_segment_name(n)
+            or (n.endswith(CUT_SUFFIX) and parse_segment_name(n[: -len(CUT_SUFFIX)]))
+        ):
+            if not regular:
+                rep.add("corrupt", "%s is not a regular file" % n, file=n)
+            else:
+                rep.obsolete.append(n)
+        elif n.endswith(".reserve") and parse_segment_name(n[:-8]):
+            if not regular:
+                rep.add("corrupt", "%s is not a regular file" % n, file=n)
+            elif os.path.getsize(fp) == 0:
+                rep.obsolete.append(n)
+            else:
+                base = n[:-8]
+                alias = False
+                if base in mine_names:
+                    a, b = os.stat(fp), os.stat(os.path.join(path, base))
+                    alias = (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+                if alias:
+                    rep.obsolete.append(n)
+                else:
+                    rep.add("corrupt", "unknown non-empty reserve file", file=n)
+        else:
+            rep.ignored.append(n)
+    for n in rep.obsolete:
+        rep.add("note", "recovery deletes %s (other generation or leftover)" % n, file=n)
+
+
+class _Replay:
+    """Replay rules of SPEC §12 step 7 (R5-R9) with the boundary checkpoint (R8)."""
+
+    def __init__(
+        self, rep: Report, opts: Options, gen: int, cp: tuple[int, int] | None, exact: bool = True
+    ) -> None:
+        self.rep = rep
+        self.exact = exact
+        self.opts = opts
+        self.gen = gen
+        self.cp = cp  # (segment index, end_offset), or None without a manifest
+        self.seen = cp is None
+        self.next_seq = 1
+        self.last_seq = 0  # seq of the newest item
+        self.prev: tuple[int, int, int | None] | None = (
+            None  # previous record (type, seq, state-record state) in log order
+        )
+        self.stopped = False
+        self.prev_size = 0
+        self.prev_name: str | None = None
+        self.fits: list[tuple[int, str | None, str]] = []
+        self.last_rec_seq = 0  # seq of the last valid record in log order (problem context)
+        self.applied = 0  # records replayed without a problem (ddq's replayed_records, X6)
+        self.seg_ids: dict[str, int] = {}  # segment name -> index in the generation
+        # SPEC X3: the replay state where queue.index's covered bytes end (segment, offset).
+        self.snap_at: tuple[int, int] | None = None
+        self.snap: JSON | None = None
+
+    def check_snap(self, idx: int, off: int) -> None:
+        if self.snap_at != (idx, off) or self.snap is not None or self.stopped:
+            return
+        items = []
+        for k in sorted(self.rep.items):
+            it = self.rep.items[k]
+            ra = it.reason_at
+            items.append(
+                (
+                    it.seq,
+                    it.state,
+                    it.attempts,
+                    it.lease_until_ms,
+                    it.not_before_ms,
+                    it.payload_len,
+                    self.seg_ids[it.location[0]],
+                    it.location[1],
+                    None if ra is None else (self.seg_ids[ra[0]], ra[1], ra[2]),
+                )
+            )
+        self.snap = {"items": items, "next_seq": self.next_seq, "applied": self.applied}
+
+    def corrupt(self, msg: str, **kw: Any) -> None:
+        self.rep.add("corrupt", msg, **kw)
+        if not self.stopped:
+            self.stopped = True
+            self.rep.replay_stopped = "replay stopped at the first corruption"
+
+    def check_cp(self, idx: int, off: int, name: str) -> None:
+        if self.seen or self.stopped or self.cp is None or idx != self.cp[0]:
+            return
+        end = self.cp[1]
+        if off > end:
+            self.corrupt(
+                "a record crosses the snapshot boundary at offset %d" % end,
+                file=name,
+                offset=off,
+                after_seq=self.last_rec_seq or None,
+            )
+            return
+        if off < end:
+            return
+        m = self.rep.manifest
+        assert m is not None  # a checkpoint exists only with a manifest
+        items = self.rep.items
+        if len(items) != m["item_count"]:
+            self.corrupt(
+                "at the snapshot boundary %d items, manifest says %d"
+                % (len(items), m["item_count"]),
+                file=name,
+                offset=off,
+            )
+            return
+        if self.next_seq > m["next_seq"] or (self.gen == 0 and self.next_seq != m["next_seq"]):
+            self.corrupt(
+                "at the snapshot boundary next_seq %d, manifest says %d"
+                % (self.next_seq, m["next_seq"]),
+                file=name,
+                offset=off,
+            )
+            return
+        for it in items.values():
+            if self.gen != 0 and not it.snapshotted and not it.is_default():
+                self.corrupt(
+                    "item %d not snapshotted but not in the default state" % it.seq,
+                    file=name,
+                    offset=off,
+                    seqs=(it.seq, it.seq),
+                )
+                return
+            if it.needs_reason:
+                self.corrupt(
+                    "quarantined item %d has no reason record" % it.seq,
+                    file=name,
+                    offset=off,
+                    seqs=(it.seq, it.seq),
+                )
+                return
+        self.next_seq = m["next_seq"]
+        self.seen = True
+
+    def segment(self, seg: JSON, idx: int, data: bytes, last: bool) -> None:
+        name = seg["name"]
+        self.seg_ids[name] = idx
+        if len(data) > self.opts["segment_bytes"]:
+            self.corrupt(
+                "segment is %d bytes, larger than segment_bytes %d"
+                % (len(data), self.opts["segment_bytes"]),
+                file=name,
+            )
+        self.check_cp(idx, 0, name)
+        self.check_snap(idx, 0)
+        off = 0
+        while off < len(data):
+            rec, status, why = decode_record(data, off, self.opts)
+            tail_ok = last and self.seen
+            if (
+                tail_ok
+                and status in ("bad-header", "invalid")
+                and self.uniform_tail(data, off, rec, status)
+            ):
+                # SPEC R11 (ddq extension): bytes that never reached the medium read as 0x00 or 0xFF.
+                left = len(data) - off
+                self.rep.tail_bytes = left
+                self.rep.c_compatible = False
+                seg["tail"] = {
+                    "offset": off,
+                    "length": left,
+                    "status": "torn",
+                    "reason": why,
+                    "header": None,
+                }
+                self.rep.add(
+                    "torn",
+                    "torn tail of %d bytes (%s, then only 0x00/0xFF); recovery removes it "
+                    "(SPEC R11; libddq would report it corrupt)" % (left, why),
+                    file=name,
+                    offset=off,
+                    after_seq=self.last_rec_seq or None,
+                )
+                return
+            if (
+                status == "ok"
+                and off == 0
+                and idx > 0
+                and self.prev_size + rec["record_length"] <= self.opts["segment_bytes"]
+            ):
+                msg = (
+                    "segment %s ends early: %d bytes, and this first record of %d bytes would have fit in "
+                    "segment_bytes %d (SPEC F7)"
+                    % (
+                        self.prev_name,
+                        self.prev_size,
+                        rec["record_length"],
+                        self.opts["segment_bytes"],
+                    )
+                )
+                if self.exact:
+                    self.corrupt(msg, file=name, offset=0, seqs=(rec["seq"], rec["seq"]))
+            if status == "ok" and off == 0 and idx > 0:
+                # F7 without the writer's segment_bytes W: every segment <= W < (end of a
+                # segment + its successor's first record) must have a solution.
+                self.fits.append((self.prev_size + rec["record_length"], self.prev_name, name))
+            if status == "ok":
+                self.last_rec_seq = rec["seq"]
+                seg["records"].append(rec)
+                if not self.stopped:
+                    self.apply(rec, name)
+                    if not self.stopped:
+                        self.applied += 1
+                off += rec["record_length"]
+                self.check_cp(idx, off, name)
+                self.check_snap(idx, off)
+                continue
+            left = len(data) - off
+            # A decoded header is trustworthy only past the magic/version/length checks.
+            seqs = (rec["seq"], rec["seq"]) if "seq" in rec and status != "bad-header" else None
+            tail = {
+                "offset": off,
+                "length": left,
+                "status": status,
+                "reason": why,
+                "header": rec if "seq" in rec else None,
+            }
+            if status == "short" and last and self.seen:
+                self.rep.tail_bytes = left
+                tail["status"] = "torn"
+                self.rep.add(
+                    "torn",
+                    "torn tail of %d bytes (%s); recovery truncates it" % (left, why),
+                    file=name,
+                    offset=off,
+                    seqs=seqs,
+                    after_seq=self.last_rec_seq or None,
+                )
+                seg["tail"] = tail
+                return
+            if status == "invalid":
+                # Complete but failing record: reported, shown by --all, and skipped by length so the
+                # rest of the segment can still be decoded (replay stays stopped).
+                rec["status"] = "invalid"
+                rec["reason"] = why
+                seg["records"].append(rec)
+                self.corrupt(why or "invalid record", file=name, offset=off, seqs=seqs)
+                off += rec["record_length"]
+                continue
+            if status == "short":
+                where = (
+                    "before the snapshot boundary"
+                    if not self.seen
+                    else "in a segment that is not the last"
+                )
+                why = "%s %s" % (why, where)
+            tail["status"] = "invalid"
+            seg["tail"] = tail
+            self.corrupt(
+                why or "invalid record",
+                file=name,
+                offset=off,
+                seqs=seqs,
+                after_seq=self.last_rec_seq or None,
+            )
+            return
+
+    @staticmethod
+    def uniform_tail(data: bytes, off: int, rec: JSON, status: str) -> bool:
+        if status == "bad-header":
+            rest = data[off:]
+        else:
+            rest = data[off + rec["record_length"] - REC_FOOTER :]  # the footer and all after it
+        return len(rest) > 0 and (rest.count(0) == len(rest) or rest.count(0xFF) == len(rest))
+
+    def apply(self, rec: JSON, name: str) -> None:
+        typ, seq = rec["type"], rec["seq"]
+        items = self.rep.items
+        off = rec["offset"]
+        where = {"file": name, "offset": off, "seqs": (seq, seq)}
+        in_prefix = not self.seen and self.gen != 0
+        prev = self.prev
+        self.prev = (typ, seq, rec.get("state", {}).get("state"))
+        if typ == T_DATA:
+            if seq == U64_MAX:
+                return self.corrupt("DATA seq is UINT64_MAX", **where)
+            if seq <= self.last_seq:
+                return self.corrupt(
+                    "DATA seq %d not above previous item %d" % (seq, self.last_seq), **where
+                )
+            if in_prefix:
+                for it in items.values():
+                    if it.needs_reason:
+                        return self.corrupt(
+                            "DATA after quarantined item %d whose reason is missing" % it.seq,
+                            **where,
+                        )
+            elif seq != self.next_seq:
+                return self.corrupt(
+                    "DATA seq %d, expected %d (sequences must be contiguous)"
+                    % (seq, self.next_seq),
+                    **where,
+                )
+            items[seq] = Item(seq, rec["payload_length"], (name, off))
+            self.last_seq = seq
+            self.next_seq = seq + 1
+            return
+        found = items.get(seq)
+        if found is None:
+            return self.corrupt("%s for unknown seq %d" % (TYPE_NAMES[typ], seq), **where)
+        it = found
+        if in_prefix:
+            if typ == T_STATE:
+                if (
+                    seq != self.last_seq
+                    or it.snapshotted
+                    or not prev
+                    or prev[0] != T_DATA
+                    or prev[1] != seq
+                ):
+                    return self.corrupt(
+                        "STATE must directly follow its DATA in the snapshot prefix", **where
+                    )
+                s = rec["state"]
+                it.state = s["state"]
+                it.attempts = s["attempts"]
+                it.lease_until_ms = s["lease_until_ms"]
+                it.not_before_ms = s["not_before_ms"]
+                it.snapshotted = True
+                it.needs_reason = it.state == S_QUARANTINED
+                return
+            if typ == T_QUARANTINE:
+                if not prev or prev[0] != T_STATE or prev[1] != seq or prev[2] != S_QUARANTINED:
+                    return self.corrupt(
+                        "QUARANTINE in the snapshot prefix must follow a QUARANTINED STATE",
+                        **where,
+                    )
+                it.reason = bytes.fromhex(rec["payload_hex"])
+                it.reason_at = (name, off, rec["payload_length"])
+                it.needs_reason = False
+                return
+            return self.corrupt("%s record inside the snapshot prefix" % TYPE_NAMES[typ], **where)
+        if typ == T_STATE:
+            return self.corrupt("STATE record outside a snapshot prefix", **where)
+        if typ == T_CLAIM:
+            if it.state not in (S_AVAILABLE, S_CLAIMED):
+                return self.corrupt("CLAIM of a %s item" % STATE_NAMES[it.state], **where)
+            it.state = S_CLAIMED
+            it.lease_until_ms = rec["arg"]
+        elif typ == T_ACK:
+            if it.state != S_CLAIMED:
+                return self.corrupt("ACK of a %s item" % STATE_NAMES[it.state], **where)
+            it.state = S_ACKED
+            it.lease_until_ms = 0
+        elif typ == T_RETRY:
+            if it.state != S_CLAIMED:
+                return self.corrupt("RETRY of a %s item" % STATE_NAMES[it.state], **where)
+            if it.attempts >= U32_MAX:
+                return self.corrupt("RETRY would overflow attempts", **where)
+            it.state = S_AVAILABLE
+            it.attempts += 1
+            it.lease_until_ms = 0
+            it.not_before_ms = rec["arg"]
+        elif typ == T_QUARANTINE:
+            if it.state != S_CLAIMED:
+                return self.corrupt("QUARANTINE of a %s item" % STATE_NAMES[it.state], **where)
+            it.state = S_QUARANTINED
+            it.lease_until_ms = 0
+            it.reason = bytes.fromhex(rec["payload_hex"])
+            it.reason_at = (name, off, rec["payload_length"])
+
+    def finish(self) -> None:
+        rep = self.rep
+        if not self.seen and not self.stopped and self.cp is not None:
+            name = rep.segments[self.cp[0]]["name"] if self.cp[0] < len(rep.segments) else None
+            self.corrupt(
+                "snapshot boundary (segment %d, offset %d) never reached: incomplete snapshot"
+                % self.cp,
+                file=name,
+            )
+        rep.next_seq = self.next_seq
+        if len(rep.items) > self.opts["max_items"]:
+            rep.add(
+                "corrupt",
+                "%d items exceed max_items %d (ddq reports Full; a reader's limits must be at "
+                "least the writer's: try --max-items)" % (len(rep.items), self.opts["max_items"]),
+            )
