@@ -749,6 +749,14 @@ def argparse_test(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="mount the suite and port/ compiled to .mpy (the device compiles nothing)",
     )
+    p.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="seconds without output from the device before the run is declared hung "
+        "(interrupted, exit 1); default 300",
+    )
     p.add_argument("modules", nargs="*", metavar="MODULE")
 
 
@@ -759,6 +767,8 @@ def do_test(args: argparse.Namespace) -> int:
         raise CommandError("--ramdisk-kb needs --fs lfs2 or --fs fat")
     if args.ramdisk_kb is not None and args.ramdisk_kb < 1:
         raise CommandError("--ramdisk-kb must be at least 1")
+    if not args.idle_timeout > 0:
+        raise CommandError("--idle-timeout must be more than 0")
     with open_device(args) as dev:
         rc, summary = testrun.run(
             dev,
@@ -770,6 +780,7 @@ def do_test(args: argparse.Namespace) -> int:
             ramdisk_kb=args.ramdisk_kb,
             each=args.each,
             mpy=args.mpy,
+            idle_timeout=args.idle_timeout,
             out=lambda b: (sys.stdout.buffer.write(b), sys.stdout.flush()),
         )
     if summary is None:

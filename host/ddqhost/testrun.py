@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 
 from . import qdir
-from .device import Device, DeviceError, is_int
+from .device import RUN_IDLE_TIMEOUT, Device, DeviceError, DeviceTimeout, is_int
 
 SUMMARY = re.compile(rb"^\w+: (\d+) passed, (\d+) failed(?:, (\d+) skipped)?\s*$", re.M)
 
@@ -107,6 +107,7 @@ def run(
     ramdisk_kb: int | None = None,
     each: bool = False,
     mpy: bool = False,
+    idle_timeout: float = RUN_IDLE_TIMEOUT,
 ) -> tuple[int, str | None]:
     """Run mprun on dev; return (exit status, summary line or None).
 
@@ -115,19 +116,24 @@ def run(
     mprun call per module, modules freed in between), for boards whose heap does not hold the
     suite's modules one after another in one session; the summary then adds up the sessions.
     mpy=True mounts the suite and port/ compiled to .mpy on the host (mpy-cross), so the device
-    compiles nothing.
+    compiles nothing. idle_timeout: seconds without output before the run is declared hung
+    (TestRunError; the device is interrupted with Ctrl-C).
     """
     if ramdisk_kb is not None and fs not in RAMDISK_BLOCK:
         raise ValueError("ramdisk_kb needs fs lfs2 or fat")
     fix = fixtures_dir()
     with stage(fix if os.path.isdir(fix) else None, mpy) as mount:
         if not each:
-            return _run_once(dev, list(modules), k, fs, root, out, installed, ramdisk_kb, mount)
+            return _run_once(
+                dev, list(modules), k, fs, root, out, installed, ramdisk_kb, mount, idle_timeout
+            )
         totals = [0, 0, 0]
         worst = 0
         bad = []
         for m in list(modules) or suite_modules():
-            rc, summary = _run_once(dev, [m], k, fs, root, out, installed, ramdisk_kb, mount)
+            rc, summary = _run_once(
+                dev, [m], k, fs, root, out, installed, ramdisk_kb, mount, idle_timeout
+            )
             got = SUMMARY.findall(("x: " + summary).encode()) if summary else []
             if not got:
                 bad.append(m)
@@ -159,6 +165,7 @@ def _run_once(
     installed: bool,
     ramdisk_kb: int | None,
     mount: str,
+    idle_timeout: float = RUN_IDLE_TIMEOUT,
 ) -> tuple[int, str | None]:
     fix = os.path.join(mount, "fixtures")
     cwd = dev.probe().get("cwd") or "/"
@@ -214,7 +221,13 @@ def _run_once(
             " del mprun\n"
             " gc.collect()\n" % (argv,)
         )
-        err = dev.run(code, sink)
+        try:
+            err = dev.run(code, sink, idle_timeout)
+        except DeviceTimeout as e:
+            raise TestRunError(
+                "%s; the run was interrupted (a test that is silent longer needs "
+                "--idle-timeout S)" % e
+            ) from None
         rc = dev.eval("_rc", check=lambda v: v is None or is_int(v), what="the exit status")
     finally:
         dev.umount_local()
