@@ -127,6 +127,17 @@ def test_mpy_cross_builds_for_board_archs(arch, archbits, tmp_path):
     assert head[2] >> 2 == archbits
 
 
+def test_mpy_names_its_source_without_the_host_path(tmp_path):
+    # A device traceback from an .mpy that flash built says File "ddq.py", not the host's path
+    # (mpy-cross -s): the path is not in the file at all.
+    src = qdir.ddq_source()
+    assert os.path.isabs(src)
+    with open(transfer.mpy_cross(src, str(tmp_path / "ddq.mpy")), "rb") as f:
+        data = f.read()
+    assert os.path.dirname(src).encode() not in data and b"/port/" not in data
+    assert b"ddq.py" in data
+
+
 def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
     # The wheel carries modules ddq, ddq_outbox, ddq_mqtt, the host package and the `ddq` console script;
     # installed (without its network dependencies) into a new venv, `ddq --version` and
