@@ -40,6 +40,11 @@ QUEUE_FILE_NAMES = QUEUE_NAMES + (
     "queue.lock",
 )
 MAX_JSON_BYTES = 1 << 20  # ddq-options.json and .ddq-pull.json are a few hundred bytes
+# 2001-01-01 in Unix ms. A board without an RTC starts its clock at 2000-01-01 (ddq maps the
+# 2000 epoch to Unix ms), so its leases and enqueue times lie before this: their age on the host
+# (some 26 years) says nothing, and inspect says where they come from instead.
+CLOCK_2001_MS = 978307200000
+NO_RTC = "by a clock before 2001 (board without RTC?)"
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -386,6 +391,8 @@ def decode_envelope(
         if age is not None:
             out["age_ms"] = age
             out["expired"] = expired
+            if getattr(env, "enqueued_ms", 0) < CLOCK_2001_MS <= now_ms:
+                out["clock_before_2001"] = True
     return out
 
 
@@ -465,7 +472,10 @@ def inspect(
                     "payload_len": it.payload_len,
                 }
                 if it.state == "claimed" and it.lease_until_ms:
-                    d["lease_remaining_ms"] = it.lease_until_ms - now_ms
+                    if it.lease_until_ms < CLOCK_2001_MS <= now_ms:
+                        d["lease_clock_before_2001"] = True
+                    else:
+                        d["lease_remaining_ms"] = it.lease_until_ms - now_ms
                 if it.not_before_ms and it.not_before_ms > now_ms and it.state == "available":
                     d["due_in_ms"] = it.not_before_ms - now_ms
                 payload = q.read(it.seq)
@@ -540,6 +550,8 @@ def render_inspect(info: dict[str, Any]) -> str:
         extra = ""
         if "lease_remaining_ms" in d:
             extra += " lease %+ds" % (d["lease_remaining_ms"] // 1000)
+        elif d.get("lease_clock_before_2001"):
+            extra += " lease set " + NO_RTC
         if "due_in_ms" in d:
             extra += " due in %ds" % (d["due_in_ms"] // 1000)
         line = "  %6d %-11s attempts %-3d %5d B%s  %s" % (
@@ -562,7 +574,8 @@ def render_inspect(info: dict[str, Any]) -> str:
                     (" encrypted" + ("" if env.get("decrypted") else " (no key: not decrypted)"))
                     if env.get("encrypted")
                     else "",
-                    " age %ds" % (env["age_ms"] // 1000) if "age_ms" in env else "",
+                    " enqueued " + NO_RTC if env.get("clock_before_2001")
+                    else " age %ds" % (env["age_ms"] // 1000) if "age_ms" in env else "",
                     " EXPIRED" if env.get("expired") else "",
                 )
             )
