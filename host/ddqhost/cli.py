@@ -488,12 +488,18 @@ def argparse_verify(p: argparse.ArgumentParser) -> None:
 
 def do_verify(args: argparse.Namespace) -> int:
     rep, src = _scan(args)
+    hint = (
+        qdir.options_hint(args.dir, rep.options, src) if rep.verdict == fsck.CORRUPT else None
+    )
     if args.json:
         js = rep.to_json()
         js["options_source"] = src
+        js["options_hint"] = hint
         out_json(js)
     else:
         sys.stdout.write(fsck.render_verify(rep))
+        if hint:
+            sys.stdout.write("hint: %s\n" % hint)
     return rep.verdict
 
 

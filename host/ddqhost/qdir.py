@@ -230,6 +230,54 @@ def check_writer_options(
             )
 
 
+def options_hint(path: str, options: dict[str, int], sources: dict[str, str]) -> str | None:
+    """For a directory that verifies corrupt with options: a hint when it verifies with the
+    largest options a reader takes (the writer used other options than these: a pulled queue
+    carries its board profile's, not what the app gave ddq.Queue), else None."""
+    hi = fsck.OPTION_RANGES
+    loose = {
+        "segment_bytes": hi["segment_bytes"][1],
+        "max_payload_bytes": hi["segment_bytes"][1] - fsck.REC_MIN,
+        "max_items": hi["max_items"][1],
+        "max_segments": hi["max_segments"][1],
+    }
+    try:
+        rep = fsck.scan(path, loose, exact_segment_bytes=False)
+    except (fsck.NotAQueue, OSError, ValueError):
+        return None
+    if rep.verdict == fsck.CORRUPT:
+        return None
+    data = [
+        r["payload_length"]
+        for seg in rep.segments
+        for r in seg["records"]
+        if r.get("type") == fsck.T_DATA and r.get("status") != "invalid"
+    ]
+    need = {
+        "segment_bytes": max([s["size"] for s in rep.segments] or [0]),
+        "max_payload_bytes": max(data or [0]),
+        "max_items": max(len(rep.items), (rep.manifest or {}).get("item_count", 0)),
+        "max_segments": len(rep.segments),
+    }
+    short = [k for k in OPTION_KEYS if need[k] > options[k]]
+    names = {PULL_META: "the board profile's, recorded by ddq pull in " + PULL_META}
+    where = sorted({names.get(sources.get(k, ""), sources.get(k, "given"))
+                    for k in (short or OPTION_KEYS)})
+    text = "%s verifies with larger queue options: its writer used other options than these (%s)" % (
+        path,
+        ", ".join(where),
+    )
+    if short:
+        text += "; it needs %s" % ", ".join("%s >= %d" % (k, need[k]) for k in short)
+    return text + (
+        ". Pass the writer's own: %s, or write them to %s as JSON"
+        % (
+            " ".join("--%s N" % k.replace("_", "-") for k in (short or ["segment_bytes"])),
+            os.path.join(path, OPTIONS_FILE),
+        )
+    )
+
+
 # ---------------------------------------------------------------- inspect
 
 
