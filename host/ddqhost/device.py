@@ -293,10 +293,12 @@ class Device:
     False resumes (required for the unix port, which exits on Ctrl-D).
     """
 
+    hung = False  # a bound passed: the device is not talked to until recover()
+    io: "_BoundedSerial | None" = None  # None: a transport set up elsewhere, without bounds
+
     def __init__(self, port: str, soft_reset: bool = True, timeout: float = 8.0) -> None:
         check_mpremote_version()
         self.port = port
-        self.hung = False  # a bound passed: the device is not talked to until recover()
         if "://" not in port and not os.path.exists(port):
             raise DeviceError("no device at %s" % port)
         sink = io.StringIO()  # SerialTransport prints diagnostics to stdout; keep --json clean
@@ -333,6 +335,9 @@ class Device:
                 "%s: the device stopped answering earlier in this session" % self.port
             )
         b = self.io
+        if b is None:
+            yield
+            return
         saved = (b.idle, b.deadline, b.what)
         b.idle, b.what = idle, what
         b.deadline = None if overall is None else time.monotonic() + overall
@@ -357,7 +362,8 @@ class Device:
     def _interrupt(self) -> None:
         """Ctrl-C to whatever runs on the device (best effort: a hung device may not read it)."""
         try:
-            self.io._ser.write(b"\r\x03")
+            if self.io is not None:
+                self.io._ser.write(b"\r\x03")
         except Exception:
             pass
 
@@ -377,7 +383,7 @@ class Device:
                 self.t.umount_local()
         except (DeviceError, TransportError, OSError):
             self.hung = True
-            if self.t.mounted:
+            if self.t.mounted and self.io is not None:
                 self.t.serial = self.io
                 self.t.mounted = False
             return False
