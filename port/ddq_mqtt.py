@@ -237,11 +237,15 @@ class Sender:
         self.connects = 0  # how many connections were made (statistics)
 
     def _open(self) -> "Any":
-        # socket is imported here, not at the top: the adapters need none, so the module loads
-        # on a port without networking too (Sender then raises ImportError: a nack).
-        import socket
+        # socket is imported here, not at the top, and only without a connect factory: the
+        # adapters need none, so the module loads on a port without networking too (Sender
+        # then raises ImportError: a nack), and a factory's connection needs no socket module.
+        if self._factory is not None:
+            s = self._factory()
+        else:
+            import socket
 
-        s = self._factory() if self._factory is not None else socket.socket()
+            s = socket.socket()
         try:
             if self._factory is None:
                 s.settimeout(self.timeout_ms / 1000)

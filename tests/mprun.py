@@ -10,6 +10,7 @@
 #   PASS module.test_name
 #   FAIL module.test_name: ExcType: message      (then the traceback)
 #   SKIP module.test_name: reason                (the test raised support.Skip)
+#   SKIP module: this port has no socket module  (its import needs a module a port may lack)
 #
 # and a closing line "<fs>: N passed, N failed, N skipped". Exit status: 0 all passed (or
 # skipped), 1 a test failed, 2 bad usage or no filesystem, 5 no test ran (as pytest).
@@ -128,6 +129,20 @@ def _exc_line(e):
     return "%s: %s" % (type(e).__name__, e)
 
 
+# Modules a port may lack (no networking, no threads, no asyncio): a test module whose import
+# fails for want of one of them is skipped with that reason, as its tests would be.
+OPTIONAL_MODULES = ("socket", "ssl", "network", "select", "asyncio", "_thread")
+
+
+def _missing_optional(e):
+    """The optional module an ImportError says is missing ("no module named 'x'"), or None."""
+    text = str(e)
+    if "named" not in text or text.count("'") != 2:
+        return None
+    name = text[text.find("'") + 1 : text.rfind("'")].split(".")[0]
+    return name if name in OPTIONAL_MODULES else None
+
+
 def _module_name(arg):
     name = arg[arg.rfind("/") + 1 :]
     if name.endswith(".py"):
@@ -192,6 +207,16 @@ class Runner:
         except self.support.Skip as e:
             if k is None or k in name:
                 print("SKIP %s: %s" % (name, e))
+                self.skipped += 1
+            return
+        except ImportError as e:
+            missing = _missing_optional(e)
+            if missing is None:
+                print("FAIL %s: %s" % (name, _exc_line(e)))
+                _print_traceback(e)
+                self.failed += 1
+            elif k is None or k in name:
+                print("SKIP %s: this port has no %s module" % (name, missing))
                 self.skipped += 1
             return
         except Exception as e:

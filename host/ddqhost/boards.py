@@ -46,12 +46,16 @@ class BoardProfileError(HostError):
 
 
 def boards_dir() -> str:
+    """$DDQ_BOARDS_DIR, else the profiles an installed wheel carries (ddqhost/boards_data, built
+    from boards/), else boards/ of the checkout this module runs from."""
     env = os.environ.get("DDQ_BOARDS_DIR")
     if env:
         return env
-    return os.path.join(
-        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "boards"
-    )
+    here = os.path.dirname(os.path.abspath(__file__))
+    packaged = os.path.join(here, "boards_data")
+    if os.path.isdir(packaged):
+        return packaged
+    return os.path.join(os.path.dirname(os.path.dirname(here)), "boards")
 
 
 def names() -> list[str]:

@@ -485,12 +485,18 @@ def argparse_verify(p: argparse.ArgumentParser) -> None:
 
 def do_verify(args: argparse.Namespace) -> int:
     rep, src = _scan(args)
+    hint = (
+        qdir.options_hint(args.dir, rep.options, src) if rep.verdict == fsck.CORRUPT else None
+    )
     if args.json:
         js = rep.to_json()
         js["options_source"] = src
+        js["options_hint"] = hint
         out_json(js)
     else:
         sys.stdout.write(fsck.render_verify(rep))
+        if hint:
+            sys.stdout.write("hint: %s\n" % hint)
     return rep.verdict
 
 
@@ -746,6 +752,14 @@ def argparse_test(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="mount the suite and port/ compiled to .mpy (the device compiles nothing)",
     )
+    p.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="seconds without output from the device before the run is declared hung "
+        "(interrupted, exit 1); default 300",
+    )
     p.add_argument("modules", nargs="*", metavar="MODULE")
 
 
@@ -756,6 +770,8 @@ def do_test(args: argparse.Namespace) -> int:
         raise CommandError("--ramdisk-kb needs --fs lfs2 or --fs fat")
     if args.ramdisk_kb is not None and args.ramdisk_kb < 1:
         raise CommandError("--ramdisk-kb must be at least 1")
+    if not args.idle_timeout > 0:
+        raise CommandError("--idle-timeout must be more than 0")
     with open_device(args) as dev:
         rc, summary = testrun.run(
             dev,
@@ -767,6 +783,7 @@ def do_test(args: argparse.Namespace) -> int:
             ramdisk_kb=args.ramdisk_kb,
             each=args.each,
             mpy=args.mpy,
+            idle_timeout=args.idle_timeout,
             out=lambda b: (sys.stdout.buffer.write(b), sys.stdout.flush()),
         )
     if summary is None:

@@ -17,7 +17,8 @@ import io
 import os
 import re
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 PINNED_MPREMOTE = "1.29.0"
@@ -40,6 +41,9 @@ READ_CHUNK = 1536  # bytes per base64 line when reading (2048 characters on the 
 MAX_REPLY = 1 << 20  # bytes of a reply the host parses (a listing of thousands of files fits)
 WRITE_CHUNK = 2048  # bytes per exec when writing
 RUN_IDLE_TIMEOUT = 300  # seconds without output before a long run is declared hung
+EXEC_IDLE_TIMEOUT = 10.0  # seconds a short exec may wait for a byte (mpremote's own exec bound)
+WRITE_TIMEOUT = 10.0  # seconds a write may wait for room (a device that stopped reading)
+_READ_SLICE = 0.2  # pyserial's own read timeout: a read returns at least this often
 
 
 class DeviceError(HostError):
@@ -48,6 +52,10 @@ class DeviceError(HostError):
 
 class DeviceReplyError(DeviceError):
     """The device answered something the host does not accept (never evaluated, only parsed)."""
+
+
+class DeviceTimeout(DeviceError):
+    """The device did not answer within a bound (connect, exec or run idle timeout)."""
 
 
 class DeviceExecError(DeviceError):
@@ -209,6 +217,57 @@ class _TooLong(Exception):
     pass
 
 
+class _BoundedSerial:
+    """The serial port as mpremote sees it, with ddq's timeouts enforced on every read and write.
+
+    mpremote (pinned) opens the port without a read timeout and, on a /dev/pts pty, blocks in
+    read(1) (also in read(2) after a raw-paste request, and in its mount's reads on any port), so
+    its own timeouts only fire when a read returns. Here pyserial gets a short read timeout and
+    read(n) keeps reading until it has n bytes, raising DeviceTimeout once no byte came for
+    `idle` seconds or `deadline` (time.monotonic()) passed; a write that finds no room for
+    WRITE_TIMEOUT seconds raises it too. Everything else is the pyserial object's."""
+
+    def __init__(self, ser: Any, port: str) -> None:
+        self._ser = ser
+        self._port = port
+        self.idle = EXEC_IDLE_TIMEOUT
+        self.deadline: float | None = None
+        self.what = "an answer"
+        ser.timeout = _READ_SLICE
+        ser.write_timeout = WRITE_TIMEOUT
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ser, name)
+
+    def read(self, n: int = 1) -> bytes:
+        out = b""
+        since = time.monotonic()
+        while len(out) < n:
+            if self.deadline is not None and time.monotonic() >= self.deadline:
+                # Also when bytes keep coming: a chatty device cannot extend the bound.
+                raise DeviceTimeout("%s: no %s from the device in time" % (self._port, self.what))
+            got = self._ser.read(n - len(out))
+            now = time.monotonic()
+            if got:
+                out += got
+                since = now
+            if not got and now - since >= self.idle:
+                raise DeviceTimeout(
+                    "%s: no %s from the device for %g s" % (self._port, self.what, self.idle)
+                )
+        return out
+
+    def write(self, data: bytes) -> Any:
+        from serial import SerialTimeoutException  # type: ignore[import-untyped]
+
+        try:
+            return self._ser.write(data)
+        except SerialTimeoutException:
+            raise DeviceTimeout(
+                "%s: the device took no input for %g s" % (self._port, WRITE_TIMEOUT)
+            ) from None
+
+
 class _ReadOnlyCommand(PyboardCommand):  # type: ignore[misc]
     """mpremote's host side of `mount`, refusing every change (mpremote mount has no read-only flag).
 
@@ -236,6 +295,9 @@ class Device:
     False resumes (required for the unix port, which exits on Ctrl-D).
     """
 
+    hung = False  # a bound passed: the device is not talked to until recover()
+    io: "_BoundedSerial | None" = None  # None: a transport set up elsewhere, without bounds
+
     def __init__(self, port: str, soft_reset: bool = True, timeout: float = 8.0) -> None:
         check_mpremote_version()
         self.port = port
@@ -245,18 +307,89 @@ class Device:
         try:
             with contextlib.redirect_stdout(sink):
                 self.t = SerialTransport(port, baudrate=115200)
+            self.io = _BoundedSerial(self.t.serial, port)
         except TransportError as e:
             raise DeviceError(
                 "cannot open %s: %s (in use by another program?)" % (port, e)
             ) from None
         except (OSError, ValueError) as e:
             raise DeviceError("cannot open %s: %s" % (port, e)) from None
+        self.t.serial = self.io
         try:
-            with contextlib.redirect_stdout(sink):
+            with contextlib.redirect_stdout(sink), self._bounded(timeout, "answer", timeout):
                 self.t.enter_raw_repl(soft_reset=soft_reset, timeout_overall=timeout)
+        except DeviceTimeout:
+            self._close_serial()
+            raise DeviceTimeout(
+                "%s: no MicroPython raw REPL answered within %g s (is MicroPython running there, "
+                "and no other program using the port? a hung board needs a reset)" % (port, timeout)
+            ) from None
         except (TransportError, OSError) as e:
             self._close_serial()
             raise DeviceError("%s: no MicroPython raw REPL answered (%s)" % (port, e)) from None
+
+    @contextlib.contextmanager
+    def _bounded(self, idle: float, what: str, overall: float | None = None) -> Iterator[None]:
+        """Reads inside wait at most idle seconds for a byte (and end by overall seconds from now);
+        past that DeviceTimeout, the device is marked hung and what runs there is interrupted."""
+        if self.hung:
+            raise DeviceTimeout(
+                "%s: the device stopped answering earlier in this session" % self.port
+            )
+        b = self.io
+        if b is None:
+            yield
+            return
+        saved = (b.idle, b.deadline, b.what)
+        b.idle, b.what = idle, what
+        b.deadline = None if overall is None else time.monotonic() + overall
+        try:
+            yield
+        except DeviceTimeout:
+            self.hung = True
+            self._interrupt()
+            raise
+        except TransportError as e:
+            if not str(e).startswith("timeout"):
+                raise
+            # mpremote's own bound fired (it polls a port that is not a /dev/pts pty).
+            self.hung = True
+            self._interrupt()
+            raise DeviceTimeout(
+                "%s: no %s from the device for %g s" % (self.port, what, idle)
+            ) from None
+        finally:
+            b.idle, b.deadline, b.what = saved
+
+    def _interrupt(self) -> None:
+        """Ctrl-C to whatever runs on the device (best effort: a hung device may not read it)."""
+        try:
+            if self.io is not None:
+                self.io._ser.write(b"\r\x03")
+        except Exception:
+            pass
+
+    def recover(self, timeout: float = 3.0) -> bool:
+        """After a timeout: interrupt the device, enter the raw REPL again and drop a mount.
+        True when the device answers again (the session can go on), else it stays hung."""
+        if getattr(self, "t", None) is None:
+            return False
+        self.hung = False
+        try:
+            # Through mpremote's intercept while mounted: what the interrupted code still asks of
+            # /remote is served until the mount is gone.
+            with contextlib.redirect_stdout(io.StringIO()), self._bounded(
+                timeout, "answer", timeout
+            ):
+                self.t.enter_raw_repl(soft_reset=False, timeout_overall=timeout)
+                self.t.umount_local()
+        except (DeviceError, TransportError, OSError):
+            self.hung = True
+            if self.t.mounted and self.io is not None:
+                self.t.serial = self.io
+                self.t.mounted = False
+            return False
+        return True
 
     def _close_serial(self) -> None:
         try:
@@ -267,10 +400,13 @@ class Device:
     def close(self) -> None:
         if getattr(self, "t", None) is None:
             return
+        if self.hung:
+            self.recover()
         try:
-            if self.t.mounted:
-                self.t.umount_local()
-            self.t.exit_raw_repl()
+            if not self.hung:
+                if self.t.mounted:
+                    self.t.umount_local()
+                self.t.exit_raw_repl()
         except Exception:
             pass
         self._close_serial()
@@ -281,7 +417,10 @@ class Device:
 
         The raw REPL is not exited: the device stays busy with the code until it returns."""
         try:
-            self.t.exec_raw_no_follow(code)
+            with self._bounded(EXEC_IDLE_TIMEOUT, "answer"):
+                self.t.exec_raw_no_follow(code)
+        except DeviceTimeout:
+            raise
         except Exception as e:
             raise DeviceError("%s: could not start code (%s)" % (self.port, e)) from None
         finally:
@@ -299,9 +438,11 @@ class Device:
     def exec(
         self, code: str, path: str | None = None, consumer: Callable[[bytes], None] | None = None
     ) -> bytes:
-        """Run code on the device, return its stdout bytes; errors mapped (see _map_exec_error)."""
+        """Run code on the device, return its stdout bytes; errors mapped (see _map_exec_error).
+        DeviceTimeout when the device sends nothing for EXEC_IDLE_TIMEOUT seconds."""
         try:
-            return bytes(self.t.exec(code, data_consumer=consumer))
+            with self._bounded(EXEC_IDLE_TIMEOUT, "answer"):
+                return bytes(self.t.exec(code, data_consumer=consumer))
         except TransportExecError as e:
             raise _map_exec_error(e, path) from None
         except TransportError as e:
@@ -342,12 +483,15 @@ class Device:
     def run(
         self, code: str, out: Callable[[bytes], None], idle_timeout: float = RUN_IDLE_TIMEOUT
     ) -> str:
-        """Run a (possibly long) program streaming its output to out(bytes); return stderr text."""
+        """Run a (possibly long) program streaming its output to out(bytes); return stderr text.
+        DeviceTimeout (and the program interrupted) after idle_timeout seconds without output."""
         try:
-            self.t.exec_raw_no_follow(code)
-            _, err = self.t.follow(
-                idle_timeout, data_consumer=lambda b: out(b.replace(b"\x04", b""))
-            )
+            with self._bounded(EXEC_IDLE_TIMEOUT, "answer"):
+                self.t.exec_raw_no_follow(code)
+            with self._bounded(idle_timeout, "output"):
+                _, err = self.t.follow(
+                    idle_timeout, data_consumer=lambda b: out(b.replace(b"\x04", b""))
+                )
         except TransportError as e:
             raise DeviceError("%s: %s" % (self.port, e)) from None
         except OSError as e:
@@ -543,7 +687,8 @@ class Device:
 
         read_only: the device can stat, list and read, nothing else (see _ReadOnlyCommand)."""
         try:
-            self.t.mount_local(os.path.abspath(path))
+            with self._bounded(EXEC_IDLE_TIMEOUT, "answer"):
+                self.t.mount_local(os.path.abspath(path))
         except TransportExecError as e:
             raise _map_exec_error(e, path) from None
         except TransportError as e:
@@ -556,9 +701,14 @@ class Device:
             self.t.serial.cmd = ro  # mpremote's SerialIntercept dispatches to this object
 
     def umount_local(self) -> None:
+        """Undo mount_local (after a timeout: recover() first, which drops the mount)."""
+        if self.hung:
+            self.recover()
+            return
         try:
-            self.t.umount_local()
-        except (TransportError, OSError):
+            with self._bounded(EXEC_IDLE_TIMEOUT, "answer"):
+                self.t.umount_local()
+        except (TransportError, OSError, DeviceTimeout):
             pass
 
 
@@ -567,6 +717,7 @@ __all__ = [
     "DeviceError",
     "DeviceExecError",
     "DeviceReplyError",
+    "DeviceTimeout",
     "S_IFDIR",
     "S_IFREG",
     "parse_reply",

