@@ -60,12 +60,13 @@ _MAX_SEQ = 0xFFFFFFFFFFFFFFFF
 _PLAUSIBLE_SEQ = 1 << 48  # a damaged manifest's next_seq is trusted only below this [K5]
 _MAX_GEN = 0xFFFFFFFFFFFFFFFF
 _CHUNK = const(2048)
+_LOST_REASON = b"ddq salvage: reason record lost"
 _SCAN_RECORDS = const(4000000)  # the R4 bound per segment
 _ENOENT = const(2)
 
 # Item fields (a list per seq): log position, path index, offset, payload length, state,
 # attempts, lease_until_ms, not_before_ms, reason path index (-1: none), reason offset,
-# reason length, generation.
+# reason length, generation, uncertain.
 _POS = const(0)
 _PI = const(1)
 _OFF = const(2)
@@ -78,6 +79,7 @@ _RPI = const(8)
 _ROFF = const(9)
 _RLEN = const(10)
 _GEN = const(11)
+_UNC = const(12)  # 1: the records deciding its state may be lost or out of order
 
 _DEFAULTS = (("segment_bytes", 4194304, 256, 67108864), ("max_payload_bytes", 1048576, 1, 67108816),
              ("max_items", 100000, 1, 1000000), ("max_segments", 1024, 1, 4096))
@@ -175,7 +177,11 @@ class _Scan:
         self.last_damage: "dict[int, int]" = {}  # generation -> position of its last damage
         self.items: "dict[int, dict[int, list[int]]]" = {}  # generation -> seq -> fields
         self.acked: "dict[int, set[int]]" = {}  # generation -> seqs with an intact ACK
-        self.quar_only: "dict[int, set[int]]" = {}  # seqs with an intact QUARANTINE, DATA lost
+        # records met before their DATA (generation -> seq -> its QUARANTINE's place or None)
+        self.early: "dict[int, dict[int, Optional[list[int]]]]" = {}
+        self.last_data: "dict[int, int]" = {}  # generation -> seq of its last DATA
+        self.misordered: "list[list[Any]]" = []
+        self.after = 0  # seq of the DATA just read, across segments (a STATE follows only it, R7)
         self.seen: "set[int]" = set()  # every seq an intact record names
         self.max_seq = 0
         self.records = 0
@@ -184,6 +190,11 @@ class _Scan:
 
     def damage(self, gen: int, name: str, start: int, end: int) -> None:
         self.damaged.append([name, start, end])
+        self.event(gen)
+
+    def event(self, gen: int) -> None:
+        # Whatever came before in this generation may have lost the records after it.
+        self.after = 0
         self.pos += 1
         self.last_damage[gen] = self.pos
 
@@ -261,15 +272,20 @@ class _Scan:
             q += len(b)
         return True
 
-    def segment(self, gen: int, idx: int, path: str, last: bool, boundary: int) -> None:
-        """Read one segment record by record, resynchronising after damage [K2]."""
+    def segment(self, gen: int, idx: int, path: str, last: bool, boundary: int) -> "list[int]":
+        """Read one segment record by record, resynchronising after damage [K2].
+
+        Returns [size, length of a valid first record or 0, log position of its start]."""
         name = ddq.segment_name(gen, idx)
         pi = len(self.paths)
         self.paths.append(path)
         self.names.append(name)
         items = self.items.setdefault(gen, {})
         acked = self.acked.setdefault(gen, set())
+        early = self.early.setdefault(gen, {})
         size = _size(path)
+        self.pos += 1
+        out = [size, 0, self.pos]
         f = open(path, "rb")
         try:
             p = 0
@@ -289,25 +305,51 @@ class _Scan:
                     p = q
                     continue
                 typ, seq, arg, plen, rlen = r
+                if p == 0:
+                    out[1] = rlen
                 self.pos += 1
                 self.records += 1
                 self.seen.add(seq)
-                if seq > self.max_seq and (typ != _T_DATA or seq < _MAX_SEQ):
+                if seq > self.max_seq and seq < _MAX_SEQ:  # 2^64-1 names no item (F6)
                     self.max_seq = seq
                 it = items.get(seq)
+                if it is not None and typ != _T_DATA and not _legal(typ, it[_ST], it[_RPI], seq == self.after):
+                    # R6/R7 forbid this transition here: a record before it is lost or the log
+                    # is out of order (a segment copied or doubled): handled like damage
+                    self.misordered.append([name, p, p + rlen])
+                    self.event(gen)
+                    it[_UNC] = 1
+                self.after = seq if typ == _T_DATA else 0
                 if typ == _T_DATA:
+                    unc = 0
+                    if seq <= self.last_data.get(gen, 0):
+                        # R5: DATA seqs only grow within a generation; a log out of order (a
+                        # segment copied, swapped, doubled) may hide records: like damage
+                        self.misordered.append([name, p, p + rlen])
+                        self.event(gen)
+                        unc = 1
+                    else:
+                        self.last_data[gen] = seq
                     if it is not None:
                         self.dups += 1  # the first one found is kept
                     else:
-                        items[seq] = [self.pos, pi, p, plen, _AVAILABLE, 0, 0, 0, -1, 0, 0, gen]
+                        it = items[seq] = [self.pos, pi, p, plen, _AVAILABLE, 0, 0, 0, -1, 0, 0, gen, unc]
+                        if seq in early:  # records about it came first: out of order
+                            it[_UNC] = 1
+                            ql = early[seq]
+                            if ql is not None:
+                                it[_ST] = _QUARANTINED
+                                it[_RPI], it[_ROFF], it[_RLEN] = ql[0], ql[1], ql[2]
                 elif typ == _T_ACK:
                     acked.add(seq)
                     if it is not None:
                         it[_ST] = _ACKED
                 elif it is None:
                     self.orphans += 1
-                    if typ == _T_QUAR:
-                        self.quar_only.setdefault(gen, set()).add(seq)
+                    if typ == _T_QUAR and early.get(seq) is None:
+                        early[seq] = [pi, p, plen]
+                    elif seq not in early:
+                        early[seq] = None
                 elif typ == _T_QUAR and it[_ST] != _ACKED and it[_RPI] < 0:
                     it[_ST] = _QUARANTINED  # after a CLAIM, or after a STATE saying so (R7)
                     it[_LEASE] = 0
@@ -334,10 +376,22 @@ class _Scan:
                 p += rlen
             else:
                 raise ddq.Limit("more than %d records in %s" % (_SCAN_RECORDS, name))
-            if boundary > size and last:
+            if boundary > size:
                 self.damage(gen, name, size, boundary)  # the manifest's boundary lies past the end
         finally:
             f.close()
+        return out
+
+
+def _legal(typ: int, st: int, reason: int, after_data: bool) -> bool:
+    # The transitions R6 and R7 allow (reason: the item's QUARANTINE place, -1 none yet).
+    if typ == _T_CLAIM:
+        return st == _AVAILABLE or st == _CLAIMED
+    if typ == _T_ACK or typ == _T_RETRY:
+        return st == _CLAIMED
+    if typ == _T_QUAR:
+        return st == _CLAIMED or (st == _QUARANTINED and reason < 0)
+    return after_data  # STATE right after its DATA
 
 
 def _read_manifest(path: str) -> "tuple[str, Optional[tuple[int, int, int, int, int]], int]":
@@ -364,13 +418,44 @@ def _read_manifest(path: str) -> "tuple[str, Optional[tuple[int, int, int, int, 
     return "damaged", None, nxt
 
 
-def _ranges(seqs: "list[int]") -> "list[list[int]]":
+def _merge(rs: "list[list[int]]") -> "list[list[int]]":
     out: "list[list[int]]" = []
-    for s in seqs:
-        if out and out[-1][1] == s - 1:
-            out[-1][1] = s
+    for lo, hi in sorted(rs):
+        if out and lo <= out[-1][1] + 1:
+            if hi > out[-1][1]:
+                out[-1][1] = hi
         else:
-            out.append([s, s])
+            out.append([lo, hi])
+    return out
+
+
+def _sub(rs: "list[list[int]]", points: "set[int]") -> "list[list[int]]":
+    # The ranges rs without the seqs in points.
+    out: "list[list[int]]" = []
+    cut = sorted(points)
+    for lo, hi in rs:
+        for x in cut:
+            if lo <= x <= hi:
+                if x > lo:
+                    out.append([lo, x - 1])
+                lo = x + 1
+        if lo <= hi:
+            out.append([lo, hi])
+    return out
+
+
+def _minus(rs: "list[list[int]]", drop: "list[list[int]]") -> "list[list[int]]":
+    # The ranges rs without any range of drop (merged, sorted).
+    out: "list[list[int]]" = []
+    for lo, hi in rs:
+        for a, b in drop:
+            if b < lo or a > hi:
+                continue
+            if a > lo:
+                out.append([lo, a - 1])
+            lo = b + 1
+        if lo <= hi:
+            out.append([lo, hi])
     return out
 
 
@@ -427,6 +512,12 @@ def salvage(src: str, dst: str, **options: "Any") -> "dict[str, Any]":
             segs.setdefault(g, {})[i] = p
     mstate, man, dmg_next = _read_manifest(src + "/queue.manifest")
     tstate, tman, _ = _read_manifest(src + "/queue.manifest.tmp")
+    # A manifest over these limits (M2) is not trusted to select anything (R15 would refuse it).
+    if man is not None and (man[2] > ms or man[4] > sb):
+        dmg_next = man[1] if man[1] < _PLAUSIBLE_SEQ else 0
+        mstate, man = "damaged", None
+    if tman is not None and (tman[2] > ms or tman[4] > sb):
+        tstate, tman = "damaged", None
     marker = _kind(src + "/queue.format") == 1
     if mstate == "missing" and tstate == "ok" and marker:
         mstate, man = "tmp", tman  # R14: the tmp was to become the manifest
@@ -439,17 +530,38 @@ def salvage(src: str, dst: str, **options: "Any") -> "dict[str, Any]":
         top = max(have) if have else -1
         if man is not None:
             top = max(top, man[2] - 1)
-        for i in range(top + 1):
+        idset = set(have)
+        if man is not None:
+            idset.add(man[2] - 1)
+        ids = sorted(idset)
+        prev = -1
+        chain: "list[list[Any]]" = []
+        for i in ids:  # bounded by the directory's entries (no range over a forged id)
+            if i > prev + 1:  # ids prev+1 .. i-1 are missing: one damage event, names capped
+                for j in range(prev + 1, min(i, prev + 1 + 64)):
+                    sc.missing.append(ddq.segment_name(g, j))
+                sc.damage(g, ddq.segment_name(g, prev + 1), 0, -(i - prev - 1))
+            prev = i
             path = have.get(i)
             name = ddq.segment_name(g, i)
-            if path is None:
+            if path is None:  # the manifest's last segment
                 sc.missing.append(name)
                 sc.damage(g, name, 0, -1)
                 continue
             boundary = 0
             if man is not None and i == man[2] - 1:
                 boundary = man[4]
-            sc.segment(g, i, path, i == top, boundary)
+            chain.append([i, name] + sc.segment(g, i, path, i == top, boundary))
+        # F7: a segment ends where the next record did not fit. Some writer's segment_bytes W
+        # must satisfy: every segment <= W < a segment's end + its successor's first record
+        # (as fsck checks); where none can, records at that segment's end are missing.
+        if chain:
+            most = max(c[2] for c in chain)
+            for a, b in zip(chain, chain[1:]):
+                if b[0] == a[0] + 1 and b[3] and a[2] + b[3] <= most:
+                    sc.damaged.append([a[1], a[2], a[2]])
+                    if b[4] > sc.last_damage.get(g, 0):
+                        sc.last_damage[g] = b[4]
 
     # Merge the generations read: an ACK or a QUARANTINE anywhere is final; a state the
     # generations disagree on, or one that damage after its DATA may hide, becomes AVAILABLE.
@@ -466,23 +578,35 @@ def salvage(src: str, dst: str, **options: "Any") -> "dict[str, Any]":
             if seq in acked_all or it[_ST] == _ACKED:
                 continue
             if it[_ST] != _QUARANTINED and it[_POS] < ld:
-                it.append(1)  # uncertain: records after its DATA are lost
-            prev = final.get(seq)
-            if prev is None:
+                it[_UNC] = 1  # records after its DATA are lost
+            for g2 in gens:
+                if g2 != g and seq in sc.early.get(g2, {}):
+                    it[_UNC] = 1  # records about it in another generation, before any DATA there
+                    ql = sc.early[g2][seq]
+                    if ql is not None and it[_ST] != _QUARANTINED:
+                        it[_ST] = _QUARANTINED
+                        it[_LEASE] = 0
+                        it[_RPI], it[_ROFF], it[_RLEN] = ql[0], ql[1], ql[2]
+            other = final.get(seq)
+            if other is None:
                 final[seq] = it
-            elif prev[_ST] == _QUARANTINED:
+            elif other[_ST] == _QUARANTINED:
                 pass
             elif it[_ST] == _QUARANTINED:
                 final[seq] = it
-            elif prev[_ST:_NB + 1] != it[_ST:_NB + 1]:
+            elif other[_ST:_NB + 1] != it[_ST:_NB + 1]:
                 conflicts.add(seq)
     for g in gens:
         for seq, it in sc.items.get(g, {}).items():
             if (seq in acked_all or it[_ST] == _ACKED) and seq not in final:
                 dropped += 1
+    quar_unc: "list[int]" = []
     for seq in sorted(final):
         it = final[seq]
-        if it[_ST] != _QUARANTINED and (len(it) > _GEN + 1 or seq in conflicts):
+        if it[_ST] == _QUARANTINED and (it[_UNC] or it[_POS] < sc.last_damage.get(it[_GEN], 0)
+                                        or it[_RPI] < 0):
+            quar_unc.append(seq)  # final, but its attempts, not_before or reason may be short
+        if it[_ST] != _QUARANTINED and (it[_UNC] or seq in conflicts):
             reset.append(seq)
             it[_ST] = _AVAILABLE
             it[_LEASE] = 0
@@ -507,10 +631,10 @@ def salvage(src: str, dst: str, **options: "Any") -> "dict[str, Any]":
     # highest seen had its DATA in the log, so a gap there is lost too. Gaps in a snapshot
     # prefix may be acked items a compaction dropped: reported as uncertain.
     have_data = sorted(set(kept) | dropped_seqs)
-    lost: "set[int]" = set()
+    points: "set[int]" = set()
     for s in sc.seen:
         if s not in final and s not in dropped_seqs and s not in acked_all:
-            lost.add(s)
+            points.add(s)
     uncertain: "list[list[int]]" = []
     exact_from = 1
     if man is not None and man[0] != 0:
@@ -519,11 +643,8 @@ def salvage(src: str, dst: str, **options: "Any") -> "dict[str, Any]":
     elif man is None and any(g != 0 for g in gens):
         exact_from = sc.max_seq + 1
         uncertain = _gaps(have_data, 1, sc.max_seq + 1)
-    for r in _gaps(have_data, exact_from, sc.max_seq + 1):
-        for s in range(r[0], r[1] + 1):
-            if s not in acked_all:
-                lost.add(s)
-    uncertain = [r for r in uncertain if not all(s in lost for s in range(r[0], r[1] + 1))]
+    # ranges, never one entry per seq: a forged seq near 2^64 must not cost memory
+    lost = _sub(_gaps(have_data, exact_from, sc.max_seq + 1), acked_all)
     snapshot_lost = -1
     if man is not None and man[0] != 0:
         in_prefix = 0
@@ -538,12 +659,15 @@ def salvage(src: str, dst: str, **options: "Any") -> "dict[str, Any]":
         if snapshot_lost == 0:
             uncertain = []  # every item of the snapshot is here: the gaps are compacted acks
         elif width == snapshot_lost:
-            for r in uncertain:  # every gap is a lost item: exact
-                for s in range(r[0], r[1] + 1):
-                    lost.add(s)
+            lost = lost + uncertain  # every gap is a lost item: exact
             uncertain = []
+    lost = _merge(lost + [[x, x] for x in points])
+    uncertain = _minus(uncertain, lost)
+    lost_count = 0
+    for r in lost:
+        lost_count += r[1] - r[0] + 1
     usable = sc.records > 0 or man is not None
-    loss = bool(sc.damaged) or bool(lost) or bool(reset) or mstate == "damaged" or snapshot_lost > 0 \
+    loss = bool(quar_unc) or bool(sc.damaged) or bool(sc.misordered) or lost_count > 0 or bool(reset) or mstate == "damaged" or snapshot_lost > 0 \
         or (man is None and marker)
     status = "nothing_usable" if not usable else ("salvaged_with_loss" if loss else "clean")
     gen = 1
@@ -552,7 +676,7 @@ def salvage(src: str, dst: str, **options: "Any") -> "dict[str, Any]":
     if tman is not None:
         gen = max(gen, tman[0] + 1)
     if gen > _MAX_GEN:
-        raise ddq.Limit("generation exhausted")
+        gen = 1  # dst is a new directory: any generation >= 1 is fresh there
     report: "dict[str, Any]" = {
         "status": status,
         "source": src,
@@ -562,6 +686,7 @@ def salvage(src: str, dst: str, **options: "Any") -> "dict[str, Any]":
         "segments_read": sc.names,
         "segments_missing": sc.missing,
         "damaged": sc.damaged,
+        "out_of_order": sc.misordered,
         "torn_tail_bytes": sc.torn,
         "records_intact": sc.records,
         "orphan_records": sc.orphans,
@@ -569,8 +694,9 @@ def salvage(src: str, dst: str, **options: "Any") -> "dict[str, Any]":
         "kept": len(kept),
         "dropped_acked": dropped,
         "reset": reset,
-        "lost_seqs": _ranges(sorted(lost)),
-        "lost_count": len(lost),
+        "quarantined_uncertain": quar_unc,
+        "lost_seqs": lost,
+        "lost_count": lost_count,
         "snapshot_items_lost": snapshot_lost,
         "uncertain_gaps": uncertain,
         "next_seq": next_seq,
@@ -612,7 +738,7 @@ def _write(sc: _Scan, dst: str, gen: int, next_seq: int, kept: "list[int]",
             if st != _AVAILABLE or att or lease or nb:
                 recs.append(encode_record(_T_STATE, seq, 0, struct.pack("<IIQQ", st, att, lease, nb)))
             if st == _QUARANTINED:
-                reason = b""
+                reason = _LOST_REASON
                 if it[_RPI] >= 0:
                     reason = _copy(sc, files, it[_RPI], it[_ROFF], _T_QUAR, seq)
                 recs.append(encode_record(_T_QUAR, seq, 0, reason))

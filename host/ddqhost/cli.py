@@ -564,9 +564,11 @@ def render_salvage(rep: dict[str, Any]) -> str:
         len(rep["segments_read"]), " ".join(rep["segments_missing"]) or "none"))
     for name, start, end in rep["damaged"]:
         if end < 0:
-            out.append("damaged: %s: the whole segment is missing" % name)
+            out.append("damaged: %d segment(s) missing from %s" % (-end, name))
         else:
             out.append("damaged: %s bytes %d..%d (%d bytes)" % (name, start, end, end - start))
+    for name, start, _end in rep["out_of_order"]:
+        out.append("out of order (a DATA seq that does not grow): %s at %d" % (name, start))
     if rep["torn_tail_bytes"]:
         out.append("torn tail (a crash's unfinished write, not a loss): %d bytes"
                    % rep["torn_tail_bytes"])
