@@ -312,3 +312,26 @@ def test_salvage_nothing_usable():
     except OSError:
         pass
     support.raises(ddq.InvalidArgument, ddq_salvage.salvage, g, out, segment_bytes=10)
+
+
+def test_salvage_log_out_of_order():
+    # EVIDENCE-OF: K2 K3
+    # A segment copied over the next one: every byte is valid, but DATA seqs go back (R5) and
+    # transitions R6 forbids appear. Items before it are uncertain: reset, never a wrong state.
+    d = support.tmpdir() + "/q"
+    truth, nxt = _build(d)
+    segs = _segments(d)
+    support.write_file(d + "/" + segs[1], support.read_file(d + "/" + segs[0]))
+    out = support.tmpdir() + "/out"
+    rep = ddq_salvage.salvage(d, out, **OPTS)
+    assert rep["status"] == "salvaged_with_loss" and rep["out_of_order"], rep
+    assert rep["damaged"] == [] and rep["next_seq"] >= nxt
+    q = ddq.Queue(out, clock=support.FakeClock(T0), **OPTS)
+    try:
+        got = _state(q)
+    finally:
+        q.close()
+    unsure = set(rep["reset"]) | set(rep["quarantined_uncertain"])
+    for s, t in got.items():
+        assert t[4] == _pay(s), s
+        assert s in unsure or truth.get(s) == t, (s, t, truth.get(s))
