@@ -577,6 +577,9 @@ def render_salvage(rep: dict[str, Any]) -> str:
     out.append("kept: %d items; dropped (acked): %d" % (rep["kept"], rep["dropped_acked"]))
     out.append("reset to available (possible duplicates): %d: %s" % (
         len(rep["reset"]), _salvage_ranges(_salvage_runs(rep["reset"]))))
+    if rep["quarantined_uncertain"]:
+        out.append("quarantined, attempts/reason may be short: %s"
+                   % _salvage_ranges(_salvage_runs(rep["quarantined_uncertain"])))
     out.append("lost seqs: %d: %s" % (rep["lost_count"], _salvage_ranges(rep["lost_seqs"])))
     if rep["snapshot_items_lost"] > 0:
         out.append("snapshot items lost: %d" % rep["snapshot_items_lost"])
