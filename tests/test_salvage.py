@@ -258,6 +258,17 @@ def test_salvage_torn_tail_is_not_damage():
     rep = ddq_salvage.salvage(d, out, **OPTS)
     assert rep["status"] == "clean" and rep["torn_tail_bytes"] == 30, rep
     _check_out(out, truth, nxt)
+    # R11: a uniform 0xFF tail of 100 bytes (erased flash) is torn too; a non-uniform one is damage
+    support.write_file(d + "/" + n, b + b"\xff" * 100)
+    out = support.tmpdir() + "/out"
+    rep = ddq_salvage.salvage(d, out, **OPTS)
+    assert rep["status"] == "clean" and rep["torn_tail_bytes"] == 100, rep
+    support.write_file(d + "/" + n, b + b"\xff" * 50 + b"x" + b"\xff" * 49)
+    out = support.tmpdir() + "/out"
+    rep = ddq_salvage.salvage(d, out, **OPTS)
+    assert rep["status"] == "salvaged_with_loss" and rep["damaged"] == [[n, len(b), len(b) + 100]], rep
+    # damage after every DATA: every item not quarantined may have lost records (K3)
+    assert rep["reset"] == sorted(s for s in truth if truth[s][0] != "quarantined"), rep
 
 
 def test_salvage_damaged_manifest_keeps_next_seq():
