@@ -535,6 +535,92 @@ def do_records(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- salvage
+
+
+def argparse_salvage(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", metavar="DIR", help="the damaged queue directory (only read)")
+    p.add_argument("out", metavar="OUT", help="the new queue directory (must not exist)")
+    add_option_args(p)
+    p.add_argument("--json", action="store_true")
+
+
+def _salvage_ranges(rs: list[list[int]]) -> str:
+    return ", ".join(str(a) if a == b else "%d-%d" % (a, b) for a, b in rs) or "none"
+
+
+def _salvage_runs(seqs: list[int]) -> list[list[int]]:
+    runs: list[list[int]] = []
+    for x in seqs:
+        if runs and runs[-1][1] == x - 1:
+            runs[-1][1] = x
+        else:
+            runs.append([x, x])
+    return runs
+
+
+def render_salvage(rep: dict[str, Any]) -> str:
+    out = ["salvage %s -> %s" % (rep["source"], rep["output"] or "(nothing written)")]
+    out.append("manifest: %s; generations read: %s" % (
+        rep["manifest"], " ".join(str(g) for g in rep["generations_read"]) or "none"))
+    out.append("segments read: %d; missing: %s" % (
+        len(rep["segments_read"]), " ".join(rep["segments_missing"]) or "none"))
+    for name, start, end in rep["damaged"]:
+        if end < 0:
+            out.append("damaged: %d segment(s) missing from %s" % (-end, name))
+        else:
+            out.append("damaged: %s bytes %d..%d (%d bytes)" % (name, start, end, end - start))
+    for name, start, _end in rep["out_of_order"]:
+        out.append("out of order (a DATA seq that does not grow): %s at %d" % (name, start))
+    if rep["torn_tail_bytes"]:
+        out.append("torn tail (a crash's unfinished write, not a loss): %d bytes"
+                   % rep["torn_tail_bytes"])
+    out.append("intact records: %d (%d about a lost DATA)" % (
+        rep["records_intact"], rep["orphan_records"]))
+    out.append("kept: %d items; dropped (acked): %d" % (rep["kept"], rep["dropped_acked"]))
+    out.append("reset to available (possible duplicates): %d: %s" % (
+        len(rep["reset"]), _salvage_ranges(_salvage_runs(rep["reset"]))))
+    if rep["quarantined_uncertain"]:
+        out.append("quarantined, attempts/reason may be short: %s"
+                   % _salvage_ranges(_salvage_runs(rep["quarantined_uncertain"])))
+    out.append("lost seqs: %d: %s" % (rep["lost_count"], _salvage_ranges(rep["lost_seqs"])))
+    if rep["snapshot_items_lost"] > 0:
+        out.append("snapshot items lost: %d" % rep["snapshot_items_lost"])
+    if rep["uncertain_gaps"]:
+        out.append("gaps lost or compacted away (unknown which): %s"
+                   % _salvage_ranges(rep["uncertain_gaps"]))
+    out.append("next_seq: %d; generation: %d" % (rep["next_seq"], rep["generation"]))
+    out.append("result: %s" % rep["status"])
+    return "\n".join(out) + "\n"
+
+
+def do_salvage(args: argparse.Namespace) -> int:
+    """Exit 0 clean, 1 salvaged with loss, 2 nothing usable (SPEC [K8])."""
+    opts, src = resolve_options(args, args.dir)
+    if not os.path.isdir(args.dir):
+        raise CommandError("%s: no such directory" % args.dir)
+    if os.path.lexists(args.out):
+        raise CommandError("%s: exists (salvage writes a new directory)" % args.out)
+    real_in = os.path.realpath(args.dir)
+    real_out = os.path.realpath(args.out)
+    if real_out == real_in or real_out.startswith(real_in + os.sep):
+        raise CommandError("%s: inside %s (salvage never writes into DIR)" % (args.out, args.dir))
+    qdir.load_ddq()
+    try:
+        import ddq_salvage
+    except ImportError:
+        if qdir.port_dir() not in sys.path:
+            sys.path.insert(0, qdir.port_dir())
+        import ddq_salvage
+    rep: dict[str, Any] = ddq_salvage.salvage(args.dir, args.out, **opts)
+    if args.json:
+        rep["options_source"] = src
+        out_json(rep)
+    else:
+        sys.stdout.write(render_salvage(rep))
+    return {"clean": 0, "salvaged_with_loss": 1}.get(rep["status"], 2)
+
+
 # ---------------------------------------------------------------- replay
 
 
@@ -814,6 +900,12 @@ COMMANDS = {
     ),
     "verify": (do_verify, argparse_verify, "fsck: exit 0 clean, 1 torn tail only, 2 corrupt"),
     "records": (do_records, argparse_records, "dump the records of a queue directory"),
+    "salvage": (
+        do_salvage,
+        argparse_salvage,
+        "copy every intact item of a damaged queue into a new one (DIR only read): "
+        "exit 0 clean, 1 with loss, 2 nothing usable",
+    ),
     "replay": (do_replay, argparse_replay, "deliver pending messages to an MQTT broker (QoS 1)"),
     "test": (do_test, argparse_test, "run the shared test suite on a device"),
 }

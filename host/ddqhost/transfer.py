@@ -146,7 +146,9 @@ def mpy_header(path: str) -> bytes:
 
 # Modules of port/ that flash knows. ddq_mqtt loads anywhere (it imports `socket` only when its
 # own Sender connects), but without an app a board with no network does not get it.
-PORT_MODULES = ("ddq", "ddq_index", "ddq_reclaim", "ddq_outbox", "ddq_mqtt", "ddq_group")
+PORT_MODULES = (
+    "ddq", "ddq_index", "ddq_reclaim", "ddq_outbox", "ddq_mqtt", "ddq_group", "ddq_salvage"
+)
 NEEDS_NETWORK = ("ddq_mqtt",)
 
 
@@ -286,7 +288,7 @@ def flash(
     where = dpath(dest)
     code = (
         "import sys\nfor _m in ('ddq','ddq_index','ddq_reclaim','ddq_outbox','ddq_mqtt',"
-        "'ddq_group'):\n"
+        "'ddq_group','ddq_salvage'):\n"
         " if _m in sys.modules: del sys.modules[_m]\n"
     )
     if where != ".":

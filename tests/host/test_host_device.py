@@ -52,7 +52,7 @@ def test_flash_py_then_mpy(board):
     res = json.loads(r.stdout)
     mods = [
         ":ddq.py", ":ddq_index.py", ":ddq_reclaim.py", ":ddq_outbox.py", ":ddq_mqtt.py",
-        ":ddq_group.py",
+        ":ddq_group.py", ":ddq_salvage.py",
     ]
     assert res["board"] == "UNIX" and [w["path"] for w in res["written"]] == mods
     assert (
@@ -86,7 +86,8 @@ def test_flash_skips_what_the_board_cannot_load(board, tmp_path):
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert [w["path"] for w in res["written"]] == [
-        ":ddq.py", ":ddq_index.py", ":ddq_reclaim.py", ":ddq_outbox.py", ":ddq_group.py"]
+        ":ddq.py", ":ddq_index.py", ":ddq_reclaim.py", ":ddq_outbox.py", ":ddq_group.py",
+        ":ddq_salvage.py"]
     assert res["removed"] == [":ddq_mqtt.py"]
     # An app that imports ddq_mqtt gets it there too: the module loads without socket (its
     # adapters need none; only its own Sender imports socket, when it connects).

@@ -218,9 +218,10 @@ def test_flash_installs_what_the_app_imports(tmp_path):
     unix, pyb = boards.load("UNIX"), boards.load("PYBV11")
     # No app: every port module the board can load; no socket on PYBV11, so no ddq_mqtt.
     assert names(transfer.modules_to_install(unix)) == [
-        "ddq.py", "ddq_index.py", "ddq_reclaim.py", "ddq_outbox.py", "ddq_mqtt.py", "ddq_group.py"]
+        "ddq.py", "ddq_index.py", "ddq_reclaim.py", "ddq_outbox.py", "ddq_mqtt.py", "ddq_group.py",
+        "ddq_salvage.py"]
     assert names(transfer.modules_to_install(pyb)) == [
-        "ddq.py", "ddq_index.py", "ddq_reclaim.py", "ddq_outbox.py", "ddq_group.py"]
+        "ddq.py", "ddq_index.py", "ddq_reclaim.py", "ddq_outbox.py", "ddq_group.py", "ddq_salvage.py"]
     # An app: ddq and what it imports (also inside functions, and `from ... import`).
     plain = _app(tmp_path, "import time\nimport ddq\n")
     assert names(transfer.modules_to_install(unix, plain)) == ["ddq.py"]

@@ -5,6 +5,7 @@ Runs the four parts as subprocess tasks, two at a time (2 cores):
   3. bad images (CPython + Hypothesis, MicroPython)      4. injected faults (CPython, tfaults.py)
   3b. forged/altered HMAC-signed messages (CPython, forge.py): forged records tried and accepted
   1g. crash states of durable-on-return group writes (CPython, group.py): returned puts/acks lost
+  5. salvage (CPython, salvage.py): ddq_salvage over part 3's bad images; intact DATA kept, wrong, reused
 then prints ONE scoreboard line computed from what ran, checks the targets, and exits non-zero on
 any invariant failure or missed target, printing the first failure's reproduction.
 
@@ -27,7 +28,7 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 PY = sys.executable
 MP = os.path.join(ROOT, ".venv", "bin", "micropython")
 TARGETS = {"crash_states": 200000, "lfs_cuts": 30000, "fat_cuts": 10000, "bad_images": 100000,
-           "fault_kinds": 16, "index_opens": 10000, "hmac_forged": 10000}
+           "fault_kinds": 16, "index_opens": 10000, "hmac_forged": 10000, "salvage_images": 10000}
 SYNCS = ("always", "ack", "always", "none", "outbox")   # outbox: ddq_outbox.Outbox group commit
 # index_bytes per crash seed (k % 3): ddq's default (1 MiB: never reached, never written), 0 (the
 # index off), 1 (every close + reopen and save_index step writes queue.index; every judged state
@@ -55,6 +56,7 @@ def plan(scale, smoke=False):
         t.append(("mpbad", "mpbad 11", [MP, "mp_badimg.py", "11", "10", "200"], 120))
         t.append(("forge", "forge 11", [PY, "worker.py", "forge", "11", "500"], 120))
         t.append(("group", "group 11", [PY, "worker.py", "group", "11", "3"], 120))
+        t.append(("salvage", "salvage 11", [PY, "worker.py", "salvage", "11", "10"], 120))
         return t
     n_crash = 30 * scale
     for k in range(n_crash):
@@ -80,6 +82,9 @@ def plan(scale, smoke=False):
     for k in range(4 * scale):   # ddq_group: 4 asyncio tasks (or threads) x 6 puts, some acked, ~3 s each
         argv = [PY, "worker.py", "group", str(800 + k), "6"] + (["threads"] if k % 2 else [])
         t.append(("group", "group %d%s" % (800 + k, " threads" if k % 2 else ""), argv, 900))
+    for k in range(4 * scale):   # salvage over the bad images of the "bad" seeds (about 5,000 each)
+        seed = 500 + k
+        t.append(("salvage", "salvage %d" % seed, [PY, "worker.py", "salvage", str(seed), str(10 + (k * 7) % 36)], 900))
     for k in range(2 * scale):   # the same seeds, sizes and index_bytes as "bad": the base images must hash the same
         ix = "1" if k % 6 == 3 else "-"
         t.append(("mpbad", "mpbad %d%s" % (500 + k, " ix" if ix == "1" else ""),
@@ -148,7 +153,9 @@ def aggregate(done):
     sb = {"crash_states": 0, "lfs_cuts": 0, "fat_cuts": 0, "bad_images": 0, "fault_kinds": 0,
           "fault_points": 0, "lost": 0, "resurrected": 0, "reused_seq": 0, "unexpected": 0,
           "index_opens": 0, "index_mismatch": 0, "hmac_forged": 0, "hmac_forged_accepted": 0,
-          "group_states": 0, "group_returned_lost": 0}
+          "group_states": 0, "group_returned_lost": 0, "salvage_images": 0, "salvage_intact": 0,
+          "salvage_kept": 0, "salvage_wrong": 0, "salvage_reused": 0, "salvage_reset": 0,
+          "salvage_behind": 0, "salvage_forged": 0, "salvage_undetectable_cut": 0}
     extra = {"crash_checked": 0, "depth2_states": 0, "corrupt_reported": 0, "by_model": {},
              "lfs": {"drop": 0, "torn": 0, "raise": 0, "errno": 0}, "fat": {"drop": 0, "torn": 0, "raise": 0, "errno": 0},
              "bad_corrupt": 0, "bad_clean": 0, "bad_forged": 0, "hypothesis": 0, "mp_bad_images": 0,
@@ -170,6 +177,8 @@ def aggregate(done):
             continue
         for k in ("lost", "resurrected", "reused_seq", "unexpected"):
             sb[k] += r.get(k, 0)
+        if d["part"] == "salvage":   # its own counters; unexpected (above) counts its errors
+            sb["unexpected"] += r.get("wrong", 0) + r.get("reused", 0)
         # an index open that differs from the full replay: crash states and power cuts
         # (index_mismatch) and bad images (forged_index: a damaged or stale index accepted)
         sb["index_mismatch"] += r.get("index_mismatch", 0) + r.get("forged_index", 0)
@@ -217,6 +226,10 @@ def aggregate(done):
             extra["hmac_encrypted_forged"] += r.get("encrypted_forged", 0)  # of hmac_forged (E23)
             for k, v in r["by_kind"].items():
                 extra["hmac_by_kind"][k] = extra["hmac_by_kind"].get(k, 0) + v
+        elif part == "salvage":
+            for k in ("images", "intact", "kept", "wrong", "reused", "reset", "behind", "forged",
+                      "undetectable_cut"):
+                sb["salvage_" + k] += r[k]
         elif part == "group":
             sb["group_states"] += r["states"]
             sb["group_returned_lost"] += r["returned_lost"]
@@ -270,7 +283,7 @@ def main():
         parts = a.only.split(",")
         tasks = [t for t in tasks if t[0] in parts or (t[0] in ("hypo", "mpbad", "forge") and "bad" in parts)]
     # longest first so the two workers finish together
-    weight = {"crash": 3, "mp": 2, "fault": 2, "bad": 1, "hypo": 1, "mpbad": 0, "forge": 0, "group": 1}
+    weight = {"crash": 3, "mp": 2, "fault": 2, "bad": 1, "hypo": 1, "mpbad": 0, "forge": 0, "group": 1, "salvage": 1}
     tasks.sort(key=lambda t: -weight[t[0]])
     t0 = time.time()
     done = []
@@ -282,7 +295,8 @@ def main():
                 done.append(d)
                 r = d["res"] or {}
                 bad = sum(r.get(k, 0) for k in ("lost", "resurrected", "reused_seq", "unexpected", "index_mismatch",
-                                                "forged_index", "returned_lost") + (("accepted",) if d["part"] == "forge" else ()))
+                                                "forged_index", "returned_lost") + (("accepted",) if d["part"] == "forge" else ())
+                          + (("wrong", "reused") if d["part"] == "salvage" else ()))
                 print("  %-16s %6.1fs%s" % (d["label"], d["secs"], "" if d["rc"] == 0 and not bad else
                                             "  FAILURES=%d rc=%s" % (bad, d["rc"])), flush=True)
             return d
@@ -297,9 +311,13 @@ def main():
                              "CPython and MicroPython (byte compatibility)" % seed})
     line = scoreboard_line(sb, extra)
     print(line)
+    if any(t[0] == "salvage" for t in tasks):
+        print("salvage: " + " ".join("salvage_%s=%d" % (k, sb["salvage_" + k]) for k in (
+            "images", "intact", "kept", "wrong", "reused", "reset", "behind", "forged", "undetectable_cut")))
     print("wall %.0f s, %d tasks, jobs %d" % (wall, len(tasks), a.jobs))
     ok = sb["lost"] == sb["resurrected"] == sb["reused_seq"] == sb["unexpected"] == sb["index_mismatch"] == 0 \
-        and sb["hmac_forged_accepted"] == 0 and sb["group_returned_lost"] == 0
+        and sb["hmac_forged_accepted"] == 0 and sb["group_returned_lost"] == 0 \
+        and sb["salvage_kept"] == sb["salvage_intact"] and sb["salvage_wrong"] == sb["salvage_reused"] == 0
     missed = []
     if not (a.smoke or a.only):
         scale = 10 if a.full else 1

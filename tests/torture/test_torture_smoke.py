@@ -187,3 +187,30 @@ def test_group_checker_catches_a_group_that_returns_before_syncing():
 
     res = group.run_seed(ddq, Planted, 11, per=3)
     assert res["returned_lost"] > 0, res
+
+
+def test_salvage_slice():
+    # Part 5 (salvage.py): ddq_salvage over bad images keeps every intact DATA record, with no
+    # wrong payload or unreset state and no next_seq below what the image shows.
+    import salvage
+    res = salvage.run_seed(ddq, 11, 10, limit=600)
+    assert res["images"] > 300 and res["intact"] > 0, res
+    assert res["kept"] == res["intact"] and res["wrong"] == res["reused"] == res["unexpected"] == 0, \
+        res["fail"][:2]
+
+
+def test_salvage_checker_catches_a_wrong_state(monkeypatch):
+    # A salvage that forgets its resets must be caught (the checker is not vacuous).
+    import salvage
+
+    import ddq_salvage
+    real = ddq_salvage.salvage
+
+    def forgetful(src, dst, **kw):
+        rep = real(src, dst, **kw)
+        rep["reset"] = []
+        rep["quarantined_uncertain"] = []
+        return rep
+    monkeypatch.setattr(ddq_salvage, "salvage", forgetful)
+    res = salvage.run_seed(ddq, 11, 10)
+    assert res["wrong"] > 0, res

@@ -13,9 +13,10 @@ method, until the harness clears it). After the faulted operation the harness ch
   log, posix and LittleFS) also recovers to an allowed state.
 """
 import crash
-import ddqfmt
 import memfs
 import tmodel
+
+import ddqfmt
 
 
 def initial(seed, path="/q"):

@@ -9,6 +9,8 @@
     python tests/torture/worker.py base SEED NOPS [INDEX]          sha256 of a base image
     python tests/torture/worker.py forge SEED N                    part 3b: N forged/altered
                                                                    signed messages (forge.py)
+    python tests/torture/worker.py salvage SEED NOPS               part 5: salvage over part 3's
+                                                                   bad images (salvage.py)
     python tests/torture/worker.py group SEED PER [threads]        part 1g: durable-on-return
                                                                    group writes (group.py); asyncio
                                                                    tasks, or real threads
@@ -76,6 +78,9 @@ def main(argv):
         import ddq_group
         res = group.run_seed(ddq, ddq_group, seed, per=nops,
                              threads=len(argv) > 3 and argv[3] == "threads")
+    elif kind == "salvage":
+        import salvage
+        res = salvage.run_seed(ddq, seed, nops)
     elif kind == "base":
         res = {"base_sha256": base_sha(ddq, seed, nops, _index(argv, 3))}
     else:

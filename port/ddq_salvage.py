@@ -1,0 +1,777 @@
+"""ddq_salvage: build a new, valid queue from every intact record of a damaged one.
+
+A damaged queue directory makes ddq.Queue() raise Corrupt (fail-stop, SPEC R13). salvage()
+reads it without changing it and writes a fresh generation into a new directory: every DATA
+record whose CRC holds, with its seq and payload, in the state its intact control records
+give it; an item whose deciding records may be lost comes back available (a possible
+duplicate, never a loss). Acked items are dropped, as a compaction drops them; next_seq
+never goes back. Optional module: `import ddq` never loads it.
+
+    import ddq_salvage
+    report = ddq_salvage.salvage("outbox", "outbox.salvaged", segment_bytes=65536)
+    report["status"]     # "clean", "salvaged_with_loss" or "nothing_usable"
+
+Format and rules: docs/SPEC.md §15 [K1]-[K8].
+"""
+
+__version__ = "0.1.0"
+
+# Copyright (c) 2026 the ddq authors. BSD-3-Clause.
+
+import binascii
+import os
+import struct
+import time
+
+import ddq
+
+_MP = hasattr(time, "ticks_ms")  # a feature probe; mypy's two passes read it as a flag
+if _MP:
+    from micropython import const
+else:
+
+    def const(x: int) -> int:
+        return x
+
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Optional
+
+# ============================================================================ salvage
+# ddq's format values (SPEC §3-§6).
+_REC_FMT = "<IHHQQIIII"
+_REC_MAGIC = 0x31475144
+_MAGIC_BYTES = b"DQG1"
+_REC_COMMIT = 0x54494D43
+_HDR = const(40)
+_MIN_REC = const(48)
+_T_DATA = const(1)
+_T_CLAIM = const(2)
+_T_ACK = const(3)
+_T_RETRY = const(4)
+_T_QUAR = const(5)
+_T_STATE = const(6)
+_AVAILABLE = const(1)
+_CLAIMED = const(2)
+_ACKED = const(3)
+_QUARANTINED = const(4)
+_MAN_SIZE = const(48)
+_MAX_SEQ = 0xFFFFFFFFFFFFFFFF
+_PLAUSIBLE_SEQ = 1 << 48  # a damaged manifest's next_seq is trusted only below this [K5]
+_MAX_GEN = 0xFFFFFFFFFFFFFFFF
+_CHUNK = const(2048)
+_LOST_REASON = b"ddq salvage: reason record lost"
+_SCAN_RECORDS = const(4000000)  # the R4 bound per segment
+_ENOENT = const(2)
+
+# Item fields (a list per seq): log position, path index, offset, payload length, state,
+# attempts, lease_until_ms, not_before_ms, reason path index (-1: none), reason offset,
+# reason length, generation, uncertain.
+_POS = const(0)
+_PI = const(1)
+_OFF = const(2)
+_PLEN = const(3)
+_ST = const(4)
+_ATT = const(5)
+_LEASE = const(6)
+_NB = const(7)
+_RPI = const(8)
+_ROFF = const(9)
+_RLEN = const(10)
+_GEN = const(11)
+_UNC = const(12)  # 1: the records deciding its state may be lost or out of order
+
+_DEFAULTS = (("segment_bytes", 4194304, 256, 67108864), ("max_payload_bytes", 1048576, 1, 67108816),
+             ("max_items", 100000, 1, 1000000), ("max_segments", 1024, 1, 4096))
+
+
+def _crc(data: "Any", value: int = 0) -> int:
+    return int(binascii.crc32(data, value))
+
+
+def _kind(path: str) -> int:
+    # 0 missing, 1 regular file, 2 directory, 3 other.
+    try:
+        mode = os.stat(path)[0]
+    except OSError as e:
+        if e.errno == _ENOENT:
+            return 0
+        raise
+    if mode & 0o170000 == 0o040000:
+        return 2
+    return 1 if mode & 0o170000 == 0o100000 else 3
+
+
+def _size(path: str) -> int:
+    return int(os.stat(path)[6])
+
+
+def _read_at(f: "Any", off: int, n: int) -> bytes:
+    f.seek(off)
+    out = b""
+    for _ in range(n // 512 + 8):  # bounded: a short read ends the loop
+        b = f.read(n - len(out))
+        if not b:
+            break
+        out += b
+        if len(out) >= n:
+            break
+    return out
+
+
+def _sync_file(f: "Any") -> None:
+    f.flush()
+    fsync = getattr(os, "fsync", None)
+    if fsync is not None:
+        fsync(f.fileno())
+
+
+def _sync_dir(path: str) -> None:
+    # POSIX needs a directory fsync after create/rename (S3); MicroPython's VFSs have none.
+    fsync = getattr(os, "fsync", None)
+    if fsync is not None and hasattr(os, "O_RDONLY"):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _options(opts: "dict[str, Any]") -> "tuple[int, int, int, int]":
+    out = []
+    for name, default, lo, hi in _DEFAULTS:
+        v = opts.get(name, default)
+        if not isinstance(v, int) or isinstance(v, bool) or v < lo or v > hi:
+            raise ddq.InvalidArgument("%s must be an int in %d..%d" % (name, lo, hi))
+        out.append(v)
+    if out[1] > out[0] - _MIN_REC:
+        raise ddq.InvalidArgument("max_payload_bytes must be at most segment_bytes - 48")
+    return out[0], out[1], out[2], out[3]
+
+
+def encode_record(typ: int, seq: int, arg: int, payload: "Any") -> bytes:
+    """One whole record (header, payload, footer) with its CRC [F1]-[F3]."""
+    plen = len(payload)
+    rlen = _MIN_REC + plen
+    h = bytearray(_HDR)
+    struct.pack_into(_REC_FMT, h, 0, _REC_MAGIC, 1, typ, seq, arg, plen, rlen, 0, 0)
+    c = _crc(memoryview(h)[36:40], _crc(memoryview(h)[4:32]))
+    if plen:
+        c = _crc(payload, c)
+    struct.pack_into("<I", h, 32, c)
+    return bytes(h) + bytes(payload) + struct.pack("<II", _REC_COMMIT, rlen)
+
+
+class _Scan:
+    """The state of one salvage: what was read, where the damage is, the items found."""
+
+    def __init__(self, sb: int, mp: int) -> None:
+        self.sb = sb
+        self.mp = mp
+        self.pos = 0  # log position counter (records and damage events, in read order)
+        self.paths: "list[str]" = []
+        self.names: "list[str]" = []
+        self.damaged: "list[list[Any]]" = []
+        self.missing: "list[str]" = []
+        self.torn = 0
+        self.last_damage: "dict[int, int]" = {}  # generation -> position of its last damage
+        self.items: "dict[int, dict[int, list[int]]]" = {}  # generation -> seq -> fields
+        self.acked: "dict[int, set[int]]" = {}  # generation -> seqs with an intact ACK
+        # records met before their DATA (generation -> seq -> its QUARANTINE's place or None)
+        self.early: "dict[int, dict[int, Optional[list[int]]]]" = {}
+        self.last_data: "dict[int, int]" = {}  # generation -> seq of its last DATA
+        self.misordered: "list[list[Any]]" = []
+        self.after = 0  # seq of the DATA just read, across segments (a STATE follows only it, R7)
+        self.seen: "set[int]" = set()  # every seq an intact record names
+        self.max_seq = 0
+        self.records = 0
+        self.orphans = 0  # intact control records whose DATA is lost
+        self.dups = 0
+
+    def damage(self, gen: int, name: str, start: int, end: int) -> None:
+        self.damaged.append([name, start, end])
+        self.event(gen)
+
+    def event(self, gen: int) -> None:
+        # Whatever came before in this generation may have lost the records after it.
+        self.after = 0
+        self.pos += 1
+        self.last_damage[gen] = self.pos
+
+    def _valid(self, f: "Any", p: int, size: int) -> "Optional[tuple[int, int, int, int, int]]":
+        # The record at p if it is whole and valid (F2-F10): (type, seq, arg, plen, rlen).
+        if size - p < _MIN_REC:
+            return None
+        h = _read_at(f, p, _HDR)
+        if len(h) < _HDR:
+            return None
+        magic, ver, typ, seq, arg, plen, rlen, crc, res = struct.unpack_from(_REC_FMT, h, 0)
+        if magic != _REC_MAGIC or ver != 1 or rlen != _MIN_REC + plen or rlen > self.sb \
+                or p + rlen > size:
+            return None
+        rec = _read_at(f, p, rlen)
+        if len(rec) != rlen:
+            return None
+        try:
+            typ, seq, arg, plen = ddq.check_record(memoryview(rec), 0, self.sb, self.mp)
+        except ddq.Corrupt:
+            return None
+        if typ == _T_DATA and seq == _MAX_SEQ:
+            return None
+        if typ == _T_STATE:
+            st, _, lease, _ = struct.unpack_from("<IIQQ", rec, _HDR)
+            if st not in (_AVAILABLE, _CLAIMED, _QUARANTINED) or (lease != 0) != (st == _CLAIMED):
+                return None
+        return typ, seq, arg, plen, rlen
+
+    def _find(self, f: "Any", start: int, size: int) -> int:
+        # The offset of the next valid record at or after start, or -1 (resynchronisation).
+        q = start
+        for _ in range(size // (_CHUNK - 3) + 2):
+            if q > size - _MIN_REC:
+                return -1
+            b = _read_at(f, q, _CHUNK)
+            i = 0
+            for _ in range(len(b)):
+                i = b.find(_MAGIC_BYTES, i)
+                if i < 0:
+                    break
+                if self._valid(f, q + i, size) is not None:
+                    return q + i
+                i += 1
+            if len(b) < _CHUNK:
+                return -1
+            q += _CHUNK - 3
+        return -1
+
+    def _torn(self, f: "Any", p: int, size: int) -> bool:
+        # R10/R11: the crash shapes of a last segment's end; not damage.
+        n = size - p
+        if n < _HDR:
+            return True
+        h = _read_at(f, p, _HDR)
+        magic, ver, _, _, _, _, rlen, _, _ = struct.unpack_from(_REC_FMT, h, 0)
+        if magic == _REC_MAGIC and ver == 1 and _MIN_REC <= rlen <= self.sb and p + rlen > size:
+            return True
+        if magic == _REC_MAGIC and ver == 1 and p + rlen == size and rlen >= _MIN_REC:
+            ft = _read_at(f, size - 8, 8)
+            if ft in (b"\x00" * 8, b"\xff" * 8):
+                return True
+        q = p
+        first = -1
+        for _ in range(n // _CHUNK + 2):
+            b = _read_at(f, q, _CHUNK)
+            if not b:
+                break
+            if first < 0:
+                first = b[0]
+                if first not in (0, 0xFF):
+                    return False
+            if b.count(bytes((first,))) != len(b):
+                return False
+            q += len(b)
+        return True
+
+    def segment(self, gen: int, idx: int, path: str, last: bool, boundary: int) -> "list[int]":
+        """Read one segment record by record, resynchronising after damage [K2].
+
+        Returns [size, length of a valid first record or 0, log position of its start]."""
+        name = ddq.segment_name(gen, idx)
+        pi = len(self.paths)
+        self.paths.append(path)
+        self.names.append(name)
+        items = self.items.setdefault(gen, {})
+        acked = self.acked.setdefault(gen, set())
+        early = self.early.setdefault(gen, {})
+        size = _size(path)
+        self.pos += 1
+        out = [size, 0, self.pos]
+        f = open(path, "rb")
+        try:
+            p = 0
+            for _ in range(_SCAN_RECORDS):
+                if p >= size:
+                    break
+                r = self._valid(f, p, size)
+                if r is None:
+                    q = self._find(f, p + 1, size)
+                    if q < 0:
+                        if last and p >= boundary and self._torn(f, p, size):
+                            self.torn += size - p
+                        else:
+                            self.damage(gen, name, p, size)
+                        break
+                    self.damage(gen, name, p, q)
+                    p = q
+                    continue
+                typ, seq, arg, plen, rlen = r
+                if p == 0:
+                    out[1] = rlen
+                self.pos += 1
+                self.records += 1
+                self.seen.add(seq)
+                if seq > self.max_seq and seq < _MAX_SEQ:  # 2^64-1 names no item (F6)
+                    self.max_seq = seq
+                it = items.get(seq)
+                if it is not None and typ != _T_DATA and not _legal(typ, it[_ST], it[_RPI], seq == self.after):
+                    # R6/R7 forbid this transition here: a record before it is lost or the log
+                    # is out of order (a segment copied or doubled): handled like damage
+                    self.misordered.append([name, p, p + rlen])
+                    self.event(gen)
+                    it[_UNC] = 1
+                self.after = seq if typ == _T_DATA else 0
+                if typ == _T_DATA:
+                    unc = 0
+                    if seq <= self.last_data.get(gen, 0):
+                        # R5: DATA seqs only grow within a generation; a log out of order (a
+                        # segment copied, swapped, doubled) may hide records: like damage
+                        self.misordered.append([name, p, p + rlen])
+                        self.event(gen)
+                        unc = 1
+                    else:
+                        self.last_data[gen] = seq
+                    if it is not None:
+                        self.dups += 1  # the first one found is kept
+                    else:
+                        it = items[seq] = [self.pos, pi, p, plen, _AVAILABLE, 0, 0, 0, -1, 0, 0, gen, unc]
+                        if seq in early:  # records about it came first: out of order
+                            it[_UNC] = 1
+                            ql = early[seq]
+                            if ql is not None:
+                                it[_ST] = _QUARANTINED
+                                it[_RPI], it[_ROFF], it[_RLEN] = ql[0], ql[1], ql[2]
+                elif typ == _T_ACK:
+                    acked.add(seq)
+                    if it is not None:
+                        it[_ST] = _ACKED
+                elif it is None:
+                    self.orphans += 1
+                    if typ == _T_QUAR and early.get(seq) is None:
+                        early[seq] = [pi, p, plen]
+                    elif seq not in early:
+                        early[seq] = None
+                elif typ == _T_QUAR and it[_ST] != _ACKED and it[_RPI] < 0:
+                    it[_ST] = _QUARANTINED  # after a CLAIM, or after a STATE saying so (R7)
+                    it[_LEASE] = 0
+                    it[_RPI] = pi
+                    it[_ROFF] = p
+                    it[_RLEN] = plen
+                elif it[_ST] in (_ACKED, _QUARANTINED):
+                    pass  # terminal: a later CLAIM/RETRY/STATE cannot undo an ack or quarantine
+                elif typ == _T_CLAIM:
+                    it[_ST] = _CLAIMED
+                    it[_LEASE] = arg
+                elif typ == _T_RETRY:
+                    it[_ST] = _AVAILABLE
+                    it[_ATT] = min(it[_ATT] + 1, 0xFFFFFFFF)
+                    it[_LEASE] = 0
+                    it[_NB] = arg
+                elif typ == _T_STATE:
+                    b = _read_at(f, p + _HDR, 24)
+                    st, att, lease, nb = struct.unpack_from("<IIQQ", b, 0)
+                    it[_ST] = st
+                    it[_ATT] = att
+                    it[_LEASE] = lease
+                    it[_NB] = nb
+                p += rlen
+            else:
+                raise ddq.Limit("more than %d records in %s" % (_SCAN_RECORDS, name))
+            if boundary > size:
+                self.damage(gen, name, size, boundary)  # the manifest's boundary lies past the end
+        finally:
+            f.close()
+        return out
+
+
+def _legal(typ: int, st: int, reason: int, after_data: bool) -> bool:
+    # The transitions R6 and R7 allow (reason: the item's QUARANTINE place, -1 none yet).
+    if typ == _T_CLAIM:
+        return st == _AVAILABLE or st == _CLAIMED
+    if typ == _T_ACK or typ == _T_RETRY:
+        return st == _CLAIMED
+    if typ == _T_QUAR:
+        return st == _CLAIMED or (st == _QUARANTINED and reason < 0)
+    return after_data  # STATE right after its DATA
+
+
+def _read_manifest(path: str) -> "tuple[str, Optional[tuple[int, int, int, int, int]], int]":
+    # ("ok"/"missing"/"damaged", decoded or None, a plausible next_seq from a damaged one or 0).
+    k = _kind(path)
+    if k == 0:
+        return "missing", None, 0
+    if k != 1:
+        return "damaged", None, 0
+    f = open(path, "rb")
+    try:
+        b = f.read(_MAN_SIZE + 1)
+    finally:
+        f.close()
+    try:
+        return "ok", ddq.decode_manifest(b), 0
+    except ddq.Corrupt:
+        pass
+    nxt = 0
+    if len(b) >= 24:
+        nxt = struct.unpack_from("<Q", b, 16)[0]
+        if nxt >= _PLAUSIBLE_SEQ:
+            nxt = 0
+    return "damaged", None, nxt
+
+
+def _merge(rs: "list[list[int]]") -> "list[list[int]]":
+    out: "list[list[int]]" = []
+    for lo, hi in sorted(rs):
+        if out and lo <= out[-1][1] + 1:
+            if hi > out[-1][1]:
+                out[-1][1] = hi
+        else:
+            out.append([lo, hi])
+    return out
+
+
+def _sub(rs: "list[list[int]]", points: "set[int]") -> "list[list[int]]":
+    # The ranges rs without the seqs in points.
+    out: "list[list[int]]" = []
+    cut = sorted(points)
+    for lo, hi in rs:
+        for x in cut:
+            if lo <= x <= hi:
+                if x > lo:
+                    out.append([lo, x - 1])
+                lo = x + 1
+        if lo <= hi:
+            out.append([lo, hi])
+    return out
+
+
+def _minus(rs: "list[list[int]]", drop: "list[list[int]]") -> "list[list[int]]":
+    # The ranges rs without any range of drop (merged, sorted).
+    out: "list[list[int]]" = []
+    for lo, hi in rs:
+        for a, b in drop:
+            if b < lo or a > hi:
+                continue
+            if a > lo:
+                out.append([lo, a - 1])
+            lo = b + 1
+        if lo <= hi:
+            out.append([lo, hi])
+    return out
+
+
+def _gaps(have: "list[int]", lo: int, hi: int) -> "list[list[int]]":
+    # The ranges of lo..hi-1 not in the sorted list have.
+    out: "list[list[int]]" = []
+    prev = lo - 1
+    for s in have:
+        if s >= hi:
+            break
+        if s < lo:
+            continue
+        if s > prev + 1:
+            out.append([prev + 1, s - 1])
+        prev = s
+    if hi - 1 > prev:
+        out.append([prev + 1, hi - 1])
+    return out
+
+
+def salvage(src: str, dst: str, **options: "Any") -> "dict[str, Any]":
+    """Write into the new directory dst a fresh generation holding every intact item of src.
+
+    src is only read. dst must not exist; it is created, written, synced, and committed by
+    its manifest last. Options are the queue's (segment_bytes, max_payload_bytes, max_items,
+    max_segments must be at least the writer's, R15; others are ignored here). Returns the
+    report (SPEC §15 [K6]); status "nothing_usable" writes nothing."""
+    sb, mp, mi, ms = _options(options)
+    if not isinstance(src, str) or not isinstance(dst, str):
+        raise ddq.InvalidArgument("src and dst must be str paths")
+    src = src.rstrip("/") or "/"
+    dst = dst.rstrip("/") or "/"
+    if _kind(src) != 2:
+        raise ddq.InvalidArgument("not a directory: " + src)
+    if _kind(dst) != 0:
+        raise ddq.InvalidArgument("exists: " + dst)
+    sc = _Scan(sb, mp)
+    names = os.listdir(src)
+    if len(names) > ms * 8 + 1024:
+        raise ddq.Limit("more than %d directory entries" % (ms * 8 + 1024))
+    segs: "dict[int, dict[int, str]]" = {}
+    cuts: "list[tuple[int, int, str]]" = []
+    for n in names:
+        cut = n.endswith(".cut")
+        parsed = ddq.parse_segment_name(n[:-4] if cut else n)
+        if parsed is None or _kind(src + "/" + n) != 1:
+            continue
+        if cut:
+            cuts.append((parsed[0], parsed[1], src + "/" + n))
+        else:
+            segs.setdefault(parsed[0], {})[parsed[1]] = src + "/" + n
+    for g, i, p in cuts:  # R12: a .cut whose segment is missing stands for it
+        if i not in segs.get(g, {}):
+            segs.setdefault(g, {})[i] = p
+    mstate, man, dmg_next = _read_manifest(src + "/queue.manifest")
+    tstate, tman, _ = _read_manifest(src + "/queue.manifest.tmp")
+    # A manifest over these limits (M2) is not trusted to select anything (R15 would refuse it).
+    if man is not None and (man[2] > ms or man[4] > sb):
+        dmg_next = man[1] if man[1] < _PLAUSIBLE_SEQ else 0
+        mstate, man = "damaged", None
+    if tman is not None and (tman[2] > ms or tman[4] > sb):
+        tstate, tman = "damaged", None
+    marker = _kind(src + "/queue.format") == 1
+    if mstate == "missing" and tstate == "ok" and marker:
+        mstate, man = "tmp", tman  # R14: the tmp was to become the manifest
+    if man is not None:
+        gens = [man[0]]
+    else:
+        gens = sorted(segs)
+    for g in gens:
+        have = segs.get(g, {})
+        top = max(have) if have else -1
+        if man is not None:
+            top = max(top, man[2] - 1)
+        idset = set(have)
+        if man is not None:
+            idset.add(man[2] - 1)
+        ids = sorted(idset)
+        prev = -1
+        chain: "list[list[Any]]" = []
+        for i in ids:  # bounded by the directory's entries (no range over a forged id)
+            if i > prev + 1:  # ids prev+1 .. i-1 are missing: one damage event, names capped
+                for j in range(prev + 1, min(i, prev + 1 + 64)):
+                    sc.missing.append(ddq.segment_name(g, j))
+                sc.damage(g, ddq.segment_name(g, prev + 1), 0, -(i - prev - 1))
+            prev = i
+            path = have.get(i)
+            name = ddq.segment_name(g, i)
+            if path is None:  # the manifest's last segment
+                sc.missing.append(name)
+                sc.damage(g, name, 0, -1)
+                continue
+            boundary = 0
+            if man is not None and i == man[2] - 1:
+                boundary = man[4]
+            chain.append([i, name] + sc.segment(g, i, path, i == top, boundary))
+        # F7: a segment ends where the next record did not fit. Some writer's segment_bytes W
+        # must satisfy: every segment <= W < a segment's end + its successor's first record
+        # (as fsck checks); where none can, records at that segment's end are missing.
+        if chain:
+            most = max(c[2] for c in chain)
+            for a, b in zip(chain, chain[1:]):
+                if b[0] == a[0] + 1 and b[3] and a[2] + b[3] <= most:
+                    sc.damaged.append([a[1], a[2], a[2]])
+                    if b[4] > sc.last_damage.get(g, 0):
+                        sc.last_damage[g] = b[4]
+
+    # Merge the generations read: an ACK or a QUARANTINE anywhere is final; a state the
+    # generations disagree on, or one that damage after its DATA may hide, becomes AVAILABLE.
+    final: "dict[int, list[int]]" = {}
+    reset: "list[int]" = []
+    acked_all: "set[int]" = set()
+    for g in gens:
+        acked_all.update(sc.acked.get(g, set()))
+    dropped = 0
+    conflicts: "set[int]" = set()
+    for g in gens:
+        ld = sc.last_damage.get(g, 0)
+        for seq, it in sc.items.get(g, {}).items():
+            if seq in acked_all or it[_ST] == _ACKED:
+                continue
+            if it[_ST] != _QUARANTINED and it[_POS] < ld:
+                it[_UNC] = 1  # records after its DATA are lost
+            for g2 in gens:
+                if g2 != g and seq in sc.early.get(g2, {}):
+                    it[_UNC] = 1  # records about it in another generation, before any DATA there
+                    ql = sc.early[g2][seq]
+                    if ql is not None and it[_ST] != _QUARANTINED:
+                        it[_ST] = _QUARANTINED
+                        it[_LEASE] = 0
+                        it[_RPI], it[_ROFF], it[_RLEN] = ql[0], ql[1], ql[2]
+            other = final.get(seq)
+            if other is None:
+                final[seq] = it
+            elif other[_ST] == _QUARANTINED:
+                pass
+            elif it[_ST] == _QUARANTINED:
+                final[seq] = it
+            elif other[_ST:_NB + 1] != it[_ST:_NB + 1]:
+                conflicts.add(seq)
+    for g in gens:
+        for seq, it in sc.items.get(g, {}).items():
+            if (seq in acked_all or it[_ST] == _ACKED) and seq not in final:
+                dropped += 1
+    quar_unc: "list[int]" = []
+    for seq in sorted(final):
+        it = final[seq]
+        if it[_ST] == _QUARANTINED and (it[_UNC] or it[_POS] < sc.last_damage.get(it[_GEN], 0)
+                                        or it[_RPI] < 0):
+            quar_unc.append(seq)  # final, but its attempts, not_before or reason may be short
+        if it[_ST] != _QUARANTINED and (it[_UNC] or seq in conflicts):
+            reset.append(seq)
+            it[_ST] = _AVAILABLE
+            it[_LEASE] = 0
+            it[_NB] = 0
+    kept = sorted(final)
+    dropped_seqs: "set[int]" = set()
+    for g in gens:
+        for seq in sc.items.get(g, {}):
+            if seq not in final:
+                dropped_seqs.add(seq)
+
+    # next_seq never goes back [K5].
+    next_seq = sc.max_seq + 1
+    if man is not None:
+        next_seq = max(next_seq, man[1])
+    if tman is not None:
+        next_seq = max(next_seq, tman[1])
+    next_seq = max(next_seq, dmg_next, 1)
+
+    # Seqs known lost [K6]: a seq some intact record names whose DATA is gone and that no
+    # intact ACK settles; in generation 0 and after a manifest's boundary every seq below the
+    # highest seen had its DATA in the log, so a gap there is lost too. Gaps in a snapshot
+    # prefix may be acked items a compaction dropped: reported as uncertain.
+    have_data = sorted(set(kept) | dropped_seqs)
+    points: "set[int]" = set()
+    for s in sc.seen:
+        if s not in final and s not in dropped_seqs and s not in acked_all:
+            points.add(s)
+    uncertain: "list[list[int]]" = []
+    exact_from = 1
+    if man is not None and man[0] != 0:
+        exact_from = man[1]
+        uncertain = _gaps(have_data, 1, man[1])
+    elif man is None and any(g != 0 for g in gens):
+        exact_from = sc.max_seq + 1
+        uncertain = _gaps(have_data, 1, sc.max_seq + 1)
+    # ranges, never one entry per seq: a forged seq near 2^64 must not cost memory
+    lost = _sub(_gaps(have_data, exact_from, sc.max_seq + 1), acked_all)
+    snapshot_lost = -1
+    if man is not None and man[0] != 0:
+        in_prefix = 0
+        for s in have_data:
+            if s < man[1]:
+                in_prefix += 1
+        # the prefix held man[3] items; some of those seen here may have been acked after it
+        snapshot_lost = max(0, man[3] - in_prefix)
+        width = 0
+        for r in uncertain:
+            width += r[1] - r[0] + 1
+        if snapshot_lost == 0:
+            uncertain = []  # every item of the snapshot is here: the gaps are compacted acks
+        elif width == snapshot_lost:
+            lost = lost + uncertain  # every gap is a lost item: exact
+            uncertain = []
+    lost = _merge(lost + [[x, x] for x in points])
+    uncertain = _minus(uncertain, lost)
+    lost_count = 0
+    for r in lost:
+        lost_count += r[1] - r[0] + 1
+    usable = sc.records > 0 or man is not None
+    loss = bool(quar_unc) or bool(sc.damaged) or bool(sc.misordered) or lost_count > 0 or bool(reset) or mstate == "damaged" or snapshot_lost > 0 \
+        or (man is None and marker)
+    status = "nothing_usable" if not usable else ("salvaged_with_loss" if loss else "clean")
+    gen = 1
+    if gens:
+        gen = max(gens) + 1
+    if tman is not None:
+        gen = max(gen, tman[0] + 1)
+    if gen > _MAX_GEN:
+        gen = 1  # dst is a new directory: any generation >= 1 is fresh there
+    report: "dict[str, Any]" = {
+        "status": status,
+        "source": src,
+        "output": dst if usable else None,
+        "manifest": mstate,
+        "generations_read": gens,
+        "segments_read": sc.names,
+        "segments_missing": sc.missing,
+        "damaged": sc.damaged,
+        "out_of_order": sc.misordered,
+        "torn_tail_bytes": sc.torn,
+        "records_intact": sc.records,
+        "orphan_records": sc.orphans,
+        "duplicate_data": sc.dups,
+        "kept": len(kept),
+        "dropped_acked": dropped,
+        "reset": reset,
+        "quarantined_uncertain": quar_unc,
+        "lost_seqs": lost,
+        "lost_count": lost_count,
+        "snapshot_items_lost": snapshot_lost,
+        "uncertain_gaps": uncertain,
+        "next_seq": next_seq,
+        "generation": gen,
+    }
+    if not usable:
+        return report
+    if len(kept) > mi:
+        raise ddq.Full("%d items exceed max_items %d" % (len(kept), mi))
+    _write(sc, dst, gen, next_seq, kept, final, sb, ms)
+    return report
+
+
+def _copy(sc: _Scan, files: "dict[int, Any]", pi: int, off: int, typ: int, seq: int) -> bytes:
+    # Re-read and re-validate a record of the source (R19), return its payload.
+    f = files.get(pi)
+    if f is None:
+        f = files[pi] = open(sc.paths[pi], "rb")
+    r = sc._valid(f, off, _size(sc.paths[pi]))
+    if r is None or r[0] != typ or r[1] != seq:
+        raise ddq.Corrupt("%s changed at offset %d during salvage" % (sc.names[pi], off))
+    return _read_at(f, off + _HDR, r[3])
+
+
+def _write(sc: _Scan, dst: str, gen: int, next_seq: int, kept: "list[int]",
+           final: "dict[int, list[int]]", sb: int, ms: int) -> None:
+    # A fresh generation: segments (synced), the marker, then the manifest by tmp + rename,
+    # the commit point; the directory is synced after each step (C4, C5, S3) [K4].
+    os.mkdir(dst)
+    files: "dict[int, Any]" = {}
+    idx = 0
+    off = 0
+    out = open(dst + "/" + ddq.segment_name(gen, 0), "wb")
+    try:
+        for seq in kept:
+            it = final[seq]
+            recs = [encode_record(_T_DATA, seq, 0, _copy(sc, files, it[_PI], it[_OFF], _T_DATA, seq))]
+            st, att, lease, nb = it[_ST], it[_ATT], it[_LEASE], it[_NB]
+            if st != _AVAILABLE or att or lease or nb:
+                recs.append(encode_record(_T_STATE, seq, 0, struct.pack("<IIQQ", st, att, lease, nb)))
+            if st == _QUARANTINED:
+                reason = _LOST_REASON
+                if it[_RPI] >= 0:
+                    reason = _copy(sc, files, it[_RPI], it[_ROFF], _T_QUAR, seq)
+                recs.append(encode_record(_T_QUAR, seq, 0, reason))
+            for r in recs:
+                if off + len(r) > sb:
+                    _sync_file(out)
+                    out.close()
+                    idx += 1
+                    if idx >= ms:
+                        raise ddq.Limit("the salvaged items need more than max_segments segments")
+                    out = open(dst + "/" + ddq.segment_name(gen, idx), "wb")
+                    off = 0
+                out.write(r)
+                off += len(r)
+        _sync_file(out)
+    finally:
+        out.close()
+        for f in files.values():
+            f.close()
+    _sync_dir(dst)
+    m = open(dst + "/queue.format", "wb")
+    try:
+        _sync_file(m)
+    finally:
+        m.close()
+    _sync_dir(dst)
+    tmp = dst + "/queue.manifest.tmp"
+    m = open(tmp, "wb")
+    try:
+        m.write(ddq.encode_manifest(gen, next_seq, idx + 1, len(kept), off))
+        _sync_file(m)
+    finally:
+        m.close()
+    os.rename(tmp, dst + "/queue.manifest")
+    _sync_dir(dst)
