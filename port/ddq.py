@@ -1748,7 +1748,14 @@ class Queue:
                         break
                     raise Corrupt("short record at %s offset %d" % (name, pos))
                 p = pos - wpos
-                magic, ver, typ, seq, arg, plen, rlen, crc, res = unpack(_REC_FMT, mv, p)
+                if _MP:
+                    # Fields by byte on MicroPython: unpack_from parses its format and builds a
+                    # 9-tuple per record (88 B churn, ~6 us); these make no object (~2 us).
+                    magic = mv[p] | mv[p + 1] << 8 | mv[p + 2] << 16 | mv[p + 3] << 24
+                    ver = mv[p + 4] | mv[p + 5] << 8
+                    rlen = mv[p + 28] | mv[p + 29] << 8 | mv[p + 30] << 16 | mv[p + 31] << 24
+                else:
+                    magic, ver, typ, seq, arg, plen, rlen, crc, res = unpack(_REC_FMT, mv, p)
                 if magic != _REC_MAGIC or ver != _VERSION or rlen < _MIN_REC or rlen > seg_bytes:
                     if last and st[0] and self._uniform(h, pos, size):
                         torn = True
@@ -1768,7 +1775,19 @@ class Queue:
                     if wend - pos < rlen:
                         raise OSError(_EIO, "short read in " + name)
                     p = 0
-                    magic, ver, typ, seq, arg, plen, rlen, crc, res = unpack(_REC_FMT, mv, 0)
+                    if not _MP:
+                        magic, ver, typ, seq, arg, plen, rlen, crc, res = unpack(_REC_FMT, mv, 0)
+                if _MP:
+                    typ = mv[p + 6] | mv[p + 7] << 8
+                    q = p + 8
+                    seq = mv[q] | mv[q + 1] << 8 | mv[q + 2] << 16 | mv[q + 3] << 24 \
+                        | mv[q + 4] << 32 | mv[q + 5] << 40 | mv[q + 6] << 48 | mv[q + 7] << 56
+                    q = p + 16
+                    arg = mv[q] | mv[q + 1] << 8 | mv[q + 2] << 16 | mv[q + 3] << 24 \
+                        | mv[q + 4] << 32 | mv[q + 5] << 40 | mv[q + 6] << 48 | mv[q + 7] << 56
+                    plen = mv[p + 24] | mv[p + 25] << 8 | mv[p + 26] << 16 | mv[p + 27] << 24
+                    crc = mv[p + 32] | mv[p + 33] << 8 | mv[p + 34] << 16 | mv[p + 35] << 24
+                    res = mv[p + 36] | mv[p + 37] | mv[p + 38] | mv[p + 39]  # 0 iff reserved is 0
                 # check_record's rules, in its order [F2]-[F11]
                 err = ""
                 if magic != _REC_MAGIC or ver != _VERSION or res != 0 or typ < _T_DATA \
@@ -1780,8 +1799,10 @@ class Queue:
                     err = "bad record length"
                 else:
                     e = p + _HDR + plen
-                    commit, rlen2 = unpack(_FTR_FMT, mv, e)
-                    if commit != _REC_COMMIT or rlen2 != rlen:
+                    # The footer by byte: "CMIT" then record_length, no tuple and no big int.
+                    if mv[e] != 0x43 or mv[e + 1] != 0x4D or mv[e + 2] != 0x49 \
+                            or mv[e + 3] != 0x54 or rlen != mv[e + 4] | mv[e + 5] << 8 \
+                            | mv[e + 6] << 16 | mv[e + 7] << 24:
                         err = "bad commit footer"
                     # crc over bytes 4..32, then 36..end of payload: reserved and payload are
                     # contiguous, so two calls
