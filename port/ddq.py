@@ -74,6 +74,7 @@ _REC_FMT = "<IHHQQIIII"  # magic version type seq arg payload_length record_leng
 _REC_MAGIC = const(0x31475144)  # b"DQG1"
 _REC_COMMIT = 0x54494D43  # b"CMIT" (over 2**30: not a const on 32-bit boards)
 _FTR_FMT = "<II"  # commit record_length
+_CRC_FMT = "<HHQQII"  # the header's bytes 4..32 (version .. record_length)
 _HDR = const(40)
 _MIN_REC = const(48)  # header + footer
 _OFF_CRC = const(32)
@@ -1728,7 +1729,9 @@ class Queue:
         n = ix.n  # mirrors ix.n: only DATA adds items
         prev = ix.last  # the last item's seq
         gen_nz, u64 = log.gen != 0, _U64
-        unpack, crc32 = struct.unpack_from, _crc32
+        unpack, pack, crc32 = struct.unpack_from, struct.pack_into, _crc32
+        hb = bytearray(_HDR)
+        hv, hz = memoryview(hb)[4:32], memoryview(hb)[36:40]
         done = 0  # records applied: replayed_records [X6]
         h = fs.open(path, "rb")
         try:
@@ -1804,16 +1807,23 @@ class Queue:
                             or mv[e + 3] != 0x54 or rlen != mv[e + 4] | mv[e + 5] << 8 \
                             | mv[e + 6] << 16 | mv[e + 7] << 24:
                         err = "bad commit footer"
-                    # crc over bytes 4..32, then 36..end of payload: reserved and payload are
-                    # contiguous, so two calls
-                    elif crc32(mv[p + 36:e], crc32(mv[p + 4:p + 32])) != crc:
-                        err = "crc mismatch"
-                    elif seq == 0 or (typ == _T_DATA and arg != 0) \
-                            or (typ == _T_CLAIM and (arg == 0 or plen)) \
-                            or (typ == _T_ACK and (arg or plen)) or (typ == _T_RETRY and plen) \
-                            or (typ == _T_QUAR and (arg or plen > _MAX_REASON)) \
-                            or (typ == _T_STATE and (arg or plen != _STATE_LEN)):
-                        err = "record field rule broken"
+                    else:
+                        # crc over bytes 4..32: the fields just read, packed again into hb (no
+                        # slice of the window); the reserved bytes: zero (checked above), hb's
+                        # 36..40; then the payload: one slice, none for a control record.
+                        pack(_CRC_FMT, hb, 4, ver, typ, seq, arg, plen, rlen)
+                        c = crc32(hz, crc32(hv))
+                        if plen:
+                            c = crc32(mv[p + _HDR:e], c)
+                        if c != crc:
+                            err = "crc mismatch"
+                        elif seq == 0 or (typ == _T_DATA and arg != 0) \
+                                or (typ == _T_CLAIM and (arg == 0 or plen)) \
+                                or (typ == _T_ACK and (arg or plen)) \
+                                or (typ == _T_RETRY and plen) \
+                                or (typ == _T_QUAR and (arg or plen > _MAX_REASON)) \
+                                or (typ == _T_STATE and (arg or plen != _STATE_LEN)):
+                            err = "record field rule broken"
                 if err:
                     if last and st[0] and self._uniform(h, pos + rlen - 8, size):
                         torn = True  # [R11] the footer and all after it never reached the medium
