@@ -320,18 +320,6 @@ def decode_manifest(b: "Buf") -> "tuple[int, int, int, int, int]":
 
 
 # ============================================================================ storage
-def _norm(path: str) -> str:
-    # An absolute path without ".", ".." or doubled slashes: one lock key per directory.
-    out: "list[str]" = []
-    for part in path.split("/"):
-        if part == "..":
-            if out:
-                out.pop()
-        elif part and part != ".":
-            out.append(part)
-    return "/" + "/".join(out)
-
-
 class PosixStorage:
     """The one seam to the file system: open/write/read/sync/list/rename/remove/lock.
 
@@ -423,7 +411,15 @@ class PosixStorage:
     def lock(self, path: str) -> "Any":
         # flock on queue.lock excludes C DDQ too [L1]; on the MicroPython unix port an abstract
         # unix socket named after the directory does the same and dies with its process [L2].
-        key = _norm(path if path[:1] == "/" else os.getcwd() + "/" + path)
+        # An absolute path without ".", ".." or doubled slashes: one lock key per directory.
+        out: "list[str]" = []
+        for part in (path if path[:1] == "/" else os.getcwd() + "/" + path).split("/"):
+            if part == "..":
+                if out:
+                    out.pop()
+            elif part and part != ".":
+                out.append(part)
+        key = "/" + "/".join(out)
         if key in PosixStorage._held:
             raise Locked("locked by this process: " + path)
         f = self.open(path + "/" + _LOCK, "ab")
@@ -1560,7 +1556,96 @@ class Queue:
         self._fail()  # (abandons a staged generation too)
         self._reset()
         try:
-            self._recover()
+            fs = self._fs
+            names = self._listdir()
+            # [R12] finish a tail cut staged by copy + rename (no truncate on MicroPython).
+            for name in names:
+                if name[-4:] == _CUT and parse_segment_name(name[:-4]) is not None:
+                    if name[:-4] in names:
+                        fs.remove(self._path(name))
+                    else:
+                        fs.rename(self._path(name), self._path(name[:-4]))
+                    fs.sync_dir(self._dir)
+            marker = fs.kind(self._path(_MARKER))
+            if marker not in (0, 1) or (marker == 1 and fs.size(self._path(_MARKER)) != 0):
+                raise Corrupt("queue.format is not an empty regular file")
+            mpath = self._path(_MANIFEST)
+            mk = fs.kind(mpath)
+            if mk == 0 and marker == 1 and fs.kind(self._path(_MANIFEST_TMP)) == 1:
+                # [R14] FAT renames over a file by remove + rename: a cut between leaves only the
+                # synced tmp. Adopt it when it is a valid manifest; otherwise the manifest is lost.
+                try:
+                    decode_manifest(self._read_small(self._path(_MANIFEST_TMP), _MAN_SIZE + 1))
+                except Corrupt:
+                    raise Corrupt("queue.manifest missing and queue.manifest.tmp invalid")
+                fs.rename(self._path(_MANIFEST_TMP), mpath)
+                fs.sync_dir(self._dir)
+                mk = 1
+            cp = [0, 0, 0, 1]  # checkpoint: segments, items, end offset, next_seq
+            seen = True
+            gen = mcrc = 0
+            if mk == 0:
+                if marker == 1:
+                    raise Corrupt("queue.manifest missing but queue.format present [R3]")
+            else:
+                if mk != 1:
+                    raise Corrupt("queue.manifest is not a regular file")
+                mb = self._read_small(mpath, _MAN_SIZE + 1)
+                gen, nxt, segs, items, end = decode_manifest(mb)
+                mcrc = _crc(mb[0:40])  # = its CRC field (a crc32 over its own CRC is a constant)
+                if nxt == 0 or segs == 0 or segs > self._max_segs or items > self._max_items \
+                        or end > self._seg_bytes or (gen != 0 and marker != 1):
+                    raise Corrupt("queue.manifest fields out of range for these options")
+                cp = [segs, items, end, nxt]
+                seen = False
+                self._has_manifest = True
+            log = self._log = _Log(gen)
+            ids = []
+            for name in self._listdir():
+                pg = parse_segment_name(name)
+                if pg is not None and pg[0] == gen:
+                    ids.append(pg[1])
+                    if len(ids) > self._max_segs:
+                        raise Limit("more segments than max_segments")
+            ids.sort()
+            for k in range(len(ids)):
+                if ids[k] != k:
+                    raise Corrupt("segment %d of generation %d is missing" % (k, gen))
+            if self._has_manifest and len(ids) < cp[0]:
+                raise Corrupt("fewer segments than the manifest names")
+            if not ids:
+                self._new_segment(log, False)
+            st = [seen, False, False]  # checkpoint seen, last item snapshotted, reason pending
+            fits: "list[int]" = []
+            start = -1
+            if ids and self._ix_bytes and fs.kind(self._path(_INDEX)) == 1:  # a stat, no import
+                try:
+                    m = _import("ddq_index")
+                except MemoryError:  # no room for the optional module: replay the whole log [X5]
+                    m = None
+                if m is not None:
+                    start = m.load(self, len(ids), cp, mcrc, fits)
+            loaded = self._ix.n if start >= 0 else -1
+            if start >= 0:
+                st[0] = self.index_used = True
+            k0 = len(log.sizes)
+            for k in range(k0, len(ids)):
+                self._replay(k, k == len(ids) - 1, cp, st, fits,
+                             start if k == k0 and start > 0 else 0)
+            if fits and max(log.sizes) >= min(fits):  # [F7] no segment size explains the rotations
+                raise Corrupt("a segment of generation %d ends early (lost its end)" % gen)
+            if not st[0]:
+                raise Corrupt("the manifest's snapshot boundary was never reached")
+            fs.sync(self._log.h)  # what a crashed writer left in the page cache is durable [D4]
+            fs.sync_dir(self._dir)  # the selected generation is durable before anything is deleted
+            self._clean()
+            self._durable = self._next - 1
+            if loaded < 0:
+                self._plan = self._plan_items()
+            else:  # the saved plan is an upper bound like any cached one (DESIGN §5) [X5]
+                for i in range(loaded, self._ix.n):
+                    self._plan_add(self._ix.length(i))
+            self._rbuf = bytearray(0)  # the replay window is not kept (64 KiB on big segments)
         except OSError as e:
             self._fail()
             raise _io_failure(e, "recovery")
@@ -1576,97 +1661,6 @@ class Queue:
         finally:
             self._fs.close(h)
         return bytes(b[0:got])
-
-    def _recover(self) -> None:
-        fs = self._fs
-        names = self._listdir()
-        # [R12] finish a tail cut that was staged by copy + rename (no truncate on MicroPython).
-        for name in names:
-            if name[-4:] == _CUT and parse_segment_name(name[:-4]) is not None:
-                if name[:-4] in names:
-                    fs.remove(self._path(name))
-                else:
-                    fs.rename(self._path(name), self._path(name[:-4]))
-                fs.sync_dir(self._dir)
-        marker = fs.kind(self._path(_MARKER))
-        if marker not in (0, 1) or (marker == 1 and fs.size(self._path(_MARKER)) != 0):
-            raise Corrupt("queue.format is not an empty regular file")
-        mpath = self._path(_MANIFEST)
-        mk = fs.kind(mpath)
-        if mk == 0 and marker == 1 and fs.kind(self._path(_MANIFEST_TMP)) == 1:
-            # [R14] FAT renames over a file by remove + rename: a cut between leaves only the
-            # synced tmp. Adopt it when it is a valid manifest; otherwise the manifest is lost.
-            try:
-                decode_manifest(self._read_small(self._path(_MANIFEST_TMP), _MAN_SIZE + 1))
-            except Corrupt:
-                raise Corrupt("queue.manifest missing and queue.manifest.tmp invalid")
-            fs.rename(self._path(_MANIFEST_TMP), mpath)
-            fs.sync_dir(self._dir)
-            mk = 1
-        cp = [0, 0, 0, 1]  # checkpoint: segments, items, end offset, next_seq
-        seen = True
-        gen = mcrc = 0
-        if mk == 0:
-            if marker == 1:
-                raise Corrupt("queue.manifest missing but queue.format present [R3]")
-        else:
-            if mk != 1:
-                raise Corrupt("queue.manifest is not a regular file")
-            mb = self._read_small(mpath, _MAN_SIZE + 1)
-            gen, nxt, segs, items, end = decode_manifest(mb)
-            mcrc = _crc(mb[0:40])  # = its CRC field (a crc32 over its own CRC is a constant)
-            if nxt == 0 or segs == 0 or segs > self._max_segs or items > self._max_items \
-                    or end > self._seg_bytes or (gen != 0 and marker != 1):
-                raise Corrupt("queue.manifest fields out of range for these options")
-            cp = [segs, items, end, nxt]
-            seen = False
-            self._has_manifest = True
-        log = self._log = _Log(gen)
-        ids = []
-        for name in self._listdir():
-            pg = parse_segment_name(name)
-            if pg is not None and pg[0] == gen:
-                ids.append(pg[1])
-                if len(ids) > self._max_segs:
-                    raise Limit("more segments than max_segments")
-        ids.sort()
-        for k in range(len(ids)):
-            if ids[k] != k:
-                raise Corrupt("segment %d of generation %d is missing" % (k, gen))
-        if self._has_manifest and len(ids) < cp[0]:
-            raise Corrupt("fewer segments than the manifest names")
-        if not ids:
-            self._new_segment(log, False)
-        st = [seen, False, False]  # checkpoint seen, last item snapshotted, reason pending
-        fits: "list[int]" = []
-        start = -1
-        if ids and self._ix_bytes and fs.kind(self._path(_INDEX)) == 1:  # a stat, not an import
-            try:
-                m = _import("ddq_index")
-            except MemoryError:  # no room for the optional module: replay the whole log [X5]
-                m = None
-            if m is not None:
-                start = m.load(self, len(ids), cp, mcrc, fits)
-        loaded = self._ix.n if start >= 0 else -1
-        if start >= 0:
-            st[0] = self.index_used = True
-        k0 = len(log.sizes)
-        for k in range(k0, len(ids)):
-            self._replay(k, k == len(ids) - 1, cp, st, fits, start if k == k0 and start > 0 else 0)
-        if fits and max(log.sizes) >= min(fits):  # [F7] no segment size explains the rotations
-            raise Corrupt("a segment of generation %d ends early (lost its end)" % gen)
-        if not st[0]:
-            raise Corrupt("the manifest's snapshot boundary was never reached")
-        fs.sync(self._log.h)  # what a crashed writer left in the page cache is durable now [D4]
-        fs.sync_dir(self._dir)  # the selected generation is durable before anything is deleted
-        self._clean()
-        self._durable = self._next - 1
-        if loaded < 0:
-            self._plan = self._plan_items()
-        else:  # the saved plan is an upper bound like any cached one (DESIGN §5) [X5]
-            for i in range(loaded, self._ix.n):
-                self._plan_add(self._ix.length(i))
-        self._rbuf = bytearray(0)  # the replay window is not kept (64 KiB on big segments)
 
     def _checkpoint(self, sg: int, pos: int, cp: "list[int]", st: "list[bool]") -> None:
         # [R8] the manifest's snapshot boundary: counts must match when the replay reaches it.
@@ -1909,8 +1903,8 @@ class Queue:
             fs.close(h)
         if torn:
             self._tail += size - pos
-            self._cut(path, pos)
             size = pos
+            self._cut(path, size)
         log.sizes.append(size)
         if last:
             log.h = fs.open(path, "ab")
