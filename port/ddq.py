@@ -25,7 +25,7 @@ from array import array
 
 # ============================================================================ compat
 # Each probe is named by what it gives. _MP is a feature probe (ticks exist only on MicroPython);
-# mypy's two passes read it as a compile-time flag (micropython-platform.md §9).
+# mypy's two passes read it as a compile-time flag (mypy_cpython.ini, mypy_mpy.ini).
 _MP = hasattr(time, "ticks_ms")
 if _MP:
     from micropython import const

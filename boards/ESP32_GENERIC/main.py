@@ -25,7 +25,7 @@ QUEUE_DIR = "outbox"
 OPTIONS = {
     "segment_bytes": 8192,
     "max_payload_bytes": 512,
-    "max_items": 1,
+    "max_items": 1240,
     "max_segments": 128,
 }
 LEASE_MS = 30000  # the profile's lease: an in-flight reading is ours this long, then sent again
