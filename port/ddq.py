@@ -28,7 +28,7 @@ from array import array
 # mypy's two passes read it as a compile-time flag (mypy_cpython.ini, mypy_mpy.ini).
 _MP = hasattr(time, "ticks_ms")
 if _MP:
-    from micropython import const
+    from micropython import const as const  # re-exported: the optional modules import it
 else:
 
     def const(x: int) -> int:

@@ -21,7 +21,9 @@ import os
 import struct
 import time
 
-from ddq import (
+# ============================================================================ compat
+from ddq import (  # the feature probe and the const shim, once (ddq compat)
+    _MP,
     Corrupt,
     Error,
     Full,
@@ -32,17 +34,8 @@ from ddq import (
     _crc,
     _import,
     _opt,
+    const,
 )
-
-# ============================================================================ compat
-_MP = hasattr(time, "ticks_ms")  # ddq's feature probe; mypy_mpy.ini's pass reads it (Makefile typecheck)
-if _MP:
-    from micropython import const
-else:
-
-    def const(x: int) -> int:
-        return x
-
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

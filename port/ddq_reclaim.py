@@ -17,25 +17,16 @@ __version__ = "0.1.0"
 # Copyright (c) 2026 the ddq authors. BSD-3-Clause.
 
 import struct
-import time
 
 import ddq
-
-_MP = hasattr(time, "ticks_ms")  # a feature probe; mypy's two passes read it as a flag
-if _MP:
-    from micropython import const
-else:
-
-    def const(x: int) -> int:
-        return x
-
+from ddq import const  # the const shim, once (ddq compat)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Optional
 
-# ddq's format values (SPEC §3, §4); tests/host/test_host_index.py holds them equal to ddq's.
 # ============================================================================ staged reclamation
+# ddq's format values (SPEC §3, §4); tests/host/test_host_index.py holds them equal to ddq's.
 _HDR = const(40)
 _MIN_REC = const(48)
 _STATE_REC = const(72)

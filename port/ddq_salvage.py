@@ -21,18 +21,9 @@ __version__ = "0.1.0"
 import binascii
 import os
 import struct
-import time
 
 import ddq
-
-_MP = hasattr(time, "ticks_ms")  # a feature probe; mypy's two passes read it as a flag
-if _MP:
-    from micropython import const
-else:
-
-    def const(x: int) -> int:
-        return x
-
+from ddq import const  # the const shim, once (ddq compat)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
