@@ -54,7 +54,8 @@ MANIFEST_NAME = "queue.manifest"
 MANIFEST_TMP = "queue.manifest.tmp"
 LEGACY_RE = re.compile(r"^segment-(\d{20})\.log$")
 GEN_RE = re.compile(r"^generation-(\d{20})-segment-(\d{20})\.log$")
-CUT_SUFFIX = ".cut"  # SPEC R12 (ddq extension): a tail cut in progress
+CUT_SUFFIX = ".cut"  # SPEC R22: an older ddq's staged tail cut
+RESERVE_SUFFIX = ".reserve"  # SPEC R12/R21: ddq's staged tail cut; also libddq's spare (N6)
 
 # SPEC §12.1 X2: the recovery index (ddq extension). A 96-byte header: magic version reserved abi
 # manifest_crc generation next_seq, then 16 u32: items fresh available claimed acked quarantined
@@ -171,6 +172,20 @@ class Problem:
             "seqs": list(self.seqs) if self.seqs else None,
             "after_seq": self.after_seq,
         }
+
+
+def leftover_extra(left: bytes, seg: bytes | None, opts: Options) -> int | None:
+    """SPEC R22: the offset of the first valid record of a staged cut that its segment's bytes do
+    not hold at the same offset, or None when the segment holds every one (seg None: missing)."""
+    off = 0
+    while True:
+        rec, status, _why = decode_record(left, off, opts)
+        if status != "ok":
+            return None
+        rlen = rec["record_length"]
+        if seg is None or seg[off:off + rlen] != left[off:off + rlen]:
+            return off
+        off += rlen
 
 
 def decode_record(buf: bytes, off: int, opts: Options) -> tuple[JSON, str, str | None]:
