@@ -105,9 +105,8 @@ _MARKER = "queue.format"
 _MANIFEST = "queue.manifest"
 _MANIFEST_TMP = "queue.manifest.tmp"
 # A tail cut where truncate is missing is staged as <segment>.reserve: a name libddq refuses
-# while it is non-empty and not its segment [R12][R21]; older ddq staged <segment>.cut [R22].
-_STAGE = ".reserve"
-_CUT = ".cut"
+# while it is non-empty and not its segment [R12][R21] (older ddq staged <segment>.cut [R22]).
+_CUT = ".reserve"
 # Recovery index: SPEC §12.1 [X1]-[X8]; a ddq-only file C DDQ ignores [N5].
 _INDEX = "queue.index"
 _INDEX_TMP = "queue.index.tmp"
@@ -1596,10 +1595,12 @@ class Queue:
                 self._has_manifest = True
             # [R12][R22] finish a tail cut staged by copy + rename (no truncate on MicroPython).
             for name in names:
-                k = 8 if name[-8:] == _STAGE else 4 if name[-4:] == _CUT else 0
-                pg = parse_segment_name(name[:-k]) if k else None
-                if pg is not None:
-                    self._leftover(name, name[:-k], pg[0] == gen)
+                seg = name[:name.rfind(".")]
+                if (name[-8:] == _CUT or name[-4:] == ".cut") and parse_segment_name(seg):
+                    m = _import("ddq_cut")  # only after a crash inside a cut (import heap)
+                    if m is None:
+                        raise Corrupt(name + ": no ddq_cut [R22]")
+                    m.leftover(self, name, seg, gen)
             log = self._log = _Log(gen)
             ids = []
             for name in self._listdir():
@@ -1952,7 +1953,7 @@ class Queue:
             finally:
                 fs.close(h)
             return
-        tmp = path + _STAGE  # [R12] libddq refuses the directory while this holds records [R21]
+        tmp = path + _CUT  # [R12] libddq refuses the directory while this holds records [R21]
         if fs.kind(tmp) != 0:
             fs.remove(tmp)
         mv = self._buf(min(max(size, 1), 4096))
@@ -1975,59 +1976,6 @@ class Queue:
         finally:
             fs.close(src)
         fs.rename(tmp, path)  # the commit point of the cut [S4]
-        fs.sync_dir(self._dir)
-
-    def _leftover(self, name: str, seg: str, sel: bool) -> None:
-        """A staged cut left by a crash [R22]: removed when its segment holds every record it
-        holds (the rename never happened), adopted when its segment is missing or empty (FAT's
-        rename-over lost the old file, or libddq refusing the directory created an empty one),
-        else Corrupt with both kept: the segment was written since (libddq reusing seqs).
-        sel: the segment is of the selected generation; another one's is only removed."""
-        fs, lp, sp = self._fs, self._path(name), self._path(seg)
-        k = fs.kind(sp)
-        n = fs.size(lp)
-        src = fs.open(lp, "rb")
-        dst = fs.open(sp, "rb") if k == 1 and fs.size(sp) else None
-        off = 0
-        rec = False  # the leftover holds a valid record at off that the segment does not
-        try:
-            hb = memoryview(bytearray(_HDR))
-            cb = memoryview(bytearray(64))
-            for _ in range(_IO_LOOPS):  # its valid records, each compared with the segment's bytes
-                if n - off < _MIN_REC or self._read_exact(src, off, hb) < _HDR:
-                    break
-                rlen = struct.unpack_from("<I", hb, 28)[0]
-                if rlen < _MIN_REC or rlen > n - off or rlen > self._seg_bytes:
-                    break
-                mv = self._buf(rlen)[0:rlen]
-                if self._read_exact(src, off, mv) < rlen:
-                    break
-                try:
-                    check_record(mv, 0, self._seg_bytes, self._seg_bytes)
-                except Corrupt:
-                    break  # torn or unsynced bytes of the copy: no record
-                p = 0
-                while dst is not None and p < rlen and not rec:
-                    m = min(64, rlen - p)
-                    rec = self._read_exact(dst, off + p, cb[0:m]) != m or cb[0:m] != mv[p:p + m]
-                    p += m
-                if rec or dst is None:
-                    rec = True
-                    break
-                off += rlen
-            else:
-                raise Limit("too many records in " + name)
-        finally:
-            fs.close(src)
-            if dst is not None:
-                fs.close(dst)
-        if not rec and (k == 1 or not sel or name[-4:] != _CUT):
-            fs.remove(lp)  # (an empty .reserve: libddq's spare, or a copy never synced)
-        elif sel and (k == 0 or k == 1 and dst is None):
-            fs.rename(lp, sp)
-        else:
-            raise Corrupt("%s holds a record at offset %d that %s does not: both kept [R22]"
-                          % (name, off, seg))
         fs.sync_dir(self._dir)
 
     def _apply(self, sg: int, off: int, typ: int, seq: int, arg: int, plen: int,

@@ -194,3 +194,36 @@ def test_a_tail_with_nothing_before_it_is_emptied_in_place():
     assert _ddq_items(d, fs) == SEQS
     assert fs.renames == 0 and support.file_size(seg3) == 0  # no staged copy, no rename
     assert ddq.segment_name(0, 3) + ".reserve" not in support.listdir_sorted(d)
+
+
+def test_a_zero_filled_copy_is_not_data():
+    # EVIDENCE-OF: R22 S5
+    # a copy whose size ran ahead of its data (not yet synced): zeros after part of the prefix
+    d = support.tmpdir() + "/q"
+    seg = _nine(d)
+    data = support.read_file(seg)
+    support.write_file(seg + ".reserve", data[0:40] + bytes(len(data) - 40))
+    assert _ddq_items(d) == SEQS
+    assert ddq.segment_name(0, 2) + ".reserve" not in support.listdir_sorted(d)
+
+
+def test_without_ddq_cut_a_leftover_is_refused_and_kept():
+    # EVIDENCE-OF: R22
+    import sys
+    d = support.tmpdir() + "/q"
+    seg = _nine(d)
+    support.write_file(seg + ".reserve", support.read_file(seg))
+    import os
+    os.remove(seg)
+    before = libddqmodel.snapshot(d)
+    saved = sys.modules.get("ddq_cut")
+    sys.modules["ddq_cut"] = None  # a board that shipped ddq without it
+    try:
+        support.raises(ddq.Corrupt, _q, d)
+    finally:
+        if saved is None:
+            del sys.modules["ddq_cut"]
+        else:
+            sys.modules["ddq_cut"] = saved
+    assert libddqmodel.snapshot(d) == before
+    assert _ddq_items(d) == SEQS  # with it: adopted

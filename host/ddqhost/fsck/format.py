@@ -174,18 +174,15 @@ class Problem:
         }
 
 
-def leftover_extra(left: bytes, seg: bytes | None, opts: Options) -> int | None:
-    """SPEC R22: the offset of the first valid record of a staged cut that its segment's bytes do
-    not hold at the same offset, or None when the segment holds every one (seg None: missing)."""
-    off = 0
-    while True:
-        rec, status, _why = decode_record(left, off, opts)
-        if status != "ok":
-            return None
-        rlen = rec["record_length"]
-        if seg is None or seg[off:off + rlen] != left[off:off + rlen]:
-            return off
-        off += rlen
+def leftover_extra(left: bytes, seg: bytes | None) -> int | None:
+    """SPEC R22: None when the segment (None: missing) starts with the staged cut's bytes up to
+    its last non-zero byte (trailing zeros are an unsynced copy's), else the first offset where
+    the two differ."""
+    e = len(left.rstrip(b"\0"))
+    seg = seg or b""
+    if seg[:e] == left[:e]:
+        return None
+    return next(i for i in range(e) if i >= len(seg) or seg[i] != left[i])
 
 
 def decode_record(buf: bytes, off: int, opts: Options) -> tuple[JSON, str, str | None]:

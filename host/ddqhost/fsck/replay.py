@@ -194,7 +194,7 @@ def scan(
         if parsed:
             segs_by_gen.setdefault(parsed[0], []).append((parsed[1], n))
     # R22: a staged cut (`.reserve`, or an older ddq's `.cut`) whose segment is missing or empty is
-    # renamed to it by recovery when it holds a record; the rest are classified with the leftovers.
+    # renamed to it by recovery unless it holds only zeros; the rest are classified below.
     sources: dict[str, str] = {}
     for n in names:
         target = _leftover_target(n)
@@ -204,9 +204,9 @@ def scan(
         if target in names and not (os.path.isfile(tp) and os.path.getsize(tp) == 0):
             continue
         with open(os.path.join(path, n), "rb") as f:
-            holds = leftover_extra(f.read(), None, opts) is not None
-        if not holds and (n.endswith(RESERVE_SUFFIX) or target in names):
-            continue  # deleted by recovery (an empty .cut whose segment is missing is renamed)
+            holds = leftover_extra(f.read(), None) is not None
+        if not holds:
+            continue  # deleted by recovery
         parsed = parse_segment_name(target)
         assert parsed is not None  # checked by _leftover_target
         if target not in names:
@@ -367,7 +367,7 @@ def _classify_other_files(
                 with open(sp, "rb") as f:
                     seg = f.read()
             with open(fp, "rb") as f:
-                extra = leftover_extra(f.read(), seg, rep.options)
+                extra = leftover_extra(f.read(), seg)
             if extra is None:
                 rep.obsolete.append(n)  # its segment holds all its records (R22)
             else:
