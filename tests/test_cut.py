@@ -227,3 +227,18 @@ def test_without_ddq_cut_a_leftover_is_refused_and_kept():
             sys.modules["ddq_cut"] = saved
     assert libddqmodel.snapshot(d) == before
     assert _ddq_items(d) == SEQS  # with it: adopted
+
+
+def test_salvage_reads_a_staged_copy_whose_segment_is_missing():
+    # EVIDENCE-OF: K2 R22
+    import ddq_salvage
+    d = support.tmpdir() + "/q"
+    seg = _nine(d)
+    support.write_file(seg + ".reserve", support.read_file(seg))
+    import os
+    os.remove(seg)
+    support.write_file(d + "/" + ddq.segment_name(0, 3) + ".reserve", b"")  # an empty spare
+    out = support.tmpdir() + "/out"
+    rep = ddq_salvage.salvage(d, out, **OPTS)
+    assert rep["lost_seqs"] == [] and rep["kept"] == 9, rep
+    assert _ddq_items(out) == SEQS
