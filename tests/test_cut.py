@@ -242,3 +242,25 @@ def test_salvage_reads_a_staged_copy_whose_segment_is_missing():
     rep = ddq_salvage.salvage(d, out, **OPTS)
     assert rep["lost_seqs"] == [] and rep["kept"] == 9, rep
     assert _ddq_items(out) == SEQS
+
+
+def test_issue16_libddq_appended_to_the_segment_before():
+    # EVIDENCE-OF: R22 R5 V4
+    # the old .cut again, but libddq's seq 9 fits in segment 1: the .cut is adopted and the
+    # replay refuses the reused seq; every byte of both writers is still on disk
+    d = support.tmpdir() + "/q"
+    q = _q(d)
+    for p in [_payload(1)] * 4 + [b"", b"", b"", b"y", _payload(9)]:
+        q.enqueue(p)
+    q.close()
+    seg = d + "/" + ddq.segment_name(0, 2)
+    old = support.read_file(seg)
+    support.write_file(seg + ".cut", old)
+    import os
+    os.remove(seg)
+    assert libddqmodel.enqueue(d, b"new", OPTS["segment_bytes"]) == 9
+    assert ddq.segment_name(0, 2) not in support.listdir_sorted(d)  # appended to segment 1
+    support.raises(ddq.Corrupt, _q, d)
+    assert support.read_file(seg) == old  # renamed back, nothing deleted
+    v = libddqmodel.view(libddqmodel.snapshot(d))
+    assert v[0] == "corrupt", v  # and libddq refuses it too now
