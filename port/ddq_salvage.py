@@ -491,15 +491,18 @@ def salvage(src: str, dst: str, **options: "Any") -> "dict[str, Any]":
     segs: "dict[int, dict[int, str]]" = {}
     cuts: "list[tuple[int, int, str]]" = []
     for n in names:
-        cut = n.endswith(".cut")
-        parsed = ddq.parse_segment_name(n[:-4] if cut else n)
+        k = 8 if n.endswith(".reserve") else 4 if n.endswith(".cut") else 0
+        cut = k != 0
+        parsed = ddq.parse_segment_name(n[:-k] if cut else n)
         if parsed is None or _kind(src + "/" + n) != 1:
             continue
+        if k == 8 and not os.stat(src + "/" + n)[6]:
+            continue  # an empty .reserve holds no record (libddq's spare)
         if cut:
             cuts.append((parsed[0], parsed[1], src + "/" + n))
         else:
             segs.setdefault(parsed[0], {})[parsed[1]] = src + "/" + n
-    for g, i, p in cuts:  # R12: a .cut whose segment is missing stands for it
+    for g, i, p in cuts:  # R22: a staged cut whose segment is missing stands for it
         if i not in segs.get(g, {}):
             segs.setdefault(g, {})[i] = p
     mstate, man, dmg_next = _read_manifest(src + "/queue.manifest")
