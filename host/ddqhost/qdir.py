@@ -397,12 +397,10 @@ def auth_status(payload: bytes, hmac_key: bytes | None) -> str:
 
 
 def _expiry(env: Any, now_ms: int) -> tuple[int | None, bool]:
-    """(age_ms or None, expired?) by the Outbox's own rule (ddq_outbox.Message.expired, SPEC
-    E7); an envelope without an enqueue time has no age here and never expires."""
-    if not getattr(env, "enqueued_ms", 0):
-        return None, False
+    """(age_ms or None, expired?) by the Outbox's one TTL rule, ddq_outbox.Message.expired
+    (OUTBOX E7, E27: no enqueue time, never expired); without an enqueue time no age is shown."""
     expired = env.expired(now_ms)
-    return env.age_ms, expired
+    return (env.age_ms if env.enqueued_ms else None), expired
 
 
 def decode_envelope(

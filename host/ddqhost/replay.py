@@ -44,6 +44,7 @@ after a retry, or under a live lease), remaining (deliverable but not attempted:
 the stop after a failure), raw (of sent, published to PREFIX/raw).
 """
 
+import errno
 import os
 import signal
 import ssl
@@ -465,6 +466,59 @@ def replay(
     return res
 
 
+class _PahoWindow:
+    """The windowed sender (OUTBOX E25) replay gives the message layer's loop: paho publishes
+    each message QoS 1 under the prefix (a raw payload, topic "", to PREFIX/raw) and its
+    PUBACKs come back in order (MQTT 3.1.1 §4.6), so poll() waits for the oldest first; no
+    PUBACK within `timeout` s of the first wait for it is an OSError (the loop stops: E26). A
+    topic MQTT cannot publish under the prefix, or one paho refuses, is Unpublishable."""
+
+    def __init__(self, outbox: ModuleType, client: Any, prefix: str, window: int,
+                 timeout: float) -> None:
+        self.ob, self.client, self.prefix, self.timeout = outbox, client, prefix, timeout
+        self.inflight_max = max(1, window)
+        self.timeout_ms = int(timeout * 1000)
+        self.flight: list[list[Any]] = []  # [seq, info, first wait (monotonic s) or None]
+        self.routes: dict[int, tuple[str, int, bool]] = {}  # seq -> topic, bytes, raw
+
+    def publish(self, m: Any, dup: bool = False) -> None:
+        topic = topic_for(self.prefix, m.topic or "raw")
+        why = unpublishable(topic) if m.topic else ""
+        if why:
+            raise self.ob.Unpublishable(why)
+        try:  # QoS 1 whatever the envelope asked for: the ack needs a PUBACK (E26 qos=1)
+            info = self.client.publish(topic, m.payload, qos=1, retain=m.retain)
+        except ValueError as e:  # paho refuses the topic or the payload: not sendable, ever
+            raise self.ob.Unpublishable(str(e)) from None
+        self.routes[m.seq] = (topic, len(m.payload), not m.topic)
+        self.flight.append([m.seq, info, None])
+
+    def poll(self, timeout_ms: int = 0) -> list[int]:
+        out: list[int] = []
+        while self.flight:
+            seq, info, t0 = self.flight[0]
+            now = time.monotonic()
+            if t0 is None:
+                t0 = self.flight[0][2] = now
+            wait = min(timeout_ms / 1000, t0 + self.timeout - now)
+            try:
+                if wait > 0 and not info.is_published():
+                    info.wait_for_publish(wait)
+                ok = info.is_published()
+            except (RuntimeError, ValueError):
+                ok = False
+                t0 = now - self.timeout  # not published and never will be: a failure now
+            if not ok:
+                if time.monotonic() - t0 >= self.timeout:
+                    self.flight.clear()
+                    raise OSError(errno.ETIMEDOUT, "no PUBACK for seq %d" % seq)
+                break
+            self.flight.pop(0)
+            out.append(seq)
+            timeout_ms = 0  # then take what is confirmed already, without waiting
+        return out
+
+
 def _deliver(
     ddq: ModuleType,
     path: str,
@@ -482,11 +536,14 @@ def _deliver(
     window: int = 1,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
-    sent: list[int] = []
-    failed: list[int] = []
-    expired: list[int] = []
-    bad: dict[str, list[int]] = {"unpublishable": [], "unauthenticated": []}
-    raw = 0
+    # The message layer's delivery loop (Outbox.pump with a windowed sender, OUTBOX E25) with
+    # replay's options (E26): raw payloads, QoS 1, expired ones sent on request, lapsed claims
+    # taken as they are, and the first failure releases the window (retry(0)) and stops.
+    import ddq_outbox  # beside ddq (qdir.load_ddq put its directory on the path)
+
+    got: dict[str, list[int]] = {
+        k: [] for k in ("sent", "failed", "expired", "unpublishable", "unauthenticated")
+    }
     q = ddq.Queue(path, **options)
     try:
         pending = [it.seq for it in q.items() if it.state in ("available", "claimed")]
@@ -494,82 +551,48 @@ def _deliver(
         qdir.check_decryptable(
             sum(1 for s in pending if qdir.is_encrypted(q.read(s))), hmac_key, "pending message"
         )
-        attempted: set[int] = set()
-        stop = False
         if progress is not None:
             progress(0, len(pending))
-        # The window (OUTBOX E25's, with paho): up to `window` publishes wait for their PUBACK;
-        # QoS 1 PUBACKs come back in order (MQTT 3.1.1 §4.6), so the oldest is waited for first.
-        flight: list[tuple[int, Any, bool, str, int, int]] = []  # seq, info, raw, topic, bytes, lease
+        sender = _PahoWindow(ddq_outbox, client, prefix, window, timeout)
 
-        def settle_oldest() -> bool:
-            seq, info, is_raw, topic, nb, lease_until = flight.pop(0)
-            # Never past the lease: a copy still in flight must not be claimed again (E25).
-            left = (lease_until - int(time.time() * 1000)) / 1000 - min(lease_ms / 4000, 2.0)
-            try:
-                if left > 0:
-                    info.wait_for_publish(min(timeout, left))
-                ok = info.is_published()
-            except (RuntimeError, ValueError):
-                ok = False
-            if ok:
-                q.ack(seq)
-                sent.append(seq)
+        def report(what: str, seq: int, detail: str) -> None:
+            if what not in got:
+                return
+            got[what].append(seq)
+            if what == "sent":
                 if progress is not None:
                     progress(1, 0)
                 if log:
+                    topic, nb, _raw = sender.routes[seq]
                     log("sent seq %d -> %s (%d bytes)" % (seq, topic, nb))
-                return True
-            for rest in [(seq, info, is_raw, topic, nb, lease_until)] + flight:
-                q.retry(rest[0], 0)
-                failed.append(rest[0])
-            flight.clear()
-            if log:
-                log("no PUBACK for seq %d on %s; stopping" % (seq, topic))
-            return False
+            elif log and what == "failed":
+                if len(got["failed"]) == 1:
+                    log("no PUBACK for seq %d on %s; stopping"
+                        % (seq, sender.routes.get(seq, ("?",))[0]))  # fmt: skip
+            elif log and what == "expired":
+                log("seq %d expired (TTL): quarantined, not sent" % seq)
+            elif log:
+                log("seq %d not sent: quarantined (%s)" % (seq, detail))
 
-        raws: dict[int, bool] = {}
-        for _ in range(len(pending) + 1):  # bounded: each pass claims a different pending item
-            done = len(sent) + len(flight) + len(expired) + sum(len(v) for v in bad.values())
-            if stop or interrupted or (limit is not None and done >= limit):
+        def done() -> int:
+            return sum(len(v) for k, v in got.items() if k != "failed") + len(sender.flight)
+
+        def stop() -> bool:
+            return bool(interrupted) or (limit is not None and done() >= limit)
+
+        ob = ddq_outbox.Outbox(
+            q, lease_ms=lease_ms, raw=True, qos=1, hmac_key=hmac_key, lapsed="reclaim",
+            expired="send" if send_expired else "quarantine", failure="stop", report=report,
+        )
+        for _ in range(len(pending) + 1):  # bounded: each round settles a pending item or ends
+            n = done()
+            ob.pump(sender, len(pending) + 1, stop=stop)
+            if got["failed"] or stop() or done() == n:
                 break
-            if len(flight) >= max(1, window) and not settle_oldest():
-                stop = True
-                break
-            c = q.claim(lease_ms)
-            if c is None:
-                break
-            if c.seq in attempted:
-                q.retry(c.seq, 0)
-                break
-            attempted.add(c.seq)
-            r = route(ddq, prefix, q.read(c.seq), int(time.time() * 1000), hmac_key)
-            if r.problem.startswith("unauthenticated"):
-                _quarantine(q, c.seq, r.problem, bad, log)
-                continue
-            if r.expired and not send_expired:
-                # Past its TTL: retired like the Outbox does by default (dead letter "expired").
-                q.quarantine(c.seq, b"expired")
-                expired.append(c.seq)
-                if log:
-                    log("seq %d expired (TTL): quarantined, not sent" % c.seq)
-                continue
-            topic = r.topic
-            if r.problem:
-                _quarantine(q, c.seq, r.problem, bad, log)
-                continue
-            try:
-                info = client.publish(topic, r.body, qos=1, retain=r.retain)
-            except ValueError as e:  # paho refuses the topic or the payload: not sendable, ever
-                _quarantine(q, c.seq, "unpublishable: %s" % e, bad, log)
-                continue
-            raws[c.seq] = r.raw
-            flight.append((c.seq, info, r.raw, topic, len(r.body), c.lease_until_ms))
-        while flight and not stop:  # the last window (and what Ctrl-C or --limit left)
-            stop = not settle_oldest()
-        raw = sum(1 for s in sent if raws.get(s))
+        raw = sum(1 for s in got["sent"] if sender.routes[s][2])
         left = [it for it in q.items() if it.state in ("available", "claimed")]
         now = int(time.time() * 1000)
+        failed = got["failed"]
         skipped = [
             it.seq
             for it in left
@@ -585,18 +608,18 @@ def _deliver(
         q.close()
     return {
         "dry_run": False,
-        "sent": len(sent),
+        "sent": len(got["sent"]),
         "failed": len(failed),
         "skipped": len(skipped),
         "remaining": len(remaining),
         "raw": raw,
-        "expired": len(expired),
-        "expired_seqs": expired,
-        "unpublishable": len(bad["unpublishable"]),
-        "unpublishable_seqs": bad["unpublishable"],
-        "unauthenticated": len(bad["unauthenticated"]),
-        "unauthenticated_seqs": bad["unauthenticated"],
-        "sent_seqs": sent,
+        "expired": len(got["expired"]),
+        "expired_seqs": got["expired"],
+        "unpublishable": len(got["unpublishable"]),
+        "unpublishable_seqs": got["unpublishable"],
+        "unauthenticated": len(got["unauthenticated"]),
+        "unauthenticated_seqs": got["unauthenticated"],
+        "sent_seqs": got["sent"],
         "failed_seqs": failed,
         "skipped_seqs": skipped,
         "remaining_seqs": remaining,
@@ -613,18 +636,6 @@ def _deliver(
         },
         "connection_lost": state["lost"],
     }
-
-
-def _quarantine(
-    q: Any, seq: int, why: str, bad: dict[str, list[int]], log: Callable[[str], None] | None
-) -> None:
-    """Retire a message replay can never send, with its reason (the Outbox's reason rules:
-    at most 120 bytes, NUL replaced), and go on with the next."""
-    n = min(120, int(getattr(q, "reason_budget", 120)))
-    q.quarantine(seq, why.encode("utf-8", "replace")[:n].replace(b"\0", b"?"))
-    bad[why.split(":")[0]].append(seq)
-    if log:
-        log("seq %d not sent: quarantined (%s)" % (seq, why))
 
 
 # ---------------------------------------------------------------- many directories at once
