@@ -287,6 +287,8 @@ def test_device_errors_map_to_cpython_oserrors(board):
             dev.mkdir(":adir")
         with pytest.raises(FileNotFoundError):
             dev.rename(":no-such-file", ":x")
+        with pytest.raises(FileNotFoundError):  # mkdir/remove: mpremote's fs_mkdir/fs_rmfile
+            dev.remove(":no-such-file")
         dev.remove(":adir")
 
 
