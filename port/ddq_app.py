@@ -10,12 +10,9 @@ returned, and one in flight at a power cut is sent again when its lease ends (LE
 
 A board's main.py defines the settings (QUEUE_DIR, OPTIONS, LEASE_MS, RETRY_BASE_MS,
 RETRY_MAX_MS, MAX_ATTEMPTS, PERIOD_MS, BUDGET, BROKER, BROKER_PORT, CLIENT_ID, TOPIC,
-KEEPALIVE_S, WIFI_SSID, WIFI_PASSWORD), read_sensor() and a Wifi class, and passes its globals():
-
-    def run(rounds=None, period_ms=None, sender=None, queue_dir=None, budget=None, drain_ms=0):
-        return ddq_app.run(globals(), rounds, period_ms, sender, queue_dir, budget, drain_ms)
-
-Settings are read when they are used, so `main.LEASE_MS = 2000` before main.run() takes effect.
+KEEPALIVE_S, WIFI_SSID, WIFI_PASSWORD) and read_sensor(), then calls `ddq_app.bind(globals())`,
+which gives it run(), run_async() and Wifi over those settings. Settings are read when they are
+used, so `main.LEASE_MS = 2000` before main.run() takes effect.
 `ddq flash --example-app` installs this module with the app (the app imports it).
 """
 
@@ -230,3 +227,25 @@ async def run_async(cfg: "Cfg", rounds: "Optional[int]" = None,
         return ob.stats()
     finally:
         ob.close()
+
+
+def bind(g: "Cfg") -> None:
+    """Give a board's main.py (its globals g) run(), run_async() and Wifi over its settings."""
+
+    class BoardWifi(Wifi):
+        """Station WiFi with the board's WIFI_SSID and WIFI_PASSWORD, with backoff."""
+
+        def __init__(self) -> None:
+            Wifi.__init__(self, g)
+
+    def board_run(rounds: "Optional[int]" = None, period_ms: "Optional[int]" = None,
+                  sender: "Any" = None, queue_dir: "Optional[str]" = None,
+                  budget: "Optional[int]" = None, drain_ms: int = 0) -> "dict[str, Any]":
+        return run(g, rounds, period_ms, sender, queue_dir, budget, drain_ms)  # run's doc
+
+    def board_run_async(rounds: "Optional[int]" = None, period_ms: "Optional[int]" = None,
+                        client: "Any" = None, queue_dir: "Optional[str]" = None,
+                        drain_ms: int = 0) -> "Any":
+        return run_async(g, rounds, period_ms, client, queue_dir, drain_ms)  # run_async's doc
+
+    g["Wifi"], g["run"], g["run_async"] = BoardWifi, board_run, board_run_async

@@ -54,26 +54,7 @@ def read_sensor():
     return b"%d" % int(t)
 
 
-class Wifi(ddq_app.Wifi):
-    """Station WiFi with this file's WIFI_SSID and WIFI_PASSWORD, with backoff (ddq_app.Wifi)."""
-
-    def __init__(self):
-        ddq_app.Wifi.__init__(self, globals())
-
-
-def run(rounds=None, period_ms=None, sender=None, queue_dir=None, budget=None, drain_ms=0):
-    """Take a reading every period_ms (PERIOD_MS) and deliver what is due in between; rounds=None:
-    forever. After `rounds` readings, keep delivering for up to drain_ms until the outbox is
-    empty; then return its stats(). sender: a send function (default: umqtt.simple through
-    ddq_mqtt.Umqtt); budget=0: only queue (ddq_app.run)."""
-    return ddq_app.run(globals(), rounds, period_ms, sender, queue_dir, budget, drain_ms)
-
-
-def run_async(rounds=None, period_ms=None, client=None, queue_dir=None, drain_ms=0):
-    """The asyncio variant of run(), delivering through mqtt_as (ddq_app.run_async): start it
-    with asyncio.run(run_async()); returns the outbox's stats() like run()."""
-    return ddq_app.run_async(globals(), rounds, period_ms, client, queue_dir, drain_ms)
-
+ddq_app.bind(globals())  # run(), run_async() and Wifi over these settings (port/ddq_app.py)
 
 if __name__ == "__main__":
-    run()  # asyncio with mqtt_as instead: import asyncio; asyncio.run(run_async())
+    run()  # noqa: F821 (bound above)  asyncio with mqtt_as: import asyncio; asyncio.run(run_async())
