@@ -250,6 +250,18 @@ def route(
     return r
 
 
+def _retired(expired: list[int], unpublishable: list[int], unauth: list[int]) -> dict[str, Any]:
+    """The summary's counts and seqs of what was dead-lettered instead of sent."""
+    return {
+        "expired": len(expired),
+        "expired_seqs": expired,
+        "unpublishable": len(unpublishable),
+        "unpublishable_seqs": unpublishable,
+        "unauthenticated": len(unauth),
+        "unauthenticated_seqs": unauth,
+    }
+
+
 def plan(
     path: str,
     options: dict[str, int],
@@ -307,12 +319,7 @@ def plan(
         "failed": 0,
         "skipped": len(skipped),
         "skipped_seqs": skipped,
-        "expired": len(expired),
-        "expired_seqs": expired,
-        "unpublishable": len(bad["unpublishable"]),
-        "unpublishable_seqs": bad["unpublishable"],
-        "unauthenticated": len(bad["unauthenticated"]),
-        "unauthenticated_seqs": bad["unauthenticated"],
+        **_retired(expired, bad["unpublishable"], bad["unauthenticated"]),
         "remaining": len(would),
         "raw": sum(1 for w in would if w["raw"]),
     }
@@ -613,12 +620,7 @@ def _deliver(
         "skipped": len(skipped),
         "remaining": len(remaining),
         "raw": raw,
-        "expired": len(got["expired"]),
-        "expired_seqs": got["expired"],
-        "unpublishable": len(got["unpublishable"]),
-        "unpublishable_seqs": got["unpublishable"],
-        "unauthenticated": len(got["unauthenticated"]),
-        "unauthenticated_seqs": got["unauthenticated"],
+        **_retired(got["expired"], got["unpublishable"], got["unauthenticated"]),
         "sent_seqs": got["sent"],
         "failed_seqs": failed,
         "skipped_seqs": skipped,
