@@ -10,9 +10,10 @@ returned, and one in flight at a power cut is sent again when its lease ends (LE
 
 A board's main.py defines the settings (QUEUE_DIR, OPTIONS, LEASE_MS, RETRY_BASE_MS,
 RETRY_MAX_MS, MAX_ATTEMPTS, PERIOD_MS, BUDGET, BROKER, BROKER_PORT, CLIENT_ID, TOPIC,
-KEEPALIVE_S, WIFI_SSID, WIFI_PASSWORD) and read_sensor(), then calls `ddq_app.bind(globals())`,
-which gives it run(), run_async() and Wifi over those settings. Settings are read when they are
-used, so `main.LEASE_MS = 2000` before main.run() takes effect.
+KEEPALIVE_S, WIFI_SSID, WIFI_PASSWORD; a board without a network may leave the network ones
+out: NETWORK_DEFAULTS) and read_sensor(), then calls `ddq_app.bind(globals())`, which gives it
+run(), run_async() and Wifi over those settings. Settings are read when they are used, so
+`main.LEASE_MS = 2000` before main.run() takes effect.
 `ddq flash --example-app` installs this module with the app (the app imports it).
 """
 
@@ -34,6 +35,10 @@ if TYPE_CHECKING:
     Cfg = dict[str, Any]
 
 _MASK = 0x3FFFFFFF  # ddq_outbox's ticks period (2**30 ms)
+
+# The network settings a board's main.py may leave out (a board without a network).
+NETWORK_DEFAULTS = {"BROKER": "127.0.0.1", "BROKER_PORT": 1883, "CLIENT_ID": b"ddq",
+                    "KEEPALIVE_S": 60, "WIFI_SSID": None, "WIFI_PASSWORD": None}
 
 
 def _add(t: int, d: int) -> int:
@@ -230,7 +235,11 @@ async def run_async(cfg: "Cfg", rounds: "Optional[int]" = None,
 
 
 def bind(g: "Cfg") -> None:
-    """Give a board's main.py (its globals g) run(), run_async() and Wifi over its settings."""
+    """Give a board's main.py (its globals g) run(), run_async() and Wifi over its settings
+    (the network ones it leaves out: NETWORK_DEFAULTS)."""
+    for k in NETWORK_DEFAULTS:
+        if k not in g:
+            g[k] = NETWORK_DEFAULTS[k]
 
     class BoardWifi(Wifi):
         """Station WiFi with the board's WIFI_SSID and WIFI_PASSWORD, with backoff."""
