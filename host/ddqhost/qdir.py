@@ -437,25 +437,6 @@ def decode_envelope(
     return out
 
 
-def envelope_parts(
-    ddq: ModuleType, payload: bytes, now_ms: int, hmac_key: bytes | None = None
-) -> tuple[str, bytes, bool, bool] | None:
-    # Unauthenticated input: replay checks auth_status first when it has a key.
-    """(topic, inner payload, retain, expired) for replay, or None when not an envelope.
-    An encrypted payload is decrypted with hmac_key; without it EncryptedError (replay never
-    publishes a ciphertext)."""
-    if is_encrypted(payload):
-        check_decryptable(1, hmac_key)
-    env = _decode(ddq, payload, hmac_key)
-    topic = getattr(env, "topic", None) if env is not None else None
-    body = getattr(env, "payload", None) if env is not None else None
-    if not topic or body is None:
-        return None
-    if isinstance(topic, (bytes, bytearray)):
-        topic = bytes(topic).decode("utf-8", "replace")
-    return str(topic), bytes(body), bool(getattr(env, "retain", False)), _expiry(env, now_ms)[1]
-
-
 def _snapshot(path: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for n in os.listdir(path):

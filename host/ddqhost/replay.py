@@ -1,7 +1,9 @@
 """ddq replay: deliver the pending messages of a (pulled) queue directory to an MQTT broker, QoS 1.
 
-Each message is claimed in DIR (ddq.Queue), published with QoS 1, and acked in DIR when its PUBACK
-arrives, so an interrupted replay resumes without re-sending what was acked. The time between a
+Delivery is the message layer's loop (ddq_outbox.Outbox.pump over DIR's ddq.Queue, with its replay
+options, OUTBOX E26) and a windowed paho sender; --dry-run runs the same on a copy of DIR through
+a client that confirms everything. Each message is claimed in DIR, published with QoS 1, and acked
+in DIR when its PUBACK arrives, so an interrupted replay resumes without re-sending what was acked. The time between a
 PUBACK and the durable ACK record is the only place a hard kill can cause duplicates (at most the
 window's; QoS 1 is at-least-once); Ctrl-C finishes the messages in flight first.
 
@@ -46,8 +48,10 @@ the stop after a failure), raw (of sent, published to PREFIX/raw).
 
 import errno
 import os
+import shutil
 import signal
 import ssl
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -210,46 +214,6 @@ def unpublishable(topic: str) -> str:
     return str(ddq_outbox.publishable(topic.encode("utf-8", "surrogatepass"), 65535))
 
 
-class Route:
-    """Where and how one stored payload is published."""
-
-    __slots__ = ("topic", "body", "retain", "raw", "expired", "problem")
-
-    def __init__(
-        self, topic: str, body: bytes, retain: bool, raw: bool, expired: bool, problem: str = ""
-    ) -> None:
-        self.topic, self.body, self.retain, self.raw, self.expired = (
-            topic,
-            body,
-            retain,
-            raw,
-            expired,
-        )
-        # "" or the quarantine reason: "unauthenticated: ..." or "unpublishable: ..."
-        self.problem = problem
-
-
-def route(
-    ddq: ModuleType, prefix: str, payload: bytes, now_ms: int, hmac_key: bytes | None = None
-) -> Route:
-    """The route of a stored payload: an envelope to PREFIX/<topic>, anything else to PREFIX/raw.
-    With hmac_key, a payload without a valid tag gets problem "unauthenticated: ..." (checked
-    first: nothing else in it is trusted); a topic MQTT cannot publish gets "unpublishable: ..."."""
-    if hmac_key is not None:
-        auth = qdir.auth_status(payload, hmac_key)
-        if auth != "ok":
-            return Route(topic_for(prefix, "raw"), b"", False, False, False, auth)
-    env = qdir.envelope_parts(ddq, payload, now_ms, hmac_key)
-    if env is None:
-        return Route(topic_for(prefix, "raw"), bytes(payload), False, True, False)
-    topic, body, retain, expired = env
-    r = Route(topic_for(prefix, topic), body, retain, False, expired)
-    why = unpublishable(r.topic)
-    if why:
-        r.problem = "unpublishable: " + why
-    return r
-
-
 def _retired(expired: list[int], unpublishable: list[int], unauth: list[int]) -> dict[str, Any]:
     """The summary's counts and seqs of what was dead-lettered instead of sent."""
     return {
@@ -262,6 +226,23 @@ def _retired(expired: list[int], unpublishable: list[int], unauth: list[int]) ->
     }
 
 
+class _Confirmed:
+    """paho's MQTTMessageInfo for the dry run: published at once."""
+
+    def wait_for_publish(self, timeout: float) -> None:
+        pass
+
+    def is_published(self) -> bool:
+        return True
+
+
+class _DryClient:
+    """The dry run's client: every publish is confirmed at once, nothing is sent."""
+
+    def publish(self, topic: str, body: bytes, qos: int, retain: bool) -> _Confirmed:
+        return _Confirmed()
+
+
 def plan(
     path: str,
     options: dict[str, int],
@@ -270,56 +251,36 @@ def plan(
     send_expired: bool = False,
     hmac_key: bytes | None = None,
 ) -> dict[str, Any]:
-    """Dry run on a copy: what would be sent where, what would be skipped. DIR is not written."""
+    """Dry run: the delivery itself (_deliver, the message layer's loop) on a copy of DIR, at
+    now_ms, through a client that confirms every publish and sends nothing. DIR is not
+    written."""
     ddq = qdir.load_ddq()
     check_prefix(prefix)
-    info = qdir.inspect(path, options, payloads=True, now_ms=now_ms)
-    now = info["now_ms"]
-    qdir.check_decryptable(
-        sum(
-            1
-            for it in info["items"]
-            if it["state"] in ("available", "claimed")
-            and qdir.is_encrypted(bytes.fromhex(it["payload_hex"]))
-        ),
-        hmac_key,
-        "pending message",
-    )
-    would, skipped = [], []
-    bad: dict[str, list[int]] = {"unpublishable": [], "unauthenticated": []}
-    for it in info["items"]:
-        if it["state"] not in ("available", "claimed"):
-            continue
-        due = (it["state"] == "available" and it["not_before_ms"] <= now) or (
-            it["state"] == "claimed" and it["lease_until_ms"] <= now
-        )
-        if not due:
-            skipped.append(it["seq"])
-            continue
-        r = route(ddq, prefix, bytes.fromhex(it["payload_hex"]), now, hmac_key)
-        if r.problem:
-            bad[r.problem.split(":")[0]].append(it["seq"])
-            continue
-        would.append(
-            {
-                "seq": it["seq"],
-                "topic": r.topic,
-                "bytes": len(r.body),
-                "retain": r.retain,
-                "raw": r.raw,
-                "expired": r.expired,
-            }
-        )
-    expired = [w["seq"] for w in would if w["expired"] and not send_expired]
-    would = [w for w in would if w["seq"] not in expired]
+    qdir.check_queue_dir(path)
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    tmp = tempfile.mkdtemp(prefix="ddq-replay-plan-")
+    try:
+        work = os.path.join(tmp, "q")
+        qdir.copy_queue(path, work)
+        routes: dict[int, tuple[str, int, bool, bool, bool]] = {}
+        res = _deliver(ddq, work, options, _DryClient(), prefix, None, 60000, 1.0, [],
+                       {"lost": False}, None, send_expired, hmac_key, 1, None,
+                       clock=lambda: now, routes=routes)  # fmt: skip
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    would = []
+    for s in res["sent_seqs"]:
+        topic, nb, raw, retain, expired = routes[s]
+        would.append({"seq": s, "topic": topic, "bytes": nb, "retain": retain, "raw": raw,
+                      "expired": expired})  # fmt: skip
     return {
         "dry_run": True,
         "would_send": would,
         "sent": 0,
         "failed": 0,
-        "skipped": len(skipped),
-        "skipped_seqs": skipped,
-        **_retired(expired, bad["unpublishable"], bad["unauthenticated"]),
+        "skipped": res["skipped"],
+        "skipped_seqs": res["skipped_seqs"],
+        **_retired(res["expired_seqs"], res["unpublishable_seqs"], res["unauthenticated_seqs"]),
         "remaining": len(would),
         "raw": sum(1 for w in would if w["raw"]),
     }
@@ -481,12 +442,14 @@ class _PahoWindow:
     topic MQTT cannot publish under the prefix, or one paho refuses, is Unpublishable."""
 
     def __init__(self, outbox: ModuleType, client: Any, prefix: str, window: int,
-                 timeout: float) -> None:
+                 timeout: float, clock: Callable[[], int],
+                 routes: dict[int, tuple[str, int, bool, bool, bool]]) -> None:
         self.ob, self.client, self.prefix, self.timeout = outbox, client, prefix, timeout
         self.inflight_max = max(1, window)
         self.timeout_ms = int(timeout * 1000)
         self.flight: list[list[Any]] = []  # [seq, info, first wait (monotonic s) or None]
-        self.routes: dict[int, tuple[str, int, bool]] = {}  # seq -> topic, bytes, raw
+        self.clock = clock
+        self.routes = routes  # seq -> topic, bytes, raw, retain, expired (what was published)
 
     def publish(self, m: Any, dup: bool = False) -> None:
         topic = topic_for(self.prefix, m.topic or "raw")
@@ -497,7 +460,8 @@ class _PahoWindow:
             info = self.client.publish(topic, m.payload, qos=1, retain=m.retain)
         except ValueError as e:  # paho refuses the topic or the payload: not sendable, ever
             raise self.ob.Unpublishable(str(e)) from None
-        self.routes[m.seq] = (topic, len(m.payload), not m.topic)
+        self.routes[m.seq] = (topic, len(m.payload), not m.topic, bool(m.retain),
+                              m.expired(self.clock()))
         self.flight.append([m.seq, info, None])
 
     def poll(self, timeout_ms: int = 0) -> list[int]:
@@ -542,7 +506,10 @@ def _deliver(
     hmac_key: bytes | None = None,
     window: int = 1,
     progress: Callable[[int, int], None] | None = None,
+    clock: Callable[[], int] | None = None,
+    routes: dict[int, tuple[str, int, bool, bool, bool]] | None = None,
 ) -> dict[str, Any]:
+    # clock: the queue's (the dry run's fixed now); routes: filled with what was published.
     # The message layer's delivery loop (Outbox.pump with a windowed sender, OUTBOX E25) with
     # replay's options (E26): raw payloads, QoS 1, expired ones sent on request, lapsed claims
     # taken as they are, and the first failure releases the window (retry(0)) and stops.
@@ -551,7 +518,7 @@ def _deliver(
     got: dict[str, list[int]] = {
         k: [] for k in ("sent", "failed", "expired", "unpublishable", "unauthenticated")
     }
-    q = ddq.Queue(path, **options)
+    q = ddq.Queue(path, clock=clock, **options)
     try:
         pending = [it.seq for it in q.items() if it.state in ("available", "claimed")]
         # Refuse before the first claim what cannot be decrypted here (SPEC E23).
@@ -560,7 +527,8 @@ def _deliver(
         )
         if progress is not None:
             progress(0, len(pending))
-        sender = _PahoWindow(ddq_outbox, client, prefix, window, timeout)
+        sender = _PahoWindow(ddq_outbox, client, prefix, window, timeout, q.clock,
+                             {} if routes is None else routes)
 
         def report(what: str, seq: int, detail: str) -> None:
             if what not in got:
@@ -570,7 +538,7 @@ def _deliver(
                 if progress is not None:
                     progress(1, 0)
                 if log:
-                    topic, nb, _raw = sender.routes[seq]
+                    topic, nb = sender.routes[seq][0:2]
                     log("sent seq %d -> %s (%d bytes)" % (seq, topic, nb))
             elif log and what == "failed":
                 if len(got["failed"]) == 1:
@@ -598,7 +566,7 @@ def _deliver(
                 break
         raw = sum(1 for s in got["sent"] if sender.routes[s][2])
         left = [it for it in q.items() if it.state in ("available", "claimed")]
-        now = int(time.time() * 1000)
+        now = q.clock()
         failed = got["failed"]
         skipped = [
             it.seq
