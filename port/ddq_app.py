@@ -23,6 +23,7 @@ __version__ = "0.1.0"
 
 import time
 
+# ============================================================================ compat
 import ddq
 import ddq_outbox
 from ddq import _import
@@ -53,6 +54,7 @@ def _sleep_ms(ms: int) -> None:
         time.sleep(ms / 1000)
 
 
+# ============================================================================ app
 async def _asleep(ms: int) -> None:
     import asyncio
 
