@@ -996,6 +996,8 @@ class Outbox:
                 if r >= 0:
                     await asyncio.sleep(0)
                     continue
+                if self._stop:  # failure="stop": the loop ends [E26]
+                    break
             d = self.next_ready_ms()
             d = idle_ms if d is None else min(d, idle_ms)
             await (sleep_ms(d) if sleep_ms is not None else asyncio.sleep(d / 1000))
@@ -1126,7 +1128,7 @@ class _Window:
         sleep_ms = getattr(asyncio, "sleep_ms", None)
         _opt(idle_ms, 1, _MAX_WAIT, "idle_ms")
         ob = self.ob
-        while stop is None or not stop():
+        while (stop is None or not stop()) and not (self.failed and ob._stop):  # [E26]
             ob.tick()
             self.failed = False
             k = self.fill(self.w)

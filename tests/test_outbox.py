@@ -1055,3 +1055,24 @@ def test_E26_failure_stop_retries_at_once_and_ends_the_loop():
     assert ob.counters["unpublishable"] == 1
     assert ob.pump(w) == 2 and ob.empty()
     ob.close()
+
+
+def test_E26_failure_stop_ends_the_asyncio_loop_too():
+    # EVIDENCE-OF: E26 E17 E25
+    try:
+        import asyncio
+    except ImportError:
+        raise support.Skip("no asyncio")
+    for window in (False, True):
+        ob, clock = _ob(failure="stop")
+        seqs = [ob.put("t", b"%d" % i) for i in range(4)]
+        if window:
+            w = _Win(2, fail=True)
+            n = asyncio.run(ob.run(w))
+        else:
+            first = seqs[0]
+            n = asyncio.run(ob.run(lambda m, first=first: m.seq == first))  # only a failure ends it
+        assert ob.counters["failed"] == (2 if window else 1), window
+        assert n == (0 if window else 1) and ob.qsize() == (4 if window else 3)
+        assert ob.next_ready_ms() == 0
+        ob.close()
