@@ -113,8 +113,11 @@ print("RESULT " + json.dumps({"n": n, "ok": ok, "end": end, "import": m1 - m0,
 
 
 def app_imports(prof):
+    """The port modules the app loads: what flash installs with it (imports followed)."""
     app = boards.app_path(prof)
-    return sorted(transfer.port_imports(app)) if app and os.path.isfile(app) else ["ddq"]
+    if not (app and os.path.isfile(app)):
+        return ["ddq"]
+    return sorted(os.path.basename(m)[:-3] for m in transfer.modules_to_install(prof, app))
 
 
 def message(prof):

@@ -145,11 +145,14 @@ def mpy_header(path: str) -> bytes:
 
 
 # Modules of port/ that flash knows. ddq_mqtt loads anywhere (it imports `socket` only when its
-# own Sender connects), but without an app a board with no network does not get it.
+# own Sender connects), but without an app a board with no network does not get it. ddq_app is
+# the example apps' shared part: installed only with an app that imports it.
 PORT_MODULES = (
-    "ddq", "ddq_index", "ddq_cut", "ddq_reclaim", "ddq_outbox", "ddq_mqtt", "ddq_group", "ddq_salvage"
+    "ddq", "ddq_index", "ddq_cut", "ddq_reclaim", "ddq_outbox", "ddq_mqtt", "ddq_group", "ddq_salvage",
+    "ddq_app",
 )
 NEEDS_NETWORK = ("ddq_mqtt",)
+APP_ONLY = ("ddq_app",)
 
 
 def port_imports(path: str) -> set[str]:
@@ -179,7 +182,9 @@ def modules_to_install(prof: dict[str, Any] | None = None, app: str | None = Non
     src = qdir.ddq_source()
     port = os.path.dirname(src)
     network = True if prof is None else bool(prof.get("network", True))
-    loadable = [m for m in PORT_MODULES if network or m not in NEEDS_NETWORK]
+    loadable = [
+        m for m in PORT_MODULES if (network or m not in NEEDS_NETWORK) and m not in APP_ONLY
+    ]
     if app is None:
         want = set(loadable)
     else:
@@ -287,9 +292,7 @@ def flash(
     # Import check: drop any cached module, import from the destination, compare the version.
     where = dpath(dest)
     code = (
-        "import sys\nfor _m in ('ddq','ddq_index','ddq_cut','ddq_reclaim','ddq_outbox','ddq_mqtt',"
-        "'ddq_group','ddq_salvage'):\n"
-        " if _m in sys.modules: del sys.modules[_m]\n"
+        "import sys\nfor _m in %r:\n if _m in sys.modules: del sys.modules[_m]\n" % (PORT_MODULES,)
     )
     if where != ".":
         code += "_p=%r\nif _p not in sys.path: sys.path.insert(0,_p)\n" % where

@@ -61,10 +61,11 @@ def test_flash_py_then_mpy(board):
     r = ddq("flash", "--device", board.tty, "--example-app", "--json")
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
-    # The example app imports ddq, ddq_outbox and ddq_mqtt: those are installed as .mpy, and
-    # every .py the first flash put there is removed (no stale copy beside the new ddq).
+    # The example app imports ddq_app (and through it ddq, ddq_outbox and ddq_mqtt): those are
+    # installed as .mpy, and every .py the first flash put there is removed (no stale copy
+    # beside the new ddq).
     assert [w["path"] for w in res["written"]] == [
-        ":ddq.mpy", ":ddq_cut.mpy", ":ddq_outbox.mpy", ":ddq_mqtt.mpy", ":main.py"]
+        ":ddq.mpy", ":ddq_cut.mpy", ":ddq_outbox.mpy", ":ddq_mqtt.mpy", ":ddq_app.mpy", ":main.py"]
     assert sorted(res["removed"]) == sorted(mods) and res["imported_from"].endswith("ddq.mpy")
     with Device(board.tty, soft_reset=False) as dev:
         sizes = {n: size for n, _d, size in dev.listdir(":")}
@@ -286,6 +287,8 @@ def test_device_errors_map_to_cpython_oserrors(board):
             dev.mkdir(":adir")
         with pytest.raises(FileNotFoundError):
             dev.rename(":no-such-file", ":x")
+        with pytest.raises(FileNotFoundError):  # mkdir/remove: mpremote's fs_mkdir/fs_rmfile
+            dev.remove(":no-such-file")
         dev.remove(":adir")
 
 
