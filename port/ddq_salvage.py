@@ -696,9 +696,9 @@ def _copy(sc: _Scan, files: "dict[int, Any]", pi: int, off: int, typ: int, seq: 
     return _read_at(fs, f, off + _HDR, r[3])
 
 
-def _layout(kept: "list[int]", final: "dict[int, list[int]]", sb: int) -> int:
-    # The number of segments _stage will write (the same packing, nothing read or written).
-    n, off = 1, 0
+def _layout(kept: "list[int]", final: "dict[int, list[int]]", sb: int) -> "tuple[int, int]":
+    # (segments, bytes) _stage will write: the same packing, nothing read or written.
+    n, off, total = 1, 0, 0
     for seq in kept:
         it = final[seq]
         st = it[_ST]
@@ -712,7 +712,8 @@ def _layout(kept: "list[int]", final: "dict[int, list[int]]", sb: int) -> int:
                 n += 1
                 off = 0
             off += rl
-    return n
+            total += rl
+    return n, total
 
 
 def _stage(sc: _Scan, dst: str, gen: int, kept: "list[int]", final: "dict[int, list[int]]",
@@ -786,3 +787,183 @@ def _write(sc: _Scan, fs: "Any", dst: str, gen: int, next_seq: int, kept: "list[
     fs.sync_dir(dst)
     _put(fs, dst, "queue.format", b"")
     _publish(fs, dst, gen, next_seq, segs, len(kept), end)
+
+
+# ============================================================================ in place
+# on_corrupt="salvage" (SPEC §15 [K9]-[K12], DESIGN §14): recovery's Corrupt salvages the
+# directory in place. Every step through the queue's storage seam, under its lock:
+#   1. salvage.intent ("ddq salvage <tag>\n", synced): from here the sources may be aside
+#   2. queue.format made (a damaged one aside first): a state without a manifest is Corrupt
+#   3. the sources (segments read, a damaged manifest, a manifest tmp) renamed aside to
+#      salvaged-<tag>-<name>, the selected generation's segment 0 first: every state until
+#      the publish stays Corrupt to recovery, and a rerun reads the aside files as their names
+#   4. generation gen (> every one on disk) staged, segments synced; the report written
+#   5. the manifest published by tmp + rename: the commit point (R14 adopts the tmp on FAT)
+#   6. salvage.intent removed; recovery then opens gen and deletes what R16 deletes
+_INTENT = "salvage.intent"
+_ASIDE = "salvaged-"
+_REPORT = "salvage-report-"
+_ROOM = ".salvaged"  # the sibling directory when the disk bound leaves no room in place
+
+
+def _intent(fs: "Any", d: str, names: "list[str]") -> int:
+    # The tag of an unfinished in-place salvage, or -1. A torn intent (it is synced before
+    # anything else changes, so nothing else changed) is removed.
+    if _INTENT not in names:
+        return -1
+    f = fs.open(d + "/" + _INTENT, "rb")
+    try:
+        b = _read_at(fs, f, 0, 48)
+    finally:
+        fs.close(f)
+    t = b[12:-1]
+    ok = b[0:12] == b"ddq salvage " and b[-1:] == b"\n" and 0 < len(t) <= 20
+    for c in t:
+        ok = ok and 48 <= c <= 57
+    if ok and int(t) <= _MAX_GEN:
+        return int(t)
+    fs.remove(d + "/" + _INTENT)
+    fs.sync_dir(d)
+    return -1
+
+
+def _selected(fs: "Any", d: str) -> int:
+    # The generation recovery would select from a valid manifest (or the tmp R14 adopts), or -1.
+    st, man, _ = _read_manifest(fs, d + "/queue.manifest")
+    if man is not None:
+        return man[0]
+    if st == "missing" and fs.kind(d + "/queue.format") == 1:
+        man = _read_manifest(fs, d + "/queue.manifest.tmp")[1]
+        if man is not None:
+            return man[0]
+    return -1
+
+
+def _aside(fs: "Any", d: str, name: str, pre: str) -> "Optional[str]":
+    # Rename d/name to d/<pre><name>; None when that name is taken (the file is then left to
+    # what replaces or deletes it: the publish, R16).
+    if fs.kind(d + "/" + pre + name) != 0:
+        return None
+    fs.rename(d + "/" + name, d + "/" + pre + name)
+    return pre + name
+
+
+def _text(rep: "dict[str, Any]") -> bytes:
+    js = ddq._import("json")
+    return (js.dumps(rep) if js is not None else repr(rep)).encode() + b"\n"
+
+
+def in_place(q: "Any", err: "Any") -> None:
+    """Queue(..., on_corrupt="salvage"): recovery raised err (Corrupt). Salvage the directory
+    in place [K9]-[K11], or into <dir>.salvaged when the disk bound leaves no room (then raise
+    Corrupt naming it), then recover it; stats() counts the salvage [K12]."""
+    try:
+        rep = _in_place(q, q._fs, q._dir, err)
+    except OSError as e:
+        raise ddq.IOFailure("salvage in place: %r" % (e,))
+    s, q._salv = q._salv, None  # this recovery raises whatever it finds
+    try:
+        q.recover()
+    finally:
+        q._salv = s
+    s[0] += 1
+    s[1] += rep["lost_count"]
+    s[2] += len(rep["reset"])
+    q.salvage_report = rep
+
+
+def _in_place(q: "Any", fs: "Any", d: str, err: "Any") -> "dict[str, Any]":
+    sb, mp, mi, ms = q._seg_bytes, q._max_payload, q._max_items, q._max_segs
+    names = q._listdir()
+    tag = _intent(fs, d, names)
+    sel = _selected(fs, d)
+    if tag >= 0 and sel >= tag:  # published: the intent outlived its commit [K10]
+        fs.remove(d + "/" + _INTENT)
+        fs.sync_dir(d)
+        tag = -1
+    # Unpublished with a valid manifest (of a generation below tag): generations >= tag are
+    # an earlier attempt's staging, deleted below. Without a valid manifest that is not
+    # certain (the intent may have outlived a publish the manifest then lost): read them too.
+    sure = tag >= 0 and sel >= 0
+    entries: "dict[str, str]" = {}
+    stale: "list[str]" = []
+    top = -1
+    for n in names:
+        if n[0:len(_ASIDE)] == _ASIDE or n == _INTENT or n[0:len(_REPORT)] == _REPORT:
+            continue
+        pg = ddq.parse_segment_name(n[:-4] if n[-4:] == ".cut" else n)
+        if pg is not None:
+            top = max(top, pg[0])
+            if sure and pg[0] >= tag:
+                stale.append(n)
+                continue
+        entries[n] = d + "/" + n
+    if tag >= 0:  # a rerun reads the sources where step 3 put them
+        pre = "%s%d-" % (_ASIDE, tag)
+        for n in names:
+            if n[0:len(pre)] == pre:
+                entries[n[len(pre):]] = d + "/" + n
+    rep, sc, kept, final = _plan(fs, entries, d, d, sb, mp, ms)
+    if rep["output"] is None:
+        raise err  # nothing usable: fail-stop, nothing changed
+    gen = max(rep["generation"], top + 1, tag)
+    if gen > _MAX_GEN:
+        raise err
+    nsegs, nbytes = _layout(kept, final, sb)
+    held = 0
+    for n in entries:
+        if ddq.parse_segment_name(n) is not None and entries[n] == d + "/" + n:
+            held += fs.size(entries[n])
+    if nsegs > ms or len(kept) > mi or held + nbytes > 2 * ms * sb:
+        # No room within the bound C9 [K11]: a new directory beside it, the queue fail-stopped.
+        dst = d + _ROOM
+        if fs.kind(dst) != 0:
+            raise ddq.Corrupt("%s; no room to salvage in place and %s exists" % (err, dst))
+        rep["output"] = dst
+        _write(sc, fs, dst, rep["generation"], rep["next_seq"], kept, final, sb, 4096)
+        raise ddq.Corrupt("%s; no room to salvage in place: salvaged into %s" % (err, dst))
+    rep["generation"] = gen
+    if tag < 0:  # 1.
+        tag = gen
+        _put(fs, d, _INTENT, ("ddq salvage %d\n" % tag).encode())
+    pre = "%s%d-" % (_ASIDE, tag)
+    aside = [n for n in names if n[0:len(pre)] == pre]
+    mk = fs.kind(d + "/queue.format")  # 2.
+    if mk != 1 or fs.size(d + "/queue.format") != 0:
+        if mk != 0:
+            a = _aside(fs, d, "queue.format", pre)
+            if a is not None:
+                aside.append(a)
+            else:
+                fs.remove(d + "/queue.format")
+        _put(fs, d, "queue.format", b"")
+    for n in stale:
+        fs.remove(d + "/" + n)
+    srcs = []  # 3.
+    for path in sc.paths:
+        n = path[len(d) + 1:]
+        if path == d + "/" + n and n[0:len(_ASIDE)] != _ASIDE and n not in srcs:
+            srcs.append(n)
+    if rep["manifest"] == "damaged" and entries.get("queue.manifest") == d + "/queue.manifest":
+        srcs.append("queue.manifest")
+    if fs.kind(d + "/queue.manifest.tmp") != 0:
+        srcs.append("queue.manifest.tmp")
+    for n in srcs:
+        a = _aside(fs, d, n, pre)
+        if a is not None:
+            aside.append(a)
+            for i in range(len(sc.paths)):  # _stage reads the records where they are now
+                if sc.paths[i] == d + "/" + n:
+                    sc.paths[i] = d + "/" + a
+        elif n == "queue.manifest.tmp":
+            fs.remove(d + "/" + n)  # C5: no tmp before the publish
+    fs.sync_dir(d)
+    segs, end = _stage(sc, d, gen, kept, final, sb, ms)  # 4.
+    fs.sync_dir(d)
+    rep["in_place"] = True
+    rep["aside"] = aside
+    _put(fs, d, "%s%d.json" % (_REPORT, tag), _text(rep))
+    _publish(fs, d, gen, rep["next_seq"], segs, len(kept), end)  # 5. the commit point
+    fs.remove(d + "/" + _INTENT)  # 6.
+    fs.sync_dir(d)
+    return rep
