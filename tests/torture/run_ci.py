@@ -163,7 +163,7 @@ def aggregate(done):
           "group_states": 0, "group_returned_lost": 0, "salvage_images": 0, "salvage_intact": 0,
           "salvage_kept": 0, "salvage_wrong": 0, "salvage_reused": 0, "salvage_reset": 0,
           "salvage_behind": 0, "salvage_forged": 0, "salvage_undetectable_cut": 0,
-          "salvage_inplace_images": 0, "salvage_inplace_intact": 0, "salvage_inplace_kept": 0,
+          "salvage_inplace_images": 0, "salvage_inplace_intact": 0, "salvage_inplace_kept": 0, "salvage_inplace_reset": 0,
           "salvage_cut_images": 0, "salvage_cut_states": 0, "salvage_cut_lost": 0, "salvage_cut_wrong": 0,
           "salvage_cut_reused": 0, "salvage_cut_aside": 0, "salvage_cut_fat_split": 0}
     extra = {"crash_checked": 0, "depth2_states": 0, "corrupt_reported": 0, "by_model": {},
@@ -243,7 +243,7 @@ def aggregate(done):
                       "undetectable_cut"):
                 sb["salvage_" + k] += r[k]
         elif part == "salvcut":
-            for k in ("images", "intact", "kept"):
+            for k in ("images", "intact", "kept", "reset"):
                 sb["salvage_inplace_" + k] += r["inplace_" + k]
             sb["salvage_cut_images"] += r["cut_images"]
             sb["salvage_cut_fat_split"] += r["fat_split"]
@@ -336,7 +336,7 @@ def main():
     print(line)
     if any(t[0] == "salvcut" for t in tasks):
         print("salvage in place: " + " ".join("salvage_%s=%d" % (k, sb["salvage_" + k]) for k in (
-            "inplace_images", "inplace_intact", "inplace_kept", "cut_images", "cut_states", "cut_fat_split",
+            "inplace_images", "inplace_intact", "inplace_kept", "inplace_reset", "cut_images", "cut_states", "cut_fat_split",
             "cut_lost", "cut_wrong", "cut_reused", "cut_aside")))
     if any(t[0] == "salvage" for t in tasks):
         print("salvage: " + " ".join("salvage_%s=%d" % (k, sb["salvage_" + k]) for k in (

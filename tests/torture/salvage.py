@@ -218,6 +218,7 @@ def run_seed(ddq, seed, nops, limit=None, max_fail=5, fsck_every=1):
 # every step each crash state under the POSIX, LittleFS and FAT models (FAT: a rename over a file
 # is remove + rename) is opened again with on_corrupt="salvage" and judged against the uncut one:
 #
+#   (inplace_reset counts the items the uncut salvages brought back available: possible duplicates)
 #   cut_lost    an item the uncut salvage kept is missing after the cut and reopen (target 0)
 #   cut_wrong   an item whose payload is not the one enqueued with its seq (target 0)
 #   cut_reused  next_seq, or a probe enqueue's seq, below the uncut salvage's next_seq (target 0)
@@ -316,7 +317,7 @@ def run_cuts(ddq, seed, nops, every=40, depth2_every=25, max_fail=5, models=("po
     opts = {k: wl.opts[k] for k in LIMITS}
     sopts = dict(opts, max_items=1000, max_segments=256)
     res = {"seed": seed, "cut_images": 0, "inplace_images": 0, "inplace_intact": 0, "inplace_kept": 0,
-           "inplace_wrong": 0, "inplace_reused": 0, "cut_states": 0, "cut_depth2": 0, "cut_lost": 0,
+           "inplace_wrong": 0, "inplace_reused": 0, "inplace_reset": 0, "cut_states": 0, "cut_depth2": 0, "cut_lost": 0,
            "cut_wrong": 0, "cut_reused": 0, "cut_aside": 0, "opens_clean": 0, "not_salvaged": 0,
            "unexpected": 0, "fat_split": 0, "fail": []}
 
@@ -385,6 +386,7 @@ def run_cuts(ddq, seed, nops, every=40, depth2_every=25, max_fail=5, models=("po
             ref = _items(q)
             ref_next = q.stats().next_seq
             salv = q.stats().salvaged
+            res["inplace_reset"] += q.stats().salvage_reset
         finally:
             q.close()
         if salv != 1:
