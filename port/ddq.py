@@ -224,14 +224,14 @@ class Stats:
         "total_items", "available_items", "claimed_items", "acknowledged_items",
         "quarantined_items", "stored_bytes", "segment_count", "next_seq",
         "recovered_tail_bytes", "generation", "failed", "durable_seq",
-        "salvaged", "salvage_lost", "salvage_reset",
+        "salvaged", "salvage_lost",
     )
 
     def __init__(self) -> None:
         self.total_items = self.available_items = self.claimed_items = 0
         self.acknowledged_items = self.quarantined_items = self.stored_bytes = 0
         self.segment_count = self.next_seq = self.recovered_tail_bytes = self.generation = 0
-        self.durable_seq = self.salvaged = self.salvage_lost = self.salvage_reset = 0
+        self.durable_seq = self.salvaged = self.salvage_lost = 0
         self.failed = False
 
     def as_dict(self) -> "dict[str, Any]":
@@ -671,10 +671,10 @@ class Queue:
             raise InvalidArgument("clock must be callable")
         if sync not in ("always", "ack", "none"):
             raise InvalidArgument("sync must be 'always', 'ack' or 'none'")
-        if on_corrupt not in ("raise", "salvage"):
-            raise InvalidArgument("on_corrupt must be 'raise' or 'salvage'")
         # "salvage": recovery's Corrupt salvages in place (ddq_salvage, loaded only then) [K9]
-        self._salv: "Any" = [0, 0, 0] if on_corrupt == "salvage" else None
+        self._salv: "Any" = [0, 0] if on_corrupt == "salvage" else None
+        if not self._salv and on_corrupt != "raise":
+            raise InvalidArgument("on_corrupt")
         self._sync_all = sync == "always"
         self._sync_ack = sync != "none"
         self.clock = clock if clock is not None else _wall_ms
@@ -1216,7 +1216,7 @@ class Queue:
         s.failed = self._log.h is None
         s.durable_seq = self._durable
         if self._salv:
-            s.salvaged, s.salvage_lost, s.salvage_reset = self._salv  # [K12]
+            s.salvaged, s.salvage_lost = self._salv  # [K12]
         return s
 
     def items(self) -> "Iterator[Item]":
@@ -1659,9 +1659,9 @@ class Queue:
             raise _io_failure(e, "recovery")
         except BaseException as e:
             self._fail()
-            m = _import("ddq_salvage") if self._salv and isinstance(e, Corrupt) else None
-            if m is None:
-                raise e
+            m = self._salv and isinstance(e, Corrupt) and _import("ddq_salvage")
+            if not m:
+                raise
             m.in_place(self, e)  # [K9] repairs the directory, then recovers it
 
     def _read_small(self, path: str, n: int) -> bytes:

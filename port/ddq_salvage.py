@@ -868,7 +868,6 @@ def in_place(q: "Any", err: "Any") -> None:
         q._salv = s
     s[0] += 1
     s[1] += rep["lost_count"]
-    s[2] += len(rep["reset"])
     q.salvage_report = rep
 
 

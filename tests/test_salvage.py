@@ -382,7 +382,8 @@ def test_salvage_on_open_in_place():
     q = ddq.Queue(d, clock=support.FakeClock(T0), on_corrupt="salvage", **OPTS)
     try:
         st = q.stats()
-        assert (st.salvaged, st.salvage_lost, st.salvage_reset) == (1, len(lost), len(reset)), st.as_dict()
+        assert (st.salvaged, st.salvage_lost) == (1, len(lost)), st.as_dict()
+        assert q.salvage_report["reset"] == reset and q.salvage_report["in_place"]
         assert st.as_dict()["salvaged"] == 1
         assert not st.failed and st.next_seq >= nxt
         assert _state(q) == exp, (_state(q), exp)
@@ -403,7 +404,7 @@ def test_salvage_on_open_in_place():
     q = ddq.Queue(d, clock=support.FakeClock(T0), **OPTS)
     try:
         st = q.stats()
-        assert (st.salvaged, st.salvage_lost, st.salvage_reset) == (0, 0, 0)
+        assert (st.salvaged, st.salvage_lost) == (0, 0)
         assert len(_state(q)) == len(exp)  # one acked, one enqueued
     finally:
         q.close()
@@ -564,3 +565,33 @@ def test_salvage_on_open_without_room_goes_beside():
     e = support.raises(ddq.Corrupt, ddq.Queue, d, clock=support.FakeClock(T0), on_corrupt="salvage", **small)
     assert "exists" in str(e), str(e)
     assert _files(d) == image
+
+
+def test_salvage_on_open_outbox():
+    # EVIDENCE-OF: K9 K12
+    # The message layer passes on_corrupt through; its stats() reports the salvage, and the
+    # intact messages are delivered.
+    import ddq_outbox
+    d = support.tmpdir() + "/ob"
+    ob = ddq_outbox.Outbox(d, clock=support.FakeClock(T0), seed=7, **OPTS)
+    for i in range(12):
+        ob.put("t/%d" % i, b"m%02d" % i)
+    ob.close()
+    log = _log(d)
+    i = [k for k, r in enumerate(log) if r[2] == T_DATA and r[3] == 6][0]
+    _flip(d + "/" + log[i][0], log[i][1] + 60)  # inside the envelope: the CRC fails
+    support.raises(ddq.Corrupt, ddq_outbox.Outbox, d, clock=support.FakeClock(T0), **OPTS)
+    ob = ddq_outbox.Outbox(d, clock=support.FakeClock(T0), seed=7, on_corrupt="salvage", **OPTS)
+    try:
+        st = ob.stats()
+        assert st["salvaged"] == 1 and st["salvage_lost"] == 1, st
+        got = []
+        for _ in range(20):  # bounded
+            m = ob.get()
+            if m is None:
+                break
+            got.append(m.topic)
+            ob.ack(m)
+        assert got == ["t/%d" % k for k in range(12) if k != 5], got
+    finally:
+        ob.close()

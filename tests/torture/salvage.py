@@ -386,7 +386,7 @@ def run_cuts(ddq, seed, nops, every=40, depth2_every=25, max_fail=5, models=("po
             ref = _items(q)
             ref_next = q.stats().next_seq
             salv = q.stats().salvaged
-            res["inplace_reset"] += q.stats().salvage_reset
+            res["inplace_reset"] += len(getattr(q, "salvage_report", {"reset": ()})["reset"])
         finally:
             q.close()
         if salv != 1:
