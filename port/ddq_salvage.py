@@ -909,10 +909,11 @@ def _in_place(q: "Any", fs: "Any", d: str, err: "Any") -> "dict[str, Any]":
     if gen > _MAX_GEN:
         raise err
     nsegs, nbytes = _layout(kept, final, sb)
-    held = 0
-    for n in entries:
-        if ddq.parse_segment_name(n) is not None and entries[n] == d + "/" + n:
-            held += fs.size(entries[n])
+    held = 0  # the bytes of the generations read (aside or not; an earlier attempt's not counted)
+    for i in range(len(sc.paths)):
+        pg = ddq.parse_segment_name(sc.names[i])
+        if pg is not None and (tag < 0 or pg[0] < tag):
+            held += fs.size(sc.paths[i])
     if nsegs > ms or len(kept) > mi or held + nbytes > 2 * ms * sb:
         # No room within the bound C9 [K11]: a new directory beside it, the queue fail-stopped.
         dst = d + _ROOM
