@@ -512,8 +512,27 @@ def test_salvage_on_open_cut_at_every_step():
     # EVIDENCE-OF: K10
     # A salvage interrupted after its k-th write, sync, rename or remove; the next open with
     # on_corrupt="salvage" ends with every item the uncut salvage kept, same payloads, and no
-    # seq reused; the damage stays kept aside.
+    # seq reused; the damage stays kept aside. Generation 0 without a manifest here (a rerun
+    # reads an earlier attempt's staging too); below, a compacted queue (a valid manifest: the
+    # staging is deleted).
     d, truth, nxt, exp, lost, reset, image = _damaged()
+    _cut_every_step(image, exp, nxt)
+
+
+def test_salvage_on_open_cut_at_every_step_compacted():
+    # EVIDENCE-OF: K10
+    d, truth, nxt, _, _, _, image = _damaged(compact=True)
+    q = ddq.Queue(d, clock=support.FakeClock(T0), on_corrupt="salvage", **OPTS)
+    try:
+        exp = _state(q)  # the uncut salvage's result is the reference
+        nxt = q.stats().next_seq
+    finally:
+        q.close()
+    support.rmtree(d)
+    _cut_every_step(image, exp, nxt)
+
+
+def _cut_every_step(image, exp, nxt):
     steps = 0
     for k in range(1, 200):  # bounded: the salvage takes far fewer steps
         d = support.tmpdir()
@@ -595,3 +614,28 @@ def test_salvage_on_open_outbox():
         assert got == ["t/%d" % k for k in range(12) if k != 5], got
     finally:
         ob.close()
+
+
+def test_salvage_on_recover():
+    # EVIDENCE-OF: K9
+    # recover() on an open queue salvages too (damage found after the open), and the queue
+    # goes on delivering; with the default it raises Corrupt and stays fail-stopped.
+    for mode in ("raise", "salvage"):
+        d = support.tmpdir() + "/q"
+        truth, nxt = _build(d)
+        log = _log(d)
+        q = ddq.Queue(d, clock=support.FakeClock(T0), on_corrupt=mode, **OPTS)
+        try:
+            i = [k for k, r in enumerate(log) if r[2] == T_DATA and r[3] == 10][0]
+            assert log[i][0] != log[-1][0]  # not the segment open for appending
+            _flip(d + "/" + log[i][0], log[i][1] + 43)
+            if mode == "raise":
+                support.raises(ddq.Corrupt, q.recover)
+                assert q.stats().failed and q.stats().salvaged == 0
+                continue
+            q.recover()
+            st = q.stats()
+            assert st.salvaged == 1 and st.salvage_lost == 1 and not st.failed
+            assert 10 not in _state(q) and q.enqueue(b"after") >= nxt
+        finally:
+            q.close()
