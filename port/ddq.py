@@ -104,7 +104,9 @@ _LOCK = "queue.lock"
 _MARKER = "queue.format"
 _MANIFEST = "queue.manifest"
 _MANIFEST_TMP = "queue.manifest.tmp"
-_CUT = ".cut"  # ddq extension: a tail cut staged by copy + rename where truncate is missing [R12]
+# A tail cut where truncate is missing is staged as <segment>.reserve: a name libddq refuses
+# while it is non-empty and not its segment [R12][R21] (older ddq staged <segment>.cut [R22]).
+_CUT = ".reserve"
 # Recovery index: SPEC §12.1 [X1]-[X8]; a ddq-only file C DDQ ignores [N5].
 _INDEX = "queue.index"
 _INDEX_TMP = "queue.index.tmp"
@@ -1566,14 +1568,6 @@ class Queue:
         try:
             fs = self._fs
             names = self._listdir()
-            # [R12] finish a tail cut staged by copy + rename (no truncate on MicroPython).
-            for name in names:
-                if name[-4:] == _CUT and parse_segment_name(name[:-4]) is not None:
-                    if name[:-4] in names:
-                        fs.remove(self._path(name))
-                    else:
-                        fs.rename(self._path(name), self._path(name[:-4]))
-                    fs.sync_dir(self._dir)
             marker = fs.kind(self._path(_MARKER))
             if marker not in (0, 1) or (marker == 1 and fs.size(self._path(_MARKER)) != 0):
                 raise Corrupt("queue.format is not an empty regular file")
@@ -1607,6 +1601,14 @@ class Queue:
                 cp = [segs, items, end, nxt]
                 seen = False
                 self._has_manifest = True
+            # [R12][R22] finish a tail cut staged by copy + rename (no truncate on MicroPython).
+            for name in names:
+                seg = name[:name.rfind(".")]
+                if (name[-8:] == _CUT or name[-4:] == ".cut") and parse_segment_name(seg):
+                    m = _import("ddq_cut")  # only after a crash inside a cut (import heap)
+                    if m is None:
+                        raise Corrupt(name + ": no ddq_cut [R22]")
+                    m.leftover(self, name, seg, gen)
             log = self._log = _Log(gen)
             ids = []
             for name in self._listdir():
@@ -1955,7 +1957,14 @@ class Queue:
         if getattr(fs, "can_truncate", False):
             fs.truncate(path, size)
             return
-        tmp = path + _CUT
+        if not size:  # nothing to keep: emptied in place, no leftover name [R12]
+            h = fs.open(path, "wb")
+            try:
+                fs.sync(h)
+            finally:
+                fs.close(h)
+            return
+        tmp = path + _CUT  # [R12] libddq refuses the directory while this holds records [R21]
         if fs.kind(tmp) != 0:
             fs.remove(tmp)
         mv = self._buf(min(max(size, 1), 4096))

@@ -477,15 +477,18 @@ def _plan(fs: "Any", entries: "dict[str, str]", src: str, dst: "Optional[str]", 
     segs: "dict[int, dict[int, str]]" = {}
     cuts: "list[tuple[int, int, str]]" = []
     for n in entries:
-        cut = n.endswith(".cut")
-        parsed = ddq.parse_segment_name(n[:-4] if cut else n)
+        k = 8 if n.endswith(".reserve") else 4 if n.endswith(".cut") else 0
+        cut = k != 0
+        parsed = ddq.parse_segment_name(n[:-k] if cut else n)
         if parsed is None or fs.kind(entries[n]) != 1:
             continue
+        if k == 8 and not fs.size(entries[n]):
+            continue  # an empty .reserve holds no record (libddq's spare)
         if cut:
             cuts.append((parsed[0], parsed[1], entries[n]))
         else:
             segs.setdefault(parsed[0], {})[parsed[1]] = entries[n]
-    for g, i, p in cuts:  # R12: a .cut whose segment is missing stands for it
+    for g, i, p in cuts:  # R22: a staged cut whose segment is missing stands for it
         if i not in segs.get(g, {}):
             segs.setdefault(g, {})[i] = p
     mstate, man, dmg_next = _read_manifest(fs, entries.get("queue.manifest"))
@@ -827,6 +830,11 @@ def _intent(fs: "Any", d: str, names: "list[str]") -> int:
     return -1
 
 
+def _left(n: str) -> int:
+    # The length of a staged tail cut's suffix (R12, R22: .reserve, an older ddq's .cut), or 0.
+    return 8 if n[-8:] == ".reserve" else 4 if n[-4:] == ".cut" else 0
+
+
 def _selected(fs: "Any", d: str) -> int:
     # The generation recovery would select from a valid manifest (or the tmp R14 adopts), or -1.
     st, man, _ = _read_manifest(fs, d + "/queue.manifest")
@@ -890,7 +898,7 @@ def _in_place(q: "Any", fs: "Any", d: str, err: "Any") -> "dict[str, Any]":
     for n in names:
         if n[0:len(_ASIDE)] == _ASIDE or n == _INTENT or n[0:len(_REPORT)] == _REPORT:
             continue
-        pg = ddq.parse_segment_name(n[:-4] if n[-4:] == ".cut" else n)
+        pg = ddq.parse_segment_name(n[:-_left(n)] if _left(n) else n)
         if pg is not None:
             top = max(top, pg[0])
             if sure and pg[0] >= tag:
@@ -943,6 +951,10 @@ def _in_place(q: "Any", fs: "Any", d: str, err: "Any") -> "dict[str, Any]":
     for path in sc.paths:
         n = path[len(d) + 1:]
         if path == d + "/" + n and n[0:len(_ASIDE)] != _ASIDE and n not in srcs:
+            srcs.append(n)
+    for n in names:  # a staged tail cut not read: recovery would refuse it beside a moved segment
+        k = _left(n)
+        if k and n not in srcs and n not in stale and ddq.parse_segment_name(n[:-k]) is not None:
             srcs.append(n)
     if rep["manifest"] == "damaged" and entries.get("queue.manifest") == d + "/queue.manifest":
         srcs.append("queue.manifest")

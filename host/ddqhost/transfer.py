@@ -147,7 +147,7 @@ def mpy_header(path: str) -> bytes:
 # Modules of port/ that flash knows. ddq_mqtt loads anywhere (it imports `socket` only when its
 # own Sender connects), but without an app a board with no network does not get it.
 PORT_MODULES = (
-    "ddq", "ddq_index", "ddq_reclaim", "ddq_outbox", "ddq_mqtt", "ddq_group", "ddq_salvage"
+    "ddq", "ddq_index", "ddq_cut", "ddq_reclaim", "ddq_outbox", "ddq_mqtt", "ddq_group", "ddq_salvage"
 )
 NEEDS_NETWORK = ("ddq_mqtt",)
 
@@ -183,7 +183,7 @@ def modules_to_install(prof: dict[str, Any] | None = None, app: str | None = Non
     if app is None:
         want = set(loadable)
     else:
-        want = {"ddq"}
+        want = {"ddq", "ddq_cut"}  # ddq_cut: ddq's recovery imports it on demand (SPEC R22)
         todo = [app]
         while todo:
             for m in sorted(port_imports(todo.pop()) - want):
@@ -287,7 +287,7 @@ def flash(
     # Import check: drop any cached module, import from the destination, compare the version.
     where = dpath(dest)
     code = (
-        "import sys\nfor _m in ('ddq','ddq_index','ddq_reclaim','ddq_outbox','ddq_mqtt',"
+        "import sys\nfor _m in ('ddq','ddq_index','ddq_cut','ddq_reclaim','ddq_outbox','ddq_mqtt',"
         "'ddq_group','ddq_salvage'):\n"
         " if _m in sys.modules: del sys.modules[_m]\n"
     )

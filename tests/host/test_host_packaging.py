@@ -26,6 +26,7 @@ def test_package_json_for_mip():
     assert pkg["version"] == ddq_version()
     assert ["ddq.py", "port/ddq.py"] in pkg["urls"]
     assert ["ddq_index.py", "port/ddq_index.py"] in pkg["urls"]
+    assert ["ddq_cut.py", "port/ddq_cut.py"] in pkg["urls"]
     assert ["ddq_reclaim.py", "port/ddq_reclaim.py"] in pkg["urls"]
     assert ["ddq_outbox.py", "port/ddq_outbox.py"] in pkg["urls"]
     # Relative URLs: mip resolves them against package.json's location.
@@ -218,21 +219,23 @@ def test_flash_installs_what_the_app_imports(tmp_path):
     unix, pyb = boards.load("UNIX"), boards.load("PYBV11")
     # No app: every port module the board can load; no socket on PYBV11, so no ddq_mqtt.
     assert names(transfer.modules_to_install(unix)) == [
-        "ddq.py", "ddq_index.py", "ddq_reclaim.py", "ddq_outbox.py", "ddq_mqtt.py", "ddq_group.py",
-        "ddq_salvage.py"]
+        "ddq.py", "ddq_index.py", "ddq_cut.py", "ddq_reclaim.py", "ddq_outbox.py", "ddq_mqtt.py",
+        "ddq_group.py", "ddq_salvage.py"]
     assert names(transfer.modules_to_install(pyb)) == [
-        "ddq.py", "ddq_index.py", "ddq_reclaim.py", "ddq_outbox.py", "ddq_group.py", "ddq_salvage.py"]
-    # An app: ddq and what it imports (also inside functions, and `from ... import`).
+        "ddq.py", "ddq_index.py", "ddq_cut.py", "ddq_reclaim.py", "ddq_outbox.py", "ddq_group.py",
+        "ddq_salvage.py"]
+    # An app: ddq (with ddq_cut, which its recovery imports on demand: SPEC R22) and what it
+    # imports (also inside functions, and `from ... import`).
     plain = _app(tmp_path, "import time\nimport ddq\n")
-    assert names(transfer.modules_to_install(unix, plain)) == ["ddq.py"]
+    assert names(transfer.modules_to_install(unix, plain)) == ["ddq.py", "ddq_cut.py"]
     ob = _app(tmp_path, "def f():\n    from ddq_outbox import Outbox\n")
-    assert names(transfer.modules_to_install(pyb, ob)) == ["ddq.py", "ddq_outbox.py"]
+    assert names(transfer.modules_to_install(pyb, ob)) == ["ddq.py", "ddq_cut.py", "ddq_outbox.py"]
     mq = _app(tmp_path, "import ddq_mqtt\nimport ddq_outbox\n")
     assert names(transfer.modules_to_install(unix, mq)) == [
-        "ddq.py", "ddq_outbox.py", "ddq_mqtt.py"]
+        "ddq.py", "ddq_cut.py", "ddq_outbox.py", "ddq_mqtt.py"]
     # ddq_mqtt loads without socket (the adapters need none): an app that imports it gets it.
     assert names(transfer.modules_to_install(pyb, mq)) == [
-        "ddq.py", "ddq_outbox.py", "ddq_mqtt.py"]
+        "ddq.py", "ddq_cut.py", "ddq_outbox.py", "ddq_mqtt.py"]
     for name in boards.names():  # each example app loads on its own board
         prof = boards.load(name)
         transfer.modules_to_install(prof, boards.app_path(prof))

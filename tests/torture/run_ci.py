@@ -165,7 +165,8 @@ def aggregate(done):
           "salvage_behind": 0, "salvage_forged": 0, "salvage_undetectable_cut": 0,
           "salvage_inplace_images": 0, "salvage_inplace_intact": 0, "salvage_inplace_kept": 0, "salvage_inplace_reset": 0,
           "salvage_cut_images": 0, "salvage_cut_states": 0, "salvage_cut_lost": 0, "salvage_cut_wrong": 0,
-          "salvage_cut_reused": 0, "salvage_cut_aside": 0, "salvage_cut_fat_split": 0}
+          "salvage_cut_reused": 0, "salvage_cut_aside": 0, "salvage_cut_fat_split": 0,
+          "cut_states": 0, "libddq_refused": 0, "libddq_disagree": 0}
     extra = {"crash_checked": 0, "depth2_states": 0, "corrupt_reported": 0, "by_model": {},
              "lfs": {"drop": 0, "torn": 0, "raise": 0, "errno": 0}, "fat": {"drop": 0, "torn": 0, "raise": 0, "errno": 0},
              "bad_corrupt": 0, "bad_clean": 0, "bad_forged": 0, "hypothesis": 0, "mp_bad_images": 0,
@@ -214,6 +215,9 @@ def aggregate(done):
             extra["crash_checked"] += r["checked"]
             extra["depth2_states"] += r["depth2"]
             extra["corrupt_reported"] += r["reported"]
+            # tail cuts (SPEC R21/R22): states holding a staged cut; libddq (modelled) refuses or agrees
+            for k in ("cut_states", "libddq_refused", "libddq_disagree"):
+                sb[k] += r.get(k, 0)
             for m, v in r["by_model"].items():
                 extra["by_model"][m] = extra["by_model"].get(m, 0) + v
         elif part == "bad":
@@ -284,7 +288,10 @@ def scoreboard_line(sb, extra):
     # with an HMAC key (SPEC E22): forged/altered signed messages tried, and returned by get()
     s += " hmac_forged=%d hmac_forged_accepted=%d" % (sb["hmac_forged"], sb["hmac_forged_accepted"])
     # durable-on-return group writes (SPEC G3): crash states judged, returned puts/acks lost
-    s += " group_states=%d group_returned_lost=%d)" % (sb["group_states"], sb["group_returned_lost"])
+    s += " group_states=%d group_returned_lost=%d" % (sb["group_states"], sb["group_returned_lost"])
+    # tail cuts (SPEC R21/R22): crash states holding a staged cut, refused by libddq, or read otherwise
+    s += " cut_states=%d libddq_refused=%d libddq_disagree=%d)" % (
+        sb["cut_states"], sb["libddq_refused"], sb["libddq_disagree"])
     return s
 
 
@@ -316,7 +323,7 @@ def main():
                 done.append(d)
                 r = d["res"] or {}
                 bad = sum(r.get(k, 0) for k in ("lost", "resurrected", "reused_seq", "unexpected", "index_mismatch",
-                                                "forged_index", "returned_lost") + (("accepted",) if d["part"] == "forge" else ())
+                                                "forged_index", "returned_lost", "libddq_disagree") + (("accepted",) if d["part"] == "forge" else ())
                           + (("wrong", "reused") if d["part"] == "salvage" else ())
                           + (("inplace_wrong", "inplace_reused", "cut_lost", "cut_wrong", "cut_reused", "cut_aside")
                              if d["part"] == "salvcut" else ()))
@@ -343,7 +350,7 @@ def main():
             "images", "intact", "kept", "wrong", "reused", "reset", "behind", "forged", "undetectable_cut")))
     print("wall %.0f s, %d tasks, jobs %d" % (wall, len(tasks), a.jobs))
     ok = sb["lost"] == sb["resurrected"] == sb["reused_seq"] == sb["unexpected"] == sb["index_mismatch"] == 0 \
-        and sb["hmac_forged_accepted"] == 0 and sb["group_returned_lost"] == 0 \
+        and sb["hmac_forged_accepted"] == 0 and sb["group_returned_lost"] == 0 and sb["libddq_disagree"] == 0 \
         and sb["salvage_kept"] == sb["salvage_intact"] and sb["salvage_wrong"] == sb["salvage_reused"] == 0 \
         and sb["salvage_inplace_kept"] == sb["salvage_inplace_intact"] \
         and sb["salvage_cut_lost"] == sb["salvage_cut_wrong"] == sb["salvage_cut_reused"] == sb["salvage_cut_aside"] == 0
