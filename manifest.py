@@ -12,5 +12,5 @@ module("ddq_reclaim.py", base_path="port")  # staged reclamation (reclaim_step >
 module("ddq_outbox.py", base_path="port")  # optional message layer (Outbox)
 module("ddq_mqtt.py", base_path="port")  # optional MQTT QoS 1 sender for ddq_outbox.Outbox
 module("ddq_group.py", base_path="port")  # optional durable-on-return group writes (gateways)
-module("ddq_salvage.py", base_path="port")  # optional salvage of a damaged queue into a new one
+module("ddq_salvage.py", base_path="port")  # salvage: into a new directory, or at open (on_corrupt)
 module("ddq_app.py", base_path="port")  # the example board apps' shared part (boards/*/main.py)

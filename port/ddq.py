@@ -226,13 +226,14 @@ class Stats:
         "total_items", "available_items", "claimed_items", "acknowledged_items",
         "quarantined_items", "stored_bytes", "segment_count", "next_seq",
         "recovered_tail_bytes", "generation", "failed", "durable_seq",
+        "salvaged", "salvage_lost",
     )
 
     def __init__(self) -> None:
         self.total_items = self.available_items = self.claimed_items = 0
         self.acknowledged_items = self.quarantined_items = self.stored_bytes = 0
         self.segment_count = self.next_seq = self.recovered_tail_bytes = self.generation = 0
-        self.durable_seq = 0
+        self.durable_seq = self.salvaged = self.salvage_lost = 0
         self.failed = False
 
     def as_dict(self) -> "dict[str, Any]":
@@ -646,7 +647,8 @@ class Queue:
                  max_payload_bytes: int = 1048576, max_items: int = 100000,
                  max_segments: int = 1024, clock: "Optional[Callable[[], int]]" = None,
                  storage: "Any" = None, sync: str = "always",
-                 index_bytes: int = 1048576, reclaim_step: int = 0) -> None:
+                 index_bytes: int = 1048576, reclaim_step: int = 0,
+                 on_corrupt: str = "raise") -> None:
         self._closed = True
         self._lock: "Any" = None
         if not isinstance(path, str) or not path or len(path) >= 4096:
@@ -671,6 +673,10 @@ class Queue:
             raise InvalidArgument("clock must be callable")
         if sync not in ("always", "ack", "none"):
             raise InvalidArgument("sync must be 'always', 'ack' or 'none'")
+        # "salvage": recovery's Corrupt salvages in place (ddq_salvage, loaded only then) [K9]
+        self._salv: "Any" = [0, 0] if on_corrupt == "salvage" else None
+        if not self._salv and on_corrupt != "raise":
+            raise InvalidArgument("on_corrupt")
         self._sync_all = sync == "always"
         self._sync_ack = sync != "none"
         self.clock = clock if clock is not None else _wall_ms
@@ -1211,6 +1217,8 @@ class Queue:
         s.generation = self._log.gen
         s.failed = self._log.h is None
         s.durable_seq = self._durable
+        if self._salv:
+            s.salvaged, s.salvage_lost = self._salv  # [K12]
         return s
 
     def items(self) -> "Iterator[Item]":
@@ -1651,9 +1659,12 @@ class Queue:
         except OSError as e:
             self._fail()
             raise _io_failure(e, "recovery")
-        except BaseException:
+        except BaseException as e:
             self._fail()
-            raise
+            m = self._salv and isinstance(e, Corrupt) and _import("ddq_salvage")
+            if not m:
+                raise
+            m.in_place(self, e)  # [K9] repairs the directory, then recovers it
 
     def _read_small(self, path: str, n: int) -> bytes:
         b = bytearray(n)

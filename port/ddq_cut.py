@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+# ============================================================================ leftover of a cut
 def leftover(q: "Any", name: str, seg: str, gen: int) -> None:
     """Finish or refuse the leftover `name` of segment `seg` in queue q's directory [R22]: deleted
     when the segment holds all its bytes (the rename never happened; trailing zeros are an

@@ -874,7 +874,8 @@ class Outbox:
         d.update({"pending": s.available_items + s.claimed_items, "in_flight": s.claimed_items,
                   "quarantined": s.quarantined_items, "durable_seq": q.durable_seq,
                   "next_ready_ms": self._next_ready(now), "quarantined_by_reason": by,
-                  "oldest_age_ms": self._peek(oldest, now).age_ms if oldest else None})
+                  "oldest_age_ms": self._peek(oldest, now).age_ms if oldest else None,
+                  "salvaged": s.salvaged, "salvage_lost": s.salvage_lost})  # [K12]
         return d
 
     @_locked

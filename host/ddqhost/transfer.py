@@ -156,7 +156,8 @@ APP_ONLY = ("ddq_app",)
 
 
 def port_imports(path: str) -> set[str]:
-    """Names of port modules that the Python file at path imports (any nesting level)."""
+    """Names of port modules that the Python file at path imports (any nesting level), and
+    ddq_salvage where it passes on_corrupt="salvage" (ddq imports it when recovery finds damage)."""
     with open(path, "rb") as f:
         tree = ast.parse(f.read(), path)
     out: set[str] = set()
@@ -165,6 +166,9 @@ def port_imports(path: str) -> set[str]:
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names = [node.module]
+        elif (isinstance(node, ast.keyword) and node.arg == "on_corrupt"
+              and isinstance(node.value, ast.Constant) and node.value.value == "salvage"):
+            names = ["ddq_salvage"]  # Queue/Outbox(..., on_corrupt="salvage") imports it on demand (K9)
         else:
             continue
         out.update(n.split(".")[0] for n in names if n.split(".")[0] in PORT_MODULES)

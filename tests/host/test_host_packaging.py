@@ -236,6 +236,9 @@ def test_flash_installs_what_the_app_imports(tmp_path):
     # ddq_mqtt loads without socket (the adapters need none): an app that imports it gets it.
     assert names(transfer.modules_to_install(pyb, mq)) == [
         "ddq.py", "ddq_cut.py", "ddq_outbox.py", "ddq_mqtt.py"]
+    # on_corrupt="salvage": ddq imports ddq_salvage when recovery finds damage (SPEC K9)
+    sv = _app(tmp_path, "import ddq\nq = ddq.Queue('q', on_corrupt='salvage')\n")
+    assert names(transfer.modules_to_install(pyb, sv)) == ["ddq.py", "ddq_cut.py", "ddq_salvage.py"]
     for name in boards.names():  # each example app loads on its own board
         prof = boards.load(name)
         transfer.modules_to_install(prof, boards.app_path(prof))
