@@ -8,6 +8,10 @@
 #       pq       `threads` producers on persist-queue SQLiteAckQueue(multithreading=True)
 #       life_g   one caller: Group enqueue + claim + ack (ack_durable: 2 fsyncs, claim unsynced)
 #       life_a   one caller: Queue(sync="ack") enqueue + claim + ack (the same 2 fsyncs)
+#       floor    the hand-off alone: `threads` producers through a Group over a target that
+#                does nothing (no queue work, no fsync; its sync only releases the GIL)
+#       work     the queue work alone: one caller, Queue(sync="none").enqueue on a storage
+#                without fsync (the CPU a leader applies per message)
 #   micropython bench/group_bench.py asyncio key=value ...  (and python): `tasks` asyncio tasks
 #       each awaiting `m` Group enqueues: writes per sync
 #
@@ -52,7 +56,38 @@ class Counting(ddq.PosixStorage):
         super().sync_dir(path)
 
 
+class CpuOnly(ddq.PosixStorage):
+    """For the "work" block only: the queue's writes without their fsyncs (segment rotations
+    sync too), so that it measures the per-message CPU that a group leader applies."""
+
+    def sync(self, f):
+        f.flush()
+
+    def sync_dir(self, path):
+        pass
+
+
 # --- threads (CPython) -------------------------------------------------------------------------
+
+
+class Null:
+    """A Group target that does no queue work and no fsync: its sync only releases the GIL the
+    way the group leader's yield does, so followers block and are woken as over a real queue
+    (without it every caller would lead a batch of one and nobody would hand off)."""
+
+    def __init__(self):
+        self.n = 0
+
+    def enqueue(self, payload):
+        self.n += 1
+        return self.n
+
+    def sync(self):
+        ddq_group._yield()
+        return self.n
+
+    def close(self):
+        pass
 
 
 def _threads(n, body):
@@ -87,6 +122,8 @@ def part_threads(a):
     ql = ddq.Queue(base + "/l", sync="none", clock=clock)
     gl = ddq_group.Group(ql)
     qk = ddq.Queue(base + "/k", sync="ack", clock=clock)
+    qw = ddq.Queue(base + "/w", sync="none", clock=clock, storage=CpuOnly())
+    gf = ddq_group.Group(Null())
     pq = None
     try:
         import persistqueue
@@ -94,8 +131,9 @@ def part_threads(a):
         pq = persistqueue.SQLiteAckQueue(base + "/pq", multithreading=True)
     except ImportError:
         print("persist-queue missing: no pq rows")
-    blocks = {"always": [], "group": [], "pq": [], "life_g": [], "life_a": []}
-    syncs = msgs = 0
+    blocks = {"always": [], "group": [], "pq": [], "life_g": [], "life_a": [], "floor": [],
+              "work": []}
+    syncs = msgs = fl_syncs = 0
 
     def life(enq, claim, ack):
         t0 = now_us()
@@ -119,24 +157,34 @@ def part_threads(a):
                     nt * a["pq_m"])
             us_lg = life(gl.enqueue, lambda ms: gl.locked(ql.claim, ms), gl.ack)
             us_la = life(qk.enqueue, qk.claim, qk.ack)
+            f0 = gf.syncs
+            us_f = _threads(nt, lambda t: [gf.enqueue(p) for _ in range(m)]) / (nt * m)
+            df = gf.syncs - f0
+            t0 = now_us()
+            for _ in range(n):
+                qw.enqueue(p)
+            us_w = since_us(t0) / n
             if not b:
                 continue
             syncs += ds
+            fl_syncs += df
             msgs += nt * m
             for key, v in (("always", us_a), ("group", us_g), ("pq", us_p), ("life_g", us_lg),
-                           ("life_a", us_la)):
+                           ("life_a", us_la), ("floor", us_f), ("work", us_w)):
                 if v is not None:
                     blocks[key].append(v)
     finally:
         g.close()
         gl.close()
+        gf.close()
         qa.close()
         qk.close()
+        qw.close()
         if pq is not None:
             pq.close() if hasattr(pq, "close") else None
         common.rmtree(base)
     emit({"blocks": blocks, "threads": nt, "m": m, "pq_m": a["pq_m"], "payload": payload,
-          "msgs": msgs, "fsyncs": syncs, "n": n, "life": k})
+          "msgs": msgs, "fsyncs": syncs, "floor_syncs": fl_syncs, "n": n, "life": k})
 
 
 # --- asyncio (both interpreters) ---------------------------------------------------------------
@@ -212,6 +260,37 @@ def report(R, rep, h):
                     "putting" % th["threads"], fmt(rate(median(b["group"]))),
                     "persist-queue %s/s" % fmt(rate(median(b["pq"]))), fmt(r), "≥ 10×",
                     verdict(r, TARGETS["g3"]))
+        if b.get("floor"):
+            nt = th["threads"]
+            rep.row("g2f", "hand-off floor: the same %d threads through ddq_group over a target "
+                    "that does nothing (no queue work, no fsync; its sync only releases the GIL), "
+                    "msgs/s" % nt, fmt(rate(median(b["floor"]))),
+                    "%s µs a message (%s per sync); queue work alone %s µs; ddq_group %s µs"
+                    % (fmt(median(b["floor"])), fmt(th["msgs"] / th["floor_syncs"]
+                                                     if th.get("floor_syncs") else None),
+                       fmt(median(b["work"])), fmt(median(b["group"]))),
+                    fmt(paired(b["group"], b["floor"])), "ddq_group ÷ floor (report)", "report")
+            # The best ratio any leader/follower group of nt producers (one write outstanding
+            # each, one fsync at a time) can reach at this run's fsync F and per-message CPU c
+            # (floor + queue work, serialised by the GIL): either every fsync waits for all nt
+            # to come back (F/nt + c a message) or fsyncs run back to back and the producers
+            # split into two alternating halves (2F/nt). DESIGN §6.1.
+            cap_a, cap_p = [], []
+            for i in range(len(b["group"])):
+                c = b["floor"][i] + b["work"][i]
+                f = max(b["always"][i] - b["work"][i], 0.0)
+                best = min(2 * f / nt, f / nt + c)
+                cap_a.append(b["always"][i] / best if best else 0.0)
+                if b.get("pq"):
+                    cap_p.append(b["pq"][i] / best if best else 0.0)
+            r2 = paired(b["always"], b["group"])
+            rep.row("g2c", "ceiling of g2 for any leader/follower group of %d threads at this "
+                    "fsync: sync=\"always\" µs ÷ min(2F/%d, F/%d + floor + queue work), F = its "
+                    "µs − queue work" % (nt, nt, nt), fmt(median(cap_a)),
+                    "g2 reached %s×%s" % (fmt(r2), "; ceiling of g3 %s×" % fmt(median(cap_p))
+                                          if cap_p else ""),
+                    fmt(r2 / median(cap_a) if median(cap_a) else None),
+                    "g2 ÷ ceiling (report)", "report")
         r = paired(b["life_a"], b["life_g"])
         rep.row("g4", "one caller, ddq_group lifecycle (enqueue + claim + durable ack) ÷ Queue "
                 "sync=\"ack\" (the same 2 fsyncs): no cost", fmt(rate(median(b["life_g"]))),
