@@ -270,19 +270,7 @@ def report(R, rep, h):
                                                      if th.get("floor_syncs") else None),
                        fmt(median(b["work"])), fmt(median(b["group"]))),
                     fmt(paired(b["group"], b["floor"])), "ddq_group ÷ floor (report)", "report")
-            # The best ratio any leader/follower group of nt producers (one write outstanding
-            # each, one fsync at a time) can reach at this run's fsync F and per-message CPU c
-            # (floor + queue work, serialised by the GIL): either every fsync waits for all nt
-            # to come back (F/nt + c a message) or fsyncs run back to back and the producers
-            # split into two alternating halves (2F/nt). DESIGN §6.1.
-            cap_a, cap_p = [], []
-            for i in range(len(b["group"])):
-                c = b["floor"][i] + b["work"][i]
-                f = max(b["always"][i] - b["work"][i], 0.0)
-                best = min(2 * f / nt, f / nt + c)
-                cap_a.append(b["always"][i] / best if best else 0.0)
-                if b.get("pq"):
-                    cap_p.append(b["pq"][i] / best if best else 0.0)
+            cap_a, cap_p = _bounds(b, nt)
             r2 = paired(b["always"], b["group"])
             rep.row("g2c", "ceiling of g2 for any leader/follower group of %d threads at this "
                     "fsync: sync=\"always\" µs ÷ min(2F/%d, F/%d + floor + queue work), F = its "
@@ -304,6 +292,49 @@ def report(R, rep, h):
                     % (interp, t["tasks"]), fmt(per), "%s msgs, %s fsyncs, %s/s"
                     % (fmt(t["msgs"]), fmt(t["fsyncs"]), fmt(t["msgs"] * 1e6 / t["us"])),
                     fmt(per), "≥ 16", verdict(per, TARGETS["g5"]))
+
+
+def _bounds(b, nt):
+    """Per block: the ceiling of the ratio vs sync="always" (and vs persist-queue) for any
+    leader/follower group of nt producers, one write outstanding each and one fsync at a time,
+    at this block's fsync F and per-message CPU c = floor + queue work (serialised by the GIL):
+    either every fsync waits for all nt to come back (F/nt + c a message) or fsyncs run back to
+    back and the producers split into two alternating halves (2F/nt). DESIGN §6.1."""
+    cap_a, cap_p = [], []
+    for i in range(len(b["group"])):
+        c = b["floor"][i] + b["work"][i]
+        f = max(b["always"][i] - b["work"][i], 0.0)
+        best = min(2 * f / nt, f / nt + c)
+        cap_a.append(b["always"][i] / best if best else 0.0)
+        if b.get("pq"):
+            cap_p.append(b["pq"][i] / best if best else 0.0)
+    return cap_a, cap_p
+
+
+def notes(R, fmt, median):
+    """run.py's "why missed" entries for g2 and g3, from this run's floor and ceiling."""
+    th = R.get("cp_group_threads")
+    if not th or not th["blocks"].get("floor"):
+        return {}
+    b, nt = th["blocks"], th["threads"]
+    cap_a, cap_p = _bounds(b, nt)
+    fl, w, a = median(b["floor"]), median(b["work"]), median(b["always"])
+    f = a - w
+    pq = " and %s× persist-queue" % fmt(median(cap_p)) if cap_p else ""
+    need = "%s µs for 8× sync=\"always\"" % fmt(a / 8 - f / nt)
+    if b.get("pq"):
+        need += ", %s µs for 10× persist-queue" % fmt(median(b["pq"]) / 10 - f / nt)
+    text = ("Each message costs CPU that the GIL serialises: the hand-off (a follower blocks, is "
+            "woken and takes the GIL back) %s µs in this run (row g2f: no queue work, no fsync) "
+            "plus the queue work %s µs, against an fsync F of about %s µs. With %d producers, "
+            "one write outstanding each, no leader/follower group does better than min(2F/%d, "
+            "F/%d + hand-off + work) a message (DESIGN §6.1): a ceiling of %s× sync=\"always\"%s "
+            "here (row g2c). The per-message CPU must stay under %s (F/%d + CPU within the "
+            "target's time a message): a cheaper hand-off than CPython threads give, more "
+            "producers, or slower fsyncs (the ratio tends to the messages per fsync, row g1, "
+            "as F grows)." % (fmt(fl), fmt(w), fmt(f), nt, nt, nt, fmt(median(cap_a)), pq,
+                              need, nt))
+    return {"g2": text, "g3": text}
 
 
 def main():
