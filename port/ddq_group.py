@@ -175,6 +175,9 @@ class Group:
         else:
             b.append(op)
         while True:  # at most three rounds: a batch runs, then the one holding op [G2]
+            if op[4]:  # covered by a batch that ran while this caller waited for mu
+                mu.release()
+                break
             run = self._run
             if run is None:  # no sync running: lead one for every op gathered so far
                 gate, self._spare = self._spare or self._mk(), None
@@ -207,10 +210,11 @@ class Group:
                 gate.acquire()
                 gate.release()
             if op[4]:  # set before the gate was released: read without mu
-                if op[3] is not None:
-                    raise op[3]
-                return op[2]
+                break
             mu.acquire()
+        if op[3] is not None:
+            raise op[3]
+        return op[2]
 
     def enqueue(self, payload: "Any") -> int:
         """target.enqueue(payload), durable on return; its seq [G1]."""
