@@ -765,6 +765,9 @@ def notes(R):
             "(frozen bytecode costs no heap)."
             % (", ".join("%s %s B" % (x["name"], fmt(x["heap"])) for x in big) or "?",
                fmt(im["romfs"]["heap"]) if "romfs" in im else "?"))
+    import group_bench  # ddq_group's misses (g2, g3): from the floor and ceiling of its run
+
+    out.update(group_bench.notes(R, fmt, median))
     return out
 
 
