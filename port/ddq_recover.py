@@ -44,6 +44,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Optional
 
+    from ddq import Queue
+
 # ============================================================================ recovery
 # ddq's format values (SPEC §3, §4); a MicroPython const folds in its own module only, so these
 # are repeated here (tests/host/test_host_index.py holds them equal to ddq's).
@@ -73,7 +75,7 @@ _CM = const(511)
 _CRC_FMT = "<HHQQII"
 
 
-def recover(self) -> None:
+def recover(self: "Queue") -> None:
     """Rebuild all state from disk; the only way out of fail-stop [R1]-[R18]."""
     if self._closed:
         raise IOFailure("queue is closed")
@@ -178,7 +180,7 @@ def recover(self) -> None:
         raise
 
 
-def _checkpoint(self, sg: int, pos: int, cp: "list[int]", st: "list[bool]") -> None:
+def _checkpoint(self: "Queue", sg: int, pos: int, cp: "list[int]", st: "list[bool]") -> None:
     # [R8] the manifest's snapshot boundary: counts must match when the replay reaches it.
     if not st[0] and sg + 1 == cp[0]:
         if pos > cp[2]:
@@ -191,7 +193,7 @@ def _checkpoint(self, sg: int, pos: int, cp: "list[int]", st: "list[bool]") -> N
             st[0] = True
 
 
-def _uniform(self, h: "Any", start: int, end: int) -> bool:
+def _uniform(self: "Queue", h: "Any", start: int, end: int) -> bool:
     # ddq extension [R11]: a tail of only 0x00 or only 0xFF is an append that never reached
     # the medium (or erased flash), so it is torn, not corrupt.
     b = bytearray(256)
@@ -216,7 +218,7 @@ def _uniform(self, h: "Any", start: int, end: int) -> bool:
     return True
 
 
-def _replay(self, sg: int, last: bool, cp: "list[int]", st: "list[bool]",
+def _replay(self: "Queue", sg: int, last: bool, cp: "list[int]", st: "list[bool]",
             fits: "list[int]", start: int = 0) -> None:
     # One pass over segment sg: each record's header is unpacked once, validated in place
     # (check_record's rules, inlined: a memoryview window, no copy), and applied; DATA inline,
@@ -429,7 +431,7 @@ def _replay(self, sg: int, last: bool, cp: "list[int]", st: "list[bool]",
         log.off = log.synced = size
 
 
-def _cut(self, path: str, size: int) -> None:
+def _cut(self: "Queue", path: str, size: int) -> None:
     """Remove a torn tail: truncate where possible, else copy the prefix and rename [R12]."""
     fs = self._fs
     if getattr(fs, "can_truncate", False):
@@ -461,7 +463,7 @@ def _cut(self, path: str, size: int) -> None:
     fs.sync_dir(self._dir)
 
 
-def _apply(self, sg: int, off: int, typ: int, seq: int, arg: int, plen: int,
+def _apply(self: "Queue", sg: int, off: int, typ: int, seq: int, arg: int, plen: int,
            mv: memoryview, p: int, st: "list[bool]", i: int,
            e: "Optional[list[int]]") -> None:
     """Apply one valid non-DATA record in log order: DDQ's replay rules [R6][R7] (_replay
