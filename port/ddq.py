@@ -69,6 +69,16 @@ def _wall_ms() -> int:
     return ms
 
 
+def _run(fn: str, *a: "Any") -> "Any":
+    # Open-time code (options, lock, recovery) lives in port/ddq_recover.py, imported for the
+    # call and dropped after it: it runs once per open, and its bytecode would otherwise stay in
+    # a board's heap while the queue runs (DESIGN §4).
+    try:
+        return getattr(__import__("ddq_recover"), fn)(*a)
+    finally:
+        sys.modules.pop("ddq_recover", None)
+
+
 # ============================================================================ format
 # Records: SPEC §3 [F1]-[F9]. All integers little-endian.
 _REC_FMT = "<IHHQQIIII"  # magic version type seq arg payload_length record_length crc reserved
@@ -410,41 +420,7 @@ class PosixStorage:
             os.close(fd)
 
     def lock(self, path: str) -> "Any":
-        # flock on queue.lock excludes C DDQ too [L1]; on the MicroPython unix port an abstract
-        # unix socket named after the directory does the same and dies with its process [L2].
-        # An absolute path without ".", ".." or doubled slashes: one lock key per directory.
-        out: "list[str]" = []
-        for part in (path if path[:1] == "/" else os.getcwd() + "/" + path).split("/"):
-            if part == "..":
-                if out:
-                    out.pop()
-            elif part and part != ".":
-                out.append(part)
-        key = "/" + "/".join(out)
-        if key in PosixStorage._held:
-            raise Locked("locked by this process: " + path)
-        f = self.open(path + "/" + _LOCK, "ab")
-        held = None
-        fcntl = _import("fcntl")
-        try:
-            if fcntl is not None:
-                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            else:
-                st = os.stat(path)
-                socket = _import("socket")
-                # Only a host directory (VfsPosix: a real inode) can be shared with another
-                # process; LittleFS/FAT report inode 0 and belong to this process alone.
-                if st[1] and socket is not None and hasattr(socket, "AF_UNIX"):
-                    held = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                    name = b"\0ddq-%d-%d" % (st[2], st[1])  # device and inode: one per directory
-                    held.bind(struct.pack("<H", socket.AF_UNIX) + name)
-        except OSError as e:
-            f.close()
-            if held is not None:
-                held.close()
-            raise Locked("locked by another process: %s (%r)" % (path, e))
-        PosixStorage._held.append(key)
-        return (key, f, held)
+        return _run("lock", self, path)  # port/ddq_recover.py [L1][L2]
 
     def unlock(self, token: "Any") -> None:
         key, f, held = token
@@ -646,90 +622,56 @@ class Queue:
                  max_segments: int = 1024, clock: "Optional[Callable[[], int]]" = None,
                  storage: "Any" = None, sync: str = "always",
                  index_bytes: int = 1048576, reclaim_step: int = 0) -> None:
-        self._closed = True
-        self._lock: "Any" = None
-        if not isinstance(path, str) or not path or len(path) >= 4096:
-            raise InvalidArgument("path must be a non-empty str shorter than 4096")
-        self._seg_bytes = _opt(segment_bytes, 256, 64 * 1048576, "segment_bytes")
-        self._max_payload = _opt(max_payload_bytes, 1, segment_bytes - _MIN_REC,
-                                 "max_payload_bytes")
-        self._max_items = _opt(max_items, 1, 1000000, "max_items")
-        self._max_segs = _opt(max_segments, 1, 4096, "max_segments")
-        self._ix_bytes = _opt(index_bytes, 0, _U64, "index_bytes")
-        # Records a call copies into a generation staged over many calls; 0: compaction runs
-        # whole in the call that needs it, as C DDQ's (DESIGN §12) [C13].
-        self._rstep = _opt(reclaim_step, 0, 4096, "reclaim_step")
-        self._rm: "Any" = None  # ddq_reclaim, imported only for reclaim_step > 0 [C13]
-        if self._rstep:
-            self._rm = _import("ddq_reclaim")
-            if self._rm is None:
-                raise InvalidArgument("reclaim_step needs ddq_reclaim.py beside ddq.py")
-        # The index's column: u16 where every payload length fits 14 bits, else u32 (§4).
-        self._tc = "H" if self._max_payload <= 16383 else "I"
-        if clock is not None and not callable(clock):
-            raise InvalidArgument("clock must be callable")
-        if sync not in ("always", "ack", "none"):
-            raise InvalidArgument("sync must be 'always', 'ack' or 'none'")
-        self._sync_all = sync == "always"
-        self._sync_ack = sync != "none"
-        self.clock = clock if clock is not None else _wall_ms
-        self._fs = storage if storage is not None else PosixStorage()
-        self._dir = path.rstrip("/") or "/"
-        self.reason_budget = min(self._max_payload, _MAX_REASON)
-        # One reused 48-byte record buffer and its views: no allocation per record (STYLE 6).
-        self._rec = bytearray(_MIN_REC)
-        mv = memoryview(self._rec)
-        self._mv_hdr, self._mv_ftr = mv[0:_HDR], mv[_HDR:_MIN_REC]
-        self._mv_crc1, self._mv_crc2 = mv[4:32], mv[36:40]
-        self._state_buf = bytearray(_STATE_LEN)
-        self._pl = ([0, 0], [0, 0])  # scratch plans for admission: no allocation per enqueue
-        self._rbuf = bytearray(0)
-        self._reset()
-        k = self._fs.kind(self._dir)
-        if k == 0:
-            try:
-                self._fs.mkdir(self._dir)
-                j = self._dir.rfind("/")
-                self._fs.sync_dir(self._dir[:j] or "/" if j >= 0 else ".")  # the new entry [S3]
-            except OSError as e:
-                raise _io_failure(e, "mkdir " + self._dir)
-        elif k != 2:
-            raise InvalidArgument("not a directory: " + self._dir)
-        try:
-            self._lock = self._fs.lock(self._dir)
-        except OSError as e:
-            raise _io_failure(e, "lock")
-        self._closed = False
-        try:
-            self.recover()
-        except BaseException:
-            self._closed = True
-            try:
-                self._fail()
-            finally:
-                self._release()
-            raise
+        # Options, the directory, the lock, then recovery: port/ddq_recover.py (init).
+        _run("init", self, path, segment_bytes, max_payload_bytes, max_items, max_segments, clock,
+             storage, sync, index_bytes, reclaim_step)
 
+    # Attributes, set by ddq_recover.init and _reset (annotations alone compile to nothing).
+    _closed: bool
+    _lock: "Any"
+    _seg_bytes: int
+    _max_payload: int
+    _max_items: int
+    _max_segs: int
+    _ix_bytes: int
+    _rstep: int  # records a build copies per call; 0: compaction whole (DESIGN §12) [C13]
+    _rm: "Any"  # ddq_reclaim, imported only for reclaim_step > 0 [C13]
+    _tc: str  # the index column's typecode (DESIGN §4)
+    _sync_all: bool
+    _sync_ack: bool
+    clock: "Callable[[], int]"
+    _fs: "Any"
+    _dir: str
+    reason_budget: int
+    _rec: bytearray  # one reused 48-byte record buffer and its views (STYLE 6)
+    _mv_hdr: memoryview
+    _mv_ftr: memoryview
+    _mv_crc1: memoryview
+    _mv_crc2: memoryview
+    _state_buf: bytearray
+    _pl: "tuple[list[int], list[int]]"  # scratch plans for admission
+    _rbuf: bytearray
+    _ix: "_Index"
+    _log: _Log
+    _next: int
+    _durable: int
+    _tail: int
+    _has_manifest: bool
+    _n_avail: int
+    _n_claimed: int
+    _n_acked: int
+    _n_quar: int
+    _plan: "Optional[list[int]]"  # cached worst-case compacted plan [segs, off]
+    _unsynced: "dict[int, bytes]"  # sync="none": DATA payloads not yet synced
+    _swept: "dict[int, int]"  # seq -> lease of a claim expired in RAM only [T2]
+    _ixcov: "Optional[list[int]]"  # [generation, sizes...] queue.index covers
+    replayed_records: int  # records the last recovery read and applied [X6]
+    index_used: bool  # the last recovery started from queue.index [X6]
+    _bld: "Any"  # a ddq_reclaim.Build: g+1 staged over many calls [C13]
+    _slack: int  # admission's room left at the last enqueue, in bytes (-1: unknown)
+    _bnext: int  # start no build before this many acked items (after a useless one)
+    _dead: "list[int]"  # [generation, next index, count]: old segments to delete
     # ------------------------------------------------------------------ state
-    def _reset(self) -> None:
-        self._ix = _Index(self._tc)
-        self._log = _Log(0)
-        self._next = 1
-        self._durable = 0
-        self._tail = 0
-        self._has_manifest = False
-        self._n_avail = self._n_claimed = self._n_acked = self._n_quar = 0
-        self._plan: "Optional[list[int]]" = None  # cached worst-case compacted plan [segs, off]
-        self._unsynced: "dict[int, bytes]" = {}  # sync="none": DATA payloads not yet synced
-        self._swept: "dict[int, int]" = {}  # seq -> lease of a claim expired in RAM only [T2]
-        self._ixcov: "Optional[list[int]]" = None  # [generation, sizes...] queue.index covers
-        self.replayed_records = 0  # records the last recovery read and applied [X6]
-        self.index_used = False  # the last recovery started from queue.index [X6]
-        self._bld: "Any" = None  # a ddq_reclaim.Build: g+1 staged over many calls [C13]
-        self._slack = -1  # admission's room left at the last enqueue, in bytes (-1: unknown)
-        self._bnext = 0  # start no build before this many acked items (after a useless one)
-        self._dead: "list[int]" = []  # [generation, next index, count]: old segments to delete
-
     def _path(self, name: str) -> str:
         return self._dir + "/" + name
 
@@ -1349,7 +1291,7 @@ class Queue:
     _clean: "Callable[[], None]"
 
     def _listdir(self) -> "list[str]":
-        names = self._fs.listdir(self._dir)
+        names: "list[str]" = self._fs.listdir(self._dir)
         if len(names) > self._max_segs * 8 + 1024:
             raise Limit("too many directory entries in " + self._dir)
         return names
@@ -1357,12 +1299,7 @@ class Queue:
     # ------------------------------------------------------------------ recovery (SPEC §12)
     def recover(self) -> None:
         """Rebuild all state from disk; the only way out of fail-stop [R1]-[R18]."""
-        # port/ddq_recover.py, imported for the call and dropped after it: recovery runs once
-        # per open, and its bytecode would otherwise stay in a board's heap (DESIGN §4).
-        try:
-            __import__("ddq_recover").recover(self)
-        finally:
-            sys.modules.pop("ddq_recover", None)
+        _run("recover", self)
 
     def _read_small(self, path: str, n: int) -> bytes:
         b = bytearray(n)

@@ -13,11 +13,13 @@ __version__ = "0.1.0"
 
 # Copyright (c) 2026 the ddq authors. BSD-3-Clause.
 
+import os
 import struct
 
 from ddq import (
     _CUT,
     _INDEX,
+    _LOCK,
     _MANIFEST,
     _MANIFEST_TMP,
     _MARKER,
@@ -27,13 +29,19 @@ from ddq import (
     _U64,
     Corrupt,
     Full,
+    InvalidArgument,
     IOFailure,
     Limit,
+    Locked,
+    PosixStorage,
     _crc,
     _crc32,
     _import,
+    _Index,
     _io_failure,
     _Log,
+    _opt,
+    _wall_ms,
     const,
     decode_manifest,
     parse_segment_name,
@@ -42,7 +50,7 @@ from ddq import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Optional
+    from typing import Any, Callable, Optional
 
     from ddq import Queue
 
@@ -80,7 +88,7 @@ def recover(self: "Queue") -> None:
     if self._closed:
         raise IOFailure("queue is closed")
     self._fail()  # (abandons a staged generation too)
-    self._reset()
+    _reset(self)
     try:
         fs = self._fs
         names = self._listdir()
@@ -506,3 +514,129 @@ def _apply(self: "Queue", sg: int, off: int, typ: int, seq: int, arg: int, plen:
         ix.reasons[seq] = [sg, off, plen]
     else:
         raise Corrupt("illegal transition")
+
+
+def init(self: "Queue", path: str, segment_bytes: int, max_payload_bytes: int, max_items: int,
+         max_segments: int, clock: "Optional[Callable[[], int]]", storage: "Any", sync: str,
+         index_bytes: int, reclaim_step: int) -> None:
+    self._closed = True
+    self._lock = None
+    if not isinstance(path, str) or not path or len(path) >= 4096:
+        raise InvalidArgument("path must be a non-empty str shorter than 4096")
+    self._seg_bytes = _opt(segment_bytes, 256, 64 * 1048576, "segment_bytes")
+    self._max_payload = _opt(max_payload_bytes, 1, segment_bytes - _MIN_REC,
+                             "max_payload_bytes")
+    self._max_items = _opt(max_items, 1, 1000000, "max_items")
+    self._max_segs = _opt(max_segments, 1, 4096, "max_segments")
+    self._ix_bytes = _opt(index_bytes, 0, _U64, "index_bytes")
+    # Records a call copies into a generation staged over many calls; 0: compaction runs
+    # whole in the call that needs it, as C DDQ's (DESIGN §12) [C13].
+    self._rstep = _opt(reclaim_step, 0, 4096, "reclaim_step")
+    self._rm = None  # ddq_reclaim, imported only for reclaim_step > 0 [C13]
+    if self._rstep:
+        self._rm = _import("ddq_reclaim")
+        if self._rm is None:
+            raise InvalidArgument("reclaim_step needs ddq_reclaim.py beside ddq.py")
+    # The index's column: u16 where every payload length fits 14 bits, else u32 (§4).
+    self._tc = "H" if self._max_payload <= 16383 else "I"
+    if clock is not None and not callable(clock):
+        raise InvalidArgument("clock must be callable")
+    if sync not in ("always", "ack", "none"):
+        raise InvalidArgument("sync must be 'always', 'ack' or 'none'")
+    self._sync_all = sync == "always"
+    self._sync_ack = sync != "none"
+    self.clock = clock if clock is not None else _wall_ms
+    self._fs = storage if storage is not None else PosixStorage()
+    self._dir = path.rstrip("/") or "/"
+    self.reason_budget = min(self._max_payload, _MAX_REASON)
+    # One reused 48-byte record buffer and its views: no allocation per record (STYLE 6).
+    self._rec = bytearray(_MIN_REC)
+    mv = memoryview(self._rec)
+    self._mv_hdr, self._mv_ftr = mv[0:_HDR], mv[_HDR:_MIN_REC]
+    self._mv_crc1, self._mv_crc2 = mv[4:32], mv[36:40]
+    self._state_buf = bytearray(_STATE_LEN)
+    self._pl = ([0, 0], [0, 0])  # scratch plans for admission: no allocation per enqueue
+    self._rbuf = bytearray(0)
+    _reset(self)
+    k = self._fs.kind(self._dir)
+    if k == 0:
+        try:
+            self._fs.mkdir(self._dir)
+            j = self._dir.rfind("/")
+            self._fs.sync_dir(self._dir[:j] or "/" if j >= 0 else ".")  # the new entry [S3]
+        except OSError as e:
+            raise _io_failure(e, "mkdir " + self._dir)
+    elif k != 2:
+        raise InvalidArgument("not a directory: " + self._dir)
+    try:
+        self._lock = self._fs.lock(self._dir)
+    except OSError as e:
+        raise _io_failure(e, "lock")
+    self._closed = False
+    try:
+        recover(self)
+    except BaseException:
+        self._closed = True
+        try:
+            self._fail()
+        finally:
+            self._release()
+        raise
+
+
+def _reset(self: "Queue") -> None:
+    self._ix = _Index(self._tc)
+    self._log = _Log(0)
+    self._next = 1
+    self._durable = 0
+    self._tail = 0
+    self._has_manifest = False
+    self._n_avail = self._n_claimed = self._n_acked = self._n_quar = 0
+    self._plan = None  # cached worst-case compacted plan [segs, off]
+    self._unsynced = {}  # sync="none": DATA payloads not yet synced
+    self._swept = {}  # seq -> lease of a claim expired in RAM only [T2]
+    self._ixcov = None  # [generation, sizes...] queue.index covers
+    self.replayed_records = 0  # records the last recovery read and applied [X6]
+    self.index_used = False  # the last recovery started from queue.index [X6]
+    self._bld = None  # a ddq_reclaim.Build: g+1 staged over many calls [C13]
+    self._slack = -1  # admission's room left at the last enqueue, in bytes (-1: unknown)
+    self._bnext = 0  # start no build before this many acked items (after a useless one)
+    self._dead = []  # [generation, next index, count]: old segments to delete
+
+
+def lock(self: "PosixStorage", path: str) -> "Any":
+    # flock on queue.lock excludes C DDQ too [L1]; on the MicroPython unix port an abstract
+    # unix socket named after the directory does the same and dies with its process [L2].
+    # An absolute path without ".", ".." or doubled slashes: one lock key per directory.
+    out: "list[str]" = []
+    for part in (path if path[:1] == "/" else os.getcwd() + "/" + path).split("/"):
+        if part == "..":
+            if out:
+                out.pop()
+        elif part and part != ".":
+            out.append(part)
+    key = "/" + "/".join(out)
+    if key in PosixStorage._held:
+        raise Locked("locked by this process: " + path)
+    f = self.open(path + "/" + _LOCK, "ab")
+    held = None
+    fcntl = _import("fcntl")
+    try:
+        if fcntl is not None:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        else:
+            st = os.stat(path)
+            socket = _import("socket")
+            # Only a host directory (VfsPosix: a real inode) can be shared with another
+            # process; LittleFS/FAT report inode 0 and belong to this process alone.
+            if st[1] and socket is not None and hasattr(socket, "AF_UNIX"):
+                held = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                name = b"\0ddq-%d-%d" % (st[2], st[1])  # device and inode: one per directory
+                held.bind(struct.pack("<H", socket.AF_UNIX) + name)
+    except OSError as e:
+        f.close()
+        if held is not None:
+            held.close()
+        raise Locked("locked by another process: %s (%r)" % (path, e))
+    PosixStorage._held.append(key)
+    return (key, f, held)
