@@ -948,14 +948,6 @@ class Queue:
         ix = self._ix
         return bytes(self._data(self._log, i, seq, ix.length(i)))
 
-    def reason(self, seq: int) -> bytes:
-        """Return the quarantine reason of a quarantined item [O13]."""
-        self._find(seq)
-        r = self._ix.reasons.get(seq)
-        if r is None:
-            raise BadState("item %d is not quarantined" % seq)
-        return bytes(self._read_record(self._log, r[0], r[1], _T_QUAR, seq, r[2]))
-
     # ------------------------------------------------------------------ operations
     def enqueue(self, payload: "Buf") -> int:
         """Append a DATA record; return its seq, durable before return unless sync="none" [O1]."""
@@ -1038,19 +1030,6 @@ class Queue:
         if best < 0:
             return None
         return self._take(best_seq, now + lease_ms, best)
-
-    def claim_seq(self, seq: int, lease_ms: int) -> Claim:
-        """Claim one available item by seq, due or not (to retire it, say) [O20]."""
-        _opt(lease_ms, 1, _MAX_LEASE_MS, "lease_ms")
-        i = self._find(seq)
-        now = self._now()
-        e = self._ix.live.get(seq)
-        if e is not None:
-            self._sweep(e, now)
-        s = self._ix.state(i)
-        if s != _AVAILABLE:
-            raise BadState("item %d is %s, not available" % (seq, STATES[s]))
-        return self._take(seq, now + lease_ms, i)
 
     def _take(self, seq: int, lease: int, i: int) -> Claim:
         gen = self._log.gen
@@ -1153,28 +1132,6 @@ class Queue:
         s.failed = self._log.h is None
         s.durable_seq = self._durable
         return s
-
-    def items(self) -> "Iterator[Item]":
-        """Yield every retained item in seq order (RAM metadata; no payload reads)."""
-        ix = self._ix
-        for i in range(ix.n):
-            s = ix.seq(i)
-            a, lease, nb = ix.history(s)
-            yield Item(s, STATES[ix.state(i)], a, lease, nb, ix.length(i))
-
-    def oldest_available(self) -> "Optional[int]":
-        """The seq of the oldest unclaimed item, due or backing off; None if there is none."""
-        ix = self._ix
-        i = 0
-        while i < ix.n and ix.state(i) != _AVAILABLE:  # O(n): called when full
-            i += 1
-        return ix.seq(i) if i < ix.n else None
-
-    def lapsed(self, now: int) -> "list[tuple[int, int]]":
-        """(seq, attempts) of each claimed item whose lease ran out by now (O(in flight))."""
-        ix = self._ix
-        return [(s, e[1]) for s, e in ix.live.items() if ix.state(e[0]) == _CLAIMED
-                and (e[2] <= now or e[2] - now > _MAX_LEASE_MS)]
 
     def close(self) -> None:
         """Sync and close the queue and release the lock; idempotent."""
@@ -1289,6 +1246,13 @@ class Queue:
     _publish: "Callable[..., None]"
     _prepare_format: "Callable[[], None]"
     _clean: "Callable[[], None]"
+    # In port/ddq_extra.py, attached on first use as well.
+    items: "Callable[[], Iterator[Item]]"
+    oldest_available: "Callable[[], Optional[int]]"
+    lapsed: "Callable[[int], list[tuple[int, int]]]"
+    claim_seq: "Callable[[int, int], Claim]"
+    reason: "Callable[[int], bytes]"
+    save_index: "Callable[[], None]"
 
     def _listdir(self) -> "list[str]":
         names: "list[str]" = self._fs.listdir(self._dir)
@@ -1328,23 +1292,15 @@ class Queue:
         except Exception:  # noqa: BLE001 (optional: MemoryError or a cut must not keep the lock)
             pass
 
-    def save_index(self) -> None:
-        """Sync, then write queue.index so the next open replays only what follows [X1]."""
-        self.sync()
-        import ddq_index  # noqa: PLC0415 (the optional module, loaded on demand)
-
-        try:
-            ddq_index.save(self)
-        except OSError as e:
-            raise _io_failure(e, "writing " + _INDEX)
-
 
 # Methods that live in modules beside ddq.py (DESIGN §13): the first use of one imports its
 # module and attaches all of that module's methods to Queue; a queue that never compacts never
-# loads ddq_compact.
+# loads ddq_compact, one that never lists its items never loads ddq_extra.
 _LAZY = {"compact": "ddq_compact", "purge": "ddq_compact", "_compact": "ddq_compact",
          "_copy": "ddq_compact", "_publish": "ddq_compact", "_prepare_format": "ddq_compact",
-         "_clean": "ddq_compact"}
+         "_clean": "ddq_compact", "items": "ddq_extra", "oldest_available": "ddq_extra",
+         "lapsed": "ddq_extra", "claim_seq": "ddq_extra", "reason": "ddq_extra",
+         "save_index": "ddq_extra"}
 
 
 def _lazy(self: Queue, name: str) -> "Any":
