@@ -237,15 +237,25 @@ class Stats:
         "recovered_tail_bytes", "generation", "failed", "durable_seq",
     )
 
-    def __init__(self) -> None:
-        self.total_items = self.available_items = self.claimed_items = 0
-        self.acknowledged_items = self.quarantined_items = self.stored_bytes = 0
-        self.segment_count = self.next_seq = self.recovered_tail_bytes = self.generation = 0
-        self.durable_seq = 0
-        self.failed = False
+    # Queue.stats() sets every field (no __init__: a function object costs a board's heap).
+    total_items: int
+    available_items: int
+    claimed_items: int
+    acknowledged_items: int
+    quarantined_items: int
+    stored_bytes: int
+    segment_count: int
+    next_seq: int
+    recovered_tail_bytes: int
+    generation: int
+    failed: bool
+    durable_seq: int
 
     def as_dict(self) -> "dict[str, Any]":
-        return {k: getattr(self, k) for k in Stats.__slots__}
+        d = {}
+        for k in Stats.__slots__:
+            d[k] = getattr(self, k)
+        return d
 
 
 def segment_name(generation: int, index: int) -> str:
@@ -344,7 +354,8 @@ class PosixStorage:
         self._fsync = getattr(os, "fsync", None)
         self._fdopen = getattr(os, "fdopen", None)
         if self._fdopen is not None:
-            self._flags = [getattr(os, n) for n in ("O_WRONLY", "O_CREAT", "O_APPEND", "O_TRUNC")]
+            g = getattr  # (not in the MicroPython stubs)
+            self._flags = (g(os, "O_WRONLY"), g(os, "O_CREAT"), g(os, "O_APPEND"), g(os, "O_TRUNC"))
 
     def open(self, path: str, mode: str) -> "Any":
         if mode != "rb" and self._fdopen is not None:
@@ -386,20 +397,16 @@ class PosixStorage:
             return 2
         return 1 if mode & 0o170000 == 0o100000 else 3
 
-    def listdir(self, path: str) -> "list[str]":
-        return os.listdir(path)
+    # The plain os calls: os's own functions (a method each would cost a board's heap).
+    listdir = staticmethod(os.listdir)
+    rename = staticmethod(os.rename)
+    remove = staticmethod(os.remove)
 
     def mkdir(self, path: str) -> None:
         if self._fdopen is not None:
             getattr(os, "mkdir")(path, 0o700)  # noqa: B009 (MicroPython's mkdir takes no mode)
         else:
             os.mkdir(path)
-
-    def rename(self, src: str, dst: str) -> None:
-        os.rename(src, dst)
-
-    def remove(self, path: str) -> None:
-        os.remove(path)
 
     def sync_dir(self, path: str) -> None:
         # POSIX needs a directory fsync after create/rename/unlink [S3]; MicroPython has none
