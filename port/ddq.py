@@ -1252,7 +1252,6 @@ class Queue:
     _copy: "Callable[..., Optional[list[int]]]"
     _publish: "Callable[..., None]"
     _prepare_format: "Callable[[], None]"
-    _clean: "Callable[[], None]"
     # In port/ddq_extra.py, attached on first use as well.
     items: "Callable[[], Iterator[Item]]"
     oldest_available: "Callable[[], Optional[int]]"
@@ -1266,6 +1265,20 @@ class Queue:
         if len(names) > self._max_segs * 8 + 1024:
             raise Limit("too many directory entries in " + self._dir)
         return names
+
+    def _clean(self) -> None:
+        """Delete the manifest tmp and every segment of another generation [R16]."""
+        fs, removed, gen = self._fs, False, self._log.gen
+        for name in self._listdir():
+            pg = parse_segment_name(name)
+            if name in (_MANIFEST_TMP, _INDEX_TMP) or (pg is not None and pg[0] != gen):
+                p = self._path(name)
+                if fs.kind(p) != 1:
+                    raise Corrupt("not a regular file: " + name)
+                fs.remove(p)
+                removed = True
+        if removed:
+            fs.sync_dir(self._dir)
 
     # ------------------------------------------------------------------ recovery (SPEC §12)
     def recover(self) -> None:
@@ -1305,7 +1318,7 @@ class Queue:
 # loads ddq_compact, one that never lists its items never loads ddq_extra.
 _LAZY = {"compact": "ddq_compact", "purge": "ddq_compact", "_compact": "ddq_compact",
          "_copy": "ddq_compact", "_publish": "ddq_compact", "_prepare_format": "ddq_compact",
-         "_clean": "ddq_compact", "items": "ddq_extra", "oldest_available": "ddq_extra",
+         "items": "ddq_extra", "oldest_available": "ddq_extra",
          "lapsed": "ddq_extra", "claim_seq": "ddq_extra", "reason": "ddq_extra",
          "save_index": "ddq_extra"}
 

@@ -15,7 +15,6 @@ __version__ = "0.1.0"
 import struct
 
 from ddq import (
-    _INDEX_TMP,
     _MANIFEST,
     _MANIFEST_TMP,
     _MARKER,
@@ -30,7 +29,6 @@ from ddq import (
     _Log,
     const,
     encode_manifest,
-    parse_segment_name,
     segment_name,
 )
 
@@ -132,20 +130,6 @@ def _prepare_format(self: "Queue") -> None:
     elif k != 1 or fs.size(self._path(_MARKER)) != 0:
         raise Corrupt("queue.format is not an empty file")
 
-
-def _clean(self: "Queue") -> None:
-    """Delete the manifest tmp and every segment of another generation [R16]."""
-    fs, removed, gen = self._fs, False, self._log.gen
-    for name in self._listdir():
-        pg = parse_segment_name(name)
-        if name in (_MANIFEST_TMP, _INDEX_TMP) or (pg is not None and pg[0] != gen):
-            p = self._path(name)
-            if fs.kind(p) != 1:
-                raise Corrupt("not a regular file: " + name)
-            fs.remove(p)
-            removed = True
-    if removed:
-        fs.sync_dir(self._dir)
 
 
 def _compact(self: "Queue", reserve: int, required: int, drop: "Optional[list[int]]" = None) -> None:
