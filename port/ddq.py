@@ -452,9 +452,9 @@ class PosixStorage:
 # last item located when that lies before it, and a claimed item keeps it in its live entry.
 # Items with history (attempts, lease, not_before) live in small dicts keyed by seq, so a
 # fresh item costs nothing more.
-_CH = const(512)  # items per column chunk (a u32 chunk is 2 KiB)
-_CS = const(9)  # log2(_CH)
-_CM = const(511)
+_CH = const(256)  # items per column chunk (512 B for u16, 1 KiB for u32)
+_CS = const(8)  # log2(_CH)
+_CM = const(255)
 
 
 class _Index:
@@ -669,7 +669,8 @@ class Queue:
     _n_acked: int
     _n_quar: int
     _plan: "Optional[list[int]]"  # cached worst-case compacted plan [segs, off]
-    _unsynced: "dict[int, bytes]"  # sync="none": DATA payloads not yet synced
+    _unsynced: "list[bytes]"  # sync="none": payloads of the DATA records not synced yet [D7]
+    _ubase: int  # the seq of _unsynced[0] (an enqueue appends, every sync clears)
     _swept: "dict[int, int]"  # seq -> lease of a claim expired in RAM only [T2]
     _ixcov: "Optional[list[int]]"  # [generation, sizes...] queue.index covers
     replayed_records: int  # records the last recovery read and applied [X6]
@@ -851,9 +852,9 @@ class Queue:
         if log is self._log and sg == len(log.sizes) - 1 and off + _MIN_REC + ln > log.synced:
             # A fresh reader sees only committed bytes (LittleFS; CPython's buffer): an unsynced
             # DATA record is served from RAM (sync="none"), anything else syncs first [D7].
-            b = self._unsynced.get(seq) if typ == _T_DATA else None
-            if b is not None:
-                return memoryview(b)
+            k = seq - self._ubase
+            if typ == _T_DATA and 0 <= k < len(self._unsynced):
+                return memoryview(self._unsynced[k])
             if log.h is not None:
                 self._sync_h()
         total = _MIN_REC + ln
@@ -882,9 +883,9 @@ class Queue:
         [D7]; else from its DATA record, whose offset its live entry caches or a walk of its
         segment's record headers finds: from the last item located (the hint) when that lies
         before it in the same segment, else from the segment's start (DESIGN §4)."""
-        b = self._unsynced.get(seq) if log is self._log else None
-        if b is not None:
-            return memoryview(b)
+        k = seq - self._ubase
+        if log is self._log and 0 <= k < len(self._unsynced):
+            return memoryview(self._unsynced[k])
         ix = self._ix
         hint, sfo = ix.hint, ix.sfo
         k = hint[2]  # the segment: the hint's, when i lies in it after the hint
@@ -989,8 +990,11 @@ class Queue:
         if not self._log.dirty:
             self._durable = seq
         elif not self._sync_ack:  # keep what a reader could not see yet (group commit only)
-            self._unsynced[seq] = payload if isinstance(payload, bytes) else bytes(payload)
-            if len(self._unsynced) >= _UNSYNCED_MAX:
+            u = self._unsynced  # the unsynced DATA records: consecutive seqs from _ubase
+            if not u:
+                self._ubase = seq
+            u.append(payload if isinstance(payload, bytes) else bytes(payload))
+            if len(u) >= _UNSYNCED_MAX:
                 self._sync_h()  # [D3] the RAM copies stay a small table, never a big allocation
         self._plan_add(n)
         return seq

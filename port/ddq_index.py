@@ -33,9 +33,9 @@ _AVAILABLE = const(1)
 _CLAIMED = const(2)
 _IO_LOOPS = const(1048576)
 _SCAN_RECORDS = const(4000000)
-_CH = const(512)  # ddq's column chunk: items per chunk, its log2 and mask
-_CS = const(9)
-_CM = const(511)
+_CH = const(256)  # ddq's column chunk: items per chunk, its log2 and mask
+_CS = const(8)
+_CM = const(255)
 _EIO = const(5)
 # The header: SPEC §12.1 [X2]. magic version reserved abi manifest_crc generation next_seq, then
 # 16 u32: items fresh available claimed acked quarantined live hist reasons segments plan_segs
@@ -351,7 +351,7 @@ def prefix_ok(q: "ddq.Queue", gen: int, ck: "list[list[int]]") -> bool:
 
 def crc_span(q: "ddq.Queue", path: str, pos: int, end: int, c: int) -> int:
     """The running crc32 c extended over bytes pos..end-1 of a file: one sequential read."""
-    mv = q._buf(min(max(end - pos, 1), 65536))
+    mv = q._buf(min(max(end - pos, 1), 65536, max(q._seg_bytes >> 2, 1024)))  # as the replay's
     h = q._fs.open(path, "rb")
     try:
         for _ in range(_IO_LOOPS):

@@ -78,8 +78,8 @@ _MAX_REASON = const(4096)
 _SCAN_RECORDS = const(4000000)
 _IO_LOOPS = const(1048576)
 _EIO = const(5)
-_CS = const(9)
-_CM = const(511)
+_CS = const(8)
+_CM = const(255)
 _CRC_FMT = "<HHQQII"
 
 
@@ -240,7 +240,9 @@ def _replay(self: "Queue", sg: int, last: bool, cp: "list[int]", st: "list[bool]
         raise Corrupt("%s is larger than segment_bytes" % name)
     _checkpoint(self, sg, 0, cp, st)
     boundary = sg + 1 == cp[0]  # only this segment holds the manifest's boundary [R8]
-    mv = self._buf(max(min(size, 65536), _MIN_REC))
+    # The read window: a quarter segment, 1 KiB to 64 KiB (a board's 4 KiB segments: one
+    # 1 KiB allocation; a record longer than the window gets a window of its own length).
+    mv = self._buf(max(min(size, 65536, max(seg_bytes >> 2, 1024)), _MIN_REC))
     mvlen = len(mv)
     wpos = wend = pos = start  # the window holds the bytes wpos..wend of the file
     torn = False
@@ -448,7 +450,7 @@ def _cut(self: "Queue", path: str, size: int) -> None:
     tmp = path + _CUT
     if fs.kind(tmp) != 0:
         fs.remove(tmp)
-    mv = self._buf(min(max(size, 1), 4096))
+    mv = self._buf(min(max(size, 1), 1024))
     src = fs.open(path, "rb")
     try:
         dst = fs.open(tmp, "wb")
@@ -593,7 +595,8 @@ def _reset(self: "Queue") -> None:
     self._has_manifest = False
     self._n_avail = self._n_claimed = self._n_acked = self._n_quar = 0
     self._plan = None  # cached worst-case compacted plan [segs, off]
-    self._unsynced = {}  # sync="none": DATA payloads not yet synced
+    self._unsynced = []  # sync="none": DATA payloads not yet synced
+    self._ubase = 0
     self._swept = {}  # seq -> lease of a claim expired in RAM only [T2]
     self._ixcov = None  # [generation, sizes...] queue.index covers
     self.replayed_records = 0  # records the last recovery read and applied [X6]
