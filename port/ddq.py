@@ -18,6 +18,7 @@ __version__ = "0.1.0"
 # Copyright (c) 2026 the ddq authors. BSD-3-Clause (the C DDQ's licence; no code copied).
 
 import binascii
+import gc
 import os
 import struct
 import sys
@@ -28,6 +29,7 @@ from array import array
 # Each probe is named by what it gives. _MP is a feature probe (ticks exist only on MicroPython);
 # mypy's two passes read it as a compile-time flag (mypy_cpython.ini, mypy_mpy.ini).
 _MP = hasattr(time, "ticks_ms")
+_HEAP = hasattr(gc, "mem_free")  # a fixed heap: code loaded for one call is dropped after it
 if _MP:
     from micropython import const as const  # re-exported: the optional modules import it
 else:
@@ -71,12 +73,14 @@ def _wall_ms() -> int:
 
 def _run(fn: str, *a: "Any") -> "Any":
     # Open-time code (options, lock, recovery) lives in port/ddq_recover.py, imported for the
-    # call and dropped after it: it runs once per open, and its bytecode would otherwise stay in
-    # a board's heap while the queue runs (DESIGN §4).
+    # call and, where the heap is a fixed budget (gc.mem_free exists), dropped after it: it runs
+    # once per open, and its bytecode would otherwise stay in a board's heap while the queue
+    # runs (DESIGN §4). Elsewhere it stays loaded (a re-import compiles it again).
     try:
         return getattr(__import__("ddq_recover"), fn)(*a)
     finally:
-        sys.modules.pop("ddq_recover", None)
+        if _HEAP:
+            sys.modules.pop("ddq_recover", None)
 
 
 # ============================================================================ format
