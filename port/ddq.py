@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 
     Buf = Union[bytes, bytearray, memoryview]
 
+    from ddq_extra import Item
+
 _crc32 = binascii.crc32
 
 
@@ -218,20 +220,6 @@ class Claim:
         self.lease_until_ms = lease_until_ms
 
 
-class Item:
-    """One retained item as items() reports it."""
-
-    __slots__ = ("seq", "state", "attempts", "lease_until_ms", "not_before_ms", "payload_len")
-
-    def __init__(self, seq: int, state: str, attempts: int, lease: int, nb: int, n: int) -> None:
-        self.seq = seq
-        self.state = state
-        self.attempts = attempts
-        self.lease_until_ms = lease
-        self.not_before_ms = nb
-        self.payload_len = n
-
-
 class Stats:
     """Counts of a queue; the DDQ fields plus generation, failed and durable_seq."""
 
@@ -322,26 +310,6 @@ def check_record(mv: memoryview, p: int, seg_bytes: int, max_payload: int) -> "t
             or (typ == _T_STATE and (arg or plen != _STATE_LEN)):
         raise Corrupt("record field rule broken")
     return typ, seq, arg, plen
-
-
-def encode_manifest(gen: int, next_seq: int, segs: int, items: int, end: int) -> bytes:
-    """Return the 48-byte manifest [M1]."""
-    b = bytearray(_MAN_SIZE)
-    struct.pack_into(_MAN_FMT, b, 0, _MAN_MAGIC, 1, _MAN_SIZE, gen, next_seq, segs, items, end)
-    struct.pack_into("<II", b, 40, _crc(memoryview(b)[0:40]), 0)
-    return bytes(b)
-
-
-def decode_manifest(b: "Buf") -> "tuple[int, int, int, int, int]":
-    """Return (generation, next_seq, segment_count, item_count, end_offset); Corrupt if bad [M2]."""
-    if len(b) != _MAN_SIZE:
-        raise Corrupt("manifest size")
-    magic, ver, size, gen, nxt, segs, items, end = struct.unpack_from(_MAN_FMT, b, 0)
-    crc, res = struct.unpack_from("<II", b, 40)
-    if magic != _MAN_MAGIC or ver != 1 or size != _MAN_SIZE or res != 0 \
-            or crc != _crc(memoryview(b)[0:40]):
-        raise Corrupt("manifest header or crc")
-    return gen, nxt, segs, items, end
 
 
 # ============================================================================ storage
@@ -1103,22 +1071,6 @@ class Queue:
         self._write(_T_RETRY, seq, nb, None, self._sync_all)
         self._move(self._ix.live[seq][0], _AVAILABLE, attempts + 1, 0, nb)
 
-    def quarantine(self, seq: int, reason: "Buf" = b"") -> bool:
-        """Quarantine a claimed item with a reason; False if already (first reason kept) [O6]."""
-        reason = _bytes_arg(reason, "reason")
-        if self._claimed(seq, _QUARANTINED) < 0:
-            return False
-        if len(reason) > self.reason_budget:
-            raise TooLarge("reason over %d bytes" % self.reason_budget)
-        if b"\0" in bytes(reason):
-            raise InvalidArgument("reason must not contain NUL bytes")
-        off = self._write(_T_QUAR, seq, 0, reason, self._sync_ack)
-        ix = self._ix
-        e = ix.live[seq]
-        self._move(e[0], _QUARANTINED, e[1], 0, e[3])
-        ix.reasons[seq] = [len(self._log.sizes) - 1, off, len(reason)]
-        return True
-
     def sync(self) -> int:
         """Make every record written so far durable; return durable_seq [D3]."""
         self._alive()
@@ -1267,6 +1219,7 @@ class Queue:
     claim_seq: "Callable[[int, int], Claim]"
     reason: "Callable[[int], bytes]"
     save_index: "Callable[[], None]"
+    quarantine: "Callable[..., bool]"
 
     def _listdir(self) -> "list[str]":
         names: "list[str]" = self._fs.listdir(self._dir)
@@ -1328,7 +1281,7 @@ _LAZY = {"compact": "ddq_compact", "purge": "ddq_compact", "_compact": "ddq_comp
          "_copy": "ddq_compact", "_publish": "ddq_compact", "_prepare_format": "ddq_compact",
          "items": "ddq_extra", "oldest_available": "ddq_extra",
          "lapsed": "ddq_extra", "claim_seq": "ddq_extra", "reason": "ddq_extra",
-         "save_index": "ddq_extra"}
+         "save_index": "ddq_extra", "quarantine": "ddq_extra"}
 
 
 def _lazy(self: Queue, name: str) -> "Any":
@@ -1343,3 +1296,13 @@ def _lazy(self: Queue, name: str) -> "Any":
 
 
 setattr(Queue, "__getattr__", _lazy)  # noqa: B010 (mypy must not see a catch-all __getattr__)
+
+
+def __getattr__(name: str) -> "Any":
+    # Module attributes that live beside ddq.py (PEP 562; MicroPython's MICROPY_MODULE_GETATTR):
+    # the codec's manifest functions and the Item type are not needed by a running queue.
+    m = {"decode_manifest": "ddq_recover", "encode_manifest": "ddq_compact",
+         "Item": "ddq_extra"}.get(name)
+    if m is None:
+        raise AttributeError(name)
+    return getattr(__import__(m), name)

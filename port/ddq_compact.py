@@ -15,6 +15,8 @@ __version__ = "0.1.0"
 import struct
 
 from ddq import (
+    _MAN_FMT,
+    _MAN_MAGIC,
     _MANIFEST,
     _MANIFEST_TMP,
     _MARKER,
@@ -24,11 +26,11 @@ from ddq import (
     Full,
     IOFailure,
     Limit,
+    _crc,
     _Index,
     _io_failure,
     _Log,
     const,
-    encode_manifest,
     segment_name,
 )
 
@@ -51,6 +53,7 @@ _AVAILABLE = const(1)
 _ACKED = const(3)
 _QUARANTINED = const(4)
 _EEXIST = const(17)
+_MAN_SIZE = const(48)
 
 
 def compact(self: "Queue") -> bool:
@@ -249,3 +252,11 @@ def _copy(self: "Queue", old: _Log, new: _Log, nix: "_Index", i: int, seq: int, 
         roff = self._append(new, _T_QUAR, seq, 0, why, True)
         nix.reasons[seq] = [len(new.sizes) - 1, roff, r[2]]
     return plan
+
+
+def encode_manifest(gen: int, next_seq: int, segs: int, items: int, end: int) -> bytes:
+    """Return the 48-byte manifest [M1]."""
+    b = bytearray(_MAN_SIZE)
+    struct.pack_into(_MAN_FMT, b, 0, _MAN_MAGIC, 1, _MAN_SIZE, gen, next_seq, segs, items, end)
+    struct.pack_into("<II", b, 40, _crc(memoryview(b)[0:40]), 0)
+    return bytes(b)

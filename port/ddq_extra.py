@@ -12,13 +12,24 @@ __version__ = "0.1.0"
 
 # Copyright (c) 2026 the ddq authors. BSD-3-Clause.
 
-from ddq import _INDEX, STATES, BadState, Claim, Item, _io_failure, _opt, const
+from ddq import (
+    _INDEX,
+    STATES,
+    BadState,
+    Claim,
+    InvalidArgument,
+    TooLarge,
+    _bytes_arg,
+    _io_failure,
+    _opt,
+    const,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Iterator, Optional
 
-    from ddq import Queue
+    from ddq import Buf, Queue
 
 # ============================================================================ extra
 # ddq's values (SPEC §4, §7); a MicroPython const folds in its own module only, so these are
@@ -26,6 +37,7 @@ if TYPE_CHECKING:
 _T_QUAR = const(5)
 _AVAILABLE = const(1)
 _CLAIMED = const(2)
+_QUARANTINED = const(4)
 _MAX_LEASE_MS = const(604800000)
 
 
@@ -86,3 +98,34 @@ def save_index(self: "Queue") -> None:
         ddq_index.save(self)
     except OSError as e:
         raise _io_failure(e, "writing " + _INDEX)
+
+
+class Item:
+    """One retained item as items() reports it."""
+
+    __slots__ = ("seq", "state", "attempts", "lease_until_ms", "not_before_ms", "payload_len")
+
+    def __init__(self, seq: int, state: str, attempts: int, lease: int, nb: int, n: int) -> None:
+        self.seq = seq
+        self.state = state
+        self.attempts = attempts
+        self.lease_until_ms = lease
+        self.not_before_ms = nb
+        self.payload_len = n
+
+
+def quarantine(self: "Queue", seq: int, reason: "Buf" = b"") -> bool:
+    """Quarantine a claimed item with a reason; False if already (first reason kept) [O6]."""
+    reason = _bytes_arg(reason, "reason")
+    if self._claimed(seq, _QUARANTINED) < 0:
+        return False
+    if len(reason) > self.reason_budget:
+        raise TooLarge("reason over %d bytes" % self.reason_budget)
+    if b"\0" in bytes(reason):
+        raise InvalidArgument("reason must not contain NUL bytes")
+    off = self._write(_T_QUAR, seq, 0, reason, self._sync_ack)
+    ix = self._ix
+    e = ix.live[seq]
+    self._move(e[0], _QUARANTINED, e[1], 0, e[3])
+    ix.reasons[seq] = [len(self._log.sizes) - 1, off, len(reason)]
+    return True

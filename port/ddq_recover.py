@@ -20,6 +20,8 @@ from ddq import (
     _CUT,
     _INDEX,
     _LOCK,
+    _MAN_FMT,
+    _MAN_MAGIC,
     _MANIFEST,
     _MANIFEST_TMP,
     _MARKER,
@@ -43,7 +45,6 @@ from ddq import (
     _opt,
     _wall_ms,
     const,
-    decode_manifest,
     parse_segment_name,
     segment_name,
 )
@@ -52,7 +53,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, Optional
 
-    from ddq import Queue
+    from ddq import Buf, Queue
 
 # ============================================================================ recovery
 # ddq's format values (SPEC §3, §4); a MicroPython const folds in its own module only, so these
@@ -643,3 +644,15 @@ def lock(self: "PosixStorage", path: str) -> "Any":
         raise Locked("locked by another process: %s (%r)" % (path, e))
     PosixStorage._held.append(key)
     return (key, f, held)
+
+
+def decode_manifest(b: "Buf") -> "tuple[int, int, int, int, int]":
+    """Return (generation, next_seq, segment_count, item_count, end_offset); Corrupt if bad [M2]."""
+    if len(b) != _MAN_SIZE:
+        raise Corrupt("manifest size")
+    magic, ver, size, gen, nxt, segs, items, end = struct.unpack_from(_MAN_FMT, b, 0)
+    crc, res = struct.unpack_from("<II", b, 40)
+    if magic != _MAN_MAGIC or ver != 1 or size != _MAN_SIZE or res != 0 \
+            or crc != _crc(memoryview(b)[0:40]):
+        raise Corrupt("manifest header or crc")
+    return gen, nxt, segs, items, end
