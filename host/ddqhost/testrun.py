@@ -218,7 +218,7 @@ def _run_once(
             "import sys, gc\n"
             "for _m in list(sys.modules):\n"
             " _f = getattr(sys.modules[_m], '__file__', '') or ''\n"
-            " if _m in ('ddq', 'ddq_index', 'ddq_reclaim', 'ddq_outbox', 'ddq_mqtt', 'ddq_group', 'ddq_salvage') or _f.startswith('/remote'):\n"
+            " if _m in ('ddq', 'ddq_recover', 'ddq_compact', 'ddq_extra', 'ddq_index', 'ddq_reclaim', 'ddq_outbox', 'ddq_mqtt', 'ddq_group', 'ddq_salvage') or _f.startswith('/remote'):\n"
             "  del sys.modules[_m]\n"
             "sys.path[:] = [_p for _p in sys.path if not _p.startswith('/remote')]\n"
             "gc.collect()\n"

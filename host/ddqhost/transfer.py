@@ -147,8 +147,11 @@ def mpy_header(path: str) -> bytes:
 # Modules of port/ that flash knows. ddq_mqtt loads anywhere (it imports `socket` only when its
 # own Sender connects), but without an app a board with no network does not get it.
 PORT_MODULES = (
-    "ddq", "ddq_index", "ddq_reclaim", "ddq_outbox", "ddq_mqtt", "ddq_group", "ddq_salvage"
+    "ddq", "ddq_recover", "ddq_compact", "ddq_extra", "ddq_index", "ddq_reclaim", "ddq_outbox",
+    "ddq_mqtt", "ddq_group", "ddq_salvage"
 )
+# ddq itself loads these by name (open, compaction, the less used methods): always installed.
+CORE_MODULES = ("ddq", "ddq_recover", "ddq_compact", "ddq_extra")
 NEEDS_NETWORK = ("ddq_mqtt",)
 
 
@@ -183,7 +186,7 @@ def modules_to_install(prof: dict[str, Any] | None = None, app: str | None = Non
     if app is None:
         want = set(loadable)
     else:
-        want = {"ddq"}
+        want = set(CORE_MODULES)
         todo = [app]
         while todo:
             for m in sorted(port_imports(todo.pop()) - want):
@@ -287,8 +290,8 @@ def flash(
     # Import check: drop any cached module, import from the destination, compare the version.
     where = dpath(dest)
     code = (
-        "import sys\nfor _m in ('ddq','ddq_index','ddq_reclaim','ddq_outbox','ddq_mqtt',"
-        "'ddq_group','ddq_salvage'):\n"
+        "import sys\nfor _m in ('ddq','ddq_recover','ddq_compact','ddq_extra','ddq_index',"
+        "'ddq_reclaim','ddq_outbox','ddq_mqtt','ddq_group','ddq_salvage'):\n"
         " if _m in sys.modules: del sys.modules[_m]\n"
     )
     if where != ".":
