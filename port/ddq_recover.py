@@ -164,9 +164,11 @@ def recover(self: "Queue") -> None:
         if start >= 0:
             st[0] = self.index_used = True
         k0 = len(log.sizes)
+        hb = bytearray(_HDR)
+        sc = [hb, memoryview(hb)[4:32], memoryview(hb)[36:40], {}]
         for k in range(k0, len(ids)):
             _replay(self, k, k == len(ids) - 1, cp, st, fits,
-                         start if k == k0 and start > 0 else 0)
+                    start if k == k0 and start > 0 else 0, sc)
         if fits and max(log.sizes) >= min(fits):  # [F7] no segment size explains the rotations
             raise Corrupt("a segment of generation %d ends early (lost its end)" % gen)
         if not st[0]:
@@ -228,7 +230,7 @@ def _uniform(self: "Queue", h: "Any", start: int, end: int) -> bool:
 
 
 def _replay(self: "Queue", sg: int, last: bool, cp: "list[int]", st: "list[bool]",
-            fits: "list[int]", start: int = 0) -> None:
+            fits: "list[int]", start: int, sc: "list[Any]") -> None:
     # One pass over segment sg: each record's header is unpacked once, validated in place
     # (check_record's rules, inlined: a memoryview window, no copy), and applied; DATA inline,
     # the rest through _apply. A torn tail is cut [R10][R11]; the boundary checked [R8].
@@ -241,9 +243,9 @@ def _replay(self: "Queue", sg: int, last: bool, cp: "list[int]", st: "list[bool]
         raise Corrupt("%s is larger than segment_bytes" % name)
     _checkpoint(self, sg, 0, cp, st)
     boundary = sg + 1 == cp[0]  # only this segment holds the manifest's boundary [R8]
-    # The read window: a quarter segment, 1 KiB to 64 KiB (a board's 4 KiB segments: one
-    # 1 KiB allocation; a record longer than the window gets a window of its own length).
-    mv = self._buf(max(min(size, 65536, max(seg_bytes >> 2, 1024)), _MIN_REC))
+    # The read window: half a segment, 1 KiB to 64 KiB (a board's 4 KiB segments: one 2 KiB
+    # allocation; a record longer than the window gets a window of its own length).
+    mv = self._buf(max(min(size, 65536, max(seg_bytes >> 1, 1024)), _MIN_REC))
     mvlen = len(mv)
     wpos = wend = pos = start  # the window holds the bytes wpos..wend of the file
     torn = False
@@ -255,8 +257,10 @@ def _replay(self: "Queue", sg: int, last: bool, cp: "list[int]", st: "list[bool]
     prev = ix.last  # the last item's seq
     gen_nz, u64 = log.gen != 0, _U64
     unpack, pack, crc32 = struct.unpack_from, struct.pack_into, _crc32
-    hb = bytearray(_HDR)
-    hv, hz = memoryview(hb)[4:32], memoryview(hb)[36:40]
+    # sc: made once per recovery: the crc scratch (a 40-byte header and its views) and the
+    # payload views by window offset (vc, below)
+    hb, hv, hz, vc = sc
+    rb = self._rbuf
     done = 0  # records applied: replayed_records [X6]
     h = fs.open(path, "rb")
     try:
@@ -339,7 +343,16 @@ def _replay(self: "Queue", sg: int, last: bool, cp: "list[int]", st: "list[bool]
                     pack(_CRC_FMT, hb, 4, ver, typ, seq, arg, plen, rlen)
                     c = crc32(hz, crc32(hv))
                     if plen:
-                        c = crc32(mv[p + _HDR:e], c)
+                        # The payload's view: a window is always refilled from a record's start,
+                        # so with records of like sizes the same offsets recur: a view per
+                        # offset is kept (a slice per record was most of a replay's churn).
+                        if rb is not self._rbuf or len(vc) > 64:
+                            vc.clear()
+                            rb = self._rbuf
+                        v = vc.get(p)
+                        if v is None or len(v) != plen:
+                            v = vc[p] = mv[p + _HDR:e]
+                        c = crc32(v, c)
                     if c != crc:
                         err = "crc mismatch"
                     elif seq == 0 or (typ == _T_DATA and arg != 0) \
