@@ -147,9 +147,6 @@ class Error(Exception):
 
     code = -1
 
-    def __init__(self, msg: str = "") -> None:
-        super().__init__(msg)
-
 
 class InvalidArgument(Error):
     """Raised for a bad type or range of an option or argument; nothing changed."""
@@ -495,17 +492,6 @@ class _Index:
                     k = m - 1
         return self.rs[k] + i - ro[k]
 
-    def sg(self, i: int) -> int:
-        a = self.sfo  # the last segment whose first item index is <= i
-        lo, k = 0, len(a) - 1
-        while lo < k:
-            m = (lo + k + 1) >> 1
-            if a[m] <= i:
-                lo = m
-            else:
-                k = m - 1
-        return k
-
     def find(self, seq: int) -> int:
         rs = self.rs
         k = len(rs) - 1
@@ -546,14 +532,6 @@ class _Index:
                 self.hist[s] = [attempts, nb]
             else:
                 self.hist.pop(s, None)
-
-    def next_fresh(self) -> int:
-        n, live = self.n, self.live
-        i = self.fresh
-        while i < n and (self.state(i) != _AVAILABLE or self.seq(i) in live):
-            i += 1
-        self.fresh = i
-        return i
 
 
 # ============================================================================ queue
@@ -862,7 +840,13 @@ class Queue:
         hint, sfo = ix.hint, ix.sfo
         k = hint[2]  # the segment: the hint's, when i lies in it after the hint
         if k < 0 or hint[0] > i or (k + 1 < len(sfo) and sfo[k + 1] <= i):
-            k = ix.sg(i)
+            lo, k = 0, len(sfo) - 1  # the last segment whose first item index is <= i
+            while lo < k:
+                m = (lo + k + 1) >> 1
+                if sfo[m] <= i:
+                    lo = m
+                else:
+                    k = m - 1
         e = ix.live.get(seq)
         if e is not None and e[4] >= 0:
             return self._read_record(log, k, e[4], _T_DATA, seq, ln)
@@ -985,7 +969,10 @@ class Queue:
         now = self._now()
         ix = self._ix
         best, best_seq = -1, 0
-        f = ix.next_fresh()
+        f, live = ix.fresh, ix.live  # the cursor below which no item is fresh (DESIGN §4)
+        while f < ix.n and (ix.state(f) != _AVAILABLE or ix.seq(f) in live):
+            f += 1
+        ix.fresh = f
         fs = ix.seq(f) if f < ix.n else 0
         if ordered:
             # Strict FIFO: only the earliest unfinished item is a candidate; only it is swept.
@@ -1125,14 +1112,11 @@ class Queue:
             try:
                 self._fail()
             finally:
-                self._release()
+                tok, self._lock = self._lock, None
+                if tok is not None:
+                    self._fs.unlock(tok)
         if err is not None:
             raise _io_failure(err, "sync at close")
-
-    def _release(self) -> None:
-        if self._lock is not None:
-            tok, self._lock = self._lock, None
-            self._fs.unlock(tok)
 
     # ------------------------------------------------------------------ admission (SPEC §10)
     def _place(self, plan: "list[int]", n: int) -> bool:

@@ -165,7 +165,7 @@ def recover(self: "Queue") -> None:
             st[0] = self.index_used = True
         k0 = len(log.sizes)
         hb = bytearray(_HDR)
-        sc = [hb, memoryview(hb)[4:32], memoryview(hb)[36:40], {}]
+        sc: "list[Any]" = [hb, memoryview(hb)[4:32], memoryview(hb)[36:40], {}, None]
         for k in range(k0, len(ids)):
             _replay(self, k, k == len(ids) - 1, cp, st, fits,
                     start if k == k0 and start > 0 else 0, sc)
@@ -259,8 +259,10 @@ def _replay(self: "Queue", sg: int, last: bool, cp: "list[int]", st: "list[bool]
     unpack, pack, crc32 = struct.unpack_from, struct.pack_into, _crc32
     # sc: made once per recovery: the crc scratch (a 40-byte header and its views) and the
     # payload views by window offset (vc, below)
-    hb, hv, hz, vc = sc
-    rb = self._rbuf
+    hb, hv, hz, vc = sc[0], sc[1], sc[2], sc[3]
+    if sc[4] is not self._rbuf:  # the views are of the window buffer they were cut from
+        vc.clear()
+        sc[4] = self._rbuf
     done = 0  # records applied: replayed_records [X6]
     h = fs.open(path, "rb")
     try:
@@ -300,6 +302,9 @@ def _replay(self: "Queue", sg: int, last: bool, cp: "list[int]", st: "list[bool]
                 raise Corrupt("truncated record at %s offset %d" % (name, pos))
             if pos + rlen > wend:  # the record runs past the window: refill from pos
                 mv = self._buf(rlen)
+                if sc[4] is not self._rbuf:
+                    vc.clear()
+                    sc[4] = self._rbuf
                 mvlen = len(mv)
                 wpos = pos
                 k = mvlen if mvlen < left else left
@@ -346,9 +351,8 @@ def _replay(self: "Queue", sg: int, last: bool, cp: "list[int]", st: "list[bool]
                         # The payload's view: a window is always refilled from a record's start,
                         # so with records of like sizes the same offsets recur: a view per
                         # offset is kept (a slice per record was most of a replay's churn).
-                        if rb is not self._rbuf or len(vc) > 64:
+                        if len(vc) > 64:
                             vc.clear()
-                            rb = self._rbuf
                         v = vc.get(p)
                         if v is None or len(v) != plen:
                             v = vc[p] = mv[p + _HDR:e]
@@ -596,7 +600,9 @@ def init(self: "Queue", path: str, segment_bytes: int, max_payload_bytes: int, m
         try:
             self._fail()
         finally:
-            self._release()
+            tok, self._lock = self._lock, None
+            if tok is not None:
+                self._fs.unlock(tok)
         raise
 
 
