@@ -243,9 +243,10 @@ def _replay(self: "Queue", sg: int, last: bool, cp: "list[int]", st: "list[bool]
         raise Corrupt("%s is larger than segment_bytes" % name)
     _checkpoint(self, sg, 0, cp, st)
     boundary = sg + 1 == cp[0]  # only this segment holds the manifest's boundary [R8]
-    # The read window: half a segment, 1 KiB to 64 KiB (a board's 4 KiB segments: one 2 KiB
-    # allocation; a record longer than the window gets a window of its own length).
-    mv = self._buf(max(min(size, 65536, max(seg_bytes >> 1, 1024)), _MIN_REC))
+    # The read window: a quarter segment, 1 KiB to 64 KiB (a board's 4 KiB segments: one 1 KiB
+    # allocation, found where a 2 KiB one was not in a 64 KiB heap reopened a few times; a
+    # record longer than the window gets a window of its own length).
+    mv = self._buf(max(min(size, 65536, max(seg_bytes >> 2, 1024)), _MIN_REC))
     mvlen = len(mv)
     wpos = wend = pos = start  # the window holds the bytes wpos..wend of the file
     torn = False
