@@ -6,6 +6,9 @@ metadata(
 )
 
 module("ddq.py", base_path="port")
+module("ddq_recover.py", base_path="port")  # open and recovery, loaded by every open
+module("ddq_compact.py", base_path="port")  # compaction, loaded by the first one
+module("ddq_extra.py", base_path="port")  # items(), lapsed(), quarantine(), ...: on first use
 module("ddq_index.py", base_path="port")  # recovery index, imported on demand
 module("ddq_cut.py", base_path="port")  # finishes a crashed tail cut, imported on demand
 module("ddq_reclaim.py", base_path="port")  # staged reclamation (reclaim_step > 0)

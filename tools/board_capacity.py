@@ -135,7 +135,7 @@ def message(prof):
 def build_mpy(prof, tmp):
     d = os.path.join(tmp, "mpy")
     os.makedirs(d, exist_ok=True)
-    for m in app_imports(prof) + ["ddq"]:
+    for m in app_imports(prof) + list(transfer.CORE_MODULES):  # what `ddq flash` installs
         src = os.path.join(PORT, m + ".py")
         dst = os.path.join(d, m + ".mpy")
         if not os.path.exists(dst):

@@ -148,9 +148,11 @@ def mpy_header(path: str) -> bytes:
 # own Sender connects), but without an app a board with no network does not get it. ddq_app is
 # the example apps' shared part: installed only with an app that imports it.
 PORT_MODULES = (
-    "ddq", "ddq_index", "ddq_cut", "ddq_reclaim", "ddq_outbox", "ddq_mqtt", "ddq_group", "ddq_salvage",
-    "ddq_app",
+    "ddq", "ddq_recover", "ddq_compact", "ddq_extra", "ddq_cut", "ddq_index", "ddq_reclaim",
+    "ddq_outbox", "ddq_mqtt", "ddq_group", "ddq_salvage", "ddq_app",
 )
+# ddq itself loads these by name (open, compaction, the less used methods): always installed.
+CORE_MODULES = ("ddq", "ddq_recover", "ddq_compact", "ddq_extra", "ddq_cut")  # ddq_cut: R22
 NEEDS_NETWORK = ("ddq_mqtt",)
 APP_ONLY = ("ddq_app",)
 
@@ -192,7 +194,7 @@ def modules_to_install(prof: dict[str, Any] | None = None, app: str | None = Non
     if app is None:
         want = set(loadable)
     else:
-        want = {"ddq", "ddq_cut"}  # ddq_cut: ddq's recovery imports it on demand (SPEC R22)
+        want = set(CORE_MODULES)
         todo = [app]
         while todo:
             for m in sorted(port_imports(todo.pop()) - want):
