@@ -8,10 +8,10 @@ the broker or the network is away, sends fail and readings are retried with a gr
 delay, and new readings keep being queued. It survives resets: a reading is on flash once put()
 returned, and one in flight at a power cut is sent again when its lease ends (LEASE_MS).
 
-A board's main.py defines the settings (QUEUE_DIR, OPTIONS, LEASE_MS, RETRY_BASE_MS,
-RETRY_MAX_MS, MAX_ATTEMPTS, PERIOD_MS, BUDGET, BROKER, BROKER_PORT, CLIENT_ID, TOPIC,
-KEEPALIVE_S, WIFI_SSID, WIFI_PASSWORD; a board without a network may leave the network ones
-out: NETWORK_DEFAULTS) and read_sensor(), then calls `ddq_app.bind(globals())`, which gives it
+A board's main.py defines its settings (OPTIONS, the queue options of its profile; TOPIC;
+BROKER, CLIENT_ID, WIFI_SSID, WIFI_PASSWORD where it has a network; any of DEFAULTS it wants
+otherwise: QUEUE_DIR, LEASE_MS, RETRY_BASE_MS, RETRY_MAX_MS, MAX_ATTEMPTS, PERIOD_MS, BUDGET,
+BROKER_PORT, KEEPALIVE_S) and read_sensor(), then calls `ddq_app.bind(globals())`, which gives it
 run(), run_async() and Wifi over those settings. Settings are read when they are used, so
 `main.LEASE_MS = 2000` before main.run() takes effect.
 `ddq flash --example-app` installs this module with the app (the app imports it).
@@ -38,8 +38,20 @@ if TYPE_CHECKING:
 _MASK = 0x3FFFFFFF  # ddq_outbox's ticks period (2**30 ms)
 
 # The network settings a board's main.py may leave out (a board without a network).
-NETWORK_DEFAULTS = {"BROKER": "127.0.0.1", "BROKER_PORT": 1883, "CLIENT_ID": b"ddq",
-                    "KEEPALIVE_S": 60, "WIFI_SSID": None, "WIFI_PASSWORD": None}
+# The settings a board's main.py may leave out (bind fills them in), once for every board:
+DEFAULTS = {
+    "QUEUE_DIR": "outbox",
+    # the profiles' lease: an in-flight reading is ours this long, then sent again
+    "LEASE_MS": 30000,
+    # retry delays: full jitter up to base * 2**attempts, capped at RETRY_MAX_MS
+    "RETRY_BASE_MS": 1000, "RETRY_MAX_MS": 300000,
+    # 0: never give a reading up because the broker was away for long; N: a dead letter after N
+    "MAX_ATTEMPTS": 0,
+    "PERIOD_MS": 10000,  # one reading every PERIOD_MS
+    "BUDGET": 16,  # messages one pump may send before the loop reads the sensor again
+    "BROKER": "127.0.0.1", "BROKER_PORT": 1883, "CLIENT_ID": b"ddq", "KEEPALIVE_S": 60,
+    "WIFI_SSID": None, "WIFI_PASSWORD": None,  # None: no WiFi to join (the port's own network)
+}
 
 
 def _add(t: int, d: int) -> int:
@@ -238,10 +250,10 @@ async def run_async(cfg: "Cfg", rounds: "Optional[int]" = None,
 
 def bind(g: "Cfg") -> None:
     """Give a board's main.py (its globals g) run(), run_async() and Wifi over its settings
-    (the network ones it leaves out: NETWORK_DEFAULTS)."""
-    for k in NETWORK_DEFAULTS:
+    (those it leaves out: DEFAULTS)."""
+    for k in DEFAULTS:
         if k not in g:
-            g[k] = NETWORK_DEFAULTS[k]
+            g[k] = DEFAULTS[k]
 
     class BoardWifi(Wifi):
         """Station WiFi with the board's WIFI_SSID and WIFI_PASSWORD, with backoff."""

@@ -16,7 +16,8 @@ import time
 import ddq_app
 import ddq_outbox  # noqa: F401  (main.ddq_outbox.Outbox: the app's Outbox class, for the REPL)
 
-QUEUE_DIR = "outbox"
+# The other settings (QUEUE_DIR, LEASE_MS, the retry policy, PERIOD_MS, BUDGET, ...) are
+# ddq_app.DEFAULTS unless set here.
 # Queue options of boards/ARMV7M_GENERIC.json. Keep them fixed for the life of the directory: DDQ does not
 # store them, and a reader with smaller limits reports the directory as corrupt.
 OPTIONS = {
@@ -25,12 +26,7 @@ OPTIONS = {
     "max_items": 224,
     "max_segments": 32,
 }
-LEASE_MS = 30000  # how long a claimed reading stays ours before another claim may take it
-RETRY_BASE_MS = 1000  # retry delays: full jitter up to base * 2**attempts, capped at RETRY_MAX_MS
-RETRY_MAX_MS = 300000
 MAX_ATTEMPTS = 8  # then a dead letter: the reading is kept as evidence, delivery moves on
-PERIOD_MS = 10000  # one reading every PERIOD_MS
-BUDGET = 16  # messages one pump may send before the loop reads the sensor again
 TOPIC = "ddq/armv7m/temp"
 
 

@@ -20,7 +20,8 @@ import time
 import ddq_app
 import ddq_outbox  # noqa: F401  (main.ddq_outbox.Outbox: the app's Outbox class, for the REPL)
 
-QUEUE_DIR = "outbox"
+# The other settings (QUEUE_DIR, LEASE_MS, the retry policy, PERIOD_MS, BUDGET, ...) are
+# ddq_app.DEFAULTS unless set here.
 # Queue options of boards/UNIX.json. Keep them fixed for the life of the directory: DDQ does not
 # store them, and a reader with smaller limits reports the directory as corrupt.
 OPTIONS = {
@@ -29,18 +30,10 @@ OPTIONS = {
     "max_items": 920,
     "max_segments": 128,
 }
-LEASE_MS = 30000  # the profile's lease: an in-flight reading is ours this long, then sent again
-RETRY_BASE_MS = 1000  # retry delays: full jitter up to base * 2**attempts, capped at RETRY_MAX_MS
-RETRY_MAX_MS = 300000
-MAX_ATTEMPTS = 0  # 0: never give a reading up because the broker was away for long
-PERIOD_MS = 10000  # one reading every PERIOD_MS
-BUDGET = 16  # messages one pump may send before the loop reads the sensor again
 
 BROKER = "127.0.0.1"
-BROKER_PORT = 1883
 CLIENT_ID = b"ddq-unix"
 TOPIC = "ddq/unix/temp"
-KEEPALIVE_S = 60
 WIFI_SSID = None  # the unix port has no `network`: the host's network is used
 WIFI_PASSWORD = None
 
