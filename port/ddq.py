@@ -728,6 +728,9 @@ class Queue:
         self._slack = -1  # admission's room left at the last enqueue, in bytes (-1: unknown)
         self._bnext = 0  # start no build before this many acked items (after a useless one)
         self._dead: "list[int]" = []  # [generation, next index, count]: old segments to delete
+        # [segments, last offset, bytes, items] of the generation C DDQ's inline compaction
+        # would hold now: admission answers on it (reclaim_step > 0 only, DESIGN §12) [C13]
+        self._sh: "Optional[list[int]]" = None
 
     def _path(self, name: str) -> str:
         return self._dir + "/" + name
@@ -858,6 +861,9 @@ class Queue:
             self._rm.step(self)  # before this record: a publish moves it to g+1 [C13]
         elif self._dead:
             self._rm.unlink(self)
+        sh = self._sh
+        if sh is not None:
+            self._rm.shadow(self, total, typ)  # what the inline generation does [C13]
         log = self._log
         if log.off > 0 and log.off + total > self._seg_bytes and len(log.sizes) >= self._max_segs:
             try:
@@ -1024,11 +1030,13 @@ class Queue:
         if self._next >= _U64:
             raise Full("sequence space exhausted")
         ix = self._ix
-        if not self._admit(n) or ix.n >= self._max_items:
+        if self._sh is not None:
+            self._rm.admit(self, n)  # the inline generation's answer, then g's room [C13]
+        elif not self._admit(n) or ix.n >= self._max_items:
             self._compact(_MIN_REC + n, 1 if ix.n >= self._max_items else 0)
-            ix = self._ix
             if not self._admit(n):
                 raise Full("admission reserve exhausted")
+        ix = self._ix
         if ix.n >= self._max_items:
             raise Full("max_items reached")
         if self._rstep and self._bld is None and 0 <= self._slack and self._n_acked \
@@ -1302,20 +1310,27 @@ class Queue:
                     and self._place(p, term)):
                 self._plan = None
 
-    def _admit(self, n: int) -> bool:
-        """DDQ's admission rule for a new payload of n bytes, exactly [A1]-[A6]."""
-        if self._admit_with(self._plan, n):
+    def _admit(self, n: int, sh: "Optional[list[int]]" = None, lean: bool = False) -> bool:
+        """DDQ's admission rule for a new payload of n bytes, exactly [A1]-[A6]; on the
+        generation sh ([segments, last offset]) when given, else on g; lean: without A5's
+        STATE share of the control reserve (DESIGN §12) [C13]."""
+        if self._admit_with(self._plan, n, sh, lean):
             return True
         self._plan = self._plan_items()  # the cached upper bound refused: decide exactly
-        return self._admit_with(self._plan, n)
+        return self._admit_with(self._plan, n, sh, lean)
 
-    def _admit_with(self, cached: "Optional[list[int]]", n: int) -> bool:
+    def _admit_with(self, cached: "Optional[list[int]]", n: int,
+                    sh: "Optional[list[int]]", lean: bool) -> bool:
         if cached is None:
             return False
         seg = self._seg_bytes
         term = _MIN_REC + self.reason_budget
         phys, plan = self._pl
-        phys[0], phys[1], plan[0], plan[1] = len(self._log.sizes), self._log.off, cached[0], cached[1]
+        if sh is None:
+            phys[0], phys[1] = len(self._log.sizes), self._log.off
+        else:
+            phys[0], phys[1] = sh[0], sh[1]
+        plan[0], plan[1] = cached[0], cached[1]
         place = self._place
         if not (place(phys, _MIN_REC + n) and place(plan, _MIN_REC + n)
                 and place(plan, _STATE_REC) and place(plan, term) and place(plan, _MIN_REC)
@@ -1333,7 +1348,10 @@ class Queue:
             return False
         left = seg - phys[1]
         g = (left - (m - 1) if left >= m else 0) + remaining * (seg - (m - 1))
-        self._slack = g - c
+        if sh is None:
+            self._slack = g - c
+            if lean:
+                c -= (p + self._n_quar) * _STATE_REC
         return c <= g
 
     # ------------------------------------------------------------------ compaction (SPEC §11)
@@ -1345,7 +1363,14 @@ class Queue:
         try:
             self._compact(0, 0)
         except Full:
+            if self._sh is not None:
+                try:
+                    self._rm.fresh(self, 0, 0)  # C DDQ's queue may have compacted [C13]
+                except Full:
+                    pass
             return False
+        if self._sh is not None:
+            self._rm.mirror(self)  # as C DDQ's queue would be now [C13]
         return True
 
     def purge(self, seqs: "list[int]") -> int:
@@ -1363,6 +1388,8 @@ class Queue:
                 drop.append(s)
         if drop:
             self._compact(0, 0, drop)
+            if self._sh is not None:
+                self._rm.mirror(self)
         return len(drop)
 
     def _publish(self, gen: int, nxt: int, segs: int, items: int, end: int,
@@ -1646,6 +1673,8 @@ class Queue:
                 for i in range(loaded, self._ix.n):
                     self._plan_add(self._ix.length(i))
             self._rbuf = bytearray(0)  # the replay window is not kept (64 KiB on big segments)
+            if self._rm is not None:
+                self._rm.mirror(self)  # [C13]
         except OSError as e:
             self._fail()
             raise _io_failure(e, "recovery")

@@ -263,3 +263,102 @@ def unlink(q: "ddq.Queue") -> None:
                 fs.remove(p)
     except OSError:
         q._dead = []
+
+# ============================================================================ admission parity
+# The staged generation is laid out differently from the one C DDQ's inline compaction leaves
+# (the carried tail, a copy made earlier), and admission depends on where the current
+# generation's log ends (A3, A5). So a staged queue keeps q._sh, the [segments, last offset,
+# bytes, items] of the generation the inline mode would hold, advanced by every record and
+# compacted (in RAM: its layout only) exactly where the inline mode compacts; admission answers
+# on it, so accept/reject are C DDQ's call for call (DESIGN §12) [C13].
+
+
+def mirror(q: "ddq.Queue") -> None:
+    # g is what C DDQ's queue holds now: at open, after compact() and purge().
+    log = q._log
+    q._sh = [len(log.sizes), log.off, sum(log.sizes), q._ix.n]
+
+
+def fresh(q: "ddq.Queue", reserve: int, required: int) -> None:
+    """The inline compaction of the shadow generation, in RAM: the layout of a copy of every
+    unacked item (C4: DATA, a STATE unless AVAILABLE without history, its reason), next-fit; or
+    Full as C8/C11 with the shadow unchanged. O(items), no I/O [C13]."""
+    sh, ix = q._sh, q._ix
+    if sh is None:
+        return
+    if required and sh[3] <= q._n_avail + q._n_claimed + q._n_quar:
+        raise ddq.Full("max_items reached and nothing is acked")
+    p = [0, 0]
+    total = n = 0
+    place = q._place
+    hx = ix.live or ix.hist
+    reasons = ix.reasons
+    for i in range(ix.n):
+        s = ix.state(i)
+        if s == _ACKED:
+            continue
+        n += 1
+        x = _MIN_REC + ix.length(i)
+        total += x
+        ok = place(p, x)
+        st = s != _AVAILABLE
+        r = None
+        if s != _AVAILABLE or hx:
+            seq = ix.seq(i)
+            if not st:
+                a, le, nb = ix.history(seq)
+                st = bool(a or le or nb)
+            elif s == _QUARANTINED:
+                r = reasons.get(seq)
+        if st:
+            total += _STATE_REC
+            ok = ok and place(p, _STATE_REC)
+        if r is not None:
+            total += _MIN_REC + r[2]
+            ok = ok and place(p, _MIN_REC + r[2])
+        if not ok:
+            raise ddq.Full("compacted copy does not fit max_segments")
+    if p[0] == 0:
+        p[0] = 1  # the copy's first segment exists even when empty
+    if total >= sh[2] or n > q._max_items - required or (
+            p[0] >= q._max_segs and p[1] + reserve > q._seg_bytes):
+        raise ddq.Full("compaction gives no benefit")
+    sh[0], sh[1], sh[2], sh[3] = p[0], p[1], total, n
+
+
+def admit(q: "ddq.Queue", n: int) -> None:
+    # enqueue's admission (A1-A6) for a staged queue: C DDQ's answer on the shadow generation,
+    # compacting it where C DDQ's enqueue compacts. Then g must hold the item and the records
+    # that drain every pending item (A8), else g is compacted whole now, as inline. That check
+    # leaves out A5's STATE share: a whole copy of g can exceed the shadow by a STATE in place
+    # of a CLAIM (24 B) per item, inside the 72 B A5 reserved for it (DESIGN §12) [C13].
+    sh, mx = q._sh, q._max_items
+    if sh is None:
+        return
+    if not q._admit(n, sh) or sh[3] >= mx:
+        fresh(q, _MIN_REC + n, 1 if sh[3] >= mx else 0)
+        if not q._admit(n, sh):
+            raise ddq.Full("admission reserve exhausted")
+    if sh[3] >= mx:
+        raise ddq.Full("max_items reached")
+    if not q._admit(n, None, True) or q._ix.n >= mx:
+        q._compact(_MIN_REC + n, 1 if q._ix.n >= mx else 0)
+        if not q._admit(n, None, True) or q._ix.n >= mx:
+            raise ddq.Full("admission reserve exhausted")
+
+
+def shadow(q: "ddq.Queue", total: int, typ: int) -> None:
+    # A record the shadow generation takes: the segment limit compacts it first as _write
+    # compacts g inline (Limit when that gives no room), then next-fit placement [C13].
+    sh = q._sh
+    if sh is None:
+        return
+    if sh[1] > 0 and sh[1] + total > q._seg_bytes and sh[0] >= q._max_segs:
+        try:
+            fresh(q, total, 0)
+        except ddq.Full:
+            raise ddq.Limit("segment limit reached and compaction gave no room")
+    q._place(sh, total)
+    sh[2] += total
+    if typ == _T_DATA:
+        sh[3] += 1
