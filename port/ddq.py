@@ -1040,13 +1040,8 @@ class Queue:
         if ix.n >= self._max_items:
             raise Full("max_items reached")
         if self._rstep and self._bld is None and 0 <= self._slack and self._n_acked \
-                and self._n_acked >= self._bnext:
-            # Start staging g+1 as late as admission allows: when its room left is about what
-            # the calls of the build will append (a message's DATA and control records per
-            # call, half again for margin), so a copy frees as much as any copy can (DESIGN
-            # §12) [C13].
-            if self._slack < (ix.n // self._rstep + 8) * (2 * _MIN_REC + n) * 3 // 2:
-                self._rm.start(self)
+                and self._n_acked >= self._bnext and self._rm.due(self, n):
+            self._rm.start(self)  # stage g+1 over the next calls (DESIGN §12) [C13]
         seq = self._next
         self._write(_T_DATA, seq, 0, payload, self._sync_ack)
         self._ix.add(seq, len(self._log.sizes) - 1, n)
@@ -1552,10 +1547,12 @@ class Queue:
 
     def _copy(self, old: _Log, new: _Log, nix: "_Index", i: int, seq: int, ln: int, s: int,
               a: int, lease: int, nb: int, r: "Optional[list[int]]",
-              plan: "Optional[list[int]]") -> "Optional[list[int]]":
+              plan: "Optional[list[int]]", data: "Any" = None) -> "Optional[list[int]]":
         # Item i of old into a staged generation in state s: DATA, a STATE unless it is in its
-        # default state, its reason [C4]; returns the copy's admission plan so far (§5).
-        data = self._data(old, i, seq, ln)  # (g is synced up to what is copied: from the file)
+        # default state, its reason [C4]; returns the copy's admission plan so far (§5). data:
+        # its payload already read (ddq_reclaim's scan), else read here.
+        if data is None:
+            data = self._data(old, i, seq, ln)  # (g is synced up to what is copied)
         self._append(new, _T_DATA, seq, 0, data, True)
         nix.add(seq, len(new.sizes) - 1, ln)
         j = nix.n - 1

@@ -41,13 +41,19 @@ _CLAIMED = const(2)
 _ACKED = const(3)
 _QUARANTINED = const(4)
 _EIO = const(5)
+_REC_MAGIC = const(0x31475144)
 _REC_FMT = "<IHHQQIIII"
+# Work bound of one step unit: it passes at most _SKIP items acked at P0 and reads at most _SKIP
+# record headers of g looking for the next item's DATA, then copies that item (DATA, STATE,
+# reason: two record reads, three appends) or one record of g's tail (C13).
+_SKIP = const(8)
 
 
 class Build:
     """A generation g+1 staged over many calls (DESIGN §12)."""
 
-    __slots__ = ("log", "ix", "i", "n0", "next0", "cow", "plan", "dropped", "snap", "tk", "to")
+    __slots__ = ("log", "ix", "i", "n0", "next0", "cow", "plan", "dropped", "snap", "tk", "to",
+                 "rk", "rp", "rh", "rhk")
 
     def __init__(self, gen: int, tc: str, n0: int, next0: int, tk: int, to: int) -> None:
         self.log = ddq._Log(gen)
@@ -62,6 +68,9 @@ class Build:
         self.dropped = 0  # items acked at P0, not copied
         self.snap: "Optional[list[int]]" = None  # the snapshot's segments, end, items
         self.tk, self.to = tk, to  # where the copy of g's tail stands (P0 at first)
+        self.rk = self.rp = 0  # the snapshot scan: the next record header of g to read
+        self.rh: "Any" = None  # g's segment rhk open for reading, within one call only
+        self.rhk = -1
 
 
 def start(q: "ddq.Queue") -> None:
@@ -89,6 +98,19 @@ def start(q: "ddq.Queue") -> None:
         q._fail()
         raise ddq._io_failure(e, "compaction")
 
+def due(q: "ddq.Queue", n: int) -> bool:
+    # Start staging g+1 as late as admission allows: when its room left (A5's slack, on g) is
+    # about what the queue appends while the build runs. The build takes a unit per pending
+    # item (and per _SKIP acked ones), s units a call, and the tail grows by at most a record a
+    # call, so it ends after about units ÷ (s - 1) calls; each appends at most a DATA of n
+    # bytes. Later than that and admission or the segment limit forces a whole copy; earlier
+    # and a generation absorbs less before its copy (DESIGN §12) [C13].
+    s = q._rstep
+    units = q._n_avail + q._n_claimed + q._n_quar + q._n_acked // _SKIP
+    calls = units // (s - 1 if s > 1 else 1) + 8
+    return q._slack < calls * (_MIN_REC + n)
+
+
 def drop(q: "ddq.Queue") -> None:
     # Abandon a staged generation; files left behind are deleted at open (R16) or by the
     # next compaction's clean.
@@ -97,6 +119,7 @@ def drop(q: "ddq.Queue") -> None:
         return
     fs = q._fs
     try:
+        _close(q, b)
         if b.log.h is not None:
             fs.close(b.log.h)
         for k in range(len(b.log.sizes)):
@@ -107,8 +130,10 @@ def drop(q: "ddq.Queue") -> None:
         pass
 
 def step(q: "ddq.Queue") -> None:
-    """Copy at most reclaim_step records into the staged generation; publish it when the tail of
-    g is all copied [C13]. An error abandons the build (g is untouched) and fail-stops."""
+    """Do at most reclaim_step units of the build: a unit copies the next item of the snapshot
+    (after reading at most _SKIP record headers of g to find its DATA) or one record of g's
+    tail; publish g+1 when the tail is all copied [C13]. An error abandons the build (g is
+    untouched) and fail-stops."""
     b, old, ix = q._bld, q._log, q._ix
     if b is None:
         return
@@ -117,34 +142,47 @@ def step(q: "ddq.Queue") -> None:
         for _ in range(q._rstep):
             if b.i < b.n0:  # the snapshot, in the states at P0
                 i = b.i
-                b.i = i + 1
-                seq = ix.seq(i)
-                c = b.cow.get(seq)
-                if c is None:
-                    s = ix.state(i)
-                    a, lease, nb = ix.history(seq)
-                    r = ix.reasons.get(seq)
-                else:
-                    s, a, lease, nb, r = c
-                if s == _ACKED:
+                for _ in range(_SKIP):  # items acked at P0 are left out, _SKIP a unit
+                    seq = ix.seq(i)
+                    c = b.cow.get(seq)
+                    if c is None:
+                        s = ix.state(i)
+                        a, lease, nb = ix.history(seq)
+                        r = ix.reasons.get(seq)
+                    else:
+                        s, a, lease, nb, r = c
+                    if s != _ACKED:
+                        break
                     b.dropped += 1
-                else:
-                    b.plan = q._copy(old, new, nix, i, seq, ix.length(i), s, a, lease,
-                                        nb, r, b.plan)
+                    i += 1
+                    b.i = i
+                    if i >= b.n0:
+                        break
+                if s == _ACKED:
+                    continue
+                data = _scan(q, b, old, seq, ix.length(i))
+                if data is None:
+                    continue  # (_SKIP headers read: the scan goes on in the next unit)
+                b.i = i + 1
+                b.plan = q._copy(old, new, nix, i, seq, ix.length(i), s, a, lease, nb, r,
+                                 b.plan, data)
                 continue
             if b.snap is None:  # the manifest's boundary [R8]
                 b.snap = [len(new.sizes), new.off, nix.n]
             k, pos = b.tk, b.to
             last = len(old.sizes) - 1
             if k >= last and pos >= old.off:
+                _close(q, b)
                 _publish(q)
                 return
             if pos >= old.sizes[k]:
                 b.tk, b.to = k + 1, 0
                 continue
             if k == last and pos >= old.synced:
+                _close(q, b)  # (a handle opened before the sync may not see the new bytes)
                 q._sync_h()  # a fresh reader sees synced bytes only [D7]
             _tail(q, b, old, k, pos)
+        _close(q, b)
     except ddq.Limit:  # the copy needs more segments than allowed: no benefit now
         drop(q)
         q._bnext = q._n_acked + q._rstep
@@ -155,20 +193,58 @@ def step(q: "ddq.Queue") -> None:
             raise ddq._io_failure(e, "compaction")
         raise
 
+
+def _reader(q: "ddq.Queue", b: Build, old: "ddq._Log", k: int) -> "Any":
+    # g's segment k open for reading; one handle a call (closed by _close before the call's
+    # own record), so it never outlives a sync of g.
+    if b.rhk != k:
+        _close(q, b)
+        b.rh = q._fs.open(q._path(ddq.segment_name(old.gen, k)), "rb")
+        b.rhk = k
+    return b.rh
+
+
+def _close(q: "ddq.Queue", b: Build) -> None:
+    h, b.rh, b.rhk = b.rh, None, -1
+    if h is not None:
+        q._fs.close(h)
+
+
+def _scan(q: "ddq.Queue", b: Build, old: "ddq._Log", seq: int, ln: int) -> "Any":
+    # The payload of seq's DATA record, read forward from the scan's place in g (items are in
+    # seq order there); None after _SKIP other records (the caller counts a unit).
+    for _ in range(_SKIP):
+        k, pos = b.rk, b.rp
+        if pos >= old.sizes[k]:
+            if k + 1 >= len(old.sizes):
+                raise ddq.Corrupt("DATA record of seq %d not found" % seq)
+            b.rk, b.rp = k + 1, 0
+            continue
+        h = _reader(q, b, old, k)
+        if q._read_exact(h, pos, q._mv_hdr) != _HDR:
+            raise OSError(_EIO, "short read in " + ddq.segment_name(old.gen, k))
+        m, _v, typ, s, _a, plen, rlen, _c, _r = struct.unpack_from(_REC_FMT, q._rec, 0)
+        if m != _REC_MAGIC or rlen < _MIN_REC:
+            raise ddq.Corrupt("bad record in %s at %d" % (ddq.segment_name(old.gen, k), pos))
+        b.rp = pos + rlen
+        if typ == _T_DATA:
+            if s == seq:
+                return q._read_record(old, k, pos, _T_DATA, seq, ln, h)
+            if s > seq:
+                raise ddq.Corrupt("DATA record of seq %d not found" % seq)
+    return None
+
+
 def _tail(q: "ddq.Queue", b: Build, old: "ddq._Log", k: int, pos: int) -> None:
     # One record of g after P0, appended verbatim to the staged generation and applied to
     # its index with the replay's rules (R5-R7).
-    fs, new, nix = q._fs, b.log, b.ix
-    name = ddq.segment_name(old.gen, k)
-    h = fs.open(q._path(name), "rb")
-    try:
-        if q._read_exact(h, pos, q._mv_hdr) != _HDR:
-            raise OSError(_EIO, "short read in " + name)
-        _m, _v, typ, seq, arg, plen, rlen, _c, _r = struct.unpack_from(_REC_FMT, q._rec, 0)
-        pay = q._read_record(old, k, pos, typ, seq, plen, h)
-        off = q._append(new, typ, seq, arg, pay if plen else None, True)
-    finally:
-        fs.close(h)
+    new, nix = b.log, b.ix
+    h = _reader(q, b, old, k)
+    if q._read_exact(h, pos, q._mv_hdr) != _HDR:
+        raise OSError(_EIO, "short read in " + ddq.segment_name(old.gen, k))
+    _m, _v, typ, seq, arg, plen, rlen, _c, _r = struct.unpack_from(_REC_FMT, q._rec, 0)
+    pay = q._read_record(old, k, pos, typ, seq, plen, h)
+    off = q._append(new, typ, seq, arg, pay if plen else None, True)
     b.to = pos + rlen
     if typ == _T_DATA:
         nix.add(seq, len(new.sizes) - 1, plen)
@@ -288,34 +364,39 @@ def fresh(q: "ddq.Queue", reserve: int, required: int) -> None:
         return
     if required and sh[3] <= q._n_avail + q._n_claimed + q._n_quar:
         raise ddq.Full("max_items reached and nothing is acked")
+    # The indexes of the AVAILABLE items with history (each gets a STATE) and of the reasons:
+    # small tables, so the pass over the column reads no seq.
+    st = {}
+    for e in ix.live.values():
+        if e[1] or e[2] or e[3]:
+            st[e[0]] = 1
+    rs = {}
+    for sq, r in ix.reasons.items():
+        j = ix.find(sq)
+        if j >= 0:
+            rs[j] = _MIN_REC + r[2]
     p = [0, 0]
-    total = n = 0
-    place = q._place
-    hx = ix.live or ix.hist
-    reasons = ix.reasons
-    for i in range(ix.n):
-        s = ix.state(i)
-        if s == _ACKED:
-            continue
-        n += 1
-        x = _MIN_REC + ix.length(i)
-        total += x
-        ok = place(p, x)
-        st = s != _AVAILABLE
-        r = None
-        if s != _AVAILABLE or hx:
-            seq = ix.seq(i)
-            if not st:
-                a, le, nb = ix.history(seq)
-                st = bool(a or le or nb)
-            elif s == _QUARANTINED:
-                r = reasons.get(seq)
-        if st:
-            total += _STATE_REC
-            ok = ok and place(p, _STATE_REC)
-        if r is not None:
-            total += _MIN_REC + r[2]
-            ok = ok and place(p, _MIN_REC + r[2])
+    total = n = i = 0
+    place, sh_, mk, cnt = q._place, ix.sh, ix.mk, ix.n
+    ok = True
+    for ch in ix.col:
+        for v in ch:
+            if i >= cnt:
+                break
+            s = (v >> sh_) + 1
+            if s != _ACKED:
+                n += 1
+                x = _MIN_REC + (v & mk)
+                total += x
+                ok = ok and place(p, x)
+                if s != _AVAILABLE or (st and i in st):  # a STATE [C4]
+                    total += _STATE_REC
+                    ok = ok and place(p, _STATE_REC)
+                if rs and i in rs:
+                    x = rs[i]
+                    total += x
+                    ok = ok and place(p, x)
+            i += 1
         if not ok:
             raise ddq.Full("compacted copy does not fit max_segments")
     if p[0] == 0:
