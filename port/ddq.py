@@ -731,6 +731,8 @@ class Queue:
         # [segments, last offset, bytes, items] of the generation C DDQ's inline compaction
         # would hold now: admission answers on it (reclaim_step > 0 only, DESIGN §12) [C13]
         self._sh: "Optional[list[int]]" = None
+        self._nw = 0  # writes (calls that append a record), for the build's start rule [C13]
+        self._rr = [0, -1, 0]  # start rule: writes and slack at the last look, slack a write ×16
 
     def _path(self, name: str) -> str:
         return self._dir + "/" + name
@@ -857,6 +859,7 @@ class Queue:
         total = _MIN_REC + (len(payload) if payload is not None else 0)
         if total > self._seg_bytes:
             raise TooLarge("record larger than segment_bytes")
+        self._nw += 1
         if self._bld is not None:
             self._rm.step(self)  # before this record: a publish moves it to g+1 [C13]
         elif self._dead:

@@ -100,15 +100,25 @@ def start(q: "ddq.Queue") -> None:
 
 def due(q: "ddq.Queue", n: int) -> bool:
     # Start staging g+1 as late as admission allows: when its room left (A5's slack, on g) is
-    # about what the queue appends while the build runs. The build takes a unit per pending
-    # item (and per _SKIP acked ones), s units a call, and the tail grows by at most a record a
-    # call, so it ends after about units ÷ (s - 1) calls; each appends at most a DATA of n
-    # bytes. Later than that and admission or the segment limit forces a whole copy; earlier
-    # and a generation absorbs less before its copy (DESIGN §12) [C13].
+    # about what the calls of the build will use. The build takes a unit per pending item (and
+    # per _SKIP acked ones), s units a call, and the tail grows by at most a record a call, so
+    # it ends after about units ÷ (s - 1) calls; each uses the slack a call has used lately
+    # (its record, and the control reserve of a new pending item), measured from one enqueue to
+    # the next and followed at once when it rises; a quarter more for margin. Later than that
+    # and admission or the segment limit forces a whole copy; earlier and a generation absorbs
+    # less before its copy (DESIGN §12) [C13].
+    r, w, sl = q._rr, q._nw, q._slack
+    if 0 <= r[1] and r[0] < w and sl <= r[1]:
+        d = (r[1] - sl) * 16 // (w - r[0])
+        r[2] = d if d > r[2] else (r[2] * 7 + d) // 8
+    r[0], r[1] = w, sl
+    if q._dead:
+        return False  # g-1's segments are still going, 4 a call: then start (bounded work)
     s = q._rstep
     units = q._n_avail + q._n_claimed + q._n_quar + q._n_acked // _SKIP
     calls = units // (s - 1 if s > 1 else 1) + 8
-    return q._slack < calls * (_MIN_REC + n)
+    per = r[2] * 5 // 64  # (×16 fixed point, + 1/4)
+    return sl < calls * (per if per > _MIN_REC + n else _MIN_REC + n)
 
 
 def drop(q: "ddq.Queue") -> None:

@@ -165,3 +165,91 @@ def test_the_reclaim_module_is_loaded_only_for_a_staged_queue():
     assert "ddq_reclaim" in sys.modules
     q.close()
     support.raises(ddq.InvalidArgument, ddq.Queue, d, reclaim_step=-1, **OPTS)
+
+
+class _Counting(ddq.PosixStorage):
+    # The real storage, counting what each call does: records appended (a record is one 48-byte
+    # write, or a 40-byte header + payload + footer; the payloads here are never 40 or 48 bytes
+    # long), file syncs, directory syncs, removes and renames.
+    def __init__(self):
+        super().__init__()
+        self.n = [0, 0, 0, 0, 0]
+
+    def write(self, h, buf):
+        if len(buf) in (40, 48):
+            self.n[0] += 1
+        super().write(h, buf)
+
+    def sync(self, h):
+        self.n[1] += 1
+        super().sync(h)
+
+    def sync_dir(self, p):
+        self.n[2] += 1
+        super().sync_dir(p)
+
+    def remove(self, p):
+        self.n[3] += 1
+        super().remove(p)
+
+    def rename(self, a, b):
+        self.n[4] += 1
+        super().rename(a, b)
+
+
+def _gens(d):
+    return sorted(set(int(n[11:31]) for n in support.listdir_sorted(d)
+                      if n.startswith("generation-")))
+
+
+def test_each_call_of_a_build_does_bounded_work_and_leaves_a_valid_directory():
+    # EVIDENCE-OF: C13 C5 R16
+    # reclaim_step s: a call appends at most 3s + 1 records of the build (an item's DATA, STATE
+    # and reason per unit) besides its own and the manifest; only the publishing call renames,
+    # and no call syncs more than 4 files (its own record, a finished segment of g and of the
+    # staged generation, the manifest). A copy of the directory taken between any two calls
+    # (sync="always": what a power cut leaves) opens to the live queue's state.
+    d = support.tmpdir()
+    clock = support.FakeClock(T0)
+    cs = _Counting()
+    s = 3
+    q = ddq.Queue(d + "/q", clock=clock, storage=cs, reclaim_step=s, **OPTS)
+    for k in range(20):
+        q.enqueue(b"b%d" % k)
+    x, published, copies = 11, 0, 0
+    for k in range(300):
+        x = _lcg(x)
+        for op in range(5):
+            before = list(cs.n)
+            if op == 0:
+                q.enqueue(b"m%d" % k + b"." * (x % 20))
+            elif op == 1:
+                c = q.claim(1000)
+            elif op == 3:  # a second delivery while the backlog is over 20: it stays level
+                c = q.claim(1000) if q.stats().available_items > 20 else None
+            elif op == 4:
+                if c is not None:
+                    q.ack(c.seq)
+            elif c is not None:
+                r = x % 64
+                if r < 6:
+                    q.retry(c.seq, 0)
+                elif r == 7 and k < 200:
+                    q.quarantine(c.seq, b"no %d" % k)
+                elif r != 8:  # (8: left claimed, its lease runs out)
+                    q.ack(c.seq)
+            dn = [a - b for a, b in zip(cs.n, before)]
+            assert dn[0] <= 3 * s + 3, (k, op, dn)
+            assert dn[1] <= 4 and dn[3] <= 4 and dn[4] <= 1, (k, op, dn)
+            published += dn[4]
+            if copies < 12 and len(_gens(d + "/q")) > 1 and x % 3 == 0:
+                copies += 1  # mid-build: g published, g+1 staged and not yet
+                cp = d + "/copy%d" % copies
+                support.copytree(d + "/q", cp)
+                q2 = ddq.Queue(cp, clock=clock, **OPTS)
+                assert _state(q2) == _state(q), (k, op)
+                assert len(_gens(cp)) == 1  # the staged files were deleted at open [R16]
+                q2.close()
+        clock.advance(300)
+    assert published >= 3 and copies >= 6, (published, copies)
+    q.close()
