@@ -537,7 +537,7 @@ def part_steady(a):
 PARTS = {
     "steady": (part_steady, {"dir": "", "n": 20000, "payload": 32, "segment_bytes": 4096,
                              "max_payload": 64, "max_segments": 100, "backlogs": "50,90",
-                             "syncs": "none,always", "steps": "0,64"}),
+                             "syncs": "none,always", "steps": "0,16"}),
     "lifecycle": (part_lifecycle, {"dir": "", "n": 25, "fast": 2000, "payload": 100,
                                    "every": 100, "blocks": 12}),
     "counts": (part_counts, {"dir": "", "n": 2000, "payload": 100, "every": 100,

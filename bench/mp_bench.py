@@ -756,7 +756,7 @@ PARTS = {
     "reopen": (part_reopen, {"dir": "", "mod": "", "n": 3000, "payload": 16, "fill": 0}),
     "steady": (part_steady, {"dir": "", "n": 20000, "payload": 32, "segment_bytes": 4096,
                              "max_payload": 64, "max_segments": 100, "backlogs": "50,90",
-                             "syncs": "none,always", "steps": "0,64",
+                             "syncs": "none,always", "steps": "0,16",
                              "blocks": 256, "progsize": 256}),
     "capacity": (part_capacity, {"dir": "", "mod": "", "payload": 16, "limit": 1000000}),
     "lifecycle": (part_lifecycle, {"dir": "", "n": 25, "payload": 100, "blocks": 12}),

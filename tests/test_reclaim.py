@@ -56,7 +56,7 @@ def _run(d, step, rounds, backlog, seed):
 
 
 def test_staged_reclamation_gives_the_same_answers_as_inline_compaction():
-    # EVIDENCE-OF: C13 A1 C3
+    # EVIDENCE-OF: C13 C14 A1 C3
     # Admission answers on the generation the inline mode would hold (the shadow), compacted
     # where the inline mode compacts: every call's result is the inline run's, at the limit too.
     d = support.tmpdir()
@@ -111,7 +111,7 @@ def _fill(d, step, seed):
 
 
 def test_staged_admission_refuses_exactly_where_inline_does_at_the_limit():
-    # EVIDENCE-OF: C13 A1 A8
+    # EVIDENCE-OF: C14 A1 A8
     # A fill-to-limit workload: the accept/reject sequence of every staged step size equals
     # the inline mode's (C DDQ's), and the queue drains to empty afterwards.
     d = support.tmpdir()
