@@ -385,10 +385,9 @@ def fresh(q: "ddq.Queue", reserve: int, required: int) -> None:
         j = ix.find(sq)
         if j >= 0:
             rs[j] = _MIN_REC + r[2]
-    p = [0, 0]
-    total = n = i = 0
-    place, sh_, mk, cnt = q._place, ix.sh, ix.mk, ix.n
-    ok = True
+    # Next-fit (A2) on local ints: this is the one O(items) pass, no calls per record.
+    k = o = total = n = i = 0
+    seg, w, sh_, mk, cnt = q._seg_bytes, q._max_segs, ix.sh, ix.mk, ix.n
     for ch in ix.col:
         for v in ch:
             if i >= cnt:
@@ -396,25 +395,37 @@ def fresh(q: "ddq.Queue", reserve: int, required: int) -> None:
             s = (v >> sh_) + 1
             if s != _ACKED:
                 n += 1
-                x = _MIN_REC + (v & mk)
+                x = _MIN_REC + (v & mk)  # its DATA
                 total += x
-                ok = ok and place(p, x)
+                if k == 0 or o + x > seg:
+                    if k >= w:
+                        raise ddq.Full("compacted copy does not fit max_segments")
+                    k += 1
+                    o = 0
+                o += x
                 if s != _AVAILABLE or (st and i in st):  # a STATE [C4]
                     total += _STATE_REC
-                    ok = ok and place(p, _STATE_REC)
-                if rs and i in rs:
+                    if o + _STATE_REC > seg:
+                        if k >= w:
+                            raise ddq.Full("compacted copy does not fit max_segments")
+                        k += 1
+                        o = 0
+                    o += _STATE_REC
+                if rs and i in rs:  # its reason
                     x = rs[i]
                     total += x
-                    ok = ok and place(p, x)
+                    if o + x > seg:
+                        if k >= w:
+                            raise ddq.Full("compacted copy does not fit max_segments")
+                        k += 1
+                        o = 0
+                    o += x
             i += 1
-        if not ok:
-            raise ddq.Full("compacted copy does not fit max_segments")
-    if p[0] == 0:
-        p[0] = 1  # the copy's first segment exists even when empty
-    if total >= sh[2] or n > q._max_items - required or (
-            p[0] >= q._max_segs and p[1] + reserve > q._seg_bytes):
+    if k == 0:
+        k = 1  # the copy's first segment exists even when empty
+    if total >= sh[2] or n > q._max_items - required or (k >= w and o + reserve > seg):
         raise ddq.Full("compaction gives no benefit")
-    sh[0], sh[1], sh[2], sh[3] = p[0], p[1], total, n
+    sh[0], sh[1], sh[2], sh[3] = k, o, total, n
 
 
 def admit(q: "ddq.Queue", n: int) -> None:
