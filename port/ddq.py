@@ -18,8 +18,10 @@ __version__ = "0.1.0"
 # Copyright (c) 2026 the ddq authors. BSD-3-Clause (the C DDQ's licence; no code copied).
 
 import binascii
+import gc
 import os
 import struct
+import sys
 import time
 from array import array
 
@@ -27,6 +29,9 @@ from array import array
 # Each probe is named by what it gives. _MP is a feature probe (ticks exist only on MicroPython);
 # mypy's two passes read it as a compile-time flag (mypy_cpython.ini, mypy_mpy.ini).
 _MP = hasattr(time, "ticks_ms")
+# A heap of at most 128 KiB (issue 14's budget for ddq on a board; gc.mem_free exists where the
+# heap is a fixed budget) drops the open-time code after each open (DESIGN §4.1).
+_HEAP = 0 < getattr(gc, "mem_free", int)() + getattr(gc, "mem_alloc", int)() < 135168
 if _MP:
     from micropython import const as const  # re-exported: the optional modules import it
 else:
@@ -40,6 +45,8 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Iterator, Optional, Union
 
     Buf = Union[bytes, bytearray, memoryview]
+
+    from ddq_extra import Item
 
 _crc32 = binascii.crc32
 
@@ -66,6 +73,19 @@ def _wall_ms() -> int:
     if time.gmtime(0)[0] == 2000:
         ms += 946684800000
     return ms
+
+
+def _run(fn: str, *a: "Any") -> "Any":
+    # Open-time code (options, lock, recovery) lives in port/ddq_recover.py, imported for the
+    # call and, in a heap of at most 128 KiB (_HEAP), dropped after it: it runs once per open, and its
+    # bytecode would otherwise stay in the heap while the queue runs (DESIGN §4.1). A bigger
+    # heap keeps it: every later open would have to find room for its code blocks again (2.6
+    # KiB the largest) in a heap the application has fragmented; CPython would compile it again.
+    try:
+        return getattr(__import__("ddq_recover"), fn)(*a)
+    finally:
+        if _HEAP:
+            sys.modules.pop("ddq_recover", None)
 
 
 # ============================================================================ format
@@ -104,7 +124,9 @@ _LOCK = "queue.lock"
 _MARKER = "queue.format"
 _MANIFEST = "queue.manifest"
 _MANIFEST_TMP = "queue.manifest.tmp"
-_CUT = ".cut"  # ddq extension: a tail cut staged by copy + rename where truncate is missing [R12]
+# A tail cut where truncate is missing is staged as <segment>.reserve: a name libddq refuses
+# while it is non-empty and not its segment [R12][R21] (older ddq staged <segment>.cut [R22]).
+_CUT = ".reserve"
 # Recovery index: SPEC §12.1 [X1]-[X8]; a ddq-only file C DDQ ignores [N5].
 _INDEX = "queue.index"
 _INDEX_TMP = "queue.index.tmp"
@@ -129,9 +151,6 @@ class Error(Exception):
     """Base class of ddq errors; `.code` is the DDQ status value."""
 
     code = -1
-
-    def __init__(self, msg: str = "") -> None:
-        super().__init__(msg)
 
 
 class InvalidArgument(Error):
@@ -203,20 +222,6 @@ class Claim:
         self.lease_until_ms = lease_until_ms
 
 
-class Item:
-    """One retained item as items() reports it."""
-
-    __slots__ = ("seq", "state", "attempts", "lease_until_ms", "not_before_ms", "payload_len")
-
-    def __init__(self, seq: int, state: str, attempts: int, lease: int, nb: int, n: int) -> None:
-        self.seq = seq
-        self.state = state
-        self.attempts = attempts
-        self.lease_until_ms = lease
-        self.not_before_ms = nb
-        self.payload_len = n
-
-
 class Stats:
     """Counts of a queue; the DDQ fields plus generation, failed and durable_seq."""
 
@@ -224,17 +229,30 @@ class Stats:
         "total_items", "available_items", "claimed_items", "acknowledged_items",
         "quarantined_items", "stored_bytes", "segment_count", "next_seq",
         "recovered_tail_bytes", "generation", "failed", "durable_seq",
+        "salvaged", "salvage_lost",
     )
 
-    def __init__(self) -> None:
-        self.total_items = self.available_items = self.claimed_items = 0
-        self.acknowledged_items = self.quarantined_items = self.stored_bytes = 0
-        self.segment_count = self.next_seq = self.recovered_tail_bytes = self.generation = 0
-        self.durable_seq = 0
-        self.failed = False
+    # Queue.stats() sets every field (no __init__: a function object costs a board's heap).
+    total_items: int
+    available_items: int
+    claimed_items: int
+    acknowledged_items: int
+    quarantined_items: int
+    stored_bytes: int
+    segment_count: int
+    next_seq: int
+    recovered_tail_bytes: int
+    generation: int
+    failed: bool
+    durable_seq: int
+    salvaged: int  # [K12]
+    salvage_lost: int
 
     def as_dict(self) -> "dict[str, Any]":
-        return {k: getattr(self, k) for k in Stats.__slots__}
+        d = {}
+        for k in Stats.__slots__:
+            d[k] = getattr(self, k)
+        return d
 
 
 def segment_name(generation: int, index: int) -> str:
@@ -299,26 +317,6 @@ def check_record(mv: memoryview, p: int, seg_bytes: int, max_payload: int) -> "t
     return typ, seq, arg, plen
 
 
-def encode_manifest(gen: int, next_seq: int, segs: int, items: int, end: int) -> bytes:
-    """Return the 48-byte manifest [M1]."""
-    b = bytearray(_MAN_SIZE)
-    struct.pack_into(_MAN_FMT, b, 0, _MAN_MAGIC, 1, _MAN_SIZE, gen, next_seq, segs, items, end)
-    struct.pack_into("<II", b, 40, _crc(memoryview(b)[0:40]), 0)
-    return bytes(b)
-
-
-def decode_manifest(b: "Buf") -> "tuple[int, int, int, int, int]":
-    """Return (generation, next_seq, segment_count, item_count, end_offset); Corrupt if bad [M2]."""
-    if len(b) != _MAN_SIZE:
-        raise Corrupt("manifest size")
-    magic, ver, size, gen, nxt, segs, items, end = struct.unpack_from(_MAN_FMT, b, 0)
-    crc, res = struct.unpack_from("<II", b, 40)
-    if magic != _MAN_MAGIC or ver != 1 or size != _MAN_SIZE or res != 0 \
-            or crc != _crc(memoryview(b)[0:40]):
-        raise Corrupt("manifest header or crc")
-    return gen, nxt, segs, items, end
-
-
 # ============================================================================ storage
 class PosixStorage:
     """The one seam to the file system: open/write/read/sync/list/rename/remove/lock.
@@ -333,7 +331,8 @@ class PosixStorage:
         self._fsync = getattr(os, "fsync", None)
         self._fdopen = getattr(os, "fdopen", None)
         if self._fdopen is not None:
-            self._flags = [getattr(os, n) for n in ("O_WRONLY", "O_CREAT", "O_APPEND", "O_TRUNC")]
+            g = getattr  # (not in the MicroPython stubs)
+            self._flags = (g(os, "O_WRONLY"), g(os, "O_CREAT"), g(os, "O_APPEND"), g(os, "O_TRUNC"))
 
     def open(self, path: str, mode: str) -> "Any":
         if mode != "rb" and self._fdopen is not None:
@@ -375,20 +374,16 @@ class PosixStorage:
             return 2
         return 1 if mode & 0o170000 == 0o100000 else 3
 
-    def listdir(self, path: str) -> "list[str]":
-        return os.listdir(path)
+    # The plain os calls: os's own functions (a method each would cost a board's heap).
+    listdir = staticmethod(os.listdir)
+    rename = staticmethod(os.rename)
+    remove = staticmethod(os.remove)
 
     def mkdir(self, path: str) -> None:
         if self._fdopen is not None:
             getattr(os, "mkdir")(path, 0o700)  # noqa: B009 (MicroPython's mkdir takes no mode)
         else:
             os.mkdir(path)
-
-    def rename(self, src: str, dst: str) -> None:
-        os.rename(src, dst)
-
-    def remove(self, path: str) -> None:
-        os.remove(path)
 
     def sync_dir(self, path: str) -> None:
         # POSIX needs a directory fsync after create/rename/unlink [S3]; MicroPython has none
@@ -409,41 +404,7 @@ class PosixStorage:
             os.close(fd)
 
     def lock(self, path: str) -> "Any":
-        # flock on queue.lock excludes C DDQ too [L1]; on the MicroPython unix port an abstract
-        # unix socket named after the directory does the same and dies with its process [L2].
-        # An absolute path without ".", ".." or doubled slashes: one lock key per directory.
-        out: "list[str]" = []
-        for part in (path if path[:1] == "/" else os.getcwd() + "/" + path).split("/"):
-            if part == "..":
-                if out:
-                    out.pop()
-            elif part and part != ".":
-                out.append(part)
-        key = "/" + "/".join(out)
-        if key in PosixStorage._held:
-            raise Locked("locked by this process: " + path)
-        f = self.open(path + "/" + _LOCK, "ab")
-        held = None
-        fcntl = _import("fcntl")
-        try:
-            if fcntl is not None:
-                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            else:
-                st = os.stat(path)
-                socket = _import("socket")
-                # Only a host directory (VfsPosix: a real inode) can be shared with another
-                # process; LittleFS/FAT report inode 0 and belong to this process alone.
-                if st[1] and socket is not None and hasattr(socket, "AF_UNIX"):
-                    held = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                    name = b"\0ddq-%d-%d" % (st[2], st[1])  # device and inode: one per directory
-                    held.bind(struct.pack("<H", socket.AF_UNIX) + name)
-        except OSError as e:
-            f.close()
-            if held is not None:
-                held.close()
-            raise Locked("locked by another process: %s (%r)" % (path, e))
-        PosixStorage._held.append(key)
-        return (key, f, held)
+        return _run("lock", self, path)  # port/ddq_recover.py [L1][L2]
 
     def unlock(self, token: "Any") -> None:
         key, f, held = token
@@ -468,9 +429,9 @@ class PosixStorage:
 # last item located when that lies before it, and a claimed item keeps it in its live entry.
 # Items with history (attempts, lease, not_before) live in small dicts keyed by seq, so a
 # fresh item costs nothing more.
-_CH = const(512)  # items per column chunk (a u32 chunk is 2 KiB)
-_CS = const(9)  # log2(_CH)
-_CM = const(511)
+_CH = const(256)  # items per column chunk (512 B for u16, 1 KiB for u32)
+_CS = const(8)  # log2(_CH)
+_CM = const(255)
 
 
 class _Index:
@@ -539,17 +500,6 @@ class _Index:
                     k = m - 1
         return self.rs[k] + i - ro[k]
 
-    def sg(self, i: int) -> int:
-        a = self.sfo  # the last segment whose first item index is <= i
-        lo, k = 0, len(a) - 1
-        while lo < k:
-            m = (lo + k + 1) >> 1
-            if a[m] <= i:
-                lo = m
-            else:
-                k = m - 1
-        return k
-
     def find(self, seq: int) -> int:
         rs = self.rs
         k = len(rs) - 1
@@ -590,14 +540,6 @@ class _Index:
                 self.hist[s] = [attempts, nb]
             else:
                 self.hist.pop(s, None)
-
-    def next_fresh(self) -> int:
-        n, live = self.n, self.live
-        i = self.fresh
-        while i < n and (self.state(i) != _AVAILABLE or self.seq(i) in live):
-            i += 1
-        self.fresh = i
-        return i
 
 
 # ============================================================================ queue
@@ -644,96 +586,65 @@ class Queue:
                  max_payload_bytes: int = 1048576, max_items: int = 100000,
                  max_segments: int = 1024, clock: "Optional[Callable[[], int]]" = None,
                  storage: "Any" = None, sync: str = "always",
-                 index_bytes: int = 1048576, reclaim_step: int = 0) -> None:
-        self._closed = True
-        self._lock: "Any" = None
-        if not isinstance(path, str) or not path or len(path) >= 4096:
-            raise InvalidArgument("path must be a non-empty str shorter than 4096")
-        self._seg_bytes = _opt(segment_bytes, 256, 64 * 1048576, "segment_bytes")
-        self._max_payload = _opt(max_payload_bytes, 1, segment_bytes - _MIN_REC,
-                                 "max_payload_bytes")
-        self._max_items = _opt(max_items, 1, 1000000, "max_items")
-        self._max_segs = _opt(max_segments, 1, 4096, "max_segments")
-        self._ix_bytes = _opt(index_bytes, 0, _U64, "index_bytes")
-        # Records a call copies into a generation staged over many calls; 0: compaction runs
-        # whole in the call that needs it, as C DDQ's (DESIGN §12) [C13].
-        self._rstep = _opt(reclaim_step, 0, 4096, "reclaim_step")
-        self._rm: "Any" = None  # ddq_reclaim, imported only for reclaim_step > 0 [C13]
-        if self._rstep:
-            self._rm = _import("ddq_reclaim")
-            if self._rm is None:
-                raise InvalidArgument("reclaim_step needs ddq_reclaim.py beside ddq.py")
-        # The index's column: u16 where every payload length fits 14 bits, else u32 (§4).
-        self._tc = "H" if self._max_payload <= 16383 else "I"
-        if clock is not None and not callable(clock):
-            raise InvalidArgument("clock must be callable")
-        if sync not in ("always", "ack", "none"):
-            raise InvalidArgument("sync must be 'always', 'ack' or 'none'")
-        self._sync_all = sync == "always"
-        self._sync_ack = sync != "none"
-        self.clock = clock if clock is not None else _wall_ms
-        self._fs = storage if storage is not None else PosixStorage()
-        self._dir = path.rstrip("/") or "/"
-        self.reason_budget = min(self._max_payload, _MAX_REASON)
-        # One reused 48-byte record buffer and its views: no allocation per record (STYLE 6).
-        self._rec = bytearray(_MIN_REC)
-        mv = memoryview(self._rec)
-        self._mv_hdr, self._mv_ftr = mv[0:_HDR], mv[_HDR:_MIN_REC]
-        self._mv_crc1, self._mv_crc2 = mv[4:32], mv[36:40]
-        self._state_buf = bytearray(_STATE_LEN)
-        self._pl = ([0, 0], [0, 0])  # scratch plans for admission: no allocation per enqueue
-        self._rbuf = bytearray(0)
-        self._reset()
-        k = self._fs.kind(self._dir)
-        if k == 0:
-            try:
-                self._fs.mkdir(self._dir)
-                j = self._dir.rfind("/")
-                self._fs.sync_dir(self._dir[:j] or "/" if j >= 0 else ".")  # the new entry [S3]
-            except OSError as e:
-                raise _io_failure(e, "mkdir " + self._dir)
-        elif k != 2:
-            raise InvalidArgument("not a directory: " + self._dir)
-        try:
-            self._lock = self._fs.lock(self._dir)
-        except OSError as e:
-            raise _io_failure(e, "lock")
-        self._closed = False
-        try:
-            self.recover()
-        except BaseException:
-            self._closed = True
-            try:
-                self._fail()
-            finally:
-                self._release()
-            raise
+                 index_bytes: int = 1048576, reclaim_step: int = 0,
+                 on_corrupt: str = "raise") -> None:
+        # Options, the directory, the lock, then recovery: port/ddq_recover.py (init).
+        _run("init", self, path, segment_bytes, max_payload_bytes, max_items, max_segments, clock,
+             storage, sync, index_bytes, reclaim_step, on_corrupt)
 
+    # Attributes, set by ddq_recover.init and _reset (annotations alone compile to nothing).
+    _closed: bool
+    _lock: "Any"
+    _seg_bytes: int
+    _max_payload: int
+    _max_items: int
+    _max_segs: int
+    _ix_bytes: int
+    _rstep: int  # records a build copies per call; 0: compaction whole (DESIGN §12) [C13]
+    _rm: "Any"  # ddq_reclaim, imported only for reclaim_step > 0 [C13]
+    _salv: "Any"  # on_corrupt="salvage": [salvaged, lost], else None [K9]
+    _tc: str  # the index column's typecode (DESIGN §4)
+    _sync_all: bool
+    _sync_ack: bool
+    clock: "Callable[[], int]"
+    _fs: "Any"
+    _dir: str
+    reason_budget: int
+    _rec: bytearray  # one reused 48-byte record buffer and its views (STYLE 6)
+    _mv_hdr: memoryview
+    _mv_ftr: memoryview
+    _mv_crc1: memoryview
+    _mv_crc2: memoryview
+    _state_buf: bytearray
+    _pl: "tuple[list[int], list[int]]"  # scratch plans for admission
+    _rbuf: bytearray
+    _ix: "_Index"
+    _log: _Log
+    _next: int
+    _durable: int
+    _tail: int
+    _has_manifest: bool
+    _n_avail: int
+    _n_claimed: int
+    _n_acked: int
+    _n_quar: int
+    _plan: "Optional[list[int]]"  # cached worst-case compacted plan [segs, off]
+    _unsynced: "list[bytes]"  # sync="none": payloads of the DATA records not synced yet [D7]
+    _ubase: int  # the seq of _unsynced[0] (an enqueue appends, every sync clears)
+    _swept: "dict[int, int]"  # seq -> lease of a claim expired in RAM only [T2]
+    _ixcov: "Optional[list[int]]"  # [generation, sizes...] queue.index covers
+    replayed_records: int  # records the last recovery read and applied [X6]
+    index_used: bool  # the last recovery started from queue.index [X6]
+    _bld: "Any"  # a ddq_reclaim.Build: g+1 staged over many calls [C13]
+    _slack: int  # admission's room left at the last enqueue, in bytes (-1: unknown)
+    _bnext: int  # start no build before this many acked items (after a useless one)
+    _dead: "list[int]"  # [generation, next index, count]: old segments to delete
+    # [segments, last offset, bytes, items] of the generation C DDQ's inline compaction would
+    # hold now: admission answers on it (reclaim_step > 0 only, DESIGN §12) [C14]
+    _sh: "Optional[list[int]]"
+    _nw: int  # writes (calls that append a record), for the build's start rule [C13]
+    _rr: "list[int]"  # start rule: writes and slack at the last look, slack a write ×16
     # ------------------------------------------------------------------ state
-    def _reset(self) -> None:
-        self._ix = _Index(self._tc)
-        self._log = _Log(0)
-        self._next = 1
-        self._durable = 0
-        self._tail = 0
-        self._has_manifest = False
-        self._n_avail = self._n_claimed = self._n_acked = self._n_quar = 0
-        self._plan: "Optional[list[int]]" = None  # cached worst-case compacted plan [segs, off]
-        self._unsynced: "dict[int, bytes]" = {}  # sync="none": DATA payloads not yet synced
-        self._swept: "dict[int, int]" = {}  # seq -> lease of a claim expired in RAM only [T2]
-        self._ixcov: "Optional[list[int]]" = None  # [generation, sizes...] queue.index covers
-        self.replayed_records = 0  # records the last recovery read and applied [X6]
-        self.index_used = False  # the last recovery started from queue.index [X6]
-        self._bld: "Any" = None  # a ddq_reclaim.Build: g+1 staged over many calls [C13]
-        self._slack = -1  # admission's room left at the last enqueue, in bytes (-1: unknown)
-        self._bnext = 0  # start no build before this many acked items (after a useless one)
-        self._dead: "list[int]" = []  # [generation, next index, count]: old segments to delete
-        # [segments, last offset, bytes, items] of the generation C DDQ's inline compaction
-        # would hold now: admission answers on it (reclaim_step > 0 only, DESIGN §12) [C13]
-        self._sh: "Optional[list[int]]" = None
-        self._nw = 0  # writes (calls that append a record), for the build's start rule [C13]
-        self._rr = [0, -1, 0]  # start rule: writes and slack at the last look, slack a write ×16
-
     def _path(self, name: str) -> str:
         return self._dir + "/" + name
 
@@ -864,9 +775,8 @@ class Queue:
             self._rm.step(self)  # before this record: a publish moves it to g+1 [C13]
         elif self._dead:
             self._rm.unlink(self)
-        sh = self._sh
-        if sh is not None:
-            self._rm.shadow(self, total, typ)  # what the inline generation does [C13]
+        if self._sh is not None:
+            self._rm.shadow(self, total, typ)  # what the inline generation does [C14]
         log = self._log
         if log.off > 0 and log.off + total > self._seg_bytes and len(log.sizes) >= self._max_segs:
             try:
@@ -910,9 +820,9 @@ class Queue:
         if log is self._log and sg == len(log.sizes) - 1 and off + _MIN_REC + ln > log.synced:
             # A fresh reader sees only committed bytes (LittleFS; CPython's buffer): an unsynced
             # DATA record is served from RAM (sync="none"), anything else syncs first [D7].
-            b = self._unsynced.get(seq) if typ == _T_DATA else None
-            if b is not None:
-                return memoryview(b)
+            k = seq - self._ubase
+            if typ == _T_DATA and 0 <= k < len(self._unsynced):
+                return memoryview(self._unsynced[k])
             if log.h is not None:
                 self._sync_h()
         total = _MIN_REC + ln
@@ -941,14 +851,20 @@ class Queue:
         [D7]; else from its DATA record, whose offset its live entry caches or a walk of its
         segment's record headers finds: from the last item located (the hint) when that lies
         before it in the same segment, else from the segment's start (DESIGN §4)."""
-        b = self._unsynced.get(seq) if log is self._log else None
-        if b is not None:
-            return memoryview(b)
+        k = seq - self._ubase
+        if log is self._log and 0 <= k < len(self._unsynced):
+            return memoryview(self._unsynced[k])
         ix = self._ix
         hint, sfo = ix.hint, ix.sfo
         k = hint[2]  # the segment: the hint's, when i lies in it after the hint
         if k < 0 or hint[0] > i or (k + 1 < len(sfo) and sfo[k + 1] <= i):
-            k = ix.sg(i)
+            lo, k = 0, len(sfo) - 1  # the last segment whose first item index is <= i
+            while lo < k:
+                m = (lo + k + 1) >> 1
+                if sfo[m] <= i:
+                    lo = m
+                else:
+                    k = m - 1
         e = ix.live.get(seq)
         if e is not None and e[4] >= 0:
             return self._read_record(log, k, e[4], _T_DATA, seq, ln)
@@ -1014,14 +930,6 @@ class Queue:
         ix = self._ix
         return bytes(self._data(self._log, i, seq, ix.length(i)))
 
-    def reason(self, seq: int) -> bytes:
-        """Return the quarantine reason of a quarantined item [O13]."""
-        self._find(seq)
-        r = self._ix.reasons.get(seq)
-        if r is None:
-            raise BadState("item %d is not quarantined" % seq)
-        return bytes(self._read_record(self._log, r[0], r[1], _T_QUAR, seq, r[2]))
-
     # ------------------------------------------------------------------ operations
     def enqueue(self, payload: "Buf") -> int:
         """Append a DATA record; return its seq, durable before return unless sync="none" [O1]."""
@@ -1034,7 +942,7 @@ class Queue:
             raise Full("sequence space exhausted")
         ix = self._ix
         if self._sh is not None:
-            self._rm.admit(self, n)  # the inline generation's answer, then g's room [C13]
+            self._rm.admit(self, n)  # the inline generation's answer, then g's room [C14]
         elif not self._admit(n) or ix.n >= self._max_items:
             self._compact(_MIN_REC + n, 1 if ix.n >= self._max_items else 0)
             if not self._admit(n):
@@ -1053,8 +961,11 @@ class Queue:
         if not self._log.dirty:
             self._durable = seq
         elif not self._sync_ack:  # keep what a reader could not see yet (group commit only)
-            self._unsynced[seq] = payload if isinstance(payload, bytes) else bytes(payload)
-            if len(self._unsynced) >= _UNSYNCED_MAX:
+            u = self._unsynced  # the unsynced DATA records: consecutive seqs from _ubase
+            if not u:
+                self._ubase = seq
+            u.append(payload if isinstance(payload, bytes) else bytes(payload))
+            if len(u) >= _UNSYNCED_MAX:
                 self._sync_h()  # [D3] the RAM copies stay a small table, never a big allocation
         self._plan_add(n)
         return seq
@@ -1073,7 +984,10 @@ class Queue:
         now = self._now()
         ix = self._ix
         best, best_seq = -1, 0
-        f = ix.next_fresh()
+        f, live = ix.fresh, ix.live  # the cursor below which no item is fresh (DESIGN §4)
+        while f < ix.n and (ix.state(f) != _AVAILABLE or ix.seq(f) in live):
+            f += 1
+        ix.fresh = f
         fs = ix.seq(f) if f < ix.n else 0
         if ordered:
             # Strict FIFO: only the earliest unfinished item is a candidate; only it is swept.
@@ -1101,19 +1015,6 @@ class Queue:
         if best < 0:
             return None
         return self._take(best_seq, now + lease_ms, best)
-
-    def claim_seq(self, seq: int, lease_ms: int) -> Claim:
-        """Claim one available item by seq, due or not (to retire it, say) [O20]."""
-        _opt(lease_ms, 1, _MAX_LEASE_MS, "lease_ms")
-        i = self._find(seq)
-        now = self._now()
-        e = self._ix.live.get(seq)
-        if e is not None:
-            self._sweep(e, now)
-        s = self._ix.state(i)
-        if s != _AVAILABLE:
-            raise BadState("item %d is %s, not available" % (seq, STATES[s]))
-        return self._take(seq, now + lease_ms, i)
 
     def _take(self, seq: int, lease: int, i: int) -> Claim:
         gen = self._log.gen
@@ -1172,22 +1073,6 @@ class Queue:
         self._write(_T_RETRY, seq, nb, None, self._sync_all)
         self._move(self._ix.live[seq][0], _AVAILABLE, attempts + 1, 0, nb)
 
-    def quarantine(self, seq: int, reason: "Buf" = b"") -> bool:
-        """Quarantine a claimed item with a reason; False if already (first reason kept) [O6]."""
-        reason = _bytes_arg(reason, "reason")
-        if self._claimed(seq, _QUARANTINED) < 0:
-            return False
-        if len(reason) > self.reason_budget:
-            raise TooLarge("reason over %d bytes" % self.reason_budget)
-        if b"\0" in bytes(reason):
-            raise InvalidArgument("reason must not contain NUL bytes")
-        off = self._write(_T_QUAR, seq, 0, reason, self._sync_ack)
-        ix = self._ix
-        e = ix.live[seq]
-        self._move(e[0], _QUARANTINED, e[1], 0, e[3])
-        ix.reasons[seq] = [len(self._log.sizes) - 1, off, len(reason)]
-        return True
-
     def sync(self) -> int:
         """Make every record written so far durable; return durable_seq [D3]."""
         self._alive()
@@ -1215,29 +1100,8 @@ class Queue:
         s.generation = self._log.gen
         s.failed = self._log.h is None
         s.durable_seq = self._durable
+        s.salvaged, s.salvage_lost = self._salv or (0, 0)  # [K12]
         return s
-
-    def items(self) -> "Iterator[Item]":
-        """Yield every retained item in seq order (RAM metadata; no payload reads)."""
-        ix = self._ix
-        for i in range(ix.n):
-            s = ix.seq(i)
-            a, lease, nb = ix.history(s)
-            yield Item(s, STATES[ix.state(i)], a, lease, nb, ix.length(i))
-
-    def oldest_available(self) -> "Optional[int]":
-        """The seq of the oldest unclaimed item, due or backing off; None if there is none."""
-        ix = self._ix
-        i = 0
-        while i < ix.n and ix.state(i) != _AVAILABLE:  # O(n): called when full
-            i += 1
-        return ix.seq(i) if i < ix.n else None
-
-    def lapsed(self, now: int) -> "list[tuple[int, int]]":
-        """(seq, attempts) of each claimed item whose lease ran out by now (O(in flight))."""
-        ix = self._ix
-        return [(s, e[1]) for s, e in ix.live.items() if ix.state(e[0]) == _CLAIMED
-                and (e[2] <= now or e[2] - now > _MAX_LEASE_MS)]
 
     def close(self) -> None:
         """Sync and close the queue and release the lock; idempotent."""
@@ -1264,14 +1128,11 @@ class Queue:
             try:
                 self._fail()
             finally:
-                self._release()
+                tok, self._lock = self._lock, None
+                if tok is not None:
+                    self._fs.unlock(tok)
         if err is not None:
             raise _io_failure(err, "sync at close")
-
-    def _release(self) -> None:
-        if self._lock is not None:
-            tok, self._lock = self._lock, None
-            self._fs.unlock(tok)
 
     # ------------------------------------------------------------------ admission (SPEC §10)
     def _place(self, plan: "list[int]", n: int) -> bool:
@@ -1311,7 +1172,7 @@ class Queue:
     def _admit(self, n: int, sh: "Optional[list[int]]" = None, lean: bool = False) -> bool:
         """DDQ's admission rule for a new payload of n bytes, exactly [A1]-[A6]; on the
         generation sh ([segments, last offset]) when given, else on g; lean: without A5's
-        STATE share of the control reserve (DESIGN §12) [C13]."""
+        STATE share of the control reserve (DESIGN §12) [C14]."""
         if self._admit_with(self._plan, n, sh, lean):
             return True
         self._plan = self._plan_items()  # the cached upper bound refused: decide exactly
@@ -1353,91 +1214,25 @@ class Queue:
         return c <= g
 
     # ------------------------------------------------------------------ compaction (SPEC §11)
-    def compact(self) -> bool:
-        """Reclaim acked items and collapse history into a new generation now [C1].
-
-        Returns False when the new generation would not be smaller (nothing changes)."""
-        self._alive()
-        try:
-            self._compact(0, 0)
-        except Full:
-            if self._sh is not None:
-                try:
-                    self._rm.fresh(self, 0, 0)  # C DDQ's queue may have compacted [C13]
-                except Full:
-                    pass
-            return False
-        if self._sh is not None:
-            self._rm.mirror(self)  # as C DDQ's queue would be now [C13]
-        return True
-
-    def purge(self, seqs: "list[int]") -> int:
-        """Drop quarantined items (payload and reason) through a new generation; return how many.
-
-        ddq extension [C10]: the snapshot simply omits them (gaps are legal in a snapshot), so
-        C DDQ reads the result; their sequences are never reused."""
-        self._alive()
-        drop = []
-        for s in seqs:
-            i = self._find(s)
-            if self._ix.state(i) != _QUARANTINED:
-                raise BadState("item %d is not quarantined" % s)
-            if s not in drop:
-                drop.append(s)
-        if drop:
-            self._compact(0, 0, drop)
-            if self._sh is not None:
-                self._rm.mirror(self)
-        return len(drop)
-
-    def _publish(self, gen: int, nxt: int, segs: int, items: int, end: int,
-                 done: "Optional[list[bool]]" = None) -> None:
-        # Commit point of a generation [C5]: tmp written, synced and closed, renamed over the
-        # manifest (atomic on POSIX and LittleFS; remove + rename on FAT, see [R14]), dir synced.
-        fs, tmp, man = self._fs, self._path(_MANIFEST_TMP), self._path(_MANIFEST)
-        if fs.kind(tmp) != 0:
-            raise OSError(_EEXIST, "exists: " + tmp)
-        h = fs.open(tmp, "wb")
-        try:
-            fs.write(h, encode_manifest(gen, nxt, segs, items, end))
-            fs.sync(h)
-        finally:
-            fs.close(h)
-        try:
-            fs.rename(tmp, man)
-        except OSError:
-            if fs.kind(tmp) == 1 and fs.kind(man) == 1:  # nothing moved: forget the tmp
-                fs.remove(tmp)
-                fs.sync_dir(self._dir)
-            elif done is not None:
-                # The rename took effect after all, or FAT removed the old manifest first and
-                # the tmp is the manifest now [R14]: the new generation may be the published one.
-                done[0] = True
-            raise
-        if done is not None:
-            done[0] = True  # from here on the new generation is (or may be) the published one
-        fs.sync_dir(self._dir)
-
-    def _prepare_format(self) -> None:
-        # First compaction: publish a manifest for generation 0, then create the marker [C2]
-        # (this order keeps an interrupted migration readable in the old format).
-        fs, log = self._fs, self._log
-        if not self._has_manifest:
-            self._publish(log.gen, self._next, len(log.sizes), self._ix.n, log.off)
-            self._has_manifest = True
-        k = fs.kind(self._path(_MARKER))
-        if k == 0:
-            h = fs.open(self._path(_MARKER), "wb")
-            try:
-                fs.sync(h)
-            finally:
-                fs.close(h)
-            fs.sync_dir(self._dir)
-        elif k != 1 or fs.size(self._path(_MARKER)) != 0:
-            raise Corrupt("queue.format is not an empty file")
+    # In port/ddq_compact.py, attached on first use (_lazy, below); declared here for mypy
+    # (an annotation alone compiles to nothing on MicroPython).
+    compact: "Callable[[], bool]"
+    purge: "Callable[[list[int]], int]"
+    _compact: "Callable[..., None]"
+    _copy: "Callable[..., Optional[list[int]]]"
+    _publish: "Callable[..., None]"
+    _prepare_format: "Callable[[], None]"
+    # In port/ddq_extra.py, attached on first use as well.
+    items: "Callable[[], Iterator[Item]]"
+    oldest_available: "Callable[[], Optional[int]]"
+    lapsed: "Callable[[int], list[tuple[int, int]]]"
+    claim_seq: "Callable[[int, int], Claim]"
+    reason: "Callable[[int], bytes]"
+    save_index: "Callable[[], None]"
+    quarantine: "Callable[..., bool]"
 
     def _listdir(self) -> "list[str]":
-        names = self._fs.listdir(self._dir)
+        names: "list[str]" = self._fs.listdir(self._dir)
         if len(names) > self._max_segs * 8 + 1024:
             raise Limit("too many directory entries in " + self._dir)
         return names
@@ -1456,231 +1251,10 @@ class Queue:
         if removed:
             fs.sync_dir(self._dir)
 
-    def _compact(self, reserve: int, required: int, drop: "Optional[list[int]]" = None) -> None:
-        """Copy unacked items into generation g+1 and publish it; Full when no benefit [C3]-[C8]."""
-        if self._bld is not None:
-            self._rm.drop(self)  # a staged generation gives way to the full copy [C13]
-        self._dead = []  # (its _clean deletes them)
-        if self._log.h is None:
-            raise IOFailure("queue is fail-stopped")
-        if required and not self._n_acked:
-            raise Full("max_items reached and nothing is acked")
-        if self._log.gen >= _U64:
-            raise Limit("generation counter exhausted")
-        try:
-            if self._log.dirty:
-                self._sync_h()  # a manifest never points past unsynced bytes
-            self._prepare_format()
-            self._clean()
-        except OSError as e:
-            self._fail()
-            raise _io_failure(e, "compaction")
-        except Corrupt:
-            self._fail()
-            raise
-        old, ix, fs = self._log, self._ix, self._fs
-        new, nix = _Log(old.gen + 1), _Index(self._tc)
-        published = [False]
-        try:
-            self._new_segment(new, True)
-            plan: "Optional[list[int]]" = [0, 0]  # the admission plan of the copy, as it goes
-            for i in range(ix.n):
-                s = ix.state(i)
-                if s == _ACKED:
-                    continue
-                seq = ix.seq(i)
-                if drop and seq in drop:
-                    continue
-                a, lease, nb = ix.history(seq)
-                plan = self._copy(old, new, nix, i, seq, ix.length(i), s, a, lease, nb,
-                                  ix.reasons.get(seq), plan)
-            if sum(new.sizes) >= sum(old.sizes) or nix.n > self._max_items - required or (
-                    len(new.sizes) >= self._max_segs and new.off + reserve > self._seg_bytes):
-                raise Full("compaction gives no benefit")
-            fs.sync(new.h)
-            new.synced = new.off
-            new.dirty = False
-            fs.sync_dir(self._dir)
-            self._publish(new.gen, self._next, len(new.sizes), nix.n, new.off, published)
-        except BaseException as e:
-            if published[0] and new.h is not None:
-                try:
-                    fs.close(new.h)  # kept on disk, not adopted: recover() reopens it
-                except OSError:
-                    pass
-            if not published[0]:
-                try:
-                    if new.h is not None:
-                        fs.close(new.h)
-                    for k in range(len(new.sizes)):
-                        fs.remove(self._path(segment_name(new.gen, k)))
-                    if new.sizes:
-                        fs.sync_dir(self._dir)
-                except OSError as e2:
-                    self._fail()
-                    raise _io_failure(e2, "discarding staged generation")
-            if isinstance(e, Limit):  # the copy needs more segments than allowed: no benefit
-                raise Full("compacted copy does not fit max_segments")
-            if isinstance(e, Full):
-                raise
-            self._fail()  # an uncertain publication: recover before writing again [C7]
-            if isinstance(e, OSError):
-                raise _io_failure(e, "compaction")
-            raise
-        # Adopt the published generation, then delete the old one [C6].
-        h, old.h = old.h, None
-        try:
-            fs.close(h)
-        except OSError:
-            pass
-        self._log, self._ix = new, nix
-        self._swept = {}  # the STATE snapshots made the RAM sweeps durable
-        self._has_manifest = True
-        self._n_acked = 0
-        self._n_quar -= len(drop) if drop else 0
-        self._plan = plan
-        try:
-            self._clean()
-        except (OSError, Corrupt) as e:
-            self._fail()
-            if isinstance(e, OSError):
-                raise _io_failure(e, "cleaning old generation")
-            raise
-        self._index_update()  # [X1] so a power cut later replays only what follows
-
-    def _copy(self, old: _Log, new: _Log, nix: "_Index", i: int, seq: int, ln: int, s: int,
-              a: int, lease: int, nb: int, r: "Optional[list[int]]",
-              plan: "Optional[list[int]]", data: "Any" = None) -> "Optional[list[int]]":
-        # Item i of old into a staged generation in state s: DATA, a STATE unless it is in its
-        # default state, its reason [C4]; returns the copy's admission plan so far (§5). data:
-        # its payload already read (ddq_reclaim's scan), else read here.
-        if data is None:
-            data = self._data(old, i, seq, ln)  # (g is synced up to what is copied)
-        self._append(new, _T_DATA, seq, 0, data, True)
-        nix.add(seq, len(new.sizes) - 1, ln)
-        j = nix.n - 1
-        nix.put(j, s)
-        if s != _AVAILABLE or a or lease or nb:
-            sb = self._state_buf
-            struct.pack_into(_STATE_FMT, sb, 0, s, a, lease, nb)
-            self._append(new, _T_STATE, seq, 0, sb, True)
-            nix.set_history(j, a, lease, nb)
-        if plan is not None and not (
-                self._place(plan, _MIN_REC + ln) and self._place(plan, _STATE_REC)
-                and self._place(plan, _MIN_REC + (r[2] if r is not None else self.reason_budget))):
-            plan = None
-        if r is not None:
-            why = self._read_record(old, r[0], r[1], _T_QUAR, seq, r[2])
-            roff = self._append(new, _T_QUAR, seq, 0, why, True)
-            nix.reasons[seq] = [len(new.sizes) - 1, roff, r[2]]
-        return plan
-
     # ------------------------------------------------------------------ recovery (SPEC §12)
     def recover(self) -> None:
         """Rebuild all state from disk; the only way out of fail-stop [R1]-[R18]."""
-        if self._closed:
-            raise IOFailure("queue is closed")
-        self._fail()  # (abandons a staged generation too)
-        self._reset()
-        try:
-            fs = self._fs
-            names = self._listdir()
-            # [R12] finish a tail cut staged by copy + rename (no truncate on MicroPython).
-            for name in names:
-                if name[-4:] == _CUT and parse_segment_name(name[:-4]) is not None:
-                    if name[:-4] in names:
-                        fs.remove(self._path(name))
-                    else:
-                        fs.rename(self._path(name), self._path(name[:-4]))
-                    fs.sync_dir(self._dir)
-            marker = fs.kind(self._path(_MARKER))
-            if marker not in (0, 1) or (marker == 1 and fs.size(self._path(_MARKER)) != 0):
-                raise Corrupt("queue.format is not an empty regular file")
-            mpath = self._path(_MANIFEST)
-            mk = fs.kind(mpath)
-            if mk == 0 and marker == 1 and fs.kind(self._path(_MANIFEST_TMP)) == 1:
-                # [R14] FAT renames over a file by remove + rename: a cut between leaves only the
-                # synced tmp. Adopt it when it is a valid manifest; otherwise the manifest is lost.
-                try:
-                    decode_manifest(self._read_small(self._path(_MANIFEST_TMP), _MAN_SIZE + 1))
-                except Corrupt:
-                    raise Corrupt("queue.manifest missing and queue.manifest.tmp invalid")
-                fs.rename(self._path(_MANIFEST_TMP), mpath)
-                fs.sync_dir(self._dir)
-                mk = 1
-            cp = [0, 0, 0, 1]  # checkpoint: segments, items, end offset, next_seq
-            seen = True
-            gen = mcrc = 0
-            if mk == 0:
-                if marker == 1:
-                    raise Corrupt("queue.manifest missing but queue.format present [R3]")
-            else:
-                if mk != 1:
-                    raise Corrupt("queue.manifest is not a regular file")
-                mb = self._read_small(mpath, _MAN_SIZE + 1)
-                gen, nxt, segs, items, end = decode_manifest(mb)
-                mcrc = _crc(mb[0:40])  # = its CRC field (a crc32 over its own CRC is a constant)
-                if nxt == 0 or segs == 0 or segs > self._max_segs or items > self._max_items \
-                        or end > self._seg_bytes or (gen != 0 and marker != 1):
-                    raise Corrupt("queue.manifest fields out of range for these options")
-                cp = [segs, items, end, nxt]
-                seen = False
-                self._has_manifest = True
-            log = self._log = _Log(gen)
-            ids = []
-            for name in self._listdir():
-                pg = parse_segment_name(name)
-                if pg is not None and pg[0] == gen:
-                    ids.append(pg[1])
-                    if len(ids) > self._max_segs:
-                        raise Limit("more segments than max_segments")
-            ids.sort()
-            for k in range(len(ids)):
-                if ids[k] != k:
-                    raise Corrupt("segment %d of generation %d is missing" % (k, gen))
-            if self._has_manifest and len(ids) < cp[0]:
-                raise Corrupt("fewer segments than the manifest names")
-            if not ids:
-                self._new_segment(log, False)
-            st = [seen, False, False]  # checkpoint seen, last item snapshotted, reason pending
-            fits: "list[int]" = []
-            start = -1
-            if ids and self._ix_bytes and fs.kind(self._path(_INDEX)) == 1:  # a stat, no import
-                try:
-                    m = _import("ddq_index")
-                except MemoryError:  # no room for the optional module: replay the whole log [X5]
-                    m = None
-                if m is not None:
-                    start = m.load(self, len(ids), cp, mcrc, fits)
-            loaded = self._ix.n if start >= 0 else -1
-            if start >= 0:
-                st[0] = self.index_used = True
-            k0 = len(log.sizes)
-            for k in range(k0, len(ids)):
-                self._replay(k, k == len(ids) - 1, cp, st, fits,
-                             start if k == k0 and start > 0 else 0)
-            if fits and max(log.sizes) >= min(fits):  # [F7] no segment size explains the rotations
-                raise Corrupt("a segment of generation %d ends early (lost its end)" % gen)
-            if not st[0]:
-                raise Corrupt("the manifest's snapshot boundary was never reached")
-            fs.sync(self._log.h)  # what a crashed writer left in the page cache is durable [D4]
-            fs.sync_dir(self._dir)  # the selected generation is durable before anything is deleted
-            self._clean()
-            self._durable = self._next - 1
-            if loaded < 0:
-                self._plan = self._plan_items()
-            else:  # the saved plan is an upper bound like any cached one (DESIGN §5) [X5]
-                for i in range(loaded, self._ix.n):
-                    self._plan_add(self._ix.length(i))
-            self._rbuf = bytearray(0)  # the replay window is not kept (64 KiB on big segments)
-            if self._rm is not None:
-                self._rm.mirror(self)  # [C13]
-        except OSError as e:
-            self._fail()
-            raise _io_failure(e, "recovery")
-        except BaseException:
-            self._fail()
-            raise
+        _run("recover", self)
 
     def _read_small(self, path: str, n: int) -> bytes:
         b = bytearray(n)
@@ -1690,254 +1264,6 @@ class Queue:
         finally:
             self._fs.close(h)
         return bytes(b[0:got])
-
-    def _checkpoint(self, sg: int, pos: int, cp: "list[int]", st: "list[bool]") -> None:
-        # [R8] the manifest's snapshot boundary: counts must match when the replay reaches it.
-        if not st[0] and sg + 1 == cp[0]:
-            if pos > cp[2]:
-                raise Corrupt("a record crosses the snapshot boundary")
-            if pos == cp[2]:
-                if self._ix.n != cp[1] or self._next > cp[3] or st[2] or (
-                        self._log.gen == 0 and self._next != cp[3]):
-                    raise Corrupt("snapshot boundary does not match the manifest")
-                self._next = cp[3]
-                st[0] = True
-
-    def _uniform(self, h: "Any", start: int, end: int) -> bool:
-        # ddq extension [R11]: a tail of only 0x00 or only 0xFF is an append that never reached
-        # the medium (or erased flash), so it is torn, not corrupt.
-        b = bytearray(256)
-        mv = memoryview(b)
-        first = -1
-        pos = start
-        for _ in range(_IO_LOOPS):
-            if pos >= end:
-                break
-            n = self._read_exact(h, pos, mv[0:min(256, end - pos)])
-            if n <= 0:
-                return False
-            for k in range(n):
-                v = b[k]
-                if first < 0:
-                    if v not in (0, 255):
-                        return False
-                    first = v
-                elif v != first:
-                    return False
-            pos += n
-        return True
-
-    def _replay(self, sg: int, last: bool, cp: "list[int]", st: "list[bool]",
-                fits: "list[int]", start: int = 0) -> None:
-        # One pass over segment sg: each record's header is unpacked once, validated in place
-        # (check_record's rules, inlined: a memoryview window, no copy), and applied; DATA inline,
-        # the rest through _apply. A torn tail is cut [R10][R11]; the boundary checked [R8].
-        fs, log = self._fs, self._log
-        name = segment_name(log.gen, sg)
-        path = self._path(name)
-        size = fs.size(path)
-        seg_bytes, max_pay, max_items = self._seg_bytes, self._max_payload, self._max_items
-        if size > seg_bytes:
-            raise Corrupt("%s is larger than segment_bytes" % name)
-        self._checkpoint(sg, 0, cp, st)
-        boundary = sg + 1 == cp[0]  # only this segment holds the manifest's boundary [R8]
-        mv = self._buf(max(min(size, 65536), _MIN_REC))
-        mvlen = len(mv)
-        wpos = wend = pos = start  # the window holds the bytes wpos..wend of the file
-        torn = False
-        ix = self._ix
-        live, hist, swept = ix.live, ix.hist, self._swept
-        # The chunk lists grow in place (append), so these stay the index's own lists.
-        ixcol, sfo, sh, mk = ix.col, ix.sfo, ix.sh, ix.mk
-        n = ix.n  # mirrors ix.n: only DATA adds items
-        prev = ix.last  # the last item's seq
-        gen_nz, u64 = log.gen != 0, _U64
-        unpack, pack, crc32 = struct.unpack_from, struct.pack_into, _crc32
-        hb = bytearray(_HDR)
-        hv, hz = memoryview(hb)[4:32], memoryview(hb)[36:40]
-        done = 0  # records applied: replayed_records [X6]
-        h = fs.open(path, "rb")
-        try:
-            for _ in range(_SCAN_RECORDS):
-                if pos >= size:
-                    break
-                left = size - pos
-                need = left if left < _HDR else _HDR
-                if pos + need > wend:
-                    wpos = pos
-                    wend = pos + self._read_exact(h, pos, mv[0:mvlen if mvlen < left else left])
-                    if wend - pos < need:
-                        raise OSError(_EIO, "short read in " + name)
-                if left < _HDR:  # [R10] short tail
-                    if last and st[0]:
-                        torn = True
-                        break
-                    raise Corrupt("short record at %s offset %d" % (name, pos))
-                p = pos - wpos
-                if _MP:
-                    # Fields by byte on MicroPython: unpack_from parses its format and builds a
-                    # 9-tuple per record (88 B churn, ~6 us); these make no object (~2 us).
-                    magic = mv[p] | mv[p + 1] << 8 | mv[p + 2] << 16 | mv[p + 3] << 24
-                    ver = mv[p + 4] | mv[p + 5] << 8
-                    rlen = mv[p + 28] | mv[p + 29] << 8 | mv[p + 30] << 16 | mv[p + 31] << 24
-                else:
-                    magic, ver, typ, seq, arg, plen, rlen, crc, res = unpack(_REC_FMT, mv, p)
-                if magic != _REC_MAGIC or ver != _VERSION or rlen < _MIN_REC or rlen > seg_bytes:
-                    if last and st[0] and self._uniform(h, pos, size):
-                        torn = True
-                        break
-                    raise Corrupt("bad record header at %s offset %d" % (name, pos))
-                if rlen > left:  # [R10] declared length runs past the end
-                    if last and st[0]:
-                        torn = True
-                        break
-                    raise Corrupt("truncated record at %s offset %d" % (name, pos))
-                if pos + rlen > wend:  # the record runs past the window: refill from pos
-                    mv = self._buf(rlen)
-                    mvlen = len(mv)
-                    wpos = pos
-                    k = mvlen if mvlen < left else left
-                    wend = pos + self._read_exact(h, pos, mv[0:rlen if rlen > k else k])
-                    if wend - pos < rlen:
-                        raise OSError(_EIO, "short read in " + name)
-                    p = 0
-                    if not _MP:
-                        magic, ver, typ, seq, arg, plen, rlen, crc, res = unpack(_REC_FMT, mv, 0)
-                if _MP:
-                    typ = mv[p + 6] | mv[p + 7] << 8
-                    q = p + 8
-                    seq = mv[q] | mv[q + 1] << 8 | mv[q + 2] << 16 | mv[q + 3] << 24 \
-                        | mv[q + 4] << 32 | mv[q + 5] << 40 | mv[q + 6] << 48 | mv[q + 7] << 56
-                    q = p + 16
-                    arg = mv[q] | mv[q + 1] << 8 | mv[q + 2] << 16 | mv[q + 3] << 24 \
-                        | mv[q + 4] << 32 | mv[q + 5] << 40 | mv[q + 6] << 48 | mv[q + 7] << 56
-                    plen = mv[p + 24] | mv[p + 25] << 8 | mv[p + 26] << 16 | mv[p + 27] << 24
-                    crc = mv[p + 32] | mv[p + 33] << 8 | mv[p + 34] << 16 | mv[p + 35] << 24
-                    res = mv[p + 36] | mv[p + 37] | mv[p + 38] | mv[p + 39]  # 0 iff reserved is 0
-                # check_record's rules, in its order [F2]-[F11]
-                err = ""
-                if magic != _REC_MAGIC or ver != _VERSION or res != 0 or typ < _T_DATA \
-                        or typ > _T_STATE:
-                    err = "bad record header"
-                elif plen > max_pay and not (typ == _T_STATE and plen == _STATE_LEN):
-                    err = "payload over max_payload_bytes"
-                elif rlen != _MIN_REC + plen or rlen > seg_bytes:
-                    err = "bad record length"
-                else:
-                    e = p + _HDR + plen
-                    # The footer by byte: "CMIT" then record_length, no tuple and no big int.
-                    if mv[e] != 0x43 or mv[e + 1] != 0x4D or mv[e + 2] != 0x49 \
-                            or mv[e + 3] != 0x54 or rlen != mv[e + 4] | mv[e + 5] << 8 \
-                            | mv[e + 6] << 16 | mv[e + 7] << 24:
-                        err = "bad commit footer"
-                    else:
-                        # crc over bytes 4..32: the fields just read, packed again into hb (no
-                        # slice of the window); the reserved bytes: zero (checked above), hb's
-                        # 36..40; then the payload: one slice, none for a control record.
-                        pack(_CRC_FMT, hb, 4, ver, typ, seq, arg, plen, rlen)
-                        c = crc32(hz, crc32(hv))
-                        if plen:
-                            c = crc32(mv[p + _HDR:e], c)
-                        if c != crc:
-                            err = "crc mismatch"
-                        elif seq == 0 or (typ == _T_DATA and arg != 0) \
-                                or (typ == _T_CLAIM and (arg == 0 or plen)) \
-                                or (typ == _T_ACK and (arg or plen)) \
-                                or (typ == _T_RETRY and plen) \
-                                or (typ == _T_QUAR and (arg or plen > _MAX_REASON)) \
-                                or (typ == _T_STATE and (arg or plen != _STATE_LEN)):
-                            err = "record field rule broken"
-                if err:
-                    if last and st[0] and self._uniform(h, pos + rlen - 8, size):
-                        torn = True  # [R11] the footer and all after it never reached the medium
-                        break
-                    raise Corrupt("%s at %s offset %d" % (err, name, pos))
-                if pos == 0 and sg > 0:
-                    # [F7] a segment ends only where the next record did not fit: whatever the
-                    # writer's segment_bytes W was, every segment <= W < end + next record.
-                    fits.append(log.sizes[sg - 1] + rlen)
-                if typ == _T_DATA:  # [R5] appended in seq order (_apply's rules for the rest)
-                    prefix = gen_nz and not st[0]
-                    if seq >= u64 or (n and seq <= prev) or (not prefix and seq != self._next) \
-                            or (prefix and st[2]):
-                        raise Corrupt("DATA sequence out of order at %s offset %d (seq %d)"
-                                      % (name, pos, seq))
-                    if n >= max_items:
-                        raise Full("more items than max_items; reopen with the writer's limits")
-                    c = n >> _CS
-                    if c < len(ixcol) and seq == prev + 1 and n and sg < len(sfo):
-                        # ix.add without its call: no new chunk, run or segment
-                        ixcol[c][n & _CM] = plen  # state bits 0: AVAILABLE
-                        ix.n = n + 1
-                        ix.last = seq
-                    else:
-                        ix.add(seq, sg, plen)
-                    n += 1
-                    prev = seq
-                    self._n_avail += 1
-                    if seq >= self._next:
-                        self._next = seq + 1
-                    st[1] = False
-                else:
-                    le = live.get(seq)  # an item with history knows its index
-                    i = le[0] if le is not None else ix.find(seq)
-                    if i >= 0:
-                        cc = ixcol[i >> _CS]  # the item's chunk and its value there
-                        v = cc[i & _CM]
-                        s = (v >> sh) + 1
-                    else:
-                        s = 0
-                    # The two common transitions outside a snapshot, as _apply would make them
-                    # (_move, then _Index.set_history), without three calls; the rest: _apply.
-                    if typ == _T_ACK and s == _CLAIMED and le is not None \
-                            and (st[0] or not gen_nz) and not swept:
-                        a, nb = le[1], le[3]
-                        self._n_claimed -= 1
-                        self._n_acked += 1
-                        cc[i & _CM] = (v & mk) | (_ACKED - 1) << sh
-                        del live[seq]
-                        if a or nb:
-                            hist[seq] = [a, nb]
-                        else:
-                            hist.pop(seq, None)
-                    elif typ == _T_CLAIM and (s == _AVAILABLE or s == _CLAIMED) \
-                            and (st[0] or not gen_nz) and not swept:
-                        if s == _AVAILABLE:
-                            self._n_avail -= 1
-                            self._n_claimed += 1
-                        cc[i & _CM] = (v & mk) | (_CLAIMED - 1) << sh
-                        if le is None:
-                            hh = hist.pop(seq, None)
-                            if hh is None:
-                                live[seq] = [i, 0, arg, 0, -1]
-                            else:
-                                live[seq] = [i, hh[0], arg, hh[1], -1]
-                        else:
-                            hist.pop(seq, None)
-                            le[2] = arg
-                    else:
-                        try:
-                            self._apply(sg, pos, typ, seq, arg, plen, mv, p, st, i, le)
-                        except Corrupt as x:
-                            raise Corrupt("%s at %s offset %d (seq %d)"
-                                          % (x.args[0], name, pos, seq))
-                pos += rlen
-                done += 1
-                if boundary and not st[0]:
-                    self._checkpoint(sg, pos, cp, st)
-            else:
-                raise Limit("too many records in " + name)
-        finally:
-            self.replayed_records += done
-            fs.close(h)
-        if torn:
-            self._tail += size - pos
-            size = pos
-            self._cut(path, size)
-        log.sizes.append(size)
-        if last:
-            log.h = fs.open(path, "ab")
-            log.off = log.synced = size
 
     # ------------------------------------------------------------------ recovery index (SPEC §12.1)
     def _index_update(self) -> None:
@@ -1957,87 +1283,36 @@ class Queue:
         except Exception:  # noqa: BLE001 (optional: MemoryError or a cut must not keep the lock)
             pass
 
-    def save_index(self) -> None:
-        """Sync, then write queue.index so the next open replays only what follows [X1]."""
-        self.sync()
-        import ddq_index  # noqa: PLC0415 (the optional module, loaded on demand)
 
-        try:
-            ddq_index.save(self)
-        except OSError as e:
-            raise _io_failure(e, "writing " + _INDEX)
+# Methods that live in modules beside ddq.py (DESIGN §13): the first use of one imports its
+# module and attaches all of that module's methods to Queue; a queue that never compacts never
+# loads ddq_compact, one that never lists its items never loads ddq_extra.
+_LAZY = {"compact": "ddq_compact", "purge": "ddq_compact", "_compact": "ddq_compact",
+         "_copy": "ddq_compact", "_publish": "ddq_compact", "_prepare_format": "ddq_compact",
+         "items": "ddq_extra", "oldest_available": "ddq_extra",
+         "lapsed": "ddq_extra", "claim_seq": "ddq_extra", "reason": "ddq_extra",
+         "save_index": "ddq_extra", "quarantine": "ddq_extra"}
 
-    def _cut(self, path: str, size: int) -> None:
-        """Remove a torn tail: truncate where possible, else copy the prefix and rename [R12]."""
-        fs = self._fs
-        if getattr(fs, "can_truncate", False):
-            fs.truncate(path, size)
-            return
-        tmp = path + _CUT
-        if fs.kind(tmp) != 0:
-            fs.remove(tmp)
-        mv = self._buf(min(max(size, 1), 4096))
-        src = fs.open(path, "rb")
-        try:
-            dst = fs.open(tmp, "wb")
-            try:
-                pos = 0
-                for _ in range(_IO_LOOPS):
-                    if pos >= size:
-                        break
-                    n = self._read_exact(src, pos, mv[0:min(len(mv), size - pos)])
-                    if n <= 0:
-                        raise OSError(_EIO, "short read while cutting " + path)
-                    fs.write(dst, mv[0:n])
-                    pos += n
-                fs.sync(dst)
-            finally:
-                fs.close(dst)
-        finally:
-            fs.close(src)
-        fs.rename(tmp, path)  # the commit point of the cut [S4]
-        fs.sync_dir(self._dir)
 
-    def _apply(self, sg: int, off: int, typ: int, seq: int, arg: int, plen: int,
-               mv: memoryview, p: int, st: "list[bool]", i: int,
-               e: "Optional[list[int]]") -> None:
-        """Apply one valid non-DATA record in log order: DDQ's replay rules [R6][R7] (_replay
-        applies DATA [R5]). i: the item's index or -1; e: its live entry, if any."""
-        ix = self._ix
-        prefix = self._log.gen != 0 and not st[0]
-        if i < 0:
-            raise Corrupt("record for unknown seq")
-        s = ix.state(i)
-        if e is not None:
-            a, lease, nb = e[1], e[2], e[3]
-        else:
-            h = ix.hist.get(seq)
-            if h is not None:
-                a, lease, nb = h[0], 0, h[1]
-            else:
-                a = lease = nb = 0
-        if typ == _T_STATE and prefix and i == ix.n - 1 and not st[1]:
-            state, a, lease, nb = struct.unpack_from(_STATE_FMT, mv, p + _HDR)
-            if state not in (_AVAILABLE, _CLAIMED, _QUARANTINED) \
-                    or (state == _CLAIMED) != (lease != 0):
-                raise Corrupt("bad STATE snapshot")
-            self._move(i, state, a, lease, nb)
-            st[1] = True
-            st[2] = state == _QUARANTINED
-        elif typ == _T_QUAR and prefix and s == _QUARANTINED and st[1] and st[2] \
-                and i == ix.n - 1:
-            ix.reasons[seq] = [sg, off, plen]
-            st[2] = False
-        elif prefix:
-            raise Corrupt("record not allowed inside a snapshot")
-        elif typ == _T_CLAIM and s in (_AVAILABLE, _CLAIMED):
-            self._move(i, _CLAIMED, a, arg, nb)
-        elif typ == _T_ACK and s == _CLAIMED:
-            self._move(i, _ACKED, a, 0, nb)
-        elif typ == _T_RETRY and s == _CLAIMED and a < _U32:
-            self._move(i, _AVAILABLE, a + 1, 0, arg)
-        elif typ == _T_QUAR and s == _CLAIMED:
-            self._move(i, _QUARANTINED, a, 0, nb)
-            ix.reasons[seq] = [sg, off, plen]
-        else:
-            raise Corrupt("illegal transition")
+def _lazy(self: Queue, name: str) -> "Any":
+    m = _LAZY.get(name)
+    if m is None:
+        raise AttributeError(name)
+    mod = __import__(m)
+    for k in _LAZY:
+        if _LAZY[k] == m:
+            setattr(Queue, k, getattr(mod, k))
+    return getattr(self, name)
+
+
+setattr(Queue, "__getattr__", _lazy)  # noqa: B010 (mypy must not see a catch-all __getattr__)
+
+
+def __getattr__(name: str) -> "Any":
+    # Module attributes that live beside ddq.py (PEP 562; MicroPython's MICROPY_MODULE_GETATTR):
+    # the codec's manifest functions and the Item type are not needed by a running queue.
+    m = {"decode_manifest": "ddq_recover", "encode_manifest": "ddq_compact",
+         "Item": "ddq_extra"}.get(name)
+    if m is None:
+        raise AttributeError(name)
+    return getattr(__import__(m), name)

@@ -20,6 +20,7 @@ __version__ = "0.1.0"
 
 # Copyright (c) 2026 the ddq authors. BSD-3-Clause.
 
+import os
 import time
 
 from ddq import InvalidArgument, IOFailure
@@ -36,10 +37,16 @@ if TYPE_CHECKING:
 # acquired it: MicroPython's unix port uses pthread mutexes).
 
 
-def _yield() -> None:
-    # One scheduling round for the other threads, no timer: sleep(0) releases the GIL (both
-    # interpreters) so that callers that a finished sync just woke can add their ops first.
+def _sleep0() -> None:
     time.sleep(0)
+
+
+# One scheduling round for the other threads, no timer: it releases the GIL so that callers
+# that a finished sync just woke can add their ops first. sched_yield where os has it (CPython,
+# which releases the GIL around it): CPython's time.sleep(0) is a clock_nanosleep that costs
+# ~100 us of timer slack on Linux, which the leader paid per batch (DESIGN §6.1). Elsewhere
+# (MicroPython) time.sleep(0), which releases the GIL there.
+_yield: "Callable[[], Any]" = getattr(os, "sched_yield", None) or _sleep0
 
 
 class _NoLock:
@@ -94,7 +101,7 @@ class Group:
 
     # ------------------------------------------------------------------ internals
     def _add(self, fn: "Callable[..., Any]", args: "tuple[Any, ...]") -> "list[Any]":
-        op = [fn, args, None, None, False]
+        op: "list[Any]" = [fn, args, None, None, False]
         mu = self._mu
         mu.acquire()
         try:
@@ -156,23 +163,39 @@ class Group:
     def call(self, fn: "Callable[..., Any]", *args: "Any") -> "Any":
         """Run fn(*args) on the target in the next batch; return its result once a sync that
         covers it completed (raise its error, or the sync's) [G1]-[G4]. Thread-safe."""
-        op = self._add(fn, args)
+        op: "list[Any]" = [fn, args, None, None, False]
         mu = self._mu
+        mu.acquire()
+        if self._closed:
+            mu.release()
+            raise IOFailure("group is closed")
+        b = self._open
+        if b is None:
+            self._open = [op]
+        else:
+            b.append(op)
         while True:  # at most three rounds: a batch runs, then the one holding op [G2]
-            mu.acquire()
-            if op[4]:
+            if op[4]:  # covered by a batch that ran while this caller waited for mu
                 mu.release()
-                return self._result(op)
+                break
             run = self._run
             if run is None:  # no sync running: lead one for every op gathered so far
                 gate, self._spare = self._spare or self._mk(), None
                 gate.acquire()  # free (new or spare): does not block
                 run = self._run = [gate, 0]
+                last = self._last
+                b = self._open
+                if last > 1 and (b is None or len(b) < last):
+                    # Callers run concurrently and some that the last sync woke have not added
+                    # their next op yet: one round for them to join (a lone caller, or a batch
+                    # already as large as the last one, goes on at once).
+                    mu.release()
+                    _yield()
+                    mu.acquire()
+                b, self._open = self._open, None
                 mu.release()
                 try:
-                    if self._last > 1:  # callers run concurrently: let those the last sync
-                        _yield()  # woke join this batch (a lone caller never waits here)
-                    self._apply(self._take())
+                    self._apply(b or [])
                 finally:
                     mu.acquire()
                     self._run = None
@@ -183,8 +206,15 @@ class Group:
             else:  # a sync is running: wait for it, then lead or be covered [G2]
                 run[1] += 1
                 mu.release()
-                run[0].acquire()
-                run[0].release()
+                gate = run[0]
+                gate.acquire()
+                gate.release()
+            if op[4]:  # set before the gate was released: read without mu
+                break
+            mu.acquire()
+        if op[3] is not None:
+            raise op[3]
+        return op[2]
 
     def enqueue(self, payload: "Any") -> int:
         """target.enqueue(payload), durable on return; its seq [G1]."""

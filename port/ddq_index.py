@@ -33,9 +33,9 @@ _AVAILABLE = const(1)
 _CLAIMED = const(2)
 _IO_LOOPS = const(1048576)
 _SCAN_RECORDS = const(4000000)
-_CH = const(512)  # ddq's column chunk: items per chunk, its log2 and mask
-_CS = const(9)
-_CM = const(511)
+_CH = const(256)  # ddq's column chunk: items per chunk, its log2 and mask
+_CS = const(8)
+_CM = const(255)
 _EIO = const(5)
 # The header: SPEC §12.1 [X2]. magic version reserved abi manifest_crc generation next_seq, then
 # 16 u32: items fresh available claimed acked quarantined live hist reasons segments plan_segs
@@ -285,6 +285,7 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
     # The columns, read together in pieces of _CH items into the chunked index (no allocation
     # of a whole column) [X2]: seqs must increase and segments must not go back.
     nix = ddq._Index(q._tc)
+    ro, rsq, sfo, sh, mk = nix.ro, nix.rs, nix.sfo, nix.sh, nix.mk
     pos = _IX_SIZE + 12 * ns
     prev = sgp = 0
     for i0 in range(0, n, _CH):
@@ -296,15 +297,46 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
                 return -1
             cols.append(array(tc, b) if w > 1 else b)
         sq, sgc, lnc, stc = cols
+        # _Index.add and put without their calls: the piece is one chunk of the column; a run
+        # starts where seqs are not consecutive, a segment where the segment column moves.
+        if m == _CH and sgp <= sgc[0] == min(sgc) == max(sgc) < ns \
+                and max(stc) == _AVAILABLE == min(stc) and max(lnc) <= mk and sq[0] > prev:
+            # The common piece: one segment, every item available (checked by C loops):
+            # the chunk is the length column itself; only the seqs are walked.
+            nix.col.append(array(q._tc, lnc))
+            if not i0 or sgc[0] != sgp:
+                while len(sfo) <= sgc[0]:
+                    sfo.append(i0)
+            if not i0:  # the first item starts the first run
+                ro.append(0)
+                rsq.append(sq[0])
+                prev = sq[0] - 1
+            for t in range(m):
+                s = sq[t]
+                if s != prev + 1:
+                    if s <= prev:
+                        return -1
+                    ro.append(i0 + t)
+                    rsq.append(s)
+                prev = s
+            sgp = sgc[0]
+            nix.n, nix.last = i0 + m, prev
+            continue
+        ch = array(q._tc, bytes(_CH * (2 if q._tc == "H" else 4)))
+        nix.col.append(ch)
         for t in range(m):
-            s, sg = sq[t], sgc[t]
-            if s <= prev or sg < sgp or sg >= ns or stc[t] < _AVAILABLE or stc[t] > 4:
+            s, sg, v, ln = sq[t], sgc[t], stc[t], lnc[t]
+            if s <= prev or sg < sgp or sg >= ns or v < _AVAILABLE or v > 4 or ln > mk:
                 return -1
-            if lnc[t] > nix.mk:
-                return -1
-            nix.add(s, sg, lnc[t])
-            nix.put(i0 + t, stc[t])
+            if s != prev + 1 or not i0 + t:
+                ro.append(i0 + t)
+                rsq.append(s)
+            if sg != sgp or not i0 + t:
+                while len(sfo) <= sg:
+                    sfo.append(i0 + t)
+            ch[t] = ln | (v - 1) << sh
             prev, sgp = s, sg
+        nix.n, nix.last = i0 + m, prev
     live, hist, rs = bytearray(28 * nlive), bytearray(20 * nhist), bytearray(20 * nrs)
     pos += 19 * n
     for b in (live, hist, rs):
@@ -351,7 +383,7 @@ def prefix_ok(q: "ddq.Queue", gen: int, ck: "list[list[int]]") -> bool:
 
 def crc_span(q: "ddq.Queue", path: str, pos: int, end: int, c: int) -> int:
     """The running crc32 c extended over bytes pos..end-1 of a file: one sequential read."""
-    mv = q._buf(min(max(end - pos, 1), 65536))
+    mv = q._buf(min(max(end - pos, 1), 65536, max(q._seg_bytes >> 2, 1024)))  # as the replay's
     h = q._fs.open(path, "rb")
     try:
         for _ in range(_IO_LOOPS):

@@ -80,6 +80,11 @@ class Rejected(Error):
     """Raise it from a send callable: the message is undeliverable for good (dead-lettered)."""
 
 
+class Unpublishable(Rejected):
+    """Raise it from a send callable: the transport cannot publish this message, ever (its topic,
+    say); dead-lettered with reason "unpublishable: <why>" [E4] [E26]."""
+
+
 def _ticks() -> int:
     # Milliseconds for intervals, modulo 2**30 on both interpreters (STYLE 13).
     if _MP:
@@ -145,7 +150,11 @@ class Message:
         self.payload = self.key = self.reason = b""
 
     def expired(self, now_ms: int) -> bool:
-        """Set age_ms at now_ms and return whether the TTL ran out (the one TTL rule) [E7]."""
+        """Set age_ms at now_ms and return whether the TTL ran out (the one TTL rule) [E7]; no
+        enqueue time (enqueued_ms 0: a writer without a clock) is no age: never expired [E27]."""
+        if not self.enqueued_ms:
+            self.age_ms = 0
+            return False
         self.age_ms = max(0, now_ms - self.enqueued_ms)  # a clock behind the enqueue time: age 0
         return bool(self.ttl_ms) and self.age_ms >= self.ttl_ms
 
@@ -505,7 +514,10 @@ class Outbox:
                  capacity: str = "reject", ordered: bool = False, sha256: bool = False,
                  max_topic_bytes: int = 256, sync_every: int = 0, sync_interval_ms: int = 0,
                  lock: "Any" = None, hmac_key: "Any" = None, encrypt: bool = False,
-                 nonce: "Optional[Callable[[], Any]]" = None, **options: "Any") -> None:
+                 nonce: "Optional[Callable[[], Any]]" = None, raw: bool = False,
+                 qos: "Optional[int]" = None, lapsed: str = "retry", failure: str = "backoff",
+                 report: "Optional[Callable[[str, int, str], Any]]" = None,
+                 **options: "Any") -> None:
         self._lease = _opt(lease_ms, 1, _MAX_LEASE_MS, "lease_ms")
         self._bo = Backoff(min_retry_ms, max_retry_ms, seed)
         self._max_att = _opt(max_attempts, 0, _U32, "max_attempts")
@@ -513,9 +525,20 @@ class Outbox:
         self._max_topic = _opt(max_topic_bytes, 1, 65535, "max_topic_bytes")
         self._every = _opt(sync_every, 0, _MAX_WAIT, "sync_every")
         self._interval = _opt(sync_interval_ms, 0, _MAX_WAIT, "sync_interval_ms")
-        if expired not in ("quarantine", "drop") or capacity not in ("reject", "drop_oldest"):
-            raise InvalidArgument("expired: quarantine|drop; capacity: reject|drop_oldest")
+        if expired not in ("quarantine", "drop", "send") or capacity not in ("reject",
+                                                                             "drop_oldest"):
+            raise InvalidArgument("expired: quarantine|drop|send; capacity: reject|drop_oldest")
         self._drop_expired, self._drop_oldest = expired == "drop", capacity == "drop_oldest"
+        # The delivery loop's options for a replay of what a device kept [E26]: deliver raw
+        # payloads and expired messages, force the QoS, leave lapsed claims as they are, and
+        # on a failure retry at once and stop; report(what, seq, detail) sees every outcome.
+        if qos not in (None, 0, 1) or lapsed not in ("retry", "reclaim") or failure not in (
+                "backoff", "stop") or (report is not None and not callable(report)):
+            raise InvalidArgument("qos: None|0|1; lapsed: retry|reclaim; failure: backoff|stop;"
+                                  " report: a callable")
+        self._send_expired, self._raw, self._qos = expired == "send", bool(raw), qos
+        self._lapse, self._stop = lapsed == "retry", failure == "stop"
+        self._report = report
         self._ordered, self._ticks = bool(ordered), ticks or _ticks
         # With an HMAC key [E22] put signs and get verifies; the tag replaces the SHA-256 (it
         # detects accidents too). The key lives in RAM only, never in the queue directory.
@@ -568,7 +591,8 @@ class Outbox:
                                            "dropped": 0, "rejected": 0, "exhausted": 0,
                                            "corrupt": 0, "lapsed": 0,
                                            "unauthenticated": 0, "unpublishable": 0, "resent": 0,
-                                           "lease_nacks": 0}  # this run only [E18] [E25]
+                                           "lease_nacks": 0, "failed": 0}
+        # this run only [E18] [E25] [E26]
 
     def __enter__(self) -> "Outbox":
         return self
@@ -631,12 +655,27 @@ class Outbox:
         self._wrote(1)
         return seq
 
-    def _quar(self, seq: int, cls: str, why: "Any" = "") -> None:
+    def _quar(self, seq: int, cls: str, why: "Any" = "", counter: str = "") -> None:
+        # Dead-letter seq with reason "cls[: why]" [E10]; count it under counter (cls if "").
         n = min(120, self.queue.reason_budget)  # fits a tiny max_payload
-        self.queue.quarantine(seq, (cls + (": %s" % why if why else "")).encode()[0:n]
-                              .replace(b"\0", b"?"))
+        t = cls + (": %s" % why if why else "")
+        self.queue.quarantine(seq, t.encode()[0:n].replace(b"\0", b"?"))
         self._qcls[seq] = cls
         self._wrote(1)
+        self._count(counter or cls, seq, t)
+
+    def _count(self, what: str, seq: int, detail: "Any" = "") -> None:
+        # One outcome of one message: its counter [E18], and the report hook [E26].
+        self.counters[what] += 1
+        if self._report is not None:
+            self._report(what, seq, detail if isinstance(detail, str) else repr(detail))
+
+    @_locked
+    def _release(self, m: Message, why: str) -> None:
+        # failure="stop": the message is due again at once (RETRY, delay 0) [E26].
+        self.queue.retry(m.seq, 0)
+        self._wrote(1)
+        self._count("failed", m.seq, why)
 
     def _peek(self, seq: int, now: int, auth: bool = False) -> Message:
         # With a key, a verified envelope (an encrypted one decrypted); an unauthenticated one
@@ -684,10 +723,17 @@ class Outbox:
         # other exception -> nack, and the caller ends its round (-1).
         if e is None and ok is True:
             return 1 if self.ack(m) else 0
+        if isinstance(e, Unpublishable):  # [E4] [E26]
+            self._quar(m.seq, "unpublishable", e.args[0] if e.args else "")
+            return 0
         if isinstance(e, Rejected):
             self.reject(m, e.args[0] if e.args else "")
             return 0
-        self.nack(m, repr(e) if e is not None else "send returned %r" % (ok,))
+        why = repr(e) if e is not None else "send returned %r" % (ok,)
+        if self._stop:
+            self._release(m, why)
+        else:
+            self.nack(m, why)
         return -1
 
     # ------------------------------------------------------------------ public (locked)
@@ -705,47 +751,54 @@ class Outbox:
         q = self.queue
         for s, a in q.lapsed(now):
             if self._max_att and a + 1 >= self._max_att:
-                self.counters["exhausted"] += 1
-                self._quar(s, "max_attempts", "lease expired")
+                self._quar(s, "max_attempts", "lease expired", "exhausted")
             else:
                 q.retry(s, self._bo.delay(a))
-                self.counters["lapsed"] += 1
                 self._wrote(1)
+                self._count("lapsed", s)
 
     @_locked
     def get(self, lease_ms: "Optional[int]" = None) -> "Optional[Message]":
         """Claim and return the next ready message, or None [E12]; retire expired ones [E7]."""
         q, now, lease = self.queue, self._clock(), lease_ms or self._lease
-        self._lapsed(now)
+        if self._lapse:
+            self._lapsed(now)
         for _ in range(_GET_SCAN):
             c = q.claim_ordered(lease) if self._ordered else q.claim(lease)
             if c is None:
                 return None
             self._wrote(1)
+            data = q.read(c.seq)
             try:
-                m = _decode(q.read(c.seq), True, self._hkey, self._pads, self._ctrs, True)
+                m = _decode(data, True, self._hkey, self._pads, self._ctrs, True)
             except Unauthenticated as e:  # forged, altered or unsigned: never delivered [E22]
-                self.counters["unauthenticated"] += 1
                 self._quar(c.seq, "unauthenticated", e.args[0])
                 continue
             except BadEnvelope as e:
-                self.counters["corrupt"] += 1
-                self._quar(c.seq, "corrupt", e.args[0])
+                if not self._raw:
+                    self._quar(c.seq, "corrupt", e.args[0])
+                    continue
+                if self._hkey is not None:  # a raw payload carries no tag [E22] [E26]
+                    self._quar(c.seq, "unauthenticated", "not an envelope (%s)" % e.args[0])
+                    continue
+                m = Message()  # raw [E26]: topic "", the stored bytes, no enqueue time
+                m.payload, m.qos = data, 1
+            m.seq, m.attempts, m.lease_until_ms = c.seq, c.attempts, c.lease_until_ms
+            if self._qos is not None:
+                m.qos = self._qos
+            if m.expired(now) and not self._send_expired:
+                if self._drop_expired:
+                    q.ack(c.seq)
+                    self._wrote(1)
+                    self._count("expired", c.seq)
+                else:
+                    self._quar(c.seq, "expired")
                 continue
-            why = publishable(m.topic)  # an old or forged record: no client can send it [E4]
+            why = publishable(m.topic) if m.topic else ""  # an old or forged record [E4]
             if why:
-                self.counters["unpublishable"] += 1
                 self._quar(c.seq, "unpublishable", why)
                 continue
-            m.seq, m.attempts, m.lease_until_ms = c.seq, c.attempts, c.lease_until_ms
-            if not m.expired(now):
-                return m
-            self.counters["expired"] += 1
-            if self._drop_expired:
-                q.ack(c.seq)
-                self._wrote(1)
-            else:
-                self._quar(c.seq, "expired")
+            return m
         return None
 
     @_locked
@@ -753,14 +806,19 @@ class Outbox:
         """Mark m delivered, once the far end confirmed; False if already acked [O4]."""
         if not self.queue.ack(m.seq):
             return False
-        self.counters["sent"] += 1
         self._wrote(1)
+        self._count("sent", m.seq)
         return True
 
     @_locked
     def _reread(self, m: Message) -> Message:
         # m (claimed, its payload dropped) again, from the queue: a resend holds no copy [E25].
-        r = _decode(self.queue.read(m.seq), True, self._hkey, self._pads, self._ctrs, True)
+        data = self.queue.read(m.seq)
+        if m.topic:
+            r = _decode(data, True, self._hkey, self._pads, self._ctrs, True)
+        else:  # raw [E26]
+            r = Message()
+            r.payload, r.qos = data, m.qos
         r.seq, r.attempts, r.lease_until_ms, r.age_ms = m.seq, m.attempts, m.lease_until_ms, \
             m.age_ms
         return r
@@ -769,19 +827,17 @@ class Outbox:
     def nack(self, m: Message, why: "Any" = "") -> "Optional[int]":
         """Retry m after a full-jitter delay (returned) or dead-letter it (None) [E8][E10]."""
         if self._max_att and m.attempts + 1 >= self._max_att:
-            self.counters["exhausted"] += 1
-            self._quar(m.seq, "max_attempts", why)
+            self._quar(m.seq, "max_attempts", why, "exhausted")
             return None
         d = self._bo.delay(m.attempts)
         self.queue.retry(m.seq, d)
-        self.counters["retried"] += 1
         self._wrote(1)
+        self._count("retried", m.seq, why)
         return d
 
     @_locked
     def reject(self, m: Message, why: "Any" = "") -> None:
         """Failed for good: quarantine m with reason "rejected: why" [E10]."""
-        self.counters["rejected"] += 1
         self._quar(m.seq, "rejected", why)
 
     @_locked
@@ -818,7 +874,8 @@ class Outbox:
         d.update({"pending": s.available_items + s.claimed_items, "in_flight": s.claimed_items,
                   "quarantined": s.quarantined_items, "durable_seq": q.durable_seq,
                   "next_ready_ms": self._next_ready(now), "quarantined_by_reason": by,
-                  "oldest_age_ms": self._peek(oldest, now).age_ms if oldest else None})
+                  "oldest_age_ms": self._peek(oldest, now).age_ms if oldest else None,
+                  "salvaged": s.salvaged, "salvage_lost": s.salvage_lost})  # [K12]
         return d
 
     @_locked
@@ -888,15 +945,19 @@ class Outbox:
             self._sync()
 
     # ------------------------------------------------------------------ delivery loops
-    def pump(self, send: "Callable[[Message], Any]", budget: int = 16, budget_ms: int = 0) -> int:
+    def pump(self, send: "Any", budget: int = 16, budget_ms: int = 0,
+             stop: "Optional[Callable[[], bool]]" = None) -> int:
         """Deliver up to budget messages (budget_ms of ticks) via send; return acks [E17].
-        send may be a windowed sender (publish/poll/inflight_max): a window of them [E25]."""
+        send may be a windowed sender (publish/poll/inflight_max): a window of them [E25].
+        stop() returning True claims no more (what is in flight is settled) [E26]."""
         if hasattr(send, "poll") and hasattr(send, "publish"):
-            return _Window(self, send).pump(budget, budget_ms)
+            return _Window(self, send, stop).pump(budget, budget_ms)
         t0, n = self._ticks(), 0
         self.tick()
         for _ in range(_opt(budget, 1, _MAX_WAIT, "budget")):
-            m = self.get() if not budget_ms or _tdiff(self._ticks(), t0) < budget_ms else None
+            go = (not budget_ms or _tdiff(self._ticks(), t0) < budget_ms) and (
+                stop is None or not stop())
+            m = self.get() if go else None
             if m is None:
                 break
             try:
@@ -936,6 +997,8 @@ class Outbox:
                 if r >= 0:
                     await asyncio.sleep(0)
                     continue
+                if self._stop:  # failure="stop": the loop ends [E26]
+                    break
             d = self.next_ready_ms()
             d = idle_ms if d is None else min(d, idle_ms)
             await (sleep_ms(d) if sleep_ms is not None else asyncio.sleep(d / 1000))
@@ -947,8 +1010,8 @@ class _Window:
     # One windowed delivery loop [E25]: up to the sender's inflight_max claimed messages are
     # published before their PUBACKs come back. In flight = a Message without its payload (the
     # payload is re-read from the queue when it must be resent): RAM is O(W) small objects.
-    def __init__(self, ob: Outbox, sender: "Any") -> None:
-        self.ob, self.s = ob, sender
+    def __init__(self, ob: Outbox, sender: "Any", stop: "Any" = None) -> None:
+        self.ob, self.s, self.stop = ob, sender, stop
         self.w = _opt(int(getattr(sender, "inflight_max", 1)), 1, 65535, "inflight_max")
         self.fl: "dict[int, Message]" = {}
         self.acked = 0
@@ -961,7 +1024,8 @@ class _Window:
     def fill(self, n: int) -> int:
         # Claim and publish up to n more (within the window); return how many were claimed.
         k = 0
-        while k < n and len(self.fl) < self.w and not self.failed:
+        while k < n and len(self.fl) < self.w and not self.failed and (
+                self.stop is None or not self.stop()):
             m = self.ob.get()
             if m is None:
                 break
@@ -976,6 +1040,8 @@ class _Window:
                 self.fl.pop(m.seq)
                 if self.ob._settle(m, False, e) < 0:
                     self.failed = True
+                    if self.ob._stop:
+                        self.release(repr(e))
                 continue
             m.payload = b""  # not held: re-read if it must be resent
         return k
@@ -984,6 +1050,9 @@ class _Window:
         # The connection dropped with messages in flight: nothing of them is acked. Once per loss
         # after progress, reconnect at once and republish them (DUP), re-read from the queue;
         # otherwise nack them all (full-jitter backoff, E8) and end the round.
+        if self.ob._stop:  # failure="stop": no resend; everything in flight is due again [E26]
+            self.release(repr(e))
+            return
         if self.healthy and self.fl:
             self.healthy = False
             try:
@@ -999,6 +1068,13 @@ class _Window:
         self.fl = {}
         self.failed = True
 
+    def release(self, why: str) -> None:
+        # failure="stop" [E26]: retry every message in flight at once, in seq order; stop.
+        for seq in sorted(self.fl):
+            self.ob._release(self.fl[seq], why)
+        self.fl = {}
+        self.failed = True
+
     def done(self, seqs: "list[int]") -> None:
         for seq in seqs:
             m = self.fl.pop(seq, None)
@@ -1011,6 +1087,9 @@ class _Window:
         now, wait = self.ob._clock(), _MAX_WAIT
         for m in list(self.fl.values()):
             left = m.lease_until_ms - now - self.margin
+            if left <= 0 and self.ob._stop:
+                self.release("lease would run out in flight")
+                return _MAX_WAIT
             if left <= 0:
                 self.fl.pop(m.seq)
                 self.ob.counters["lease_nacks"] += 1
@@ -1050,7 +1129,7 @@ class _Window:
         sleep_ms = getattr(asyncio, "sleep_ms", None)
         _opt(idle_ms, 1, _MAX_WAIT, "idle_ms")
         ob = self.ob
-        while stop is None or not stop():
+        while (stop is None or not stop()) and not (self.failed and ob._stop):  # [E26]
             ob.tick()
             self.failed = False
             k = self.fill(self.w)

@@ -19,7 +19,6 @@ __version__ = "0.1.0"
 # Copyright (c) 2026 the ddq authors. BSD-3-Clause.
 
 import binascii
-import os
 import struct
 
 import ddq
@@ -81,52 +80,19 @@ def _crc(data: "Any", value: int = 0) -> int:
     return int(binascii.crc32(data, value))
 
 
-def _kind(path: str) -> int:
-    # 0 missing, 1 regular file, 2 directory, 3 other.
-    try:
-        mode = os.stat(path)[0]
-    except OSError as e:
-        if e.errno == _ENOENT:
-            return 0
-        raise
-    if mode & 0o170000 == 0o040000:
-        return 2
-    return 1 if mode & 0o170000 == 0o100000 else 3
-
-
-def _size(path: str) -> int:
-    return int(os.stat(path)[6])
-
-
-def _read_at(f: "Any", off: int, n: int) -> bytes:
-    f.seek(off)
-    out = b""
+def _read_at(fs: "Any", h: "Any", off: int, n: int) -> bytes:
+    # n bytes at off through the storage seam (fewer at the end of the file).
+    b = bytearray(n)
+    mv = memoryview(b)
+    got = 0
     for _ in range(n // 512 + 8):  # bounded: a short read ends the loop
-        b = f.read(n - len(out))
-        if not b:
+        k = fs.read_into(h, off + got, mv[got:])
+        if not k:
             break
-        out += b
-        if len(out) >= n:
+        got += k
+        if got >= n:
             break
-    return out
-
-
-def _sync_file(f: "Any") -> None:
-    f.flush()
-    fsync = getattr(os, "fsync", None)
-    if fsync is not None:
-        fsync(f.fileno())
-
-
-def _sync_dir(path: str) -> None:
-    # POSIX needs a directory fsync after create/rename (S3); MicroPython's VFSs have none.
-    fsync = getattr(os, "fsync", None)
-    if fsync is not None and hasattr(os, "O_RDONLY"):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            fsync(fd)
-        finally:
-            os.close(fd)
+    return bytes(b) if got == n else bytes(b[0:got])
 
 
 def _options(opts: "dict[str, Any]") -> "tuple[int, int, int, int]":
@@ -157,7 +123,8 @@ def encode_record(typ: int, seq: int, arg: int, payload: "Any") -> bytes:
 class _Scan:
     """The state of one salvage: what was read, where the damage is, the items found."""
 
-    def __init__(self, sb: int, mp: int) -> None:
+    def __init__(self, fs: "Any", sb: int, mp: int) -> None:
+        self.fs = fs
         self.sb = sb
         self.mp = mp
         self.pos = 0  # log position counter (records and damage events, in read order)
@@ -194,14 +161,14 @@ class _Scan:
         # The record at p if it is whole and valid (F2-F10): (type, seq, arg, plen, rlen).
         if size - p < _MIN_REC:
             return None
-        h = _read_at(f, p, _HDR)
+        h = _read_at(self.fs, f, p, _HDR)
         if len(h) < _HDR:
             return None
         magic, ver, typ, seq, arg, plen, rlen, crc, res = struct.unpack_from(_REC_FMT, h, 0)
         if magic != _REC_MAGIC or ver != 1 or rlen != _MIN_REC + plen or rlen > self.sb \
                 or p + rlen > size:
             return None
-        rec = _read_at(f, p, rlen)
+        rec = _read_at(self.fs, f, p, rlen)
         if len(rec) != rlen:
             return None
         try:
@@ -222,7 +189,7 @@ class _Scan:
         for _ in range(size // (_CHUNK - 3) + 2):
             if q > size - _MIN_REC:
                 return -1
-            b = _read_at(f, q, _CHUNK)
+            b = _read_at(self.fs, f, q, _CHUNK)
             i = 0
             for _ in range(len(b)):
                 i = b.find(_MAGIC_BYTES, i)
@@ -241,18 +208,18 @@ class _Scan:
         n = size - p
         if n < _HDR:
             return True
-        h = _read_at(f, p, _HDR)
+        h = _read_at(self.fs, f, p, _HDR)
         magic, ver, _, _, _, _, rlen, _, _ = struct.unpack_from(_REC_FMT, h, 0)
         if magic == _REC_MAGIC and ver == 1 and _MIN_REC <= rlen <= self.sb and p + rlen > size:
             return True
         if magic == _REC_MAGIC and ver == 1 and p + rlen == size and rlen >= _MIN_REC:
-            ft = _read_at(f, size - 8, 8)
+            ft = _read_at(self.fs, f, size - 8, 8)
             if ft in (b"\x00" * 8, b"\xff" * 8):
                 return True
         q = p
         first = -1
         for _ in range(n // _CHUNK + 2):
-            b = _read_at(f, q, _CHUNK)
+            b = _read_at(self.fs, f, q, _CHUNK)
             if not b:
                 break
             if first < 0:
@@ -275,10 +242,11 @@ class _Scan:
         items = self.items.setdefault(gen, {})
         acked = self.acked.setdefault(gen, set())
         early = self.early.setdefault(gen, {})
-        size = _size(path)
+        fs = self.fs
+        size = fs.size(path)
         self.pos += 1
         out = [size, 0, self.pos]
-        f = open(path, "rb")
+        f = fs.open(path, "rb")
         try:
             p = 0
             for _ in range(_SCAN_RECORDS):
@@ -359,7 +327,7 @@ class _Scan:
                     it[_LEASE] = 0
                     it[_NB] = arg
                 elif typ == _T_STATE:
-                    b = _read_at(f, p + _HDR, 24)
+                    b = _read_at(self.fs, f, p + _HDR, 24)
                     st, att, lease, nb = struct.unpack_from("<IIQQ", b, 0)
                     it[_ST] = st
                     it[_ATT] = att
@@ -371,7 +339,7 @@ class _Scan:
             if boundary > size:
                 self.damage(gen, name, size, boundary)  # the manifest's boundary lies past the end
         finally:
-            f.close()
+            fs.close(f)
         return out
 
 
@@ -386,18 +354,18 @@ def _legal(typ: int, st: int, reason: int, after_data: bool) -> bool:
     return after_data  # STATE right after its DATA
 
 
-def _read_manifest(path: str) -> "tuple[str, Optional[tuple[int, int, int, int, int]], int]":
+def _read_manifest(fs: "Any", path: "Optional[str]") -> "tuple[str, Optional[tuple[int, int, int, int, int]], int]":
     # ("ok"/"missing"/"damaged", decoded or None, a plausible next_seq from a damaged one or 0).
-    k = _kind(path)
-    if k == 0:
+    k = 0 if path is None else fs.kind(path)
+    if k == 0 or path is None:
         return "missing", None, 0
     if k != 1:
         return "damaged", None, 0
-    f = open(path, "rb")
+    f = fs.open(path, "rb")
     try:
-        b = f.read(_MAN_SIZE + 1)
+        b = _read_at(fs, f, 0, _MAN_SIZE + 1)
     finally:
-        f.close()
+        fs.close(f)
     try:
         return "ok", ddq.decode_manifest(b), 0
     except ddq.Corrupt:
@@ -473,44 +441,66 @@ def salvage(src: str, dst: str, **options: "Any") -> "dict[str, Any]":
 
     src is only read. dst must not exist; it is created, written, synced, and committed by
     its manifest last. Options are the queue's (segment_bytes, max_payload_bytes, max_items,
-    max_segments must be at least the writer's, R15; others are ignored here). Returns the
-    report (SPEC §15 [K6]); status "nothing_usable" writes nothing."""
+    max_segments must be at least the writer's, R15; storage: the queue's storage seam, default
+    ddq.PosixStorage(); others are ignored here). Returns the report (SPEC §15 [K6]); status
+    "nothing_usable" writes nothing."""
     sb, mp, mi, ms = _options(options)
+    fs = options.get("storage") or ddq.PosixStorage()
     if not isinstance(src, str) or not isinstance(dst, str):
         raise ddq.InvalidArgument("src and dst must be str paths")
     src = src.rstrip("/") or "/"
     dst = dst.rstrip("/") or "/"
-    if _kind(src) != 2:
+    if fs.kind(src) != 2:
         raise ddq.InvalidArgument("not a directory: " + src)
-    if _kind(dst) != 0:
+    if fs.kind(dst) != 0:
         raise ddq.InvalidArgument("exists: " + dst)
-    sc = _Scan(sb, mp)
-    names = os.listdir(src)
+    names = fs.listdir(src)
     if len(names) > ms * 8 + 1024:
         raise ddq.Limit("more than %d directory entries" % (ms * 8 + 1024))
+    entries = {}
+    for n in names:
+        entries[n] = src + "/" + n
+    report, sc, kept, final = _plan(fs, entries, src, dst, sb, mp, ms)
+    if report["output"] is None:
+        return report
+    if len(kept) > mi:
+        raise ddq.Full("%d items exceed max_items %d" % (len(kept), mi))
+    _write(sc, fs, dst, report["generation"], report["next_seq"], kept, final, sb, ms)
+    return report
+
+
+def _plan(fs: "Any", entries: "dict[str, str]", src: str, dst: "Optional[str]", sb: int,
+          mp: int, ms: int) -> "tuple[dict[str, Any], _Scan, list[int], dict[int, list[int]]]":
+    # Scan the files entries names (directory name -> path to read) [K2]-[K3] and decide what a
+    # salvage keeps: (report [K6], the scan, kept seqs, their fields). Writes nothing.
+    sc = _Scan(fs, sb, mp)
     segs: "dict[int, dict[int, str]]" = {}
     cuts: "list[tuple[int, int, str]]" = []
-    for n in names:
-        cut = n.endswith(".cut")
-        parsed = ddq.parse_segment_name(n[:-4] if cut else n)
-        if parsed is None or _kind(src + "/" + n) != 1:
+    for n in entries:
+        k = 8 if n.endswith(".reserve") else 4 if n.endswith(".cut") else 0
+        cut = k != 0
+        parsed = ddq.parse_segment_name(n[:-k] if cut else n)
+        if parsed is None or fs.kind(entries[n]) != 1:
             continue
+        if k == 8 and not fs.size(entries[n]):
+            continue  # an empty .reserve holds no record (libddq's spare)
         if cut:
-            cuts.append((parsed[0], parsed[1], src + "/" + n))
+            cuts.append((parsed[0], parsed[1], entries[n]))
         else:
-            segs.setdefault(parsed[0], {})[parsed[1]] = src + "/" + n
-    for g, i, p in cuts:  # R12: a .cut whose segment is missing stands for it
+            segs.setdefault(parsed[0], {})[parsed[1]] = entries[n]
+    for g, i, p in cuts:  # R22: a staged cut whose segment is missing stands for it
         if i not in segs.get(g, {}):
             segs.setdefault(g, {})[i] = p
-    mstate, man, dmg_next = _read_manifest(src + "/queue.manifest")
-    tstate, tman, _ = _read_manifest(src + "/queue.manifest.tmp")
+    mstate, man, dmg_next = _read_manifest(fs, entries.get("queue.manifest"))
+    tstate, tman, _ = _read_manifest(fs, entries.get("queue.manifest.tmp"))
     # A manifest over these limits (M2) is not trusted to select anything (R15 would refuse it).
     if man is not None and (man[2] > ms or man[4] > sb):
         dmg_next = man[1] if man[1] < _PLAUSIBLE_SEQ else 0
         mstate, man = "damaged", None
     if tman is not None and (tman[2] > ms or tman[4] > sb):
         tstate, tman = "damaged", None
-    marker = _kind(src + "/queue.format") == 1
+    mk = entries.get("queue.format")
+    marker = mk is not None and fs.kind(mk) == 1
     if mstate == "missing" and tstate == "ok" and marker:
         mstate, man = "tmp", tman  # R14: the tmp was to become the manifest
     if man is not None:
@@ -694,34 +684,50 @@ def salvage(src: str, dst: str, **options: "Any") -> "dict[str, Any]":
         "next_seq": next_seq,
         "generation": gen,
     }
-    if not usable:
-        return report
-    if len(kept) > mi:
-        raise ddq.Full("%d items exceed max_items %d" % (len(kept), mi))
-    _write(sc, dst, gen, next_seq, kept, final, sb, ms)
-    return report
+    return report, sc, kept, final
 
 
 def _copy(sc: _Scan, files: "dict[int, Any]", pi: int, off: int, typ: int, seq: int) -> bytes:
     # Re-read and re-validate a record of the source (R19), return its payload.
+    fs = sc.fs
     f = files.get(pi)
     if f is None:
-        f = files[pi] = open(sc.paths[pi], "rb")
-    r = sc._valid(f, off, _size(sc.paths[pi]))
+        f = files[pi] = fs.open(sc.paths[pi], "rb")
+    r = sc._valid(f, off, fs.size(sc.paths[pi]))
     if r is None or r[0] != typ or r[1] != seq:
         raise ddq.Corrupt("%s changed at offset %d during salvage" % (sc.names[pi], off))
-    return _read_at(f, off + _HDR, r[3])
+    return _read_at(fs, f, off + _HDR, r[3])
 
 
-def _write(sc: _Scan, dst: str, gen: int, next_seq: int, kept: "list[int]",
-           final: "dict[int, list[int]]", sb: int, ms: int) -> None:
-    # A fresh generation: segments (synced), the marker, then the manifest by tmp + rename,
-    # the commit point; the directory is synced after each step (C4, C5, S3) [K4].
-    os.mkdir(dst)
+def _layout(kept: "list[int]", final: "dict[int, list[int]]", sb: int) -> "tuple[int, int]":
+    # (segments, bytes) _stage will write: the same packing, nothing read or written.
+    n, off, total = 1, 0, 0
+    for seq in kept:
+        it = final[seq]
+        st = it[_ST]
+        lens = [_MIN_REC + it[_PLEN]]
+        if st != _AVAILABLE or it[_ATT] or it[_LEASE] or it[_NB]:
+            lens.append(_MIN_REC + 24)
+        if st == _QUARANTINED:
+            lens.append(_MIN_REC + (it[_RLEN] if it[_RPI] >= 0 else len(_LOST_REASON)))
+        for rl in lens:
+            if off + rl > sb:
+                n += 1
+                off = 0
+            off += rl
+            total += rl
+    return n, total
+
+
+def _stage(sc: _Scan, dst: str, gen: int, kept: "list[int]", final: "dict[int, list[int]]",
+           sb: int, ms: int) -> "tuple[int, int]":
+    # Generation gen in dst: the kept items in seq order as a compaction writes them (C1), each
+    # segment synced and closed (C4); returns (segment count, end offset of the last record).
+    fs = sc.fs
     files: "dict[int, Any]" = {}
     idx = 0
     off = 0
-    out = open(dst + "/" + ddq.segment_name(gen, 0), "wb")
+    out = fs.open(dst + "/" + ddq.segment_name(gen, 0), "wb")
     try:
         for seq in kept:
             it = final[seq]
@@ -736,33 +742,240 @@ def _write(sc: _Scan, dst: str, gen: int, next_seq: int, kept: "list[int]",
                 recs.append(encode_record(_T_QUAR, seq, 0, reason))
             for r in recs:
                 if off + len(r) > sb:
-                    _sync_file(out)
-                    out.close()
+                    fs.sync(out)
+                    fs.close(out)
+                    out = None
                     idx += 1
                     if idx >= ms:
                         raise ddq.Limit("the salvaged items need more than max_segments segments")
-                    out = open(dst + "/" + ddq.segment_name(gen, idx), "wb")
+                    out = fs.open(dst + "/" + ddq.segment_name(gen, idx), "wb")
                     off = 0
-                out.write(r)
+                fs.write(out, r)
                 off += len(r)
-        _sync_file(out)
+        fs.sync(out)
     finally:
-        out.close()
+        if out is not None:
+            fs.close(out)
         for f in files.values():
-            f.close()
-    _sync_dir(dst)
-    m = open(dst + "/queue.format", "wb")
+            fs.close(f)
+    return idx + 1, off
+
+
+def _put(fs: "Any", d: str, name: str, data: bytes) -> None:
+    # A small file written whole, synced and closed, its name made durable (S3).
+    h = fs.open(d + "/" + name, "wb")
     try:
-        _sync_file(m)
+        if data:
+            fs.write(h, data)
+        fs.sync(h)
     finally:
-        m.close()
-    _sync_dir(dst)
-    tmp = dst + "/queue.manifest.tmp"
-    m = open(tmp, "wb")
+        fs.close(h)
+    fs.sync_dir(d)
+
+
+def _publish(fs: "Any", d: str, gen: int, next_seq: int, segs: int, items: int, end: int) -> None:
+    # C5: the manifest through its tmp (written, synced, closed), renamed over queue.manifest:
+    # the commit point; the directory synced (S3).
+    _put(fs, d, "queue.manifest.tmp", ddq.encode_manifest(gen, next_seq, segs, items, end))
+    fs.rename(d + "/queue.manifest.tmp", d + "/queue.manifest")
+    fs.sync_dir(d)
+
+
+def _write(sc: _Scan, fs: "Any", dst: str, gen: int, next_seq: int, kept: "list[int]",
+           final: "dict[int, list[int]]", sb: int, ms: int) -> None:
+    # A fresh generation in a new directory: segments (synced), the marker, then the manifest
+    # by tmp + rename, the commit point; the directory is synced after each step (C4, C5, S3) [K4].
+    fs.mkdir(dst)
+    segs, end = _stage(sc, dst, gen, kept, final, sb, ms)
+    fs.sync_dir(dst)
+    _put(fs, dst, "queue.format", b"")
+    _publish(fs, dst, gen, next_seq, segs, len(kept), end)
+
+
+# ============================================================================ in place
+# on_corrupt="salvage" (SPEC §15 [K9]-[K12], DESIGN §14): recovery's Corrupt salvages the
+# directory in place. Every step through the queue's storage seam, under its lock:
+#   1. salvage.intent ("ddq salvage <tag>\n", synced): from here the sources may be aside
+#   2. queue.format made (a damaged one aside first): a state without a manifest is Corrupt
+#   3. the sources (segments read, a damaged manifest, a manifest tmp) renamed aside to
+#      salvaged-<tag>-<name>, the selected generation's segment 0 first: every state until
+#      the publish stays Corrupt to recovery, and a rerun reads the aside files as their names
+#   4. generation gen (> every one on disk) staged, segments synced; the report written
+#   5. the manifest published by tmp + rename: the commit point (R14 adopts the tmp on FAT)
+#   6. salvage.intent removed; recovery then opens gen and deletes what R16 deletes
+_INTENT = "salvage.intent"
+_ASIDE = "salvaged-"
+_REPORT = "salvage-report-"
+_ROOM = ".salvaged"  # the sibling directory when the disk bound leaves no room in place
+
+
+def _intent(fs: "Any", d: str, names: "list[str]") -> int:
+    # The tag of an unfinished in-place salvage, or -1. A torn intent (it is synced before
+    # anything else changes, so nothing else changed) is removed.
+    if _INTENT not in names:
+        return -1
+    f = fs.open(d + "/" + _INTENT, "rb")
     try:
-        m.write(ddq.encode_manifest(gen, next_seq, idx + 1, len(kept), off))
-        _sync_file(m)
+        b = _read_at(fs, f, 0, 48)
     finally:
-        m.close()
-    os.rename(tmp, dst + "/queue.manifest")
-    _sync_dir(dst)
+        fs.close(f)
+    t = b[12:-1]
+    ok = b[0:12] == b"ddq salvage " and b[-1:] == b"\n" and 0 < len(t) <= 20
+    for c in t:
+        ok = ok and 48 <= c <= 57
+    if ok and int(t) <= _MAX_GEN:
+        return int(t)
+    fs.remove(d + "/" + _INTENT)
+    fs.sync_dir(d)
+    return -1
+
+
+def _left(n: str) -> int:
+    # The length of a staged tail cut's suffix (R12, R22: .reserve, an older ddq's .cut), or 0.
+    return 8 if n[-8:] == ".reserve" else 4 if n[-4:] == ".cut" else 0
+
+
+def _selected(fs: "Any", d: str) -> int:
+    # The generation recovery would select from a valid manifest (or the tmp R14 adopts), or -1.
+    st, man, _ = _read_manifest(fs, d + "/queue.manifest")
+    if man is not None:
+        return man[0]
+    if st == "missing" and fs.kind(d + "/queue.format") == 1:
+        man = _read_manifest(fs, d + "/queue.manifest.tmp")[1]
+        if man is not None:
+            return man[0]
+    return -1
+
+
+def _aside(fs: "Any", d: str, name: str, pre: str) -> "Optional[str]":
+    # Rename d/name to d/<pre><name>; None when that name is taken (the file is then left to
+    # what replaces or deletes it: the publish, R16).
+    if fs.kind(d + "/" + pre + name) != 0:
+        return None
+    fs.rename(d + "/" + name, d + "/" + pre + name)
+    return pre + name
+
+
+def _text(rep: "dict[str, Any]") -> bytes:
+    js = ddq._import("json")
+    return (js.dumps(rep) if js is not None else repr(rep)).encode() + b"\n"
+
+
+def in_place(q: "Any", err: "Any") -> None:
+    """Queue(..., on_corrupt="salvage"): recovery raised err (Corrupt). Salvage the directory
+    in place [K9]-[K11], or into <dir>.salvaged when the disk bound leaves no room (then raise
+    Corrupt naming it), then recover it; stats() counts the salvage [K12]."""
+    try:
+        rep = _in_place(q, q._fs, q._dir, err)
+    except OSError as e:
+        raise ddq.IOFailure("salvage in place: %r" % (e,))
+    s, q._salv = q._salv, None  # this recovery raises whatever it finds
+    try:
+        q.recover()
+    finally:
+        q._salv = s
+    s[0] += 1
+    s[1] += rep["lost_count"]
+    q.salvage_report = rep
+
+
+def _in_place(q: "Any", fs: "Any", d: str, err: "Any") -> "dict[str, Any]":
+    sb, mp, mi, ms = q._seg_bytes, q._max_payload, q._max_items, q._max_segs
+    names = q._listdir()
+    tag = _intent(fs, d, names)
+    sel = _selected(fs, d)
+    if tag >= 0 and sel >= tag:  # published: the intent outlived its commit [K10]
+        fs.remove(d + "/" + _INTENT)
+        fs.sync_dir(d)
+        tag = -1
+    # Unpublished with a valid manifest (of a generation below tag): generations >= tag are
+    # an earlier attempt's staging, deleted below. Without a valid manifest that is not
+    # certain (the intent may have outlived a publish the manifest then lost): read them too.
+    sure = tag >= 0 and sel >= 0
+    entries: "dict[str, str]" = {}
+    stale: "list[str]" = []
+    top = -1
+    for n in names:
+        if n[0:len(_ASIDE)] == _ASIDE or n == _INTENT or n[0:len(_REPORT)] == _REPORT:
+            continue
+        pg = ddq.parse_segment_name(n[:-_left(n)] if _left(n) else n)
+        if pg is not None:
+            top = max(top, pg[0])
+            if sure and pg[0] >= tag:
+                stale.append(n)
+                continue
+        entries[n] = d + "/" + n
+    if tag >= 0:  # a rerun reads the sources where step 3 put them
+        pre = "%s%d-" % (_ASIDE, tag)
+        for n in names:
+            if n[0:len(pre)] == pre:
+                entries[n[len(pre):]] = d + "/" + n
+    rep, sc, kept, final = _plan(fs, entries, d, d, sb, mp, ms)
+    if rep["output"] is None:
+        raise err  # nothing usable: fail-stop, nothing changed
+    gen = max(rep["generation"], top + 1, tag)
+    if gen > _MAX_GEN:
+        raise err
+    nsegs, nbytes = _layout(kept, final, sb)
+    held = 0  # the bytes of the generations read (aside or not; an earlier attempt's not counted)
+    for i in range(len(sc.paths)):
+        pg = ddq.parse_segment_name(sc.names[i])
+        if pg is not None and (tag < 0 or pg[0] < tag):
+            held += fs.size(sc.paths[i])
+    if nsegs > ms or len(kept) > mi or held + nbytes > 2 * ms * sb:
+        # No room within the bound C9 [K11]: a new directory beside it, the queue fail-stopped.
+        dst = d + _ROOM
+        if fs.kind(dst) != 0:
+            raise ddq.Corrupt("%s; no room to salvage in place and %s exists" % (err, dst))
+        rep["output"] = dst
+        _write(sc, fs, dst, rep["generation"], rep["next_seq"], kept, final, sb, 4096)
+        raise ddq.Corrupt("%s; no room to salvage in place: salvaged into %s" % (err, dst))
+    rep["generation"] = gen
+    if tag < 0:  # 1.
+        tag = gen
+        _put(fs, d, _INTENT, ("ddq salvage %d\n" % tag).encode())
+    pre = "%s%d-" % (_ASIDE, tag)
+    aside = [n for n in names if n[0:len(pre)] == pre]
+    mk = fs.kind(d + "/queue.format")  # 2.
+    if mk != 1 or fs.size(d + "/queue.format") != 0:
+        if mk != 0:
+            a = _aside(fs, d, "queue.format", pre)
+            if a is not None:
+                aside.append(a)
+            else:
+                fs.remove(d + "/queue.format")
+        _put(fs, d, "queue.format", b"")
+    for n in stale:
+        fs.remove(d + "/" + n)
+    srcs = []  # 3.
+    for path in sc.paths:
+        n = path[len(d) + 1:]
+        if path == d + "/" + n and n[0:len(_ASIDE)] != _ASIDE and n not in srcs:
+            srcs.append(n)
+    for n in names:  # a staged tail cut not read: recovery would refuse it beside a moved segment
+        k = _left(n)
+        if k and n not in srcs and n not in stale and ddq.parse_segment_name(n[:-k]) is not None:
+            srcs.append(n)
+    if rep["manifest"] == "damaged" and entries.get("queue.manifest") == d + "/queue.manifest":
+        srcs.append("queue.manifest")
+    if fs.kind(d + "/queue.manifest.tmp") != 0:
+        srcs.append("queue.manifest.tmp")
+    for n in srcs:
+        a = _aside(fs, d, n, pre)
+        if a is not None:
+            aside.append(a)
+            for i in range(len(sc.paths)):  # _stage reads the records where they are now
+                if sc.paths[i] == d + "/" + n:
+                    sc.paths[i] = d + "/" + a
+        elif n == "queue.manifest.tmp":
+            fs.remove(d + "/" + n)  # C5: no tmp before the publish
+    fs.sync_dir(d)
+    segs, end = _stage(sc, d, gen, kept, final, sb, ms)  # 4.
+    fs.sync_dir(d)
+    rep["in_place"] = True
+    rep["aside"] = aside
+    _put(fs, d, "%s%d.json" % (_REPORT, tag), _text(rep))
+    _publish(fs, d, gen, rep["next_seq"], segs, len(kept), end)  # 5. the commit point
+    fs.remove(d + "/" + _INTENT)  # 6.
+    fs.sync_dir(d)
+    return rep

@@ -532,3 +532,34 @@ def test_large_payload_limits_use_wide_index_entries():
     assert q.read(s1) == big and q.reason(s1) == b"why" and q.read(s2) == b"small"
     assert [(i.seq, i.state, i.payload_len) for i in q.items()] == items
     q.close()
+
+
+def test_modules_beside_ddq_load_on_demand():
+    # EVIDENCE-OF: O21
+    import gc
+    import sys
+
+    lazy = ("ddq_compact", "ddq_extra")
+    was = [m for m in lazy if m in sys.modules]  # (an earlier test may have loaded them)
+    q, d = _q()
+    # A heap of at most 128 KiB drops the open-time code after the open; a bigger one keeps it.
+    small = hasattr(gc, "mem_free") and gc.mem_free() + gc.mem_alloc() < 135168
+    assert ("ddq_recover" in sys.modules) != small
+    s = q.enqueue(b"one")
+    c = q.claim(1000)
+    assert c is not None and c.seq == s and q.read(s) == b"one" and q.ack(s)
+    q.enqueue(b"two")
+    for m in lazy:
+        assert m in was or m not in sys.modules, m
+    # The first use of a moved method loads its module and works as if it had been there.
+    assert [(i.seq, i.state) for i in q.items()] == [(s, "acked"), (s + 1, "available")]
+    assert "ddq_extra" in sys.modules and isinstance(next(iter(q.items())), ddq.Item)
+    assert q.compact() and "ddq_compact" in sys.modules
+    assert [i.seq for i in q.items()] == [s + 1] and q.stats().generation == 1
+    q.close()
+    q, d = _q(d=d)
+    assert q.oldest_available() == s + 1 and q.read(s + 1) == b"two"
+    q.close()
+    m = ddq.encode_manifest(1, 2, 3, 4, 5)
+    assert len(m) == 48 and ddq.decode_manifest(m) == (1, 2, 3, 4, 5)
+    support.raises(AttributeError, getattr, ddq, "no_such_name")

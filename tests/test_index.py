@@ -293,29 +293,43 @@ def test_torn_tail_after_the_index_is_cut():
 
 
 
+def _saved_plan(d):
+    # (plan_segs, plan_off) of queue.index: the admission plan the writer had (X2)
+    f = struct.unpack(IX_FMT, support.read_file(d + "/queue.index")[0:96])
+    return f[17], f[18]
+
+
 def test_a_plan_computed_with_other_options_is_not_used():
     # EVIDENCE-OF: X2 X5 M8
     # The stored admission plan is an upper bound only under the writer's segment_bytes,
-    # max_segments and reason budget: a reader with other options recomputes it (A1).
+    # max_segments and reason budget: a reader with other options recomputes it (A1). Seen
+    # from outside: save_index() writes the plan the queue holds (no plan: 0xFFFFFFFF).
     clock = support.FakeClock(T0)
     d = support.tmpdir() + "/q"
     q = _open(d, clock, segment_bytes=1024, max_segments=12)
     for k in range(16):
         q.enqueue(b"p%d" % k)
-    plan = q._plan
     q.close()
+    plan = _saved_plan(d)
     flags = struct.unpack(IX_FMT, support.read_file(d + "/queue.index")[0:96])[20]
     assert flags & 0xFF == 0 and flags >> 8 != 0  # no manifest yet; a plan key
+    assert plan[0] != 0xFFFFFFFF  # the writer had a plan
     q = _open(d, clock, segment_bytes=1024, max_segments=12)
-    assert q.index_used and q._plan == plan
+    assert q.index_used
+    q.save_index()  # the adopted plan, written again unchanged
     q.close()
+    assert _saved_plan(d) == plan
     for opts in ({"segment_bytes": 2048, "max_segments": 12}, {"max_segments": 13},
                  {"max_payload_bytes": 200}):
         o = {"segment_bytes": 1024, "max_segments": 12}
         o.update(opts)
-        q = _open(d, clock, **o)
-        assert q.index_used and q._plan is None, opts
+        e = support.tmpdir() + "/q"
+        support.copytree(d, e)
+        q = _open(e, clock, **o)
+        assert q.index_used, opts
+        q.save_index()  # no plan adopted: none to write
         q.close()
+        assert _saved_plan(e)[0] == 0xFFFFFFFF, opts
 
 
 def test_outbox_saves_the_index_without_closing():

@@ -346,3 +346,296 @@ def test_salvage_log_out_of_order():
     for s, t in got.items():
         assert t[4] == _pay(s), s
         assert s in unsure or truth.get(s) == t, (s, t, truth.get(s))
+
+
+# ---- Queue(..., on_corrupt="salvage"): salvage in place at open (SPEC §15 K9-K12) ----------
+def _damaged(compact=False):
+    # A built queue with the payload of seq 10's DATA record flipped; (dir, truth, next_seq,
+    # expected items, lost seqs, reset seqs, the damaged image's files).
+    d = support.tmpdir() + "/q"
+    truth, nxt = _build(d, compact)
+    log = _log(d)
+    i = [k for k, r in enumerate(log) if r[2] == T_DATA and r[3] == 10][0]
+    _flip(d + "/" + log[i][0], log[i][1] + 43)
+    exp, lost, reset = _model(truth, log, [i]) if not compact else (None, None, None)
+    return d, truth, nxt, exp, lost, reset, _files(d)
+
+
+def _aside_ok(d, image):
+    # Every file of the damaged image that salvage moved is kept, byte for byte, under
+    # salvaged-<tag>-<name>; each segment of it is there or under its own name.
+    now = dict(_files(d))
+    for n, b in image:
+        if ddq.parse_segment_name(n) is None:
+            continue
+        kept = [m for m in now if m.startswith("salvaged-") and m.endswith("-" + n) and now[m] == b]
+        assert kept or now.get(n) == b, ("damage not kept aside", n, sorted(now))
+
+
+def test_salvage_on_open_in_place():
+    # EVIDENCE-OF: K9 K10 K12
+    d, truth, nxt, exp, lost, reset, image = _damaged()
+    # the default stays fail-stop, and changes nothing
+    e = support.raises(ddq.Corrupt, ddq.Queue, d, clock=support.FakeClock(T0), **OPTS)
+    assert "segment" in str(e)
+    assert _files(d) == image
+    q = ddq.Queue(d, clock=support.FakeClock(T0), on_corrupt="salvage", **OPTS)
+    try:
+        st = q.stats()
+        assert (st.salvaged, st.salvage_lost) == (1, len(lost)), st.as_dict()
+        assert q.salvage_report["reset"] == reset and q.salvage_report["in_place"]
+        assert st.as_dict()["salvaged"] == 1
+        assert not st.failed and st.next_seq >= nxt
+        assert _state(q) == exp, (_state(q), exp)
+        # it goes on delivering: a new item takes next_seq, a kept one is claimed and acked
+        assert q.enqueue(b"after") == st.next_seq
+        c = q.claim(1000)
+        assert c is not None and q.ack(c.seq)
+    finally:
+        q.close()
+    names = support.listdir_sorted(d)
+    assert "salvage.intent" not in names and "queue.manifest.tmp" not in names
+    reports = [n for n in names if n.startswith("salvage-report-")]
+    assert len(reports) == 1, names
+    text = support.read_file(d + "/" + reports[0])
+    assert b"salvaged_with_loss" in text and b"lost_seqs" in text
+    _aside_ok(d, image)
+    # a second open is clean, even in the default mode, and keeps what the first one left
+    q = ddq.Queue(d, clock=support.FakeClock(T0), **OPTS)
+    try:
+        st = q.stats()
+        assert (st.salvaged, st.salvage_lost) == (0, 0)
+        assert len(_state(q)) == len(exp)  # one acked, one enqueued
+    finally:
+        q.close()
+    _aside_ok(d, image)
+    assert [n for n in support.listdir_sorted(d) if n.startswith("salvage-report-")] == reports
+
+
+def test_salvage_on_open_compacted_and_clean():
+    # EVIDENCE-OF: K9 K12
+    # a compacted queue (generation 1, a manifest) with a damaged DATA record
+    d, truth, nxt, _, _, _, image = _damaged(compact=True)
+    q = ddq.Queue(d, clock=support.FakeClock(T0), on_corrupt="salvage", **OPTS)
+    try:
+        st = q.stats()
+        assert st.salvaged == 1 and st.generation >= 2 and st.next_seq >= nxt
+        got = _state(q)
+        for s, t in got.items():
+            assert t[4] == _pay(s)  # no wrong payload
+        for s in truth:
+            assert s == 10 or s in got, (s, got)  # every intact item kept
+    finally:
+        q.close()
+    _aside_ok(d, image)
+    # an undamaged queue opened with on_corrupt="salvage" is opened as it is
+    d = support.tmpdir() + "/q"
+    truth, nxt = _build(d)
+    image = _files(d)
+    q = ddq.Queue(d, clock=support.FakeClock(T0), on_corrupt="salvage", **OPTS)
+    try:
+        assert q.stats().salvaged == 0 and _state(q) == truth
+    finally:
+        q.close()
+    assert [n for n, _ in _files(d)] == [n for n, _ in image]
+    support.raises(ddq.InvalidArgument, ddq.Queue, d, on_corrupt="ignore", **OPTS)
+
+
+class _CutAt:
+    # The storage seam of a PosixStorage whose k-th state-changing call raises (a cut there:
+    # nothing after it happens), counted from arm().
+    def __init__(self, k):
+        self.fs = ddq.PosixStorage()
+        self.k = k
+        self.n = -1
+
+    def arm(self):
+        self.n = 0
+
+    def _step(self):
+        if self.n >= 0:
+            self.n += 1
+            if self.n == self.k:
+                raise OSError(5, "cut")
+
+    def open(self, p, m):
+        if m != "rb":
+            self._step()
+        return self.fs.open(p, m)
+
+    def write(self, h, b):
+        self._step()
+        self.fs.write(h, b)
+
+    def sync(self, h):
+        self._step()
+        self.fs.sync(h)
+
+    def rename(self, a, b):
+        self._step()
+        self.fs.rename(a, b)
+
+    def remove(self, p):
+        self._step()
+        self.fs.remove(p)
+
+    def sync_dir(self, p):
+        self._step()
+        self.fs.sync_dir(p)
+
+    def read_into(self, h, o, b):
+        return self.fs.read_into(h, o, b)
+
+    def close(self, h):
+        self.fs.close(h)
+
+    def size(self, p):
+        return self.fs.size(p)
+
+    def kind(self, p):
+        return self.fs.kind(p)
+
+    def listdir(self, p):
+        return self.fs.listdir(p)
+
+    def mkdir(self, p):
+        self.fs.mkdir(p)
+
+    def lock(self, p):
+        return self.fs.lock(p)
+
+    def unlock(self, t):
+        self.fs.unlock(t)
+
+
+def test_salvage_on_open_cut_at_every_step():
+    # EVIDENCE-OF: K10
+    # A salvage interrupted after its k-th write, sync, rename or remove; the next open with
+    # on_corrupt="salvage" ends with every item the uncut salvage kept, same payloads, and no
+    # seq reused; the damage stays kept aside. Generation 0 without a manifest here (a rerun
+    # reads an earlier attempt's staging too); below, a compacted queue (a valid manifest: the
+    # staging is deleted).
+    d, truth, nxt, exp, lost, reset, image = _damaged()
+    _cut_every_step(image, exp, nxt)
+
+
+def test_salvage_on_open_cut_at_every_step_compacted():
+    # EVIDENCE-OF: K10
+    d, truth, nxt, _, _, _, image = _damaged(compact=True)
+    q = ddq.Queue(d, clock=support.FakeClock(T0), on_corrupt="salvage", **OPTS)
+    try:
+        exp = _state(q)  # the uncut salvage's result is the reference
+        nxt = q.stats().next_seq
+    finally:
+        q.close()
+    support.rmtree(d)
+    _cut_every_step(image, exp, nxt)
+
+
+def _cut_every_step(image, exp, nxt):
+    steps = 0
+    for k in range(1, 200):  # bounded: the salvage takes far fewer steps
+        d = support.tmpdir()
+        for n, b in image:
+            support.write_file(d + "/" + n, b)
+        cut = _CutAt(k)
+        cut.arm()
+        try:
+            q = ddq.Queue(d, clock=support.FakeClock(T0), storage=cut, on_corrupt="salvage", **OPTS)
+            q.close()
+            steps = k - 1
+            support.rmtree(d)
+            break  # the salvage completed before the k-th step
+        except (ddq.IOFailure, OSError):
+            pass
+        q = ddq.Queue(d, clock=support.FakeClock(T0), on_corrupt="salvage", **OPTS)
+        try:
+            got = _state(q)
+            assert sorted(got) == sorted(exp), (k, sorted(got), sorted(exp))
+            for s, t in got.items():
+                assert t[4] == exp[s][4], (k, s)
+                rep = getattr(q, "salvage_report", None)  # set when this open salvaged
+                assert t == exp[s] or (rep is not None and s in rep["reset"]), (k, s, t, exp[s])
+            assert q.stats().next_seq >= nxt
+            assert q.enqueue(b"after") >= nxt
+        finally:
+            q.close()
+        _aside_ok(d, image)
+        support.rmtree(d)  # a RAM disk holds a few of these only
+    assert steps > 10, steps
+
+
+
+def test_salvage_on_open_without_room_goes_beside():
+    # EVIDENCE-OF: K11
+    # 16 items survive but the queue is opened with max_items 12: no room in place, so the
+    # salvage goes into <path>.salvaged, the directory is left as it was and Corrupt names it.
+    d, truth, nxt, exp, lost, reset, image = _damaged()
+    small = dict(OPTS, max_items=12)
+    e = support.raises(ddq.Corrupt, ddq.Queue, d, clock=support.FakeClock(T0), on_corrupt="salvage", **small)
+    assert d + ".salvaged" in str(e), str(e)
+    assert _files(d) == image
+    q = ddq.Queue(d + ".salvaged", clock=support.FakeClock(T0), **OPTS)
+    try:
+        assert _state(q) == exp and q.stats().next_seq >= nxt
+    finally:
+        q.close()
+    # a second try does not overwrite it
+    e = support.raises(ddq.Corrupt, ddq.Queue, d, clock=support.FakeClock(T0), on_corrupt="salvage", **small)
+    assert "exists" in str(e), str(e)
+    assert _files(d) == image
+
+
+def test_salvage_on_open_outbox():
+    # EVIDENCE-OF: K9 K12
+    # The message layer passes on_corrupt through; its stats() reports the salvage, and the
+    # intact messages are delivered.
+    import ddq_outbox
+    d = support.tmpdir() + "/ob"
+    ob = ddq_outbox.Outbox(d, clock=support.FakeClock(T0), seed=7, **OPTS)
+    for i in range(12):
+        ob.put("t/%d" % i, b"m%02d" % i)
+    ob.close()
+    log = _log(d)
+    i = [k for k, r in enumerate(log) if r[2] == T_DATA and r[3] == 6][0]
+    _flip(d + "/" + log[i][0], log[i][1] + 60)  # inside the envelope: the CRC fails
+    support.raises(ddq.Corrupt, ddq_outbox.Outbox, d, clock=support.FakeClock(T0), **OPTS)
+    ob = ddq_outbox.Outbox(d, clock=support.FakeClock(T0), seed=7, on_corrupt="salvage", **OPTS)
+    try:
+        st = ob.stats()
+        assert st["salvaged"] == 1 and st["salvage_lost"] == 1, st
+        got = []
+        for _ in range(20):  # bounded
+            m = ob.get()
+            if m is None:
+                break
+            got.append(m.topic)
+            ob.ack(m)
+        assert got == ["t/%d" % k for k in range(12) if k != 5], got
+    finally:
+        ob.close()
+
+
+def test_salvage_on_recover():
+    # EVIDENCE-OF: K9
+    # recover() on an open queue salvages too (damage found after the open), and the queue
+    # goes on delivering; with the default it raises Corrupt and stays fail-stopped.
+    for mode in ("raise", "salvage"):
+        d = support.tmpdir() + "/q"
+        truth, nxt = _build(d)
+        log = _log(d)
+        q = ddq.Queue(d, clock=support.FakeClock(T0), on_corrupt=mode, **OPTS)
+        try:
+            i = [k for k, r in enumerate(log) if r[2] == T_DATA and r[3] == 10][0]
+            assert log[i][0] != log[-1][0]  # not the segment open for appending
+            _flip(d + "/" + log[i][0], log[i][1] + 43)
+            if mode == "raise":
+                support.raises(ddq.Corrupt, q.recover)
+                assert q.stats().failed and q.stats().salvaged == 0
+                continue
+            q.recover()
+            st = q.stats()
+            assert st.salvaged == 1 and st.salvage_lost == 1 and not st.failed
+            assert 10 not in _state(q) and q.enqueue(b"after") >= nxt
+        finally:
+            q.close()

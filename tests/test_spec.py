@@ -146,7 +146,7 @@ def test_error_codes():
         assert issubclass(cls, ddq.Error) and cls.code == code, cls
 
 
-def test_reserve_and_unknown_files_are_left_alone():
+def test_reserve_files_are_checked_and_unknown_files_left_alone():
     # EVIDENCE-OF: N5 N6
     d = support.tmpdir() + "/q"
     q = _q(d)
@@ -159,7 +159,18 @@ def test_reserve_and_unknown_files_are_left_alone():
     assert q.read(1) == b"a"
     q.close()
     names = support.listdir_sorted(d)
-    assert ddq.segment_name(0, 1) + ".reserve" in names and "notes.txt" in names
+    # an empty spare holds nothing: removed, as libddq's recovery removes it; others stay
+    assert ddq.segment_name(0, 1) + ".reserve" not in names and "notes.txt" in names
+    # a non-empty one holding a record its segment does not: Corrupt, and nothing is removed
+    other = support.tmpdir() + "/other"
+    q = _q(other)
+    q.enqueue(b"z")
+    q.close()
+    rec = support.read_file(other + "/" + ddq.segment_name(0, 0))
+    spare = d + "/" + ddq.segment_name(0, 0) + ".reserve"
+    support.write_file(spare, rec)
+    support.raises(ddq.Corrupt, _q, d)
+    assert support.read_file(spare) == rec and "notes.txt" in support.listdir_sorted(d)
 
 
 def test_claim_seq_takes_an_available_item_due_or_not():
@@ -234,3 +245,31 @@ def test_an_existing_next_segment_is_not_overwritten():
     assert e is not None and q.stats().failed
     assert support.read_file(planted) == b"not ours"
     q.close()
+
+
+def test_lock_socket_is_named_by_device_and_inode():
+    # EVIDENCE-OF: L2
+    try:
+        import fcntl  # noqa: F401
+        raise support.Skip("flock on queue.lock is the lock here (L1)")
+    except ImportError:
+        pass
+    import os
+    import socket
+    import struct
+    if not hasattr(socket, "AF_UNIX"):
+        raise support.Skip("no AF_UNIX sockets")
+    d = support.tmpdir() + "/q"
+    q = _q(d)
+    st = os.stat(d)
+    if not st[1]:
+        q.close()
+        raise support.Skip("inode 0 (LittleFS/FAT in this process): L3 is the lock")
+    addr = struct.pack("<H", socket.AF_UNIX) + b"\0ddq-%d-%d" % (st[2], st[1])
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        support.raises(OSError, s.bind, addr)  # the queue holds the name
+        q.close()
+        s.bind(addr)  # released with the queue
+    finally:
+        s.close()

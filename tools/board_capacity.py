@@ -12,9 +12,11 @@ Per profile (boards/<BOARD>.json; keys fs_bytes, heap_bytes, app_heap_bytes besi
 options), with the message the example app enqueues (its `encode()` payload; wrapped in the
 ddq_outbox envelope when the app imports ddq_outbox):
 
-1. flash: max_segments = (fs_bytes // 2) // segment_bytes: a compaction stages the next
-   generation beside the current one, so the queue's files may take twice max_segments
-   segments; the other half of the filesystem is left to LittleFS/FAT and the application.
+1. flash: the code first: what `ddq flash --app` installs (the app's port modules as .mpy,
+   the app as main.py), each file rounded up to the filesystem's block (FAT 512 B, LittleFS
+   4 KiB). Then max_segments = ((fs_bytes - code) // 2) // segment_bytes: a compaction stages
+   the next generation beside the current one, so the queue's files may take twice
+   max_segments segments; the rest is left to LittleFS/FAT's own metadata.
 2. admitted: on CPython, enqueue that message with max_items = 1,000,000 until Full: what the
    options and DDQ's admission reserve (SPEC §10 A4/A5) let in.
 3. heap: on the MicroPython unix port with `-X heapsize=heap_bytes`, ddq (and whatever else the
@@ -113,8 +115,11 @@ print("RESULT " + json.dumps({"n": n, "ok": ok, "end": end, "import": m1 - m0,
 
 
 def app_imports(prof):
+    """The port modules the app loads: what flash installs with it (imports followed)."""
     app = boards.app_path(prof)
-    return sorted(transfer.port_imports(app)) if app and os.path.isfile(app) else ["ddq"]
+    if not (app and os.path.isfile(app)):
+        return ["ddq"]
+    return sorted(os.path.basename(m)[:-3] for m in transfer.modules_to_install(prof, app))
 
 
 def message(prof):
@@ -130,7 +135,7 @@ def message(prof):
 def build_mpy(prof, tmp):
     d = os.path.join(tmp, "mpy")
     os.makedirs(d, exist_ok=True)
-    for m in app_imports(prof) + ["ddq"]:
+    for m in app_imports(prof) + list(transfer.CORE_MODULES):  # what `ddq flash` installs
         src = os.path.join(PORT, m + ".py")
         dst = os.path.join(d, m + ".mpy")
         if not os.path.exists(dst):
@@ -184,17 +189,33 @@ def fill_mp(prof, opts, payload, tmp, limit, app_heap, one_more=False):
             "import": None, "free": None, "used": None}
 
 
+FS_BLOCK = {"fat": 512, "littlefs2": 4096}  # allocation unit a small file takes on flash
+
+
+def code_bytes(prof, tmp):
+    """Flash the installed code takes: the app's port modules as .mpy and the app itself."""
+    blk = FS_BLOCK.get(prof["filesystem"], 4096)
+    d = build_mpy(prof, tmp)
+    files = [os.path.join(d, m + ".mpy") for m in app_imports(prof)]
+    app = boards.app_path(prof)
+    if app and os.path.isfile(app):
+        files.append(app)
+    return sum(-(-os.path.getsize(f) // blk) * blk for f in files)
+
+
 def derive(prof, tmp):
     """Derived options and the evidence, for one profile (nothing written)."""
     payload = message(prof)
     seg = prof["segment_bytes"]
-    max_segments = min(4096, (prof["fs_bytes"] // 2) // seg)
+    code = code_bytes(prof, tmp)
+    max_segments = min(4096, ((prof["fs_bytes"] - code) // 2) // seg)
     opts = dict(boards.queue_options(prof), max_segments=max_segments, max_items=BIG)
     admitted, end, stored = fill_cpython(opts, payload, os.path.join(tmp, "cpq"))
     heap = fill_mp(prof, opts, payload, tmp, admitted, int(prof["app_heap_bytes"] * WORD_SCALE))
     fit = heap["ok"] if heap["end"] != "limit" else admitted
     max_items = max(1, min(admitted, fit) // 8 * 8)
     return {"max_segments": max_segments, "max_items": max_items, "admitted": admitted,
+            "code_bytes": code,
             "admitted_end": end, "admitted_stored": stored, "heap_fit": fit,
             "heap_end": heap["end"], "payload_bytes": len(payload),
             "bound": "heap" if fit < admitted else "flash (admission)"}
@@ -246,20 +267,22 @@ def render(rows):
            "It is the smaller of what the options admit (DDQ's admission reserve, SPEC §10: "
            "each pending item reserves room for its worst-case control records, 168 B + "
            "max_payload_bytes) and what fits in the heap while the application keeps "
-           "`app_heap_bytes`. `max_segments` is half the filesystem (a compaction stages the "
-           "next generation beside the current one)." % (len(READING), WORD_SCALE), "",
+           "`app_heap_bytes`. `max_segments` is half of the filesystem left after the code "
+           "`ddq flash --app` installs (each file rounded up to a FAT 512 B or LittleFS 4 KiB "
+           "block; a compaction stages the next generation beside the current one)." % (len(READING), WORD_SCALE), "",
            "The unix port is 64-bit: objects and bytecode are larger than on a 32-bit board "
            "(issue 14: `import ddq` took 49 KB on a 32-bit Cortex-M3 where the unix port measured 64.6 KB), so the heap columns "
            "are pessimistic; the queue directory is on VfsPosix, so LittleFS/FAT buffers are "
            "not counted.", "",
-           "| board | filesystem | fs bytes | heap | app keeps | options (segment × max_segments, "
+           "| board | filesystem | fs bytes | code on flash | heap | app keeps | options (segment × max_segments, "
            "max_payload) | message B | items (max_items) | bound by | queue bytes on flash "
            "when full | import heap | heap used, queue full | heap left for the app |",
-           "|" + "---|" * 13]
+           "|" + "---|" * 14]
     for prof, d, c in rows:
-        out.append("| %s | %s | %s | %s | %s | %d × %d, %d | %d | **%s** | %s | %s | %s | %s | "
-                   "%s |" % (
+        out.append("| %s | %s | %s | %s | %s | %s | %d × %d, %d | %d | **%s** | %s | %s | %s | "
+                   "%s | %s |" % (
                        prof["board"], prof["filesystem"], kb(prof["fs_bytes"]),
+                       kb(d["code_bytes"]),
                        kb(prof["heap_bytes"]), kb(prof["app_heap_bytes"]),
                        prof["segment_bytes"], prof["max_segments"], prof["max_payload_bytes"],
                        c["payload_bytes"], "{:,}".format(prof["max_items"]),

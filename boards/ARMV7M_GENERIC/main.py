@@ -1,15 +1,20 @@
 # Example outbox app for ARMV7M_GENERIC (a generic Cortex-M3/M4 board (armv7m bytecode loads on both): 140 KiB heap (the qemu port's MPS2_AN385 default), 256 KiB LittleFS, no network)
 #
-# Enqueue a sensor reading every period, then deliver what is due: claim -> send -> ack. A reading
-# is durable once enqueue() returns, so a power cut between readings loses nothing that was queued;
-# a reading whose send failed is retried with a growing delay; one the far end rejects for good is
-# quarantined with the reason (inspect it on a host: `ddq pull :outbox out && ddq inspect out`).
+# This board's settings and sensor; the app itself is ddq_app (port/ddq_app.py, the same as the
+# boards with a network): read the sensor every PERIOD_MS and put each reading into a durable
+# Outbox with this board's queue options. A reading is on flash once put() returned. Without a
+# network the readings wait there: `ddq pull :outbox out && ddq replay out --to mqtt://...`
+# delivers them (the message layer's loop, on the host). A board with a transport: pass run()
+# a send function (sender=; it returns True once the far end confirmed) and the app delivers
+# through the message layer's loop (Outbox.pump), retrying with a growing, jittered delay and
+# keeping a reading that fails MAX_ATTEMPTS times as a dead letter (`ddq inspect` shows it).
 #
-# Start from here: replace send() with your transport (for example an MQTT QoS 1 publish that
-# returns True only after the PUBACK), and read_sensor() with your sensor.
+# On the board: ddq, ddq_outbox, ddq_mqtt, ddq_app (`ddq flash --example-app` installs them and
+# this file as main.py). Set TOPIC and read_sensor() for yours.
 import time
 
-import ddq
+import ddq_app
+import ddq_outbox  # noqa: F401  (main.ddq_outbox.Outbox: the app's Outbox class, for the REPL)
 
 QUEUE_DIR = "outbox"
 # Queue options of boards/ARMV7M_GENERIC.json. Keep them fixed for the life of the directory: DDQ does not
@@ -17,12 +22,16 @@ QUEUE_DIR = "outbox"
 OPTIONS = {
     "segment_bytes": 4096,
     "max_payload_bytes": 256,
-    "max_items": 240,
+    "max_items": 224,
     "max_segments": 32,
 }
 LEASE_MS = 30000  # how long a claimed reading stays ours before another claim may take it
-MAX_ATTEMPTS = 8  # then quarantine: the reading is kept as evidence, delivery moves on
-RETRY_BASE_MS = 1000  # first retry delay; doubles per attempt, capped at 5 minutes
+RETRY_BASE_MS = 1000  # retry delays: full jitter up to base * 2**attempts, capped at RETRY_MAX_MS
+RETRY_MAX_MS = 300000
+MAX_ATTEMPTS = 8  # then a dead letter: the reading is kept as evidence, delivery moves on
+PERIOD_MS = 10000  # one reading every PERIOD_MS
+BUDGET = 16  # messages one pump may send before the loop reads the sensor again
+TOPIC = "ddq/armv7m/temp"
 
 
 def read_sensor():
@@ -30,67 +39,7 @@ def read_sensor():
     return b"%d.%d" % (20 + (time.ticks_ms() // 60000) % 3, (time.ticks_ms() // 1000) % 10)
 
 
-def send(payload):
-    """Deliver one payload; return True once the far end confirmed it, False to retry later.
-
-    Raise ValueError for a payload the far end will never accept: it is quarantined.
-    """
-    print("send", payload)
-    return True
-
-
-def encode(reading, seq_hint):
-    # Small, self-describing, no allocation-heavy json on tiny boards: "n=<count> t=<ms> v=<value>".
-    return b"n=%d t=%d v=%s" % (seq_hint, time.ticks_ms(), reading)
-
-
-def deliver(q, budget=16, sender=None):
-    """Claim and send up to budget due readings; return (acked, retried, quarantined)."""
-    sender = sender or send
-    acked = retried = quarantined = 0
-    for _ in range(budget):  # bounded: never loop on the queue forever
-        c = q.claim(LEASE_MS)
-        if c is None:
-            break
-        payload = q.read(c.seq)
-        try:
-            ok = sender(payload)
-        except ValueError as e:
-            q.quarantine(c.seq, str(e).encode()[:200])
-            quarantined += 1
-            continue
-        except Exception:  # transport trouble: try again later
-            ok = False
-        if ok:
-            q.ack(c.seq)
-            acked += 1
-        elif c.attempts + 1 >= MAX_ATTEMPTS:
-            q.quarantine(c.seq, b"gave up after %d attempts" % (c.attempts + 1))
-            quarantined += 1
-        else:
-            q.retry(c.seq, min(300000, RETRY_BASE_MS << c.attempts))  # 1 s, 2 s, 4 s, ...
-            retried += 1
-    return acked, retried, quarantined
-
-
-def run(rounds=None, period_ms=10000, sender=None, queue_dir=QUEUE_DIR, budget=16):
-    """Enqueue a reading and deliver up to budget due ones, every period_ms; rounds=None: forever."""
-    q = ddq.Queue(queue_dir, **OPTIONS)
-    n = 0
-    try:
-        while rounds is None or n < rounds:
-            n += 1
-            try:
-                q.enqueue(encode(read_sensor(), n))
-            except ddq.Full:
-                print("outbox full: reading dropped")  # nothing acked could be reclaimed
-            deliver(q, budget, sender)
-            if period_ms:
-                time.sleep_ms(period_ms)
-        return q.stats()
-    finally:
-        q.close()
-
+ddq_app.bind(globals())  # run(), run_async() and Wifi over these settings (port/ddq_app.py)
 
 if __name__ == "__main__":
-    run()
+    run()  # noqa: F821 (bound above)

@@ -1,15 +1,21 @@
 # Example outbox app for PYBV11 (MicroPython's reference board, pyboard v1.1 (STM32F405, Cortex-M4F): 1 MB flash with a FAT filesystem of about 96 KB on internal flash, about 100 KB heap, no network)
 #
-# Enqueue a sensor reading every period, then deliver what is due: claim -> send -> ack. A reading
-# is durable once enqueue() returns, so a power cut between readings loses nothing that was queued;
-# a reading whose send failed is retried with a growing delay; one the far end rejects for good is
-# quarantined with the reason (inspect it on a host: `ddq pull :outbox out && ddq inspect out`).
+# Read the sensor every PERIOD_MS, put each reading into a durable Outbox with this board's queue
+# options, and deliver what is due through the message layer's own loop (Outbox.pump): a reading
+# is acked only once send() confirmed it, retried with a growing, jittered delay when it did not,
+# and kept as a dead letter after MAX_ATTEMPTS (or at once when send() raises
+# ddq_outbox.Rejected): `ddq pull :outbox out && ddq inspect out` shows it. A reading is on flash
+# once put() returned. Without a transport the readings wait there:
+# `ddq pull :outbox out && ddq replay out --to mqtt://...` delivers them from a host.
 #
-# Start from here: replace send() with your transport (for example an MQTT QoS 1 publish that
-# returns True only after the PUBACK), and read_sensor() with your sensor.
+# The board's 96 KB FAT holds the code too, so this app loads only ddq and ddq_outbox (not
+# ddq_app and ddq_mqtt, the shared app of the boards with a network): `ddq flash --example-app`
+# installs them and this file as main.py. Replace send() with your transport and read_sensor()
+# with your sensor.
 import time
 
 import ddq
+import ddq_outbox
 
 QUEUE_DIR = "outbox"
 # Queue options of boards/PYBV11.json. Keep them fixed for the life of the directory: DDQ does not
@@ -17,12 +23,16 @@ QUEUE_DIR = "outbox"
 OPTIONS = {
     "segment_bytes": 4096,
     "max_payload_bytes": 256,
-    "max_items": 88,
-    "max_segments": 12,
+    "max_items": 40,
+    "max_segments": 6,
 }
 LEASE_MS = 30000  # how long a claimed reading stays ours before another claim may take it
-MAX_ATTEMPTS = 8  # then quarantine: the reading is kept as evidence, delivery moves on
-RETRY_BASE_MS = 1000  # first retry delay; doubles per attempt, capped at 5 minutes
+RETRY_BASE_MS = 1000  # retry delays: full jitter up to base * 2**attempts, capped at RETRY_MAX_MS
+RETRY_MAX_MS = 300000
+MAX_ATTEMPTS = 8  # then a dead letter: the reading is kept as evidence, delivery moves on
+PERIOD_MS = 10000  # one reading every PERIOD_MS
+BUDGET = 16  # messages one pump may send before the loop reads the sensor again
+TOPIC = "sensors/pybv11/t"
 
 
 def read_sensor():
@@ -33,66 +43,38 @@ def read_sensor():
     return b"%d.%d" % (int(t), int(abs(t) * 10) % 10)
 
 
-def send(payload):
-    """Deliver one payload; return True once the far end confirmed it, False to retry later.
+def send(msg):
+    """Deliver one message (msg.topic, msg.payload); True once the far end confirmed it.
 
-    Raise ValueError for a payload the far end will never accept: it is quarantined.
+    Anything else (or an exception) means "not now": retried later. Raise ddq_outbox.Rejected
+    for a message the far end will never accept: it becomes a dead letter.
     """
-    print("send", payload)
+    print("send", msg.topic, msg.payload)
     return True
 
 
-def encode(reading, seq_hint):
-    # Small, self-describing, no allocation-heavy json on tiny boards: "n=<count> t=<ms> v=<value>".
-    return b"n=%d t=%d v=%s" % (seq_hint, time.ticks_ms(), reading)
+def open_outbox(queue_dir=QUEUE_DIR):
+    return ddq_outbox.Outbox(queue_dir, lease_ms=LEASE_MS, min_retry_ms=RETRY_BASE_MS,
+                             max_retry_ms=RETRY_MAX_MS, max_attempts=MAX_ATTEMPTS, **OPTIONS)
 
 
-def deliver(q, budget=16, sender=None):
-    """Claim and send up to budget due readings; return (acked, retried, quarantined)."""
-    sender = sender or send
-    acked = retried = quarantined = 0
-    for _ in range(budget):  # bounded: never loop on the queue forever
-        c = q.claim(LEASE_MS)
-        if c is None:
-            break
-        payload = q.read(c.seq)
-        try:
-            ok = sender(payload)
-        except ValueError as e:
-            q.quarantine(c.seq, str(e).encode()[:200])
-            quarantined += 1
-            continue
-        except Exception:  # transport trouble: try again later
-            ok = False
-        if ok:
-            q.ack(c.seq)
-            acked += 1
-        elif c.attempts + 1 >= MAX_ATTEMPTS:
-            q.quarantine(c.seq, b"gave up after %d attempts" % (c.attempts + 1))
-            quarantined += 1
-        else:
-            q.retry(c.seq, min(300000, RETRY_BASE_MS << c.attempts))  # 1 s, 2 s, 4 s, ...
-            retried += 1
-    return acked, retried, quarantined
-
-
-def run(rounds=None, period_ms=10000, sender=None, queue_dir=QUEUE_DIR, budget=16):
-    """Enqueue a reading and deliver up to budget due ones, every period_ms; rounds=None: forever."""
-    q = ddq.Queue(queue_dir, **OPTIONS)
+def run(rounds=None, period_ms=PERIOD_MS, sender=None, queue_dir=QUEUE_DIR, budget=BUDGET):
+    """Put a reading and deliver up to budget due ones, every period_ms; rounds=None: forever."""
+    ob = open_outbox(queue_dir)
     n = 0
     try:
-        while rounds is None or n < rounds:
+        while rounds is None or n < rounds:  # bounded when rounds is given
             n += 1
             try:
-                q.enqueue(encode(read_sensor(), n))
+                ob.put(TOPIC, b"n=%d t=%d v=%s" % (n, time.ticks_ms(), read_sensor()))
             except ddq.Full:
                 print("outbox full: reading dropped")  # nothing acked could be reclaimed
-            deliver(q, budget, sender)
+            ob.pump(sender or send, budget)
             if period_ms:
                 time.sleep_ms(period_ms)
-        return q.stats()
+        return ob.stats()
     finally:
-        q.close()
+        ob.close()
 
 
 if __name__ == "__main__":

@@ -397,12 +397,10 @@ def auth_status(payload: bytes, hmac_key: bytes | None) -> str:
 
 
 def _expiry(env: Any, now_ms: int) -> tuple[int | None, bool]:
-    """(age_ms or None, expired?) by the Outbox's own rule (ddq_outbox.Message.expired, SPEC
-    E7); an envelope without an enqueue time has no age here and never expires."""
-    if not getattr(env, "enqueued_ms", 0):
-        return None, False
+    """(age_ms or None, expired?) by the Outbox's one TTL rule, ddq_outbox.Message.expired
+    (OUTBOX E7, E27: no enqueue time, never expired); without an enqueue time no age is shown."""
     expired = env.expired(now_ms)
-    return env.age_ms, expired
+    return (env.age_ms if env.enqueued_ms else None), expired
 
 
 def decode_envelope(
@@ -437,25 +435,6 @@ def decode_envelope(
             if getattr(env, "enqueued_ms", 0) < CLOCK_2001_MS <= now_ms:
                 out["clock_before_2001"] = True
     return out
-
-
-def envelope_parts(
-    ddq: ModuleType, payload: bytes, now_ms: int, hmac_key: bytes | None = None
-) -> tuple[str, bytes, bool, bool] | None:
-    # Unauthenticated input: replay checks auth_status first when it has a key.
-    """(topic, inner payload, retain, expired) for replay, or None when not an envelope.
-    An encrypted payload is decrypted with hmac_key; without it EncryptedError (replay never
-    publishes a ciphertext)."""
-    if is_encrypted(payload):
-        check_decryptable(1, hmac_key)
-    env = _decode(ddq, payload, hmac_key)
-    topic = getattr(env, "topic", None) if env is not None else None
-    body = getattr(env, "payload", None) if env is not None else None
-    if not topic or body is None:
-        return None
-    if isinstance(topic, (bytes, bytearray)):
-        topic = bytes(topic).decode("utf-8", "replace")
-    return str(topic), bytes(body), bool(getattr(env, "retain", False)), _expiry(env, now_ms)[1]
 
 
 def _snapshot(path: str) -> dict[str, int]:

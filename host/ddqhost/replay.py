@@ -1,7 +1,9 @@
 """ddq replay: deliver the pending messages of a (pulled) queue directory to an MQTT broker, QoS 1.
 
-Each message is claimed in DIR (ddq.Queue), published with QoS 1, and acked in DIR when its PUBACK
-arrives, so an interrupted replay resumes without re-sending what was acked. The time between a
+Delivery is the message layer's loop (ddq_outbox.Outbox.pump over DIR's ddq.Queue, with its replay
+options, OUTBOX E26) and a windowed paho sender; --dry-run runs the same on a copy of DIR through
+a client that confirms everything. Each message is claimed in DIR, published with QoS 1, and acked
+in DIR when its PUBACK arrives, so an interrupted replay resumes without re-sending what was acked. The time between a
 PUBACK and the durable ACK record is the only place a hard kill can cause duplicates (at most the
 window's; QoS 1 is at-least-once); Ctrl-C finishes the messages in flight first.
 
@@ -44,9 +46,12 @@ after a retry, or under a live lease), remaining (deliverable but not attempted:
 the stop after a failure), raw (of sent, published to PREFIX/raw).
 """
 
+import errno
 import os
+import shutil
 import signal
 import ssl
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -209,44 +214,33 @@ def unpublishable(topic: str) -> str:
     return str(ddq_outbox.publishable(topic.encode("utf-8", "surrogatepass"), 65535))
 
 
-class Route:
-    """Where and how one stored payload is published."""
-
-    __slots__ = ("topic", "body", "retain", "raw", "expired", "problem")
-
-    def __init__(
-        self, topic: str, body: bytes, retain: bool, raw: bool, expired: bool, problem: str = ""
-    ) -> None:
-        self.topic, self.body, self.retain, self.raw, self.expired = (
-            topic,
-            body,
-            retain,
-            raw,
-            expired,
-        )
-        # "" or the quarantine reason: "unauthenticated: ..." or "unpublishable: ..."
-        self.problem = problem
+def _retired(expired: list[int], unpublishable: list[int], unauth: list[int]) -> dict[str, Any]:
+    """The summary's counts and seqs of what was dead-lettered instead of sent."""
+    return {
+        "expired": len(expired),
+        "expired_seqs": expired,
+        "unpublishable": len(unpublishable),
+        "unpublishable_seqs": unpublishable,
+        "unauthenticated": len(unauth),
+        "unauthenticated_seqs": unauth,
+    }
 
 
-def route(
-    ddq: ModuleType, prefix: str, payload: bytes, now_ms: int, hmac_key: bytes | None = None
-) -> Route:
-    """The route of a stored payload: an envelope to PREFIX/<topic>, anything else to PREFIX/raw.
-    With hmac_key, a payload without a valid tag gets problem "unauthenticated: ..." (checked
-    first: nothing else in it is trusted); a topic MQTT cannot publish gets "unpublishable: ..."."""
-    if hmac_key is not None:
-        auth = qdir.auth_status(payload, hmac_key)
-        if auth != "ok":
-            return Route(topic_for(prefix, "raw"), b"", False, False, False, auth)
-    env = qdir.envelope_parts(ddq, payload, now_ms, hmac_key)
-    if env is None:
-        return Route(topic_for(prefix, "raw"), bytes(payload), False, True, False)
-    topic, body, retain, expired = env
-    r = Route(topic_for(prefix, topic), body, retain, False, expired)
-    why = unpublishable(r.topic)
-    if why:
-        r.problem = "unpublishable: " + why
-    return r
+class _Confirmed:
+    """paho's MQTTMessageInfo for the dry run: published at once."""
+
+    def wait_for_publish(self, timeout: float) -> None:
+        pass
+
+    def is_published(self) -> bool:
+        return True
+
+
+class _DryClient:
+    """The dry run's client: every publish is confirmed at once, nothing is sent."""
+
+    def publish(self, topic: str, body: bytes, qos: int, retain: bool) -> _Confirmed:
+        return _Confirmed()
 
 
 def plan(
@@ -257,61 +251,36 @@ def plan(
     send_expired: bool = False,
     hmac_key: bytes | None = None,
 ) -> dict[str, Any]:
-    """Dry run on a copy: what would be sent where, what would be skipped. DIR is not written."""
+    """Dry run: the delivery itself (_deliver, the message layer's loop) on a copy of DIR, at
+    now_ms, through a client that confirms every publish and sends nothing. DIR is not
+    written."""
     ddq = qdir.load_ddq()
     check_prefix(prefix)
-    info = qdir.inspect(path, options, payloads=True, now_ms=now_ms)
-    now = info["now_ms"]
-    qdir.check_decryptable(
-        sum(
-            1
-            for it in info["items"]
-            if it["state"] in ("available", "claimed")
-            and qdir.is_encrypted(bytes.fromhex(it["payload_hex"]))
-        ),
-        hmac_key,
-        "pending message",
-    )
-    would, skipped = [], []
-    bad: dict[str, list[int]] = {"unpublishable": [], "unauthenticated": []}
-    for it in info["items"]:
-        if it["state"] not in ("available", "claimed"):
-            continue
-        due = (it["state"] == "available" and it["not_before_ms"] <= now) or (
-            it["state"] == "claimed" and it["lease_until_ms"] <= now
-        )
-        if not due:
-            skipped.append(it["seq"])
-            continue
-        r = route(ddq, prefix, bytes.fromhex(it["payload_hex"]), now, hmac_key)
-        if r.problem:
-            bad[r.problem.split(":")[0]].append(it["seq"])
-            continue
-        would.append(
-            {
-                "seq": it["seq"],
-                "topic": r.topic,
-                "bytes": len(r.body),
-                "retain": r.retain,
-                "raw": r.raw,
-                "expired": r.expired,
-            }
-        )
-    expired = [w["seq"] for w in would if w["expired"] and not send_expired]
-    would = [w for w in would if w["seq"] not in expired]
+    qdir.check_queue_dir(path)
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    tmp = tempfile.mkdtemp(prefix="ddq-replay-plan-")
+    try:
+        work = os.path.join(tmp, "q")
+        qdir.copy_queue(path, work)
+        routes: dict[int, tuple[str, int, bool, bool, bool]] = {}
+        res = _deliver(ddq, work, options, _DryClient(), prefix, None, 60000, 1.0, [],
+                       {"lost": False}, None, send_expired, hmac_key, 1, None,
+                       clock=lambda: now, routes=routes)  # fmt: skip
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    would = []
+    for s in res["sent_seqs"]:
+        topic, nb, raw, retain, expired = routes[s]
+        would.append({"seq": s, "topic": topic, "bytes": nb, "retain": retain, "raw": raw,
+                      "expired": expired})  # fmt: skip
     return {
         "dry_run": True,
         "would_send": would,
         "sent": 0,
         "failed": 0,
-        "skipped": len(skipped),
-        "skipped_seqs": skipped,
-        "expired": len(expired),
-        "expired_seqs": expired,
-        "unpublishable": len(bad["unpublishable"]),
-        "unpublishable_seqs": bad["unpublishable"],
-        "unauthenticated": len(bad["unauthenticated"]),
-        "unauthenticated_seqs": bad["unauthenticated"],
+        "skipped": res["skipped"],
+        "skipped_seqs": res["skipped_seqs"],
+        **_retired(res["expired_seqs"], res["unpublishable_seqs"], res["unauthenticated_seqs"]),
         "remaining": len(would),
         "raw": sum(1 for w in would if w["raw"]),
     }
@@ -465,6 +434,62 @@ def replay(
     return res
 
 
+class _PahoWindow:
+    """The windowed sender (OUTBOX E25) replay gives the message layer's loop: paho publishes
+    each message QoS 1 under the prefix (a raw payload, topic "", to PREFIX/raw) and its
+    PUBACKs come back in order (MQTT 3.1.1 §4.6), so poll() waits for the oldest first; no
+    PUBACK within `timeout` s of the first wait for it is an OSError (the loop stops: E26). A
+    topic MQTT cannot publish under the prefix, or one paho refuses, is Unpublishable."""
+
+    def __init__(self, outbox: ModuleType, client: Any, prefix: str, window: int,
+                 timeout: float, clock: Callable[[], int],
+                 routes: dict[int, tuple[str, int, bool, bool, bool]]) -> None:
+        self.ob, self.client, self.prefix, self.timeout = outbox, client, prefix, timeout
+        self.inflight_max = max(1, window)
+        self.timeout_ms = int(timeout * 1000)
+        self.flight: list[list[Any]] = []  # [seq, info, first wait (monotonic s) or None]
+        self.clock = clock
+        self.routes = routes  # seq -> topic, bytes, raw, retain, expired (what was published)
+
+    def publish(self, m: Any, dup: bool = False) -> None:
+        topic = topic_for(self.prefix, m.topic or "raw")
+        why = unpublishable(topic) if m.topic else ""
+        if why:
+            raise self.ob.Unpublishable(why)
+        try:  # QoS 1 whatever the envelope asked for: the ack needs a PUBACK (E26 qos=1)
+            info = self.client.publish(topic, m.payload, qos=1, retain=m.retain)
+        except ValueError as e:  # paho refuses the topic or the payload: not sendable, ever
+            raise self.ob.Unpublishable(str(e)) from None
+        self.routes[m.seq] = (topic, len(m.payload), not m.topic, bool(m.retain),
+                              m.expired(self.clock()))
+        self.flight.append([m.seq, info, None])
+
+    def poll(self, timeout_ms: int = 0) -> list[int]:
+        out: list[int] = []
+        while self.flight:
+            seq, info, t0 = self.flight[0]
+            now = time.monotonic()
+            if t0 is None:
+                t0 = self.flight[0][2] = now
+            wait = min(timeout_ms / 1000, t0 + self.timeout - now)
+            try:
+                if wait > 0 and not info.is_published():
+                    info.wait_for_publish(wait)
+                ok = info.is_published()
+            except (RuntimeError, ValueError):
+                ok = False
+                t0 = now - self.timeout  # not published and never will be: a failure now
+            if not ok:
+                if time.monotonic() - t0 >= self.timeout:
+                    self.flight.clear()
+                    raise OSError(errno.ETIMEDOUT, "no PUBACK for seq %d" % seq)
+                break
+            self.flight.pop(0)
+            out.append(seq)
+            timeout_ms = 0  # then take what is confirmed already, without waiting
+        return out
+
+
 def _deliver(
     ddq: ModuleType,
     path: str,
@@ -481,95 +506,68 @@ def _deliver(
     hmac_key: bytes | None = None,
     window: int = 1,
     progress: Callable[[int, int], None] | None = None,
+    clock: Callable[[], int] | None = None,
+    routes: dict[int, tuple[str, int, bool, bool, bool]] | None = None,
 ) -> dict[str, Any]:
-    sent: list[int] = []
-    failed: list[int] = []
-    expired: list[int] = []
-    bad: dict[str, list[int]] = {"unpublishable": [], "unauthenticated": []}
-    raw = 0
-    q = ddq.Queue(path, **options)
+    # clock: the queue's (the dry run's fixed now); routes: filled with what was published.
+    # The message layer's delivery loop (Outbox.pump with a windowed sender, OUTBOX E25) with
+    # replay's options (E26): raw payloads, QoS 1, expired ones sent on request, lapsed claims
+    # taken as they are, and the first failure releases the window (retry(0)) and stops.
+    import ddq_outbox  # beside ddq (qdir.load_ddq put its directory on the path)
+
+    got: dict[str, list[int]] = {
+        k: [] for k in ("sent", "failed", "expired", "unpublishable", "unauthenticated")
+    }
+    q = ddq.Queue(path, clock=clock, **options)
     try:
         pending = [it.seq for it in q.items() if it.state in ("available", "claimed")]
         # Refuse before the first claim what cannot be decrypted here (SPEC E23).
         qdir.check_decryptable(
             sum(1 for s in pending if qdir.is_encrypted(q.read(s))), hmac_key, "pending message"
         )
-        attempted: set[int] = set()
-        stop = False
         if progress is not None:
             progress(0, len(pending))
-        # The window (OUTBOX E25's, with paho): up to `window` publishes wait for their PUBACK;
-        # QoS 1 PUBACKs come back in order (MQTT 3.1.1 §4.6), so the oldest is waited for first.
-        flight: list[tuple[int, Any, bool, str, int, int]] = []  # seq, info, raw, topic, bytes, lease
+        sender = _PahoWindow(ddq_outbox, client, prefix, window, timeout, q.clock,
+                             {} if routes is None else routes)
 
-        def settle_oldest() -> bool:
-            seq, info, is_raw, topic, nb, lease_until = flight.pop(0)
-            # Never past the lease: a copy still in flight must not be claimed again (E25).
-            left = (lease_until - int(time.time() * 1000)) / 1000 - min(lease_ms / 4000, 2.0)
-            try:
-                if left > 0:
-                    info.wait_for_publish(min(timeout, left))
-                ok = info.is_published()
-            except (RuntimeError, ValueError):
-                ok = False
-            if ok:
-                q.ack(seq)
-                sent.append(seq)
+        def report(what: str, seq: int, detail: str) -> None:
+            if what not in got:
+                return
+            got[what].append(seq)
+            if what == "sent":
                 if progress is not None:
                     progress(1, 0)
                 if log:
+                    topic, nb = sender.routes[seq][0:2]
                     log("sent seq %d -> %s (%d bytes)" % (seq, topic, nb))
-                return True
-            for rest in [(seq, info, is_raw, topic, nb, lease_until)] + flight:
-                q.retry(rest[0], 0)
-                failed.append(rest[0])
-            flight.clear()
-            if log:
-                log("no PUBACK for seq %d on %s; stopping" % (seq, topic))
-            return False
+            elif log and what == "failed":
+                if len(got["failed"]) == 1:
+                    log("no PUBACK for seq %d on %s; stopping"
+                        % (seq, sender.routes.get(seq, ("?",))[0]))  # fmt: skip
+            elif log and what == "expired":
+                log("seq %d expired (TTL): quarantined, not sent" % seq)
+            elif log:
+                log("seq %d not sent: quarantined (%s)" % (seq, detail))
 
-        raws: dict[int, bool] = {}
-        for _ in range(len(pending) + 1):  # bounded: each pass claims a different pending item
-            done = len(sent) + len(flight) + len(expired) + sum(len(v) for v in bad.values())
-            if stop or interrupted or (limit is not None and done >= limit):
+        def done() -> int:
+            return sum(len(v) for k, v in got.items() if k != "failed") + len(sender.flight)
+
+        def stop() -> bool:
+            return bool(interrupted) or (limit is not None and done() >= limit)
+
+        ob = ddq_outbox.Outbox(
+            q, lease_ms=lease_ms, raw=True, qos=1, hmac_key=hmac_key, lapsed="reclaim",
+            expired="send" if send_expired else "quarantine", failure="stop", report=report,
+        )
+        for _ in range(len(pending) + 1):  # bounded: each round settles a pending item or ends
+            n = done()
+            ob.pump(sender, len(pending) + 1, stop=stop)
+            if got["failed"] or stop() or done() == n:
                 break
-            if len(flight) >= max(1, window) and not settle_oldest():
-                stop = True
-                break
-            c = q.claim(lease_ms)
-            if c is None:
-                break
-            if c.seq in attempted:
-                q.retry(c.seq, 0)
-                break
-            attempted.add(c.seq)
-            r = route(ddq, prefix, q.read(c.seq), int(time.time() * 1000), hmac_key)
-            if r.problem.startswith("unauthenticated"):
-                _quarantine(q, c.seq, r.problem, bad, log)
-                continue
-            if r.expired and not send_expired:
-                # Past its TTL: retired like the Outbox does by default (dead letter "expired").
-                q.quarantine(c.seq, b"expired")
-                expired.append(c.seq)
-                if log:
-                    log("seq %d expired (TTL): quarantined, not sent" % c.seq)
-                continue
-            topic = r.topic
-            if r.problem:
-                _quarantine(q, c.seq, r.problem, bad, log)
-                continue
-            try:
-                info = client.publish(topic, r.body, qos=1, retain=r.retain)
-            except ValueError as e:  # paho refuses the topic or the payload: not sendable, ever
-                _quarantine(q, c.seq, "unpublishable: %s" % e, bad, log)
-                continue
-            raws[c.seq] = r.raw
-            flight.append((c.seq, info, r.raw, topic, len(r.body), c.lease_until_ms))
-        while flight and not stop:  # the last window (and what Ctrl-C or --limit left)
-            stop = not settle_oldest()
-        raw = sum(1 for s in sent if raws.get(s))
+        raw = sum(1 for s in got["sent"] if sender.routes[s][2])
         left = [it for it in q.items() if it.state in ("available", "claimed")]
-        now = int(time.time() * 1000)
+        now = q.clock()
+        failed = got["failed"]
         skipped = [
             it.seq
             for it in left
@@ -585,18 +583,13 @@ def _deliver(
         q.close()
     return {
         "dry_run": False,
-        "sent": len(sent),
+        "sent": len(got["sent"]),
         "failed": len(failed),
         "skipped": len(skipped),
         "remaining": len(remaining),
         "raw": raw,
-        "expired": len(expired),
-        "expired_seqs": expired,
-        "unpublishable": len(bad["unpublishable"]),
-        "unpublishable_seqs": bad["unpublishable"],
-        "unauthenticated": len(bad["unauthenticated"]),
-        "unauthenticated_seqs": bad["unauthenticated"],
-        "sent_seqs": sent,
+        **_retired(got["expired"], got["unpublishable"], got["unauthenticated"]),
+        "sent_seqs": got["sent"],
         "failed_seqs": failed,
         "skipped_seqs": skipped,
         "remaining_seqs": remaining,
@@ -613,18 +606,6 @@ def _deliver(
         },
         "connection_lost": state["lost"],
     }
-
-
-def _quarantine(
-    q: Any, seq: int, why: str, bad: dict[str, list[int]], log: Callable[[str], None] | None
-) -> None:
-    """Retire a message replay can never send, with its reason (the Outbox's reason rules:
-    at most 120 bytes, NUL replaced), and go on with the next."""
-    n = min(120, int(getattr(q, "reason_budget", 120)))
-    q.quarantine(seq, why.encode("utf-8", "replace")[:n].replace(b"\0", b"?"))
-    bad[why.split(":")[0]].append(seq)
-    if log:
-        log("seq %d not sent: quarantined (%s)" % (seq, why))
 
 
 # ---------------------------------------------------------------- many directories at once

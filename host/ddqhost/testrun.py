@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from . import qdir
 from .device import RUN_IDLE_TIMEOUT, Device, DeviceError, DeviceTimeout, is_int
+from .transfer import PORT_MODULES
 
 SUMMARY = re.compile(rb"^\w+: (\d+) passed, (\d+) failed(?:, (\d+) skipped)?\s*$", re.M)
 
@@ -218,7 +219,7 @@ def _run_once(
             "import sys, gc\n"
             "for _m in list(sys.modules):\n"
             " _f = getattr(sys.modules[_m], '__file__', '') or ''\n"
-            " if _m in ('ddq', 'ddq_index', 'ddq_reclaim', 'ddq_outbox', 'ddq_mqtt', 'ddq_group', 'ddq_salvage') or _f.startswith('/remote'):\n"
+            " if _m in %r or _f.startswith('/remote'):\n" % (PORT_MODULES,) +
             "  del sys.modules[_m]\n"
             "sys.path[:] = [_p for _p in sys.path if not _p.startswith('/remote')]\n"
             "gc.collect()\n"

@@ -145,15 +145,21 @@ def mpy_header(path: str) -> bytes:
 
 
 # Modules of port/ that flash knows. ddq_mqtt loads anywhere (it imports `socket` only when its
-# own Sender connects), but without an app a board with no network does not get it.
+# own Sender connects), but without an app a board with no network does not get it. ddq_app is
+# the example apps' shared part: installed only with an app that imports it.
 PORT_MODULES = (
-    "ddq", "ddq_index", "ddq_reclaim", "ddq_outbox", "ddq_mqtt", "ddq_group", "ddq_salvage"
+    "ddq", "ddq_recover", "ddq_compact", "ddq_extra", "ddq_cut", "ddq_index", "ddq_reclaim",
+    "ddq_outbox", "ddq_mqtt", "ddq_group", "ddq_salvage", "ddq_app",
 )
+# ddq itself loads these by name (open, compaction, the less used methods): always installed.
+CORE_MODULES = ("ddq", "ddq_recover", "ddq_compact", "ddq_extra", "ddq_cut")  # ddq_cut: R22
 NEEDS_NETWORK = ("ddq_mqtt",)
+APP_ONLY = ("ddq_app",)
 
 
 def port_imports(path: str) -> set[str]:
-    """Names of port modules that the Python file at path imports (any nesting level)."""
+    """Names of port modules that the Python file at path imports (any nesting level), and
+    ddq_salvage where it passes on_corrupt="salvage" (ddq imports it when recovery finds damage)."""
     with open(path, "rb") as f:
         tree = ast.parse(f.read(), path)
     out: set[str] = set()
@@ -162,6 +168,9 @@ def port_imports(path: str) -> set[str]:
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names = [node.module]
+        elif (isinstance(node, ast.keyword) and node.arg == "on_corrupt"
+              and isinstance(node.value, ast.Constant) and node.value.value == "salvage"):
+            names = ["ddq_salvage"]  # Queue/Outbox(..., on_corrupt="salvage") imports it on demand (K9)
         else:
             continue
         out.update(n.split(".")[0] for n in names if n.split(".")[0] in PORT_MODULES)
@@ -179,11 +188,13 @@ def modules_to_install(prof: dict[str, Any] | None = None, app: str | None = Non
     src = qdir.ddq_source()
     port = os.path.dirname(src)
     network = True if prof is None else bool(prof.get("network", True))
-    loadable = [m for m in PORT_MODULES if network or m not in NEEDS_NETWORK]
+    loadable = [
+        m for m in PORT_MODULES if (network or m not in NEEDS_NETWORK) and m not in APP_ONLY
+    ]
     if app is None:
         want = set(loadable)
     else:
-        want = {"ddq"}
+        want = set(CORE_MODULES)
         todo = [app]
         while todo:
             for m in sorted(port_imports(todo.pop()) - want):
@@ -287,9 +298,7 @@ def flash(
     # Import check: drop any cached module, import from the destination, compare the version.
     where = dpath(dest)
     code = (
-        "import sys\nfor _m in ('ddq','ddq_index','ddq_reclaim','ddq_outbox','ddq_mqtt',"
-        "'ddq_group','ddq_salvage'):\n"
-        " if _m in sys.modules: del sys.modules[_m]\n"
+        "import sys\nfor _m in %r:\n if _m in sys.modules: del sys.modules[_m]\n" % (PORT_MODULES,)
     )
     if where != ".":
         code += "_p=%r\nif _p not in sys.path: sys.path.insert(0,_p)\n" % where

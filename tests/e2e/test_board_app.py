@@ -286,3 +286,45 @@ def test_board_app_without_network_queues_for_pull(tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "readings wait on flash" in r.stdout and "no network 3 0 0 False" in r.stdout, r.stdout
+
+
+PYB = r"""
+import sys
+sys.path[0:0] = [%(app)r, %(port)r]
+class ADCAll:  # pyb's internal sensors: the one call the app makes
+    def __init__(self, bits, mask):
+        pass
+    def read_core_temp(self):
+        return 21.53
+class pyb:
+    ADCAll = ADCAll
+sys.modules["pyb"] = pyb
+import ddq_outbox
+import main
+got = []
+st = main.run(rounds=3, period_ms=0, sender=lambda m: got.append(m.payload) or True, queue_dir=%(q)r)
+print("sent", st["sent"], st["pending"], [p.split(b" ")[2] for p in got])
+# The far end is away: readings stay on flash, each with its own backoff (E8), nothing lost.
+st = main.run(rounds=2, period_ms=0, sender=lambda m: False, queue_dir=%(q)r)
+print("away", st["pending"], st["retried"])
+def never(m):
+    raise ddq_outbox.Rejected("schema")
+main.MAX_ATTEMPTS = 1
+st = main.run(rounds=1, period_ms=0, sender=never, queue_dir=%(q)r + "2")
+print("dead", st["quarantined"], st["pending"])
+"""
+
+
+def test_pybv11_app_delivers_through_the_outbox_loop(tmp_path):
+    # PYBV11 has no network and 96 KB of FAT: its app loads ddq and ddq_outbox only, and delivers
+    # through Outbox.pump (issue 19: no delivery loop of its own).
+    app = os.path.join(REPO, "boards", "PYBV11")
+    with open(os.path.join(app, "main.py")) as f:
+        src = f.read()
+    assert "import ddq_outbox" in src and ".claim(" not in src and "import ddq_app" not in src
+    script = PYB % {"app": app, "port": os.path.join(REPO, "port"), "q": str(tmp_path / "q")}
+    r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "micropython"), "-c", script],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "sent 3 0 [b'v=21.5', b'v=21.5', b'v=21.5']" in r.stdout, r.stdout
+    assert "away 2 2" in r.stdout and "dead 1 0" in r.stdout, r.stdout

@@ -51,8 +51,8 @@ def test_flash_py_then_mpy(board):
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     mods = [
-        ":ddq.py", ":ddq_index.py", ":ddq_reclaim.py", ":ddq_outbox.py", ":ddq_mqtt.py",
-        ":ddq_group.py", ":ddq_salvage.py",
+        ":ddq.py", ":ddq_recover.py", ":ddq_compact.py", ":ddq_extra.py", ":ddq_cut.py", ":ddq_index.py",
+        ":ddq_reclaim.py", ":ddq_outbox.py", ":ddq_mqtt.py", ":ddq_group.py", ":ddq_salvage.py",
     ]
     assert res["board"] == "UNIX" and [w["path"] for w in res["written"]] == mods
     assert (
@@ -61,10 +61,12 @@ def test_flash_py_then_mpy(board):
     r = ddq("flash", "--device", board.tty, "--example-app", "--json")
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
-    # The example app imports ddq, ddq_outbox and ddq_mqtt: those are installed as .mpy, and
-    # every .py the first flash put there is removed (no stale copy beside the new ddq).
+    # The example app imports ddq_app (and through it ddq, ddq_outbox and ddq_mqtt): those are
+    # installed as .mpy, and every .py the first flash put there is removed (no stale copy
+    # beside the new ddq).
     assert [w["path"] for w in res["written"]] == [
-        ":ddq.mpy", ":ddq_outbox.mpy", ":ddq_mqtt.mpy", ":main.py"]
+        ":ddq.mpy", ":ddq_recover.mpy", ":ddq_compact.mpy", ":ddq_extra.mpy", ":ddq_cut.mpy",
+        ":ddq_outbox.mpy", ":ddq_mqtt.mpy", ":ddq_app.mpy", ":main.py"]
     assert sorted(res["removed"]) == sorted(mods) and res["imported_from"].endswith("ddq.mpy")
     with Device(board.tty, soft_reset=False) as dev:
         sizes = {n: size for n, _d, size in dev.listdir(":")}
@@ -86,8 +88,8 @@ def test_flash_skips_what_the_board_cannot_load(board, tmp_path):
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert [w["path"] for w in res["written"]] == [
-        ":ddq.py", ":ddq_index.py", ":ddq_reclaim.py", ":ddq_outbox.py", ":ddq_group.py",
-        ":ddq_salvage.py"]
+        ":ddq.py", ":ddq_recover.py", ":ddq_compact.py", ":ddq_extra.py", ":ddq_cut.py", ":ddq_index.py",
+        ":ddq_reclaim.py", ":ddq_outbox.py", ":ddq_group.py", ":ddq_salvage.py"]
     assert res["removed"] == [":ddq_mqtt.py"]
     # An app that imports ddq_mqtt gets it there too: the module loads without socket (its
     # adapters need none; only its own Sender imports socket, when it connects).
@@ -97,7 +99,8 @@ def test_flash_skips_what_the_board_cannot_load(board, tmp_path):
             "--json")
     assert r.returncode == 0, r.stderr
     assert [w["path"] for w in json.loads(r.stdout)["written"]] == [
-        ":ddq.py", ":ddq_mqtt.py", ":main.py"]
+        ":ddq.py", ":ddq_recover.py", ":ddq_compact.py", ":ddq_extra.py", ":ddq_cut.py", ":ddq_mqtt.py",
+        ":main.py"]
 
 
 APP = """
@@ -286,6 +289,8 @@ def test_device_errors_map_to_cpython_oserrors(board):
             dev.mkdir(":adir")
         with pytest.raises(FileNotFoundError):
             dev.rename(":no-such-file", ":x")
+        with pytest.raises(FileNotFoundError):  # mkdir/remove: mpremote's fs_mkdir/fs_rmfile
+            dev.remove(":no-such-file")
         dev.remove(":adir")
 
 

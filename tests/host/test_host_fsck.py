@@ -406,3 +406,28 @@ def test_verify_gives_no_options_hint_for_real_damage(tmp_path):
     r = ddq("verify", d, "--segment-bytes", "4096", "--max-payload-bytes", "512")
     assert r.returncode == 2 and "hint:" not in r.stdout, r.stdout
     assert json.loads(ddq("verify", d, "--json").stdout)["options_hint"] is None
+
+
+def test_staged_cut_leftovers_follow_r22(tmp_path):
+    # EVIDENCE-OF: R22 R21
+    opts = fixture_json("legacy_uncompacted")["options"]
+    seg = "segment-00000000000000000001.log"
+    want = fsck.scan(str(copy_fixture("legacy_uncompacted", tmp_path / "w")), opts)
+    seqs = sorted(want.items)
+    # FAT's rename-over cut between remove and rename: recovery adopts the copy
+    d = copy_fixture("legacy_uncompacted", tmp_path / "a")
+    os.rename(d / seg, d / (seg + ".reserve"))
+    rep = fsck.scan(str(d), opts)
+    assert rep.verdict == 0 and sorted(rep.items) == seqs and rep.c_compatible is False
+    assert any("R22" in p.message for p in rep.problems)
+    # the rename never happened: the copy (a prefix of the segment's records) is deleted
+    d = copy_fixture("legacy_uncompacted", tmp_path / "b")
+    data = (d / seg).read_bytes()
+    (d / (seg + ".cut")).write_bytes(data)
+    rep = fsck.scan(str(d), opts)
+    assert rep.verdict == 0 and rep.obsolete == [seg + ".cut"]
+    # the segment was rewritten since (libddq reused the seqs): corrupt, both kept
+    (d / seg).write_bytes(ddqfmt.encode_record(ddqfmt.T_DATA, 4, 0, b"new"))
+    rep = fsck.scan(str(d), opts)
+    assert rep.verdict == 2
+    assert any("R22" in p.message and p.offset is not None for p in rep.problems)

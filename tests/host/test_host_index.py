@@ -386,3 +386,18 @@ def test_ddq_reclaim_constants_equal_ddq():
                  "_T_QUAR", "_T_STATE", "_AVAILABLE", "_CLAIMED", "_ACKED", "_QUARANTINED",
                  "_EIO", "_REC_FMT", "_REC_MAGIC"):
         assert getattr(ddq_reclaim, name) == getattr(ddq_mod, name), name
+
+
+def test_core_modules_constants_equal_ddq():
+    # ddq_recover, ddq_compact and ddq_extra (code moved out of ddq.py, DESIGN §13) keep their
+    # own consts: every upper-case `_NAME` they define that ddq defines too holds ddq's value.
+    ddq_mod = qdir.load_ddq()
+    import ddq_compact
+    import ddq_extra
+    import ddq_recover
+
+    for mod in (ddq_recover, ddq_compact, ddq_extra):
+        names = [n for n in vars(mod) if n[:1] == "_" and n[1:2].isupper() and hasattr(ddq_mod, n)]
+        assert len(names) >= 4, (mod, names)
+        for name in names:
+            assert getattr(mod, name) == getattr(ddq_mod, name), (mod.__name__, name)

@@ -25,7 +25,10 @@ def test_package_json_for_mip():
         pkg = json.load(f)
     assert pkg["version"] == ddq_version()
     assert ["ddq.py", "port/ddq.py"] in pkg["urls"]
+    for m in ("ddq_recover", "ddq_compact", "ddq_extra"):  # ddq loads them by itself
+        assert [m + ".py", "port/%s.py" % m] in pkg["urls"]
     assert ["ddq_index.py", "port/ddq_index.py"] in pkg["urls"]
+    assert ["ddq_cut.py", "port/ddq_cut.py"] in pkg["urls"]
     assert ["ddq_reclaim.py", "port/ddq_reclaim.py"] in pkg["urls"]
     assert ["ddq_outbox.py", "port/ddq_outbox.py"] in pkg["urls"]
     # Relative URLs: mip resolves them against package.json's location.
@@ -175,7 +178,7 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
                              text=True, cwd=tmp_path, env=env, timeout=60)
         assert out.returncode == 0 and "result: clean" in out.stdout, out
     mod = subprocess.run([str(venv / "bin" / "python"), "-c",
-                          "import ddq, ddq_index, ddq_reclaim, ddq_outbox, ddq_mqtt, ddqhost; print(ddq.__file__)"],
+                          "import ddq, ddq_recover, ddq_compact, ddq_extra, ddq_index, ddq_reclaim, ddq_outbox, ddq_mqtt, ddqhost; print(ddq.__file__)"],
                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
     assert mod.returncode == 0 and str(venv) in mod.stdout, mod
     # The board profiles and example apps are package data: known without a checkout.
@@ -218,21 +221,25 @@ def test_flash_installs_what_the_app_imports(tmp_path):
     unix, pyb = boards.load("UNIX"), boards.load("PYBV11")
     # No app: every port module the board can load; no socket on PYBV11, so no ddq_mqtt.
     assert names(transfer.modules_to_install(unix)) == [
-        "ddq.py", "ddq_index.py", "ddq_reclaim.py", "ddq_outbox.py", "ddq_mqtt.py", "ddq_group.py",
-        "ddq_salvage.py"]
+        "ddq.py", "ddq_recover.py", "ddq_compact.py", "ddq_extra.py", "ddq_cut.py", "ddq_index.py",
+        "ddq_reclaim.py", "ddq_outbox.py", "ddq_mqtt.py", "ddq_group.py", "ddq_salvage.py"]
     assert names(transfer.modules_to_install(pyb)) == [
-        "ddq.py", "ddq_index.py", "ddq_reclaim.py", "ddq_outbox.py", "ddq_group.py", "ddq_salvage.py"]
-    # An app: ddq and what it imports (also inside functions, and `from ... import`).
+        "ddq.py", "ddq_recover.py", "ddq_compact.py", "ddq_extra.py", "ddq_cut.py", "ddq_index.py",
+        "ddq_reclaim.py", "ddq_outbox.py", "ddq_group.py", "ddq_salvage.py"]
+    # An app: ddq, the modules it loads by itself (ddq_cut: its recovery imports it on demand, SPEC
+    # R22) and what the app imports (also inside functions, and `from ... import`).
     plain = _app(tmp_path, "import time\nimport ddq\n")
-    assert names(transfer.modules_to_install(unix, plain)) == ["ddq.py"]
+    core = ["ddq.py", "ddq_recover.py", "ddq_compact.py", "ddq_extra.py", "ddq_cut.py"]
+    assert names(transfer.modules_to_install(unix, plain)) == core
     ob = _app(tmp_path, "def f():\n    from ddq_outbox import Outbox\n")
-    assert names(transfer.modules_to_install(pyb, ob)) == ["ddq.py", "ddq_outbox.py"]
+    assert names(transfer.modules_to_install(pyb, ob)) == core + ["ddq_outbox.py"]
     mq = _app(tmp_path, "import ddq_mqtt\nimport ddq_outbox\n")
-    assert names(transfer.modules_to_install(unix, mq)) == [
-        "ddq.py", "ddq_outbox.py", "ddq_mqtt.py"]
+    assert names(transfer.modules_to_install(unix, mq)) == core + ["ddq_outbox.py", "ddq_mqtt.py"]
     # ddq_mqtt loads without socket (the adapters need none): an app that imports it gets it.
-    assert names(transfer.modules_to_install(pyb, mq)) == [
-        "ddq.py", "ddq_outbox.py", "ddq_mqtt.py"]
+    assert names(transfer.modules_to_install(pyb, mq)) == core + ["ddq_outbox.py", "ddq_mqtt.py"]
+    # on_corrupt="salvage": ddq imports ddq_salvage when recovery finds damage (SPEC K9)
+    sv = _app(tmp_path, "import ddq\nq = ddq.Queue('q', on_corrupt='salvage')\n")
+    assert names(transfer.modules_to_install(pyb, sv)) == core + ["ddq_salvage.py"]
     for name in boards.names():  # each example app loads on its own board
         prof = boards.load(name)
         transfer.modules_to_install(prof, boards.app_path(prof))

@@ -296,6 +296,46 @@ def test_deliver_quarantines_what_paho_refuses_and_goes_on(tmp_path):
     assert items[b]["reason"] == "unpublishable: Invalid topic."
 
 
+def test_deliver_stops_at_the_first_missing_puback_and_releases_the_window(tmp_path):
+    # EVIDENCE-OF: E26
+    # No PUBACK for the 2nd publish (paho's info never published): the window in flight is
+    # released with retry(0) (due again at once, one attempt counted) and replay stops.
+    from ddqhost import replay
+
+    q = tmp_path / "q"
+    a, b, c, d = _make_queue(q)
+
+    class Info:
+        def __init__(self, ok):
+            self.ok = ok
+
+        def wait_for_publish(self, timeout):
+            pass
+
+        def is_published(self):
+            return self.ok
+
+    class Client:
+        def __init__(self):
+            self.sent = []
+
+        def publish(self, topic, body, qos, retain):
+            self.sent.append((topic, qos))
+            return Info(len(self.sent) < 2)
+
+    cl = Client()
+    res = replay._deliver(
+        qdir.load_ddq(), str(q), OPTS, cl, "p", None, 60000, 0.05, [], {"lost": False}, None,
+        window=2,
+    )
+    assert cl.sent == [("p/sensors/t", 1), ("p/status", 1), ("p/raw", 1)]  # QoS 1 forced
+    assert res["sent_seqs"] == [a] and res["failed_seqs"] == [b, c]
+    assert (res["expired"], res["remaining"], res["skipped"]) == (0, 1, 0)  # d not tried
+    items = {it["seq"]: it for it in json.loads(ddq("inspect", q, "--json").stdout)["items"]}
+    assert [(items[s]["state"], items[s]["attempts"]) for s in (b, c)] == [("available", 1)] * 2
+    assert "due_in_ms" not in items[b] and items[d]["state"] == "available"
+
+
 # ---------------------------------------------------------------- encrypted payloads (SPEC E23)
 
 SECRET = b"secret-reading-42.7"

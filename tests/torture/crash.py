@@ -15,13 +15,43 @@ File-system models (docs/RELIABILITY.md "Persistence models"):
            at sync or close; nothing torn.
   fat    - FAT: like lfs for data, directory ops durable, but rename over an existing file is
            remove + rename: one more state where only the source is left.
+
+Tail cuts (SPEC R12, R21, R22): on MicroPython-like storage (odd seeds) a recovery that finds a torn
+tail stages the valid prefix as <segment>.reserve and renames it over the segment. Every judged
+state holding such a leftover (or an older ddq's <segment>.cut) is a cut state: besides ddq's
+verdict, tests/libddqmodel.py (what libddq 9eb47a95 refuses and ignores) must refuse it or see
+ddq's seqs (libddq_disagree, must be 0). Recoveries that cut are cut again at every step (depth 2,
+posix A/V, lfs and fat, so FAT's "segment removed, copy not renamed" is reached) every
+CUT_DEPTH2-th time, besides the general depth-2 sampling.
 """
 import hashlib
 
 import memfs
 import tmodel
 
+import libddqmodel
+
 MAX_SUBSETS = 64
+CUT_DEPTH2 = 3
+
+
+def _leftover(files, path):
+    """The name of a staged tail cut in directory path, if the state holds one."""
+    for p in files:
+        if p[:len(path) + 1] == path + "/":
+            n = p[len(path) + 1:]
+            for suf in (".reserve", ".cut"):
+                if n.endswith(suf) and libddqmodel.ddqfmt.parse_seg_name(n[:-len(suf)]):
+                    return n
+    return None
+
+
+def _cuts(log):
+    """True when a recovery log stages a tail cut."""
+    for e in log:
+        if e[0] == "create" and (e[1].endswith(".reserve") or e[1].endswith(".cut")):
+            return True
+    return False
 
 
 def _parent(p):
@@ -270,6 +300,33 @@ class Judge:
         self.index_probe_every = 16
         self.index_mismatch = 0
         self.index_done = set()     # state hashes compared (the comparison does not depend on the op in flight)
+        self.cut_states = 0         # judged states holding a staged cut (R21, R22)
+        self.libddq_refused = 0     # of them, refused by the libddq model
+        self.cut_repairs = 0        # recoveries that staged a cut
+        self.cut_done = set()
+
+    def _libddq(self, files, seqs, h=None):
+        """A cut state: libddq (modelled) refuses it or sees ddq's seqs. Returns [(category, detail)]."""
+        path = self.wl.path
+        name = _leftover(files, path)
+        if name is None:
+            return []
+        h = h if h is not None else state_hash(files, set())
+        if h in self.cut_done:
+            return []
+        self.cut_done.add(h)
+        self.cut_states += 1
+        rel = {}
+        for p in files:
+            if p[:len(path) + 1] == path + "/" and "/" not in p[len(path) + 1:]:
+                rel[p[len(path) + 1:]] = files[p]
+        v = libddqmodel.view(rel)
+        if v[0] == "corrupt":
+            self.libddq_refused += 1
+            return []
+        if v[1] != list(seqs):
+            return [("libddq_disagree", "with %s present libddq opens seqs %r, ddq %r" % (name, v[1], list(seqs)))]
+        return []
 
     def _open(self, files, dirs, record=False, index=None):
         fs = memfs.MemFS(files, dirs, record=record, budget=500000, can_truncate=self.can_truncate)
@@ -364,12 +421,18 @@ class Judge:
             bad.append(("unexpected", "%d file handles left open after close()" % fs.open_count()))
         if got is not None:
             bad += self._index_compare(files, dirs, got)
+        if state1 is not None:
+            bad += self._libddq(files, [t[0] for t in state1], h)
         if bad or state1 is None:
             return bad
         rec_log = list(fs.log)
         repaired = _is_repair(rec_log)
         if repaired:
             self.repairs += 1
+        cut = False
+        if _cuts(rec_log):
+            self.cut_repairs += 1
+            cut = self.cut_repairs % CUT_DEPTH2 == 1 % CUT_DEPTH2
         meta1 = tmodel.meta_of(state1)
         idem = repaired and self.repairs % self.idem_every == 1 % self.idem_every
         probe = self.n % self.probe_every == 0
@@ -393,7 +456,7 @@ class Judge:
                     q.close()
             except Exception as e:
                 bad.append(("unexpected", "reopen after recovery raised %s: %s" % (type(e).__name__, e)))
-        if repaired and self.depth2 and self.repairs % self.depth2 == 1 % self.depth2 and not bad:
+        if repaired and not bad and (cut or self.depth2 and self.repairs % self.depth2 == 1 % self.depth2):
             bad += self._depth2(files, dirs, rec_log, meta1)
         return bad
 
@@ -412,7 +475,7 @@ class Judge:
                 ix.add(e[2])
             elif e[0] == "write" and e[1] in ix:
                 continue
-            for model in ("posix", "lfs"):
+            for model in ("posix", "lfs", "fat"):
                 for variant, f2, d2, holes in sim.states(model):
                     if holes or variant[0] == "T":
                         continue
@@ -431,6 +494,7 @@ class Judge:
                         s2 = tmodel.meta_state(q)
                     finally:
                         q.close()
+                    bad += self._libddq(f2, [t[0] for t in s2], h)
                     if s2 != state1:
                         bad.append(("unexpected", "recovery cut at %s (%s) recovers %r, uncut %r" % (
                             e[0], variant, tmodel._short(s2), tmodel._short(state1))))
@@ -458,6 +522,7 @@ def run_seed(ddq, seed, nops, models=("posix", "lfs", "fat"), sync=None, hashes=
     wl = tmodel.Workload(ddq, path, lambda: fs, seed, nops, opts=opts, pos=lambda: len(fs.log))
     res = {"seed": seed, "sync": "outbox" if outbox else opts["sync"], "truncate": can_truncate, "log": 0, "states": 0, "checked": 0, "fail": [],
            "lost": 0, "resurrected": 0, "reused_seq": 0, "unexpected": 0, "reported": 0, "depth2": 0,
+           "cut_states": 0, "libddq_refused": 0, "libddq_disagree": 0,
            "by_model": {}, "index": opts.get("index_bytes"), "index_compared": 0, "index_opens": 0,
            "index_mismatch": 0}
     try:
@@ -506,6 +571,8 @@ def run_seed(ddq, seed, nops, models=("posix", "lfs", "fat"), sync=None, hashes=
                                             "op_index": i, "category": cat, "detail": detail[:600]})
     res["reported"] = judge.reported
     res["depth2"] = judge.depth2_states
+    res["cut_states"] = judge.cut_states
+    res["libddq_refused"] = judge.libddq_refused
     res["index_compared"] = judge.index_compared
     res["index_opens"] = judge.index_opens
     return res

@@ -44,6 +44,17 @@ def block(line, sb, extra, wall, full):
             ix["bad"][0], ix["bad"][1], ix["hypo"][0], ix["hypo"][1]))
         out.append("| 1-3 recovery index | an index open that differs from the full replay (index_mismatch; of them a damaged or stale index accepted) | %d (%d) |" % (
             sb.get("index_mismatch", 0), extra.get("forged_index", 0)))
+    if sb.get("salvage_images"):
+        out.append("| 5 salvage | bad images salvaged into a new directory: intact DATA of live items / kept / wrong / reused seq / reset | %d: %d / %d / %d / %d / %d |" % (
+            sb["salvage_images"], sb["salvage_intact"], sb["salvage_kept"], sb["salvage_wrong"],
+            sb["salvage_reused"], sb["salvage_reset"]))
+    if sb.get("salvage_inplace_images"):
+        out.append("| 5b salvage in place | bad images opened with on_corrupt=\"salvage\": intact DATA of live items / kept / reset | %d: %d / %d / %d |" % (
+            sb["salvage_inplace_images"], sb["salvage_inplace_intact"], sb["salvage_inplace_kept"],
+            sb["salvage_inplace_reset"]))
+        out.append("| 5b salvage in place | power cut at every step (POSIX, LittleFS, FAT; depth 2): salvages cut / states reopened (FAT rename split) / lost / wrong / reused / damage not kept | %d / %d (%d) / %d / %d / %d / %d |" % (
+            sb["salvage_cut_images"], sb["salvage_cut_states"], sb["salvage_cut_fat_split"], sb["salvage_cut_lost"],
+            sb["salvage_cut_wrong"], sb["salvage_cut_reused"], sb["salvage_cut_aside"]))
     kinds = extra["fault_by_kind"]
     out.append("| 4 faults | kinds x call index x transient/persistent | %d kinds, %d runs |" % (
         sb["fault_kinds"], sb["fault_points"]))

@@ -6,6 +6,8 @@ Runs the four parts as subprocess tasks, two at a time (2 cores):
   3b. forged/altered HMAC-signed messages (CPython, forge.py): forged records tried and accepted
   1g. crash states of durable-on-return group writes (CPython, group.py): returned puts/acks lost
   5. salvage (CPython, salvage.py): ddq_salvage over part 3's bad images; intact DATA kept, wrong, reused
+  5b. salvage in place (CPython, salvage.py run_cuts): Queue(on_corrupt="salvage") over the same images,
+      and a power cut at every step of a sample of those salvages (POSIX, LittleFS, FAT models)
 then prints ONE scoreboard line computed from what ran, checks the targets, and exits non-zero on
 any invariant failure or missed target, printing the first failure's reproduction.
 
@@ -28,7 +30,8 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 PY = sys.executable
 MP = os.path.join(ROOT, ".venv", "bin", "micropython")
 TARGETS = {"crash_states": 200000, "lfs_cuts": 30000, "fat_cuts": 10000, "bad_images": 100000,
-           "fault_kinds": 16, "index_opens": 10000, "hmac_forged": 10000, "salvage_images": 10000}
+           "fault_kinds": 16, "index_opens": 10000, "hmac_forged": 10000, "salvage_images": 10000,
+           "salvage_inplace_images": 10000, "salvage_cut_states": 10000}
 SYNCS = ("always", "ack", "always", "none", "outbox")   # outbox: ddq_outbox.Outbox group commit
 # index_bytes per crash seed (k % 3): ddq's default (1 MiB: never reached, never written), 0 (the
 # index off), 1 (every close + reopen and save_index step writes queue.index; every judged state
@@ -57,6 +60,7 @@ def plan(scale, smoke=False):
         t.append(("forge", "forge 11", [PY, "worker.py", "forge", "11", "500"], 120))
         t.append(("group", "group 11", [PY, "worker.py", "group", "11", "3"], 120))
         t.append(("salvage", "salvage 11", [PY, "worker.py", "salvage", "11", "10"], 120))
+        t.append(("salvcut", "salvcut 11", [PY, "worker.py", "salvagecut", "11", "10", "400"], 120))
         return t
     n_crash = 30 * scale
     for k in range(n_crash):
@@ -85,6 +89,9 @@ def plan(scale, smoke=False):
     for k in range(4 * scale):   # salvage over the bad images of the "bad" seeds (about 5,000 each)
         seed = 500 + k
         t.append(("salvage", "salvage %d" % seed, [PY, "worker.py", "salvage", str(seed), str(10 + (k * 7) % 36)], 900))
+    for k in range(4 * scale):   # in place over the same images; every (5 x nops)-th one cut at every step
+        seed, nops = 500 + k, 10 + (k * 7) % 36
+        t.append(("salvcut", "salvcut %d" % seed, [PY, "worker.py", "salvagecut", str(seed), str(nops), str(5 * nops)], 900))
     for k in range(2 * scale):   # the same seeds, sizes and index_bytes as "bad": the base images must hash the same
         ix = "1" if k % 6 == 3 else "-"
         t.append(("mpbad", "mpbad %d%s" % (500 + k, " ix" if ix == "1" else ""),
@@ -155,7 +162,11 @@ def aggregate(done):
           "index_opens": 0, "index_mismatch": 0, "hmac_forged": 0, "hmac_forged_accepted": 0,
           "group_states": 0, "group_returned_lost": 0, "salvage_images": 0, "salvage_intact": 0,
           "salvage_kept": 0, "salvage_wrong": 0, "salvage_reused": 0, "salvage_reset": 0,
-          "salvage_behind": 0, "salvage_forged": 0, "salvage_undetectable_cut": 0}
+          "salvage_behind": 0, "salvage_forged": 0, "salvage_undetectable_cut": 0,
+          "salvage_inplace_images": 0, "salvage_inplace_intact": 0, "salvage_inplace_kept": 0, "salvage_inplace_reset": 0,
+          "salvage_cut_images": 0, "salvage_cut_states": 0, "salvage_cut_lost": 0, "salvage_cut_wrong": 0,
+          "salvage_cut_reused": 0, "salvage_cut_aside": 0, "salvage_cut_fat_split": 0,
+          "cut_states": 0, "libddq_refused": 0, "libddq_disagree": 0}
     extra = {"crash_checked": 0, "depth2_states": 0, "corrupt_reported": 0, "by_model": {},
              "lfs": {"drop": 0, "torn": 0, "raise": 0, "errno": 0}, "fat": {"drop": 0, "torn": 0, "raise": 0, "errno": 0},
              "bad_corrupt": 0, "bad_clean": 0, "bad_forged": 0, "hypothesis": 0, "mp_bad_images": 0,
@@ -179,6 +190,8 @@ def aggregate(done):
             sb[k] += r.get(k, 0)
         if d["part"] == "salvage":   # its own counters; unexpected (above) counts its errors
             sb["unexpected"] += r.get("wrong", 0) + r.get("reused", 0)
+        if d["part"] == "salvcut":
+            sb["unexpected"] += r.get("inplace_wrong", 0) + r.get("inplace_reused", 0)
         # an index open that differs from the full replay: crash states and power cuts
         # (index_mismatch) and bad images (forged_index: a damaged or stale index accepted)
         sb["index_mismatch"] += r.get("index_mismatch", 0) + r.get("forged_index", 0)
@@ -202,6 +215,9 @@ def aggregate(done):
             extra["crash_checked"] += r["checked"]
             extra["depth2_states"] += r["depth2"]
             extra["corrupt_reported"] += r["reported"]
+            # tail cuts (SPEC R21/R22): states holding a staged cut; libddq (modelled) refuses or agrees
+            for k in ("cut_states", "libddq_refused", "libddq_disagree"):
+                sb[k] += r.get(k, 0)
             for m, v in r["by_model"].items():
                 extra["by_model"][m] = extra["by_model"].get(m, 0) + v
         elif part == "bad":
@@ -230,6 +246,14 @@ def aggregate(done):
             for k in ("images", "intact", "kept", "wrong", "reused", "reset", "behind", "forged",
                       "undetectable_cut"):
                 sb["salvage_" + k] += r[k]
+        elif part == "salvcut":
+            for k in ("images", "intact", "kept", "reset"):
+                sb["salvage_inplace_" + k] += r["inplace_" + k]
+            sb["salvage_cut_images"] += r["cut_images"]
+            sb["salvage_cut_fat_split"] += r["fat_split"]
+            sb["salvage_cut_states"] += r["cut_states"] + r["cut_depth2"]
+            for k in ("lost", "wrong", "reused", "aside"):
+                sb["salvage_cut_" + k] += r["cut_" + k]
         elif part == "group":
             sb["group_states"] += r["states"]
             sb["group_returned_lost"] += r["returned_lost"]
@@ -264,7 +288,10 @@ def scoreboard_line(sb, extra):
     # with an HMAC key (SPEC E22): forged/altered signed messages tried, and returned by get()
     s += " hmac_forged=%d hmac_forged_accepted=%d" % (sb["hmac_forged"], sb["hmac_forged_accepted"])
     # durable-on-return group writes (SPEC G3): crash states judged, returned puts/acks lost
-    s += " group_states=%d group_returned_lost=%d)" % (sb["group_states"], sb["group_returned_lost"])
+    s += " group_states=%d group_returned_lost=%d" % (sb["group_states"], sb["group_returned_lost"])
+    # tail cuts (SPEC R21/R22): crash states holding a staged cut, refused by libddq, or read otherwise
+    s += " cut_states=%d libddq_refused=%d libddq_disagree=%d)" % (
+        sb["cut_states"], sb["libddq_refused"], sb["libddq_disagree"])
     return s
 
 
@@ -283,7 +310,8 @@ def main():
         parts = a.only.split(",")
         tasks = [t for t in tasks if t[0] in parts or (t[0] in ("hypo", "mpbad", "forge") and "bad" in parts)]
     # longest first so the two workers finish together
-    weight = {"crash": 3, "mp": 2, "fault": 2, "bad": 1, "hypo": 1, "mpbad": 0, "forge": 0, "group": 1, "salvage": 1}
+    weight = {"crash": 3, "mp": 2, "fault": 2, "bad": 1, "hypo": 1, "mpbad": 0, "forge": 0, "group": 1, "salvage": 1,
+              "salvcut": 1}
     tasks.sort(key=lambda t: -weight[t[0]])
     t0 = time.time()
     done = []
@@ -295,8 +323,10 @@ def main():
                 done.append(d)
                 r = d["res"] or {}
                 bad = sum(r.get(k, 0) for k in ("lost", "resurrected", "reused_seq", "unexpected", "index_mismatch",
-                                                "forged_index", "returned_lost") + (("accepted",) if d["part"] == "forge" else ())
-                          + (("wrong", "reused") if d["part"] == "salvage" else ()))
+                                                "forged_index", "returned_lost", "libddq_disagree") + (("accepted",) if d["part"] == "forge" else ())
+                          + (("wrong", "reused") if d["part"] == "salvage" else ())
+                          + (("inplace_wrong", "inplace_reused", "cut_lost", "cut_wrong", "cut_reused", "cut_aside")
+                             if d["part"] == "salvcut" else ()))
                 print("  %-16s %6.1fs%s" % (d["label"], d["secs"], "" if d["rc"] == 0 and not bad else
                                             "  FAILURES=%d rc=%s" % (bad, d["rc"])), flush=True)
             return d
@@ -311,13 +341,19 @@ def main():
                              "CPython and MicroPython (byte compatibility)" % seed})
     line = scoreboard_line(sb, extra)
     print(line)
+    if any(t[0] == "salvcut" for t in tasks):
+        print("salvage in place: " + " ".join("salvage_%s=%d" % (k, sb["salvage_" + k]) for k in (
+            "inplace_images", "inplace_intact", "inplace_kept", "inplace_reset", "cut_images", "cut_states", "cut_fat_split",
+            "cut_lost", "cut_wrong", "cut_reused", "cut_aside")))
     if any(t[0] == "salvage" for t in tasks):
         print("salvage: " + " ".join("salvage_%s=%d" % (k, sb["salvage_" + k]) for k in (
             "images", "intact", "kept", "wrong", "reused", "reset", "behind", "forged", "undetectable_cut")))
     print("wall %.0f s, %d tasks, jobs %d" % (wall, len(tasks), a.jobs))
     ok = sb["lost"] == sb["resurrected"] == sb["reused_seq"] == sb["unexpected"] == sb["index_mismatch"] == 0 \
-        and sb["hmac_forged_accepted"] == 0 and sb["group_returned_lost"] == 0 \
-        and sb["salvage_kept"] == sb["salvage_intact"] and sb["salvage_wrong"] == sb["salvage_reused"] == 0
+        and sb["hmac_forged_accepted"] == 0 and sb["group_returned_lost"] == 0 and sb["libddq_disagree"] == 0 \
+        and sb["salvage_kept"] == sb["salvage_intact"] and sb["salvage_wrong"] == sb["salvage_reused"] == 0 \
+        and sb["salvage_inplace_kept"] == sb["salvage_inplace_intact"] \
+        and sb["salvage_cut_lost"] == sb["salvage_cut_wrong"] == sb["salvage_cut_reused"] == sb["salvage_cut_aside"] == 0
     missed = []
     if not (a.smoke or a.only):
         scale = 10 if a.full else 1

@@ -207,3 +207,249 @@ def run_seed(ddq, seed, nops, limit=None, max_fail=5, fsck_every=1):
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return res
+
+
+# -- part 5b: power cuts during an in-place salvage (Queue(..., on_corrupt="salvage"), SPEC K9-K12)
+#
+# Each bad image of a seed that ddq reports Corrupt is opened on a recording MemFS with
+# on_corrupt="salvage" (the uncut salvage, judged like part 5: every intact DATA of a live item
+# kept, payloads right, next_seq not behind the image). For a sample of them the salvage's log
+# of creates, writes, syncs, renames and removes is replayed step by step (crash.Sim), and after
+# every step each crash state under the POSIX, LittleFS and FAT models (FAT: a rename over a file
+# is remove + rename) is opened again with on_corrupt="salvage" and judged against the uncut one:
+#
+#   (inplace_reset counts the items the uncut salvages brought back available: possible duplicates)
+#   cut_lost    an item the uncut salvage kept is missing after the cut and reopen (target 0)
+#   cut_wrong   an item whose payload is not the one enqueued with its seq (target 0)
+#   cut_reused  next_seq, or a probe enqueue's seq, below the uncut salvage's next_seq (target 0)
+#   cut_aside   a file the uncut salvage kept aside (salvaged-<tag>-<name>) is not kept, byte
+#               for byte, after the cut and reopen: damage deleted (target 0)
+#   unexpected  the reopen raises, or a plain reopen after it is not clean
+#
+# A sample of the reopens is cut again at every step (depth 2, LittleFS and POSIX views).
+
+QPATH = "/q"
+
+
+def _mem_open(ddq, memfs, files, dirs, opts, record=False, mode="salvage"):
+    fs = memfs.MemFS(files, dirs, record=record, budget=400000)
+    q = ddq.Queue(QPATH, storage=fs, clock=lambda: CLOCK, on_corrupt=mode, **opts)
+    return fs, q
+
+
+def _items(q):
+    out = {}
+    for i in q.items():
+        if i.state != "acked":
+            out[i.seq] = bytes(q.read(i.seq))
+    return out
+
+
+def _aside_of(files):
+    # {original name: bytes} of what salvage kept aside (salvaged-<tag>-<name>).
+    out = {}
+    pre = QPATH + "/salvaged-"
+    for p, b in files.items():
+        if p.startswith(pre):
+            rest = p[len(pre):]
+            out[rest[rest.index("-") + 1:]] = b
+    return out
+
+
+def _judge_cut(ddq, memfs, files, dirs, opts, ref, ref_next, ref_aside, payloads, plain=False):
+    """[(category, detail)] for one crash state of an in-place salvage."""
+    try:
+        fs, q = _mem_open(ddq, memfs, files, dirs, opts, record=True)
+    except Exception as e:
+        return [("unexpected", "reopen raised %s: %s" % (type(e).__name__, e))], None
+    bad = []
+    opened = len(fs.log)  # the reopen's own steps (its salvage, if any): what depth 2 cuts
+    resumed = q.stats().salvaged
+    try:
+        got = _items(q)
+        nxt = q.stats().next_seq
+        for s in ref:
+            if s not in got:
+                bad.append(("cut_lost", "seq %d kept by the uncut salvage is missing" % s))
+        for s, p in got.items():
+            if payloads.get(s) != p:
+                bad.append(("cut_wrong", "seq %d: payload %r, enqueued %r" % (s, p, payloads.get(s))))
+        if nxt < ref_next:
+            bad.append(("cut_reused", "next_seq %d < %d" % (nxt, ref_next)))
+        else:
+            try:
+                seq = q.enqueue(b"probe")
+                if seq < ref_next:
+                    bad.append(("cut_reused", "probe enqueue got seq %d < %d" % (seq, ref_next)))
+            except ddq.Full:
+                pass
+    finally:
+        q.close()
+    now, ndirs = fs.snapshot()
+    kept = _aside_of(now)
+    for n, b in ref_aside.items():
+        if kept.get(n) != b:
+            bad.append(("cut_aside", "%s not kept aside as it was" % n))
+    if plain and not bad:
+        try:
+            q2 = ddq.Queue(QPATH, storage=memfs.MemFS(now, ndirs), clock=lambda: CLOCK, **opts)
+            q2.close()
+        except Exception as e:
+            bad.append(("unexpected", "a plain reopen after the salvage raised %s: %s" % (type(e).__name__, e)))
+    return bad, (fs.log[:opened] if resumed else [])
+
+
+def _torn_ok(variant):
+    # POSIX torn writes: a few cut points per write (every byte would multiply the states by
+    # the record length: a salvage writes whole records only, so these stand for all of them)
+    if variant[0] != "T":
+        return True
+    t = int(variant[1:variant.index("/")])
+    return t in (0, 1, 8, 40, 47) or t % 97 == 5
+
+
+def run_cuts(ddq, seed, nops, every=40, depth2_every=25, max_fail=5, models=("posix", "lfs", "fat")):
+    import crash
+    import memfs
+
+    memfs.MemFS.Locked = ddq.Locked
+    base, wl, _acceptable = mutate.build_base(ddq, seed, nops)
+    opts = {k: wl.opts[k] for k in LIMITS}
+    sopts = dict(opts, max_items=1000, max_segments=256)
+    res = {"seed": seed, "cut_images": 0, "inplace_images": 0, "inplace_intact": 0, "inplace_kept": 0,
+           "inplace_wrong": 0, "inplace_reused": 0, "inplace_reset": 0, "cut_states": 0, "cut_depth2": 0, "cut_lost": 0,
+           "cut_wrong": 0, "cut_reused": 0, "cut_aside": 0, "opens_clean": 0, "not_salvaged": 0,
+           "unexpected": 0, "fat_split": 0, "fail": []}
+
+    def fail(cat, desc, detail, extra=None):
+        res[cat] += 1
+        if len(res["fail"]) < max_fail:
+            f = {"seed": seed, "nops": nops, "mutation": desc, "category": cat, "detail": detail[:400]}
+            f.update(extra or {})
+            res["fail"].append(f)
+
+    cands = []
+    for n in base:
+        if F.parse_seg_name(n) is None:
+            continue
+        recs, _end = F.decode_records(base[n])
+        for off, typ, seq, _arg, pay in recs:
+            cands.append((n, off, base[n][off:off + 48 + len(pay)], seq, typ == F.T_DATA))
+    live = set()
+    fs0 = memfs.MemFS({QPATH + "/" + n: b for n, b in base.items()}, (QPATH,))
+    q0 = ddq.Queue(QPATH, storage=fs0, clock=lambda: CLOCK, **wl.opts)
+    try:
+        live = set(i.seq for i in q0.items() if i.state != "acked")
+    finally:
+        q0.close()
+    seen = set()
+    k_img = 0
+    for desc, img in mutate.all_mutations(base, wl.old_indexes):
+        if _forged(desc):
+            continue
+        files = {QPATH + "/" + n: b for n, b in img.items()}
+        h = crash.state_hash(files, [QPATH])
+        if h in seen:
+            continue
+        seen.add(h)
+        # only images ddq itself refuses are salvaged in place
+        try:
+            _f, q = _mem_open(ddq, memfs, files, (QPATH,), sopts, mode="raise")
+            q.close()
+            res["opens_clean"] += 1
+            continue
+        except ddq.Corrupt:
+            pass
+        except Exception:
+            res["not_salvaged"] += 1
+            continue
+        floor = 1
+        intact = []
+        for n, off, rb, seq, is_data in cands:
+            if img.get(n, b"")[off:off + len(rb)] == rb:
+                floor = max(floor, seq + 1)
+                if is_data and seq in live:
+                    intact.append(seq)
+        if F.MANIFEST in base and img.get(F.MANIFEST) == base[F.MANIFEST]:
+            floor = max(floor, F.decode_manifest(base[F.MANIFEST])[1])
+        try:
+            fs, q = _mem_open(ddq, memfs, files, (QPATH,), sopts, record=True)
+        except ddq.Corrupt as e:
+            res["not_salvaged"] += 1   # nothing usable (K7), or no room (K11)
+            if intact and ".salvaged" not in str(e):
+                fail("unexpected", desc, "salvage in place refused %d intact DATA records: %s" % (len(intact), e))
+            continue
+        except Exception as e:
+            fail("unexpected", desc, "salvage in place raised %s: %s" % (type(e).__name__, e))
+            continue
+        try:
+            ref = _items(q)
+            ref_next = q.stats().next_seq
+            salv = q.stats().salvaged
+            res["inplace_reset"] += len(getattr(q, "salvage_report", {"reset": ()})["reset"])
+        finally:
+            q.close()
+        if salv != 1:
+            fail("unexpected", desc, "Corrupt on a plain open, but no salvage counted")
+            continue
+        res["inplace_images"] += 1
+        res["inplace_intact"] += len(intact)
+        missed = [s for s in intact if s not in ref]
+        res["inplace_kept"] += len(intact) - len(missed)
+        if missed:
+            fail("unexpected", desc, "intact DATA not salvaged in place: %r" % missed)
+        for s, p in ref.items():
+            if wl.payloads.get(s) != p:
+                fail("inplace_wrong", desc, "seq %d: payload %r" % (s, p))
+        if ref_next < floor:
+            fail("inplace_reused", desc, "next_seq %d < %d the image still shows" % (ref_next, floor))
+        log = list(fs.log)
+        ref_aside = _aside_of(fs.snapshot()[0])
+        k_img += 1
+        if k_img % every:
+            continue
+        # the cut part: every step of the salvage's log, every model
+        res["cut_images"] += 1
+        sim = crash.Sim(files, (QPATH,))
+        done = set()
+        n_judged = 0
+        for k in range(len(log) + 1):
+            if k:
+                sim.apply(log[k - 1])
+            for model in models:
+                for variant, f2, d2, _holes in sim.states(model):
+                    if not _torn_ok(variant):
+                        continue
+                    h2 = crash.state_hash(f2, d2)
+                    if h2 in done:
+                        continue
+                    done.add(h2)
+                    res["cut_states"] += 1
+                    res["fat_split"] += variant == "fat-rename-split"
+                    n_judged += 1
+                    bad, rlog = _judge_cut(ddq, memfs, f2, d2, sopts, ref, ref_next, ref_aside, wl.payloads,
+                                           plain=n_judged % 8 == 1)
+                    where = {"step": k, "of": len(log), "model": model, "variant": variant,
+                             "op": repr(log[k - 1])[:100] if k else None}
+                    for cat, detail in bad:
+                        fail(cat, desc, detail, where)
+                    if bad or rlog is None or n_judged % depth2_every:
+                        continue
+                    # depth 2: the resumed salvage cut again at every step
+                    sim2 = crash.Sim(f2, d2)
+                    for e in rlog:
+                        sim2.apply(e)
+                        for m2 in ("lfs", "posix"):
+                            for v2, f3, d3, _h in sim2.states(m2):
+                                if v2[0] in "TR":
+                                    continue
+                                h3 = crash.state_hash(f3, d3)
+                                if h3 in done:
+                                    continue
+                                done.add(h3)
+                                res["cut_depth2"] += 1
+                                bad2, _ = _judge_cut(ddq, memfs, f3, d3, sopts, ref, ref_next, ref_aside,
+                                                     wl.payloads)
+                                for cat, detail in bad2:
+                                    fail(cat, desc, "depth 2 (%s after %s): %s" % (v2, repr(e)[:60], detail), where)
+    return res

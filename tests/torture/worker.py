@@ -11,6 +11,10 @@
                                                                    signed messages (forge.py)
     python tests/torture/worker.py salvage SEED NOPS               part 5: salvage over part 3's
                                                                    bad images (salvage.py)
+    python tests/torture/worker.py salvagecut SEED NOPS EVERY      part 5b: in-place salvage
+                                                                   (on_corrupt="salvage") over the
+                                                                   same images, a power cut at every
+                                                                   step of every EVERY-th one
     python tests/torture/worker.py group SEED PER [threads]        part 1g: durable-on-return
                                                                    group writes (group.py); asyncio
                                                                    tasks, or real threads
@@ -81,6 +85,9 @@ def main(argv):
     elif kind == "salvage":
         import salvage
         res = salvage.run_seed(ddq, seed, nops)
+    elif kind == "salvagecut":
+        import salvage
+        res = salvage.run_cuts(ddq, seed, nops, every=int(argv[3]))
     elif kind == "base":
         res = {"base_sha256": base_sha(ddq, seed, nops, _index(argv, 3))}
     else:

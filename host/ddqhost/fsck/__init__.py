@@ -18,8 +18,9 @@ because verify answers "will ddq open this directory, and what will recovery cha
 is reported as a note saying what libddq (C) would do instead:
   - R11: a bad header whose bytes to the end of file are all 0x00 or all 0xFF, or a complete final
     record failing validation whose footer onwards is uniform, is a torn tail (C: corrupt);
-  - R12: `<segment>.cut` left by an interrupted tail cut is removed, or adopted when its segment is
-    missing (C: a missing segment id is corrupt);
+  - R22: a staged tail cut left by an interrupted cut (`<segment>.reserve`, or an older ddq's
+    `<segment>.cut`) is removed when its segment holds all its records, adopted when the segment
+    is missing or empty, else corrupt (C: refuses a non-empty `.reserve`; ignores a `.cut`);
   - R14: a missing manifest with the marker present adopts a valid `queue.manifest.tmp` (C: corrupt);
   - F7: a segment other than the last must end where its successor's first record did not fit.
 

@@ -54,7 +54,8 @@ MANIFEST_NAME = "queue.manifest"
 MANIFEST_TMP = "queue.manifest.tmp"
 LEGACY_RE = re.compile(r"^segment-(\d{20})\.log$")
 GEN_RE = re.compile(r"^generation-(\d{20})-segment-(\d{20})\.log$")
-CUT_SUFFIX = ".cut"  # SPEC R12 (ddq extension): a tail cut in progress
+CUT_SUFFIX = ".cut"  # SPEC R22: an older ddq's staged tail cut
+RESERVE_SUFFIX = ".reserve"  # SPEC R12/R21: ddq's staged tail cut; also libddq's spare (N6)
 
 # SPEC §12.1 X2: the recovery index (ddq extension). A 96-byte header: magic version reserved abi
 # manifest_crc generation next_seq, then 16 u32: items fresh available claimed acked quarantined
@@ -171,6 +172,17 @@ class Problem:
             "seqs": list(self.seqs) if self.seqs else None,
             "after_seq": self.after_seq,
         }
+
+
+def leftover_extra(left: bytes, seg: bytes | None) -> int | None:
+    """SPEC R22: None when the segment (None: missing) starts with the staged cut's bytes up to
+    its last non-zero byte (trailing zeros are an unsynced copy's), else the first offset where
+    the two differ."""
+    e = len(left.rstrip(b"\0"))
+    seg = seg or b""
+    if seg[:e] == left[:e]:
+        return None
+    return next(i for i in range(e) if i >= len(seg) or seg[i] != left[i])
 
 
 def decode_record(buf: bytes, off: int, opts: Options) -> tuple[JSON, str, str | None]:

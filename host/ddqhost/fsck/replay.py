@@ -20,6 +20,7 @@ from .format import (
     MANIFEST_TMP,
     OK,
     REC_FOOTER,
+    RESERVE_SUFFIX,
     S_ACKED,
     S_AVAILABLE,
     S_CLAIMED,
@@ -43,6 +44,7 @@ from .format import (
     check_options,
     decode_manifest,
     decode_record,
+    leftover_extra,
     parse_segment_name,
 )
 from .index import IndexCheck
@@ -191,17 +193,25 @@ def scan(
         parsed = parse_segment_name(n)
         if parsed:
             segs_by_gen.setdefault(parsed[0], []).append((parsed[1], n))
-    # R12: a `.cut` whose segment is missing is renamed to it by recovery; one beside its segment is removed.
+    # R22: a staged cut (`.reserve`, or an older ddq's `.cut`) whose segment is missing or empty is
+    # renamed to it by recovery unless it holds only zeros; the rest are classified below.
     sources: dict[str, str] = {}
     for n in names:
-        if n.endswith(CUT_SUFFIX) and parse_segment_name(n[: -len(CUT_SUFFIX)]):
-            target = n[: -len(CUT_SUFFIX)]
-            if target in names:
-                continue  # classified with the leftovers below
-            parsed = parse_segment_name(target)
-            assert parsed is not None  # checked in the condition above
+        target = _leftover_target(n)
+        if target is None:
+            continue
+        tp = os.path.join(path, target)
+        if target in names and not (os.path.isfile(tp) and os.path.getsize(tp) == 0):
+            continue
+        with open(os.path.join(path, n), "rb") as f:
+            holds = leftover_extra(f.read(), None) is not None
+        if not holds:
+            continue  # deleted by recovery
+        parsed = parse_segment_name(target)
+        assert parsed is not None  # checked by _leftover_target
+        if target not in names:
             segs_by_gen.setdefault(parsed[0], []).append((parsed[1], target))
-            sources[target] = n
+        sources[target] = n
     has_marker = FORMAT_NAME in names
     has_manifest = MANIFEST_NAME in names
     if not segs_by_gen and not has_marker and not has_manifest:
@@ -283,12 +293,12 @@ def scan(
         if n in sources:
             rep.add(
                 "note",
-                "recovery renames %s to %s (SPEC R12; libddq would report the segment missing)"
-                % (sources[n], n),
+                "recovery renames %s to %s (SPEC R22; libddq would report the directory corrupt, "
+                "or, for a .cut, open it without this segment's records)" % (sources[n], n),
                 file=sources[n],
             )
             rep.c_compatible = False
-    _classify_other_files(rep, path, names, gen, mine, man_name)
+    _classify_other_files(rep, path, names, gen, mine, man_name, sources)
 
     # SPEC §12 steps 7-8 (R5-R11): replay.
     st = _Replay(rep, opts, gen, cp, exact_segment_bytes)
@@ -325,48 +335,61 @@ def scan(
 
 
 def _classify_other_files(
-    rep: Report, path: str, names: list[str], gen: int, mine: list[tuple[int, str]], man_name: str
+    rep: Report,
+    path: str,
+    names: list[str],
+    gen: int,
+    mine: list[tuple[int, str]],
+    man_name: str,
+    sources: dict[str, str],
 ) -> None:
     mine_names = {n for _, n in mine}
     for n in names:
         if n in (LOCK_NAME, FORMAT_NAME, MANIFEST_NAME, man_name, INDEX_NAME) or n in mine_names:
             continue  # queue.index is decoded by IndexCheck
-        if (
-            n.endswith(CUT_SUFFIX)
-            and n[: -len(CUT_SUFFIX)] in mine_names
-            and n[: -len(CUT_SUFFIX)] not in names
-        ):
-            continue  # adopted as its segment (R12)
+        target = _leftover_target(n)
+        if target is not None and sources.get(target) == n:
+            continue  # adopted as its segment (R22)
         fp = os.path.join(path, n)
         regular = os.path.isfile(fp) and not os.path.islink(fp)
-        if (
-            n in (MANIFEST_TMP, INDEX_TMP)
-            or parse_segment_name(n)
-            or (n.endswith(CUT_SUFFIX) and parse_segment_name(n[: -len(CUT_SUFFIX)]))
-        ):
+        if n in (MANIFEST_TMP, INDEX_TMP) or parse_segment_name(n):
             if not regular:
                 rep.add("corrupt", "%s is not a regular file" % n, file=n)
             else:
                 rep.obsolete.append(n)
-        elif n.endswith(".reserve") and parse_segment_name(n[:-8]):
+        elif target is not None:
             if not regular:
                 rep.add("corrupt", "%s is not a regular file" % n, file=n)
-            elif os.path.getsize(fp) == 0:
-                rep.obsolete.append(n)
+                continue
+            seg = None
+            sp = os.path.join(path, target)
+            if target in names and os.path.isfile(sp):
+                with open(sp, "rb") as f:
+                    seg = f.read()
+            with open(fp, "rb") as f:
+                extra = leftover_extra(f.read(), seg)
+            if extra is None:
+                rep.obsolete.append(n)  # its segment holds all its records (R22)
             else:
-                base = n[:-8]
-                alias = False
-                if base in mine_names:
-                    a, b = os.stat(fp), os.stat(os.path.join(path, base))
-                    alias = (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
-                if alias:
-                    rep.obsolete.append(n)
-                else:
-                    rep.add("corrupt", "unknown non-empty reserve file", file=n)
+                rep.add(
+                    "corrupt",
+                    "%s holds a record at offset %d that %s does not (SPEC R22: written since, "
+                    "e.g. by libddq reusing its seqs; recovery keeps both)" % (n, extra, target),
+                    file=n,
+                    offset=extra,
+                )
         else:
             rep.ignored.append(n)
     for n in rep.obsolete:
         rep.add("note", "recovery deletes %s (other generation or leftover)" % n, file=n)
+
+
+def _leftover_target(n: str) -> str | None:
+    """The segment a staged tail cut `<segment>.reserve` / `<segment>.cut` belongs to (R22)."""
+    for suffix in (RESERVE_SUFFIX, CUT_SUFFIX):
+        if n.endswith(suffix) and parse_segment_name(n[: -len(suffix)]):
+            return n[: -len(suffix)]
+    return None
 
 
 class _Replay:

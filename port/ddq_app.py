@@ -1,0 +1,262 @@
+"""ddq_app: the example board app, once; boards/<PROFILE>/main.py holds a board's settings.
+
+The app to start from: join the network (WiFi with backoff; skipped where the port has no
+`network`), read a sensor every PERIOD_MS, put each reading into a durable Outbox with the board's
+queue options, and deliver through umqtt.simple with the message layer's own loop (Outbox.pump;
+Outbox.run on asyncio through mqtt_as). A reading is acked only after the broker's PUBACK; while
+the broker or the network is away, sends fail and readings are retried with a growing, jittered
+delay, and new readings keep being queued. It survives resets: a reading is on flash once put()
+returned, and one in flight at a power cut is sent again when its lease ends (LEASE_MS).
+
+A board's main.py defines the settings (QUEUE_DIR, OPTIONS, LEASE_MS, RETRY_BASE_MS,
+RETRY_MAX_MS, MAX_ATTEMPTS, PERIOD_MS, BUDGET, BROKER, BROKER_PORT, CLIENT_ID, TOPIC,
+KEEPALIVE_S, WIFI_SSID, WIFI_PASSWORD; a board without a network may leave the network ones
+out: NETWORK_DEFAULTS) and read_sensor(), then calls `ddq_app.bind(globals())`, which gives it
+run(), run_async() and Wifi over those settings. Settings are read when they are used, so
+`main.LEASE_MS = 2000` before main.run() takes effect.
+`ddq flash --example-app` installs this module with the app (the app imports it).
+"""
+
+__version__ = "0.1.0"
+
+# Copyright (c) 2026 the ddq authors. BSD-3-Clause.
+
+import time
+
+# ============================================================================ compat
+import ddq
+import ddq_outbox
+from ddq import _import
+from ddq_outbox import _tdiff, _ticks
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Optional
+
+    Cfg = dict[str, Any]
+
+_MASK = 0x3FFFFFFF  # ddq_outbox's ticks period (2**30 ms)
+
+# The network settings a board's main.py may leave out (a board without a network).
+NETWORK_DEFAULTS = {"BROKER": "127.0.0.1", "BROKER_PORT": 1883, "CLIENT_ID": b"ddq",
+                    "KEEPALIVE_S": 60, "WIFI_SSID": None, "WIFI_PASSWORD": None}
+
+
+def _add(t: int, d: int) -> int:
+    return (t + d) & _MASK  # ticks_add for ddq_outbox's ticks
+
+
+def _sleep_ms(ms: int) -> None:
+    s = getattr(time, "sleep_ms", None)  # MicroPython; CPython has sleep(seconds)
+    if s is not None:
+        s(ms)
+    else:
+        time.sleep(ms / 1000)
+
+
+# ============================================================================ app
+async def _asleep(ms: int) -> None:
+    import asyncio
+
+    s = getattr(asyncio, "sleep_ms", None)  # MicroPython's asyncio has sleep_ms
+    await (s(ms) if s is not None else asyncio.sleep(ms / 1000))
+
+
+def encode(reading: bytes, n: int) -> bytes:
+    """Small and self-describing, no json on tiny boards: "n=<count> t=<ms> v=<value>"."""
+    return b"n=%d t=%d v=%s" % (n, _ticks(), reading)
+
+
+class Wifi:
+    """Station WiFi with backoff: up() is True once connected; otherwise it starts a connect at
+    most every `delay` ms (doubling to 60 s) and returns False. Without `network`: always up."""
+
+    def __init__(self, cfg: "Cfg") -> None:
+        self.cfg = cfg
+        network = _import("network")
+        self.wlan: "Any" = None
+        self.delay, self.next = 1000, _ticks()
+        if network is None or not hasattr(network, "WLAN"):
+            return
+        self.wlan = network.WLAN(network.STA_IF)
+        self.wlan.active(True)
+
+    def up(self) -> bool:
+        w = self.wlan
+        if w is None or w.isconnected():
+            return True
+        now = _ticks()
+        if self.cfg["WIFI_SSID"] and _tdiff(now, self.next) >= 0:
+            try:
+                w.connect(self.cfg["WIFI_SSID"], self.cfg["WIFI_PASSWORD"])  # isconnected() tells
+            except OSError as e:  # e.g. "already connecting"
+                print("wifi:", e)
+            self.next = _add(now, self.delay)
+            self.delay = min(self.delay * 2, 60000)
+        return False
+
+
+def make_link(cfg: "Cfg") -> "Any":
+    """The send function: umqtt.simple through ddq_mqtt.Umqtt (PUBACK = ack, TCP_NODELAY).
+    None where the port has no socket: the readings wait on flash (`ddq pull`, `ddq replay`)."""
+    if _import("socket") is None:
+        print("no network on this port: readings wait on flash (ddq pull, ddq replay)")
+        return None
+    import ddq_mqtt
+
+    um = _import("umqtt.simple")  # the umqtt package, simple loaded
+    um = getattr(um, "simple", None)
+    if um is None:
+        print("no umqtt.simple (mpremote mip install umqtt.simple): using ddq_mqtt.Sender")
+        return ddq_mqtt.Sender(cfg["BROKER"], cfg["BROKER_PORT"], client_id=cfg["CLIENT_ID"],
+                               keepalive=cfg["KEEPALIVE_S"]).send
+    return ddq_mqtt.Umqtt(um.MQTTClient(cfg["CLIENT_ID"], cfg["BROKER"], cfg["BROKER_PORT"],
+                                        keepalive=cfg["KEEPALIVE_S"])).send
+
+
+def open_outbox(cfg: "Cfg", queue_dir: "Optional[str]" = None) -> ddq_outbox.Outbox:
+    """The board's outbox: its queue options and lease, this app's retry policy."""
+    base = max(1, cfg["RETRY_BASE_MS"])
+    return ddq_outbox.Outbox(queue_dir or cfg["QUEUE_DIR"], lease_ms=cfg["LEASE_MS"],
+                             min_retry_ms=base, max_retry_ms=max(base, cfg["RETRY_MAX_MS"]),
+                             max_attempts=cfg["MAX_ATTEMPTS"], **cfg["OPTIONS"])
+
+
+def _reading(cfg: "Cfg", ob: ddq_outbox.Outbox, n: int) -> None:
+    try:
+        ob.put(cfg["TOPIC"], encode(cfg["read_sensor"](), n))
+    except ddq.Full:
+        print("outbox full: reading dropped")  # nothing acked to reclaim
+
+
+def run(cfg: "Cfg", rounds: "Optional[int]" = None, period_ms: "Optional[int]" = None,
+        sender: "Any" = None, queue_dir: "Optional[str]" = None, budget: "Optional[int]" = None,
+        drain_ms: int = 0) -> "dict[str, Any]":
+    """Take a reading every period_ms and deliver what is due in between; rounds=None: forever.
+
+    After `rounds` readings, keep delivering for up to drain_ms until the outbox is empty; then
+    return its stats(). sender: a send function (default: make_link()); budget=0: only queue.
+    """
+    period = cfg["PERIOD_MS"] if period_ms is None else period_ms
+    budget = cfg["BUDGET"] if budget is None else budget
+    ob = open_outbox(cfg, queue_dir)
+    wifi = cfg["Wifi"]()
+    send = sender or (make_link(cfg) if budget else None)
+    n, due, end = 0, _ticks(), None
+    pause, resume = 0, _ticks()  # the link's own backoff: 1 s doubling to 60 s
+    try:
+        while True:
+            now = _ticks()
+            if rounds is None or n < rounds:
+                if _tdiff(now, due) >= 0:  # the sensor timer
+                    n += 1
+                    _reading(cfg, ob, n)
+                    # the next reading PERIOD_MS after this one's slot (or now, if far behind)
+                    due = _add(due, period)
+                    if _tdiff(now, due) > period:
+                        due = now
+            else:
+                end = _add(now, drain_ms) if end is None else end
+                if ob.empty() or _tdiff(now, end) >= 0:
+                    break
+            online = send is not None and budget and wifi.up()
+            if online and _tdiff(now, resume) >= 0:
+                nacked = ob.counters["retried"]
+                # the message layer's loop: ack after the PUBACK, nack (backoff) or dead letter
+                if ob.pump(send, budget) == 0 and ob.counters["retried"] > nacked:
+                    # the link failed: every waiting reading would try it now, one after the
+                    # other; pause delivery instead (each reading keeps its own backoff too)
+                    pause = min(max(1000, pause * 2), 60000)
+                    resume = _add(_ticks(), pause)
+                else:
+                    pause = 0
+            # sleep until the next reading or, online, the next retry, whichever is first (1 s at
+            # most, so a WiFi that comes back is noticed)
+            wait = _tdiff(due, _ticks()) if end is None else 50
+            nxt = ob.next_ready_ms() if online else None
+            if nxt is not None:
+                wait = min(wait, max(nxt, _tdiff(resume, _ticks())))
+            if wait > 0:
+                _sleep_ms(min(wait, 1000))
+        return ob.stats()
+    finally:
+        ob.close()
+
+
+async def run_async(cfg: "Cfg", rounds: "Optional[int]" = None,
+                    period_ms: "Optional[int]" = None, client: "Any" = None,
+                    queue_dir: "Optional[str]" = None, drain_ms: int = 0) -> "dict[str, Any]":
+    """The asyncio variant of run(): a task takes the readings on the timer, mqtt_as (Peter
+    Hinch's; micropython-mqtt-async works too) keeps WiFi and the broker connection, and the
+    message layer's asyncio loop (Outbox.run) delivers through ddq_mqtt.MqttAs. client: a
+    connected-or-not mqtt_as MQTTClient (default: one made from the settings). Returns the
+    outbox's stats() like run()."""
+    import asyncio
+
+    import ddq_mqtt
+
+    period = cfg["PERIOD_MS"] if period_ms is None else period_ms
+    ob = open_outbox(cfg, queue_dir)
+    state: "list[Any]" = [0, None]  # readings taken; the drain deadline once they are all taken
+
+    async def sample() -> None:
+        while rounds is None or state[0] < rounds:
+            state[0] += 1
+            _reading(cfg, ob, state[0])
+            await _asleep(period)
+        state[1] = _add(_ticks(), drain_ms)
+
+    def stop() -> bool:
+        return state[1] is not None and (ob.empty() or _tdiff(_ticks(), state[1]) >= 0)
+
+    try:
+        task = asyncio.create_task(sample())  # readings are queued while we connect
+        if client is None:
+            ma = _import("mqtt_as")
+            if ma is None:
+                raise ImportError("run_async needs mqtt_as (or pass client=)")
+            config = ma.config
+            config["server"], config["port"] = cfg["BROKER"], cfg["BROKER_PORT"]
+            config["client_id"] = cfg["CLIENT_ID"]
+            config["ssid"], config["wifi_pw"] = cfg["WIFI_SSID"], cfg["WIFI_PASSWORD"]
+            client = ma.MQTTClient(config)
+        delay = 1000
+        while not stop():  # the first connect, with backoff; mqtt_as reconnects by itself later
+            try:
+                await client.connect()
+                break
+            except OSError as e:
+                print("mqtt:", e)
+                await _asleep(delay)
+                delay = min(delay * 2, 60000)
+        await ob.run(ddq_mqtt.MqttAs(client).send, stop=stop)
+        task.cancel()
+        return ob.stats()
+    finally:
+        ob.close()
+
+
+def bind(g: "Cfg") -> None:
+    """Give a board's main.py (its globals g) run(), run_async() and Wifi over its settings
+    (the network ones it leaves out: NETWORK_DEFAULTS)."""
+    for k in NETWORK_DEFAULTS:
+        if k not in g:
+            g[k] = NETWORK_DEFAULTS[k]
+
+    class BoardWifi(Wifi):
+        """Station WiFi with the board's WIFI_SSID and WIFI_PASSWORD, with backoff."""
+
+        def __init__(self) -> None:
+            Wifi.__init__(self, g)
+
+    def board_run(rounds: "Optional[int]" = None, period_ms: "Optional[int]" = None,
+                  sender: "Any" = None, queue_dir: "Optional[str]" = None,
+                  budget: "Optional[int]" = None, drain_ms: int = 0) -> "dict[str, Any]":
+        return run(g, rounds, period_ms, sender, queue_dir, budget, drain_ms)  # run's doc
+
+    def board_run_async(rounds: "Optional[int]" = None, period_ms: "Optional[int]" = None,
+                        client: "Any" = None, queue_dir: "Optional[str]" = None,
+                        drain_ms: int = 0) -> "Any":
+        return run_async(g, rounds, period_ms, client, queue_dir, drain_ms)  # run_async's doc
+
+    g["Wifi"], g["run"], g["run_async"] = BoardWifi, board_run, board_run_async

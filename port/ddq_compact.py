@@ -1,0 +1,273 @@
+"""ddq_compact: compaction and publication for ddq.Queue (SPEC §11), loaded on first use.
+
+compact(), purge() and the compaction an enqueue or a write needs when admission or the segment
+limit refuses: the items not acked are copied into generation g+1, which the manifest's rename
+publishes, and g is deleted. Queue attaches these functions as its methods the first time one
+is called (ddq's `_lazy`), so a queue that never compacts never loads them (DESIGN §4, §13).
+
+Format: see docs/SPEC.md §11 [C1]-[C12]; design: docs/DESIGN.md §3, §5.
+"""
+
+__version__ = "0.1.0"
+
+# Copyright (c) 2026 the ddq authors. BSD-3-Clause.
+
+import struct
+
+from ddq import (
+    _MAN_FMT,
+    _MAN_MAGIC,
+    _MANIFEST,
+    _MANIFEST_TMP,
+    _MARKER,
+    _U64,
+    BadState,
+    Corrupt,
+    Full,
+    IOFailure,
+    Limit,
+    _crc,
+    _Index,
+    _io_failure,
+    _Log,
+    const,
+    segment_name,
+)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Optional
+
+    from ddq import Queue
+
+# ============================================================================ compaction
+# ddq's format values (SPEC §3, §4); a MicroPython const folds in its own module only, so these
+# are repeated here (tests/host/test_host_index.py holds them equal to ddq's).
+_MIN_REC = const(48)
+_STATE_REC = const(72)
+_T_DATA = const(1)
+_T_QUAR = const(5)
+_T_STATE = const(6)
+_STATE_FMT = "<IIQQ"
+_AVAILABLE = const(1)
+_ACKED = const(3)
+_QUARANTINED = const(4)
+_EEXIST = const(17)
+_MAN_SIZE = const(48)
+
+
+def compact(self: "Queue") -> bool:
+    """Reclaim acked items and collapse history into a new generation now [C1].
+
+    Returns False when the new generation would not be smaller (nothing changes)."""
+    self._alive()
+    try:
+        self._compact(0, 0)
+    except Full:
+        if self._sh is not None:
+            try:
+                self._rm.fresh(self, 0, 0)  # C DDQ's queue may have compacted [C14]
+            except Full:
+                pass
+        return False
+    if self._sh is not None:
+        self._rm.mirror(self)  # as C DDQ's queue would be now [C14]
+    return True
+
+
+def purge(self: "Queue", seqs: "list[int]") -> int:
+    """Drop quarantined items (payload and reason) through a new generation; return how many.
+
+    ddq extension [C10]: the snapshot simply omits them (gaps are legal in a snapshot), so
+    C DDQ reads the result; their sequences are never reused."""
+    self._alive()
+    drop = []
+    for s in seqs:
+        i = self._find(s)
+        if self._ix.state(i) != _QUARANTINED:
+            raise BadState("item %d is not quarantined" % s)
+        if s not in drop:
+            drop.append(s)
+    if drop:
+        self._compact(0, 0, drop)
+        if self._sh is not None:
+            self._rm.mirror(self)  # [C14]
+    return len(drop)
+
+
+def _publish(self: "Queue", gen: int, nxt: int, segs: int, items: int, end: int,
+             done: "Optional[list[bool]]" = None) -> None:
+    # Commit point of a generation [C5]: tmp written, synced and closed, renamed over the
+    # manifest (atomic on POSIX and LittleFS; remove + rename on FAT, see [R14]), dir synced.
+    fs, tmp, man = self._fs, self._path(_MANIFEST_TMP), self._path(_MANIFEST)
+    if fs.kind(tmp) != 0:
+        raise OSError(_EEXIST, "exists: " + tmp)
+    h = fs.open(tmp, "wb")
+    try:
+        fs.write(h, encode_manifest(gen, nxt, segs, items, end))
+        fs.sync(h)
+    finally:
+        fs.close(h)
+    try:
+        fs.rename(tmp, man)
+    except OSError:
+        if fs.kind(tmp) == 1 and fs.kind(man) == 1:  # nothing moved: forget the tmp
+            fs.remove(tmp)
+            fs.sync_dir(self._dir)
+        elif done is not None:
+            # The rename took effect after all, or FAT removed the old manifest first and
+            # the tmp is the manifest now [R14]: the new generation may be the published one.
+            done[0] = True
+        raise
+    if done is not None:
+        done[0] = True  # from here on the new generation is (or may be) the published one
+    fs.sync_dir(self._dir)
+
+
+def _prepare_format(self: "Queue") -> None:
+    # First compaction: publish a manifest for generation 0, then create the marker [C2]
+    # (this order keeps an interrupted migration readable in the old format).
+    fs, log = self._fs, self._log
+    if not self._has_manifest:
+        self._publish(log.gen, self._next, len(log.sizes), self._ix.n, log.off)
+        self._has_manifest = True
+    k = fs.kind(self._path(_MARKER))
+    if k == 0:
+        h = fs.open(self._path(_MARKER), "wb")
+        try:
+            fs.sync(h)
+        finally:
+            fs.close(h)
+        fs.sync_dir(self._dir)
+    elif k != 1 or fs.size(self._path(_MARKER)) != 0:
+        raise Corrupt("queue.format is not an empty file")
+
+
+
+def _compact(self: "Queue", reserve: int, required: int, drop: "Optional[list[int]]" = None) -> None:
+    """Copy unacked items into generation g+1 and publish it; Full when no benefit [C3]-[C8]."""
+    if self._bld is not None:
+        self._rm.drop(self)  # a staged generation gives way to the full copy [C13]
+    self._dead = []  # (its _clean deletes them)
+    if self._log.h is None:
+        raise IOFailure("queue is fail-stopped")
+    if required and not self._n_acked:
+        raise Full("max_items reached and nothing is acked")
+    if self._log.gen >= _U64:
+        raise Limit("generation counter exhausted")
+    try:
+        if self._log.dirty:
+            self._sync_h()  # a manifest never points past unsynced bytes
+        self._prepare_format()
+        self._clean()
+    except OSError as e:
+        self._fail()
+        raise _io_failure(e, "compaction")
+    except Corrupt:
+        self._fail()
+        raise
+    old, ix, fs = self._log, self._ix, self._fs
+    new, nix = _Log(old.gen + 1), _Index(self._tc)
+    published = [False]
+    try:
+        self._new_segment(new, True)
+        plan: "Optional[list[int]]" = [0, 0]  # the admission plan of the copy, as it goes
+        for i in range(ix.n):
+            s = ix.state(i)
+            if s == _ACKED:
+                continue
+            seq = ix.seq(i)
+            if drop and seq in drop:
+                continue
+            a, lease, nb = ix.history(seq)
+            plan = self._copy(old, new, nix, i, seq, ix.length(i), s, a, lease, nb,
+                              ix.reasons.get(seq), plan)
+        if sum(new.sizes) >= sum(old.sizes) or nix.n > self._max_items - required or (
+                len(new.sizes) >= self._max_segs and new.off + reserve > self._seg_bytes):
+            raise Full("compaction gives no benefit")
+        fs.sync(new.h)
+        new.synced = new.off
+        new.dirty = False
+        fs.sync_dir(self._dir)
+        self._publish(new.gen, self._next, len(new.sizes), nix.n, new.off, published)
+    except BaseException as e:
+        if published[0] and new.h is not None:
+            try:
+                fs.close(new.h)  # kept on disk, not adopted: recover() reopens it
+            except OSError:
+                pass
+        if not published[0]:
+            try:
+                if new.h is not None:
+                    fs.close(new.h)
+                for k in range(len(new.sizes)):
+                    fs.remove(self._path(segment_name(new.gen, k)))
+                if new.sizes:
+                    fs.sync_dir(self._dir)
+            except OSError as e2:
+                self._fail()
+                raise _io_failure(e2, "discarding staged generation")
+        if isinstance(e, Limit):  # the copy needs more segments than allowed: no benefit
+            raise Full("compacted copy does not fit max_segments")
+        if isinstance(e, Full):
+            raise
+        self._fail()  # an uncertain publication: recover before writing again [C7]
+        if isinstance(e, OSError):
+            raise _io_failure(e, "compaction")
+        raise
+    # Adopt the published generation, then delete the old one [C6].
+    h, old.h = old.h, None
+    try:
+        fs.close(h)
+    except OSError:
+        pass
+    self._log, self._ix = new, nix
+    self._swept = {}  # the STATE snapshots made the RAM sweeps durable
+    self._has_manifest = True
+    self._n_acked = 0
+    self._n_quar -= len(drop) if drop else 0
+    self._plan = plan
+    try:
+        self._clean()
+    except (OSError, Corrupt) as e:
+        self._fail()
+        if isinstance(e, OSError):
+            raise _io_failure(e, "cleaning old generation")
+        raise
+    self._index_update()  # [X1] so a power cut later replays only what follows
+
+
+def _copy(self: "Queue", old: _Log, new: _Log, nix: "_Index", i: int, seq: int, ln: int, s: int,
+          a: int, lease: int, nb: int, r: "Optional[list[int]]",
+          plan: "Optional[list[int]]", data: "Any" = None) -> "Optional[list[int]]":
+    # Item i of old into a staged generation in state s: DATA, a STATE unless it is in its
+    # default state, its reason [C4]; returns the copy's admission plan so far (§5). data: its
+    # payload already read (ddq_reclaim's scan), else read here.
+    if data is None:
+        data = self._data(old, i, seq, ln)  # (g is synced up to what is copied)
+    self._append(new, _T_DATA, seq, 0, data, True)
+    nix.add(seq, len(new.sizes) - 1, ln)
+    j = nix.n - 1
+    nix.put(j, s)
+    if s != _AVAILABLE or a or lease or nb:
+        sb = self._state_buf
+        struct.pack_into(_STATE_FMT, sb, 0, s, a, lease, nb)
+        self._append(new, _T_STATE, seq, 0, sb, True)
+        nix.set_history(j, a, lease, nb)
+    if plan is not None and not (
+            self._place(plan, _MIN_REC + ln) and self._place(plan, _STATE_REC)
+            and self._place(plan, _MIN_REC + (r[2] if r is not None else self.reason_budget))):
+        plan = None
+    if r is not None:
+        why = self._read_record(old, r[0], r[1], _T_QUAR, seq, r[2])
+        roff = self._append(new, _T_QUAR, seq, 0, why, True)
+        nix.reasons[seq] = [len(new.sizes) - 1, roff, r[2]]
+    return plan
+
+
+def encode_manifest(gen: int, next_seq: int, segs: int, items: int, end: int) -> bytes:
+    """Return the 48-byte manifest [M1]."""
+    b = bytearray(_MAN_SIZE)
+    struct.pack_into(_MAN_FMT, b, 0, _MAN_MAGIC, 1, _MAN_SIZE, gen, next_seq, segs, items, end)
+    struct.pack_into("<II", b, 40, _crc(memoryview(b)[0:40]), 0)
+    return bytes(b)

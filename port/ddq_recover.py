@@ -1,0 +1,697 @@
+"""ddq_recover: recovery of a ddq.Queue (SPEC §12), loaded by Queue.recover() and dropped after.
+
+Opening a queue, and recover() after a fail-stop, rebuild every piece of RAM state from the
+directory: the manifest, the segments of its generation replayed record by record, a torn tail
+cut. The code runs once per open, so ddq imports it for the call and removes it from
+sys.modules again: a board does not keep its bytecode in the heap while the queue runs
+(DESIGN §4, §13).
+
+Format: see docs/SPEC.md §12 [R1]-[R20]; design: docs/DESIGN.md §7.
+"""
+
+__version__ = "0.1.0"
+
+# Copyright (c) 2026 the ddq authors. BSD-3-Clause.
+
+import os
+import struct
+
+from ddq import (
+    _CUT,
+    _INDEX,
+    _LOCK,
+    _MAN_FMT,
+    _MAN_MAGIC,
+    _MANIFEST,
+    _MANIFEST_TMP,
+    _MARKER,
+    _MP,
+    _REC_FMT,
+    _U32,
+    _U64,
+    Corrupt,
+    Full,
+    InvalidArgument,
+    IOFailure,
+    Limit,
+    Locked,
+    PosixStorage,
+    _crc,
+    _crc32,
+    _import,
+    _Index,
+    _io_failure,
+    _Log,
+    _opt,
+    _wall_ms,
+    const,
+    parse_segment_name,
+    segment_name,
+)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Optional
+
+    from ddq import Buf, Queue
+
+# ============================================================================ recovery
+# ddq's format values (SPEC §3, §4); a MicroPython const folds in its own module only, so these
+# are repeated here (tests/host/test_host_index.py holds them equal to ddq's).
+_HDR = const(40)
+_MIN_REC = const(48)
+_VERSION = const(1)
+_REC_MAGIC = const(0x31475144)
+_T_DATA = const(1)
+_T_CLAIM = const(2)
+_T_ACK = const(3)
+_T_RETRY = const(4)
+_T_QUAR = const(5)
+_T_STATE = const(6)
+_STATE_FMT = "<IIQQ"
+_STATE_LEN = const(24)
+_AVAILABLE = const(1)
+_CLAIMED = const(2)
+_ACKED = const(3)
+_QUARANTINED = const(4)
+_MAN_SIZE = const(48)
+_MAX_REASON = const(4096)
+_SCAN_RECORDS = const(4000000)
+_IO_LOOPS = const(1048576)
+_EIO = const(5)
+_CS = const(8)
+_CM = const(255)
+_CRC_FMT = "<HHQQII"
+
+
+def recover(self: "Queue") -> None:
+    """Rebuild all state from disk; the only way out of fail-stop [R1]-[R18]."""
+    if self._closed:
+        raise IOFailure("queue is closed")
+    self._fail()  # (abandons a staged generation too)
+    _reset(self)
+    try:
+        fs = self._fs
+        names = self._listdir()
+        marker = fs.kind(self._path(_MARKER))
+        if marker not in (0, 1) or (marker == 1 and fs.size(self._path(_MARKER)) != 0):
+            raise Corrupt("queue.format is not an empty regular file")
+        mpath = self._path(_MANIFEST)
+        mk = fs.kind(mpath)
+        if mk == 0 and marker == 1 and fs.kind(self._path(_MANIFEST_TMP)) == 1:
+            # [R14] FAT renames over a file by remove + rename: a cut between leaves only the
+            # synced tmp. Adopt it when it is a valid manifest; otherwise the manifest is lost.
+            try:
+                decode_manifest(self._read_small(self._path(_MANIFEST_TMP), _MAN_SIZE + 1))
+            except Corrupt:
+                raise Corrupt("queue.manifest missing and queue.manifest.tmp invalid")
+            fs.rename(self._path(_MANIFEST_TMP), mpath)
+            fs.sync_dir(self._dir)
+            mk = 1
+        cp = [0, 0, 0, 1]  # checkpoint: segments, items, end offset, next_seq
+        seen = True
+        gen = mcrc = 0
+        if mk == 0:
+            if marker == 1:
+                raise Corrupt("queue.manifest missing but queue.format present [R3]")
+        else:
+            if mk != 1:
+                raise Corrupt("queue.manifest is not a regular file")
+            mb = self._read_small(mpath, _MAN_SIZE + 1)
+            gen, nxt, segs, items, end = decode_manifest(mb)
+            mcrc = _crc(mb[0:40])  # = its CRC field (a crc32 over its own CRC is a constant)
+            if nxt == 0 or segs == 0 or segs > self._max_segs or items > self._max_items \
+                    or end > self._seg_bytes or (gen != 0 and marker != 1):
+                raise Corrupt("queue.manifest fields out of range for these options")
+            cp = [segs, items, end, nxt]
+            seen = False
+            self._has_manifest = True
+        # [R12][R22] finish a tail cut staged by copy + rename (no truncate on MicroPython).
+        for name in names:
+            seg = name[:name.rfind(".")]
+            if (name[-8:] == _CUT or name[-4:] == ".cut") and parse_segment_name(seg):
+                m = _import("ddq_cut")  # only after a crash inside a cut (import heap)
+                if m is None:
+                    raise Corrupt(name + ": no ddq_cut [R22]")
+                m.leftover(self, name, seg, gen)
+        log = self._log = _Log(gen)
+        ids = []
+        for name in self._listdir():
+            pg = parse_segment_name(name)
+            if pg is not None and pg[0] == gen:
+                ids.append(pg[1])
+                if len(ids) > self._max_segs:
+                    raise Limit("more segments than max_segments")
+        ids.sort()
+        for k in range(len(ids)):
+            if ids[k] != k:
+                raise Corrupt("segment %d of generation %d is missing" % (k, gen))
+        if self._has_manifest and len(ids) < cp[0]:
+            raise Corrupt("fewer segments than the manifest names")
+        if not ids:
+            self._new_segment(log, False)
+        st = [seen, False, False]  # checkpoint seen, last item snapshotted, reason pending
+        fits: "list[int]" = []
+        start = -1
+        if ids and self._ix_bytes and fs.kind(self._path(_INDEX)) == 1:  # a stat, no import
+            try:
+                m = _import("ddq_index")
+            except MemoryError:  # no room for the optional module: replay the whole log [X5]
+                m = None
+            if m is not None:
+                start = m.load(self, len(ids), cp, mcrc, fits)
+        loaded = self._ix.n if start >= 0 else -1
+        if start >= 0:
+            st[0] = self.index_used = True
+        k0 = len(log.sizes)
+        hb = bytearray(_HDR)
+        sc: "list[Any]" = [hb, memoryview(hb)[4:32], memoryview(hb)[36:40], {}, None]
+        for k in range(k0, len(ids)):
+            _replay(self, k, k == len(ids) - 1, cp, st, fits,
+                    start if k == k0 and start > 0 else 0, sc)
+        if fits and max(log.sizes) >= min(fits):  # [F7] no segment size explains the rotations
+            raise Corrupt("a segment of generation %d ends early (lost its end)" % gen)
+        if not st[0]:
+            raise Corrupt("the manifest's snapshot boundary was never reached")
+        fs.sync(self._log.h)  # what a crashed writer left in the page cache is durable [D4]
+        fs.sync_dir(self._dir)  # the selected generation is durable before anything is deleted
+        self._clean()
+        self._durable = self._next - 1
+        if loaded < 0:
+            self._plan = self._plan_items()
+        else:  # the saved plan is an upper bound like any cached one (DESIGN §5) [X5]
+            for i in range(loaded, self._ix.n):
+                self._plan_add(self._ix.length(i))
+        self._rbuf = bytearray(0)  # the replay window is not kept (64 KiB on big segments)
+        if self._rm is not None:
+            self._rm.mirror(self)  # the shadow starts from g [C14]
+    except OSError as e:
+        self._fail()
+        raise _io_failure(e, "recovery")
+    except BaseException as e:
+        self._fail()
+        m = self._salv and isinstance(e, Corrupt) and _import("ddq_salvage")
+        if not m:
+            raise
+        m.in_place(self, e)  # [K9] repairs the directory, then recovers it
+
+
+def _checkpoint(self: "Queue", sg: int, pos: int, cp: "list[int]", st: "list[bool]") -> None:
+    # [R8] the manifest's snapshot boundary: counts must match when the replay reaches it.
+    if not st[0] and sg + 1 == cp[0]:
+        if pos > cp[2]:
+            raise Corrupt("a record crosses the snapshot boundary")
+        if pos == cp[2]:
+            if self._ix.n != cp[1] or self._next > cp[3] or st[2] or (
+                    self._log.gen == 0 and self._next != cp[3]):
+                raise Corrupt("snapshot boundary does not match the manifest")
+            self._next = cp[3]
+            st[0] = True
+
+
+def _uniform(self: "Queue", h: "Any", start: int, end: int) -> bool:
+    # ddq extension [R11]: a tail of only 0x00 or only 0xFF is an append that never reached
+    # the medium (or erased flash), so it is torn, not corrupt.
+    b = bytearray(256)
+    mv = memoryview(b)
+    first = -1
+    pos = start
+    for _ in range(_IO_LOOPS):
+        if pos >= end:
+            break
+        n = self._read_exact(h, pos, mv[0:min(256, end - pos)])
+        if n <= 0:
+            return False
+        for k in range(n):
+            v = b[k]
+            if first < 0:
+                if v not in (0, 255):
+                    return False
+                first = v
+            elif v != first:
+                return False
+        pos += n
+    return True
+
+
+def _replay(self: "Queue", sg: int, last: bool, cp: "list[int]", st: "list[bool]",
+            fits: "list[int]", start: int, sc: "list[Any]") -> None:
+    # One pass over segment sg: each record's header is unpacked once, validated in place
+    # (check_record's rules, inlined: a memoryview window, no copy), and applied; DATA inline,
+    # the rest through _apply. A torn tail is cut [R10][R11]; the boundary checked [R8].
+    fs, log = self._fs, self._log
+    name = segment_name(log.gen, sg)
+    path = self._path(name)
+    size = fs.size(path)
+    seg_bytes, max_pay, max_items = self._seg_bytes, self._max_payload, self._max_items
+    if size > seg_bytes:
+        raise Corrupt("%s is larger than segment_bytes" % name)
+    _checkpoint(self, sg, 0, cp, st)
+    boundary = sg + 1 == cp[0]  # only this segment holds the manifest's boundary [R8]
+    # The read window: a quarter segment, 1 KiB to 64 KiB (a board's 4 KiB segments: one 1 KiB
+    # allocation, found where a 2 KiB one was not in a 64 KiB heap reopened a few times; a
+    # record longer than the window gets a window of its own length).
+    mv = self._buf(max(min(size, 65536, max(seg_bytes >> 2, 1024)), _MIN_REC))
+    mvlen = len(mv)
+    wpos = wend = pos = start  # the window holds the bytes wpos..wend of the file
+    torn = False
+    ix = self._ix
+    live, hist, swept = ix.live, ix.hist, self._swept
+    # The chunk lists grow in place (append), so these stay the index's own lists.
+    ixcol, sfo, sh, mk = ix.col, ix.sfo, ix.sh, ix.mk
+    n = ix.n  # mirrors ix.n: only DATA adds items
+    prev = ix.last  # the last item's seq
+    gen_nz, u64 = log.gen != 0, _U64
+    unpack, pack, crc32 = struct.unpack_from, struct.pack_into, _crc32
+    # sc: made once per recovery: the crc scratch (a 40-byte header and its views) and the
+    # payload views by window offset (vc, below)
+    hb, hv, hz, vc = sc[0], sc[1], sc[2], sc[3]
+    if sc[4] is not self._rbuf:  # the views are of the window buffer they were cut from
+        vc.clear()
+        sc[4] = self._rbuf
+    done = 0  # records applied: replayed_records [X6]
+    h = fs.open(path, "rb")
+    try:
+        for _ in range(_SCAN_RECORDS):
+            if pos >= size:
+                break
+            left = size - pos
+            need = left if left < _HDR else _HDR
+            if pos + need > wend:
+                wpos = pos
+                wend = pos + self._read_exact(h, pos, mv[0:mvlen if mvlen < left else left])
+                if wend - pos < need:
+                    raise OSError(_EIO, "short read in " + name)
+            if left < _HDR:  # [R10] short tail
+                if last and st[0]:
+                    torn = True
+                    break
+                raise Corrupt("short record at %s offset %d" % (name, pos))
+            p = pos - wpos
+            if _MP:
+                # Fields by byte on MicroPython: unpack_from parses its format and builds a
+                # 9-tuple per record (88 B churn, ~6 us); these make no object (~2 us).
+                magic = mv[p] | mv[p + 1] << 8 | mv[p + 2] << 16 | mv[p + 3] << 24
+                ver = mv[p + 4] | mv[p + 5] << 8
+                rlen = mv[p + 28] | mv[p + 29] << 8 | mv[p + 30] << 16 | mv[p + 31] << 24
+            else:
+                magic, ver, typ, seq, arg, plen, rlen, crc, res = unpack(_REC_FMT, mv, p)
+            if magic != _REC_MAGIC or ver != _VERSION or rlen < _MIN_REC or rlen > seg_bytes:
+                if last and st[0] and _uniform(self, h, pos, size):
+                    torn = True
+                    break
+                raise Corrupt("bad record header at %s offset %d" % (name, pos))
+            if rlen > left:  # [R10] declared length runs past the end
+                if last and st[0]:
+                    torn = True
+                    break
+                raise Corrupt("truncated record at %s offset %d" % (name, pos))
+            if pos + rlen > wend:  # the record runs past the window: refill from pos
+                mv = self._buf(rlen)
+                if sc[4] is not self._rbuf:
+                    vc.clear()
+                    sc[4] = self._rbuf
+                mvlen = len(mv)
+                wpos = pos
+                k = mvlen if mvlen < left else left
+                wend = pos + self._read_exact(h, pos, mv[0:rlen if rlen > k else k])
+                if wend - pos < rlen:
+                    raise OSError(_EIO, "short read in " + name)
+                p = 0
+                if not _MP:
+                    magic, ver, typ, seq, arg, plen, rlen, crc, res = unpack(_REC_FMT, mv, 0)
+            if _MP:
+                typ = mv[p + 6] | mv[p + 7] << 8
+                q = p + 8
+                seq = mv[q] | mv[q + 1] << 8 | mv[q + 2] << 16 | mv[q + 3] << 24 \
+                    | mv[q + 4] << 32 | mv[q + 5] << 40 | mv[q + 6] << 48 | mv[q + 7] << 56
+                q = p + 16
+                arg = mv[q] | mv[q + 1] << 8 | mv[q + 2] << 16 | mv[q + 3] << 24 \
+                    | mv[q + 4] << 32 | mv[q + 5] << 40 | mv[q + 6] << 48 | mv[q + 7] << 56
+                plen = mv[p + 24] | mv[p + 25] << 8 | mv[p + 26] << 16 | mv[p + 27] << 24
+                crc = mv[p + 32] | mv[p + 33] << 8 | mv[p + 34] << 16 | mv[p + 35] << 24
+                res = mv[p + 36] | mv[p + 37] | mv[p + 38] | mv[p + 39]  # 0 iff reserved is 0
+            # check_record's rules, in its order [F2]-[F11]
+            err = ""
+            if magic != _REC_MAGIC or ver != _VERSION or res != 0 or typ < _T_DATA \
+                    or typ > _T_STATE:
+                err = "bad record header"
+            elif plen > max_pay and not (typ == _T_STATE and plen == _STATE_LEN):
+                err = "payload over max_payload_bytes"
+            elif rlen != _MIN_REC + plen or rlen > seg_bytes:
+                err = "bad record length"
+            else:
+                e = p + _HDR + plen
+                # The footer by byte: "CMIT" then record_length, no tuple and no big int.
+                if mv[e] != 0x43 or mv[e + 1] != 0x4D or mv[e + 2] != 0x49 \
+                        or mv[e + 3] != 0x54 or rlen != mv[e + 4] | mv[e + 5] << 8 \
+                        | mv[e + 6] << 16 | mv[e + 7] << 24:
+                    err = "bad commit footer"
+                else:
+                    # crc over bytes 4..32: the fields just read, packed again into hb (no
+                    # slice of the window); the reserved bytes: zero (checked above), hb's
+                    # 36..40; then the payload: one slice, none for a control record.
+                    pack(_CRC_FMT, hb, 4, ver, typ, seq, arg, plen, rlen)
+                    c = crc32(hz, crc32(hv))
+                    if plen:
+                        # The payload's view: a window is always refilled from a record's start,
+                        # so with records of like sizes the same offsets recur: a view per
+                        # offset is kept (a slice per record was most of a replay's churn).
+                        if len(vc) > 64:
+                            vc.clear()
+                        v = vc.get(p)
+                        if v is None or len(v) != plen:
+                            v = vc[p] = mv[p + _HDR:e]
+                        c = crc32(v, c)
+                    if c != crc:
+                        err = "crc mismatch"
+                    elif seq == 0 or (typ == _T_DATA and arg != 0) \
+                            or (typ == _T_CLAIM and (arg == 0 or plen)) \
+                            or (typ == _T_ACK and (arg or plen)) \
+                            or (typ == _T_RETRY and plen) \
+                            or (typ == _T_QUAR and (arg or plen > _MAX_REASON)) \
+                            or (typ == _T_STATE and (arg or plen != _STATE_LEN)):
+                        err = "record field rule broken"
+            if err:
+                if last and st[0] and _uniform(self, h, pos + rlen - 8, size):
+                    torn = True  # [R11] the footer and all after it never reached the medium
+                    break
+                raise Corrupt("%s at %s offset %d" % (err, name, pos))
+            if pos == 0 and sg > 0:
+                # [F7] a segment ends only where the next record did not fit: whatever the
+                # writer's segment_bytes W was, every segment <= W < end + next record.
+                fits.append(log.sizes[sg - 1] + rlen)
+            if typ == _T_DATA:  # [R5] appended in seq order (_apply's rules for the rest)
+                prefix = gen_nz and not st[0]
+                if seq >= u64 or (n and seq <= prev) or (not prefix and seq != self._next) \
+                        or (prefix and st[2]):
+                    raise Corrupt("DATA sequence out of order at %s offset %d (seq %d)"
+                                  % (name, pos, seq))
+                if n >= max_items:
+                    raise Full("more items than max_items; reopen with the writer's limits")
+                c = n >> _CS
+                if c < len(ixcol) and seq == prev + 1 and n and sg < len(sfo):
+                    # ix.add without its call: no new chunk, run or segment
+                    ixcol[c][n & _CM] = plen  # state bits 0: AVAILABLE
+                    ix.n = n + 1
+                    ix.last = seq
+                else:
+                    ix.add(seq, sg, plen)
+                n += 1
+                prev = seq
+                self._n_avail += 1
+                if seq >= self._next:
+                    self._next = seq + 1
+                st[1] = False
+            else:
+                le = live.get(seq)  # an item with history knows its index
+                i = le[0] if le is not None else ix.find(seq)
+                if i >= 0:
+                    cc = ixcol[i >> _CS]  # the item's chunk and its value there
+                    v = cc[i & _CM]
+                    s = (v >> sh) + 1
+                else:
+                    s = 0
+                # The two common transitions outside a snapshot, as _apply would make them
+                # (_move, then _Index.set_history), without three calls; the rest: _apply.
+                if typ == _T_ACK and s == _CLAIMED and le is not None \
+                        and (st[0] or not gen_nz) and not swept:
+                    a, nb = le[1], le[3]
+                    self._n_claimed -= 1
+                    self._n_acked += 1
+                    cc[i & _CM] = (v & mk) | (_ACKED - 1) << sh
+                    del live[seq]
+                    if a or nb:
+                        hist[seq] = [a, nb]
+                    else:
+                        hist.pop(seq, None)
+                elif typ == _T_CLAIM and (s == _AVAILABLE or s == _CLAIMED) \
+                        and (st[0] or not gen_nz) and not swept:
+                    if s == _AVAILABLE:
+                        self._n_avail -= 1
+                        self._n_claimed += 1
+                    cc[i & _CM] = (v & mk) | (_CLAIMED - 1) << sh
+                    if le is None:
+                        hh = hist.pop(seq, None)
+                        if hh is None:
+                            live[seq] = [i, 0, arg, 0, -1]
+                        else:
+                            live[seq] = [i, hh[0], arg, hh[1], -1]
+                    else:
+                        hist.pop(seq, None)
+                        le[2] = arg
+                else:
+                    try:
+                        _apply(self, sg, pos, typ, seq, arg, plen, mv, p, st, i, le)
+                    except Corrupt as x:
+                        raise Corrupt("%s at %s offset %d (seq %d)"
+                                      % (x.args[0], name, pos, seq))
+            pos += rlen
+            done += 1
+            if boundary and not st[0]:
+                _checkpoint(self, sg, pos, cp, st)
+        else:
+            raise Limit("too many records in " + name)
+    finally:
+        self.replayed_records += done
+        fs.close(h)
+    if torn:
+        self._tail += size - pos
+        size = pos
+        _cut(self, path, size)
+    log.sizes.append(size)
+    if last:
+        log.h = fs.open(path, "ab")
+        log.off = log.synced = size
+
+
+def _cut(self: "Queue", path: str, size: int) -> None:
+    """Remove a torn tail: truncate where possible, else copy the prefix and rename [R12]."""
+    fs = self._fs
+    if getattr(fs, "can_truncate", False):
+        fs.truncate(path, size)
+        return
+    if not size:  # nothing to keep: emptied in place, no leftover name [R12]
+        h = fs.open(path, "wb")
+        try:
+            fs.sync(h)
+        finally:
+            fs.close(h)
+        return
+    tmp = path + _CUT  # [R12] libddq refuses the directory while this holds records [R21]
+    if fs.kind(tmp) != 0:
+        fs.remove(tmp)
+    mv = self._buf(min(max(size, 1), 1024))
+    src = fs.open(path, "rb")
+    try:
+        dst = fs.open(tmp, "wb")
+        try:
+            pos = 0
+            for _ in range(_IO_LOOPS):
+                if pos >= size:
+                    break
+                n = self._read_exact(src, pos, mv[0:min(len(mv), size - pos)])
+                if n <= 0:
+                    raise OSError(_EIO, "short read while cutting " + path)
+                fs.write(dst, mv[0:n])
+                pos += n
+            fs.sync(dst)
+        finally:
+            fs.close(dst)
+    finally:
+        fs.close(src)
+    fs.rename(tmp, path)  # the commit point of the cut [S4]
+    fs.sync_dir(self._dir)
+
+
+def _apply(self: "Queue", sg: int, off: int, typ: int, seq: int, arg: int, plen: int,
+           mv: memoryview, p: int, st: "list[bool]", i: int,
+           e: "Optional[list[int]]") -> None:
+    """Apply one valid non-DATA record in log order: DDQ's replay rules [R6][R7] (_replay
+    applies DATA [R5]). i: the item's index or -1; e: its live entry, if any."""
+    ix = self._ix
+    prefix = self._log.gen != 0 and not st[0]
+    if i < 0:
+        raise Corrupt("record for unknown seq")
+    s = ix.state(i)
+    if e is not None:
+        a, lease, nb = e[1], e[2], e[3]
+    else:
+        h = ix.hist.get(seq)
+        if h is not None:
+            a, lease, nb = h[0], 0, h[1]
+        else:
+            a = lease = nb = 0
+    if typ == _T_STATE and prefix and i == ix.n - 1 and not st[1]:
+        state, a, lease, nb = struct.unpack_from(_STATE_FMT, mv, p + _HDR)
+        if state not in (_AVAILABLE, _CLAIMED, _QUARANTINED) \
+                or (state == _CLAIMED) != (lease != 0):
+            raise Corrupt("bad STATE snapshot")
+        self._move(i, state, a, lease, nb)
+        st[1] = True
+        st[2] = state == _QUARANTINED
+    elif typ == _T_QUAR and prefix and s == _QUARANTINED and st[1] and st[2] \
+            and i == ix.n - 1:
+        ix.reasons[seq] = [sg, off, plen]
+        st[2] = False
+    elif prefix:
+        raise Corrupt("record not allowed inside a snapshot")
+    elif typ == _T_CLAIM and s in (_AVAILABLE, _CLAIMED):
+        self._move(i, _CLAIMED, a, arg, nb)
+    elif typ == _T_ACK and s == _CLAIMED:
+        self._move(i, _ACKED, a, 0, nb)
+    elif typ == _T_RETRY and s == _CLAIMED and a < _U32:
+        self._move(i, _AVAILABLE, a + 1, 0, arg)
+    elif typ == _T_QUAR and s == _CLAIMED:
+        self._move(i, _QUARANTINED, a, 0, nb)
+        ix.reasons[seq] = [sg, off, plen]
+    else:
+        raise Corrupt("illegal transition")
+
+
+def init(self: "Queue", path: str, segment_bytes: int, max_payload_bytes: int, max_items: int,
+         max_segments: int, clock: "Optional[Callable[[], int]]", storage: "Any", sync: str,
+         index_bytes: int, reclaim_step: int, on_corrupt: str) -> None:
+    self._closed = True
+    self._lock = None
+    if not isinstance(path, str) or not path or len(path) >= 4096:
+        raise InvalidArgument("path must be a non-empty str shorter than 4096")
+    self._seg_bytes = _opt(segment_bytes, 256, 64 * 1048576, "segment_bytes")
+    self._max_payload = _opt(max_payload_bytes, 1, segment_bytes - _MIN_REC,
+                             "max_payload_bytes")
+    self._max_items = _opt(max_items, 1, 1000000, "max_items")
+    self._max_segs = _opt(max_segments, 1, 4096, "max_segments")
+    self._ix_bytes = _opt(index_bytes, 0, _U64, "index_bytes")
+    # Records a call copies into a generation staged over many calls; 0: compaction runs
+    # whole in the call that needs it, as C DDQ's (DESIGN §12) [C13].
+    self._rstep = _opt(reclaim_step, 0, 4096, "reclaim_step")
+    self._rm = None  # ddq_reclaim, imported only for reclaim_step > 0 [C13]
+    if self._rstep:
+        self._rm = _import("ddq_reclaim")
+        if self._rm is None:
+            raise InvalidArgument("reclaim_step needs ddq_reclaim.py beside ddq.py")
+    # The index's column: u16 where every payload length fits 14 bits, else u32 (§4).
+    self._tc = "H" if self._max_payload <= 16383 else "I"
+    if clock is not None and not callable(clock):
+        raise InvalidArgument("clock must be callable")
+    if sync not in ("always", "ack", "none"):
+        raise InvalidArgument("sync must be 'always', 'ack' or 'none'")
+    # "salvage": recovery's Corrupt salvages in place (ddq_salvage, loaded only then) [K9]
+    self._salv = [0, 0] if on_corrupt == "salvage" else None
+    if not self._salv and on_corrupt != "raise":
+        raise InvalidArgument("on_corrupt")
+    self._sync_all = sync == "always"
+    self._sync_ack = sync != "none"
+    self.clock = clock if clock is not None else _wall_ms
+    self._fs = storage if storage is not None else PosixStorage()
+    self._dir = path.rstrip("/") or "/"
+    self.reason_budget = min(self._max_payload, _MAX_REASON)
+    # One reused 48-byte record buffer and its views: no allocation per record (STYLE 6).
+    self._rec = bytearray(_MIN_REC)
+    mv = memoryview(self._rec)
+    self._mv_hdr, self._mv_ftr = mv[0:_HDR], mv[_HDR:_MIN_REC]
+    self._mv_crc1, self._mv_crc2 = mv[4:32], mv[36:40]
+    self._state_buf = bytearray(_STATE_LEN)
+    self._pl = ([0, 0], [0, 0])  # scratch plans for admission: no allocation per enqueue
+    self._rbuf = bytearray(0)
+    _reset(self)
+    k = self._fs.kind(self._dir)
+    if k == 0:
+        try:
+            self._fs.mkdir(self._dir)
+            j = self._dir.rfind("/")
+            self._fs.sync_dir(self._dir[:j] or "/" if j >= 0 else ".")  # the new entry [S3]
+        except OSError as e:
+            raise _io_failure(e, "mkdir " + self._dir)
+    elif k != 2:
+        raise InvalidArgument("not a directory: " + self._dir)
+    try:
+        self._lock = self._fs.lock(self._dir)
+    except OSError as e:
+        raise _io_failure(e, "lock")
+    self._closed = False
+    try:
+        recover(self)
+    except BaseException:
+        self._closed = True
+        try:
+            self._fail()
+        finally:
+            tok, self._lock = self._lock, None
+            if tok is not None:
+                self._fs.unlock(tok)
+        raise
+
+
+def _reset(self: "Queue") -> None:
+    self._ix = _Index(self._tc)
+    self._log = _Log(0)
+    self._next = 1
+    self._durable = 0
+    self._tail = 0
+    self._has_manifest = False
+    self._n_avail = self._n_claimed = self._n_acked = self._n_quar = 0
+    self._plan = None  # cached worst-case compacted plan [segs, off]
+    self._unsynced = []  # sync="none": DATA payloads not yet synced
+    self._ubase = 0
+    self._swept = {}  # seq -> lease of a claim expired in RAM only [T2]
+    self._ixcov = None  # [generation, sizes...] queue.index covers
+    self.replayed_records = 0  # records the last recovery read and applied [X6]
+    self.index_used = False  # the last recovery started from queue.index [X6]
+    self._bld = None  # a ddq_reclaim.Build: g+1 staged over many calls [C13]
+    self._slack = -1  # admission's room left at the last enqueue, in bytes (-1: unknown)
+    self._bnext = 0  # start no build before this many acked items (after a useless one)
+    self._dead = []  # [generation, next index, count]: old segments to delete
+    self._sh = None  # the shadow of the inline generation (reclaim_step > 0) [C14]
+    self._nw = 0  # writes, for the build's start rule [C13]
+    self._rr = [0, -1, 0]  # start rule: writes and slack at the last look, slack a write ×16
+
+
+def lock(self: "PosixStorage", path: str) -> "Any":
+    # flock on queue.lock excludes C DDQ too [L1]; on the MicroPython unix port an abstract
+    # unix socket named after the directory does the same and dies with its process [L2].
+    # An absolute path without ".", ".." or doubled slashes: one lock key per directory.
+    out: "list[str]" = []
+    for part in (path if path[:1] == "/" else os.getcwd() + "/" + path).split("/"):
+        if part == "..":
+            if out:
+                out.pop()
+        elif part and part != ".":
+            out.append(part)
+    key = "/" + "/".join(out)
+    if key in PosixStorage._held:
+        raise Locked("locked by this process: " + path)
+    f = self.open(path + "/" + _LOCK, "ab")
+    held = None
+    fcntl = _import("fcntl")
+    try:
+        if fcntl is not None:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        else:
+            st = os.stat(path)
+            socket = _import("socket")
+            # Only a host directory (VfsPosix: a real inode) can be shared with another
+            # process; LittleFS/FAT report inode 0 and belong to this process alone.
+            if st[1] and socket is not None and hasattr(socket, "AF_UNIX"):
+                held = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                name = b"\0ddq-%d-%d" % (st[2], st[1])  # device and inode: one per directory
+                held.bind(struct.pack("<H", socket.AF_UNIX) + name)
+    except OSError as e:
+        f.close()
+        if held is not None:
+            held.close()
+        raise Locked("locked by another process: %s (%r)" % (path, e))
+    PosixStorage._held.append(key)
+    return (key, f, held)
+
+
+def decode_manifest(b: "Buf") -> "tuple[int, int, int, int, int]":
+    """Return (generation, next_seq, segment_count, item_count, end_offset); Corrupt if bad [M2]."""
+    if len(b) != _MAN_SIZE:
+        raise Corrupt("manifest size")
+    magic, ver, size, gen, nxt, segs, items, end = struct.unpack_from(_MAN_FMT, b, 0)
+    crc, res = struct.unpack_from("<II", b, 40)
+    if magic != _MAN_MAGIC or ver != 1 or size != _MAN_SIZE or res != 0 \
+            or crc != _crc(memoryview(b)[0:40]):
+        raise Corrupt("manifest header or crc")
+    return gen, nxt, segs, items, end
