@@ -511,20 +511,23 @@ def part_steady(a):
     out = {}
     for frac in a["backlogs"].split(","):
         b = cap * int(frac) // 100
-        for sync in a["syncs"].split(","):
-            path = fresh("%s/q-%s-%s" % (d, frac, sync)) + "/q"
+        for sync, step in [(y, int(t)) for y in a["syncs"].split(",") for t in
+                           str(a["steps"]).split(",")]:
+            path = fresh("%s/q-%s-%s-%d" % (d, frac, sync, step)) + "/q"
             q = ddq.Queue(path, sync="none", clock=clock, **opts)
             for _ in range(b):
                 q.enqueue(p)
             q.close()
             cs = CountingStorage()
-            q = ddq.Queue(path, sync=sync, clock=clock, storage=cs, **opts)
+            q = ddq.Queue(path, sync=sync, clock=clock, storage=cs, reclaim_step=step,
+                          **opts)
             cs.bytes = 0
             r = common.steady_run(q, a["n"], p)
             q.close()
             r["ddq_bytes"] = cs.bytes / a["n"]
             r["backlog"] = b
-            out["%s-%s" % (frac, sync)] = r
+            r["floor"] = common.floor(opts, a["payload"], b)
+            out["%s-%s-%d" % (frac, sync, step)] = r
             common.rmtree(path)
     common.rmtree(d)
     emit({"admitted": cap, "options": opts, "payload": a["payload"], "n": a["n"],
@@ -534,7 +537,7 @@ def part_steady(a):
 PARTS = {
     "steady": (part_steady, {"dir": "", "n": 20000, "payload": 32, "segment_bytes": 4096,
                              "max_payload": 64, "max_segments": 100, "backlogs": "50,90",
-                             "syncs": "none,always"}),
+                             "syncs": "none,always", "steps": "0,16"}),
     "lifecycle": (part_lifecycle, {"dir": "", "n": 25, "fast": 2000, "payload": 100,
                                    "every": 100, "blocks": 12}),
     "counts": (part_counts, {"dir": "", "n": 2000, "payload": 100, "every": 100,

@@ -720,14 +720,16 @@ def part_steady(a):
     out = {}
     for frac in a["backlogs"].split(","):
         b = cap * int(frac) // 100
-        for sync in a["syncs"].split(","):
+        for sync, step in [(y, int(t)) for y in a["syncs"].split(",") for t in
+                           str(a["steps"]).split(",")]:
             dev = lfs_mount(a["blocks"], a["progsize"])
             q = ddq.Queue(MOUNT + "/q", sync="none", clock=Clock(), **opts)
             for _ in range(b):
                 q.enqueue(p)
             q.close()
             cs = counting_storage()
-            q = ddq.Queue(MOUNT + "/q", sync=sync, clock=Clock(), storage=cs, **opts)
+            q = ddq.Queue(MOUNT + "/q", sync=sync, clock=Clock(), storage=cs,
+                          reclaim_step=step, **opts)
             gc.collect()
             dev.zero()
             cs.bytes = 0
@@ -739,7 +741,8 @@ def part_steady(a):
             r["erases"] = dev.erases / n
             r["prog_bytes"] = dev.prog_bytes / n
             r["backlog"] = b
-            out["%s-%s" % (frac, sync)] = r
+            r["floor"] = common.floor(opts, a["payload"], b)
+            out["%s-%s-%d" % (frac, sync, step)] = r
             lfs_umount()
             dev = q = None
             gc.collect()
@@ -753,7 +756,8 @@ PARTS = {
     "reopen": (part_reopen, {"dir": "", "mod": "", "n": 3000, "payload": 16, "fill": 0}),
     "steady": (part_steady, {"dir": "", "n": 20000, "payload": 32, "segment_bytes": 4096,
                              "max_payload": 64, "max_segments": 100, "backlogs": "50,90",
-                             "syncs": "none,always", "blocks": 256, "progsize": 256}),
+                             "syncs": "none,always", "steps": "0,16",
+                             "blocks": 256, "progsize": 256}),
     "capacity": (part_capacity, {"dir": "", "mod": "", "payload": 16, "limit": 1000000}),
     "lifecycle": (part_lifecycle, {"dir": "", "n": 25, "payload": 100, "blocks": 12}),
     "heap": (part_heap, {"dir": "", "n": 10000, "payload": 1024, "fill": 1, "noindex": 0, "keep": 0}),

@@ -639,6 +639,11 @@ class Queue:
     _slack: int  # admission's room left at the last enqueue, in bytes (-1: unknown)
     _bnext: int  # start no build before this many acked items (after a useless one)
     _dead: "list[int]"  # [generation, next index, count]: old segments to delete
+    # [segments, last offset, bytes, items] of the generation C DDQ's inline compaction would
+    # hold now: admission answers on it (reclaim_step > 0 only, DESIGN §12) [C14]
+    _sh: "Optional[list[int]]"
+    _nw: int  # writes (calls that append a record), for the build's start rule [C13]
+    _rr: "list[int]"  # start rule: writes and slack at the last look, slack a write ×16
     # ------------------------------------------------------------------ state
     def _path(self, name: str) -> str:
         return self._dir + "/" + name
@@ -765,10 +770,13 @@ class Queue:
         total = _MIN_REC + (len(payload) if payload is not None else 0)
         if total > self._seg_bytes:
             raise TooLarge("record larger than segment_bytes")
+        self._nw += 1
         if self._bld is not None:
             self._rm.step(self)  # before this record: a publish moves it to g+1 [C13]
         elif self._dead:
             self._rm.unlink(self)
+        if self._sh is not None:
+            self._rm.shadow(self, total, typ)  # what the inline generation does [C14]
         log = self._log
         if log.off > 0 and log.off + total > self._seg_bytes and len(log.sizes) >= self._max_segs:
             try:
@@ -933,21 +941,18 @@ class Queue:
         if self._next >= _U64:
             raise Full("sequence space exhausted")
         ix = self._ix
-        if not self._admit(n) or ix.n >= self._max_items:
+        if self._sh is not None:
+            self._rm.admit(self, n)  # the inline generation's answer, then g's room [C14]
+        elif not self._admit(n) or ix.n >= self._max_items:
             self._compact(_MIN_REC + n, 1 if ix.n >= self._max_items else 0)
-            ix = self._ix
             if not self._admit(n):
                 raise Full("admission reserve exhausted")
+        ix = self._ix
         if ix.n >= self._max_items:
             raise Full("max_items reached")
         if self._rstep and self._bld is None and 0 <= self._slack and self._n_acked \
-                and self._n_acked >= self._bnext:
-            # Start staging g+1 as late as admission allows: when its room left is about what
-            # the calls of the build will append (a message's DATA and control records per
-            # call, half again for margin), so a copy frees as much as any copy can (DESIGN
-            # §12) [C13].
-            if self._slack < (ix.n // self._rstep + 8) * (2 * _MIN_REC + n) * 3 // 2:
-                self._rm.start(self)
+                and self._n_acked >= self._bnext and self._rm.due(self, n):
+            self._rm.start(self)  # stage g+1 over the next calls (DESIGN §12) [C13]
         seq = self._next
         self._write(_T_DATA, seq, 0, payload, self._sync_ack)
         self._ix.add(seq, len(self._log.sizes) - 1, n)
@@ -1164,20 +1169,27 @@ class Queue:
                     and self._place(p, term)):
                 self._plan = None
 
-    def _admit(self, n: int) -> bool:
-        """DDQ's admission rule for a new payload of n bytes, exactly [A1]-[A6]."""
-        if self._admit_with(self._plan, n):
+    def _admit(self, n: int, sh: "Optional[list[int]]" = None, lean: bool = False) -> bool:
+        """DDQ's admission rule for a new payload of n bytes, exactly [A1]-[A6]; on the
+        generation sh ([segments, last offset]) when given, else on g; lean: without A5's
+        STATE share of the control reserve (DESIGN §12) [C14]."""
+        if self._admit_with(self._plan, n, sh, lean):
             return True
         self._plan = self._plan_items()  # the cached upper bound refused: decide exactly
-        return self._admit_with(self._plan, n)
+        return self._admit_with(self._plan, n, sh, lean)
 
-    def _admit_with(self, cached: "Optional[list[int]]", n: int) -> bool:
+    def _admit_with(self, cached: "Optional[list[int]]", n: int,
+                    sh: "Optional[list[int]]", lean: bool) -> bool:
         if cached is None:
             return False
         seg = self._seg_bytes
         term = _MIN_REC + self.reason_budget
         phys, plan = self._pl
-        phys[0], phys[1], plan[0], plan[1] = len(self._log.sizes), self._log.off, cached[0], cached[1]
+        if sh is None:
+            phys[0], phys[1] = len(self._log.sizes), self._log.off
+        else:
+            phys[0], phys[1] = sh[0], sh[1]
+        plan[0], plan[1] = cached[0], cached[1]
         place = self._place
         if not (place(phys, _MIN_REC + n) and place(plan, _MIN_REC + n)
                 and place(plan, _STATE_REC) and place(plan, term) and place(plan, _MIN_REC)
@@ -1195,7 +1207,10 @@ class Queue:
             return False
         left = seg - phys[1]
         g = (left - (m - 1) if left >= m else 0) + remaining * (seg - (m - 1))
-        self._slack = g - c
+        if sh is None:
+            self._slack = g - c
+            if lean:
+                c -= (p + self._n_quar) * _STATE_REC
         return c <= g
 
     # ------------------------------------------------------------------ compaction (SPEC §11)

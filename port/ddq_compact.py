@@ -36,7 +36,7 @@ from ddq import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Optional
+    from typing import Any, Optional
 
     from ddq import Queue
 
@@ -64,7 +64,14 @@ def compact(self: "Queue") -> bool:
     try:
         self._compact(0, 0)
     except Full:
+        if self._sh is not None:
+            try:
+                self._rm.fresh(self, 0, 0)  # C DDQ's queue may have compacted [C14]
+            except Full:
+                pass
         return False
+    if self._sh is not None:
+        self._rm.mirror(self)  # as C DDQ's queue would be now [C14]
     return True
 
 
@@ -83,6 +90,8 @@ def purge(self: "Queue", seqs: "list[int]") -> int:
             drop.append(s)
     if drop:
         self._compact(0, 0, drop)
+        if self._sh is not None:
+            self._rm.mirror(self)  # [C14]
     return len(drop)
 
 
@@ -230,10 +239,12 @@ def _compact(self: "Queue", reserve: int, required: int, drop: "Optional[list[in
 
 def _copy(self: "Queue", old: _Log, new: _Log, nix: "_Index", i: int, seq: int, ln: int, s: int,
           a: int, lease: int, nb: int, r: "Optional[list[int]]",
-          plan: "Optional[list[int]]") -> "Optional[list[int]]":
+          plan: "Optional[list[int]]", data: "Any" = None) -> "Optional[list[int]]":
     # Item i of old into a staged generation in state s: DATA, a STATE unless it is in its
-    # default state, its reason [C4]; returns the copy's admission plan so far (§5).
-    data = self._data(old, i, seq, ln)  # (g is synced up to what is copied: from the file)
+    # default state, its reason [C4]; returns the copy's admission plan so far (§5). data: its
+    # payload already read (ddq_reclaim's scan), else read here.
+    if data is None:
+        data = self._data(old, i, seq, ln)  # (g is synced up to what is copied)
     self._append(new, _T_DATA, seq, 0, data, True)
     nix.add(seq, len(new.sizes) - 1, ln)
     j = nix.n - 1

@@ -41,13 +41,19 @@ _CLAIMED = const(2)
 _ACKED = const(3)
 _QUARANTINED = const(4)
 _EIO = const(5)
+_REC_MAGIC = const(0x31475144)
 _REC_FMT = "<IHHQQIIII"
+# Work bound of one step unit: it passes at most _SKIP items acked at P0 and reads at most _SKIP
+# record headers of g looking for the next item's DATA, then copies that item (DATA, STATE,
+# reason: two record reads, three appends) or one record of g's tail (C13).
+_SKIP = const(8)
 
 
 class Build:
     """A generation g+1 staged over many calls (DESIGN §12)."""
 
-    __slots__ = ("log", "ix", "i", "n0", "next0", "cow", "plan", "dropped", "snap", "tk", "to")
+    __slots__ = ("log", "ix", "i", "n0", "next0", "cow", "plan", "dropped", "snap", "tk", "to",
+                 "rk", "rp", "rh", "rhk")
 
     def __init__(self, gen: int, tc: str, n0: int, next0: int, tk: int, to: int) -> None:
         self.log = ddq._Log(gen)
@@ -62,6 +68,9 @@ class Build:
         self.dropped = 0  # items acked at P0, not copied
         self.snap: "Optional[list[int]]" = None  # the snapshot's segments, end, items
         self.tk, self.to = tk, to  # where the copy of g's tail stands (P0 at first)
+        self.rk = self.rp = 0  # the snapshot scan: the next record header of g to read
+        self.rh: "Any" = None  # g's segment rhk open for reading, within one call only
+        self.rhk = -1
 
 
 def start(q: "ddq.Queue") -> None:
@@ -89,6 +98,29 @@ def start(q: "ddq.Queue") -> None:
         q._fail()
         raise ddq._io_failure(e, "compaction")
 
+def due(q: "ddq.Queue", n: int) -> bool:
+    # Start staging g+1 as late as admission allows: when its room left (A5's slack, on g) is
+    # about what the calls of the build will use. The build takes a unit per pending item (and
+    # per _SKIP acked ones), s units a call, and the tail grows by at most a record a call, so
+    # it ends after about units ÷ (s - 1) calls; each uses the slack a call has used lately
+    # (its record, and the control reserve of a new pending item), measured from one enqueue to
+    # the next and followed at once when it rises; a quarter more for margin. Later than that
+    # and admission or the segment limit forces a whole copy; earlier and a generation absorbs
+    # less before its copy (DESIGN §12) [C13].
+    r, w, sl = q._rr, q._nw, q._slack
+    if 0 <= r[1] and r[0] < w and sl <= r[1]:
+        d = (r[1] - sl) * 16 // (w - r[0])
+        r[2] = d if d > r[2] else (r[2] * 7 + d) // 8
+    r[0], r[1] = w, sl
+    if q._dead:
+        return False  # g-1's segments are still going, 4 a call: then start (bounded work)
+    s = q._rstep
+    units = q._n_avail + q._n_claimed + q._n_quar + q._n_acked // _SKIP
+    calls = units // (s - 1 if s > 1 else 1) + 8
+    per = r[2] * 5 // 64  # (×16 fixed point, + 1/4)
+    return sl < calls * (per if per > _MIN_REC + n else _MIN_REC + n)
+
+
 def drop(q: "ddq.Queue") -> None:
     # Abandon a staged generation; files left behind are deleted at open (R16) or by the
     # next compaction's clean.
@@ -97,6 +129,7 @@ def drop(q: "ddq.Queue") -> None:
         return
     fs = q._fs
     try:
+        _close(q, b)
         if b.log.h is not None:
             fs.close(b.log.h)
         for k in range(len(b.log.sizes)):
@@ -107,8 +140,10 @@ def drop(q: "ddq.Queue") -> None:
         pass
 
 def step(q: "ddq.Queue") -> None:
-    """Copy at most reclaim_step records into the staged generation; publish it when the tail of
-    g is all copied [C13]. An error abandons the build (g is untouched) and fail-stops."""
+    """Do at most reclaim_step units of the build: a unit copies the next item of the snapshot
+    (after reading at most _SKIP record headers of g to find its DATA) or one record of g's
+    tail; publish g+1 when the tail is all copied [C13]. An error abandons the build (g is
+    untouched) and fail-stops."""
     b, old, ix = q._bld, q._log, q._ix
     if b is None:
         return
@@ -117,34 +152,47 @@ def step(q: "ddq.Queue") -> None:
         for _ in range(q._rstep):
             if b.i < b.n0:  # the snapshot, in the states at P0
                 i = b.i
-                b.i = i + 1
-                seq = ix.seq(i)
-                c = b.cow.get(seq)
-                if c is None:
-                    s = ix.state(i)
-                    a, lease, nb = ix.history(seq)
-                    r = ix.reasons.get(seq)
-                else:
-                    s, a, lease, nb, r = c
-                if s == _ACKED:
+                for _ in range(_SKIP):  # items acked at P0 are left out, _SKIP a unit
+                    seq = ix.seq(i)
+                    c = b.cow.get(seq)
+                    if c is None:
+                        s = ix.state(i)
+                        a, lease, nb = ix.history(seq)
+                        r = ix.reasons.get(seq)
+                    else:
+                        s, a, lease, nb, r = c
+                    if s != _ACKED:
+                        break
                     b.dropped += 1
-                else:
-                    b.plan = q._copy(old, new, nix, i, seq, ix.length(i), s, a, lease,
-                                        nb, r, b.plan)
+                    i += 1
+                    b.i = i
+                    if i >= b.n0:
+                        break
+                if s == _ACKED:
+                    continue
+                data = _scan(q, b, old, seq, ix.length(i))
+                if data is None:
+                    continue  # (_SKIP headers read: the scan goes on in the next unit)
+                b.i = i + 1
+                b.plan = q._copy(old, new, nix, i, seq, ix.length(i), s, a, lease, nb, r,
+                                 b.plan, data)
                 continue
             if b.snap is None:  # the manifest's boundary [R8]
                 b.snap = [len(new.sizes), new.off, nix.n]
             k, pos = b.tk, b.to
             last = len(old.sizes) - 1
             if k >= last and pos >= old.off:
+                _close(q, b)
                 _publish(q)
                 return
             if pos >= old.sizes[k]:
                 b.tk, b.to = k + 1, 0
                 continue
             if k == last and pos >= old.synced:
+                _close(q, b)  # (a handle opened before the sync may not see the new bytes)
                 q._sync_h()  # a fresh reader sees synced bytes only [D7]
             _tail(q, b, old, k, pos)
+        _close(q, b)
     except ddq.Limit:  # the copy needs more segments than allowed: no benefit now
         drop(q)
         q._bnext = q._n_acked + q._rstep
@@ -155,20 +203,58 @@ def step(q: "ddq.Queue") -> None:
             raise ddq._io_failure(e, "compaction")
         raise
 
+
+def _reader(q: "ddq.Queue", b: Build, old: "ddq._Log", k: int) -> "Any":
+    # g's segment k open for reading; one handle a call (closed by _close before the call's
+    # own record), so it never outlives a sync of g.
+    if b.rhk != k:
+        _close(q, b)
+        b.rh = q._fs.open(q._path(ddq.segment_name(old.gen, k)), "rb")
+        b.rhk = k
+    return b.rh
+
+
+def _close(q: "ddq.Queue", b: Build) -> None:
+    h, b.rh, b.rhk = b.rh, None, -1
+    if h is not None:
+        q._fs.close(h)
+
+
+def _scan(q: "ddq.Queue", b: Build, old: "ddq._Log", seq: int, ln: int) -> "Any":
+    # The payload of seq's DATA record, read forward from the scan's place in g (items are in
+    # seq order there); None after _SKIP other records (the caller counts a unit).
+    for _ in range(_SKIP):
+        k, pos = b.rk, b.rp
+        if pos >= old.sizes[k]:
+            if k + 1 >= len(old.sizes):
+                raise ddq.Corrupt("DATA record of seq %d not found" % seq)
+            b.rk, b.rp = k + 1, 0
+            continue
+        h = _reader(q, b, old, k)
+        if q._read_exact(h, pos, q._mv_hdr) != _HDR:
+            raise OSError(_EIO, "short read in " + ddq.segment_name(old.gen, k))
+        m, _v, typ, s, _a, plen, rlen, _c, _r = struct.unpack_from(_REC_FMT, q._rec, 0)
+        if m != _REC_MAGIC or rlen < _MIN_REC:
+            raise ddq.Corrupt("bad record in %s at %d" % (ddq.segment_name(old.gen, k), pos))
+        b.rp = pos + rlen
+        if typ == _T_DATA:
+            if s == seq:
+                return q._read_record(old, k, pos, _T_DATA, seq, ln, h)
+            if s > seq:
+                raise ddq.Corrupt("DATA record of seq %d not found" % seq)
+    return None
+
+
 def _tail(q: "ddq.Queue", b: Build, old: "ddq._Log", k: int, pos: int) -> None:
     # One record of g after P0, appended verbatim to the staged generation and applied to
     # its index with the replay's rules (R5-R7).
-    fs, new, nix = q._fs, b.log, b.ix
-    name = ddq.segment_name(old.gen, k)
-    h = fs.open(q._path(name), "rb")
-    try:
-        if q._read_exact(h, pos, q._mv_hdr) != _HDR:
-            raise OSError(_EIO, "short read in " + name)
-        _m, _v, typ, seq, arg, plen, rlen, _c, _r = struct.unpack_from(_REC_FMT, q._rec, 0)
-        pay = q._read_record(old, k, pos, typ, seq, plen, h)
-        off = q._append(new, typ, seq, arg, pay if plen else None, True)
-    finally:
-        fs.close(h)
+    new, nix = b.log, b.ix
+    h = _reader(q, b, old, k)
+    if q._read_exact(h, pos, q._mv_hdr) != _HDR:
+        raise OSError(_EIO, "short read in " + ddq.segment_name(old.gen, k))
+    _m, _v, typ, seq, arg, plen, rlen, _c, _r = struct.unpack_from(_REC_FMT, q._rec, 0)
+    pay = q._read_record(old, k, pos, typ, seq, plen, h)
+    off = q._append(new, typ, seq, arg, pay if plen else None, True)
     b.to = pos + rlen
     if typ == _T_DATA:
         nix.add(seq, len(new.sizes) - 1, plen)
@@ -263,3 +349,118 @@ def unlink(q: "ddq.Queue") -> None:
                 fs.remove(p)
     except OSError:
         q._dead = []
+
+# ============================================================================ admission parity
+# The staged generation is laid out differently from the one C DDQ's inline compaction leaves
+# (the carried tail, a copy made earlier), and admission depends on where the current
+# generation's log ends (A3, A5). So a staged queue keeps q._sh, the [segments, last offset,
+# bytes, items] of the generation the inline mode would hold, advanced by every record and
+# compacted (in RAM: its layout only) exactly where the inline mode compacts; admission answers
+# on it, so accept/reject are C DDQ's call for call (DESIGN §12) [C13].
+
+
+def mirror(q: "ddq.Queue") -> None:
+    # g is what C DDQ's queue holds now: at open, after compact() and purge().
+    log = q._log
+    q._sh = [len(log.sizes), log.off, sum(log.sizes), q._ix.n]
+
+
+def fresh(q: "ddq.Queue", reserve: int, required: int) -> None:
+    """The inline compaction of the shadow generation, in RAM: the layout of a copy of every
+    unacked item (C4: DATA, a STATE unless AVAILABLE without history, its reason), next-fit; or
+    Full as C8/C11 with the shadow unchanged. O(items), no I/O [C13]."""
+    sh, ix = q._sh, q._ix
+    if sh is None:
+        return
+    if required and sh[3] <= q._n_avail + q._n_claimed + q._n_quar:
+        raise ddq.Full("max_items reached and nothing is acked")
+    # The indexes of the AVAILABLE items with history (each gets a STATE) and of the reasons:
+    # small tables, so the pass over the column reads no seq.
+    st = {}
+    for e in ix.live.values():
+        if e[1] or e[2] or e[3]:
+            st[e[0]] = 1
+    rs = {}
+    for sq, r in ix.reasons.items():
+        j = ix.find(sq)
+        if j >= 0:
+            rs[j] = _MIN_REC + r[2]
+    # Next-fit (A2) on local ints: this is the one O(items) pass, no calls per record.
+    k = o = total = n = i = 0
+    seg, w, sh_, mk, cnt = q._seg_bytes, q._max_segs, ix.sh, ix.mk, ix.n
+    for ch in ix.col:
+        for v in ch:
+            if i >= cnt:
+                break
+            s = (v >> sh_) + 1
+            if s != _ACKED:
+                n += 1
+                x = _MIN_REC + (v & mk)  # its DATA
+                total += x
+                if k == 0 or o + x > seg:
+                    if k >= w:
+                        raise ddq.Full("compacted copy does not fit max_segments")
+                    k += 1
+                    o = 0
+                o += x
+                if s != _AVAILABLE or (st and i in st):  # a STATE [C4]
+                    total += _STATE_REC
+                    if o + _STATE_REC > seg:
+                        if k >= w:
+                            raise ddq.Full("compacted copy does not fit max_segments")
+                        k += 1
+                        o = 0
+                    o += _STATE_REC
+                if rs and i in rs:  # its reason
+                    x = rs[i]
+                    total += x
+                    if o + x > seg:
+                        if k >= w:
+                            raise ddq.Full("compacted copy does not fit max_segments")
+                        k += 1
+                        o = 0
+                    o += x
+            i += 1
+    if k == 0:
+        k = 1  # the copy's first segment exists even when empty
+    if total >= sh[2] or n > q._max_items - required or (k >= w and o + reserve > seg):
+        raise ddq.Full("compaction gives no benefit")
+    sh[0], sh[1], sh[2], sh[3] = k, o, total, n
+
+
+def admit(q: "ddq.Queue", n: int) -> None:
+    # enqueue's admission (A1-A6) for a staged queue: C DDQ's answer on the shadow generation,
+    # compacting it where C DDQ's enqueue compacts. Then g must hold the item and the records
+    # that drain every pending item (A8), else g is compacted whole now, as inline. That check
+    # leaves out A5's STATE share: a whole copy of g can exceed the shadow by a STATE in place
+    # of a CLAIM (24 B) per item, inside the 72 B A5 reserved for it (DESIGN §12) [C13].
+    sh, mx = q._sh, q._max_items
+    if sh is None:
+        return
+    if not q._admit(n, sh) or sh[3] >= mx:
+        fresh(q, _MIN_REC + n, 1 if sh[3] >= mx else 0)
+        if not q._admit(n, sh):
+            raise ddq.Full("admission reserve exhausted")
+    if sh[3] >= mx:
+        raise ddq.Full("max_items reached")
+    if not q._admit(n, None, True) or q._ix.n >= mx:
+        q._compact(_MIN_REC + n, 1 if q._ix.n >= mx else 0)
+        if not q._admit(n, None, True) or q._ix.n >= mx:
+            raise ddq.Full("admission reserve exhausted")
+
+
+def shadow(q: "ddq.Queue", total: int, typ: int) -> None:
+    # A record the shadow generation takes: the segment limit compacts it first as _write
+    # compacts g inline (Limit when that gives no room), then next-fit placement [C13].
+    sh = q._sh
+    if sh is None:
+        return
+    if sh[1] > 0 and sh[1] + total > q._seg_bytes and sh[0] >= q._max_segs:
+        try:
+            fresh(q, total, 0)
+        except ddq.Full:
+            raise ddq.Limit("segment limit reached and compaction gave no room")
+    q._place(sh, total)
+    sh[2] += total
+    if typ == _T_DATA:
+        sh[3] += 1

@@ -183,6 +183,8 @@ def recover(self: "Queue") -> None:
             for i in range(loaded, self._ix.n):
                 self._plan_add(self._ix.length(i))
         self._rbuf = bytearray(0)  # the replay window is not kept (64 KiB on big segments)
+        if self._rm is not None:
+            self._rm.mirror(self)  # the shadow starts from g [C14]
     except OSError as e:
         self._fail()
         raise _io_failure(e, "recovery")
@@ -640,6 +642,9 @@ def _reset(self: "Queue") -> None:
     self._slack = -1  # admission's room left at the last enqueue, in bytes (-1: unknown)
     self._bnext = 0  # start no build before this many acked items (after a useless one)
     self._dead = []  # [generation, next index, count]: old segments to delete
+    self._sh = None  # the shadow of the inline generation (reclaim_step > 0) [C14]
+    self._nw = 0  # writes, for the build's start rule [C13]
+    self._rr = [0, -1, 0]  # start rule: writes and slack at the last look, slack a write ×16
 
 
 def lock(self: "PosixStorage", path: str) -> "Any":

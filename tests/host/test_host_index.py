@@ -384,7 +384,7 @@ def test_ddq_reclaim_constants_equal_ddq():
 
     for name in ("_HDR", "_MIN_REC", "_STATE_REC", "_T_DATA", "_T_CLAIM", "_T_ACK", "_T_RETRY",
                  "_T_QUAR", "_T_STATE", "_AVAILABLE", "_CLAIMED", "_ACKED", "_QUARANTINED",
-                 "_EIO", "_REC_FMT"):
+                 "_EIO", "_REC_FMT", "_REC_MAGIC"):
         assert getattr(ddq_reclaim, name) == getattr(ddq_mod, name), name
 
 

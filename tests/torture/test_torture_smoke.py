@@ -221,7 +221,10 @@ def test_salvage_in_place_cut_slice():
     # intact DATA record; a power cut at any step of a sample of those salvages, reopened with
     # on_corrupt="salvage", loses no item the uncut salvage kept and deletes no damage kept aside.
     import salvage
-    res = salvage.run_cuts(ddq, 11, 10, every=400)
+    # (seed 17: a sample with FAT rename splits; seed 11's base is a staged queue with
+    # reclaim_step=1 whose admission now answers in RAM at the limit (SPEC C14), so its base
+    # directory has fewer compactions and this sample no FAT split)
+    res = salvage.run_cuts(ddq, 17, 10, every=400)
     assert res["inplace_images"] > 1000 and res["cut_images"] > 3 and res["cut_states"] > 200, res
     assert res["inplace_kept"] == res["inplace_intact"] > 0, res
     assert res["fat_split"] > 0, res

@@ -61,9 +61,11 @@ def params(seed, sync=None, index=None):
     if index is not None:
         opts["index_bytes"] = index
     if r.below(2):
-        # Half the seeds reclaim through a generation staged over many calls (SPEC C13): cuts
-        # land in every step of it (the copy, the carried tail, the publish, the unlinks).
-        opts["reclaim_step"] = 1 + r.below(4)
+        # Half the seeds reclaim through a generation staged over many calls (SPEC C13, C14):
+        # cuts land in every step of it (the start, the copy, the carried tail, the publish,
+        # the unlinks) and, with s = 1 (a build whose tail never catches up), in the whole
+        # compaction that abandons it.
+        opts["reclaim_step"] = 1 + r.below(5)
     return opts
 
 
