@@ -153,24 +153,9 @@ class Error(Exception):
     code = -1
 
 
-class InvalidArgument(Error):
-    """Raised for a bad type or range of an option or argument; nothing changed."""
-    code = -1
-
-
 class IOFailure(Error):
     """Raised when storage failed, and while the queue is fail-stopped (until recover())."""
     code, errno = -2, 0
-
-
-class Corrupt(Error):
-    """Raised when a record, the manifest or the directory breaks the format rules."""
-    code = -3
-
-
-class Locked(Error):
-    """Raised when another Queue (this process or another) holds the directory."""
-    code = -4
 
 
 class TooLarge(Error):
@@ -183,24 +168,53 @@ class Full(Error):
     code = -7
 
 
-class NotFound(Error):
-    """Raised for an unknown sequence, or an acked item already reclaimed."""
-    code = -8
-
-
-class BadState(Error):
-    """Raised when the operation is not allowed from the item's current state."""
-    code = -9
-
-
-class BufferTooSmall(Error):
-    """Raised by read_into when the buffer is smaller than the payload; `.needed` says how big."""
-    code, needed = -10, 0
-
-
 class Limit(Error):
     """Raised when a count, segment or arithmetic limit is reached."""
     code = -11
+
+
+# The errors a running sender never raises are made at their first use (each class costs ~210 B
+# of a board's heap; DESIGN §4.1): `ddq.Corrupt`, `from ddq import Corrupt` and _E("Corrupt")
+# make the class once and keep it in the module. Same names, codes, base class [O21].
+_LAZY_ERRORS = ("InvalidArgument", "Corrupt", "Locked", "NotFound", "BadState", "BufferTooSmall")
+
+
+def _E(name: str) -> "Any":
+    g = globals()
+    c = g.get(name)
+    if c is None:
+        d: "dict[str, Any]" = {"code": (-1, -3, -4, -8, -9, -10)[_LAZY_ERRORS.index(name)]}
+        if name == "BufferTooSmall":
+            d["needed"] = 0
+        c = g[name] = type(name, (Error,), d)
+    return c
+
+
+if TYPE_CHECKING:  # what the classes are, for the type checkers (docs/API.md documents them)
+
+    class InvalidArgument(Error):
+        """Raised for a bad type or range of an option or argument; nothing changed."""
+        code = -1
+
+    class Corrupt(Error):
+        """Raised when a record, the manifest or the directory breaks the format rules."""
+        code = -3
+
+    class Locked(Error):
+        """Raised when another Queue (this process or another) holds the directory."""
+        code = -4
+
+    class NotFound(Error):
+        """Raised for an unknown sequence, or an acked item already reclaimed."""
+        code = -8
+
+    class BadState(Error):
+        """Raised when the operation is not allowed from the item's current state."""
+        code = -9
+
+    class BufferTooSmall(Error):
+        """Raised by read_into when the buffer is smaller than the payload; `.needed` says how big."""
+        code, needed = -10, 0
 
 
 def _io_failure(e: "Optional[BaseException]", what: str) -> IOFailure:
@@ -295,25 +309,25 @@ def check_record(mv: memoryview, p: int, seg_bytes: int, max_payload: int) -> "t
     Raises Corrupt (without position; the caller adds segment and offset)."""
     magic, ver, typ, seq, arg, plen, rlen, crc, res = struct.unpack_from(_REC_FMT, mv, p)
     if magic != _REC_MAGIC or ver != _VERSION or res != 0 or typ < _T_DATA or typ > _T_STATE:
-        raise Corrupt("bad record header")
+        raise _E("Corrupt")("bad record header")
     if plen > max_payload and not (typ == _T_STATE and plen == _STATE_LEN):
-        raise Corrupt("payload over max_payload_bytes")
+        raise _E("Corrupt")("payload over max_payload_bytes")
     if rlen != _MIN_REC + plen or rlen > seg_bytes:
-        raise Corrupt("bad record length")
+        raise _E("Corrupt")("bad record length")
     commit, rlen2 = struct.unpack_from(_FTR_FMT, mv, p + _HDR + plen)
     if commit != _REC_COMMIT or rlen2 != rlen:
-        raise Corrupt("bad commit footer")
+        raise _E("Corrupt")("bad commit footer")
     c = _crc(mv[p + 4:p + 32])
     c = _crc(mv[p + 36:p + 40], c)
     if plen:
         c = _crc(mv[p + _HDR:p + _HDR + plen], c)
     if c != crc:
-        raise Corrupt("crc mismatch")
+        raise _E("Corrupt")("crc mismatch")
     if seq == 0 or (typ == _T_DATA and arg != 0) or (typ == _T_CLAIM and (arg == 0 or plen)) \
             or (typ == _T_ACK and (arg or plen)) or (typ == _T_RETRY and plen) \
             or (typ == _T_QUAR and (arg or plen > _MAX_REASON)) \
             or (typ == _T_STATE and (arg or plen != _STATE_LEN)):
-        raise Corrupt("record field rule broken")
+        raise _E("Corrupt")("record field rule broken")
     return typ, seq, arg, plen
 
 
@@ -545,7 +559,7 @@ class _Index:
 # ============================================================================ queue
 def _opt(v: "Any", lo: int, hi: int, name: str) -> int:
     if not isinstance(v, int) or isinstance(v, bool) or v < lo or v > hi:
-        raise InvalidArgument("%s must be an int in %d..%d" % (name, lo, hi))
+        raise _E("InvalidArgument")("%s must be an int in %d..%d" % (name, lo, hi))
     return v
 
 
@@ -556,7 +570,7 @@ def _bytes_arg(v: "Any", name: str) -> "Buf":
         return bytes(v)  # len() of a wide view counts items, not bytes
     if isinstance(v, (bytes, bytearray, memoryview)):
         return v
-    raise InvalidArgument(name + " must be bytes, bytearray or memoryview")
+    raise _E("InvalidArgument")(name + " must be bytes, bytearray or memoryview")
 
 
 class _Log:
@@ -816,7 +830,7 @@ class Queue:
         segment already open for reading (kept open), else it is opened and closed here."""
         name = segment_name(log.gen, sg)
         if sg >= len(log.sizes) or off + _MIN_REC + ln > log.sizes[sg]:
-            raise Corrupt("record of seq %d outside %s" % (seq, name))
+            raise _E("Corrupt")("record of seq %d outside %s" % (seq, name))
         if log is self._log and sg == len(log.sizes) - 1 and off + _MIN_REC + ln > log.synced:
             # A fresh reader sees only committed bytes (LittleFS; CPython's buffer): an unsynced
             # DATA record is served from RAM (sync="none"), anything else syncs first [D7].
@@ -838,12 +852,12 @@ class Queue:
             raise _io_failure(e, "read " + name)
         try:
             if got != total:
-                raise Corrupt("short record")
+                raise _E("Corrupt")("short record")
             t, s, _a, pl = check_record(mv, 0, self._seg_bytes, self._max_payload)
             if t != typ or s != seq or pl != ln:
-                raise Corrupt("record is not the expected one")
-        except Corrupt as e:
-            raise Corrupt("%s at %s offset %d (seq %d)" % (e.args[0], name, off, seq))
+                raise _E("Corrupt")("record is not the expected one")
+        except _E("Corrupt") as e:
+            raise _E("Corrupt")("%s at %s offset %d (seq %d)" % (e.args[0], name, off, seq))
         return mv[_HDR:_HDR + ln]
 
     def _data(self, log: _Log, i: int, seq: int, ln: int) -> memoryview:
@@ -900,16 +914,16 @@ class Queue:
                 pos += rlen
         finally:
             self._fs.close(h)
-        raise Corrupt("DATA record of seq %d not found in %s" % (seq, name))
+        raise _E("Corrupt")("DATA record of seq %d not found in %s" % (seq, name))
 
     def _find(self, seq: "Any") -> int:
         self._alive()
         if not isinstance(seq, int) or isinstance(seq, bool):
-            raise NotFound("no item %r" % (seq,))
+            raise _E("NotFound")("no item %r" % (seq,))
         e = self._ix.live.get(seq)  # an item with history knows its index: no binary search
         i = e[0] if e is not None else self._ix.find(seq)
         if i < 0:
-            raise NotFound("no item %r" % (seq,))
+            raise _E("NotFound")("no item %r" % (seq,))
         return i
 
     def read_into(self, seq: int, buf: "Any") -> int:
@@ -918,7 +932,7 @@ class Queue:
         ix = self._ix
         n: int = ix.length(i)
         if len(buf) < n:
-            e = BufferTooSmall("buffer of %d bytes; need %d" % (len(buf), n))
+            e = _E("BufferTooSmall")("buffer of %d bytes; need %d" % (len(buf), n))
             e.needed = n
             raise e
         buf[0:n] = self._data(self._log, i, seq, n)
@@ -1048,7 +1062,7 @@ class Queue:
         if s == done:
             return -1
         if s != _CLAIMED:
-            raise BadState("item %d is %s, not claimed" % (seq, STATES[s]))
+            raise _E("BadState")("item %d is %s, not claimed" % (seq, STATES[s]))
         return i
 
     def ack(self, seq: int) -> bool:
@@ -1245,7 +1259,7 @@ class Queue:
             if name in (_MANIFEST_TMP, _INDEX_TMP) or (pg is not None and pg[0] != gen):
                 p = self._path(name)
                 if fs.kind(p) != 1:
-                    raise Corrupt("not a regular file: " + name)
+                    raise _E("Corrupt")("not a regular file: " + name)
                 fs.remove(p)
                 removed = True
         if removed:
@@ -1297,6 +1311,8 @@ _LAZY = {"compact": "ddq_compact", "purge": "ddq_compact", "_compact": "ddq_comp
 def _lazy(self: Queue, name: str) -> "Any":
     m = _LAZY.get(name)
     if m is None:
+        if name in _LAZY_ERRORS:
+            return _E(name)
         raise AttributeError(name)
     mod = __import__(m)
     for k in _LAZY:
@@ -1314,5 +1330,7 @@ def __getattr__(name: str) -> "Any":
     m = {"decode_manifest": "ddq_recover", "encode_manifest": "ddq_compact",
          "Item": "ddq_extra"}.get(name)
     if m is None:
+        if name in _LAZY_ERRORS:
+            return _E(name)
         raise AttributeError(name)
     return getattr(__import__(m), name)

@@ -15,14 +15,13 @@ __version__ = "0.1.0"
 import struct
 
 from ddq import (
+    _E,
     _MAN_FMT,
     _MAN_MAGIC,
     _MANIFEST,
     _MANIFEST_TMP,
     _MARKER,
     _U64,
-    BadState,
-    Corrupt,
     Full,
     IOFailure,
     Limit,
@@ -85,7 +84,7 @@ def purge(self: "Queue", seqs: "list[int]") -> int:
     for s in seqs:
         i = self._find(s)
         if self._ix.state(i) != _QUARANTINED:
-            raise BadState("item %d is not quarantined" % s)
+            raise _E("BadState")("item %d is not quarantined" % s)
         if s not in drop:
             drop.append(s)
     if drop:
@@ -140,7 +139,7 @@ def _prepare_format(self: "Queue") -> None:
             fs.close(h)
         fs.sync_dir(self._dir)
     elif k != 1 or fs.size(self._path(_MARKER)) != 0:
-        raise Corrupt("queue.format is not an empty file")
+        raise _E("Corrupt")("queue.format is not an empty file")
 
 
 
@@ -163,7 +162,7 @@ def _compact(self: "Queue", reserve: int, required: int, drop: "Optional[list[in
     except OSError as e:
         self._fail()
         raise _io_failure(e, "compaction")
-    except Corrupt:
+    except _E("Corrupt"):
         self._fail()
         raise
     old, ix, fs = self._log, self._ix, self._fs
@@ -229,7 +228,7 @@ def _compact(self: "Queue", reserve: int, required: int, drop: "Optional[list[in
     self._plan = plan
     try:
         self._clean()
-    except (OSError, Corrupt) as e:
+    except (OSError, _E("Corrupt")) as e:
         self._fail()
         if isinstance(e, OSError):
             raise _io_failure(e, "cleaning old generation")

@@ -18,6 +18,7 @@ import struct
 
 from ddq import (
     _CUT,
+    _E,
     _INDEX,
     _LOCK,
     _MAN_FMT,
@@ -29,12 +30,9 @@ from ddq import (
     _REC_FMT,
     _U32,
     _U64,
-    Corrupt,
     Full,
-    InvalidArgument,
     IOFailure,
     Limit,
-    Locked,
     PosixStorage,
     _crc,
     _crc32,
@@ -95,7 +93,7 @@ def recover(self: "Queue") -> None:
         names = self._listdir()
         marker = fs.kind(self._path(_MARKER))
         if marker not in (0, 1) or (marker == 1 and fs.size(self._path(_MARKER)) != 0):
-            raise Corrupt("queue.format is not an empty regular file")
+            raise _E("Corrupt")("queue.format is not an empty regular file")
         mpath = self._path(_MANIFEST)
         mk = fs.kind(mpath)
         if mk == 0 and marker == 1 and fs.kind(self._path(_MANIFEST_TMP)) == 1:
@@ -103,8 +101,8 @@ def recover(self: "Queue") -> None:
             # synced tmp. Adopt it when it is a valid manifest; otherwise the manifest is lost.
             try:
                 decode_manifest(self._read_small(self._path(_MANIFEST_TMP), _MAN_SIZE + 1))
-            except Corrupt:
-                raise Corrupt("queue.manifest missing and queue.manifest.tmp invalid")
+            except _E("Corrupt"):
+                raise _E("Corrupt")("queue.manifest missing and queue.manifest.tmp invalid")
             fs.rename(self._path(_MANIFEST_TMP), mpath)
             fs.sync_dir(self._dir)
             mk = 1
@@ -113,16 +111,16 @@ def recover(self: "Queue") -> None:
         gen = mcrc = 0
         if mk == 0:
             if marker == 1:
-                raise Corrupt("queue.manifest missing but queue.format present [R3]")
+                raise _E("Corrupt")("queue.manifest missing but queue.format present [R3]")
         else:
             if mk != 1:
-                raise Corrupt("queue.manifest is not a regular file")
+                raise _E("Corrupt")("queue.manifest is not a regular file")
             mb = self._read_small(mpath, _MAN_SIZE + 1)
             gen, nxt, segs, items, end = decode_manifest(mb)
             mcrc = _crc(mb[0:40])  # = its CRC field (a crc32 over its own CRC is a constant)
             if nxt == 0 or segs == 0 or segs > self._max_segs or items > self._max_items \
                     or end > self._seg_bytes or (gen != 0 and marker != 1):
-                raise Corrupt("queue.manifest fields out of range for these options")
+                raise _E("Corrupt")("queue.manifest fields out of range for these options")
             cp = [segs, items, end, nxt]
             seen = False
             self._has_manifest = True
@@ -132,7 +130,7 @@ def recover(self: "Queue") -> None:
             if (name[-8:] == _CUT or name[-4:] == ".cut") and parse_segment_name(seg):
                 m = _import("ddq_cut")  # only after a crash inside a cut (import heap)
                 if m is None:
-                    raise Corrupt(name + ": no ddq_cut [R22]")
+                    raise _E("Corrupt")(name + ": no ddq_cut [R22]")
                 m.leftover(self, name, seg, gen)
         log = self._log = _Log(gen)
         ids = []
@@ -145,9 +143,9 @@ def recover(self: "Queue") -> None:
         ids.sort()
         for k in range(len(ids)):
             if ids[k] != k:
-                raise Corrupt("segment %d of generation %d is missing" % (k, gen))
+                raise _E("Corrupt")("segment %d of generation %d is missing" % (k, gen))
         if self._has_manifest and len(ids) < cp[0]:
-            raise Corrupt("fewer segments than the manifest names")
+            raise _E("Corrupt")("fewer segments than the manifest names")
         if not ids:
             self._new_segment(log, False)
         st = [seen, False, False]  # checkpoint seen, last item snapshotted, reason pending
@@ -170,9 +168,9 @@ def recover(self: "Queue") -> None:
             _replay(self, k, k == len(ids) - 1, cp, st, fits,
                     start if k == k0 and start > 0 else 0, sc)
         if fits and max(log.sizes) >= min(fits):  # [F7] no segment size explains the rotations
-            raise Corrupt("a segment of generation %d ends early (lost its end)" % gen)
+            raise _E("Corrupt")("a segment of generation %d ends early (lost its end)" % gen)
         if not st[0]:
-            raise Corrupt("the manifest's snapshot boundary was never reached")
+            raise _E("Corrupt")("the manifest's snapshot boundary was never reached")
         fs.sync(self._log.h)  # what a crashed writer left in the page cache is durable [D4]
         fs.sync_dir(self._dir)  # the selected generation is durable before anything is deleted
         self._clean()
@@ -190,7 +188,7 @@ def recover(self: "Queue") -> None:
         raise _io_failure(e, "recovery")
     except BaseException as e:
         self._fail()
-        m = self._salv and isinstance(e, Corrupt) and _import("ddq_salvage")
+        m = self._salv and isinstance(e, _E("Corrupt")) and _import("ddq_salvage")
         if not m:
             raise
         m.in_place(self, e)  # [K9] repairs the directory, then recovers it
@@ -200,11 +198,11 @@ def _checkpoint(self: "Queue", sg: int, pos: int, cp: "list[int]", st: "list[boo
     # [R8] the manifest's snapshot boundary: counts must match when the replay reaches it.
     if not st[0] and sg + 1 == cp[0]:
         if pos > cp[2]:
-            raise Corrupt("a record crosses the snapshot boundary")
+            raise _E("Corrupt")("a record crosses the snapshot boundary")
         if pos == cp[2]:
             if self._ix.n != cp[1] or self._next > cp[3] or st[2] or (
                     self._log.gen == 0 and self._next != cp[3]):
-                raise Corrupt("snapshot boundary does not match the manifest")
+                raise _E("Corrupt")("snapshot boundary does not match the manifest")
             self._next = cp[3]
             st[0] = True
 
@@ -245,7 +243,7 @@ def _replay(self: "Queue", sg: int, last: bool, cp: "list[int]", st: "list[bool]
     size = fs.size(path)
     seg_bytes, max_pay, max_items = self._seg_bytes, self._max_payload, self._max_items
     if size > seg_bytes:
-        raise Corrupt("%s is larger than segment_bytes" % name)
+        raise _E("Corrupt")("%s is larger than segment_bytes" % name)
     _checkpoint(self, sg, 0, cp, st)
     boundary = sg + 1 == cp[0]  # only this segment holds the manifest's boundary [R8]
     # The read window: a quarter segment, 1 KiB to 64 KiB (a board's 4 KiB segments: one 1 KiB
@@ -286,7 +284,7 @@ def _replay(self: "Queue", sg: int, last: bool, cp: "list[int]", st: "list[bool]
                 if last and st[0]:
                     torn = True
                     break
-                raise Corrupt("short record at %s offset %d" % (name, pos))
+                raise _E("Corrupt")("short record at %s offset %d" % (name, pos))
             p = pos - wpos
             if _MP:
                 # Fields by byte on MicroPython: unpack_from parses its format and builds a
@@ -300,12 +298,12 @@ def _replay(self: "Queue", sg: int, last: bool, cp: "list[int]", st: "list[bool]
                 if last and st[0] and _uniform(self, h, pos, size):
                     torn = True
                     break
-                raise Corrupt("bad record header at %s offset %d" % (name, pos))
+                raise _E("Corrupt")("bad record header at %s offset %d" % (name, pos))
             if rlen > left:  # [R10] declared length runs past the end
                 if last and st[0]:
                     torn = True
                     break
-                raise Corrupt("truncated record at %s offset %d" % (name, pos))
+                raise _E("Corrupt")("truncated record at %s offset %d" % (name, pos))
             if pos + rlen > wend:  # the record runs past the window: refill from pos
                 mv = self._buf(rlen)
                 if sc[4] is not self._rbuf:
@@ -376,7 +374,7 @@ def _replay(self: "Queue", sg: int, last: bool, cp: "list[int]", st: "list[bool]
                 if last and st[0] and _uniform(self, h, pos + rlen - 8, size):
                     torn = True  # [R11] the footer and all after it never reached the medium
                     break
-                raise Corrupt("%s at %s offset %d" % (err, name, pos))
+                raise _E("Corrupt")("%s at %s offset %d" % (err, name, pos))
             if pos == 0 and sg > 0:
                 # [F7] a segment ends only where the next record did not fit: whatever the
                 # writer's segment_bytes W was, every segment <= W < end + next record.
@@ -385,7 +383,7 @@ def _replay(self: "Queue", sg: int, last: bool, cp: "list[int]", st: "list[bool]
                 prefix = gen_nz and not st[0]
                 if seq >= u64 or (n and seq <= prev) or (not prefix and seq != self._next) \
                         or (prefix and st[2]):
-                    raise Corrupt("DATA sequence out of order at %s offset %d (seq %d)"
+                    raise _E("Corrupt")("DATA sequence out of order at %s offset %d (seq %d)"
                                   % (name, pos, seq))
                 if n >= max_items:
                     raise Full("more items than max_items; reopen with the writer's limits")
@@ -443,8 +441,8 @@ def _replay(self: "Queue", sg: int, last: bool, cp: "list[int]", st: "list[bool]
                 else:
                     try:
                         _apply(self, sg, pos, typ, seq, arg, plen, mv, p, st, i, le)
-                    except Corrupt as x:
-                        raise Corrupt("%s at %s offset %d (seq %d)"
+                    except _E("Corrupt") as x:
+                        raise _E("Corrupt")("%s at %s offset %d (seq %d)"
                                       % (x.args[0], name, pos, seq))
             pos += rlen
             done += 1
@@ -512,7 +510,7 @@ def _apply(self: "Queue", sg: int, off: int, typ: int, seq: int, arg: int, plen:
     ix = self._ix
     prefix = self._log.gen != 0 and not st[0]
     if i < 0:
-        raise Corrupt("record for unknown seq")
+        raise _E("Corrupt")("record for unknown seq")
     s = ix.state(i)
     if e is not None:
         a, lease, nb = e[1], e[2], e[3]
@@ -526,7 +524,7 @@ def _apply(self: "Queue", sg: int, off: int, typ: int, seq: int, arg: int, plen:
         state, a, lease, nb = struct.unpack_from(_STATE_FMT, mv, p + _HDR)
         if state not in (_AVAILABLE, _CLAIMED, _QUARANTINED) \
                 or (state == _CLAIMED) != (lease != 0):
-            raise Corrupt("bad STATE snapshot")
+            raise _E("Corrupt")("bad STATE snapshot")
         self._move(i, state, a, lease, nb)
         st[1] = True
         st[2] = state == _QUARANTINED
@@ -535,7 +533,7 @@ def _apply(self: "Queue", sg: int, off: int, typ: int, seq: int, arg: int, plen:
         ix.reasons[seq] = [sg, off, plen]
         st[2] = False
     elif prefix:
-        raise Corrupt("record not allowed inside a snapshot")
+        raise _E("Corrupt")("record not allowed inside a snapshot")
     elif typ == _T_CLAIM and s in (_AVAILABLE, _CLAIMED):
         self._move(i, _CLAIMED, a, arg, nb)
     elif typ == _T_ACK and s == _CLAIMED:
@@ -546,7 +544,7 @@ def _apply(self: "Queue", sg: int, off: int, typ: int, seq: int, arg: int, plen:
         self._move(i, _QUARANTINED, a, 0, nb)
         ix.reasons[seq] = [sg, off, plen]
     else:
-        raise Corrupt("illegal transition")
+        raise _E("Corrupt")("illegal transition")
 
 
 def init(self: "Queue", path: str, segment_bytes: int, max_payload_bytes: int, max_items: int,
@@ -555,7 +553,7 @@ def init(self: "Queue", path: str, segment_bytes: int, max_payload_bytes: int, m
     self._closed = True
     self._lock = None
     if not isinstance(path, str) or not path or len(path) >= 4096:
-        raise InvalidArgument("path must be a non-empty str shorter than 4096")
+        raise _E("InvalidArgument")("path must be a non-empty str shorter than 4096")
     self._seg_bytes = _opt(segment_bytes, 256, 64 * 1048576, "segment_bytes")
     self._max_payload = _opt(max_payload_bytes, 1, segment_bytes - _MIN_REC,
                              "max_payload_bytes")
@@ -569,17 +567,17 @@ def init(self: "Queue", path: str, segment_bytes: int, max_payload_bytes: int, m
     if self._rstep:
         self._rm = _import("ddq_reclaim")
         if self._rm is None:
-            raise InvalidArgument("reclaim_step needs ddq_reclaim.py beside ddq.py")
+            raise _E("InvalidArgument")("reclaim_step needs ddq_reclaim.py beside ddq.py")
     # The index's column: u16 where every payload length fits 14 bits, else u32 (§4).
     self._tc = "H" if self._max_payload <= 16383 else "I"
     if clock is not None and not callable(clock):
-        raise InvalidArgument("clock must be callable")
+        raise _E("InvalidArgument")("clock must be callable")
     if sync not in ("always", "ack", "none"):
-        raise InvalidArgument("sync must be 'always', 'ack' or 'none'")
+        raise _E("InvalidArgument")("sync must be 'always', 'ack' or 'none'")
     # "salvage": recovery's Corrupt salvages in place (ddq_salvage, loaded only then) [K9]
     self._salv = [0, 0] if on_corrupt == "salvage" else None
     if not self._salv and on_corrupt != "raise":
-        raise InvalidArgument("on_corrupt")
+        raise _E("InvalidArgument")("on_corrupt")
     self._sync_all = sync == "always"
     self._sync_ack = sync != "none"
     self.clock = clock if clock is not None else _wall_ms
@@ -604,7 +602,7 @@ def init(self: "Queue", path: str, segment_bytes: int, max_payload_bytes: int, m
         except OSError as e:
             raise _io_failure(e, "mkdir " + self._dir)
     elif k != 2:
-        raise InvalidArgument("not a directory: " + self._dir)
+        raise _E("InvalidArgument")("not a directory: " + self._dir)
     try:
         self._lock = self._fs.lock(self._dir)
     except OSError as e:
@@ -660,7 +658,7 @@ def lock(self: "PosixStorage", path: str) -> "Any":
             out.append(part)
     key = "/" + "/".join(out)
     if key in PosixStorage._held:
-        raise Locked("locked by this process: " + path)
+        raise _E("Locked")("locked by this process: " + path)
     f = self.open(path + "/" + _LOCK, "ab")
     held = None
     fcntl = _import("fcntl")
@@ -680,7 +678,7 @@ def lock(self: "PosixStorage", path: str) -> "Any":
         f.close()
         if held is not None:
             held.close()
-        raise Locked("locked by another process: %s (%r)" % (path, e))
+        raise _E("Locked")("locked by another process: %s (%r)" % (path, e))
     PosixStorage._held.append(key)
     return (key, f, held)
 
@@ -688,10 +686,10 @@ def lock(self: "PosixStorage", path: str) -> "Any":
 def decode_manifest(b: "Buf") -> "tuple[int, int, int, int, int]":
     """Return (generation, next_seq, segment_count, item_count, end_offset); Corrupt if bad [M2]."""
     if len(b) != _MAN_SIZE:
-        raise Corrupt("manifest size")
+        raise _E("Corrupt")("manifest size")
     magic, ver, size, gen, nxt, segs, items, end = struct.unpack_from(_MAN_FMT, b, 0)
     crc, res = struct.unpack_from("<II", b, 40)
     if magic != _MAN_MAGIC or ver != 1 or size != _MAN_SIZE or res != 0 \
             or crc != _crc(memoryview(b)[0:40]):
-        raise Corrupt("manifest header or crc")
+        raise _E("Corrupt")("manifest header or crc")
     return gen, nxt, segs, items, end

@@ -563,3 +563,24 @@ def test_modules_beside_ddq_load_on_demand():
     m = ddq.encode_manifest(1, 2, 3, 4, 5)
     assert len(m) == 48 and ddq.decode_manifest(m) == (1, 2, 3, 4, 5)
     support.raises(AttributeError, getattr, ddq, "no_such_name")
+
+
+def test_rare_error_classes_are_made_at_first_use():
+    # EVIDENCE-OF: O21
+    names = ("InvalidArgument", "Corrupt", "Locked", "NotFound", "BadState", "BufferTooSmall")
+    for n in names:
+        cls = getattr(ddq, n)
+        assert issubclass(cls, ddq.Error) and cls.__name__ == n and getattr(ddq, n) is cls
+        assert ddq.__dict__[n] is cls  # kept in the module: one class, whoever asked first
+    q, d = _q()
+    s = q.enqueue(b"four")
+    support.raises(ddq.NotFound, q.read, s + 1)
+    support.raises(ddq.BadState, q.ack, s)
+    try:
+        q.read_into(s, bytearray(2))
+        raise AssertionError("no BufferTooSmall")
+    except ddq.BufferTooSmall as e:
+        assert e.needed == 4 and e.code == -10 and isinstance(e, ddq.Error)
+    support.raises(ddq.Locked, ddq.Queue, d)
+    q.close()
+    support.raises(ddq.InvalidArgument, ddq.Queue, "")
