@@ -92,6 +92,7 @@ class Group:
         self._last = 0  # ops in the last batch: > 1 means concurrent callers
         self.writes = 0  # ops applied and covered by a completed sync (this Group's life)
         self.syncs = 0  # syncs this Group made
+        self.yields = 0  # rounds a thread leader gave callers to join its batch [G2]
 
     def __enter__(self) -> "Group":
         return self
@@ -190,6 +191,7 @@ class Group:
                     # their next op yet: one round for them to join (a lone caller, or a batch
                     # already as large as the last one, goes on at once).
                     mu.release()
+                    self.yields += 1
                     _yield()
                     mu.acquire()
                 b, self._open = self._open, None
