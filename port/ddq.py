@@ -35,25 +35,23 @@ _HEAP = 0 < getattr(gc, "mem_free", int)() + getattr(gc, "mem_alloc", int)() < 1
 if _MP:
     from micropython import const as const  # re-exported: the optional modules import it
 else:
-
-    def const(x: int) -> int:
-        return x
+    const = int  # (a function would be compiled into a board's .mpy too)
 
 
-TYPE_CHECKING = False
+# A const the compiler folds: MicroPython compiles no byte of an `if TYPE_CHECKING:` block (a
+# plain False would load each block's code and names into a board's heap); mypy reads it as True.
+TYPE_CHECKING = const(0)
 if TYPE_CHECKING:
     from typing import Any, Callable, Iterator, Optional, Union
 
     Buf = Union[bytes, bytearray, memoryview]
 
-    from ddq_extra import Item
+    from ddq_extra import Item, Stats
 
+# binascii.crc32 is CRC-32/ISO-HDLC on both interpreters, running form included (SPEC §2): an
+# int of 32 bits, on both (no wrapper: a function costs a board's heap and a call).
 _crc32 = binascii.crc32
-
-
-def _crc(data: "Buf", value: int = 0) -> int:
-    # binascii.crc32 is CRC-32/ISO-HDLC on both interpreters, running form included (SPEC §2).
-    return int(_crc32(data, value))
+_crc: "Callable[..., int]" = binascii.crc32
 
 
 def _import(name: str) -> "Any":
@@ -75,14 +73,14 @@ def _wall_ms() -> int:
     return ms
 
 
-def _run(fn: str, *a: "Any") -> "Any":
+def _run(fn: str, *a: "Any", **k: "Any") -> "Any":
     # Open-time code (options, lock, recovery) lives in port/ddq_recover.py, imported for the
     # call and, in a heap of at most 128 KiB (_HEAP), dropped after it: it runs once per open, and its
     # bytecode would otherwise stay in the heap while the queue runs (DESIGN §4.1). A bigger
     # heap keeps it: every later open would have to find room for its code blocks again (2.6
     # KiB the largest) in a heap the application has fragmented; CPython would compile it again.
     try:
-        return getattr(__import__("ddq_recover"), fn)(*a)
+        return getattr(__import__("ddq_recover"), fn)(*a, **k)
     finally:
         if _HEAP:
             sys.modules.pop("ddq_recover", None)
@@ -147,54 +145,115 @@ STATES = ("", "available", "claimed", "acked", "quarantined")
 
 
 # ============================================================================ errors
-class Error(Exception):
-    """Base class of ddq errors; `.code` is the DDQ status value."""
-
-    code = -1
-
-
-class IOFailure(Error):
-    """Raised when storage failed, and while the queue is fail-stopped (until recover())."""
-    code, errno = -2, 0
-
-
-class TooLarge(Error):
-    """Raised for a payload, reason or record over its limit."""
-    code = -6
-
-
-class Full(Error):
-    """Raised when the admission reserve or max_items refuses an enqueue; nothing was stored."""
-    code = -7
-
-
-class Limit(Error):
-    """Raised when a count, segment or arithmetic limit is reached."""
-    code = -11
-
-
-# The errors a running sender never raises are made at their first use (each class costs ~210 B
-# of a board's heap; DESIGN §4.1): `ddq.Corrupt`, `from ddq import Corrupt` and _E("Corrupt")
-# make the class once and keep it in the module. Same names, codes, base class [O21].
-_LAZY_ERRORS = ("InvalidArgument", "Corrupt", "Locked", "NotFound", "BadState", "BufferTooSmall")
+# Every error class is made at its first use and kept (each class costs ~300 B of a board's
+# heap, and a sender that never fails never raises one; DESIGN §4.1): `ddq.Full`, `from ddq
+# import Full` and _E("Full") make the class once and keep it in the module. Same names, codes
+# and base class (Error, itself an Exception) whoever asks first [O21].
+_ERRORS = ("Error", "InvalidArgument", "IOFailure", "Corrupt", "Locked", "TooLarge", "Full",
+           "NotFound", "BadState", "BufferTooSmall", "Limit")
+_CODES = (-1, -1, -2, -3, -4, -6, -7, -8, -9, -10, -11)
 
 
 def _E(name: str) -> "Any":
     g = globals()
     c = g.get(name)
     if c is None:
-        d: "dict[str, Any]" = {"code": (-1, -3, -4, -8, -9, -10)[_LAZY_ERRORS.index(name)]}
+        d: "dict[str, Any]" = {"code": _CODES[_ERRORS.index(name)]}
         if name == "BufferTooSmall":
             d["needed"] = 0
-        c = g[name] = type(name, (Error,), d)
+        elif name == "IOFailure":
+            d["errno"] = 0
+        c = g[name] = type(name, (Exception,) if name == "Error" else (_E("Error"),), d)
     return c
+
+
+# The messages of the errors ddq.py raises: one string (one object in a board's heap, where each
+# string constant cost 40-70 B: DESIGN §4.1). Entry k is "Class:message"; _err(k, args) makes
+# the exception, its message formatted with args. The _X_ consts name the entries, in order.
+_MSG = ("IOFailure:queue is closed"
+        "|IOFailure:queue is fail-stopped: call recover() or reopen"
+        "|IOFailure:clock returned %r; want wall-clock ms > 0"
+        "|InvalidArgument:%s must be an int in %d..%d"
+        "|InvalidArgument:%s must be bytes, bytearray or memoryview"
+        "|TooLarge:payload of %d bytes over max_payload_bytes %d"
+        "|TooLarge:record larger than segment_bytes"
+        "|Full:sequence space exhausted"
+        "|Full:admission reserve exhausted"
+        "|Full:max_items reached"
+        "|Limit:segment limit reached"
+        "|Limit:segment limit reached and compaction gave no room"
+        "|Limit:attempts exhausted"
+        "|Limit:not_before overflows"
+        "|Limit:too many directory entries in %s"
+        "|NotFound:no item %r"
+        "|BadState:item %d is %s, not claimed"
+        "|BufferTooSmall:buffer of %d bytes; need %d"
+        "|Corrupt:bad record header"
+        "|Corrupt:payload over max_payload_bytes"
+        "|Corrupt:bad record length"
+        "|Corrupt:bad commit footer"
+        "|Corrupt:crc mismatch"
+        "|Corrupt:record field rule broken"
+        "|Corrupt:record of seq %d outside %s"
+        "|Corrupt:short record"
+        "|Corrupt:record is not the expected one"
+        "|Corrupt:%s at %s offset %d (seq %d)"
+        "|Corrupt:DATA record of seq %d not found in %s"
+        "|Corrupt:not a regular file: %s")
+_X_CLOSED = const(0)
+_X_STOPPED = const(1)
+_X_CLOCK = const(2)
+_X_INT = const(3)
+_X_BYTES = const(4)
+_X_PAYLOAD = const(5)
+_X_RECORD = const(6)
+_X_SEQS = const(7)
+_X_RESERVE = const(8)
+_X_ITEMS = const(9)
+_X_SEGS = const(10)
+_X_SEGS_FULL = const(11)
+_X_ATTEMPTS = const(12)
+_X_NB = const(13)
+_X_ENTRIES = const(14)
+_X_NO_ITEM = const(15)
+_X_NOT_CLAIMED = const(16)
+_X_BUFFER = const(17)
+_X_HEADER = const(18)
+_X_OVER = const(19)
+_X_LENGTH = const(20)
+_X_FOOTER = const(21)
+_X_CRC = const(22)
+_X_FIELDS = const(23)
+_X_OUTSIDE = const(24)
+_X_SHORT = const(25)
+_X_OTHER = const(26)
+_X_AT = const(27)
+_X_NO_DATA = const(28)
+_X_NOT_FILE = const(29)
+
+
+def _err(k: int, *a: "Any") -> "Any":
+    i = 0
+    for _ in range(k):
+        i = _MSG.index("|", i) + 1
+    j = _MSG.find("|", i)
+    c, m = _MSG[i:j if j > 0 else len(_MSG)].split(":", 1)
+    return _E(c)(m % a if a else m)
 
 
 if TYPE_CHECKING:  # what the classes are, for the type checkers (docs/API.md documents them)
 
+    class Error(Exception):
+        """Base class of ddq errors; `.code` is the DDQ status value."""
+        code = -1
+
     class InvalidArgument(Error):
         """Raised for a bad type or range of an option or argument; nothing changed."""
         code = -1
+
+    class IOFailure(Error):
+        """Raised when storage failed, and while the queue is fail-stopped (until recover())."""
+        code, errno = -2, 0
 
     class Corrupt(Error):
         """Raised when a record, the manifest or the directory breaks the format rules."""
@@ -203,6 +262,14 @@ if TYPE_CHECKING:  # what the classes are, for the type checkers (docs/API.md do
     class Locked(Error):
         """Raised when another Queue (this process or another) holds the directory."""
         code = -4
+
+    class TooLarge(Error):
+        """Raised for a payload, reason or record over its limit."""
+        code = -6
+
+    class Full(Error):
+        """Raised when the admission reserve or max_items refuses an enqueue; nothing was stored."""
+        code = -7
 
     class NotFound(Error):
         """Raised for an unknown sequence, or an acked item already reclaimed."""
@@ -216,9 +283,13 @@ if TYPE_CHECKING:  # what the classes are, for the type checkers (docs/API.md do
         """Raised by read_into when the buffer is smaller than the payload; `.needed` says how big."""
         code, needed = -10, 0
 
+    class Limit(Error):
+        """Raised when a count, segment or arithmetic limit is reached."""
+        code = -11
 
-def _io_failure(e: "Optional[BaseException]", what: str) -> IOFailure:
-    err = IOFailure(what + (": " + repr(e) if e is not None else ""))
+
+def _io_failure(e: "Optional[BaseException]", what: str) -> "IOFailure":
+    err: "IOFailure" = _E("IOFailure")(what + (": " + repr(e) if e is not None else ""))
     err.errno = getattr(e, "errno", 0) or 0
     return err
 
@@ -229,44 +300,11 @@ class Claim:
 
     __slots__ = ("seq", "attempts", "payload_len", "lease_until_ms")
 
-    def __init__(self, seq: int, attempts: int, payload_len: int, lease_until_ms: int) -> None:
-        self.seq = seq
-        self.attempts = attempts
-        self.payload_len = payload_len
-        self.lease_until_ms = lease_until_ms
-
-
-class Stats:
-    """Counts of a queue; the DDQ fields plus generation, failed and durable_seq."""
-
-    __slots__ = (
-        "total_items", "available_items", "claimed_items", "acknowledged_items",
-        "quarantined_items", "stored_bytes", "segment_count", "next_seq",
-        "recovered_tail_bytes", "generation", "failed", "durable_seq",
-        "salvaged", "salvage_lost",
-    )
-
-    # Queue.stats() sets every field (no __init__: a function object costs a board's heap).
-    total_items: int
-    available_items: int
-    claimed_items: int
-    acknowledged_items: int
-    quarantined_items: int
-    stored_bytes: int
-    segment_count: int
-    next_seq: int
-    recovered_tail_bytes: int
-    generation: int
-    failed: bool
-    durable_seq: int
-    salvaged: int  # [K12]
-    salvage_lost: int
-
-    def as_dict(self) -> "dict[str, Any]":
-        d = {}
-        for k in Stats.__slots__:
-            d[k] = getattr(self, k)
-        return d
+    # Queue sets every field (no __init__: a function object costs a board's heap).
+    seq: int
+    attempts: int
+    payload_len: int
+    lease_until_ms: int
 
 
 def segment_name(generation: int, index: int) -> str:
@@ -276,31 +314,22 @@ def segment_name(generation: int, index: int) -> str:
     return "generation-%020d-segment-%020d.log" % (generation, index)
 
 
-def _digits(s: str) -> bool:
-    for c in s:  # ASCII only: str.isdigit() accepts other scripts on CPython
-        if c < "0" or c > "9":
-            return False
-    return True
-
-
 def parse_segment_name(name: str) -> "Optional[tuple[int, int]]":
     """Return (generation, index) for a segment file name, or None [N2][N3][N4]."""
     if len(name) == 32 and name[:8] == "segment-" and name[28:] == ".log":
-        g, d = 0, name[8:28]
+        gd, d = "0", name[8:28]
     elif len(name) == 64 and name[:11] == "generation-" and name[31:40] == "-segment-" \
             and name[60:] == ".log":
         gd, d = name[11:31], name[40:60]
-        if not _digits(gd):
-            return None
-        g = int(gd)
-        if g == 0 or g > _U64:  # generation 0 must use the legacy name
-            return None
     else:
         return None
-    if not _digits(d):
+    for c in gd + d:  # ASCII digits only: str.isdigit() accepts other scripts on CPython
+        if c < "0" or c > "9":
+            return None
+    g, i = int(gd), int(d)
+    if (g == 0 and len(gd) > 1) or g > _U64 or i > _U64:  # generation 0: the legacy name only
         return None
-    i = int(d)
-    return None if i > _U64 else (g, i)
+    return g, i
 
 
 def check_record(mv: memoryview, p: int, seg_bytes: int, max_payload: int) -> "tuple[int, int, int, int]":
@@ -309,25 +338,25 @@ def check_record(mv: memoryview, p: int, seg_bytes: int, max_payload: int) -> "t
     Raises Corrupt (without position; the caller adds segment and offset)."""
     magic, ver, typ, seq, arg, plen, rlen, crc, res = struct.unpack_from(_REC_FMT, mv, p)
     if magic != _REC_MAGIC or ver != _VERSION or res != 0 or typ < _T_DATA or typ > _T_STATE:
-        raise _E("Corrupt")("bad record header")
+        raise _err(_X_HEADER)
     if plen > max_payload and not (typ == _T_STATE and plen == _STATE_LEN):
-        raise _E("Corrupt")("payload over max_payload_bytes")
+        raise _err(_X_OVER)
     if rlen != _MIN_REC + plen or rlen > seg_bytes:
-        raise _E("Corrupt")("bad record length")
+        raise _err(_X_LENGTH)
     commit, rlen2 = struct.unpack_from(_FTR_FMT, mv, p + _HDR + plen)
     if commit != _REC_COMMIT or rlen2 != rlen:
-        raise _E("Corrupt")("bad commit footer")
+        raise _err(_X_FOOTER)
     c = _crc(mv[p + 4:p + 32])
     c = _crc(mv[p + 36:p + 40], c)
     if plen:
         c = _crc(mv[p + _HDR:p + _HDR + plen], c)
     if c != crc:
-        raise _E("Corrupt")("crc mismatch")
+        raise _err(_X_CRC)
     if seq == 0 or (typ == _T_DATA and arg != 0) or (typ == _T_CLAIM and (arg == 0 or plen)) \
             or (typ == _T_ACK and (arg or plen)) or (typ == _T_RETRY and plen) \
             or (typ == _T_QUAR and (arg or plen > _MAX_REASON)) \
             or (typ == _T_STATE and (arg or plen != _STATE_LEN)):
-        raise _E("Corrupt")("record field rule broken")
+        raise _err(_X_FIELDS)
     return typ, seq, arg, plen
 
 
@@ -559,7 +588,7 @@ class _Index:
 # ============================================================================ queue
 def _opt(v: "Any", lo: int, hi: int, name: str) -> int:
     if not isinstance(v, int) or isinstance(v, bool) or v < lo or v > hi:
-        raise _E("InvalidArgument")("%s must be an int in %d..%d" % (name, lo, hi))
+        raise _err(_X_INT, name, lo, hi)
     return v
 
 
@@ -570,7 +599,7 @@ def _bytes_arg(v: "Any", name: str) -> "Buf":
         return bytes(v)  # len() of a wide view counts items, not bytes
     if isinstance(v, (bytes, bytearray, memoryview)):
         return v
-    raise _E("InvalidArgument")(name + " must be bytes, bytearray or memoryview")
+    raise _err(_X_BYTES, name)
 
 
 class _Log:
@@ -596,15 +625,21 @@ class Queue:
     enqueue, ack or quarantine); "none" syncs only on sync(), rotation, compaction and close
     (durable_seq tells how far enqueues are durable). SPEC §9 [D1]-[D4]."""
 
-    def __init__(self, path: str, segment_bytes: int = 4194304,
-                 max_payload_bytes: int = 1048576, max_items: int = 100000,
-                 max_segments: int = 1024, clock: "Optional[Callable[[], int]]" = None,
-                 storage: "Any" = None, sync: str = "always",
-                 index_bytes: int = 1048576, reclaim_step: int = 0,
-                 on_corrupt: str = "raise") -> None:
-        # Options, the directory, the lock, then recovery: port/ddq_recover.py (init).
-        _run("init", self, path, segment_bytes, max_payload_bytes, max_items, max_segments, clock,
-             storage, sync, index_bytes, reclaim_step, on_corrupt)
+    if TYPE_CHECKING:  # the options, as ddq_recover.init takes them (docs/API.md)
+
+        def __init__(self, path: str, segment_bytes: int = 4194304,
+                     max_payload_bytes: int = 1048576, max_items: int = 100000,
+                     max_segments: int = 1024, clock: "Optional[Callable[[], int]]" = None,
+                     storage: "Any" = None, sync: str = "always",
+                     index_bytes: int = 1048576, reclaim_step: int = 0,
+                     on_corrupt: str = "raise") -> None: ...
+
+    else:
+
+        def __init__(self, *a, **k):
+            # Options, the directory, the lock, then recovery: port/ddq_recover.py (init). The
+            # defaults live there only: here they would cost a board's heap for nothing.
+            _run("init", self, *a, **k)
 
     # Attributes, set by ddq_recover.init and _reset (annotations alone compile to nothing).
     _closed: bool
@@ -670,9 +705,9 @@ class Queue:
 
     def _alive(self) -> None:
         if self._closed:
-            raise IOFailure("queue is closed")
+            raise _err(_X_CLOSED)
         if self._log.h is None:
-            raise IOFailure("queue is fail-stopped: call recover() or reopen")
+            raise _err(_X_STOPPED)
 
     def _fail(self) -> None:
         # Fail-stop [R20]: drop the writable handle; only stats/recover/close work until recover().
@@ -688,7 +723,7 @@ class Queue:
     def _now(self) -> int:
         now = self.clock()
         if not isinstance(now, int) or now <= 0 or now > _U64:
-            raise IOFailure("clock returned %r; want wall-clock ms > 0" % (now,))
+            raise _err(_X_CLOCK, now)
         return now
 
     def _count(self, state: int, d: int) -> None:
@@ -747,7 +782,7 @@ class Queue:
         if log.off > 0 and log.off + total > self._seg_bytes:
             # Records never straddle segments [F7]: sync and close the full one, open the next.
             if len(log.sizes) >= self._max_segs:
-                raise Limit("segment limit reached")
+                raise _err(_X_SEGS)
             self._fs.sync(log.h)
             log.dirty = False
             if log is self._log:
@@ -783,7 +818,7 @@ class Queue:
         self._alive()
         total = _MIN_REC + (len(payload) if payload is not None else 0)
         if total > self._seg_bytes:
-            raise TooLarge("record larger than segment_bytes")
+            raise _err(_X_RECORD)
         self._nw += 1
         if self._bld is not None:
             self._rm.step(self)  # before this record: a publish moves it to g+1 [C13]
@@ -795,8 +830,8 @@ class Queue:
         if log.off > 0 and log.off + total > self._seg_bytes and len(log.sizes) >= self._max_segs:
             try:
                 self._compact(total, 0)
-            except Full:
-                raise Limit("segment limit reached and compaction gave no room")
+            except _E("Full"):
+                raise _err(_X_SEGS_FULL)
             log = self._log
         try:
             off = self._append(log, typ, seq, arg, payload, False)
@@ -830,7 +865,7 @@ class Queue:
         segment already open for reading (kept open), else it is opened and closed here."""
         name = segment_name(log.gen, sg)
         if sg >= len(log.sizes) or off + _MIN_REC + ln > log.sizes[sg]:
-            raise _E("Corrupt")("record of seq %d outside %s" % (seq, name))
+            raise _err(_X_OUTSIDE, seq, name)
         if log is self._log and sg == len(log.sizes) - 1 and off + _MIN_REC + ln > log.synced:
             # A fresh reader sees only committed bytes (LittleFS; CPython's buffer): an unsynced
             # DATA record is served from RAM (sync="none"), anything else syncs first [D7].
@@ -852,12 +887,12 @@ class Queue:
             raise _io_failure(e, "read " + name)
         try:
             if got != total:
-                raise _E("Corrupt")("short record")
+                raise _err(_X_SHORT)
             t, s, _a, pl = check_record(mv, 0, self._seg_bytes, self._max_payload)
             if t != typ or s != seq or pl != ln:
-                raise _E("Corrupt")("record is not the expected one")
+                raise _err(_X_OTHER)
         except _E("Corrupt") as e:
-            raise _E("Corrupt")("%s at %s offset %d (seq %d)" % (e.args[0], name, off, seq))
+            raise _err(_X_AT, e.args[0], name, off, seq)
         return mv[_HDR:_HDR + ln]
 
     def _data(self, log: _Log, i: int, seq: int, ln: int) -> memoryview:
@@ -914,16 +949,16 @@ class Queue:
                 pos += rlen
         finally:
             self._fs.close(h)
-        raise _E("Corrupt")("DATA record of seq %d not found in %s" % (seq, name))
+        raise _err(_X_NO_DATA, seq, name)
 
     def _find(self, seq: "Any") -> int:
         self._alive()
         if not isinstance(seq, int) or isinstance(seq, bool):
-            raise _E("NotFound")("no item %r" % (seq,))
+            raise _err(_X_NO_ITEM, seq)
         e = self._ix.live.get(seq)  # an item with history knows its index: no binary search
         i = e[0] if e is not None else self._ix.find(seq)
         if i < 0:
-            raise _E("NotFound")("no item %r" % (seq,))
+            raise _err(_X_NO_ITEM, seq)
         return i
 
     def read_into(self, seq: int, buf: "Any") -> int:
@@ -932,7 +967,7 @@ class Queue:
         ix = self._ix
         n: int = ix.length(i)
         if len(buf) < n:
-            e = _E("BufferTooSmall")("buffer of %d bytes; need %d" % (len(buf), n))
+            e = _err(_X_BUFFER, len(buf), n)
             e.needed = n
             raise e
         buf[0:n] = self._data(self._log, i, seq, n)
@@ -951,19 +986,19 @@ class Queue:
         self._alive()
         n = len(payload)
         if n > self._max_payload:
-            raise TooLarge("payload of %d bytes over max_payload_bytes %d" % (n, self._max_payload))
+            raise _err(_X_PAYLOAD, n, self._max_payload)
         if self._next >= _U64:
-            raise Full("sequence space exhausted")
+            raise _err(_X_SEQS)
         ix = self._ix
         if self._sh is not None:
             self._rm.admit(self, n)  # the inline generation's answer, then g's room [C14]
         elif not self._admit(n) or ix.n >= self._max_items:
             self._compact(_MIN_REC + n, 1 if ix.n >= self._max_items else 0)
             if not self._admit(n):
-                raise Full("admission reserve exhausted")
+                raise _err(_X_RESERVE)
         ix = self._ix
         if ix.n >= self._max_items:
-            raise Full("max_items reached")
+            raise _err(_X_ITEMS)
         if self._rstep and self._bld is None and 0 <= self._slack and self._n_acked \
                 and self._n_acked >= self._bnext and self._rm.due(self, n):
             self._rm.start(self)  # stage g+1 over the next calls (DESIGN §12) [C13]
@@ -986,13 +1021,6 @@ class Queue:
 
     def claim(self, lease_ms: int) -> "Optional[Claim]":
         """Claim the first ready item, skipping claimed and backing-off ones; None if none [O2]."""
-        return self._claim(lease_ms, False)
-
-    def claim_ordered(self, lease_ms: int) -> "Optional[Claim]":
-        """Claim the earliest unfinished item if it is ready, else return None (strict FIFO) [O3]."""
-        return self._claim(lease_ms, True)
-
-    def _claim(self, lease_ms: int, ordered: bool) -> "Optional[Claim]":
         _opt(lease_ms, 1, _MAX_LEASE_MS, "lease_ms")
         self._alive()
         now = self._now()
@@ -1002,29 +1030,15 @@ class Queue:
         while f < ix.n and (ix.state(f) != _AVAILABLE or ix.seq(f) in live):
             f += 1
         ix.fresh = f
-        fs = ix.seq(f) if f < ix.n else 0
-        if ordered:
-            # Strict FIFO: only the earliest unfinished item is a candidate; only it is swept.
-            head, hs = (f, fs) if f < ix.n else (-1, 0)
-            for s, e in ix.live.items():
-                if head < 0 or s < hs:
-                    head, hs = e[0], s
-            if head >= 0:
-                h = ix.live.get(hs)
-                if h is None:
-                    best, best_seq = head, hs
-                else:
-                    self._sweep(h, now)
-                    if ix.state(head) == _AVAILABLE and (h[3] <= now or h[3] - now > _U32):
-                        best, best_seq = head, hs
-        else:
-            for s, e in ix.live.items():
-                self._sweep(e, now)
-                i = e[0]
-                if ix.state(i) == _AVAILABLE and (e[3] <= now or e[3] - now > _U32):
-                    if best < 0 or s < best_seq:
-                        best, best_seq = i, s
-            if f < ix.n and (best < 0 or fs < best_seq):
+        for s, e in live.items():
+            self._sweep(e, now)
+            i = e[0]
+            if ix.state(i) == _AVAILABLE and (e[3] <= now or e[3] - now > _U32):
+                if best < 0 or s < best_seq:
+                    best, best_seq = i, s
+        if f < ix.n:
+            fs = ix.seq(f)
+            if best < 0 or fs < best_seq:
                 best, best_seq = f, fs
         if best < 0:
             return None
@@ -1038,7 +1052,9 @@ class Queue:
             i = ix.find(seq)  # the write compacted first: the item moved
         attempts, _l, nb = ix.history(seq)
         self._move(i, _CLAIMED, attempts, lease, nb)
-        return Claim(seq, attempts, ix.length(i), lease)
+        c = Claim()
+        c.seq, c.attempts, c.payload_len, c.lease_until_ms = seq, attempts, ix.length(i), lease
+        return c
 
     def _sweep(self, e: "list[int]", now: int) -> None:
         # An expired lease goes back to AVAILABLE in RAM only; nothing is written [T2]. A lease
@@ -1062,7 +1078,7 @@ class Queue:
         if s == done:
             return -1
         if s != _CLAIMED:
-            raise _E("BadState")("item %d is %s, not claimed" % (seq, STATES[s]))
+            raise _err(_X_NOT_CLAIMED, seq, STATES[s])
         return i
 
     def ack(self, seq: int) -> bool:
@@ -1080,10 +1096,10 @@ class Queue:
         self._claimed(seq, 0)
         attempts, _l, nb = self._ix.history(seq)
         if attempts >= _U32:
-            raise Limit("attempts exhausted")
+            raise _err(_X_ATTEMPTS)
         nb = self._now() + delay_ms
         if nb > _U64:
-            raise Limit("not_before overflows")
+            raise _err(_X_NB)
         self._write(_T_RETRY, seq, nb, None, self._sync_all)
         self._move(self._ix.live[seq][0], _AVAILABLE, attempts + 1, 0, nb)
 
@@ -1098,24 +1114,6 @@ class Queue:
     def durable_seq(self) -> int:
         """The highest seq whose enqueue is durable (every lower one is too) [D4]."""
         return self._durable
-
-    def stats(self) -> Stats:
-        """Return counts; works while fail-stopped (`.failed`) [O9]."""
-        s = Stats()
-        s.total_items = self._ix.n
-        s.available_items = self._n_avail
-        s.claimed_items = self._n_claimed
-        s.acknowledged_items = self._n_acked
-        s.quarantined_items = self._n_quar
-        s.stored_bytes = sum(self._log.sizes)
-        s.segment_count = len(self._log.sizes)
-        s.next_seq = self._next
-        s.recovered_tail_bytes = self._tail
-        s.generation = self._log.gen
-        s.failed = self._log.h is None
-        s.durable_seq = self._durable
-        s.salvaged, s.salvage_lost = self._salv or (0, 0)  # [K12]
-        return s
 
     def close(self) -> None:
         """Sync and close the queue and release the lock; idempotent."""
@@ -1186,46 +1184,46 @@ class Queue:
     def _admit(self, n: int, sh: "Optional[list[int]]" = None, lean: bool = False) -> bool:
         """DDQ's admission rule for a new payload of n bytes, exactly [A1]-[A6]; on the
         generation sh ([segments, last offset]) when given, else on g; lean: without A5's
-        STATE share of the control reserve (DESIGN §12) [C14]."""
-        if self._admit_with(self._plan, n, sh, lean):
-            return True
-        self._plan = self._plan_items()  # the cached upper bound refused: decide exactly
-        return self._admit_with(self._plan, n, sh, lean)
-
-    def _admit_with(self, cached: "Optional[list[int]]", n: int,
-                    sh: "Optional[list[int]]", lean: bool) -> bool:
-        if cached is None:
-            return False
+        STATE share of the control reserve (DESIGN §12) [C14]. First on the cached plan (an
+        upper bound), then, when that refuses, on the plan recomputed (exact)."""
         seg = self._seg_bytes
         term = _MIN_REC + self.reason_budget
         phys, plan = self._pl
-        if sh is None:
-            phys[0], phys[1] = len(self._log.sizes), self._log.off
-        else:
-            phys[0], phys[1] = sh[0], sh[1]
-        plan[0], plan[1] = cached[0], cached[1]
         place = self._place
-        if not (place(phys, _MIN_REC + n) and place(plan, _MIN_REC + n)
-                and place(plan, _STATE_REC) and place(plan, term) and place(plan, _MIN_REC)
-                and place(plan, term)):
-            return False
-        p = 1 + self._n_avail + self._n_claimed
-        c = p * (_STATE_REC + _MIN_REC) + self._n_quar * _STATE_REC
-        if term <= seg // 2:
-            c += p * term
-            m, reserved = max(_STATE_REC, term), 0
-        else:
-            m, reserved = _STATE_REC, 2 * p
-        remaining = self._max_segs - phys[0] - reserved
-        if remaining < 0:
-            return False
-        left = seg - phys[1]
-        g = (left - (m - 1) if left >= m else 0) + remaining * (seg - (m - 1))
-        if sh is None:
-            self._slack = g - c
-            if lean:
-                c -= (p + self._n_quar) * _STATE_REC
-        return c <= g
+        for k in range(2):
+            if k:
+                self._plan = self._plan_items()
+            cached = self._plan
+            if cached is None:
+                continue
+            if sh is None:
+                phys[0], phys[1] = len(self._log.sizes), self._log.off
+            else:
+                phys[0], phys[1] = sh[0], sh[1]
+            plan[0], plan[1] = cached[0], cached[1]
+            if not (place(phys, _MIN_REC + n) and place(plan, _MIN_REC + n)
+                    and place(plan, _STATE_REC) and place(plan, term) and place(plan, _MIN_REC)
+                    and place(plan, term)):
+                continue
+            p = 1 + self._n_avail + self._n_claimed
+            c = p * (_STATE_REC + _MIN_REC) + self._n_quar * _STATE_REC
+            if term <= seg // 2:
+                c += p * term
+                m, reserved = max(_STATE_REC, term), 0
+            else:
+                m, reserved = _STATE_REC, 2 * p
+            remaining = self._max_segs - phys[0] - reserved
+            if remaining < 0:
+                continue
+            left = seg - phys[1]
+            g = (left - (m - 1) if left >= m else 0) + remaining * (seg - (m - 1))
+            if sh is None:
+                self._slack = g - c
+                if lean:
+                    c -= (p + self._n_quar) * _STATE_REC
+            if c <= g:
+                return True
+        return False
 
     # ------------------------------------------------------------------ compaction (SPEC §11)
     # In port/ddq_compact.py, attached on first use (_lazy, below); declared here for mypy
@@ -1237,10 +1235,13 @@ class Queue:
     _publish: "Callable[..., None]"
     _prepare_format: "Callable[[], None]"
     # In port/ddq_extra.py, attached on first use as well.
+    stats: "Callable[[], Stats]"
     items: "Callable[[], Iterator[Item]]"
     oldest_available: "Callable[[], Optional[int]]"
     lapsed: "Callable[[int], list[tuple[int, int]]]"
     claim_seq: "Callable[[int, int], Claim]"
+    claim_ordered: "Callable[[int], Optional[Claim]]"
+    recover: "Callable[[], None]"  # rebuild all state from disk; the way out of fail-stop
     reason: "Callable[[int], bytes]"
     save_index: "Callable[[], None]"
     quarantine: "Callable[..., bool]"
@@ -1248,7 +1249,7 @@ class Queue:
     def _listdir(self) -> "list[str]":
         names: "list[str]" = self._fs.listdir(self._dir)
         if len(names) > self._max_segs * 8 + 1024:
-            raise Limit("too many directory entries in " + self._dir)
+            raise _err(_X_ENTRIES, self._dir)
         return names
 
     def _clean(self) -> None:
@@ -1259,17 +1260,13 @@ class Queue:
             if name in (_MANIFEST_TMP, _INDEX_TMP) or (pg is not None and pg[0] != gen):
                 p = self._path(name)
                 if fs.kind(p) != 1:
-                    raise _E("Corrupt")("not a regular file: " + name)
+                    raise _err(_X_NOT_FILE, name)
                 fs.remove(p)
                 removed = True
         if removed:
             fs.sync_dir(self._dir)
 
     # ------------------------------------------------------------------ recovery (SPEC §12)
-    def recover(self) -> None:
-        """Rebuild all state from disk; the only way out of fail-stop [R1]-[R18]."""
-        _run("recover", self)
-
     def _read_small(self, path: str, n: int) -> bytes:
         b = bytearray(n)
         h = self._fs.open(path, "rb")
@@ -1298,39 +1295,38 @@ class Queue:
             pass
 
 
-# Methods that live in modules beside ddq.py (DESIGN §13): the first use of one imports its
-# module and attaches all of that module's methods to Queue; a queue that never compacts never
-# loads ddq_compact, one that never lists its items never loads ddq_extra.
+# Methods and module attributes that live in modules beside ddq.py (DESIGN §13): the first use
+# of a method imports its module and attaches all of that module's methods to Queue; a queue
+# that never compacts never loads ddq_compact, one that never lists its items never loads
+# ddq_extra. "=module": a module attribute (PEP 562; MicroPython's MICROPY_MODULE_GETATTR), not
+# needed by a running queue: the manifest codec and the Item and Stats types.
 _LAZY = {"compact": "ddq_compact", "purge": "ddq_compact", "_compact": "ddq_compact",
          "_copy": "ddq_compact", "_publish": "ddq_compact", "_prepare_format": "ddq_compact",
-         "items": "ddq_extra", "oldest_available": "ddq_extra",
-         "lapsed": "ddq_extra", "claim_seq": "ddq_extra", "reason": "ddq_extra",
-         "save_index": "ddq_extra", "quarantine": "ddq_extra"}
+         "stats": "ddq_extra", "items": "ddq_extra", "oldest_available": "ddq_extra",
+         "lapsed": "ddq_extra", "claim_seq": "ddq_extra", "claim_ordered": "ddq_extra",
+         "recover": "ddq_extra", "reason": "ddq_extra", "save_index": "ddq_extra",
+         "quarantine": "ddq_extra", "decode_manifest": "=ddq_recover",
+         "encode_manifest": "=ddq_compact", "Item": "=ddq_extra", "Stats": "=ddq_extra"}
 
 
-def _lazy(self: Queue, name: str) -> "Any":
-    m = _LAZY.get(name)
-    if m is None:
-        if name in _LAZY_ERRORS:
-            return _E(name)
-        raise AttributeError(name)
-    mod = __import__(m)
-    for k in _LAZY:
-        if _LAZY[k] == m:
-            setattr(Queue, k, getattr(mod, k))
-    return getattr(self, name)
+def _lazy(self: "Optional[Queue]", name: str) -> "Any":
+    # Queue.__getattr__ (self) and the module's __getattr__ (self None); the errors: _E.
+    m = _LAZY.get(name, "")
+    if m[0:1] == ("=" if self is None else "d"):
+        mod = __import__(m.lstrip("="))
+        if self is None:
+            return getattr(mod, name)
+        for k in _LAZY:
+            if _LAZY[k] == m:
+                setattr(Queue, k, getattr(mod, k))
+        return getattr(self, name)
+    if name in _ERRORS:
+        return _E(name)
+    raise AttributeError(name)
 
 
 setattr(Queue, "__getattr__", _lazy)  # noqa: B010 (mypy must not see a catch-all __getattr__)
 
 
 def __getattr__(name: str) -> "Any":
-    # Module attributes that live beside ddq.py (PEP 562; MicroPython's MICROPY_MODULE_GETATTR):
-    # the codec's manifest functions and the Item type are not needed by a running queue.
-    m = {"decode_manifest": "ddq_recover", "encode_manifest": "ddq_compact",
-         "Item": "ddq_extra"}.get(name)
-    if m is None:
-        if name in _LAZY_ERRORS:
-            return _E(name)
-        raise AttributeError(name)
-    return getattr(__import__(m), name)
+    return _lazy(None, name)

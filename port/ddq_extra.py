@@ -1,8 +1,8 @@
 """ddq_extra: the less used methods of ddq.Queue, loaded on first use.
 
-items(), oldest_available(), lapsed(), claim_seq(), reason() and save_index(): what a sender
-loop that only enqueues, claims, reads and acks never calls. Queue attaches these functions as
-its methods the first time one is called (ddq's `_lazy`), so they cost a board's heap only once
+stats(), items(), oldest_available(), lapsed(), claim_seq(), reason(), quarantine() and
+save_index(): what a sender loop that only enqueues, claims, reads and acks never calls. Queue
+attaches these functions as its methods the first time one is called (ddq's `_lazy`), so they cost a board's heap only once
 an application uses one of them (DESIGN §4, §13).
 
 Format: see docs/SPEC.md §7.3 [O13][O20], §12.1 [X1]; design: docs/DESIGN.md §13.
@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 
 from ddq import (
     _INDEX,
+    _U32,
     STATES,
     BadState,
     Claim,
@@ -22,12 +23,13 @@ from ddq import (
     _bytes_arg,
     _io_failure,
     _opt,
+    _run,
     const,
 )
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Iterator, Optional
+    from typing import Any, Iterator, Optional
 
     from ddq import Buf, Queue
 
@@ -48,6 +50,36 @@ def reason(self: "Queue", seq: int) -> bytes:
     if r is None:
         raise BadState("item %d is not quarantined" % seq)
     return bytes(self._read_record(self._log, r[0], r[1], _T_QUAR, seq, r[2]))
+
+
+def recover(self: "Queue") -> None:
+    """Rebuild all state from disk; the only way out of fail-stop [R1]-[R18]."""
+    _run("recover", self)
+
+
+def claim_ordered(self: "Queue", lease_ms: int) -> "Optional[Claim]":
+    """Claim the earliest unfinished item if it is ready, else return None (strict FIFO) [O3]."""
+    _opt(lease_ms, 1, _MAX_LEASE_MS, "lease_ms")
+    self._alive()
+    now = self._now()
+    ix = self._ix
+    f, live = ix.fresh, ix.live  # the cursor below which no item is fresh (as Queue.claim)
+    while f < ix.n and (ix.state(f) != _AVAILABLE or ix.seq(f) in live):
+        f += 1
+    ix.fresh = f
+    # Only the earliest unfinished item is a candidate; only it is swept.
+    head, hs = (f, ix.seq(f)) if f < ix.n else (-1, 0)
+    for s, e in live.items():
+        if head < 0 or s < hs:
+            head, hs = e[0], s
+    if head < 0:
+        return None
+    h = live.get(hs)
+    if h is not None:
+        self._sweep(h, now)
+        if ix.state(head) != _AVAILABLE or not (h[3] <= now or h[3] - now > _U32):
+            return None
+    return self._take(hs, now + lease_ms, head)
 
 
 def claim_seq(self: "Queue", seq: int, lease_ms: int) -> Claim:
@@ -98,6 +130,58 @@ def save_index(self: "Queue") -> None:
         ddq_index.save(self)
     except OSError as e:
         raise _io_failure(e, "writing " + _INDEX)
+
+
+class Stats:
+    """Counts of a queue; the DDQ fields plus generation, failed and durable_seq."""
+
+    __slots__ = (
+        "total_items", "available_items", "claimed_items", "acknowledged_items",
+        "quarantined_items", "stored_bytes", "segment_count", "next_seq",
+        "recovered_tail_bytes", "generation", "failed", "durable_seq",
+        "salvaged", "salvage_lost",
+    )
+
+    # stats() sets every field (no __init__: a function object costs a board's heap).
+    total_items: int
+    available_items: int
+    claimed_items: int
+    acknowledged_items: int
+    quarantined_items: int
+    stored_bytes: int
+    segment_count: int
+    next_seq: int
+    recovered_tail_bytes: int
+    generation: int
+    failed: bool
+    durable_seq: int
+    salvaged: int  # [K12]
+    salvage_lost: int
+
+    def as_dict(self) -> "dict[str, Any]":
+        d = {}
+        for k in Stats.__slots__:
+            d[k] = getattr(self, k)
+        return d
+
+
+def stats(self: "Queue") -> Stats:
+    """Return counts; works while fail-stopped (`.failed`) [O9]."""
+    s = Stats()
+    s.total_items = self._ix.n
+    s.available_items = self._n_avail
+    s.claimed_items = self._n_claimed
+    s.acknowledged_items = self._n_acked
+    s.quarantined_items = self._n_quar
+    s.stored_bytes = sum(self._log.sizes)
+    s.segment_count = len(self._log.sizes)
+    s.next_seq = self._next
+    s.recovered_tail_bytes = self._tail
+    s.generation = self._log.gen
+    s.failed = self._log.h is None
+    s.durable_seq = self._durable
+    s.salvaged, s.salvage_lost = self._salv or (0, 0)  # [K12]
+    return s
 
 
 class Item:

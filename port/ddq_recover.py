@@ -547,9 +547,12 @@ def _apply(self: "Queue", sg: int, off: int, typ: int, seq: int, arg: int, plen:
         raise _E("Corrupt")("illegal transition")
 
 
-def init(self: "Queue", path: str, segment_bytes: int, max_payload_bytes: int, max_items: int,
-         max_segments: int, clock: "Optional[Callable[[], int]]", storage: "Any", sync: str,
-         index_bytes: int, reclaim_step: int, on_corrupt: str) -> None:
+def init(self: "Queue", path: str, segment_bytes: int = 4194304,
+         max_payload_bytes: int = 1048576, max_items: int = 100000, max_segments: int = 1024,
+         clock: "Optional[Callable[[], int]]" = None, storage: "Any" = None,
+         sync: str = "always", index_bytes: int = 1048576, reclaim_step: int = 0,
+         on_corrupt: str = "raise") -> None:
+    # Queue(...)'s options and their defaults (ddq.Queue.__init__ passes them on as given).
     self._closed = True
     self._lock = None
     if not isinstance(path, str) or not path or len(path) >= 4096:

@@ -567,11 +567,15 @@ def test_modules_beside_ddq_load_on_demand():
 
 def test_rare_error_classes_are_made_at_first_use():
     # EVIDENCE-OF: O21
-    names = ("InvalidArgument", "Corrupt", "Locked", "NotFound", "BadState", "BufferTooSmall")
-    for n in names:
+    names = ("InvalidArgument", "Corrupt", "Locked", "NotFound", "BadState", "BufferTooSmall",
+             "IOFailure", "TooLarge", "Full", "Limit")
+    codes = (-1, -3, -4, -8, -9, -10, -2, -6, -7, -11)
+    for n, code in zip(names, codes):
         cls = getattr(ddq, n)
         assert issubclass(cls, ddq.Error) and cls.__name__ == n and getattr(ddq, n) is cls
         assert ddq.__dict__[n] is cls  # kept in the module: one class, whoever asked first
+        assert cls.code == code and issubclass(cls, Exception)
+    assert ddq.Error.code == -1 and ddq.IOFailure.errno == 0 and ddq.__dict__["Error"] is ddq.Error
     q, d = _q()
     s = q.enqueue(b"four")
     support.raises(ddq.NotFound, q.read, s + 1)
