@@ -50,7 +50,6 @@ if TYPE_CHECKING:
 
 # binascii.crc32 is CRC-32/ISO-HDLC on both interpreters, running form included (SPEC §2): an
 # int of 32 bits, on both (no wrapper: a function costs a board's heap and a call).
-_crc32 = binascii.crc32
 _crc: "Callable[..., int]" = binascii.crc32
 
 
@@ -62,15 +61,14 @@ def _import(name: str) -> "Any":
         return None
 
 
+# Default clock: wall-clock Unix-epoch ms (SPEC §2); a port whose epoch is 2000 adds 946,684,800,000 ms.
+_EPOCH = 946684800000 if time.gmtime(0)[0] == 2000 else 0
+
+
 def _wall_ms() -> int:
-    # Default clock: wall-clock Unix-epoch ms (SPEC §2). A 2000-epoch port adds 946,684,800,000 ms.
     if hasattr(time, "time_ns"):
-        ms = int(time.time_ns()) // 1000000
-    else:
-        ms = int(time.time() * 1000)
-    if time.gmtime(0)[0] == 2000:
-        ms += 946684800000
-    return ms
+        return int(time.time_ns()) // 1000000 + _EPOCH
+    return int(time.time() * 1000) + _EPOCH
 
 
 def _run(fn: str, *a: "Any", **k: "Any") -> "Any":
@@ -198,8 +196,7 @@ _MSG = ("IOFailure:queue is closed"
         "|Corrupt:short record"
         "|Corrupt:record is not the expected one"
         "|Corrupt:%s at %s offset %d (seq %d)"
-        "|Corrupt:DATA record of seq %d not found in %s"
-        "|Corrupt:not a regular file: %s")
+        "|Corrupt:DATA record of seq %d not found in %s")
 _X_CLOSED = const(0)
 _X_STOPPED = const(1)
 _X_CLOCK = const(2)
@@ -229,7 +226,6 @@ _X_SHORT = const(25)
 _X_OTHER = const(26)
 _X_AT = const(27)
 _X_NO_DATA = const(28)
-_X_NOT_FILE = const(29)
 
 
 def _err(k: int, *a: "Any") -> "Any":
@@ -298,7 +294,8 @@ def _io_failure(e: "Optional[BaseException]", what: str) -> "IOFailure":
 class Claim:
     """A claimed item: deliver it, then ack, retry or quarantine it by seq."""
 
-    __slots__ = ("seq", "attempts", "payload_len", "lease_until_ms")
+    if not _MP:  # MicroPython ignores __slots__: the tuple would only cost a board's heap
+        __slots__ = ("seq", "attempts", "payload_len", "lease_until_ms")
 
     # Queue sets every field (no __init__: a function object costs a board's heap).
     seq: int
@@ -309,27 +306,8 @@ class Claim:
 
 def segment_name(generation: int, index: int) -> str:
     """Return the file name of segment `index` of `generation` [N2][N3]."""
-    if generation == 0:
-        return "segment-%020d.log" % index
-    return "generation-%020d-segment-%020d.log" % (generation, index)
-
-
-def parse_segment_name(name: str) -> "Optional[tuple[int, int]]":
-    """Return (generation, index) for a segment file name, or None [N2][N3][N4]."""
-    if len(name) == 32 and name[:8] == "segment-" and name[28:] == ".log":
-        gd, d = "0", name[8:28]
-    elif len(name) == 64 and name[:11] == "generation-" and name[31:40] == "-segment-" \
-            and name[60:] == ".log":
-        gd, d = name[11:31], name[40:60]
-    else:
-        return None
-    for c in gd + d:  # ASCII digits only: str.isdigit() accepts other scripts on CPython
-        if c < "0" or c > "9":
-            return None
-    g, i = int(gd), int(d)
-    if (g == 0 and len(gd) > 1) or g > _U64 or i > _U64:  # generation 0: the legacy name only
-        return None
-    return g, i
+    s = "segment-%020d.log" % index
+    return "generation-%020d-" % generation + s if generation else s
 
 
 def check_record(mv: memoryview, p: int, seg_bytes: int, max_payload: int) -> "tuple[int, int, int, int]":
@@ -605,7 +583,8 @@ def _bytes_arg(v: "Any", name: str) -> "Buf":
 class _Log:
     """The segments of one generation as the writer sees them."""
 
-    __slots__ = ("gen", "sizes", "off", "h", "dirty", "synced", "ck")
+    if not _MP:  # (as Claim's)
+        __slots__ = ("gen", "sizes", "off", "h", "dirty", "synced", "ck")
 
     def __init__(self, gen: int) -> None:
         self.gen = gen
@@ -999,8 +978,7 @@ class Queue:
         ix = self._ix
         if ix.n >= self._max_items:
             raise _err(_X_ITEMS)
-        if self._rstep and self._bld is None and 0 <= self._slack and self._n_acked \
-                and self._n_acked >= self._bnext and self._rm.due(self, n):
+        if self._rstep and self._bld is None and self._rm.due(self, n):
             self._rm.start(self)  # stage g+1 over the next calls (DESIGN §12) [C13]
         seq = self._next
         self._write(_T_DATA, seq, 0, payload, self._sync_ack)
@@ -1123,11 +1101,7 @@ class Queue:
         err = None
         try:  # whatever is raised here (a cut surfacing as another exception), the lock goes
             if self._rm is not None:
-                self._rm.drop(self)
-                for _ in range(_IO_LOOPS):  # what is left of a replaced generation
-                    if not self._dead:
-                        break
-                    self._rm.unlink(self)
+                self._rm.finish(self)  # a staged generation dropped, a replaced one deleted
             if self._log.h is not None and self._log.dirty:
                 try:
                     self._fs.sync(self._log.h)
@@ -1234,6 +1208,7 @@ class Queue:
     _copy: "Callable[..., Optional[list[int]]]"
     _publish: "Callable[..., None]"
     _prepare_format: "Callable[[], None]"
+    _clean: "Callable[[], None]"  # delete the manifest tmp and other generations [R16]
     # In port/ddq_extra.py, attached on first use as well.
     stats: "Callable[[], Stats]"
     items: "Callable[[], Iterator[Item]]"
@@ -1251,20 +1226,6 @@ class Queue:
         if len(names) > self._max_segs * 8 + 1024:
             raise _err(_X_ENTRIES, self._dir)
         return names
-
-    def _clean(self) -> None:
-        """Delete the manifest tmp and every segment of another generation [R16]."""
-        fs, removed, gen = self._fs, False, self._log.gen
-        for name in self._listdir():
-            pg = parse_segment_name(name)
-            if name in (_MANIFEST_TMP, _INDEX_TMP) or (pg is not None and pg[0] != gen):
-                p = self._path(name)
-                if fs.kind(p) != 1:
-                    raise _err(_X_NOT_FILE, name)
-                fs.remove(p)
-                removed = True
-        if removed:
-            fs.sync_dir(self._dir)
 
     # ------------------------------------------------------------------ recovery (SPEC §12)
     def _read_small(self, path: str, n: int) -> bytes:
@@ -1302,10 +1263,12 @@ class Queue:
 # needed by a running queue: the manifest codec and the Item and Stats types.
 _LAZY = {"compact": "ddq_compact", "purge": "ddq_compact", "_compact": "ddq_compact",
          "_copy": "ddq_compact", "_publish": "ddq_compact", "_prepare_format": "ddq_compact",
+         "_clean": "ddq_compact",
          "stats": "ddq_extra", "items": "ddq_extra", "oldest_available": "ddq_extra",
          "lapsed": "ddq_extra", "claim_seq": "ddq_extra", "claim_ordered": "ddq_extra",
          "recover": "ddq_extra", "reason": "ddq_extra", "save_index": "ddq_extra",
          "quarantine": "ddq_extra", "decode_manifest": "=ddq_recover",
+         "parse_segment_name": "=ddq_compact",
          "encode_manifest": "=ddq_compact", "Item": "=ddq_extra", "Stats": "=ddq_extra"}
 
 

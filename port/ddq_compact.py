@@ -16,6 +16,7 @@ import struct
 
 from ddq import (
     _E,
+    _INDEX_TMP,
     _MAN_FMT,
     _MAN_MAGIC,
     _MANIFEST,
@@ -38,6 +39,43 @@ if TYPE_CHECKING:
     from typing import Any, Optional
 
     from ddq import Queue
+
+# ============================================================================ directory
+# The names of the directory and its cleanup, shared with recovery (which loads this module
+# only when its listing names something to remove): kept out of ddq.py, they cost a board's heap
+# only once a queue compacts or a crash left something behind (DESIGN §4.1).
+def parse_segment_name(name: str) -> "Optional[tuple[int, int]]":
+    """Return (generation, index) for a segment file name, or None [N2][N3][N4]."""
+    if len(name) == 32 and name[:8] == "segment-" and name[28:] == ".log":
+        gd, d = "0", name[8:28]
+    elif len(name) == 64 and name[:11] == "generation-" and name[31:40] == "-segment-" \
+            and name[60:] == ".log":
+        gd, d = name[11:31], name[40:60]
+    else:
+        return None
+    for c in gd + d:  # ASCII digits only: str.isdigit() accepts other scripts on CPython
+        if c < "0" or c > "9":
+            return None
+    g, i = int(gd), int(d)
+    if (g == 0 and len(gd) > 1) or g > _U64 or i > _U64:  # generation 0: the legacy name only
+        return None
+    return g, i
+
+
+def _clean(self: "Queue") -> None:
+    """Delete the manifest tmp and every segment of another generation [R16]."""
+    fs, removed, gen = self._fs, False, self._log.gen
+    for name in self._listdir():
+        pg = parse_segment_name(name)
+        if name in (_MANIFEST_TMP, _INDEX_TMP) or (pg is not None and pg[0] != gen):
+            p = self._path(name)
+            if fs.kind(p) != 1:
+                raise _E("Corrupt")("not a regular file: " + name)
+            fs.remove(p)
+            removed = True
+    if removed:
+        fs.sync_dir(self._dir)
+
 
 # ============================================================================ compaction
 # ddq's format values (SPEC §3, §4); a MicroPython const folds in its own module only, so these

@@ -46,7 +46,7 @@ else:
         return (time.monotonic_ns() // 1000000) & 0x3FFFFFFF
 
 
-TYPE_CHECKING = False
+TYPE_CHECKING = const(0)  # folded: MicroPython compiles no byte of its blocks (ddq.py)
 if TYPE_CHECKING:
     from typing import Any, Callable, Optional
 

@@ -37,7 +37,7 @@ from ddq import (  # the feature probe and the const shim, once (ddq compat)
     const,
 )
 
-TYPE_CHECKING = False
+TYPE_CHECKING = const(0)  # folded: MicroPython compiles no byte of its blocks (ddq.py)
 if TYPE_CHECKING:
     from typing import Any, Callable, Optional, TypeVar, Union
 

@@ -107,6 +107,8 @@ def due(q: "ddq.Queue", n: int) -> bool:
     # the next and followed at once when it rises; a quarter more for margin. Later than that
     # and admission or the segment limit forces a whole copy; earlier and a generation absorbs
     # less before its copy (DESIGN §12) [C13].
+    if q._slack < 0 or not q._n_acked or q._n_acked < q._bnext:
+        return False  # room unknown, or nothing (or too little since a useless build) to reclaim
     r, w, sl = q._rr, q._nw, q._slack
     if 0 <= r[1] and r[0] < w and sl <= r[1]:
         d = (r[1] - sl) * 16 // (w - r[0])
@@ -119,6 +121,15 @@ def due(q: "ddq.Queue", n: int) -> bool:
     calls = units // (s - 1 if s > 1 else 1) + 8
     per = r[2] * 5 // 64  # (×16 fixed point, + 1/4)
     return sl < calls * (per if per > _MIN_REC + n else _MIN_REC + n)
+
+
+def finish(q: "ddq.Queue") -> None:
+    # At close: the staged generation dropped, what is left of a replaced one deleted.
+    drop(q)
+    for _ in range(1 << 20):
+        if not q._dead:
+            break
+        unlink(q)
 
 
 def drop(q: "ddq.Queue") -> None:

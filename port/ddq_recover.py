@@ -35,7 +35,6 @@ from ddq import (
     Limit,
     PosixStorage,
     _crc,
-    _crc32,
     _import,
     _Index,
     _io_failure,
@@ -260,7 +259,7 @@ def _replay(self: "Queue", sg: int, last: bool, cp: "list[int]", st: "list[bool]
     n = ix.n  # mirrors ix.n: only DATA adds items
     prev = ix.last  # the last item's seq
     gen_nz, u64 = log.gen != 0, _U64
-    unpack, pack, crc32 = struct.unpack_from, struct.pack_into, _crc32
+    unpack, pack, crc32 = struct.unpack_from, struct.pack_into, _crc
     # sc: made once per recovery: the crc scratch (a 40-byte header and its views) and the
     # payload views by window offset (vc, below)
     hb, hv, hz, vc = sc[0], sc[1], sc[2], sc[3]

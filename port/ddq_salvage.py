@@ -24,7 +24,7 @@ import struct
 import ddq
 from ddq import const  # the const shim, once (ddq compat)
 
-TYPE_CHECKING = False
+TYPE_CHECKING = const(0)  # folded: MicroPython compiles no byte of its blocks (ddq.py)
 if TYPE_CHECKING:
     from typing import Any, Optional
 
