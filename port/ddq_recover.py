@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 
 import os
 import struct
+from array import array
 
 from ddq import (
     _CUT,
@@ -79,6 +80,7 @@ _IO_LOOPS = const(1048576)
 _EIO = const(5)
 _CS = const(8)
 _CM = const(255)
+_CH = const(256)
 _CRC_FMT = "<HHQQII"
 
 
@@ -272,8 +274,8 @@ def _replay(self: "Queue", files: "list[str]", cp: "list[int]", st: "list[bool]"
     seg_bytes, max_pay, max_items = self._seg_bytes, self._max_payload, self._max_items
     ix = self._ix
     live, hist = ix.live, ix.hist
-    # The chunk lists grow in place (append), so these stay the index's own lists.
-    ixcol, sfo, sh, mk = ix.col, ix.sfo, ix.sh, ix.mk
+    # The chunk and run lists grow in place (append): these stay the index's own lists.
+    ixcol, sfo, ro, rs, sh, mk, tc = ix.col, ix.sfo, ix.ro, ix.rs, ix.sh, ix.mk, ix.tc
     n = ix.n  # mirrors ix.n: only DATA adds items
     prev = ix.last  # the last item's seq
     gen_nz, u64 = log.gen != 0, _U64
@@ -321,17 +323,16 @@ def _replay(self: "Queue", files: "list[str]", cp: "list[int]", st: "list[bool]"
                 left = size - pos
                 need = left if left < _HDR else _HDR
                 if pos + need > wend:
-                    # A whole window is read into mv itself: no slice (an object each) but
-                    # at a segment's end or after a short read (_read_exact's loop, then).
+                    # Read into the whole window, mv itself: no slice (an object each, and
+                    # _read_exact's heap frame) but after a short read (its loop, then).
                     wpos = pos
                     k = mvlen if mvlen < left else left
-                    if k == mvlen:
-                        r = fs.read_into(h, pos, mv)
-                        wend = pos + r
-                        if 0 < r < k:
-                            wend += self._read_exact(h, wend, mv[r:k])
-                    else:
-                        wend = pos + self._read_exact(h, pos, mv[0:k])
+                    r = fs.read_into(h, pos, mv)
+                    if r > k:  # (the file holds no more than its size, but trust no count)
+                        r = k
+                    wend = pos + r
+                    if 0 < r < k:
+                        wend += self._read_exact(h, wend, mv[r:k])
                     if wend - pos < need:
                         raise OSError(_EIO, "short read in " + name)
                 if left < _HDR:  # [R10] short tail
@@ -441,14 +442,24 @@ def _replay(self: "Queue", files: "list[str]", cp: "list[int]", st: "list[bool]"
                                       % (name, pos, seq))
                     if n >= max_items:
                         raise Full("more items than max_items; reopen with the writer's limits")
+                    # _Index.add without its call (a heap frame each): the next chunk when
+                    # one is full, made without add's zeroed temporary (bytes of the chunk's
+                    # size: 0.5-1 KiB of churn per 256 items); a run starts where seqs are
+                    # not consecutive; a segment's first item (state bits 0: AVAILABLE).
                     c = n >> _CS
-                    if c < len(ixcol) and seq == prev + 1 and n and sg < len(sfo):
-                        # ix.add without its call: no new chunk, run or segment
-                        ixcol[c][n & _CM] = plen  # state bits 0: AVAILABLE
-                        ix.n = n + 1
-                        ix.last = seq
-                    else:
-                        ix.add(seq, sg, plen)
+                    if c == len(ixcol):
+                        ch = array(tc, range(_CH))
+                        for j in range(_CH):
+                            ch[j] = 0
+                        ixcol.append(ch)
+                    if not n or seq != prev + 1:
+                        ro.append(n)
+                        rs.append(seq)
+                    while len(sfo) <= sg:
+                        sfo.append(n)
+                    ixcol[c][n & _CM] = plen
+                    ix.n = n + 1
+                    ix.last = seq
                     n += 1
                     prev = seq
                     self._n_avail += 1
