@@ -145,7 +145,6 @@ def recover(self: "Queue") -> None:
         # other segment or tmp name only flags the directory for _clean, which decides [R16].
         pre, w = ("segment-", 8) if gen == 0 else ("generation-%020d-segment-" % gen, 40)
         ids: "list[int]" = []
-        nms: "list[str]" = []
         dirty = False
         for name in names:
             if name.startswith(pre) and len(name) == w + 24 and name.endswith(".log"):
@@ -161,41 +160,37 @@ def recover(self: "Queue") -> None:
                     dirty = True
                     continue
                 ids.append(i)
-                nms.append(name)
                 if len(ids) > self._max_segs:
                     raise Limit("more segments than max_segments")
             elif name == _MANIFEST_TMP or name == _INDEX_TMP or name.startswith("segment-") \
                     or name.startswith("generation-"):
                 dirty = True
-        names = []
-        files: "list[Any]" = [None] * len(ids)  # their names by index
-        for j in range(len(ids)):
-            if ids[j] < len(ids):
-                files[ids[j]] = nms[j]
+        names = []  # the replay holds no name: a board's heap gets the listing's room back
+        ids.sort()
         for k in range(len(ids)):
-            if files[k] is None:
+            if ids[k] != k:
                 raise _E("Corrupt")("segment %d of generation %d is missing" % (k, gen))
+        nseg = len(ids)
         ids = []
-        nms = []
-        if self._has_manifest and len(files) < cp[0]:
+        if self._has_manifest and nseg < cp[0]:
             raise _E("Corrupt")("fewer segments than the manifest names")
-        if not files:
+        if not nseg:
             self._new_segment(log, False)
         st = [seen, False, False]  # checkpoint seen, last item snapshotted, reason pending
         fits: "list[int]" = []
         start = -1
-        if files and self._ix_bytes and fs.kind(self._path(_INDEX)) == 1:  # a stat, no import
+        if nseg and self._ix_bytes and fs.kind(self._path(_INDEX)) == 1:  # a stat, no import
             try:
                 m = _import("ddq_index")
             except MemoryError:  # no room for the optional module: replay the whole log [X5]
                 m = None
             if m is not None:
-                start = m.load(self, len(files), cp, mcrc, fits)
+                start = m.load(self, nseg, cp, mcrc, fits)
         loaded = self._ix.n if start >= 0 else -1
         if start >= 0:
             st[0] = self.index_used = True
-        if len(log.sizes) < len(files):
-            _replay(self, files, cp, st, fits, start)
+        if len(log.sizes) < nseg:
+            _replay(self, nseg, cp, st, fits, start)
         if fits and max(log.sizes) >= min(fits):  # [F7] no segment size explains the rotations
             raise _E("Corrupt")("a segment of generation %d ends early (lost its end)" % gen)
         if not st[0]:
@@ -262,14 +257,14 @@ def _uniform(self: "Queue", h: "Any", start: int, end: int) -> bool:
     return True
 
 
-def _replay(self: "Queue", files: "list[str]", cp: "list[int]", st: "list[bool]",
+def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]",
             fits: "list[int]", start: int) -> None:
     # One pass over each segment from the first queue.index does not cover (from offset start
     # in it when start > 0), all in this one call: MicroPython puts a frame of more than 11
     # words on the heap at each call, ~1 KB for this one (DESIGN §4). Each record's header is
     # unpacked once, validated in place (check_record's rules, inlined: a memoryview window,
     # no copy), and applied; DATA inline, the rest through _apply. A torn tail is cut
-    # [R10][R11]; the boundary checked [R8]. files: the segments' names by index.
+    # [R10][R11]; the boundary checked [R8]. nseg: the generation's segments.
     fs, log = self._fs, self._log
     seg_bytes, max_pay, max_items = self._seg_bytes, self._max_payload, self._max_items
     ix = self._ix
@@ -288,15 +283,20 @@ def _replay(self: "Queue", files: "list[str]", cp: "list[int]", st: "list[bool]"
     rb = None  # the window's buffer: the views are of it
     mv = hv
     mvlen = 0
-    pre = self._dir + "/"
+    # Each segment's path in one allocation (segment_name then _path: three); its name, for a
+    # message, is the path's tail (lp: where it starts).
+    pre = self._dir.replace("%", "%%") + "/"
+    lp = len(self._dir) + 1
+    pf = pre + ("segment-%020d.log" if not gen_nz else "generation-%020d-segment-" % log.gen
+                + "%020d.log")
     k0 = len(log.sizes)
-    for sg in range(k0, len(files)):
-        last = sg == len(files) - 1
-        name = files[sg]
-        path = pre + name
+    fm = -1  # the least end + next record over the segments replayed [F7]
+    for sg in range(k0, nseg):
+        last = sg == nseg - 1
+        path = pf % sg
         size = fs.size(path)
         if size > seg_bytes:
-            raise _E("Corrupt")("%s is larger than segment_bytes" % name)
+            raise _E("Corrupt")("%s is larger than segment_bytes" % path[lp:])
         if not st[0] and sg + 1 == cp[0]:
             _checkpoint(self, sg, 0, cp, st)
         boundary = sg + 1 == cp[0]  # only this segment holds the manifest's boundary [R8]
@@ -334,12 +334,12 @@ def _replay(self: "Queue", files: "list[str]", cp: "list[int]", st: "list[bool]"
                     if 0 < r < k:
                         wend += self._read_exact(h, wend, mv[r:k])
                     if wend - pos < need:
-                        raise OSError(_EIO, "short read in " + name)
+                        raise OSError(_EIO, "short read in " + path[lp:])
                 if left < _HDR:  # [R10] short tail
                     if last and st[0]:
                         torn = True
                         break
-                    raise _E("Corrupt")("short record at %s offset %d" % (name, pos))
+                    raise _E("Corrupt")("short record at %s offset %d" % (path[lp:], pos))
                 p = pos - wpos
                 if _MP:
                     # Fields by byte on MicroPython: unpack_from parses its format and builds a
@@ -353,12 +353,12 @@ def _replay(self: "Queue", files: "list[str]", cp: "list[int]", st: "list[bool]"
                     if last and st[0] and _uniform(self, h, pos, size):
                         torn = True
                         break
-                    raise _E("Corrupt")("bad record header at %s offset %d" % (name, pos))
+                    raise _E("Corrupt")("bad record header at %s offset %d" % (path[lp:], pos))
                 if rlen > left:  # [R10] declared length runs past the end
                     if last and st[0]:
                         torn = True
                         break
-                    raise _E("Corrupt")("truncated record at %s offset %d" % (name, pos))
+                    raise _E("Corrupt")("truncated record at %s offset %d" % (path[lp:], pos))
                 if pos + rlen > wend:  # the record runs past the window: refill from pos
                     mv = self._buf(rlen)
                     mvlen = len(mv)
@@ -369,7 +369,7 @@ def _replay(self: "Queue", files: "list[str]", cp: "list[int]", st: "list[bool]"
                     k = mvlen if mvlen < left else left
                     wend = pos + self._read_exact(h, pos, mv[0:rlen if rlen > k else k])
                     if wend - pos < rlen:
-                        raise OSError(_EIO, "short read in " + name)
+                        raise OSError(_EIO, "short read in " + path[lp:])
                     p = 0
                     if not _MP:
                         magic, ver, typ, seq, arg, plen, rlen, crc, res = unpack(_REC_FMT, mv, 0)
@@ -429,17 +429,20 @@ def _replay(self: "Queue", files: "list[str]", cp: "list[int]", st: "list[bool]"
                     if last and st[0] and _uniform(self, h, pos + rlen - 8, size):
                         torn = True  # [R11] the footer and all after it never reached the medium
                         break
-                    raise _E("Corrupt")("%s at %s offset %d" % (err, name, pos))
+                    raise _E("Corrupt")("%s at %s offset %d" % (err, path[lp:], pos))
                 if pos == 0 and sg > 0:
                     # [F7] a segment ends only where the next record did not fit: whatever the
-                    # writer's segment_bytes W was, every segment <= W < end + next record.
-                    fits.append(log.sizes[sg - 1] + rlen)
+                    # writer's segment_bytes W was, every segment <= W < end + next record
+                    # (only the least such bound matters: one int, not a list of them).
+                    k = log.sizes[sg - 1] + rlen
+                    if fm < 0 or k < fm:
+                        fm = k
                 if typ == _T_DATA:  # [R5] appended in seq order (_apply's rules for the rest)
                     prefix = gen_nz and not st[0]
                     if seq >= u64 or (n and seq <= prev) or (not prefix and seq != self._next) \
                             or (prefix and st[2]):
                         raise _E("Corrupt")("DATA sequence out of order at %s offset %d (seq %d)"
-                                      % (name, pos, seq))
+                                      % (path[lp:], pos, seq))
                     if n >= max_items:
                         raise Full("more items than max_items; reopen with the writer's limits")
                     # _Index.add without its call (a heap frame each): the next chunk when
@@ -508,13 +511,13 @@ def _replay(self: "Queue", files: "list[str]", cp: "list[int]", st: "list[bool]"
                             _apply(self, sg, pos, typ, seq, arg, plen, mv, p, st, i, le)
                         except _E("Corrupt") as x:
                             raise _E("Corrupt")("%s at %s offset %d (seq %d)"
-                                          % (x.args[0], name, pos, seq))
+                                          % (x.args[0], path[lp:], pos, seq))
                 pos += rlen
                 done += 1
                 if boundary and not st[0]:
                     _checkpoint(self, sg, pos, cp, st)
             else:
-                raise Limit("too many records in " + name)
+                raise Limit("too many records in " + path[lp:])
         finally:
             self.replayed_records += done
             fs.close(h)
@@ -526,6 +529,8 @@ def _replay(self: "Queue", files: "list[str]", cp: "list[int]", st: "list[bool]"
         if last:
             log.h = fs.open(path, "ab")
             log.off = log.synced = size
+    if fm >= 0:
+        fits.append(fm)
 
 
 def _cut(self: "Queue", path: str, size: int) -> None:
