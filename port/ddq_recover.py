@@ -148,7 +148,10 @@ def recover(self: "Queue") -> None:
         dirty = False
         for name in names:
             if name.startswith(pre) and len(name) == w + 24 and name.endswith(".log"):
-                b = name.encode()
+                try:
+                    b = name.encode()  # its digits as ints: no str per char
+                except ValueError:  # (CPython: an undecodable byte in the name)
+                    b = b""
                 i = 0 if len(b) == w + 24 else -1
                 for j in range(w, w + 20):
                     c = b[j] - 48 if i >= 0 else -1
