@@ -90,7 +90,6 @@ _REC_FMT = "<IHHQQIIII"  # magic version type seq arg payload_length record_leng
 _REC_MAGIC = const(0x31475144)  # b"DQG1"
 _REC_COMMIT = 0x54494D43  # b"CMIT" (over 2**30: not a const on 32-bit boards)
 _FTR_FMT = "<II"  # commit record_length
-_CRC_FMT = "<HHQQII"  # the header's bytes 4..32 (version .. record_length)
 _HDR = const(40)
 _MIN_REC = const(48)  # header + footer
 _OFF_CRC = const(32)
@@ -116,13 +115,10 @@ _MAN_FMT = "<IHHQQIIQ"  # magic version size generation next_seq segment_count i
 _MAN_MAGIC = 0x4D514444  # b"DDQM"
 _MAN_SIZE = const(48)
 # Names: SPEC §6 [N1]-[N5].
-_LOCK = "queue.lock"
 _MARKER = "queue.format"
 _MANIFEST = "queue.manifest"
 _MANIFEST_TMP = "queue.manifest.tmp"
-# A tail cut where truncate is missing is staged as <segment>.reserve: a name libddq refuses
-# while it is non-empty and not its segment [R12][R21] (older ddq staged <segment>.cut [R22]).
-_CUT = ".reserve"
+# queue.lock and a cut's <segment>.reserve: in port/ddq_recover.py, which alone uses them.
 # Recovery index: SPEC §12.1 [X1]-[X8]; a ddq-only file C DDQ ignores [N5].
 _INDEX = "queue.index"
 _INDEX_TMP = "queue.index.tmp"
@@ -1226,16 +1222,6 @@ class Queue:
         if len(names) > self._max_segs * 8 + 1024:
             raise _err(_X_ENTRIES, self._dir)
         return names
-
-    # ------------------------------------------------------------------ recovery (SPEC §12)
-    def _read_small(self, path: str, n: int) -> bytes:
-        b = bytearray(n)
-        h = self._fs.open(path, "rb")
-        try:
-            got = self._read_exact(h, 0, memoryview(b))
-        finally:
-            self._fs.close(h)
-        return bytes(b[0:got])
 
     # ------------------------------------------------------------------ recovery index (SPEC §12.1)
     def _index_update(self) -> None:

@@ -199,13 +199,19 @@ def save(q: "ddq.Queue") -> None:
             if c[1] < size:
                 path = q._path(ddq.segment_name(log.gen, k))
                 if c[1] == 0 and k > 0:  # its first record_length, for F7 [X5]
-                    c[2] = struct.unpack_from("<I", q._read_small(path, 32), 28)[0]
+                    h = fs.open(path, "rb")
+                    try:
+                        if q._read_exact(h, 0, q._mv_hdr) != len(q._mv_hdr):
+                            raise OSError(_EIO, "short read in " + path)
+                    finally:
+                        fs.close(h)
+                    c[2] = struct.unpack_from("<I", q._rec, 28)[0]  # (no append runs here)
                 c[0], c[1] = crc_span(q, path, c[1], size, c[0]), size
     finally:
         q._rbuf = bytearray(0)
     mcrc = 0
     if q._has_manifest:
-        mcrc = ddq._crc(q._read_small(q._path(ddq._MANIFEST), 49)[0:40])
+        mcrc = crc_span(q, q._path(ddq._MANIFEST), 0, 40, 0)
     body = 0
     g = _body(q)
     try:

@@ -15,12 +15,12 @@ __version__ = "0.1.0"
 
 import os
 import struct
+from array import array
 
 from ddq import (
-    _CUT,
     _E,
     _INDEX,
-    _LOCK,
+    _INDEX_TMP,
     _MAN_FMT,
     _MAN_MAGIC,
     _MANIFEST,
@@ -38,12 +38,11 @@ from ddq import (
     _import,
     _Index,
     _io_failure,
+    _lazy,
     _Log,
     _opt,
     _wall_ms,
     const,
-    parse_segment_name,
-    segment_name,
 )
 
 TYPE_CHECKING = False
@@ -78,7 +77,13 @@ _IO_LOOPS = const(1048576)
 _EIO = const(5)
 _CS = const(8)
 _CM = const(255)
-_CRC_FMT = "<HHQQII"
+_CH = const(256)
+_CRC_FMT = "<HHQQII"  # the header's bytes 4..32 (version .. record_length)
+# Names: SPEC §6 [N1]; a tail cut where truncate is missing is staged as <segment>.reserve: a
+# name libddq refuses while it is non-empty and not its segment [R12][R21] (older ddq staged
+# <segment>.cut [R22]).
+_LOCK = "queue.lock"
+_CUT = ".reserve"
 
 
 def recover(self: "Queue") -> None:
@@ -99,7 +104,7 @@ def recover(self: "Queue") -> None:
             # [R14] FAT renames over a file by remove + rename: a cut between leaves only the
             # synced tmp. Adopt it when it is a valid manifest; otherwise the manifest is lost.
             try:
-                decode_manifest(self._read_small(self._path(_MANIFEST_TMP), _MAN_SIZE + 1))
+                decode_manifest(_read_small(self, self._path(_MANIFEST_TMP), _MAN_SIZE + 1))
             except _E("Corrupt"):
                 raise _E("Corrupt")("queue.manifest missing and queue.manifest.tmp invalid")
             fs.rename(self._path(_MANIFEST_TMP), mpath)
@@ -114,7 +119,7 @@ def recover(self: "Queue") -> None:
         else:
             if mk != 1:
                 raise _E("Corrupt")("queue.manifest is not a regular file")
-            mb = self._read_small(mpath, _MAN_SIZE + 1)
+            mb = _read_small(self, mpath, _MAN_SIZE + 1)
             gen, nxt, segs, items, end = decode_manifest(mb)
             mcrc = _crc(mb[0:40])  # = its CRC field (a crc32 over its own CRC is a constant)
             if nxt == 0 or segs == 0 or segs > self._max_segs or items > self._max_items \
@@ -124,55 +129,81 @@ def recover(self: "Queue") -> None:
             seen = False
             self._has_manifest = True
         # [R12][R22] finish a tail cut staged by copy + rename (no truncate on MicroPython).
+        cut = False
         for name in names:
-            seg = name[:name.rfind(".")]
-            if (name[-8:] == _CUT or name[-4:] == ".cut") and parse_segment_name(seg):
-                m = _import("ddq_cut")  # only after a crash inside a cut (import heap)
-                if m is None:
-                    raise _E("Corrupt")(name + ": no ddq_cut [R22]")
-                m.leftover(self, name, seg, gen)
+            if name.endswith(_CUT) or name.endswith(".cut"):
+                seg = name[:name.rfind(".")]
+                if _lazy(None, "parse_segment_name")(seg):  # (in ddq_compact: rare here)
+                    m = _import("ddq_cut")  # only after a crash inside a cut (import heap)
+                    if m is None:
+                        raise _E("Corrupt")(name + ": no ddq_cut [R22]")
+                    m.leftover(self, name, seg, gen)
+                    cut = True
+        if cut:
+            names = self._listdir()
         log = self._log = _Log(gen)
-        ids = []
-        for name in self._listdir():
-            pg = parse_segment_name(name)
-            if pg is not None and pg[0] == gen:
-                ids.append(pg[1])
+        # One listing per open (each costs its names): generation gen's segments by their
+        # index, read in place (parse_segment_name's rules, without its slices and tuple); any
+        # other segment or tmp name only flags the directory for _clean, which decides [R16].
+        pre, w = ("segment-", 8) if gen == 0 else ("generation-%020d-segment-" % gen, 40)
+        ids: "list[int]" = []
+        dirty = False
+        for name in names:
+            if name.startswith(pre) and len(name) == w + 24 and name.endswith(".log"):
+                try:
+                    b = name.encode()  # its digits as ints: no str per char
+                except ValueError:  # (CPython: an undecodable byte in the name)
+                    b = b""
+                i = 0 if len(b) == w + 24 else -1
+                for j in range(w, w + 20):
+                    c = b[j] - 48 if i >= 0 else -1
+                    if c < 0 or c > 9:
+                        i = -1
+                        break
+                    i = i * 10 + c
+                if i < 0 or i > _U64:
+                    dirty = True
+                    continue
+                ids.append(i)
                 if len(ids) > self._max_segs:
                     raise Limit("more segments than max_segments")
+            elif name == _MANIFEST_TMP or name == _INDEX_TMP or name.startswith("segment-") \
+                    or name.startswith("generation-"):
+                dirty = True
+        names = []  # the replay holds no name: a board's heap gets the listing's room back
         ids.sort()
         for k in range(len(ids)):
             if ids[k] != k:
                 raise _E("Corrupt")("segment %d of generation %d is missing" % (k, gen))
-        if self._has_manifest and len(ids) < cp[0]:
+        nseg = len(ids)
+        ids = []
+        if self._has_manifest and nseg < cp[0]:
             raise _E("Corrupt")("fewer segments than the manifest names")
-        if not ids:
+        if not nseg:
             self._new_segment(log, False)
         st = [seen, False, False]  # checkpoint seen, last item snapshotted, reason pending
         fits: "list[int]" = []
         start = -1
-        if ids and self._ix_bytes and fs.kind(self._path(_INDEX)) == 1:  # a stat, no import
+        if nseg and self._ix_bytes and fs.kind(self._path(_INDEX)) == 1:  # a stat, no import
             try:
                 m = _import("ddq_index")
             except MemoryError:  # no room for the optional module: replay the whole log [X5]
                 m = None
             if m is not None:
-                start = m.load(self, len(ids), cp, mcrc, fits)
+                start = m.load(self, nseg, cp, mcrc, fits)
         loaded = self._ix.n if start >= 0 else -1
         if start >= 0:
             st[0] = self.index_used = True
-        k0 = len(log.sizes)
-        hb = bytearray(_HDR)
-        sc: "list[Any]" = [hb, memoryview(hb)[4:32], memoryview(hb)[36:40], {}, None]
-        for k in range(k0, len(ids)):
-            _replay(self, k, k == len(ids) - 1, cp, st, fits,
-                    start if k == k0 and start > 0 else 0, sc)
+        if len(log.sizes) < nseg:
+            _replay(self, nseg, cp, st, fits, start)
         if fits and max(log.sizes) >= min(fits):  # [F7] no segment size explains the rotations
             raise _E("Corrupt")("a segment of generation %d ends early (lost its end)" % gen)
         if not st[0]:
             raise _E("Corrupt")("the manifest's snapshot boundary was never reached")
         fs.sync(self._log.h)  # what a crashed writer left in the page cache is durable [D4]
         fs.sync_dir(self._dir)  # the selected generation is durable before anything is deleted
-        self._clean()
+        if dirty:  # else the listing held nothing _clean removes, and nothing since adds it
+            self._clean()
         self._durable = self._next - 1
         if loaded < 0:
             self._plan = self._plan_items()
@@ -191,6 +222,16 @@ def recover(self: "Queue") -> None:
         if not m:
             raise
         m.in_place(self, e)  # [K9] repairs the directory, then recovers it
+
+
+def _read_small(self: "Queue", path: str, n: int) -> bytes:
+    b = bytearray(n)
+    h = self._fs.open(path, "rb")
+    try:
+        got = self._read_exact(h, 0, memoryview(b))
+    finally:
+        self._fs.close(h)
+    return bytes(b[0:got])
 
 
 def _checkpoint(self: "Queue", sg: int, pos: int, cp: "list[int]", st: "list[bool]") -> None:
@@ -231,235 +272,280 @@ def _uniform(self: "Queue", h: "Any", start: int, end: int) -> bool:
     return True
 
 
-def _replay(self: "Queue", sg: int, last: bool, cp: "list[int]", st: "list[bool]",
-            fits: "list[int]", start: int, sc: "list[Any]") -> None:
-    # One pass over segment sg: each record's header is unpacked once, validated in place
-    # (check_record's rules, inlined: a memoryview window, no copy), and applied; DATA inline,
-    # the rest through _apply. A torn tail is cut [R10][R11]; the boundary checked [R8].
+def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]",
+            fits: "list[int]", start: int) -> None:
+    # One pass over each segment from the first queue.index does not cover (from offset start
+    # in it when start > 0), all in this one call: MicroPython puts a frame of more than 11
+    # words on the heap at each call, ~1 KB for this one (DESIGN §4). Each record's header is
+    # unpacked once, validated in place (check_record's rules, inlined: a memoryview window,
+    # no copy), and applied; DATA inline, the rest through _apply. A torn tail is cut
+    # [R10][R11]; the boundary checked [R8]. nseg: the generation's segments.
     fs, log = self._fs, self._log
-    name = segment_name(log.gen, sg)
-    path = self._path(name)
-    size = fs.size(path)
     seg_bytes, max_pay, max_items = self._seg_bytes, self._max_payload, self._max_items
-    if size > seg_bytes:
-        raise _E("Corrupt")("%s is larger than segment_bytes" % name)
-    _checkpoint(self, sg, 0, cp, st)
-    boundary = sg + 1 == cp[0]  # only this segment holds the manifest's boundary [R8]
-    # The read window: a quarter segment, 1 KiB to 64 KiB (a board's 4 KiB segments: one 1 KiB
-    # allocation, found where a 2 KiB one was not in a 64 KiB heap reopened a few times; a
-    # record longer than the window gets a window of its own length).
-    mv = self._buf(max(min(size, 65536, max(seg_bytes >> 2, 1024)), _MIN_REC))
-    mvlen = len(mv)
-    wpos = wend = pos = start  # the window holds the bytes wpos..wend of the file
-    torn = False
     ix = self._ix
-    live, hist, swept = ix.live, ix.hist, self._swept
-    # The chunk lists grow in place (append), so these stay the index's own lists.
-    ixcol, sfo, sh, mk = ix.col, ix.sfo, ix.sh, ix.mk
+    live, hist = ix.live, ix.hist
+    # The chunk and run lists grow in place (append): these stay the index's own lists.
+    ixcol, sfo, ro, rs, sh, mk, tc = ix.col, ix.sfo, ix.ro, ix.rs, ix.sh, ix.mk, ix.tc
     n = ix.n  # mirrors ix.n: only DATA adds items
     prev = ix.last  # the last item's seq
     gen_nz, u64 = log.gen != 0, _U64
     unpack, pack, crc32 = struct.unpack_from, struct.pack_into, _crc
-    # sc: made once per recovery: the crc scratch (a 40-byte header and its views) and the
-    # payload views by window offset (vc, below)
-    hb, hv, hz, vc = sc[0], sc[1], sc[2], sc[3]
-    if sc[4] is not self._rbuf:  # the views are of the window buffer they were cut from
-        vc.clear()
-        sc[4] = self._rbuf
-    done = 0  # records applied: replayed_records [X6]
-    h = fs.open(path, "rb")
-    try:
-        for _ in range(_SCAN_RECORDS):
-            if pos >= size:
-                break
-            left = size - pos
-            need = left if left < _HDR else _HDR
-            if pos + need > wend:
-                wpos = pos
-                wend = pos + self._read_exact(h, pos, mv[0:mvlen if mvlen < left else left])
-                if wend - pos < need:
-                    raise OSError(_EIO, "short read in " + name)
-            if left < _HDR:  # [R10] short tail
-                if last and st[0]:
-                    torn = True
+    # The crc scratch (a 40-byte header and its views) and the payload views by window offset
+    # (vc, below), made once per recovery.
+    hb = bytearray(_HDR)
+    hv, hz = memoryview(hb)[4:32], memoryview(hb)[36:40]
+    vc: "dict[int, memoryview]" = {}
+    rb = None  # the window's buffer: the views are of it
+    mv = hv
+    mvlen = 0
+    # Each segment's path in one allocation (segment_name then _path: three); its name, for a
+    # message, is the path's tail (lp: where it starts).
+    pre = self._dir.replace("%", "%%") + "/"
+    lp = len(self._dir) + 1
+    pf = pre + ("segment-%020d.log" if not gen_nz else "generation-%020d-segment-" % log.gen
+                + "%020d.log")
+    k0 = len(log.sizes)
+    fm = -1  # the least end + next record over the segments replayed [F7]
+    for sg in range(k0, nseg):
+        last = sg == nseg - 1
+        path = pf % sg
+        size = fs.size(path)
+        if size > seg_bytes:
+            raise _E("Corrupt")("%s is larger than segment_bytes" % path[lp:])
+        if not st[0] and sg + 1 == cp[0]:
+            _checkpoint(self, sg, 0, cp, st)
+        boundary = sg + 1 == cp[0]  # only this segment holds the manifest's boundary [R8]
+        swept = self._swept
+        # The read window: a quarter segment, 1 KiB to 64 KiB (a board's 4 KiB segments: one
+        # 1 KiB allocation, found where a 2 KiB one was not in a 64 KiB heap reopened a few
+        # times; a record longer than the window gets a window of its own length).
+        k = max(min(size, 65536, max(seg_bytes >> 2, 1024)), _MIN_REC)
+        if rb is not self._rbuf or mvlen < k:
+            mv = self._buf(k)
+            mvlen = len(mv)
+            if rb is not self._rbuf:
+                vc.clear()
+                rb = self._rbuf
+        pos = start if sg == k0 and start > 0 else 0
+        wpos = wend = pos  # the window holds the bytes wpos..wend of the file
+        torn = False
+        done = 0  # records applied: replayed_records [X6]
+        h = fs.open(path, "rb")
+        try:
+            for _ in range(_SCAN_RECORDS):
+                if pos >= size:
                     break
-                raise _E("Corrupt")("short record at %s offset %d" % (name, pos))
-            p = pos - wpos
-            if _MP:
-                # Fields by byte on MicroPython: unpack_from parses its format and builds a
-                # 9-tuple per record (88 B churn, ~6 us); these make no object (~2 us).
-                magic = mv[p] | mv[p + 1] << 8 | mv[p + 2] << 16 | mv[p + 3] << 24
-                ver = mv[p + 4] | mv[p + 5] << 8
-                rlen = mv[p + 28] | mv[p + 29] << 8 | mv[p + 30] << 16 | mv[p + 31] << 24
-            else:
-                magic, ver, typ, seq, arg, plen, rlen, crc, res = unpack(_REC_FMT, mv, p)
-            if magic != _REC_MAGIC or ver != _VERSION or rlen < _MIN_REC or rlen > seg_bytes:
-                if last and st[0] and _uniform(self, h, pos, size):
-                    torn = True
-                    break
-                raise _E("Corrupt")("bad record header at %s offset %d" % (name, pos))
-            if rlen > left:  # [R10] declared length runs past the end
-                if last and st[0]:
-                    torn = True
-                    break
-                raise _E("Corrupt")("truncated record at %s offset %d" % (name, pos))
-            if pos + rlen > wend:  # the record runs past the window: refill from pos
-                mv = self._buf(rlen)
-                if sc[4] is not self._rbuf:
-                    vc.clear()
-                    sc[4] = self._rbuf
-                mvlen = len(mv)
-                wpos = pos
-                k = mvlen if mvlen < left else left
-                wend = pos + self._read_exact(h, pos, mv[0:rlen if rlen > k else k])
-                if wend - pos < rlen:
-                    raise OSError(_EIO, "short read in " + name)
-                p = 0
-                if not _MP:
-                    magic, ver, typ, seq, arg, plen, rlen, crc, res = unpack(_REC_FMT, mv, 0)
-            if _MP:
-                typ = mv[p + 6] | mv[p + 7] << 8
-                q = p + 8
-                seq = mv[q] | mv[q + 1] << 8 | mv[q + 2] << 16 | mv[q + 3] << 24 \
-                    | mv[q + 4] << 32 | mv[q + 5] << 40 | mv[q + 6] << 48 | mv[q + 7] << 56
-                q = p + 16
-                arg = mv[q] | mv[q + 1] << 8 | mv[q + 2] << 16 | mv[q + 3] << 24 \
-                    | mv[q + 4] << 32 | mv[q + 5] << 40 | mv[q + 6] << 48 | mv[q + 7] << 56
-                plen = mv[p + 24] | mv[p + 25] << 8 | mv[p + 26] << 16 | mv[p + 27] << 24
-                crc = mv[p + 32] | mv[p + 33] << 8 | mv[p + 34] << 16 | mv[p + 35] << 24
-                res = mv[p + 36] | mv[p + 37] | mv[p + 38] | mv[p + 39]  # 0 iff reserved is 0
-            # check_record's rules, in its order [F2]-[F11]
-            err = ""
-            if magic != _REC_MAGIC or ver != _VERSION or res != 0 or typ < _T_DATA \
-                    or typ > _T_STATE:
-                err = "bad record header"
-            elif plen > max_pay and not (typ == _T_STATE and plen == _STATE_LEN):
-                err = "payload over max_payload_bytes"
-            elif rlen != _MIN_REC + plen or rlen > seg_bytes:
-                err = "bad record length"
-            else:
-                e = p + _HDR + plen
-                # The footer by byte: "CMIT" then record_length, no tuple and no big int.
-                if mv[e] != 0x43 or mv[e + 1] != 0x4D or mv[e + 2] != 0x49 \
-                        or mv[e + 3] != 0x54 or rlen != mv[e + 4] | mv[e + 5] << 8 \
-                        | mv[e + 6] << 16 | mv[e + 7] << 24:
-                    err = "bad commit footer"
+                left = size - pos
+                need = left if left < _HDR else _HDR
+                if pos + need > wend:
+                    # Read into the whole window, mv itself: no slice (an object each, and
+                    # _read_exact's heap frame) but after a short read (its loop, then).
+                    wpos = pos
+                    k = mvlen if mvlen < left else left
+                    r = fs.read_into(h, pos, mv)
+                    if r > k:  # (the file holds no more than its size, but trust no count)
+                        r = k
+                    wend = pos + r
+                    if 0 < r < k:
+                        wend += self._read_exact(h, wend, mv[r:k])
+                    if wend - pos < need:
+                        raise OSError(_EIO, "short read in " + path[lp:])
+                if left < _HDR:  # [R10] short tail
+                    if last and st[0]:
+                        torn = True
+                        break
+                    raise _E("Corrupt")("short record at %s offset %d" % (path[lp:], pos))
+                p = pos - wpos
+                if _MP:
+                    # Fields by byte on MicroPython: unpack_from parses its format and builds a
+                    # 9-tuple per record (88 B churn, ~6 us); these make no object (~2 us).
+                    magic = mv[p] | mv[p + 1] << 8 | mv[p + 2] << 16 | mv[p + 3] << 24
+                    ver = mv[p + 4] | mv[p + 5] << 8
+                    rlen = mv[p + 28] | mv[p + 29] << 8 | mv[p + 30] << 16 | mv[p + 31] << 24
                 else:
-                    # crc over bytes 4..32: the fields just read, packed again into hb (no
-                    # slice of the window); the reserved bytes: zero (checked above), hb's
-                    # 36..40; then the payload: one slice, none for a control record.
-                    pack(_CRC_FMT, hb, 4, ver, typ, seq, arg, plen, rlen)
-                    c = crc32(hz, crc32(hv))
-                    if plen:
-                        # The payload's view: a window is always refilled from a record's start,
-                        # so with records of like sizes the same offsets recur: a view per
-                        # offset is kept (a slice per record was most of a replay's churn).
-                        if len(vc) > 64:
-                            vc.clear()
-                        v = vc.get(p)
-                        if v is None or len(v) != plen:
-                            v = vc[p] = mv[p + _HDR:e]
-                        c = crc32(v, c)
-                    if c != crc:
-                        err = "crc mismatch"
-                    elif seq == 0 or (typ == _T_DATA and arg != 0) \
-                            or (typ == _T_CLAIM and (arg == 0 or plen)) \
-                            or (typ == _T_ACK and (arg or plen)) \
-                            or (typ == _T_RETRY and plen) \
-                            or (typ == _T_QUAR and (arg or plen > _MAX_REASON)) \
-                            or (typ == _T_STATE and (arg or plen != _STATE_LEN)):
-                        err = "record field rule broken"
-            if err:
-                if last and st[0] and _uniform(self, h, pos + rlen - 8, size):
-                    torn = True  # [R11] the footer and all after it never reached the medium
-                    break
-                raise _E("Corrupt")("%s at %s offset %d" % (err, name, pos))
-            if pos == 0 and sg > 0:
-                # [F7] a segment ends only where the next record did not fit: whatever the
-                # writer's segment_bytes W was, every segment <= W < end + next record.
-                fits.append(log.sizes[sg - 1] + rlen)
-            if typ == _T_DATA:  # [R5] appended in seq order (_apply's rules for the rest)
-                prefix = gen_nz and not st[0]
-                if seq >= u64 or (n and seq <= prev) or (not prefix and seq != self._next) \
-                        or (prefix and st[2]):
-                    raise _E("Corrupt")("DATA sequence out of order at %s offset %d (seq %d)"
-                                  % (name, pos, seq))
-                if n >= max_items:
-                    raise Full("more items than max_items; reopen with the writer's limits")
-                c = n >> _CS
-                if c < len(ixcol) and seq == prev + 1 and n and sg < len(sfo):
-                    # ix.add without its call: no new chunk, run or segment
-                    ixcol[c][n & _CM] = plen  # state bits 0: AVAILABLE
+                    magic, ver, typ, seq, arg, plen, rlen, crc, res = unpack(_REC_FMT, mv, p)
+                if magic != _REC_MAGIC or ver != _VERSION or rlen < _MIN_REC or rlen > seg_bytes:
+                    if last and st[0] and _uniform(self, h, pos, size):
+                        torn = True
+                        break
+                    raise _E("Corrupt")("bad record header at %s offset %d" % (path[lp:], pos))
+                if rlen > left:  # [R10] declared length runs past the end
+                    if last and st[0]:
+                        torn = True
+                        break
+                    raise _E("Corrupt")("truncated record at %s offset %d" % (path[lp:], pos))
+                if pos + rlen > wend:  # the record runs past the window: refill from pos
+                    mv = self._buf(rlen)
+                    mvlen = len(mv)
+                    if rb is not self._rbuf:
+                        vc.clear()
+                        rb = self._rbuf
+                    wpos = pos
+                    k = mvlen if mvlen < left else left
+                    wend = pos + self._read_exact(h, pos, mv[0:rlen if rlen > k else k])
+                    if wend - pos < rlen:
+                        raise OSError(_EIO, "short read in " + path[lp:])
+                    p = 0
+                    if not _MP:
+                        magic, ver, typ, seq, arg, plen, rlen, crc, res = unpack(_REC_FMT, mv, 0)
+                if _MP:
+                    typ = mv[p + 6] | mv[p + 7] << 8
+                    q = p + 8
+                    seq = mv[q] | mv[q + 1] << 8 | mv[q + 2] << 16 | mv[q + 3] << 24 \
+                        | mv[q + 4] << 32 | mv[q + 5] << 40 | mv[q + 6] << 48 | mv[q + 7] << 56
+                    q = p + 16
+                    arg = mv[q] | mv[q + 1] << 8 | mv[q + 2] << 16 | mv[q + 3] << 24 \
+                        | mv[q + 4] << 32 | mv[q + 5] << 40 | mv[q + 6] << 48 | mv[q + 7] << 56
+                    plen = mv[p + 24] | mv[p + 25] << 8 | mv[p + 26] << 16 | mv[p + 27] << 24
+                    crc = mv[p + 32] | mv[p + 33] << 8 | mv[p + 34] << 16 | mv[p + 35] << 24
+                    res = mv[p + 36] | mv[p + 37] | mv[p + 38] | mv[p + 39]  # 0 iff reserved is 0
+                # check_record's rules, in its order [F2]-[F11]
+                err = ""
+                if magic != _REC_MAGIC or ver != _VERSION or res != 0 or typ < _T_DATA \
+                        or typ > _T_STATE:
+                    err = "bad record header"
+                elif plen > max_pay and not (typ == _T_STATE and plen == _STATE_LEN):
+                    err = "payload over max_payload_bytes"
+                elif rlen != _MIN_REC + plen or rlen > seg_bytes:
+                    err = "bad record length"
+                else:
+                    e = p + _HDR + plen
+                    # The footer by byte: "CMIT" then record_length, no tuple and no big int.
+                    if mv[e] != 0x43 or mv[e + 1] != 0x4D or mv[e + 2] != 0x49 \
+                            or mv[e + 3] != 0x54 or rlen != mv[e + 4] | mv[e + 5] << 8 \
+                            | mv[e + 6] << 16 | mv[e + 7] << 24:
+                        err = "bad commit footer"
+                    else:
+                        # crc over bytes 4..32: the fields just read, packed again into hb (no
+                        # slice of the window); the reserved bytes: zero (checked above), hb's
+                        # 36..40; then the payload: one slice, none for a control record.
+                        pack(_CRC_FMT, hb, 4, ver, typ, seq, arg, plen, rlen)
+                        c = crc32(hz, crc32(hv))
+                        if plen:
+                            # The payload's view: a window is always refilled from a record's start,
+                            # so with records of like sizes the same offsets recur: a view per
+                            # offset is kept (a slice per record was most of a replay's churn).
+                            if len(vc) > 64:
+                                vc.clear()
+                            pv = vc.get(p)
+                            if pv is None or len(pv) != plen:
+                                pv = vc[p] = mv[p + _HDR:e]
+                            c = crc32(pv, c)
+                        if c != crc:
+                            err = "crc mismatch"
+                        elif seq == 0 or (typ == _T_DATA and arg != 0) \
+                                or (typ == _T_CLAIM and (arg == 0 or plen)) \
+                                or (typ == _T_ACK and (arg or plen)) \
+                                or (typ == _T_RETRY and plen) \
+                                or (typ == _T_QUAR and (arg or plen > _MAX_REASON)) \
+                                or (typ == _T_STATE and (arg or plen != _STATE_LEN)):
+                            err = "record field rule broken"
+                if err:
+                    if last and st[0] and _uniform(self, h, pos + rlen - 8, size):
+                        torn = True  # [R11] the footer and all after it never reached the medium
+                        break
+                    raise _E("Corrupt")("%s at %s offset %d" % (err, path[lp:], pos))
+                if pos == 0 and sg > 0:
+                    # [F7] a segment ends only where the next record did not fit: whatever the
+                    # writer's segment_bytes W was, every segment <= W < end + next record
+                    # (only the least such bound matters: one int, not a list of them).
+                    k = log.sizes[sg - 1] + rlen
+                    if fm < 0 or k < fm:
+                        fm = k
+                if typ == _T_DATA:  # [R5] appended in seq order (_apply's rules for the rest)
+                    prefix = gen_nz and not st[0]
+                    if seq >= u64 or (n and seq <= prev) or (not prefix and seq != self._next) \
+                            or (prefix and st[2]):
+                        raise _E("Corrupt")("DATA sequence out of order at %s offset %d (seq %d)"
+                                      % (path[lp:], pos, seq))
+                    if n >= max_items:
+                        raise Full("more items than max_items; reopen with the writer's limits")
+                    # _Index.add without its call (a heap frame each): the next chunk when
+                    # one is full, made without add's zeroed temporary (bytes of the chunk's
+                    # size: 0.5-1 KiB of churn per 256 items); a run starts where seqs are
+                    # not consecutive; a segment's first item (state bits 0: AVAILABLE).
+                    c = n >> _CS
+                    if c == len(ixcol):
+                        ch = array(tc, range(_CH))
+                        for j in range(_CH):
+                            ch[j] = 0
+                        ixcol.append(ch)
+                    if not n or seq != prev + 1:
+                        ro.append(n)
+                        rs.append(seq)
+                    while len(sfo) <= sg:
+                        sfo.append(n)
+                    ixcol[c][n & _CM] = plen
                     ix.n = n + 1
                     ix.last = seq
+                    n += 1
+                    prev = seq
+                    self._n_avail += 1
+                    if seq >= self._next:
+                        self._next = seq + 1
+                    st[1] = False
                 else:
-                    ix.add(seq, sg, plen)
-                n += 1
-                prev = seq
-                self._n_avail += 1
-                if seq >= self._next:
-                    self._next = seq + 1
-                st[1] = False
-            else:
-                le = live.get(seq)  # an item with history knows its index
-                i = le[0] if le is not None else ix.find(seq)
-                if i >= 0:
-                    cc = ixcol[i >> _CS]  # the item's chunk and its value there
-                    v = cc[i & _CM]
-                    s = (v >> sh) + 1
-                else:
-                    s = 0
-                # The two common transitions outside a snapshot, as _apply would make them
-                # (_move, then _Index.set_history), without three calls; the rest: _apply.
-                if typ == _T_ACK and s == _CLAIMED and le is not None \
-                        and (st[0] or not gen_nz) and not swept:
-                    a, nb = le[1], le[3]
-                    self._n_claimed -= 1
-                    self._n_acked += 1
-                    cc[i & _CM] = (v & mk) | (_ACKED - 1) << sh
-                    del live[seq]
-                    if a or nb:
-                        hist[seq] = [a, nb]
+                    le = live.get(seq)  # an item with history knows its index
+                    i = le[0] if le is not None else ix.find(seq)
+                    if i >= 0:
+                        cc = ixcol[i >> _CS]  # the item's chunk and its value there
+                        v = cc[i & _CM]
+                        s = (v >> sh) + 1
                     else:
-                        hist.pop(seq, None)
-                elif typ == _T_CLAIM and (s == _AVAILABLE or s == _CLAIMED) \
-                        and (st[0] or not gen_nz) and not swept:
-                    if s == _AVAILABLE:
-                        self._n_avail -= 1
-                        self._n_claimed += 1
-                    cc[i & _CM] = (v & mk) | (_CLAIMED - 1) << sh
-                    if le is None:
-                        hh = hist.pop(seq, None)
-                        if hh is None:
-                            live[seq] = [i, 0, arg, 0, -1]
+                        s = 0
+                    # The two common transitions outside a snapshot, as _apply would make them
+                    # (_move, then _Index.set_history), without three calls; the rest: _apply.
+                    if typ == _T_ACK and s == _CLAIMED and le is not None \
+                            and (st[0] or not gen_nz) and not swept:
+                        a, nb = le[1], le[3]
+                        self._n_claimed -= 1
+                        self._n_acked += 1
+                        cc[i & _CM] = (v & mk) | (_ACKED - 1) << sh
+                        del live[seq]
+                        if a or nb:
+                            hist[seq] = [a, nb]
                         else:
-                            live[seq] = [i, hh[0], arg, hh[1], -1]
+                            hist.pop(seq, None)
+                    elif typ == _T_CLAIM and (s == _AVAILABLE or s == _CLAIMED) \
+                            and (st[0] or not gen_nz) and not swept:
+                        if s == _AVAILABLE:
+                            self._n_avail -= 1
+                            self._n_claimed += 1
+                        cc[i & _CM] = (v & mk) | (_CLAIMED - 1) << sh
+                        if le is None:
+                            hh = hist.pop(seq, None)
+                            if hh is None:
+                                live[seq] = [i, 0, arg, 0, -1]
+                            else:
+                                live[seq] = [i, hh[0], arg, hh[1], -1]
+                        else:
+                            hist.pop(seq, None)
+                            le[2] = arg
                     else:
-                        hist.pop(seq, None)
-                        le[2] = arg
-                else:
-                    try:
-                        _apply(self, sg, pos, typ, seq, arg, plen, mv, p, st, i, le)
-                    except _E("Corrupt") as x:
-                        raise _E("Corrupt")("%s at %s offset %d (seq %d)"
-                                      % (x.args[0], name, pos, seq))
-            pos += rlen
-            done += 1
-            if boundary and not st[0]:
-                _checkpoint(self, sg, pos, cp, st)
-        else:
-            raise Limit("too many records in " + name)
-    finally:
-        self.replayed_records += done
-        fs.close(h)
-    if torn:
-        self._tail += size - pos
-        size = pos
-        _cut(self, path, size)
-    log.sizes.append(size)
-    if last:
-        log.h = fs.open(path, "ab")
-        log.off = log.synced = size
+                        try:
+                            _apply(self, sg, pos, typ, seq, arg, plen, mv, p, st, i, le)
+                        except _E("Corrupt") as x:
+                            raise _E("Corrupt")("%s at %s offset %d (seq %d)"
+                                          % (x.args[0], path[lp:], pos, seq))
+                pos += rlen
+                done += 1
+                if boundary and not st[0]:
+                    _checkpoint(self, sg, pos, cp, st)
+            else:
+                raise Limit("too many records in " + path[lp:])
+        finally:
+            self.replayed_records += done
+            fs.close(h)
+        if torn:
+            self._tail += size - pos
+            size = pos
+            _cut(self, path, size)
+        log.sizes.append(size)
+        if last:
+            log.h = fs.open(path, "ab")
+            log.off = log.synced = size
+    if fm >= 0:
+        fits.append(fm)
 
 
 def _cut(self: "Queue", path: str, size: int) -> None:

@@ -273,3 +273,38 @@ def test_lock_socket_is_named_by_device_and_inode():
         s.bind(addr)  # released with the queue
     finally:
         s.close()
+
+
+def test_recovery_reads_segment_names_as_parse_segment_name():
+    # EVIDENCE-OF: N2 N3 N4 R16
+    # Recovery lists the directory once and reads the names in place (no parse_segment_name
+    # call, for its slices: issue 14's reopen churn). Names that are almost a segment's are not
+    # segments: ignored and left alone, in generation 0 and in generation 1 (where generation
+    # 0's segments are deleted); the directory's own name holds a "%" (segment paths are made
+    # from a format).
+    d = support.tmpdir() + "/q%d%s"
+    o = {"segment_bytes": 256, "max_payload_bytes": 64, "max_items": 64, "max_segments": 64}
+    q = ddq.Queue(d, clock=support.FakeClock(T0), **o)
+    for k in range(8):
+        q.enqueue(b"%d" % k * 60)
+    q.close()
+    near = ["segment-0000000000000000000x.log", "segment-+0000000000000000001.log",
+            "segment-99999999999999999999.log", "segment-00000000000000000001.lo",
+            "generation-%020d-segment-%020d.log" % (0, 1), "segment-%020d.log.txt" % 2]
+    for name in near:
+        support.write_file(d + "/" + name, b"not a segment")
+    q = ddq.Queue(d, clock=support.FakeClock(T0), **o)
+    assert q.stats().total_items == 8 and q.read(8) == b"7" * 60
+    assert q.replayed_records == 8
+    for _ in range(4):
+        q.ack(q.claim(1000).seq)
+    assert q.compact()
+    q.close()
+    names = support.listdir_sorted(d)
+    assert ddq.segment_name(0, 0) not in names and ddq.segment_name(1, 0) in names
+    q = ddq.Queue(d, clock=support.FakeClock(T0), **o)
+    assert q.stats().total_items == 4 and q.read(5) == b"4" * 60
+    q.close()
+    names = support.listdir_sorted(d)
+    for name in near:
+        assert name in names, name
