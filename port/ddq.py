@@ -440,9 +440,12 @@ class PosixStorage:
 
 # ============================================================================ index
 # RAM metadata per retained item, in seq order (DESIGN §4). Per item only what admission needs
-# at once and the log cannot give without a walk: its payload length (u16 when
-# max_payload_bytes allows, else u32) and its state (u8), in column chunks of _CH items: a
-# column grows by one chunk, never by copying (no allocation over 4 KiB, no reopen churn).
+# at once and the log cannot give without a walk: its state and its payload length, in chunks
+# of _CH items: a column grows by one chunk, never by copying (no allocation over 4 KiB, no
+# reopen churn). A chunk keeps each item's state - 1 in 2 bits (4 a byte, a bytearray of
+# _CH // 4) and one payload length for all its items (cl) while they are alike, the common case
+# (fixed-size telemetry); its first differing length gives it a column of lengths (lv, an
+# array(tc) of _CH: lengths never change after the append).
 # Derived: seqs come in runs of consecutive values (one run for all that was appended since the
 # last compaction; a gap only where a compaction dropped acked items), each segment keeps the
 # index of its first item, so a seq and a segment are a binary search over short lists; the
@@ -450,29 +453,29 @@ class PosixStorage:
 # last item located when that lies before it, and a claimed item keeps it in its live entry.
 # Items with history (attempts, lease, not_before) live in small dicts keyed by seq, so a
 # fresh item costs nothing more.
-_CH = const(256)  # items per column chunk (512 B for u16, 1 KiB for u32)
+_CH = const(256)  # items per chunk (64 B of states; 512 B of lengths for u16, 1 KiB for u32)
 _CS = const(8)  # log2(_CH)
 _CM = const(255)
 
 
 class _Index:
-    __slots__ = ("n", "tc", "ro", "rs", "last", "sfo", "col", "sh", "mk", "live", "hist",
+    __slots__ = ("n", "tc", "ro", "rs", "last", "sfo", "col", "cl", "lv", "live", "hist",
                  "reasons", "fresh", "hint")
 
     def __init__(self, tc: str) -> None:
         self.n = 0  # items
-        self.tc = tc  # array typecode of the length column, "H" or "I"
+        self.tc = tc  # array typecode of the lengths, "H" or "I"
         self.ro: "list[int]" = []  # per run of consecutive seqs: the index of its first item
         self.rs: "list[int]" = []  # and its seq
         self.last = 0  # the seq of the last item
         # per segment: the index of its first item (the items before it); an array, as the
         # segment sizes: 4 bytes a segment, so 1,024 segments stay in one 4 KiB allocation
         self.sfo: "Any" = array("I")
-        # Column chunks: payload length | (state - 1) << sh, one u16 an item when lengths
-        # fit 14 bits, else one u32 (shift 26: values stay small ints on 32-bit boards).
-        self.col: "list[Any]" = []
-        self.sh = 14 if tc == "H" else 26
-        self.mk = (1 << self.sh) - 1
+        # Per chunk: the states (bytearray, item i at bits (i & 3) * 2 of byte (i & _CM) >> 2),
+        # the chunk's length while its items are alike (cl), else its lengths (lv, else None).
+        self.col: "list[bytearray]" = []
+        self.cl: "Any" = array(tc)
+        self.lv: "list[Any]" = []
 
         # live: non-terminal items with history,
         #   seq -> [index, attempts, lease_until, not_before, DATA offset or -1 if not known yet]
@@ -488,25 +491,34 @@ class _Index:
         n = self.n
         c, j = n >> _CS, n & _CM
         if c == len(self.col):
-            self.col.append(array(self.tc, bytes(_CH * (2 if self.tc == "H" else 4))))
+            self.col.append(bytearray(_CH >> 2))  # states 0: AVAILABLE
+            self.cl.append(ln)
+            self.lv.append(None)
+        a = self.lv[c]
+        if a is None and ln != self.cl[c]:  # the chunk's first differing length
+            a = self.lv[c] = array(self.tc, bytes(_CH * (2 if self.tc == "H" else 4)))
+            for k in range(j):
+                a[k] = self.cl[c]
+        if a is not None:
+            a[j] = ln
         if not n or seq != self.last + 1:
             self.ro.append(n)
             self.rs.append(seq)
         while len(self.sfo) <= sg:
             self.sfo.append(n)
         self.last = seq
-        self.col[c][j] = ln  # state AVAILABLE: 0 in the state bits
         self.n = n + 1
 
     def state(self, i: int) -> int:
-        return int(self.col[i >> _CS][i & _CM] >> self.sh) + 1
+        return (self.col[i >> _CS][(i & _CM) >> 2] >> ((i & 3) << 1) & 3) + 1
 
     def length(self, i: int) -> int:
-        return int(self.col[i >> _CS][i & _CM] & self.mk)
+        a = self.lv[i >> _CS]
+        return int(self.cl[i >> _CS] if a is None else a[i & _CM])
 
     def put(self, i: int, state: int) -> None:
-        a = self.col[i >> _CS]
-        a[i & _CM] = (a[i & _CM] & self.mk) | (state - 1) << self.sh
+        a, b, s = self.col[i >> _CS], (i & _CM) >> 2, (i & 3) << 1
+        a[b] = a[b] & ~(3 << s) | (state - 1) << s
 
     def seq(self, i: int) -> int:
         ro = self.ro
@@ -1138,11 +1150,10 @@ class Queue:
         ix, plan = self._ix, [0, 0]
         term = _MIN_REC + self.reason_budget
         for i in range(ix.n):
-            v = ix.col[i >> _CS][i & _CM]
-            if v >> ix.sh == _ACKED - 1:
+            if ix.state(i) == _ACKED:
                 continue
             r = ix.reasons.get(ix.seq(i)) if ix.reasons else None
-            if not (self._place(plan, _MIN_REC + (v & ix.mk)) and self._place(plan, _STATE_REC)
+            if not (self._place(plan, _MIN_REC + ix.length(i)) and self._place(plan, _STATE_REC)
                     and self._place(plan, _MIN_REC + r[2] if r is not None else term)):
                 return None
         return plan

@@ -40,6 +40,7 @@ _AVAILABLE = const(1)
 _CLAIMED = const(2)
 _ACKED = const(3)
 _QUARANTINED = const(4)
+_CH = const(256)  # ddq's index chunk: items per chunk
 _EIO = const(5)
 _REC_MAGIC = const(0x31475144)
 _REC_FMT = "<IHHQQIIII"
@@ -398,15 +399,16 @@ def fresh(q: "ddq.Queue", reserve: int, required: int) -> None:
             rs[j] = _MIN_REC + r[2]
     # Next-fit (A2) on local ints: this is the one O(items) pass, no calls per record.
     k = o = total = n = i = 0
-    seg, w, sh_, mk, cnt = q._seg_bytes, q._max_segs, ix.sh, ix.mk, ix.n
-    for ch in ix.col:
-        for v in ch:
+    seg, w, cnt = q._seg_bytes, q._max_segs, ix.n
+    for c in range(len(ix.col)):  # per chunk: its states, its one length or its lengths
+        ch, cl, lv = ix.col[c], ix.cl[c], ix.lv[c]
+        for j in range(_CH):
             if i >= cnt:
                 break
-            s = (v >> sh_) + 1
+            s = (ch[j >> 2] >> ((j & 3) << 1) & 3) + 1
             if s != _ACKED:
                 n += 1
-                x = _MIN_REC + (v & mk)  # its DATA
+                x = _MIN_REC + (cl if lv is None else lv[j])  # its DATA
                 total += x
                 if k == 0 or o + x > seg:
                     if k >= w:

@@ -255,7 +255,7 @@ def _replay(self: "Queue", sg: int, last: bool, cp: "list[int]", st: "list[bool]
     ix = self._ix
     live, hist, swept = ix.live, ix.hist, self._swept
     # The chunk lists grow in place (append), so these stay the index's own lists.
-    ixcol, sfo, sh, mk = ix.col, ix.sfo, ix.sh, ix.mk
+    ixcol, sfo, cl, lv = ix.col, ix.sfo, ix.cl, ix.lv
     n = ix.n  # mirrors ix.n: only DATA adds items
     prev = ix.last  # the last item's seq
     gen_nz, u64 = log.gen != 0, _U64
@@ -387,9 +387,10 @@ def _replay(self: "Queue", sg: int, last: bool, cp: "list[int]", st: "list[bool]
                 if n >= max_items:
                     raise Full("more items than max_items; reopen with the writer's limits")
                 c = n >> _CS
-                if c < len(ixcol) and seq == prev + 1 and n and sg < len(sfo):
-                    # ix.add without its call: no new chunk, run or segment
-                    ixcol[c][n & _CM] = plen  # state bits 0: AVAILABLE
+                if c < len(ixcol) and seq == prev + 1 and n and sg < len(sfo) \
+                        and lv[c] is None and cl[c] == plen:
+                    # ix.add without its call: no new chunk, run, segment or length; the
+                    # state bits are 0 already (AVAILABLE)
                     ix.n = n + 1
                     ix.last = seq
                 else:
@@ -404,9 +405,9 @@ def _replay(self: "Queue", sg: int, last: bool, cp: "list[int]", st: "list[bool]
                 le = live.get(seq)  # an item with history knows its index
                 i = le[0] if le is not None else ix.find(seq)
                 if i >= 0:
-                    cc = ixcol[i >> _CS]  # the item's chunk and its value there
-                    v = cc[i & _CM]
-                    s = (v >> sh) + 1
+                    cc = ixcol[i >> _CS]  # the item's state byte and its bits there
+                    b, sb = (i & _CM) >> 2, (i & 3) << 1
+                    s = (cc[b] >> sb & 3) + 1
                 else:
                     s = 0
                 # The two common transitions outside a snapshot, as _apply would make them
@@ -416,7 +417,7 @@ def _replay(self: "Queue", sg: int, last: bool, cp: "list[int]", st: "list[bool]
                     a, nb = le[1], le[3]
                     self._n_claimed -= 1
                     self._n_acked += 1
-                    cc[i & _CM] = (v & mk) | (_ACKED - 1) << sh
+                    cc[b] ^= ((_CLAIMED - 1) ^ (_ACKED - 1)) << sb
                     del live[seq]
                     if a or nb:
                         hist[seq] = [a, nb]
@@ -427,7 +428,7 @@ def _replay(self: "Queue", sg: int, last: bool, cp: "list[int]", st: "list[bool]
                     if s == _AVAILABLE:
                         self._n_avail -= 1
                         self._n_claimed += 1
-                    cc[i & _CM] = (v & mk) | (_CLAIMED - 1) << sh
+                    cc[b] ^= ((s - 1) ^ (_CLAIMED - 1)) << sb
                     if le is None:
                         hh = hist.pop(seq, None)
                         if hh is None:
@@ -570,8 +571,8 @@ def init(self: "Queue", path: str, segment_bytes: int = 4194304,
         self._rm = _import("ddq_reclaim")
         if self._rm is None:
             raise _E("InvalidArgument")("reclaim_step needs ddq_reclaim.py beside ddq.py")
-    # The index's column: u16 where every payload length fits 14 bits, else u32 (§4).
-    self._tc = "H" if self._max_payload <= 16383 else "I"
+    # The index's lengths: u16 where every payload length fits 16 bits, else u32 (§4).
+    self._tc = "H" if self._max_payload <= 65535 else "I"
     if clock is not None and not callable(clock):
         raise _E("InvalidArgument")("clock must be callable")
     if sync not in ("always", "ack", "none"):
