@@ -444,8 +444,9 @@ class PosixStorage:
 # of _CH items: a column grows by one chunk, never by copying (no allocation over 4 KiB, no
 # reopen churn). A chunk keeps each item's state - 1 in 2 bits (4 a byte, a bytearray of
 # _CH // 4) and one payload length for all its items (cl) while they are alike, the common case
-# (fixed-size telemetry); its first differing length gives it a column of lengths (lv, an
-# array(tc) of _CH: lengths never change after the append).
+# (fixed-size telemetry); its first differing length gives it a column of lengths (lv): one
+# byte an item over the base cl while they lie within 256 of it, else an array(tc) of the
+# lengths themselves (cl 0). Lengths never change after the append.
 # Derived: seqs come in runs of consecutive values (one run for all that was appended since the
 # last compaction; a gap only where a compaction dropped acked items), each segment keeps the
 # index of its first item, so a seq and a segment are a binary search over short lists; the
@@ -472,7 +473,8 @@ class _Index:
         # segment sizes: 4 bytes a segment, so 1,024 segments stay in one 4 KiB allocation
         self.sfo: "Any" = array("I")
         # Per chunk: the states (bytearray, item i at bits (i & 3) * 2 of byte (i & _CM) >> 2),
-        # the chunk's length while its items are alike (cl), else its lengths (lv, else None).
+        # a base length (cl), and None while every item has that length, else each item's
+        # length less the base (lv: a bytearray, or an array(tc) with base 0).
         self.col: "list[bytearray]" = []
         self.cl: "Any" = array(tc)
         self.lv: "list[Any]" = []
@@ -494,13 +496,21 @@ class _Index:
             self.col.append(bytearray(_CH >> 2))  # states 0: AVAILABLE
             self.cl.append(ln)
             self.lv.append(None)
-        a = self.lv[c]
-        if a is None and ln != self.cl[c]:  # the chunk's first differing length
-            a = self.lv[c] = array(self.tc, bytes(_CH * (2 if self.tc == "H" else 4)))
+        a, b = self.lv[c], self.cl[c]
+        if (ln != b) if a is None else ((ln - b) >> 8 != 0 and isinstance(a, bytearray)):
+            # The chunk's first differing length: one byte an item over a base, centred on
+            # the two lengths; a length outside base .. base + 255: the lengths as they are.
+            o = max(0, (b + ln + 1) // 2 - 128)
+            if a is None and (b - o) >> 8 == 0 == (ln - o) >> 8:
+                w: "Any" = bytearray(_CH)
+            else:
+                w, o = array(self.tc, bytes(_CH * (2 if self.tc == "H" else 4))), 0
             for k in range(j):
-                a[k] = self.cl[c]
+                w[k] = b - o + (0 if a is None else a[k])
+            self.lv[c] = a = w
+            self.cl[c] = b = o
         if a is not None:
-            a[j] = ln
+            a[j] = ln - b
         if not n or seq != self.last + 1:
             self.ro.append(n)
             self.rs.append(seq)
@@ -514,7 +524,7 @@ class _Index:
 
     def length(self, i: int) -> int:
         a = self.lv[i >> _CS]
-        return int(self.cl[i >> _CS] if a is None else a[i & _CM])
+        return int(self.cl[i >> _CS] + (0 if a is None else a[i & _CM]))
 
     def put(self, i: int, state: int) -> None:
         a, b, s = self.col[i >> _CS], (i & _CM) >> 2, (i & 3) << 1

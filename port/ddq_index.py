@@ -302,12 +302,19 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
         lo, hi = min(lnc), max(lnc)
         if hi > mx:
             return -1
-        nix.cl.append(lo)  # the chunk's one length, else its lengths (_CH slots)
+        # the chunk's one length; else one byte an item over the lowest (within 256 of it),
+        # else the lengths themselves (base 0): _Index.add's forms, _CH slots each
         la: "Any" = None
-        if lo != hi:
+        if hi - lo > 255:
             la = array(q._tc, lnc if m == _CH else bytes(_CH * (2 if q._tc == "H" else 4)))
             for t in range(m if m < _CH else 0):
                 la[t] = lnc[t]
+            lo = 0
+        elif lo != hi:
+            la = bytearray(_CH)
+            for t in range(m):
+                la[t] = lnc[t] - lo
+        nix.cl.append(lo)
         nix.lv.append(la)
         ch = bytearray(_CH >> 2)  # states: all AVAILABLE (0)
         nix.col.append(ch)

@@ -400,7 +400,7 @@ def fresh(q: "ddq.Queue", reserve: int, required: int) -> None:
     # Next-fit (A2) on local ints: this is the one O(items) pass, no calls per record.
     k = o = total = n = i = 0
     seg, w, cnt = q._seg_bytes, q._max_segs, ix.n
-    for c in range(len(ix.col)):  # per chunk: its states, its one length or its lengths
+    for c in range(len(ix.col)):  # per chunk: its states, its base length and lengths over it
         ch, cl, lv = ix.col[c], ix.cl[c], ix.lv[c]
         for j in range(_CH):
             if i >= cnt:
@@ -408,7 +408,7 @@ def fresh(q: "ddq.Queue", reserve: int, required: int) -> None:
             s = (ch[j >> 2] >> ((j & 3) << 1) & 3) + 1
             if s != _ACKED:
                 n += 1
-                x = _MIN_REC + (cl if lv is None else lv[j])  # its DATA
+                x = _MIN_REC + cl + (0 if lv is None else lv[j])  # its DATA
                 total += x
                 if k == 0 or o + x > seg:
                     if k >= w:

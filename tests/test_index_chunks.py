@@ -1,6 +1,6 @@
 # The RAM index's chunks (DESIGN §4): each chunk of 256 items keeps one payload length while its
-# items are alike and takes a column of lengths at its first differing one; states are packed
-# 2 bits an item. These tests put uniform and varying lengths on both sides of chunk
+# items are alike, one byte an item over a base length while they lie within 256 of it, else
+# the lengths themselves; states are packed 2 bits an item. These tests put uniform and varying lengths on both sides of chunk
 # boundaries, move items through every state there, and check every item's state, length and
 # payload live, after a reopen that adopts queue.index, after a full replay, and after a
 # compaction. Shared suite: CPython and MicroPython over POSIX, LittleFS and FAT.
@@ -9,7 +9,7 @@ import support
 
 T0 = 1767225600000
 CH = 256  # items per index chunk (ddq._CH)
-OPTS = {"segment_bytes": 4096, "max_payload_bytes": 64, "max_items": 1200, "max_segments": 256}
+OPTS = {"segment_bytes": 8192, "max_payload_bytes": 600, "max_items": 1200, "max_segments": 512}
 
 
 def _open(d, clock, ixb):
@@ -17,12 +17,15 @@ def _open(d, clock, ixb):
 
 
 def _length(k):
-    # Item k's payload length: chunk 0 uniform; chunk 1 uniform, then varying from item 356
-    # (a conversion mid-chunk); chunk 2 varying from its second item; chunk 3 uniform again.
+    # Item k's payload length: chunk 0 uniform; chunk 1 uniform, then varying a little from
+    # item 356 (bytes over a base, mid-chunk); chunk 2 varying a little from its second item,
+    # then a lot from item 612 (the lengths themselves); chunk 3 uniform again.
     if k < CH + 100 or k >= 3 * CH:
         return 16
     if k == 2 * CH:
         return 20
+    if k > 2 * CH + 100 and k % 5 == 0:
+        return 500 + k % 97
     return k % 61
 
 
@@ -96,7 +99,7 @@ def test_uniform_and_varying_lengths_across_chunks_survive_every_state_and_reope
     # chunk more; every item is still intact after both kinds of reopen.
     q = _open(d, clock, 1)
     assert q.index_used
-    _enqueue(q, want, CH, lambda k: 9 if k % 3 else 40)
+    _enqueue(q, want, CH, lambda k: 590 if k % 50 == 7 else 9 if k % 3 else 40)
     last = max(want)
     _transitions(q, want, [last - CH + 1, last - CH + 2, last - 1, last])
     _check(q, want)
@@ -113,7 +116,7 @@ def test_lengths_and_states_survive_compaction_and_a_mixed_partial_chunk():
     d = support.tmpdir() + "/q"
     q = _open(d, clock, 1)
     want = {}
-    _enqueue(q, want, CH + 30, lambda k: 16 if k < CH + 10 else 5 + k % 7)
+    _enqueue(q, want, CH + 30, lambda k: 16 if k < CH + 10 else 5 + k % 7 + (k % 3 == 0) * 400)
     first = min(want)
     for s in range(first, first + 40):  # acked in order: compaction drops them
         q.ack(q.claim_seq(s, 1000).seq)
@@ -125,11 +128,19 @@ def test_lengths_and_states_survive_compaction_and_a_mixed_partial_chunk():
         if want[s][0] == "acked":
             del want[s]
     _check(q, want)
-    q.close()  # the index's last piece: a partial chunk of mixed lengths
+    q.close()  # the index's last piece: a partial chunk of lengths far apart
     q = _open(d, clock, 1)
     assert q.index_used
     _check(q, want)
     _enqueue(q, want, 20, lambda k: 16)  # appended to that chunk (its column has 256 slots)
+    _check(q, want)
+    q.close()
+    q = _open(d, clock, 1)  # now a partial chunk of lengths close together (bytes over a base)
+    _enqueue(q, want, CH - 30, lambda k: 30 + k % 9)
+    q.close()
+    q = _open(d, clock, 1)
+    assert q.index_used
+    _enqueue(q, want, 20, lambda k: 5 + k % 2 * 20)  # appended: 5 lies below the base: widened
     _check(q, want)
     q.close()
     q = _open(d, clock, 0)
