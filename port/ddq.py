@@ -454,7 +454,7 @@ class PosixStorage:
 # last item located when that lies before it, and a claimed item keeps it in its live entry.
 # Items with history (attempts, lease, not_before) live in small dicts keyed by seq, so a
 # fresh item costs nothing more.
-_CH = const(256)  # items per chunk (64 B of states; 512 B of lengths for u16, 1 KiB for u32)
+_CH = const(256)  # items per chunk: 64 B of states, lengths none, 256 B, 512 B (u16) or 1 KiB
 _CS = const(8)  # log2(_CH)
 _CM = const(255)
 
