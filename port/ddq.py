@@ -17,7 +17,6 @@ __version__ = "0.1.0"
 
 # Copyright (c) 2026 the ddq authors. BSD-3-Clause (the C DDQ's licence; no code copied).
 
-import binascii
 import gc
 import os
 import struct
@@ -32,6 +31,7 @@ _MP = hasattr(time, "ticks_ms")
 # A heap of at most 128 KiB (issue 14's budget for ddq on a board; gc.mem_free exists where the
 # heap is a fixed budget) drops the open-time code after each open (DESIGN §4.1).
 _HEAP = 0 < getattr(gc, "mem_free", int)() + getattr(gc, "mem_alloc", int)() < 135168
+del gc  # (each module global costs a board's heap: DESIGN §4.1)
 if _MP:
     from micropython import const as const  # re-exported: the optional modules import it
 else:
@@ -48,9 +48,10 @@ if TYPE_CHECKING:
 
     from ddq_extra import Item, Stats
 
-# binascii.crc32 is CRC-32/ISO-HDLC on both interpreters, running form included (SPEC §2): an
-# int of 32 bits, on both (no wrapper: a function costs a board's heap and a call).
-_crc: "Callable[..., int]" = binascii.crc32
+
+# CRC-32/ISO-HDLC on both interpreters, running form included (SPEC §2); binascii itself is not
+# kept as a global (each module global costs a board's heap: DESIGN §4.1).
+_crc: "Callable[..., int]" = __import__("binascii").crc32
 
 
 def _import(name: str) -> "Any":
@@ -61,14 +62,12 @@ def _import(name: str) -> "Any":
         return None
 
 
-# Default clock: wall-clock Unix-epoch ms (SPEC §2); a port whose epoch is 2000 adds 946,684,800,000 ms.
-_EPOCH = 946684800000 if time.gmtime(0)[0] == 2000 else 0
-
-
-def _wall_ms() -> int:
+def _wall_ms(e: int = 946684800000 if time.gmtime(0)[0] == 2000 else 0) -> int:
+    # Default clock: wall-clock Unix-epoch ms (SPEC §2); e: what a port whose epoch is 2000 adds,
+    # found once (a default, not a module global: each global costs a board's heap).
     if hasattr(time, "time_ns"):
-        return int(time.time_ns()) // 1000000 + _EPOCH
-    return int(time.time() * 1000) + _EPOCH
+        return int(time.time_ns()) // 1000000 + e
+    return int(time.time() * 1000) + e
 
 
 def _run(fn: str, *a: "Any", **k: "Any") -> "Any":
@@ -143,16 +142,16 @@ STATES = ("", "available", "claimed", "acked", "quarantined")
 # heap, and a sender that never fails never raises one; DESIGN §4.1): `ddq.Full`, `from ddq
 # import Full` and _E("Full") make the class once and keep it in the module. Same names, codes
 # and base class (Error, itself an Exception) whoever asks first [O21].
-_ERRORS = ("Error", "InvalidArgument", "IOFailure", "Corrupt", "Locked", "TooLarge", "Full",
-           "NotFound", "BadState", "BufferTooSmall", "Limit")
-_CODES = (-1, -1, -2, -3, -4, -6, -7, -8, -9, -10, -11)
+_ERRORS = ("Error", -1, "InvalidArgument", -1, "IOFailure", -2, "Corrupt", -3, "Locked", -4,
+           "TooLarge", -6, "Full", -7, "NotFound", -8, "BadState", -9, "BufferTooSmall", -10,
+           "Limit", -11)  # each name, then its code [O19]
 
 
 def _E(name: str) -> "Any":
     g = globals()
     c = g.get(name)
     if c is None:
-        d: "dict[str, Any]" = {"code": _CODES[_ERRORS.index(name)]}
+        d: "dict[str, Any]" = {"code": _ERRORS[_ERRORS.index(name) + 1]}
         if name == "BufferTooSmall":
             d["needed"] = 0
         elif name == "IOFailure":
@@ -178,7 +177,6 @@ _MSG = ("IOFailure:queue is closed"
         "|Limit:segment limit reached and compaction gave no room"
         "|Limit:attempts exhausted"
         "|Limit:not_before overflows"
-        "|Limit:too many directory entries in %s"
         "|NotFound:no item %r"
         "|BadState:item %d is %s, not claimed"
         "|BufferTooSmall:buffer of %d bytes; need %d"
@@ -207,21 +205,20 @@ _X_SEGS = const(10)
 _X_SEGS_FULL = const(11)
 _X_ATTEMPTS = const(12)
 _X_NB = const(13)
-_X_ENTRIES = const(14)
-_X_NO_ITEM = const(15)
-_X_NOT_CLAIMED = const(16)
-_X_BUFFER = const(17)
-_X_HEADER = const(18)
-_X_OVER = const(19)
-_X_LENGTH = const(20)
-_X_FOOTER = const(21)
-_X_CRC = const(22)
-_X_FIELDS = const(23)
-_X_OUTSIDE = const(24)
-_X_SHORT = const(25)
-_X_OTHER = const(26)
-_X_AT = const(27)
-_X_NO_DATA = const(28)
+_X_NO_ITEM = const(14)
+_X_NOT_CLAIMED = const(15)
+_X_BUFFER = const(16)
+_X_HEADER = const(17)
+_X_OVER = const(18)
+_X_LENGTH = const(19)
+_X_FOOTER = const(20)
+_X_CRC = const(21)
+_X_FIELDS = const(22)
+_X_OUTSIDE = const(23)
+_X_SHORT = const(24)
+_X_OTHER = const(25)
+_X_AT = const(26)
+_X_NO_DATA = const(27)
 
 
 def _err(k: int, *a: "Any") -> "Any":
@@ -436,9 +433,13 @@ class PosixStorage:
 
 # ============================================================================ index
 # RAM metadata per retained item, in seq order (DESIGN §4). Per item only what admission needs
-# at once and the log cannot give without a walk: its payload length (u16 when
-# max_payload_bytes allows, else u32) and its state (u8), in column chunks of _CH items: a
-# column grows by one chunk, never by copying (no allocation over 4 KiB, no reopen churn).
+# at once and the log cannot give without a walk: its state and its payload length, in chunks
+# of _CH items: a column grows by one chunk, never by copying (no allocation over 4 KiB, no
+# reopen churn). A chunk keeps each item's state - 1 in 2 bits (4 a byte, a bytearray of
+# _CH // 4) and one payload length for all its items (cl) while they are alike, the common case
+# (fixed-size telemetry); its first differing length gives it a column of lengths (lv): one
+# byte an item over the base cl while they lie within 256 of it, else an array(tc) of the
+# lengths themselves (cl 0). Lengths never change after the append.
 # Derived: seqs come in runs of consecutive values (one run for all that was appended since the
 # last compaction; a gap only where a compaction dropped acked items), each segment keeps the
 # index of its first item, so a seq and a segment are a binary search over short lists; the
@@ -446,29 +447,31 @@ class PosixStorage:
 # last item located when that lies before it, and a claimed item keeps it in its live entry.
 # Items with history (attempts, lease, not_before) live in small dicts keyed by seq, so a
 # fresh item costs nothing more.
-_CH = const(256)  # items per column chunk (512 B for u16, 1 KiB for u32)
+_CH = const(256)  # items per chunk: 64 B of states, lengths none, 256 B, 512 B (u16) or 1 KiB
 _CS = const(8)  # log2(_CH)
 _CM = const(255)
 
 
 class _Index:
-    __slots__ = ("n", "tc", "ro", "rs", "last", "sfo", "col", "sh", "mk", "live", "hist",
-                 "reasons", "fresh", "hint")
+    if not _MP:  # (as Claim's)
+        __slots__ = ("n", "tc", "ro", "rs", "last", "sfo", "col", "cl", "lv", "live", "hist",
+                     "reasons", "fresh", "hint")
 
     def __init__(self, tc: str) -> None:
         self.n = 0  # items
-        self.tc = tc  # array typecode of the length column, "H" or "I"
+        self.tc = tc  # array typecode of the lengths, "H" or "I"
         self.ro: "list[int]" = []  # per run of consecutive seqs: the index of its first item
         self.rs: "list[int]" = []  # and its seq
         self.last = 0  # the seq of the last item
         # per segment: the index of its first item (the items before it); an array, as the
         # segment sizes: 4 bytes a segment, so 1,024 segments stay in one 4 KiB allocation
         self.sfo: "Any" = array("I")
-        # Column chunks: payload length | (state - 1) << sh, one u16 an item when lengths
-        # fit 14 bits, else one u32 (shift 26: values stay small ints on 32-bit boards).
-        self.col: "list[Any]" = []
-        self.sh = 14 if tc == "H" else 26
-        self.mk = (1 << self.sh) - 1
+        # Per chunk: the states (bytearray, item i at bits (i & 3) * 2 of byte (i & _CM) >> 2),
+        # a base length (cl), and None while every item has that length, else each item's
+        # length less the base (lv: a bytearray, or an array(tc) with base 0).
+        self.col: "list[bytearray]" = []
+        self.cl: "Any" = array(tc)
+        self.lv: "list[Any]" = []
 
         # live: non-terminal items with history,
         #   seq -> [index, attempts, lease_until, not_before, DATA offset or -1 if not known yet]
@@ -484,37 +487,59 @@ class _Index:
         n = self.n
         c, j = n >> _CS, n & _CM
         if c == len(self.col):
-            self.col.append(array(self.tc, bytes(_CH * (2 if self.tc == "H" else 4))))
+            self.col.append(bytearray(_CH >> 2))  # states 0: AVAILABLE
+            self.cl.append(ln)
+            self.lv.append(None)
+        a, b = self.lv[c], self.cl[c]
+        if (ln != b) if a is None else ((ln - b) >> 8 != 0 and isinstance(a, bytearray)):
+            # The chunk's first differing length: one byte an item over a base, centred on
+            # the two lengths; a length outside base .. base + 255: the lengths as they are.
+            o = max(0, (b + ln + 1) // 2 - 128)
+            if a is None and (b - o) >> 8 == 0 == (ln - o) >> 8:
+                w: "Any" = bytearray(_CH)
+            else:
+                w, o = array(self.tc, bytes(_CH * (2 if self.tc == "H" else 4))), 0
+            for k in range(j):
+                w[k] = b - o + (0 if a is None else a[k])
+            self.lv[c] = a = w
+            self.cl[c] = b = o
+        if a is not None:
+            a[j] = ln - b
         if not n or seq != self.last + 1:
             self.ro.append(n)
             self.rs.append(seq)
         while len(self.sfo) <= sg:
             self.sfo.append(n)
         self.last = seq
-        self.col[c][j] = ln  # state AVAILABLE: 0 in the state bits
         self.n = n + 1
 
     def state(self, i: int) -> int:
-        return int(self.col[i >> _CS][i & _CM] >> self.sh) + 1
+        return (self.col[i >> _CS][(i & _CM) >> 2] >> ((i & 3) << 1) & 3) + 1
 
     def length(self, i: int) -> int:
-        return int(self.col[i >> _CS][i & _CM] & self.mk)
+        a = self.lv[i >> _CS]
+        return int(self.cl[i >> _CS] + (0 if a is None else a[i & _CM]))
 
     def put(self, i: int, state: int) -> None:
-        a = self.col[i >> _CS]
-        a[i & _CM] = (a[i & _CM] & self.mk) | (state - 1) << self.sh
+        a, b, s = self.col[i >> _CS], (i & _CM) >> 2, (i & 3) << 1
+        a[b] = a[b] & ~(3 << s) | (state - 1) << s
+
+    def at(self, a: "Any", x: int) -> int:
+        # The index of the last value <= x in the ascending a (a[0] <= x): a binary search.
+        lo, k = 0, len(a) - 1
+        while lo < k:
+            m = (lo + k + 1) >> 1
+            if a[m] <= x:
+                lo = m
+            else:
+                k = m - 1
+        return k
 
     def seq(self, i: int) -> int:
         ro = self.ro
         k = len(ro) - 1
-        if ro[k] > i:  # not in the last run (rare): binary search
-            lo = 0
-            while lo < k:
-                m = (lo + k + 1) >> 1
-                if ro[m] <= i:
-                    lo = m
-                else:
-                    k = m - 1
+        if ro[k] > i:  # not in the last run (rare)
+            k = self.at(ro, i)
         return self.rs[k] + i - ro[k]
 
     def find(self, seq: int) -> int:
@@ -523,13 +548,7 @@ class _Index:
         if k < 0 or seq < rs[0] or seq > self.last:
             return -1
         if rs[k] > seq:
-            lo = 0
-            while lo < k:
-                m = (lo + k + 1) >> 1
-                if rs[m] <= seq:
-                    lo = m
-                else:
-                    k = m - 1
+            k = self.at(rs, seq)
         i = self.ro[k] + seq - rs[k]
         return i if i < (self.ro[k + 1] if k + 1 < len(rs) else self.n) else -1
 
@@ -713,12 +732,8 @@ class Queue:
 
     def _move(self, i: int, state: int, attempts: int, lease: int, nb: int) -> None:
         ix = self._ix
-        b = self._bld
-        if b is not None and b.i <= i < b.n0:  # not copied yet: keep its state at P0 [C13]
-            s = ix.seq(i)
-            if s not in b.cow:
-                a, le, n = ix.history(s)
-                b.cow[s] = (ix.state(i), a, le, n, ix.reasons.get(s))
+        if self._bld is not None:
+            self._rm.cow(self, i)  # not copied yet: its state at P0 kept [C13]
         if self._swept:
             self._swept.pop(ix.seq(i), None)
         self._count(ix.state(i), -1)
@@ -758,11 +773,11 @@ class Queue:
             # Records never straddle segments [F7]: sync and close the full one, open the next.
             if len(log.sizes) >= self._max_segs:
                 raise _err(_X_SEGS)
-            self._fs.sync(log.h)
-            log.dirty = False
             if log is self._log:
-                self._durable = self._next - 1
-                self._unsynced.clear()
+                self._sync_h()  # (on a storage error: fail-stop, IOFailure)
+            else:
+                self._fs.sync(log.h)
+                log.dirty = False
             h, log.h = log.h, None
             self._fs.close(h)
             self._new_segment(log, staging)
@@ -794,13 +809,8 @@ class Queue:
         total = _MIN_REC + (len(payload) if payload is not None else 0)
         if total > self._seg_bytes:
             raise _err(_X_RECORD)
-        self._nw += 1
-        if self._bld is not None:
-            self._rm.step(self)  # before this record: a publish moves it to g+1 [C13]
-        elif self._dead:
-            self._rm.unlink(self)
-        if self._sh is not None:
-            self._rm.shadow(self, total, typ)  # what the inline generation does [C14]
+        if self._rm is not None:  # a staged generation's step before this record [C13][C14]
+            self._rm.write(self, total, typ)
         log = self._log
         if log.off > 0 and log.off + total > self._seg_bytes and len(log.sizes) >= self._max_segs:
             try:
@@ -882,13 +892,7 @@ class Queue:
         hint, sfo = ix.hint, ix.sfo
         k = hint[2]  # the segment: the hint's, when i lies in it after the hint
         if k < 0 or hint[0] > i or (k + 1 < len(sfo) and sfo[k + 1] <= i):
-            lo, k = 0, len(sfo) - 1  # the last segment whose first item index is <= i
-            while lo < k:
-                m = (lo + k + 1) >> 1
-                if sfo[m] <= i:
-                    lo = m
-                else:
-                    k = m - 1
+            k = ix.at(sfo, i)  # the last segment whose first item index is <= i
         e = ix.live.get(seq)
         if e is not None and e[4] >= 0:
             return self._read_record(log, k, e[4], _T_DATA, seq, ln)
@@ -1104,8 +1108,8 @@ class Queue:
                     self._log.dirty = False
                 except OSError as e:
                     err = e
-            if err is None and self._log.h is not None:
-                self._index_update()
+            if err is None and self._log.h is not None and self._ix_bytes:
+                self._index_update()  # [X1] (ddq_compact: loaded here only with an index)
         finally:
             try:
                 self._fail()
@@ -1134,11 +1138,10 @@ class Queue:
         ix, plan = self._ix, [0, 0]
         term = _MIN_REC + self.reason_budget
         for i in range(ix.n):
-            v = ix.col[i >> _CS][i & _CM]
-            if v >> ix.sh == _ACKED - 1:
+            if ix.state(i) == _ACKED:
                 continue
             r = ix.reasons.get(ix.seq(i)) if ix.reasons else None
-            if not (self._place(plan, _MIN_REC + (v & ix.mk)) and self._place(plan, _STATE_REC)
+            if not (self._place(plan, _MIN_REC + ix.length(i)) and self._place(plan, _STATE_REC)
                     and self._place(plan, _MIN_REC + r[2] if r is not None else term)):
                 return None
         return plan
@@ -1205,6 +1208,7 @@ class Queue:
     _publish: "Callable[..., None]"
     _prepare_format: "Callable[[], None]"
     _clean: "Callable[[], None]"  # delete the manifest tmp and other generations [R16]
+    _index_update: "Callable[[], None]"  # write or remove queue.index [X1]
     # In port/ddq_extra.py, attached on first use as well.
     stats: "Callable[[], Stats]"
     items: "Callable[[], Iterator[Item]]"
@@ -1217,31 +1221,6 @@ class Queue:
     save_index: "Callable[[], None]"
     quarantine: "Callable[..., bool]"
 
-    def _listdir(self) -> "list[str]":
-        names: "list[str]" = self._fs.listdir(self._dir)
-        if len(names) > self._max_segs * 8 + 1024:
-            raise _err(_X_ENTRIES, self._dir)
-        return names
-
-    # ------------------------------------------------------------------ recovery index (SPEC §12.1)
-    def _index_update(self) -> None:
-        # [X1] at close and after a compaction: write the index when the log holds index_bytes
-        # or more and the file does not already cover it; otherwise leave no stale index behind.
-        # ddq_index is imported only here and when an index exists at open. Errors cost speed.
-        log = self._log
-        try:
-            if self._ix_bytes and sum(log.sizes) >= self._ix_bytes:
-                if self._ixcov != [log.gen] + list(log.sizes):
-                    m = _import("ddq_index")
-                    if m is not None:  # a board may ship without it: open replays the log
-                        m.save(self)
-            elif self._ix_bytes and self._fs.kind(self._path(_INDEX)) == 1:
-                self._fs.remove(self._path(_INDEX))
-                self._fs.sync_dir(self._dir)
-        except Exception:  # noqa: BLE001 (optional: MemoryError or a cut must not keep the lock)
-            pass
-
-
 # Methods and module attributes that live in modules beside ddq.py (DESIGN §13): the first use
 # of a method imports its module and attaches all of that module's methods to Queue; a queue
 # that never compacts never loads ddq_compact, one that never lists its items never loads
@@ -1249,7 +1228,7 @@ class Queue:
 # needed by a running queue: the manifest codec and the Item and Stats types.
 _LAZY = {"compact": "ddq_compact", "purge": "ddq_compact", "_compact": "ddq_compact",
          "_copy": "ddq_compact", "_publish": "ddq_compact", "_prepare_format": "ddq_compact",
-         "_clean": "ddq_compact",
+         "_clean": "ddq_compact", "_index_update": "ddq_compact",
          "stats": "ddq_extra", "items": "ddq_extra", "oldest_available": "ddq_extra",
          "lapsed": "ddq_extra", "claim_seq": "ddq_extra", "claim_ordered": "ddq_extra",
          "recover": "ddq_extra", "reason": "ddq_extra", "save_index": "ddq_extra",

@@ -16,6 +16,7 @@ import struct
 
 from ddq import (
     _E,
+    _INDEX,
     _INDEX_TMP,
     _MAN_FMT,
     _MAN_MAGIC,
@@ -27,6 +28,7 @@ from ddq import (
     IOFailure,
     Limit,
     _crc,
+    _import,
     _Index,
     _io_failure,
     _Log,
@@ -65,7 +67,10 @@ def parse_segment_name(name: str) -> "Optional[tuple[int, int]]":
 def _clean(self: "Queue") -> None:
     """Delete the manifest tmp and every segment of another generation [R16]."""
     fs, removed, gen = self._fs, False, self._log.gen
-    for name in self._listdir():
+    names = self._fs.listdir(self._dir)
+    if len(names) > self._max_segs * 8 + 1024:  # (as ddq_recover.listdir)
+        raise Limit("too many directory entries in " + self._dir)
+    for name in names:
         pg = parse_segment_name(name)
         if name in (_MANIFEST_TMP, _INDEX_TMP) or (pg is not None and pg[0] != gen):
             p = self._path(name)
@@ -75,6 +80,26 @@ def _clean(self: "Queue") -> None:
             removed = True
     if removed:
         fs.sync_dir(self._dir)
+
+
+# ============================================================================ recovery index
+def _index_update(self: "Queue") -> None:
+    # [X1] at close and after a compaction: write the index when the log holds index_bytes
+    # or more and the file does not already cover it; otherwise leave no stale index behind.
+    # ddq_index is imported only here and when an index exists at open. Errors cost speed.
+    # (Here, not in ddq.py: a queue opened with index_bytes=0 never needs it.)
+    log = self._log
+    try:
+        if self._ix_bytes and sum(log.sizes) >= self._ix_bytes:
+            if self._ixcov != [log.gen] + list(log.sizes):
+                m = _import("ddq_index")
+                if m is not None:  # a board may ship without it: open replays the log
+                    m.save(self)
+        elif self._ix_bytes and self._fs.kind(self._path(_INDEX)) == 1:
+            self._fs.remove(self._path(_INDEX))
+            self._fs.sync_dir(self._dir)
+    except Exception:  # noqa: BLE001 (optional: MemoryError or a cut must not keep the lock)
+        pass
 
 
 # ============================================================================ compaction

@@ -291,7 +291,7 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
     # The columns, read together in pieces of _CH items into the chunked index (no allocation
     # of a whole column) [X2]: seqs must increase and segments must not go back.
     nix = ddq._Index(q._tc)
-    ro, rsq, sfo, sh, mk = nix.ro, nix.rs, nix.sfo, nix.sh, nix.mk
+    ro, rsq, sfo, mx = nix.ro, nix.rs, nix.sfo, q._max_payload
     pos = _IX_SIZE + 12 * ns
     prev = sgp = 0
     for i0 in range(0, n, _CH):
@@ -303,13 +303,31 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
                 return -1
             cols.append(array(tc, b) if w > 1 else b)
         sq, sgc, lnc, stc = cols
-        # _Index.add and put without their calls: the piece is one chunk of the column; a run
+        # _Index.add and put without their calls: the piece is one chunk of the index; a run
         # starts where seqs are not consecutive, a segment where the segment column moves.
+        lo, hi = min(lnc), max(lnc)
+        if hi > mx:
+            return -1
+        # the chunk's one length; else one byte an item over the lowest (within 256 of it),
+        # else the lengths themselves (base 0): _Index.add's forms, _CH slots each
+        la: "Any" = None
+        if hi - lo > 255:
+            la = array(q._tc, lnc if m == _CH else bytes(_CH * (2 if q._tc == "H" else 4)))
+            for t in range(m if m < _CH else 0):
+                la[t] = lnc[t]
+            lo = 0
+        elif lo != hi:
+            la = bytearray(_CH)
+            for t in range(m):
+                la[t] = lnc[t] - lo
+        nix.cl.append(lo)
+        nix.lv.append(la)
+        ch = bytearray(_CH >> 2)  # states: all AVAILABLE (0)
+        nix.col.append(ch)
         if m == _CH and sgp <= sgc[0] == min(sgc) == max(sgc) < ns \
-                and max(stc) == _AVAILABLE == min(stc) and max(lnc) <= mk and sq[0] > prev:
+                and max(stc) == _AVAILABLE == min(stc) and sq[0] > prev:
             # The common piece: one segment, every item available (checked by C loops):
-            # the chunk is the length column itself; only the seqs are walked.
-            nix.col.append(array(q._tc, lnc))
+            # only the seqs are walked.
             if not i0 or sgc[0] != sgp:
                 while len(sfo) <= sgc[0]:
                     sfo.append(i0)
@@ -328,11 +346,9 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
             sgp = sgc[0]
             nix.n, nix.last = i0 + m, prev
             continue
-        ch = array(q._tc, bytes(_CH * (2 if q._tc == "H" else 4)))
-        nix.col.append(ch)
         for t in range(m):
-            s, sg, v, ln = sq[t], sgc[t], stc[t], lnc[t]
-            if s <= prev or sg < sgp or sg >= ns or v < _AVAILABLE or v > 4 or ln > mk:
+            s, sg, v = sq[t], sgc[t], stc[t]
+            if s <= prev or sg < sgp or sg >= ns or v < _AVAILABLE or v > 4:
                 return -1
             if s != prev + 1 or not i0 + t:
                 ro.append(i0 + t)
@@ -340,7 +356,7 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
             if sg != sgp or not i0 + t:
                 while len(sfo) <= sg:
                     sfo.append(i0 + t)
-            ch[t] = ln | (v - 1) << sh
+            ch[t >> 2] |= (v - 1) << ((t & 3) << 1)
             prev, sgp = s, sg
         nix.n, nix.last = i0 + m, prev
     live, hist, rs = bytearray(28 * nlive), bytearray(20 * nhist), bytearray(20 * nrs)

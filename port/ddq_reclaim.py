@@ -40,6 +40,7 @@ _AVAILABLE = const(1)
 _CLAIMED = const(2)
 _ACKED = const(3)
 _QUARANTINED = const(4)
+_CH = const(256)  # ddq's index chunk: items per chunk
 _EIO = const(5)
 _REC_MAGIC = const(0x31475144)
 _REC_FMT = "<IHHQQIIII"
@@ -121,6 +122,30 @@ def due(q: "ddq.Queue", n: int) -> bool:
     calls = units // (s - 1 if s > 1 else 1) + 8
     per = r[2] * 5 // 64  # (×16 fixed point, + 1/4)
     return sl < calls * (per if per > _MIN_REC + n else _MIN_REC + n)
+
+
+def write(q: "ddq.Queue", total: int, typ: int) -> None:
+    # Before each record Queue._write appends: counted for the start rule (due), a step of the
+    # build (a publish moves the record to g+1) or of the old generation's deletion, and the
+    # shadow of what the inline generation does with it [C13][C14].
+    q._nw += 1
+    if q._bld is not None:
+        step(q)
+    elif q._dead:
+        unlink(q)
+    if q._sh is not None:
+        shadow(q, total, typ)
+
+
+def cow(q: "ddq.Queue", i: int) -> None:
+    # Item i changes state while a build runs: an item not copied yet keeps its state at P0 for
+    # the copy [C13].
+    b, ix = q._bld, q._ix
+    if b.i <= i < b.n0:
+        s = ix.seq(i)
+        if s not in b.cow:
+            a, le, n = ix.history(s)
+            b.cow[s] = (ix.state(i), a, le, n, ix.reasons.get(s))
 
 
 def finish(q: "ddq.Queue") -> None:
@@ -398,15 +423,16 @@ def fresh(q: "ddq.Queue", reserve: int, required: int) -> None:
             rs[j] = _MIN_REC + r[2]
     # Next-fit (A2) on local ints: this is the one O(items) pass, no calls per record.
     k = o = total = n = i = 0
-    seg, w, sh_, mk, cnt = q._seg_bytes, q._max_segs, ix.sh, ix.mk, ix.n
-    for ch in ix.col:
-        for v in ch:
+    seg, w, cnt = q._seg_bytes, q._max_segs, ix.n
+    for c in range(len(ix.col)):  # per chunk: its states, its base length and lengths over it
+        ch, cl, lv = ix.col[c], ix.cl[c], ix.lv[c]
+        for j in range(_CH):
             if i >= cnt:
                 break
-            s = (v >> sh_) + 1
+            s = (ch[j >> 2] >> ((j & 3) << 1) & 3) + 1
             if s != _ACKED:
                 n += 1
-                x = _MIN_REC + (v & mk)  # its DATA
+                x = _MIN_REC + cl + (0 if lv is None else lv[j])  # its DATA
                 total += x
                 if k == 0 or o + x > seg:
                     if k >= w:

@@ -15,7 +15,6 @@ __version__ = "0.1.0"
 
 import os
 import struct
-from array import array
 
 from ddq import (
     _E,
@@ -94,7 +93,7 @@ def recover(self: "Queue") -> None:
     _reset(self)
     try:
         fs = self._fs
-        names = self._listdir()
+        names = listdir(self)
         marker = fs.kind(self._path(_MARKER))
         if marker not in (0, 1) or (marker == 1 and fs.size(self._path(_MARKER)) != 0):
             raise _E("Corrupt")("queue.format is not an empty regular file")
@@ -140,7 +139,7 @@ def recover(self: "Queue") -> None:
                     m.leftover(self, name, seg, gen)
                     cut = True
         if cut:
-            names = self._listdir()
+            names = listdir(self)
         log = self._log = _Log(gen)
         # One listing per open (each costs its names): generation gen's segments by their
         # index, read in place (parse_segment_name's rules, without its slices and tuple); any
@@ -224,6 +223,15 @@ def recover(self: "Queue") -> None:
         m.in_place(self, e)  # [K9] repairs the directory, then recovers it
 
 
+def listdir(self: "Queue") -> "list[str]":
+    """The directory's names; Limit past max_segments * 8 + 1024 of them (a directory that
+    was filled to stall the open)."""
+    names: "list[str]" = self._fs.listdir(self._dir)
+    if len(names) > self._max_segs * 8 + 1024:
+        raise _E("Limit")("too many directory entries in " + self._dir)
+    return names
+
+
 def _read_small(self: "Queue", path: str, n: int) -> bytes:
     b = bytearray(n)
     h = self._fs.open(path, "rb")
@@ -285,7 +293,7 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]",
     ix = self._ix
     live, hist = ix.live, ix.hist
     # The chunk and run lists grow in place (append): these stay the index's own lists.
-    ixcol, sfo, ro, rs, sh, mk, tc = ix.col, ix.sfo, ix.ro, ix.rs, ix.sh, ix.mk, ix.tc
+    ixcol, sfo, ro, rs, cl, lv = ix.col, ix.sfo, ix.ro, ix.rs, ix.cl, ix.lv
     n = ix.n  # mirrors ix.n: only DATA adds items
     prev = ix.last  # the last item's seq
     gen_nz, u64 = log.gen != 0, _U64
@@ -460,24 +468,21 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]",
                                       % (path[lp:], pos, seq))
                     if n >= max_items:
                         raise Full("more items than max_items; reopen with the writer's limits")
-                    # _Index.add without its call (a heap frame each): the next chunk when
-                    # one is full, made without add's zeroed temporary (bytes of the chunk's
-                    # size: 0.5-1 KiB of churn per 256 items); a run starts where seqs are
-                    # not consecutive; a segment's first item (state bits 0: AVAILABLE).
+                    # _Index.add without its call (a heap frame each) while the item joins a
+                    # chunk whose items all have its length: a run starts where seqs are not
+                    # consecutive, a segment's first item (state bits 0 already: AVAILABLE).
+                    # A new chunk, or a length the chunk has not had (rare): add itself.
                     c = n >> _CS
-                    if c == len(ixcol):
-                        ch = array(tc, range(_CH))
-                        for j in range(_CH):
-                            ch[j] = 0
-                        ixcol.append(ch)
-                    if not n or seq != prev + 1:
-                        ro.append(n)
-                        rs.append(seq)
-                    while len(sfo) <= sg:
-                        sfo.append(n)
-                    ixcol[c][n & _CM] = plen
-                    ix.n = n + 1
-                    ix.last = seq
+                    if c < len(ixcol) and lv[c] is None and cl[c] == plen:
+                        if not n or seq != prev + 1:
+                            ro.append(n)
+                            rs.append(seq)
+                        while len(sfo) <= sg:
+                            sfo.append(n)
+                        ix.n = n + 1
+                        ix.last = seq
+                    else:
+                        ix.add(seq, sg, plen)
                     n += 1
                     prev = seq
                     self._n_avail += 1
@@ -488,9 +493,9 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]",
                     le = live.get(seq)  # an item with history knows its index
                     i = le[0] if le is not None else ix.find(seq)
                     if i >= 0:
-                        cc = ixcol[i >> _CS]  # the item's chunk and its value there
-                        v = cc[i & _CM]
-                        s = (v >> sh) + 1
+                        cc = ixcol[i >> _CS]  # the item's state byte and its bits there
+                        b, sb = (i & _CM) >> 2, (i & 3) << 1
+                        s = (cc[b] >> sb & 3) + 1
                     else:
                         s = 0
                     # The two common transitions outside a snapshot, as _apply would make them
@@ -500,7 +505,7 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]",
                         a, nb = le[1], le[3]
                         self._n_claimed -= 1
                         self._n_acked += 1
-                        cc[i & _CM] = (v & mk) | (_ACKED - 1) << sh
+                        cc[b] ^= ((_CLAIMED - 1) ^ (_ACKED - 1)) << sb
                         del live[seq]
                         if a or nb:
                             hist[seq] = [a, nb]
@@ -511,7 +516,7 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]",
                         if s == _AVAILABLE:
                             self._n_avail -= 1
                             self._n_claimed += 1
-                        cc[i & _CM] = (v & mk) | (_CLAIMED - 1) << sh
+                        cc[b] ^= ((s - 1) ^ (_CLAIMED - 1)) << sb
                         if le is None:
                             hh = hist.pop(seq, None)
                             if hh is None:
@@ -656,8 +661,8 @@ def init(self: "Queue", path: str, segment_bytes: int = 4194304,
         self._rm = _import("ddq_reclaim")
         if self._rm is None:
             raise _E("InvalidArgument")("reclaim_step needs ddq_reclaim.py beside ddq.py")
-    # The index's column: u16 where every payload length fits 14 bits, else u32 (§4).
-    self._tc = "H" if self._max_payload <= 16383 else "I"
+    # The index's lengths: u16 where every payload length fits 16 bits, else u32 (§4).
+    self._tc = "H" if self._max_payload <= 65535 else "I"
     if clock is not None and not callable(clock):
         raise _E("InvalidArgument")("clock must be callable")
     if sync not in ("always", "ack", "none"):

@@ -881,7 +881,7 @@ def in_place(q: "Any", err: "Any") -> None:
 
 def _in_place(q: "Any", fs: "Any", d: str, err: "Any") -> "dict[str, Any]":
     sb, mp, mi, ms = q._seg_bytes, q._max_payload, q._max_items, q._max_segs
-    names = q._listdir()
+    names = __import__("ddq_recover").listdir(q)  # (salvage runs inside recovery)
     tag = _intent(fs, d, names)
     sel = _selected(fs, d)
     if tag >= 0 and sel >= tag:  # published: the intent outlived its commit [K10]

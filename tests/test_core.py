@@ -513,13 +513,13 @@ def test_reads_find_any_item_across_segments_gaps_and_reopens():
 
 def test_large_payload_limits_use_wide_index_entries():
     # EVIDENCE-OF: O12 O1
-    # max_payload_bytes over 16383 stores length and state in 32 bits: both survive intact.
+    # max_payload_bytes over 65535 keeps the lengths in 32 bits: lengths and states survive.
     clock = support.FakeClock(T0)
     d = support.tmpdir() + "/q"
-    opts = {"segment_bytes": 65536, "max_payload_bytes": 40000, "max_items": 50,
+    opts = {"segment_bytes": 262144, "max_payload_bytes": 70000, "max_items": 50,
             "max_segments": 16}
     q = ddq.Queue(d, clock=clock, **opts)
-    big = bytes(range(256)) * 120 + b"end"
+    big = bytes(range(256)) * 260 + b"end"
     s1 = q.enqueue(big)
     s2 = q.enqueue(b"small")
     c = q.claim(1000)

@@ -408,3 +408,29 @@ def test_port_modules_constants_equal_ddq():
         for name in names:
             assert getattr(mod, name) == getattr(ddq_mod, name), (mod.__name__, name)
     assert seen >= 100, seen  # recover, compact, extra, index, reclaim, salvage, outbox...
+
+
+
+def test_error_message_table_matches_its_names():
+    # ddq.py keeps the messages of its errors in one string (_MSG, "Class:message" entries split
+    # by "|") and names each entry by a const, in order: the count and order must agree, every
+    # entry must make an error of the class it names with its message (O19), and every const
+    # must be raised somewhere.
+    import re
+
+    port = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "port")
+    with open(os.path.join(port, "ddq.py")) as f:
+        src = f.read()
+    names = re.findall(r"^(_X_\w+) = const\((\d+)\)$", src, re.M)
+    assert [int(v) for _n, v in names] == list(range(len(names)))
+    body = re.search(r"^_MSG = \((.*?)\)\n", src, re.S | re.M).group(1)
+    entries = "".join(re.findall(r'"([^"]*)"', body)).split("|")
+    assert len(entries) == len(names)
+    m = qdir.load_ddq()
+    for (name, k), e in zip(names, entries):
+        cls, _sep, msg = e.partition(":")
+        args = tuple(1 if spec == "d" else "x" for spec in re.findall(r"%(\w)", msg))
+        err = m._err(int(k), *args)
+        assert type(err) is getattr(m, cls) and isinstance(err, m.Error), (name, e)
+        assert str(err) == msg % args, (name, e)
+        assert src.count(name) >= 2, name  # defined and raised
