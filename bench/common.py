@@ -155,39 +155,232 @@ def fill_until_full(ddq, q, payload, limit):
     return n
 
 
-def _spread(values):
-    v = sorted(values)
-    k = len(v)
-    med = v[k // 2] if k % 2 else (v[k // 2 - 1] + v[k // 2]) / 2
-    return {"median": med, "p99": v[min(k - 1, (k * 99) // 100)], "max": v[-1]}
+def _nth(a, k):
+    """The k-th smallest of array a (reordered in place): Hoare's selection, no allocation."""
+    lo, hi = 0, len(a) - 1
+    while lo < hi:
+        p = a[(lo + hi) // 2]
+        i, j = lo, hi
+        while i <= j:
+            while a[i] < p:
+                i += 1
+            while a[j] > p:
+                j -= 1
+            if i <= j:
+                a[i], a[j] = a[j], a[i]
+                i += 1
+                j -= 1
+        if k <= j:
+            hi = j
+        elif k >= i:
+            lo = i
+        else:
+            break
+    return a[k]
 
 
-def steady_run(q, n, payload, lease=30000):
+def _spread(values, pick=None, f=None):
+    """Median, p99 and max of values[i] (f(values[i]) if f) for the i that pick(i) accepts
+    (all if no pick); None if none. One array of the picked values, selected in place: a
+    sorted list of 60,000 calls would not fit the bench's MicroPython heap beside a queue."""
+    from array import array
+
+    n = len(values)
+    k = n if pick is None else sum(1 for i in range(n) if pick(i))
+    if not k:
+        return None
+    a = array("I", bytes(4 * k))
+    j = 0
+    for i in range(n):
+        if pick is None or pick(i):
+            a[j] = values[i] if f is None else f(values[i])
+            j += 1
+    h = k // 2
+    med = _nth(a, h) if k % 2 else (_nth(a, h - 1) + _nth(a, h)) / 2
+    return {"median": med, "p99": _nth(a, min(k - 1, (k * 99) // 100)), "max": _nth(a, k - 1)}
+
+
+def _io(dev):
+    # block reads in the low 20 bits' place, programs + erases above: one small int per probe
+    return dev.reads + ((dev.progs + dev.erases) << 20)
+
+
+def _split(io, pick=None):
+    """Spreads of block reads and of programs + erases per call from _io differences."""
+    return {"reads": _spread(io, pick, lambda v: v & 0xFFFFF),
+            "writes": _spread(io, pick, lambda v: v >> 20)}
+
+
+def steady_run(q, n, payload, lease=30000, counter=None, dev=None):
     """n FIFO lifecycles (enqueue, claim the oldest, ack it) on q, which holds the backlog:
-    each call timed alone with the monotonic clock; per op median, p99 and max (µs), and the
-    compactions (generation steps) the run made. Buffers are allocated before the run."""
+    each call timed alone with the monotonic clock; per op median, p99 and max (µs), the
+    compactions (generation steps) the run made, and the active generation's segment files
+    (mean and max of a sample every 50 messages, taken between the timed calls; a staged
+    build's files are not in it). Buffers are allocated before the run.
+    counter: the storage counting the bytes ddq writes (.bytes); then also "one", the same
+    spreads over the calls that wrote no more than one record (48 + len(payload) bytes: no
+    reclamation work in them), read between the timed calls. dev: the counting block device
+    (tests/blockdev.py); then also "io" (and one["io"]): the spreads of block reads and of
+    programs + erases per call, the file system's work free of the host's scheduling noise."""
     from array import array
 
     te = array("I", bytes(4 * n))
     tc = array("I", bytes(4 * n))
     ta = array("I", bytes(4 * n))
+    m = 3 * n if counter is not None else 0
+    wb = array("I", bytes(4 * m))  # bytes each call wrote: enqueue, claim, ack of message i
+    io = array("I", bytes(12 * n if dev is not None else 0))  # device ops, the same order
     g0 = q.stats().generation
+    segs = [0, 0, 0]  # samples, sum, max of the active generation's segment files (every 50)
+    b0 = b1 = d0 = d1 = 0
     t_run = now_us()
     for i in range(n):
+        if i % 50 == 0:
+            k = q.stats().segment_count
+            segs[0] += 1
+            segs[1] += k
+            if k > segs[2]:
+                segs[2] = k
+        if m:
+            b0 = counter.bytes
+        if dev is not None:
+            d0 = _io(dev)
         t0 = now_us()
         q.enqueue(payload)
         te[i] = since_us(t0)
+        if m:
+            b1 = counter.bytes
+            wb[3 * i] = b1 - b0
+        if dev is not None:
+            d1 = _io(dev)
+            io[3 * i] = d1 - d0
         t0 = now_us()
         c = q.claim(lease)
         tc[i] = since_us(t0)
+        if m:
+            b0 = counter.bytes
+            wb[3 * i + 1] = b0 - b1
+        if dev is not None:
+            d0 = _io(dev)
+            io[3 * i + 1] = d0 - d1
         t0 = now_us()
         q.ack(c.seq)
         ta[i] = since_us(t0)
+        if m:
+            wb[3 * i + 2] = counter.bytes - b0
+        if dev is not None:
+            io[3 * i + 2] = _io(dev) - d0
     run_us = since_us(t_run)
     st = q.stats()
-    return {"enqueue": _spread(te), "claim": _spread(tc), "ack": _spread(ta),
-            "compactions": st.generation - g0, "run_us": run_us, "pending_after":
-            st.available_items + st.claimed_items}
+    out = {"enqueue": _spread(te), "claim": _spread(tc), "ack": _spread(ta),
+           "compactions": st.generation - g0, "run_us": run_us, "pending_after":
+           st.available_items + st.claimed_items, "segments_mean": segs[1] / segs[0],
+           "segments_max": segs[2]}
+    if dev is not None:
+        out["io"] = _split(io)
+    if m:
+        lim = 48 + len(payload)
+        one = {"calls": 0, "of": m}
+        for j, (name, t) in enumerate((("enqueue", te), ("claim", tc), ("ack", ta))):
+            one[name] = _spread(t, lambda i, j=j: wb[3 * i + j] <= lim)
+        one["calls"] = sum(1 for i in range(m) if wb[i] <= lim)
+        if dev is not None:
+            one["io"] = _split(io, lambda i: wb[i] <= lim)
+        out["one"] = one
+    return out
+
+
+def held(runs, frac, a):
+    """Files the raw floor holds at backlog frac: a["keep"] if set, else the mean segment
+    files of the sync="always" runs' active generations at that backlog (steady_run samples),
+    else (no such run) frac % of max_segments."""
+    if a["keep"]:
+        return a["keep"]
+    v = [r["segments_mean"] for k, r in runs.items() if k.startswith(frac + "-always-")]
+    if not v:
+        return a["max_segments"] * int(frac) // 100
+    return int(sum(v) / len(v) + 0.5)
+
+
+def raw_floor_run(d, n, payload, seg_bytes, keep, dev=None):
+    """The file system's own floor under steady_run at sync="always", with no ddq (issue 15):
+    per message, append a DATA-sized (48 + payload), a CLAIM-sized and an ACK-sized record to
+    directory d, each followed by the sync (flush; flush + os.fsync where os has fsync), each
+    timed alone; a new file of ddq's segment name pattern when the next record would not fit
+    in seg_bytes (plus a directory fsync where ddq's storage does one); the oldest file removed
+    whenever more than `keep` full files are held. d starts with `keep` full files (written
+    before the timed run), so the directory and the device hold a standing backlog's worth of
+    segments throughout. Per record size: median, p99, max (µs); "all": the 3n together;
+    dev (the counting block device): "io", block reads and programs + erases per operation."""
+    from array import array
+
+    fsync = getattr(os, "fsync", None)
+    dirsync = fsync is not None and hasattr(os, "O_RDONLY")
+
+    def sync_dir():
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            fsync(fd)
+        finally:
+            os.close(fd)
+
+    buf = bytearray(48 + payload)
+    for i in range(len(buf)):
+        buf[i] = (i * 7 + 1) & 0xFF
+    mv = memoryview(buf)
+    recs = (mv, mv[:48], mv[:48])
+    name = d + "/segment-%020d.log"
+    for k in range(keep):  # the standing backlog's files, full
+        f = open(name % k, "wb")
+        size = 0
+        j = 0
+        while size + len(recs[j]) <= seg_bytes:
+            f.write(recs[j])
+            size += len(recs[j])
+            j = (j + 1) % 3
+        f.close()
+    if dirsync:
+        sync_dir()
+    first, k, size = 0, keep, 0
+    f = open(name % k, "ab")
+    ts = array("I", bytes(12 * n))  # µs of record j of message i at 3 * i + j
+    io = array("I", bytes(12 * n if dev is not None else 0))
+    d0 = 0
+    t_run = now_us()
+    for i in range(n):
+        for j in range(3):
+            r = recs[j]
+            if dev is not None:
+                d0 = _io(dev)
+            t0 = now_us()
+            if size + len(r) > seg_bytes:
+                f.close()
+                k += 1
+                f = open(name % k, "ab")
+                size = 0
+                if dirsync:
+                    sync_dir()
+                if k - first > keep:
+                    os.remove(name % first)
+                    first += 1
+                    if dirsync:
+                        sync_dir()
+            f.write(r)
+            f.flush()
+            if fsync is not None:
+                fsync(f.fileno())
+            size += len(r)
+            ts[3 * i + j] = since_us(t0)
+            if dev is not None:
+                io[3 * i + j] = _io(dev) - d0
+    run_us = since_us(t_run)
+    f.close()
+    out = {"data": _spread(ts, lambda i: i % 3 == 0), "claim": _spread(ts, lambda i: i % 3 == 1),
+           "ack": _spread(ts, lambda i: i % 3 == 2), "all": _spread(ts), "run_us": run_us, "keep": keep, "files": k + 1 - first,
+           "rotations": k - keep}
+    if dev is not None:
+        out["io"] = _split(io)
+    return out
 
 
 def read_costs(q, m, reps=1, lease=30000):

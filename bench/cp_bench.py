@@ -509,6 +509,7 @@ def part_steady(a):
     cap = common.fill_until_full(ddq, q, p, 1000000)
     q.close()
     out = {}
+    raw = {}
     for frac in a["backlogs"].split(","):
         b = cap * int(frac) // 100
         for sync, step in [(y, int(t)) for y in a["syncs"].split(",") for t in
@@ -522,22 +523,28 @@ def part_steady(a):
             q = ddq.Queue(path, sync=sync, clock=clock, storage=cs, reclaim_step=step,
                           **opts)
             cs.bytes = 0
-            r = common.steady_run(q, a["n"], p)
+            r = common.steady_run(q, a["n"], p, counter=cs)
             q.close()
             r["ddq_bytes"] = cs.bytes / a["n"]
             r["backlog"] = b
             r["floor"] = common.floor(opts, a["payload"], b)
             out["%s-%s-%d" % (frac, sync, step)] = r
             common.rmtree(path)
+        if a["raw"]:  # the floor, no ddq: the same appends and fsyncs (common.raw_floor_run)
+            path = fresh("%s/raw-%s" % (d, frac))
+            raw[frac] = common.raw_floor_run(path, a["n"], a["payload"], a["segment_bytes"],
+                                             common.held(out, frac, a))
+            common.rmtree(path)
     common.rmtree(d)
     emit({"admitted": cap, "options": opts, "payload": a["payload"], "n": a["n"],
-          "record_bytes": common.record_bytes(a["payload"]), "runs": out})
+          "record_bytes": common.record_bytes(a["payload"]), "runs": out, "raw": raw})
 
 
 PARTS = {
     "steady": (part_steady, {"dir": "", "n": 20000, "payload": 32, "segment_bytes": 4096,
                              "max_payload": 64, "max_segments": 100, "backlogs": "50,90",
-                             "syncs": "none,always", "steps": "0,16"}),
+                             "syncs": "none,always", "steps": "0,16", "raw": 1,
+                             "keep": 0}),
     "lifecycle": (part_lifecycle, {"dir": "", "n": 25, "fast": 2000, "payload": 100,
                                    "every": 100, "blocks": 12}),
     "counts": (part_counts, {"dir": "", "n": 2000, "payload": 100, "every": 100,

@@ -703,11 +703,17 @@ def counting_storage():
     return CountingStorage()
 
 
+def blocks_used():
+    st = os.statvfs(MOUNT)
+    return st[2] - st[3]
+
+
 def part_steady(a):
     # Fill until Full to find what the options admit; then, for each standing backlog (a
     # percentage of that) and each sync policy, a FIFO run of n messages on a fresh LittleFS
     # (counting RAM block device): every enqueue/claim/ack timed alone, compactions, bytes ddq
-    # wrote, LittleFS programs and erases, per delivered message.
+    # wrote, LittleFS programs and erases, per delivered message. Then (raw=1) the floor at that
+    # backlog: the same file-system operations with no ddq (common.raw_floor_run).
     load_ddq()
     opts = {"segment_bytes": a["segment_bytes"], "max_payload_bytes": a["max_payload"],
             "max_items": 1000000, "max_segments": a["max_segments"]}
@@ -718,6 +724,7 @@ def part_steady(a):
     q.close()
     lfs_umount()
     out = {}
+    raw = {}
     for frac in a["backlogs"].split(","):
         b = cap * int(frac) // 100
         for sync, step in [(y, int(t)) for y in a["syncs"].split(",") for t in
@@ -733,7 +740,8 @@ def part_steady(a):
             gc.collect()
             dev.zero()
             cs.bytes = 0
-            r = common.steady_run(q, a["n"], p)
+            r = common.steady_run(q, a["n"], p, counter=cs, dev=dev)
+            r["blocks_used"] = blocks_used()
             q.close()  # the close's own writes are left out: counted before it
             n = a["n"]
             r["ddq_bytes"] = cs.bytes / n
@@ -746,9 +754,24 @@ def part_steady(a):
             lfs_umount()
             dev = q = None
             gc.collect()
+        if a["raw"]:
+            # The floor (no ddq): the same appends and syncs on the same device and mount,
+            # holding as many files as the durable runs' generations held (common.raw_floor_run)
+            dev = lfs_mount(a["blocks"], a["progsize"])
+            gc.collect()
+            dev.zero()
+            r = common.raw_floor_run(fresh(MOUNT + "/raw"), a["n"], a["payload"],
+                                     a["segment_bytes"], common.held(out, frac, a), dev)
+            r["blocks_used"] = blocks_used()
+            r["progs"] = dev.progs / a["n"]
+            r["erases"] = dev.erases / a["n"]
+            lfs_umount()
+            dev = None
+            gc.collect()
+            raw[frac] = r
     emit({"admitted": cap, "options": opts, "payload": a["payload"], "n": a["n"],
-          "record_bytes": common.record_bytes(a["payload"]), "runs": out,
-          "progsize": a["progsize"], "block_size": 4096})
+          "record_bytes": common.record_bytes(a["payload"]), "runs": out, "raw": raw,
+          "progsize": a["progsize"], "block_size": 4096, "blocks": a["blocks"]})
 
 
 PARTS = {
@@ -757,7 +780,7 @@ PARTS = {
     "steady": (part_steady, {"dir": "", "n": 20000, "payload": 32, "segment_bytes": 4096,
                              "max_payload": 64, "max_segments": 100, "backlogs": "50,90",
                              "syncs": "none,always", "steps": "0,16",
-                             "blocks": 256, "progsize": 256}),
+                             "blocks": 256, "progsize": 256, "raw": 1, "keep": 0}),
     "capacity": (part_capacity, {"dir": "", "mod": "", "payload": 16, "limit": 1000000}),
     "lifecycle": (part_lifecycle, {"dir": "", "n": 25, "payload": 100, "blocks": 12}),
     "heap": (part_heap, {"dir": "", "n": 10000, "payload": 1024, "fill": 1, "noindex": 0, "keep": 0}),

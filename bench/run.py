@@ -596,6 +596,7 @@ def build(results, errors, smoke, seconds):
             f = kv[0].split("-")
             return (f[1], int(f[0]), int(f[2]) if len(f) > 2 else 0)
 
+        raw_done = set()
         for name, r in sorted(st["runs"].items(), key=order):
             f = name.split("-")
             frac, sync = f[0], f[1]
@@ -603,6 +604,10 @@ def build(results, errors, smoke, seconds):
             mode = "inline" if not stp else "staged reclaim_step=%d" % stp
             worst = max(r[o]["max"] / max(r[o]["median"], 1) for o in ("enqueue", "claim",
                                                                          "ack"))
+            raw = (st.get("raw") or {}).get(frac)
+            if raw and sync == "always" and frac not in raw_done:
+                raw_done.add(frac)
+                rows.append(floor_rows(rep, interp, raw, frac, st, r))
             rep.row("15l", "%s slowest single enqueue/claim/ack ÷ its median, backlog %s%% (%s "
                     "items), sync=\"%s\", %s, %s messages" % (interp, frac, fmt(r["backlog"]),
                                                               sync, mode, fmt(st["n"])),
@@ -627,6 +632,19 @@ def build(results, errors, smoke, seconds):
                         "sync=\"%s\", %s" % (interp, frac, sync, mode), fmt(pe),
                         "%s B programmed a message" % fmt(r["prog_bytes"]), "—",
                         "≤ 1.25× the DESIGN.md bound", "report")
+            one = r.get("one")
+            if one and sync == "always":
+                w1 = max(one[o]["max"] / max(one[o]["median"], 1) for o in ("enqueue", "claim",
+                                                                             "ack") if one[o])
+                rep.row("15f", "%s slowest single enqueue/claim/ack ÷ its median over the calls "
+                        "that wrote no more than one record (%s of %s calls), backlog %s%%, "
+                        "sync=\"%s\", %s" % (interp, fmt(one["calls"]), fmt(one["of"]), frac,
+                                               sync, mode), fmt(w1),
+                        "medians %s / %s / %s µs; slowest %s µs%s" % (
+                            tuple(fmt(one[o]["median"]) for o in ("enqueue", "claim", "ack")) +
+                            (fmt(max(one[o]["max"] for o in ("enqueue", "claim", "ack"))),
+                             io_note(one.get("io")))),
+                        "%s×" % fmt(w1), "report", "report")
             rows.append((frac + " %", fmt(r["backlog"]), sync, mode, r["compactions"],
                          " / ".join("%s, %s, %s" % (fmt(r[o]["median"]), fmt(r[o]["p99"]),
                                                     fmt(r[o]["max"]))
@@ -670,6 +688,45 @@ def build(results, errors, smoke, seconds):
 
     drain_bench.rows(rep, R.get("drain"), fmt, verdict)
     return rep
+
+
+def io_note(io):
+    """The block device's work per call (bench/common.py _split), as a note."""
+    if not io:
+        return ""
+    return ("; block reads a call median %s, max %s; programs+erases median %s, max %s"
+            % (fmt(io["reads"]["median"]), fmt(io["reads"]["max"]), fmt(io["writes"]["median"]),
+               fmt(io["writes"]["max"])))
+
+
+def floor_rows(rep, interp, raw, frac, st, first):
+    """Row 15f of the raw floor at backlog frac (issue 15: the file system's own slowest
+    append+sync, no ddq; common.raw_floor_run) and its line in the standing-backlog table.
+    first: the backlog's first sync="always" ddq run (its median enqueue is the divisor of
+    "slowest ÷ ddq's median")."""
+    ops = ("data", "claim", "ack")
+    worst = max(raw[o]["max"] / max(raw[o]["median"], 1) for o in ops)
+    slow = max(raw[o]["max"] for o in ops)
+    fill = ""
+    if "blocks_used" in raw:
+        fill = ", %d of %d blocks in use at the end" % (raw["blocks_used"], st["blocks"])
+    sync = "flush" if "progs" in raw else "flush + os.fsync"
+    rep.row("15f", "%s floor, no ddq: slowest single append+sync (%s) of a DATA/CLAIM/ACK-sized "
+            "record ÷ its median, backlog %s%% (holding %d files of %d B as the ddq runs' "
+            "generations did%s; %d rotations), %s messages"
+            % (interp, sync, frac, raw["keep"], st["options"]["segment_bytes"], fill,
+               raw["rotations"], fmt(st["n"])), fmt(worst),
+            "medians %s / %s / %s µs; slowest %s µs = %s× ddq's median enqueue (inline run)%s"
+            % (tuple(fmt(raw[o]["median"]) for o in ops) +
+               (fmt(slow), fmt(slow / max(first["enqueue"]["median"], 1)),
+                io_note(raw.get("io")))),
+            "%s×" % fmt(worst), "report", "report")
+    pe = raw["progs"] + raw["erases"] if "progs" in raw else None
+    return (frac + " %", "— (%d files)" % raw["keep"], "always", "none: raw floor (no ddq)", "—",
+            " / ".join("%s, %s, %s" % (fmt(raw[o]["median"]), fmt(raw[o]["p99"]),
+                                       fmt(raw[o]["max"])) for o in ops),
+            fmt(st["record_bytes"]), "1.00×", "—", fmt(pe) if pe is not None else "—",
+            fmt(raw["run_us"] / 1000))
 
 
 def _top(pr, key, k=4):
