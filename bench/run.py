@@ -80,7 +80,7 @@ MP_HEAP_BIG = "16M"  # 100,000 items and a 64 MiB recovery; the default heap is 
 
 TARGETS = {
     "1": 0.85, "1b": 0.85, "2": 1.5, "3": 10.0, "4": 0.8, "4b": 0.8, "5": 32, "6": 1.3,
-    "7": 0.5, "8": 0.5, "9": 16384,
+    "7": 0.5, "8": 0.5, "9": 24576, "9b": 12288,
 }
 
 
@@ -510,29 +510,22 @@ def build(results, errors, smoke, seconds):
     im = R.get("imports")
     if im:
         v = im["mpy"]["heap"]
-        rep.row("9", "heap of `import ddq` from .mpy (mpy-cross, %s B file)"
-                % fmt(im["mpy_bytes"]), "%s B" % fmt(v), "—", "%s KiB" % fmt(v / 1024),
-                "≤ 16 KiB", verdict(v, TARGETS["9"], False))
+        # Issue 14's measures (the ≤ 16 KiB rows they replaced stood beside them for a run).
+        rep.row("9", "heap of `import ddq` alone from .mpy (%s B file; a fresh interpreter, "
+                "bench/mp_import.py)" % fmt(im["mpy_bytes"]), "%s B" % fmt(v), "—",
+                "%s KiB" % fmt(v / 1024), "≤ 24 KiB", verdict(v, TARGETS["9"], False))
         rows = [("ddq.py (source, compiled at import)", fmt(im["py"]["heap"]), ""),
                 (".mpy (mpy-cross)", fmt(v), fmt(im["mpy_bytes"])),
                 (".mpy -O3", fmt(im["mpy_o3"]["heap"]), fmt(im["mpy_o3_bytes"]))]
         if "romfs" in im:
+            h = im["romfs"]["heap"]
             rows.append(("ROMFS image (mpremote romfs build; bytecode runs in place)",
-                         fmt(im["romfs"]["heap"]), fmt(im["romfs"]["romfs_bytes"])))
-            rep.row("9b", "same, from a ROMFS image (VfsRom: bytecode executes in place)",
-                    "%s B" % fmt(im["romfs"]["heap"]), "—",
-                    "%s KiB" % fmt(im["romfs"]["heap"] / 1024), "≤ 16 KiB",
-                    verdict(im["romfs"]["heap"], TARGETS["9"], False))
+                         fmt(h), fmt(im["romfs"]["romfs_bytes"])))
+            rep.row("9b", "same, from a ROMFS image (VfsRom on the unix port: bytecode runs in "
+                    "place, as frozen bytecode would; frozen itself needs a firmware build, not "
+                    "measured)", "%s B" % fmt(h), "—", "%s KiB" % fmt(h / 1024), "≤ 12 KiB",
+                    verdict(h, TARGETS["9b"], False))
         if "layers" in im:
-            rep.row("9 (new)", "heap of `import ddq` alone from .mpy (%s B file)"
-                    % fmt(im["mpy_bytes"]), "%s B" % fmt(v), "—", "%s KiB" % fmt(v / 1024),
-                    "≤ 24 KiB", verdict(v, 24576, False))
-            if "romfs" in im:
-                h = im["romfs"]["heap"]
-                rep.row("9b (new)", "same, from a ROMFS image (VfsRom on the unix port: bytecode "
-                        "runs in place, as frozen bytecode would; frozen itself needs a firmware "
-                        "build, not measured)", "%s B" % fmt(h), "—", "%s KiB" % fmt(h / 1024),
-                        "≤ 12 KiB", verdict(h, 12288, False))
             for name in ("ddq_outbox", "ddq_index") + CORE_MODS:
                 inc = im["layers"].get("also", {}).get(name)
                 rep.row("9%s" % name[4], "`import %s` after ddq, from .mpy: heap increment%s"
@@ -1057,7 +1050,7 @@ def part_imports(tmp, smoke):
     res = {}
 
     def imp(**kw):
-        return run_part(MP, "mp_bench.py", "imports", dict(dir=tmp, **kw))
+        return run_part(MP, "mp_import.py", "imports", kw)  # a fresh, small interpreter
 
     res["py"] = imp(path=os.path.join(REPO, "port"))
     for key, opt in (("mpy", None), ("mpy_o3", "-O3")):

@@ -114,6 +114,10 @@ print("RESULT " + json.dumps({"n": n, "ok": ok, "end": end, "import": m1 - m0,
 """
 
 
+ON_DEMAND = ("ddq_recover", "ddq_compact", "ddq_extra", "ddq_cut", "ddq_index", "ddq_reclaim",
+             "ddq_salvage")  # loaded by ddq.Queue by name (SPEC O21)
+
+
 def app_imports(prof):
     """The port modules the app loads: what flash installs with it (imports followed)."""
     app = boards.app_path(prof)
@@ -170,7 +174,11 @@ def fill_cpython(opts, payload, path, one_more=False):
 def fill_mp(prof, opts, payload, tmp, limit, app_heap, one_more=False):
     d = os.path.join(tmp, "mpq")
     shutil.rmtree(d, ignore_errors=True)
-    arg = {"mods": build_mpy(prof, tmp), "imports": app_imports(prof), "options": opts,
+    # What the app imports itself: the modules ddq loads by name when it needs them (opening,
+    # compaction, ...) are installed with it, but loaded by the queue, not at the app's import
+    # (ddq_recover is even dropped after the open in a heap of at most 128 KiB).
+    own = [m for m in app_imports(prof) if m not in ON_DEMAND]
+    arg = {"mods": build_mpy(prof, tmp), "imports": own, "options": opts,
            "dir": d, "payload": payload.hex(), "limit": limit, "app_heap": app_heap,
            "one_more": one_more}
     script = os.path.join(tmp, "fill.py")

@@ -23,8 +23,8 @@ import ddq_outbox  # noqa: F401  (main.ddq_outbox.Outbox: the app's Outbox class
 OPTIONS = {
     "segment_bytes": 4096,
     "max_payload_bytes": 256,
-    "max_items": 224,
-    "max_segments": 32,
+    "max_items": 152,
+    "max_segments": 22,
 }
 MAX_ATTEMPTS = 8  # then a dead letter: the reading is kept as evidence, delivery moves on
 TOPIC = "ddq/armv7m/temp"

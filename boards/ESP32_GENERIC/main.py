@@ -25,8 +25,8 @@ import ddq_outbox  # noqa: F401  (main.ddq_outbox.Outbox: the app's Outbox class
 OPTIONS = {
     "segment_bytes": 8192,
     "max_payload_bytes": 512,
-    "max_items": 1240,
-    "max_segments": 128,
+    "max_items": 1184,
+    "max_segments": 123,
 }
 
 BROKER = "192.168.1.10"  # your broker

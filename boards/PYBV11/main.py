@@ -23,8 +23,8 @@ QUEUE_DIR = "outbox"
 OPTIONS = {
     "segment_bytes": 4096,
     "max_payload_bytes": 256,
-    "max_items": 40,
-    "max_segments": 6,
+    "max_items": 32,
+    "max_segments": 5,
 }
 LEASE_MS = 30000  # how long a claimed reading stays ours before another claim may take it
 RETRY_BASE_MS = 1000  # retry delays: full jitter up to base * 2**attempts, capped at RETRY_MAX_MS

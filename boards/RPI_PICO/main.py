@@ -25,8 +25,8 @@ import ddq_outbox  # noqa: F401  (main.ddq_outbox.Outbox: the app's Outbox class
 OPTIONS = {
     "segment_bytes": 4096,
     "max_payload_bytes": 256,
-    "max_items": 1264,
-    "max_segments": 176,
+    "max_items": 1192,
+    "max_segments": 166,
 }
 
 BROKER = "192.168.1.10"  # your broker

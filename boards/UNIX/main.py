@@ -27,8 +27,8 @@ import ddq_outbox  # noqa: F401  (main.ddq_outbox.Outbox: the app's Outbox class
 OPTIONS = {
     "segment_bytes": 4096,
     "max_payload_bytes": 256,
-    "max_items": 920,
-    "max_segments": 128,
+    "max_items": 848,
+    "max_segments": 118,
 }
 
 BROKER = "127.0.0.1"
