@@ -16,6 +16,7 @@ for kv in sys.argv[2:]:
 path, n = a["path"], 0
 if a["romfs"]:
     import os
+
     import vfs
 
     f = open(a["romfs"], "rb")
