@@ -164,10 +164,14 @@ def drop(q: "ddq.Queue") -> None:
     if b is None:
         return
     fs = q._fs
+    for h in (b.rh, b.log.h):  # each closed whatever the other's close raised (no handle left)
+        if h is not None:
+            try:
+                fs.close(h)
+            except OSError:
+                pass
+    b.rh, b.rhk, b.log.h = None, -1, None
     try:
-        _close(q, b)
-        if b.log.h is not None:
-            fs.close(b.log.h)
         for k in range(len(b.log.sizes)):
             fs.remove(q._path(ddq.segment_name(b.log.gen, k)))
         if b.log.sizes:
