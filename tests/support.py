@@ -7,7 +7,7 @@
 #                   CPython, a directory under /tmp or the cwd on MicroPython.
 #   FIXTURES        absolute path of shared/fixtures/ddq-c (env DDQ_FIXTURES overrides).
 #   tmpdir() rmtree(p) copytree(src, dst) FakeClock(start_ms) raises(exc, fn, *a, **kw) Skip
-#   read_file(p) write_file(p, data) listdir_sorted(p) file_size(p)
+#   read_file(p) write_file(p, data) listdir_sorted(p) file_size(p) needs_heap(nbytes, why)
 import os
 
 try:
@@ -236,6 +236,26 @@ def raises(exc_type, fn, *args, **kw):
     except Exception as e:
         raise AssertionError("expected %s, got %s: %s" % (_name(exc_type), _name(type(e)), e))
     raise AssertionError("expected %s, nothing was raised" % _name(exc_type))
+
+
+def heap_size():
+    """The interpreter's whole heap in bytes (MicroPython), or None where it has no fixed heap."""
+    try:
+        import gc
+
+        return gc.mem_free() + gc.mem_alloc()
+    except AttributeError:  # CPython: no gc.mem_free
+        return None
+
+
+def needs_heap(nbytes, why):
+    """Skip the running test (or module) where the whole heap is below nbytes: the test's own
+    data needs more than a small board has, which its user cannot change. Never skips on
+    CPython, nor on the unix port's default or 8 MiB heaps."""
+    total = heap_size()
+    if total is not None and total < nbytes:
+        raise Skip("needs a %d KiB heap, this board has %d KiB: %s"
+                   % (nbytes // 1024, total // 1024, why))
 
 
 # --- where the repository and the fixtures are -----------------------------------------------

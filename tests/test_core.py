@@ -465,6 +465,19 @@ def test_unsynced_ram_copies_are_bounded():
     assert fs.calls.get("sync", 0) == n + 1 and q.durable_seq == 256
     assert q.read(1) == b"p0" and q.read(256) == b"p255"
     q.close()
+    # ... and at 16 KiB of payload bytes (a board's heap holds them): 1000-byte payloads
+    # sync at the 17th, however few copies that is.
+    q = ddq.Queue(d + "2", storage=fs, clock=support.FakeClock(T0), sync="none",
+                  segment_bytes=1048576, max_payload_bytes=1024, max_items=1000)
+    for r in range(2):
+        n = fs.calls.get("sync", 0)
+        for k in range(16):
+            q.enqueue(bytes([k]) * 1000)
+        assert fs.calls.get("sync", 0) == n and q.durable_seq == 17 * r
+        q.enqueue(b"y" * 1000)  # 17,000 bytes of copies: synced instead of kept
+        assert fs.calls.get("sync", 0) == n + 1 and q.durable_seq == 17 * (r + 1)
+    assert q.read(2) == b"\1" * 1000 and q.read(34) == b"y" * 1000
+    q.close()
 
 
 def _reads_match(q, want):
@@ -514,6 +527,8 @@ def test_reads_find_any_item_across_segments_gaps_and_reopens():
 def test_large_payload_limits_use_wide_index_entries():
     # EVIDENCE-OF: O12 O1
     # max_payload_bytes over 65535 keeps the lengths in 32 bits: lengths and states survive.
+    support.needs_heap(512 * 1024, "a 66,563-byte payload is written, read and compared whole "
+                       "(blocks of 65 KiB: the payload, its copy, the read window)")
     clock = support.FakeClock(T0)
     d = support.tmpdir() + "/q"
     opts = {"segment_bytes": 262144, "max_payload_bytes": 70000, "max_items": 50,

@@ -5,13 +5,18 @@ import binascii
 import struct
 
 import ddq
-import ddq_outbox
 import support
 from faults import FaultStorage
 
 T0 = 1767225600000
 OPTS = {"segment_bytes": 512, "max_payload_bytes": 64, "max_items": 200, "max_segments": 64}
 IX_FMT = "<IHHIIQQ" + "I" * 16
+# Where a test skips in a small heap (support.needs_heap; figures measured on the unix port,
+# 64-bit, one test alone beside the test runner): the index is a gateway's feature (no board
+# profile's log reaches index_bytes), and these tests compact, write and adopt it, which loads
+# ddq_index beside ddq_recover and ddq_compact, then compare whole queue states.
+_INDEX_HEAP = ("its queues, compacted and reopened through queue.index, with ddq_recover, "
+               "ddq_compact and ddq_index loaded, and their states compared")
 
 
 def _open(d, clock, ixb=1, **kw):
@@ -59,6 +64,7 @@ def _same_as_full_replay(d, clock, want):
 
 def test_close_writes_an_index_and_open_adopts_it():
     # EVIDENCE-OF: X1 X3 X5 X6 R9 O11
+    support.needs_heap(224 * 1024, _INDEX_HEAP)
     clock = support.FakeClock(T0)
     d = support.tmpdir() + "/q"
     q = _open(d, clock)
@@ -119,6 +125,7 @@ def test_header_fields_describe_the_queue():
 
 def test_records_after_the_index_are_replayed():
     # EVIDENCE-OF: X5 X6 X7
+    support.needs_heap(224 * 1024, _INDEX_HEAP)
     # A writer that does not maintain the index (C DDQ, or index_bytes=0) appends after it:
     # the index still describes the prefix; only the new records are replayed.
     clock = support.FakeClock(T0)
@@ -143,6 +150,7 @@ def test_records_after_the_index_are_replayed():
 
 def test_index_of_an_old_generation_is_ignored():
     # EVIDENCE-OF: X4 X7
+    support.needs_heap(192 * 1024, _INDEX_HEAP)
     clock = support.FakeClock(T0)
     d = support.tmpdir() + "/q"
     q = _open(d, clock)
@@ -163,6 +171,7 @@ def test_index_of_an_old_generation_is_ignored():
 
 def test_damaged_index_is_ignored():
     # EVIDENCE-OF: X4
+    support.needs_heap(224 * 1024, _INDEX_HEAP)
     clock = support.FakeClock(T0)
     d = support.tmpdir() + "/q"
     q = _open(d, clock)
@@ -235,6 +244,7 @@ def test_small_log_gets_no_index_and_a_stale_one_is_removed():
 
 def test_index_write_failures_lose_nothing():
     # EVIDENCE-OF: X1 X8 R16
+    support.needs_heap(224 * 1024, _INDEX_HEAP)
     clock = support.FakeClock(T0)
     for method in ("write", "sync", "rename", "sync_dir", "open"):
         d = support.tmpdir() + "/q"
@@ -301,6 +311,7 @@ def _saved_plan(d):
 
 def test_a_plan_computed_with_other_options_is_not_used():
     # EVIDENCE-OF: X2 X5 M8
+    support.needs_heap(192 * 1024, _INDEX_HEAP)
     # The stored admission plan is an upper bound only under the writer's segment_bytes,
     # max_segments and reason budget: a reader with other options recomputes it (A1). Seen
     # from outside: save_index() writes the plan the queue holds (no plan: 0xFFFFFFFF).
@@ -334,7 +345,10 @@ def test_a_plan_computed_with_other_options_is_not_used():
 
 def test_outbox_saves_the_index_without_closing():
     # EVIDENCE-OF: X1 X6
+    support.needs_heap(224 * 1024, _INDEX_HEAP)
     # A gateway that never closes: save_index() now and then bounds the replay after a cut.
+    import ddq_outbox  # here, not at the top: the module's other tests fit a small heap without it
+
     clock = support.FakeClock(T0)
     d = support.tmpdir() + "/ob"
     ob = ddq_outbox.Outbox(d, clock=clock, sync_every=50, index_bytes=1, **OPTS)
@@ -355,6 +369,7 @@ def test_outbox_saves_the_index_without_closing():
 
 def test_a_compaction_writes_the_index_so_a_power_cut_replays_only_what_follows():
     # EVIDENCE-OF: X1 X5 X6 C1
+    support.needs_heap(256 * 1024, _INDEX_HEAP)
     clock = support.FakeClock(T0)
     d = support.tmpdir() + "/q"
     q = _open(d, clock)
