@@ -129,6 +129,7 @@ _U32 = 0xFFFFFFFF
 _U64 = 0xFFFFFFFFFFFFFFFF
 _SCAN_RECORDS = const(4000000)
 _UNSYNCED_MAX = const(256)  # sync="none": RAM copies of unsynced payloads before a sync [D3]
+_UNSYNCED_BYTES = const(16384)  # ... and their bytes: a board's heap holds them [D3]
 _IO_LOOPS = const(1048576)
 _ENOENT = const(2)
 _EIO = const(5)
@@ -674,6 +675,7 @@ class Queue:
     _plan: "Optional[list[int]]"  # cached worst-case compacted plan [segs, off]
     _unsynced: "list[bytes]"  # sync="none": payloads of the DATA records not synced yet [D7]
     _ubase: int  # the seq of _unsynced[0] (an enqueue appends, every sync clears)
+    _ub: int  # the bytes of _unsynced [D3]
     _swept: "dict[int, int]"  # seq -> lease of a claim expired in RAM only [T2]
     _ixcov: "Optional[list[int]]"  # [generation, sizes...] queue.index covers
     replayed_records: int  # records the last recovery read and applied [X6]
@@ -753,6 +755,7 @@ class Queue:
         log.synced = log.off
         self._durable = self._next - 1
         self._unsynced.clear()
+        self._ub = 0
 
     def _new_segment(self, log: _Log, staging: bool) -> None:
         p = self._path(segment_name(log.gen, len(log.sizes)))
@@ -992,7 +995,8 @@ class Queue:
             if not u:
                 self._ubase = seq
             u.append(payload if isinstance(payload, bytes) else bytes(payload))
-            if len(u) >= _UNSYNCED_MAX:
+            self._ub += n
+            if len(u) >= _UNSYNCED_MAX or self._ub >= _UNSYNCED_BYTES:
                 self._sync_h()  # [D3] the RAM copies stay a small table, never a big allocation
         self._plan_add(n)
         return seq

@@ -724,6 +724,7 @@ def _reset(self: "Queue") -> None:
     self._n_avail = self._n_claimed = self._n_acked = self._n_quar = 0
     self._plan = None  # cached worst-case compacted plan [segs, off]
     self._unsynced = []  # sync="none": DATA payloads not yet synced
+    self._ub = 0  # their bytes [D3]
     self._ubase = 0
     self._swept = {}  # seq -> lease of a claim expired in RAM only [T2]
     self._ixcov = None  # [generation, sizes...] queue.index covers

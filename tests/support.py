@@ -6,8 +6,9 @@
 #                   filesystem under test, e.g. /lfs2/t/3). Default: a tempfile.mkdtemp() on
 #                   CPython, a directory under /tmp or the cwd on MicroPython.
 #   FIXTURES        absolute path of shared/fixtures/ddq-c (env DDQ_FIXTURES overrides).
-#   tmpdir() rmtree(p) copytree(src, dst) FakeClock(start_ms) raises(exc, fn, *a, **kw) Skip
-#   read_file(p) write_file(p, data) listdir_sorted(p) file_size(p)
+#   tmpdir() rmtree(p) copytree(src, dst) copyfile(src, dst) FakeClock(start_ms)
+#   raises(exc, fn, *a, **kw) Skip
+#   read_file(p) write_file(p, data) listdir_sorted(p) file_size(p) needs_heap(nbytes, why)
 import os
 
 try:
@@ -110,10 +111,11 @@ def rmtree(path):
     os.rmdir(path)
 
 
-_CHUNK = 4096
+_CHUNK = 1024  # a small board may have no free 4 KiB block
 
 
-def _copyfile(src, dst):
+def copyfile(src, dst):
+    """Copy file src to dst (created or replaced) in 1 KiB pieces."""
     buf = bytearray(_CHUNK)
     mv = memoryview(buf)
     with open(src, "rb") as fi:
@@ -137,7 +139,7 @@ def copytree(src, dst):
         if _kind(s) == 2:
             copytree(s, d)
         else:
-            _copyfile(s, d)
+            copyfile(s, d)
     return dst
 
 
@@ -236,6 +238,34 @@ def raises(exc_type, fn, *args, **kw):
     except Exception as e:
         raise AssertionError("expected %s, got %s: %s" % (_name(exc_type), _name(type(e)), e))
     raise AssertionError("expected %s, nothing was raised" % _name(exc_type))
+
+
+def heap_size():
+    """The interpreter's whole heap in bytes (MicroPython), or None where it has no fixed heap."""
+    try:
+        import gc
+
+        return gc.mem_free() + gc.mem_alloc()
+    except AttributeError:  # CPython: no gc.mem_free
+        return None
+
+
+def needs_heap(nbytes, why):
+    """Skip the running test (or module) where the whole heap is below nbytes: the test's own
+    data needs more than a small board has, which its user cannot change. Never skips on
+    CPython, nor on the unix port's default or 8 MiB heaps."""
+    total = heap_size()
+    if total is not None and total < nbytes:
+        raise Skip("needs a %d KiB heap, this board has %d KiB: %s"
+                   % (nbytes // 1024, total // 1024, why))
+
+
+# What the message layer's test modules need beside the test runner: on the unix port (64-bit)
+# ddq, ddq_outbox and ddq_mqtt import 67 KB and an open Outbox keeps 25 KB more (46 KB of a
+# 140 KiB heap stay free for an application); `ddq test` adds its runner (mpremote's mount,
+# mprun, support: 32 KB) and the module's own code, which leaves its tests too little.
+OUTBOX_HEAP = ("the message layer (ddq, ddq_outbox, ddq_mqtt: 67 KB imported; an open Outbox "
+               "25 KB) beside the test runner (32 KB) and this module")
 
 
 # --- where the repository and the fixtures are -----------------------------------------------

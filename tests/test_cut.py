@@ -231,6 +231,10 @@ def test_without_ddq_cut_a_leftover_is_refused_and_kept():
 
 def test_salvage_reads_a_staged_copy_whose_segment_is_missing():
     # EVIDENCE-OF: K2 R22
+    # On the 140 KiB board of tests/host/test_host_smallheap.py the import of ddq_salvage (20 KB)
+    # beside this module's own (ddqfmt, libddqmodel: 17 KB) and the runner ran out of heap.
+    support.needs_heap(192 * 1024, "ddq_salvage (20 KB imported) beside this module's codec "
+                       "and model (17 KB) and the test runner")
     import ddq_salvage
     d = support.tmpdir() + "/q"
     seg = _nine(d)

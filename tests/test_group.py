@@ -60,6 +60,12 @@ class CutFS(FaultStorage):
         return dst
 
 
+# Where a test skips in a small heap (support.needs_heap; measured on the unix port, 64-bit, the
+# module beside the runner): a group of concurrent callers (threads or asyncio tasks, each with
+# its frames and ops) and the power cuts it checks, a copy of the queue per cut.
+_GROUP_HEAP = "concurrent callers (threads or asyncio tasks) and a queue copy per power cut"
+
+
 def _group(ack_durable=True, **kw):
     d, fs = support.tmpdir(), CutFS()
     q = ddq.Queue(d, sync="none", storage=fs, **kw)
@@ -141,6 +147,7 @@ def _run_threads(n, body):
 
 def test_threads_every_returned_put_survives_a_cut():
     # EVIDENCE-OF: G1 G2 G3
+    support.needs_heap(256 * 1024, _GROUP_HEAP)
     d, fs, q, g = _group()
     returned = []  # (seq, payload), appended after the put returned
     cuts = []  # (image, returned-before-it)
@@ -171,6 +178,7 @@ def test_threads_every_returned_put_survives_a_cut():
 
 def test_threads_failed_sync_raises_in_every_caller():
     # EVIDENCE-OF: G4
+    support.needs_heap(256 * 1024, _GROUP_HEAP)
     d, fs, q, g = _group()
     assert g.enqueue(PAY) == 1
     fs.arm("sync", errno=5)  # the next sync fails, once; the queue fail-stops [R20]
@@ -185,6 +193,7 @@ def test_threads_failed_sync_raises_in_every_caller():
 
 def test_threads_close_while_callers_wait():
     # EVIDENCE-OF: G6
+    support.needs_heap(256 * 1024, _GROUP_HEAP)
     _start(lambda: None, ())  # Skip where there are no threads
     d, fs, q, g = _group()
     gate = [0]  # 1: a sync is held inside storage; 2: let it finish
@@ -241,6 +250,7 @@ def test_threads_close_while_callers_wait():
 
 def test_asyncio_tasks_share_syncs_and_survive_cuts():
     # EVIDENCE-OF: G1 G2 G3 G7
+    support.needs_heap(256 * 1024, _GROUP_HEAP)
     asyncio = _asyncio()
     d, fs, q, g = _group()
     returned, cuts = [], []
@@ -401,6 +411,7 @@ class Counter:
 
 def test_outbox_target():
     # EVIDENCE-OF: G1 G5
+    support.needs_heap(224 * 1024, support.OUTBOX_HEAP)
     import ddq_outbox
 
     d, fs = support.tmpdir(), CutFS()

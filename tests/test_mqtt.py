@@ -2,9 +2,12 @@
 # PUBACK contract, packet ids (iotspool T8), DUP on redelivery, reconnect after a failure; and
 # the adapter driven by Outbox.pump. Shared suite: subset Python. The real-broker runs (mosquitto,
 # with a restart) are in tests/e2e/test_mqtt_mosquitto.py.
+import support
+
+# Measured: the module passes whole in a 192 KiB heap (unix port, 64-bit, beside the runner).
+support.needs_heap(192 * 1024, support.OUTBOX_HEAP)
 import ddq_mqtt
 import ddq_outbox
-import support
 
 T0 = 1767225600000
 CONNACK = b"\x20\x02\x00\x00"

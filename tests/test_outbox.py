@@ -2,9 +2,12 @@
 # dead letters, group commit, lock, pump and the asyncio loop; and iotspool's traps T1..T32 as
 # regression tests named after them. Shared suite: subset Python, no real sleeping (injected
 # clock and ticks), bounded loops.
+import support
+
+# Measured: the module passes whole in a 256 KiB heap (unix port, 64-bit, beside the runner).
+support.needs_heap(256 * 1024, support.OUTBOX_HEAP)
 import ddq
 import ddq_outbox
-import support
 
 T0 = 1767225600000
 SMALL = {"segment_bytes": 2048, "max_segments": 8, "max_payload_bytes": 512, "max_items": 64}

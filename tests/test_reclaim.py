@@ -7,6 +7,11 @@ import support
 T0 = 1767225600000
 OPTS = {"segment_bytes": 512, "max_payload_bytes": 40, "max_items": 400, "max_segments": 24}
 
+# Where a test skips in a small heap (support.needs_heap; measured on the unix port, 64-bit, the
+# test alone beside the runner): it keeps every call's result of an inline and a staged run
+# (lists of hundreds of entries each) to compare them.
+_RUNS_HEAP = "every call's result of an inline and a staged run, kept to compare them"
+
 
 def _lcg(x):
     return (x * 1103515245 + 12345) & 0x7FFFFFFF
@@ -57,6 +62,7 @@ def _run(d, step, rounds, backlog, seed):
 
 def test_staged_reclamation_gives_the_same_answers_as_inline_compaction():
     # EVIDENCE-OF: C13 C14 A1 C3
+    support.needs_heap(224 * 1024, _RUNS_HEAP)
     # Admission answers on the generation the inline mode would hold (the shadow), compacted
     # where the inline mode compacts: every call's result is the inline run's, at the limit too.
     d = support.tmpdir()
@@ -112,6 +118,7 @@ def _fill(d, step, seed):
 
 def test_staged_admission_refuses_exactly_where_inline_does_at_the_limit():
     # EVIDENCE-OF: C14 A1 A8
+    support.needs_heap(224 * 1024, _RUNS_HEAP)
     # A fill-to-limit workload: the accept/reject sequence of every staged step size equals
     # the inline mode's (C DDQ's), and the queue drains to empty afterwards.
     d = support.tmpdir()
