@@ -74,8 +74,13 @@ def run_seed(ddq, seed, nops, hashes=None, max_fail=5, limit=None, index=None):
         res["distinct"] += 1
         res["images"] += 1
         got = []
-        outcome, bad = judge_timed(ddq, base, files, acceptable, wl.opts, wl.payloads,
-                                    desc.startswith("rec:") or desc.startswith("truncate-undetectable"), view=got)
+        # Forgeries no checksummed log can see: valid-CRC records (rec:), a cut at a record
+        # boundary (truncate-undetectable), and a segment duplicated as the next one whose
+        # records are all valid (seg:dup-as-next; with no DATA record in it and a rotation F7
+        # allows, its CLAIM/RETRY/ACK records replay as a legal history: docs/RELIABILITY.md).
+        forged = desc.startswith(("rec:", "truncate-undetectable", "seg:dup-as-next"))
+        outcome, bad = judge_timed(ddq, base, files, acceptable, wl.opts, wl.payloads, forged,
+                                    view=got)
         if outcome == "forged-relabel":
             res["forged"] += 1
             res["relabel"] += 1
