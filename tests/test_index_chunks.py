@@ -44,6 +44,18 @@ def _enqueue(q, want, count, length):
         want[seq] = ["available", length(k), k]
 
 
+def _start(heap, count, length):
+    # A fresh queue (index_bytes=1) holding count items of length(k): (clock, dir, queue, want,
+    # the first seq); skipped where the board's heap is below heap (the models' own data).
+    support.needs_heap(heap, _MODEL_HEAP)
+    clock = support.FakeClock(T0)
+    d = support.tmpdir() + "/q"
+    q = _open(d, clock, 1)
+    want = {}
+    _enqueue(q, want, count, length)
+    return clock, d, q, want, min(want)
+
+
 def _check(q, want):
     got = {it.seq: [it.state, it.payload_len] for it in q.items()}
     bad = [(s, got.get(s), v) for s, v in sorted(want.items()) if got.get(s) != v[:2]]
@@ -79,13 +91,7 @@ def _transitions(q, want, seqs):
 
 def test_uniform_and_varying_lengths_across_chunks_survive_every_state_and_reopen():
     # EVIDENCE-OF: O10 O12 R1 X5
-    support.needs_heap(1024 * 1024, _MODEL_HEAP)
-    clock = support.FakeClock(T0)
-    d = support.tmpdir() + "/q"
-    q = _open(d, clock, 1)
-    want = {}
-    _enqueue(q, want, 3 * CH + 40, _length)
-    first = min(want)
+    clock, d, q, want, first = _start(1024 * 1024, 3 * CH + 40, _length)
     at = [first + k for k in (0, 1, CH - 2, CH - 1, CH, CH + 1, CH + 99, CH + 100, CH + 101,
                               2 * CH - 1, 2 * CH, 2 * CH + 1, 2 * CH + 2, 3 * CH - 1, 3 * CH,
                               3 * CH + 1, 3 * CH + 39)]
@@ -116,13 +122,8 @@ def test_uniform_and_varying_lengths_across_chunks_survive_every_state_and_reope
 
 def test_lengths_and_states_survive_compaction_and_a_mixed_partial_chunk():
     # EVIDENCE-OF: C1 O10 R1 X5
-    support.needs_heap(512 * 1024, _MODEL_HEAP)
-    clock = support.FakeClock(T0)
-    d = support.tmpdir() + "/q"
-    q = _open(d, clock, 1)
-    want = {}
-    _enqueue(q, want, CH + 30, lambda k: 16 if k < CH + 10 else 5 + k % 7 + (k % 3 == 0) * 400)
-    first = min(want)
+    clock, d, q, want, first = _start(
+        512 * 1024, CH + 30, lambda k: 16 if k < CH + 10 else 5 + k % 7 + (k % 3 == 0) * 400)
     for s in range(first, first + 40):  # acked in order: compaction drops them
         q.ack(q.claim_seq(s, 1000).seq)
         del want[s]
