@@ -260,14 +260,10 @@ class Sender:
         self._last = 0
         self.connects = 0  # how many connections were made (statistics)
 
-    def _left(self) -> int:
-        # ms left before the deadline (a ticks_diff, right for clocks of any origin).
-        return ((self._dl - self._clock() + 0x20000000) & 0x3FFFFFFF) - 0x20000000
-
     def _arm(self) -> None:
         # Before every read and write: the deadline bounds the whole connect or send, so the
-        # socket waits at most what is left of it; none left is ETIMEDOUT [E29].
-        left = self._left()
+        # socket waits at most what is left of it (a ticks_diff); none left is ETIMEDOUT [E29].
+        left = ((self._dl - self._clock() + 0x20000000) & 0x3FFFFFFF) - 0x20000000
         if left <= 0:
             raise OSError(_ETIMEDOUT, "MQTT: no answer within %d ms" % self.timeout_ms)
         if self._st is not None:
@@ -321,6 +317,8 @@ class Sender:
                 break
             self._arm()
             chunk = r(n - len(out))
+            if chunk is None:  # a TLS read whose TCP socket timed out (MicroPython)
+                raise OSError(_ETIMEDOUT, "MQTT: no answer within %d ms" % self.timeout_ms)
             if not chunk:
                 raise OSError(_ECONNRESET, "MQTT connection closed by the broker")
             out += chunk

@@ -99,8 +99,8 @@ def _ob(n, clock=None):
     return ob
 
 
-def _measure(fn):
-    # (what fn returned or the OSError it raised, tracemalloc's peak in bytes, or None where
+def _measure(fn, *args):
+    # (what fn(*args) returned or the OSError it raised, tracemalloc's peak in bytes, or None where
     # there is no tracemalloc: then the Peer's 4 KiB guard is the bound)
     try:
         import tracemalloc
@@ -109,7 +109,7 @@ def _measure(fn):
     if tracemalloc is not None:
         tracemalloc.start()
     try:
-        got = fn()
+        got = fn(*args)
     except OSError as e:
         got = e
     finally:
@@ -120,8 +120,8 @@ def _measure(fn):
     return got, peak
 
 
-def _peak(fn):
-    got, peak = _measure(fn)
+def _peak(fn, *args):
+    got, peak = _measure(fn, *args)
     assert isinstance(got, OSError), "expected OSError, got %r" % (got,)
     return got, peak
 
@@ -149,7 +149,7 @@ def test_E29_a_huge_puback_or_unexpected_packet_is_refused_for_sender():
                  b"\x20\x80\x80\x80\x80"):  # the last: a malformed (5-byte) length
         peer = Peer(CONNACK + head, tail=b"\x00")
         link = ddq_mqtt.Sender(connect=Broker(peer))
-        e, peak = _peak(lambda: link.send(msg(1)))
+        e, peak = _peak(link.send, msg(1))
         assert e.args[0] == EPROTO and peer.tail_served == 0, (head, e.args, peer.tail_served)
         assert peer.closed and link.sock is None
         _short(e)
@@ -166,7 +166,7 @@ def test_E29_a_huge_packet_is_refused_by_the_window_sender():
         peer = Peer(CONNACK + head, tail=b"\x00")
         link = ddq_mqtt.WindowSender(connect=Broker(peer), inflight_max=4)
         link.publish(msg(1))
-        e, peak = _peak(lambda: link.poll(1000))
+        e, peak = _peak(link.poll, 1000)
         assert e.args[0] == EPROTO and peer.tail_served <= 256, (head, e.args, peer.tail_served)
         assert peer.closed and link.in_flight() == 0
         _short(e)
@@ -179,7 +179,7 @@ def test_E29_outbox_pump_nacks_on_a_huge_packet_with_both_senders():
         ob = _ob(3)
         peers = [Peer(CONNACK + b"\x40" + HUGE, tail=b"\x00") for _ in range(2)]
         link = ddq_mqtt.WindowSender(connect=Broker(*peers), inflight_max=4)
-        n, peak = _measure(lambda: ob.pump(link if windowed else link.send))
+        n, peak = _measure(ob.pump, link if windowed else link.send)
         st = ob.stats()
         assert n == 0 and st["sent"] == 0 and st["pending"] == 3, (windowed, st)
         assert st["retried"] >= 1 and st["in_flight"] == 0, st
