@@ -285,3 +285,61 @@ def test_E29_no_ack_without_the_messages_own_puback():
     # And the real one acks: the message's PUBACK after all of that junk but the cut one.
     link = ddq_mqtt.Sender(connect=Broker(Peer(CONNACK + junk[0:-3] + puback(1))))
     assert link.send(msg(1)) is True
+
+
+def _loopback(data):
+    """A real TCP connection on 127.0.0.1 whose broker end has already written `data` (and
+    then stays silent): (client socket, broker socket). Single-threaded: the client connects
+    to the listener's backlog, the broker end is accepted and writes before the sender reads."""
+    try:
+        import socket
+    except ImportError:
+        raise support.Skip("this port has no socket module")
+    import os
+
+    ls = socket.socket()
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    port = 0
+    if hasattr(ls, "getsockname"):
+        ls.bind(("127.0.0.1", 0))
+        port = ls.getsockname()[1]
+    else:  # MicroPython: no getsockname; try free ports from a random start
+        base = 20000 + (os.urandom(2)[0] << 7)
+        for k in range(64):
+            try:
+                ls.bind(socket.getaddrinfo("127.0.0.1", base + k)[0][-1])
+                port = base + k
+                break
+            except OSError:
+                pass
+        assert port, "no free loopback port"
+    ls.listen(1)
+    c = socket.socket()
+    c.connect(socket.getaddrinfo("127.0.0.1", port)[0][-1])
+    b = ls.accept()[0]
+    ls.close()
+    b.sendall(data)
+    return c, b
+
+
+def test_E29_over_real_tcp_a_huge_connack_and_a_silent_broker():
+    # EVIDENCE-OF: E29 E19
+    c, b = _loopback(b"\x20" + HUGE + b"\x00" * 8192)  # its body already waiting, 8 KiB of it
+    try:
+        link = ddq_mqtt.Sender(connect=lambda: c, timeout_ms=200)
+        e, peak = _peak(link.connect)
+        assert e.args[0] == EPROTO and link.sock is None, e.args
+        _short(e)
+        assert peak is None or peak < 1024 * 1024, peak
+    finally:
+        b.close()
+    # A broker that sends half a PUBACK and then nothing: the client's own small real
+    # deadline (100 ms) ends the send; nothing is acked.
+    c, b = _loopback(CONNACK + b"\x40\x02\x00")
+    try:
+        link = ddq_mqtt.Sender(connect=lambda: c, timeout_ms=100)
+        e = support.raises(OSError, link.send, msg(1))
+        assert link.sock is None and (e.args[0] in (ETIMEDOUT, 11) or "timed out" in str(e)), \
+            e.args
+    finally:
+        b.close()
