@@ -20,7 +20,7 @@ from the ddq seq and are never 0; DUP is set on a redelivery (attempts > 0).
     ob.pump(link.send)        # or: asyncio.run(ob.run(link.send))
 
 Wire format: MQTT 3.1.1 (OASIS) §3.1 CONNECT, §3.2 CONNACK, §3.3 PUBLISH, §3.4 PUBACK. Behaviour:
-docs/SPEC.md §13 [E19], TLS [E20], adapters [E24].
+docs/OUTBOX.md §13.3 [E19], TLS [E20], adapters [E24], what a broker may send [E29].
 """
 
 __version__ = "0.1.0"
@@ -60,10 +60,26 @@ _DUP = const(0x08)
 _RETAIN = const(0x01)
 _QOS1 = const(0x02)
 _MAX_PACKETS = const(64)  # packets read while waiting for one PUBACK (PINGRESP, stale PUBACKs)
+# The largest remaining length a client reads [E29]: what a 3.1.1 broker sends a client that
+# never subscribes is CONNACK and PUBACK (2 bytes), PINGRESP (0); more is a protocol error,
+# raised before the body is read. Below 128, so a packet it reads has a one-byte length.
+MAX_IN = const(16)
 _ECONNRESET = const(104)
 _ECONNREFUSED = const(111)
 _ETIMEDOUT = const(110)
 _ECONNABORTED = const(103)
+_EPROTO = const(71)
+
+
+def _hex(b: bytes) -> str:
+    # At most 8 bytes in hex: an error text never carries what a broker sent whole [E29].
+    return "".join(["%02x" % x for x in b[:8]]) + ("..." if len(b) > 8 else "")
+
+
+def _bad(h: int, n: int) -> OSError:
+    # A packet of more than MAX_IN bytes (n: its first length byte): refused before its body.
+    return OSError(_EPROTO, "MQTT packet 0x%02x announces %s bytes (at most %d are read)"
+                   % (h, "128 or more" if n & 0x80 else str(n), MAX_IN))
 
 
 def packet_id(seq: int) -> int:
@@ -214,17 +230,22 @@ class Sender:
     What it gives that the adapters' clients do not: one client for CPython and MicroPython
     alike (umqtt.simple and mqtt_as are MicroPython-only, paho CPython-only); no dependency to
     install on the board; the packet id is the message's (stable across redeliveries) with DUP
-    set on a redelivery; every connect, TLS handshake and read is bounded by timeout_ms; and
-    TLS that verifies the broker by default on both interpreters (tls_context).
+    set on a redelivery; one deadline of timeout_ms for a whole connect or send (a dribbling
+    broker cannot renew it) and no packet read past MAX_IN bytes [E29]; and TLS that
+    verifies the broker by default on both interpreters (tls_context).
     ssl: None (plain TCP), True (tls_context()), or a context with wrap_socket(sock,
     server_hostname=...), e.g. tls_context(cafile=...); port 0 means 1883, or 8883 with ssl
-    [E20]. server_hostname: the name the certificate must carry (default: host)."""
+    [E20]. server_hostname: the name the certificate must carry (default: host). clock: the
+    deadline's monotonic ms (default the ticks clock; tests inject one)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, client_id: bytes = b"ddq",
                  keepalive: int = 60, timeout_ms: int = 5000, user: "Optional[bytes]" = None,
                  password: "Optional[bytes]" = None,
                  connect: "Optional[Callable[[], Any]]" = None, ssl: "Any" = None,
-                 server_hostname: "Optional[str]" = None) -> None:
+                 server_hostname: "Optional[str]" = None,
+                 clock: "Optional[Callable[[], int]]" = None) -> None:
+        if not 0 < timeout_ms < 0x20000000:
+            raise ValueError("timeout_ms: 1..2**29-1")
         self.ssl = tls_context() if ssl is True else ssl or None
         self.host, self.client_id = host, client_id
         self.port = port or (8883 if self.ssl is not None else 1883)
@@ -233,8 +254,20 @@ class Sender:
         self.user, self.password = user, password
         self._factory = connect
         self.sock: "Any" = None
+        self._st: "Any" = None  # the connection's settimeout (its TCP socket's under old TLS)
+        self._clock = clock or _ms  # monotonic ms (tests inject one)
+        self._dl = 0  # the deadline of the connect or send under way (clock ms) [E29]
         self._last = 0
         self.connects = 0  # how many connections were made (statistics)
+
+    def _arm(self) -> None:
+        # Before every read and write: the deadline bounds the whole connect or send, so the
+        # socket waits at most what is left of it (a ticks_diff); none left is ETIMEDOUT [E29].
+        left = ((self._dl - self._clock() + 0x20000000) & 0x3FFFFFFF) - 0x20000000
+        if left <= 0:
+            raise OSError(_ETIMEDOUT, "MQTT: no answer within %d ms" % self.timeout_ms)
+        if self._st is not None:
+            self._st(left / 1000)
 
     def _open(self) -> "Any":
         # socket is imported here, not at the top, and only without a connect factory: the
@@ -247,18 +280,23 @@ class Sender:
 
             s = socket.socket()
         try:
+            self._st = getattr(s, "settimeout", None)
             if self._factory is None:
-                s.settimeout(self.timeout_ms / 1000)
-                s.connect(socket.getaddrinfo(self.host, self.port)[0][-1])
+                addr = socket.getaddrinfo(self.host, self.port)[0][-1]
+                self._arm()
+                s.connect(addr)
             if self.ssl is not None:
-                try:  # the handshake, within the socket's timeout
+                self._arm()
+                try:  # the handshake, within what is left of the deadline
                     s = self.ssl.wrap_socket(s, server_hostname=self.server_hostname)
                 except ValueError as e:
                     if isinstance(e, OSError):
                         raise
                     # MicroPython's mbedtls reports a rejected certificate as ValueError; the
                     # Sender's contract is OSError [E19].
-                    raise OSError(_ECONNABORTED, "TLS: %s" % str(e).strip()) from None
+                    raise OSError(_ECONNABORTED, "TLS: %s" % str(e).strip()[:120]) from None
+                # A TLS socket without settimeout reads through its TCP socket's timeout.
+                self._st = getattr(s, "settimeout", None) or self._st
         except BaseException:
             s.close()
             raise
@@ -266,42 +304,54 @@ class Sender:
 
     def _write(self, b: bytes) -> None:
         w = getattr(self.sock, "sendall", None) or self.sock.write  # sendall where it exists
+        self._arm()
         w(b)
-        self._last = _ms()
+        self._last = self._clock()
 
     def _read(self, n: int) -> bytes:
+        # n (at most MAX_IN + 2) bytes, each read within what is left of the deadline [E29].
         out = b""
         r = getattr(self.sock, "recv", None) or self.sock.read  # old TLS sockets: read only
         for _ in range(n + 1):
             if len(out) >= n:
                 break
+            self._arm()
             chunk = r(n - len(out))
+            if chunk is None:  # a TLS read whose TCP socket timed out (MicroPython)
+                raise OSError(_ETIMEDOUT, "MQTT: no answer within %d ms" % self.timeout_ms)
             if not chunk:
                 raise OSError(_ECONNRESET, "MQTT connection closed by the broker")
             out += chunk
         return out
 
     def _packet(self) -> "tuple[int, bytes]":
-        h = self._read(1)[0]
-        n, shift = 0, 0
-        for _ in range(4):
-            b = self._read(1)[0]
-            n |= (b & 0x7F) << shift
-            shift += 7
-            if not b & 0x80:
-                break
+        # One packet from the broker: its header byte and its body of at most MAX_IN bytes; a
+        # longer one is refused from its length byte, before any of its body is read [E29].
+        hb = self._read(2)
+        h, n = hb[0], hb[1]
+        if n > MAX_IN:
+            raise _bad(h, n)
         return h, self._read(n) if n else b""
 
     def connect(self) -> None:
-        """Open the connection (CONNECT, wait for CONNACK); OSError if refused."""
+        """Open the connection (CONNECT, wait for CONNACK) within timeout_ms; OSError if
+        refused, on a protocol error, or past the deadline [E29]."""
+        self._dl = self._clock() + self.timeout_ms
+        self._connect()
+
+    def _connect(self) -> None:
+        # Under the deadline self._dl, set by connect() or by the send that connects.
         self.close()
         self.sock = self._open()
         try:
             self._write(encode_connect(self.client_id, self.keepalive, True, self.user,
                                        self.password))
             h, body = self._packet()
-            if h & 0xF0 != _CONNACK or len(body) != 2 or body[1] != 0:
-                raise OSError(_ECONNREFUSED, "MQTT CONNACK refused: %r" % (body,))
+            if h != _CONNACK or len(body) != 2:
+                raise OSError(_EPROTO, "MQTT: expected a CONNACK, got packet 0x%02x of %d bytes"
+                              " (%s)" % (h, len(body), _hex(body)))
+            if body[1] != 0:
+                raise OSError(_ECONNREFUSED, "MQTT CONNACK refused: return code %d" % body[1])
         except BaseException:
             self.close()
             raise
@@ -309,7 +359,7 @@ class Sender:
 
     def close(self) -> None:
         """Send DISCONNECT (best effort) and close the socket."""
-        s, self.sock = self.sock, None
+        s, self.sock, self._st = self.sock, None, None
         if s is not None:
             try:
                 (getattr(s, "sendall", None) or s.write)(bytes([_DISCONNECT, 0]))
@@ -318,12 +368,15 @@ class Sender:
             s.close()
 
     def send(self, m: "Any") -> bool:
-        """Publish one ddq_outbox.Message (topic, payload, qos, retain, seq, attempts) [E19]."""
-        idle = ((_ms() - self._last + 0x20000000) & 0x3FFFFFFF) - 0x20000000  # ticks_diff
+        """Publish one ddq_outbox.Message (topic, payload, qos, retain, seq, attempts) [E19];
+        the whole send, a connect included, within timeout_ms [E29]."""
+        now = self._clock()
+        self._dl = now + self.timeout_ms
+        idle = ((now - self._last + 0x20000000) & 0x3FFFFFFF) - 0x20000000  # ticks_diff
         if self.sock is not None and self.keepalive and not 0 <= idle < self.keepalive * 1000:
             self.close()  # idle past keepalive: the broker may have dropped us; start afresh
         if self.sock is None:
-            self.connect()
+            self._connect()
         pid = packet_id(m.seq)
         try:
             self._write(encode_publish(m.topic.encode(), m.payload, m.qos, m.retain,
@@ -332,8 +385,13 @@ class Sender:
                 return True
             for _ in range(_MAX_PACKETS):
                 h, body = self._packet()
-                if h & 0xF0 == _PUBACK and len(body) == 2 and struct.unpack("!H", body)[0] == pid:
-                    return True
+                if h & 0xF0 != _PUBACK:
+                    continue  # PINGRESP, or anything else small: skipped
+                if h != _PUBACK or len(body) != 2:
+                    raise OSError(_EPROTO, "MQTT: malformed PUBACK 0x%02x of %d bytes (%s)"
+                                  % (h, len(body), _hex(body)))
+                if struct.unpack("!H", body)[0] == pid:
+                    return True  # the only way to True for QoS 1: this packet id's PUBACK
             raise OSError(_ETIMEDOUT, "no PUBACK for packet id %d" % pid)
         except BaseException:
             self.close()
@@ -527,8 +585,9 @@ class WindowSender(Sender):
         return len(self._fl)
 
     def publish(self, m: "Any", dup: bool = False) -> None:
-        """Write m's PUBLISH (DUP if dup or m.attempts > 0); OSError: the connection is lost."""
-        idle = ((_ms() - self._last + 0x20000000) & 0x3FFFFFFF) - 0x20000000
+        """Write m's PUBLISH (DUP if dup or m.attempts > 0); OSError: the connection is lost.
+        A connect, and then the write, each within timeout_ms [E29]."""
+        idle = ((self._clock() - self._last + 0x20000000) & 0x3FFFFFFF) - 0x20000000
         if self.sock is not None and not self._fl and self.keepalive and \
                 not 0 <= idle < self.keepalive * 1000:
             self.close()
@@ -543,8 +602,9 @@ class WindowSender(Sender):
                         break
                     self._acked.extend(self._wait(self.timeout_ms))
             d = bool(m.qos) and (dup or m.attempts > 0)
+            self._dl = self._clock() + self.timeout_ms
             if not self._fl:
-                self._since = _ms()
+                self._since = self._dl - self.timeout_ms
             self._write(encode_publish(m.topic.encode(), m.payload, m.qos, m.retain, d, pid))
             self.dups += 1 if d else 0
             if m.qos:
@@ -577,39 +637,36 @@ class WindowSender(Sender):
         # Parse the whole packets in the read buffer; return the seqs their PUBACKs confirm.
         out, b, i = [], self._rb, 0
         while i + 2 <= len(b):
-            n, shift, j = 0, 0, i + 1
-            while j < len(b) and j < i + 5:
-                n |= (b[j] & 0x7F) << shift
-                shift += 7
-                j += 1
-                if not b[j - 1] & 0x80:
-                    break
-            else:
-                break  # the length is not complete yet
+            n, j = b[i + 1], i + 2  # MAX_IN < 128: a packet read has a one-byte length
+            if n > MAX_IN:  # [E29] refused from its length, before its body is read
+                raise _bad(b[i], n)
             if j + n > len(b):
                 break
-            if b[i] & 0xF0 == _PUBACK and n == 2:
+            if b[i] & 0xF0 == _PUBACK and (b[i] != _PUBACK or n != 2):
+                raise OSError(_EPROTO, "MQTT: malformed PUBACK 0x%02x of %d bytes (%s)"
+                              % (b[i], n, _hex(b[j:j + n])))
+            if b[i] == _PUBACK:  # the only way a seq is confirmed: its packet id's PUBACK
                 s = self._fl.pop((b[j] << 8) | b[j + 1], None)
                 if s is None:
                     self.unknown_acks += 1  # stale, duplicated or never sent: ignored
                 else:
                     out.append(s)
-                    self._since = _ms()
+                    self._since = self._clock()
             i = j + n  # PINGRESP and anything else: skipped
         self._rb = b[i:]
         return out
 
     def _wait(self, timeout_ms: int) -> "list[int]":
         # Read until a PUBACK confirms something or timeout_ms passes; OSError on a closed
-        # connection or when the oldest unconfirmed publish waited timeout_ms (self's).
-        t0 = _ms()
+        # connection or when no PUBACK confirmed a message in flight for timeout_ms (self's).
+        t0 = self._clock()
         r = getattr(self.sock, "recv", None) or self.sock.read
-        st = getattr(self.sock, "settimeout", None)
+        st = self._st
         for _ in range(1048576):
             out = self._take()
             if out or not self._fl:
                 return out
-            now = _ms()
+            now = self._clock()
             left = timeout_ms - (((now - t0 + 0x20000000) & 0x3FFFFFFF) - 0x20000000)
             stall = self.timeout_ms - (((now - self._since + 0x20000000) & 0x3FFFFFFF)
                                        - 0x20000000)
@@ -623,7 +680,7 @@ class WindowSender(Sender):
             chunk = None
             try:
                 if st is not None:
-                    st(w / 1000)
+                    st(w / 1000)  # a write re-arms its own (_arm)
                 chunk = r(256)
             except OSError as e:
                 # Nothing to read yet: EAGAIN/ETIMEDOUT (MicroPython), TimeoutError or
@@ -631,9 +688,6 @@ class WindowSender(Sender):
                 if e.args and e.args[0] not in (_EAGAIN, _ETIMEDOUT, _EWOULDBLOCK_MP) and \
                         "timed out" not in str(e) and "WantRead" not in type(e).__name__:
                     raise
-            finally:
-                if st is not None:
-                    st(self.timeout_ms / 1000)
             if chunk is not None:
                 if not chunk:
                     raise OSError(_ECONNRESET, "MQTT connection closed by the broker")
