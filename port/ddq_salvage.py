@@ -80,7 +80,7 @@ def _crc(data: "Any", value: int = 0) -> int:
     return int(binascii.crc32(data, value))
 
 
-def _read_at(fs: "Any", h: "Any", off: int, n: int) -> bytes:
+def _read_at(fs: "Any", h: "Any", off: int, n: int) -> bytearray:
     # n bytes at off through the storage seam (fewer at the end of the file).
     b = bytearray(n)
     mv = memoryview(b)
@@ -92,7 +92,7 @@ def _read_at(fs: "Any", h: "Any", off: int, n: int) -> bytes:
         got += k
         if got >= n:
             break
-    return bytes(b) if got == n else bytes(b[0:got])
+    return b if got == n else b[0:got]  # (a bytearray: no copy of a record read whole)
 
 
 def _options(opts: "dict[str, Any]") -> "tuple[int, int, int, int]":
@@ -149,6 +149,7 @@ class _Scan:
         self.records = 0
         self.orphans = 0  # intact control records whose DATA is lost
         self.dups = 0
+        self.frame = 0  # set by _valid: the length of a record whose header and footer agree
 
     def damage(self, gen: int, name: str, start: int, end: int) -> None:
         self.damaged.append([name, start, end])
@@ -162,6 +163,7 @@ class _Scan:
 
     def _valid(self, f: "Any", p: int, size: int) -> "Optional[tuple[int, int, int, int, int]]":
         # The record at p if it is whole and valid (F2-F10): (type, seq, arg, plen, rlen).
+        self.frame = 0
         if size - p < _MIN_REC:
             return None
         h = _read_at(self.fs, f, p, _HDR)
@@ -171,6 +173,9 @@ class _Scan:
         if magic != _REC_MAGIC or ver != 1 or rlen != _MIN_REC + plen or rlen > self.sb \
                 or p + rlen > size:
             return None
+        if _read_at(self.fs, f, p + rlen - 8, 8) != struct.pack("<II", _REC_COMMIT, rlen):
+            return None  # no footer where the header says: read no more of it (linear, R4)
+        self.frame = rlen  # header and footer agree: a record, whatever its CRC says
         rec = _read_at(self.fs, f, p, rlen)
         if len(rec) != rlen:
             return None
@@ -184,26 +189,35 @@ class _Scan:
             st, _, lease, _ = struct.unpack_from("<IIQQ", rec, _HDR)
             if st not in (_AVAILABLE, _CLAIMED, _QUARANTINED) or (lease != 0) != (st == _CLAIMED):
                 return None
+        self.frame = 0
         return typ, seq, arg, plen, rlen
 
     def _find(self, f: "Any", start: int, size: int) -> int:
         # The offset of the next valid record at or after start, or -1 (resynchronisation).
+        # Linear in the bytes after start: a candidate costs its header and footer (8 B read
+        # where the header says it ends); only one whose footer agrees is read whole, and when
+        # that one is not valid (a damaged record) the search goes on after its end: a record
+        # never begins inside another one (F7), so no byte is CRC-checked twice.
         q = start
-        for _ in range(size // (_CHUNK - 3) + 2):
+        for _ in range(size // 45 + 2):  # each turn moves q on by >= 45 bytes
             if q > size - _MIN_REC:
                 return -1
             b = _read_at(self.fs, f, q, _CHUNK)
             i = 0
+            nxt = q + _CHUNK - 3
             for _ in range(len(b)):
                 i = b.find(_MAGIC_BYTES, i)
                 if i < 0:
                     break
                 if self._valid(f, q + i, size) is not None:
                     return q + i
+                if self.frame:
+                    nxt = q + i + self.frame
+                    break
                 i += 1
-            if len(b) < _CHUNK:
+            if len(b) < _CHUNK and nxt == q + _CHUNK - 3:
                 return -1
-            q += _CHUNK - 3
+            q = nxt
         return -1
 
     def _torn(self, f: "Any", p: int, size: int) -> bool:
@@ -258,7 +272,7 @@ class _Scan:
                     cseq = 0
                 r = self._valid(f, p, size)
                 if r is None:
-                    q = self._find(f, p + 1, size)
+                    q = self._find(f, p + (self.frame or 1), size)  # (past a damaged record)
                     if q < 0:
                         if last and p >= boundary and self._torn(f, p, size):
                             self.torn += size - p
@@ -712,7 +726,7 @@ def _plan(fs: "Any", entries: "dict[str, str]", src: str, dst: "Optional[str]", 
     return report, sc, kept, final
 
 
-def _copy(sc: _Scan, files: "dict[int, Any]", pi: int, off: int, typ: int, seq: int) -> bytes:
+def _copy(sc: _Scan, files: "dict[int, Any]", pi: int, off: int, typ: int, seq: int) -> bytearray:
     # Re-read and re-validate a record of the source (R19), return its payload.
     fs = sc.fs
     f = files.get(pi)
@@ -761,7 +775,7 @@ def _stage(sc: _Scan, dst: str, gen: int, kept: "list[int]", final: "dict[int, l
             if st != _AVAILABLE or att or lease or nb:
                 recs.append(encode_record(_T_STATE, seq, 0, struct.pack("<IIQQ", st, att, lease, nb)))
             if st == _QUARANTINED:
-                reason = _LOST_REASON
+                reason: "Any" = _LOST_REASON
                 if it[_RPI] >= 0:
                     reason = _copy(sc, files, it[_RPI], it[_ROFF], _T_QUAR, seq)
                 recs.append(encode_record(_T_QUAR, seq, 0, reason))
