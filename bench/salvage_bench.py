@@ -17,7 +17,6 @@
 # Reported: the best time of `reps` per size, and the bytes read through the storage seam (a
 # count, deterministic: its ratio to the segment size is the work per byte).
 import os
-import struct
 import sys
 
 _here = globals().get("__file__") or "bench/salvage_bench.py"
@@ -34,44 +33,8 @@ from common import emit, fresh, now_us, since_us  # noqa: E402
 import ddq  # noqa: E402
 import ddq_salvage  # noqa: E402
 
-
-class Counting(ddq.PosixStorage):
-    """ddq.PosixStorage counting the bytes read through it."""
-
-    def __init__(self):
-        super().__init__()
-        self.n = 0
-
-    def read_into(self, f, off, buf):
-        k = super().read_into(f, off, buf)
-        self.n += k
-        return k
-
-
-def segment(kind, size):
-    """The bytes of a segment of `size` bytes: plain, headers or frames (see above)."""
-    b = bytearray(size)
-    if kind == "plain":
-        p = 0
-        s = 1
-        while p + 56 <= size:
-            r = ddq_salvage.encode_record(1, s, 0, b"%08d" % (s % 100000000))
-            b[p:p + 56] = r
-            p += 56
-            s += 1
-        return bytes(b[0:p])
-    first = ddq_salvage.encode_record(1, 1, 0, b"first")
-    b[0:len(first)] = first
-    start = len(first)
-    n = (size - start) // 48
-    foot = start + 40 * n
-    for i in range(n):
-        q = start + 40 * i
-        r = size - q if kind == "headers" else foot + 8 * i + 8 - q
-        struct.pack_into("<IHHQQIIII", b, q, 0x31475144, 1, 1, 2 + i, 0, r - 48, r, 0, 0)
-        if kind == "frames":
-            struct.pack_into("<II", b, foot + 8 * i, 0x54494D43, r)
-    return bytes(b)
+sys.path.append(REPO + "/tests")
+from salvage_craft import Counting, segment  # noqa: E402  (tests/salvage_craft.py: the shapes)
 
 
 def part_resync(a):

@@ -782,49 +782,22 @@ def test_salvage_seq_gap_resets_what_came_before():
     assert rep["damaged"] == [] and rep["lost_count"] >= 1, rep
 
 
-class _Counting(ddq.PosixStorage):
-    # The POSIX storage seam, counting the bytes read through it (the work a scan does).
-    def __init__(self):
-        super().__init__()
-        self.n = 0
-
-    def read_into(self, f, off, buf):
-        k = super().read_into(f, off, buf)
-        self.n += k
-        return k
-
-
-def crafted_segment(size, frames):
-    # One valid record, then plausible headers every 40 B: each claims a record running to the
-    # end of the segment (frames=False), or to a footer of its own, nested (frames=True).
-    first = ddq_salvage.encode_record(T_DATA, 1, 0, b"first")
-    b = bytearray(size)
-    b[0:len(first)] = first
-    start = len(first)
-    n = (size - start) // 48
-    foot = start + 40 * n
-    for i in range(n):
-        q = start + 40 * i
-        r = size - q if not frames else foot + 8 * i + 8 - q
-        struct.pack_into("<IHHQQIIII", b, q, 0x31475144, 1, T_DATA, 2 + i, 0, r - 48, r, 0, 0)
-        if frames:
-            struct.pack_into("<II", b, foot + 8 * i, 0x54494D43, r)
-    return bytes(b)
-
-
 def test_salvage_resync_is_linear():
     # EVIDENCE-OF: K2
+    import salvage_craft
+
     # Resynchronisation reads each byte a bounded number of times, whatever the segment holds:
     # counted as bytes read through the storage seam (no timing), at 16 and 64 KiB.
     reads = []
     for frames in (False, True):
         for size in (16384, 65536):
             d = support.tmpdir()
-            support.write_file(d + "/" + ddq.segment_name(0, 0), crafted_segment(size, frames))
+            support.write_file(d + "/" + ddq.segment_name(0, 0),
+                               salvage_craft.segment("frames" if frames else "headers", size))
             # a next segment: the crafted one is not the log's end (no torn-tail reading, R11)
             support.write_file(d + "/" + ddq.segment_name(0, 1),
                                ddq_salvage.encode_record(T_DATA, 2, 0, b"second"))
-            fs = _Counting()
+            fs = salvage_craft.Counting()
             o = dict(OPTS, segment_bytes=size, max_payload_bytes=size - 48)
             rep = ddq_salvage.salvage(d, support.tmpdir() + "/out", storage=fs, **o)
             assert rep["status"] == "salvaged_with_loss" and rep["kept"] == 2, rep
