@@ -121,18 +121,5 @@ def report(R, rep, h, smoke):
                     "≤ %s×" % fmt(GROWTH), "report" if smoke else verdict(g, GROWTH, False))
 
 
-def main():
-    name = common.part_name()
-    if name not in PARTS:
-        print("usage: salvage_bench.py resync key=value ...")
-        raise SystemExit(2)
-    fn, defaults = PARTS[name]
-    a = common.args(defaults)
-    if not a["dir"]:
-        print("dir= is required")
-        raise SystemExit(2)
-    fn(a)
-
-
 if __name__ == "__main__":
-    main()
+    common.dispatch(PARTS, "salvage_bench.py resync key=value ...")
