@@ -114,6 +114,21 @@ def part_name():
     return sys.argv[1] if len(sys.argv) > 1 else ""
 
 
+def dispatch(parts, usage):
+    """Run the part sys.argv[1] names from parts {name: (fn, defaults)}, its key=value arguments
+    over the defaults; dir= is required."""
+    name = part_name()
+    if name not in parts:
+        print("usage: " + usage)
+        raise SystemExit(2)
+    fn, defaults = parts[name]
+    a = args(defaults)
+    if not a["dir"]:
+        print("dir= is required")
+        raise SystemExit(2)
+    fn(a)
+
+
 # --- the standing-backlog FIFO run (issue 15), shared by both interpreters --------------------
 
 # Bytes of the records a delivered message needs on its own: DATA (48 + payload), CLAIM (48),

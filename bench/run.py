@@ -680,6 +680,10 @@ def build(results, errors, smoke, seconds):
     import drain_bench
 
     drain_bench.rows(rep, R.get("drain"), fmt, verdict)
+    # s1/s2: salvage's resynchronisation over a crafted segment (issue 25; bench/salvage_bench.py)
+    import salvage_bench
+
+    salvage_bench.report(R, rep, {"fmt": fmt, "verdict": verdict}, smoke)
     return rep
 
 
@@ -1262,6 +1266,12 @@ def main():
             args = dict(group_bench.SIZES[size][k], dir=os.path.join(tmp, key))
             step(key, lambda i=interp, p=part, a=args: run_part(PY if i == "cp" else MP,
                                                                 "group_bench.py", p, a))
+        import salvage_bench  # salvage resync (issue 25): its parts, sizes and rows live there
+
+        for key, interp, part, size, heap in salvage_bench.RUNS:
+            args = dict(salvage_bench.SIZES[size][k], dir=os.path.join(tmp, key))
+            step(key, lambda i=interp, p=part, a=args, hp=heap: run_part(
+                PY if i == "cp" else MP, "salvage_bench.py", p, a, heap=hp))
         # D1-D5 (issue 17): windowed drain through a 50 ms-each-way relay to mosquitto.
         import drain_bench
 

@@ -80,7 +80,7 @@ def _crc(data: "Any", value: int = 0) -> int:
     return int(binascii.crc32(data, value))
 
 
-def _read_at(fs: "Any", h: "Any", off: int, n: int) -> bytes:
+def _read_at(fs: "Any", h: "Any", off: int, n: int) -> bytearray:
     # n bytes at off through the storage seam (fewer at the end of the file).
     b = bytearray(n)
     mv = memoryview(b)
@@ -92,7 +92,7 @@ def _read_at(fs: "Any", h: "Any", off: int, n: int) -> bytes:
         got += k
         if got >= n:
             break
-    return bytes(b) if got == n else bytes(b[0:got])
+    return b if got == n else b[0:got]  # (a bytearray: no copy of a record read whole)
 
 
 def _options(opts: "dict[str, Any]") -> "tuple[int, int, int, int]":
@@ -139,6 +139,9 @@ class _Scan:
         # records met before their DATA (generation -> seq -> its QUARANTINE's place or None)
         self.early: "dict[int, dict[int, Optional[list[int]]]]" = {}
         self.last_data: "dict[int, int]" = {}  # generation -> seq of its last DATA
+        # generation -> the seq its next DATA must have where R5 makes DATA contiguous (in
+        # generation 0, and after a manifest's boundary): a larger one follows lost records
+        self.expect: "dict[int, int]" = {}
         self.misordered: "list[list[Any]]" = []
         self.after = 0  # seq of the DATA just read, across segments (a STATE follows only it, R7)
         self.seen: "set[int]" = set()  # every seq an intact record names
@@ -146,6 +149,7 @@ class _Scan:
         self.records = 0
         self.orphans = 0  # intact control records whose DATA is lost
         self.dups = 0
+        self.frame = 0  # set by _valid: the length of a record whose header and footer agree
 
     def damage(self, gen: int, name: str, start: int, end: int) -> None:
         self.damaged.append([name, start, end])
@@ -159,6 +163,7 @@ class _Scan:
 
     def _valid(self, f: "Any", p: int, size: int) -> "Optional[tuple[int, int, int, int, int]]":
         # The record at p if it is whole and valid (F2-F10): (type, seq, arg, plen, rlen).
+        self.frame = 0
         if size - p < _MIN_REC:
             return None
         h = _read_at(self.fs, f, p, _HDR)
@@ -168,6 +173,9 @@ class _Scan:
         if magic != _REC_MAGIC or ver != 1 or rlen != _MIN_REC + plen or rlen > self.sb \
                 or p + rlen > size:
             return None
+        if _read_at(self.fs, f, p + rlen - 8, 8) != struct.pack("<II", _REC_COMMIT, rlen):
+            return None  # no footer where the header says: read no more of it (linear, R4)
+        self.frame = rlen  # header and footer agree: a record, whatever its CRC says
         rec = _read_at(self.fs, f, p, rlen)
         if len(rec) != rlen:
             return None
@@ -181,26 +189,35 @@ class _Scan:
             st, _, lease, _ = struct.unpack_from("<IIQQ", rec, _HDR)
             if st not in (_AVAILABLE, _CLAIMED, _QUARANTINED) or (lease != 0) != (st == _CLAIMED):
                 return None
+        self.frame = 0
         return typ, seq, arg, plen, rlen
 
     def _find(self, f: "Any", start: int, size: int) -> int:
         # The offset of the next valid record at or after start, or -1 (resynchronisation).
+        # Linear in the bytes after start: a candidate costs its header and footer (8 B read
+        # where the header says it ends); only one whose footer agrees is read whole, and when
+        # that one is not valid (a damaged record) the search goes on after its end: a record
+        # never begins inside another one (F7), so no byte is CRC-checked twice.
         q = start
-        for _ in range(size // (_CHUNK - 3) + 2):
+        for _ in range(size // 45 + 2):  # each turn moves q on by >= 45 bytes
             if q > size - _MIN_REC:
                 return -1
             b = _read_at(self.fs, f, q, _CHUNK)
             i = 0
+            nxt = q + _CHUNK - 3
             for _ in range(len(b)):
                 i = b.find(_MAGIC_BYTES, i)
                 if i < 0:
                     break
                 if self._valid(f, q + i, size) is not None:
                     return q + i
+                if self.frame:
+                    nxt = q + i + self.frame
+                    break
                 i += 1
-            if len(b) < _CHUNK:
+            if len(b) < _CHUNK and nxt == q + _CHUNK - 3:
                 return -1
-            q += _CHUNK - 3
+            q = nxt
         return -1
 
     def _torn(self, f: "Any", p: int, size: int) -> bool:
@@ -231,10 +248,9 @@ class _Scan:
             q += len(b)
         return True
 
-    def segment(self, gen: int, idx: int, path: str, last: bool, boundary: int) -> "list[int]":
-        """Read one segment record by record, resynchronising after damage [K2].
-
-        Returns [size, length of a valid first record or 0, log position of its start]."""
+    def segment(self, gen: int, idx: int, path: str, last: bool, boundary: int, cseq: int) -> None:
+        """Read one segment record by record, resynchronising after damage [K2]; from boundary
+        on, DATA seqs are contiguous from cseq (0: no such boundary here)."""
         name = ddq.segment_name(gen, idx)
         pi = len(self.paths)
         self.paths.append(path)
@@ -245,16 +261,18 @@ class _Scan:
         fs = self.fs
         size = fs.size(path)
         self.pos += 1
-        out = [size, 0, self.pos]
         f = fs.open(path, "rb")
         try:
             p = 0
             for _ in range(_SCAN_RECORDS):
                 if p >= size:
                     break
+                if cseq and p >= boundary:
+                    self.expect[gen] = cseq
+                    cseq = 0
                 r = self._valid(f, p, size)
                 if r is None:
-                    q = self._find(f, p + 1, size)
+                    q = self._find(f, p + (self.frame or 1), size)  # (past a damaged record)
                     if q < 0:
                         if last and p >= boundary and self._torn(f, p, size):
                             self.torn += size - p
@@ -265,8 +283,6 @@ class _Scan:
                     p = q
                     continue
                 typ, seq, arg, plen, rlen = r
-                if p == 0:
-                    out[1] = rlen
                 self.pos += 1
                 self.records += 1
                 self.seen.add(seq)
@@ -290,6 +306,11 @@ class _Scan:
                         unc = 1
                     else:
                         self.last_data[gen] = seq
+                        e = self.expect.get(gen, 0)
+                        if e:
+                            if seq > e:
+                                self.event(gen)  # R5: seqs e..seq-1 lost, records with them
+                            self.expect[gen] = seq + 1
                     if it is not None:
                         self.dups += 1  # the first one found is kept
                     else:
@@ -340,7 +361,6 @@ class _Scan:
                 self.damage(gen, name, size, boundary)  # the manifest's boundary lies past the end
         finally:
             fs.close(f)
-        return out
 
 
 def _legal(typ: int, st: int, reason: int, after_data: bool) -> bool:
@@ -507,17 +527,24 @@ def _plan(fs: "Any", entries: "dict[str, str]", src: str, dst: "Optional[str]", 
         gens = [man[0]]
     else:
         gens = sorted(segs)
-    for g in gens:
+    # The other generations on disk (K2): an older one a cut or a lost write left, a staging;
+    # read for the items the selected one lacks (newest first), their damage reported apart.
+    extra = [g for g in sorted(segs, reverse=True) if g not in gens]
+    nd = nm = nmis = 0
+    for g in gens + extra:
+        if g == (extra[0] if extra else -1):
+            nd, nm, nmis = len(sc.damaged), len(sc.misordered), len(sc.missing)
         have = segs.get(g, {})
         top = max(have) if have else -1
-        if man is not None:
-            top = max(top, man[2] - 1)
+        nseg = man[2] if man is not None and g == man[0] else 0  # the selected one's count
+        top = max(top, nseg - 1)
         idset = set(have)
-        if man is not None:
-            idset.add(man[2] - 1)
+        if nseg:
+            idset.add(nseg - 1)
+        if g == 0 and g in gens:
+            sc.expect[0] = 1  # generation 0 holds every seq from 1 (R5)
         ids = sorted(idset)
         prev = -1
-        chain: "list[list[Any]]" = []
         for i in ids:  # bounded by the directory's entries (no range over a forged id)
             if i > prev + 1:  # ids prev+1 .. i-1 are missing: one damage event, names capped
                 for j in range(prev + 1, min(i, prev + 1 + 64)):
@@ -530,28 +557,29 @@ def _plan(fs: "Any", entries: "dict[str, str]", src: str, dst: "Optional[str]", 
                 sc.missing.append(name)
                 sc.damage(g, name, 0, -1)
                 continue
-            boundary = 0
-            if man is not None and i == man[2] - 1:
+            boundary = cseq = 0
+            if man is not None and nseg and i == nseg - 1:
                 boundary = man[4]
-            chain.append([i, name] + sc.segment(g, i, path, i == top, boundary))
-        # F7: a segment ends where the next record did not fit. Some writer's segment_bytes W
-        # must satisfy: every segment <= W < a segment's end + its successor's first record
-        # (as fsck checks); where none can, records at that segment's end are missing.
-        if chain:
-            most = max(c[2] for c in chain)
-            for a, b in zip(chain, chain[1:]):
-                if b[0] == a[0] + 1 and b[3] and a[2] + b[3] <= most:
-                    sc.damaged.append([a[1], a[2], a[2]])
-                    if b[4] > sc.last_damage.get(g, 0):
-                        sc.last_damage[g] = b[4]
+                cseq = man[1] if g != 0 else 0
+            sc.segment(g, i, path, i == top, boundary, cseq)
+        # F7 is not checked: a segment shorter than a writer's segment_bytes allows is a state
+        # ddq's own writes reach (a rotation whose record a cut lost, then appends after the
+        # reopen; a writer reopened with another segment_bytes), never damage by itself [K2].
+    odmg: "dict[str, Any]" = {"damaged": [], "out_of_order": [], "segments_missing": []}
+    if extra:
+        odmg = {"damaged": sc.damaged[nd:], "out_of_order": sc.misordered[nm:],
+                 "segments_missing": sc.missing[nmis:]}
+        del sc.damaged[nd:]
+        del sc.misordered[nm:]
+        del sc.missing[nmis:]
 
     # Merge the generations read: an ACK or a QUARANTINE anywhere is final; a state the
     # generations disagree on, or one that damage after its DATA may hide, becomes AVAILABLE.
     final: "dict[int, list[int]]" = {}
     reset: "list[int]" = []
     acked_all: "set[int]" = set()
-    for g in gens:
-        acked_all.update(sc.acked.get(g, set()))
+    for g in gens + extra:
+        acked_all.update(sc.acked.get(g, set()))  # an ACK anywhere is final
     dropped = 0
     conflicts: "set[int]" = set()
     for g in gens:
@@ -578,7 +606,17 @@ def _plan(fs: "Any", entries: "dict[str, str]", src: str, dst: "Optional[str]", 
                 final[seq] = it
             elif other[_ST:_NB + 1] != it[_ST:_NB + 1]:
                 conflicts.add(seq)
-    for g in gens:
+    for g in extra:
+        # An item only another generation holds: its state there may be stale (reset, a possible
+        # duplicate), a QUARANTINE final (uncertain); the selected generation's state wins.
+        for seq, it in sc.items.get(g, {}).items():
+            other = final.get(seq)
+            if seq in acked_all or it[_ST] == _ACKED or (other is not None and (
+                    other[_ST] == _QUARANTINED or it[_ST] != _QUARANTINED)):
+                continue
+            it[_UNC] = 1
+            final[seq] = it
+    for g in gens + extra:
         for seq, it in sc.items.get(g, {}).items():
             if (seq in acked_all or it[_ST] == _ACKED) and seq not in final:
                 dropped += 1
@@ -595,7 +633,7 @@ def _plan(fs: "Any", entries: "dict[str, str]", src: str, dst: "Optional[str]", 
             it[_NB] = 0
     kept = sorted(final)
     dropped_seqs: "set[int]" = set()
-    for g in gens:
+    for g in gens + extra:
         for seq in sc.items.get(g, {}):
             if seq not in final:
                 dropped_seqs.add(seq)
@@ -650,11 +688,11 @@ def _plan(fs: "Any", entries: "dict[str, str]", src: str, dst: "Optional[str]", 
         lost_count += r[1] - r[0] + 1
     usable = sc.records > 0 or man is not None
     loss = bool(quar_unc) or bool(sc.damaged) or bool(sc.misordered) or lost_count > 0 or bool(reset) or mstate == "damaged" or snapshot_lost > 0 \
-        or (man is None and marker)
+        or (man is None and (marker or any(g != 0 for g in gens)))  # K7, K13
     status = "nothing_usable" if not usable else ("salvaged_with_loss" if loss else "clean")
     gen = 1
-    if gens:
-        gen = max(gens) + 1
+    if gens or extra:
+        gen = max(gens + extra) + 1
     if tman is not None:
         gen = max(gen, tman[0] + 1)
     if gen > _MAX_GEN:
@@ -664,7 +702,7 @@ def _plan(fs: "Any", entries: "dict[str, str]", src: str, dst: "Optional[str]", 
         "source": src,
         "output": dst if usable else None,
         "manifest": mstate,
-        "generations_read": gens,
+        "generations_read": gens + extra,
         "segments_read": sc.names,
         "segments_missing": sc.missing,
         "damaged": sc.damaged,
@@ -683,11 +721,12 @@ def _plan(fs: "Any", entries: "dict[str, str]", src: str, dst: "Optional[str]", 
         "uncertain_gaps": uncertain,
         "next_seq": next_seq,
         "generation": gen,
+        "other_generations": odmg,
     }
     return report, sc, kept, final
 
 
-def _copy(sc: _Scan, files: "dict[int, Any]", pi: int, off: int, typ: int, seq: int) -> bytes:
+def _copy(sc: _Scan, files: "dict[int, Any]", pi: int, off: int, typ: int, seq: int) -> bytearray:
     # Re-read and re-validate a record of the source (R19), return its payload.
     fs = sc.fs
     f = files.get(pi)
@@ -736,7 +775,7 @@ def _stage(sc: _Scan, dst: str, gen: int, kept: "list[int]", final: "dict[int, l
             if st != _AVAILABLE or att or lease or nb:
                 recs.append(encode_record(_T_STATE, seq, 0, struct.pack("<IIQQ", st, att, lease, nb)))
             if st == _QUARANTINED:
-                reason = _LOST_REASON
+                reason: "Any" = _LOST_REASON
                 if it[_RPI] >= 0:
                     reason = _copy(sc, files, it[_RPI], it[_ROFF], _T_QUAR, seq)
                 recs.append(encode_record(_T_QUAR, seq, 0, reason))
@@ -783,12 +822,14 @@ def _publish(fs: "Any", d: str, gen: int, next_seq: int, segs: int, items: int, 
 
 def _write(sc: _Scan, fs: "Any", dst: str, gen: int, next_seq: int, kept: "list[int]",
            final: "dict[int, list[int]]", sb: int, ms: int) -> None:
-    # A fresh generation in a new directory: segments (synced), the marker, then the manifest
-    # by tmp + rename, the commit point; the directory is synced after each step (C4, C5, S3) [K4].
+    # A fresh generation in a new directory: the marker first (from here on a cut leaves a
+    # directory recovery calls Corrupt, R3, never segments it would open as an empty generation
+    # 0 and delete, R16), the segments (synced), then the manifest by tmp + rename, the commit
+    # point; the directory is synced after each step (C4, C5, S3) [K4].
     fs.mkdir(dst)
+    _put(fs, dst, "queue.format", b"")
     segs, end = _stage(sc, dst, gen, kept, final, sb, ms)
     fs.sync_dir(dst)
-    _put(fs, dst, "queue.format", b"")
     _publish(fs, dst, gen, next_seq, segs, len(kept), end)
 
 

@@ -572,6 +572,10 @@ def render_salvage(rep: dict[str, Any]) -> str:
             out.append("damaged: %s bytes %d..%d (%d bytes)" % (name, start, end, end - start))
     for name, start, _end in rep["out_of_order"]:
         out.append("out of order (a DATA seq that does not grow): %s at %d" % (name, start))
+    o = rep.get("other_generations") or {}
+    if o.get("damaged") or o.get("out_of_order"):
+        out.append("other generations (read for the items the selected one lacks): "
+                   "%d damaged, %d out of order" % (len(o["damaged"]), len(o["out_of_order"])))
     if rep["torn_tail_bytes"]:
         out.append("torn tail (a crash's unfinished write, not a loss): %d bytes"
                    % rep["torn_tail_bytes"])
@@ -594,6 +598,39 @@ def render_salvage(rep: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def _salvage_into(mod: Any, src: str, out: str, real_in: str, opts: dict[str, Any]) -> Any:
+    """Salvage into OUT.partial, renamed to OUT at the end: a kill leaves no OUT (SPEC [K8])."""
+    part = out.rstrip("/") + ".partial"
+    real_part = os.path.realpath(part)
+    if real_part == real_in or real_part.startswith(real_in + os.sep):
+        raise CommandError("%s: inside %s (salvage never writes into DIR)" % (part, src))
+    if os.path.lexists(part):
+        if os.path.islink(part) or not os.path.isdir(part):
+            raise CommandError("%s: exists and is not an earlier salvage's directory" % part)
+        names = os.listdir(part)
+        for n in names:
+            p = os.path.join(part, n)
+            if os.path.islink(p) or not os.path.isfile(p) or not (
+                    n in ("queue.format", "queue.manifest", "queue.manifest.tmp", "queue.lock")
+                    or mod.ddq.parse_segment_name(n) is not None):
+                raise CommandError("%s: holds %r, not only an interrupted salvage's files"
+                                   % (part, n))
+        for n in names:  # an interrupted run's partial copy (its source untouched): redone
+            os.remove(os.path.join(part, n))
+        os.rmdir(part)
+    rep = mod.salvage(src, part, **opts)
+    if rep["output"] is not None:
+        os.rename(part, out)  # the result appears whole or not at all
+        parent = os.path.dirname(os.path.abspath(out))
+        fd = os.open(parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # the rename durable (S3)
+        finally:
+            os.close(fd)
+        rep["output"] = out
+    return rep
+
+
 def do_salvage(args: argparse.Namespace) -> int:
     """Exit 0 clean, 1 salvaged with loss, 2 nothing usable (SPEC [K8])."""
     opts, src = resolve_options(args, args.dir)
@@ -612,7 +649,7 @@ def do_salvage(args: argparse.Namespace) -> int:
         if qdir.port_dir() not in sys.path:
             sys.path.insert(0, qdir.port_dir())
         import ddq_salvage
-    rep: dict[str, Any] = ddq_salvage.salvage(args.dir, args.out, **opts)
+    rep: dict[str, Any] = _salvage_into(ddq_salvage, args.dir, args.out, real_in, opts)
     if args.json:
         rep["options_source"] = src
         out_json(rep)

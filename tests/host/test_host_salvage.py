@@ -121,3 +121,105 @@ def test_salvage_c_fixtures_clean(tmp_path, name):
         assert got == want and b.stats().next_seq == want_next
     finally:
         b.close()
+
+
+# A child that runs `ddq salvage` and SIGKILLs itself at its k-th state-changing step (a
+# storage call of the salvage or the host's final rename): a real kill at a chosen moment.
+_KILLER = r"""
+import os, signal, sys
+import ddq
+k = int(sys.argv[1])
+n = [0]
+def step(fn):
+    def w(*a, **kw):
+        n[0] += 1
+        if n[0] == k:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return fn(*a, **kw)
+    return w
+S = ddq.PosixStorage
+for m in ("mkdir", "write", "sync", "sync_dir", "rename", "remove"):
+    setattr(S, m, staticmethod(step(getattr(S, m))) if m in ("rename", "remove") else step(getattr(S, m)))
+os.rename = step(os.rename)
+from ddqhost import cli
+sys.exit(cli.main(sys.argv[2:]))
+"""
+
+
+def _killed_at(k, d, out):
+    import subprocess
+    import sys
+
+    from conftest import REPO, cli_env
+    return subprocess.run([sys.executable, "-c", _KILLER, str(k), "salvage", d, out, *FLAGS],
+                          capture_output=True, text=True, env=cli_env(), timeout=120, cwd=REPO)
+
+
+def test_salvage_killed_at_every_step_leaves_no_queue(tmp_path):
+    # EVIDENCE-OF: K8 K4 K13
+    # SIGKILL at every step: OUT never exists until it is whole; the partial directory never
+    # verifies clean nor opens as a queue; a rerun removes it and finishes.
+    d = _queue(tmp_path / "q")
+    seg = os.path.join(d, ddqmod.segment_name(0, 1))
+    b = bytearray(open(seg, "rb").read())
+    b[60] ^= 0xFF  # damaged: the result is a new generation (1), as in the issue
+    with open(seg, "wb") as f:
+        f.write(b)
+    before = tree_hash(d)
+    kills = 0
+    for k in range(1, 200):  # bounded: the salvage takes far fewer steps
+        out = str(tmp_path / ("out%d" % k))
+        r = _killed_at(k, d, out)
+        if r.returncode == 1:
+            assert "result: salvaged_with_loss" in r.stdout, r.stdout + r.stderr
+            assert not os.path.exists(out + ".partial")
+            _verify_clean(out)
+            break
+        assert r.returncode == -9, (k, r.returncode, r.stdout, r.stderr)
+        kills += 1
+        assert tree_hash(d) == before
+        assert not os.path.exists(out), k
+        part = out + ".partial"
+        names = os.listdir(part) if os.path.exists(part) else []
+        if names:
+            v = ddq("verify", part, *FLAGS)
+            tmp = os.path.join(part, "queue.manifest.tmp")
+            if "queue.manifest" in names or (os.path.exists(tmp) and os.path.getsize(tmp) == 48):
+                # past the commit point (a whole tmp: R14 adopts it), the rename to OUT not yet
+                assert v.returncode == 0, (k, names, v.stdout)
+                q = ddqmod.Queue(part, **OPTS)
+                assert len(list(q.items())) == 18
+                q.close()
+            else:
+                assert v.returncode == 2 and "result: clean" not in v.stdout, (k, names, v.stdout)
+                with pytest.raises(ddqmod.Corrupt):
+                    ddqmod.Queue(part, **OPTS)
+        # a rerun takes the partial directory back and finishes
+        r = ddq("salvage", d, out, *FLAGS)
+        assert r.returncode == 1 and "result: salvaged_with_loss" in r.stdout, (k, r.stdout, r.stderr)
+        assert not os.path.exists(part)
+        _verify_clean(out)
+    assert kills > 8, kills
+    # anything else under OUT.partial is refused, not deleted
+    out = str(tmp_path / "outx")
+    os.mkdir(out + ".partial")
+    open(os.path.join(out + ".partial", "mine.txt"), "w").close()
+    one_line_error(ddq("salvage", d, out, *FLAGS), 1)
+    assert os.listdir(out + ".partial") == ["mine.txt"]
+
+
+def test_verify_segments_without_manifest_or_marker_is_corrupt(tmp_path):
+    # EVIDENCE-OF: K13
+    # Generation 1's segments alone (the state an interrupted salvage left before K4 wrote the
+    # marker first): recovery would open an empty generation 0 and delete them.
+    d = _queue(tmp_path / "q")
+    out = str(tmp_path / "out")
+    assert ddq("salvage", d, out, *FLAGS).returncode == 0
+    os.remove(os.path.join(out, "queue.manifest"))
+    os.remove(os.path.join(out, "queue.format"))
+    r = ddq("verify", out, *FLAGS)
+    assert r.returncode == 2 and "result: clean" not in r.stdout, r.stdout + r.stderr
+    assert "ddq salvage" in r.stdout, r.stdout
+    # salvage keeps them
+    r = ddq("salvage", out, str(tmp_path / "again"), "--json", *FLAGS)
+    assert r.returncode == 1 and json.loads(r.stdout)["kept"] == 19, r.stdout + r.stderr

@@ -265,6 +265,16 @@ def scan(
     elif has_marker:
         rep.add("corrupt", "queue.format exists but queue.manifest is missing", file=MANIFEST_NAME)
         return ixc.unchecked()
+    elif any(g != 0 for g in segs_by_gen):
+        # SPEC K13: no write of ddq leaves a generation >= 1 without its manifest (C2 publishes
+        # one first); recovery would open generation 0 and delete these (R3, R16).
+        g = min(g for g in segs_by_gen if g != 0)
+        rep.add(
+            "corrupt",
+            "segments of generation %d but neither queue.manifest nor queue.format (an "
+            "interrupted copy or a lost manifest): ddq would delete them; try ddq salvage" % g,
+        )
+        return ixc.unchecked()
 
     # SPEC §12 step 6 (R4): the selected generation's segments, contiguous ids from 0.
     gen = rep.generation
