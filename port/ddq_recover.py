@@ -234,24 +234,25 @@ def listdir(self: "Queue") -> "list[str]":
 
 
 def _bad(fs: "Any", p: str, t: int) -> bool:
-    # True when p exists but is not a plain regular file [N7]: lstat where the os has it (a
-    # link is a link), else the listing's entry type t (MicroPython's stat follows links; its
-    # ilistdir does not), and the storage's own kind (a FIFO, a device, a directory).
+    # True when p is a link, FIFO, device or socket [N7] (a directory is left to the rules that
+    # read the name): lstat where the os has it (a link is a link), else the listing's entry
+    # type t (MicroPython's stat follows links; its ilistdir does not), and the storage's kind.
     lst = getattr(os, "lstat", None) if isinstance(fs, PosixStorage) else None
     if lst is not None:
         try:
             t = lst(p)[0]
         except OSError:
             t = 0
-    return t & 0o170000 not in (0, 0o100000) or fs.kind(p) > 1
+    return t & 0o170000 not in (0, 0o100000, 0o040000) or fs.kind(p) > 2
 
 
 def _regular(self: "Queue", names: "list[str]") -> None:
-    # [N7] Before anything in the directory is opened: every entry named like a queue file is
-    # a regular file (a FIFO would block the open, a link read or append outside the directory).
+    # [N7] Before anything in the directory is opened: no entry named like a queue file is a
+    # link or a special file (a FIFO would block the open, a link read or append outside).
     fs, d = self._fs, self._dir
     il = getattr(os, "ilistdir", None) if isinstance(fs, PosixStorage) else None
-    for e in il(d) if il is not None else names:
+    src: "Any" = il(d) if il is not None else names
+    for e in src:
         n, t = (e, 0) if il is None else (e[0], e[1])
         if (n[:6] == "queue." or n[:8] == "segment-" or n[:11] == "generation-") \
                 and _bad(fs, d + "/" + n, t):
