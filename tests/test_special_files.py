@@ -143,3 +143,14 @@ def test_regular_files_beside_the_queue_are_still_fine():
     assert q.stats().total_items == 3
     q.close()
     assert "notes.txt" in os.listdir(d)
+
+
+def test_the_test_codec_takes_ascii_digits_only():
+    # EVIDENCE-OF: N4
+    # tests/ddqfmt.py (the suite's own reader) agrees with ddq: another script's digit is no
+    # segment id (str.isdigit() takes it on CPython).
+    import ddqfmt
+
+    assert ddqfmt.parse_seg_name(SEG1) == (0, 1)
+    assert ddqfmt.parse_seg_name(SEG1[:-5] + "\u0661.log") is None
+    assert ddq.parse_segment_name(SEG1[:-5] + "\u0661.log") is None

@@ -312,3 +312,17 @@ def test_board_stop_checks_its_own_state_dir_exactly(tmp_path):
         other.send_signal(signal.SIGKILL)
         other.wait(timeout=30)
     assert stat.S_ISDIR(os.stat(vb2).st_mode)
+
+
+def test_pull_and_push_refuse_a_local_file_larger_than_any_queue_file(tmp_path):
+    # transfer's change detection hashed every local file whole (an 8 GiB sparse segment: a
+    # MemoryError); now it hashes in pieces and refuses what no ddq writes.
+    from ddqhost import transfer
+
+    d = _queue(tmp_path / "q")
+    small = transfer._hash_local_dir(str(d))
+    assert small[SEG0]["size"] == os.path.getsize(d / SEG0)
+    with open(d / SEG0, "r+b") as f:
+        f.truncate(8 << 30)
+    with pytest.raises(transfer.TransferError, match="larger than any queue file"):
+        transfer._hash_local_dir(str(d))
