@@ -315,7 +315,6 @@ def code_bytes(prof, tmp):
 def derive(prof, tmp):
     """Derived options and the evidence, for one profile (nothing written)."""
     payload = message(prof)
-    seg = prof["segment_bytes"]
     code = code_bytes(prof, tmp)
     max_segments = max(1, fit_segments(prof, code, tmp))
     opts = dict(boards.queue_options(prof), max_segments=max_segments, max_items=BIG)
