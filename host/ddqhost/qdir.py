@@ -102,28 +102,13 @@ def is_queue_file_name(name: str) -> bool:
     return name in QUEUE_FILE_NAMES or bool(ddq.parse_segment_name(name))
 
 
-_TYPE_NAMES = {
-    stat.S_IFDIR: "a directory",
-    stat.S_IFLNK: "a symbolic link",
-    stat.S_IFIFO: "a FIFO",
-    stat.S_IFCHR: "a character device",
-    stat.S_IFBLK: "a block device",
-    stat.S_IFSOCK: "a socket",
-}
-
-
 def check_regular_files(path: str) -> None:
     """QueueDirError when an entry named like a queue file is not a regular file (a FIFO would
     block the open forever, a symlink points out of the directory). Uses lstat; opens nothing."""
     for n in sorted(os.listdir(path)):
-        if not is_queue_file_name(n):
-            continue
-        mode = os.lstat(os.path.join(path, n)).st_mode
-        if not stat.S_ISREG(mode):
-            raise QueueDirError(
-                "%s: %s is %s, not a regular file; refusing to open the queue"
-                % (path, n, _TYPE_NAMES.get(stat.S_IFMT(mode), "not a regular file"))
-            )
+        why = not_regular(os.path.join(path, n)) if is_queue_file_name(n) else None
+        if why is not None:
+            raise QueueDirError("%s: %s is %s; refusing to open the queue" % (path, n, why))
 
 
 def check_queue_dir(path: str) -> None:
