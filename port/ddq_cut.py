@@ -30,6 +30,8 @@ def leftover(q: "Any", name: str, seg: str, gen: int) -> None:
     k = fs.kind(sp)
     m = fs.size(sp) if k == 1 else 0
     n = fs.size(lp)
+    if n > q._seg_bytes:  # a cut's copy is a segment's prefix [R15]: a bigger one is no cut
+        raise ddq.Corrupt("%s is larger than segment_bytes" % name)
     b = memoryview(bytearray(128))
     src = fs.open(lp, "rb")
     dst = fs.open(sp, "rb") if m else None

@@ -94,6 +94,7 @@ def recover(self: "Queue") -> None:
     try:
         fs = self._fs
         names = listdir(self)
+        _regular(self, names)
         marker = fs.kind(self._path(_MARKER))
         if marker not in (0, 1) or (marker == 1 and fs.size(self._path(_MARKER)) != 0):
             raise _E("Corrupt")("queue.format is not an empty regular file")
@@ -230,6 +231,32 @@ def listdir(self: "Queue") -> "list[str]":
     if len(names) > self._max_segs * 8 + 1024:
         raise _E("Limit")("too many directory entries in " + self._dir)
     return names
+
+
+def _bad(fs: "Any", p: str, t: int) -> bool:
+    # True when p is a link, FIFO, device or socket [N7] (a directory is left to the rules that
+    # read the name): lstat where the os has it (a link is a link), else the listing's entry
+    # type t (MicroPython's stat follows links; its ilistdir does not), and the storage's kind.
+    lst = getattr(os, "lstat", None) if isinstance(fs, PosixStorage) else None
+    if lst is not None:
+        try:
+            t = lst(p)[0]
+        except OSError:
+            t = 0
+    return t & 0o170000 not in (0, 0o100000, 0o040000) or fs.kind(p) > 2
+
+
+def _regular(self: "Queue", names: "list[str]") -> None:
+    # [N7] Before anything in the directory is opened: no entry named like a queue file is a
+    # link or a special file (a FIFO would block the open, a link read or append outside).
+    fs, d = self._fs, self._dir
+    il = getattr(os, "ilistdir", None) if isinstance(fs, PosixStorage) else None
+    src: "Any" = il(d) if il is not None else names
+    for e in src:
+        n, t = (e, 0) if il is None else (e[0], e[1])
+        if (n[:6] == "queue." or n[:8] == "segment-" or n[:11] == "generation-") \
+                and _bad(fs, d + "/" + n, t):
+            raise _E("Corrupt")(n + " is not a regular file [N7]")
 
 
 def _read_small(self: "Queue", path: str, n: int) -> bytes:
@@ -753,6 +780,8 @@ def lock(self: "PosixStorage", path: str) -> "Any":
     key = "/" + "/".join(out)
     if key in PosixStorage._held:
         raise _E("Locked")("locked by this process: " + path)
+    if _bad(self, path + "/" + _LOCK, 0):  # [N7] before the open: a FIFO would block it
+        raise _E("Corrupt")(_LOCK + " is not a regular file [N7]")
     f = self.open(path + "/" + _LOCK, "ab")
     held = None
     fcntl = _import("fcntl")

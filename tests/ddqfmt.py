@@ -33,16 +33,24 @@ def seg_name(gen, idx):
     return "generation-%020d-segment-%020d.log" % (gen, idx)
 
 
+def _digits(s):
+    # ASCII digits only (SPEC N4): str.isdigit() takes other scripts' digits on CPython.
+    for c in s:
+        if c < "0" or c > "9":
+            return False
+    return True
+
+
 def parse_seg_name(name):
     """(generation, index) for a segment name, else None."""
     if name.startswith("segment-") and name.endswith(".log") and len(name) == 32:
         d = name[8:28]
-        if d.isdigit():
+        if _digits(d):
             return (0, int(d))
     if name.startswith("generation-") and name.endswith(".log") and len(name) == 64:
         g = name[11:31]
         d = name[40:60]
-        if name[31:40] == "-segment-" and g.isdigit() and d.isdigit() and int(g) != 0:
+        if name[31:40] == "-segment-" and _digits(g) and _digits(d) and int(g) != 0:
             return (int(g), int(d))
     return None
 

@@ -14,9 +14,16 @@ ddq_outbox envelope when the app imports ddq_outbox):
 
 1. flash: the code first: what `ddq flash --app` installs (the app's port modules as .mpy,
    the app as main.py), each file rounded up to the filesystem's block (FAT 512 B, LittleFS
-   4 KiB). Then max_segments = ((fs_bytes - code) // 2) // segment_bytes: a compaction stages
-   the next generation beside the current one, so the queue's files may take twice
-   max_segments segments; the rest is left to LittleFS/FAT's own metadata.
+   4 KiB). Then max_segments is the largest m for which SPEC C9's worst case fits the board's
+   filesystem with room to spare, measured on that filesystem itself (VfsLfs2/VfsFat of
+   fs_bytes on a RAM block device, in the MicroPython unix port): the code, then 2m + 1
+   segment files of segment_bytes (the current and the staged generation, and one
+   `<segment>.reserve` of a tail cut, R12), both manifests, the marker and the lock, in the
+   queue directory with names of the longest form; and then still FS_SPARE[filesystem]
+   blocks free: a LittleFS appends copy-on-write (the last block of a file written again
+   goes to a free block: the open segment, a staged segment and a cut's copy may each need
+   one), so a filesystem the queue filled to the last block could not take a claim or an
+   ack, and never drain. Never more than ((fs_bytes - code) // 2) // segment_bytes.
 2. admitted: on CPython, enqueue that message with max_items = 1,000,000 until Full: what the
    options and DDQ's admission reserve (SPEC §10 A4/A5) let in.
 3. heap: on the MicroPython unix port with `-X heapsize=heap_bytes`, ddq (and whatever else the
@@ -198,6 +205,100 @@ def fill_mp(prof, opts, payload, tmp, limit, app_heap, one_more=False):
 
 
 FS_BLOCK = {"fat": 512, "littlefs2": 4096}  # allocation unit a small file takes on flash
+# Blocks left free beyond C9's worst case (see step 1): LittleFS copy-on-write needs a free block
+# for each file being appended (the open segment, a staged one, a cut's copy), and a directory's
+# metadata pair that fills splits into a new pair (two blocks) as files are written: one such
+# pair per 32 names is kept free too (where a split falls depends on the order names arrive, so
+# the edge of a measurement is no guarantee). FAT writes in place.
+FS_SPARE = {"fat": 1, "littlefs2": 3}
+FS_SPARE_PAIR = {"fat": 0, "littlefs2": 2}
+
+
+def fs_spare(fs, max_segments):
+    """Blocks to keep free beyond C9's worst case of max_segments (see FS_SPARE)."""
+    names = 2 * max_segments + 5  # segments of two generations, a cut's copy, queue.*
+    return FS_SPARE.get(fs, 3) + FS_SPARE_PAIR.get(fs, 2) * (names // 32 + 1)
+
+# Runs inside MicroPython: does C9's worst case for max_segments m fit? Prints one RESULT line.
+MP_FIT = """
+import os, sys, json, vfs
+f = open(sys.argv[1])
+a = json.loads(f.read())
+f.close()
+sys.path.insert(0, a["tests"])
+from blockdev import RAMBlockDev
+V = vfs.VfsFat if a["fs"] == "fat" else vfs.VfsLfs2
+blk = a["block"]
+buf = bytes(512)
+
+
+def put(path, n):
+    f = open(path, "wb")
+    try:
+        while n > 0:
+            k = min(n, 512)
+            f.write(buf[:k])
+            n -= k
+    finally:
+        f.close()
+
+
+def fits(m):
+    bd = RAMBlockDev(blk, a["fs_bytes"] // blk)
+    V.mkfs(bd)
+    fs = V(bd)
+    vfs.mount(fs, "/f")
+    try:
+        put("/f/code.bin", a["code"])
+        os.mkdir("/f/outbox")
+        seg = a["segment_bytes"]
+        for g in (1, 2):
+            for i in range(m):
+                put("/f/outbox/generation-%020d-segment-%020d.log" % (10 ** 19 + g, i), seg)
+        put("/f/outbox/generation-%020d-segment-%020d.log.reserve" % (10 ** 19 + 2, 0), seg)
+        for n, k in (("queue.manifest", 48), ("queue.manifest.tmp", 48), ("queue.format", 0),
+                     ("queue.lock", 0)):
+            put("/f/outbox/" + n, k)
+        return os.statvfs("/f")[3] >= a["spare"] + a["spare_pair"] * ((2 * m + 5) // 32 + 1)
+    except OSError:
+        return False
+    finally:
+        vfs.umount("/f")
+
+
+lo, hi = 0, a["upper"]
+while lo < hi:
+    mid = (lo + hi + 1) // 2
+    if fits(mid):
+        lo = mid
+    else:
+        hi = mid - 1
+print("RESULT " + json.dumps({"max_segments": lo, "upper_fits": fits(a["upper"])}))
+"""
+
+
+def fit_segments(prof, code, tmp):
+    """The largest max_segments whose SPEC C9 worst case fits the profile's filesystem with
+    FS_SPARE blocks to spare (step 1 of the module docstring), measured on that filesystem."""
+    seg = prof["segment_bytes"]
+    upper = min(4096, max(0, (prof["fs_bytes"] - code) // 2) // seg)
+    fs = prof["filesystem"]
+    arg = {"fs": fs, "block": FS_BLOCK.get(fs, 4096), "fs_bytes": prof["fs_bytes"], "code": code,
+           "segment_bytes": seg, "spare": FS_SPARE.get(fs, 3),
+           "spare_pair": FS_SPARE_PAIR.get(fs, 2), "upper": upper,
+           "tests": os.path.join(REPO, "tests")}
+    path = os.path.join(tmp, "fit.json")
+    with open(path, "w") as f:
+        json.dump(arg, f)
+    script = os.path.join(tmp, "fit.py")
+    with open(script, "w") as f:
+        f.write(MP_FIT)
+    r = subprocess.run([MP, "-X", "heapsize=%d" % (prof["fs_bytes"] + (8 << 20)), script, path],
+                       capture_output=True, text=True, timeout=600)
+    for line in r.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return int(json.loads(line[7:])["max_segments"])
+    raise RuntimeError("fit measurement failed: %s" % (r.stderr or r.stdout)[-2000:])
 
 
 def code_bytes(prof, tmp):
@@ -214,9 +315,8 @@ def code_bytes(prof, tmp):
 def derive(prof, tmp):
     """Derived options and the evidence, for one profile (nothing written)."""
     payload = message(prof)
-    seg = prof["segment_bytes"]
     code = code_bytes(prof, tmp)
-    max_segments = min(4096, ((prof["fs_bytes"] - code) // 2) // seg)
+    max_segments = max(1, fit_segments(prof, code, tmp))
     opts = dict(boards.queue_options(prof), max_segments=max_segments, max_items=BIG)
     admitted, end, stored = fill_cpython(opts, payload, os.path.join(tmp, "cpq"))
     heap = fill_mp(prof, opts, payload, tmp, admitted, int(prof["app_heap_bytes"] * WORD_SCALE))
@@ -275,9 +375,16 @@ def render(rows):
            "It is the smaller of what the options admit (DDQ's admission reserve, SPEC §10: "
            "each pending item reserves room for its worst-case control records, 168 B + "
            "max_payload_bytes) and what fits in the heap while the application keeps "
-           "`app_heap_bytes`. `max_segments` is half of the filesystem left after the code "
-           "`ddq flash --app` installs (each file rounded up to a FAT 512 B or LittleFS 4 KiB "
-           "block; a compaction stages the next generation beside the current one)." % (len(READING), WORD_SCALE), "",
+           "`app_heap_bytes`. `max_segments` is the largest count whose SPEC C9 worst case fits "
+           "the board's filesystem after the code `ddq flash --app` installs (each file rounded "
+           "up to a FAT 512 B or LittleFS 4 KiB block), measured on a VfsLfs2/VfsFat of "
+           "`fs bytes`: two generations of max_segments segments (a compaction stages the next "
+           "beside the current one) and one tail cut's copy, both manifests, the marker and the "
+           "lock, and then still %d LittleFS blocks and %d more per 32 file names (%d FAT "
+           "cluster) free: the copy-on-write room a claim or an ack needs on a full LittleFS, and "
+           "a directory's metadata split. See \"Sharing the filesystem\" below for a filesystem "
+           "that also holds other files." % (len(READING), WORD_SCALE, FS_SPARE["littlefs2"],
+                                             FS_SPARE_PAIR["littlefs2"], FS_SPARE["fat"]), "",
            "The unix port is 64-bit: objects and bytecode are larger than on a 32-bit board "
            "(issue 14: `import ddq` took 49 KB on a 32-bit Cortex-M3 where the unix port measured 64.6 KB), so the heap columns "
            "are pessimistic; the queue directory is on VfsPosix, so LittleFS/FAT buffers are "
@@ -298,12 +405,38 @@ def render(rows):
                                                          "{:,}".format(d["heap_fit"])),
                        kb(c["stored_bytes"]), kb(c["import_heap"]), kb(c["heap_used_full"]),
                        kb(c["heap_left"])))
-    out += ["", "Per board: `description` of the profile.", ""]
+    out += ["", SHARING, "", "Per board: `description` of the profile.", ""]
     for prof, _d, _c in rows:
         out.append("- **%s** (%s, mpy-cross `%s`, network %s): %s" % (
             prof["board"], prof["port"], prof["mpy_arch"], "yes" if prof.get("network")
             else "no", prof["description"]))
     return "\n".join(out) + "\n"
+
+
+SHARING = """## Sharing the filesystem
+
+ddq never asks the filesystem how much room is left: its bound is its options (SPEC C9). On a
+filesystem that also holds other files (logs, settings, data an application writes), size the
+queue for the room that stays free when those files are at their largest, not for what is free
+today:
+
+- The queue's files take at most 2 x max_segments x segment_bytes (the current generation and
+  the one a compaction stages beside it), plus one segment_bytes (a tail cut's copy,
+  `<segment>.reserve`, SPEC R12), plus a few hundred bytes (manifests, marker, lock; and
+  `queue.index` once the segments hold index_bytes). On LittleFS count whole blocks: a segment
+  takes ceil(segment_bytes / block) blocks or one more (the file's skip-list pointers), and the
+  directory's metadata two blocks per twenty-odd segment names.
+- Leave 3 LittleFS blocks and 2 more per 32 file names in the queue directory (1 FAT cluster)
+  free beyond that. LittleFS writes copy-on-write: an append to a file needs a free block, and a
+  full directory metadata pair splits into two new blocks, so a filesystem filled to the last
+  block cannot take a claim or an ack, and the queue could never drain. When another writer fills the filesystem
+  anyway, ddq's appends raise IOFailure (ENOSPC) and the queue fail-stops until room is freed;
+  reopen it then (nothing durable is lost).
+- So, roughly: max_segments <= (room for the queue - the spare - segment_bytes) //
+  (2 x segment_bytes), each segment counted in whole blocks.
+  `tools/board_capacity.py` measures exactly this on the profile's filesystem (fs_bytes less the
+  code); for a shared filesystem, give the profile an fs_bytes less what the other files may take
+  and run `tools/board_capacity.py --write --board NAME`."""
 
 
 def kb(v):

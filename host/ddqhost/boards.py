@@ -82,7 +82,7 @@ def load(name: str) -> dict[str, Any]:
     missing = [k for k in REQUIRED if k not in prof]
     if missing:
         raise BoardProfileError("%s lacks %s" % (p, ", ".join(missing)))
-    bad = [k for k in QUEUE_KEYS + SIZE_KEYS if k in prof and not isinstance(prof[k], int)]
+    bad = [k for k in QUEUE_KEYS + SIZE_KEYS if k in prof and type(prof[k]) is not int]
     if bad or not isinstance(prof.get("network", True), bool):
         raise BoardProfileError("%s: %s must be integers, network true/false"
                                 % (p, ", ".join(bad) or "sizes"))

@@ -496,7 +496,7 @@ def do_verify(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(fsck.render_verify(rep))
         if hint:
-            sys.stdout.write("hint: %s\n" % hint)
+            sys.stdout.write("hint: %s\n" % fsck.printable(hint))
     return rep.verdict
 
 
@@ -757,12 +757,13 @@ def do_replay(args: argparse.Namespace) -> int:
             j["prefix"], j["client_id"] = prefix, cid
         if not 1 <= args.window <= 65535:
             raise replay.ReplayError("--window must be 1..65535, got %d" % args.window)
+        replay.check_timeout(args.timeout)
         show = args.progress or (sys.stderr.isatty() and not args.verbose)
         kw: dict[str, Any] = dict(
             limit=args.limit,
             lease_ms=args.lease_ms,
             timeout=args.timeout,
-            log=log_err if args.verbose else None,
+            log=(lambda m: log_err(fsck.printable(m))) if args.verbose else None,  # topics
             send_expired=args.send_expired,
             auth=(user, password),
             ca_file=args.ca_file,
@@ -797,7 +798,7 @@ def do_replay(args: argparse.Namespace) -> int:
             prog = replay.Progress(args.dir, sys.stderr, sys.stderr.isatty()) if show else None
             results = replay.replay_many(jobs, args.to, prog, **kw)
     except replay.ReplayError as e:
-        raise CommandError(str(e)) from None
+        raise CommandError(str(e), code=e.code) from None
     if args.json:
         if len(results) == 1:
             out_json(results[0])
@@ -813,10 +814,11 @@ def do_replay(args: argparse.Namespace) -> int:
         for res in results:
             if res.get("dry_run"):
                 for w in res["would_send"]:
-                    print("would send seq %d -> %s (%d bytes)" % (w["seq"], w["topic"], w["bytes"]))
+                    print("would send seq %d -> %s (%d bytes)"
+                          % (w["seq"], fsck.printable(w["topic"]), w["bytes"]))
             head = "%s: " % res["dir"] if len(results) > 1 else ""
             if "error" in res:
-                print("%serror: %s" % (head, res["error"]))
+                print("%serror: %s" % (head, fsck.printable(res["error"])))
                 continue
             print(
                 "%s%ssent %d, failed %d, skipped %d, expired %d, unpublishable %d, "
@@ -992,20 +994,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return handler(args) or 0
     except HostError as e:
-        log_err("ddq: %s" % e)
+        log_err("ddq: %s" % fsck.printable(str(e)))  # one line, whatever a name holds
         return e.code
     except KeyboardInterrupt:
         log_err("ddq: interrupted")
         return 130
     except OSError as e:
-        log_err("ddq: %s" % _error_message(e))
+        log_err("ddq: %s" % fsck.printable(_error_message(e)))
         return 1
     except Exception as e:
         ddq_err = _ddq_error(e)
         if ddq_err is None:
             raise
         code = 2 if type(e).__name__ == "Corrupt" else 1
-        log_err("ddq: %s: %s" % (type(e).__name__.lower(), str(e) or ddq_err))
+        log_err("ddq: %s: %s" % (type(e).__name__.lower(), fsck.printable(str(e) or ddq_err)))
         return code
 
 

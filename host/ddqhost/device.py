@@ -197,7 +197,7 @@ def _is_hash_listing(v: Any) -> bool:
 S_IFDIR = 0x4000
 S_IFREG = 0x8000
 
-_OSERR = re.compile(r"OSError: (?:\[Errno (\d+)\]|(-?\d+))")
+_OSERR = re.compile(r"OSError: (?:\[Errno ([0-9]+)\]|(-?[0-9]+))")  # ASCII digits (\d: any script's)
 
 
 def _map_exec_error(e: Any, path: str | None = None) -> Exception:

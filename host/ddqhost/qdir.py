@@ -22,6 +22,8 @@ from typing import Any
 
 from . import boards, fsck, options
 from .errors import HostError
+from .fsck.format import index_limit, not_regular, read_entry
+from .fsck.report import printable
 
 OPTION_KEYS = options.KEYS
 DEFAULTS = options.DEFAULTS
@@ -100,28 +102,13 @@ def is_queue_file_name(name: str) -> bool:
     return name in QUEUE_FILE_NAMES or bool(ddq.parse_segment_name(name))
 
 
-_TYPE_NAMES = {
-    stat.S_IFDIR: "a directory",
-    stat.S_IFLNK: "a symbolic link",
-    stat.S_IFIFO: "a FIFO",
-    stat.S_IFCHR: "a character device",
-    stat.S_IFBLK: "a block device",
-    stat.S_IFSOCK: "a socket",
-}
-
-
 def check_regular_files(path: str) -> None:
     """QueueDirError when an entry named like a queue file is not a regular file (a FIFO would
     block the open forever, a symlink points out of the directory). Uses lstat; opens nothing."""
     for n in sorted(os.listdir(path)):
-        if not is_queue_file_name(n):
-            continue
-        mode = os.lstat(os.path.join(path, n)).st_mode
-        if not stat.S_ISREG(mode):
-            raise QueueDirError(
-                "%s: %s is %s, not a regular file; refusing to open the queue"
-                % (path, n, _TYPE_NAMES.get(stat.S_IFMT(mode), "not a regular file"))
-            )
+        why = not_regular(os.path.join(path, n)) if is_queue_file_name(n) else None
+        if why is not None:
+            raise QueueDirError("%s: %s is %s; refusing to open the queue" % (path, n, why))
 
 
 def check_queue_dir(path: str) -> None:
@@ -134,6 +121,10 @@ def check_queue_dir(path: str) -> None:
             "%s is not a ddq queue directory (no segment, manifest or queue.format)" % path
         )
     check_regular_files(path)
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError("%s is not a JSON number" % name)  # Python's json reads NaN, Infinity
 
 
 def read_json(path: str) -> Any:
@@ -151,7 +142,7 @@ def read_json(path: str) -> Any:
         raise QueueDirError("%s is too large for a settings file (%d bytes)" % (path, st.st_size))
     try:
         with open(path, "rb") as f:
-            return json.loads(f.read(MAX_JSON_BYTES + 1))
+            return json.loads(f.read(MAX_JSON_BYTES + 1), parse_constant=_not_json)
     except RecursionError:
         raise QueueDirError("%s: unreadable JSON (nested too deeply)" % path) from None
     except (OSError, ValueError) as e:
@@ -182,11 +173,15 @@ def resolve_options(
     opts, src = {}, {}
     for key in OPTION_KEYS:
         for name, layer in layers:
-            if layer.get(key) is not None:
-                try:
-                    opts[key] = int(layer[key])
-                except (TypeError, ValueError):
-                    raise QueueDirError("%s: %s is not an integer" % (name, key)) from None
+            v = layer.get(key)
+            if v is not None:
+                # A whole number only: int() would take 4096.9 as 4096 (and True as 1), and
+                # raise OverflowError on 1e400 (a float infinity).
+                if type(v) is not int:
+                    raise QueueDirError(
+                        "%s: %s is not an integer (%s)" % (name, key, printable(repr(v)[:40]))
+                    )
+                opts[key] = v
                 src[key] = name
                 break
     return opts, src
@@ -446,13 +441,46 @@ def _snapshot(path: str) -> dict[str, int]:
     return out
 
 
-def copy_queue(src: str, dst: str) -> None:
-    """Copy the regular files of a queue directory (flat) into a new directory dst."""
-    os.mkdir(dst)
+def _copy_bound(name: str, opts: dict[str, int]) -> tuple[int, str] | None:
+    """The most bytes ddq reads of a queue file name (and that bound in words), None for a name
+    it ignores (SPEC N5)."""
+    if name in ("queue.manifest", "queue.manifest.tmp"):
+        return fsck.MAN_SIZE, "48 bytes (SPEC M2)"
+    if name == "queue.format":
+        return 0, "0 bytes (SPEC M5)"
+    if name in ("queue.index", "queue.index.tmp"):
+        return index_limit(opts), "what these options allow (SPEC X2)"
+    if name != "queue.lock" and is_queue_file_name(name):
+        return opts["segment_bytes"], "segment_bytes (%d)" % opts["segment_bytes"]
+    return None
+
+
+def copy_queue(src: str, dst: str, options: dict[str, int] | None = None) -> None:
+    """Copy what ddq reads in a queue directory (flat: the segments and their staged cuts, the
+    marker, manifest, index and their .tmp) into a new directory dst, private (0700) and its
+    files 0600 whatever the source's modes: a pulled directory of 0444 files opens for
+    appending in the copy. Each file is read through fsck's read_entry within the bound the
+    options allow (a sparse 8 GiB segment is refused in one line, never copied); QueueDirError
+    when one is larger or not a regular file. Names ddq ignores are not copied."""
+    opts = fsck.check_options(options)
+    os.mkdir(dst, 0o700)
     for n in sorted(os.listdir(src)):
-        p = os.path.join(src, n)
-        if os.path.isfile(p) and not os.path.islink(p):
-            shutil.copy2(p, os.path.join(dst, n))
+        bound = _copy_bound(n, opts)
+        data: bytes | None
+        if n == "queue.lock":  # never read, only locked: an empty one (else inspect shows it made)
+            data, why = b"", not_regular(os.path.join(src, n))
+        elif bound is None:
+            continue
+        else:
+            data, why = read_entry(os.path.join(src, n), bound[0], bound[1])
+        if data is None or why is not None:
+            raise QueueDirError(
+                "%s: %s is %s: ddq refuses the directory (`ddq verify %s` says more)"
+                % (src, n, why, src)
+            )
+        fd = os.open(os.path.join(dst, n), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
 
 
 def inspect(
@@ -469,7 +497,7 @@ def inspect(
     tmp = tempfile.mkdtemp(prefix="ddq-inspect-")
     try:
         work = os.path.join(tmp, "q")
-        copy_queue(path, work)
+        copy_queue(path, work, options)
         before = _snapshot(work)
         # The independent reader's view of queue.index (SPEC §12.1), then ddq's own.
         index = fsck.scan(work, options, exact_segment_bytes=False).index
@@ -606,4 +634,4 @@ def render_inspect(info: dict[str, Any]) -> str:
                                                   + auth[15:]))
         if "reason" in d:
             lines.append("         reason: %s" % d["reason"])
-    return "\n".join(lines) + "\n"
+    return "".join(printable(line) + "\n" for line in lines)  # topics, reasons: escaped

@@ -261,7 +261,7 @@ def plan(
     tmp = tempfile.mkdtemp(prefix="ddq-replay-plan-")
     try:
         work = os.path.join(tmp, "q")
-        qdir.copy_queue(path, work)
+        qdir.copy_queue(path, work, options)
         routes: dict[int, tuple[str, int, bool, bool, bool]] = {}
         res = _deliver(ddq, work, options, _DryClient(), prefix, None, 60000, 1.0, [],
                        {"lost": False}, None, send_expired, hmac_key, 1, None,
@@ -616,6 +616,29 @@ def dir_name(path: str) -> str:
     return os.path.basename(os.path.normpath(os.path.abspath(path)))
 
 
+MAX_TIMEOUT_S = 3600.0
+
+
+def check_timeout(t: float) -> None:
+    """ReplayError (exit 2: a bad argument) unless t is a number of seconds in (0, 3600]: NaN,
+    infinity, zero and negative waits would never end or never wait."""
+    if not 0 < t <= MAX_TIMEOUT_S:  # (NaN fails every comparison)
+        raise ReplayError("--timeout must be more than 0 and at most %d seconds, got %s"
+                          % (MAX_TIMEOUT_S, t), code=2)
+
+
+def check_client_id(cid: str) -> None:
+    """ReplayError (exit 2) unless cid is an MQTT string (MQTT 3.1.1 §1.5.3): UTF-8 of 1 to
+    65,535 bytes without U+0000."""
+    try:
+        n = len(cid.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ReplayError("--client-id must be text (UTF-8)", code=2) from None
+    if not 1 <= n <= 65535 or "\0" in cid:
+        raise ReplayError("--client-id must be 1 to 65535 bytes of UTF-8 without NUL, got %d bytes"
+                          % n, code=2)
+
+
 def fleet_names(
     dirs: list[str], prefix: str, client_id: str | None, per_dir: bool
 ) -> list[tuple[str, str]]:
@@ -639,6 +662,7 @@ def fleet_names(
         if per_dir:
             p = "%s/%s" % (p, n) if p else n
         check_prefix(p)
+        check_client_id(tmpl.replace("{dir}", n))
         out.append((p, tmpl.replace("{dir}", n)))
     return out
 

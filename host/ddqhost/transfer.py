@@ -336,15 +336,30 @@ def flash(
 # ---------------------------------------------------------------- pull
 
 
+# No file ddq writes is larger than the largest segment_bytes (SPEC §7.1): a bigger one in a
+# pulled directory (a sparse file of gigabytes) is refused, never read.
+MAX_LOCAL_FILE = fsck.OPTION_RANGES["segment_bytes"][1]
+
+
 def _hash_local_dir(path: str, skip: tuple[str, ...] = (qdir.PULL_META,)) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for n in sorted(os.listdir(path)):
         p = os.path.join(path, n)
-        if n in skip or not stat.S_ISREG(os.lstat(p).st_mode):
+        st = os.lstat(p)
+        if n in skip or not stat.S_ISREG(st.st_mode):
             continue  # a symlink is never followed, a FIFO never opened
+        if st.st_size > MAX_LOCAL_FILE:
+            raise TransferError("%s: %s is %d bytes, larger than any queue file (segment_bytes "
+                                "<= %d); remove it first" % (path, n, st.st_size, MAX_LOCAL_FILE))
+        h, size = hashlib.sha256(), 0
         with open(p, "rb") as f:
-            data = f.read()
-        out[n] = {"size": len(data), "sha256": sha256(data)}
+            for _ in range(MAX_LOCAL_FILE // 65536 + 2):
+                chunk = f.read(65536)
+                if not chunk:
+                    break
+                h.update(chunk)
+                size += len(chunk)
+        out[n] = {"size": size, "sha256": h.hexdigest()}
     return out
 
 

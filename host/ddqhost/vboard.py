@@ -159,13 +159,16 @@ def pid_alive(pid: int | None) -> bool:
         return True
 
 
-def _pid_matches(pid: int, needle: str) -> bool:
-    """Guard against pid reuse: the process' command line must mention needle."""
+def _pid_matches(pid: int, state_dir: str) -> bool:
+    """Guard against pid reuse: one argument of the process' command line must be state_dir
+    or a path inside it, exactly (a substring test took vb2's board for vb's)."""
+    d = os.fsencode(state_dir.rstrip("/"))
     try:
         with open("/proc/%d/cmdline" % pid, "rb") as f:
-            return needle.encode() in f.read()
+            args = f.read().split(b"\0")
     except OSError:
         return pid_alive(pid)
+    return any(a == d or a.startswith(d + b"/") for a in args)
 
 
 def _wait_gone(pids: list[int], timeout: float) -> bool:

@@ -108,6 +108,7 @@ from .replay import (
 )
 from .report import (
     _human,
+    printable,
     render_index,
     render_records,
     render_verify,
@@ -183,6 +184,7 @@ __all__ = [
     "Report",
     "scan",
     "_human",
+    "printable",
     "render_index",
     "render_records",
     "render_verify",

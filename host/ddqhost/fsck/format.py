@@ -4,7 +4,9 @@ Written from docs/SPEC.md's tables (records §3, record types §4, manifest §5,
 §7.1, the recovery index §12.1), never from port/ddq.py: see the package docstring.
 """
 
+import os
 import re
+import stat
 import struct
 import zlib
 from typing import Any
@@ -52,8 +54,9 @@ LOCK_NAME = "queue.lock"
 FORMAT_NAME = "queue.format"
 MANIFEST_NAME = "queue.manifest"
 MANIFEST_TMP = "queue.manifest.tmp"
-LEGACY_RE = re.compile(r"^segment-(\d{20})\.log$")
-GEN_RE = re.compile(r"^generation-(\d{20})-segment-(\d{20})\.log$")
+# [0-9], not \d: names are ASCII (SPEC N4, N7); \d takes other scripts' digits, which int() reads.
+LEGACY_RE = re.compile(r"^segment-([0-9]{20})\.log$")
+GEN_RE = re.compile(r"^generation-([0-9]{20})-segment-([0-9]{20})\.log$")
 CUT_SUFFIX = ".cut"  # SPEC R22: an older ddq's staged tail cut
 RESERVE_SUFFIX = ".reserve"  # SPEC R12/R21: ddq's staged tail cut; also libddq's spare (N6)
 
@@ -82,6 +85,65 @@ OK, TORN, CORRUPT = 0, 1, 2
 VERDICT_NAMES = {OK: "clean", TORN: "torn-tail", CORRUPT: "corrupt"}
 
 
+# SPEC N7: an entry whose name begins with one of these is opened by ddq, so must be a regular file.
+QUEUE_PREFIXES = ("queue.", "segment-", "generation-")
+_TYPE_NAMES = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFLNK: "a symbolic link",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def not_regular(path: str) -> str | None:
+    """None when path is a regular file (lstat: a link is a link) or missing, else what it is
+    ("a FIFO, not a regular file"). Opens nothing (SPEC N7)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    return "%s, not a regular file" % _TYPE_NAMES.get(stat.S_IFMT(mode), "not a regular file")
+
+
+def read_entry(path: str, limit: int, bound: str) -> tuple[bytes | None, str | None]:
+    """(the bytes of path, None), or (None, why) when it is not a regular file of at most limit
+    bytes (bound names the limit, e.g. "segment_bytes (4096)"). Looks before it reads: lstat,
+    then an open that neither follows a link nor blocks on a FIFO, fstat, and a read of at most
+    limit + 1 bytes, so no file costs more memory or time than the options allow."""
+    why = not_regular(path)
+    if why is not None:
+        return None, why
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        return None, "unreadable (%s)" % (e.strerror or e)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None, "not a regular file"
+        if st.st_size > limit:
+            return None, "%d bytes, larger than %s" % (st.st_size, bound)
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        return None, "larger than %s" % bound
+    return data, None
+
+
+def index_limit(opts: Options) -> int:
+    """The largest queue.index these options can describe (SPEC X2): its header, a segment entry
+    per segment and, per item, its columns and at most one live, history and reason entry."""
+    return (
+        IX_HEADER
+        + IX_SEG * opts["max_segments"]
+        + (19 + IX_LIVE + IX_HIST + IX_REASON) * opts["max_items"]
+    )
+
+
 class NotAQueue(HostError):
     """The directory holds no segment, manifest or format marker."""
 
@@ -91,7 +153,9 @@ def check_options(opts: dict[str, Any] | None) -> Options:
     out = dict(DEFAULT_OPTIONS)
     for k, v in (opts or {}).items():
         if k in out and v is not None:
-            out[k] = int(v)
+            if type(v) is not int:  # (int() truncates 4096.9 and overflows on infinity)
+                raise ValueError("%s=%r is not an integer" % (k, v))
+            out[k] = v
     for k, (lo, hi) in OPTION_RANGES.items():
         if not lo <= out[k] <= hi:
             raise ValueError("%s=%d outside %d..%d" % (k, out[k], lo, hi))

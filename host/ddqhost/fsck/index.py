@@ -21,6 +21,8 @@ from .format import (
     IndexFile,
     _index_json,
     decode_index,
+    index_limit,
+    read_entry,
 )
 
 if TYPE_CHECKING:
@@ -43,12 +45,13 @@ class IndexCheck:
         self.header: JSON | None = None
         if INDEX_NAME not in names:
             return
-        fp = os.path.join(path, INDEX_NAME)
-        if not os.path.isfile(fp):
-            self._set("damaged", "not a regular file")
+        data, why = read_entry(
+            os.path.join(path, INDEX_NAME), index_limit(rep.options), "these options allow"
+        )
+        if data is None:
+            why = why or "unreadable"
+            self._set("damaged", "not a regular file" if why.endswith("regular file") else why)
             return
-        with open(fp, "rb") as f:
-            data = f.read()
         if len(data) >= IX_HEADER:
             self.header = dict(zip(IX_FIELDS, struct.unpack_from(IX_FMT, data), strict=True))
         self.ix, why = decode_index(data)

@@ -16,9 +16,11 @@ from .format import (
     INDEX_TMP,
     JSON,
     LOCK_NAME,
+    MAN_SIZE,
     MANIFEST_NAME,
     MANIFEST_TMP,
     OK,
+    QUEUE_PREFIXES,
     REC_FOOTER,
     RESERVE_SUFFIX,
     S_ACKED,
@@ -45,7 +47,9 @@ from .format import (
     decode_manifest,
     decode_record,
     leftover_extra,
+    not_regular,
     parse_segment_name,
+    read_entry,
 )
 from .index import IndexCheck
 
@@ -188,6 +192,14 @@ def scan(
     opts = check_options(options)
     rep = Report(path, opts)
     names = sorted(os.listdir(path))
+    seg_bound = "segment_bytes (%d)" % opts["segment_bytes"]
+    # SPEC N7: every entry ddq may open is a regular file, checked before anything is opened.
+    for n in names:
+        why = n.startswith(QUEUE_PREFIXES) and not_regular(os.path.join(path, n))
+        if why and not why.startswith("a directory"):  # (a directory: the rules of its name)
+            rep.add("corrupt", "%s is %s: ddq refuses the directory (SPEC N7)" % (n, why), file=n)
+    if rep.problems:
+        return rep
     segs_by_gen: dict[int, list[tuple[int, str]]] = {}
     for n in names:
         parsed = parse_segment_name(n)
@@ -201,10 +213,13 @@ def scan(
         if target is None:
             continue
         tp = os.path.join(path, target)
-        if target in names and not (os.path.isfile(tp) and os.path.getsize(tp) == 0):
+        if target in names and os.lstat(tp).st_size != 0:
             continue
-        with open(os.path.join(path, n), "rb") as f:
-            holds = leftover_extra(f.read(), None) is not None
+        left, why = read_entry(os.path.join(path, n), opts["segment_bytes"], seg_bound)
+        if left is None:
+            rep.add("corrupt", "%s is %s (SPEC N7, R15)" % (n, why), file=n)
+            return rep
+        holds = leftover_extra(left, None) is not None
         if not holds:
             continue  # deleted by recovery
         parsed = parse_segment_name(target)
@@ -236,9 +251,9 @@ def scan(
     man_name = MANIFEST_NAME
     if not has_manifest and has_marker:
         tp = os.path.join(path, MANIFEST_TMP)
-        if MANIFEST_TMP in names and os.path.isfile(tp) and not os.path.islink(tp):
-            with open(tp, "rb") as f:
-                _fields, err = decode_manifest(f.read(), opts, has_marker)
+        tmp_bytes = read_entry(tp, MAN_SIZE + 1, "48 bytes")[0] if MANIFEST_TMP in names else None
+        if tmp_bytes is not None:
+            _fields, err = decode_manifest(tmp_bytes, opts, has_marker)
             if err is None:
                 man_name, has_manifest = MANIFEST_TMP, True
                 rep.add(
@@ -249,12 +264,10 @@ def scan(
                 )
                 rep.c_compatible = False
     if has_manifest:
-        mp = os.path.join(path, man_name)
-        if os.path.islink(mp) or not os.path.isfile(mp):
-            rep.add("corrupt", "queue.manifest is not a regular file", file=MANIFEST_NAME)
+        man_bytes, why = read_entry(os.path.join(path, man_name), MAN_SIZE + 1, "48 bytes")
+        if man_bytes is None:
+            rep.add("corrupt", "%s is %s" % (man_name, why), file=man_name)
             return ixc.unchecked()
-        with open(mp, "rb") as f:
-            man_bytes = f.read()
         fields, err = decode_manifest(man_bytes, opts, has_marker)
         rep.manifest = fields
         if err or fields is None:
@@ -314,16 +327,13 @@ def scan(
     st = _Replay(rep, opts, gen, cp, exact_segment_bytes)
     sizes = []
     for _sid, n in mine:
-        fp = os.path.join(path, sources.get(n, n))
-        sizes.append(os.path.getsize(fp) if os.path.isfile(fp) else -1)
+        sizes.append(os.lstat(os.path.join(path, sources.get(n, n))).st_size)
     st.snap_at = ixc.check_dir(gen, sizes, man_bytes, cp)
     for idx, (sid, n) in enumerate(mine):
-        fp = os.path.join(path, sources.get(n, n))
-        if not os.path.isfile(fp) or os.path.islink(fp):
-            rep.add("corrupt", "segment is not a regular file", file=n)
+        data, why = read_entry(os.path.join(path, sources.get(n, n)), opts["segment_bytes"], seg_bound)
+        if data is None:
+            rep.add("corrupt", "segment %s is %s (SPEC R15)" % (sources.get(n, n), why), file=n)
             return ixc.unchecked()
-        with open(fp, "rb") as f:
-            data = f.read()
         seg: JSON = {"name": n, "id": sid, "size": len(data), "records": [], "tail": None}
         rep.segments.append(seg)
         ixc.check_segment(idx, data)
@@ -371,13 +381,19 @@ def _classify_other_files(
             if not regular:
                 rep.add("corrupt", "%s is not a regular file" % n, file=n)
                 continue
-            seg = None
-            sp = os.path.join(path, target)
-            if target in names and os.path.isfile(sp):
-                with open(sp, "rb") as f:
-                    seg = f.read()
-            with open(fp, "rb") as f:
-                extra = leftover_extra(f.read(), seg)
+            limit = rep.options["segment_bytes"]
+            bound = "segment_bytes (%d)" % limit
+            seg, why, bad = None, None, target
+            if target in names:
+                seg, why = read_entry(os.path.join(path, target), limit, bound)
+            left = None
+            if why is None:
+                left, why = read_entry(fp, limit, bound)
+                bad = n
+            if left is None:
+                rep.add("corrupt", "%s is %s (SPEC R15)" % (bad, why), file=n)
+                continue
+            extra = leftover_extra(left, seg)
             if extra is None:
                 rep.obsolete.append(n)  # its segment holds all its records (R22)
             else:

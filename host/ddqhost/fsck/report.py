@@ -5,6 +5,16 @@ from .format import JSON, OK, STATE_NAMES, T_STATE, TORN
 from .replay import Report
 
 
+def printable(s: str) -> str:
+    """s with every character that is not printable (a newline, ESC and the other controls, a
+    line separator, an undecodable byte's surrogate) escaped as Python escapes it: one line of
+    text output stays one line, and no name, topic or reason can fake a line or drive the
+    terminal. (JSON output stays exact.)"""
+    if s.isprintable():
+        return s
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in s)
+
+
 def _human(n: int) -> str:
     if n < 1024:
         return "%d bytes" % n
@@ -102,7 +112,7 @@ def render_records(rep: Report, show_all: bool = False) -> str:
         hidden = len(s["records"]) - len(recs)
         if hidden:
             out.append("  (%d invalid records not shown; use --all)" % hidden)
-    return "\n".join(out) + "\n"
+    return "".join(printable(line) + "\n" for line in out)
 
 
 def render_verify(rep: Report) -> str:
@@ -163,4 +173,4 @@ def render_verify(rep: Report) -> str:
     else:
         nbad = len([p for p in rep.problems if p.kind == "corrupt"])
         out.append("result: corrupt (%d problem%s)" % (nbad, "" if nbad == 1 else "s"))
-    return "\n".join(out) + "\n"
+    return "".join(printable(line) + "\n" for line in out)
