@@ -89,8 +89,8 @@ def test_hold_holds_three_times_and_three_quarters_of_the_bound():
 def _drain(q, clock, window, quarantine_every=0, reason=b"why" * 40):
     # Claim up to window + 2 at a time (more than the window: a claim may then return None),
     # retry one in five once, quarantine some, ack the rest; never Full or Limit.
-    done, quar, rnd = 0, 0, 0
-    for rnd in range(100000):
+    done, quar = 0, 0
+    for _ in range(100000):
         cs = []
         for _ in range(window + 2):
             c = q.claim(60000)
