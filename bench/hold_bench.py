@@ -1,0 +1,86 @@
+"""Rows h1-h5 of `make bench` (issue 26): readings each board profile holds, and for how long.
+
+Per profile (boards/*.json, through tools/board_capacity.py: the same options, message and fill
+as docs/BOARDS.md), on CPython: the readings its queue takes before Full with the profile's own
+options, the same with libddq's admission (the profile without `window`), the bound B(n, w) of
+DESIGN §5.1 (the most n-byte items whose DATA records, a STATE for each of the window's claims
+and one 48-byte record fit by next-fit in max_segments segments; `window` 1 where the profile
+uses libddq's rule), and the hours that many readings last at the app's PERIOD_MS. The profile's
+max_items is lifted so that the admission rule is what is measured.
+"""
+import os
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(REPO, "tools"))
+
+TARGETS = {"x_libddq": 3.0, "x_bound": 0.75, "pico": 4000}
+
+
+def bound(n, window, segs, seg):
+    """B(n, w), DESIGN §5.1 (tests/test_hold.py computes the same)."""
+    def fits(k):
+        used, off = 1, 0
+        for r in [48 + n] * k + [72] * window + [48]:
+            if off + r > seg:
+                used, off = used + 1, 0
+            off += r
+        return used <= segs
+
+    lo, hi = 0, segs * seg // (48 + n) + 1
+    while lo < hi:
+        m = (lo + hi + 1) // 2
+        if fits(m):
+            lo = m
+        else:
+            hi = m - 1
+    return lo
+
+
+def run(smoke=False, tmp=None):
+    import board_capacity as bc
+
+    from ddqhost import boards
+
+    tmp = tmp or tempfile.mkdtemp(prefix="ddq-hold-")
+    os.makedirs(tmp, exist_ok=True)
+    out = {}
+    for name in boards.names():
+        prof = boards.load(name)
+        opts = dict(boards.queue_options(prof), max_items=bc.BIG)
+        payload = bc.message(prof)
+        held = bc.fill_cpython(opts, payload, os.path.join(tmp, name + "-h"))[0]
+        plain = {k: v for k, v in opts.items() if k not in boards.HOLD_KEYS}
+        libddq = bc.fill_cpython(plain, payload, os.path.join(tmp, name + "-l"))[0] \
+            if plain != opts else held
+        b = bound(len(payload), opts.get("window") or 1, opts["max_segments"],
+                  opts["segment_bytes"])
+        out[name] = {"held": held, "libddq": libddq, "bound": b, "n": len(payload),
+                     "window": opts.get("window", 0), "period_ms": bc.period_ms(prof)}
+    return out
+
+
+def rows(rep, R, fmt, verdict):
+    """Add rows h1-h5 to bench/run.py's Report from run()'s results R."""
+    if not R:
+        return
+    for k, name in enumerate(sorted(R)):
+        r = R[name]
+        hours = r["held"] * r["period_ms"] / 3600000.0
+        rule = "window %d" % r["window"] if r["window"] else "libddq's rule"
+        rid = "h%d" % (k + 1)
+        rep.row(rid, "%s readings held (%d B enveloped, %s) ÷ libddq's rule; %.1f h at 1 per %d s"
+                % (name, r["n"], rule, hours, r["period_ms"] // 1000), fmt(r["held"]),
+                fmt(r["libddq"]), fmt(r["held"] / r["libddq"]), "≥ 3",
+                verdict(r["held"] / r["libddq"], TARGETS["x_libddq"]))
+        rep.row(rid + "b", "%s readings held ÷ the bound B(n, w) (DESIGN §5.1)" % name,
+                fmt(r["held"]), fmt(r["bound"]), fmt(r["held"] / r["bound"]), "≥ 0.75",
+                verdict(r["held"] / r["bound"], TARGETS["x_bound"]))
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps(run(), indent=1, sort_keys=True))
