@@ -224,15 +224,17 @@ def test_flash_installs_what_the_app_imports(tmp_path):
     unix, pyb = boards.load("UNIX"), boards.load("PYBV11")
     # No app: every port module the board can load; no socket on PYBV11, so no ddq_mqtt.
     assert names(transfer.modules_to_install(unix)) == [
-        "ddq.py", "ddq_recover.py", "ddq_compact.py", "ddq_extra.py", "ddq_cut.py", "ddq_index.py",
-        "ddq_reclaim.py", "ddq_outbox.py", "ddq_mqtt.py", "ddq_group.py", "ddq_salvage.py"]
+        "ddq.py", "ddq_recover.py", "ddq_compact.py", "ddq_extra.py", "ddq_cut.py", "ddq_hold.py",
+        "ddq_index.py", "ddq_reclaim.py", "ddq_outbox.py", "ddq_mqtt.py", "ddq_group.py", "ddq_salvage.py"]
     assert names(transfer.modules_to_install(pyb)) == [
-        "ddq.py", "ddq_recover.py", "ddq_compact.py", "ddq_extra.py", "ddq_cut.py", "ddq_index.py",
-        "ddq_reclaim.py", "ddq_outbox.py", "ddq_group.py", "ddq_salvage.py"]
+        "ddq.py", "ddq_recover.py", "ddq_compact.py", "ddq_extra.py", "ddq_cut.py", "ddq_hold.py",
+        "ddq_index.py", "ddq_reclaim.py", "ddq_outbox.py", "ddq_group.py", "ddq_salvage.py"]
     # An app: ddq, the modules it loads by itself (ddq_cut: its recovery imports it on demand, SPEC
-    # R22) and what the app imports (also inside functions, and `from ... import`).
+    # R22; ddq_hold: a Queue with window > 0, SPEC H1) and what the app imports (also inside
+    # functions, and `from ... import`).
     plain = _app(tmp_path, "import time\nimport ddq\n")
-    core = ["ddq.py", "ddq_recover.py", "ddq_compact.py", "ddq_extra.py", "ddq_cut.py"]
+    core = ["ddq.py", "ddq_recover.py", "ddq_compact.py", "ddq_extra.py", "ddq_cut.py",
+            "ddq_hold.py"]
     assert names(transfer.modules_to_install(unix, plain)) == core
     ob = _app(tmp_path, "def f():\n    from ddq_outbox import Outbox\n")
     assert names(transfer.modules_to_install(pyb, ob)) == core + ["ddq_outbox.py"]
