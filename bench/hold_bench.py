@@ -16,7 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "tools"))
 
-TARGETS = {"x_libddq": 3.0, "x_bound": 0.75, "pico": 4000}
+TARGETS = {"x_libddq": 3.0, "x_bound": 0.75, "pico": 4000, "batched": 20000}
 
 
 def bound(n, window, segs, seg):
@@ -58,8 +58,39 @@ def run(smoke=False, tmp=None):
         b = bound(len(payload), opts.get("window") or 1, opts["max_segments"],
                   opts["segment_bytes"])
         out[name] = {"held": held, "libddq": libddq, "bound": b, "n": len(payload),
-                     "window": opts.get("window", 0), "period_ms": bc.period_ms(prof)}
+                     "window": opts.get("window", 0), "period_ms": bc.period_ms(prof),
+                     "batched": batched(prof, opts, os.path.join(tmp, name + "-b"))}
     return out
+
+
+def batched(prof, opts, path):
+    """25-byte readings (board_capacity.READING) a BatchOutbox with the profile's options holds
+    before Full, batch_bytes = max_payload_bytes (OUTBOX B1-B3)."""
+    import shutil
+
+    import board_capacity as bc
+
+    import ddq
+    from ddq_batch import BatchOutbox
+
+    t = [1767225600000]
+
+    def clock():
+        t[0] += 10000
+        return t[0]
+
+    ob = BatchOutbox(path, clock=clock, ticks=lambda: 0, batch_bytes=opts["max_payload_bytes"],
+                     batch_ms=0, sync="none", **opts)
+    n = 0
+    try:
+        for _ in range(10 ** 6):
+            ob.put("sensors/%s/t" % prof["board"].lower(), bc.READING)
+            n += 1
+    except ddq.Full:
+        pass
+    ob.queue.close()
+    shutil.rmtree(path, ignore_errors=True)
+    return n
 
 
 def rows(rep, R, fmt, verdict):
@@ -78,6 +109,15 @@ def rows(rep, R, fmt, verdict):
         rep.row(rid + "b", "%s readings held ÷ the bound B(n, w) (DESIGN §5.1)" % name,
                 fmt(r["held"]), fmt(r["bound"]), fmt(r["held"] / r["bound"]), "≥ 0.75",
                 verdict(r["held"] / r["bound"], TARGETS["x_bound"]))
+        if r.get("batched"):
+            pico = name == "RPI_PICO"
+            rep.row(rid + "c", "%s 25-byte readings held in shared items (ddq_batch, batch_bytes "
+                    "= max_payload_bytes); %.1f h at 1 per %d s" % (
+                        name, r["batched"] * r["period_ms"] / 3600000.0, r["period_ms"] // 1000),
+                    fmt(r["batched"]), "20,000" if pico else "—",
+                    fmt(r["batched"] / TARGETS["batched"]) if pico else "—",
+                    "≥ 20,000" if pico else "report",
+                    verdict(r["batched"] / TARGETS["batched"], 1.0) if pico else "report")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ returned, and one in flight at a power cut is sent again when its lease ends (LE
 A board's main.py defines its settings (OPTIONS, the queue options of its profile; TOPIC;
 BROKER, CLIENT_ID, WIFI_SSID, WIFI_PASSWORD where it has a network; any of DEFAULTS it wants
 otherwise: QUEUE_DIR, LEASE_MS, RETRY_BASE_MS, RETRY_MAX_MS, MAX_ATTEMPTS, PERIOD_MS, BUDGET,
-BROKER_PORT, KEEPALIVE_S) and read_sensor(), then calls `ddq_app.bind(globals())`, which gives it
+BATCH_BYTES, BATCH_MS, BROKER_PORT, KEEPALIVE_S) and read_sensor(), then calls `ddq_app.bind(globals())`, which gives it
 run(), run_async() and Wifi over those settings. Settings are read when they are used, so
 `main.LEASE_MS = 2000` before main.run() takes effect.
 `ddq flash --example-app` installs this module with the app (the app imports it).
@@ -49,6 +49,10 @@ DEFAULTS = {
     "MAX_ATTEMPTS": 0,
     "PERIOD_MS": 10000,  # one reading every PERIOD_MS
     "BUDGET": 16,  # messages one pump may send before the loop reads the sensor again
+    # 0: each reading its own queue item; N: readings share items of up to N bytes (ddq_batch),
+    # each item written when full or BATCH_MS after its first reading (OUTBOX B1-B3: a reading
+    # is on flash once its item is written, not when put() returns)
+    "BATCH_BYTES": 0, "BATCH_MS": 60000,
     "BROKER": "127.0.0.1", "BROKER_PORT": 1883, "CLIENT_ID": b"ddq", "KEEPALIVE_S": 60,
     "WIFI_SSID": None, "WIFI_PASSWORD": None,  # None: no WiFi to join (the port's own network)
 }
@@ -129,9 +133,17 @@ def make_link(cfg: "Cfg") -> "Any":
 def open_outbox(cfg: "Cfg", queue_dir: "Optional[str]" = None) -> ddq_outbox.Outbox:
     """The board's outbox: its queue options and lease, this app's retry policy."""
     base = max(1, cfg["RETRY_BASE_MS"])
-    return ddq_outbox.Outbox(queue_dir or cfg["QUEUE_DIR"], lease_ms=cfg["LEASE_MS"],
-                             min_retry_ms=base, max_retry_ms=max(base, cfg["RETRY_MAX_MS"]),
-                             max_attempts=cfg["MAX_ATTEMPTS"], **cfg["OPTIONS"])
+    kw = dict(cfg["OPTIONS"])
+    cls: "Any" = ddq_outbox.Outbox
+    if cfg["BATCH_BYTES"]:  # readings that share items (port/ddq_batch.py) [B1]
+        from ddq_batch import BatchOutbox
+
+        cls = BatchOutbox
+        kw["batch_bytes"], kw["batch_ms"] = cfg["BATCH_BYTES"], cfg["BATCH_MS"]
+    ob: ddq_outbox.Outbox = cls(queue_dir or cfg["QUEUE_DIR"], lease_ms=cfg["LEASE_MS"],
+                                min_retry_ms=base, max_retry_ms=max(base, cfg["RETRY_MAX_MS"]),
+                                max_attempts=cfg["MAX_ATTEMPTS"], **kw)
+    return ob
 
 
 def _reading(cfg: "Cfg", ob: ddq_outbox.Outbox, n: int) -> None:

@@ -149,7 +149,7 @@ def mpy_header(path: str) -> bytes:
 # the example apps' shared part: installed only with an app that imports it.
 PORT_MODULES = (
     "ddq", "ddq_recover", "ddq_compact", "ddq_extra", "ddq_cut", "ddq_hold", "ddq_index",
-    "ddq_reclaim", "ddq_outbox", "ddq_mqtt", "ddq_group", "ddq_salvage", "ddq_app",
+    "ddq_reclaim", "ddq_outbox", "ddq_batch", "ddq_mqtt", "ddq_group", "ddq_salvage", "ddq_app",
 )
 # ddq itself loads these by name (open, compaction, the less used methods): always installed.
 # ddq_cut: R22; ddq_hold: a Queue with window > 0 (SPEC §10.1), as the board profiles' apps open

@@ -225,10 +225,10 @@ def test_flash_installs_what_the_app_imports(tmp_path):
     # No app: every port module the board can load; no socket on PYBV11, so no ddq_mqtt.
     assert names(transfer.modules_to_install(unix)) == [
         "ddq.py", "ddq_recover.py", "ddq_compact.py", "ddq_extra.py", "ddq_cut.py", "ddq_hold.py",
-        "ddq_index.py", "ddq_reclaim.py", "ddq_outbox.py", "ddq_mqtt.py", "ddq_group.py", "ddq_salvage.py"]
+        "ddq_index.py", "ddq_reclaim.py", "ddq_outbox.py", "ddq_batch.py", "ddq_mqtt.py", "ddq_group.py", "ddq_salvage.py"]
     assert names(transfer.modules_to_install(pyb)) == [
         "ddq.py", "ddq_recover.py", "ddq_compact.py", "ddq_extra.py", "ddq_cut.py", "ddq_hold.py",
-        "ddq_index.py", "ddq_reclaim.py", "ddq_outbox.py", "ddq_group.py", "ddq_salvage.py"]
+        "ddq_index.py", "ddq_reclaim.py", "ddq_outbox.py", "ddq_batch.py", "ddq_group.py", "ddq_salvage.py"]
     # An app: ddq, the modules it loads by itself (ddq_cut: its recovery imports it on demand, SPEC
     # R22; ddq_hold: a Queue with window > 0, SPEC H1) and what the app imports (also inside
     # functions, and `from ... import`).
