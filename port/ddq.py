@@ -977,7 +977,7 @@ class Queue:
             raise _err(_X_SEQS)
         ix = self._ix
         if self._win:
-            self._hold(n)  # the hold rule, port/ddq_hold.py [H2]
+            __import__("ddq_hold").hold(self, n)  # the hold rule, port/ddq_hold.py [H2]
         elif self._sh is not None:
             self._rm.admit(self, n)  # the inline generation's answer, then g's room [C14]
         elif not self._admit(n) or ix.n >= self._max_items:
@@ -1024,7 +1024,8 @@ class Queue:
             if ix.state(i) == _AVAILABLE and (e[3] <= now or e[3] - now > _U32):
                 if best < 0 or s < best_seq:
                     best, best_seq = i, s
-        if f < ix.n and (not self._win or len(live) < self._win or self._room()):  # [H3]
+        if f < ix.n and (not self._win or len(live) < self._win
+                         or __import__("ddq_hold").room(self)):  # [H3]
             fs = ix.seq(f)
             if best < 0 or fs < best_seq:
                 best, best_seq = f, fs
@@ -1230,9 +1231,6 @@ class Queue:
     reason: "Callable[[int], bytes]"
     save_index: "Callable[[], None]"
     quarantine: "Callable[..., bool]"
-    # In port/ddq_hold.py (window > 0 only).
-    _hold: "Callable[[int], None]"
-    _room: "Callable[[], bool]"
 
 # Methods and module attributes that live in modules beside ddq.py (DESIGN §13): the first use
 # of a method imports its module and attaches all of that module's methods to Queue; a queue
@@ -1245,8 +1243,7 @@ _LAZY = {"compact": "ddq_compact", "purge": "ddq_compact", "_compact": "ddq_comp
          "stats": "ddq_extra", "items": "ddq_extra", "oldest_available": "ddq_extra",
          "lapsed": "ddq_extra", "claim_seq": "ddq_extra", "claim_ordered": "ddq_extra",
          "recover": "ddq_extra", "reason": "ddq_extra", "save_index": "ddq_extra",
-         "quarantine": "ddq_extra", "_hold": "ddq_hold", "_room": "ddq_hold",
-         "decode_manifest": "=ddq_recover",
+         "quarantine": "ddq_extra", "decode_manifest": "=ddq_recover",
          "parse_segment_name": "=ddq_compact",
          "encode_manifest": "=ddq_compact", "Item": "=ddq_extra", "Stats": "=ddq_extra"}
 

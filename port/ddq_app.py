@@ -9,9 +9,10 @@ delay, and new readings keep being queued. It survives resets: a reading is on f
 returned, and one in flight at a power cut is sent again when its lease ends (LEASE_MS).
 
 A board's main.py defines its settings (OPTIONS, the queue options of its profile; TOPIC;
-BROKER, CLIENT_ID, WIFI_SSID, WIFI_PASSWORD where it has a network; any of DEFAULTS it wants
+BROKER, CLIENT_ID, WIFI_SSID, WIFI_PASSWORD where it has a network; OUTBOX = "ddq_batch" to batch
+readings (OUTBOX §13.4); any of DEFAULTS it wants
 otherwise: QUEUE_DIR, LEASE_MS, RETRY_BASE_MS, RETRY_MAX_MS, MAX_ATTEMPTS, PERIOD_MS, BUDGET,
-BATCH_BYTES, BATCH_MS, BROKER_PORT, KEEPALIVE_S) and read_sensor(), then calls `ddq_app.bind(globals())`, which gives it
+BROKER_PORT, KEEPALIVE_S) and read_sensor(), then calls `ddq_app.bind(globals())`, which gives it
 run(), run_async() and Wifi over those settings. Settings are read when they are used, so
 `main.LEASE_MS = 2000` before main.run() takes effect.
 `ddq flash --example-app` installs this module with the app (the app imports it).
@@ -49,10 +50,6 @@ DEFAULTS = {
     "MAX_ATTEMPTS": 0,
     "PERIOD_MS": 10000,  # one reading every PERIOD_MS
     "BUDGET": 16,  # messages one pump may send before the loop reads the sensor again
-    # 0: each reading its own queue item; N: readings share items of up to N bytes (ddq_batch),
-    # each item written when full or BATCH_MS after its first reading (OUTBOX B1-B3: a reading
-    # is on flash once its item is written, not when put() returns)
-    "BATCH_BYTES": 0, "BATCH_MS": 60000,
     "BROKER": "127.0.0.1", "BROKER_PORT": 1883, "CLIENT_ID": b"ddq", "KEEPALIVE_S": 60,
     "WIFI_SSID": None, "WIFI_PASSWORD": None,  # None: no WiFi to join (the port's own network)
 }
@@ -133,16 +130,14 @@ def make_link(cfg: "Cfg") -> "Any":
 def open_outbox(cfg: "Cfg", queue_dir: "Optional[str]" = None) -> ddq_outbox.Outbox:
     """The board's outbox: its queue options and lease, this app's retry policy."""
     base = max(1, cfg["RETRY_BASE_MS"])
-    kw = dict(cfg["OPTIONS"])
-    cls: "Any" = ddq_outbox.Outbox
-    if cfg["BATCH_BYTES"]:  # readings that share items (port/ddq_batch.py) [B1]
-        from ddq_batch import BatchOutbox
-
-        cls = BatchOutbox
-        kw["batch_bytes"], kw["batch_ms"] = cfg["BATCH_BYTES"], cfg["BATCH_MS"]
+    # OUTBOX = "ddq_batch" in a board's main.py (not in DEFAULTS, no new names here: a board's
+    # heap): readings share queue items of up to 240 bytes, each written when full or a minute
+    # after its first reading (OUTBOX B1-B3: a reading is on flash once its item is written, not
+    # when put() returns); `ddq flash` installs ddq_batch for such an app.
+    cls = __import__(cfg.get("OUTBOX", "ddq_outbox")).Outbox
     ob: ddq_outbox.Outbox = cls(queue_dir or cfg["QUEUE_DIR"], lease_ms=cfg["LEASE_MS"],
                                 min_retry_ms=base, max_retry_ms=max(base, cfg["RETRY_MAX_MS"]),
-                                max_attempts=cfg["MAX_ATTEMPTS"], **kw)
+                                max_attempts=cfg["MAX_ATTEMPTS"], **cfg["OPTIONS"])
     return ob
 
 

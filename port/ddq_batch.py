@@ -18,7 +18,7 @@ __version__ = "0.1.0"
 # Copyright (c) 2026 the ddq authors. BSD-3-Clause.
 
 from ddq import Full, InvalidArgument, _bytes_arg, _opt
-from ddq_outbox import BadEnvelope, Message, Outbox, _tdiff, publishable
+from ddq_outbox import BadEnvelope, Message, Outbox as Base, _tdiff, publishable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def entries(m: Message) -> "list[Message]":
     return out
 
 
-class BatchOutbox(Outbox):
+class BatchOutbox(Base):
     """An Outbox whose readings share DDQ items: batch_bytes (the item's envelope at most) and
     batch_ms (the oldest reading's wait, checked at put() and tick(): pump calls it) [B1]."""
 
@@ -99,7 +99,7 @@ class BatchOutbox(Outbox):
         a key is put on its own, as Outbox.put."""
         if key:
             self.flush()  # keep the order of what is put
-            return Outbox.put(self, topic, payload, qos, retain, ttl_ms, key)
+            return Base.put(self, topic, payload, qos, retain, ttl_ms, key)
         t = bytes(_bytes_arg(topic, "topic"))
         p = bytes(_bytes_arg(payload, "payload"))
         why = publishable(t, self._max_topic)
@@ -158,14 +158,14 @@ class BatchOutbox(Outbox):
         """Write the open batch once batch_ms passed; group commit as Outbox.tick [B3]."""
         if self._open is not None and self._late(self._open):
             self.flush()
-        Outbox.tick(self)
+        Base.tick(self)
 
     def close(self) -> None:
         try:
             if self.queue.stats().failed == 0:
                 self.flush()
         finally:
-            Outbox.close(self)
+            Base.close(self)
 
     # ------------------------------------------------------------------ delivery
     def get(self, lease_ms: "Optional[int]" = None) -> "Optional[Message]":
@@ -174,7 +174,7 @@ class BatchOutbox(Outbox):
             m = self._next()
             if m is not None:
                 return m
-            it = Outbox.get(self, lease_ms)
+            it = Base.get(self, lease_ms)
             if it is None or it.key != KEY:
                 return it  # nothing ready, or a message put on its own
             try:
@@ -226,7 +226,7 @@ class BatchOutbox(Outbox):
     def ack(self, m: Message) -> bool:
         """One reading confirmed; its item is acked when all its readings are [B4]."""
         if m.seq < _ID:
-            return Outbox.ack(self, m)
+            return Base.ack(self, m)
         s, k = self._split(m)
         d = self._done.get(s, 0)
         if d >> k & 1:
@@ -240,18 +240,18 @@ class BatchOutbox(Outbox):
         """A reading failed: its whole item is retried (backoff) with the readings not yet
         confirmed; confirmed ones are not sent again in this run [B5]."""
         if m.seq < _ID:
-            return Outbox.nack(self, m, why)
+            return Base.nack(self, m, why)
         s = self._split(m)[0]
         p = self._parts.pop(s, None)
         if p is None:
             return None  # the item was retried already (another reading of it failed)
-        return Outbox.nack(self, p[0], why)
+        return Base.nack(self, p[0], why)
 
     def _quar(self, seq: int, cls: str, why: "Any" = "", counter: str = "") -> None:
         # A reading is refused for good (rejected, unpublishable): dropped and counted; its
         # item is acked when the rest are confirmed (one reading cannot be dead-lettered) [B5].
         if seq < _ID:
-            Outbox._quar(self, seq, cls, why, counter)
+            Base._quar(self, seq, cls, why, counter)
             return
         s, k = self._split(_m(seq))
         self._done[s] = self._done.get(s, 0) | 1 << k
@@ -260,7 +260,7 @@ class BatchOutbox(Outbox):
 
     def _release(self, m: Message, why: str) -> None:
         if m.seq < _ID:
-            Outbox._release(self, m, why)
+            Base._release(self, m, why)
         elif self._parts.pop(self._split(m)[0], None) is not None:
             s = self._split(m)[0]
             self.queue.retry(s, 0)  # failure="stop": due again at once [E26]
@@ -270,13 +270,13 @@ class BatchOutbox(Outbox):
     def _reread(self, m: Message) -> Message:
         # A reading to resend (windowed delivery): from the item's readings in RAM [E25].
         if m.seq < _ID:
-            return Outbox._reread(self, m)
+            return Base._reread(self, m)
         s, k = self._split(m)
         p = self._parts.get(s)
         if p is None:
             it = _m(s)
             it.topic = "-"  # an envelope, not raw
-            rs = entries(Outbox._reread(self, it))
+            rs = entries(Base._reread(self, it))
         else:
             rs = p[1]
         r = rs[k]
@@ -286,7 +286,10 @@ class BatchOutbox(Outbox):
     def _lapsed(self, now: int) -> None:
         for s, _a in self.queue.lapsed(now):
             self._parts.pop(s, None)  # retried below: handed out again from the start
-        Outbox._lapsed(self, now)
+        Base._lapsed(self, now)
+
+
+Outbox = BatchOutbox  # (what ddq_app opens for a board's OUTBOX = "ddq_batch")
 
 
 def _m(seq: int) -> Message:

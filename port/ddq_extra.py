@@ -81,7 +81,7 @@ def claim_ordered(self: "Queue", lease_ms: int) -> "Optional[Claim]":
         self._sweep(h, now)
         if ix.state(head) != _AVAILABLE or not (h[3] <= now or h[3] - now > _U32):
             return None
-    elif self._win and len(live) >= self._win and not self._room():
+    elif self._win and len(live) >= self._win and not __import__("ddq_hold").room(self):
         return None  # the hold rule: no room for one more item with history [H3]
     return self._take(hs, now + lease_ms, head)
 
@@ -97,7 +97,8 @@ def claim_seq(self: "Queue", seq: int, lease_ms: int) -> Claim:
     s = self._ix.state(i)
     if s != _AVAILABLE:
         raise BadState("item %d is %s, not available" % (seq, STATES[s]))
-    if e is None and self._win and len(self._ix.live) >= self._win and not self._room():
+    if e is None and self._win and len(self._ix.live) >= self._win \
+            and not __import__("ddq_hold").room(self):
         raise _err(_X_RESERVE)  # the hold rule: no room for one more item with history [H3]
     return self._take(seq, now + lease_ms, i)
 

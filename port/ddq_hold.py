@@ -5,9 +5,9 @@ terminal record sized for the longest reason: on a board about 85 % of the log g
 that are almost never written. The hold rule reserves what a drain really needs (DESIGN §5.1):
 the items' own DATA records, a STATE for each item with history (at least `window` of them: the
 claims in flight) and the quarantine evidence (at least `evidence_bytes`), against the room a
-next-fit copy is sure to find in max_segments segments. Queue attaches these functions as its
-methods at their first use (ddq's `_lazy`); a queue opened without `window` never loads this
-module.
+next-fit copy is sure to find in max_segments segments. ddq.Queue imports it by name where it
+needs it (enqueue, claim; ddq_extra: claim_ordered, claim_seq, quarantine); a queue opened
+without `window` never loads this module.
 
 Format: unchanged (SPEC §10.1 [H1]-[H7]); design: docs/DESIGN.md §5.1.
 """
@@ -68,7 +68,7 @@ def slack(self: "Queue", dd: int, dh: int, dq: int) -> int:
     return rest - hd[0] - dd
 
 
-def _hold(self: "Queue", n: int) -> None:
+def hold(self: "Queue", n: int) -> None:
     """Admit an n-byte payload under the hold rule or raise Full; nothing is written [H2]."""
     if self._ix.n >= self._max_items:  # as A6: compact with one acked item required
         self._compact(_MIN_REC + n, 1)
@@ -80,7 +80,7 @@ def _hold(self: "Queue", n: int) -> None:
         hd[1] += 1
 
 
-def _room(self: "Queue") -> bool:
+def room(self: "Queue") -> bool:
     """Whether one more item may gain history (a first claim: its STATE in a copy) [H3]."""
     return slack(self, 0, 1, 0) >= 0
 

@@ -136,3 +136,20 @@ def test_batch_directory_is_ddq():
     m = ddq_outbox.decode_envelope(q.read(1))
     assert m.key == KEY and m.topic == "s/t" and m.enqueued_ms == T0 + 5000, (m.key, m.topic)
     q.close()
+
+
+def test_board_app_setting():
+    # EVIDENCE-OF: B1
+    import ddq_app
+
+    d = support.tmpdir() + "/q"
+    cfg = dict(ddq_app.DEFAULTS, OPTIONS=OPTS, OUTBOX="ddq_batch")
+    ob = ddq_app.open_outbox(cfg, d)
+    assert isinstance(ob, BatchOutbox)
+    ob.put("s/t", b"x")
+    assert ob.queue.stats().total_items == 0  # in the open batch
+    ob.close()
+    cfg.pop("OUTBOX")
+    ob = ddq_app.open_outbox(cfg, d)  # the default: one reading, one item
+    assert not isinstance(ob, BatchOutbox) and ob.queue.stats().total_items == 1
+    ob.close()

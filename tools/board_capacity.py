@@ -113,7 +113,7 @@ print("RESULT " + json.dumps({"n": n, "ok": ok, "end": end, "import": m1 - m0,
 
 
 ON_DEMAND = ("ddq_recover", "ddq_compact", "ddq_extra", "ddq_cut", "ddq_index", "ddq_reclaim",
-             "ddq_salvage", "ddq_hold")  # loaded by ddq.Queue by name (SPEC O21)
+             "ddq_salvage", "ddq_hold", "ddq_batch")  # loaded by name (O21; ddq_batch: BATCH_BYTES)
 
 
 def app_imports(prof):

@@ -160,7 +160,8 @@ APP_ONLY = ("ddq_app",)
 
 def port_imports(path: str) -> set[str]:
     """Names of port modules that the Python file at path imports (any nesting level), and
-    ddq_salvage where it passes on_corrupt="salvage" (ddq imports it when recovery finds damage)."""
+    ddq_salvage where it passes on_corrupt="salvage" (ddq imports it when recovery finds damage),
+    ddq_batch where it sets OUTBOX = "ddq_batch" (ddq_app imports it then)."""
     with open(path, "rb") as f:
         tree = ast.parse(f.read(), path)
     out: set[str] = set()
@@ -172,6 +173,10 @@ def port_imports(path: str) -> set[str]:
         elif (isinstance(node, ast.keyword) and node.arg == "on_corrupt"
               and isinstance(node.value, ast.Constant) and node.value.value == "salvage"):
             names = ["ddq_salvage"]  # Queue/Outbox(..., on_corrupt="salvage") imports it on demand (K9)
+        elif (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+              and node.value.value == "ddq_batch"
+              and any(getattr(t, "id", "") == "OUTBOX" for t in node.targets)):
+            names = ["ddq_batch"]  # an app's OUTBOX = "ddq_batch": ddq_app opens it (OUTBOX B1)
         else:
             continue
         out.update(n.split(".")[0] for n in names if n.split(".")[0] in PORT_MODULES)

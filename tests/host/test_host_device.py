@@ -68,8 +68,7 @@ def test_flash_py_then_mpy(board):
     # beside the new ddq).
     assert [w["path"] for w in res["written"]] == [
         ":ddq.mpy", ":ddq_recover.mpy", ":ddq_compact.mpy", ":ddq_extra.mpy", ":ddq_cut.mpy",
-        ":ddq_hold.mpy", ":ddq_outbox.mpy", ":ddq_batch.mpy", ":ddq_mqtt.mpy", ":ddq_app.mpy",
-        ":main.py"]
+        ":ddq_hold.mpy", ":ddq_outbox.mpy", ":ddq_mqtt.mpy", ":ddq_app.mpy", ":main.py"]
     assert sorted(res["removed"]) == sorted(mods) and res["imported_from"].endswith("ddq.mpy")
     with Device(board.tty, soft_reset=False) as dev:
         sizes = {n: size for n, _d, size in dev.listdir(":")}

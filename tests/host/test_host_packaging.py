@@ -245,6 +245,9 @@ def test_flash_installs_what_the_app_imports(tmp_path):
     # on_corrupt="salvage": ddq imports ddq_salvage when recovery finds damage (SPEC K9)
     sv = _app(tmp_path, "import ddq\nq = ddq.Queue('q', on_corrupt='salvage')\n")
     assert names(transfer.modules_to_install(pyb, sv)) == core + ["ddq_salvage.py"]
+    # OUTBOX = "ddq_batch": ddq_app opens a ddq_batch.BatchOutbox (OUTBOX B1)
+    bt = _app(tmp_path, "import ddq_app\nOUTBOX = 'ddq_batch'\n")
+    assert "ddq_batch.py" in names(transfer.modules_to_install(pyb, bt))
     for name in boards.names():  # each example app loads on its own board
         prof = boards.load(name)
         transfer.modules_to_install(prof, boards.app_path(prof))
