@@ -131,7 +131,7 @@ def open_outbox(cfg: "Cfg", queue_dir: "Optional[str]" = None) -> ddq_outbox.Out
     """The board's outbox: its queue options and lease, this app's retry policy."""
     base = max(1, cfg["RETRY_BASE_MS"])
     # OUTBOX = "ddq_batch" in a board's main.py (not in DEFAULTS, no new names here: a board's
-    # heap): readings share queue items of up to 240 bytes, each written when full or a minute
+    # heap): readings share queue items of up to max_payload_bytes, each written when full or a minute
     # after its first reading (OUTBOX B1-B3: a reading is on flash once its item is written, not
     # when put() returns); `ddq flash` installs ddq_batch for such an app.
     cls = __import__(cfg.get("OUTBOX", "ddq_outbox")).Outbox

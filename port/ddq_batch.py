@@ -1,7 +1,7 @@
 """ddq_batch: many small readings in one DDQ item, delivered as separate messages.
 
     from ddq_batch import BatchOutbox
-    ob = BatchOutbox("outbox", batch_bytes=240, batch_ms=60000, **board_options)
+    ob = BatchOutbox("outbox", batch_ms=60000, **board_options)  # batches up to max_payload
     ob.put("sensors/t", b"21.5")       # into the open batch (RAM) ...
     ob.pump(send)                      # ... each reading reaches send() as its own Message
 
@@ -77,13 +77,15 @@ def entries(m: Message) -> "list[Message]":
 
 
 class BatchOutbox(Base):
-    """An Outbox whose readings share DDQ items: batch_bytes (the item's envelope at most) and
-    batch_ms (the oldest reading's wait, checked at put() and tick(): pump calls it) [B1]."""
+    """An Outbox whose readings share DDQ items: batch_bytes (the item's envelope at most; 0:
+    max_payload_bytes, up to 4 KiB) and batch_ms (the oldest reading's wait, checked at put()
+    and tick(): pump calls it) [B1]."""
 
-    def __init__(self, queue: "Any", batch_bytes: int = 240, batch_ms: int = 60000,
+    def __init__(self, queue: "Any", batch_bytes: int = 0, batch_ms: int = 60000,
                  **kw: "Any") -> None:
         super().__init__(queue, **kw)
-        self._bb = _opt(batch_bytes, 32, 0xFFFFFFFF, "batch_bytes")
+        # 0: the longest payload the queue takes (up to 4 KiB: its reason budget, O6)
+        self._bb = _opt(batch_bytes, 0, 0xFFFFFFFF, "batch_bytes") or self.queue.reason_budget
         self._bms = _opt(batch_ms, 0, _MAX_WAIT, "batch_ms")
         # The open batch: [topic, qos, retain, ttl, first ms, last ms, entries, ticks, count]
         self._open: "Optional[list[Any]]" = None

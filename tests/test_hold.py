@@ -210,3 +210,36 @@ def test_hold_directory_without_the_option():
     assert n == held
     assert q.enqueue(READING) == held + 1
     q.close()
+
+
+def test_hold_records_bound_with_large_records():
+    # EVIDENCE-OF: H2 H5 C8
+    # 976-byte payloads: 1,024-byte records, 4 to a 4 KiB segment. The records bound admits
+    # more than the bytes bound would, and the drain at that limit (claims and retries that
+    # fill the log, so compactions copy STATEs larger than the CLAIMs they replace) never
+    # meets Full or Limit.
+    d = support.tmpdir() + "/q"
+    clock = support.FakeClock(T0)
+    q = ddq.Queue(d, segment_bytes=SEG, max_payload_bytes=976, max_items=100000,
+                  max_segments=SEGS, clock=clock, window=4, evidence_bytes=0, sync="none")
+    held = _fill(q, b"b" * 976)
+    w, bytes_bound = 4, SEGS * (SEG - 1024 + 1) - 1024 - 72 * 4
+    assert held == SEGS * 4 - w - 1 - (w + 1) // 2, held  # the records bound, exactly
+    assert held > bytes_bound // 1024, (held, bytes_bound // 1024)
+    gen0 = q.stats().generation
+    for _ in range(40):  # four in flight, retried again and again
+        cs = [q.claim(60000) for _ in range(w)]
+        assert None not in cs
+        for c in cs:
+            q.retry(c.seq, 0)
+        clock.advance(1)
+    assert q.stats().generation > gen0  # the log filled: compacted at the limit
+    n = 0
+    for _ in range(held):
+        c = q.claim(60000)
+        if c is None:
+            break
+        assert q.ack(c.seq)
+        n += 1
+    assert n == held, (n, held)
+    q.close()

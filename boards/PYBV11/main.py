@@ -23,7 +23,7 @@ QUEUE_DIR = "outbox"
 OPTIONS = {
     "segment_bytes": 4096,
     "max_payload_bytes": 256,
-    "max_items": 152,
+    "max_items": 160,
     "max_segments": 5,
     # the hold rule (SPEC 10.1): room for 16 claims in flight and 1 KiB of dead-letter reasons
     # instead of libddq's reserve per reading: about 4.8 x the readings (docs/BOARDS.md)
