@@ -23,23 +23,11 @@ TODAY = {"RPI_PICO": 1192, "ESP32_GENERIC": 1184, "ARMV7M_GENERIC": 152, "PYBV11
 
 
 def bound(n, window, segs, seg):
-    """B(n, w), DESIGN §5.1 (tests/test_hold.py computes the same)."""
-    def fits(k):
-        used, off = 1, 0
-        for r in [48 + n] * k + [72] * window + [48]:
-            if off + r > seg:
-                used, off = used + 1, 0
-            off += r
-        return used <= segs
+    """B(n, w), DESIGN §5.1: tests/test_hold.py computes it (one definition)."""
+    sys.path.insert(0, os.path.join(REPO, "tests"))
+    from test_hold import bound as b
 
-    lo, hi = 0, segs * seg // (48 + n) + 1
-    while lo < hi:
-        m = (lo + hi + 1) // 2
-        if fits(m):
-            lo = m
-        else:
-            hi = m - 1
-    return lo
+    return b(n, window, segs=segs, seg=seg)
 
 
 def run(smoke=False, tmp=None):

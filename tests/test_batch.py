@@ -15,6 +15,17 @@ def _ob(d, clock, **kw):
     return BatchOutbox(d, clock=clock, ticks=lambda: 0, seed=1, **k)
 
 
+def _start(n=0, **kw):
+    # A fresh directory, its clock and a BatchOutbox over it, with n readings put and written.
+    d = support.tmpdir() + "/q"
+    clock = support.FakeClock(T0)
+    ob = _ob(d, clock, **kw)
+    if n:
+        _put(ob, clock, n)
+        ob.flush()
+    return d, clock, ob
+
+
 def _put(ob, clock, n, topic="s/t", start=0):
     for i in range(start, start + n):
         clock.advance(1000)
@@ -23,11 +34,7 @@ def _put(ob, clock, n, topic="s/t", start=0):
 
 def test_batch_readings_delivered_one_by_one():
     # EVIDENCE-OF: B1 B2 B4
-    d = support.tmpdir() + "/q"
-    clock = support.FakeClock(T0)
-    ob = _ob(d, clock, batch_bytes=80)
-    _put(ob, clock, 30)
-    ob.flush()
+    d, clock, ob = _start(30, batch_bytes=80)
     items = ob.queue.stats().total_items
     assert 1 < items < 30, items
     got = []
@@ -67,11 +74,7 @@ def test_batch_durability_window():
 
 def test_batch_failed_reading_retries_the_rest():
     # EVIDENCE-OF: B5
-    d = support.tmpdir() + "/q"
-    clock = support.FakeClock(T0)
-    ob = _ob(d, clock, batch_bytes=200)
-    _put(ob, clock, 6)
-    ob.flush()
+    d, clock, ob = _start(6, batch_bytes=200)
     sent, fail = [], [b"r003"]
 
     def send(m):
@@ -109,11 +112,7 @@ class _Window:
 
 def test_batch_windowed_sender():
     # EVIDENCE-OF: B4 E25
-    d = support.tmpdir() + "/q"
-    clock = support.FakeClock(T0)
-    ob = _ob(d, clock, batch_bytes=60)
-    _put(ob, clock, 20)
-    ob.flush()
+    d, clock, ob = _start(20, batch_bytes=60)
     w = _Window()
     for _ in range(50):
         if not ob.pump(w, budget=16):

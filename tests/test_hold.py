@@ -17,6 +17,14 @@ def _open(d, window=4, evidence=1024, segs=SEGS, clock=None, **kw):
                      evidence_bytes=evidence, **kw)
 
 
+def _start(**kw):
+    # A fresh directory, its clock, a queue over it with kw, filled until Full; and the count.
+    d = support.tmpdir() + "/q"
+    clock = support.FakeClock(T0)
+    q = _open(d, clock=clock, **kw)
+    return d, clock, q, _fill(q)
+
+
 def _fill(q, payload=READING):
     n = 0
     for _ in range(100000):
@@ -114,10 +122,7 @@ def _drain(q, clock, window, quarantine_every=0, reason=b"why" * 40):
 
 def test_hold_full_queue_drains_without_full():
     # EVIDENCE-OF: H3 H4 H5 A8
-    d = support.tmpdir() + "/q"
-    clock = support.FakeClock(T0)
-    q = _open(d, window=4, clock=clock)
-    held = _fill(q)
+    d, clock, q, held = _start(window=4)
     done, quar = _drain(q, clock, 4, quarantine_every=7)
     s = q.stats()
     assert done + quar == held and s.quarantined_items == quar, (done, quar, held, s.as_dict())
@@ -135,10 +140,7 @@ def test_hold_full_queue_drains_without_full():
 
 def test_hold_claim_at_the_limit_only_takes_items_with_history():
     # EVIDENCE-OF: H3 H5
-    d = support.tmpdir() + "/q"
-    clock = support.FakeClock(T0)
-    q = _open(d, window=2, clock=clock)
-    held = _fill(q)
+    d, clock, q, held = _start(window=2)
     seqs = []
     for _ in range(held):  # give items history (a retry far ahead) until claim refuses one
         c = q.claim(60000)
@@ -162,10 +164,7 @@ def test_hold_claim_at_the_limit_only_takes_items_with_history():
 
 def test_hold_quarantine_cuts_the_reason_or_refuses():
     # EVIDENCE-OF: H4 H5
-    d = support.tmpdir() + "/q"
-    clock = support.FakeClock(T0)
-    q = _open(d, window=1, evidence=0, clock=clock)
-    held = _fill(q)
+    d, clock, q, held = _start(window=1, evidence=0)
     long_reason = b"e" * PAYLOAD
     cut = refused = 0
     for _ in range(held):
@@ -191,10 +190,7 @@ def test_hold_quarantine_cuts_the_reason_or_refuses():
 
 def test_hold_directory_without_the_option():
     # EVIDENCE-OF: H6 V4
-    d = support.tmpdir() + "/q"
-    clock = support.FakeClock(T0)
-    q = _open(d, window=4, clock=clock)
-    held = _fill(q)
+    d, clock, q, held = _start(window=4)
     q.close()
     q = _open(d, window=None, clock=clock)  # libddq's rule on a directory filled by the hold
     assert q.stats().total_items == held
