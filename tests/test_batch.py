@@ -1,9 +1,12 @@
 # Readings that share a DDQ item (port/ddq_batch.py, OUTBOX §13.4): delivered as separate
 # messages, each item acked when all of its readings are confirmed. Shared suite.
-import ddq
-import ddq_outbox
 import support
-from ddq_batch import KEY, BatchOutbox
+
+# The message layer and ddq_batch beside the runner: as test_window (a 192 KiB heap).
+support.needs_heap(192 * 1024, support.OUTBOX_HEAP)
+import ddq  # noqa: E402
+import ddq_outbox  # noqa: E402
+from ddq_batch import KEY, BatchOutbox  # noqa: E402
 
 T0 = 1767225600000
 OPTS = {"segment_bytes": 4096, "max_payload_bytes": 256, "max_items": 100000, "max_segments": 8}

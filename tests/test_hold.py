@@ -4,7 +4,7 @@ import ddq
 import support
 
 T0 = 1767225600000
-SEG, PAYLOAD, SEGS = 4096, 256, 12
+SEG, PAYLOAD, SEGS = 4096, 256, 6  # small: the suite runs on a 140 KiB board too
 READING = b"r" * 62  # the board app's enveloped reading (docs/BOARDS.md)
 
 
@@ -164,7 +164,7 @@ def test_hold_claim_at_the_limit_only_takes_items_with_history():
 
 def test_hold_quarantine_cuts_the_reason_or_refuses():
     # EVIDENCE-OF: H4 H5
-    d, clock, q, held = _start(window=1, evidence=0)
+    d, clock, q, held = _start(window=1, evidence=0, segs=3)
     long_reason = b"e" * PAYLOAD
     cut = refused = 0
     for _ in range(held):
