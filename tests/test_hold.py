@@ -57,15 +57,18 @@ def bound(n, window, segs=SEGS, seg=SEG):
     return lo
 
 
+def _count(path, window):
+    # How many readings a fresh queue at path with this window takes before Full.
+    q = _open(path, window=window)
+    n = _fill(q)
+    q.close()
+    return n
+
+
 def test_hold_option_default_keeps_libddq_admission():
     # EVIDENCE-OF: H1 A1
     base = support.tmpdir()
-    q = _open(base + "/a", window=None)
-    a = _fill(q)
-    q.close()
-    q = _open(base + "/b", window=0)
-    b = _fill(q)
-    q.close()
+    a, b = _count(base + "/a", None), _count(base + "/b", 0)
     assert a == b, (a, b)
     for w, ev, k in ((-1, 1024, {}), (65536, 1024, {}), (4, -1, {}),
                      (2, 1024, {"reclaim_step": 16})):
@@ -75,20 +78,14 @@ def test_hold_option_default_keeps_libddq_admission():
 def test_hold_holds_three_times_and_three_quarters_of_the_bound():
     # EVIDENCE-OF: H2 H7
     base = support.tmpdir()
-    q = _open(base + "/l", window=None)
-    libddq = _fill(q)
-    q.close()
-    q = _open(base + "/h", window=4)
-    held = _fill(q)
-    s = q.stats()
-    assert s.available_items == held and s.next_seq == held + 1, s.as_dict()
-    q.close()
+    libddq, held = _count(base + "/l", None), _count(base + "/h", 4)
     b = bound(len(READING), 4)
     assert held >= 3 * libddq, (held, libddq)
     assert held * 4 >= b * 3 and held <= b, (held, b)
     # A refused enqueue stored nothing; a reopen holds the same and refuses the same [H2].
     q = _open(base + "/h", window=4)
-    assert q.stats().total_items == held
+    s = q.stats()
+    assert s.available_items == s.total_items == held, s.as_dict()
     support.raises(ddq.Full, q.enqueue, READING)
     assert q.stats().next_seq == held + 1
     q.close()
