@@ -684,6 +684,10 @@ def build(results, errors, smoke, seconds):
     import salvage_bench
 
     salvage_bench.report(R, rep, {"fmt": fmt, "verdict": verdict}, smoke)
+    # h1-h5: readings each board profile holds (issue 26; bench/hold_bench.py).
+    import hold_bench
+
+    hold_bench.rows(rep, R.get("hold"), fmt, verdict)
     return rep
 
 
@@ -1276,6 +1280,9 @@ def main():
         import drain_bench
 
         step("drain", lambda: drain_bench.run(smoke, os.path.join(tmp, "drain")))
+        import hold_bench  # readings held per board profile (issue 26)
+
+        step("hold", lambda: hold_bench.run(smoke, os.path.join(tmp, "hold")))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     seconds = time.time() - t_start

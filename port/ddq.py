@@ -627,7 +627,8 @@ class Queue:
                      max_segments: int = 1024, clock: "Optional[Callable[[], int]]" = None,
                      storage: "Any" = None, sync: str = "always",
                      index_bytes: int = 1048576, reclaim_step: int = 0,
-                     on_corrupt: str = "raise") -> None: ...
+                     on_corrupt: str = "raise", window: int = 0,
+                     evidence_bytes: int = 1024) -> None: ...
 
     else:
 
@@ -646,6 +647,9 @@ class Queue:
     _ix_bytes: int
     _rstep: int  # records a build copies per call; 0: compaction whole (DESIGN §12) [C13]
     _rm: "Any"  # ddq_reclaim, imported only for reclaim_step > 0 [C13]
+    _win: int  # the hold rule's claims in flight; 0: libddq's admission (SPEC §10.1) [H1]
+    _ev: int  # the hold rule's quarantine evidence budget, bytes [H1]
+    _hd: "Optional[list[int]]"  # hold: [unacked DATA bytes (upper bound), stamp n, acked, gen]
     _salv: "Any"  # on_corrupt="salvage": [salvaged, lost], else None [K9]
     _tc: str  # the index column's typecode (DESIGN §4)
     _sync_all: bool
@@ -972,7 +976,9 @@ class Queue:
         if self._next >= _U64:
             raise _err(_X_SEQS)
         ix = self._ix
-        if self._sh is not None:
+        if self._win:
+            __import__("ddq_hold").hold(self, n)  # the hold rule, port/ddq_hold.py [H2]
+        elif self._sh is not None:
             self._rm.admit(self, n)  # the inline generation's answer, then g's room [C14]
         elif not self._admit(n) or ix.n >= self._max_items:
             self._compact(_MIN_REC + n, 1 if ix.n >= self._max_items else 0)
@@ -1018,7 +1024,8 @@ class Queue:
             if ix.state(i) == _AVAILABLE and (e[3] <= now or e[3] - now > _U32):
                 if best < 0 or s < best_seq:
                     best, best_seq = i, s
-        if f < ix.n:
+        if f < ix.n and (not self._win or len(live) < self._win
+                         or __import__("ddq_hold").room(self)):  # [H3]
             fs = ix.seq(f)
             if best < 0 or fs < best_seq:
                 best, best_seq = f, fs

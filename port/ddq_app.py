@@ -9,7 +9,8 @@ delay, and new readings keep being queued. It survives resets: a reading is on f
 returned, and one in flight at a power cut is sent again when its lease ends (LEASE_MS).
 
 A board's main.py defines its settings (OPTIONS, the queue options of its profile; TOPIC;
-BROKER, CLIENT_ID, WIFI_SSID, WIFI_PASSWORD where it has a network; any of DEFAULTS it wants
+BROKER, CLIENT_ID, WIFI_SSID, WIFI_PASSWORD where it has a network; OUTBOX = "ddq_batch" to batch
+readings (OUTBOX §13.4); any of DEFAULTS it wants
 otherwise: QUEUE_DIR, LEASE_MS, RETRY_BASE_MS, RETRY_MAX_MS, MAX_ATTEMPTS, PERIOD_MS, BUDGET,
 BROKER_PORT, KEEPALIVE_S) and read_sensor(), then calls `ddq_app.bind(globals())`, which gives it
 run(), run_async() and Wifi over those settings. Settings are read when they are used, so
@@ -129,9 +130,15 @@ def make_link(cfg: "Cfg") -> "Any":
 def open_outbox(cfg: "Cfg", queue_dir: "Optional[str]" = None) -> ddq_outbox.Outbox:
     """The board's outbox: its queue options and lease, this app's retry policy."""
     base = max(1, cfg["RETRY_BASE_MS"])
-    return ddq_outbox.Outbox(queue_dir or cfg["QUEUE_DIR"], lease_ms=cfg["LEASE_MS"],
-                             min_retry_ms=base, max_retry_ms=max(base, cfg["RETRY_MAX_MS"]),
-                             max_attempts=cfg["MAX_ATTEMPTS"], **cfg["OPTIONS"])
+    # OUTBOX = "ddq_batch" in a board's main.py (not in DEFAULTS, no new names here: a board's
+    # heap): readings share queue items of up to max_payload_bytes, each written when full or a minute
+    # after its first reading (OUTBOX B1-B3: a reading is on flash once its item is written, not
+    # when put() returns); `ddq flash` installs ddq_batch for such an app.
+    cls = __import__(cfg.get("OUTBOX", "ddq_outbox")).Outbox
+    ob: ddq_outbox.Outbox = cls(queue_dir or cfg["QUEUE_DIR"], lease_ms=cfg["LEASE_MS"],
+                                min_retry_ms=base, max_retry_ms=max(base, cfg["RETRY_MAX_MS"]),
+                                max_attempts=cfg["MAX_ATTEMPTS"], **cfg["OPTIONS"])
+    return ob
 
 
 def _reading(cfg: "Cfg", ob: ddq_outbox.Outbox, n: int) -> None:

@@ -21,6 +21,7 @@ from ddq import (
     InvalidArgument,
     TooLarge,
     _bytes_arg,
+    _err,
     _io_failure,
     _opt,
     _run,
@@ -41,6 +42,7 @@ _AVAILABLE = const(1)
 _CLAIMED = const(2)
 _QUARANTINED = const(4)
 _MAX_LEASE_MS = const(604800000)
+_X_RESERVE = const(8)  # ddq.py's "Full:admission reserve exhausted"
 
 
 def reason(self: "Queue", seq: int) -> bytes:
@@ -79,6 +81,8 @@ def claim_ordered(self: "Queue", lease_ms: int) -> "Optional[Claim]":
         self._sweep(h, now)
         if ix.state(head) != _AVAILABLE or not (h[3] <= now or h[3] - now > _U32):
             return None
+    elif self._win and len(live) >= self._win and not __import__("ddq_hold").room(self):
+        return None  # the hold rule: no room for one more item with history [H3]
     return self._take(hs, now + lease_ms, head)
 
 
@@ -93,6 +97,9 @@ def claim_seq(self: "Queue", seq: int, lease_ms: int) -> Claim:
     s = self._ix.state(i)
     if s != _AVAILABLE:
         raise BadState("item %d is %s, not available" % (seq, STATES[s]))
+    if e is None and self._win and len(self._ix.live) >= self._win \
+            and not __import__("ddq_hold").room(self):
+        raise _err(_X_RESERVE)  # the hold rule: no room for one more item with history [H3]
     return self._take(seq, now + lease_ms, i)
 
 
@@ -207,6 +214,8 @@ def quarantine(self: "Queue", seq: int, reason: "Buf" = b"") -> bool:
         raise TooLarge("reason over %d bytes" % self.reason_budget)
     if b"\0" in bytes(reason):
         raise InvalidArgument("reason must not contain NUL bytes")
+    if self._win:  # the hold rule: the reason cut to the room left, or Full [H4]
+        reason = __import__("ddq_hold").cut(self, seq, reason)
     off = self._write(_T_QUAR, seq, 0, reason, self._sync_ack)
     ix = self._ix
     e = ix.live[seq]

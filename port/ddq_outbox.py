@@ -620,7 +620,7 @@ class Outbox:
         return self.queue.sync()
 
     def _put(self, topic: "Any", payload: "Any", qos: "Any", retain: "Any", ttl: "Any",
-             key: "Any", orig: int, enc: bool = False) -> int:
+             key: "Any", orig: int, enc: bool = False, enq: "Optional[int]" = None) -> int:
         ctr = nb = None
         if enc or self._enc:  # [E23]; enc: requeue of an encrypted dead letter stays encrypted
             if self._nonce is None:
@@ -630,7 +630,8 @@ class Outbox:
             nb = self._last = _nonce_ok(self._nonce(), self._last)
             ctr = self._ctrs[0]
         mv = _pack_env(self._buf, topic, payload, qos, retain, ttl, key, self._sha, orig,
-                       self._clock(), self._max_topic, self._hkey, self._pads, ctr, nb)
+                       self._clock() if enq is None else enq, self._max_topic, self._hkey,
+                       self._pads, ctr, nb)  # enq: a batch's time (port/ddq_batch.py) [B2]
         for _ in range(_IO_LOOPS):
             try:
                 seq = self.queue.enqueue(mv)

@@ -668,7 +668,7 @@ def init(self: "Queue", path: str, segment_bytes: int = 4194304,
          max_payload_bytes: int = 1048576, max_items: int = 100000, max_segments: int = 1024,
          clock: "Optional[Callable[[], int]]" = None, storage: "Any" = None,
          sync: str = "always", index_bytes: int = 1048576, reclaim_step: int = 0,
-         on_corrupt: str = "raise") -> None:
+         on_corrupt: str = "raise", window: int = 0, evidence_bytes: int = 1024) -> None:
     # Queue(...)'s options and their defaults (ddq.Queue.__init__ passes them on as given).
     self._closed = True
     self._lock = None
@@ -688,6 +688,12 @@ def init(self: "Queue", path: str, segment_bytes: int = 4194304,
         self._rm = _import("ddq_reclaim")
         if self._rm is None:
             raise _E("InvalidArgument")("reclaim_step needs ddq_reclaim.py beside ddq.py")
+    # The hold rule (SPEC §10.1, port/ddq_hold.py): room for `window` claims in flight and
+    # `evidence_bytes` of quarantine evidence instead of libddq's reserve per item; 0: libddq's.
+    self._win = _opt(window, 0, 65535, "window")
+    self._ev = _opt(evidence_bytes, 0, _U32, "evidence_bytes")
+    if self._win and self._rstep:
+        raise _E("InvalidArgument")("window needs reclaim_step=0")
     # The index's lengths: u16 where every payload length fits 16 bits, else u32 (§4).
     self._tc = "H" if self._max_payload <= 65535 else "I"
     if clock is not None and not callable(clock):
@@ -750,6 +756,7 @@ def _reset(self: "Queue") -> None:
     self._has_manifest = False
     self._n_avail = self._n_claimed = self._n_acked = self._n_quar = 0
     self._plan = None  # cached worst-case compacted plan [segs, off]
+    self._hd = None  # the hold rule's DATA bytes, recounted at first use [H2]
     self._unsynced = []  # sync="none": DATA payloads not yet synced
     self._ub = 0  # their bytes [D3]
     self._ubase = 0

@@ -87,9 +87,7 @@ import ddq
 gc.collect()
 m1 = gc.mem_alloc()
 o = a["options"]
-q = ddq.Queue(a["dir"], sync="none", segment_bytes=o["segment_bytes"],
-              max_payload_bytes=o["max_payload_bytes"], max_items=o["max_items"],
-              max_segments=o["max_segments"], clock=lambda: 1767225600000)
+q = ddq.Queue(a["dir"], sync="none", clock=lambda: 1767225600000, **o)
 p = bytes.fromhex(a["payload"])
 n = ok = 0
 end = "limit"
@@ -122,7 +120,7 @@ print("RESULT " + json.dumps({"n": n, "ok": ok, "end": end, "import": m1 - m0,
 
 
 ON_DEMAND = ("ddq_recover", "ddq_compact", "ddq_extra", "ddq_cut", "ddq_index", "ddq_reclaim",
-             "ddq_salvage")  # loaded by ddq.Queue by name (SPEC O21)
+             "ddq_salvage", "ddq_hold", "ddq_batch")  # loaded by name (O21; ddq_batch: BATCH_BYTES)
 
 
 def app_imports(prof):
@@ -336,10 +334,26 @@ def check(prof, tmp):
     n, end, stored = fill_cpython(opts, payload, os.path.join(tmp, "cpc"), one_more=True)
     mp = fill_mp(prof, opts, payload, tmp, opts["max_items"], 0, one_more=True)
     ok = n == opts["max_items"] and end == "Full" and mp["n"] == n and mp["end"] == "Full"
-    return ok, {"cpython_items": n, "cpython_end": end, "stored_bytes": stored,
+    plain = {k: v for k, v in opts.items() if k not in boards.HOLD_KEYS}  # libddq's rule [A1]
+    libddq = fill_cpython(dict(plain, max_items=BIG), payload, os.path.join(tmp, "cpl"))[0] \
+        if plain != opts else n
+    return ok, {"libddq_items": libddq, "period_ms": period_ms(prof),"cpython_items": n, "cpython_end": end, "stored_bytes": stored,
                 "mp_items": mp["n"], "mp_end": mp["end"], "import_heap": mp["import"],
                 "heap_used_full": mp["used"], "heap_left": mp["free"],
                 "payload_bytes": len(payload)}
+
+
+def period_ms(prof):
+    """The app's reading period: its PERIOD_MS, else ddq_app.DEFAULTS'."""
+    app = boards.app_path(prof)
+    if app and os.path.isfile(app):
+        with open(app) as f:
+            for node in ast.parse(f.read()).body:
+                if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "PERIOD_MS":
+                    return int(ast.literal_eval(node.value))
+    import ddq_app
+
+    return int(ddq_app.DEFAULTS["PERIOD_MS"])
 
 
 def write_profile(prof, derived):
@@ -372,37 +386,51 @@ def render(rows):
            "ddq_outbox) and checks that exactly that many fit and the next enqueue raises Full, "
            "on CPython and on the MicroPython unix port with `-X heapsize` = the board's heap × %.2f "
            "(the 64-bit port's objects ÷ a 32-bit board's, measured for ddq.mpy in issue 14). "
-           "It is the smaller of what the options admit (DDQ's admission reserve, SPEC §10: "
-           "each pending item reserves room for its worst-case control records, 168 B + "
-           "max_payload_bytes) and what fits in the heap while the application keeps "
-           "`app_heap_bytes`. `max_segments` is the largest count whose SPEC C9 worst case fits "
-           "the board's filesystem after the code `ddq flash --app` installs (each file rounded "
-           "up to a FAT 512 B or LittleFS 4 KiB block), measured on a VfsLfs2/VfsFat of "
-           "`fs bytes`: two generations of max_segments segments (a compaction stages the next "
+           "It is the smaller of what the options admit and what fits in the heap while the "
+           "application keeps `app_heap_bytes`. `max_segments` is the largest count whose SPEC C9 "
+           "worst case fits the board's filesystem after the code `ddq flash --app` installs (each "
+           "file rounded up to a FAT 512 B or LittleFS 4 KiB block), measured on a VfsLfs2/VfsFat "
+           "of `fs bytes`: two generations of max_segments segments (a compaction stages the next "
            "beside the current one) and one tail cut's copy, both manifests, the marker and the "
            "lock, and then still %d LittleFS blocks and %d more per 32 file names (%d FAT "
            "cluster) free: the copy-on-write room a claim or an ack needs on a full LittleFS, and "
            "a directory's metadata split. See \"Sharing the filesystem\" below for a filesystem "
-           "that also holds other files." % (len(READING), WORD_SCALE, FS_SPARE["littlefs2"],
-                                             FS_SPARE_PAIR["littlefs2"], FS_SPARE["fat"]), "",
+           "that also holds other files. **admission**: the profile's rule. libddq's (SPEC §10) "
+           "reserves for each pending item its worst-case control records, 168 B + "
+           "max_payload_bytes; the hold rule (SPEC §10.1, `window` > 0, DESIGN §5.1) reserves a "
+           "STATE for each of `window` claims in flight and an evidence budget for dead-letter "
+           "reasons, so an item costs little more than its DATA record. **readings held**: what "
+           "the profile's queue takes before Full (libddq's rule on the same options in "
+           "brackets); **hours**: that many readings at the app's PERIOD_MS. ESP32_GENERIC stays "
+           "on libddq's rule: in this heap model (the 64-bit port at ×1.32, above ddq's 128 KiB "
+           "threshold, so ddq_recover stays loaded) the queue leaves about 100 B above "
+           "`app_heap_bytes`, and the hold module needs about 1.5 KiB."
+           % (len(READING), WORD_SCALE, FS_SPARE["littlefs2"], FS_SPARE_PAIR["littlefs2"],
+              FS_SPARE["fat"]), "",
            "The unix port is 64-bit: objects and bytecode are larger than on a 32-bit board "
            "(issue 14: `import ddq` took 49 KB on a 32-bit Cortex-M3 where the unix port measured 64.6 KB), so the heap columns "
            "are pessimistic; the queue directory is on VfsPosix, so LittleFS/FAT buffers are "
            "not counted.", "",
            "| board | filesystem | fs bytes | code on flash | heap | app keeps | options (segment × max_segments, "
-           "max_payload) | message B | items (max_items) | bound by | queue bytes on flash "
+           "max_payload) | admission | message B | items (max_items) | bound by | readings held "
+           "(libddq's rule) | hours at the app's period | queue bytes on flash "
            "when full | import heap | heap used, queue full | heap left for the app |",
-           "|" + "---|" * 14]
+           "|" + "---|" * 17]
     for prof, d, c in rows:
-        out.append("| %s | %s | %s | %s | %s | %s | %d × %d, %d | %d | **%s** | %s | %s | %s | "
+        hold = ("hold, window %d, evidence %d B" % (prof["window"], prof.get("evidence_bytes", 1024))
+                if prof.get("window") else "libddq's")
+        out.append("| %s | %s | %s | %s | %s | %s | %d × %d, %d | %s | %d | **%s** | %s | %s (%s) | "
+                   "%.1f h (1 per %d s) | %s | %s | "
                    "%s | %s |" % (
                        prof["board"], prof["filesystem"], kb(prof["fs_bytes"]),
                        kb(d["code_bytes"]),
                        kb(prof["heap_bytes"]), kb(prof["app_heap_bytes"]),
                        prof["segment_bytes"], prof["max_segments"], prof["max_payload_bytes"],
-                       c["payload_bytes"], "{:,}".format(prof["max_items"]),
+                       hold, c["payload_bytes"], "{:,}".format(prof["max_items"]),
                        "%s (admits %s; heap fit %s)" % (d["bound"], "{:,}".format(d["admitted"]),
                                                          "{:,}".format(d["heap_fit"])),
+                       "{:,}".format(c["cpython_items"]), "{:,}".format(c["libddq_items"]),
+                       c["cpython_items"] * c["period_ms"] / 3600000.0, c["period_ms"] // 1000,
                        kb(c["stored_bytes"]), kb(c["import_heap"]), kb(c["heap_used_full"]),
                        kb(c["heap_left"])))
     out += ["", SHARING, "", "Per board: `description` of the profile.", ""]

@@ -23,10 +23,14 @@ import ddq_outbox  # noqa: F401  (main.ddq_outbox.Outbox: the app's Outbox class
 # Queue options of boards/ESP32_GENERIC.json. Keep them fixed for the life of the directory: DDQ does not
 # store them, and a reader with smaller limits reports the directory as corrupt.
 OPTIONS = {
-    "segment_bytes": 8192,
+    "segment_bytes": 8184,
     "max_payload_bytes": 512,
-    "max_items": 1184,
-    "max_segments": 123,
+    "max_items": 7696,
+    "max_segments": 109,
+    # the hold rule (SPEC 10.1): room for 16 claims in flight and 1 KiB of dead-letter reasons
+    # instead of libddq's reserve per reading (docs/BOARDS.md)
+    "window": 16,
+    "evidence_bytes": 1024,
 }
 
 BROKER = "192.168.1.10"  # your broker

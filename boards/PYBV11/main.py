@@ -23,8 +23,12 @@ QUEUE_DIR = "outbox"
 OPTIONS = {
     "segment_bytes": 4096,
     "max_payload_bytes": 256,
-    "max_items": 32,
-    "max_segments": 5,
+    "max_items": 48,
+    "max_segments": 2,
+    # the hold rule (SPEC 10.1): room for 16 claims in flight and 1 KiB of dead-letter reasons
+    # instead of libddq's reserve per reading: about 4.8 x the readings (docs/BOARDS.md)
+    "window": 16,
+    "evidence_bytes": 1024,
 }
 LEASE_MS = 30000  # how long a claimed reading stays ours before another claim may take it
 RETRY_BASE_MS = 1000  # retry delays: full jitter up to base * 2**attempts, capped at RETRY_MAX_MS

@@ -24,9 +24,13 @@ import ddq_outbox  # noqa: F401  (main.ddq_outbox.Outbox: the app's Outbox class
 # store them, and a reader with smaller limits reports the directory as corrupt.
 OPTIONS = {
     "segment_bytes": 4096,
-    "max_payload_bytes": 256,
-    "max_items": 1192,
-    "max_segments": 166,
+    "max_payload_bytes": 976,
+    "max_items": 5360,
+    "max_segments": 146,
+    # the hold rule (SPEC 10.1): room for 16 claims in flight and 1 KiB of dead-letter reasons
+    # instead of libddq's reserve per reading: about 4.8 x the readings (docs/BOARDS.md)
+    "window": 16,
+    "evidence_bytes": 1024,
 }
 
 BROKER = "192.168.1.10"  # your broker

@@ -148,18 +148,20 @@ def mpy_header(path: str) -> bytes:
 # own Sender connects), but without an app a board with no network does not get it. ddq_app is
 # the example apps' shared part: installed only with an app that imports it.
 PORT_MODULES = (
-    "ddq", "ddq_recover", "ddq_compact", "ddq_extra", "ddq_cut", "ddq_index", "ddq_reclaim",
-    "ddq_outbox", "ddq_mqtt", "ddq_group", "ddq_salvage", "ddq_app",
+    "ddq", "ddq_recover", "ddq_compact", "ddq_extra", "ddq_cut", "ddq_hold", "ddq_index",
+    "ddq_reclaim", "ddq_outbox", "ddq_batch", "ddq_mqtt", "ddq_group", "ddq_salvage", "ddq_app",
 )
 # ddq itself loads these by name (open, compaction, the less used methods): always installed.
-CORE_MODULES = ("ddq", "ddq_recover", "ddq_compact", "ddq_extra", "ddq_cut")  # ddq_cut: R22
+# ddq_cut: R22; ddq_hold: a Queue with window > 0 (SPEC §10.1), as the board profiles' apps open
+CORE_MODULES = ("ddq", "ddq_recover", "ddq_compact", "ddq_extra", "ddq_cut", "ddq_hold")
 NEEDS_NETWORK = ("ddq_mqtt",)
 APP_ONLY = ("ddq_app",)
 
 
 def port_imports(path: str) -> set[str]:
     """Names of port modules that the Python file at path imports (any nesting level), and
-    ddq_salvage where it passes on_corrupt="salvage" (ddq imports it when recovery finds damage)."""
+    ddq_salvage where it passes on_corrupt="salvage" (ddq imports it when recovery finds damage),
+    ddq_batch where it sets OUTBOX = "ddq_batch" (ddq_app imports it then)."""
     with open(path, "rb") as f:
         tree = ast.parse(f.read(), path)
     out: set[str] = set()
@@ -171,6 +173,10 @@ def port_imports(path: str) -> set[str]:
         elif (isinstance(node, ast.keyword) and node.arg == "on_corrupt"
               and isinstance(node.value, ast.Constant) and node.value.value == "salvage"):
             names = ["ddq_salvage"]  # Queue/Outbox(..., on_corrupt="salvage") imports it on demand (K9)
+        elif (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+              and node.value.value == "ddq_batch"
+              and any(getattr(t, "id", "") == "OUTBOX" for t in node.targets)):
+            names = ["ddq_batch"]  # an app's OUTBOX = "ddq_batch": ddq_app opens it (OUTBOX B1)
         else:
             continue
         out.update(n.split(".")[0] for n in names if n.split(".")[0] in PORT_MODULES)

@@ -51,8 +51,10 @@ def test_flash_py_then_mpy(board):
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     mods = [
-        ":ddq.py", ":ddq_recover.py", ":ddq_compact.py", ":ddq_extra.py", ":ddq_cut.py", ":ddq_index.py",
-        ":ddq_reclaim.py", ":ddq_outbox.py", ":ddq_mqtt.py", ":ddq_group.py", ":ddq_salvage.py",
+        ":ddq.py", ":ddq_recover.py", ":ddq_compact.py", ":ddq_extra.py", ":ddq_cut.py", ":ddq_hold.py",
+        ":ddq_index.py",
+        ":ddq_reclaim.py", ":ddq_outbox.py", ":ddq_batch.py", ":ddq_mqtt.py", ":ddq_group.py",
+        ":ddq_salvage.py",
     ]
     assert res["board"] == "UNIX" and [w["path"] for w in res["written"]] == mods
     assert (
@@ -66,7 +68,7 @@ def test_flash_py_then_mpy(board):
     # beside the new ddq).
     assert [w["path"] for w in res["written"]] == [
         ":ddq.mpy", ":ddq_recover.mpy", ":ddq_compact.mpy", ":ddq_extra.mpy", ":ddq_cut.mpy",
-        ":ddq_outbox.mpy", ":ddq_mqtt.mpy", ":ddq_app.mpy", ":main.py"]
+        ":ddq_hold.mpy", ":ddq_outbox.mpy", ":ddq_mqtt.mpy", ":ddq_app.mpy", ":main.py"]
     assert sorted(res["removed"]) == sorted(mods) and res["imported_from"].endswith("ddq.mpy")
     with Device(board.tty, soft_reset=False) as dev:
         sizes = {n: size for n, _d, size in dev.listdir(":")}
@@ -88,8 +90,9 @@ def test_flash_skips_what_the_board_cannot_load(board, tmp_path):
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert [w["path"] for w in res["written"]] == [
-        ":ddq.py", ":ddq_recover.py", ":ddq_compact.py", ":ddq_extra.py", ":ddq_cut.py", ":ddq_index.py",
-        ":ddq_reclaim.py", ":ddq_outbox.py", ":ddq_group.py", ":ddq_salvage.py"]
+        ":ddq.py", ":ddq_recover.py", ":ddq_compact.py", ":ddq_extra.py", ":ddq_cut.py", ":ddq_hold.py",
+        ":ddq_index.py",
+        ":ddq_reclaim.py", ":ddq_outbox.py", ":ddq_batch.py", ":ddq_group.py", ":ddq_salvage.py"]
     assert res["removed"] == [":ddq_mqtt.py"]
     # An app that imports ddq_mqtt gets it there too: the module loads without socket (its
     # adapters need none; only its own Sender imports socket, when it connects).
@@ -99,8 +102,8 @@ def test_flash_skips_what_the_board_cannot_load(board, tmp_path):
             "--json")
     assert r.returncode == 0, r.stderr
     assert [w["path"] for w in json.loads(r.stdout)["written"]] == [
-        ":ddq.py", ":ddq_recover.py", ":ddq_compact.py", ":ddq_extra.py", ":ddq_cut.py", ":ddq_mqtt.py",
-        ":main.py"]
+        ":ddq.py", ":ddq_recover.py", ":ddq_compact.py", ":ddq_extra.py", ":ddq_cut.py", ":ddq_hold.py",
+        ":ddq_mqtt.py", ":main.py"]
 
 
 APP = """

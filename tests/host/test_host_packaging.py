@@ -224,15 +224,17 @@ def test_flash_installs_what_the_app_imports(tmp_path):
     unix, pyb = boards.load("UNIX"), boards.load("PYBV11")
     # No app: every port module the board can load; no socket on PYBV11, so no ddq_mqtt.
     assert names(transfer.modules_to_install(unix)) == [
-        "ddq.py", "ddq_recover.py", "ddq_compact.py", "ddq_extra.py", "ddq_cut.py", "ddq_index.py",
-        "ddq_reclaim.py", "ddq_outbox.py", "ddq_mqtt.py", "ddq_group.py", "ddq_salvage.py"]
+        "ddq.py", "ddq_recover.py", "ddq_compact.py", "ddq_extra.py", "ddq_cut.py", "ddq_hold.py",
+        "ddq_index.py", "ddq_reclaim.py", "ddq_outbox.py", "ddq_batch.py", "ddq_mqtt.py", "ddq_group.py", "ddq_salvage.py"]
     assert names(transfer.modules_to_install(pyb)) == [
-        "ddq.py", "ddq_recover.py", "ddq_compact.py", "ddq_extra.py", "ddq_cut.py", "ddq_index.py",
-        "ddq_reclaim.py", "ddq_outbox.py", "ddq_group.py", "ddq_salvage.py"]
+        "ddq.py", "ddq_recover.py", "ddq_compact.py", "ddq_extra.py", "ddq_cut.py", "ddq_hold.py",
+        "ddq_index.py", "ddq_reclaim.py", "ddq_outbox.py", "ddq_batch.py", "ddq_group.py", "ddq_salvage.py"]
     # An app: ddq, the modules it loads by itself (ddq_cut: its recovery imports it on demand, SPEC
-    # R22) and what the app imports (also inside functions, and `from ... import`).
+    # R22; ddq_hold: a Queue with window > 0, SPEC H1) and what the app imports (also inside
+    # functions, and `from ... import`).
     plain = _app(tmp_path, "import time\nimport ddq\n")
-    core = ["ddq.py", "ddq_recover.py", "ddq_compact.py", "ddq_extra.py", "ddq_cut.py"]
+    core = ["ddq.py", "ddq_recover.py", "ddq_compact.py", "ddq_extra.py", "ddq_cut.py",
+            "ddq_hold.py"]
     assert names(transfer.modules_to_install(unix, plain)) == core
     ob = _app(tmp_path, "def f():\n    from ddq_outbox import Outbox\n")
     assert names(transfer.modules_to_install(pyb, ob)) == core + ["ddq_outbox.py"]
@@ -243,6 +245,9 @@ def test_flash_installs_what_the_app_imports(tmp_path):
     # on_corrupt="salvage": ddq imports ddq_salvage when recovery finds damage (SPEC K9)
     sv = _app(tmp_path, "import ddq\nq = ddq.Queue('q', on_corrupt='salvage')\n")
     assert names(transfer.modules_to_install(pyb, sv)) == core + ["ddq_salvage.py"]
+    # OUTBOX = "ddq_batch": ddq_app opens a ddq_batch.BatchOutbox (OUTBOX B1)
+    bt = _app(tmp_path, "import ddq_app\nOUTBOX = 'ddq_batch'\n")
+    assert "ddq_batch.py" in names(transfer.modules_to_install(pyb, bt))
     for name in boards.names():  # each example app loads on its own board
         prof = boards.load(name)
         transfer.modules_to_install(prof, boards.app_path(prof))

@@ -9,7 +9,7 @@ Every test passes or skips with its reason. A test skips only through support.ne
 own data, or the modules it needs beside the runner (mpremote's mount, mprun, support: 32 KB),
 need more heap than the board has, which its user cannot change. In 140 KiB (measured on this
 unix port, 64-bit; docs/DESIGN.md §4.1 has the figures):
-- the message layer's modules skip whole: test_outbox, test_window, test_mqtt,
+- the message layer's modules skip whole: test_batch, test_outbox, test_window, test_mqtt,
   test_mqtt_clients, test_mqtt_limits (ddq + ddq_outbox + ddq_mqtt import 67 KB and an open Outbox keeps 25 KB:
   46 KB of a 140 KiB heap stay for an application, too little beside the runner); test_auth
   runs its 5 codec tests and skips the 16 that open an Outbox;
@@ -35,9 +35,9 @@ from ddqhost import testrun, vboard
 # a session interned stay: the second session of a board started with ~10 KB less).
 GROUPS = [
     ["test_auth"], ["test_capacity"], ["test_core"], ["test_core_reads"], ["test_cut"], ["test_group"],
-    ["test_heapalloc"], ["test_index_regressions"], ["test_interop"], ["test_reclaim"],
+    ["test_heapalloc"], ["test_hold"], ["test_index_regressions"], ["test_interop"], ["test_reclaim"],
     ["test_regressions"], ["test_spec"], ["test_support"],
-    ["test_index", "test_index_chunks", "test_model", "test_mqtt",
+    ["test_batch", "test_index", "test_index_chunks", "test_model", "test_mqtt",
      "test_mqtt_clients", "test_mqtt_limits", "test_outbox", "test_salvage", "test_window"],
 ]
 SKIP_REASON = re.compile(r"^SKIP \S+: \S.{10,}$")  # a skip says why

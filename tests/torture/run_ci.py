@@ -61,6 +61,7 @@ def plan(scale, smoke=False):
         t.append(("group", "group 11", [PY, "worker.py", "group", "11", "3"], 120))
         t.append(("salvage", "salvage 11", [PY, "worker.py", "salvage", "11", "10"], 120))
         t.append(("salvcut", "salvcut 11", [PY, "worker.py", "salvagecut", "11", "10", "400"], 120))
+        t.append(("hold", "hold 11", [PY, "hold.py", "11", "30"], 120))
         return t
     n_crash = 30 * scale
     for k in range(n_crash):
@@ -92,6 +93,8 @@ def plan(scale, smoke=False):
     for k in range(4 * scale):   # in place over the same images; every (5 x nops)-th one cut at every step
         seed, nops = 500 + k, 10 + (k * 7) % 36
         t.append(("salvcut", "salvcut %d" % seed, [PY, "worker.py", "salvagecut", str(seed), str(nops), str(5 * nops)], 900))
+    for k in range(4 * scale):   # the hold rule at its limit (hold.py, SPEC 10.1): cut states + drains
+        t.append(("hold", "hold %d" % (1200 + k), [PY, "hold.py", str(1200 + k), "60"], 900))
     for k in range(2 * scale):   # the same seeds, sizes and index_bytes as "bad": the base images must hash the same
         ix = "1" if k % 6 == 3 else "-"
         t.append(("mpbad", "mpbad %d%s" % (500 + k, " ix" if ix == "1" else ""),
@@ -166,7 +169,7 @@ def aggregate(done):
           "salvage_inplace_images": 0, "salvage_inplace_intact": 0, "salvage_inplace_kept": 0, "salvage_inplace_reset": 0,
           "salvage_cut_images": 0, "salvage_cut_states": 0, "salvage_cut_lost": 0, "salvage_cut_wrong": 0,
           "salvage_cut_reused": 0, "salvage_cut_aside": 0, "salvage_cut_fat_split": 0,
-          "cut_states": 0, "libddq_refused": 0, "libddq_disagree": 0}
+          "cut_states": 0, "libddq_refused": 0, "libddq_disagree": 0, "hold_states": 0, "hold_stranded": 0}
     extra = {"crash_checked": 0, "depth2_states": 0, "corrupt_reported": 0, "by_model": {},
              "lfs": {"drop": 0, "torn": 0, "raise": 0, "errno": 0}, "fat": {"drop": 0, "torn": 0, "raise": 0, "errno": 0},
              "bad_corrupt": 0, "bad_clean": 0, "bad_forged": 0, "hypothesis": 0, "mp_bad_images": 0,
@@ -254,6 +257,9 @@ def aggregate(done):
             sb["salvage_cut_states"] += r["cut_states"] + r["cut_depth2"]
             for k in ("lost", "wrong", "reused", "aside"):
                 sb["salvage_cut_" + k] += r["cut_" + k]
+        elif part == "hold":   # its stranded items are also counted in unexpected
+            sb["hold_states"] += r["states"]
+            sb["hold_stranded"] += r["stranded"]
         elif part == "group":
             sb["group_states"] += r["states"]
             sb["group_returned_lost"] += r["returned_lost"]
@@ -290,8 +296,9 @@ def scoreboard_line(sb, extra):
     # durable-on-return group writes (SPEC G3): crash states judged, returned puts/acks lost
     s += " group_states=%d group_returned_lost=%d" % (sb["group_states"], sb["group_returned_lost"])
     # tail cuts (SPEC R21/R22): crash states holding a staged cut, refused by libddq, or read otherwise
-    s += " cut_states=%d libddq_refused=%d libddq_disagree=%d)" % (
+    s += " cut_states=%d libddq_refused=%d libddq_disagree=%d" % (
         sb["cut_states"], sb["libddq_refused"], sb["libddq_disagree"])
+    s += " hold_states=%d hold_stranded=%d)" % (sb["hold_states"], sb["hold_stranded"])  # SPEC H5
     return s
 
 
@@ -311,7 +318,7 @@ def main():
         tasks = [t for t in tasks if t[0] in parts or (t[0] in ("hypo", "mpbad", "forge") and "bad" in parts)]
     # longest first so the two workers finish together
     weight = {"crash": 3, "mp": 2, "fault": 2, "bad": 1, "hypo": 1, "mpbad": 0, "forge": 0, "group": 1, "salvage": 1,
-              "salvcut": 1}
+              "salvcut": 1, "hold": 1}
     tasks.sort(key=lambda t: -weight[t[0]])
     t0 = time.time()
     done = []

@@ -1,0 +1,300 @@
+"""ddq_batch: many small readings in one DDQ item, delivered as separate messages.
+
+    from ddq_batch import BatchOutbox
+    ob = BatchOutbox("outbox", batch_ms=60000, **board_options)  # batches up to max_payload
+    ob.put("sensors/t", b"21.5")       # into the open batch (RAM) ...
+    ob.pump(send)                      # ... each reading reaches send() as its own Message
+
+An Outbox (port/ddq_outbox.py) whose put() gathers readings of one topic, QoS, retain and TTL in
+an open batch and writes the batch as one DDQ item, an ordinary envelope (key b"\\0B") whose
+payload holds the readings with their own enqueue times. get()/pump()/run() hand out each
+reading as its own Message; the item is acked once every reading of it is confirmed. The
+directory is an ordinary DDQ directory (libddq reads it; a plain Outbox delivers a batch as one
+message of its raw entries). Durability: docs/OUTBOX.md §13.4 [B1]-[B6].
+"""
+
+__version__ = "0.1.0"
+
+# Copyright (c) 2026 the ddq authors. BSD-3-Clause.
+
+from ddq import Full, InvalidArgument, _bytes_arg, _opt
+from ddq_outbox import BadEnvelope, Message, Outbox as Base, _tdiff, publishable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Optional
+
+KEY = b"\0B"  # the envelope key of a batch [B2]
+_ID = 1 << 64  # a reading's Message.seq: _ID + (item seq << 12) + index, above every DDQ seq
+_PARTS = 4095  # readings in one batch at most (the index field of that id)
+_MAX_WAIT = 0x1FFFFFFF
+
+
+def _varint(out: bytearray, v: int) -> None:
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        out.append(b | 0x80 if v else b)
+        if not v:
+            return
+
+
+def _unvarint(b: "Any", i: int) -> "tuple[int, int]":
+    v = s = 0
+    for _ in range(10):
+        if i >= len(b):
+            break
+        c = b[i]
+        i += 1
+        v |= (c & 0x7F) << s
+        if not c & 0x80:
+            return v, i
+        s += 7
+    raise BadEnvelope("batch: an entry runs past the end")
+
+
+def entries(m: Message) -> "list[Message]":
+    """The readings of batch envelope m (decoded): one Message each, with its own enqueue time
+    (topic, QoS, retain, TTL: the batch's) [B2]."""
+    b, i, out = m.payload, 0, []
+    t = m.enqueued_ms
+    for k in range(_PARTS + 1):
+        if i >= len(b):
+            break
+        if k == _PARTS:
+            raise BadEnvelope("batch: over %d readings" % _PARTS)
+        d, i = _unvarint(b, i)
+        n, i = _unvarint(b, i)
+        if i + n > len(b):
+            raise BadEnvelope("batch: an entry runs past the end")
+        t = t - d if k == 0 else t + d  # the first: its age at the write; then the gaps
+        r = Message()
+        r.topic, r.qos, r.retain, r.ttl_ms, r.enqueued_ms = m.topic, m.qos, m.retain, m.ttl_ms, t
+        r.payload = bytes(b[i:i + n])
+        i += n
+        out.append(r)
+    return out
+
+
+class BatchOutbox(Base):
+    """An Outbox whose readings share DDQ items: batch_bytes (the item's envelope at most; 0:
+    max_payload_bytes, up to 4 KiB) and batch_ms (the oldest reading's wait, checked at put()
+    and tick(): pump calls it) [B1]."""
+
+    def __init__(self, queue: "Any", batch_bytes: int = 0, batch_ms: int = 60000,
+                 **kw: "Any") -> None:
+        super().__init__(queue, **kw)
+        # 0: the longest payload the queue takes (up to 4 KiB: its reason budget, O6)
+        self._bb = _opt(batch_bytes, 0, 0xFFFFFFFF, "batch_bytes") or self.queue.reason_budget
+        self._bms = _opt(batch_ms, 0, _MAX_WAIT, "batch_ms")
+        # The open batch: [topic, qos, retain, ttl, first ms, last ms, entries, ticks, count]
+        self._open: "Optional[list[Any]]" = None
+        self._parts: "dict[int, list[Any]]" = {}  # item seq -> [item Message, readings, out]
+        self._done: "dict[int, int]" = {}  # item seq -> readings confirmed (bit k), this run
+        self.counters["readings"] = 0
+
+    # ------------------------------------------------------------------ writing
+    def put(self, topic: "Any", payload: "Any", qos: int = 1, retain: bool = False,
+            ttl_ms: "Optional[int]" = None, key: "Any" = b"") -> int:
+        """Add a reading to the open batch; return the seq of the batch this call wrote, else 0
+        (the reading waits in RAM: durable once its batch is written) [B1] [B3]. A message with
+        a key is put on its own, as Outbox.put."""
+        if key:
+            self.flush()  # keep the order of what is put
+            return Base.put(self, topic, payload, qos, retain, ttl_ms, key)
+        t = bytes(_bytes_arg(topic, "topic"))
+        p = bytes(_bytes_arg(payload, "payload"))
+        why = publishable(t, self._max_topic)
+        if why or qos not in (0, 1) or retain not in (0, 1):
+            raise InvalidArgument((why + " (MQTT cannot publish it)") if why else
+                                  "qos 0|1, retain bool")
+        ttl = self._ttl if ttl_ms is None else _opt(ttl_ms, 0, 0xFFFFFFFF, "ttl_ms")
+        now, seq = self._clock(), 0
+        o = self._open
+        if o is not None and (o[0] != t or o[1] != qos or o[2] != bool(retain) or o[3] != ttl
+                              or self._size(o, 4 + len(p)) > self._bb or o[8] >= _PARTS):
+            seq = self.flush()
+            o = None
+        if o is None:
+            o = self._open = [t, qos, bool(retain), ttl, now, now, bytearray(), self._ticks(), 0]
+        else:
+            _varint(o[6], max(0, now - o[5]))
+        if not o[8]:
+            o[6].append(0)  # the first reading's age at the write: patched then (flush)
+        o[5] = now
+        _varint(o[6], len(p))
+        o[6].extend(p)
+        o[8] += 1
+        self.counters["readings"] += 1
+        if self._size(o, 4 + len(p)) > self._bb or self._late(o):  # full for one more
+            try:
+                seq = self.flush()
+            except Full:  # the reading is taken (in the open batch): the next put retries
+                pass
+        return seq
+
+    def _size(self, o: "list[Any]", more: int) -> int:
+        # The batch's envelope: header, tag, nonce, key, topic, entries (+ more bytes) [E1]
+        return 19 + (32 if self._sha or self._hkey is not None else 0) + (
+            12 if self._enc else 0) + len(KEY) + len(o[0]) + len(o[6]) + 4 + more
+
+    def _late(self, o: "list[Any]") -> bool:
+        d = _tdiff(self._ticks(), o[7])
+        return bool(self._bms) and (d >= self._bms or d < 0)
+
+    def flush(self) -> int:
+        """Write the open batch now (one DDQ item); return its seq, 0 if none was open [B3]."""
+        o = self._open
+        if o is None:
+            return 0
+        now = max(self._clock(), o[5])
+        e = o[6]
+        head = bytearray()
+        _varint(head, now - o[4])  # the first reading's age at the write
+        body = head + e[1:]  # (e[0] is the placeholder byte put() wrote)
+        seq = self._put(o[0], body, o[1], o[2], o[3], KEY, 0, False, now)
+        self._open = None  # (on Full the batch stays open: put() raises, nothing is lost)
+        return seq
+
+    def tick(self) -> None:
+        """Write the open batch once batch_ms passed; group commit as Outbox.tick [B3]."""
+        if self._open is not None and self._late(self._open):
+            self.flush()
+        Base.tick(self)
+
+    def close(self) -> None:
+        try:
+            if self.queue.stats().failed == 0:
+                self.flush()
+        finally:
+            Base.close(self)
+
+    # ------------------------------------------------------------------ delivery
+    def get(self, lease_ms: "Optional[int]" = None) -> "Optional[Message]":
+        """The next reading to send: of a batch claimed before, or of the next item [B4]."""
+        for _ in range(64):
+            m = self._next()
+            if m is not None:
+                return m
+            it = Base.get(self, lease_ms)
+            if it is None or it.key != KEY:
+                return it  # nothing ready, or a message put on its own
+            try:
+                rs = entries(it)
+            except BadEnvelope as e:
+                self._quar(it.seq, "corrupt", e.args[0])
+                continue
+            self._parts[it.seq] = [it, rs, self._done.get(it.seq, 0)]
+            self._finish(it.seq)  # every reading confirmed in an earlier round: acked now
+        return None
+
+    def _next(self) -> "Optional[Message]":
+        now = self._clock()
+        for s in sorted(self._parts):
+            it, rs, out = self._parts[s]
+            for k in range(len(rs)):
+                if out >> k & 1:
+                    continue
+                self._parts[s][2] = out = out | 1 << k
+                r = rs[k]
+                if r.expired(now) and not self._send_expired:  # one reading's TTL [E7]
+                    self._count("expired", s)
+                    self._done[s] = self._done.get(s, 0) | 1 << k
+                    continue
+                m = Message()
+                m.topic, m.qos, m.retain, m.ttl_ms = r.topic, r.qos, r.retain, r.ttl_ms
+                m.payload, m.enqueued_ms, m.age_ms = r.payload, r.enqueued_ms, r.age_ms
+                m.seq, m.attempts, m.lease_until_ms = _ID + (s << 12) + k, it.attempts, \
+                    it.lease_until_ms
+                if self._qos is not None:
+                    m.qos = self._qos
+                return m
+            self._finish(s)
+        return None
+
+    def _finish(self, s: int) -> None:
+        # Ack item s once every reading of it is confirmed (or expired, or dropped) [B4].
+        p = self._parts.get(s)
+        if p is None or self._done.get(s, 0) != (1 << len(p[1])) - 1:
+            return
+        del self._parts[s]
+        self._done.pop(s, None)
+        if self.queue.ack(s):
+            self._wrote(1)
+
+    def _split(self, m: Message) -> "tuple[int, int]":
+        return (m.seq - _ID) >> 12, (m.seq - _ID) & 4095
+
+    def ack(self, m: Message) -> bool:
+        """One reading confirmed; its item is acked when all its readings are [B4]."""
+        if m.seq < _ID:
+            return Base.ack(self, m)
+        s, k = self._split(m)
+        d = self._done.get(s, 0)
+        if d >> k & 1:
+            return False
+        self._done[s] = d | 1 << k
+        self._count("sent", s)
+        self._finish(s)
+        return True
+
+    def nack(self, m: Message, why: "Any" = "") -> "Optional[int]":
+        """A reading failed: its whole item is retried (backoff) with the readings not yet
+        confirmed; confirmed ones are not sent again in this run [B5]."""
+        if m.seq < _ID:
+            return Base.nack(self, m, why)
+        s = self._split(m)[0]
+        p = self._parts.pop(s, None)
+        if p is None:
+            return None  # the item was retried already (another reading of it failed)
+        return Base.nack(self, p[0], why)
+
+    def _quar(self, seq: int, cls: str, why: "Any" = "", counter: str = "") -> None:
+        # A reading is refused for good (rejected, unpublishable): dropped and counted; its
+        # item is acked when the rest are confirmed (one reading cannot be dead-lettered) [B5].
+        if seq < _ID:
+            Base._quar(self, seq, cls, why, counter)
+            return
+        s, k = self._split(_m(seq))
+        self._done[s] = self._done.get(s, 0) | 1 << k
+        self._count(counter or cls, s, cls + (": %s" % why if why else ""))
+        self._finish(s)
+
+    def _release(self, m: Message, why: str) -> None:
+        if m.seq < _ID:
+            Base._release(self, m, why)
+        elif self._parts.pop(self._split(m)[0], None) is not None:
+            s = self._split(m)[0]
+            self.queue.retry(s, 0)  # failure="stop": due again at once [E26]
+            self._wrote(1)
+            self._count("failed", s, why)
+
+    def _reread(self, m: Message) -> Message:
+        # A reading to resend (windowed delivery): from the item's readings in RAM [E25].
+        if m.seq < _ID:
+            return Base._reread(self, m)
+        s, k = self._split(m)
+        p = self._parts.get(s)
+        if p is None:
+            it = _m(s)
+            it.topic = "-"  # an envelope, not raw
+            rs = entries(Base._reread(self, it))
+        else:
+            rs = p[1]
+        r = rs[k]
+        m.payload = r.payload
+        return m
+
+    def _lapsed(self, now: int) -> None:
+        for s, _a in self.queue.lapsed(now):
+            self._parts.pop(s, None)  # retried below: handed out again from the start
+        Base._lapsed(self, now)
+
+
+Outbox = BatchOutbox  # (what ddq_app opens for a board's OUTBOX = "ddq_batch")
+
+
+def _m(seq: int) -> Message:
+    m = Message()
+    m.seq = seq
+    return m

@@ -1,0 +1,136 @@
+"""ddq_hold: the hold admission rule (Queue option window > 0), loaded on demand.
+
+libddq's admission (SPEC §10 A1-A8) reserves for every pending item a STATE, a CLAIM and a
+terminal record sized for the longest reason: on a board about 85 % of the log goes to reserves
+that are almost never written. The hold rule reserves what a drain really needs (DESIGN §5.1):
+the items' own DATA records, a STATE for each item with history (at least `window` of them: the
+claims in flight) and the quarantine evidence (at least `evidence_bytes`), against the room a
+next-fit copy is sure to find in max_segments segments (counted in bytes or in records: SPEC H2).
+ddq.Queue imports it by name where it
+needs it (enqueue, claim; ddq_extra: claim_ordered, claim_seq, quarantine); a queue opened
+without `window` never loads this module.
+
+Format: unchanged (SPEC §10.1 [H1]-[H7]); design: docs/DESIGN.md §5.1.
+"""
+
+__version__ = "0.1.0"
+
+# Copyright (c) 2026 the ddq authors. BSD-3-Clause.
+
+from ddq import _err, const
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ddq import Buf, Queue
+
+# ddq's values (SPEC §3.4, §4; ddq.py's _X_ table); a MicroPython const folds in its own module
+# only, so they are repeated here (tests/test_hold.py holds the record sizes to SPEC's).
+_MIN_REC = const(48)
+_STATE_REC = const(72)
+_ACKED = const(3)
+_X_RESERVE = const(8)  # "Full:admission reserve exhausted"
+
+
+def _recount(self: "Queue") -> "list[int]":
+    # [DATA bytes of the unacked items, stamp: items, acked, generation; the longest payload of
+    # any item in the index, acked ones too: their records are still in the log]: O(items).
+    ix, d, m = self._ix, 0, 0
+    for i in range(ix.n):
+        ln = ix.length(i)
+        if ln > m:
+            m = ln
+        if ix.state(i) != _ACKED:
+            d += _MIN_REC + ln
+    return [d, ix.n, self._n_acked, self._log.gen, m]
+
+
+def slack(self: "Queue", dd: int, dn: int, dh: int, dq: int, dqn: int,
+          r: int) -> "tuple[int, int]":
+    """(bytes, records) the two bounds leave after a change of dd DATA bytes in dn items, dh
+    items with history, dq evidence bytes in dqn quarantines, with r the largest new record;
+    the change fits if either is >= 0 [H2]. R is the largest record a copy or the log can hold
+    (a STATE, the longest payload or reason of the index, r). Bytes: next-fit of records of at
+    most R leaves under R at the end of a segment, so records totalling W·(S − R + 1) fit in W
+    segments; need = DATA + 72·max(H, window) + max(evidence, budget), one record of R kept for
+    the write that made the compaction run. Records: a closed segment holds at least S // R of
+    them, so W·(S // R) records fit; need = items + max(H, window) STATEs + 2 a quarantine
+    (at least budget ÷ 120 of them) + 1 + max(H, window) ÷ 2 (a STATE in a copy may replace a
+    48-byte CLAIM: that many more records make the log larger than the copy, C8)."""
+    ix = self._ix
+    w = self._win
+    h = len(ix.live) + dh
+    hw = h if h > w else w
+    qc, qn = dq, dqn
+    for v in ix.reasons.values():  # a quarantined item's copy: its STATE and its reason record
+        qc += _STATE_REC + _MIN_REC + v[2]
+        qn += 1
+        if _MIN_REC + v[2] > r:
+            r = _MIN_REC + v[2]
+    ev = self._ev
+    en = ev // (_STATE_REC + _MIN_REC)
+    seg, segs = self._seg_bytes, self._max_segs
+    hd = self._hd
+    b = c = -1
+    for k in range(2):
+        if hd is None or k:
+            # The cached DATA sum and longest payload are upper bounds (acks and compactions
+            # only lower them); recount when they refuse, unless exact: nothing acked since.
+            if hd is not None and hd[1] == ix.n and hd[2] == self._n_acked \
+                    and hd[3] == self._log.gen:
+                break
+            self._hd = hd = _recount(self)
+        big = max(_STATE_REC, _MIN_REC + hd[4], r)
+        b = segs * (seg - big + 1) - big - hd[0] - dd - _STATE_REC * hw - (qc if qc > ev else ev)
+        c = segs * (seg // big) - (ix.n - self._n_acked + dn) - hw - 2 * (qn if qn > en else en) \
+            - 1 - (hw + 1) // 2
+        if b >= 0 or c >= 0:
+            break
+    return b, c
+
+
+def hold(self: "Queue", n: int) -> None:
+    """Admit an n-byte payload under the hold rule or raise Full; nothing is written [H2]."""
+    if self._ix.n >= self._max_items:  # as A6: compact with one acked item required
+        self._compact(_MIN_REC + n, 1)
+    b, c = slack(self, _MIN_REC + n, 1, 0, 0, 0, _MIN_REC + n)
+    if b < 0 and c < 0:
+        raise _err(_X_RESERVE)
+    hd = self._hd
+    if hd is not None:  # the new item's DATA; exact stays exact (enqueue adds the item next)
+        hd[0] += _MIN_REC + n
+        hd[1] += 1
+        if n > hd[4]:
+            hd[4] = n
+
+
+def room(self: "Queue") -> bool:
+    """Whether one more item may gain history (a first claim: its STATE in a copy) [H3]."""
+    b, c = slack(self, 0, 0, 1, 0, 0, 0)
+    return b >= 0 or c >= 0
+
+
+def _fits(self: "Queue", dh: int, k: int) -> bool:
+    b, c = slack(self, 0, 0, dh, _STATE_REC + _MIN_REC + k, 1, _MIN_REC + k)
+    return b >= 0 or c >= 0
+
+
+def cut(self: "Queue", seq: int, reason: "Buf") -> "Buf":
+    """The reason a quarantine of seq may write under the hold rule: whole, or its longest
+    prefix that fits (the item's STATE moves from history to evidence; both bounds only shrink
+    as the reason grows); Full if not even an empty reason fits [H4]."""
+    dh = -1 if seq in self._ix.live else 0
+    n = len(reason)
+    if _fits(self, dh, n):
+        return reason
+    if not _fits(self, dh, 0):
+        raise _err(_X_RESERVE)
+    lo, hi = 0, n  # lo fits, hi does not
+    for _ in range(16):
+        if hi - lo <= 1:
+            break
+        m = (lo + hi) // 2
+        if _fits(self, dh, m):
+            lo = m
+        else:
+            hi = m
+    return reason[0:lo]
