@@ -188,14 +188,8 @@ def test_index_of_fewer_items_than_its_covered_bytes_is_not_adopted():
     # An old index whose segment table is stretched over today's bytes (CRCs recomputed): its
     # seqs and next_seq agree with each other, but the covered bytes hold DATA records after its
     # last item. Adopted, enqueue would reuse the next seq.
-    clock = support.FakeClock(T0)
-    d = support.tmpdir() + "/q"
-    q = _open(d, clock)
-    for k in range(20):
-        q.enqueue(b"first %d" % k)
-    q.close()
+    clock, d, q = _twenty()
     old = bytearray(support.read_file(d + "/queue.index"))
-    q = _open(d, clock, ixb=0)
     for k in range(20):
         q.enqueue(b"second %d" % k)
     segs = q.stats().segment_count
@@ -206,6 +200,22 @@ def test_index_of_fewer_items_than_its_covered_bytes_is_not_adopted():
         struct.pack_into("<II", old, 96 + 12 * k, _crc(data), len(data))
     assert segs >= ns
     _with_index(d, _reseal(old))
+    assert _a_cache_miss(d, clock)[1] == 41
+
+
+def _twenty():
+    # 20 items, closed with an index, reopened by a writer without it: (clock, dir, queue).
+    clock = support.FakeClock(T0)
+    d = support.tmpdir() + "/q"
+    q = _open(d, clock)
+    for k in range(20):
+        q.enqueue(b"item %d" % k)
+    q.close()
+    return clock, d, _open(d, clock, ixb=0)
+
+
+def _a_cache_miss(d, clock):
+    # The open ignores queue.index and gives what index_bytes=0 gives; returns those results.
     want = _full(d, clock)
     q = _open(d, clock)
     try:
@@ -214,7 +224,7 @@ def test_index_of_fewer_items_than_its_covered_bytes_is_not_adopted():
     finally:
         q.close()
     assert got == want, (got, want)
-    assert want[1] == 41
+    return want
 
 
 def test_index_state_that_later_records_contradict_is_a_cache_miss():
@@ -223,13 +233,7 @@ def test_index_state_that_later_records_contradict_is_a_cache_miss():
     # without the index then claimed and acked that item after the covered end. The resumed
     # replay cannot apply the CLAIM to an acked item: the index was wrong, so ddq replays
     # everything (as with index_bytes=0) instead of reporting the log as Corrupt.
-    clock = support.FakeClock(T0)
-    d = support.tmpdir() + "/q"
-    q = _open(d, clock)
-    for k in range(20):
-        q.enqueue(b"item %d" % k)
-    q.close()
-    q = _open(d, clock, ixb=0)
+    clock, d, q = _twenty()
     c = q.claim(1000)
     q.ack(c.seq)
     q.close()
@@ -241,14 +245,7 @@ def test_index_state_that_later_records_contradict_is_a_cache_miss():
     struct.pack_into("<I", b, _ACKED, _u32(b, _ACKED) + 1)
     struct.pack_into("<I", b, _FRESH, 0)
     _with_index(d, _reseal(b))
-    want = _full(d, clock)
-    q = _open(d, clock)
-    try:
-        assert not q.index_used
-        got = _ops(q, clock)
-    finally:
-        q.close()
-    assert got == want, (got, want)
+    _a_cache_miss(d, clock)
 
 
 def test_a_forged_payload_length_never_reads_wrong_bytes():
