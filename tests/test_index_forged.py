@@ -129,14 +129,20 @@ def _with_index(d, data):
     support.write_file(d + "/queue.index", data)
 
 
-def _full(d, clock):
-    # The state and the results of the operations after an open that replays everything.
+def _replayed(d, clock):
+    # A copy of d opened with index_bytes=0: everything replayed.
     e = d + "-full"
     support.rmtree(e)
     support.copytree(d, e)
-    t = clock.now_ms
     q = _open(e, clock, ixb=0)
     assert not q.index_used
+    return q
+
+
+def _full(d, clock):
+    # The state and the results of the operations after an open that replays everything.
+    t = clock.now_ms
+    q = _replayed(d, clock)
     try:
         return _ops(q, clock)
     finally:
@@ -255,17 +261,29 @@ def test_a_forged_payload_length_never_reads_wrong_bytes():
     clock, d = _base(False)
     b = bytearray(support.read_file(d + "/queue.index"))
     n, _ns, c0, _l, _h, _r = _layout(b)
-    i = 5
+    sg = struct.unpack_from("<%dH" % n, b, c0 + 8 * n)  # the segment column (native: this host)
+    i = 1
+    while not sg[i - 1] == sg[i] == sg[i + 1]:  # an item inside its segment (one run: gen 0)
+        i += 1
     ln = _u32(b, c0 + 14 * n + 4 * i)
     seq = struct.unpack_from("<Q", b, c0 + 8 * i)[0]
     struct.pack_into("<I", b, c0 + 14 * n + 4 * i, ln - 1)
     _with_index(d, _reseal(b))
     q = _open(d, clock)
     try:
-        if q.index_used:
-            support.raises(ddq.Corrupt, q.read, seq)
-        else:
-            assert len(q.read(seq)) == ln
+        assert q.index_used  # (a length inside a run is not among the records read back)
+        support.raises(ddq.Corrupt, q.read, seq)
+        buf = bytearray(64)
+        support.raises(ddq.Corrupt, q.read_into, seq, buf)
+        assert q.read(seq + 1) == _full_payload(d, clock, seq + 1)
+    finally:
+        q.close()
+
+
+def _full_payload(d, clock, seq):
+    q = _replayed(d, clock)
+    try:
+        return q.read(seq)
     finally:
         q.close()
 
