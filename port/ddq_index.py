@@ -469,8 +469,11 @@ def _log_ok(q: "ddq.Queue", h: "Any", nix: "Any", ck: "list[list[int]]", offs: i
     w: "list[Any]" = [-1, None, bytearray(40)]  # the open segment: index, handle; a header
     ob = bytearray(4)
     try:
-        last = 0
+        last = p = -1
         for i in at:
+            if i == p:  # (a run's end may be a segment's too)
+                continue
+            p = i
             if q._read_exact(h, offs + 4 * i, memoryview(ob)) != 4:
                 return False
             sg, off = nix.at(sfo, i), array("I", ob)[0]
