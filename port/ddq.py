@@ -313,7 +313,7 @@ def check_record(mv: memoryview, p: int, seg_bytes: int, max_payload: int) -> "t
         raise _err(_X_HEADER)
     if plen > max_payload and not (typ == _T_STATE and plen == _STATE_LEN):
         raise _err(_X_OVER)
-    if rlen != _MIN_REC + plen or rlen > seg_bytes:
+    if rlen != _MIN_REC + plen or rlen > seg_bytes or rlen > len(mv) - p:  # (no footer past mv)
         raise _err(_X_LENGTH)
     commit, rlen2 = struct.unpack_from(_FTR_FMT, mv, p + _HDR + plen)
     if commit != _REC_COMMIT or rlen2 != rlen:

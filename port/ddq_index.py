@@ -31,6 +31,15 @@ if TYPE_CHECKING:
 # ============================================================================ recovery index
 _AVAILABLE = const(1)
 _CLAIMED = const(2)
+_ACKED = const(3)
+_QUARANTINED = const(4)
+# Record format values (SPEC §3.1) for the cross-checks [X10]; tests/host/test_host_index.py holds
+# them equal to ddq's (a MicroPython const folds in its own module only).
+_REC_MAGIC = const(0x31475144)
+_T_DATA = const(1)
+_T_QUAR = const(5)
+_MIN_REC = const(48)
+_MAX_REASON = const(4096)
 _IO_LOOPS = const(1048576)
 _SCAN_RECORDS = const(4000000)
 _CH = const(256)  # ddq's column chunk: items per chunk, its log2 and mask
@@ -252,7 +261,7 @@ def load(q: "ddq.Queue", nsegs: int, cp: "list[int]", mcrc: int, fits: "list[int
         return -1
     try:
         return _adopt(q, h, fs.size(path), nsegs, cp, mcrc, fits)
-    except (OSError, ddq.Error, ValueError, IndexError, MemoryError):
+    except Exception:  # whatever a changed index makes the decoding raise: a cache miss [X10]
         return -1
     finally:
         fs.close(h)
@@ -264,13 +273,19 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
     hb = bytearray(_IX_SIZE)
     if q._read_exact(h, 0, memoryview(hb)) != _IX_SIZE:
         return -1
-    (magic, ver, _r, ab, mc, gen, nxt, n, fresh, na, nc, nk, nq, nlive, nhist, nrs, ns,
+    (magic, ver, res, ab, mc, gen, nxt, n, fresh, na, nc, nk, nq, nlive, nhist, nrs, ns,
      p0, p1, pay, flags, body, hcrc) = struct.unpack(_IX_FMT, hb)
     if magic != _IX_MAGIC or ver != 1 or hcrc != ddq._crc(memoryview(hb)[0:_IX_SIZE - 4]) \
             or ab != abi() or gen != log.gen or mc != mcrc or (flags & 1) != \
             q._has_manifest or ns == 0 or ns > nsegs or n > q._max_items \
             or pay > q._max_payload or na + nc + nk + nq != n or fresh > n \
-            or size != _IX_SIZE + 12 * ns + 19 * n + 28 * nlive + 20 * (nhist + nrs):
+            or size != _IX_SIZE + 12 * ns + 19 * n + 28 * nlive + 20 * (nhist + nrs) \
+            or res or flags & 0xFE or nrs != nq:
+        return -1
+    # [X10] next_seq against the manifest: the items from its item_count on are the ones
+    # appended after its boundary, consecutive from its next_seq (R5, R8); cp is (0, 0, 0, 1)
+    # without a manifest: seqs 1 .. n.
+    if n < cp[1] or nxt != cp[3] + n - cp[1]:
         return -1
     if crc_span(q, q._path(ddq._INDEX), _IX_SIZE, size, 0) != body:
         return -1
@@ -281,7 +296,7 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
             return -1
         crc, sz, first = struct.unpack_from("<III", b, 0)
         real = fs.size(q._path(ddq.segment_name(gen, k)))
-        if sz > q._seg_bytes or real < sz or (k < ns - 1 and real != sz):
+        if sz > q._seg_bytes or real < sz or (k < ns - 1 and real != sz) or (first and not k):
             return -1
         ck.append([crc, sz, first])
     if q._has_manifest and (ns < cp[0] or (ns == cp[0] and ck[ns - 1][1] < cp[2])):
@@ -294,6 +309,11 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
     ro, rsq, sfo, mx = nix.ro, nix.rs, nix.sfo, q._max_payload
     pos = _IX_SIZE + 12 * ns
     prev = sgp = 0
+    # [X10] what the columns hold, against the header: items by state (cnt[1..4]), the largest
+    # length, plain available items below fresh (claim would never reach them: bf, less those
+    # with a live entry below)
+    cnt = [0, 0, 0, 0, 0]
+    pmax = bf = 0
     for i0 in range(0, n, _CH):
         m = min(_CH, n - i0)
         cols: "list[Any]" = []
@@ -308,6 +328,7 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
         lo, hi = min(lnc), max(lnc)
         if hi > mx:
             return -1
+        pmax = max(pmax, hi)
         # the chunk's one length; else one byte an item over the lowest (within 256 of it),
         # else the lengths themselves (base 0): _Index.add's forms, _CH slots each
         la: "Any" = None
@@ -345,6 +366,9 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
                 prev = s
             sgp = sgc[0]
             nix.n, nix.last = i0 + m, prev
+            cnt[_AVAILABLE] += m
+            if i0 < fresh:
+                bf += min(m, fresh - i0)
             continue
         for t in range(m):
             s, sg, v = sq[t], sgc[t], stc[t]
@@ -358,7 +382,16 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
                     sfo.append(i0 + t)
             ch[t >> 2] |= (v - 1) << ((t & 3) << 1)
             prev, sgp = s, sg
+            cnt[v] += 1
+            if v == _AVAILABLE and i0 + t < fresh:
+                bf += 1
         nix.n, nix.last = i0 + m, prev
+    if cnt[1] != na or cnt[2] != nc or cnt[3] != nk or cnt[4] != nq:
+        return -1
+    # [X10] the seqs against the manifest's boundary (next_seq checked above)
+    if (n > cp[1] and (nix.seq(cp[1]) != cp[3] or prev != nxt - 1)) or \
+            (n and n == cp[1] and prev >= cp[3]):
+        return -1
     live, hist, rs = bytearray(28 * nlive), bytearray(20 * nhist), bytearray(20 * nrs)
     pos += 19 * n
     for b in (live, hist, rs):
@@ -366,18 +399,39 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
             return -1
         pos += len(b)
     nix.n, nix.fresh = n, fresh
+    lc = 0
     for k in range(nlive):
         s, a, lease, nb = struct.unpack_from("<QIQQ", live, 28 * k)
         i = nix.find(s)
-        if i < 0 or nix.state(i) not in (_AVAILABLE, _CLAIMED):
+        v = nix.state(i) if i >= 0 else 0
+        if v != _AVAILABLE and v != _CLAIMED:
             return -1
+        if v == _CLAIMED:
+            lc += 1
+        elif i < fresh:
+            bf -= 1
         nix.live[s] = [i, a, lease, nb, -1]
+    # [X10] every claimed item has its live entry (its lease), no plain available item lies
+    # below fresh, no entry twice
+    if lc != nc or bf or len(nix.live) != nlive:
+        return -1
     for k in range(nhist):
         s, a, nb = struct.unpack_from("<QIQ", hist, 20 * k)
+        i = nix.find(s)
+        if i >= 0 and nix.state(i) < _ACKED:  # history of a terminal item only
+            return -1
         nix.hist[s] = [a, nb]
     for k in range(nrs):
         s, sg, off, ln = struct.unpack_from("<QIII", rs, 20 * k)
+        i = nix.find(s)
+        if i < 0 or nix.state(i) != _QUARANTINED or ln > _MAX_REASON or sg >= ns:
+            return -1
+        pmax = max(pmax, ln)
         nix.reasons[s] = [sg, off, ln]
+    if len(nix.reasons) != nrs or pay != pmax:
+        return -1
+    if not _log_ok(q, h, nix, ck, _IX_SIZE + 12 * ns + 10 * n):
+        return -1
     # Adopt: the covered segments but the last are whole; the last resumes its replay.
     q._ix, q._next = nix, nxt
     q._n_avail, q._n_claimed, q._n_acked, q._n_quar = na, nc, nk, nq
@@ -394,17 +448,101 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
     return int(ck[-1][1])
 
 
+def _log_ok(q: "ddq.Queue", h: "Any", nix: "Any", ck: "list[list[int]]", offs: int) -> bool:
+    # [X10] the index against the records it points at, a header read each: the first and the
+    # last item of every run of seqs and of every segment is a DATA record with its seq and
+    # length at the offset the index stores (offs: where that column starts in h); every reason
+    # is the QUARANTINE record it names; and from the last item's record to the covered end the
+    # records follow each other to each covered size with no DATA among them (so next_seq lies
+    # past every seq the covered bytes hold, and the end is a record boundary).
+    n, ro, sfo = nix.n, nix.ro, nix.sfo
+    at: "list[int]" = []
+    for r in range(len(ro)):
+        at.append(ro[r])
+        at.append((ro[r + 1] if r + 1 < len(ro) else n) - 1)
+    for k in range(len(sfo)):
+        e = sfo[k + 1] if k + 1 < len(sfo) else n
+        if e > sfo[k]:
+            at.append(sfo[k])
+            at.append(e - 1)
+    at.sort()
+    w: "list[Any]" = [-1, None, bytearray(40)]  # the open segment: index, handle; a header
+    ob = bytearray(4)
+    try:
+        last = p = -1
+        for i in at:
+            if i == p:  # (a run's end may be a segment's too)
+                continue
+            p = i
+            if q._read_exact(h, offs + 4 * i, memoryview(ob)) != 4:
+                return False
+            sg, off = nix.at(sfo, i), array("I", ob)[0]
+            r = _rec(q, w, sg, off, ck)
+            if r is None or r[0] != _T_DATA or r[1] != nix.seq(i) or r[2] != nix.length(i):
+                return False
+            last = off + r[3]
+        for s, e in nix.reasons.items():
+            r = _rec(q, w, e[0], e[1], ck)
+            if r is None or r[0] != _T_QUAR or r[1] != s or r[2] != e[2]:
+                return False
+        sg = nix.at(sfo, n - 1) if n else 0
+        pos = last if n else 0
+        for _ in range(_SCAN_RECORDS):
+            if pos == ck[sg][1]:
+                if sg + 1 == len(ck):
+                    return True
+                sg, pos = sg + 1, 0
+                continue
+            r = _rec(q, w, sg, pos, ck)
+            if r is None or r[0] == _T_DATA:
+                return False
+            pos += r[3]
+        return False
+    finally:
+        if w[1] is not None:
+            q._fs.close(w[1])
+
+
+def _rec(q: "ddq.Queue", w: "list[Any]", sg: int, pos: int,
+         ck: "list[list[int]]") -> "Any":
+    # (type, seq, payload length, record length) of a record header at pos of covered segment sg
+    # whose record lies inside the covered bytes, else None. w: the open segment, kept.
+    if sg >= len(ck) or pos + _MIN_REC > ck[sg][1]:
+        return None
+    if w[0] != sg:
+        if w[1] is not None:
+            q._fs.close(w[1])
+            w[1] = None
+        w[1] = q._fs.open(q._path(ddq.segment_name(q._log.gen, sg)), "rb")
+        w[0] = sg
+    hb = w[2]
+    if q._read_exact(w[1], pos, memoryview(hb)) != 40:
+        return None
+    magic, ver, typ, seq, _a, plen, rlen, _c, _r = struct.unpack_from(ddq._REC_FMT, hb, 0)
+    if magic != _REC_MAGIC or ver != 1 or rlen != _MIN_REC + plen or pos + rlen > ck[sg][1]:
+        return None
+    return typ, seq, plen, rlen
+
+
 def prefix_ok(q: "ddq.Queue", gen: int, ck: "list[list[int]]") -> bool:
     """[X4] one sequential read + crc32 of every covered byte: any change to the prefix sends
-    recovery back to the full replay, which names the damage."""
+    recovery back to the full replay, which names the damage; and [X10] each covered
+    segment's first record_length (read on the way) is the one the index stores for F7."""
+    fl: "list[int]" = []
     for k in range(len(ck)):
-        if crc_span(q, q._path(ddq.segment_name(gen, k)), 0, ck[k][1], 0) != ck[k][0]:
+        if crc_span(q, q._path(ddq.segment_name(gen, k)), 0, ck[k][1], 0, fl) != ck[k][0]:
+            return False
+        if len(fl) == k:  # an empty segment: no first record
+            fl.append(0)
+        if k and fl[k] != ck[k][2]:
             return False
     return True
 
 
-def crc_span(q: "ddq.Queue", path: str, pos: int, end: int, c: int) -> int:
-    """The running crc32 c extended over bytes pos..end-1 of a file: one sequential read."""
+def crc_span(q: "ddq.Queue", path: str, pos: int, end: int, c: int,
+             fl: "Any" = None) -> int:
+    """The running crc32 c extended over bytes pos..end-1 of a file: one sequential read.
+    fl: a list to append the record_length of the file's first record to (pos 0)."""
     mv = q._buf(min(max(end - pos, 1), 65536, max(q._seg_bytes >> 2, 1024)))  # as the replay's
     h = q._fs.open(path, "rb")
     try:
@@ -414,6 +552,8 @@ def crc_span(q: "ddq.Queue", path: str, pos: int, end: int, c: int) -> int:
             n = q._read_exact(h, pos, mv[0:min(len(mv), end - pos)])
             if n <= 0:
                 raise OSError(_EIO, "short read in " + path)
+            if fl is not None and not pos:
+                fl.append(struct.unpack_from("<I", mv, 28)[0] if n >= 32 else 0)
             c = ddq._crc(mv[0:n], c)
             pos += n
     finally:

@@ -195,7 +195,18 @@ def recover(self: "Queue") -> None:
         if start >= 0:
             st[0] = self.index_used = True
         if len(log.sizes) < nseg:
-            _replay(self, nseg, cp, st, fits, start)
+            try:
+                _replay(self, nseg, cp, st, fits, start)
+            except _E("Corrupt"):
+                if start < 0:
+                    raise
+                # [X10] the records after the index do not apply to its state: a cache miss, so
+                # replay everything (once: no index, no salvage inside; damage is reported then)
+                kept, self._ix_bytes, self._salv = (self._ix_bytes, self._salv), 0, None
+                try:
+                    return recover(self)
+                finally:
+                    self._ix_bytes, self._salv = kept
         if fits and max(log.sizes) >= min(fits):  # [F7] no segment size explains the rotations
             raise _E("Corrupt")("a segment of generation %d ends early (lost its end)" % gen)
         if not st[0]:

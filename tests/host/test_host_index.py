@@ -245,7 +245,12 @@ def test_forged_index_that_disagrees_with_the_log_is_corrupt(tmp_path):
     b = bytearray(data)
     b[st0 + i] = fsck.S_ACKED  # the message would be lost
     p.write_bytes(_reseal(b))
-    # ddq adopts it: every CRC matches and the covered bytes are unchanged.
+    assert _ddq_view(d, tmp_path)[0] is False  # the counts disagree with the column (X10)
+    # With the counts moved too, ddq adopts it: every CRC matches, the covered bytes are
+    # unchanged and no cheap cross-check sees a state (docs/SECURITY.md: trusted as the log).
+    struct.pack_into("<II", b, 40, f["available"] - 1, f["claimed"])
+    struct.pack_into("<I", b, 48, f["acked"] + 1)
+    p.write_bytes(_reseal(b))
     assert _ddq_view(d, tmp_path) == (True, 0)
     code, js = _verify(d)
     assert code == 2 and js["verdict"] == "corrupt"
@@ -287,21 +292,20 @@ def _forge_segment_entry(d, k, size, seg_bytes):
     p.write_bytes(_reseal(b))
 
 
-def test_forged_covered_end_inside_a_record_is_corrupt(tmp_path):
-    # ddq would adopt it, resume one byte before the end and cut that byte as a torn tail.
+def test_forged_covered_end_inside_a_record_is_stale(tmp_path):
+    # EVIDENCE-OF: X10
+    # Adopted, ddq would resume one byte before the end and cut that byte as a torn tail; its
+    # walk from the last item to the covered end finds no whole record there, so it ignores it.
     d = tmp_path / "q"
     _fill(d)
     f, _col0 = _index_layout((d / fsck.INDEX_NAME).read_bytes())
     k = f["segment_count"] - 1
     data = (d / fsck.segment_name(0, k)).read_bytes()
     _forge_segment_entry(d, k, len(data) - 1, data)
-    assert _ddq_view(d, tmp_path)[0] is True
+    assert _ddq_view(d, tmp_path)[0] is False
     code, js = _verify(d)
-    assert code == 2
-    assert js["index"]["disagreement"].startswith(
-        "queue.index disagrees with the log: its covered end (segment %d, offset %d) is not a "
-        "record boundary" % (k, len(data) - 1)
-    )
+    assert code == 0 and js["index"]["status"] == "stale", js["index"]
+    assert "no whole record after the index's last item" in js["index"]["reason"]
 
 
 def test_forged_index_over_a_damaged_record_is_corrupt(tmp_path):
@@ -319,6 +323,60 @@ def test_forged_index_over_a_damaged_record_is_corrupt(tmp_path):
     bad = [p["message"] for p in js["problems"] if p["kind"] == "corrupt"]
     assert code == 2 and len(bad) == 2 and bad[0].startswith("crc mismatch"), bad
     assert "covers records that do not replay" in bad[1]
+
+
+@pytest.mark.parametrize("value", [0, 30, 41, 500])
+def test_index_with_a_wrong_next_seq_is_stale(tmp_path, value):
+    # EVIDENCE-OF: X10
+    # next_seq 0 or below the log's highest seq (enqueue would reuse a seq) or above it (a gap):
+    # ddq ignores the index and replays, and verify says so (a note, not damage).
+    d = tmp_path / "q"
+    _fill(d)
+    p = d / fsck.INDEX_NAME
+    b = bytearray(p.read_bytes())
+    assert struct.unpack_from("<Q", b, 24)[0] == 41
+    struct.pack_into("<Q", b, 24, value)
+    p.write_bytes(_reseal(b))
+    code, js = _verify(d)
+    assert _ddq_view(d, tmp_path)[0] is (value == 41)
+    if value != 41:
+        assert code == 0 and js["index"]["status"] == "stale", js["index"]
+        assert js["index"]["reason"] == "next_seq %d, the manifest gives 41" % value
+
+
+def _lcg(x):
+    return (x * 1103515245 + 12345) & 0x7FFFFFFF
+
+
+def test_verify_calls_an_index_valid_exactly_when_ddq_adopts_it(tmp_path):
+    # EVIDENCE-OF: X10 X4
+    # fsck mirrors ddq's cross-checks from the SPEC: over resealed random changes to the index
+    # (a bit, a byte, a field plus or minus one), "valid" in `ddq verify` is ddq's index_used.
+    d = tmp_path / "q"
+    _fill(d)
+    good = (d / fsck.INDEX_NAME).read_bytes()
+    x, seen = 7, {True: 0, False: 0}
+    for k in range(120):
+        b = bytearray(good)
+        x = _lcg(x)
+        pos = x % (len(b) - 8)
+        pos = pos + 8 if pos >= IX_BODY_CRC else pos
+        x = _lcg(x)
+        if k % 3 == 0:
+            b[pos] ^= 1 << (x % 8)
+        elif k % 3 == 1:
+            b[pos] = x % 256
+        else:
+            b[pos] = (b[pos] + (1 if x & 1 else 255)) & 255
+        work = tmp_path / ("w%d" % k)
+        qdir.copy_queue(str(d), str(work))
+        (work / fsck.INDEX_NAME).write_bytes(_reseal(b))
+        rep = fsck.scan(str(work), dict(OPTS))
+        used = _ddq_view(work, tmp_path)[0]
+        seen[used] += 1
+        assert (rep.index["status"] == "valid") is used, (k, pos, rep.index)
+    print("verify fuzz", seen)
+    assert seen[True] >= 10 and seen[False] >= 10, seen
 
 
 def test_index_tmp_is_obsolete_and_index_is_not_ignored(tmp_path):
@@ -370,6 +428,10 @@ def test_ddq_index_constants_equal_ddq_and_the_spec():
     import ddq_index
 
     assert (ddq_index._AVAILABLE, ddq_index._CLAIMED) == (ddq_mod._AVAILABLE, ddq_mod._CLAIMED)
+    assert (ddq_index._ACKED, ddq_index._QUARANTINED) == (ddq_mod._ACKED, ddq_mod._QUARANTINED)
+    assert (ddq_index._REC_MAGIC, ddq_index._T_DATA, ddq_index._T_QUAR) == (
+        ddq_mod._REC_MAGIC, ddq_mod._T_DATA, ddq_mod._T_QUAR)
+    assert (ddq_index._MIN_REC, ddq_index._MAX_REASON) == (ddq_mod._MIN_REC, ddq_mod._MAX_REASON)
     assert (ddq_index._IO_LOOPS, ddq_index._EIO) == (ddq_mod._IO_LOOPS, ddq_mod._EIO)
     assert ddq_index._SCAN_RECORDS == ddq_mod._SCAN_RECORDS
     assert (ddq_index._CH, ddq_index._CS, ddq_index._CM) == (ddq_mod._CH, ddq_mod._CS, ddq_mod._CM)

@@ -76,7 +76,8 @@ def test_harness_catches_an_index_that_skips_its_check():
     base, wl, _ = mutate.build_base(ddq, 12, 10, index=1)
     seg = sorted(n for n in base if n.endswith(".log"))[0]
     files = dict(base)
-    files[seg] = b"X" + base[seg][1:]     # the first record's magic
+    # the first record's first payload byte (its header is one the X10 cross-checks read back)
+    files[seg] = base[seg][:40] + bytes([base[seg][40] ^ 1]) + base[seg][41:]
     assert mutate.judge_index(ddq, files, wl.opts)[1] is None
     import ddq_index
     real = ddq_index.prefix_ok

@@ -15,9 +15,18 @@ from .format import (
     IX_FMT,
     IX_HEADER,
     JSON,
+    MAX_REASON,
+    REC_HEADER_FMT,
+    REC_MAGIC,
+    REC_MIN,
+    REC_VERSION,
+    S_ACKED,
     S_AVAILABLE,
+    S_CLAIMED,
     S_QUARANTINED,
     STATE_NAMES,
+    T_DATA,
+    T_QUARANTINE,
     IndexFile,
     _index_json,
     decode_index,
@@ -55,10 +64,13 @@ class IndexCheck:
         if len(data) >= IX_HEADER:
             self.header = dict(zip(IX_FIELDS, struct.unpack_from(IX_FMT, data), strict=True))
         self.ix, why = decode_index(data)
+        if why is None and self.ix is not None:
+            why = _consistent(self.ix, rep.options["max_payload_bytes"])
         if why is not None:
             self._set("damaged", why)
         else:
             self.status = "pending"
+        self.tail = -1  # where the tail walk resumes in the next covered segment (X10)
 
     def _set(self, status: str, reason: str) -> None:
         if self.status in ("absent", "pending"):
@@ -105,6 +117,10 @@ class IndexCheck:
             end = ix.segs[-1][1]
             if cp is not None and (ns - 1 < cp[0] or (ns - 1 == cp[0] and end < cp[1])):
                 self._set("stale", "covered end lies before the manifest's snapshot boundary")
+            else:
+                why = _against_manifest(ix, self.rep.manifest)
+                if why is not None:
+                    self._set("stale", why)
         if self.status != "pending":
             return None
         return ns - 1, ix.segs[-1][1]
@@ -116,6 +132,10 @@ class IndexCheck:
         crc, size, _first = ix.segs[idx]
         if zlib.crc32(data[:size]) & 0xFFFFFFFF != crc:
             self._set("stale", "segment bytes changed at segment %d" % idx)
+            return
+        why, self.tail = _against_segment(ix, idx, data[:size], self.tail)
+        if why is not None:
+            self._set("stale", why)
 
     def unchecked(self) -> Report:
         """scan() stopped before the replay: the index could not be compared with the log."""
@@ -233,3 +253,138 @@ def _compare_index(
         if h[key] != counts[s]:
             return "%d %s items, the log gives %d" % (h[key], key, counts[s]), None
     return None, None
+
+
+def _consistent(ix: IndexFile, max_payload: int) -> str | None:
+    """SPEC X10, the file alone: what ddq checks before it reads the log (ddq ignores the index
+    otherwise)."""
+    h, n = ix.header, len(ix.seq)
+    if h["reserved"] or h["flags"] & 0xFE:
+        return "reserved bits set"
+    counts = dict.fromkeys(STATE_NAMES, 0)
+    prev = 0
+    for i in range(n):
+        if (
+            ix.seq[i] <= prev
+            or ix.st[i] not in counts
+            or ix.sg[i] >= len(ix.segs)
+            or (i and ix.sg[i] < ix.sg[i - 1])
+            or ix.ln[i] > max_payload
+        ):
+            return "item %d: seqs not increasing, or a segment, state or length out of range" % i
+        prev = ix.seq[i]
+        counts[ix.st[i]] += 1
+    for s, key in ((1, "available"), (2, "claimed"), (3, "acked"), (4, "quarantined")):
+        if h[key] != counts.get(s, 0):
+            return "%d %s items, the state column has %d" % (h[key], key, counts.get(s, 0))
+    if len(ix.live) != h["live_count"] or len(ix.reasons) != h["reason_count"]:
+        return "an entry twice"
+    claimed = sum(1 for s in ix.live if ix.st[ix.find(s)] == S_CLAIMED)
+    if claimed != h["claimed"]:
+        return "a claimed item without its live entry"
+    for i in range(h["fresh"]):
+        if ix.st[i] == S_AVAILABLE and ix.seq[i] not in ix.live:
+            return "fresh (%d) lies past the plain available seq %d" % (h["fresh"], ix.seq[i])
+    for s in ix.hist:
+        i = ix.find(s)
+        if i >= 0 and ix.st[i] < S_ACKED:
+            return "history entry for seq %d, which is not a terminal item" % s
+    if h["reason_count"] != h["quarantined"]:
+        return "%d reasons for %d quarantined items" % (h["reason_count"], h["quarantined"])
+    for s, (sg, _off, ln) in ix.reasons.items():
+        i = ix.find(s)
+        if i < 0 or ix.st[i] != S_QUARANTINED or ln > MAX_REASON or sg >= len(ix.segs):
+            return "reason entry for seq %d out of range" % s
+    pay = max([0] + ix.ln + [e[2] for e in ix.reasons.values()])
+    if h["max_payload"] != pay:
+        return "max_payload %d, the largest length is %d" % (h["max_payload"], pay)
+    if ix.segs[0][2]:
+        return "segment 0 has a first record length"
+    return None
+
+
+def _against_manifest(ix: IndexFile, man: JSON | None) -> str | None:
+    """SPEC X10: next_seq and the seqs against the manifest (no manifest: seqs 1 .. n)."""
+    items, nxt = (man["item_count"], man["next_seq"]) if man else (0, 1)
+    n = len(ix.seq)
+    want = nxt + n - items
+    if n < items or ix.header["next_seq"] != want:
+        return "next_seq %d, the manifest gives %d" % (ix.header["next_seq"], want)
+    if (n > items and (ix.seq[items] != nxt or ix.seq[-1] != want - 1)) or (
+        n and n == items and ix.seq[-1] >= nxt
+    ):
+        return "seqs not consecutive from the manifest's next_seq after its boundary"
+    return None
+
+
+def _header(data: bytes, pos: int) -> tuple[int, int, int, int] | None:
+    """(type, seq, payload length, record length) of the record at pos within data, as ddq's
+    cross-check reads it (SPEC X10), else None."""
+    if pos + REC_MIN > len(data):
+        return None
+    magic, ver, typ, seq, _a, plen, rlen, _c, _r = struct.unpack_from(REC_HEADER_FMT, data, pos)
+    if (
+        magic != REC_MAGIC
+        or ver != REC_VERSION
+        or rlen != REC_MIN + plen
+        or pos + rlen > len(data)
+    ):
+        return None
+    return typ, seq, plen, rlen
+
+
+def _against_segment(ix: IndexFile, idx: int, data: bytes, tail: int) -> tuple[str | None, int]:
+    """SPEC X10 in covered segment idx (its covered bytes): its first record length, the DATA
+    records of the first and last item of each run and of this segment's items, its reasons,
+    and the tail after the last item (no DATA, records up to the covered end). Returns (why
+    ddq ignores the index or None, where the tail walk resumes in the next segment)."""
+    first = struct.unpack_from("<I", data, 28)[0] if len(data) >= 32 else 0
+    if idx and first != ix.segs[idx][2]:
+        return "segment %d's first record is %d bytes, the index says %d" % (
+            idx,
+            first,
+            ix.segs[idx][2],
+        ), -1
+    n, seq, sg = len(ix.seq), ix.seq, ix.sg
+    for i in range(n):
+        if sg[i] != idx:
+            continue
+        edge = (
+            i in (0, n - 1)
+            or seq[i - 1] + 1 != seq[i]
+            or seq[i + 1] != seq[i] + 1
+            or sg[i - 1] != idx
+            or sg[i + 1] != idx
+        )
+        if not edge:
+            continue
+        r = _header(data, ix.off[i])
+        if r is None or r[0] != T_DATA or r[1] != seq[i] or r[2] != ix.ln[i]:
+            return "seq %d is not the DATA record at segment %d offset %d" % (
+                seq[i],
+                idx,
+                ix.off[i],
+            ), -1
+        if i == n - 1:
+            tail = ix.off[i] + r[3]
+    for s, (rsg, off, ln) in ix.reasons.items():
+        if rsg != idx:
+            continue
+        r = _header(data, off)
+        if r is None or r[0] != T_QUARANTINE or r[1] != s or r[2] != ln:
+            return "seq %d's reason is not at segment %d offset %d" % (s, idx, off), -1
+    if not n and not idx:
+        tail = 0
+    if tail < 0:
+        return None, -1
+    pos = tail
+    while pos < len(data):
+        r = _header(data, pos)
+        if r is None or r[0] == T_DATA:
+            return "segment %d offset %d: %s after the index's last item" % (
+                idx,
+                pos,
+                "a DATA record" if r else "no whole record",
+            ), -1
+        pos += r[3]
+    return None, 0
