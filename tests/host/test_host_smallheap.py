@@ -36,7 +36,7 @@ from ddqhost import testrun, vboard
 GROUPS = [
     ["test_auth"], ["test_capacity"], ["test_core"], ["test_core_reads"], ["test_cut"], ["test_group"],
     ["test_heapalloc"], ["test_hold"], ["test_index_regressions"], ["test_interop"], ["test_reclaim"],
-    ["test_regressions"], ["test_spec"], ["test_support"],
+    ["test_regressions"], ["test_spec"], ["test_special_files"], ["test_support"],
     ["test_batch", "test_index", "test_index_chunks", "test_index_forged", "test_model",
      "test_mqtt", "test_mqtt_clients", "test_mqtt_limits", "test_outbox", "test_salvage",
      "test_window"],
