@@ -77,9 +77,9 @@ def plan(scale, smoke=False):
         ix = CRASH_INDEX[k % len(CRASH_INDEX)]
         t.append(("crash", "crash %d%s" % (seed, " ix" if ix == "1" else ""),
                   [PY, "worker.py", "crash", str(seed), "48" if ix == "1" else "60", SYNCS[k % len(SYNCS)], ix], 900))
-    for k in range(16 * scale):   # a full disk at every mutating call (~380 points a seed, ~1.5 s)
+    for k in range(18 * scale):   # a full disk at every mutating call (~350 points a seed, ~2 s)
         seed = 1200 + k
-        t.append(("enospc", "enospc %d" % seed, [PY, "worker.py", "enospc", str(seed), str(30 + (k * 11) % 31)], 900))
+        t.append(("enospc", "enospc %d" % seed, [PY, "worker.py", "enospc", str(seed), str(40 + (k * 11) % 31)], 900))
     for k in range(4 * scale):   # 300: torn start (truncate faults), 301: creates its directory
         seed = 300 + k
         t.append(("fault", "fault %d" % seed, [PY, "worker.py", "fault", str(seed), "36", "1"], 900))
