@@ -363,6 +363,26 @@ def test_interrupted_rotation_then_more_writes_verifies_clean(tmp_path):
     q.close()
 
 
+def test_segment_bytes_grown_between_opens_verifies_clean(tmp_path):
+    # SPEC F7 R15 M8 (issue 25): a queue written with segment_bytes 512, then reopened with 2048
+    # and written on, opens in ddq; verify agrees, with or without the last writer's options
+    # (the 512 B writer's rotations only get a note).
+    import ddq as port_ddq
+
+    d = tmp_path / "q"
+    for w in (512, 2048):
+        q = port_ddq.Queue(str(d), clock=lambda: 1767225600000, segment_bytes=w, max_payload_bytes=400)
+        for k in range(20):
+            q.enqueue(bytes([65 + k]) * (40 + 17 * k % 360))
+        q.close()
+    for extra in ((), ("--segment-bytes", "2048", "--max-payload-bytes", "400")):
+        r = ddq("verify", d, *extra)
+        assert r.returncode == 0 and "result: clean" in r.stdout, r.stdout
+    q = port_ddq.Queue(str(d), clock=lambda: 1767225600000, segment_bytes=2048, max_payload_bytes=400)
+    assert q.stats().total_items == 40
+    q.close()
+
+
 def test_fsck_package_never_imports_ddq():
     # STYLE 22, 26: the independent reader is written from docs/SPEC.md, in four small steps.
     pkg = os.path.dirname(fsck.__file__)
