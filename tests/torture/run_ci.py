@@ -8,7 +8,7 @@ Runs the four parts as subprocess tasks, two at a time (2 cores):
   5. salvage (CPython, salvage.py): ddq_salvage over part 3's bad images; intact DATA kept, wrong, reused
   5b. salvage in place (CPython, salvage.py run_cuts): Queue(on_corrupt="salvage") over the same images,
       and a power cut at every step of a sample of those salvages (POSIX, LittleFS, FAT models)
-  1c. continued states (edges.py, inside parts 1 and 2): every 3rd judged crash state (every 10th
+  1c. continued states (edges.py, inside parts 1 and 2): every 5th judged crash state (every 10th
       MicroPython cut) recovered, written on (rotations, claims, acks, retries, compactions, staged
       builds, a reopen, a larger segment_bytes), closed and reopened: continued_states
   6. ENOSPC (CPython, edges.py run_enospc): a full disk at every mutating call of a workload, judged

@@ -55,10 +55,10 @@ def main(argv):
         index = _index(argv, 4)
         hashes = set()
         # depth 2 on every 12th repair; every 24th with the index (its recovery logs are longer)
-        # part 1c: every 3rd judged state also continued (edges.continue_state)
+        # part 1c: every 5th judged state also continued (edges.continue_state)
         res = crash.run_seed(ddq, seed, nops, sync=sync, hashes=hashes, index=index,
                              depth2=int(os.environ.get("DDQ_TORTURE_DEPTH2", "24" if index else "12")),
-                             cont_every=int(os.environ.get("DDQ_TORTURE_CONT", "3")))
+                             cont_every=int(os.environ.get("DDQ_TORTURE_CONT", "5")))
         with open(argv[5], "w") as f:
             for h in hashes:
                 f.write(h.hex() + "\n")
