@@ -249,7 +249,7 @@ def save(q: "ddq.Queue") -> None:
     q._ixcov = [log.gen] + list(log.sizes)
 
 
-def load(q: "ddq.Queue", nsegs: int, cp: "list[int]", mcrc: int, fits: "list[int]") -> int:
+def load(q: "ddq.Queue", nsegs: int, cp: "list[int]", mcrc: int) -> int:
     """Adopt queue.index when it matches the directory; return where to resume the last
     covered segment, or -1 (and change nothing) to replay everything [X5]."""
     fs, path = q._fs, q._path(ddq._INDEX)
@@ -260,15 +260,14 @@ def load(q: "ddq.Queue", nsegs: int, cp: "list[int]", mcrc: int, fits: "list[int
     except OSError:
         return -1
     try:
-        return _adopt(q, h, fs.size(path), nsegs, cp, mcrc, fits)
+        return _adopt(q, h, fs.size(path), nsegs, cp, mcrc)
     except Exception:  # whatever a changed index makes the decoding raise: a cache miss [X10]
         return -1
     finally:
         fs.close(h)
 
 
-def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcrc: int,
-           fits: "list[int]") -> int:
+def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcrc: int) -> int:
     fs, log = q._fs, q._log
     hb = bytearray(_IX_SIZE)
     if q._read_exact(h, 0, memoryview(hb)) != _IX_SIZE:
@@ -303,6 +302,11 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
         return -1  # [R8] the index must lie past the manifest's boundary
     if not prefix_ok(q, gen, ck):
         return -1
+    big = 0  # [F7] as the replay checks it: a broken rotation sends it there, to name it
+    for k in range(1, ns):
+        if ck[k][1] and ck[k - 1][1] + ck[k][2] <= big:  # (an empty segment: no first record)
+            return -1
+        big = max(big, ck[k - 1][1])
     # The columns, read together in pieces of _CH items into the chunked index (no allocation
     # of a whole column) [X2]: seqs must increase and segments must not go back.
     nix = ddq._Index(q._tc)
@@ -441,9 +445,6 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
     log.ck = ck
     for k in range(ns - 1):
         log.sizes.append(ck[k][1])
-    for k in range(1, ns):
-        if ck[k][1]:  # an empty segment (a crash after its creation) has no first record
-            fits.append(ck[k - 1][1] + ck[k][2])
     q._ixcov = [gen] + [e[1] for e in ck]
     return int(ck[-1][1])
 

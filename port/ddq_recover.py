@@ -42,6 +42,7 @@ from ddq import (
     _opt,
     _wall_ms,
     const,
+    segment_name,
 )
 
 TYPE_CHECKING = False
@@ -182,7 +183,6 @@ def recover(self: "Queue") -> None:
         if not nseg:
             self._new_segment(log, False)
         st = [seen, False, False]  # checkpoint seen, last item snapshotted, reason pending
-        fits: "list[int]" = []
         start = -1
         if nseg and self._ix_bytes and fs.kind(self._path(_INDEX)) == 1:  # a stat, no import
             try:
@@ -190,13 +190,13 @@ def recover(self: "Queue") -> None:
             except MemoryError:  # no room for the optional module: replay the whole log [X5]
                 m = None
             if m is not None:
-                start = m.load(self, nseg, cp, mcrc, fits)
+                start = m.load(self, nseg, cp, mcrc)
         loaded = self._ix.n if start >= 0 else -1
         if start >= 0:
             st[0] = self.index_used = True
         if len(log.sizes) < nseg:
             try:
-                _replay(self, nseg, cp, st, fits, start)
+                _replay(self, nseg, cp, st, start)
             except _E("Corrupt"):
                 if start < 0:
                     raise
@@ -207,10 +207,21 @@ def recover(self: "Queue") -> None:
                     return recover(self)
                 finally:
                     self._ix_bytes, self._salv = kept
-        if fits and max(log.sizes) >= min(fits):  # [F7] no segment size explains the rotations
-            raise _E("Corrupt")("a segment of generation %d ends early (lost its end)" % gen)
         if not st[0]:
             raise _E("Corrupt")("the manifest's snapshot boundary was never reached")
+        if nseg > 1 and nseg > cp[0] and not log.sizes[-1]:
+            # [R23] An empty last segment past the manifest's boundary: a rotation whose record
+            # never became durable (a power cut or ENOSPC after W3's create, or its torn record
+            # cut to nothing). It holds nothing; removed, the next record goes where the lost
+            # one would not fit, or rotates again: F7's rotations stay explained. (Durable by
+            # the directory sync below; until then either state is this one.)
+            fs.close(log.h)
+            log.h = None
+            fs.remove(self._path(segment_name(gen, nseg - 1)))
+            log.sizes = log.sizes[0:nseg - 1]  # (an array: no pop on MicroPython)
+            del log.ck[nseg - 1:]
+            log.h = fs.open(self._path(segment_name(gen, nseg - 2)), "ab")
+            log.off = log.synced = log.sizes[-1]
         fs.sync(self._log.h)  # what a crashed writer left in the page cache is durable [D4]
         fs.sync_dir(self._dir)  # the selected generation is durable before anything is deleted
         if dirty:  # else the listing held nothing _clean removes, and nothing since adds it
@@ -318,8 +329,7 @@ def _uniform(self: "Queue", h: "Any", start: int, end: int) -> bool:
     return True
 
 
-def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]",
-            fits: "list[int]", start: int) -> None:
+def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: int) -> None:
     # One pass over each segment from the first queue.index does not cover (from offset start
     # in it when start > 0), all in this one call: MicroPython puts a frame of more than 11
     # words on the heap at each call, ~1 KB for this one (DESIGN §4). Each record's header is
@@ -351,8 +361,13 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]",
     pf = pre + ("segment-%020d.log" if not gen_nz else "generation-%020d-segment-" % log.gen
                 + "%020d.log")
     k0 = len(log.sizes)
-    fm = -1  # the least end + next record over the segments replayed [F7]
+    fm = 0  # [F7] the largest segment before the previous one (sizes[0 .. sg-2])
+    for k in range(k0 - 1):
+        if log.sizes[k] > fm:
+            fm = log.sizes[k]
     for sg in range(k0, nseg):
+        if sg > k0 and sg > 1 and log.sizes[sg - 2] > fm:
+            fm = log.sizes[sg - 2]
         last = sg == nseg - 1
         path = pf % sg
         size = fs.size(path)
@@ -491,13 +506,12 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]",
                         torn = True  # [R11] the footer and all after it never reached the medium
                         break
                     raise _E("Corrupt")("%s at %s offset %d" % (err, path[lp:], pos))
-                if pos == 0 and sg > 0:
-                    # [F7] a segment ends only where the next record did not fit: whatever the
-                    # writer's segment_bytes W was, every segment <= W < end + next record
-                    # (only the least such bound matters: one int, not a list of them).
-                    k = log.sizes[sg - 1] + rlen
-                    if fm < 0 or k < fm:
-                        fm = k
+                if pos == 0 and sg > 0 and log.sizes[sg - 1] + rlen <= fm:
+                    # [F7] a segment ends only where the next record did not fit in the writer's
+                    # segment_bytes W, and R15 held W >= every segment there was then: so
+                    # end + next record > every earlier segment, whatever W each open had.
+                    raise _E("Corrupt")("segment %d of generation %d ends early (lost its end)"
+                                        % (sg - 1, log.gen))
                 if typ == _T_DATA:  # [R5] appended in seq order (_apply's rules for the rest)
                     prefix = gen_nz and not st[0]
                     if seq >= u64 or (n and seq <= prev) or (not prefix and seq != self._next) \
@@ -587,8 +601,6 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]",
         if last:
             log.h = fs.open(path, "ab")
             log.off = log.synced = size
-    if fm >= 0:
-        fits.append(fm)
 
 
 def _cut(self: "Queue", path: str, size: int) -> None:

@@ -185,15 +185,18 @@ def test_every_crash_state_of_the_cut():
 
 
 def test_a_tail_with_nothing_before_it_is_emptied_in_place():
-    # EVIDENCE-OF: R12 R21
+    # EVIDENCE-OF: R12 R21 R23
     d = support.tmpdir() + "/q"
     _nine(d)
     seg3 = d + "/" + ddq.segment_name(0, 3)
     support.write_file(seg3, ddqfmt.encode_record(ddqfmt.T_DATA, 10, 0, b"x")[0:20])
     fs = CutStorage(True)
     assert _ddq_items(d, fs) == SEQS
-    assert fs.renames == 0 and support.file_size(seg3) == 0  # no staged copy, no rename
-    assert ddq.segment_name(0, 3) + ".reserve" not in support.listdir_sorted(d)
+    assert fs.renames == 0  # no staged copy, no rename
+    # emptied, then removed: an empty last segment past the boundary is a lost rotation (R23)
+    names = support.listdir_sorted(d)
+    assert ddq.segment_name(0, 3) not in names and ddq.segment_name(0, 2) in names
+    assert ddq.segment_name(0, 3) + ".reserve" not in names
 
 
 def test_a_zero_filled_copy_is_not_data():

@@ -245,32 +245,40 @@ def test_torture_lock_is_released_when_closing_the_lock_file_fails():
 
 def test_torture_truncated_non_last_segment_is_corrupt():
     # EVIDENCE-OF: R13 F7 R15
-    # torture part 3, "truncate <segment> at <record boundary>": segment 0 cut right after its
-    # CLAIM record (the ACK dropped) opened cleanly with seq 1 claimed again, an acked item
+    # torture part 3, "truncate <segment> at <record boundary>": a segment cut right after its
+    # CLAIM record (the ACK dropped) opened cleanly with the item claimed again, an acked item
     # resurrected. A segment ends only where the next record did not fit (F7); options are not
-    # stored (M8), so the check must hold for any writer segment_bytes W: every segment <= W <
-    # (end of a segment + the next segment's first record). Here segment 1 is 254 bytes, so W
-    # >= 254, and 106 + 148 = 254 says segment 0 lost its end.
-    opts = {"segment_bytes": 256, "max_payload_bytes": 128, "max_items": 8, "max_segments": 8}
+    # stored (M8) and each open may bring another segment_bytes W (R15: W >= every segment
+    # there is), so the check is: end of a segment + the next segment's first record > every
+    # segment before it. Here segment 0 is 254 bytes, and segment 1's 106 + 148 = 254 says
+    # segment 1 lost its end.
+    opts = {"segment_bytes": 256, "max_payload_bytes": 128, "max_items": 8, "max_segments": 16}
     d = support.tmpdir() + "/q"
     q = ddq.Queue(d, clock=support.FakeClock(T0), **opts)
-    q.enqueue(b"0123456789")       # DATA 58 bytes at 0
+    q.enqueue(b"p" * 100)          # DATA 148 bytes at 0
+    q.enqueue(b"0123456789")       # DATA 58: 206
+    q.claim(1000)                  # CLAIM 48: segment 0 is 254 bytes
+    q.enqueue(b"0123456789")       # segment 1: DATA 58 at 0
     q.claim(1000)                  # CLAIM at 58
-    q.ack(1)                       # ACK at 106; segment 0 is 154 bytes
-    q.enqueue(b"p" * 100)          # 148 bytes do not fit: segment 1
-    q.enqueue(b"0123456789")       # 58: segment 1 is 206 bytes
-    q.claim(1000)                  # 48: 254 bytes
-    q.claim(1000)                  # does not fit: segment 2
+    q.ack(2)                       # ACK at 106; segment 1 is 154 bytes
+    q.enqueue(b"p" * 100)          # 148 bytes do not fit: segment 2
     q.close()
-    seg0 = d + "/segment-00000000000000000000.log"
-    data = support.read_file(seg0)
-    assert len(data) == 154 and support.file_size(d + "/segment-00000000000000000001.log") == 254
-    support.write_file(seg0, data[:106])
+    seg0, seg1 = d + "/segment-00000000000000000000.log", d + "/segment-00000000000000000001.log"
+    data = support.read_file(seg1)
+    assert len(data) == 154 and support.file_size(seg0) == 254
+    support.write_file(seg1, data[:106])
     support.raises(ddq.Corrupt, ddq.Queue, d, clock=support.FakeClock(T0), **opts)
     # The same directory, intact, opens with larger limits than the writer's (R15).
-    support.write_file(seg0, data)
+    support.write_file(seg1, data)
     q = ddq.Queue(d, clock=support.FakeClock(T0))
-    assert q.stats().total_items == 3
+    assert q.stats().total_items == 4
+    q.close()
+    # Segment 0 cut the same way (its CLAIM dropped) is a directory ddq writes itself (T9): a
+    # writer with segment_bytes 210 rotated there for the 58 B record, one with 256 went on.
+    d0 = support.read_file(seg0)
+    support.write_file(seg0, d0[:206])
+    q = ddq.Queue(d, clock=support.FakeClock(T0), **opts)
+    assert q.stats().total_items == 4
     q.close()
 
 

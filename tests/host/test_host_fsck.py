@@ -311,30 +311,76 @@ def test_record_layout_constants_follow_the_reference():
 
 def test_segment_that_lost_its_end_is_corrupt_whatever_the_limits(tmp_path):
     # SPEC F7/R15: without the writer's segment_bytes, verify and ddq agree: a non-last segment
-    # that ends where its successor's first record would have fitted, in a generation that has
-    # a segment that large, lost its end (an acked item would come back); the intact
-    # directory is clean with default (larger) limits.
+    # that ends where its successor's first record would have fitted in a segment before it
+    # (every writer rotates past every segment there is) lost its end (an acked item would
+    # come back); the intact directory is clean with default (larger) limits.
     import ddq as port_ddq
 
     d = tmp_path / "q"
-    opts = {"segment_bytes": 256, "max_payload_bytes": 128, "max_items": 8, "max_segments": 8}
+    opts = {"segment_bytes": 256, "max_payload_bytes": 128, "max_items": 8, "max_segments": 16}
     q = port_ddq.Queue(str(d), clock=lambda: 1767225600000, **opts)
-    q.enqueue(b"0123456789")
-    q.claim(1000)
-    q.ack(1)
     q.enqueue(b"p" * 100)
     q.enqueue(b"0123456789")
+    q.claim(1000)  # segment 0: 254 bytes
+    q.enqueue(b"0123456789")
     q.claim(1000)
-    q.claim(1000)
+    q.ack(2)  # segment 1: 154 bytes
+    q.enqueue(b"p" * 100)
     q.close()
     assert ddq("verify", d).returncode == 0
-    seg = d / "segment-00000000000000000000.log"
+    seg = d / "segment-00000000000000000001.log"
     seg.write_bytes(seg.read_bytes()[:106])
     before = tree_hash(d)
     r = ddq("verify", d)
     assert r.returncode == 2 and "ends early" in r.stdout, r.stdout
     one_line_error(ddq("inspect", d), 2)
     assert tree_hash(d) == before
+
+
+def test_interrupted_rotation_then_more_writes_verifies_clean(tmp_path):
+    # SPEC F7 R23 W3 (issue 25): a power cut after a rotation created segment 2, before its
+    # 600 B record was durable; ddq reopened and wrote a 10 B record. verify said "ends early"
+    # (exit 2) like the open did; both now read the directory as ddq left it.
+    import ddq as port_ddq
+
+    d = tmp_path / "q"
+    opts = {"segment_bytes": 1024, "max_payload_bytes": 900}
+    q = port_ddq.Queue(str(d), clock=lambda: 1767225600000, **opts)
+    for n in (452, 452, 400):
+        q.enqueue(b"a" * n)
+    q.close()
+    (d / "segment-00000000000000000002.log").write_bytes(b"")
+    r = ddq("verify", d, "--segment-bytes", "1024", "--max-payload-bytes", "900")
+    assert r.returncode == 0 and "R23" in r.stdout, r.stdout
+    q = port_ddq.Queue(str(d), clock=lambda: 1767225600000, **opts)
+    q.enqueue(b"d" * 10)
+    q.close()
+    for extra in ((), ("--segment-bytes", "1024", "--max-payload-bytes", "900")):
+        r = ddq("verify", d, *extra)
+        assert r.returncode == 0 and "result: clean" in r.stdout, r.stdout
+    q = port_ddq.Queue(str(d), clock=lambda: 1767225600000, **opts)
+    assert q.stats().total_items == 4
+    q.close()
+
+
+def test_segment_bytes_grown_between_opens_verifies_clean(tmp_path):
+    # SPEC F7 R15 M8 (issue 25): a queue written with segment_bytes 512, then reopened with 2048
+    # and written on, opens in ddq; verify agrees, with or without the last writer's options
+    # (the 512 B writer's rotations only get a note).
+    import ddq as port_ddq
+
+    d = tmp_path / "q"
+    for w in (512, 2048):
+        q = port_ddq.Queue(str(d), clock=lambda: 1767225600000, segment_bytes=w, max_payload_bytes=400)
+        for k in range(20):
+            q.enqueue(bytes([65 + k]) * (40 + 17 * k % 360))
+        q.close()
+    for extra in ((), ("--segment-bytes", "2048", "--max-payload-bytes", "400")):
+        r = ddq("verify", d, *extra)
+        assert r.returncode == 0 and "result: clean" in r.stdout, r.stdout
+    q = port_ddq.Queue(str(d), clock=lambda: 1767225600000, segment_bytes=2048, max_payload_bytes=400)
+    assert q.stats().total_items == 40
+    q.close()
 
 
 def test_fsck_package_never_imports_ddq():

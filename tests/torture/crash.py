@@ -26,6 +26,7 @@ CUT_DEPTH2-th time, besides the general depth-2 sampling.
 """
 import hashlib
 
+import edges
 import memfs
 import tmodel
 
@@ -304,6 +305,13 @@ class Judge:
         self.libddq_refused = 0     # of them, refused by the libddq model
         self.cut_repairs = 0        # recoveries that staged a cut
         self.cut_done = set()
+        # part 1c (tests/torture/edges.py): every cont_every-th judged state is recovered,
+        # written on, closed and reopened; a refused open is `bricked`
+        self.cont_every = 0
+        self.continued = 0
+        self.bricked = 0
+        self.model = None           # the file-system model of the state being judged
+        self.cont_by_model = {}
 
     def _libddq(self, files, seqs, h=None):
         """A cut state: libddq (modelled) refuses it or sees ddq's seqs. Returns [(category, detail)]."""
@@ -425,6 +433,10 @@ class Judge:
             bad += self._libddq(files, [t[0] for t in state1], h)
         if bad or state1 is None:
             return bad
+        if self.cont_every and self.n % self.cont_every == 0:
+            bad += self._continue(fs, state1)
+            if bad:
+                return bad
         rec_log = list(fs.log)
         repaired = _is_repair(rec_log)
         if repaired:
@@ -458,6 +470,18 @@ class Judge:
                 bad.append(("unexpected", "reopen after recovery raised %s: %s" % (type(e).__name__, e)))
         if repaired and not bad and (cut or self.depth2 and self.repairs % self.depth2 == 1 % self.depth2):
             bad += self._depth2(files, dirs, rec_log, meta1)
+        return bad
+
+    def _continue(self, fs, state1):
+        """Part 1c: go on writing where the recovery left the directory, then reopen."""
+        f2, d2 = fs.snapshot()
+        cfs = memfs.MemFS(f2, d2, can_truncate=self.can_truncate)
+        clock = tmodel.Clock(tmodel.CLOCK0 + 1000 * (len(self.wl.ops) + 30))
+        self.continued += 1
+        self.cont_by_model[self.model] = self.cont_by_model.get(self.model, 0) + 1
+        bad = edges.continue_state(self.ddq, cfs, self.wl.path, self.wl.opts, state1,
+                                   self.wl.seed * 104729 + self.n, clock, grow=self.continued % 4 == 0)
+        self.bricked += sum(1 for b in bad if b[0] == "bricked")
         return bad
 
     def _depth2(self, files, dirs, rec_log, state1):
@@ -503,7 +527,7 @@ class Judge:
 
 
 def run_seed(ddq, seed, nops, models=("posix", "lfs", "fat"), sync=None, hashes=None, depth2=1,
-             max_fail=5, path="/q", index=None):
+             max_fail=5, path="/q", index=None, cont_every=0):
     """Run one workload and judge every crash state under every model. Returns a result dict."""
     memfs.MemFS.Locked = ddq.Locked
     can_truncate = seed % 2 == 0     # even seeds: CPython-like storage; odd: MicroPython-like
@@ -524,7 +548,7 @@ def run_seed(ddq, seed, nops, models=("posix", "lfs", "fat"), sync=None, hashes=
            "lost": 0, "resurrected": 0, "reused_seq": 0, "unexpected": 0, "reported": 0, "depth2": 0,
            "cut_states": 0, "libddq_refused": 0, "libddq_disagree": 0,
            "by_model": {}, "index": opts.get("index_bytes"), "index_compared": 0, "index_opens": 0,
-           "index_mismatch": 0}
+           "index_mismatch": 0, "continued": 0, "bricked": 0, "cont_by_model": {}}
     try:
         wl.run()
     finally:
@@ -541,6 +565,7 @@ def run_seed(ddq, seed, nops, models=("posix", "lfs", "fat"), sync=None, hashes=
     res["log"] = len(log)
     judge = Judge(ddq, wl, depth2=depth2)
     judge.can_truncate = can_truncate
+    judge.cont_every = cont_every
     seen = hashes if hashes is not None else set()
     checked = set()
     sim = Sim(dirs=pre)
@@ -560,6 +585,7 @@ def run_seed(ddq, seed, nops, models=("posix", "lfs", "fat"), sync=None, hashes=
                     continue
                 checked.add(key)
                 res["checked"] += 1
+                judge.model = model
                 bad = judge.judge(files, dirs, i, holes, h)
                 for cat, detail in bad:
                     res[cat] += 1
@@ -575,4 +601,6 @@ def run_seed(ddq, seed, nops, models=("posix", "lfs", "fat"), sync=None, hashes=
     res["libddq_refused"] = judge.libddq_refused
     res["index_compared"] = judge.index_compared
     res["index_opens"] = judge.index_opens
+    res["continued"] = judge.continued
+    res["cont_by_model"] = judge.cont_by_model
     return res

@@ -23,6 +23,7 @@ import vfs
 sys.path.insert(0, "tests/torture")
 sys.path.insert(0, "port")
 sys.path.append("tests")  # tests/ddqfmt.py, tests/blockdev.py
+import edges
 import fatcheck
 import tmodel
 
@@ -106,6 +107,7 @@ CHK = TAG + "chk"
 DIF = TAG + "dif"
 LFS_IO = 256        # read/prog size as RP2 mounts it (progsize=256); the cache is 4x that
 PROBE_EVERY = 8     # every 8th cut also enqueues after recovery (sequence never reused)
+CONT_EVERY = 10     # every 10th cut is also written on, closed and reopened (edges.py, part 1c)
 
 
 def mkfs(fs):
@@ -172,7 +174,8 @@ class Judge:
         self.seed = seed
         self.res = {"cuts": 0, "lost": 0, "resurrected": 0, "reused_seq": 0, "unexpected": 0,
                     "mount_fail": 0, "repairs": 0, "fat_damaged": 0, "fat_fs_damage": 0,
-                    "index_compared": 0, "index_opens": 0, "index_mismatch": 0, "index_write_cuts": 0}
+                    "index_compared": 0, "index_opens": 0, "index_mismatch": 0, "index_write_cuts": 0,
+                    "continued": 0, "bricked": 0}
         self.index_cmp = bool(wl.opts.get("index_bytes"))
         self.damage = None      # fatcheck's verdict on the image being judged (FAT only)
         self.fail = []
@@ -346,8 +349,11 @@ class Judge:
                         self.bad("reused_seq", "probe got %d, %d was returned" % (seq, returned), k, how)
                 except ddq.Full:
                     pass
+            cont = self.res["cuts"] % CONT_EVERY == 0 and self.damage is None
+            state = tmodel.recovered_state(q) if cont else None
         except Exception as e:
             self.bad("unexpected", "checking raised %s: %s" % (type(e).__name__, e), k, how)
+            state = None
         finally:
             try:
                 q.close()
@@ -355,6 +361,13 @@ class Judge:
                 self.bad("unexpected", "close raised %r" % (e,), k, how)
         if CountingStorage.opened:
             self.bad("unexpected", "%d file handles left open" % CountingStorage.opened, k, how)
+        if state is not None:
+            # part 1c: the recovered directory, written on and reopened (a refusal: bricked)
+            self.res["continued"] += 1
+            for cat, detail in edges.continue_state(ddq, CountingStorage(), CHK + "/q", wl.opts, state,
+                                                    self.seed * 7919 + k, clock,
+                                                    grow=self.res["continued"] % 4 == 0):
+                self.bad(cat, detail, k, how)
         return got
 
 

@@ -175,10 +175,11 @@ def file_mutations(files):
 
 
 def _boundary_cuts(files, name):
-    """Cuts of a non-last segment at a record boundary that leave a directory some smaller
-    segment_bytes W would have written (every segment <= W < this end + the next segment's first
-    record, F7). The options are not on disk (M8) and a reader may have larger limits than the
-    writer (R15), so such an image is a valid directory of another history: indistinguishable."""
+    """Cuts of a non-last segment at a record boundary that leave a directory some sequence of
+    writers would have written: this end + the next segment's first record is above every
+    segment before this one (F7's reader rule; each open may bring another segment_bytes that
+    holds every segment there is, R15, and options are not on disk, M8). Such an image is a
+    valid directory of another history: indistinguishable."""
     g = F.parse_seg_name(name)
     if g is None:
         return ()
@@ -189,12 +190,12 @@ def _boundary_cuts(files, name):
     if not recs:
         return ()
     first = 48 + len(recs[0][4])
-    others = [len(files[n]) for n in files if n != name and F.parse_seg_name(n) is not None
-              and F.parse_seg_name(n)[0] == g[0]]
+    before = [len(files[n]) for n in files if F.parse_seg_name(n) is not None
+              and F.parse_seg_name(n)[0] == g[0] and F.parse_seg_name(n)[1] < g[1]]
     out = []
     recs, end = F.decode_records(files[name])
     for b in [r[0] for r in recs] + [end]:
-        if b < len(files[name]) and max(others + [b]) < b + first:
+        if b < len(files[name]) and max(before + [0]) < b + first:
             out.append(b)
     return out
 

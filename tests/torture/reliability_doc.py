@@ -11,7 +11,7 @@ def block(line, sb, extra, wall, full):
     out = [BEGIN, "", "### Latest run", "",
            "`%s`, %s, wall %.0f s on 2 jobs, %s:" % ("run_ci.py --full" if full else "run_ci.py", when, wall,
                                                     "pass" if sb["lost"] == sb["resurrected"] == sb["reused_seq"]
-                                                    == sb["unexpected"] == 0 else "FAIL"),
+                                                    == sb["unexpected"] == sb.get("bricked", 0) == 0 else "FAIL"),
            "", "```", line, "```", ""]
     bm = extra["by_model"]
     out += ["| Part | What ran | Count |", "|---|---|---|"]
@@ -55,6 +55,14 @@ def block(line, sb, extra, wall, full):
         out.append("| 5b salvage in place | power cut at every step (POSIX, LittleFS, FAT; depth 2): salvages cut / states reopened (FAT rename split) / lost / wrong / reused / damage not kept | %d / %d (%d) / %d / %d / %d / %d |" % (
             sb["salvage_cut_images"], sb["salvage_cut_states"], sb["salvage_cut_fat_split"], sb["salvage_cut_lost"],
             sb["salvage_cut_wrong"], sb["salvage_cut_reused"], sb["salvage_cut_aside"]))
+    if "continued_states" in sb:
+        c, v = extra.get("continued", {}), extra.get("enospc_by_view", {})
+        out.append("| 1c continued states | recovered crash states written on, closed and reopened: CPython crash states (POSIX / LittleFS / FAT models) / MicroPython LittleFS cuts / FAT cuts; refused opens (bricked) | %d: %d / %d / %d; %d |" % (
+            sb["continued_states"], c.get("crash", 0), c.get("mp-lfs", 0), c.get("mp-fat", 0), sb["bricked"]))
+        out.append("| 6 ENOSPC | write points failed with ENOSPC / distinct states judged (as left; power cut: POSIX / LittleFS / FAT) / refused while full (IOFailure, allowed); natural reproduction: seeds (bricked) | %d / %d (%s) / %d; %d (%d) |" % (
+            sb["enospc_points"], extra.get("enospc_states", 0),
+            " / ".join(str(v.get(m, 0)) for m in ("live", "posix", "lfs", "fat")),
+            extra.get("enospc_full_refused", 0), extra.get("natural", [0, 0])[0], extra.get("natural", [0, 0])[1]))
     kinds = extra["fault_by_kind"]
     out.append("| 4 faults | kinds x call index x transient/persistent | %d kinds, %d runs |" % (
         sb["fault_kinds"], sb["fault_points"]))

@@ -8,6 +8,13 @@ Runs the four parts as subprocess tasks, two at a time (2 cores):
   5. salvage (CPython, salvage.py): ddq_salvage over part 3's bad images; intact DATA kept, wrong, reused
   5b. salvage in place (CPython, salvage.py run_cuts): Queue(on_corrupt="salvage") over the same images,
       and a power cut at every step of a sample of those salvages (POSIX, LittleFS, FAT models)
+  1c. continued states (edges.py, inside parts 1 and 2): every 5th judged crash state (every 10th
+      MicroPython cut) recovered, written on (rotations, claims, acks, retries, compactions, staged
+      builds, a reopen, a larger segment_bytes), closed and reopened: continued_states
+  6. ENOSPC (CPython, edges.py run_enospc): a full disk at every mutating call of a workload, judged
+      as left and after a power cut (POSIX, LittleFS, FAT), reopened full, freed, continued and
+      reopened: enospc_points; the first task also runs issue 25's natural reproduction
+A plain open refused after only ddq's own writes, cuts and ENOSPC is `bricked` (must be 0).
 then prints ONE scoreboard line computed from what ran, checks the targets, and exits non-zero on
 any invariant failure or missed target, printing the first failure's reproduction.
 
@@ -31,7 +38,8 @@ PY = sys.executable
 MP = os.path.join(ROOT, ".venv", "bin", "micropython")
 TARGETS = {"crash_states": 200000, "lfs_cuts": 30000, "fat_cuts": 10000, "bad_images": 100000,
            "fault_kinds": 16, "index_opens": 10000, "hmac_forged": 10000, "salvage_images": 10000,
-           "salvage_inplace_images": 10000, "salvage_cut_states": 10000}
+           "salvage_inplace_images": 10000, "salvage_cut_states": 10000, "continued_states": 50000,
+           "enospc_points": 5000}
 SYNCS = ("always", "ack", "always", "none", "outbox")   # outbox: ddq_outbox.Outbox group commit
 # index_bytes per crash seed (k % 3): ddq's default (1 MiB: never reached, never written), 0 (the
 # index off), 1 (every close + reopen and save_index step writes queue.index; every judged state
@@ -62,6 +70,7 @@ def plan(scale, smoke=False):
         t.append(("salvage", "salvage 11", [PY, "worker.py", "salvage", "11", "10"], 120))
         t.append(("salvcut", "salvcut 11", [PY, "worker.py", "salvagecut", "11", "10", "400"], 120))
         t.append(("hold", "hold 11", [PY, "hold.py", "11", "30"], 120))
+        t.append(("enospc", "enospc 1200", [PY, "worker.py", "enospc", "1200", "20"], 120))
         return t
     n_crash = 30 * scale
     for k in range(n_crash):
@@ -69,6 +78,9 @@ def plan(scale, smoke=False):
         ix = CRASH_INDEX[k % len(CRASH_INDEX)]
         t.append(("crash", "crash %d%s" % (seed, " ix" if ix == "1" else ""),
                   [PY, "worker.py", "crash", str(seed), "48" if ix == "1" else "60", SYNCS[k % len(SYNCS)], ix], 900))
+    for k in range(18 * scale):   # a full disk at every mutating call (~350 points a seed, ~2 s)
+        seed = 1200 + k
+        t.append(("enospc", "enospc %d" % seed, [PY, "worker.py", "enospc", str(seed), str(40 + (k * 11) % 31)], 900))
     for k in range(4 * scale):   # 300: torn start (truncate faults), 301: creates its directory
         seed = 300 + k
         t.append(("fault", "fault %d" % seed, [PY, "worker.py", "fault", str(seed), "36", "1"], 900))
@@ -169,7 +181,8 @@ def aggregate(done):
           "salvage_inplace_images": 0, "salvage_inplace_intact": 0, "salvage_inplace_kept": 0, "salvage_inplace_reset": 0,
           "salvage_cut_images": 0, "salvage_cut_states": 0, "salvage_cut_lost": 0, "salvage_cut_wrong": 0,
           "salvage_cut_reused": 0, "salvage_cut_aside": 0, "salvage_cut_fat_split": 0,
-          "cut_states": 0, "libddq_refused": 0, "libddq_disagree": 0, "hold_states": 0, "hold_stranded": 0}
+          "cut_states": 0, "libddq_refused": 0, "libddq_disagree": 0, "hold_states": 0, "hold_stranded": 0,
+          "continued_states": 0, "enospc_points": 0, "bricked": 0}
     extra = {"crash_checked": 0, "depth2_states": 0, "corrupt_reported": 0, "by_model": {},
              "lfs": {"drop": 0, "torn": 0, "raise": 0, "errno": 0}, "fat": {"drop": 0, "torn": 0, "raise": 0, "errno": 0},
              "bad_corrupt": 0, "bad_clean": 0, "bad_forged": 0, "hypothesis": 0, "mp_bad_images": 0,
@@ -178,7 +191,9 @@ def aggregate(done):
              # index]; bad images also count a damaged/stale index accepted to another state
              "index": {"crash": [0, 0], "mp": [0, 0], "bad": [0, 0], "hypo": [0, 0]},
              "forged_index": 0, "index_write_cuts": 0, "hmac_control_accepted": 0,
-             "hmac_by_kind": {}, "hmac_encrypted_forged": 0}
+             "hmac_by_kind": {}, "hmac_encrypted_forged": 0,
+             "continued": {"crash": 0, "mp-lfs": 0, "mp-fat": 0}, "enospc_states": 0,
+             "enospc_by_view": {}, "enospc_full_refused": 0, "natural": [0, 0]}
     failures = []
     crash_hashes, bad_hashes = set(), set()
     for d in done:
@@ -189,7 +204,7 @@ def aggregate(done):
             failures.append({"task": d["label"], "category": "harness", "detail": "exit %s: %s" % (d["rc"], d["err"][-800:]),
                              "repro": " ".join(d["argv"])})
             continue
-        for k in ("lost", "resurrected", "reused_seq", "unexpected"):
+        for k in ("lost", "resurrected", "reused_seq", "unexpected", "bricked"):
             sb[k] += r.get(k, 0)
         if d["part"] == "salvage":   # its own counters; unexpected (above) counts its errors
             sb["unexpected"] += r.get("wrong", 0) + r.get("reused", 0)
@@ -212,6 +227,19 @@ def aggregate(done):
             f["repro"] = "cd %s && %s" % (ROOT, " ".join(a for a in d["argv"] if a != d["hashfile"]))
             failures.append(f)
         part = d["part"]
+        if part == "crash" or part == "mp":
+            sb["continued_states"] += r.get("continued", 0)
+            where = "crash" if part == "crash" else "mp-" + r["fs"]
+            extra["continued"][where] = extra["continued"].get(where, 0) + r.get("continued", 0)
+        if part == "enospc":
+            sb["enospc_points"] += r["points"]
+            extra["enospc_states"] += r["states"]
+            extra["enospc_full_refused"] += r["full_refused"]
+            for k, v in r["by_model"].items():
+                extra["enospc_by_view"][k] = extra["enospc_by_view"].get(k, 0) + v
+            if "natural_seeds" in r:
+                extra["natural"][0] += r["natural_seeds"]
+                extra["natural"][1] += r["natural_bricked"]
         if part == "crash":
             with open(d["hashfile"]) as fh:
                 crash_hashes.update(line.strip() for line in fh)
@@ -288,6 +316,9 @@ def scoreboard_line(sb, extra):
     keys = ("crash_states", "lfs_cuts", "fat_cuts", "bad_images", "fault_kinds", "fault_points",
             "lost", "resurrected", "reused_seq", "unexpected", "index_opens", "index_mismatch")
     s = "torture: " + " ".join("%s=%d" % (k, sb[k]) for k in keys)
+    # issue 25: recovered states written on and reopened; a full disk at every write point; refused opens
+    s += " continued_states=%d enospc_points=%d bricked=%d" % (
+        sb["continued_states"], sb["enospc_points"], sb["bricked"])
     s += " (depth2=%d corrupt_reported=%d hypothesis=%d mp_bad_images=%d forged_accepted=%d forged_index_accepted=%d" % (
         extra["depth2_states"], extra["corrupt_reported"], extra["hypothesis"], extra["mp_bad_images"],
         extra["bad_forged"], extra["forged_index"])
@@ -318,7 +349,7 @@ def main():
         tasks = [t for t in tasks if t[0] in parts or (t[0] in ("hypo", "mpbad", "forge") and "bad" in parts)]
     # longest first so the two workers finish together
     weight = {"crash": 3, "mp": 2, "fault": 2, "bad": 1, "hypo": 1, "mpbad": 0, "forge": 0, "group": 1, "salvage": 1,
-              "salvcut": 1, "hold": 1}
+              "salvcut": 1, "hold": 1, "enospc": 1}
     tasks.sort(key=lambda t: -weight[t[0]])
     t0 = time.time()
     done = []
@@ -329,7 +360,7 @@ def main():
             with lock:
                 done.append(d)
                 r = d["res"] or {}
-                bad = sum(r.get(k, 0) for k in ("lost", "resurrected", "reused_seq", "unexpected", "index_mismatch",
+                bad = sum(r.get(k, 0) for k in ("lost", "resurrected", "reused_seq", "unexpected", "index_mismatch", "bricked",
                                                 "forged_index", "returned_lost", "libddq_disagree") + (("accepted",) if d["part"] == "forge" else ())
                           + (("wrong", "reused") if d["part"] == "salvage" else ())
                           + (("inplace_wrong", "inplace_reused", "cut_lost", "cut_wrong", "cut_reused", "cut_aside")
@@ -357,6 +388,7 @@ def main():
             "images", "intact", "kept", "wrong", "reused", "reset", "behind", "forged", "undetectable_cut")))
     print("wall %.0f s, %d tasks, jobs %d" % (wall, len(tasks), a.jobs))
     ok = sb["lost"] == sb["resurrected"] == sb["reused_seq"] == sb["unexpected"] == sb["index_mismatch"] == 0 \
+        and sb["bricked"] == 0 \
         and sb["hmac_forged_accepted"] == 0 and sb["group_returned_lost"] == 0 and sb["libddq_disagree"] == 0 \
         and sb["salvage_kept"] == sb["salvage_intact"] and sb["salvage_wrong"] == sb["salvage_reused"] == 0 \
         and sb["salvage_inplace_kept"] == sb["salvage_inplace_intact"] \

@@ -253,3 +253,53 @@ def test_salvage_in_place_checker_catches_a_late_marker(monkeypatch):
     monkeypatch.setattr(ddq_salvage, "_stage", late_stage)
     res = salvage.run_cuts(ddq, 500, 10, every=200, depth2_every=1000000)  # generation 0, no marker
     assert res["cut_lost"] > 0, res
+
+
+def test_continued_states_slice():
+    # part 1c (issue 25): recovered crash states written on, closed and reopened
+    res = crash.run_seed(ddq, 5, 14, sync="ack", depth2=0, cont_every=2)
+    assert res["continued"] > 100, res
+    assert not _clean(res)[0] and not res["bricked"], (_clean(res), res["bricked"])
+
+
+def test_enospc_slice():
+    # part 6 (issue 25): a full disk at every mutating call, then freed, continued, reopened
+    import edges
+    res = edges.run_enospc(ddq, 4, 14)
+    assert res["points"] > 50 and res["continued"] > 20, res
+    assert not _clean(res)[0] and not res["bricked"], (_clean(res), res["bricked"])
+    nat = edges.natural(ddq, seeds=3)
+    assert nat["seeds"] == 3 and not nat["bricked"] and not nat["lost"], nat
+
+
+def test_continuation_catches_a_kept_lost_rotation():
+    # A storage that silently keeps an empty segment ddq removes (as ddq before R23 kept it):
+    # the continuation fails, either writing into it (the reopen refused: bricked) or
+    # rotating onto its name (EEXIST: unexpected).
+    import edges
+    import memfs
+    import tmodel
+
+    class KeepEmpty(memfs.MemFS):
+        def remove(self, path):
+            if path.endswith(".log") and self.size(path) == 0:
+                return
+            memfs.MemFS.remove(self, path)
+
+    memfs.MemFS.Locked = ddq.Locked
+    opts = {"segment_bytes": 1024, "max_payload_bytes": 900, "max_items": 64, "max_segments": 16,
+            "sync": "always"}
+    fs = KeepEmpty(dirs=("/q",))
+    q = ddq.Queue("/q", storage=fs, clock=tmodel.Clock(), **tmodel.queue_opts(opts))
+    for n in (452, 452, 400):
+        q.enqueue(b"a" * n)
+    q.close()
+    fs.close(fs.open("/q/segment-00000000000000000002.log", "ab"))
+    q = ddq.Queue("/q", storage=fs, clock=tmodel.Clock(), **tmodel.queue_opts(opts))
+    state = tmodel.recovered_state(q)
+    q.close()
+    bad = []
+    for seed in range(1, 20):
+        f2, d2 = fs.snapshot()
+        bad += edges.continue_state(ddq, KeepEmpty(f2, d2), "/q", opts, state, seed, tmodel.Clock())
+    assert any(b[0] in ("bricked", "unexpected") for b in bad), bad

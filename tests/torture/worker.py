@@ -4,6 +4,8 @@
                                                              part 1 (SYNC: always|ack|none|outbox|-;
                                                              INDEX: index_bytes, - for ddq's default)
     python tests/torture/worker.py fault SEED NOPS STRIDE          part 4
+    python tests/torture/worker.py enospc SEED NOPS                part 6: ENOSPC at every
+                                                                   mutating call (edges.py)
     python tests/torture/worker.py bad SEED NOPS INDEX HASHFILE    part 3, exhaustive
     python tests/torture/worker.py hypo SEED NOPS EXAMPLES [INDEX] part 3, Hypothesis
     python tests/torture/worker.py base SEED NOPS [INDEX]          sha256 of a base image
@@ -53,11 +55,22 @@ def main(argv):
         index = _index(argv, 4)
         hashes = set()
         # depth 2 on every 12th repair; every 24th with the index (its recovery logs are longer)
+        # part 1c: every 5th judged state also continued (edges.continue_state)
         res = crash.run_seed(ddq, seed, nops, sync=sync, hashes=hashes, index=index,
-                             depth2=int(os.environ.get("DDQ_TORTURE_DEPTH2", "24" if index else "12")))
+                             depth2=int(os.environ.get("DDQ_TORTURE_DEPTH2", "24" if index else "12")),
+                             cont_every=int(os.environ.get("DDQ_TORTURE_CONT", "5")))
         with open(argv[5], "w") as f:
             for h in hashes:
                 f.write(h.hex() + "\n")
+    elif kind == "enospc":
+        import edges
+        res = edges.run_enospc(ddq, seed, nops)
+        if seed % 100 == 0:  # the first task also runs issue 25's natural reproduction
+            nat = edges.natural(ddq)
+            res["natural_seeds"], res["natural_bricked"] = nat["seeds"], nat["bricked"]
+            res["bricked"] += nat["bricked"]
+            res["lost"] += nat["lost"]
+            res["fail"] += [{"seed": seed, "category": "bricked", "detail": f} for f in nat["fail"][:3]]
     elif kind == "fault":
         import tfaults as faults
         res = faults.run_seed(ddq, seed, nops, stride=int(argv[3]))

@@ -338,17 +338,23 @@ def scan(
         rep.segments.append(seg)
         ixc.check_segment(idx, data)
         st.segment(seg, idx, data, last=(idx == len(mine) - 1))
+        st.big_before = max(st.big_before, st.prev_size)
         st.prev_size, st.prev_name = len(data), n
-    if st.fits and not st.exact:
-        big = max(s["size"] for s in rep.segments)
-        fit, prev, nxt = min(st.fits)
-        if big >= fit:
-            st.corrupt(
-                "segment %s ends early: it and %s's first record (%d bytes together) would fit in "
-                "a segment of %d bytes, which this generation has (SPEC F7: no segment_bytes "
-                "explains its rotations)" % (prev, nxt, fit, big),
-                file=prev,
-            )
+    if st.fits:
+        fit, prev, nxt, big = st.fits[0]
+        st.corrupt(
+            "segment %s ends early: it and %s's first record (%d bytes together) would fit in "
+            "a segment of %d bytes, which an earlier segment has (SPEC F7: every writer "
+            "rotates past every segment before)" % (prev, nxt, fit, big),
+            file=prev,
+        )
+    if len(mine) > 1 and len(mine) - 1 > (cp[0] if cp else -1) and rep.segments[-1]["size"] == 0:
+        rep.add(
+            "note",
+            "the last segment is empty (a rotation whose record never became durable); "
+            "recovery removes it (SPEC R23)",
+            file=rep.segments[-1]["name"],
+        )
     st.finish()
     ixc.finish(st)
     return rep
@@ -438,7 +444,8 @@ class _Replay:
         self.stopped = False
         self.prev_size = 0
         self.prev_name: str | None = None
-        self.fits: list[tuple[int, str | None, str]] = []
+        self.big_before = 0  # the largest segment before the previous one (F7)
+        self.fits: list[tuple[int, str | None, str, int]] = []
         self.last_rec_seq = 0  # seq of the last valid record in log order (problem context)
         self.applied = 0  # records replayed without a problem (ddq's replayed_records, X6)
         self.seg_ids: dict[str, int] = {}  # segment name -> index in the generation
@@ -574,8 +581,9 @@ class _Replay:
                 and self.prev_size + rec["record_length"] <= self.opts["segment_bytes"]
             ):
                 msg = (
-                    "segment %s ends early: %d bytes, and this first record of %d bytes would have fit in "
-                    "segment_bytes %d (SPEC F7)"
+                    "segment %s ends at %d bytes, and this first record of %d bytes would have fit in "
+                    "segment_bytes %d: a writer with a smaller segment_bytes wrote it, or it lost "
+                    "its end (SPEC F7)"
                     % (
                         self.prev_name,
                         self.prev_size,
@@ -583,12 +591,23 @@ class _Replay:
                         self.opts["segment_bytes"],
                     )
                 )
+                # With the writer's exact segment_bytes this is damage, unless the options
+                # changed between opens (allowed: F7, R15), which the directory cannot tell:
+                # a note; the reader rule below still decides.
                 if self.exact:
-                    self.corrupt(msg, file=name, offset=0, seqs=(rec["seq"], rec["seq"]))
-            if status == "ok" and off == 0 and idx > 0:
-                # F7 without the writer's segment_bytes W: every segment <= W < (end of a
-                # segment + its successor's first record) must have a solution.
-                self.fits.append((self.prev_size + rec["record_length"], self.prev_name, name))
+                    self.rep.add("note", msg, file=name, offset=0)
+            if (
+                status == "ok"
+                and off == 0
+                and idx > 0
+                and self.prev_size + rec["record_length"] <= self.big_before
+            ):
+                # F7 without the writers' segment_bytes: a writer rotates only past every
+                # segment there is (each open's W holds every segment, R15), so the end of a
+                # segment + its successor's first record exceeds every segment before it.
+                self.fits.append(
+                    (self.prev_size + rec["record_length"], self.prev_name, name, self.big_before)
+                )
             if status == "ok":
                 self.last_rec_seq = rec["seq"]
                 seg["records"].append(rec)
