@@ -258,22 +258,27 @@ def listdir(self: "Queue") -> "list[str]":
 def _bad(fs: "Any", p: str, t: int) -> bool:
     # True when p is a link, FIFO, device or socket [N7] (a directory is left to the rules that
     # read the name): lstat where the os has it (a link is a link), else the listing's entry
-    # type t (MicroPython's stat follows links; its ilistdir does not), and the storage's kind.
-    lst = getattr(os, "lstat", None) if isinstance(fs, PosixStorage) else None
+    # type t (MicroPython's stat follows links; its ilistdir does not), else the storage's kind.
+    lst = getattr(os, "lstat", None)
     if lst is not None:
         try:
             t = lst(p)[0]
         except OSError:
             t = 0
-    return t & 0o170000 not in (0, 0o100000, 0o040000) or fs.kind(p) > 2
+    if t:
+        return t & 0o170000 not in (0o100000, 0o040000)
+    return bool(fs.kind(p) > 2)
 
 
 def _regular(self: "Queue", names: "list[str]") -> None:
     # [N7] Before anything in the directory is opened: no entry named like a queue file is a
     # link or a special file (a FIFO would block the open, a link read or append outside).
+    # (MicroPython: the listing gives each type, so a LittleFS or FAT entry costs no stat.)
     fs, d = self._fs, self._dir
-    il = getattr(os, "ilistdir", None) if isinstance(fs, PosixStorage) else None
-    src: "Any" = il(d) if il is not None else names
+    if not isinstance(fs, PosixStorage):
+        return
+    il = getattr(os, "ilistdir", None)
+    src: "Any" = names if il is None else il(d)
     for e in src:
         n, t = (e, 0) if il is None else (e[0], e[1])
         if (n[:6] == "queue." or n[:8] == "segment-" or n[:11] == "generation-") \

@@ -701,9 +701,11 @@ def test_salvage_keeps_a_generation_the_manifest_does_not_select():
 
 
 def _short_predecessor():
-    # SPEC F7's "ends early" shape, reached by ddq's own writes: segment 1 ends at 496 B after a
-    # rotation for a 600 B record a cut lost (W3: an empty segment 2, its record never durable);
-    # reopened, a 10 B item goes into segment 2, whose first record would have fitted in 1.
+    # SPEC F7's "ends early" shape, which the release before R23 wrote itself: segment 1 ends at
+    # 496 B after a rotation for a 600 B record a cut lost (W3: an empty segment 2, its record
+    # never durable); reopened, a 10 B item went into segment 2, whose first record would have
+    # fitted in 1. Recovery now removes the empty segment first (R23), so the shape is made from
+    # ddq's own bytes: the 10 B item's record moved from the end of segment 1 into segment 2.
     o = {"segment_bytes": 1024, "max_payload_bytes": 900, "max_items": 64, "max_segments": 32}
     d = support.tmpdir() + "/q"
     q = ddq.Queue(d, clock=support.FakeClock(T0), **o)
@@ -718,7 +720,10 @@ def _short_predecessor():
     q.enqueue(b"d" * 10)
     truth = _state(q)
     q.close()
-    assert [len(support.read_file(d + "/" + n)) for n in _segments(d)] == [1000, 496, 58]
+    assert [len(support.read_file(d + "/" + n)) for n in _segments(d)] == [1000, 554]  # [R23]
+    one = support.read_file(d + "/" + ddq.segment_name(0, 1))
+    support.write_file(d + "/" + ddq.segment_name(0, 1), one[:496])
+    support.write_file(d + "/" + ddq.segment_name(0, 2), one[496:])
     return d, o, truth
 
 
