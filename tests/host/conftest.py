@@ -24,9 +24,7 @@ for _p in (HOST, PORT_DIR, HERE):
 
 from ddqhost import vboard  # noqa: E402
 
-FIXTURES = os.environ.get("DDQ_FIXTURES") or os.path.normpath(
-    os.path.join(REPO, "..", "shared", "fixtures", "ddq-c")
-)
+FIXTURES = os.environ.get("DDQ_FIXTURES") or os.path.join(REPO, "tests", "fixtures", "ddq-c")
 FIXTURE_NAMES = ("basic", "compacted", "legacy_uncompacted")
 
 
