@@ -754,7 +754,8 @@ def argparse_replay(p: argparse.ArgumentParser) -> None:
         "--to",
         required=True,
         metavar="mqtt[s]://HOST[:PORT][/PREFIX]",
-        help="broker URL; mqtts:// is TLS (port 8883 by default)",
+        help="broker URL; mqtts:// is TLS (port 8883 by default). Each message goes to the topic "
+        "its device gave it; /PREFIX (opt-in) publishes under PREFIX/",
     )
     p.add_argument("--username", metavar="NAME", help="MQTT user name (or user@HOST in the URL)")
     pw = p.add_mutually_exclusive_group()
