@@ -45,7 +45,7 @@ c.disconnect()
 def _ddq(*args):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(REPO, "host"),
                                                       os.path.join(REPO, "port")]))
-    env["DDQ_STATE_DIR"] = os.path.join(REPO, "build", "no-default-virtual-board")
+    env["DDQ_STATE_DIR"] = os.path.join(REPO, ".no-default-virtual-board")  # never created
     return subprocess.run([sys.executable, "-m", "ddqhost.cli", *args], capture_output=True,
                           text=True, env=env, cwd=REPO, timeout=300)
 
