@@ -1,6 +1,6 @@
 """The board example app (boards/UNIX/main.py) on the virtual board, as a user would run it: `ddq
 flash --example-app`, umqtt.simple copied to the board (from its pinned sdist, .venv/mpylib),
-then main.run() against a real broker. The broker goes away mid-stream and comes back on the same
+then main.run() with LINK = "umqtt" against a real broker. The broker goes away mid-stream and comes back on the same
 port; later it goes away again and, while readings wait on flash, the board loses power (SIGKILL
 of the unix port) and boots again on the same LittleFS image. Every reading whose put() returned arrives at least once, through umqtt.simple, and the
 queue ends empty. EVIDENCE-OF: E24 E17
@@ -29,6 +29,7 @@ N = 60
 APP = """
 import sys, main
 main.BROKER_PORT = %(port)d
+main.LINK = "umqtt"  # umqtt.simple, one publish at a time (the default, WindowSender: test_host_app)
 main.LEASE_MS = 2000  # a reading in flight at the power cut is sent again 2 s after the boot
 main.RETRY_BASE_MS, main.RETRY_MAX_MS = 100, 1000
 st = main.run(rounds=%(rounds)d, period_ms=50, drain_ms=60000)
