@@ -393,10 +393,19 @@ def test_wheel_with_the_board_extra_runs_a_virtual_board_without_a_checkout(tmp_
         assert [t for t, _p in got] == ["pk/ddq/unix/temp"] * 3
         assert [p for _t, p in got] == [it["envelope"]["payload_preview"].encode()
                                         for it in items]
-        # ddq test from the wheel's copy of the suite, on the ddq that flash installed.
-        r = run("ddq", "test", "--installed", "test_support", timeout=300)
+        # The example app as a reset runs it (`ddq app start`), stopped with Ctrl-C.
+        r = run("ddq", "app", "start", "--seconds", "0.5")
+        assert r.returncode == 0 and "app started" in r.stdout, r.stdout + r.stderr
+        r = run("ddq", "app", "stop")
+        assert r.returncode == 0 and "stopped the app" in r.stdout, r.stdout + r.stderr
+        # ddq test from the wheel's copy of the suite, on the ddq that flash installed; the
+        # interop tests read the C fixtures the wheel carries (no DDQ_FIXTURES, no checkout).
+        r = run("ddq", "test", "--installed", "test_support", "test_interop", timeout=300)
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr
-        assert r.stdout.strip().splitlines()[-1].startswith("posix: "), r.stdout[-500:]
+        last = r.stdout.strip().splitlines()[-1]
+        assert last.startswith("posix: ") and " 0 failed" in last and "skipped" not in last, \
+            r.stdout[-1500:]
+        assert "PASS test_interop.test_fixture_basic" in r.stdout, r.stdout[-1500:]
         r = run("ddq", "board", "virtual", "stop")
         assert r.returncode == 0, r.stderr
     finally:
