@@ -40,7 +40,8 @@ DEV_PKGS := \
   littlefs-python==0.19.0 \
   persist-queue==1.1.0 \
   litequeue==0.9 \
-  cryptography==50.0.2
+  cryptography==50.0.2 \
+  matplotlib==3.11.2
 DEPS_STAMP := $(VENV)/.ddq-deps-$(shell printf '%s' '$(DEV_PKGS)' | cksum | cut -d' ' -f1)
 EDITABLE_STAMP := $(VENV)/.ddq-editable
 
@@ -184,7 +185,8 @@ bench-smoke: $(DEPS_STAMP)
 test-host: $(DEPS_STAMP)
 	$(PY) -m pytest tests/host -q
 
-# The full benchmark run: rewrites docs/BENCHMARKS.md (several minutes).
+# The full benchmark run: rewrites docs/BENCHMARKS.md and draws docs/bench-*.png (several
+# minutes); `$(PY) bench/plots.py` redraws the pictures alone from the docs.
 bench: $(DEPS_STAMP)
 	$(PY) bench/run.py
 
