@@ -110,6 +110,20 @@ def _plt():
     return plt
 
 
+def _finish(plt, f, ax, path, xlabel, ylabel, title, grid="both", legend=True):
+    """Label one picture's axes, save it as path and free it."""
+    ax.set_xlabel(xlabel)
+    if ylabel:
+        ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9 if len(title) > 60 else None)
+    if legend:
+        ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis=grid)
+    f.tight_layout()
+    f.savefig(path, dpi=100)
+    plt.close(f)
+
+
 def _heap(plt, fig, path):
     n = fig["heap_items"]
     f, ax = plt.subplots(figsize=(7, 4))
@@ -121,14 +135,8 @@ def _heap(plt, fig, path):
         if per is not None:
             ax.plot(xs, [0, per * n / 1024], "-o", markevery=[1],
                     label="ddq, %s (%.2f B an item)" % (label, per))
-    ax.set_xlabel("pending items (measured at %d; the lines are per item x items)" % n)
-    ax.set_ylabel("heap held by the queue, KiB")
-    ax.set_title("MicroPython heap vs pending items (1 KiB payloads)")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    f.tight_layout()
-    f.savefig(path, dpi=100)
-    plt.close(f)
+    _finish(plt, f, ax, path, "pending items (measured at %d; the lines are per item x items)" % n,
+            "heap held by the queue, KiB", "MicroPython heap vs pending items (1 KiB payloads)")
 
 
 def _latency(plt, fig, path):
@@ -175,14 +183,8 @@ def _drain(plt, fig, path):
     ax.set_xscale("log", base=2)
     ax.set_xticks([1, 2, 4, 8, 16])
     ax.set_xticklabels(["1", "2", "4", "8", "16"])
-    ax.set_xlabel("window W (QoS 1 publishes in flight)")
-    ax.set_ylabel("messages a second")
-    ax.set_title("Draining a backlog through a 100 ms round trip")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    f.tight_layout()
-    f.savefig(path, dpi=100)
-    plt.close(f)
+    _finish(plt, f, ax, path, "window W (QoS 1 publishes in flight)", "messages a second",
+            "Draining a backlog through a 100 ms round trip")
 
 
 def _capacity(plt, fig, path):
@@ -192,12 +194,8 @@ def _capacity(plt, fig, path):
     ax.barh(names, [c[n] for n in names], color="C0")
     for i, n in enumerate(names):
         ax.text(c[n], i, " %d" % c[n], va="center", fontsize=8)
-    ax.set_xlabel("readings the example app's queue holds (max_items)")
-    ax.set_title("Readings held per board profile")
-    ax.grid(alpha=0.3, axis="x")
-    f.tight_layout()
-    f.savefig(path, dpi=100)
-    plt.close(f)
+    _finish(plt, f, ax, path, "readings the example app's queue holds (max_items)", None,
+            "Readings held per board profile", grid="x", legend=False)
 
 
 def _torture(plt, fig, path):
@@ -214,12 +212,8 @@ def _torture(plt, fig, path):
     for i, (k, _label) in enumerate(parts):
         ax.text(t[k], i, " %d" % t[k], va="center", fontsize=8)
     ax.set_xscale("log")
-    ax.set_xlabel("cases judged (log scale)")
-    ax.set_title("Torture scoreboard, latest run: %s" % bad, fontsize=9)
-    ax.grid(alpha=0.3, axis="x")
-    f.tight_layout()
-    f.savefig(path, dpi=100)
-    plt.close(f)
+    _finish(plt, f, ax, path, "cases judged (log scale)", None,
+            "Torture scoreboard, latest run: %s" % bad, grid="x", legend=False)
 
 
 def draw(out_dir=DOCS, fig=None):

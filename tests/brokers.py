@@ -85,6 +85,18 @@ def start(workdir):
     return b
 
 
+def wait_until(cond, seconds, what):
+    """Poll cond() every 50 ms until it is true; AssertionError after seconds (bounded)."""
+    import time
+
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out waiting for " + what)
+
+
 def served(version):
     """Count a test served by a broker started elsewhere (the demo starts its own)."""
     _used[version] = _used.get(version, 0) + 1

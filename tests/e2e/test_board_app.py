@@ -58,13 +58,7 @@ def _mpylib():
     return MPYLIB
 
 
-def _wait(cond, seconds, what):
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError("timed out waiting for " + what)
+_wait = brokers.wait_until
 
 
 def _readings(sub):

@@ -10,20 +10,12 @@ import time
 
 import pytest
 
+import brokers
 from conftest import REPO, Subscriber, ddq, one_line_error
 from ddqhost import vboard
 from ddqhost.device import Device
 
 MPREMOTE = os.path.join(os.path.dirname(sys.executable), "mpremote")
-
-
-def _wait(cond, seconds, what):
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError("timed out waiting for " + what)
 
 
 @pytest.fixture
@@ -99,7 +91,7 @@ def test_app_start_and_stop_run_the_example_app_as_a_reset_does(vb, mosquitto, t
         r = ddq("app", "start", "-d", tty, "--seconds", "0.5", "--json")
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout)["started"]
-        _wait(lambda: len(sub.got) >= 5, 30, "five readings from the app")
+        brokers.wait_until(lambda: len(sub.got) >= 5, 30, "five readings from the app")
         assert {t for t, _p in sub.got} == {"ddq/unix/temp"}
         r = ddq("app", "stop", "-d", tty)
         assert r.returncode == 0 and "stopped the app" in r.stdout, r.stdout + r.stderr
