@@ -5,9 +5,11 @@
 #   make help    all targets
 #
 # Setup is stamped: a second `make test` skips it. A fresh machine needs only python3 (3.11)
-# and network access to PyPI; .ci/run adds the Debian packages (mosquitto, socat). Without
-# mosquitto the end-to-end tests install it with apt-get when root, else run on the embedded
-# amqtt broker (tests/brokers.py); the summary says which broker served them.
+# and network access to PyPI; .ci/run adds the Debian packages (mosquitto, openssl). Without
+# mosquitto the end-to-end tests install it with apt-get when root (tools/apt_install.sh: waits
+# for a held dpkg lock, shows apt's error), else run on the embedded amqtt broker
+# (tests/brokers.py); the summary says which broker served them. The TLS tests need mosquitto
+# itself: they fail when it was installable and was not, and skip only where nothing can install it.
 
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -38,7 +40,8 @@ DEV_PKGS := \
   littlefs-python==0.19.0 \
   persist-queue==1.1.0 \
   litequeue==0.9 \
-  cryptography==50.0.2
+  cryptography==50.0.2 \
+  matplotlib==3.11.2
 DEPS_STAMP := $(VENV)/.ddq-deps-$(shell printf '%s' '$(DEV_PKGS)' | cksum | cut -d' ' -f1)
 EDITABLE_STAMP := $(VENV)/.ddq-editable
 
@@ -182,7 +185,8 @@ bench-smoke: $(DEPS_STAMP)
 test-host: $(DEPS_STAMP)
 	$(PY) -m pytest tests/host -q
 
-# The full benchmark run: rewrites docs/BENCHMARKS.md (several minutes).
+# The full benchmark run: rewrites docs/BENCHMARKS.md and draws docs/bench-*.png (several
+# minutes); `$(PY) bench/plots.py` redraws the pictures alone from the docs.
 bench: $(DEPS_STAMP)
 	$(PY) bench/run.py
 
@@ -203,7 +207,7 @@ DEMO_FLAGS = $(if $(GATEWAY),--gateway $(GATEWAY)) $(if $(SEED),--seed $(SEED)) 
   $(if $(MESSAGES),--messages $(MESSAGES)) $(if $(RATE),--rate $(RATE)) $(DEMO_ARGS)
 
 demo: venv
-	@demo/ensure_broker.sh
+	@demo/ensure_broker.sh || true  # else the embedded amqtt broker serves (demo/run.py)
 	$(PY) demo/run.py $(DEMO_FLAGS)
 
 clean:

@@ -148,12 +148,15 @@ def paired(base, subject, per=1):
 
 
 class Report:
-    def __init__(self):
+    def __init__(self, smoke=False):
         self.rows = []  # (id, measure, value, baseline, ratio, target, verdict)
         self.sections = []
         self.misses = []
+        self.smoke = smoke  # smoke sizes cannot judge a target: no verdicts (issue 27)
 
     def row(self, rid, measure, value, baseline, ratio, target_txt, ok):
+        if self.smoke and ok in ("**met**", "**missed**"):
+            ok = "not judged (smoke)"
         self.rows.append((rid, measure, value, baseline, ratio, target_txt, ok))
         if ok == "**missed**":
             self.misses.append(rid)
@@ -170,7 +173,7 @@ def table(header, rows):
 
 
 def build(results, errors, smoke, seconds):
-    rep = Report()
+    rep = Report(smoke)
     R = results
 
     # 1, 1b, 2, 3, 10: CPython lifecycles. Ratios: the median over blocks of the ratio of the
@@ -895,8 +898,8 @@ def render(rep, results, errors, smoke, seconds, machine, when=None):
             "in alternating small blocks and a ratio is the median of the per-block (or "
             "per-round) ratios; other figures are the best of their repeats. Absolute numbers "
             "differ from run to run; compare the ratios. Targets are reported, never asserted "
-            "(`make bench-smoke` only checks that every part still runs). No plot: matplotlib "
-            "is not in the pinned venv, and the tables carry the numbers.", ""]
+            "(`make bench-smoke` only checks that every part still runs). Pictures of the main "
+            "figures are at the end (\"Pictures\", bench/plots.py).", ""]
     out += ["Run: %s; %.0f s; %s." % (when or time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                        seconds, machine), ""]
     if smoke:
@@ -932,7 +935,11 @@ def render(rep, results, errors, smoke, seconds, machine, when=None):
         out += ["", "## " + title, ""] + lines
     out += ["", "## Proposals for port/ddq.py (from the profiles above; for the core developer)",
             ""] + PROPOSALS
-    return "\n".join(out) + "\n"
+    if not smoke:
+        import plots
+
+        out += [""] + plots.markdown()
+    return "\n".join(out).rstrip("\n") + "\n"
 
 
 # Findings of the issue-8 profiling (bench/allocprof.py, cProfile, the capacity and LittleFS
@@ -1302,6 +1309,11 @@ def main():
             json.dump({"results": results, "errors": errors, "seconds": seconds,
                        "machine": machine, "when": when}, f, indent=1, sort_keys=True)
         print("bench: wrote %s (%.0f s)" % (out_path, seconds))
+        if out_path == REPORT:  # the pictures of what the tables now show (bench/plots.py)
+            import plots
+
+            for p in plots.draw():
+                print("bench: drew %s" % os.path.relpath(p, REPO))
     if errors:
         print("bench: %d part(s) crashed: %s" % (len(errors), ", ".join(sorted(errors))))
         return 1

@@ -36,23 +36,35 @@ demo = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(demo)
 
 _used = {}  # "mosquitto 2.0.21" -> brokers started (a module fixture's broker serves many tests)
-_tried_install = []
+_tried_install = []  # [(exit status of demo/ensure_broker.sh, its output)], at most one run
 
 
 def ensure_mosquitto():
-    """Path of mosquitto, installing it with apt-get first when root (once); None if absent."""
+    """Path of mosquitto, installing it with apt-get first when root (once); None if absent.
+    install_failure() then says whether it could have been installed (and why it was not)."""
     if os.environ.get("DDQ_TEST_BROKER") == "amqtt":
         return None
     exe = demo.find_mosquitto()
     if exe is None and not _tried_install:
-        _tried_install.append(1)
         r = subprocess.run(["bash", os.path.join(REPO, "demo", "ensure_broker.sh"), "pytest"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           timeout=600)
-        if r and r.stdout:
-            print(r.stdout.strip(), file=sys.stderr)
+                           timeout=900)
+        out = (r.stdout or "").strip() if r else ""
+        _tried_install.append((r.returncode if r else 2, out))
+        if out:
+            print(out, file=sys.stderr)
         exe = demo.find_mosquitto()
     return exe
+
+
+def install_failure():
+    """None, or apt-get's error when mosquitto was installable here (root with apt-get) and the
+    install failed: a test that needs mosquitto must then fail, not skip (a test
+    skips only for what the run cannot fix)."""
+    if not _tried_install or _tried_install[0][0] != 1:
+        return None
+    lines = [ln.strip() for ln in _tried_install[0][1].splitlines() if ln.strip()]
+    return " / ".join(lines[-4:]) or "apt-get install mosquitto failed"
 
 
 def kind():
@@ -71,6 +83,18 @@ def start(workdir):
     b.start()
     served(b.version)
     return b
+
+
+def wait_until(cond, seconds, what):
+    """Poll cond() every 50 ms until it is true; AssertionError after seconds (bounded)."""
+    import time
+
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out waiting for " + what)
 
 
 def served(version):

@@ -5,7 +5,7 @@
 #                   (conftest.py: a pytest tmp dir per test; mprun.py: a directory on the
 #                   filesystem under test, e.g. /lfs2/t/3). Default: a tempfile.mkdtemp() on
 #                   CPython, a directory under /tmp or the cwd on MicroPython.
-#   FIXTURES        absolute path of shared/fixtures/ddq-c (env DDQ_FIXTURES overrides).
+#   FIXTURES        absolute path of tests/fixtures/ddq-c (env DDQ_FIXTURES overrides).
 #   tmpdir() rmtree(p) copytree(src, dst) copyfile(src, dst) FakeClock(start_ms)
 #   raises(exc, fn, *a, **kw) Skip
 #   read_file(p) write_file(p, data) listdir_sorted(p) file_size(p) needs_heap(nbytes, why)
@@ -288,7 +288,7 @@ def _fixtures():
         env = getenv("DDQ_FIXTURES")
         if env:
             return _abspath(env)
-    return _normpath(_join(_REPO, "../shared/fixtures/ddq-c"))
+    return _normpath(_join(_REPO, "tests/fixtures/ddq-c"))
 
 
 FIXTURES = _fixtures()

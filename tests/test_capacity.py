@@ -88,6 +88,42 @@ def test_control_headroom_8_segments():
     assert stored.count(reason) == 1
 
 
+def test_a_copy_needing_more_than_max_segments_is_no_benefit():
+    # EVIDENCE-OF: C11 C8
+    # A quarantined item's copy (DATA, STATE, reason) is longer than what it had (DATA, CLAIM,
+    # reason): nine of them, written with room to spare, fill 3 segments. Opened with
+    # max_segments=3 (a writer with other options: this one's admission plan would have
+    # stopped it sooner), the queue is full, and the compaction an enqueue tries needs more
+    # than 3 segments for its copy: Full naming max_segments (C11), the staged files deleted,
+    # nothing else changed, not fail-stopped (libddq returns LIMIT and fail-stops). compact()
+    # itself is no benefit (C8: the copy is not smaller): False, nothing changed.
+    d = support.tmpdir() + "/q"
+    clock = support.FakeClock(T0)
+    q = _open(d, clock, seg=512, payload=64, items=64, segs=16)
+    q.enqueue(b"a")
+    q.ack(q.claim(600000).seq)
+    for _ in range(9):
+        q.enqueue(b"p")
+        assert q.quarantine(q.claim(600000).seq, b"rr")
+    assert q.stats().segment_count == 3
+    q.close()
+    before = {n: support.read_file(d + "/" + n) for n in os.listdir(d)}
+    q = _open(d, clock, seg=512, payload=64, items=64, segs=3)
+    e = support.raises(ddq.Full, q.enqueue, b"x")
+    assert "max_segments" in str(e), str(e)
+    assert q.compact() is False
+    s = q.stats()
+    assert (s.generation, s.segment_count, s.total_items, s.next_seq, s.failed) == \
+        (0, 3, 10, 11, False), s.as_dict()
+    after = {n: support.read_file(d + "/" + n) for n in os.listdir(d)}
+    assert [n for n in after if n.startswith("generation-")] == []  # staged files deleted
+    for n in before:  # the log is as it was (C2's migration adds the manifest and marker)
+        if n.endswith(".log"):
+            assert after[n] == before[n], n
+    assert q.read(10) == b"p" and q.reason(10) == b"rr"
+    q.close()
+
+
 def test_retry_history_reclaim_without_ack():
     # EVIDENCE-OF: C1 C8 A8
     d = support.tmpdir() + "/q"

@@ -10,7 +10,18 @@ import ddqfmt
 import support
 
 
+def _need_fixtures():
+    # They ship with the suite (tests/fixtures/ddq-c, in the wheel as ddqhost/suite/fixtures): a
+    # run without them was pointed elsewhere (DDQ_FIXTURES, --fixtures) or has a damaged copy.
+    try:
+        support.file_size(support.FIXTURES + "/basic.json")
+    except OSError:
+        raise support.Skip("no C fixtures at %s: DDQ_FIXTURES=DIR (or mprun --fixtures DIR) must "
+                           "name a copy of tests/fixtures/ddq-c" % support.FIXTURES)
+
+
 def _load(name):
+    _need_fixtures()
     # Parsed from a stream, not from one string of the whole file (up to 17 KB): a small heap
     # may have no block that large; and from a copy on the filesystem under test, since
     # json.load reads a character at a time (through `ddq test`'s mount, a round trip to the

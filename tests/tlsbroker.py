@@ -53,11 +53,35 @@ def missing():
 
         MOSQUITTO = brokers.ensure_mosquitto()
         MOSQUITTO_PASSWD = shutil.which("mosquitto_passwd")
+        failed = brokers.install_failure()
+        if MOSQUITTO is None and failed:
+            return "mosquitto is missing and apt-get could not install it: " + failed
     if MOSQUITTO is None:
-        return ("mosquitto not found and not installable here (not root, or no apt-get): the TLS "
-                "tests need its TLS listeners with a password file and client certificates, "
-                "which the embedded amqtt broker lacks (apt-get install mosquitto)")
+        if os.environ.get("DDQ_TEST_BROKER") == "amqtt":
+            return ("DDQ_TEST_BROKER=amqtt: the TLS tests need mosquitto's TLS listeners with a "
+                    "password file and client certificates, which the embedded amqtt lacks")
+        return ("mosquitto is not installed and this run cannot install it (not root, or no "
+                "apt-get): the TLS tests need its TLS listeners with a password file and client "
+                "certificates, which the embedded amqtt broker lacks (apt-get install mosquitto)")
     return None
+
+
+def require():
+    """For a module's autouse fixture: skip when the TLS tests cannot run here for a reason the
+    run cannot fix; fail (not skip) when mosquitto was installable and the install failed, so
+    that `make test` cannot report the phase ok with these tests skipped (a test skips only
+    for what a user cannot fix)."""
+    import pytest
+
+    why = missing()
+    if why is None:
+        return
+    import brokers
+
+    if brokers.install_failure() or (OPENSSL is None and os.geteuid() == 0
+                                     and shutil.which("apt-get")):
+        pytest.fail(why, pytrace=False)
+    pytest.skip(why)
 
 
 def _ssl(*args, cwd):

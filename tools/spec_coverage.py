@@ -10,7 +10,8 @@ whitespace- or comma-separated tokens after the colon, up to the first token tha
 an id, so `# EVIDENCE-OF: F3, R7 (torn tail)` cites F3 and R7.
 
     python3 tools/spec_coverage.py            # report; exit 0
-    python3 tools/spec_coverage.py --strict   # exit 1 if a test cites an id SPEC lacks
+    python3 tools/spec_coverage.py --strict   # exit 1 if an id is cited by no test, or a test
+                                              # cites an id no doc defines
     python3 tools/spec_coverage.py -v         # also list, per cited id, where it is cited
 
 The last line is always `spec coverage: N of M ids cited`. Standard library only.
@@ -84,7 +85,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--root", default=os.path.dirname(here), help="repository root")
     ap.add_argument("--strict", action="store_true",
-                    help="exit 1 when a test cites an id that no doc defines, or a doc redefines one")
+                    help="exit 1 when an id is cited by no test, a test cites an id that no doc "
+                    "defines, or a doc redefines one")
     ap.add_argument("-v", "--verbose", action="store_true", help="list where each id is cited")
     a = ap.parse_args(argv)
     spec = os.path.join(a.root, "docs", "SPEC.md")
@@ -128,7 +130,7 @@ def main(argv=None):
             print("  %-5s %s" % (i, " ".join(cites[i])))
     covered = len(defined) - len(uncovered)
     print("spec coverage: %d of %d ids cited" % (covered, len(defined)))
-    return 1 if a.strict and (undefined or twice) else 0
+    return 1 if a.strict and (uncovered or undefined or twice) else 0
 
 
 if __name__ == "__main__":

@@ -9,10 +9,11 @@
 # Counts come from the runners' own closing lines (pytest's "== 3 passed, 1 skipped in 0.2s =="
 # and mprun's "lfs2: 8 passed, 0 failed"). A phase that failed without reporting a failed test
 # (lint, typecheck, a crashed runner) adds 1 to "failed". Exit status 1 if any phase failed.
-# Each phase's output is also kept in build/test-logs/<phase>.log.
+# Each phase's output is also kept in $LOGDIR/<phase>.log: a new temporary directory (named in the
+# summary), so that `make test` leaves nothing in the checkout.
 set -uo pipefail
 MAKE="${MAKE:-make}"
-LOGDIR="${LOGDIR:-build/test-logs}"
+LOGDIR="${LOGDIR:-$(mktemp -d "${TMPDIR:-/tmp}/ddq-test-logs.XXXXXX")}"
 mkdir -p "$LOGDIR"
 
 now() { date +%s.%N; }

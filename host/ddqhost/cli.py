@@ -81,18 +81,39 @@ def open_device(args: argparse.Namespace) -> "Device":
 # ---------------------------------------------------------------- options
 
 
+OPTIONS_PRECEDENCE = (
+    "DDQ does not store a queue's options; each is taken from the first of: its flag here; "
+    "--board PROFILE; DIR/ddq-options.json; DIR/.ddq-pull.json (what `ddq pull` recorded); "
+    "DDQ's defaults. A reader needs options at least the writer's; a tool that appends needs "
+    "the writer's own (docs/HOST.md \"Queue options\")"
+)
+
+
 def add_option_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--board", metavar="PROFILE", help="take queue options from boards/PROFILE.json"
+    g = p.add_argument_group("queue options", OPTIONS_PRECEDENCE)
+    g.add_argument(
+        "--board",
+        metavar="PROFILE",
+        help="the queue options of a board profile (`ddq board list`; `ddq board show PROFILE` "
+        "prints one)",
     )
     for key in qdir.OPTION_KEYS:
-        p.add_argument(
+        g.add_argument(
             "--" + key.replace("_", "-"),
             dest=key,
             type=int,
             metavar="N",
-            help="queue option %s (see `ddq inspect -h` for the precedence)" % key,
+            help="queue option %s" % key,
         )
+
+
+def add_json_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the result as one JSON object on stdout instead of text (for scripts; "
+        "errors stay one `ddq:` line on stderr)",
+    )
 
 
 def resolve_options(
@@ -112,14 +133,24 @@ def resolve_options(
 
 def argparse_board(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="board_cmd", required=True)
-    v = sub.add_parser("virtual", help="the virtual board (unix port + LittleFS image + pty)")
+    what = (
+        "the virtual board: the MicroPython unix port (the venv's micropython, from the "
+        "[board] extra) behind a pty, on a LittleFS image file mounted at /flash (its cwd), "
+        "driven like a real board (device STATE_DIR/tty). start: power it on (creates and formats "
+        "the image when missing; main.py is not run: `ddq app start` runs it, as a reset does); "
+        "stop: unmount and exit; status; kill: a power cut (SIGKILL). A soft reset (mpremote's "
+        "own, Ctrl-D) restarts the port on the same pty and image, as a board resets"
+    )
+    v = sub.add_parser("virtual", help="the virtual board (unix port + LittleFS image + pty)",
+                       description=what)
     v.add_argument("action", choices=["start", "stop", "status", "kill"])
     v.add_argument(
-        "--dir",
+        "--state-dir",
         dest="state_dir",
-        metavar="STATE_DIR",
+        metavar="DIR",
         help="state directory (default $DDQ_STATE_DIR or ~/.local/state/ddq/virtual)",
     )
+    v.add_argument("--dir", dest="state_dir", help=argparse.SUPPRESS)  # the old name
     v.add_argument(
         "--image", metavar="PATH", help="LittleFS image file (default STATE_DIR/flash.img)"
     )
@@ -137,11 +168,14 @@ def argparse_board(p: argparse.ArgumentParser) -> None:
     v.add_argument(
         "--heapsize", metavar="SIZE", help="MicroPython heap, e.g. 8M (for `ddq test --fs lfs2`)"
     )
-    v.add_argument("--json", action="store_true")
+    add_json_arg(v)
     pr = sub.add_parser("probe", help="detect the board profile of a connected device")
     add_device_args(pr)
-    pr.add_argument("--json", action="store_true")
-    sub.add_parser("list", help="list board profiles")
+    add_json_arg(pr)
+    sub.add_parser("list", help="list board profiles (their names are what --board takes)")
+    sh = sub.add_parser("show", help="print one board profile: its queue options and settings")
+    sh.add_argument("profile", metavar="PROFILE", help="a name `ddq board list` prints")
+    add_json_arg(sh)
 
 
 def _device_ddq_version(dev: "Device") -> str | None:
@@ -160,6 +194,16 @@ def _device_ddq_version(dev: "Device") -> str | None:
 
 
 def do_board(args: argparse.Namespace) -> int:
+    if args.board_cmd == "show":
+        if args.profile not in boards.names():
+            raise CommandError("no board profile %r: `ddq board list` names them" % args.profile)
+        prof = {k: v for k, v in boards.load(args.profile).items() if not k.startswith("_")}
+        if args.json:
+            out_json(prof)
+        else:
+            for k in sorted(prof):
+                print("%-18s %s" % (k, json.dumps(prof[k])))
+        return 0
     if args.board_cmd == "list":
         for n in boards.names():
             prof = boards.load(n)
@@ -242,12 +286,85 @@ def do_board(args: argparse.Namespace) -> int:
     return 0 if args.action != "status" or res["running"] else 3
 
 
+# ---------------------------------------------------------------- app
+
+
+def argparse_app(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "action",
+        choices=["start", "stop"],
+        help="start: soft-reset the board from its friendly REPL, as a reset does: boot.py, then "
+        "main.py (`ddq flash --example-app` installs the example as main.py) runs and keeps "
+        "running after ddq lets go; stop: Ctrl-C to the running main.py (any ddq command that "
+        "connects stops it too)",
+    )
+    add_device_args(p)
+    p.add_argument(
+        "--seconds",
+        type=float,
+        default=2.0,
+        metavar="S",
+        help="start: show the app's output for S seconds, then let go (default %(default)s)",
+    )
+    p.add_argument(
+        "--follow",
+        action="store_true",
+        help="start: show the app's output until Ctrl-C (which leaves the app running)",
+    )
+    add_json_arg(p)
+
+
+def do_app(args: argparse.Namespace) -> int:
+    from .device import Device, DeviceError, interrupt_app
+
+    if not args.seconds >= 0:
+        raise CommandError("--seconds must be 0 or more")
+    if args.action == "stop":
+        dev = args.device or os.environ.get("DDQ_DEVICE") or vboard.running_device(args.state_dir)
+        if not dev:
+            raise CommandError(
+                "no device: pass --device DEV, set DDQ_DEVICE, or start `ddq board virtual start`"
+            )
+        said = interrupt_app(dev)
+        with Device(dev, soft_reset=False) as d:
+            d.probe()  # the REPL answers again
+        stopped = b"KeyboardInterrupt" in said
+        res = {"device": dev, "stopped": stopped}
+        msg = ("stopped the app on %s (KeyboardInterrupt)" % dev if stopped
+               else "nothing was running on %s (its REPL answers)" % dev)
+    else:
+        with open_device(args) as d:
+            if not d.exists("main.py"):
+                raise CommandError(
+                    "%s has no main.py in its directory: `ddq flash --example-app` (or --app "
+                    "FILE) installs one" % d.port
+                )
+            port = d.port
+            echo = None
+            if not args.json:
+                echo = lambda b: (sys.stdout.buffer.write(b), sys.stdout.flush())  # noqa: E731
+            try:
+                said = d.reset_to_main(None if args.follow else args.seconds, echo)
+            except DeviceError as e:
+                raise CommandError("could not soft-reset %s: %s" % (port, e)) from None
+        res = {"device": port, "started": True,
+               "output": said.decode("utf-8", "replace")}
+        msg = "\napp started on %s (soft reset: boot.py, then main.py; `ddq app stop` ends it)" % port
+    if args.json:
+        out_json(res)
+    else:
+        print(msg)
+    return 0
+
+
 # ---------------------------------------------------------------- flash / pull / push
 
 
 def argparse_flash(p: argparse.ArgumentParser) -> None:
     add_device_args(p)
-    p.add_argument("--board", metavar="PROFILE", help="board profile (default: probed)")
+    p.add_argument(
+        "--board", metavar="PROFILE", help="board profile (`ddq board list`; default: probed)"
+    )
     p.add_argument(
         "--format",
         choices=["py", "mpy"],
@@ -266,7 +383,7 @@ def argparse_flash(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--progress", action="store_true", default=None, help="progress bar even when not a tty"
     )
-    p.add_argument("--json", action="store_true")
+    add_json_arg(p)
 
 
 def do_flash(args: argparse.Namespace) -> int:
@@ -321,7 +438,7 @@ def argparse_pull(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--progress", action="store_true", default=None, help="progress bar even when not a tty"
     )
-    p.add_argument("--json", action="store_true")
+    add_json_arg(p)
 
 
 def do_pull(args: argparse.Namespace) -> int:
@@ -360,8 +477,10 @@ def argparse_push(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--force", action="store_true", help="push even if the device copy changed since the pull"
     )
-    p.add_argument("--progress", action="store_true", default=None)
-    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--progress", action="store_true", default=None, help="progress bar even when not a tty"
+    )
+    add_json_arg(p)
 
 
 def do_push(args: argparse.Namespace) -> int:
@@ -409,7 +528,7 @@ def argparse_stats(p: argparse.ArgumentParser) -> None:
         "remote", metavar="REMOTE_DIR", help="queue directory on the device (':outbox')"
     )
     add_option_args(p)
-    p.add_argument("--json", action="store_true")
+    add_json_arg(p)
 
 
 def do_stats(args: argparse.Namespace) -> int:
@@ -441,7 +560,7 @@ def argparse_inspect(p: argparse.ArgumentParser) -> None:
     p.add_argument("--payloads", action="store_true", help="include every payload in hex (--json)")
     p.add_argument("--now-ms", type=int, help="wall clock for lease/due figures (default: now)")
     add_hmac_arg(p)
-    p.add_argument("--json", action="store_true")
+    add_json_arg(p)
 
 
 def add_hmac_arg(p: argparse.ArgumentParser) -> None:
@@ -480,7 +599,7 @@ def _scan(args: argparse.Namespace) -> tuple[fsck.Report, dict[str, str]]:
 def argparse_verify(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", metavar="DIR")
     add_option_args(p)
-    p.add_argument("--json", action="store_true")
+    add_json_arg(p)
 
 
 def do_verify(args: argparse.Namespace) -> int:
@@ -506,7 +625,7 @@ def argparse_records(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--all", action="store_true", help="also show invalid records and torn/invalid tails"
     )
-    p.add_argument("--json", action="store_true")
+    add_json_arg(p)
 
 
 def do_records(args: argparse.Namespace) -> int:
@@ -542,7 +661,7 @@ def argparse_salvage(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", metavar="DIR", help="the damaged queue directory (only read)")
     p.add_argument("out", metavar="OUT", help="the new queue directory (must not exist)")
     add_option_args(p)
-    p.add_argument("--json", action="store_true")
+    add_json_arg(p)
 
 
 def _salvage_ranges(rs: list[list[int]]) -> str:
@@ -672,7 +791,8 @@ def argparse_replay(p: argparse.ArgumentParser) -> None:
         "--to",
         required=True,
         metavar="mqtt[s]://HOST[:PORT][/PREFIX]",
-        help="broker URL; mqtts:// is TLS (port 8883 by default)",
+        help="broker URL; mqtts:// is TLS (port 8883 by default). Each message goes to the topic "
+        "its device gave it; /PREFIX (opt-in) publishes under PREFIX/",
     )
     p.add_argument("--username", metavar="NAME", help="MQTT user name (or user@HOST in the URL)")
     pw = p.add_mutually_exclusive_group()
@@ -731,7 +851,7 @@ def argparse_replay(p: argparse.ArgumentParser) -> None:
     add_hmac_arg(p)
     add_option_args(p)
     p.add_argument("-v", "--verbose", action="store_true", help="one line per message on stderr")
-    p.add_argument("--json", action="store_true")
+    add_json_arg(p)
 
 
 def do_replay(args: argparse.Namespace) -> int:
@@ -920,6 +1040,11 @@ def do_test(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "board": (do_board, argparse_board, "virtual board; board profiles; probe a device"),
+    "app": (
+        do_app,
+        argparse_app,
+        "start main.py on the board as a reset does (a soft reset), or stop it (Ctrl-C)",
+    ),
     "flash": (
         do_flash,
         argparse_flash,

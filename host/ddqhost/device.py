@@ -438,6 +438,40 @@ class Device:
             self._close_serial()
             self.t = None
 
+    def reset_to_main(
+        self, seconds: float | None = 2.0, out: Callable[[bytes], object] | None = None
+    ) -> bytes:
+        """Soft-reset from the friendly REPL, as a board's reset does: boot.py, then main.py run
+        (the virtual board's supervisor does the same). Then let go of the port without a byte
+        more (main.py keeps running), after `seconds` of the board's output (passed to out as it
+        comes, and returned); seconds=None: until Ctrl-C."""
+        ser = self.io._ser if self.io is not None else self.t.serial
+        try:
+            with self._bounded(EXEC_IDLE_TIMEOUT, "friendly REPL prompt", EXEC_IDLE_TIMEOUT):
+                self.t.exit_raw_repl()
+                self.t.read_until(1, b">>> ", timeout=None)
+                self.t.serial.write(b"\x04")  # Ctrl-D at the friendly REPL: soft reset
+                self.t.read_until(1, b"soft reboot\r\n", timeout=None)
+            buf = bytearray()
+            end = None if seconds is None else time.monotonic() + seconds
+            try:
+                while (end is None or time.monotonic() < end) and len(buf) < MAX_REPLY:
+                    got = ser.read(max(1, ser.in_waiting))  # returns within _READ_SLICE
+                    if got:
+                        buf += got
+                        if out is not None:
+                            out(got)
+            except KeyboardInterrupt:
+                pass  # following the output: Ctrl-C leaves the app running
+            return bytes(buf)
+        except TransportError as e:
+            raise DeviceError("%s: %s" % (self.port, e)) from None
+        except OSError as e:
+            raise DeviceError("%s: connection lost (%s)" % (self.port, e)) from None
+        finally:
+            self._close_serial()
+            self.t = None
+
     def __enter__(self) -> "Device":
         return self
 
@@ -750,3 +784,31 @@ __all__ = [
     "PINNED_MPREMOTE",
     "check_mpremote_version",
 ]
+
+
+def interrupt_app(port: str, seconds: float = 2.0) -> bytes:
+    """Ctrl-C to whatever runs on the board (its main.py), before any REPL handshake, and what it
+    printed in reply within `seconds` (a KeyboardInterrupt traceback when something ran; it ends
+    early once a REPL prompt is back)."""
+    check_mpremote_version()
+    import serial
+
+    if "://" not in port and not os.path.exists(port):
+        raise DeviceError("no device at %s" % port)
+    try:
+        ser = serial.Serial(port, 115200, timeout=_READ_SLICE, write_timeout=WRITE_TIMEOUT)
+    except (OSError, ValueError, serial.SerialException) as e:
+        raise DeviceError("cannot open %s: %s (in use by another program?)" % (port, e)) from None
+    buf = b""
+    try:
+        ser.write(b"\r\x03")
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and len(buf) < MAX_REPLY:
+            buf += ser.read(max(1, ser.in_waiting))
+            if b"KeyboardInterrupt" in buf and (buf.endswith(b">>> ") or buf.endswith(b">")):
+                break
+    except (OSError, serial.SerialException) as e:
+        raise DeviceError("%s: connection lost (%s)" % (port, e)) from None
+    finally:
+        ser.close()
+    return buf

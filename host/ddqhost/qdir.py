@@ -273,14 +273,18 @@ def options_hint(path: str, options: dict[str, int], sources: dict[str, str]) ->
 
 
 def _preview(b: bytes, n: int = 40) -> str:
+    """The first n bytes as text when they are printable UTF-8 (a character the cut at n split
+    does not count against it), else as 0x-hex."""
     b = bytes(b)
     head = b[:n]
-    try:
-        s = head.decode("utf-8")
+    for cut in range(4 if len(b) > n else 1):  # a UTF-8 character is at most 4 bytes
+        try:
+            s = head[: len(head) - cut].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
         if all(c.isprintable() or c in "\t" for c in s):
             return s + ("..." if len(b) > n else "")
-    except UnicodeDecodeError:
-        pass
+        break
     return "0x" + head.hex() + ("..." if len(b) > n else "")
 
 
@@ -609,7 +613,8 @@ def render_inspect(info: dict[str, Any]) -> str:
             d["attempts"],
             d["payload_len"],
             extra,
-            d["preview"],
+            # an envelope's own payload (text when printable), not the envelope's bytes
+            (d.get("envelope") or {}).get("payload_preview", d["preview"]),
         )
         lines.append(line.rstrip())
         env = d.get("envelope")

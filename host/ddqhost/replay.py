@@ -22,9 +22,9 @@ A user name comes from the URL (user@HOST) or --username, the password from --pa
 --password-file; a password in the URL still works but shows in the process list. No message, log
 or summary repeats a password: URLs are shown redacted (user:***@HOST).
 
-Topics (URL mqtt[s]://[user[:password]@]HOST[:PORT][/PREFIX], PREFIX defaults to "ddq"):
+Topics (URL mqtt[s]://[user[:password]@]HOST[:PORT][/PREFIX]; no PREFIX by default):
   - a payload that decodes as a message-layer envelope (ddq_outbox.decode_envelope) is
-    published to PREFIX/<envelope topic> (to <envelope topic> itself with an empty prefix, mqtt://h:p/),
+    published to its envelope topic, the one the device would have used (PREFIX/<topic> with one),
     with the envelope's retain flag and its inner payload;
   - any other payload is published unchanged to PREFIX/raw ("raw" with an empty prefix).
 Replay always publishes with QoS 1, whatever the envelope asked for: the ack needs a PUBACK.
@@ -62,7 +62,7 @@ from urllib.parse import unquote, urlsplit
 from . import qdir
 from .errors import HostError
 
-DEFAULT_PREFIX = "ddq"
+DEFAULT_PREFIX = ""  # the device's own topics: a prefix is opt-in (issue 27)
 DEFAULT_PORT = 1883
 DEFAULT_TLS_PORT = 8883
 

@@ -1,7 +1,7 @@
 """ddq test: run the shared suite (tests/mprun.py) on a device, with what it needs mounted by mpremote.
 
 The device sees only a private, read-only copy (stage()): a temporary directory (mode 0700) holding
-tests/*.py, port/*.py and the C fixtures (../shared/fixtures/ddq-c), files 0444 and directories 0555,
+tests/*.py, port/*.py and the C fixtures (tests/fixtures/ddq-c), files 0444 and directories 0555,
 exposed at /remote (`mpremote mount`, which keeps every path inside its root). mpremote mount has no
 read-only flag: Device.mount_local(read_only=True) refuses every change at mpremote's host side
 (EROFS), and the file modes refuse them again for a non-root user. Nothing else of the host (the
@@ -26,10 +26,12 @@ SUMMARY = re.compile(rb"^\w+: (\d+) passed, (\d+) failed(?:, (\d+) skipped)?\s*$
 
 
 def fixtures_dir() -> str:
+    """The C fixtures the suite's interop tests read: $DDQ_FIXTURES, else the suite's own copy
+    (tests/fixtures/ddq-c; in a wheel ddqhost/suite/fixtures/ddq-c)."""
     env = os.environ.get("DDQ_FIXTURES")
     if env:
         return os.path.abspath(env)
-    return os.path.normpath(os.path.join(qdir.repo_root(), "..", "shared", "fixtures", "ddq-c"))
+    return os.path.join(suite_dir(), "fixtures", "ddq-c")
 
 
 def suite_dir() -> str:

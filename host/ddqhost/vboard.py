@@ -1,6 +1,6 @@
 """Virtual board: the MicroPython unix port on a LittleFS image, behind a pty.
 
-Layout of a state directory (``--dir``, default ``$DDQ_STATE_DIR`` or ``~/.local/state/ddq/virtual``):
+Layout of a state directory (``--state-dir``, default ``$DDQ_STATE_DIR`` or ``~/.local/state/ddq/virtual``):
 
     flash.img     the LittleFS image (persists between starts unless --image points elsewhere)
     boot.py       generated at each start: mounts the image at /flash and chdirs there
@@ -13,7 +13,9 @@ session). The bridge opens two pty pairs, runs micropython on one slave, hands t
 clients and copies bytes between the masters. micropython is the bridge's child and gets SIGKILL
 if the bridge dies (PR_SET_PDEATHSIG), so no process can outlive the pair. ``stop`` asks the bridge
 (SIGTERM) to unmount the image and exit micropython; ``kill`` SIGKILLs micropython (a power cut:
-only data LittleFS had synced survives); both then wait for the pids to be gone.
+only data LittleFS had synced survives); both then wait for the pids to be gone. The bridge is
+also the board's supervisor (bridge_main): a soft reset, which ends the unix port, starts a new
+micropython on the same pty and image, as a board resets; Ctrl-C while code runs becomes SIGINT.
 
 Nothing here talks to mpremote: the bridge only moves bytes.
 """
@@ -94,6 +96,23 @@ def __ddq_vb_halt():
     finally:
         sys.exit(0)
 print(%(ready)r)
+if sys.argv[1:] == ["main"]:
+    # A soft reset from the friendly REPL (Ctrl-D): like a board, run main.py when there is one.
+    try:
+        os.stat("main.py")
+        __ddq_vb_main = True
+    except OSError:
+        __ddq_vb_main = False
+    if __ddq_vb_main:
+        try:
+            with open("main.py") as __ddq_vb_f:
+                __ddq_vb_src = __ddq_vb_f.read()
+            exec(compile(__ddq_vb_src, "main.py", "exec"), globals())
+        except BaseException as e:  # Ctrl-C (KeyboardInterrupt) included: then the REPL, as a board
+            if isinstance(e, SystemExit):
+                raise
+            sys.print_exception(e)
+        __ddq_vb_src = None
 """
 
 
@@ -221,7 +240,8 @@ def running_device(state_dir: str | None = None) -> str | None:
 
 
 def is_virtual_device(dev: str, state_dir: str | None = None) -> bool:
-    """True if dev names the pty of a virtual board (no soft reset there: it would end the port).
+    """True if dev names the pty of a virtual board (ddq connects there without a soft reset: it
+    would restart the unix port, slower, with nothing to stop).
 
     dev may be relative (`-d vb/tty`): it is compared as an absolute path and as the pty it
     resolves to."""
@@ -424,24 +444,72 @@ def _write_state(path: str, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+SOFT_REBOOT = b"MPY: soft reboot\r\n"  # what a board prints (mpremote waits for "soft reboot\r\n")
+RAW_BANNER = b"raw REPL; CTRL-B to exit\r\n>"
+FRIENDLY_BANNER = b'Type "help()" for more information.'
+RESTARTS_PER_10S = 20  # a main.py that exits at once would otherwise reset for ever
+
+
+def _sigint_caught(pid: int) -> bool:
+    """True while micropython has its SIGINT handler installed: code runs and
+    micropython.kbd_intr has not turned Ctrl-C off (/proc/PID/status SigCgt, bit of SIGINT)."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for ln in f:
+                if ln.startswith("SigCgt:"):
+                    return bool(int(ln.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+    except (OSError, ValueError):
+        pass
+    return False
+
+
 def bridge_main(state_dir: str, micropython: str, image: str, heapsize: str = "") -> int:
+    """The supervisor: one micropython at a time on the board's pty, bytes copied both ways.
+
+    Like a board: a soft reset (Ctrl-D at an empty REPL line, machine.soft_reset(), sys.exit():
+    the unix port exits) restarts micropython on the same pty and image, prints `MPY: soft
+    reboot`, and comes back in the REPL mode it left (raw: mpremote's own soft reset on connect;
+    friendly: then boot.py runs main.py, as a board does). Ctrl-C from the client while code runs
+    becomes SIGINT (the pty is raw, so the tty sends none): KeyboardInterrupt, as on a board; at a
+    prompt, or with micropython.kbd_intr(-1) (mpremote's mount), it stays a byte. Only a signal
+    (SIGKILL: `kill`, a power cut) or `stop` ends the board."""
     p = _paths(state_dir)
     m1, s1 = pty.openpty()  # client side (mpremote opens the slave s1 by name)
-    m2, s2 = pty.openpty()  # micropython side
+    m2, s2 = pty.openpty()  # micropython side; s2 stays open here for the restarts
     tty.setraw(s1)
     tty.setraw(s2)
     slave_name = os.ttyname(s1)
-    proc = subprocess.Popen(
-        [micropython] + (["-X", "heapsize=" + heapsize] if heapsize else []) + ["-i", p["boot"]],
-        stdin=s2,
-        stdout=s2,
-        stderr=s2,
-        cwd=p["dir"],
-        start_new_session=True,
-        preexec_fn=_pdeathsig,
-        close_fds=True,
-    )
-    os.close(s2)
+
+    def spawn(run_main: bool) -> "subprocess.Popen[bytes]":
+        return subprocess.Popen(
+            [micropython] + (["-X", "heapsize=" + heapsize] if heapsize else [])
+            + ["-i", p["boot"]] + (["main"] if run_main else []),
+            stdin=s2,
+            stdout=s2,
+            stderr=s2,
+            cwd=p["dir"],
+            start_new_session=True,
+            preexec_fn=_pdeathsig,
+            close_fds=True,
+        )
+
+    def save_state() -> None:
+        _write_state(
+            p["state"],
+            {
+                "bridge_pid": os.getpid(),
+                "micropython_pid": proc.pid,
+                "pty": slave_name,
+                "link": p["link"],
+                "image": image,
+                "micropython": micropython,
+                "ready": True,
+                "started_unix": started,
+                "soft_resets": len(resets),
+            },
+        )
+
+    proc = spawn(False)
     os.set_blocking(m1, False)
     os.set_blocking(m2, False)
     stopping = []
@@ -451,19 +519,61 @@ def bridge_main(state_dir: str, micropython: str, image: str, heapsize: str = ""
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
-    ready = False
+    ready = False  # the first boot printed READY_MARK
     failed = False
-    head = b""
+    head = b""  # micropython's output while booting (swallowed up to READY_MARK)
+    booting = True  # boot.py runs: its output is not the client's
+    want_raw = False  # after this boot, enter the raw REPL and show only its banner
+    raw_sent = False  # ... the Ctrl-A for that was written
+    raw_mode = False  # the REPL mode micropython was last seen in (from its banners)
+    tail = b""  # the end of micropython's output, for banners split across reads
+    resets: list[float] = []
+    started = int(time.time())
     halted = False
     # Both directions are buffered and non-blocking so neither side can stall the other.
     # Output nobody reads (no client connected) is dropped after 2 s without progress, like a UART.
     to_client = bytearray()
     to_mp = bytearray()
     client_progress = time.monotonic()
+
+    def drain_mp() -> bytes:
+        out = b""
+        for _ in range(64):  # what the exited process left in the pty (bounded)
+            try:
+                got = os.read(m2, 4096)
+            except OSError:
+                break
+            if not got:
+                break
+            out += got
+        return out
+
     try:
-        while proc.poll() is None:
+        while True:
+            if proc.poll() is not None:
+                rc = proc.returncode
+                if halted or not ready or (rc < 0 and rc != -signal.SIGINT):
+                    break  # stopped, never booted, or a signal (SIGKILL: power cut)
+                now = time.monotonic()
+                resets[:] = [t for t in resets if now - t < 10.0] + [now]
+                if len(resets) > RESTARTS_PER_10S:
+                    sys.stderr.write("soft reset %d times in 10 s: stopping the board\n"
+                                     % len(resets))
+                    break
+                # A soft reset: what it printed, the board's line, then a new interpreter.
+                left = drain_mp()
+                if not booting:
+                    to_client += left
+                to_client += SOFT_REBOOT
+                client_progress = time.monotonic()
+                want_raw = raw_mode
+                proc = spawn(not want_raw)
+                booting, head, tail, to_mp[:], raw_sent = True, b"", b"", b"", False
+                save_state()
             if stopping and not halted:
                 # Interrupt whatever runs, leave raw REPL, then call the halt hook from boot.py.
+                if _sigint_caught(proc.pid):
+                    os.kill(proc.pid, signal.SIGINT)
                 to_mp[:] = b"\r\x03\x03\x02\r__ddq_vb_halt()\r"
                 halted = True
             if halted and time.monotonic() - stopping[0] > 3.0:
@@ -472,7 +582,8 @@ def bridge_main(state_dir: str, micropython: str, image: str, heapsize: str = ""
             rlist = [m1]
             if len(to_client) < 65536:
                 rlist.append(m2)
-            wlist = ([m1] if to_client else []) + ([m2] if to_mp else [])
+            hold = booting and not halted  # client input waits until the new REPL is up
+            wlist = ([m1] if to_client else []) + ([m2] if to_mp and not hold else [])
             try:
                 rd, wr, _ = select.select(rlist, wlist, [], 0.1)
             except InterruptedError:
@@ -500,7 +611,13 @@ def bridge_main(state_dir: str, micropython: str, image: str, heapsize: str = ""
                 if not data:
                     continue
                 if fd == m2:
-                    if not ready:
+                    seen = tail + data
+                    if RAW_BANNER[:-1] in seen:
+                        raw_mode = seen.rfind(RAW_BANNER[:-1]) > seen.rfind(FRIENDLY_BANNER)
+                    elif FRIENDLY_BANNER in seen:
+                        raw_mode = False
+                    tail = seen[-64:]
+                    if booting:
                         head += data
                         if FAIL_MARK in head and b"\n" in head[head.index(FAIL_MARK) :]:
                             # boot.py could not mount the image: report its one line and end.
@@ -512,35 +629,45 @@ def bridge_main(state_dir: str, micropython: str, image: str, heapsize: str = ""
                             failed = True
                             proc.kill()
                             break
+                        if want_raw and READY_MARK in head:
+                            # mpremote waits for the raw REPL's banner after `soft reboot`:
+                            # enter it once the new REPL prompts (it flushes input it finds).
+                            if not raw_sent and b">>> " in head[head.index(READY_MARK) :]:
+                                os.write(m2, b"\r\x01")
+                                raw_sent = True
+                            if RAW_BANNER in head:
+                                rest = head[head.index(RAW_BANNER) + len(RAW_BANNER) :]
+                                to_client += RAW_BANNER + rest
+                                booting, head = False, b""
+                            continue
                         if READY_MARK in head:
-                            ready = True
-                            if os.path.lexists(p["link"]):
-                                os.remove(p["link"])
-                            os.symlink(slave_name, p["link"])
-                            _write_state(
-                                p["state"],
-                                {
-                                    "bridge_pid": os.getpid(),
-                                    "micropython_pid": proc.pid,
-                                    "pty": slave_name,
-                                    "link": p["link"],
-                                    "image": image,
-                                    "micropython": micropython,
-                                    "ready": True,
-                                    "started_unix": int(time.time()),
-                                },
-                            )
-                            head = b""
+                            rest = head[head.index(READY_MARK) + len(READY_MARK) :]
+                            if not ready:
+                                ready = True
+                                if os.path.lexists(p["link"]):
+                                    os.remove(p["link"])
+                                os.symlink(slave_name, p["link"])
+                                save_state()
+                            else:
+                                to_client += rest.lstrip(b"\r\n")  # main.py, the banner
+                            booting, head = False, b""
                         continue
                     if not to_client:
                         client_progress = time.monotonic()
                     to_client += data
                 elif ready and not halted:
+                    if b"\x03" in data and not booting and _sigint_caught(proc.pid):
+                        # Ctrl-C while code runs: the interrupt a board's UART raises
+                        data = data.replace(b"\x03", b"")
+                        os.kill(proc.pid, signal.SIGINT)
                     to_mp += data
+            if failed:
+                break
     finally:
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+        os.close(s2)
         st = read_state(state_dir)
         if st and st.get("bridge_pid") == os.getpid():
             for name in ("state", "link"):

@@ -1,6 +1,6 @@
 """The board example app (boards/UNIX/main.py) on the virtual board, as a user would run it: `ddq
 flash --example-app`, umqtt.simple copied to the board (from its pinned sdist, .venv/mpylib),
-then main.run() against a real broker. The broker goes away mid-stream and comes back on the same
+then main.run() with LINK = "umqtt" against a real broker. The broker goes away mid-stream and comes back on the same
 port; later it goes away again and, while readings wait on flash, the board loses power (SIGKILL
 of the unix port) and boots again on the same LittleFS image. Every reading whose put() returned arrives at least once, through umqtt.simple, and the
 queue ends empty. EVIDENCE-OF: E24 E17
@@ -29,6 +29,7 @@ N = 60
 APP = """
 import sys, main
 main.BROKER_PORT = %(port)d
+main.LINK = "umqtt"  # umqtt.simple, one publish at a time (the default, WindowSender: test_host_app)
 main.LEASE_MS = 2000  # a reading in flight at the power cut is sent again 2 s after the boot
 main.RETRY_BASE_MS, main.RETRY_MAX_MS = 100, 1000
 st = main.run(rounds=%(rounds)d, period_ms=50, drain_ms=60000)
@@ -45,7 +46,7 @@ c.disconnect()
 def _ddq(*args):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(REPO, "host"),
                                                       os.path.join(REPO, "port")]))
-    env["DDQ_STATE_DIR"] = os.path.join(REPO, "build", "no-default-virtual-board")
+    env["DDQ_STATE_DIR"] = os.path.join(REPO, ".no-default-virtual-board")  # never created
     return subprocess.run([sys.executable, "-m", "ddqhost.cli", *args], capture_output=True,
                           text=True, env=env, cwd=REPO, timeout=300)
 
@@ -57,13 +58,7 @@ def _mpylib():
     return MPYLIB
 
 
-def _wait(cond, seconds, what):
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError("timed out waiting for " + what)
+_wait = brokers.wait_until
 
 
 def _readings(sub):

@@ -24,9 +24,7 @@ for _p in (HOST, PORT_DIR, HERE):
 
 from ddqhost import vboard  # noqa: E402
 
-FIXTURES = os.environ.get("DDQ_FIXTURES") or os.path.normpath(
-    os.path.join(REPO, "..", "shared", "fixtures", "ddq-c")
-)
+FIXTURES = os.environ.get("DDQ_FIXTURES") or os.path.join(REPO, "tests", "fixtures", "ddq-c")
 FIXTURE_NAMES = ("basic", "compacted", "legacy_uncompacted")
 
 
@@ -37,7 +35,7 @@ def cli_env():
     )
     env.pop("DDQ_DEVICE", None)
     # Never the user's virtual board: tests always name their device.
-    env["DDQ_STATE_DIR"] = os.path.join(REPO, "build", "no-default-virtual-board")
+    env["DDQ_STATE_DIR"] = os.path.join(REPO, ".no-default-virtual-board")  # never created
     return env
 
 

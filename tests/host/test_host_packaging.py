@@ -155,16 +155,63 @@ def test_mpy_names_its_source_without_the_host_path(tmp_path):
     assert b"ddq.py" in data
 
 
+def build_wheel(tmp_path):
+    """Build the wheel from a copy of the checkout (setuptools writes build/ and *.egg-info
+    where it builds: never into the checkout); return the wheels directory."""
+    import shutil
+
+    src = tmp_path / "src"
+    skip = shutil.ignore_patterns(".venv", ".git", "build", "dist", "*.egg-info", "__pycache__",
+                                  ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis",
+                                  "types", "*.mpy")
+    shutil.copytree(REPO, src, ignore=skip, symlinks=True)
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                    "--no-build-isolation", "-w", str(wheels), str(src)], check=True, timeout=300)
+    return wheels
+
+
+def test_wheel_holds_the_suite_and_its_fixtures_not_the_host_test_helpers(tmp_path):
+    # pyproject's exclude list holds (setup.py's build_py): the CPython-only helpers of tests/
+    # stay out, every other tests/*.py (the shared suite and what it imports: libddqmodel for
+    # test_cut) and the C fixtures the interop tests read go in (issue 27).
+    import tomllib
+    import zipfile
+
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+        excluded = tomllib.load(f)["tool"]["setuptools"]["exclude-package-data"]["ddqhost.suite"]
+    assert {"conftest.py", "brokers.py", "tlsbroker.py"} <= set(excluded)
+    before = sorted(os.listdir(REPO))
+    wheels = build_wheel(tmp_path)
+    assert sorted(os.listdir(REPO)) == before, "the build wrote into the checkout"
+    with zipfile.ZipFile(next(wheels.glob("ddq-*.whl"))) as z:
+        names = set(z.namelist())
+    suite = {n[len("ddqhost/suite/"):] for n in names if n.startswith("ddqhost/suite/")}
+    tests = {n for n in os.listdir(os.path.join(REPO, "tests")) if n.endswith(".py")}
+    assert {n for n in suite if n.endswith(".py")} == tests - set(excluded), suite
+    fix = os.path.join(REPO, "tests", "fixtures", "ddq-c")
+    want = {os.path.relpath(os.path.join(r, n), os.path.join(REPO, "tests"))
+            for r, _d, files in os.walk(fix) for n in files}
+    assert {n for n in suite if n.startswith("fixtures/")} == want
+    assert "fixtures/ddq-c/basic/queue.lock" in want  # the empty files too
+    # The copy in the repository is the set the C library wrote (shared/fixtures beside the
+    # checkout, where present).
+    shared = os.path.join(os.path.dirname(REPO), "shared", "fixtures", "ddq-c")
+    if os.path.isdir(shared):
+        for rel in want:
+            name = rel[len("fixtures/ddq-c/"):]
+            if name == "README.md":
+                continue
+            with open(os.path.join(shared, name), "rb") as a, \
+                    open(os.path.join(REPO, "tests", rel), "rb") as b:
+                assert a.read() == b.read(), rel
+
+
 def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
     # The wheel carries modules ddq, ddq_index, ddq_reclaim, ddq_outbox, ddq_mqtt, the host package and the `ddq` console script;
     # installed (without its network dependencies) into a new venv, `ddq --version` and
     # `ddq verify` (which needs only ddq and the standard library) run from outside the checkout.
-    import subprocess
-    import sys
-
-    wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "--no-build-isolation", "-w", str(wheels), REPO], check=True, timeout=300)
+    wheels = build_wheel(tmp_path)
     whl = [p for p in os.listdir(wheels) if p.endswith(".whl")]
     assert len(whl) == 1 and whl[0].startswith("ddq-%s-" % ddq_version()), whl
     venv = tmp_path / "venv"
@@ -175,7 +222,7 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
     out = subprocess.run([str(venv / "bin" / "ddq"), "--version"], capture_output=True,
                          text=True, cwd=tmp_path, env=env, timeout=60)
     assert out.returncode == 0 and ddq_version() in out.stdout, out
-    basic = os.path.join(os.path.dirname(REPO), "shared", "fixtures", "ddq-c", "basic")
+    basic = os.path.join(REPO, "tests", "fixtures", "ddq-c", "basic")
     if os.path.isdir(basic):
         out = subprocess.run([str(venv / "bin" / "ddq"), "verify", basic], capture_output=True,
                              text=True, cwd=tmp_path, env=env, timeout=60)
@@ -273,9 +320,7 @@ def _venv_with_the_board_extra(tmp_path):
     extra from the index it is configured with (its cache first). Without an index, the
     dependencies come from this interpreter's site-packages through a .pth file and its bin/ on
     PATH -- the ddq package itself is still only the wheel's."""
-    wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "--no-build-isolation", "-w", str(wheels), REPO], check=True, timeout=300)
+    wheels = build_wheel(tmp_path)
     whl = str(next(wheels.glob("ddq-*.whl")))
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
@@ -353,10 +398,19 @@ def test_wheel_with_the_board_extra_runs_a_virtual_board_without_a_checkout(tmp_
         assert [t for t, _p in got] == ["pk/ddq/unix/temp"] * 3
         assert [p for _t, p in got] == [it["envelope"]["payload_preview"].encode()
                                         for it in items]
-        # ddq test from the wheel's copy of the suite, on the ddq that flash installed.
-        r = run("ddq", "test", "--installed", "test_support", timeout=300)
+        # The example app as a reset runs it (`ddq app start`), stopped with Ctrl-C.
+        r = run("ddq", "app", "start", "--seconds", "0.5")
+        assert r.returncode == 0 and "app started" in r.stdout, r.stdout + r.stderr
+        r = run("ddq", "app", "stop")
+        assert r.returncode == 0 and "stopped the app" in r.stdout, r.stdout + r.stderr
+        # ddq test from the wheel's copy of the suite, on the ddq that flash installed; the
+        # interop tests read the C fixtures the wheel carries (no DDQ_FIXTURES, no checkout).
+        r = run("ddq", "test", "--installed", "test_support", "test_interop", timeout=300)
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr
-        assert r.stdout.strip().splitlines()[-1].startswith("posix: "), r.stdout[-500:]
+        last = r.stdout.strip().splitlines()[-1]
+        assert last.startswith("posix: ") and " 0 failed" in last and "skipped" not in last, \
+            r.stdout[-1500:]
+        assert "PASS test_interop.test_fixture_basic" in r.stdout, r.stdout[-1500:]
         r = run("ddq", "board", "virtual", "stop")
         assert r.returncode == 0, r.stderr
     finally:
