@@ -187,15 +187,27 @@ def _drain(plt, fig, path):
             "Draining a backlog through a 100 ms round trip")
 
 
+# Readings each profile held before issue 26's hold rule (libddq's admission; that issue's table,
+# UNIX from the BOARDS.md of the time): the picture's "before" bars.
+BEFORE = {"ARMV7M_GENERIC": 152, "ESP32_GENERIC": 1184, "PYBV11": 32, "RPI_PICO": 1192,
+          "UNIX": 848}
+
+
 def _capacity(plt, fig, path):
     c = fig["capacity"]
     names = sorted(c, key=lambda n: c[n])
     f, ax = plt.subplots(figsize=(7, 3.5))
-    ax.barh(names, [c[n] for n in names], color="C0")
+    y = list(range(len(names)))
+    ax.barh([i + 0.2 for i in y], [BEFORE.get(n, 0) for n in names], height=0.4, color="C7",
+            label="before (libddq's admission)")
+    ax.barh([i - 0.2 for i in y], [c[n] for n in names], height=0.4, color="C0",
+            label="now (the profile's rule)")
+    ax.set_yticks(y)
+    ax.set_yticklabels(names)
     for i, n in enumerate(names):
-        ax.text(c[n], i, " %d" % c[n], va="center", fontsize=8)
+        ax.text(c[n], i - 0.2, " %d" % c[n], va="center", fontsize=8)
     _finish(plt, f, ax, path, "readings the example app's queue holds (max_items)", None,
-            "Readings held per board profile", grid="x", legend=False)
+            "Readings held per board profile", grid="x")
 
 
 def _torture(plt, fig, path):
@@ -203,10 +215,13 @@ def _torture(plt, fig, path):
     parts = [(k, label) for k, label in (
         ("crash_states", "1 crash states"), ("lfs_cuts", "2 LittleFS power cuts"),
         ("fat_cuts", "2 FAT power cuts"), ("bad_images", "3 bad images"),
-        ("fault_points", "4 injected faults"), ("index_opens", "1-3 recovery-index opens"))
+        ("fault_points", "4 injected faults"), ("index_opens", "1-3 recovery-index opens"),
+        ("continued_states", "1c written on after recovery"), ("enospc_points", "6 ENOSPC points"),
+        ("hold_states", "1h hold rule at the limit"), ("salvage_images", "5 salvage images"),
+        ("salvage_cut_states", "5b cuts inside salvage"))
         if k in t]
     bad = ", ".join("%s %d" % (k, t[k]) for k in ("lost", "resurrected", "reused_seq",
-                                                    "unexpected", "index_mismatch") if k in t)
+                                                    "bricked", "hold_stranded") if k in t)
     f, ax = plt.subplots(figsize=(7, 3.5))
     ax.barh([p[1] for p in parts], [t[p[0]] for p in parts], color="C2")
     for i, (k, _label) in enumerate(parts):
