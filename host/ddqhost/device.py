@@ -312,6 +312,7 @@ class Device:
     def __init__(self, port: str, soft_reset: bool = True, timeout: float = 8.0) -> None:
         check_mpremote_version()
         self.port = port
+        self.resets = soft_reset  # a board that soft-resets (not the unix port): reset() works
         if "://" not in port and not os.path.exists(port):
             raise DeviceError("no device at %s" % port)
         sink = io.StringIO()  # SerialTransport prints diagnostics to stdout; keep --json clean
@@ -401,6 +402,19 @@ class Device:
                 self.t.mounted = False
             return False
         return True
+
+    def reset(self, timeout: float = 8.0) -> None:
+        """Soft-reset the board (back in the raw REPL): its heap, modules and qstrs are given back.
+        Only for a board opened with soft_reset=True (the unix port would exit)."""
+        if not self.resets:
+            raise DeviceError("%s: this device is not soft-reset (the unix port)" % self.port)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), self._bounded(
+                timeout, "answer", timeout
+            ):
+                self.t.enter_raw_repl(soft_reset=True, timeout_overall=timeout)
+        except (TransportError, OSError) as e:
+            raise DeviceError("%s: no raw REPL after a soft reset (%s)" % (self.port, e)) from None
 
     def _close_serial(self) -> None:
         try:
@@ -546,13 +560,13 @@ class Device:
     def listdir(self, path: str) -> list[tuple[str, bool, int]]:
         """[(name, is_dir, size)] for the entries of a device directory, sorted by name."""
         p = dpath(path)
-        rows = self.eval(
-            "[(e[0],e[1]==0x4000,__import__('os').stat(%r+'/'+e[0])[6])"
-            " for e in __import__('os').ilistdir(%r)]" % (p, p),
+        out = self._collect(  # streamed, an entry a line (see hash_dir)
+            "import os\nprint('[')\nfor e in os.ilistdir(%r):\n"
+            " print(repr((e[0],e[1]==0x4000,os.stat(%r+'/'+e[0])[6]))+',')\nprint(']')"
+            % (p, p),
             path=p,
-            check=_is_listing,
-            what="the listing of " + p,
         )
+        rows = parse_reply(out, "the listing of " + p, _is_listing)
         return sorted((n, bool(d), s) for n, d, s in rows)
 
     def hash_dir(self, path: str) -> list[tuple[str, int, int | None, str | None]]:
@@ -574,14 +588,16 @@ class Device:
             "   if not n:break\n"
             "   h.update(m[:n])\n"
             " return binascii.hexlify(h.digest()).decode()\n"
-            "r=[]\n"
+            # streamed, an entry a line (a list literal all the same): the device holds one entry
+            # at a time, not the listing (a full board's 600 segments ran out of heap, issue 29)
+            "print('[')\n"
             "for e in os.ilistdir(%r):\n"
             " q=%r+'/'+e[0];t=e[1]&0xf000\n"
             " if not t:t=os.stat(q)[0]&0xf000\n"
-            " if t==0x8000:r.append((e[0],t,os.stat(q)[6],_h(q)))\n"
-            " else:r.append((e[0],t,None,None))\n"
-            "print(repr(r))\n"
-            "del _h,r\n" % (p, p)
+            " if t==0x8000:print(repr((e[0],t,os.stat(q)[6],_h(q)))+',')\n"
+            " else:print(repr((e[0],t,None,None))+',')\n"
+            "print(']')\n"
+            "del _h\n" % (p, p)
         )
         out = self._collect(code, path=p)
         rows = parse_reply(out, "the listing of " + p, _is_hash_listing)

@@ -38,6 +38,7 @@ def cli_env():
     env.pop("DDQ_DEVICE", None)
     # Never the user's virtual board: tests always name their device.
     env["DDQ_STATE_DIR"] = os.path.join(REPO, "build", "no-default-virtual-board")
+    env["DDQ_QEMU_STATE_DIR"] = os.path.join(REPO, "build", "no-default-qemu-board")
     return env
 
 
