@@ -8,7 +8,7 @@ One qemu for the module (it spins a host core at 100 % while it runs), ended in 
 pid and checked gone. The firmware is ../shared/boards/qemu-mps2-an385/firmware.elf (or
 $DDQ_QEMU_FIRMWARE); without qemu-system-arm or the firmware the module skips (.ci/run installs
 qemu-system-arm). $DDQ_QEMU_SUITE=all runs every module of the shared suite (about 10 minutes
-under emulation); the default is the modules below (about 3).
+under emulation); the default is the modules below (about 5 minutes).
 
 What is covered and what is not: docs/HOST.md "qemu board".
 """
@@ -31,9 +31,11 @@ pytestmark = pytest.mark.skipif(
 
 # The default selection: the modules that failed on this board before issue 29 (test_auth,
 # test_spec: modules a port lacks; test_reclaim: the heap of earlier modules), the queue's own
-# operations and recovery (test_core, test_core_reads, test_regressions) and the index's.
-MODULES = ["test_auth", "test_core", "test_core_reads", "test_index_regressions",
-           "test_reclaim", "test_regressions", "test_spec", "test_support"]
+# operations and recovery (test_core, test_core_reads, test_regressions) and the index's; the
+# message layer's windowed sender and MQTT codec (test_window, test_mqtt: they skipped whole in
+# 140 KiB before their 32-bit figures; test_outbox, about 3 minutes here, runs with =all).
+MODULES = ["test_auth", "test_core", "test_core_reads", "test_index_regressions", "test_mqtt",
+           "test_reclaim", "test_regressions", "test_spec", "test_support", "test_window"]
 SKIP_REASON = re.compile(r"^SKIP \S+: \S.{10,}$")
 READINGS = 24
 OPTS = ["--board", "ARMV7M_GENERIC"]
