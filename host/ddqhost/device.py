@@ -461,13 +461,23 @@ class Device:
     # ------------------------------------------------------------ exec primitives
 
     def exec(
-        self, code: str, path: str | None = None, consumer: Callable[[bytes], None] | None = None
+        self,
+        code: str,
+        path: str | None = None,
+        consumer: Callable[[bytes], None] | None = None,
+        idle: float = EXEC_IDLE_TIMEOUT,
     ) -> bytes:
         """Run code on the device, return its stdout bytes; errors mapped (see _map_exec_error).
-        DeviceTimeout when the device sends nothing for EXEC_IDLE_TIMEOUT seconds."""
+        DeviceTimeout when the device sends nothing for idle seconds (default EXEC_IDLE_TIMEOUT;
+        more for work that is silent while it runs: opening a big queue at emulation speed)."""
         try:
-            with self._bounded(EXEC_IDLE_TIMEOUT, "answer"):
-                return bytes(self.t.exec(code, data_consumer=consumer))
+            with self._bounded(idle, "answer"):
+                if idle == EXEC_IDLE_TIMEOUT:
+                    return bytes(self.t.exec(code, data_consumer=consumer))
+                ret, err = self.t.exec_raw(code, timeout=idle, data_consumer=consumer)
+                if err:
+                    raise TransportExecError(ret, err.decode("utf-8", "replace"))
+                return bytes(ret)
         except TransportExecError as e:
             raise _map_exec_error(e, path) from None
         except TransportError as e:
@@ -486,7 +496,10 @@ class Device:
         out = self._collect("print(repr(%s))" % expr, path)
         return parse_reply(out, what or "a query", check)
 
-    def _collect(self, code: str, path: str | None = None, limit: int = MAX_REPLY) -> bytes:
+    def _collect(
+        self, code: str, path: str | None = None, limit: int = MAX_REPLY,
+        idle: float = EXEC_IDLE_TIMEOUT,
+    ) -> bytes:
         """stdout of code; DeviceReplyError past limit bytes (a device cannot flood the host)."""
         buf = bytearray()
 
@@ -497,7 +510,7 @@ class Device:
 
         # A consumer avoids mpremote's quadratic accumulation for long outputs.
         try:
-            self.exec(code, path, consumer=consume)
+            self.exec(code, path, consumer=consume, idle=idle)
         except _TooLong:
             raise DeviceReplyError(
                 "%s: the device sent more than %d bytes where a short reply was expected"
