@@ -465,14 +465,14 @@ class Device:
         code: str,
         path: str | None = None,
         consumer: Callable[[bytes], None] | None = None,
-        idle: float = EXEC_IDLE_TIMEOUT,
+        idle: float | None = None,
     ) -> bytes:
         """Run code on the device, return its stdout bytes; errors mapped (see _map_exec_error).
         DeviceTimeout when the device sends nothing for idle seconds (default EXEC_IDLE_TIMEOUT;
         more for work that is silent while it runs: opening a big queue at emulation speed)."""
         try:
-            with self._bounded(idle, "answer"):
-                if idle == EXEC_IDLE_TIMEOUT:
+            with self._bounded(EXEC_IDLE_TIMEOUT if idle is None else idle, "answer"):
+                if idle is None:
                     return bytes(self.t.exec(code, data_consumer=consumer))
                 ret, err = self.t.exec_raw(code, timeout=idle, data_consumer=consumer)
                 if err:
@@ -498,7 +498,7 @@ class Device:
 
     def _collect(
         self, code: str, path: str | None = None, limit: int = MAX_REPLY,
-        idle: float = EXEC_IDLE_TIMEOUT,
+        idle: float | None = None,
     ) -> bytes:
         """stdout of code; DeviceReplyError past limit bytes (a device cannot flood the host)."""
         buf = bytearray()
