@@ -32,7 +32,7 @@ import subprocess
 import time
 from typing import Any
 
-from . import qdir
+from . import qdir, vboard
 from .errors import HostError
 from .vboard import pid_alive
 
@@ -47,13 +47,17 @@ class QemuError(HostError):
 
 
 def default_state_dir() -> str:
+    """$DDQ_QEMU_STATE_DIR, else `qemu` beside the virtual board's default state directory."""
     env = os.environ.get("DDQ_QEMU_STATE_DIR")
     if env:
         return env
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "state"
-    )
-    return os.path.join(base, "ddq", "qemu")
+    saved = os.environ.pop("DDQ_STATE_DIR", None)
+    try:
+        virtual = vboard.default_state_dir()  # $XDG_STATE_HOME/ddq/virtual or ~/.local/...
+    finally:
+        if saved is not None:
+            os.environ["DDQ_STATE_DIR"] = saved
+    return os.path.join(os.path.dirname(virtual), "qemu")
 
 
 def default_firmware() -> str:
@@ -86,13 +90,7 @@ def _paths(state_dir: str) -> dict[str, str]:
     }
 
 
-def read_state(state_dir: str) -> dict[str, Any] | None:
-    try:
-        with open(_paths(state_dir)["state"]) as f:
-            st = json.load(f)
-    except (OSError, ValueError, RecursionError):
-        return None
-    return st if isinstance(st, dict) else None
+read_state = vboard.read_state  # STATE_DIR/state.json, a dict or None: the same file name
 
 
 def _is_ours(st: dict[str, Any]) -> bool:
@@ -231,13 +229,7 @@ def start(
 
 
 def _log_tail(path: str) -> str:
-    try:
-        with open(path, "rb") as f:
-            lines = [ln.strip() for ln in f.read(65536).decode("utf-8", "replace").splitlines()]
-    except OSError:
-        return "no log"
-    lines = [ln for ln in lines if ln]
-    return lines[-1][:300] if lines else "no output"
+    return vboard._log_tail(path)[:300]
 
 
 def _qmp(path: str, commands: list[dict[str, Any]], timeout: float = 10.0) -> None:
