@@ -547,6 +547,43 @@ def build(results, errors, smoke, seconds):
         rep.section("Import heap on MicroPython (gc.mem_alloc after gc.collect, fresh process)",
                     lines)
 
+    # 9q: the qemu board (issue 29), from the recorded bench/qemu_fill.json (bench/qemu_fill.py
+    # runs it on qemu-system-arm; make bench never starts qemu).
+    qf = R.get("qemu_fill")
+    if qf:
+        u = qf["unix_140K"]
+        # heap per item: free after the open minus free when the fill ended, over the items
+        per_b = (qf["fill_free_open"] - qf["fill_free"]) / max(1, qf["fill_items"])
+        per_u = (u["fill_free_open"] - u["fill_free"]) / max(1, u["fill_items"])
+        rep.row("9q", "qemu board (MPS2-AN385, Cortex-M3, 140 KiB heap; recorded by "
+                "bench/qemu_fill.py): 16 B items one session fills (ended by %s) vs the largest "
+                "queue that reopens at the next boot; the profile's options fill to %s (%s), "
+                "reopen %s" % (qf["fill_stop"].split(" ")[0], fmt(qf["profile_fill"]),
+                               qf["profile_fill_stop"].split(" ")[0],
+                               "ok" if qf["profile_reopens"] else "FAILS"),
+                "%s fill / %s reopen" % (fmt(qf["fill_items"]), fmt(qf["reopen_ceiling"])),
+                "unix port -X heapsize=140K: %s fill, reopen %s" % (
+                    fmt(u["fill_items"]), "ok" if u["fill_reopens"] else "FAILS"),
+                fmt(qf["reopen_ceiling"] / max(1, qf["fill_items"])), "report", "report")
+        rep.section("The unix port's `-X heapsize` model vs the 32-bit board (bench/qemu_fill.json, "
+                    "recorded %s s run; bench/mp_fit.py's options on both)" % qf["seconds"],
+                    table(("measure", "unix port, 64-bit, -X heapsize=140K", "qemu board, 32-bit, "
+                           "140 KiB", "board ÷ model"),
+                          [("`import ddq` heap (B, .mpy)", fmt(u["import_heap"]),
+                            fmt(qf["import_heap"]), fmt(qf["import_heap"] / u["import_heap"])),
+                           ("heap per pending 16 B item (B)", fmt(per_u), fmt(per_b),
+                            fmt(per_b / per_u)),
+                           ("items one session fills from empty (ended by)", "%s (%s)" % (
+                               fmt(u["fill_items"]), u["fill_stop"]), "%s (%s)" % (
+                               fmt(qf["fill_items"]), qf["fill_stop"]),
+                            fmt(qf["fill_items"] / u["fill_items"])),
+                           ("free heap when the fill ended (B)", fmt(u["fill_free"]),
+                            fmt(qf["fill_free"]), fmt(qf["fill_free"] / u["fill_free"])),
+                           ("that fill reopens at the next boot", "yes" if u["fill_reopens"]
+                            else "no", "yes" if qf["fill_reopens"] else "no", "—"),
+                           ("largest queue that reopens, %s more items a boot"
+                            % fmt(qf["step"]), "—", fmt(qf["reopen_ceiling"]), "—")]))
+
     # Allocation per op.
     al = R.get("mp_allocs")
     ap = R.get("allocprof")
@@ -1132,6 +1169,12 @@ def part_imports(tmp, smoke):
     return res
 
 
+def recorded_qemu_fill():
+    """bench/qemu_fill.json: fill vs reopen on the qemu board, recorded by bench/qemu_fill.py."""
+    with open(os.path.join(HERE, "qemu_fill.json")) as f:
+        return json.load(f)
+
+
 def part_fit(mpy_dir, tmp):
     """bench/mp_fit.py in a 64 KiB and a 128 KiB heap: import, then items until MemoryError."""
     out = {}
@@ -1250,6 +1293,7 @@ def main():
             shutil.rmtree(os.path.join(tmp, key), ignore_errors=True)
         step("mp_lfs", mp("lfs", "mp_lfs", heap="8M"))
         step("imports", lambda: part_imports(os.path.join(tmp, "imports"), smoke))
+        step("qemu_fill", recorded_qemu_fill)  # recorded on qemu (bench/qemu_fill.py), only read
         mpy_dir = os.path.join(tmp, "imports", "mpy")
         for heap in ("128K", "256K"):
             if os.path.exists(os.path.join(mpy_dir, "ddq.mpy")):

@@ -62,9 +62,12 @@ def _import(name: str) -> "Any":
         return None
 
 
-def _wall_ms(e: int = 946684800000 if time.gmtime(0)[0] == 2000 else 0) -> int:
+def _wall_ms(e: int = 946684800000 if hasattr(time, "gmtime") and time.gmtime(0)[0] == 2000
+             else 0) -> int:
     # Default clock: wall-clock Unix-epoch ms (SPEC §2); e: what a port whose epoch is 2000 adds,
-    # found once (a default, not a module global: each global costs a board's heap).
+    # found once (a default, not a module global: each global costs a board's heap). A port
+    # without gmtime (no calendar: MicroPython's stock qemu firmware) cannot say its epoch: its
+    # time() is taken as Unix; an application that knows better passes clock=.
     if hasattr(time, "time_ns"):
         return int(time.time_ns()) // 1000000 + e
     return int(time.time() * 1000) + e
@@ -1120,7 +1123,10 @@ class Queue:
                 except OSError as e:
                     err = e
             if err is None and self._log.h is not None and self._ix_bytes:
-                self._index_update()  # [X1] (ddq_compact: loaded here only with an index)
+                try:
+                    self._index_update()  # [X1] (ddq_compact: loaded here only with an index)
+                except MemoryError:  # no heap to load it: no index, the next open replays [X9]
+                    pass
         finally:
             try:
                 self._fail()

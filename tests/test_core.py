@@ -385,6 +385,37 @@ def test_lease_and_retry_deadlines_with_injected_clock():
     q.close()
 
 
+def test_import_on_a_port_without_gmtime():
+    # EVIDENCE-OF: T1 (a port without time.gmtime, as MicroPython's stock qemu firmware, imports
+    # ddq; the default clock then takes time() as Unix, with no 2000-epoch offset)
+    import sys
+    import time
+
+    class NoCalendar:
+        pass
+
+    stub = NoCalendar()
+    for name in dir(time):
+        if name not in ("gmtime", "localtime", "mktime") and not name.startswith("__"):
+            setattr(stub, name, getattr(time, name))
+    old_ddq, old_time = sys.modules.get("ddq"), sys.modules.get("time")
+    try:
+        sys.modules["time"] = stub
+        del sys.modules["ddq"]
+        fresh = __import__("ddq")
+        t0 = int(time.time()) * 1000
+        now = fresh._wall_ms()
+        t1 = int(time.time()) * 1000 + 1000
+    finally:
+        sys.modules["ddq"] = old_ddq
+        if old_time is None:
+            del sys.modules["time"]
+        else:
+            sys.modules["time"] = old_time
+    assert fresh is not ddq and not hasattr(stub, "gmtime")
+    assert t0 <= now <= t1, (t0, now, t1)
+
+
 def test_clock_went_back_guard():
     # EVIDENCE-OF: T3 T4
     clock = support.FakeClock(T0)

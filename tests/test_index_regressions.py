@@ -149,3 +149,32 @@ def _release_leaked(q, st):
     tok = getattr(q, "_lock", None)
     if tok is not None:
         st.unlock(tok)
+
+
+def test_close_without_the_heap_to_load_the_index_code():
+    # EVIDENCE-OF: X9 X1 (issue 29: on a full queue in a small heap, close() raised MemoryError
+    # from loading ddq_compact for the index update). The index is optional: close() syncs,
+    # releases the lock and raises nothing; no queue.index is written and the next open replays
+    # the log to the same state. The failing load is injected on the instance (as a heap
+    # without a free block for the module's code would fail it; the test must not depend on
+    # what this interpreter already imported).
+    clock = support.FakeClock(T0)
+    d = support.tmpdir() + "/q"
+    q = ddq.Queue(d, clock=clock, index_bytes=1, **OPTS)
+    for k in range(12):
+        q.enqueue(b"reading %d" % k)
+    q.ack(q.claim(1000).seq)
+    want = _state(q)
+
+    def no_heap():
+        raise MemoryError("memory allocation failed, allocating 2176 bytes")
+
+    q._index_update = no_heap
+    q.close()  # raised MemoryError
+    assert "queue.index" not in support.listdir_sorted(d)
+    q = ddq.Queue(d, clock=clock, index_bytes=1, **OPTS)  # the lock was released
+    try:
+        assert not q.index_used and _state(q) == want
+    finally:
+        q.close()
+    assert "queue.index" in support.listdir_sorted(d)  # written by the close that had the heap

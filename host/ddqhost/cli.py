@@ -11,7 +11,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from . import boards, fsck, qdir, vboard
+from . import boards, fsck, qboard, qdir, vboard
 from .errors import HostError
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ def open_device(args: argparse.Namespace) -> "Device":
     dev = args.device or os.environ.get("DDQ_DEVICE")
     state_dir = getattr(args, "state_dir", None)
     if not dev:
-        dev = vboard.running_device(state_dir)
+        dev = vboard.running_device(state_dir) or qboard.running_device()
         if not dev:
             raise CommandError(
                 "no device: pass --device DEV, set DDQ_DEVICE, or start `ddq board virtual start`"
@@ -169,6 +169,28 @@ def argparse_board(p: argparse.ArgumentParser) -> None:
         "--heapsize", metavar="SIZE", help="MicroPython heap, e.g. 8M (for `ddq test --fs lfs2`)"
     )
     add_json_arg(v)
+    qb = sub.add_parser(
+        "qemu", help="the qemu board (bare-metal MicroPython, Cortex-M3, 140 KiB heap, under qemu)"
+    )
+    qb.add_argument("action", choices=["start", "stop", "status", "kill"])
+    qb.add_argument(
+        "--state-dir",
+        dest="state_dir",
+        metavar="DIR",
+        help="state directory (default $DDQ_QEMU_STATE_DIR or ~/.local/state/ddq/qemu)",
+    )
+    qb.add_argument("--dir", dest="state_dir", help=argparse.SUPPRESS)  # as board virtual's
+    qb.add_argument(
+        "--firmware",
+        metavar="ELF",
+        help="firmware (default $DDQ_QEMU_FIRMWARE, else "
+        "../shared/boards/qemu-mps2-an385/firmware.elf beside the checkout)",
+    )
+    qb.add_argument("--qemu", metavar="EXE", help="qemu-system-arm executable (default: on PATH)")
+    qb.add_argument(
+        "--fresh", action="store_true", help="start with a blank RAM disk (drop STATE_DIR/disk.img)"
+    )
+    add_json_arg(qb)
     pr = sub.add_parser("probe", help="detect the board profile of a connected device")
     add_device_args(pr)
     add_json_arg(pr)
@@ -246,6 +268,15 @@ def do_board(args: argparse.Namespace) -> int:
                 )
             )
         return 0
+    if args.board_cmd == "qemu":
+        res, msg, rc = qboard.command(
+            args.action, args.state_dir, args.firmware, args.qemu, args.fresh
+        )
+        if args.json:
+            out_json(res)
+        else:
+            print(msg)
+        return rc
     state_dir = args.state_dir or vboard.default_state_dir()
     try:
         if args.action == "start":

@@ -312,6 +312,7 @@ class Device:
     def __init__(self, port: str, soft_reset: bool = True, timeout: float = 8.0) -> None:
         check_mpremote_version()
         self.port = port
+        self.resets = soft_reset  # a board that soft-resets (not the unix port): reset() works
         if "://" not in port and not os.path.exists(port):
             raise DeviceError("no device at %s" % port)
         sink = io.StringIO()  # SerialTransport prints diagnostics to stdout; keep --json clean
@@ -402,6 +403,19 @@ class Device:
             return False
         return True
 
+    def reset(self, timeout: float = 8.0) -> None:
+        """Soft-reset the board (back in the raw REPL): its heap, modules and qstrs are given back.
+        Only for a board opened with soft_reset=True (the unix port would exit)."""
+        if not self.resets:
+            raise DeviceError("%s: this device is not soft-reset (the unix port)" % self.port)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), self._bounded(
+                timeout, "answer", timeout
+            ):
+                self.t.enter_raw_repl(soft_reset=True, timeout_overall=timeout)
+        except (TransportError, OSError) as e:
+            raise DeviceError("%s: no raw REPL after a soft reset (%s)" % (self.port, e)) from None
+
     def _close_serial(self) -> None:
         try:
             self.t.close()
@@ -481,13 +495,23 @@ class Device:
     # ------------------------------------------------------------ exec primitives
 
     def exec(
-        self, code: str, path: str | None = None, consumer: Callable[[bytes], None] | None = None
+        self,
+        code: str,
+        path: str | None = None,
+        consumer: Callable[[bytes], None] | None = None,
+        idle: float | None = None,
     ) -> bytes:
         """Run code on the device, return its stdout bytes; errors mapped (see _map_exec_error).
-        DeviceTimeout when the device sends nothing for EXEC_IDLE_TIMEOUT seconds."""
+        DeviceTimeout when the device sends nothing for idle seconds (default EXEC_IDLE_TIMEOUT;
+        more for work that is silent while it runs: opening a big queue at emulation speed)."""
         try:
-            with self._bounded(EXEC_IDLE_TIMEOUT, "answer"):
-                return bytes(self.t.exec(code, data_consumer=consumer))
+            with self._bounded(EXEC_IDLE_TIMEOUT if idle is None else idle, "answer"):
+                if idle is None:
+                    return bytes(self.t.exec(code, data_consumer=consumer))
+                ret, err = self.t.exec_raw(code, timeout=idle, data_consumer=consumer)
+                if err:
+                    raise TransportExecError(ret, err.decode("utf-8", "replace"))
+                return bytes(ret)
         except TransportExecError as e:
             raise _map_exec_error(e, path) from None
         except TransportError as e:
@@ -506,7 +530,10 @@ class Device:
         out = self._collect("print(repr(%s))" % expr, path)
         return parse_reply(out, what or "a query", check)
 
-    def _collect(self, code: str, path: str | None = None, limit: int = MAX_REPLY) -> bytes:
+    def _collect(
+        self, code: str, path: str | None = None, limit: int = MAX_REPLY,
+        idle: float | None = None,
+    ) -> bytes:
         """stdout of code; DeviceReplyError past limit bytes (a device cannot flood the host)."""
         buf = bytearray()
 
@@ -517,7 +544,7 @@ class Device:
 
         # A consumer avoids mpremote's quadratic accumulation for long outputs.
         try:
-            self.exec(code, path, consumer=consume)
+            self.exec(code, path, consumer=consume, idle=idle)
         except _TooLong:
             raise DeviceReplyError(
                 "%s: the device sent more than %d bytes where a short reply was expected"
@@ -580,13 +607,13 @@ class Device:
     def listdir(self, path: str) -> list[tuple[str, bool, int]]:
         """[(name, is_dir, size)] for the entries of a device directory, sorted by name."""
         p = dpath(path)
-        rows = self.eval(
-            "[(e[0],e[1]==0x4000,__import__('os').stat(%r+'/'+e[0])[6])"
-            " for e in __import__('os').ilistdir(%r)]" % (p, p),
+        out = self._collect(  # streamed, an entry a line (see hash_dir)
+            "import os\nprint('[')\nfor e in os.ilistdir(%r):\n"
+            " print(repr((e[0],e[1]==0x4000,os.stat(%r+'/'+e[0])[6]))+',')\nprint(']')"
+            % (p, p),
             path=p,
-            check=_is_listing,
-            what="the listing of " + p,
         )
+        rows = parse_reply(out, "the listing of " + p, _is_listing)
         return sorted((n, bool(d), s) for n, d, s in rows)
 
     def hash_dir(self, path: str) -> list[tuple[str, int, int | None, str | None]]:
@@ -608,14 +635,16 @@ class Device:
             "   if not n:break\n"
             "   h.update(m[:n])\n"
             " return binascii.hexlify(h.digest()).decode()\n"
-            "r=[]\n"
+            # streamed, an entry a line (a list literal all the same): the device holds one entry
+            # at a time, not the listing (a full board's 600 segments ran out of heap, issue 29)
+            "print('[')\n"
             "for e in os.ilistdir(%r):\n"
             " q=%r+'/'+e[0];t=e[1]&0xf000\n"
             " if not t:t=os.stat(q)[0]&0xf000\n"
-            " if t==0x8000:r.append((e[0],t,os.stat(q)[6],_h(q)))\n"
-            " else:r.append((e[0],t,None,None))\n"
-            "print(repr(r))\n"
-            "del _h,r\n" % (p, p)
+            " if t==0x8000:print(repr((e[0],t,os.stat(q)[6],_h(q)))+',')\n"
+            " else:print(repr((e[0],t,None,None))+',')\n"
+            "print(']')\n"
+            "del _h\n" % (p, p)
         )
         out = self._collect(code, path=p)
         rows = parse_reply(out, "the listing of " + p, _is_hash_listing)

@@ -135,6 +135,8 @@ def run(
     a small heap needs a small one). each=True runs every module in a session of its own (one
     mprun call per module, modules freed in between), for boards whose heap does not hold the
     suite's modules one after another in one session; the summary then adds up the sessions.
+    On a board that soft-resets (not the unix port) --each soft-resets it before each module
+    but the first, so that every module starts with the heap a fresh boot has.
     mpy=True mounts the suite and port/ compiled to .mpy on the host (mpy-cross), so the device
     compiles nothing. idle_timeout: seconds without output before the run is declared hung
     (TestRunError; the device is interrupted with Ctrl-C).
@@ -150,7 +152,9 @@ def run(
         totals = [0, 0, 0]
         worst = 0
         bad = []
-        for m in list(modules) or suite_modules():
+        for n, m in enumerate(list(modules) or suite_modules()):
+            if n and dev.resets:
+                dev.reset()  # a real board gives its whole heap back between modules
             rc, summary = _run_once(
                 dev, [m], k, fs, root, out, installed, ramdisk_kb, mount, idle_timeout
             )

@@ -15,6 +15,7 @@ from typing import Any
 
 from . import boards, fsck, qdir
 from .device import (
+    RUN_IDLE_TIMEOUT,
     S_IFDIR,
     S_IFREG,
     Device,
@@ -723,7 +724,9 @@ def device_stats(dev: Device, remote: str, options: dict[str, int]) -> dict[str,
         % (dpath(remote), ",".join("%s=%d" % (k, options[k]) for k in qdir.OPTION_KEYS))
     )
     try:
-        out = dev._collect(code, path=dpath(remote))
+        # the open replays the log, silent while it runs: a full 140 KiB board at emulation
+        # speed took longer than a short exec's 10 s (issue 29)
+        out = dev._collect(code, path=dpath(remote), idle=RUN_IDLE_TIMEOUT)
     except DeviceExecError as e:
         if e.exc_line.startswith("ImportError") and "ddq" in e.exc_line:
             raise TransferError(

@@ -36,6 +36,7 @@ def cli_env():
     env.pop("DDQ_DEVICE", None)
     # Never the user's virtual board: tests always name their device.
     env["DDQ_STATE_DIR"] = os.path.join(REPO, ".no-default-virtual-board")  # never created
+    env["DDQ_QEMU_STATE_DIR"] = os.path.join(REPO, ".no-default-qemu-board")  # never created
     return env
 
 

@@ -1,0 +1,338 @@
+"""The qemu board: a bare-metal MicroPython firmware (Cortex-M3, MPS2-AN385) under qemu-system-arm.
+
+A real board's firmware, not the unix port: 32-bit, a 140 KiB heap, LittleFS on a RAM disk mounted
+at / by its frozen boot code, no socket, no _thread (../shared/boards/qemu-mps2-an385/README.md).
+Its UART is a pty (`-serial pty`), which mpremote, and so every `ddq` command, speaks to like a USB
+serial port; unlike the virtual board it soft-resets like a real board, so `ddq` resets it on connect.
+
+Layout of a state directory (``--dir``, default ``$DDQ_QEMU_STATE_DIR`` or ``~/.local/state/ddq/qemu``),
+0700, every file 0600:
+
+    state.json   {"qemu_pid", "argv", "pty", "link", "firmware", "image", ...} while running
+    tty          symlink to the pty of the board's UART
+    qemu.log     qemu's output (the pty line)
+    qmp.sock     qemu's control socket (QMP), used by stop to save the RAM disk
+    disk.img     the RAM disk (14 MiB at 0x21000000) as saved by the last stop; loaded at start
+
+One process: qemu itself (its own session), started without a shell; `stop` and `kill` signal the
+recorded pid only after /proc/PID/cmdline equals the recorded argv exactly (no other process is ever
+signalled). `stop` pauses the CPU, saves the RAM disk to disk.img (the board's flash as it is at that
+instant: what the firmware's LittleFS had committed), then quits qemu; `kill` SIGKILLs it without
+saving (the next start loads the image of the last stop). `--fresh` starts with a blank RAM disk
+(the firmware formats it). qemu spins one host core at 100 % while it runs: stop it after use.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from typing import Any
+
+from . import qdir, vboard
+from .errors import HostError
+from .vboard import pid_alive
+
+RAMDISK_ADDR = 0x21000000  # the firmware's frozen _boot.py: bmram.RAMBlockDev(0x21000000, 4096, 3584)
+RAMDISK_BYTES = 4096 * 3584
+PTY_LINE = re.compile(rb"char device redirected to (/dev/pts/\d+)")
+FIRMWARE_REL = os.path.join("..", "shared", "boards", "qemu-mps2-an385", "firmware.elf")
+
+
+class QemuError(HostError):
+    """A qemu-board operation failed; the message is one line for the user."""
+
+
+def default_state_dir() -> str:
+    """$DDQ_QEMU_STATE_DIR, else `qemu` beside the virtual board's default state directory."""
+    env = os.environ.get("DDQ_QEMU_STATE_DIR")
+    if env:
+        return env
+    saved = os.environ.pop("DDQ_STATE_DIR", None)
+    try:
+        virtual = vboard.default_state_dir()  # $XDG_STATE_HOME/ddq/virtual or ~/.local/...
+    finally:
+        if saved is not None:
+            os.environ["DDQ_STATE_DIR"] = saved
+    return os.path.join(os.path.dirname(virtual), "qemu")
+
+
+def default_firmware() -> str:
+    """$DDQ_QEMU_FIRMWARE, else ../shared/boards/qemu-mps2-an385/firmware.elf beside the checkout."""
+    env = os.environ.get("DDQ_QEMU_FIRMWARE")
+    if env:
+        return os.path.abspath(env)
+    return os.path.normpath(os.path.join(qdir.repo_root(), FIRMWARE_REL))
+
+
+def find_qemu(exe: str | None = None) -> str:
+    exe = exe or os.environ.get("DDQ_QEMU") or "qemu-system-arm"
+    found = shutil.which(exe)
+    if not found:
+        raise QemuError(
+            "%s not found: apt-get install qemu-system-arm (Debian/Ubuntu), or pass --qemu EXE" % exe
+        )
+    return found
+
+
+def _paths(state_dir: str) -> dict[str, str]:
+    d = os.path.abspath(state_dir)
+    return {
+        "dir": d,
+        "state": os.path.join(d, "state.json"),
+        "link": os.path.join(d, "tty"),
+        "log": os.path.join(d, "qemu.log"),
+        "qmp": os.path.join(d, "qmp.sock"),
+        "image": os.path.join(d, "disk.img"),
+    }
+
+
+read_state = vboard.read_state  # STATE_DIR/state.json, a dict or None: the same file name
+
+
+def _is_ours(st: dict[str, Any]) -> bool:
+    """The recorded pid runs (not a zombie) and its command line is exactly the recorded argv."""
+    pid, argv = st.get("qemu_pid"), st.get("argv")
+    if not isinstance(pid, int) or pid <= 0 or not isinstance(argv, list) or not pid_alive(pid):
+        return False
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            got = f.read().split(b"\0")
+    except OSError:
+        return False
+    return got[:-1] == [str(a).encode() for a in argv]
+
+
+def status(state_dir: str) -> dict[str, Any]:
+    p = _paths(state_dir)
+    st = read_state(state_dir) or {}
+    running = _is_ours(st)
+    return {
+        "running": running,
+        "state_dir": p["dir"],
+        "firmware": st.get("firmware"),
+        "image": p["image"],
+        "image_bytes": os.path.getsize(p["image"]) if os.path.isfile(p["image"]) else None,
+        "pty": st.get("pty") if running else None,
+        "device": st.get("link") if running else None,
+        "qemu_pid": st.get("qemu_pid") if running else None,
+        "stale_state": bool(st) and not running,
+    }
+
+
+def running_device(state_dir: str | None = None) -> str | None:
+    st = status(state_dir or default_state_dir())
+    return st["device"] if st["running"] else None
+
+
+def _forget(p: dict[str, str]) -> None:
+    for name in ("state", "link", "qmp"):
+        try:
+            os.remove(p[name])
+        except OSError:
+            pass
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while pid_alive(pid):
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def start(
+    state_dir: str,
+    firmware: str | None = None,
+    qemu: str | None = None,
+    fresh: bool = False,
+    timeout: float = 15.0,
+) -> dict[str, Any]:
+    p = _paths(state_dir)
+    os.makedirs(p["dir"], mode=0o700, exist_ok=True)
+    os.chmod(p["dir"], 0o700)
+    cur = status(state_dir)
+    if cur["running"]:
+        raise QemuError("qemu board already running in %s (device %s)" % (p["dir"], cur["device"]))
+    _forget(p)
+    fw = os.path.abspath(firmware) if firmware else default_firmware()
+    if not os.path.isfile(fw):
+        raise QemuError(
+            "no firmware at %s: pass --firmware FILE or set DDQ_QEMU_FIRMWARE (the MPS2-AN385 "
+            "MicroPython of ../shared/boards/qemu-mps2-an385)" % fw
+        )
+    exe = find_qemu(qemu)
+    if len(p["qmp"].encode()) > 100:
+        raise QemuError("state directory path too long for qemu's control socket: %s" % p["dir"])
+    if fresh and os.path.exists(p["image"]):
+        os.remove(p["image"])
+    argv = [
+        exe, "-machine", "mps2-an385", "-display", "none", "-monitor", "none", "-semihosting",
+        "-kernel", fw, "-serial", "pty", "-qmp", "unix:%s,server=on,wait=off" % p["qmp"],
+    ]
+    if os.path.isfile(p["image"]):
+        if os.path.getsize(p["image"]) != RAMDISK_BYTES:
+            raise QemuError(
+                "%s is %d bytes, not a %d-byte RAM disk: remove it or start with --fresh"
+                % (p["image"], os.path.getsize(p["image"]), RAMDISK_BYTES)
+            )
+        argv += ["-device", "loader,file=%s,addr=0x%x,force-raw=on" % (p["image"], RAMDISK_ADDR)]
+    with open(os.open(p["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as log:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            cwd=p["dir"],
+            start_new_session=True,
+            close_fds=True,
+            umask=0o077,
+        )
+    end = time.monotonic() + timeout
+    pty_path = None
+    while time.monotonic() < end:
+        with open(p["log"], "rb") as f:
+            m = PTY_LINE.search(f.read(65536))
+        if m:
+            pty_path = m.group(1).decode()
+            break
+        if proc.poll() is not None:
+            raise QemuError("qemu exited at start: %s" % _log_tail(p["log"]))
+        time.sleep(0.02)
+    if pty_path is None:
+        proc.kill()
+        proc.wait()
+        raise QemuError("qemu gave no pty in %.0f s: %s" % (timeout, _log_tail(p["log"])))
+    os.symlink(pty_path, p["link"])
+    tmp = p["state"] + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(
+            {
+                "qemu_pid": proc.pid,
+                "argv": argv,
+                "pty": pty_path,
+                "link": p["link"],
+                "firmware": fw,
+                "image_loaded": "-device" in argv,
+                "started_unix": int(time.time()),
+            },
+            f,
+            sort_keys=True,
+        )
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, p["state"])
+    return status(state_dir)
+
+
+def _log_tail(path: str) -> str:
+    return vboard._log_tail(path)[:300]
+
+
+def _qmp(path: str, commands: list[dict[str, Any]], timeout: float = 10.0) -> None:
+    """Send QMP commands in order, each answered by {"return": ...} before the next."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect(path)
+        f = s.makefile("rwb")
+        greeting = f.readline(65536)
+        if b'"QMP"' not in greeting:
+            raise QemuError("qemu's control socket gave no QMP greeting")
+        for cmd in [{"execute": "qmp_capabilities"}] + commands:
+            f.write(json.dumps(cmd).encode() + b"\n")
+            f.flush()
+            for _ in range(100):  # events ({"event": ...}) may come first
+                line = f.readline(65536)
+                if not line:
+                    if cmd["execute"] == "quit":
+                        return
+                    raise QemuError("qemu closed its control socket at %s" % cmd["execute"])
+                try:
+                    r = json.loads(line)
+                except ValueError:
+                    raise QemuError("qemu's control socket sent a line that is not JSON") from None
+                if not isinstance(r, dict) or "event" in r:
+                    continue
+                if "error" in r:
+                    raise QemuError("qemu refused %s: %.200s" % (cmd["execute"], r["error"]))
+                break
+    except OSError as e:
+        raise QemuError("qemu's control socket: %s" % e) from None
+    finally:
+        s.close()
+
+
+def stop(state_dir: str, save: bool = True, timeout: float = 10.0) -> dict[str, Any]:
+    """Pause the CPU, save the RAM disk to STATE_DIR/disk.img (save=True), quit qemu."""
+    p = _paths(state_dir)
+    st = read_state(state_dir) or {}
+    cur = status(state_dir)
+    if not cur["running"]:
+        _forget(p)
+        return dict(cur, stopped=False, saved=False)
+    pid = st["qemu_pid"]
+    saved = False
+    if save:
+        tmp = p["image"] + ".tmp"
+        try:
+            _qmp(p["qmp"], [
+                {"execute": "stop"},
+                {"execute": "pmemsave",
+                 "arguments": {"val": RAMDISK_ADDR, "size": RAMDISK_BYTES, "filename": tmp}},
+            ], timeout)
+            if os.path.getsize(tmp) == RAMDISK_BYTES:
+                os.replace(tmp, p["image"])
+                saved = True
+        except (QemuError, OSError):
+            pass
+    if _is_ours(st):
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        if not _wait_gone(pid, timeout) and _is_ours(st):
+            os.kill(pid, signal.SIGKILL)
+            _wait_gone(pid, 5.0)
+    _forget(p)
+    if save and not saved:
+        raise QemuError("qemu board stopped, but its RAM disk could not be saved to %s" % p["image"])
+    return dict(cur, stopped=True, saved=saved)
+
+
+def kill(state_dir: str) -> dict[str, Any]:
+    """SIGKILL qemu without saving the RAM disk: what was written since the last stop is lost."""
+    p = _paths(state_dir)
+    st = read_state(state_dir) or {}
+    cur = status(state_dir)
+    if cur["running"]:
+        os.kill(st["qemu_pid"], signal.SIGKILL)
+        _wait_gone(st["qemu_pid"], 5.0)
+    _forget(p)
+    return dict(cur, killed=cur["running"])
+
+
+def command(action: str, state_dir: str | None, firmware: str | None = None,
+            qemu: str | None = None, fresh: bool = False) -> tuple[dict[str, Any], str, int]:
+    """`ddq board qemu ACTION`: (result, message, exit status)."""
+    d = state_dir or default_state_dir()
+    if action == "start":
+        res = start(d, firmware=firmware, qemu=qemu, fresh=fresh)
+        return res, "qemu board running: device %s (pid %d, firmware %s)" % (
+            res["device"], res["qemu_pid"], res["firmware"]), 0
+    if action == "stop":
+        res = stop(d)
+        return res, ("qemu board stopped, RAM disk saved to %s" % res["image"]
+                     if res["stopped"] else "qemu board was not running"), 0
+    if action == "kill":
+        res = kill(d)
+        return res, ("qemu board killed (RAM disk not saved)" if res["killed"]
+                     else "qemu board was not running"), 0
+    res = status(d)
+    if res["running"]:
+        return res, "running: device %s, pid %d, firmware %s" % (
+            res["device"], res["qemu_pid"], res["firmware"]), 0
+    return res, "not running (state dir %s)" % res["state_dir"], 3
