@@ -184,7 +184,7 @@ def argparse_board(p: argparse.ArgumentParser) -> None:
         "--firmware",
         metavar="ELF",
         help="firmware (default $DDQ_QEMU_FIRMWARE, else "
-        "../shared/boards/qemu-mps2-an385/firmware.elf beside the checkout)",
+        "the MPS2-AN385 firmware in the shared folder beside the checkout: docs/HOST.md, qemu board)",
     )
     qb.add_argument("--qemu", metavar="EXE", help="qemu-system-arm executable (default: on PATH)")
     qb.add_argument(
