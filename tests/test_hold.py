@@ -282,7 +282,7 @@ def test_hold_with_staged_reclamation_never_compacts_whole_in_a_steady_run():
     for _ in range(held // 2):
         q.enqueue(READING)
     g0, worst = q.stats().generation, 0
-    for k in range(held * 2):
+    for _ in range(held * 2):
         for op in range(3):
             r0 = cs.n[0]
             if op == 0:
