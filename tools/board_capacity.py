@@ -31,7 +31,11 @@ ddq_outbox envelope when the app imports ddq_outbox):
    checked every 16 items) would drop below app_heap_bytes, the heap the application keeps
    for itself.
 4. max_items = min(admitted, heap fit), rounded down to a multiple of 8.
-5. check: with the profile's own options, on CPython and on MicroPython (same heap), the queue
+5. reclamation: steps 1-4 run twice, inline and staged (reclaim_step = STEP: ddq_reclaim.mpy in
+   the code on flash; in the heap fill ddq_reclaim and ddq_compact loaded and a second index of
+   every item kept, as a build of the whole queue holds); the profile gets reclaim_step where
+   staged keeps at least STAGED_SHARE of the inline max_items (issue 26 §4), else none.
+6. check: with the profile's own options, on CPython and on MicroPython (same heap), the queue
    takes exactly max_items of those messages and the next enqueue raises Full; the heap left
    for the application after import and with the queue full is reported.
 
@@ -446,11 +450,12 @@ def render(rows):
            "the profile's queue takes before Full (libddq's rule on the same options in "
            "brackets); **hours**: that many readings at the app's PERIOD_MS. **reclamation**: "
            "staged (`reclaim_step` %d, SPEC C13/H8: the next generation is built a few records a "
-           "call, so no call copies the whole queue) where it fits the heap budget: the tool "
-           "fills the queue again with ddq_reclaim and ddq_compact loaded and a second index of "
-           "as many items (a build's copy) kept beside it, and chooses staged when that still "
+           "call, so no call copies the whole queue) where it fits the budget: the tool derives "
+           "the profile again with ddq_reclaim.mpy in the code on flash (so in max_segments) and, "
+           "in the heap fill, ddq_reclaim and ddq_compact loaded and a second index of as many "
+           "items (a build's copy) kept beside the queue, and chooses staged when that still "
            "holds at least %d/%d of the inline items while the app keeps `app_heap_bytes`; "
-           "else inline (the figure in brackets is what staged would hold)."
+           "else inline. In brackets: what the other mode would hold."
            % (len(READING), WORD_SCALE, FS_SPARE["littlefs2"], FS_SPARE_PAIR["littlefs2"],
               FS_SPARE["fat"], STEP, STAGED_SHARE[0], STAGED_SHARE[1]), "",
            "The unix port is 64-bit: objects and bytecode are larger than on a 32-bit board "
