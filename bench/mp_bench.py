@@ -774,7 +774,58 @@ def part_steady(a):
           "progsize": a["progsize"], "block_size": 4096, "blocks": a["blocks"]})
 
 
+def part_board_steady(a):
+    # Issue 26 §4: a board profile's queue on its own LittleFS (a RAM block device of the
+    # profile's flash), with its options (the hold rule; reclaim_step as the profile sets it, and
+    # each step in `steps`), a FIFO run of n messages at sync="always" over a standing backlog of
+    # `backlog` % of max_items: every call timed alone (common.steady_run). Then the floor in the
+    # same process, device and mount: the same appends and syncs with no ddq, holding as many
+    # files as the ddq runs' generations held (common.raw_floor_run).
+    load_ddq()
+    opts = {"segment_bytes": a["segment_bytes"], "max_payload_bytes": a["max_payload"],
+            "max_items": a["max_items"], "max_segments": a["max_segments"]}
+    if a["window"]:
+        opts["window"] = a["window"]
+        opts["evidence_bytes"] = a["evidence"]
+    p = bytes(a["payload"])
+    b = a["max_items"] * a["backlog"] // 100
+    frac = str(a["backlog"])
+    out = {}
+    for step in [int(t) for t in str(a["steps"]).split(",")]:
+        dev = lfs_mount(a["blocks"], a["progsize"])
+        q = ddq.Queue(MOUNT + "/q", sync="none", clock=Clock(), **opts)
+        for _ in range(b):
+            q.enqueue(p)
+        q.close()
+        q = ddq.Queue(MOUNT + "/q", sync="always", clock=Clock(), reclaim_step=step, **opts)
+        gc.collect()
+        dev.zero()
+        r = common.steady_run(q, a["n"], p, dev=dev)
+        r["blocks_used"] = blocks_used()
+        r["backlog"] = b
+        q.close()
+        out["%s-always-%d" % (frac, step)] = r
+        lfs_umount()
+        dev = q = None
+        gc.collect()
+    dev = lfs_mount(a["blocks"], a["progsize"])
+    gc.collect()
+    dev.zero()
+    raw = common.raw_floor_run(fresh(MOUNT + "/raw"), a["n"], a["payload"], a["segment_bytes"],
+                               common.held(out, frac, a), dev)
+    raw["blocks_used"] = blocks_used()
+    lfs_umount()
+    emit({"options": opts, "payload": a["payload"], "n": a["n"], "runs": out, "raw": raw,
+          "blocks": a["blocks"], "profile_step": a["profile_step"]})
+
+
 PARTS = {
+    "board_steady": (part_board_steady, {"dir": "", "n": 4000, "payload": 62,
+                                         "segment_bytes": 4096, "max_payload": 976,
+                                         "max_items": 5360, "max_segments": 146, "window": 16,
+                                         "evidence": 1024, "steps": "16", "profile_step": 16,
+                                         "backlog": 50, "blocks": 352, "progsize": 256,
+                                         "keep": 0}),
     "heapstate": (part_heapstate, {"dir": "", "mod": "", "n": 10000, "k": 500, "payload": 16}),
     "reopen": (part_reopen, {"dir": "", "mod": "", "n": 3000, "payload": 16, "fill": 0}),
     "steady": (part_steady, {"dir": "", "n": 20000, "payload": 32, "segment_bytes": 4096,

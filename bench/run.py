@@ -724,11 +724,69 @@ def build(results, errors, smoke, seconds):
     import salvage_bench
 
     salvage_bench.report(R, rep, {"fmt": fmt, "verdict": verdict}, smoke)
+    board_rows(rep, R)  # 15b: a board profile's slowest call against the floor (issue 26 §4)
     # h1-h5: readings each board profile holds (issue 26; bench/hold_bench.py).
     import hold_bench
 
     hold_bench.rows(rep, R.get("hold"), fmt, verdict)
     return rep
+
+
+BOARD_STEADY = ("RPI_PICO", "ESP32_GENERIC")  # row 15b: the LittleFS profiles with most flash
+
+
+def board_steady(d, smoke):
+    """Row 15b's runs (mp_bench.py board_steady): per profile, its options on its own LittleFS,
+    with the profile's reclamation and the other one, and the floor in the same process."""
+    sys.path.insert(0, os.path.join(REPO, "host"))
+    from ddqhost import boards
+
+    out = {}
+    for name in BOARD_STEADY:
+        prof = boards.load(name)
+        ps = prof.get("reclaim_step", 0)
+        args = {"dir": os.path.join(d, name), "n": 300 if smoke else 5000,
+                "segment_bytes": prof["segment_bytes"], "max_payload": prof["max_payload_bytes"],
+                "max_items": prof["max_items"], "max_segments": prof["max_segments"],
+                "window": prof.get("window", 0), "evidence": prof.get("evidence_bytes", 1024),
+                "steps": "%d,%d" % (ps, 0 if ps else 16), "profile_step": ps,
+                "blocks": prof["fs_bytes"] // 4096, "payload": 62}
+        out[name] = run_part(MP, "mp_bench.py", "board_steady", args, heap="24M", timeout=1800)
+    return out
+
+
+def board_rows(rep, R):
+    """Row 15b (issue 26 §4): slowest call ÷ median with a profile's options, ÷ the floor's
+    slowest append+sync ÷ its median in the same run (row 15f's method); target ≤ 1.0 for the
+    profile's own reclamation."""
+    bs = R.get("mp_board_steady")
+    if not bs:
+        return
+    for name in BOARD_STEADY:
+        r = bs.get(name)
+        if not r:
+            continue
+        raw = r["raw"]
+        fl = max(raw[o]["max"] / max(raw[o]["median"], 1) for o in ("data", "claim", "ack"))
+        for key, run in sorted(r["runs"].items()):
+            stp = int(key.split("-")[2])
+            w = max(run[o]["max"] / max(run[o]["median"], 1) for o in ("enqueue", "claim", "ack"))
+            own = stp == r["profile_step"]
+            mode = "inline" if not stp else "staged reclaim_step=%d" % stp
+            rep.row("15b", "MicroPython (LittleFS RAM device of the profile's flash) %s's options "
+                    "(%s%s), backlog 50%% (%s items), sync=\"always\", %s messages: slowest "
+                    "single enqueue/claim/ack ÷ its median, ÷ the floor's slowest append+sync ÷ "
+                    "its median (%s×, %d files held)"
+                    % (name, mode, ", the profile's" if own else ", not the profile's",
+                       fmt(run["backlog"]), fmt(r["n"]), fmt(fl), raw["keep"]),
+                    fmt(w / fl), "%s× ÷ %s×; slowest %s µs, medians %s / %s / %s µs; %d "
+                    "generations" % ((fmt(w), fmt(fl), fmt(max(run[o]["max"] for o in
+                                                             ("enqueue", "claim", "ack")))) +
+                                     tuple(fmt(run[o]["median"]) for o in
+                                           ("enqueue", "claim", "ack")) +
+                                     (run["compactions"],)),
+                    "%s×" % fmt(w / fl), "≤ 1.0× (the profile's)" if own else "report",
+                    verdict(w / fl, 1.0, False) if own else "report")
 
 
 def io_note(io):
@@ -1307,6 +1365,7 @@ def main():
                                                   smoke))
         step("cp_steady", cp("steady", "cp_steady"))
         step("mp_steady", mp("steady", "mp_steady", heap="8M"))
+        step("mp_board_steady", lambda: board_steady(os.path.join(tmp, "board_steady"), smoke))
 
         def allocprof():
             import allocprof as ap

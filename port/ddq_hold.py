@@ -95,6 +95,11 @@ def hold(self: "Queue", n: int) -> None:
     b, c = slack(self, _MIN_REC + n, 1, 0, 0, 0, _MIN_REC + n)
     if b < 0 and c < 0:
         raise _err(_X_RESERVE)
+    if self._rstep:  # staged reclamation's start rule reads the room left before W4 [H8]
+        log, seg = self._log, self._seg_bytes
+        p = (self._max_segs - len(log.sizes)) * seg + seg - log.off
+        m = (self._max_items - self._ix.n) * (_MIN_REC + n)
+        self._slack = p if p < m else m
     hd = self._hd
     if hd is not None:  # the new item's DATA; exact stays exact (enqueue adds the item next)
         hd[0] += _MIN_REC + n

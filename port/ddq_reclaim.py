@@ -400,7 +400,10 @@ def unlink(q: "ddq.Queue") -> None:
 
 
 def mirror(q: "ddq.Queue") -> None:
-    # g is what C DDQ's queue holds now: at open, after compact() and purge().
+    # g is what C DDQ's queue holds now: at open, after compact() and purge(). Under the hold
+    # rule (window > 0) admission is H2's, which depends on the contents only: no shadow [H8].
+    if q._win:
+        return
     log = q._log
     q._sh = [len(log.sizes), log.off, sum(log.sizes), q._ix.n]
 

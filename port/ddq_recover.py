@@ -720,8 +720,6 @@ def init(self: "Queue", path: str, segment_bytes: int = 4194304,
     # `evidence_bytes` of quarantine evidence instead of libddq's reserve per item; 0: libddq's.
     self._win = _opt(window, 0, 65535, "window")
     self._ev = _opt(evidence_bytes, 0, _U32, "evidence_bytes")
-    if self._win and self._rstep:
-        raise _E("InvalidArgument")("window needs reclaim_step=0")
     # The index's lengths: u16 where every payload length fits 16 bits, else u32 (§4).
     self._tc = "H" if self._max_payload <= 65535 else "I"
     if clock is not None and not callable(clock):

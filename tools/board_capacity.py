@@ -31,7 +31,11 @@ ddq_outbox envelope when the app imports ddq_outbox):
    checked every 16 items) would drop below app_heap_bytes, the heap the application keeps
    for itself.
 4. max_items = min(admitted, heap fit), rounded down to a multiple of 8.
-5. check: with the profile's own options, on CPython and on MicroPython (same heap), the queue
+5. reclamation: steps 1-4 run twice, inline and staged (reclaim_step = STEP: ddq_reclaim.mpy in
+   the code on flash; in the heap fill ddq_reclaim and ddq_compact loaded and a second index of
+   every item kept, as a build of the whole queue holds); the profile gets reclaim_step where
+   staged keeps at least STAGED_SHARE of the inline max_items (issue 26 §4), else none.
+6. check: with the profile's own options, on CPython and on MicroPython (same heap), the queue
    takes exactly max_items of those messages and the next enqueue raises Full; the heap left
    for the application after import and with the queue full is reported.
 
@@ -104,12 +108,20 @@ m1 = gc.mem_alloc()
 o = a["options"]
 q = ddq.Queue(a["dir"], sync="none", clock=lambda: 1767225600000, **o)
 p = bytes.fromhex(a["payload"])
+tw = None
+if o.get("reclaim_step"):
+    # A staged build holds a second index beside g's (at most every item: its copy and tail)
+    # and runs ddq_compact's copy: both counted as if a build of the whole queue ran now.
+    __import__("ddq_compact")
+    tw = ddq._Index(q._tc)
 n = ok = 0
 end = "limit"
 try:
     while n < a["limit"]:
         q.enqueue(p)
         n += 1
+        if tw is not None:
+            tw.add(n, 0, len(p))
         if n % 16 == 0 or n == a["limit"]:
             gc.collect()
             if gc.mem_free() < a["app_heap"]:
@@ -228,6 +240,11 @@ def fill_mp(prof, opts, payload, tmp, limit, app_heap, one_more=False):
             "import": None, "free": None, "used": None}
 
 
+# Staged reclamation (SPEC C13, DESIGN §12): the profiles' reclaim_step where it fits, i.e. where
+# with its second index counted the queue keeps at least STAGED_SHARE (a fraction) of its items.
+STEP = 16
+STAGED_SHARE = (3, 4)
+
 FS_BLOCK = {"fat": 512, "littlefs2": 4096}  # allocation unit a small file takes on flash
 # Blocks left free beyond C9's worst case (see step 1): LittleFS copy-on-write needs a free block
 # for each file being appended (the open segment, a staged one, a cut's copy), and a directory's
@@ -337,20 +354,41 @@ def code_bytes(prof, tmp):
 
 
 def derive(prof, tmp):
-    """Derived options and the evidence, for one profile (nothing written)."""
+    """Derived options and the evidence, for one profile (nothing written): max_segments, then
+    max_items with inline reclamation and with staged (reclaim_step = STEP: ddq_reclaim's flash
+    and its build's RAM counted, MP_SCRIPT's second index); staged where it fits (staged_fits)."""
     payload = message(prof)
-    code = code_bytes(prof, tmp)
-    max_segments = max(1, fit_segments(prof, code, tmp))
-    opts = dict(boards.queue_options(prof), max_segments=max_segments, max_items=BIG)
-    admitted, end, stored = fill_cpython(opts, payload, os.path.join(tmp, "cpq"))
-    heap = fill_mp(prof, opts, payload, tmp, admitted, int(prof["app_heap_bytes"] * WORD_SCALE))
-    fit = heap["ok"] if heap["end"] != "limit" else admitted
-    max_items = max(1, min(admitted, fit) // 8 * 8)
-    return {"max_segments": max_segments, "max_items": max_items, "admitted": admitted,
-            "code_bytes": code,
-            "admitted_end": end, "admitted_stored": stored, "heap_fit": fit,
-            "heap_end": heap["end"], "payload_bytes": len(payload),
-            "bound": "heap" if fit < admitted else "flash (admission)"}
+    out = {}
+    for step in (0, STEP):
+        ps = dict(prof)  # the profile as it would be: staged installs ddq_reclaim (flash)
+        ps.pop("reclaim_step", None)
+        if step:
+            ps["reclaim_step"] = step
+        sub = os.path.join(tmp, "s%d" % step)
+        os.makedirs(sub, exist_ok=True)
+        code = code_bytes(ps, sub)
+        max_segments = max(1, fit_segments(ps, code, sub))
+        opts = dict(boards.queue_options(ps), max_segments=max_segments, max_items=BIG)
+        admitted, end, stored = fill_cpython(opts, payload, os.path.join(sub, "cpq"))
+        heap = fill_mp(ps, opts, payload, sub, admitted,
+                       int(prof["app_heap_bytes"] * WORD_SCALE))
+        fit = heap["ok"] if heap["end"] != "limit" else admitted
+        max_items = max(1, min(admitted, fit) // 8 * 8)
+        out[step] = {"max_segments": max_segments, "max_items": max_items,
+                     "admitted": admitted, "code_bytes": code, "admitted_end": end,
+                     "admitted_stored": stored, "heap_fit": fit, "heap_end": heap["end"],
+                     "payload_bytes": len(payload), "reclaim_step": step,
+                     "bound": "heap" if fit < admitted else "flash (admission)"}
+    d = out[STEP] if staged_fits(out[0], out[STEP]) else out[0]
+    d["inline_items"] = out[0]["max_items"]
+    d["staged_items"] = out[STEP]["max_items"]
+    return d
+
+
+def staged_fits(inline, staged):
+    """Staged reclamation fits the budget when, its module's flash and its build's RAM counted,
+    the queue still holds at least STAGED_SHARE of what it holds inline (issue 26 §4)."""
+    return staged["max_items"] * STAGED_SHARE[1] >= inline["max_items"] * STAGED_SHARE[0]
 
 
 def check(prof, tmp):
@@ -388,6 +426,9 @@ def write_profile(prof, derived):
         data = json.load(f)
     data["max_segments"] = derived["max_segments"]
     data["max_items"] = derived["max_items"]
+    data.pop("reclaim_step", None)
+    if derived["reclaim_step"]:
+        data["reclaim_step"] = derived["reclaim_step"]
     with open(path, "w") as f:
         f.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
     app = boards.app_path(prof)
@@ -396,6 +437,12 @@ def write_profile(prof, derived):
             src = f.read()
         for key in ("max_segments", "max_items"):
             src = re.sub(r'("%s": )\d+' % key, r"\g<1>%d" % derived[key], src, count=1)
+        # reclaim_step: the OPTIONS dict's last entry when chosen (with its comment), else none
+        src = re.sub(r'\n    # staged reclamation[^\n]*\n    "reclaim_step": \d+,', "", src, count=1)
+        if derived["reclaim_step"]:
+            src = re.sub(r'(\nOPTIONS = \{\n(?:    [^\n]*\n)*?)\}',
+                         r'\g<1>    # staged reclamation (SPEC C13): no call copies the whole queue\n'
+                         r'    "reclaim_step": %d,\n}' % derived["reclaim_step"], src, count=1)
         with open(app, "w") as f:
             f.write(src)
         tree = ast.parse(src)  # the app still parses
@@ -429,29 +476,42 @@ def render(rows):
            "STATE for each of `window` claims in flight and an evidence budget for dead-letter "
            "reasons, so an item costs little more than its DATA record. **readings held**: what "
            "the profile's queue takes before Full (libddq's rule on the same options in "
-           "brackets); **hours**: that many readings at the app's PERIOD_MS."
+           "brackets); **hours**: that many readings at the app's PERIOD_MS. **reclamation**: "
+           "staged (`reclaim_step` %d, SPEC C13/H8: the next generation is built a few records a "
+           "call, so no call copies the whole queue) where it fits the budget: the tool derives "
+           "the profile again with ddq_reclaim.mpy in the code on flash (so in max_segments) and, "
+           "in the heap fill, ddq_reclaim and ddq_compact loaded and a second index of as many "
+           "items (a build's copy) kept beside the queue, and chooses staged when that still "
+           "holds at least %d/%d of the inline items while the app keeps `app_heap_bytes`; "
+           "else inline. In brackets: what the other mode would hold."
            % (len(READING), WORD_SCALE, FS_SPARE["littlefs2"], FS_SPARE_PAIR["littlefs2"],
-              FS_SPARE["fat"]), "",
+              FS_SPARE["fat"], STEP, STAGED_SHARE[0], STAGED_SHARE[1]), "",
            "The unix port is 64-bit: objects and bytecode are larger than on a 32-bit board "
            "(issue 14: `import ddq` took 49 KB on a 32-bit Cortex-M3 where the unix port measured 64.6 KB), so the heap columns "
            "are pessimistic; the queue directory is on VfsPosix, so LittleFS/FAT buffers are "
            "not counted.", "",
            "| board | filesystem | fs bytes | code on flash | heap | app keeps | options (segment × max_segments, "
-           "max_payload) | admission | message B | items (max_items) | bound by | readings held "
+           "max_payload) | admission | reclamation | message B | items (max_items) | bound by | readings held "
            "(libddq's rule) | hours at the app's period | queue bytes on flash "
            "when full | import heap | heap used, queue full | heap left for the app |",
-           "|" + "---|" * 17]
+           "|" + "---|" * 18]
     for prof, d, c in rows:
         hold = ("hold, window %d, evidence %d B" % (prof["window"], prof.get("evidence_bytes", 1024))
                 if prof.get("window") else "libddq's")
-        out.append("| %s | %s | %s | %s | %s | %s | %d × %d, %d | %s | %d | **%s** | %s | %s (%s) | "
+        staged = bool(prof.get("reclaim_step"))
+        rec = "staged, reclaim_step %d" % prof["reclaim_step"] if staged else "inline"
+        if d is not None:  # what the other mode would hold (--write derives both)
+            k = d["inline_items"] if staged else d["staged_items"]
+            rec += " (%s: %s)" % ("inline" if staged else "staged", "%s items" % "{:,}".format(k)
+                                  if k >= 8 else "does not fit the heap")
+        out.append("| %s | %s | %s | %s | %s | %s | %d × %d, %d | %s | %s | %d | **%s** | %s | %s (%s) | "
                    "%.1f h (1 per %d s) | %s | %s | "
                    "%s | %s |" % (
                        prof["board"], prof["filesystem"], kb(prof["fs_bytes"]),
                        kb(d["code_bytes"]),
                        kb(prof["heap_bytes"]), kb(prof["app_heap_bytes"]),
                        prof["segment_bytes"], prof["max_segments"], prof["max_payload_bytes"],
-                       hold, c["payload_bytes"], "{:,}".format(prof["max_items"]),
+                       hold, rec, c["payload_bytes"], "{:,}".format(prof["max_items"]),
                        "%s (admits %s; heap fit %s)" % (d["bound"], "{:,}".format(d["admitted"]),
                                                          "{:,}".format(d["heap_fit"])),
                        "{:,}".format(c["cpython_items"]), "{:,}".format(c["libddq_items"]),
@@ -517,9 +577,10 @@ def main(argv=None):
             if not args.check:
                 d = derive(prof, sub)
                 print("%s: max_segments %d, max_items %d (admitted %d: %s; heap fit %d: %s; "
-                      "message %d B)" % (name, d["max_segments"], d["max_items"], d["admitted"],
-                                         d["admitted_end"], d["heap_fit"], d["heap_end"],
-                                         d["payload_bytes"]))
+                      "message %d B); reclaim_step %d (items inline %d, staged %d)"
+                      % (name, d["max_segments"], d["max_items"], d["admitted"],
+                         d["admitted_end"], d["heap_fit"], d["heap_end"], d["payload_bytes"],
+                         d["reclaim_step"], d["inline_items"], d["staged_items"]))
                 if args.write:
                     prof = write_profile(prof, d)
             ok, c = check(prof, sub)

@@ -28,12 +28,14 @@ import ddq_outbox  # noqa: F401  (main.ddq_outbox.Outbox: the app's Outbox class
 OPTIONS = {
     "segment_bytes": 4096,
     "max_payload_bytes": 256,
-    "max_items": 3528,
-    "max_segments": 94,
+    "max_items": 3488,
+    "max_segments": 93,
     # the hold rule (SPEC 10.1): room for 16 claims in flight and 1 KiB of dead-letter reasons
     # instead of libddq's reserve per reading: about 4.8 x the readings (docs/BOARDS.md)
     "window": 16,
     "evidence_bytes": 1024,
+    # staged reclamation (SPEC C13): no call copies the whole queue
+    "reclaim_step": 16,
 }
 
 BROKER = "127.0.0.1"

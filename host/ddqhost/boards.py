@@ -27,6 +27,7 @@ SIZE_KEYS = ("fs_bytes", "heap_bytes", "app_heap_bytes")  # for tools/board_capa
 # The hold rule's options (SPEC §10.1), which a profile may set: not format options (not on disk;
 # the host's readers ignore them), but the board's app opens its Queue with them.
 HOLD_KEYS = ("window", "evidence_bytes")
+STEP_KEYS = ("reclaim_step",)  # staged reclamation (SPEC C13), where the profile's heap fits it
 MPY_ARCHS = {  # sys.implementation._mpy >> 10 (py/persistentcode.h MP_NATIVE_ARCH_*)
     0: None,
     1: "x86",
@@ -85,7 +86,7 @@ def load(name: str) -> dict[str, Any]:
     missing = [k for k in REQUIRED if k not in prof]
     if missing:
         raise BoardProfileError("%s lacks %s" % (p, ", ".join(missing)))
-    bad = [k for k in QUEUE_KEYS + SIZE_KEYS + HOLD_KEYS
+    bad = [k for k in QUEUE_KEYS + SIZE_KEYS + HOLD_KEYS + STEP_KEYS
            if k in prof and type(prof[k]) is not int]
     if bad or not isinstance(prof.get("network", True), bool):
         raise BoardProfileError("%s: %s must be integers, network true/false"
@@ -95,7 +96,7 @@ def load(name: str) -> dict[str, Any]:
 
 
 def queue_options(prof: dict[str, Any]) -> dict[str, int]:
-    return {k: prof[k] for k in QUEUE_KEYS + HOLD_KEYS if k in prof}
+    return {k: prof[k] for k in QUEUE_KEYS + HOLD_KEYS + STEP_KEYS if k in prof}
 
 
 def app_path(prof: dict[str, Any]) -> str | None:

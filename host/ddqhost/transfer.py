@@ -202,6 +202,8 @@ def modules_to_install(prof: dict[str, Any] | None = None, app: str | None = Non
         want = set(loadable)
     else:
         want = set(CORE_MODULES)
+        if prof is not None and prof.get("reclaim_step"):
+            want.add("ddq_reclaim")  # the profile stages its generations (SPEC C13)
         todo = [app]
         while todo:
             for m in sorted(port_imports(todo.pop()) - want):

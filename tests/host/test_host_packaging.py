@@ -282,11 +282,16 @@ def test_flash_installs_what_the_app_imports(tmp_path):
     plain = _app(tmp_path, "import time\nimport ddq\n")
     core = ["ddq.py", "ddq_recover.py", "ddq_compact.py", "ddq_extra.py", "ddq_cut.py",
             "ddq_hold.py"]
-    assert names(transfer.modules_to_install(unix, plain)) == core
+    # A profile with reclaim_step (UNIX's, docs/BOARDS.md) stages its generations: ddq_reclaim
+    # too (SPEC C13); PYBV11's does not.
+    assert unix.get("reclaim_step") and not pyb.get("reclaim_step")
+    ucore = core + ["ddq_reclaim.py"]
+    assert names(transfer.modules_to_install(unix, plain)) == ucore
+    assert names(transfer.modules_to_install(pyb, plain)) == core
     ob = _app(tmp_path, "def f():\n    from ddq_outbox import Outbox\n")
     assert names(transfer.modules_to_install(pyb, ob)) == core + ["ddq_outbox.py"]
     mq = _app(tmp_path, "import ddq_mqtt\nimport ddq_outbox\n")
-    assert names(transfer.modules_to_install(unix, mq)) == core + ["ddq_outbox.py", "ddq_mqtt.py"]
+    assert names(transfer.modules_to_install(unix, mq)) == ucore + ["ddq_outbox.py", "ddq_mqtt.py"]
     # ddq_mqtt loads without socket (the adapters need none): an app that imports it gets it.
     assert names(transfer.modules_to_install(pyb, mq)) == core + ["ddq_outbox.py", "ddq_mqtt.py"]
     # on_corrupt="salvage": ddq imports ddq_salvage when recovery finds damage (SPEC K9)

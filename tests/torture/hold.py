@@ -4,7 +4,8 @@
 
 The crash-state enumeration of part 1 (crash.py: every prefix of the storage log, under the
 POSIX, LittleFS and FAT models) over a workload whose queue runs at the hold rule's limit: tight
-segments, max_items out of the way, window 1-3 and a small evidence budget, so enqueue meets Full
+segments, max_items out of the way, window 1-3 and a small evidence budget (odd seeds with staged
+reclamation, reclaim_step 2-16: SPEC H8), so enqueue meets Full
 often and claim and quarantine meet the limit (claim only takes items with history, quarantine
 cuts its reason or raises Full: both legal, SPEC H3/H4). Every crash state is judged as in part
 1 (lost, resurrected, reused seq, unexpected) and every 3rd distinct one is then drained with the
@@ -34,10 +35,15 @@ DRAIN_EVERY = 3
 def params(seed, sync=None, index=None):
     """Options that put the hold rule's limit first: max_items far away, few small segments."""
     r = tmodel.Rng(seed ^ 0x401D)
-    return {"segment_bytes": (384, 448, 512)[r.below(3)], "max_payload_bytes": 64,
+    opts = {"segment_bytes": (384, 448, 512)[r.below(3)], "max_payload_bytes": 64,
             "max_items": 1000, "max_segments": 4 + r.below(4),
             "sync": sync or ("always", "ack")[r.below(2)],
             "window": 1 + r.below(3), "evidence_bytes": (0, 64, 256)[r.below(3)]}
+    if seed & 1:
+        # Odd seeds stage their generations (SPEC H8, C13): cuts land in a build's start, copy,
+        # carried tail, publish and unlinks at the rule's limit, and the drain runs staged too.
+        opts["reclaim_step"] = (2, 4, 8, 16)[r.below(4)]
+    return opts
 
 
 class HoldWorkload(tmodel.Workload):
@@ -123,6 +129,7 @@ def main(argv):
     res = crash.run_seed(ddq, seed, nops, depth2=0)
     res.update(COUNT)
     res["window"] = params(seed)["window"]
+    res["reclaim_step"] = params(seed).get("reclaim_step", 0)
     print("RESULT " + json.dumps(res))
 
 
