@@ -34,7 +34,7 @@ from ddqhost import testrun, vboard
 # whole in 140 KiB, which share one (the unix port keeps its heap across sessions, and the qstrs
 # a session interned stay: the second session of a board started with ~10 KB less).
 GROUPS = [
-    ["test_auth"], ["test_capacity"], ["test_core"], ["test_core_reads"], ["test_cut"], ["test_group"],
+    ["test_auth"], ["test_capacity"], ["test_core"], ["test_core_reads"], ["test_cut"], ["test_edges"], ["test_group"],
     ["test_heapalloc"], ["test_hold"], ["test_index_regressions"], ["test_interop"], ["test_reclaim"],
     ["test_regressions"], ["test_spec"], ["test_special_files"], ["test_support"],
     ["test_batch", "test_index", "test_index_chunks", "test_index_forged", "test_model",
