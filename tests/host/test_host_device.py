@@ -64,11 +64,12 @@ def test_flash_py_then_mpy(board):
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     # The example app imports ddq_app (and through it ddq, ddq_outbox and ddq_mqtt): those are
-    # installed as .mpy, and every .py the first flash put there is removed (no stale copy
-    # beside the new ddq).
+    # installed as .mpy, with ddq_reclaim for the UNIX profile's staged reclamation, and every
+    # .py the first flash put there is removed (no stale copy beside the new ddq).
     assert [w["path"] for w in res["written"]] == [
         ":ddq.mpy", ":ddq_recover.mpy", ":ddq_compact.mpy", ":ddq_extra.mpy", ":ddq_cut.mpy",
-        ":ddq_hold.mpy", ":ddq_outbox.mpy", ":ddq_mqtt.mpy", ":ddq_app.mpy", ":main.py"]
+        ":ddq_hold.mpy", ":ddq_reclaim.mpy", ":ddq_outbox.mpy", ":ddq_mqtt.mpy", ":ddq_app.mpy",
+        ":main.py"]
     assert sorted(res["removed"]) == sorted(mods) and res["imported_from"].endswith("ddq.mpy")
     with Device(board.tty, soft_reset=False) as dev:
         sizes = {n: size for n, _d, size in dev.listdir(":")}

@@ -110,6 +110,10 @@ class FakeTransport:
             return b""
         return out
 
+    def exec_raw(self, code, timeout=None, data_consumer=None):
+        # Device.exec with its own idle bound (a silent open: ddq stats) uses mpremote's exec_raw
+        return self.exec(code, data_consumer), b""
+
     # what Device.run / mount_local / close use
     def exec_raw_no_follow(self, code):
         self.codes.append(code)
