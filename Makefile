@@ -68,7 +68,7 @@ mp_heap_posix :=
 mp_heap_lfs2 := -X heapsize=$(MP_HEAP)
 mp_heap_fat := -X heapsize=$(MP_HEAP)
 
-LINT_PATHS = $(wildcard port host tests bench demo boards)
+LINT_PATHS = $(wildcard port host tests bench demo boards tools)
 # Every module of port/ is type-checked twice (CPython, MicroPython stubs).
 PORT_MODULES = $(sort $(wildcard port/*.py))
 # The phases of `make test`, after setup; each runs even when an earlier one failed.
@@ -139,6 +139,7 @@ check-port:
 
 lint: $(DEPS_STAMP)
 	$(RUFF) check $(LINT_PATHS)
+	$(RUFF) format --check $(LINT_PATHS)
 
 # Two passes over the one source file (micropython-platform.md §9): `_MP` is False for the
 # CPython pass and True against the MicroPython typeshed. The host tools get the CPython pass.

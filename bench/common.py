@@ -131,6 +131,7 @@ def dispatch(parts, usage):
 
 # --- the standing-backlog FIFO run (issue 15), shared by both interpreters --------------------
 
+
 # Bytes of the records a delivered message needs on its own: DATA (48 + payload), CLAIM (48),
 # ACK (48) (docs/SPEC.md §5): the floor of bytes written per message, before any reclamation.
 def record_bytes(payload):
@@ -222,8 +223,10 @@ def _io(dev):
 
 def _split(io, pick=None):
     """Spreads of block reads and of programs + erases per call from _io differences."""
-    return {"reads": _spread(io, pick, lambda v: v & 0xFFFFF),
-            "writes": _spread(io, pick, lambda v: v >> 20)}
+    return {
+        "reads": _spread(io, pick, lambda v: v & 0xFFFFF),
+        "writes": _spread(io, pick, lambda v: v >> 20),
+    }
 
 
 def steady_run(q, n, payload, lease=30000, counter=None, dev=None):
@@ -287,10 +290,16 @@ def steady_run(q, n, payload, lease=30000, counter=None, dev=None):
             io[3 * i + 2] = _io(dev) - d0
     run_us = since_us(t_run)
     st = q.stats()
-    out = {"enqueue": _spread(te), "claim": _spread(tc), "ack": _spread(ta),
-           "compactions": st.generation - g0, "run_us": run_us, "pending_after":
-           st.available_items + st.claimed_items, "segments_mean": segs[1] / segs[0],
-           "segments_max": segs[2]}
+    out = {
+        "enqueue": _spread(te),
+        "claim": _spread(tc),
+        "ack": _spread(ta),
+        "compactions": st.generation - g0,
+        "run_us": run_us,
+        "pending_after": st.available_items + st.claimed_items,
+        "segments_mean": segs[1] / segs[0],
+        "segments_max": segs[2],
+    }
     if dev is not None:
         out["io"] = _split(io)
     if m:
@@ -390,9 +399,16 @@ def raw_floor_run(d, n, payload, seg_bytes, keep, dev=None):
                 io[3 * i + j] = _io(dev) - d0
     run_us = since_us(t_run)
     f.close()
-    out = {"data": _spread(ts, lambda i: i % 3 == 0), "claim": _spread(ts, lambda i: i % 3 == 1),
-           "ack": _spread(ts, lambda i: i % 3 == 2), "all": _spread(ts), "run_us": run_us, "keep": keep, "files": k + 1 - first,
-           "rotations": k - keep}
+    out = {
+        "data": _spread(ts, lambda i: i % 3 == 0),
+        "claim": _spread(ts, lambda i: i % 3 == 1),
+        "ack": _spread(ts, lambda i: i % 3 == 2),
+        "all": _spread(ts),
+        "run_us": run_us,
+        "keep": keep,
+        "files": k + 1 - first,
+        "rotations": k - keep,
+    }
     if dev is not None:
         out["io"] = _split(io)
     return out

@@ -169,8 +169,16 @@ def part_lifecycle(a):
         for _name, _per, _k, gen in subjects:
             gen.close()
         common.rmtree(base)
-    emit({"us_per": {k: best(v) for k, v in blocks.items()}, "blocks": blocks, "n": n,
-          "fast": fast, "payload": payload, "every": every})
+    emit(
+        {
+            "us_per": {k: best(v) for k, v in blocks.items()},
+            "blocks": blocks,
+            "n": n,
+            "fast": fast,
+            "payload": payload,
+            "every": every,
+        }
+    )
 
 
 # --- counts -----------------------------------------------------------------------------------
@@ -233,8 +241,13 @@ def part_counts(a):
     for policy in policies:
         fs = CountingStorage()
         d = fresh("%s/%s" % (a["dir"], policy))
-        q = ddq.Queue(d + "/q", sync=policy if policy in ("always", "ack") else "none",
-                      clock=clock, storage=fs, segment_bytes=a["segment"])
+        q = ddq.Queue(
+            d + "/q",
+            sync=policy if policy in ("always", "ack") else "none",
+            clock=clock,
+            storage=fs,
+            segment_bytes=a["segment"],
+        )
         if policy == "outbox":
             ob = ddq_outbox.Outbox(q, sync_every=3 * every, clock=clock)
             q = OutboxAsQueue(ob)
@@ -263,8 +276,10 @@ def part_counts(a):
         q.sync()
         acc("sync", s4, fs.snap())
         q.close()
-        out[policy] = {op: {"fsyncs": v[0] / n, "dir_fsyncs": v[1] / n, "bytes": v[2] / n}
-                       for op, v in per.items()}
+        out[policy] = {
+            op: {"fsyncs": v[0] / n, "dir_fsyncs": v[1] / n, "bytes": v[2] / n}
+            for op, v in per.items()
+        }
         common.rmtree(d)
     emit({"n": n, "payload": payload, "every": every, "segment": a["segment"], "per_op": out})
 
@@ -303,8 +318,10 @@ def part_scaling(a):
         t0 = now_us()
         for _ in range(k):
             q.enqueue(p)
-        out[str(k)] = {"fill_us_per": since_us(t0) / k,
-                       "runs": {"enqueue": [], "claim": [], "ack": []}}
+        out[str(k)] = {
+            "fill_us_per": since_us(t0) / k,
+            "runs": {"enqueue": [], "claim": [], "ack": []},
+        }
         qs.append(q)
     for _ in range(a["reps"]):
         for k, q in zip(sizes, qs):
@@ -440,14 +457,28 @@ def part_recovery(a):
         runs["close_noop"].append(dc)
         used["index"].append(u)
     if any(used["full"]) or not all(used["index"]):
-        raise SystemExit("recovery: index_used %r, want False for the full replay and True "
-                         "after a clean close" % used)
+        raise SystemExit(
+            "recovery: index_used %r, want False for the full replay and True "
+            "after a clean close" % used
+        )
     best_of = {k: best(v) for k, v in runs.items()}
-    emit({"bytes": size, "items": items, "payload": a["payload"], "raw_us": best_of["raw"],
-          "open_us": best_of["open_index"], "open_full_us": best_of["open_full"],
-          "close_index_us": best_of["close_index"], "close_noop_us": best_of["close_noop"],
-          "index_bytes": ixb, "index_size": os.stat(d + "/queue.index").st_size,
-          "replayed": replayed, "index_used": used, "runs": runs})
+    emit(
+        {
+            "bytes": size,
+            "items": items,
+            "payload": a["payload"],
+            "raw_us": best_of["raw"],
+            "open_us": best_of["open_index"],
+            "open_full_us": best_of["open_full"],
+            "close_index_us": best_of["close_index"],
+            "close_noop_us": best_of["close_noop"],
+            "index_bytes": ixb,
+            "index_size": os.stat(d + "/queue.index").st_size,
+            "replayed": replayed,
+            "index_used": used,
+            "runs": runs,
+        }
+    )
 
 
 # --- profile ----------------------------------------------------------------------------------
@@ -458,8 +489,15 @@ def top(stats, total, k):
     for (fn, line, name), (_cc, nc, tt, ct, _callers) in stats.stats.items():
         rows.append((tt, ct, nc, "%s:%d(%s)" % (os.path.basename(fn), line, name)))
     rows.sort(reverse=True)
-    return [{"func": r[3], "calls": r[2], "tottime_pct": 100.0 * r[0] / total,
-             "cumtime_pct": 100.0 * r[1] / total} for r in rows[:k]]
+    return [
+        {
+            "func": r[3],
+            "calls": r[2],
+            "tottime_pct": 100.0 * r[0] / total,
+            "cumtime_pct": 100.0 * r[1] / total,
+        }
+        for r in rows[:k]
+    ]
 
 
 def profile_call(fn, k):
@@ -489,8 +527,9 @@ def part_profile(a):
     q.close()
     build_log(d + "/r", a["mib"], 1024)
     # The full replay (the crash path): with the index it would be one crc32 pass instead.
-    rec_rows = profile_call(lambda: ddq.Queue(d + "/r", clock=clock, index_bytes=0).close(),
-                            a["top"])
+    rec_rows = profile_call(
+        lambda: ddq.Queue(d + "/r", clock=clock, index_bytes=0).close(), a["top"]
+    )
     common.rmtree(d)
     emit({"lifecycle": life_rows, "recovery": rec_rows, "n": a["n"], "mib": a["mib"]})
 
@@ -501,8 +540,12 @@ def part_profile(a):
 def part_steady(a):
     # As bench/mp_bench.py part `steady`, on the host filesystem: what the options admit, then
     # for each standing backlog and sync policy a FIFO run of n messages, each call timed alone.
-    opts = {"segment_bytes": a["segment_bytes"], "max_payload_bytes": a["max_payload"],
-            "max_items": 1000000, "max_segments": a["max_segments"]}
+    opts = {
+        "segment_bytes": a["segment_bytes"],
+        "max_payload_bytes": a["max_payload"],
+        "max_items": 1000000,
+        "max_segments": a["max_segments"],
+    }
     p = bytes(a["payload"])
     d = fresh(a["dir"])
     q = ddq.Queue(d + "/cap", sync="none", clock=clock, **opts)
@@ -512,16 +555,16 @@ def part_steady(a):
     raw = {}
     for frac in a["backlogs"].split(","):
         b = cap * int(frac) // 100
-        for sync, step in [(y, int(t)) for y in a["syncs"].split(",") for t in
-                           str(a["steps"]).split(",")]:
+        for sync, step in [
+            (y, int(t)) for y in a["syncs"].split(",") for t in str(a["steps"]).split(",")
+        ]:
             path = fresh("%s/q-%s-%s-%d" % (d, frac, sync, step)) + "/q"
             q = ddq.Queue(path, sync="none", clock=clock, **opts)
             for _ in range(b):
                 q.enqueue(p)
             q.close()
             cs = CountingStorage()
-            q = ddq.Queue(path, sync=sync, clock=clock, storage=cs, reclaim_step=step,
-                          **opts)
+            q = ddq.Queue(path, sync=sync, clock=clock, storage=cs, reclaim_step=step, **opts)
             cs.bytes = 0
             r = common.steady_run(q, a["n"], p, counter=cs)
             q.close()
@@ -532,29 +575,58 @@ def part_steady(a):
             common.rmtree(path)
         if a["raw"]:  # the floor, no ddq: the same appends and fsyncs (common.raw_floor_run)
             path = fresh("%s/raw-%s" % (d, frac))
-            raw[frac] = common.raw_floor_run(path, a["n"], a["payload"], a["segment_bytes"],
-                                             common.held(out, frac, a))
+            raw[frac] = common.raw_floor_run(
+                path, a["n"], a["payload"], a["segment_bytes"], common.held(out, frac, a)
+            )
             common.rmtree(path)
     common.rmtree(d)
-    emit({"admitted": cap, "options": opts, "payload": a["payload"], "n": a["n"],
-          "record_bytes": common.record_bytes(a["payload"]), "runs": out, "raw": raw})
+    emit(
+        {
+            "admitted": cap,
+            "options": opts,
+            "payload": a["payload"],
+            "n": a["n"],
+            "record_bytes": common.record_bytes(a["payload"]),
+            "runs": out,
+            "raw": raw,
+        }
+    )
 
 
 PARTS = {
-    "steady": (part_steady, {"dir": "", "n": 20000, "payload": 32, "segment_bytes": 4096,
-                             "max_payload": 64, "max_segments": 100, "backlogs": "50,90",
-                             "syncs": "none,always", "steps": "0,16", "raw": 1,
-                             "keep": 0}),
-    "lifecycle": (part_lifecycle, {"dir": "", "n": 25, "fast": 2000, "payload": 100,
-                                   "every": 100, "blocks": 12}),
-    "counts": (part_counts, {"dir": "", "n": 2000, "payload": 100, "every": 100,
-                             "segment": 4194304}),
-    "scaling": (part_scaling, {"dir": "", "small": 100, "big": 100000, "m": 2000,
-                               "payload": 100, "reps": 3}),
-    "inflight": (part_inflight, {"dir": "", "many": 1000, "m": 1000, "payload": 100,
-                                 "reps": 3}),
-    "recovery": (part_recovery, {"dir": "", "mib": 64, "payload": 1024, "reps": 3, "build": 1,
-                                 "index_bytes": 1048576}),
+    "steady": (
+        part_steady,
+        {
+            "dir": "",
+            "n": 20000,
+            "payload": 32,
+            "segment_bytes": 4096,
+            "max_payload": 64,
+            "max_segments": 100,
+            "backlogs": "50,90",
+            "syncs": "none,always",
+            "steps": "0,16",
+            "raw": 1,
+            "keep": 0,
+        },
+    ),
+    "lifecycle": (
+        part_lifecycle,
+        {"dir": "", "n": 25, "fast": 2000, "payload": 100, "every": 100, "blocks": 12},
+    ),
+    "counts": (
+        part_counts,
+        {"dir": "", "n": 2000, "payload": 100, "every": 100, "segment": 4194304},
+    ),
+    "scaling": (
+        part_scaling,
+        {"dir": "", "small": 100, "big": 100000, "m": 2000, "payload": 100, "reps": 3},
+    ),
+    "inflight": (part_inflight, {"dir": "", "many": 1000, "m": 1000, "payload": 100, "reps": 3}),
+    "recovery": (
+        part_recovery,
+        {"dir": "", "mib": 64, "payload": 1024, "reps": 3, "build": 1, "index_bytes": 1048576},
+    ),
     "profile": (part_profile, {"dir": "", "n": 20000, "payload": 100, "mib": 16, "top": 12}),
 }
 

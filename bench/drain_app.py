@@ -29,8 +29,16 @@ def run():
     t0 = common.now_us()
     st = main.run(rounds=0, queue_dir=q, drain_ms=600000)  # the broker is back: drain it
     us = common.since_us(t0)
-    common.emit({"n": n, "sent": st["sent"], "pending": st["pending"], "us": us,
-                 "link": main.LINK, "window": main.WINDOW})
+    common.emit(
+        {
+            "n": n,
+            "sent": st["sent"],
+            "pending": st["pending"],
+            "us": us,
+            "link": main.LINK,
+            "window": main.WINDOW,
+        }
+    )
 
 
 run()

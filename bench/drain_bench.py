@@ -116,8 +116,9 @@ async def _relay(listen: int, target: int, delay: float) -> None:
 class Relay:
     def __init__(self, target: int, delay_ms: int = DELAY_MS) -> None:
         self.port = free_port()
-        self.proc = subprocess.Popen([PY, os.path.abspath(__file__), "relay", str(self.port),
-                                      str(target), str(delay_ms)])
+        self.proc = subprocess.Popen(
+            [PY, os.path.abspath(__file__), "relay", str(self.port), str(target), str(delay_ms)]
+        )
         wait_port(self.port, "relay", self.proc)
 
     def stop(self) -> None:
@@ -130,11 +131,13 @@ class Mosquitto:
         self.port = free_port()
         conf = os.path.join(tmp, "mosquitto.conf")
         with open(conf, "w") as f:
-            f.write("listener %d 127.0.0.1\nallow_anonymous true\nuser root\n"
-                    "max_inflight_messages 0\nmax_queued_messages 0\nlog_dest none\n"
-                    % self.port)
-        self.proc = subprocess.Popen([MOSQUITTO, "-c", conf], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
+            f.write(
+                "listener %d 127.0.0.1\nallow_anonymous true\nuser root\n"
+                "max_inflight_messages 0\nmax_queued_messages 0\nlog_dest none\n" % self.port
+            )
+        self.proc = subprocess.Popen(
+            [MOSQUITTO, "-c", conf], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         wait_port(self.port, "mosquitto", self.proc)
 
     def stop(self) -> None:
@@ -150,8 +153,9 @@ def _result(p: "subprocess.CompletedProcess[str]", what: str) -> "dict[str, obje
         if line.startswith("RESULT "):
             res: "dict[str, object]" = json.loads(line[7:])
             return res
-    raise DrainFailed("%s failed (%d): %s %s" % (what, p.returncode, p.stdout[-2000:],
-                                                  p.stderr[-2000:]))
+    raise DrainFailed(
+        "%s failed (%d): %s %s" % (what, p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    )
 
 
 def device(interp: str, tmp: str, port: int, n: int, w: int) -> float:
@@ -160,8 +164,13 @@ def device(interp: str, tmp: str, port: int, n: int, w: int) -> float:
     # MicroPython: an 8 MiB heap like the other big MicroPython parts (the unix port's 2 MiB
     # default fragments while the index of 2,000 items grows, P14).
     heap = ["-X", "heapsize=8M"] if interp == MP else []
-    p = subprocess.run([interp] + heap + [os.path.join(HERE, "drain_dev.py"), d, str(port),
-                        str(n), str(w)], capture_output=True, text=True, timeout=900, cwd=REPO)
+    p = subprocess.run(
+        [interp] + heap + [os.path.join(HERE, "drain_dev.py"), d, str(port), str(n), str(w)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=REPO,
+    )
     r = _result(p, "drain_dev %s W=%d" % (interp, w))
     shutil.rmtree(d, ignore_errors=True)
     if r["sent"] != n:
@@ -173,8 +182,13 @@ def app(tmp: str, port: int, n: int) -> float:
     """messages/s of the board app itself (boards/UNIX/main.py on MicroPython, its default
     sender) draining n queued readings (bench/drain_app.py)."""
     d = os.path.join(tmp, "app")
-    p = subprocess.run([MP, "-X", "heapsize=8M", os.path.join(HERE, "drain_app.py"), d,
-                        str(port), str(n)], capture_output=True, text=True, timeout=900, cwd=REPO)
+    p = subprocess.run(
+        [MP, "-X", "heapsize=8M", os.path.join(HERE, "drain_app.py"), d, str(port), str(n)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=REPO,
+    )
     r = _result(p, "drain_app")
     shutil.rmtree(d, ignore_errors=True)
     if r["sent"] != n or r["pending"] != 0:
@@ -234,9 +248,18 @@ def fill_dirs(tmp: str, k: int, n: int) -> "list[str]":
 
 def replay(dirs: "list[str]", port: int, w: int) -> float:
     """messages/s of one `ddq replay DIR...` run (--window w) over dirs; all must be sent."""
-    cmd = [os.path.join(os.path.dirname(PY), "ddq"), "replay"] + dirs + [
-        "--to", "mqtt://127.0.0.1:%d/bench" % port, "--window", str(w), "--json",
-        "--prefix-per-dir"]
+    cmd = (
+        [os.path.join(os.path.dirname(PY), "ddq"), "replay"]
+        + dirs
+        + [
+            "--to",
+            "mqtt://127.0.0.1:%d/bench" % port,
+            "--window",
+            str(w),
+            "--json",
+            "--prefix-per-dir",
+        ]
+    )
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO)
     if p.returncode != 0:
         raise DrainFailed("ddq replay exited %d: %s" % (p.returncode, p.stderr[-2000:]))
@@ -290,44 +313,102 @@ def rows(rep: "Any", R: "Any", fmt: "Any", verdict: "Any") -> None:
     pa = R["paho_16"]
     for rid, who, key in (("D1", "MicroPython", "mp"), ("D2", "CPython", "cp")):
         r16, r1 = R[key + "_16"], R[key + "_1"]
-        rep.row(rid, "device sender on %s, W=16, msg/s ÷ paho max_inflight=16 (100 ms RTT)"
-                % who, f(r16), f(pa), f(r16 / pa), "≥ 0.8", v(r16 / pa, TARGETS["paho"]))
-        rep.row(rid + "b", "device sender on %s, W=16 ÷ W=1 (msg/s)" % who, f(r16), f(r1),
-                f(r16 / r1), "≥ 10", v(r16 / r1, TARGETS["w1"]))
+        rep.row(
+            rid,
+            "device sender on %s, W=16, msg/s ÷ paho max_inflight=16 (100 ms RTT)" % who,
+            f(r16),
+            f(pa),
+            f(r16 / pa),
+            "≥ 0.8",
+            v(r16 / pa, TARGETS["paho"]),
+        )
+        rep.row(
+            rid + "b",
+            "device sender on %s, W=16 ÷ W=1 (msg/s)" % who,
+            f(r16),
+            f(r1),
+            f(r16 / r1),
+            "≥ 10",
+            v(r16 / r1, TARGETS["w1"]),
+        )
     if "app_16" in R:
         ra = R["app_16"]
-        rep.row("D6", "the board app itself (boards/UNIX/main.py on MicroPython, its default "
-                "sender: WindowSender W=16) draining %d queued readings, msg/s ÷ paho "
-                "max_inflight=16" % R["n"], f(ra), f(pa), f(ra / pa), "≥ 0.8",
-                v(ra / pa, TARGETS["paho"]))
+        rep.row(
+            "D6",
+            "the board app itself (boards/UNIX/main.py on MicroPython, its default "
+            "sender: WindowSender W=16) draining %d queued readings, msg/s ÷ paho "
+            "max_inflight=16" % R["n"],
+            f(ra),
+            f(pa),
+            f(ra / pa),
+            "≥ 0.8",
+            v(ra / pa, TARGETS["paho"]),
+        )
     r16, r1, fl = R["replay_16"], R["replay_1"], R["replay_fleet"]
-    rep.row("D3", "`ddq replay` one dir, --window 16, msg/s ÷ paho max_inflight=16", f(r16),
-            f(pa), f(r16 / pa), "≥ 0.8", v(r16 / pa, TARGETS["paho"]))
-    rep.row("D4", "`ddq replay` one dir, --window 16 ÷ --window 1 (msg/s)", f(r16), f(r1),
-            f(r16 / r1), "≥ 10", v(r16 / r1, TARGETS["w1"]))
+    rep.row(
+        "D3",
+        "`ddq replay` one dir, --window 16, msg/s ÷ paho max_inflight=16",
+        f(r16),
+        f(pa),
+        f(r16 / pa),
+        "≥ 0.8",
+        v(r16 / pa, TARGETS["paho"]),
+    )
+    rep.row(
+        "D4",
+        "`ddq replay` one dir, --window 16 ÷ --window 1 (msg/s)",
+        f(r16),
+        f(r1),
+        f(r16 / r1),
+        "≥ 10",
+        v(r16 / r1, TARGETS["w1"]),
+    )
     t5 = TARGETS["fleet"] * R["dirs"] / 8  # 6 for 8 directories (the smoke run has fewer)
-    rep.row("D5", "`ddq replay` of %d dirs at once ÷ one dir (msg/s)" % R["dirs"], f(fl),
-            f(r16), f(fl / r16), "≥ %g" % t5, v(fl / r16, t5))
-    rep.section("Drain over a 100 ms round trip (issue 17: rows D1-D5)", [
-        "A relay of our own (bench/drain_bench.py, an asyncio process on 127.0.0.1) delays every "
-        "TCP segment by %d ms each way between the sender and a local mosquitto, keeping order "
-        "and letting segments overlap. Each sender drains %d queued 100-byte QoS 1 messages "
-        "(W = 1 and `--window 1`: %d, since one at a time takes 100 ms each; rates compare). "
-        "Device sender: ddq_mqtt.WindowSender under Outbox.pump (OUTBOX E25), group commit "
-        "sync_interval_ms=50, its own process (bench/drain_dev.py; MicroPython with an 8 MiB heap: "
-        "the unix port's 2 MiB default fragments as the index of 2,000 items grows, P14); "
-        "paho-mqtt 2.2 with "
-        "max_inflight_messages_set(16) publishes the same count and waits for every PUBACK; "
-        "`ddq replay` rates use each run's own delivery time (after the CONNACK, from its "
-        "--json summary: no interpreter start-up), and %d directories at once use the slowest "
-        "one's. Ideal at W = 16: 160 msg/s. D6 (issue 27): the example app itself "
-        "(boards/UNIX/main.py with ddq_app, bench/drain_app.py) queues the readings offline "
-        "(budget 0), then main.run() drains them as after an outage, through the sender it "
-        "picks by default; its queue options are the UNIX profile's with room for the "
-        "backlog." % (R["rtt_ms"] // 2, R["n"], R["n1"], R["dirs"]),
-        "",
-    ] + ["- %s: %s msg/s" % (k, f(R[k])) for k in (
-        "paho_16", "mp_16", "app_16", "cp_16", "mp_1", "cp_1", "replay_16", "replay_1", "replay_fleet")])
+    rep.row(
+        "D5",
+        "`ddq replay` of %d dirs at once ÷ one dir (msg/s)" % R["dirs"],
+        f(fl),
+        f(r16),
+        f(fl / r16),
+        "≥ %g" % t5,
+        v(fl / r16, t5),
+    )
+    rep.section(
+        "Drain over a 100 ms round trip (issue 17: rows D1-D5)",
+        [
+            "A relay of our own (bench/drain_bench.py, an asyncio process on 127.0.0.1) delays every "
+            "TCP segment by %d ms each way between the sender and a local mosquitto, keeping order "
+            "and letting segments overlap. Each sender drains %d queued 100-byte QoS 1 messages "
+            "(W = 1 and `--window 1`: %d, since one at a time takes 100 ms each; rates compare). "
+            "Device sender: ddq_mqtt.WindowSender under Outbox.pump (OUTBOX E25), group commit "
+            "sync_interval_ms=50, its own process (bench/drain_dev.py; MicroPython with an 8 MiB heap: "
+            "the unix port's 2 MiB default fragments as the index of 2,000 items grows, P14); "
+            "paho-mqtt 2.2 with "
+            "max_inflight_messages_set(16) publishes the same count and waits for every PUBACK; "
+            "`ddq replay` rates use each run's own delivery time (after the CONNACK, from its "
+            "--json summary: no interpreter start-up), and %d directories at once use the slowest "
+            "one's. Ideal at W = 16: 160 msg/s. D6 (issue 27): the example app itself "
+            "(boards/UNIX/main.py with ddq_app, bench/drain_app.py) queues the readings offline "
+            "(budget 0), then main.run() drains them as after an outage, through the sender it "
+            "picks by default; its queue options are the UNIX profile's with room for the "
+            "backlog." % (R["rtt_ms"] // 2, R["n"], R["n1"], R["dirs"]),
+            "",
+        ]
+        + [
+            "- %s: %s msg/s" % (k, f(R[k]))
+            for k in (
+                "paho_16",
+                "mp_16",
+                "app_16",
+                "cp_16",
+                "mp_1",
+                "cp_1",
+                "replay_16",
+                "replay_1",
+                "replay_fleet",
+            )
+        ],
+    )
 
 
 def main() -> int:

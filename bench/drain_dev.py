@@ -22,8 +22,9 @@ def main():
     for i in range(n):
         ob.put("bench/dev/%d" % (i % 8), body)
     ob.sync()
-    link = ddq_mqtt.WindowSender("127.0.0.1", port, inflight_max=w, client_id=b"drain-dev",
-                                 timeout_ms=10000)
+    link = ddq_mqtt.WindowSender(
+        "127.0.0.1", port, inflight_max=w, client_id=b"drain-dev", timeout_ms=10000
+    )
     link.connect()
     t0 = common.now_us()
     sent = 0
@@ -34,8 +35,9 @@ def main():
     us = common.since_us(t0)
     ob.close()
     link.close()
-    common.emit({"n": n, "w": w, "sent": sent, "us": us, "dups": link.dups,
-                 "connects": link.connects})
+    common.emit(
+        {"n": n, "w": w, "sent": sent, "us": us, "dups": link.dups, "connects": link.connects}
+    )
 
 
 main()

@@ -136,8 +136,16 @@ def part_threads(a):
         pq = persistqueue.SQLiteAckQueue(base + "/pq", multithreading=True)
     except ImportError:
         print("persist-queue missing: no pq rows")
-    blocks = {"always": [], "group": [], "pq": [], "life_g": [], "life_a": [], "floor": [],
-              "work": [], "fsync": []}
+    blocks = {
+        "always": [],
+        "group": [],
+        "pq": [],
+        "life_g": [],
+        "life_a": [],
+        "floor": [],
+        "work": [],
+        "fsync": [],
+    }
     syncs = msgs = fl_syncs = 0
 
     def life(enq, claim, ack):
@@ -160,7 +168,8 @@ def part_threads(a):
             us_p = None
             if pq is not None:
                 us_p = _threads(nt, lambda t: [pq.put(p) for _ in range(a["pq_m"])]) / (
-                    nt * a["pq_m"])
+                    nt * a["pq_m"]
+                )
             us_lg = life(gl.enqueue, lambda ms: gl.locked(ql.claim, ms), gl.ack)
             us_la = life(qk.enqueue, qk.claim, qk.ack)
             f0 = gf.syncs
@@ -175,9 +184,16 @@ def part_threads(a):
             syncs += ds
             fl_syncs += df
             msgs += nt * m
-            for key, v in (("always", us_a), ("group", us_g), ("pq", us_p), ("life_g", us_lg),
-                           ("life_a", us_la), ("floor", us_f), ("work", us_w),
-                           ("fsync", us_s)):
+            for key, v in (
+                ("always", us_a),
+                ("group", us_g),
+                ("pq", us_p),
+                ("life_g", us_lg),
+                ("life_a", us_la),
+                ("floor", us_f),
+                ("work", us_w),
+                ("fsync", us_s),
+            ):
                 if v is not None:
                     blocks[key].append(v)
     finally:
@@ -190,8 +206,20 @@ def part_threads(a):
         if pq is not None:
             pq.close() if hasattr(pq, "close") else None
         common.rmtree(base)
-    emit({"blocks": blocks, "threads": nt, "m": m, "pq_m": a["pq_m"], "payload": payload,
-          "msgs": msgs, "fsyncs": syncs, "floor_syncs": fl_syncs, "n": n, "life": k})
+    emit(
+        {
+            "blocks": blocks,
+            "threads": nt,
+            "m": m,
+            "pq_m": a["pq_m"],
+            "payload": payload,
+            "msgs": msgs,
+            "fsyncs": syncs,
+            "floor_syncs": fl_syncs,
+            "n": n,
+            "life": k,
+        }
+    )
 
 
 # --- asyncio (both interpreters) ---------------------------------------------------------------
@@ -223,13 +251,33 @@ def part_asyncio(a):
     finally:
         g.close()
         common.rmtree(base)
-    emit({"tasks": nt, "m": m, "msgs": nt * m, "fsyncs": syncs, "group_syncs": g.syncs,
-          "us": us, "payload": payload})
+    emit(
+        {
+            "tasks": nt,
+            "m": m,
+            "msgs": nt * m,
+            "fsyncs": syncs,
+            "group_syncs": g.syncs,
+            "us": us,
+            "payload": payload,
+        }
+    )
 
 
 PARTS = {
-    "threads": (part_threads, {"dir": "", "n": 100, "m": 50, "threads": 16, "pq_m": 10,
-                               "life": 30, "payload": 100, "blocks": 7}),
+    "threads": (
+        part_threads,
+        {
+            "dir": "",
+            "n": 100,
+            "m": 50,
+            "threads": 16,
+            "pq_m": 10,
+            "life": 30,
+            "payload": 100,
+            "blocks": 7,
+        },
+    ),
     "asyncio": (part_asyncio, {"dir": "", "tasks": 64, "m": 20, "payload": 100}),
 }
 
@@ -238,67 +286,119 @@ SIZES = {
     "group_threads": ({"blocks": 7}, {"blocks": 1, "n": 10, "m": 5, "pq_m": 2, "life": 3}),
     "group_asyncio": ({"m": 20}, {"m": 3}),
 }
-RUNS = (("cp_group_threads", "cp", "threads", "group_threads"),
-        ("cp_group_asyncio", "cp", "asyncio", "group_asyncio"),
-        ("mp_group_asyncio", "mp", "asyncio", "group_asyncio"))
+RUNS = (
+    ("cp_group_threads", "cp", "threads", "group_threads"),
+    ("cp_group_asyncio", "cp", "asyncio", "group_asyncio"),
+    ("mp_group_asyncio", "mp", "asyncio", "group_asyncio"),
+)
 TARGETS = {"g1": 8.0, "g2": 8.0, "g3": 10.0, "g5": 16.0}
 
 
 def report(R, rep, h):
     """Add the ddq_group rows to run.py's report: h holds run.py's helpers (fmt, paired,
     median, rate, verdict)."""
-    fmt, paired, median, rate, verdict = h["fmt"], h["paired"], h["median"], h["rate"], \
-        h["verdict"]
+    fmt, paired, median, rate, verdict = (
+        h["fmt"],
+        h["paired"],
+        h["median"],
+        h["rate"],
+        h["verdict"],
+    )
     th = R.get("cp_group_threads")
     if th:
         b = th["blocks"]
         per = th["msgs"] / th["fsyncs"] if th["fsyncs"] else None
-        rep.row("g1", "CPython ddq_group, %d producer threads, durable-on-return puts of %d B: "
-                "messages per fsync (file + dir)" % (th["threads"], th["payload"]), fmt(per),
-                "%s msgs, %s fsyncs" % (fmt(th["msgs"]), fmt(th["fsyncs"])), fmt(per), "≥ 8",
-                verdict(per, TARGETS["g1"]))
+        rep.row(
+            "g1",
+            "CPython ddq_group, %d producer threads, durable-on-return puts of %d B: "
+            "messages per fsync (file + dir)" % (th["threads"], th["payload"]),
+            fmt(per),
+            "%s msgs, %s fsyncs" % (fmt(th["msgs"]), fmt(th["fsyncs"])),
+            fmt(per),
+            "≥ 8",
+            verdict(per, TARGETS["g1"]),
+        )
         r = paired(b["always"], b["group"])
-        rep.row("g2", "same, throughput vs one producer's sync=\"always\" enqueues, msgs/s",
-                fmt(rate(median(b["group"]))), "sync=\"always\" %s/s"
-                % fmt(rate(median(b["always"]))), fmt(r), "≥ 8×", verdict(r, TARGETS["g2"]))
+        rep.row(
+            "g2",
+            'same, throughput vs one producer\'s sync="always" enqueues, msgs/s',
+            fmt(rate(median(b["group"]))),
+            'sync="always" %s/s' % fmt(rate(median(b["always"]))),
+            fmt(r),
+            "≥ 8×",
+            verdict(r, TARGETS["g2"]),
+        )
         if b.get("pq"):
             r = paired(b["pq"], b["group"])
-            rep.row("g3", "same vs persist-queue SQLiteAckQueue(multithreading=True), %d threads "
-                    "putting" % th["threads"], fmt(rate(median(b["group"]))),
-                    "persist-queue %s/s" % fmt(rate(median(b["pq"]))), fmt(r), "≥ 10×",
-                    verdict(r, TARGETS["g3"]))
+            rep.row(
+                "g3",
+                "same vs persist-queue SQLiteAckQueue(multithreading=True), %d threads "
+                "putting" % th["threads"],
+                fmt(rate(median(b["group"]))),
+                "persist-queue %s/s" % fmt(rate(median(b["pq"]))),
+                fmt(r),
+                "≥ 10×",
+                verdict(r, TARGETS["g3"]),
+            )
         if b.get("floor"):
             nt = th["threads"]
-            rep.row("g2f", "hand-off floor: the same %d threads through ddq_group over a target "
-                    "that does nothing (no queue work, no fsync; its sync only releases the GIL), "
-                    "msgs/s" % nt, fmt(rate(median(b["floor"]))),
-                    "%s µs a message (%s per sync); queue work alone %s µs; ddq_group %s µs"
-                    % (fmt(median(b["floor"])), fmt(th["msgs"] / th["floor_syncs"]
-                                                     if th.get("floor_syncs") else None),
-                       fmt(median(b["work"])), fmt(median(b["group"]))),
-                    fmt(paired(b["group"], b["floor"])), "ddq_group ÷ floor (report)", "report")
+            rep.row(
+                "g2f",
+                "hand-off floor: the same %d threads through ddq_group over a target "
+                "that does nothing (no queue work, no fsync; its sync only releases the GIL), "
+                "msgs/s" % nt,
+                fmt(rate(median(b["floor"]))),
+                "%s µs a message (%s per sync); queue work alone %s µs; ddq_group %s µs"
+                % (
+                    fmt(median(b["floor"])),
+                    fmt(th["msgs"] / th["floor_syncs"] if th.get("floor_syncs") else None),
+                    fmt(median(b["work"])),
+                    fmt(median(b["group"])),
+                ),
+                fmt(paired(b["group"], b["floor"])),
+                "ddq_group ÷ floor (report)",
+                "report",
+            )
             cap_a, cap_p = _bounds(b, nt)
             r2 = paired(b["always"], b["group"])
-            rep.row("g2c", "ceiling of g2 for any leader/follower group of %d threads at this "
-                    "fsync: sync=\"always\" µs ÷ min(2F/%d, F/%d + floor + queue work), F = the "
-                    "group's own sync µs per batch" % (nt, nt, nt), fmt(median(cap_a)),
-                    "g2 reached %s×%s" % (fmt(r2), "; ceiling of g3 %s×" % fmt(median(cap_p))
-                                          if cap_p else ""),
-                    fmt(r2 / median(cap_a) if median(cap_a) else None),
-                    "g2 ÷ ceiling (report)", "report")
+            rep.row(
+                "g2c",
+                "ceiling of g2 for any leader/follower group of %d threads at this "
+                'fsync: sync="always" µs ÷ min(2F/%d, F/%d + floor + queue work), F = the '
+                "group's own sync µs per batch" % (nt, nt, nt),
+                fmt(median(cap_a)),
+                "g2 reached %s×%s"
+                % (fmt(r2), "; ceiling of g3 %s×" % fmt(median(cap_p)) if cap_p else ""),
+                fmt(r2 / median(cap_a) if median(cap_a) else None),
+                "g2 ÷ ceiling (report)",
+                "report",
+            )
         r = paired(b["life_a"], b["life_g"])
-        rep.row("g4", "one caller, ddq_group lifecycle (enqueue + claim + durable ack) ÷ Queue "
-                "sync=\"ack\" (the same 2 fsyncs): no cost", fmt(rate(median(b["life_g"]))),
-                "sync=\"ack\" %s/s" % fmt(rate(median(b["life_a"]))), fmt(r), "≈ 1 (report)",
-                "report")
+        rep.row(
+            "g4",
+            "one caller, ddq_group lifecycle (enqueue + claim + durable ack) ÷ Queue "
+            'sync="ack" (the same 2 fsyncs): no cost',
+            fmt(rate(median(b["life_g"]))),
+            'sync="ack" %s/s' % fmt(rate(median(b["life_a"]))),
+            fmt(r),
+            "≈ 1 (report)",
+            "report",
+        )
     for key, interp in (("cp_group_asyncio", "CPython"), ("mp_group_asyncio", "MicroPython")):
         t = R.get(key)
         if t:
             per = t["msgs"] / t["fsyncs"] if t["fsyncs"] else None
-            rep.row("g5", "%s ddq_group, %d asyncio tasks awaiting puts: messages per fsync"
-                    % (interp, t["tasks"]), fmt(per), "%s msgs, %s fsyncs, %s/s"
-                    % (fmt(t["msgs"]), fmt(t["fsyncs"]), fmt(t["msgs"] * 1e6 / t["us"])),
-                    fmt(per), "≥ 16", verdict(per, TARGETS["g5"]))
+            rep.row(
+                "g5",
+                "%s ddq_group, %d asyncio tasks awaiting puts: messages per fsync"
+                % (interp, t["tasks"]),
+                fmt(per),
+                "%s msgs, %s fsyncs, %s/s"
+                % (fmt(t["msgs"]), fmt(t["fsyncs"]), fmt(t["msgs"] * 1e6 / t["us"])),
+                fmt(per),
+                "≥ 16",
+                verdict(per, TARGETS["g5"]),
+            )
 
 
 def _bounds(b, nt):
@@ -329,20 +429,22 @@ def notes(R, fmt, median):
     fl, w, a = median(b["floor"]), median(b["work"]), median(b["always"])
     f = median(b["fsync"]) if b.get("fsync") else a - w
     pq = " and %s× persist-queue" % fmt(median(cap_p)) if cap_p else ""
-    need = "%s µs for 8× sync=\"always\"" % fmt(a / 8 - f / nt)
+    need = '%s µs for 8× sync="always"' % fmt(a / 8 - f / nt)
     if b.get("pq"):
         need += ", %s µs for 10× persist-queue" % fmt(median(b["pq"]) / 10 - f / nt)
-    text = ("Each message costs CPU that the GIL serialises: the hand-off (a follower blocks, is "
-            "woken and takes the GIL back) %s µs in this run (row g2f: no queue work, no fsync) "
-            "plus the queue work %s µs, against the group's sync time per batch F of %s µs (file + "
-            "directory syncs; sync=\"always\" took %s µs a message). With %d producers, "
-            "one write outstanding each, no leader/follower group does better than min(2F/%d, "
-            "F/%d + hand-off + work) a message (DESIGN §6.1): a ceiling of %s× sync=\"always\"%s "
-            "here (row g2c). The per-message CPU must stay under %s (F/%d + CPU within the "
-            "target's time a message): a cheaper hand-off than CPython threads give, more "
-            "producers, or slower fsyncs (the ratio tends to the messages per fsync, row g1, "
-            "as F grows)." % (fmt(fl), fmt(w), fmt(f), fmt(a), nt, nt, nt, fmt(median(cap_a)), pq,
-                              need, nt))
+    text = (
+        "Each message costs CPU that the GIL serialises: the hand-off (a follower blocks, is "
+        "woken and takes the GIL back) %s µs in this run (row g2f: no queue work, no fsync) "
+        "plus the queue work %s µs, against the group's sync time per batch F of %s µs (file + "
+        'directory syncs; sync="always" took %s µs a message). With %d producers, '
+        "one write outstanding each, no leader/follower group does better than min(2F/%d, "
+        'F/%d + hand-off + work) a message (DESIGN §6.1): a ceiling of %s× sync="always"%s '
+        "here (row g2c). The per-message CPU must stay under %s (F/%d + CPU within the "
+        "target's time a message): a cheaper hand-off than CPython threads give, more "
+        "producers, or slower fsyncs (the ratio tends to the messages per fsync, row g1, "
+        "as F grows)."
+        % (fmt(fl), fmt(w), fmt(f), fmt(a), nt, nt, nt, fmt(median(cap_a)), pq, need, nt)
+    )
     return {"g2": text, "g3": text}
 
 

@@ -8,6 +8,7 @@ and one 48-byte record fit by next-fit in max_segments segments; `window` 1 wher
 uses libddq's rule), and the hours that many readings last at the app's PERIOD_MS. The profile's
 max_items is lifted so that the admission rule is what is measured.
 """
+
 import os
 import sys
 import tempfile
@@ -18,8 +19,7 @@ sys.path.insert(0, os.path.join(REPO, "tools"))
 
 TARGETS = {"x_today": 3.0, "x_bound": 0.75, "pico": 4000, "batched": 20000}
 # What each profile held before issue 26 (its options then, libddq's rule; the issue's table).
-TODAY = {"RPI_PICO": 1192, "ESP32_GENERIC": 1184, "ARMV7M_GENERIC": 152, "PYBV11": 32,
-         "UNIX": 848}
+TODAY = {"RPI_PICO": 1192, "ESP32_GENERIC": 1184, "ARMV7M_GENERIC": 152, "PYBV11": 32, "UNIX": 848}
 
 
 def bound(n, window, segs, seg):
@@ -44,13 +44,23 @@ def run(smoke=False, tmp=None):
         payload = bc.message(prof)
         held = bc.fill_cpython(opts, payload, os.path.join(tmp, name + "-h"))[0]
         plain = {k: v for k, v in opts.items() if k not in boards.HOLD_KEYS}
-        libddq = bc.fill_cpython(plain, payload, os.path.join(tmp, name + "-l"))[0] \
-            if plain != opts else held
-        b = bound(len(payload), opts.get("window") or 1, opts["max_segments"],
-                  opts["segment_bytes"])
-        out[name] = {"held": held, "libddq": libddq, "bound": b, "n": len(payload),
-                     "window": opts.get("window", 0), "period_ms": bc.period_ms(prof),
-                     "batched": batched(prof, opts, os.path.join(tmp, name + "-b"))}
+        libddq = (
+            bc.fill_cpython(plain, payload, os.path.join(tmp, name + "-l"))[0]
+            if plain != opts
+            else held
+        )
+        b = bound(
+            len(payload), opts.get("window") or 1, opts["max_segments"], opts["segment_bytes"]
+        )
+        out[name] = {
+            "held": held,
+            "libddq": libddq,
+            "bound": b,
+            "n": len(payload),
+            "window": opts.get("window", 0),
+            "period_ms": bc.period_ms(prof),
+            "batched": batched(prof, opts, os.path.join(tmp, name + "-b")),
+        }
     return out
 
 
@@ -70,11 +80,18 @@ def batched(prof, opts, path):
         t[0] += 10000
         return t[0]
 
-    ob = BatchOutbox(path, clock=clock, ticks=lambda: 0, batch_bytes=opts["max_payload_bytes"],
-                     batch_ms=0, sync="none", **opts)
+    ob = BatchOutbox(
+        path,
+        clock=clock,
+        ticks=lambda: 0,
+        batch_bytes=opts["max_payload_bytes"],
+        batch_ms=0,
+        sync="none",
+        **opts,
+    )
     n = 0
     try:
-        for _ in range(10 ** 6):
+        for _ in range(10**6):
             ob.put("sensors/%s/t" % prof["board"].lower(), bc.READING)
             n += 1
     except ddq.Full:
@@ -94,23 +111,39 @@ def rows(rep, R, fmt, verdict):
         rule = "window %d" % r["window"] if r["window"] else "libddq's rule"
         rid = "h%d" % (k + 1)
         today = TODAY.get(name, r["libddq"])
-        rep.row(rid, "%s readings held (%d B enveloped, %s; libddq's rule on these options: %s) "
-                "÷ before issue 26; %.1f h at 1 per %d s" % (
-                    name, r["n"], rule, fmt(r["libddq"]), hours, r["period_ms"] // 1000),
-                fmt(r["held"]), fmt(today), fmt(r["held"] / today), "≥ 3",
-                verdict(r["held"] / today, TARGETS["x_today"]))
-        rep.row(rid + "b", "%s readings held ÷ the bound B(n, w) (DESIGN §5.1)" % name,
-                fmt(r["held"]), fmt(r["bound"]), fmt(r["held"] / r["bound"]), "≥ 0.75",
-                verdict(r["held"] / r["bound"], TARGETS["x_bound"]))
+        rep.row(
+            rid,
+            "%s readings held (%d B enveloped, %s; libddq's rule on these options: %s) "
+            "÷ before issue 26; %.1f h at 1 per %d s"
+            % (name, r["n"], rule, fmt(r["libddq"]), hours, r["period_ms"] // 1000),
+            fmt(r["held"]),
+            fmt(today),
+            fmt(r["held"] / today),
+            "≥ 3",
+            verdict(r["held"] / today, TARGETS["x_today"]),
+        )
+        rep.row(
+            rid + "b",
+            "%s readings held ÷ the bound B(n, w) (DESIGN §5.1)" % name,
+            fmt(r["held"]),
+            fmt(r["bound"]),
+            fmt(r["held"] / r["bound"]),
+            "≥ 0.75",
+            verdict(r["held"] / r["bound"], TARGETS["x_bound"]),
+        )
         if r.get("batched"):
             pico = name == "RPI_PICO"
-            rep.row(rid + "c", "%s 25-byte readings held in shared items (ddq_batch, batch_bytes "
-                    "= max_payload_bytes); %.1f h at 1 per %d s" % (
-                        name, r["batched"] * r["period_ms"] / 3600000.0, r["period_ms"] // 1000),
-                    fmt(r["batched"]), "20,000" if pico else "—",
-                    fmt(r["batched"] / TARGETS["batched"]) if pico else "—",
-                    "≥ 20,000" if pico else "report",
-                    verdict(r["batched"] / TARGETS["batched"], 1.0) if pico else "report")
+            rep.row(
+                rid + "c",
+                "%s 25-byte readings held in shared items (ddq_batch, batch_bytes "
+                "= max_payload_bytes); %.1f h at 1 per %d s"
+                % (name, r["batched"] * r["period_ms"] / 3600000.0, r["period_ms"] // 1000),
+                fmt(r["batched"]),
+                "20,000" if pico else "—",
+                fmt(r["batched"] / TARGETS["batched"]) if pico else "—",
+                "≥ 20,000" if pico else "report",
+                verdict(r["batched"] / TARGETS["batched"], 1.0) if pico else "report",
+            )
 
 
 if __name__ == "__main__":

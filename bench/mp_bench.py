@@ -147,8 +147,15 @@ def part_heap(a):
         q.close()
         if not a.get("keep"):
             common.rmtree(a["dir"])
-        emit({"n": items, "opened": m_open - m_start, "per_item": (m_open - m_start) / items,
-              "kept_read_buffer": scratch, "index_used": bool(getattr(q, "index_used", False))})
+        emit(
+            {
+                "n": items,
+                "opened": m_open - m_start,
+                "per_item": (m_open - m_start) / items,
+                "kept_read_buffer": scratch,
+                "index_used": bool(getattr(q, "index_used", False)),
+            }
+        )
         return
     p = bytes(a["payload"])
     for _ in range(n):
@@ -156,8 +163,14 @@ def part_heap(a):
     q.sync()
     m_full = collect()
     q.close()
-    emit({"n": n, "payload": a["payload"], "empty_queue": m_open - m_start,
-          "per_item": (m_full - m_open) / n})
+    emit(
+        {
+            "n": n,
+            "payload": a["payload"],
+            "empty_queue": m_open - m_start,
+            "per_item": (m_full - m_open) / n,
+        }
+    )
 
 
 # --- scaling ----------------------------------------------------------------------------------
@@ -201,8 +214,10 @@ def part_scaling(a):
         t0 = now_us()
         for _ in range(k):
             q.enqueue(p)
-        out[str(k)] = {"fill_us_per": since_us(t0) / k,
-                       "runs": {"enqueue": [], "claim": [], "ack": []}}
+        out[str(k)] = {
+            "fill_us_per": since_us(t0) / k,
+            "runs": {"enqueue": [], "claim": [], "ack": []},
+        }
         qs.append(q)
     for _ in range(a["reps"]):
         for j in range(2):
@@ -294,11 +309,22 @@ def part_recovery(a):
     out = {}
     for k in runs:
         out[k] = best(runs[k])
-    emit({"bytes": size, "items": items, "raw_us": out["raw"], "open_us": out["open_index"],
-          "open_full_us": out["open_full"], "close_index_us": out["close_index"],
-          "close_noop_us": out["close_noop"], "index_bytes": ixb,
-          "index_size": common.file_size(d + "/queue.index"), "replayed": replayed,
-          "index_used": used, "runs": runs})
+    emit(
+        {
+            "bytes": size,
+            "items": items,
+            "raw_us": out["raw"],
+            "open_us": out["open_index"],
+            "open_full_us": out["open_full"],
+            "close_index_us": out["close_index"],
+            "close_noop_us": out["close_noop"],
+            "index_bytes": ixb,
+            "index_size": common.file_size(d + "/queue.index"),
+            "replayed": replayed,
+            "index_used": used,
+            "runs": runs,
+        }
+    )
 
 
 # --- LittleFS wear ----------------------------------------------------------------------------
@@ -374,9 +400,15 @@ def wear_applog(dev, n, backlog, payload):
 
 def wear_outbox(dev, n, backlog, payload, every, prof):
     # The message layer's group commit: Outbox(sync_every=3 records a message) put / get / ack.
-    q = ddq.Queue(MOUNT + "/q", sync="none", clock=Clock(), segment_bytes=prof["segment_bytes"],
-                  max_items=prof["max_items"], max_payload_bytes=prof["max_payload_bytes"],
-                  max_segments=prof["max_segments"])
+    q = ddq.Queue(
+        MOUNT + "/q",
+        sync="none",
+        clock=Clock(),
+        segment_bytes=prof["segment_bytes"],
+        max_items=prof["max_items"],
+        max_payload_bytes=prof["max_payload_bytes"],
+        max_segments=prof["max_segments"],
+    )
     import ddq_outbox
 
     ob = ddq_outbox.Outbox(q, clock=Clock(), sync_every=3 * every)
@@ -397,9 +429,15 @@ def wear_ddq(dev, n, backlog, payload, policy, every, prof):
     sync = policy
     if policy in ("group", "enqueue"):
         sync = "none"
-    q = ddq.Queue(MOUNT + "/q", sync=sync, clock=Clock(), segment_bytes=prof["segment_bytes"],
-                  max_items=prof["max_items"], max_payload_bytes=prof["max_payload_bytes"],
-                  max_segments=prof["max_segments"])
+    q = ddq.Queue(
+        MOUNT + "/q",
+        sync=sync,
+        clock=Clock(),
+        segment_bytes=prof["segment_bytes"],
+        max_items=prof["max_items"],
+        max_payload_bytes=prof["max_payload_bytes"],
+        max_segments=prof["max_segments"],
+    )
     p = b"x" * payload
     for _ in range(backlog):
         q.enqueue(p)
@@ -419,10 +457,20 @@ def wear_ddq(dev, n, backlog, payload, policy, every, prof):
 
 # The board profiles in boards/*.json (RPI_PICO: 4 KiB segments; ESP32_GENERIC: 8 KiB).
 PROFILES = {
-    "rp2": {"progsize": 256, "segment_bytes": 4096, "max_items": 256, "max_payload_bytes": 256,
-            "max_segments": 16},
-    "esp32": {"progsize": 32, "segment_bytes": 8192, "max_items": 512, "max_payload_bytes": 512,
-              "max_segments": 16},
+    "rp2": {
+        "progsize": 256,
+        "segment_bytes": 4096,
+        "max_items": 256,
+        "max_payload_bytes": 256,
+        "max_segments": 16,
+    },
+    "esp32": {
+        "progsize": 32,
+        "segment_bytes": 8192,
+        "max_items": 512,
+        "max_payload_bytes": 512,
+        "max_segments": 16,
+    },
 }
 
 
@@ -433,7 +481,15 @@ def part_lfs(a):
     for pname in a["profiles"].split(","):
         prof = PROFILES[pname]
         res = {}
-        cases = ["json", "applog", "ddq_always", "ddq_ack", "ddq_enqueue", "ddq_group", "ddq_outbox"]
+        cases = [
+            "json",
+            "applog",
+            "ddq_always",
+            "ddq_ack",
+            "ddq_enqueue",
+            "ddq_group",
+            "ddq_outbox",
+        ]
         for case in cases:
             dev = lfs_mount(a["blocks"], prof["progsize"])
             if case == "json":
@@ -444,14 +500,25 @@ def part_lfs(a):
                 wear_outbox(dev, n, backlog, payload, every, prof)
             else:
                 wear_ddq(dev, n, backlog, payload, case[4:], every, prof)
-            res[case] = {"progs": dev.progs / n, "erases": dev.erases / n,
-                         "prog_bytes": dev.prog_bytes / n}
+            res[case] = {
+                "progs": dev.progs / n,
+                "erases": dev.erases / n,
+                "prog_bytes": dev.prog_bytes / n,
+            }
             lfs_umount()
             dev = None
             gc.collect()
         out[pname] = res
-    emit({"n": n, "backlog": backlog, "payload": payload, "every": every, "per_msg": out,
-          "profiles": PROFILES})
+    emit(
+        {
+            "n": n,
+            "backlog": backlog,
+            "payload": payload,
+            "every": every,
+            "per_msg": out,
+            "profiles": PROFILES,
+        }
+    )
 
 
 # --- import heap ------------------------------------------------------------------------------
@@ -483,8 +550,15 @@ def part_imports(a):
         m2 = collect()
         __import__(name)
         more[name] = collect() - m2
-    emit({"path": a["path"], "romfs": a["romfs"], "romfs_bytes": img_len, "heap": m1 - m0,
-          "also": more})
+    emit(
+        {
+            "path": a["path"],
+            "romfs": a["romfs"],
+            "romfs_bytes": img_len,
+            "heap": m1 - m0,
+            "also": more,
+        }
+    )
 
 
 # --- allocation -------------------------------------------------------------------------------
@@ -543,8 +617,12 @@ def part_allocs(a):
         if c is None:
             c = q.claim(30000)
         ok_a, _r = locked(q.ack, c.seq)
-        out[str(pending)] = {"enqueue": per[0], "claim": per[1], "ack": per[2],
-                             "heap_lock_ok": {"enqueue": ok_e, "claim": ok_c, "ack": ok_a}}
+        out[str(pending)] = {
+            "enqueue": per[0],
+            "claim": per[1],
+            "ack": per[2],
+            "heap_lock_ok": {"enqueue": ok_e, "claim": ok_c, "ack": ok_a},
+        }
         q.close()
         q = None
         common.rmtree(d)
@@ -611,14 +689,26 @@ def part_capacity(a):
     q = None  # a MemoryError may have struck between the write and the index: discard
     gc.collect()
     common.rmtree(a["dir"])
-    emit({"items": n, "free_before": free0, "alloc_before": m0, "mem_free_at_start": m_free,
-          "error": err, "payload": a["payload"]})
+    emit(
+        {
+            "items": n,
+            "free_before": free0,
+            "alloc_before": m0,
+            "mem_free_at_start": m_free,
+            "error": err,
+            "payload": a["payload"],
+        }
+    )
 
 
 # --- heap per item by state, capacity in a board heap, reopen (issue 14) -----------------------
 
-BOARD_OPTS = {"segment_bytes": 4096, "max_payload_bytes": 64, "max_items": 1000000,
-              "max_segments": 4096}
+BOARD_OPTS = {
+    "segment_bytes": 4096,
+    "max_payload_bytes": 64,
+    "max_items": 1000000,
+    "max_segments": 4096,
+}
 
 
 def part_heapstate(a):
@@ -650,9 +740,18 @@ def part_heapstate(a):
     q.close()
     q = None
     common.rmtree(a["dir"])
-    emit({"n": n, "k": k, "payload": a["payload"], "default": (m1 - m0) / n,
-          "claimed": (m2 - m1) / k, "acked_in_order": (m3 - m1) / k, "retry": (m4 - m3) / k,
-          "acked_out_of_order": (m5 - m4) / k})
+    emit(
+        {
+            "n": n,
+            "k": k,
+            "payload": a["payload"],
+            "default": (m1 - m0) / n,
+            "claimed": (m2 - m1) / k,
+            "acked_in_order": (m3 - m1) / k,
+            "retry": (m4 - m3) / k,
+            "acked_out_of_order": (m5 - m4) / k,
+        }
+    )
 
 
 def part_reopen(a):
@@ -681,8 +780,15 @@ def part_reopen(a):
     k1 = collect()
     n = q.stats().total_items
     q.close()
-    emit({"items": n, "allocated": t1 - t0, "kept": k1 - k0, "peak_over_start": peak - k0,
-          "index_used": q.index_used})
+    emit(
+        {
+            "items": n,
+            "allocated": t1 - t0,
+            "kept": k1 - k0,
+            "peak_over_start": peak - k0,
+            "index_used": q.index_used,
+        }
+    )
 
 
 # --- standing backlog (issue 15) ----------------------------------------------------------------
@@ -715,8 +821,12 @@ def part_steady(a):
     # wrote, LittleFS programs and erases, per delivered message. Then (raw=1) the floor at that
     # backlog: the same file-system operations with no ddq (common.raw_floor_run).
     load_ddq()
-    opts = {"segment_bytes": a["segment_bytes"], "max_payload_bytes": a["max_payload"],
-            "max_items": 1000000, "max_segments": a["max_segments"]}
+    opts = {
+        "segment_bytes": a["segment_bytes"],
+        "max_payload_bytes": a["max_payload"],
+        "max_items": 1000000,
+        "max_segments": a["max_segments"],
+    }
     p = bytes(a["payload"])
     lfs_mount(a["blocks"], a["progsize"])
     q = ddq.Queue(MOUNT + "/cap", sync="none", clock=Clock(), **opts)
@@ -727,16 +837,18 @@ def part_steady(a):
     raw = {}
     for frac in a["backlogs"].split(","):
         b = cap * int(frac) // 100
-        for sync, step in [(y, int(t)) for y in a["syncs"].split(",") for t in
-                           str(a["steps"]).split(",")]:
+        for sync, step in [
+            (y, int(t)) for y in a["syncs"].split(",") for t in str(a["steps"]).split(",")
+        ]:
             dev = lfs_mount(a["blocks"], a["progsize"])
             q = ddq.Queue(MOUNT + "/q", sync="none", clock=Clock(), **opts)
             for _ in range(b):
                 q.enqueue(p)
             q.close()
             cs = counting_storage()
-            q = ddq.Queue(MOUNT + "/q", sync=sync, clock=Clock(), storage=cs,
-                          reclaim_step=step, **opts)
+            q = ddq.Queue(
+                MOUNT + "/q", sync=sync, clock=Clock(), storage=cs, reclaim_step=step, **opts
+            )
             gc.collect()
             dev.zero()
             cs.bytes = 0
@@ -760,8 +872,14 @@ def part_steady(a):
             dev = lfs_mount(a["blocks"], a["progsize"])
             gc.collect()
             dev.zero()
-            r = common.raw_floor_run(fresh(MOUNT + "/raw"), a["n"], a["payload"],
-                                     a["segment_bytes"], common.held(out, frac, a), dev)
+            r = common.raw_floor_run(
+                fresh(MOUNT + "/raw"),
+                a["n"],
+                a["payload"],
+                a["segment_bytes"],
+                common.held(out, frac, a),
+                dev,
+            )
             r["blocks_used"] = blocks_used()
             r["progs"] = dev.progs / a["n"]
             r["erases"] = dev.erases / a["n"]
@@ -769,9 +887,20 @@ def part_steady(a):
             dev = None
             gc.collect()
             raw[frac] = r
-    emit({"admitted": cap, "options": opts, "payload": a["payload"], "n": a["n"],
-          "record_bytes": common.record_bytes(a["payload"]), "runs": out, "raw": raw,
-          "progsize": a["progsize"], "block_size": 4096, "blocks": a["blocks"]})
+    emit(
+        {
+            "admitted": cap,
+            "options": opts,
+            "payload": a["payload"],
+            "n": a["n"],
+            "record_bytes": common.record_bytes(a["payload"]),
+            "runs": out,
+            "raw": raw,
+            "progsize": a["progsize"],
+            "block_size": 4096,
+            "blocks": a["blocks"],
+        }
+    )
 
 
 def part_board_steady(a):
@@ -782,8 +911,12 @@ def part_board_steady(a):
     # same process, device and mount: the same appends and syncs with no ddq, holding as many
     # files as the ddq runs' generations held (common.raw_floor_run).
     load_ddq()
-    opts = {"segment_bytes": a["segment_bytes"], "max_payload_bytes": a["max_payload"],
-            "max_items": a["max_items"], "max_segments": a["max_segments"]}
+    opts = {
+        "segment_bytes": a["segment_bytes"],
+        "max_payload_bytes": a["max_payload"],
+        "max_items": a["max_items"],
+        "max_segments": a["max_segments"],
+    }
     if a["window"]:
         opts["window"] = a["window"]
         opts["evidence_bytes"] = a["evidence"]
@@ -811,40 +944,118 @@ def part_board_steady(a):
     dev = lfs_mount(a["blocks"], a["progsize"])
     gc.collect()
     dev.zero()
-    raw = common.raw_floor_run(fresh(MOUNT + "/raw"), a["n"], a["payload"], a["segment_bytes"],
-                               common.held(out, frac, a), dev)
+    raw = common.raw_floor_run(
+        fresh(MOUNT + "/raw"),
+        a["n"],
+        a["payload"],
+        a["segment_bytes"],
+        common.held(out, frac, a),
+        dev,
+    )
     raw["blocks_used"] = blocks_used()
     lfs_umount()
-    emit({"options": opts, "payload": a["payload"], "n": a["n"], "runs": out, "raw": raw,
-          "blocks": a["blocks"], "profile_step": a["profile_step"]})
+    emit(
+        {
+            "options": opts,
+            "payload": a["payload"],
+            "n": a["n"],
+            "runs": out,
+            "raw": raw,
+            "blocks": a["blocks"],
+            "profile_step": a["profile_step"],
+        }
+    )
 
 
 PARTS = {
-    "board_steady": (part_board_steady, {"dir": "", "n": 4000, "payload": 62,
-                                         "segment_bytes": 4096, "max_payload": 976,
-                                         "max_items": 5360, "max_segments": 146, "window": 16,
-                                         "evidence": 1024, "steps": "16", "profile_step": 16,
-                                         "backlog": 50, "blocks": 352, "progsize": 256,
-                                         "keep": 0}),
+    "board_steady": (
+        part_board_steady,
+        {
+            "dir": "",
+            "n": 4000,
+            "payload": 62,
+            "segment_bytes": 4096,
+            "max_payload": 976,
+            "max_items": 5360,
+            "max_segments": 146,
+            "window": 16,
+            "evidence": 1024,
+            "steps": "16",
+            "profile_step": 16,
+            "backlog": 50,
+            "blocks": 352,
+            "progsize": 256,
+            "keep": 0,
+        },
+    ),
     "heapstate": (part_heapstate, {"dir": "", "mod": "", "n": 10000, "k": 500, "payload": 16}),
     "reopen": (part_reopen, {"dir": "", "mod": "", "n": 3000, "payload": 16, "fill": 0}),
-    "steady": (part_steady, {"dir": "", "n": 20000, "payload": 32, "segment_bytes": 4096,
-                             "max_payload": 64, "max_segments": 100, "backlogs": "50,90",
-                             "syncs": "none,always", "steps": "0,16",
-                             "blocks": 256, "progsize": 256, "raw": 1, "keep": 0}),
+    "steady": (
+        part_steady,
+        {
+            "dir": "",
+            "n": 20000,
+            "payload": 32,
+            "segment_bytes": 4096,
+            "max_payload": 64,
+            "max_segments": 100,
+            "backlogs": "50,90",
+            "syncs": "none,always",
+            "steps": "0,16",
+            "blocks": 256,
+            "progsize": 256,
+            "raw": 1,
+            "keep": 0,
+        },
+    ),
     "capacity": (part_capacity, {"dir": "", "mod": "", "payload": 16, "limit": 1000000}),
     "lifecycle": (part_lifecycle, {"dir": "", "n": 25, "payload": 100, "blocks": 12}),
-    "heap": (part_heap, {"dir": "", "n": 10000, "payload": 1024, "fill": 1, "noindex": 0, "keep": 0}),
-    "scaling": (part_scaling, {"dir": "", "small": 100, "big": 100000, "m": 2000,
-                               "payload": 100, "reps": 3}),
+    "heap": (
+        part_heap,
+        {"dir": "", "n": 10000, "payload": 1024, "fill": 1, "noindex": 0, "keep": 0},
+    ),
+    "scaling": (
+        part_scaling,
+        {"dir": "", "small": 100, "big": 100000, "m": 2000, "payload": 100, "reps": 3},
+    ),
     "recovery": (part_recovery, {"dir": "", "reps": 3, "index_bytes": 1048576}),
-    "lfs": (part_lfs, {"dir": "", "n": 1000, "backlog": 10, "payload": 100, "every": 10,
-                       "blocks": 256, "profiles": "rp2,esp32"}),
+    "lfs": (
+        part_lfs,
+        {
+            "dir": "",
+            "n": 1000,
+            "backlog": 10,
+            "payload": 100,
+            "every": 10,
+            "blocks": 256,
+            "profiles": "rp2,esp32",
+        },
+    ),
     "imports": (part_imports, {"dir": "", "path": "", "romfs": "", "also": ""}),
-    "allocs": (part_allocs, {"dir": "", "mod": "", "sync": "always", "payload": 100,
-                             "pending": 1000, "warm": 50, "rounds": 100}),
-    "allocprof": (part_allocprof, {"dir": "", "mod": "", "sync": "always", "payload": 100,
-                                   "pending": 10, "warm": 50, "rounds": 100}),
+    "allocs": (
+        part_allocs,
+        {
+            "dir": "",
+            "mod": "",
+            "sync": "always",
+            "payload": 100,
+            "pending": 1000,
+            "warm": 50,
+            "rounds": 100,
+        },
+    ),
+    "allocprof": (
+        part_allocprof,
+        {
+            "dir": "",
+            "mod": "",
+            "sync": "always",
+            "payload": 100,
+            "pending": 10,
+            "warm": 50,
+            "rounds": 100,
+        },
+    ),
 }
 
 

@@ -28,8 +28,15 @@ n = 0
 end = "limit"
 q = None
 try:
-    q = ddq.Queue(qdir, sync="none", clock=lambda: 1767225600000, segment_bytes=4096,
-                  max_payload_bytes=64, max_items=1000000, max_segments=4096)
+    q = ddq.Queue(
+        qdir,
+        sync="none",
+        clock=lambda: 1767225600000,
+        segment_bytes=4096,
+        max_payload_bytes=64,
+        max_items=1000000,
+        max_segments=4096,
+    )
     p = bytes(payload)
     while n < limit:
         q.enqueue(p)

@@ -52,9 +52,7 @@ def chop_heap(k):
     return (pins, fill, holes), i  # all kept: a freed list would be one big free run
 
 
-
-OPTS = {"segment_bytes": 4096, "max_payload_bytes": 64, "max_items": 1000000,
-        "max_segments": 4096}
+OPTS = {"segment_bytes": 4096, "max_payload_bytes": 64, "max_items": 1000000, "max_segments": 4096}
 if len(sys.argv) > 4 and sys.argv[4] == "compact":
     # compact(): open in the whole heap, ack the older half, then chop and compact.
     q = ddq.Queue(qdir, sync="none", clock=lambda: 1767225600000, index_bytes=1 << 40, **OPTS)

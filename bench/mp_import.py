@@ -43,6 +43,7 @@ for name in [x for x in a["also"].split(",") if x]:  # each one's increment afte
     __import__(name)
     gc.collect()
     more[name] = gc.mem_alloc() - m2
-print('RESULT {"path": "%s", "romfs": "%s", "romfs_bytes": %d, "heap": %d, "also": {%s}}' % (
-    a["path"], a["romfs"], n, m1 - m0,
-    ", ".join('"%s": %d' % (k, more[k]) for k in more)))
+print(
+    'RESULT {"path": "%s", "romfs": "%s", "romfs_bytes": %d, "heap": %d, "also": {%s}}'
+    % (a["path"], a["romfs"], n, m1 - m0, ", ".join('"%s": %d' % (k, more[k]) for k in more))
+)

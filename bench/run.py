@@ -43,28 +43,40 @@ def mpy_core(d, opt=None):
         src = os.path.join(REPO, "port", name + ".py")
         if os.path.exists(src):
             mpy_cross(src, os.path.join(d, name + ".mpy"), opt)
+
+
 REPORT = os.path.join(REPO, "docs", "BENCHMARKS.md")
 RAW = os.path.join(REPO, "build", "bench-results.json")
 sys.path.insert(0, HERE)
 
 # Sizes: (full, smoke).
 SIZES = {
-    "cp_lifecycle": ({"n": 25, "fast": 1000, "every": 100, "blocks": 30},
-                     {"n": 3, "fast": 50, "every": 10, "blocks": 2}),
+    "cp_lifecycle": (
+        {"n": 25, "fast": 1000, "every": 100, "blocks": 30},
+        {"n": 3, "fast": 50, "every": 10, "blocks": 2},
+    ),
     "cp_counts": ({"n": 2000, "every": 100}, {"n": 50, "every": 10}),
-    "cp_scaling": ({"small": 100, "big": 100000, "m": 2000, "reps": 7},
-                   {"small": 100, "big": 1000, "m": 50, "reps": 1}),
+    "cp_scaling": (
+        {"small": 100, "big": 100000, "m": 2000, "reps": 7},
+        {"small": 100, "big": 1000, "m": 50, "reps": 1},
+    ),
     "cp_inflight": ({"many": 1000, "m": 1000, "reps": 3}, {"many": 20, "m": 20, "reps": 1}),
     "cp_recovery": ({"mib": 64, "reps": 3}, {"mib": 1, "reps": 1}),
-    "cp_recovery_small": ({"mib": 16, "payload": 100, "reps": 3},
-                          {"mib": 1, "payload": 100, "reps": 1}),
-    "cp_recovery_big": ({"mib": 64, "payload": 16384, "reps": 3},
-                        {"mib": 1, "payload": 16384, "reps": 1}),
+    "cp_recovery_small": (
+        {"mib": 16, "payload": 100, "reps": 3},
+        {"mib": 1, "payload": 100, "reps": 1},
+    ),
+    "cp_recovery_big": (
+        {"mib": 64, "payload": 16384, "reps": 3},
+        {"mib": 1, "payload": 16384, "reps": 1},
+    ),
     "cp_profile": ({"n": 20000, "mib": 16}, {"n": 200, "mib": 1}),
     "mp_lifecycle": ({"n": 25, "blocks": 30}, {"n": 3, "blocks": 2}),
     "mp_heap": ({"n": 10000}, {"n": 200}),
-    "mp_scaling": ({"small": 100, "big": 100000, "m": 1000, "reps": 9},
-                   {"small": 100, "big": 1000, "m": 50, "reps": 1}),
+    "mp_scaling": (
+        {"small": 100, "big": 100000, "m": 1000, "reps": 9},
+        {"small": 100, "big": 1000, "m": 50, "reps": 1},
+    ),
     "mp_recovery": ({"reps": 3}, {"reps": 1}),
     "mp_lfs": ({"n": 1000}, {"n": 20}),
     "mp_capacity": ({"limit": 1000000}, {"limit": 1000000}),
@@ -79,8 +91,18 @@ HOLES = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144)
 MP_HEAP_BIG = "16M"  # 100,000 items and a 64 MiB recovery; the default heap is 2 MB
 
 TARGETS = {
-    "1": 0.85, "1b": 0.85, "2": 1.5, "3": 10.0, "4": 0.8, "4b": 0.8, "5": 32, "6": 1.3,
-    "7": 0.5, "8": 0.5, "9": 24576, "9b": 12288,
+    "1": 0.85,
+    "1b": 0.85,
+    "2": 1.5,
+    "3": 10.0,
+    "4": 0.8,
+    "4b": 0.8,
+    "5": 32,
+    "6": 1.3,
+    "7": 0.5,
+    "8": 0.5,
+    "9": 24576,
+    "9b": 12288,
 }
 
 
@@ -101,8 +123,10 @@ def run_part(interp, script, part, args, heap=None, timeout=900):
         if line.startswith("RESULT "):
             res = json.loads(line[7:])
     if p.returncode != 0 or res is None:
-        raise PartFailed("%s %s exited %d\n%s%s" % (script, part, p.returncode,
-                                                    p.stdout[-3000:], p.stderr[-3000:]))
+        raise PartFailed(
+            "%s %s exited %d\n%s%s"
+            % (script, part, p.returncode, p.stdout[-3000:], p.stderr[-3000:])
+        )
     res["_seconds"] = dt
     return res
 
@@ -185,56 +209,118 @@ def build(results, errors, smoke, seconds):
         raw = med["raw_sync"]
         for rid, key, syncs in (("1", "ddq_always", 3), ("1b", "ddq_ack", 2)):
             ratio = paired(b["raw_sync"], b[key], syncs)
-            rep.row(rid, "CPython lifecycle (enqueue+claim+ack), sync=\"%s\", msgs/s"
-                    % key[4:], fmt(rate(med[key])),
-                    "raw append+fsync %s/s ÷ %d = %s" % (fmt(rate(raw)), syncs,
-                                                         fmt(rate(raw) / syncs)),
-                    fmt(ratio), "≥ 0.85", verdict(ratio, TARGETS[rid]))
+            rep.row(
+                rid,
+                'CPython lifecycle (enqueue+claim+ack), sync="%s", msgs/s' % key[4:],
+                fmt(rate(med[key])),
+                "raw append+fsync %s/s ÷ %d = %s"
+                % (fmt(rate(raw)), syncs, fmt(rate(raw) / syncs)),
+                fmt(ratio),
+                "≥ 0.85",
+                verdict(ratio, TARGETS[rid]),
+            )
         pq = med["persistqueue"]
         ratio = paired(b["persistqueue"], b["ddq_always"])
-        rep.row("2", "CPython lifecycle sync=\"always\" vs persist-queue SQLiteAckQueue",
-                fmt(rate(med["ddq_always"])), "persist-queue %s/s" % fmt(rate(pq)), fmt(ratio),
-                "≥ 1.5×", verdict(ratio, TARGETS["2"]))
+        rep.row(
+            "2",
+            'CPython lifecycle sync="always" vs persist-queue SQLiteAckQueue',
+            fmt(rate(med["ddq_always"])),
+            "persist-queue %s/s" % fmt(rate(pq)),
+            fmt(ratio),
+            "≥ 1.5×",
+            verdict(ratio, TARGETS["2"]),
+        )
         ratio = paired(b["persistqueue"], b["ddq_ack"])
-        rep.row("2b", "same, sync=\"ack\" (2 fsyncs)", fmt(rate(med["ddq_ack"])),
-                "persist-queue %s/s" % fmt(rate(pq)), fmt(ratio), "report", "report")
+        rep.row(
+            "2b",
+            'same, sync="ack" (2 fsyncs)',
+            fmt(rate(med["ddq_ack"])),
+            "persist-queue %s/s" % fmt(rate(pq)),
+            fmt(ratio),
+            "report",
+            "report",
+        )
         if "outbox_group" in b:
             ratio = paired(b["persistqueue"], b["outbox_group"])
-            rep.row("3", "group-commit lifecycle, ddq_outbox.Outbox(sync_every=%d records)"
-                    % (3 * lc["every"]), fmt(rate(med["outbox_group"])),
-                    "persist-queue %s/s" % fmt(rate(pq)), fmt(ratio), "≥ 10×",
-                    verdict(ratio, TARGETS["3"]))
+            rep.row(
+                "3",
+                "group-commit lifecycle, ddq_outbox.Outbox(sync_every=%d records)"
+                % (3 * lc["every"]),
+                fmt(rate(med["outbox_group"])),
+                "persist-queue %s/s" % fmt(rate(pq)),
+                fmt(ratio),
+                "≥ 10×",
+                verdict(ratio, TARGETS["3"]),
+            )
         ratio = paired(b["persistqueue"], b["ddq_group"])
-        rep.row("3" if "outbox_group" not in b else "3b",
-                "group-commit lifecycle, Queue(sync=\"none\") + sync() every %d" % lc["every"],
-                fmt(rate(med["ddq_group"])), "persist-queue %s/s" % fmt(rate(pq)), fmt(ratio),
-                "≥ 10×", verdict(ratio, TARGETS["3"]))
-        for key, name in (("litequeue_default", "default (WAL, synchronous=NORMAL)"),
-                          ("litequeue_full", "synchronous=FULL")):
+        rep.row(
+            "3" if "outbox_group" not in b else "3b",
+            'group-commit lifecycle, Queue(sync="none") + sync() every %d' % lc["every"],
+            fmt(rate(med["ddq_group"])),
+            "persist-queue %s/s" % fmt(rate(pq)),
+            fmt(ratio),
+            "≥ 10×",
+            verdict(ratio, TARGETS["3"]),
+        )
+        for key, name in (
+            ("litequeue_default", "default (WAL, synchronous=NORMAL)"),
+            ("litequeue_full", "synchronous=FULL"),
+        ):
             ratio = paired(b[key], b["ddq_always"])
-            rep.row("10", "litequeue %s lifecycle; ratio = ddq sync=\"always\" ÷ it"
-                    % name, fmt(rate(med[key])), "ddq %s/s" % fmt(rate(med["ddq_always"])),
-                    fmt(ratio), "report", "report")
+            rep.row(
+                "10",
+                'litequeue %s lifecycle; ratio = ddq sync="always" ÷ it' % name,
+                fmt(rate(med[key])),
+                "ddq %s/s" % fmt(rate(med["ddq_always"])),
+                fmt(ratio),
+                "report",
+                "report",
+            )
         rows = []
         for key, label, fs in (
-                ("raw_sync", "raw append + flush + os.fsync (one record)", "1"),
-                ("ddq_always", "ddq Queue sync=\"always\"", "3"),
-                ("ddq_ack", "ddq Queue sync=\"ack\"", "2"),
-                ("ddq_group", "ddq Queue sync=\"none\" + sync() every %d" % lc["every"],
-                 "1/%d" % lc["every"]),
-                ("outbox_group", "ddq Outbox sync_every=%d (put/get/ack)" % (3 * lc["every"]),
-                 "see the fsync table"),
-                ("persistqueue", "persist-queue SQLiteAckQueue (put/get/ack)", "3 commits"),
-                ("litequeue_default", "litequeue default (put/pop/done)", "WAL, NORMAL"),
-                ("litequeue_full", "litequeue synchronous=FULL", "3 commits")):
+            ("raw_sync", "raw append + flush + os.fsync (one record)", "1"),
+            ("ddq_always", 'ddq Queue sync="always"', "3"),
+            ("ddq_ack", 'ddq Queue sync="ack"', "2"),
+            (
+                "ddq_group",
+                'ddq Queue sync="none" + sync() every %d' % lc["every"],
+                "1/%d" % lc["every"],
+            ),
+            (
+                "outbox_group",
+                "ddq Outbox sync_every=%d (put/get/ack)" % (3 * lc["every"]),
+                "see the fsync table",
+            ),
+            ("persistqueue", "persist-queue SQLiteAckQueue (put/get/ack)", "3 commits"),
+            ("litequeue_default", "litequeue default (put/pop/done)", "WAL, NORMAL"),
+            ("litequeue_full", "litequeue synchronous=FULL", "3 commits"),
+        ):
             if key in b:
-                rows.append((label, fmt(min(b[key])), fmt(med[key]), fmt(rate(med[key])), fs,
-                             "%s – %s" % (fmt(min(b[key])), fmt(max(b[key])))))
-        rep.section("CPython lifecycles (payload %d B; %d blocks round-robin, each %d lifecycles, "
-                    "%d for the fast ones)" % (lc["payload"], len(b["raw_sync"]), lc["n"],
-                                               lc["fast"]),
-                    table(("what", "best µs per lifecycle (raw: per record)", "median µs",
-                           "per s (median)", "fsyncs", "range of blocks (µs)"), rows))
+                rows.append(
+                    (
+                        label,
+                        fmt(min(b[key])),
+                        fmt(med[key]),
+                        fmt(rate(med[key])),
+                        fs,
+                        "%s – %s" % (fmt(min(b[key])), fmt(max(b[key]))),
+                    )
+                )
+        rep.section(
+            "CPython lifecycles (payload %d B; %d blocks round-robin, each %d lifecycles, "
+            "%d for the fast ones)" % (lc["payload"], len(b["raw_sync"]), lc["n"], lc["fast"]),
+            table(
+                (
+                    "what",
+                    "best µs per lifecycle (raw: per record)",
+                    "median µs",
+                    "per s (median)",
+                    "fsyncs",
+                    "range of blocks (µs)",
+                ),
+                rows,
+            ),
+        )
 
     # Counts: fsyncs and bytes per op.
     ct = R.get("cp_counts")
@@ -243,22 +329,56 @@ def build(results, errors, smoke, seconds):
         for pol, ops in ct["per_op"].items():
             tot_b = sum(v["bytes"] for v in ops.values())
             tot_f = sum(v["fsyncs"] + v["dir_fsyncs"] for v in ops.values())
-            rows.append((pol, "%s / %s / %s" % tuple(fmt(ops[o]["fsyncs"]) for o in
-                                                   ("enqueue", "claim", "ack")),
-                         fmt(ops["sync"]["fsyncs"]), fmt(sum(v["dir_fsyncs"] for v in
-                                                             ops.values())),
-                         fmt(tot_f), fmt(tot_b), "%.2f×" % (tot_b / ct["payload"])))
-        rows.append(("C DDQ (ddq-c-format §18)", "1 / 1 / 1", "—", "—", "3",
-                     "144 + P = %d" % (144 + ct["payload"]),
-                     "%.2f×" % ((144 + ct["payload"]) / ct["payload"])))
-        rows.append(("iotspool (iotspool-lessons §2.2; topic T=1)", "1 / 0 / 1", "—", "—", "2",
-                     "72 + T + P = %d" % (73 + ct["payload"]),
-                     "%.2f×" % ((73 + ct["payload"]) / ct["payload"])))
-        rep.section("fsyncs and bytes written per delivered message (payload %d B, %d messages, "
-                    "counting wrapper around ddq.PosixStorage)" % (ct["payload"], ct["n"]),
-                    table(("policy", "file fsyncs enqueue / claim / ack", "explicit sync()",
-                           "dir fsyncs", "fsyncs per message", "bytes written per message",
-                           "write amplification (÷ payload)"), rows))
+            rows.append(
+                (
+                    pol,
+                    "%s / %s / %s"
+                    % tuple(fmt(ops[o]["fsyncs"]) for o in ("enqueue", "claim", "ack")),
+                    fmt(ops["sync"]["fsyncs"]),
+                    fmt(sum(v["dir_fsyncs"] for v in ops.values())),
+                    fmt(tot_f),
+                    fmt(tot_b),
+                    "%.2f×" % (tot_b / ct["payload"]),
+                )
+            )
+        rows.append(
+            (
+                "C DDQ (ddq-c-format §18)",
+                "1 / 1 / 1",
+                "—",
+                "—",
+                "3",
+                "144 + P = %d" % (144 + ct["payload"]),
+                "%.2f×" % ((144 + ct["payload"]) / ct["payload"]),
+            )
+        )
+        rows.append(
+            (
+                "iotspool (iotspool-lessons §2.2; topic T=1)",
+                "1 / 0 / 1",
+                "—",
+                "—",
+                "2",
+                "72 + T + P = %d" % (73 + ct["payload"]),
+                "%.2f×" % ((73 + ct["payload"]) / ct["payload"]),
+            )
+        )
+        rep.section(
+            "fsyncs and bytes written per delivered message (payload %d B, %d messages, "
+            "counting wrapper around ddq.PosixStorage)" % (ct["payload"], ct["n"]),
+            table(
+                (
+                    "policy",
+                    "file fsyncs enqueue / claim / ack",
+                    "explicit sync()",
+                    "dir fsyncs",
+                    "fsyncs per message",
+                    "bytes written per message",
+                    "write amplification (÷ payload)",
+                ),
+                rows,
+            ),
+        )
 
     # 4: MicroPython lifecycle.
     ml = R.get("mp_lifecycle")
@@ -267,102 +387,185 @@ def build(results, errors, smoke, seconds):
         raw = median(b["raw_sync"])
         for rid, key, syncs in (("4", "ddq_always", 3), ("4b", "ddq_ack", 2)):
             ratio = paired(b["raw_sync"], b[key], syncs)
-            rep.row(rid, "MicroPython unix lifecycle, sync=\"%s\", msgs/s" % key[4:],
-                    fmt(rate(median(b[key]))), "raw append+flush %s/s ÷ %d = %s"
-                    % (fmt(rate(raw)), syncs, fmt(rate(raw) / syncs)), fmt(ratio), "≥ 0.8",
-                    verdict(ratio, TARGETS[rid]))
-        rep.section("MicroPython lifecycles (unix port, VfsPosix: flush is the fsync; payload %d "
-                    "B; %d blocks round-robin, each %d lifecycles)"
-                    % (ml["payload"], len(b["raw_sync"]), ml["n"]),
-                    table(("what", "best µs", "median µs", "range of blocks (µs)"),
-                          [(k, fmt(min(v)), fmt(median(v)), "%s – %s" % (fmt(min(v)),
-                                                                          fmt(max(v))))
-                           for k, v in sorted(b.items())]))
+            rep.row(
+                rid,
+                'MicroPython unix lifecycle, sync="%s", msgs/s' % key[4:],
+                fmt(rate(median(b[key]))),
+                "raw append+flush %s/s ÷ %d = %s"
+                % (fmt(rate(raw)), syncs, fmt(rate(raw) / syncs)),
+                fmt(ratio),
+                "≥ 0.8",
+                verdict(ratio, TARGETS[rid]),
+            )
+        rep.section(
+            "MicroPython lifecycles (unix port, VfsPosix: flush is the fsync; payload %d "
+            "B; %d blocks round-robin, each %d lifecycles)"
+            % (ml["payload"], len(b["raw_sync"]), ml["n"]),
+            table(
+                ("what", "best µs", "median µs", "range of blocks (µs)"),
+                [
+                    (k, fmt(min(v)), fmt(median(v)), "%s – %s" % (fmt(min(v)), fmt(max(v))))
+                    for k, v in sorted(b.items())
+                ],
+            ),
+        )
 
     # 5: heap per pending item.
     hp = R.get("mp_heap")
     if hp:
         v = hp["per_item"]
-        rep.row("5", "MicroPython heap per pending item (%d pending, %d B payloads)"
-                % (hp["n"], hp["payload"]), "%s B" % fmt(v),
-                "iotspool 32 B, C DDQ 72 B", "%s (÷ 32)" % fmt(v / 32), "≤ 32 B",
-                verdict(v, TARGETS["5"], False))
+        rep.row(
+            "5",
+            "MicroPython heap per pending item (%d pending, %d B payloads)"
+            % (hp["n"], hp["payload"]),
+            "%s B" % fmt(v),
+            "iotspool 32 B, C DDQ 72 B",
+            "%s (÷ 32)" % fmt(v / 32),
+            "≤ 32 B",
+            verdict(v, TARGETS["5"], False),
+        )
     hr = R.get("mp_heap_reopen")
     if hr:
         v2 = hr["per_item"]
-        rep.row("5b", "same queue reopened in a fresh process (index %s; includes the %s B "
-                "replay window it keeps)" % ("loaded from queue.index" if hr.get("index_used")
-                                             else "rebuilt by a full replay",
-                                             fmt(hr["kept_read_buffer"])),
-                "%s B" % fmt(v2), "iotspool 32 B", "%s (÷ 32)" % fmt(v2 / 32), "≤ 32 B",
-                verdict(v2, TARGETS["5"], False))
+        rep.row(
+            "5b",
+            "same queue reopened in a fresh process (index %s; includes the %s B "
+            "replay window it keeps)"
+            % (
+                "loaded from queue.index" if hr.get("index_used") else "rebuilt by a full replay",
+                fmt(hr["kept_read_buffer"]),
+            ),
+            "%s B" % fmt(v2),
+            "iotspool 32 B",
+            "%s (÷ 32)" % fmt(v2 / 32),
+            "≤ 32 B",
+            verdict(v2, TARGETS["5"], False),
+        )
     hx = R.get("mp_heap_replay")
     if hx:
         v3 = hx["per_item"]
-        rep.row("5r", "same queue reopened after a power cut (no usable queue.index: index rebuilt "
-                "by a full replay, columns grown by half as it goes)", "%s B" % fmt(v3),
-                "iotspool 32 B", "%s (÷ 32)" % fmt(v3 / 32), "≤ 32 B",
-                verdict(v3, TARGETS["5"], False))
+        rep.row(
+            "5r",
+            "same queue reopened after a power cut (no usable queue.index: index rebuilt "
+            "by a full replay, columns grown by half as it goes)",
+            "%s B" % fmt(v3),
+            "iotspool 32 B",
+            "%s (÷ 32)" % fmt(v3 / 32),
+            "≤ 32 B",
+            verdict(v3, TARGETS["5"], False),
+        )
 
     for heap in ("128K", "256K"):
         cap = R.get("mp_capacity_" + heap)
         if cap and hp:
             fit = cap["free_before"] / hp["per_item"]
-            rep.row("5c", "pending items that fit in a %s heap (`-X heapsize`, ddq from .mpy, "
-                    "%d B payloads) before MemoryError" % (heap, cap["payload"]),
-                    fmt(cap["items"]), "%s free ÷ %s B an item = %s" % (
-                        fmt(cap["free_before"]), fmt(hp["per_item"]), fmt(fit)),
-                    fmt(cap["items"] / fit), "report", "report")
+            rep.row(
+                "5c",
+                "pending items that fit in a %s heap (`-X heapsize`, ddq from .mpy, "
+                "%d B payloads) before MemoryError" % (heap, cap["payload"]),
+                fmt(cap["items"]),
+                "%s free ÷ %s B an item = %s"
+                % (fmt(cap["free_before"]), fmt(hp["per_item"]), fmt(fit)),
+                fmt(cap["items"] / fit),
+                "report",
+                "report",
+            )
 
     # 5 and 5c as issue 14 measures them (ddq from .mpy; segment_bytes 4096, max_payload_bytes
     # 64, max_items 1,000,000, max_segments 4096; 16-byte payloads).
     hs = R.get("mp_heapstate")
     if hs:
-        rep.row("5 (new)", "MicroPython heap per pending item in the default state (enqueued, "
-                "never claimed, log order), amortised over %s items, ddq from .mpy"
-                % fmt(hs["n"]), "%s B" % fmt(hs["default"]), "—", "%s B" % fmt(hs["default"]),
-                "≤ 2 B", verdict(hs["default"], 2, False))
-        for key, what in (("claimed", "claimed (in flight)"),
-                          ("retry", "waiting for a retry (claimed, then retry())"),
-                          ("acked_out_of_order", "acked out of order (every other item)"),
-                          ("acked_in_order", "claimed then acked in order (back to default)")):
-            rep.row("5x", "heap per item %s, %d items, over the %s" % (
-                        what, hs["k"], "default state" if key == "acked_in_order" else
-                        "state before (claimed: the default state)"),
-                    "%s B" % fmt(hs[key]), "default %s B" % fmt(hs["default"]), "—", "report",
-                    "report")
+        rep.row(
+            "5 (new)",
+            "MicroPython heap per pending item in the default state (enqueued, "
+            "never claimed, log order), amortised over %s items, ddq from .mpy" % fmt(hs["n"]),
+            "%s B" % fmt(hs["default"]),
+            "—",
+            "%s B" % fmt(hs["default"]),
+            "≤ 2 B",
+            verdict(hs["default"], 2, False),
+        )
+        for key, what in (
+            ("claimed", "claimed (in flight)"),
+            ("retry", "waiting for a retry (claimed, then retry())"),
+            ("acked_out_of_order", "acked out of order (every other item)"),
+            ("acked_in_order", "claimed then acked in order (back to default)"),
+        ):
+            rep.row(
+                "5x",
+                "heap per item %s, %d items, over the %s"
+                % (
+                    what,
+                    hs["k"],
+                    "default state"
+                    if key == "acked_in_order"
+                    else "state before (claimed: the default state)",
+                ),
+                "%s B" % fmt(hs[key]),
+                "default %s B" % fmt(hs["default"]),
+                "—",
+                "report",
+                "report",
+            )
     fit = R.get("mp_fit")
     if fit:
         for heap, target in (("64K", 5000), ("128K", 20000)):
             v = fit[heap]
-            rep.row("5c (new)", "pending 16 B items that fit with `-X heapsize=%s` (bench/mp_fit.py: "
-                    "ddq from .mpy alone; ended by %s; import %s, %s B free after it)"
-                    % (heap, v["end"], "works" if v["import_ok"] else "FAILS",
-                       fmt(v["free_after_import"])), fmt(v["items"]), "—", "—",
-                    "≥ %s" % fmt(target), verdict(v["items"], target))
+            rep.row(
+                "5c (new)",
+                "pending 16 B items that fit with `-X heapsize=%s` (bench/mp_fit.py: "
+                "ddq from .mpy alone; ended by %s; import %s, %s B free after it)"
+                % (
+                    heap,
+                    v["end"],
+                    "works" if v["import_ok"] else "FAILS",
+                    fmt(v["free_after_import"]),
+                ),
+                fmt(v["items"]),
+                "—",
+                "—",
+                "≥ %s" % fmt(target),
+                verdict(v["items"], target),
+            )
     ro = R.get("mp_reopen")
     if ro:
         churn = ro["allocated"] / ro["kept"]
-        rep.row("5r (new)", "reopen of a %s-item queue (full replay, no queue.index): bytes "
-                "allocated ÷ bytes kept (micropython.mem_total: m_malloc requests, a realloc "
-                "counted by its growth only, so copying is undercounted)" % fmt(ro["items"]),
-                fmt(churn), "kept %s B; allocated %s B; peak %s B over the start"
-                % (fmt(ro["kept"]), fmt(ro["allocated"]), fmt(ro["peak_over_start"])),
-                "%s×" % fmt(churn), "a few × (≤ 4)", verdict(churn, 4, False))
-        for key, what in (("holes", "that reopen"),
-                          ("compact_holes", "compact() of that queue with its older half acked "
-                                            "(opened first in the whole heap)")):
+        rep.row(
+            "5r (new)",
+            "reopen of a %s-item queue (full replay, no queue.index): bytes "
+            "allocated ÷ bytes kept (micropython.mem_total: m_malloc requests, a realloc "
+            "counted by its growth only, so copying is undercounted)" % fmt(ro["items"]),
+            fmt(churn),
+            "kept %s B; allocated %s B; peak %s B over the start"
+            % (fmt(ro["kept"]), fmt(ro["allocated"]), fmt(ro["peak_over_start"])),
+            "%s×" % fmt(churn),
+            "a few × (≤ 4)",
+            verdict(churn, 4, False),
+        )
+        for key, what in (
+            ("holes", "that reopen"),
+            (
+                "compact_holes",
+                "compact() of that queue with its older half acked "
+                "(opened first in the whole heap)",
+            ),
+        ):
             if key not in ro:
                 continue
             ok = [h for h in ro[key] if h["ok"]]
             fails = [h for h in ro[key] if not h["ok"]]
             k = ok[0]["hole"] if ok else None
-            rep.row("5h (new)", "largest single allocation of %s: the smallest free-run size K "
-                    "(heap chopped into holes of just under K bytes, bench/mp_hole.py) in which "
-                    "it succeeds; the failure at the size below names the allocation" % what,
-                    "≤ %s B" % fmt(k) if k else "> %s B" % fmt(HOLES[-1]),
-                    (fails[-1]["detail"] if fails else "—"), "—", "≤ 4 KiB",
-                    verdict(k if k else 10 ** 9, 4096, False))
+            rep.row(
+                "5h (new)",
+                "largest single allocation of %s: the smallest free-run size K "
+                "(heap chopped into holes of just under K bytes, bench/mp_hole.py) in which "
+                "it succeeds; the failure at the size below names the allocation" % what,
+                "≤ %s B" % fmt(k) if k else "> %s B" % fmt(HOLES[-1]),
+                (fails[-1]["detail"] if fails else "—"),
+                "—",
+                "≤ 4 KiB",
+                verdict(k if k else 10**9, 4096, False),
+            )
 
     # 6: scaling.
     for key, interp in (("cp_scaling", "CPython"), ("mp_scaling", "MicroPython")):
@@ -373,57 +576,120 @@ def build(results, errors, smoke, seconds):
         rows = []
         for op in ("enqueue", "claim", "ack"):
             ratio = paired(big["runs"][op], small["runs"][op])  # big ÷ small, per round
-            rep.row("6", "%s %s µs at %s pending ÷ at %s" % (interp, op, fmt(sc["big"]),
-                                                            fmt(sc["small"])),
-                    "%s µs" % fmt(big[op]), "%s µs" % fmt(small[op]), fmt(ratio), "≤ 1.3",
-                    verdict(ratio, TARGETS["6"], False))
-            rows.append((op, fmt(small[op]), fmt(big[op]), fmt(ratio),
-                         ", ".join(fmt(x) for x in small["runs"][op]),
-                         ", ".join(fmt(x) for x in big["runs"][op])))
+            rep.row(
+                "6",
+                "%s %s µs at %s pending ÷ at %s" % (interp, op, fmt(sc["big"]), fmt(sc["small"])),
+                "%s µs" % fmt(big[op]),
+                "%s µs" % fmt(small[op]),
+                fmt(ratio),
+                "≤ 1.3",
+                verdict(ratio, TARGETS["6"], False),
+            )
+            rows.append(
+                (
+                    op,
+                    fmt(small[op]),
+                    fmt(big[op]),
+                    fmt(ratio),
+                    ", ".join(fmt(x) for x in small["runs"][op]),
+                    ", ".join(fmt(x) for x in big["runs"][op]),
+                )
+            )
         if "read" in big:
             for kind, what, tgt in (
-                    ("claimed", "read() of a claimed item", "≤ 1.3 (O(1))"),
-                    ("pending", "read() of pending items spread over the backlog", "report "
-                     "(bounded: one segment walk)")):
+                ("claimed", "read() of a claimed item", "≤ 1.3 (O(1))"),
+                (
+                    "pending",
+                    "read() of pending items spread over the backlog",
+                    "report (bounded: one segment walk)",
+                ),
+            ):
                 ratio = big["read"][kind] / small["read"][kind]
-                rep.row("6r", "%s %s µs at %s pending ÷ at %s" % (interp, what, fmt(sc["big"]),
-                                                                 fmt(sc["small"])),
-                        "%s µs" % fmt(big["read"][kind]), "%s µs" % fmt(small["read"][kind]),
-                        fmt(ratio), tgt, verdict(ratio, TARGETS["6"], False)
-                        if kind == "claimed" else "report")
-                rows.append((what, fmt(small["read"][kind]), fmt(big["read"][kind]),
-                             fmt(ratio), "", ""))
-        rows.append(("fill (enqueue while growing to N)", fmt(small["fill_us_per"]),
-                     fmt(big["fill_us_per"]), fmt(big["fill_us_per"] / small["fill_us_per"]),
-                     "", ""))
+                rep.row(
+                    "6r",
+                    "%s %s µs at %s pending ÷ at %s"
+                    % (interp, what, fmt(sc["big"]), fmt(sc["small"])),
+                    "%s µs" % fmt(big["read"][kind]),
+                    "%s µs" % fmt(small["read"][kind]),
+                    fmt(ratio),
+                    tgt,
+                    verdict(ratio, TARGETS["6"], False) if kind == "claimed" else "report",
+                )
+                rows.append(
+                    (what, fmt(small["read"][kind]), fmt(big["read"][kind]), fmt(ratio), "", "")
+                )
+        rows.append(
+            (
+                "fill (enqueue while growing to N)",
+                fmt(small["fill_us_per"]),
+                fmt(big["fill_us_per"]),
+                fmt(big["fill_us_per"] / small["fill_us_per"]),
+                "",
+                "",
+            )
+        )
         if "compact_us" in big:
-            rows.append(("compact() with N pending (µs per pending item)",
-                         fmt(small["compact_us"] / sc["small"]),
-                         fmt(big["compact_us"] / sc["big"]), "", "", ""))
-            rows.append(("first enqueue after compact() (µs; the admission plan is rebuilt)",
-                         fmt(small["first_enqueue_after_compact_us"]),
-                         fmt(big["first_enqueue_after_compact_us"]),
-                         fmt(big["first_enqueue_after_compact_us"]
-                             / small["first_enqueue_after_compact_us"]),
-                         "second: %s" % fmt(small["second_enqueue_after_compact_us"]),
-                         "second: %s" % fmt(big["second_enqueue_after_compact_us"])))
-        rep.section("%s per-operation cost vs pending items (sync=\"none\": CPU only; %d ops a "
-                    "round; rounds alternate between the two queues; ratio = median of the "
-                    "per-round ratios)" % (interp, sc["m"]),
-                    table(("op", "µs at %s" % fmt(sc["small"]), "µs at %s" % fmt(sc["big"]),
-                           "ratio", "runs small", "runs big"), rows))
+            rows.append(
+                (
+                    "compact() with N pending (µs per pending item)",
+                    fmt(small["compact_us"] / sc["small"]),
+                    fmt(big["compact_us"] / sc["big"]),
+                    "",
+                    "",
+                    "",
+                )
+            )
+            rows.append(
+                (
+                    "first enqueue after compact() (µs; the admission plan is rebuilt)",
+                    fmt(small["first_enqueue_after_compact_us"]),
+                    fmt(big["first_enqueue_after_compact_us"]),
+                    fmt(
+                        big["first_enqueue_after_compact_us"]
+                        / small["first_enqueue_after_compact_us"]
+                    ),
+                    "second: %s" % fmt(small["second_enqueue_after_compact_us"]),
+                    "second: %s" % fmt(big["second_enqueue_after_compact_us"]),
+                )
+            )
+        rep.section(
+            '%s per-operation cost vs pending items (sync="none": CPU only; %d ops a '
+            "round; rounds alternate between the two queues; ratio = median of the "
+            "per-round ratios)" % (interp, sc["m"]),
+            table(
+                (
+                    "op",
+                    "µs at %s" % fmt(sc["small"]),
+                    "µs at %s" % fmt(sc["big"]),
+                    "ratio",
+                    "runs small",
+                    "runs big",
+                ),
+                rows,
+            ),
+        )
     inf = R.get("cp_inflight")
     if inf:
         c0, cm = inf["claim_us"]["0"], inf["claim_us"][str(inf["many"])]
-        rep.row("6x", "CPython claim µs with %d claims in flight ÷ with none" % inf["many"],
-                "%s µs" % fmt(cm), "%s µs" % fmt(c0), fmt(cm / c0), "report", "report")
+        rep.row(
+            "6x",
+            "CPython claim µs with %d claims in flight ÷ with none" % inf["many"],
+            "%s µs" % fmt(cm),
+            "%s µs" % fmt(c0),
+            fmt(cm / c0),
+            "report",
+            "report",
+        )
 
     # 7: recovery, both ways: after a clean close (queue.index adopted: the target) and without
     # a usable index (after a crash: every record replayed); and the close that writes the index.
     rec_rows = []
-    for key, interp, rid in (("cp_recovery", "CPython", "7"), ("mp_recovery", "MicroPython", "7"),
-                             ("cp_recovery_small", "CPython", "7x"),
-                             ("cp_recovery_big", "CPython", "7x")):
+    for key, interp, rid in (
+        ("cp_recovery", "CPython", "7"),
+        ("mp_recovery", "MicroPython", "7"),
+        ("cp_recovery_small", "CPython", "7x"),
+        ("cp_recovery_big", "CPython", "7x"),
+    ):
         rc = R.get(key)
         if not rc:
             continue
@@ -434,118 +700,261 @@ def build(results, errors, smoke, seconds):
         what = "%s MiB log, %s B payloads (%s items)" % (fmt(mb), pay, fmt(rc["items"]))
         rp = rc.get("replayed") or {}
         if "open_full_us" not in rc:  # a saved run from before the index
-            rep.row(rid, "%s recovery (open) of a %s, MB/s" % (interp, what), fmt(open_mbs),
-                    "raw read + crc32 %s MB/s" % fmt(raw_mbs), fmt(ratio, 3),
-                    "≥ 0.5" if rid == "7" else "report",
-                    verdict(ratio, TARGETS["7"]) if rid == "7" else "report")
-            continue
-        rep.row(rid, "%s open after a clean close (queue.index adopted, %s records replayed) "
-                "of a %s, MB/s" % (interp, "{:,}".format(rp.get("index", 0)), what), fmt(open_mbs),
-                "raw read + crc32 %s MB/s" % fmt(raw_mbs), fmt(ratio, 3),
+            rep.row(
+                rid,
+                "%s recovery (open) of a %s, MB/s" % (interp, what),
+                fmt(open_mbs),
+                "raw read + crc32 %s MB/s" % fmt(raw_mbs),
+                fmt(ratio, 3),
                 "≥ 0.5" if rid == "7" else "report",
-                verdict(ratio, TARGETS["7"]) if rid == "7" else "report")
+                verdict(ratio, TARGETS["7"]) if rid == "7" else "report",
+            )
+            continue
+        rep.row(
+            rid,
+            "%s open after a clean close (queue.index adopted, %s records replayed) "
+            "of a %s, MB/s" % (interp, "{:,}".format(rp.get("index", 0)), what),
+            fmt(open_mbs),
+            "raw read + crc32 %s MB/s" % fmt(raw_mbs),
+            fmt(ratio, 3),
+            "≥ 0.5" if rid == "7" else "report",
+            verdict(ratio, TARGETS["7"]) if rid == "7" else "report",
+        )
         full_mbs = mb / (rc["open_full_us"] / 1e6)
         per = rc["open_full_us"] / rp["full"] if rp.get("full") else None
-        rep.row(rid + ("r" if rid == "7" else ""), "%s open without a usable index (after a "
-                "crash: all %s records replayed, %s µs each), same log, MB/s"
-                % (interp, "{:,}".format(rp.get("full", 0)), fmt(per)), fmt(full_mbs),
-                "raw read + crc32 %s MB/s" % fmt(raw_mbs), fmt(full_mbs / raw_mbs, 3), "report",
-                "report")
+        rep.row(
+            rid + ("r" if rid == "7" else ""),
+            "%s open without a usable index (after a "
+            "crash: all %s records replayed, %s µs each), same log, MB/s"
+            % (interp, "{:,}".format(rp.get("full", 0)), fmt(per)),
+            fmt(full_mbs),
+            "raw read + crc32 %s MB/s" % fmt(raw_mbs),
+            fmt(full_mbs / raw_mbs, 3),
+            "report",
+            "report",
+        )
         if rid == "7":
-            rep.row("7c", "%s close() that writes the index (crc32 of the whole log, then a %s "
-                    "KiB queue.index), ms" % (interp, fmt(rc["index_size"] / 1024)),
-                    fmt(rc["close_index_us"] / 1000), "raw read + crc32 %s ms"
-                    % fmt(rc["raw_us"] / 1000), "%s (time ÷ raw)"
-                    % fmt(rc["close_index_us"] / rc["raw_us"]), "report", "report")
-        rec_rows.append((interp, fmt(mb), pay, fmt(rc["items"]), fmt(rc["raw_us"] / 1000),
-                         fmt(rc["open_us"] / 1000), fmt(rc["open_full_us"] / 1000),
-                         fmt(per), fmt(rc["close_index_us"] / 1000),
-                         fmt(rc["close_noop_us"] / 1000, 3), fmt(rc["index_size"] / 1024)))
+            rep.row(
+                "7c",
+                "%s close() that writes the index (crc32 of the whole log, then a %s "
+                "KiB queue.index), ms" % (interp, fmt(rc["index_size"] / 1024)),
+                fmt(rc["close_index_us"] / 1000),
+                "raw read + crc32 %s ms" % fmt(rc["raw_us"] / 1000),
+                "%s (time ÷ raw)" % fmt(rc["close_index_us"] / rc["raw_us"]),
+                "report",
+                "report",
+            )
+        rec_rows.append(
+            (
+                interp,
+                fmt(mb),
+                pay,
+                fmt(rc["items"]),
+                fmt(rc["raw_us"] / 1000),
+                fmt(rc["open_us"] / 1000),
+                fmt(rc["open_full_us"] / 1000),
+                fmt(per),
+                fmt(rc["close_index_us"] / 1000),
+                fmt(rc["close_noop_us"] / 1000, 3),
+                fmt(rc["index_size"] / 1024),
+            )
+        )
     if rec_rows:
-        rep.section("Recovery (ms, best of the repeats; bench/cp_bench.py and mp_bench.py part "
-                    "`recovery`)",
-                    ["Each repeat: a raw sequential read + crc32 of the segment files; then "
-                     "queue.index is removed and the queue opened (the crash path: every record "
-                     "replayed) and closed (close writes a new index: one crc32 pass over the "
-                     "log, then the file); then opened again (the index path: the crc32 pass "
-                     "over every covered byte [X4], the columns loaded, only later records "
-                     "replayed) and closed (the index is current: nothing written).", ""]
-                    + table(("interpreter", "MiB", "payload B", "items", "raw read+crc32",
-                             "open, index", "open, full replay", "µs a record (full)",
-                             "close writing the index", "close, index current",
-                             "index KiB"), rec_rows))
+        rep.section(
+            "Recovery (ms, best of the repeats; bench/cp_bench.py and mp_bench.py part "
+            "`recovery`)",
+            [
+                "Each repeat: a raw sequential read + crc32 of the segment files; then "
+                "queue.index is removed and the queue opened (the crash path: every record "
+                "replayed) and closed (close writes a new index: one crc32 pass over the "
+                "log, then the file); then opened again (the index path: the crc32 pass "
+                "over every covered byte [X4], the columns loaded, only later records "
+                "replayed) and closed (the index is current: nothing written).",
+                "",
+            ]
+            + table(
+                (
+                    "interpreter",
+                    "MiB",
+                    "payload B",
+                    "items",
+                    "raw read+crc32",
+                    "open, index",
+                    "open, full replay",
+                    "µs a record (full)",
+                    "close writing the index",
+                    "close, index current",
+                    "index KiB",
+                ),
+                rec_rows,
+            ),
+        )
 
     # 8: LittleFS wear.
     lf = R.get("mp_lfs")
     if lf:
-        labels = {"json": "JSON list rewritten per change", "applog": "append-only text log",
-                  "ddq_always": "ddq sync=\"always\"", "ddq_ack": "ddq sync=\"ack\"",
-                  "ddq_enqueue": "ddq sync=\"none\" + sync() after each enqueue (emulates an "
-                                 "\"enqueue\" policy)",
-                  "ddq_group": "ddq sync=\"none\" + sync() every %d messages" % lf["every"],
-                  "ddq_outbox": "ddq Outbox(sync_every=%d records) put/get/ack" % (3 * lf["every"])}
+        labels = {
+            "json": "JSON list rewritten per change",
+            "applog": "append-only text log",
+            "ddq_always": 'ddq sync="always"',
+            "ddq_ack": 'ddq sync="ack"',
+            "ddq_enqueue": 'ddq sync="none" + sync() after each enqueue (emulates an '
+            '"enqueue" policy)',
+            "ddq_group": 'ddq sync="none" + sync() every %d messages' % lf["every"],
+            "ddq_outbox": "ddq Outbox(sync_every=%d records) put/get/ack" % (3 * lf["every"]),
+        }
         for pname, res in lf["per_msg"].items():
             js = res["json"]["progs"] + res["json"]["erases"]
             rows = []
-            for case in ("json", "applog", "ddq_always", "ddq_ack", "ddq_enqueue", "ddq_group",
-                         "ddq_outbox"):
+            for case in (
+                "json",
+                "applog",
+                "ddq_always",
+                "ddq_ack",
+                "ddq_enqueue",
+                "ddq_group",
+                "ddq_outbox",
+            ):
                 if case not in res:
                     continue
                 v = res[case]
                 pe = v["progs"] + v["erases"]
-                rows.append((labels[case], fmt(v["progs"]), fmt(v["erases"]), fmt(pe),
-                             fmt(v["prog_bytes"]), "%.1f×" % (v["prog_bytes"] / lf["payload"]),
-                             fmt(pe / js)))
+                rows.append(
+                    (
+                        labels[case],
+                        fmt(v["progs"]),
+                        fmt(v["erases"]),
+                        fmt(pe),
+                        fmt(v["prog_bytes"]),
+                        "%.1f×" % (v["prog_bytes"] / lf["payload"]),
+                        fmt(pe / js),
+                    )
+                )
                 if case.startswith("ddq") and pname == "rp2":
-                    rep.row("8", "LittleFS (rp2 profile) programs+erases per delivered message, "
-                            + labels[case], fmt(pe), "JSON rewrite %s" % fmt(js), fmt(pe / js),
-                            "≤ 0.5×", verdict(pe / js, TARGETS["8"], False))
+                    rep.row(
+                        "8",
+                        "LittleFS (rp2 profile) programs+erases per delivered message, "
+                        + labels[case],
+                        fmt(pe),
+                        "JSON rewrite %s" % fmt(js),
+                        fmt(pe / js),
+                        "≤ 0.5×",
+                        verdict(pe / js, TARGETS["8"], False),
+                    )
             prof = lf["profiles"][pname]
-            rep.section("LittleFS wear per delivered message, profile %s (4 KiB blocks, progsize "
-                        "%d, segment_bytes %d, max_segments %d, max_items %d; backlog %d, "
-                        "payload %d B, %d messages)"
-                        % (pname, prof["progsize"], prof["segment_bytes"], prof["max_segments"],
-                           prof["max_items"], lf["backlog"], lf["payload"], lf["n"]),
-                        table(("writer", "programs", "erases", "programs+erases",
-                               "bytes programmed", "÷ payload", "p+e ÷ JSON rewrite"), rows))
+            rep.section(
+                "LittleFS wear per delivered message, profile %s (4 KiB blocks, progsize "
+                "%d, segment_bytes %d, max_segments %d, max_items %d; backlog %d, "
+                "payload %d B, %d messages)"
+                % (
+                    pname,
+                    prof["progsize"],
+                    prof["segment_bytes"],
+                    prof["max_segments"],
+                    prof["max_items"],
+                    lf["backlog"],
+                    lf["payload"],
+                    lf["n"],
+                ),
+                table(
+                    (
+                        "writer",
+                        "programs",
+                        "erases",
+                        "programs+erases",
+                        "bytes programmed",
+                        "÷ payload",
+                        "p+e ÷ JSON rewrite",
+                    ),
+                    rows,
+                ),
+            )
 
     # 9: import heap.
     im = R.get("imports")
     if im:
         v = im["mpy"]["heap"]
         # Issue 14's measures (the ≤ 16 KiB rows they replaced stood beside them for a run).
-        rep.row("9", "heap of `import ddq` alone from .mpy (%s B file; a fresh interpreter, "
-                "bench/mp_import.py)" % fmt(im["mpy_bytes"]), "%s B" % fmt(v), "—",
-                "%s KiB" % fmt(v / 1024), "≤ 24 KiB", verdict(v, TARGETS["9"], False))
-        rows = [("ddq.py (source, compiled at import)", fmt(im["py"]["heap"]), ""),
-                (".mpy (mpy-cross)", fmt(v), fmt(im["mpy_bytes"])),
-                (".mpy -O3", fmt(im["mpy_o3"]["heap"]), fmt(im["mpy_o3_bytes"]))]
+        rep.row(
+            "9",
+            "heap of `import ddq` alone from .mpy (%s B file; a fresh interpreter, "
+            "bench/mp_import.py)" % fmt(im["mpy_bytes"]),
+            "%s B" % fmt(v),
+            "—",
+            "%s KiB" % fmt(v / 1024),
+            "≤ 24 KiB",
+            verdict(v, TARGETS["9"], False),
+        )
+        rows = [
+            ("ddq.py (source, compiled at import)", fmt(im["py"]["heap"]), ""),
+            (".mpy (mpy-cross)", fmt(v), fmt(im["mpy_bytes"])),
+            (".mpy -O3", fmt(im["mpy_o3"]["heap"]), fmt(im["mpy_o3_bytes"])),
+        ]
         if "romfs" in im:
             h = im["romfs"]["heap"]
-            rows.append(("ROMFS image (mpremote romfs build; bytecode runs in place)",
-                         fmt(h), fmt(im["romfs"]["romfs_bytes"])))
-            rep.row("9b", "same, from a ROMFS image (VfsRom on the unix port: bytecode runs in "
-                    "place, as frozen bytecode would; frozen itself needs a firmware build, not "
-                    "measured)", "%s B" % fmt(h), "—", "%s KiB" % fmt(h / 1024), "≤ 12 KiB",
-                    verdict(h, TARGETS["9b"], False))
+            rows.append(
+                (
+                    "ROMFS image (mpremote romfs build; bytecode runs in place)",
+                    fmt(h),
+                    fmt(im["romfs"]["romfs_bytes"]),
+                )
+            )
+            rep.row(
+                "9b",
+                "same, from a ROMFS image (VfsRom on the unix port: bytecode runs in "
+                "place, as frozen bytecode would; frozen itself needs a firmware build, not "
+                "measured)",
+                "%s B" % fmt(h),
+                "—",
+                "%s KiB" % fmt(h / 1024),
+                "≤ 12 KiB",
+                verdict(h, TARGETS["9b"], False),
+            )
         if "layers" in im:
             for name in ("ddq_outbox", "ddq_index") + CORE_MODS:
                 inc = im["layers"].get("also", {}).get(name)
-                rep.row("9%s" % name[4], "`import %s` after ddq, from .mpy: heap increment%s"
-                        % (name, "" if inc is not None else " (port/%s.py does not exist yet)"
-                           % name), "%s B" % fmt(inc) if inc is not None else "—",
-                        "%s B file" % fmt(im.get(name + "_bytes")), "—", "report", "report")
+                rep.row(
+                    "9%s" % name[4],
+                    "`import %s` after ddq, from .mpy: heap increment%s"
+                    % (name, "" if inc is not None else " (port/%s.py does not exist yet)" % name),
+                    "%s B" % fmt(inc) if inc is not None else "—",
+                    "%s B file" % fmt(im.get(name + "_bytes")),
+                    "—",
+                    "report",
+                    "report",
+                )
         lines = table(("how", "heap after import (B)", "file bytes"), rows)
         if im.get("sections"):
-            lines += ["", "Per section of port/ddq.py (.mpy of each prefix; the difference is the "
-                      "section's cost):", ""]
-            lines += table(("section", "lines", ".mpy heap (B)", ".mpy cumulative (B)",
-                            "ROMFS heap (B)", "ROMFS cumulative (B)"),
-                           [(s["name"], s["lines"], fmt(s["heap"]), fmt(s["cumulative"]),
-                             fmt(s.get("romfs_heap")), fmt(s.get("romfs_cumulative")))
-                            for s in im["sections"]])
-        rep.section("Import heap on MicroPython (gc.mem_alloc after gc.collect, fresh process)",
-                    lines)
+            lines += [
+                "",
+                "Per section of port/ddq.py (.mpy of each prefix; the difference is the "
+                "section's cost):",
+                "",
+            ]
+            lines += table(
+                (
+                    "section",
+                    "lines",
+                    ".mpy heap (B)",
+                    ".mpy cumulative (B)",
+                    "ROMFS heap (B)",
+                    "ROMFS cumulative (B)",
+                ),
+                [
+                    (
+                        s["name"],
+                        s["lines"],
+                        fmt(s["heap"]),
+                        fmt(s["cumulative"]),
+                        fmt(s.get("romfs_heap")),
+                        fmt(s.get("romfs_cumulative")),
+                    )
+                    for s in im["sections"]
+                ],
+            )
+        rep.section(
+            "Import heap on MicroPython (gc.mem_alloc after gc.collect, fresh process)", lines
+        )
 
     # 9q: the qemu board (issue 29), from the recorded bench/qemu_fill.json (bench/qemu_fill.py
     # runs it on qemu-system-arm; make bench never starts qemu).
@@ -555,34 +964,70 @@ def build(results, errors, smoke, seconds):
         # heap per item: free after the open minus free when the fill ended, over the items
         per_b = (qf["fill_free_open"] - qf["fill_free"]) / max(1, qf["fill_items"])
         per_u = (u["fill_free_open"] - u["fill_free"]) / max(1, u["fill_items"])
-        rep.row("9q", "qemu board (MPS2-AN385, Cortex-M3, 140 KiB heap; recorded by "
-                "bench/qemu_fill.py): 16 B items one session fills (ended by %s) vs the largest "
-                "queue that reopens at the next boot; the profile's options fill to %s (%s), "
-                "reopen %s" % (qf["fill_stop"].split(" ")[0], fmt(qf["profile_fill"]),
-                               qf["profile_fill_stop"].split(" ")[0],
-                               "ok" if qf["profile_reopens"] else "FAILS"),
-                "%s fill / %s reopen" % (fmt(qf["fill_items"]), fmt(qf["reopen_ceiling"])),
-                "unix port -X heapsize=140K: %s fill, reopen %s" % (
-                    fmt(u["fill_items"]), "ok" if u["fill_reopens"] else "FAILS"),
-                fmt(qf["reopen_ceiling"] / max(1, qf["fill_items"])), "report", "report")
-        rep.section("The unix port's `-X heapsize` model vs the 32-bit board (bench/qemu_fill.json, "
-                    "recorded %s s run; bench/mp_fit.py's options on both)" % qf["seconds"],
-                    table(("measure", "unix port, 64-bit, -X heapsize=140K", "qemu board, 32-bit, "
-                           "140 KiB", "board ÷ model"),
-                          [("`import ddq` heap (B, .mpy)", fmt(u["import_heap"]),
-                            fmt(qf["import_heap"]), fmt(qf["import_heap"] / u["import_heap"])),
-                           ("heap per pending 16 B item (B)", fmt(per_u), fmt(per_b),
-                            fmt(per_b / per_u)),
-                           ("items one session fills from empty (ended by)", "%s (%s)" % (
-                               fmt(u["fill_items"]), u["fill_stop"]), "%s (%s)" % (
-                               fmt(qf["fill_items"]), qf["fill_stop"]),
-                            fmt(qf["fill_items"] / u["fill_items"])),
-                           ("free heap when the fill ended (B)", fmt(u["fill_free"]),
-                            fmt(qf["fill_free"]), fmt(qf["fill_free"] / u["fill_free"])),
-                           ("that fill reopens at the next boot", "yes" if u["fill_reopens"]
-                            else "no", "yes" if qf["fill_reopens"] else "no", "—"),
-                           ("largest queue that reopens, %s more items a boot"
-                            % fmt(qf["step"]), "—", fmt(qf["reopen_ceiling"]), "—")]))
+        rep.row(
+            "9q",
+            "qemu board (MPS2-AN385, Cortex-M3, 140 KiB heap; recorded by "
+            "bench/qemu_fill.py): 16 B items one session fills (ended by %s) vs the largest "
+            "queue that reopens at the next boot; the profile's options fill to %s (%s), "
+            "reopen %s"
+            % (
+                qf["fill_stop"].split(" ")[0],
+                fmt(qf["profile_fill"]),
+                qf["profile_fill_stop"].split(" ")[0],
+                "ok" if qf["profile_reopens"] else "FAILS",
+            ),
+            "%s fill / %s reopen" % (fmt(qf["fill_items"]), fmt(qf["reopen_ceiling"])),
+            "unix port -X heapsize=140K: %s fill, reopen %s"
+            % (fmt(u["fill_items"]), "ok" if u["fill_reopens"] else "FAILS"),
+            fmt(qf["reopen_ceiling"] / max(1, qf["fill_items"])),
+            "report",
+            "report",
+        )
+        rep.section(
+            "The unix port's `-X heapsize` model vs the 32-bit board (bench/qemu_fill.json, "
+            "recorded %s s run; bench/mp_fit.py's options on both)" % qf["seconds"],
+            table(
+                (
+                    "measure",
+                    "unix port, 64-bit, -X heapsize=140K",
+                    "qemu board, 32-bit, 140 KiB",
+                    "board ÷ model",
+                ),
+                [
+                    (
+                        "`import ddq` heap (B, .mpy)",
+                        fmt(u["import_heap"]),
+                        fmt(qf["import_heap"]),
+                        fmt(qf["import_heap"] / u["import_heap"]),
+                    ),
+                    ("heap per pending 16 B item (B)", fmt(per_u), fmt(per_b), fmt(per_b / per_u)),
+                    (
+                        "items one session fills from empty (ended by)",
+                        "%s (%s)" % (fmt(u["fill_items"]), u["fill_stop"]),
+                        "%s (%s)" % (fmt(qf["fill_items"]), qf["fill_stop"]),
+                        fmt(qf["fill_items"] / u["fill_items"]),
+                    ),
+                    (
+                        "free heap when the fill ended (B)",
+                        fmt(u["fill_free"]),
+                        fmt(qf["fill_free"]),
+                        fmt(qf["fill_free"] / u["fill_free"]),
+                    ),
+                    (
+                        "that fill reopens at the next boot",
+                        "yes" if u["fill_reopens"] else "no",
+                        "yes" if qf["fill_reopens"] else "no",
+                        "—",
+                    ),
+                    (
+                        "largest queue that reopens, %s more items a boot" % fmt(qf["step"]),
+                        "—",
+                        fmt(qf["reopen_ceiling"]),
+                        "—",
+                    ),
+                ],
+            ),
+        )
 
     # Allocation per op.
     al = R.get("mp_allocs")
@@ -590,41 +1035,74 @@ def build(results, errors, smoke, seconds):
     if al:
         rows = []
         for pending, v in sorted(al["per_op"].items(), key=lambda kv: int(kv[0])):
-            rows.append((pending, fmt(v["enqueue"]), fmt(v["claim"]), fmt(v["ack"]),
-                         ", ".join("%s %s" % (k, "yes" if ok else "no")
-                                   for k, ok in sorted(v["heap_lock_ok"].items()))))
-        lines = table(("items pending", "enqueue B/op", "claim B/op", "ack B/op",
-                       "completes under heap_lock"), rows)
+            rows.append(
+                (
+                    pending,
+                    fmt(v["enqueue"]),
+                    fmt(v["claim"]),
+                    fmt(v["ack"]),
+                    ", ".join(
+                        "%s %s" % (k, "yes" if ok else "no")
+                        for k, ok in sorted(v["heap_lock_ok"].items())
+                    ),
+                )
+            )
+        lines = table(
+            (
+                "items pending",
+                "enqueue B/op",
+                "claim B/op",
+                "ack B/op",
+                "completes under heap_lock",
+            ),
+            rows,
+        )
         if ap:
-            lines += ["", "Where (bench/allocprof.py: a probe after every statement of an "
-                      "instrumented copy; B per op, averaged over %d lifecycles; `def` lines are "
-                      "function frames over 11 words, which MicroPython puts on the heap and "
-                      "frees on return (a `def __init__` line is the new instance); negative lines, the "
-                      "frames being freed, are left out):"
-                      % ap["rounds"], ""]
+            lines += [
+                "",
+                "Where (bench/allocprof.py: a probe after every statement of an "
+                "instrumented copy; B per op, averaged over %d lifecycles; `def` lines are "
+                "function frames over 11 words, which MicroPython puts on the heap and "
+                "frees on return (a `def __init__` line is the new instance); negative lines, the "
+                "frames being freed, are left out):" % ap["rounds"],
+                "",
+            ]
             for op in ("enqueue", "claim", "ack"):
                 items = ap["per_op"].get(op, [])
                 frames = sum(r["bytes"] for r in items if is_frame(r) and r["bytes"] > 0)
                 garbage = sum(r["bytes"] for r in items if not is_frame(r) and r["bytes"] > 0)
-                lines.append("**%s**: %s B per op left for the collector; plus %s B of "
-                             "transient frames (allocated and freed within the op)"
-                             % (op, fmt(garbage), fmt(frames)))
+                lines.append(
+                    "**%s**: %s B per op left for the collector; plus %s B of "
+                    "transient frames (allocated and freed within the op)"
+                    % (op, fmt(garbage), fmt(frames))
+                )
                 lines.append("")
-                lines += table(("B/op", "ddq.py line", "source"),
-                               [(fmt(r["bytes"]), r["line"], "`%s`" % r["source"][:90])
-                                for r in items if r["bytes"] > 0])
+                lines += table(
+                    ("B/op", "ddq.py line", "source"),
+                    [
+                        (fmt(r["bytes"]), r["line"], "`%s`" % r["source"][:90])
+                        for r in items
+                        if r["bytes"] > 0
+                    ],
+                )
                 lines.append("")
-        rep.section("MicroPython allocation per operation (sync=\"%s\", payload %d B)"
-                    % (al["sync"], al["payload"]), lines)
+        rep.section(
+            'MicroPython allocation per operation (sync="%s", payload %d B)'
+            % (al["sync"], al["payload"]),
+            lines,
+        )
 
     # Issue 15: a long FIFO run on a standing backlog.
-    for key, interp in (("cp_steady", "CPython (host fs)"), ("mp_steady", "MicroPython "
-                                                                       "(LittleFS RAM device)")):
+    for key, interp in (
+        ("cp_steady", "CPython (host fs)"),
+        ("mp_steady", "MicroPython (LittleFS RAM device)"),
+    ):
         st = R.get(key)
         if not st:
             continue
         rows = []
         rb = st["record_bytes"]
+
         def order(kv):
             f = kv[0].split("-")
             return (f[1], int(f[0]), int(f[2]) if len(f) > 2 else 0)
@@ -635,87 +1113,168 @@ def build(results, errors, smoke, seconds):
             frac, sync = f[0], f[1]
             stp = int(f[2]) if len(f) > 2 else 0
             mode = "inline" if not stp else "staged reclaim_step=%d" % stp
-            worst = max(r[o]["max"] / max(r[o]["median"], 1) for o in ("enqueue", "claim",
-                                                                         "ack"))
+            worst = max(r[o]["max"] / max(r[o]["median"], 1) for o in ("enqueue", "claim", "ack"))
             raw = (st.get("raw") or {}).get(frac)
             if raw and sync == "always" and frac not in raw_done:
                 raw_done.add(frac)
                 rows.append(floor_rows(rep, interp, raw, frac, st, r))
-            rep.row("15l", "%s slowest single enqueue/claim/ack ÷ its median, backlog %s%% (%s "
-                    "items), sync=\"%s\", %s, %s messages" % (interp, frac, fmt(r["backlog"]),
-                                                              sync, mode, fmt(st["n"])),
-                    fmt(worst), "medians %s / %s / %s µs" % tuple(fmt(r[o]["median"]) for o in
-                                                               ("enqueue", "claim", "ack")),
-                    "%s×" % fmt(worst), "≤ 20×", verdict(worst, 20, False))
+            rep.row(
+                "15l",
+                "%s slowest single enqueue/claim/ack ÷ its median, backlog %s%% (%s "
+                'items), sync="%s", %s, %s messages'
+                % (interp, frac, fmt(r["backlog"]), sync, mode, fmt(st["n"])),
+                fmt(worst),
+                "medians %s / %s / %s µs"
+                % tuple(fmt(r[o]["median"]) for o in ("enqueue", "claim", "ack")),
+                "%s×" % fmt(worst),
+                "≤ 20×",
+                verdict(worst, 20, False),
+            )
             wa = r["ddq_bytes"] / rb
             fl = r.get("floor")
             # ≤ 1.25 × the DESIGN §12 floor, and ≤ 1.5 × own bytes where the floor allows it
             tgt = None if fl is None else (min(1.25 * fl, 1.5) if fl <= 1.5 else 1.25 * fl)
-            rep.row("15w", "%s bytes ddq wrote per delivered message ÷ its records' own %d B, "
-                    "backlog %s%%, sync=\"%s\", %s (%d compactions; floor %s×, ÷ floor %s)"
-                    % (interp, rb, frac, sync, mode, r["compactions"], fmt(fl),
-                       fmt(wa / fl) if fl else "—"),
-                    fmt(r["ddq_bytes"]), "%d B" % rb, "%s×" % fmt(wa),
-                    "≤ %s× (1.25 × floor; ≤ 1.5× where the floor allows)" % fmt(tgt),
-                    verdict(wa, tgt, False))
+            rep.row(
+                "15w",
+                "%s bytes ddq wrote per delivered message ÷ its records' own %d B, "
+                'backlog %s%%, sync="%s", %s (%d compactions; floor %s×, ÷ floor %s)'
+                % (
+                    interp,
+                    rb,
+                    frac,
+                    sync,
+                    mode,
+                    r["compactions"],
+                    fmt(fl),
+                    fmt(wa / fl) if fl else "—",
+                ),
+                fmt(r["ddq_bytes"]),
+                "%d B" % rb,
+                "%s×" % fmt(wa),
+                "≤ %s× (1.25 × floor; ≤ 1.5× where the floor allows)" % fmt(tgt),
+                verdict(wa, tgt, False),
+            )
             pe = None
             if "progs" in r:
                 pe = r["progs"] + r["erases"]
-                rep.row("15e", "%s LittleFS programs+erases per delivered message, backlog %s%%, "
-                        "sync=\"%s\", %s" % (interp, frac, sync, mode), fmt(pe),
-                        "%s B programmed a message" % fmt(r["prog_bytes"]), "—",
-                        "≤ 1.25× the DESIGN.md bound", "report")
+                rep.row(
+                    "15e",
+                    "%s LittleFS programs+erases per delivered message, backlog %s%%, "
+                    'sync="%s", %s' % (interp, frac, sync, mode),
+                    fmt(pe),
+                    "%s B programmed a message" % fmt(r["prog_bytes"]),
+                    "—",
+                    "≤ 1.25× the DESIGN.md bound",
+                    "report",
+                )
             one = r.get("one")
             if one and sync == "always":
-                w1 = max(one[o]["max"] / max(one[o]["median"], 1) for o in ("enqueue", "claim",
-                                                                             "ack") if one[o])
-                rep.row("15f", "%s slowest single enqueue/claim/ack ÷ its median over the calls "
-                        "that wrote no more than one record (%s of %s calls), backlog %s%%, "
-                        "sync=\"%s\", %s" % (interp, fmt(one["calls"]), fmt(one["of"]), frac,
-                                               sync, mode), fmt(w1),
-                        "medians %s / %s / %s µs; slowest %s µs%s" % (
-                            tuple(fmt(one[o]["median"]) for o in ("enqueue", "claim", "ack")) +
-                            (fmt(max(one[o]["max"] for o in ("enqueue", "claim", "ack"))),
-                             io_note(one.get("io")))),
-                        "%s×" % fmt(w1), "report", "report")
-            rows.append((frac + " %", fmt(r["backlog"]), sync, mode, r["compactions"],
-                         " / ".join("%s, %s, %s" % (fmt(r[o]["median"]), fmt(r[o]["p99"]),
-                                                    fmt(r[o]["max"]))
-                                    for o in ("enqueue", "claim", "ack")),
-                         fmt(r["ddq_bytes"]), "%s×" % fmt(wa),
-                         "%s×" % fmt(wa / fl) if fl else "—",
-                         fmt(pe) if pe is not None else "—",
-                         fmt(r["run_us"] / 1000)))
+                w1 = max(
+                    one[o]["max"] / max(one[o]["median"], 1)
+                    for o in ("enqueue", "claim", "ack")
+                    if one[o]
+                )
+                rep.row(
+                    "15f",
+                    "%s slowest single enqueue/claim/ack ÷ its median over the calls "
+                    "that wrote no more than one record (%s of %s calls), backlog %s%%, "
+                    'sync="%s", %s'
+                    % (interp, fmt(one["calls"]), fmt(one["of"]), frac, sync, mode),
+                    fmt(w1),
+                    "medians %s / %s / %s µs; slowest %s µs%s"
+                    % (
+                        tuple(fmt(one[o]["median"]) for o in ("enqueue", "claim", "ack"))
+                        + (
+                            fmt(max(one[o]["max"] for o in ("enqueue", "claim", "ack"))),
+                            io_note(one.get("io")),
+                        )
+                    ),
+                    "%s×" % fmt(w1),
+                    "report",
+                    "report",
+                )
+            rows.append(
+                (
+                    frac + " %",
+                    fmt(r["backlog"]),
+                    sync,
+                    mode,
+                    r["compactions"],
+                    " / ".join(
+                        "%s, %s, %s" % (fmt(r[o]["median"]), fmt(r[o]["p99"]), fmt(r[o]["max"]))
+                        for o in ("enqueue", "claim", "ack")
+                    ),
+                    fmt(r["ddq_bytes"]),
+                    "%s×" % fmt(wa),
+                    "%s×" % fmt(wa / fl) if fl else "—",
+                    fmt(pe) if pe is not None else "—",
+                    fmt(r["run_us"] / 1000),
+                )
+            )
         o = st["options"]
-        rep.section("Standing backlog, %s: a FIFO run of %s messages (payload %d B) on top of a "
-                    "backlog of a share of what the options admit (segment_bytes %d, "
-                    "max_payload_bytes %d, max_segments %d: %s items admitted when filled until "
-                    "Full); each call timed alone (monotonic clock)"
-                    % (interp, fmt(st["n"]), st["payload"], o["segment_bytes"],
-                       o["max_payload_bytes"], o["max_segments"], fmt(st["admitted"])),
-                    table(("backlog", "items", "sync", "reclamation", "compactions",
-                           "enqueue / claim / ack µs: median, p99, max", "bytes written a "
-                           "message", "÷ record bytes", "÷ floor", "LittleFS p+e a message",
-                           "run ms"),
-                          rows))
+        rep.section(
+            "Standing backlog, %s: a FIFO run of %s messages (payload %d B) on top of a "
+            "backlog of a share of what the options admit (segment_bytes %d, "
+            "max_payload_bytes %d, max_segments %d: %s items admitted when filled until "
+            "Full); each call timed alone (monotonic clock)"
+            % (
+                interp,
+                fmt(st["n"]),
+                st["payload"],
+                o["segment_bytes"],
+                o["max_payload_bytes"],
+                o["max_segments"],
+                fmt(st["admitted"]),
+            ),
+            table(
+                (
+                    "backlog",
+                    "items",
+                    "sync",
+                    "reclamation",
+                    "compactions",
+                    "enqueue / claim / ack µs: median, p99, max",
+                    "bytes written a message",
+                    "÷ record bytes",
+                    "÷ floor",
+                    "LittleFS p+e a message",
+                    "run ms",
+                ),
+                rows,
+            ),
+        )
 
     pr = R.get("cp_profile")
     if pr:
         lines = []
-        for key, title in (("lifecycle", "lifecycle, sync=\"none\" (CPU only), %d lifecycles"
-                            % pr["n"]),
-                           ("recovery", "full replay (no index, the crash path) of a %d MiB log (1 KiB "
-                            "payloads)" % pr["mib"])):
+        for key, title in (
+            ("lifecycle", 'lifecycle, sync="none" (CPU only), %d lifecycles' % pr["n"]),
+            (
+                "recovery",
+                "full replay (no index, the crash path) of a %d MiB log (1 KiB "
+                "payloads)" % pr["mib"],
+            ),
+        ):
             lines += ["", "cProfile, " + title + ":", ""]
-            lines += table(("function", "calls", "own time %", "cumulative %"),
-                           [("`%s`" % r["func"], fmt(r["calls"]), fmt(r["tottime_pct"]),
-                             fmt(r["cumtime_pct"])) for r in pr[key]])
+            lines += table(
+                ("function", "calls", "own time %", "cumulative %"),
+                [
+                    (
+                        "`%s`" % r["func"],
+                        fmt(r["calls"]),
+                        fmt(r["tottime_pct"]),
+                        fmt(r["cumtime_pct"]),
+                    )
+                    for r in pr[key]
+                ],
+            )
         rep.section("CPython profiles", lines)
     # ddq_group (issue 20): durable-on-return writes from many producers; bench/group_bench.py
     import group_bench
 
-    group_bench.report(R, rep, {"fmt": fmt, "paired": paired, "median": median, "rate": rate,
-                                "verdict": verdict})
+    group_bench.report(
+        R, rep, {"fmt": fmt, "paired": paired, "median": median, "rate": rate, "verdict": verdict}
+    )
     # D1-D5: draining a backlog over a 100 ms round trip (issue 17; bench/drain_bench.py).
     import drain_bench
 
@@ -745,12 +1304,20 @@ def board_steady(d, smoke):
     for name in BOARD_STEADY:
         prof = boards.load(name)
         ps = prof.get("reclaim_step", 0)
-        args = {"dir": os.path.join(d, name), "n": 300 if smoke else 5000,
-                "segment_bytes": prof["segment_bytes"], "max_payload": prof["max_payload_bytes"],
-                "max_items": prof["max_items"], "max_segments": prof["max_segments"],
-                "window": prof.get("window", 0), "evidence": prof.get("evidence_bytes", 1024),
-                "steps": "%d,%d" % (ps, 0 if ps else 16), "profile_step": ps,
-                "blocks": prof["fs_bytes"] // 4096, "payload": 62}
+        args = {
+            "dir": os.path.join(d, name),
+            "n": 300 if smoke else 5000,
+            "segment_bytes": prof["segment_bytes"],
+            "max_payload": prof["max_payload_bytes"],
+            "max_items": prof["max_items"],
+            "max_segments": prof["max_segments"],
+            "window": prof.get("window", 0),
+            "evidence": prof.get("evidence_bytes", 1024),
+            "steps": "%d,%d" % (ps, 0 if ps else 16),
+            "profile_step": ps,
+            "blocks": prof["fs_bytes"] // 4096,
+            "payload": 62,
+        }
         out[name] = run_part(MP, "mp_bench.py", "board_steady", args, heap="24M", timeout=1800)
     return out
 
@@ -773,29 +1340,45 @@ def board_rows(rep, R):
             w = max(run[o]["max"] / max(run[o]["median"], 1) for o in ("enqueue", "claim", "ack"))
             own = stp == r["profile_step"]
             mode = "inline" if not stp else "staged reclaim_step=%d" % stp
-            rep.row("15b", "MicroPython (LittleFS RAM device of the profile's flash) %s's options "
-                    "(%s%s), backlog 50%% (%s items), sync=\"always\", %s messages: slowest "
-                    "single enqueue/claim/ack ÷ its median, ÷ the floor's slowest append+sync ÷ "
-                    "its median (%s×, %d files held)"
-                    % (name, mode, ", the profile's" if own else ", not the profile's",
-                       fmt(run["backlog"]), fmt(r["n"]), fmt(fl), raw["keep"]),
-                    fmt(w / fl), "%s× ÷ %s×; slowest %s µs, medians %s / %s / %s µs; %d "
-                    "generations" % ((fmt(w), fmt(fl), fmt(max(run[o]["max"] for o in
-                                                             ("enqueue", "claim", "ack")))) +
-                                     tuple(fmt(run[o]["median"]) for o in
-                                           ("enqueue", "claim", "ack")) +
-                                     (run["compactions"],)),
-                    "%s×" % fmt(w / fl), "≤ 1.0× (the profile's)" if own else "report",
-                    verdict(w / fl, 1.0, False) if own else "report")
+            rep.row(
+                "15b",
+                "MicroPython (LittleFS RAM device of the profile's flash) %s's options "
+                '(%s%s), backlog 50%% (%s items), sync="always", %s messages: slowest '
+                "single enqueue/claim/ack ÷ its median, ÷ the floor's slowest append+sync ÷ "
+                "its median (%s×, %d files held)"
+                % (
+                    name,
+                    mode,
+                    ", the profile's" if own else ", not the profile's",
+                    fmt(run["backlog"]),
+                    fmt(r["n"]),
+                    fmt(fl),
+                    raw["keep"],
+                ),
+                fmt(w / fl),
+                "%s× ÷ %s×; slowest %s µs, medians %s / %s / %s µs; %d "
+                "generations"
+                % (
+                    (fmt(w), fmt(fl), fmt(max(run[o]["max"] for o in ("enqueue", "claim", "ack"))))
+                    + tuple(fmt(run[o]["median"]) for o in ("enqueue", "claim", "ack"))
+                    + (run["compactions"],)
+                ),
+                "%s×" % fmt(w / fl),
+                "≤ 1.0× (the profile's)" if own else "report",
+                verdict(w / fl, 1.0, False) if own else "report",
+            )
 
 
 def io_note(io):
     """The block device's work per call (bench/common.py _split), as a note."""
     if not io:
         return ""
-    return ("; block reads a call median %s, max %s; programs+erases median %s, max %s"
-            % (fmt(io["reads"]["median"]), fmt(io["reads"]["max"]), fmt(io["writes"]["median"]),
-               fmt(io["writes"]["max"])))
+    return "; block reads a call median %s, max %s; programs+erases median %s, max %s" % (
+        fmt(io["reads"]["median"]),
+        fmt(io["reads"]["max"]),
+        fmt(io["writes"]["median"]),
+        fmt(io["writes"]["max"]),
+    )
 
 
 def floor_rows(rep, interp, raw, frac, st, first):
@@ -810,28 +1393,59 @@ def floor_rows(rep, interp, raw, frac, st, first):
     if "blocks_used" in raw:
         fill = ", %d of %d blocks in use at the end" % (raw["blocks_used"], st["blocks"])
     sync = "flush" if "progs" in raw else "flush + os.fsync"
-    rep.row("15f", "%s floor, no ddq: slowest single append+sync (%s) of a DATA/CLAIM/ACK-sized "
-            "record ÷ its median, backlog %s%% (holding %d files of %d B as the ddq runs' "
-            "generations did%s; %d rotations), %s messages"
-            % (interp, sync, frac, raw["keep"], st["options"]["segment_bytes"], fill,
-               raw["rotations"], fmt(st["n"])), fmt(worst),
-            "medians %s / %s / %s µs; slowest %s µs = %s× ddq's median enqueue (inline run)%s"
-            % (tuple(fmt(raw[o]["median"]) for o in ops) +
-               (fmt(slow), fmt(slow / max(first["enqueue"]["median"], 1)),
-                io_note(raw.get("io")))),
-            "%s×" % fmt(worst), "report", "report")
+    rep.row(
+        "15f",
+        "%s floor, no ddq: slowest single append+sync (%s) of a DATA/CLAIM/ACK-sized "
+        "record ÷ its median, backlog %s%% (holding %d files of %d B as the ddq runs' "
+        "generations did%s; %d rotations), %s messages"
+        % (
+            interp,
+            sync,
+            frac,
+            raw["keep"],
+            st["options"]["segment_bytes"],
+            fill,
+            raw["rotations"],
+            fmt(st["n"]),
+        ),
+        fmt(worst),
+        "medians %s / %s / %s µs; slowest %s µs = %s× ddq's median enqueue (inline run)%s"
+        % (
+            tuple(fmt(raw[o]["median"]) for o in ops)
+            + (fmt(slow), fmt(slow / max(first["enqueue"]["median"], 1)), io_note(raw.get("io")))
+        ),
+        "%s×" % fmt(worst),
+        "report",
+        "report",
+    )
     pe = raw["progs"] + raw["erases"] if "progs" in raw else None
-    return (frac + " %", "— (%d files)" % raw["keep"], "always", "none: raw floor (no ddq)", "—",
-            " / ".join("%s, %s, %s" % (fmt(raw[o]["median"]), fmt(raw[o]["p99"]),
-                                       fmt(raw[o]["max"])) for o in ops),
-            fmt(st["record_bytes"]), "1.00×", "—", fmt(pe) if pe is not None else "—",
-            fmt(raw["run_us"] / 1000))
+    return (
+        frac + " %",
+        "— (%d files)" % raw["keep"],
+        "always",
+        "none: raw floor (no ddq)",
+        "—",
+        " / ".join(
+            "%s, %s, %s" % (fmt(raw[o]["median"]), fmt(raw[o]["p99"]), fmt(raw[o]["max"]))
+            for o in ops
+        ),
+        fmt(st["record_bytes"]),
+        "1.00×",
+        "—",
+        fmt(pe) if pe is not None else "—",
+        fmt(raw["run_us"] / 1000),
+    )
 
 
 def _top(pr, key, k=4):
     rows = (pr or {}).get(key) or []
-    return ", ".join("`%s` %s%%" % (r["func"].split("(")[-1].rstrip(")"), fmt(r["tottime_pct"]))
-                     for r in rows[:k]) or "(no profile)"
+    return (
+        ", ".join(
+            "`%s` %s%%" % (r["func"].split("(")[-1].rstrip(")"), fmt(r["tottime_pct"]))
+            for r in rows[:k]
+        )
+        or "(no profile)"
+    )
 
 
 def notes(R):
@@ -850,66 +1464,85 @@ def notes(R):
 
     b = lc.get("blocks", {})
     raw = median(b["raw_sync"]) if "raw_sync" in b else None
-    text = ("ddq makes exactly the raw loop's system calls (strace: one write and one fsync per "
-            "record; the fsync table: 1 fsync per op, no directory fsync), so the gap is ddq's "
-            "CPU per lifecycle, %s µs (sync=\"none\" figures of the scaling table), against "
-            "%s µs per fsync in this run, plus the noise of a shared disk (see the block "
-            "ranges). It closes by cutting CPU: cProfile's top functions are %s; proposals P2 "
-            "(index of a claimed item from `live`, no binary search in ack, no re-find in "
-            "claim) and P3 (admission without per-call lists and six `_place` calls)."
-            % (fmt(cpu(cps)), fmt(raw), _top(pr, "lifecycle")))
+    text = (
+        "ddq makes exactly the raw loop's system calls (strace: one write and one fsync per "
+        "record; the fsync table: 1 fsync per op, no directory fsync), so the gap is ddq's "
+        'CPU per lifecycle, %s µs (sync="none" figures of the scaling table), against '
+        "%s µs per fsync in this run, plus the noise of a shared disk (see the block "
+        "ranges). It closes by cutting CPU: cProfile's top functions are %s; proposals P2 "
+        "(index of a claimed item from `live`, no binary search in ack, no re-find in "
+        "claim) and P3 (admission without per-call lists and six `_place` calls)."
+        % (fmt(cpu(cps)), fmt(raw), _top(pr, "lifecycle"))
+    )
     out["1"] = out["1b"] = text
     if "persistqueue" in b:
-        out["2"] = ("Both make 3 durable writes per lifecycle (persist-queue: 3 WAL commits with "
-                    "SQLite's default synchronous=FULL), so the ratio is about (3 fsyncs + "
-                    "persist-queue's CPU) ÷ (3 fsyncs + ddq's CPU) and falls towards 1 when "
-                    "fsyncs are slow: median raw fsync here %s µs. With fewer durable writes per "
-                    "message ddq wins by the fsync count: sync=\"ack\" (2) is row 2b, group "
-                    "commit row 3/3b. A 1.5× at 3 fsyncs each needs fsyncs much cheaper than "
-                    "persist-queue's CPU (it met 2.5× in a run where fsync took 0.16 ms)."
-                    % fmt(raw))
+        out["2"] = (
+            "Both make 3 durable writes per lifecycle (persist-queue: 3 WAL commits with "
+            "SQLite's default synchronous=FULL), so the ratio is about (3 fsyncs + "
+            "persist-queue's CPU) ÷ (3 fsyncs + ddq's CPU) and falls towards 1 when "
+            "fsyncs are slow: median raw fsync here %s µs. With fewer durable writes per "
+            'message ddq wins by the fsync count: sync="ack" (2) is row 2b, group '
+            "commit row 3/3b. A 1.5× at 3 fsyncs each needs fsyncs much cheaper than "
+            "persist-queue's CPU (it met 2.5× in a run where fsync took 0.16 ms)." % fmt(raw)
+        )
     if ct:
         ob = ct["per_op"].get("outbox")
-        out["3"] = ("Outbox.get() reads the payload it has just claimed (Queue.read), and "
-                    "reading a record of the active segment while it holds unsynced records "
-                    "syncs it first (SPEC D7): %s fsyncs per get() in the fsync table, so "
-                    "sync_every groups nothing in a put/get/ack loop. Queue + sync() every N "
-                    "(row 3b) meets the target. Close it (P11): serve read()/read_into() of a "
-                    "not yet synced record from RAM (keep the last unsynced DATA payloads in a "
-                    "small preallocated tail buffer), or make the read-visibility step a plain "
-                    "flush where that suffices (CPython's buffered writer; MicroPython's VfsPosix "
-                    "writes are unbuffered) and keep the commit only for LittleFS."
-                    % (fmt(ob["claim"]["fsyncs"]) if ob else "1"))
+        out["3"] = (
+            "Outbox.get() reads the payload it has just claimed (Queue.read), and "
+            "reading a record of the active segment while it holds unsynced records "
+            "syncs it first (SPEC D7): %s fsyncs per get() in the fsync table, so "
+            "sync_every groups nothing in a put/get/ack loop. Queue + sync() every N "
+            "(row 3b) meets the target. Close it (P11): serve read()/read_into() of a "
+            "not yet synced record from RAM (keep the last unsynced DATA payloads in a "
+            "small preallocated tail buffer), or make the read-visibility step a plain "
+            "flush where that suffices (CPython's buffered writer; MicroPython's VfsPosix "
+            "writes are unbuffered) and keep the commit only for LittleFS."
+            % (fmt(ob["claim"]["fsyncs"]) if ob else "1")
+        )
     if ml:
         mb = ml["blocks"]
         out["4"] = out["4b"] = (
-            "MicroPython's CPU per lifecycle, %s µs at sync=\"none\", against %s µs per flush; "
+            'MicroPython\'s CPU per lifecycle, %s µs at sync="none", against %s µs per flush; '
             "it is mostly allocation: %s B per enqueue / claim / ack of garbage plus 5-7 heap "
             "frames per op (allocation table), each a first-fit search of the heap. Proposals "
-            "P1-P10 remove nearly all of it." % (
-                fmt(cpu(mps)), fmt(median(mb["raw_sync"])),
-                " / ".join(fmt(al["per_op"][max(al["per_op"], key=int)][o])
-                           for o in ("enqueue", "claim", "ack")) if al else "?"))
-    find_text = ("claim and ack find the item by binary search over the array('Q') of seqs "
-                 "(twice in ack, once more in claim after its write), so their cost grows with "
-                 "log2(n); on MicroPython each array('Q') read also allocates a 64-byte mpz "
-                 "(mp_obj_new_int_from_ll always allocates), so it grows with the allocator's "
-                 "scan too. Close: P2 (a claimed item's index from `live`, O(1); no re-find "
-                 "after the write) and P1 (seqs as small-int offsets from a base in "
-                 "array('I')).")
+            "P1-P10 remove nearly all of it."
+            % (
+                fmt(cpu(mps)),
+                fmt(median(mb["raw_sync"])),
+                " / ".join(
+                    fmt(al["per_op"][max(al["per_op"], key=int)][o])
+                    for o in ("enqueue", "claim", "ack")
+                )
+                if al
+                else "?",
+            )
+        )
+    find_text = (
+        "claim and ack find the item by binary search over the array('Q') of seqs "
+        "(twice in ack, once more in claim after its write), so their cost grows with "
+        "log2(n); on MicroPython each array('Q') read also allocates a 64-byte mpz "
+        "(mp_obj_new_int_from_ll always allocates), so it grows with the allocator's "
+        "scan too. Close: P2 (a claimed item's index from `live`, O(1); no re-find "
+        "after the write) and P1 (seqs as small-int offsets from a base in "
+        "array('I'))."
+    )
     out["6cp-claim"] = out["6cp-ack"] = out["6mp-claim"] = out["6mp-ack"] = find_text
-    out["6cp-enqueue"] = ("enqueue itself is O(1) in CPython (array appends, a cached admission "
-                          "plan), so a miss here is the noise of a shared machine (compare the "
-                          "rounds); the one O(n) step is the first enqueue after a compaction, "
-                          "which rebuilds the admission plan (row of the CPython scaling table). "
-                          "Close: let compaction compute the new plan while it copies (P15).")
-    out["6mp-enqueue"] = ("MicroPython grows an array by a few items at a time, so the five index "
-                          "arrays are reallocated and copied every few appends: at 100,000 items "
-                          "each copy moves ~1.9 MB in all (the fill row: %s µs an enqueue while "
-                          "growing to 100,000), and a board heap fits about half the items its "
-                          "free bytes allow (rows 5c). Close: P14 (grow the index in fixed "
-                          "chunks, or reserve max_items up front), and P1 for the seq reads."
-                          % fmt(mps["per_op"][str(mps["big"])]["fill_us_per"] if mps else None))
+    out["6cp-enqueue"] = (
+        "enqueue itself is O(1) in CPython (array appends, a cached admission "
+        "plan), so a miss here is the noise of a shared machine (compare the "
+        "rounds); the one O(n) step is the first enqueue after a compaction, "
+        "which rebuilds the admission plan (row of the CPython scaling table). "
+        "Close: let compaction compute the new plan while it copies (P15)."
+    )
+    out["6mp-enqueue"] = (
+        "MicroPython grows an array by a few items at a time, so the five index "
+        "arrays are reallocated and copied every few appends: at 100,000 items "
+        "each copy moves ~1.9 MB in all (the fill row: %s µs an enqueue while "
+        "growing to 100,000), and a board heap fits about half the items its "
+        "free bytes allow (rows 5c). Close: P14 (grow the index in fixed "
+        "chunks, or reserve max_items up front), and P1 for the seq reads."
+        % fmt(mps["per_op"][str(mps["big"])]["fill_us_per"] if mps else None)
+    )
     rc = R.get("cp_recovery") or {}
     if "open_full_us" in rc:
         out["7"] = (
@@ -918,21 +1551,26 @@ def notes(R):
             "more, relative to the log, the smaller the payloads: rows 7x) and replaying what "
             "follows the index. Close the rest by reading the columns straight into their "
             "arrays (readinto, no bytearray then array copy) and by checking the crc32 of the "
-            "columns during that read." % (fmt(rc["index_size"] / 1024), fmt(rc["items"])))
+            "columns during that read." % (fmt(rc["index_size"] / 1024), fmt(rc["items"]))
+        )
     else:
-        out["7"] = ("Recovery is per-record Python work: at 1 KiB payloads about %s µs a record "
-                    "(cProfile: %s); the index snapshot (P12) replays only the records after "
-                    "it." % (fmt(per_record_us(rc)), _top(pr, "recovery", 3)))
-    out["8"] = ("On LittleFS every sync of a growing file re-programs its partly written last "
-                "block (copy on write: about one erase per sync, littlefs #564/#1054), the "
-                "same price as rewriting a small JSON file; so wear follows syncs per message: "
-                "3 (always), 2 (ack), ~1 (enqueue only), 1/N (group commit) against the JSON "
-                "writer's 2 rewrites. Only group commit meets ≤ 0.5× (Queue + sync() every N, "
-                "or Outbox sync_every/sync_interval_ms). Close for Outbox users: P11 (today "
-                "each get() of an unsynced record forces a sync); for Queue users: document "
-                "group commit as the LittleFS setting, and consider a sync=\"enqueue\" "
-                "policy (measured %s× on rp2: at-least-once already tolerates a lost ack)."
-                % fmt(lfs_ratio(R, "ddq_enqueue")))
+        out["7"] = (
+            "Recovery is per-record Python work: at 1 KiB payloads about %s µs a record "
+            "(cProfile: %s); the index snapshot (P12) replays only the records after "
+            "it." % (fmt(per_record_us(rc)), _top(pr, "recovery", 3))
+        )
+    out["8"] = (
+        "On LittleFS every sync of a growing file re-programs its partly written last "
+        "block (copy on write: about one erase per sync, littlefs #564/#1054), the "
+        "same price as rewriting a small JSON file; so wear follows syncs per message: "
+        "3 (always), 2 (ack), ~1 (enqueue only), 1/N (group commit) against the JSON "
+        "writer's 2 rewrites. Only group commit meets ≤ 0.5× (Queue + sync() every N, "
+        "or Outbox sync_every/sync_interval_ms). Close for Outbox users: P11 (today "
+        "each get() of an unsynced record forces a sync); for Queue users: document "
+        'group commit as the LittleFS setting, and consider a sync="enqueue" '
+        "policy (measured %s× on rp2: at-least-once already tolerates a lost ack)."
+        % fmt(lfs_ratio(R, "ddq_enqueue"))
+    )
     if im:
         secs = im.get("sections") or []
         big = sorted(secs, key=lambda x: -x["heap"])[:3]
@@ -944,8 +1582,11 @@ def notes(R):
             "flatter classes and methods in the core (each function object and each class "
             "dict costs heap); freeze ddq into the firmware where the board build allows it "
             "(frozen bytecode costs no heap)."
-            % (", ".join("%s %s B" % (x["name"], fmt(x["heap"])) for x in big) or "?",
-               fmt(im["romfs"]["heap"]) if "romfs" in im else "?"))
+            % (
+                ", ".join("%s %s B" % (x["name"], fmt(x["heap"])) for x in big) or "?",
+                fmt(im["romfs"]["heap"]) if "romfs" in im else "?",
+            )
+        )
     import group_bench  # ddq_group's misses (g2, g3): from the floor and ceiling of its run
 
     out.update(group_bench.notes(R, fmt, median))
@@ -986,24 +1627,31 @@ def is_frame(r):
 
 def render(rep, results, errors, smoke, seconds, machine, when=None):
     out = ["# Benchmarks", ""]
-    out += ["Written by `bench/run.py` (`make bench`); do not edit by hand. Each figure is a ratio "
-            "against a baseline measured in the same run, on the same machine, by the same "
-            "interpreter. Every part runs in its own process. The machine is shared and its "
-            "disk's fsync time wanders by 10× within a minute, so a subject and its baseline run "
-            "in alternating small blocks and a ratio is the median of the per-block (or "
-            "per-round) ratios; other figures are the best of their repeats. Absolute numbers "
-            "differ from run to run; compare the ratios. Targets are reported, never asserted "
-            "(`make bench-smoke` only checks that every part still runs). Pictures of the main "
-            "figures are at the end (\"Pictures\", bench/plots.py).", ""]
-    out += ["Run: %s; %.0f s; %s." % (when or time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                                       seconds, machine), ""]
+    out += [
+        "Written by `bench/run.py` (`make bench`); do not edit by hand. Each figure is a ratio "
+        "against a baseline measured in the same run, on the same machine, by the same "
+        "interpreter. Every part runs in its own process. The machine is shared and its "
+        "disk's fsync time wanders by 10× within a minute, so a subject and its baseline run "
+        "in alternating small blocks and a ratio is the median of the per-block (or "
+        "per-round) ratios; other figures are the best of their repeats. Absolute numbers "
+        "differ from run to run; compare the ratios. Targets are reported, never asserted "
+        "(`make bench-smoke` only checks that every part still runs). Pictures of the main "
+        'figures are at the end ("Pictures", bench/plots.py).',
+        "",
+    ]
+    out += [
+        "Run: %s; %.0f s; %s."
+        % (when or time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), seconds, machine),
+        "",
+    ]
     if smoke:
         out += ["**SMOKE RUN: tiny sizes; these numbers mean nothing.**", ""]
     if errors:
         out += ["**Parts that crashed:** " + ", ".join(sorted(errors)), ""]
     out += ["## Summary", ""]
-    out += table(("#", "measure", "value", "baseline (same run)", "ratio", "target", "verdict"),
-                 rep.rows)
+    out += table(
+        ("#", "measure", "value", "baseline (same run)", "ratio", "target", "verdict"), rep.rows
+    )
     why = notes(results)
     missed = []
     for r in rep.rows:
@@ -1017,8 +1665,11 @@ def render(rep, results, errors, smoke, seconds, machine, when=None):
             missed.append((r[0], r[1], text))
     if missed:
         out += ["", "## Missed targets: why, and what would close it", ""]
-        out += ["P-numbers: the proposals for port/ddq.py at the end of this file; the profiles "
-                "and allocation tables below are the evidence.", ""]
+        out += [
+            "P-numbers: the proposals for port/ddq.py at the end of this file; the profiles "
+            "and allocation tables below are the evidence.",
+            "",
+        ]
         seen = set()
         for rid, measure, text in missed:
             if text in seen:
@@ -1028,8 +1679,11 @@ def render(rep, results, errors, smoke, seconds, machine, when=None):
             out += ["- **%s** %s: %s" % (rid, measure, text)]
     for title, lines in rep.sections:
         out += ["", "## " + title, ""] + lines
-    out += ["", "## Proposals for port/ddq.py (from the profiles above; for the core developer)",
-            ""] + PROPOSALS
+    out += [
+        "",
+        "## Proposals for port/ddq.py (from the profiles above; for the core developer)",
+        "",
+    ] + PROPOSALS
     if not smoke:
         import plots
 
@@ -1075,7 +1729,7 @@ PROPOSALS = [
     "- **P11** `Outbox.get()` reads the record it just claimed, and `_read_record` syncs the "
     "active segment when it is dirty [D7]: one fsync per message whatever sync_every says (the "
     "fsync table). Serve reads of unsynced records from a small RAM tail buffer, or split "
-    "\"visible to a new reader\" (flush: CPython, VfsPosix) from \"durable\" (sync: needed "
+    '"visible to a new reader" (flush: CPython, VfsPosix) from "durable" (sync: needed '
     "for visibility on LittleFS only).",
     "- **P12** Recovery: done as the recovery index (queue.index, SPEC §12.1; rows 7/7r/7c): "
     "a clean close writes it, the next open checks a crc32 of every covered byte and replays "
@@ -1109,14 +1763,25 @@ def machine_line():
         pass
     mpv = ""
     try:
-        mpv = subprocess.run([MP, "-c", "import sys; print('%d.%d.%d' % sys.implementation"
-                              ".version[:3], sys.implementation._build)"],
-                             capture_output=True, text=True, timeout=30).stdout.strip()
+        mpv = subprocess.run(
+            [
+                MP,
+                "-c",
+                "import sys; print('%d.%d.%d' % sys.implementation"
+                ".version[:3], sys.implementation._build)",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         pass
-    return "%s, %d cores; CPython %s; MicroPython unix port %s" % (cpu or platform.machine(),
-                                                         os.cpu_count() or 0,
-                                                         platform.python_version(), mpv)
+    return "%s, %d cores; CPython %s; MicroPython unix port %s" % (
+        cpu or platform.machine(),
+        os.cpu_count() or 0,
+        platform.python_version(),
+        mpv,
+    )
 
 
 # --- imports --------------------------------------------------------------------------------
@@ -1125,8 +1790,11 @@ def machine_line():
 def sections_of(src):
     """(name, first line, last line) of each "# ==== name" banner section of ddq.py."""
     lines = src.splitlines()
-    marks = [(i, ln.split()[-1]) for i, ln in enumerate(lines)
-             if ln.startswith("# ====") and ln.split()[-1].isalpha()]
+    marks = [
+        (i, ln.split()[-1])
+        for i, ln in enumerate(lines)
+        if ln.startswith("# ====") and ln.split()[-1].isalpha()
+    ]
     out = []
     for k, (i, name) in enumerate(marks):
         end = marks[k + 1][0] if k + 1 < len(marks) else len(lines)
@@ -1240,15 +1908,31 @@ def part_fit(mpy_dir, tmp):
         d = os.path.join(tmp, heap)
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
-        p = subprocess.run([MP, "-X", "heapsize=" + heap, os.path.join(HERE, "mp_fit.py"),
-                            mpy_dir, os.path.join(d, "q")], capture_output=True, text=True,
-                           timeout=900, cwd=REPO)
+        p = subprocess.run(
+            [
+                MP,
+                "-X",
+                "heapsize=" + heap,
+                os.path.join(HERE, "mp_fit.py"),
+                mpy_dir,
+                os.path.join(d, "q"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            cwd=REPO,
+        )
         line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
         if not line:
             raise PartFailed("mp_fit.py %s: %s" % (heap, (p.stdout + p.stderr)[-2000:]))
         f = line[-1].split()
-        out[heap] = {"import_ok": f[1] == "1", "import_heap": int(f[2]), "free_after_import":
-                     int(f[3]), "items": int(f[4]), "end": f[5]}
+        out[heap] = {
+            "import_ok": f[1] == "1",
+            "import_heap": int(f[2]),
+            "free_after_import": int(f[3]),
+            "items": int(f[4]),
+            "end": f[5],
+        }
         shutil.rmtree(d, ignore_errors=True)
     return out
 
@@ -1266,9 +1950,22 @@ def part_reopen(mp, mpy_dir, tmp, smoke):
                 q = os.path.join(tmp, "qc")
                 shutil.rmtree(q, ignore_errors=True)
                 shutil.copytree(os.path.join(tmp, "q"), q)
-            p = subprocess.run([MP, "-X", "heapsize=16M", os.path.join(HERE, "mp_hole.py"),
-                                mpy_dir, q, str(k), mode], capture_output=True, text=True,
-                               timeout=900, cwd=REPO)
+            p = subprocess.run(
+                [
+                    MP,
+                    "-X",
+                    "heapsize=16M",
+                    os.path.join(HERE, "mp_hole.py"),
+                    mpy_dir,
+                    q,
+                    str(k),
+                    mode,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=900,
+                cwd=REPO,
+            )
             line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
             if not line:
                 raise PartFailed("mp_hole.py %d %s: %s" % (k, mode, (p.stdout + p.stderr)[-2000:]))
@@ -1296,8 +1993,15 @@ def main():
         with open(argv[argv.index("--from") + 1]) as f:
             saved = json.load(f)
         rep = build(saved["results"], saved["errors"], False, 0)
-        text = render(rep, saved["results"], saved["errors"], False, saved.get("seconds", 0),
-                      saved.get("machine", machine_line()), saved.get("when"))
+        text = render(
+            rep,
+            saved["results"],
+            saved["errors"],
+            False,
+            saved.get("seconds", 0),
+            saved.get("machine", machine_line()),
+            saved.get("when"),
+        )
         with open(out_path, "w") as f:
             f.write(text)
         print("bench: re-rendered %s" % out_path)
@@ -1335,8 +2039,10 @@ def main():
         step("cp_counts", cp("counts", "cp_counts"))
         step("mp_lifecycle", mp("lifecycle", "mp_lifecycle"))
         step("mp_heap", mp("heap", "mp_heap"))
-        step("mp_heap_replay", mp("heap", "mp_heap", fill=0, noindex=1, keep=1,
-                                  dir=os.path.join(tmp, "mp_heap")))
+        step(
+            "mp_heap_replay",
+            mp("heap", "mp_heap", fill=0, noindex=1, keep=1, dir=os.path.join(tmp, "mp_heap")),
+        )
         step("mp_heap_reopen", mp("heap", "mp_heap", fill=0, dir=os.path.join(tmp, "mp_heap")))
         step("cp_scaling", cp("scaling", "cp_scaling"))
         step("mp_scaling", mp("scaling", "mp_scaling", heap=MP_HEAP_BIG))
@@ -1355,14 +2061,21 @@ def main():
         mpy_dir = os.path.join(tmp, "imports", "mpy")
         for heap in ("128K", "256K"):
             if os.path.exists(os.path.join(mpy_dir, "ddq.mpy")):
-                step("mp_capacity_" + heap, mp("capacity", "mp_capacity", heap=heap, mod=mpy_dir,
-                                               dir=os.path.join(tmp, "cap" + heap)))
+                step(
+                    "mp_capacity_" + heap,
+                    mp(
+                        "capacity",
+                        "mp_capacity",
+                        heap=heap,
+                        mod=mpy_dir,
+                        dir=os.path.join(tmp, "cap" + heap),
+                    ),
+                )
         step("mp_allocs", mp("allocs", "mp_allocs", heap="8M"))
         if os.path.exists(os.path.join(mpy_dir, "ddq.mpy")):
             step("mp_heapstate", mp("heapstate", "mp_heapstate", heap="8M", mod=mpy_dir))
             step("mp_fit", lambda: part_fit(mpy_dir, os.path.join(tmp, "fit")))
-            step("mp_reopen", lambda: part_reopen(mp, mpy_dir, os.path.join(tmp, "reopen"),
-                                                  smoke))
+            step("mp_reopen", lambda: part_reopen(mp, mpy_dir, os.path.join(tmp, "reopen"), smoke))
         step("cp_steady", cp("steady", "cp_steady"))
         step("mp_steady", mp("steady", "mp_steady", heap="8M"))
         step("mp_board_steady", lambda: board_steady(os.path.join(tmp, "board_steady"), smoke))
@@ -1378,14 +2091,22 @@ def main():
 
         for key, interp, part, size in group_bench.RUNS:
             args = dict(group_bench.SIZES[size][k], dir=os.path.join(tmp, key))
-            step(key, lambda i=interp, p=part, a=args: run_part(PY if i == "cp" else MP,
-                                                                "group_bench.py", p, a))
+            step(
+                key,
+                lambda i=interp, p=part, a=args: run_part(
+                    PY if i == "cp" else MP, "group_bench.py", p, a
+                ),
+            )
         import salvage_bench  # salvage resync (issue 25): its parts, sizes and rows live there
 
         for key, interp, part, size, heap in salvage_bench.RUNS:
             args = dict(salvage_bench.SIZES[size][k], dir=os.path.join(tmp, key))
-            step(key, lambda i=interp, p=part, a=args, hp=heap: run_part(
-                PY if i == "cp" else MP, "salvage_bench.py", p, a, heap=hp))
+            step(
+                key,
+                lambda i=interp, p=part, a=args, hp=heap: run_part(
+                    PY if i == "cp" else MP, "salvage_bench.py", p, a, heap=hp
+                ),
+            )
         # D1-D5 (issue 17): windowed drain through a 50 ms-each-way relay to mosquitto.
         import drain_bench
 
@@ -1400,8 +2121,14 @@ def main():
     machine = machine_line()
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     text = render(rep, results, errors, smoke, seconds, machine, when)
-    print("\n".join(table(("#", "measure", "value", "baseline (same run)", "ratio", "target",
-                             "verdict"), rep.rows)))
+    print(
+        "\n".join(
+            table(
+                ("#", "measure", "value", "baseline (same run)", "ratio", "target", "verdict"),
+                rep.rows,
+            )
+        )
+    )
     if smoke and "--out" not in argv:
         print("bench: smoke run (%.0f s): docs/BENCHMARKS.md left as it is" % seconds)
     else:
@@ -1409,8 +2136,18 @@ def main():
             f.write(text)
         os.makedirs(os.path.join(REPO, "build"), exist_ok=True)
         with open(RAW, "w") as f:  # every number of the run, for digging (build/ is ignored)
-            json.dump({"results": results, "errors": errors, "seconds": seconds,
-                       "machine": machine, "when": when}, f, indent=1, sort_keys=True)
+            json.dump(
+                {
+                    "results": results,
+                    "errors": errors,
+                    "seconds": seconds,
+                    "machine": machine,
+                    "when": when,
+                },
+                f,
+                indent=1,
+                sort_keys=True,
+            )
         print("bench: wrote %s (%.0f s)" % (out_path, seconds))
         if out_path == REPORT:  # the pictures of what the tables now show (bench/plots.py)
             import plots

@@ -50,7 +50,7 @@ def part_resync(a):
                 f.write(data)
             data = None
             with open(src + "/" + ddq.segment_name(0, 1), "wb") as f:
-                f.write(ddq_salvage.encode_record(1, 10 ** 9, 0, b"next"))
+                f.write(ddq_salvage.encode_record(1, 10**9, 0, b"next"))
             times = []
             nread = 0
             for _ in range(a["reps"]):
@@ -80,8 +80,10 @@ SIZES = {
     "cp_resync": ({"kib": "1024,4096", "reps": 3}, {"kib": "64,256", "reps": 1}),
     "mp_resync": ({"kib": "128,512", "reps": 5}, {"kib": "32,128", "reps": 1}),
 }
-RUNS = (("cp_resync", "cp", "resync", "cp_resync", None),
-        ("mp_resync", "mp", "resync", "mp_resync", "16M"))
+RUNS = (
+    ("cp_resync", "cp", "resync", "cp_resync", None),
+    ("mp_resync", "mp", "resync", "mp_resync", "16M"),
+)
 TARGET = 4.0  # crafted ÷ plain, time per MiB, at every size: a small constant
 GROWTH = 2.0  # crafted time per MiB at the largest size ÷ at the smallest (4×: linear is 1)
 
@@ -98,27 +100,38 @@ def report(R, rep, h, smoke):
             kib = row["kib"]
             size = kib * 1024
             plain = row["plain"]["us"] * 1024.0 / kib  # µs per MiB
-            for kind, what in (("headers", "a plausible header every 40 B, each to the end"),
-                               ("frames", "nested records with footers, bad CRCs")):
+            for kind, what in (
+                ("headers", "a plausible header every 40 B, each to the end"),
+                ("frames", "nested records with footers, bad CRCs"),
+            ):
                 per = row[kind]["us"] * 1024.0 / kib
                 ratio = per / plain if plain else None
-                rep.row("%s%s%d" % (rid, "h" if kind == "headers" else "f", k + 1),
-                        "%s salvage resync of a crafted %d KiB segment (%s): time per MiB ÷ a "
-                        "plain segment's (56 B records); bytes read %s× its size"
-                        % (interp, kib, what, fmt(row[kind]["read"] / float(size))),
-                        "%s ms/MiB" % fmt(per / 1000.0), "plain %s ms/MiB" % fmt(plain / 1000.0),
-                        fmt(ratio), "≤ %s×" % fmt(TARGET),
-                        "report" if smoke else verdict(ratio, TARGET, False))
+                rep.row(
+                    "%s%s%d" % (rid, "h" if kind == "headers" else "f", k + 1),
+                    "%s salvage resync of a crafted %d KiB segment (%s): time per MiB ÷ a "
+                    "plain segment's (56 B records); bytes read %s× its size"
+                    % (interp, kib, what, fmt(row[kind]["read"] / float(size))),
+                    "%s ms/MiB" % fmt(per / 1000.0),
+                    "plain %s ms/MiB" % fmt(plain / 1000.0),
+                    fmt(ratio),
+                    "≤ %s×" % fmt(TARGET),
+                    "report" if smoke else verdict(ratio, TARGET, False),
+                )
         lo, hi = t["sizes"][0], t["sizes"][-1]
         for kind in ("headers", "frames"):
             a = lo[kind]["us"] / float(lo["kib"])
             b = hi[kind]["us"] / float(hi["kib"])
             g = b / a if a else None
-            rep.row("%s%sg" % (rid, "h" if kind == "headers" else "f"),
-                    "same (%s), linear: time per MiB at %d KiB ÷ at %d KiB (quadratic: %s×)"
-                    % (kind, hi["kib"], lo["kib"], fmt(hi["kib"] / float(lo["kib"]))),
-                    "%s ms/MiB" % fmt(b * 1.024), "%s ms/MiB" % fmt(a * 1.024), fmt(g),
-                    "≤ %s×" % fmt(GROWTH), "report" if smoke else verdict(g, GROWTH, False))
+            rep.row(
+                "%s%sg" % (rid, "h" if kind == "headers" else "f"),
+                "same (%s), linear: time per MiB at %d KiB ÷ at %d KiB (quadratic: %s×)"
+                % (kind, hi["kib"], lo["kib"], fmt(hi["kib"] / float(lo["kib"]))),
+                "%s ms/MiB" % fmt(b * 1.024),
+                "%s ms/MiB" % fmt(a * 1.024),
+                fmt(g),
+                "≤ %s×" % fmt(GROWTH),
+                "report" if smoke else verdict(g, GROWTH, False),
+            )
 
 
 if __name__ == "__main__":

@@ -67,7 +67,7 @@ def check_reading(payload):
         body, crc = bytes(payload).rsplit(b" crc=", 1)
         if int(crc, 16) != crc32(body) & 0xFFFFFFFF or not body.startswith(b"seq="):
             return -1
-        return int(body[4:body.index(b" ")])
+        return int(body[4 : body.index(b" ")])
     except (ValueError, IndexError):
         return -1
 
@@ -83,8 +83,9 @@ class SenderLink:
     def __init__(self, host, port, client_id, timeout_ms=2000, keepalive=30):
         import ddq_mqtt
 
-        self.s = ddq_mqtt.Sender(host, port, client_id=client_id.encode(), keepalive=keepalive,
-                                 timeout_ms=timeout_ms)
+        self.s = ddq_mqtt.Sender(
+            host, port, client_id=client_id.encode(), keepalive=keepalive, timeout_ms=timeout_ms
+        )
 
     @property
     def up(self):
@@ -137,8 +138,9 @@ class PahoLink:
 
         self.close()
         ev, res = threading.Event(), []
-        c = self.mqtt.Client(self.mqtt.CallbackAPIVersion.VERSION2, client_id=self.cid,
-                             clean_session=True)
+        c = self.mqtt.Client(
+            self.mqtt.CallbackAPIVersion.VERSION2, client_id=self.cid, clean_session=True
+        )
         c.on_connect = lambda _c, _u, _f, rc, _p: (res.append(not rc.is_failure), ev.set())
         c.on_disconnect = lambda *_a: setattr(self, "lost", True)
         try:
@@ -189,12 +191,19 @@ class WindowLink(SenderLink):
     sender Outbox.pump takes, which keeps `window` QoS 1 publishes in flight and adds the app's
     topic suffix (boot, attempts) to each. Any failure drops the connection (up = False)."""
 
-    def __init__(self, host, port, client_id, timeout_ms=2000, keepalive=30, window=16,
-                 suffix="/0/"):
+    def __init__(
+        self, host, port, client_id, timeout_ms=2000, keepalive=30, window=16, suffix="/0/"
+    ):
         import ddq_mqtt
 
-        self.s = ddq_mqtt.WindowSender(host, port, inflight_max=window, timeout_ms=timeout_ms,
-                                       client_id=client_id.encode(), keepalive=keepalive)
+        self.s = ddq_mqtt.WindowSender(
+            host,
+            port,
+            inflight_max=window,
+            timeout_ms=timeout_ms,
+            client_id=client_id.encode(),
+            keepalive=keepalive,
+        )
         self.win, self.inflight_max = _Win(self.s, suffix, window), window
 
     def publish(self, topic, payload, qos=1):
@@ -222,8 +231,9 @@ class _Win:
         self.timeout_ms = s.timeout_ms
 
     def publish(self, m, dup=False):
-        self.s.publish(_msg(m.topic + self.suffix + str(m.attempts), m.payload, m.qos, m.seq,
-                            m.attempts), dup)
+        self.s.publish(
+            _msg(m.topic + self.suffix + str(m.attempts), m.payload, m.qos, m.seq, m.attempts), dup
+        )
 
     def poll(self, timeout_ms=0):
         return [s for s in self.s.poll(timeout_ms) if s]  # seq 0: a QoS 0 status message
@@ -241,14 +251,36 @@ def release_claims(q):
     return n
 
 
-def main(host="127.0.0.1", port=1883, total=1000, rate=50, boot=0, queue_dir="outbox",
-         options=None, sync="always", lease_ms=5000, timeout_ms=2000, min_retry_ms=200,
-         max_retry_ms=3000, seed=None, link="mini", client_id="ddq-demo-device", log=True,
-         window=16):
+def main(
+    host="127.0.0.1",
+    port=1883,
+    total=1000,
+    rate=50,
+    boot=0,
+    queue_dir="outbox",
+    options=None,
+    sync="always",
+    lease_ms=5000,
+    timeout_ms=2000,
+    min_retry_ms=200,
+    max_retry_ms=3000,
+    seed=None,
+    link="mini",
+    client_id="ddq-demo-device",
+    log=True,
+    window=16,
+):
     """Run until `total` readings are enqueued and delivered; return the Outbox stats."""
     opts = dict(options or {})
-    ob = ddq_outbox.Outbox(queue_dir, lease_ms=lease_ms, min_retry_ms=min_retry_ms,
-                    max_retry_ms=max_retry_ms, seed=seed, sync=sync, **opts)
+    ob = ddq_outbox.Outbox(
+        queue_dir,
+        lease_ms=lease_ms,
+        min_retry_ms=min_retry_ms,
+        max_retry_ms=max_retry_ms,
+        seed=seed,
+        sync=sync,
+        **opts,
+    )
     q = ob.queue
     say = print if log else (lambda *a: None)
     released = release_claims(q)
@@ -256,13 +288,16 @@ def main(host="127.0.0.1", port=1883, total=1000, rate=50, boot=0, queue_dir="ou
     say("boot %d: next_seq %d, %d pending, %d claims released" % (boot, nxt, ob.qsize(), released))
     suffix = "/%d/" % boot
     if link == "mini" and window > 1:  # the window (OUTBOX E25): ddq_mqtt.WindowSender
-        mq = WindowLink(host, port, "%s-%d" % (client_id, boot), timeout_ms, window=window,
-                        suffix=suffix)
+        mq = WindowLink(
+            host, port, "%s-%d" % (client_id, boot), timeout_ms, window=window, suffix=suffix
+        )
     else:
         cls = PahoLink if link == "paho" else SenderLink
         mq = cls(host, port, "%s-%d" % (client_id, boot), timeout_ms)
-    say("boot %d: delivery window %d (%s)" % (boot, getattr(mq, "inflight_max", 1),
-                                              type(mq).__name__))
+    say(
+        "boot %d: delivery window %d (%s)"
+        % (boot, getattr(mq, "inflight_max", 1), type(mq).__name__)
+    )
     conn_bo = ddq_outbox.Backoff(100, 2000, None if seed is None else seed + 1)
     conn_fail, conn_at = 0, ticks_ms()
     period = 1000 // max(1, rate)
@@ -307,8 +342,11 @@ def main(host="127.0.0.1", port=1883, total=1000, rate=50, boot=0, queue_dir="ou
             # 4. heartbeat for the host's progress line (QoS 0, best effort)
             if mq.up and ticks_diff(now, hb_at) >= 500:
                 hb_at = now
-                mq.publish(STATUS + "/hb", b"boot=%d enq=%d pending=%d full=%d" % (
-                    boot, nxt - 1, ob.qsize(), full), 0)
+                mq.publish(
+                    STATUS + "/hb",
+                    b"boot=%d enq=%d pending=%d full=%d" % (boot, nxt - 1, ob.qsize(), full),
+                    0,
+                )
             # 5. finished: everything enqueued and delivered
             if nxt > total and mq.up and ob.qsize() == 0:
                 ob.sync()

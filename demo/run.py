@@ -132,7 +132,9 @@ class Mosquitto:
             "persistence_location %s/" % workdir,
             "max_queued_messages 0",  # never drop QoS 1 messages queued for the subscriber
             "log_dest stdout",
-            "log_type error", "log_type warning", "log_type notice",
+            "log_type error",
+            "log_type warning",
+            "log_type notice",
         ]
         if os.geteuid() == 0:
             lines.append("user root")  # else it drops to user mosquitto and cannot write workdir
@@ -143,13 +145,20 @@ class Mosquitto:
 
     def start(self):
         log = open(os.path.join(self.dir, "broker.log"), "ab")
-        self.proc = subprocess.Popen([self.exe, "-c", self.conf], stdin=subprocess.DEVNULL,
-                                     stdout=log, stderr=log, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [self.exe, "-c", self.conf],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
         log.close()
         if not wait_port(self.port, 10, self.proc):
             stop_proc(self.proc, signal.SIGKILL)
-            raise DemoError("mosquitto did not listen on 127.0.0.1:%d (see %s/broker.log)"
-                            % (self.port, self.dir))
+            raise DemoError(
+                "mosquitto did not listen on 127.0.0.1:%d (see %s/broker.log)"
+                % (self.port, self.dir)
+            )
 
     def stop(self):
         stop_proc(self.proc, signal.SIGTERM)
@@ -251,9 +260,11 @@ class Amqtt:
         os.makedirs(workdir, exist_ok=True)
         self.conf = os.path.join(workdir, "amqtt.yaml")
         with open(self.conf, "w") as f:
-            f.write("listeners:\n  default:\n    type: tcp\n    bind: 127.0.0.1:%d\n"
-                    "plugins:\n  amqtt.plugins.authentication.AnonymousAuthPlugin:\n"
-                    "    allow_anonymous: true\n" % self.sub_port)
+            f.write(
+                "listeners:\n  default:\n    type: tcp\n    bind: 127.0.0.1:%d\n"
+                "plugins:\n  amqtt.plugins.authentication.AnonymousAuthPlugin:\n"
+                "    allow_anonymous: true\n" % self.sub_port
+            )
         try:
             from importlib.metadata import version
 
@@ -263,15 +274,24 @@ class Amqtt:
 
     def start(self):
         log = open(os.path.join(self.dir, "broker.log"), "ab")
-        code = ("import sys; from amqtt.scripts.broker_script import main; "
-                "sys.argv = ['amqtt', '-c', %r]; main()" % self.conf)
-        self.proc = subprocess.Popen([self.python, "-c", code], stdin=subprocess.DEVNULL,
-                                     stdout=log, stderr=log, start_new_session=True)
+        code = (
+            "import sys; from amqtt.scripts.broker_script import main; "
+            "sys.argv = ['amqtt', '-c', %r]; main()" % self.conf
+        )
+        self.proc = subprocess.Popen(
+            [self.python, "-c", code],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
         log.close()
         if not wait_port(self.sub_port, 20, self.proc):
             stop_proc(self.proc, signal.SIGKILL)
-            raise DemoError("amqtt did not listen on 127.0.0.1:%d (see %s/broker.log)"
-                            % (self.sub_port, self.dir))
+            raise DemoError(
+                "amqtt did not listen on 127.0.0.1:%d (see %s/broker.log)"
+                % (self.sub_port, self.dir)
+            )
         self.relay.up()
 
     def close(self):
@@ -296,11 +316,13 @@ def ensure_amqtt(log):
     except ImportError:
         pass
     log("no mosquitto: installing the embedded broker %s into %s" % (AMQTT_PIN, sys.prefix))
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                        AMQTT_PIN])
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", AMQTT_PIN]
+    )
     if r.returncode != 0:
-        raise DemoError("pip install %s failed; install mosquitto (apt-get install mosquitto)"
-                        % AMQTT_PIN)
+        raise DemoError(
+            "pip install %s failed; install mosquitto (apt-get install mosquitto)" % AMQTT_PIN
+        )
 
 
 def make_broker(choice, workdir, port, log):
@@ -364,8 +386,9 @@ class Subscriber:
                 if seq <= 0 or m.payload != devapp.reading(seq):
                     self.bad.append((m.topic, bytes(m.payload)))
                 else:
-                    self.receipts.append((seq, int(parts[3]), int(parts[4]), bytes(m.payload),
-                                          bool(m.dup), t))
+                    self.receipts.append(
+                        (seq, int(parts[3]), int(parts[4]), bytes(m.payload), bool(m.dup), t)
+                    )
             elif m.topic in (devapp.STATUS + "/hb", devapp.STATUS + "/done"):
                 f = dict(kv.split("=") for kv in m.payload.decode().split())
                 boot, enq = int(f["boot"]), int(f["enq"])
@@ -395,8 +418,12 @@ def queue_state(path, options):
             by = {"available": set(), "claimed": set(), "acked": set(), "quarantined": set()}
             for it in q.items():
                 by[it.state].add(it.seq)
-            return {"next_seq": st.next_seq, "by_state": by, "generation": st.generation,
-                    "recovered_tail_bytes": st.recovered_tail_bytes}
+            return {
+                "next_seq": st.next_seq,
+                "by_state": by,
+                "generation": st.generation,
+                "recovered_tail_bytes": st.recovered_tail_bytes,
+            }
         finally:
             q.close()
     finally:
@@ -406,8 +433,11 @@ def queue_state(path, options):
 def acked_set(state):
     """Seqs below next_seq that are durably acked: everything not still pending or quarantined
     (compaction drops acked items, so absent below next_seq means acked)."""
-    keep = state["by_state"]["available"] | state["by_state"]["claimed"] | \
-        state["by_state"]["quarantined"]
+    keep = (
+        state["by_state"]["available"]
+        | state["by_state"]["claimed"]
+        | state["by_state"]["quarantined"]
+    )
     return set(range(1, state["next_seq"])) - keep
 
 
@@ -438,11 +468,20 @@ def ddq_cli():
 
 def run_cli(args, log, cwd=None):
     """Run `ddq ARGS`; return (exit status, stdout)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(REPO, "host"),
-                                                      os.path.join(REPO, "port")]))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([os.path.join(REPO, "host"), os.path.join(REPO, "port")]),
+    )
     log("$ ddq " + " ".join(args))
-    r = subprocess.run(ddq_cli() + args, capture_output=True, text=True, env=env, cwd=cwd,
-                       stdin=subprocess.DEVNULL, timeout=300)
+    r = subprocess.run(
+        ddq_cli() + args,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        timeout=300,
+    )
     if r.stderr.strip():
         for line in r.stderr.strip().splitlines():
             log("  " + line)
@@ -479,9 +518,11 @@ class VirtualBoard:
             st = vboard.start(self.dir, image=self.image, blocks=IMAGE_BLOCKS)
             self.tty = st["device"]
         kw = dict(self.app_kw, boot=boot, options=self.options, log=False)
-        code = ("import devapp\ntry:\n devapp.main(**%r)\nexcept Exception as e:\n"
-                " import sys\n f = open('devapp-error.txt', 'w')\n sys.print_exception(e, f)\n"
-                " f.close()\n raise\n" % (kw,))
+        code = (
+            "import devapp\ntry:\n devapp.main(**%r)\nexcept Exception as e:\n"
+            " import sys\n f = open('devapp-error.txt', 'w')\n sys.print_exception(e, f)\n"
+            " f.close()\n raise\n" % (kw,)
+        )
         # Start the app and return at once: it keeps running on the board after we let go.
         Device(self.tty, soft_reset=False).start(code)
         self.boot = boot
@@ -542,9 +583,15 @@ class Gateway:
         args.append("options=" + json.dumps(self.options))
         env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "port"))
         log = open(os.path.join(self.dir, "gateway.log"), "ab")
-        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "devapp.py")] + args,
-                                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
-                                     cwd=self.dir, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "devapp.py")] + args,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=env,
+            cwd=self.dir,
+            start_new_session=True,
+        )
         log.close()
         self.boot = boot
 
@@ -577,8 +624,10 @@ class Gateway:
         qdir.copy_queue(self.qdir, dest)
         with open(os.path.join(dest, qdir.OPTIONS_FILE), "w") as f:
             json.dump(self.options, f, sort_keys=True)  # what `ddq pull` records from the profile
-        self.log("copied the gateway's queue %s to %s (no `ddq pull`: it is a host directory)"
-                 % (self.qdir, dest))
+        self.log(
+            "copied the gateway's queue %s to %s (no `ddq pull`: it is a host directory)"
+            % (self.qdir, dest)
+        )
 
     def stop(self):
         stop_proc(self.proc, signal.SIGKILL)
@@ -656,10 +705,22 @@ class Progress:
         enq = max(list(hb.values()) + [max(seqs, default=0)])  # heartbeats lag behind
         el = now() - self.t0
         s = self.stats
-        return ("%5.0fs  enqueued %d  delivered %d  dup %d  broker %s (%d %ss)  device %s "
-                "(%d kills)  %.0f msg/s" % (el, enq, uniq, len(rec) - uniq, s["broker"],
-                                           s["broker_restarts"], s["outage"], s["device"],
-                                           s["kills"], uniq / el if el > 0 else 0))
+        return (
+            "%5.0fs  enqueued %d  delivered %d  dup %d  broker %s (%d %ss)  device %s "
+            "(%d kills)  %.0f msg/s"
+            % (
+                el,
+                enq,
+                uniq,
+                len(rec) - uniq,
+                s["broker"],
+                s["broker_restarts"],
+                s["outage"],
+                s["device"],
+                s["kills"],
+                uniq / el if el > 0 else 0,
+            )
+        )
 
     def show(self):
         if self.enabled:
@@ -690,10 +751,13 @@ def analyse(cfg, sub, final, kills, device, log):
         errors.append("... %d bad messages in all" % len(bad))
     ghosts = sorted(s for s in got if s > enq)
     if ghosts:
-        errors.append("received seqs above the queue's next_seq-1 = %d (an enqueue that did not "
-                      "survive): %s" % (enq, ghosts[:10]))
-    lost = sorted(s for s in range(1, enq + 1) if s not in got and s not in pending
-                  and s not in quarantined)
+        errors.append(
+            "received seqs above the queue's next_seq-1 = %d (an enqueue that did not "
+            "survive): %s" % (enq, ghosts[:10])
+        )
+    lost = sorted(
+        s for s in range(1, enq + 1) if s not in got and s not in pending and s not in quarantined
+    )
     # Power cuts: each recovered image must hold every enqueue that boot saw return, and no seq
     # durably acked there may be sent again by a later boot.
     acked_before = {}  # boot -> seqs durably acked at some power cut before that boot started
@@ -706,8 +770,10 @@ def analyse(cfg, sub, final, kills, device, log):
             device.snapshot_queue(path, dest)
             st = queue_state(dest, device.options)
         except Exception as e:
-            errors.append("power cut %d: the queue on the image does not recover: %s: %s"
-                          % (i, type(e).__name__, e))
+            errors.append(
+                "power cut %d: the queue on the image does not recover: %s: %s"
+                % (i, type(e).__name__, e)
+            )
             continue
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -715,16 +781,24 @@ def analyse(cfg, sub, final, kills, device, log):
         a_k = acked_set(st)
         seen = max([hb.get(ended, 0)] + [r[0] for r in receipts if r[1] == ended])
         if seen > e_k:
-            errors.append("power cut %d: boot %d saw enqueue of seq %d return, but the recovered "
-                          "image ends at %d" % (i, ended, seen, e_k))
+            errors.append(
+                "power cut %d: boot %d saw enqueue of seq %d return, but the recovered "
+                "image ends at %d" % (i, ended, seen, e_k)
+            )
         if e_k < last_enq:
             errors.append("power cut %d: next_seq went back (%d < %d)" % (i, e_k, last_enq))
         last_enq = max(last_enq, e_k)
         acc |= a_k
         acked_before[ended + 1] = set(acc)
-        cuts.append({"boot": ended, "enqueued": e_k, "acked": len(a_k),
-                     "pending": len(st["by_state"]["available"] | st["by_state"]["claimed"]),
-                     "recovered_tail_bytes": st["recovered_tail_bytes"]})
+        cuts.append(
+            {
+                "boot": ended,
+                "enqueued": e_k,
+                "acked": len(a_k),
+                "pending": len(st["by_state"]["available"] | st["by_state"]["claimed"]),
+                "recovered_tail_bytes": st["recovered_tail_bytes"],
+            }
+        )
     boots = sorted(acked_before)
     dup_causes = {"power cut": 0, "publish retry": 0, "broker redelivery": 0}
     dup_flagged = 0  # copies that carried MQTT's DUP flag (a broker resending to the subscriber)
@@ -735,22 +809,37 @@ def analyse(cfg, sub, final, kills, device, log):
             # the latest power cut before boot r[1] holds the most acks (they only accumulate)
             prior = [b for b in boots if b <= r[1]]
             if prior and seq in acked_before[prior[-1]]:
-                violations.append("seq %d sent by boot %d (attempt %d) after its ack was durable "
-                                  "at an earlier power cut" % (seq, r[1], r[2]))
+                violations.append(
+                    "seq %d sent by boot %d (attempt %d) after its ack was durable "
+                    "at an earlier power cut" % (seq, r[1], r[2])
+                )
             if j:
                 p = rs[j - 1]
-                cause = ("power cut" if r[1] != p[1] else "publish retry" if r[2] != p[2]
-                         else "broker redelivery")
+                cause = (
+                    "power cut"
+                    if r[1] != p[1]
+                    else "publish retry"
+                    if r[2] != p[2]
+                    else "broker redelivery"
+                )
                 dup_causes[cause] += 1
                 dup_flagged += bool(r[4])
     delivered = sum(1 for s in got if s <= enq)
     return {
-        "enqueued": enq, "delivered": delivered,
-        "duplicates": len(receipts) - len(got), "duplicate_causes": dup_causes,
+        "enqueued": enq,
+        "delivered": delivered,
+        "duplicates": len(receipts) - len(got),
+        "duplicate_causes": dup_causes,
         "duplicates_dup_flag": dup_flagged,
-        "lost": len(lost), "lost_seqs": lost[:50], "pending": len(pending),
-        "quarantined": len(quarantined), "done": done, "power_cuts": cuts,
-        "errors": errors, "violations": violations[:50], "violation_count": len(violations),
+        "lost": len(lost),
+        "lost_seqs": lost[:50],
+        "pending": len(pending),
+        "quarantined": len(quarantined),
+        "done": done,
+        "power_cuts": cuts,
+        "errors": errors,
+        "violations": violations[:50],
+        "violation_count": len(violations),
     }
 
 
@@ -769,7 +858,7 @@ class Config:
         self.inflight = 16  # the device's delivery window (OUTBOX E25); the paho gateway: 1
         self.__dict__.update(kw)
         if self.seed is None:
-            self.seed = random.SystemRandom().randrange(1, 10 ** 6)
+            self.seed = random.SystemRandom().randrange(1, 10**6)
         self.window = self.messages / float(self.rate)
 
 
@@ -784,21 +873,41 @@ def run(cfg, log=None, out=None):
     cfg.workdir = workdir
     port = free_port()
     broker = make_broker(cfg.broker, os.path.join(workdir, "broker"), port, log)
-    app_kw = {"host": "127.0.0.1", "port": port, "total": cfg.messages, "rate": cfg.rate,
-              "seed": cfg.seed, "window": cfg.inflight}
+    app_kw = {
+        "host": "127.0.0.1",
+        "port": port,
+        "total": cfg.messages,
+        "rate": cfg.rate,
+        "seed": cfg.seed,
+        "window": cfg.inflight,
+    }
     dev_cls = Gateway if cfg.gateway == "cpython" else VirtualBoard
     device = dev_cls(workdir, app_kw, log)
-    stats = {"broker": "up", "broker_restarts": 0, "device": "boot 0", "kills": 0,
-             "outage": broker.outage}
+    stats = {
+        "broker": "up",
+        "broker_restarts": 0,
+        "device": "boot 0",
+        "kills": 0,
+        "outage": broker.outage,
+    }
     stop = threading.Event()
     sub = Subscriber(broker.sub_port, "ddq-demo-subscriber-%d" % os.getpid())
     threads, chaos, progress = [], None, None
-    res = {"seed": cfg.seed, "gateway": cfg.gateway, "device": device.label,
-           "delivery_window": 1 if cfg.gateway == "cpython" else cfg.inflight,
-           "broker": broker.kind, "port": port, "messages": cfg.messages, "rate": cfg.rate,
-           "workdir": workdir}
-    log("ddq demo: seed %d (replay: make demo SEED=%d%s)" % (
-        cfg.seed, cfg.seed, " GATEWAY=cpython" if cfg.gateway == "cpython" else ""))
+    res = {
+        "seed": cfg.seed,
+        "gateway": cfg.gateway,
+        "device": device.label,
+        "delivery_window": 1 if cfg.gateway == "cpython" else cfg.inflight,
+        "broker": broker.kind,
+        "port": port,
+        "messages": cfg.messages,
+        "rate": cfg.rate,
+        "workdir": workdir,
+    }
+    log(
+        "ddq demo: seed %d (replay: make demo SEED=%d%s)"
+        % (cfg.seed, cfg.seed, " GATEWAY=cpython" if cfg.gateway == "cpython" else "")
+    )
     try:
         broker.start()
         res["broker_version"], res["broker_outage"] = broker.version, broker.outage
@@ -809,12 +918,16 @@ def run(cfg, log=None, out=None):
         device.install()
         t_run = now()
         device.start(0)
-        log("running: %d readings at %d/s, %d broker restarts and %d power cuts at random moments"
-            % (cfg.messages, cfg.rate, cfg.broker_restarts, cfg.kills))
+        log(
+            "running: %d readings at %d/s, %d broker restarts and %d power cuts at random moments"
+            % (cfg.messages, cfg.rate, cfg.broker_restarts, cfg.kills)
+        )
         chaos = Chaos(cfg, broker, device, stats, stop, log)
         rng = random.Random(cfg.seed)
-        for fn, r in ((chaos.broker_loop, random.Random(rng.random())),
-                      (chaos.device_loop, random.Random(rng.random()))):
+        for fn, r in (
+            (chaos.broker_loop, random.Random(rng.random())),
+            (chaos.device_loop, random.Random(rng.random())),
+        ):
             th = threading.Thread(target=chaos.run, args=(fn, r), daemon=True)
             th.start()
             threads.append(th)
@@ -844,8 +957,10 @@ def run(cfg, log=None, out=None):
         progress.clear()
         if not drained:
             err = device.error_text()
-            raise DemoError("the device did not finish draining within %.0f s%s" % (
-                cfg.drain_timeout, (":\n" + err) if err else ""))
+            raise DemoError(
+                "the device did not finish draining within %.0f s%s"
+                % (cfg.drain_timeout, (":\n" + err) if err else "")
+            )
         time.sleep(0.5)  # the last PUBACKs to the subscriber
         pulled = os.path.join(workdir, "pulled")
         device.pull(pulled)
@@ -861,11 +976,21 @@ def run(cfg, log=None, out=None):
         res["inspect_head"] = iout.strip().splitlines()[:3]
         final = queue_state(pulled, device.options)
         res.update(analyse(cfg, sub, final, chaos.kills, device, log))
-        res.update({"broker_restarts": stats["broker_restarts"], "device_kills": stats["kills"],
-                    "elapsed_s": round(elapsed, 1),
-                    "msgs_per_s": round(res["delivered"] / elapsed, 1) if elapsed else 0.0})
-        res["passed"] = (res["lost"] == 0 and not res["errors"] and not res["violation_count"]
-                         and res["pending"] == 0 and rc == 0)
+        res.update(
+            {
+                "broker_restarts": stats["broker_restarts"],
+                "device_kills": stats["kills"],
+                "elapsed_s": round(elapsed, 1),
+                "msgs_per_s": round(res["delivered"] / elapsed, 1) if elapsed else 0.0,
+            }
+        )
+        res["passed"] = (
+            res["lost"] == 0
+            and not res["errors"]
+            and not res["violation_count"]
+            and res["pending"] == 0
+            and rc == 0
+        )
     except BaseException as e:
         stop.set()
         if progress is not None:
@@ -892,15 +1017,18 @@ def run(cfg, log=None, out=None):
 
 def render(res):
     if "failure" in res and "enqueued" not in res:
-        return "ddq demo FAILED: %s\n(seed %d; files in %s)\n" % (res["failure"], res["seed"],
-                                                                  res["workdir"])
+        return "ddq demo FAILED: %s\n(seed %d; files in %s)\n" % (
+            res["failure"],
+            res["seed"],
+            res["workdir"],
+        )
     c = res["duplicate_causes"]
     lines = [
         "",
         "ddq demo summary (seed %d)" % res["seed"],
         "  device           %s" % res["device"],
-        "  broker           %s on 127.0.0.1:%d" % (res.get("broker_version", res["broker"]),
-                                                   res["port"]),
+        "  broker           %s on 127.0.0.1:%d"
+        % (res.get("broker_version", res["broker"]), res["port"]),
         "  enqueued         %6d   (enqueue returned: the pulled queue's next_seq - 1)"
         % res["enqueued"],
         "  delivered        %6d   (distinct readings the subscriber received, CRC checked)"
@@ -908,24 +1036,37 @@ def render(res):
         "  delivery window  %6d   (QoS 1 publishes in flight, OUTBOX E25)"
         % res.get("delivery_window", 1),
         "  duplicates       %6d   (at-least-once: %d after a power cut, %d publish retries, "
-        "%d window resends or broker redeliveries; %d with MQTT's DUP flag)" % (
-            res["duplicates"], c["power cut"], c["publish retry"], c["broker redelivery"],
-            res.get("duplicates_dup_flag", 0)),
+        "%d window resends or broker redeliveries; %d with MQTT's DUP flag)"
+        % (
+            res["duplicates"],
+            c["power cut"],
+            c["publish retry"],
+            c["broker redelivery"],
+            res.get("duplicates_dup_flag", 0),
+        ),
         "  lost             %6d" % res["lost"],
         "  quarantined      %6d" % res["quarantined"],
         "  still pending    %6d" % res["pending"],
-        ("  broker restarts  %6d   (stopped with SIGTERM, started again)" if
-         res.get("broker_outage", "restart") == "restart" else
-         "  broker outages   %6d   (a relay cut the device's connections: amqtt keeps sessions "
-         "in memory only, so a restart would lose what it had acknowledged)")
+        (
+            "  broker restarts  %6d   (stopped with SIGTERM, started again)"
+            if res.get("broker_outage", "restart") == "restart"
+            else "  broker outages   %6d   (a relay cut the device's connections: amqtt keeps sessions "
+            "in memory only, so a restart would lose what it had acknowledged)"
+        )
         % res["broker_restarts"],
         "  device kills     %6d   (SIGKILL of the %s process; each %s recovered on the host)"
-        % (res["device_kills"], *(("python", "queue directory") if res["gateway"] == "cpython"
-                                  else ("micropython", "LittleFS image"))),
+        % (
+            res["device_kills"],
+            *(
+                ("python", "queue directory")
+                if res["gateway"] == "cpython"
+                else ("micropython", "LittleFS image")
+            ),
+        ),
         "  elapsed          %6.1f s" % res["elapsed_s"],
         "  throughput       %6.1f messages/s" % res["msgs_per_s"],
-        "  ddq verify       %s" % ("clean" if res.get("verify_rc") == 0 else
-                                   "exit %s" % res.get("verify_rc")),
+        "  ddq verify       %s"
+        % ("clean" if res.get("verify_rc") == 0 else "exit %s" % res.get("verify_rc")),
     ]
     for e in res["errors"]:
         lines.append("  ERROR: " + e)
@@ -934,31 +1075,49 @@ def render(res):
     if res.get("lost_seqs"):
         lines.append("  lost seqs: %s" % res["lost_seqs"][:20])
     if res["passed"]:
-        lines.append("VERDICT: PASS - all %d enqueued messages were delivered and none was lost; "
-                     "no message was sent again after its ack was durable." % res["enqueued"])
+        lines.append(
+            "VERDICT: PASS - all %d enqueued messages were delivered and none was lost; "
+            "no message was sent again after its ack was durable." % res["enqueued"]
+        )
     else:
         why = res.get("failure") or "see the errors above"
-        lines.append("VERDICT: FAIL - %s (replay with --seed %d; files in %s)"
-                     % (why, res["seed"], res["workdir"]))
+        lines.append(
+            "VERDICT: FAIL - %s (replay with --seed %d; files in %s)"
+            % (why, res["seed"], res["workdir"])
+        )
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--gateway", choices=["micropython", "cpython"], default="micropython",
-                    help="the device: the virtual board (default) or a CPython gateway process")
+    ap.add_argument(
+        "--gateway",
+        choices=["micropython", "cpython"],
+        default="micropython",
+        help="the device: the virtual board (default) or a CPython gateway process",
+    )
     ap.add_argument("--messages", type=int, default=6000, help="readings to enqueue (%(default)s)")
     ap.add_argument("--rate", type=int, default=60, help="readings per second (%(default)s)")
     ap.add_argument("--seed", type=int, help="chaos seed (default: random, printed)")
     ap.add_argument("--broker-restarts", type=int, default=4)
     ap.add_argument("--kills", type=int, default=4, help="device power cuts (%(default)s)")
-    ap.add_argument("--broker", choices=["auto", "mosquitto", "amqtt"], default="auto",
-                    help="auto: mosquitto if installed, else amqtt from PyPI")
-    ap.add_argument("--workdir", help="where logs, power-cut images and the pull go "
-                    "(default build/demo, emptied first)")
+    ap.add_argument(
+        "--broker",
+        choices=["auto", "mosquitto", "amqtt"],
+        default="auto",
+        help="auto: mosquitto if installed, else amqtt from PyPI",
+    )
+    ap.add_argument(
+        "--workdir",
+        help="where logs, power-cut images and the pull go (default build/demo, emptied first)",
+    )
     ap.add_argument("--drain-timeout", type=float, default=180.0)
-    ap.add_argument("--progress", action="store_true", default=None,
-                    help="progress line even when stderr is not a terminal")
+    ap.add_argument(
+        "--progress",
+        action="store_true",
+        default=None,
+        help="progress line even when stderr is not a terminal",
+    )
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     a = ap.parse_args(argv)
     if a.messages < 1 or a.rate < 1:
@@ -977,8 +1136,9 @@ def main(argv=None):
     except DemoError as e:
         sys.stderr.write("ddq demo: %s\n" % e)
         return 1
-    sys.stdout.write(json.dumps(res, indent=2, sort_keys=True, default=sorted) + "\n"
-                     if a.json else render(res))
+    sys.stdout.write(
+        json.dumps(res, indent=2, sort_keys=True, default=sorted) + "\n" if a.json else render(res)
+    )
     return 0 if res["passed"] else 1
 
 

@@ -62,8 +62,9 @@ def _import(name: str) -> "Any":
         return None
 
 
-def _wall_ms(e: int = 946684800000 if hasattr(time, "gmtime") and time.gmtime(0)[0] == 2000
-             else 0) -> int:
+def _wall_ms(
+    e: int = 946684800000 if hasattr(time, "gmtime") and time.gmtime(0)[0] == 2000 else 0,
+) -> int:
     # Default clock: wall-clock Unix-epoch ms (SPEC §2); e: what a port whose epoch is 2000 adds,
     # found once (a default, not a module global: each global costs a board's heap). A port
     # without gmtime (no calendar: MicroPython's stock qemu firmware) cannot say its epoch: its
@@ -113,7 +114,9 @@ _CLAIMED = const(2)
 _ACKED = const(3)
 _QUARANTINED = const(4)
 # Manifest: SPEC §5 [M1]-[M8]; 48 bytes.
-_MAN_FMT = "<IHHQQIIQ"  # magic version size generation next_seq segment_count item_count end_offset
+_MAN_FMT = (
+    "<IHHQQIIQ"  # magic version size generation next_seq segment_count item_count end_offset
+)
 _MAN_MAGIC = 0x4D514444  # b"DDQM"
 _MAN_SIZE = const(48)
 # Names: SPEC §6 [N1]-[N5].
@@ -146,9 +149,30 @@ STATES = ("", "available", "claimed", "acked", "quarantined")
 # heap, and a sender that never fails never raises one; DESIGN §4.1): `ddq.Full`, `from ddq
 # import Full` and _E("Full") make the class once and keep it in the module. Same names, codes
 # and base class (Error, itself an Exception) whoever asks first [O21].
-_ERRORS = ("Error", -1, "InvalidArgument", -1, "IOFailure", -2, "Corrupt", -3, "Locked", -4,
-           "TooLarge", -6, "Full", -7, "NotFound", -8, "BadState", -9, "BufferTooSmall", -10,
-           "Limit", -11)  # each name, then its code [O19]
+_ERRORS = (
+    "Error",
+    -1,
+    "InvalidArgument",
+    -1,
+    "IOFailure",
+    -2,
+    "Corrupt",
+    -3,
+    "Locked",
+    -4,
+    "TooLarge",
+    -6,
+    "Full",
+    -7,
+    "NotFound",
+    -8,
+    "BadState",
+    -9,
+    "BufferTooSmall",
+    -10,
+    "Limit",
+    -11,
+)  # each name, then its code [O19]
 
 
 def _E(name: str) -> "Any":
@@ -167,34 +191,36 @@ def _E(name: str) -> "Any":
 # The messages of the errors ddq.py raises: one string (one object in a board's heap, where each
 # string constant cost 40-70 B: DESIGN §4.1). Entry k is "Class:message"; _err(k, args) makes
 # the exception, its message formatted with args. The _X_ consts name the entries, in order.
-_MSG = ("IOFailure:queue is closed"
-        "|IOFailure:queue is fail-stopped: call recover() or reopen"
-        "|IOFailure:clock returned %r; want wall-clock ms > 0"
-        "|InvalidArgument:%s must be an int in %d..%d"
-        "|InvalidArgument:%s must be bytes, bytearray or memoryview"
-        "|TooLarge:payload of %d bytes over max_payload_bytes %d"
-        "|TooLarge:record larger than segment_bytes"
-        "|Full:sequence space exhausted"
-        "|Full:admission reserve exhausted"
-        "|Full:max_items reached"
-        "|Limit:segment limit reached"
-        "|Limit:segment limit reached and compaction gave no room"
-        "|Limit:attempts exhausted"
-        "|Limit:not_before overflows"
-        "|NotFound:no item %r"
-        "|BadState:item %d is %s, not claimed"
-        "|BufferTooSmall:buffer of %d bytes; need %d"
-        "|Corrupt:bad record header"
-        "|Corrupt:payload over max_payload_bytes"
-        "|Corrupt:bad record length"
-        "|Corrupt:bad commit footer"
-        "|Corrupt:crc mismatch"
-        "|Corrupt:record field rule broken"
-        "|Corrupt:record of seq %d outside %s"
-        "|Corrupt:short record"
-        "|Corrupt:record is not the expected one"
-        "|Corrupt:%s at %s offset %d (seq %d)"
-        "|Corrupt:DATA record of seq %d not found in %s")
+_MSG = (
+    "IOFailure:queue is closed"
+    "|IOFailure:queue is fail-stopped: call recover() or reopen"
+    "|IOFailure:clock returned %r; want wall-clock ms > 0"
+    "|InvalidArgument:%s must be an int in %d..%d"
+    "|InvalidArgument:%s must be bytes, bytearray or memoryview"
+    "|TooLarge:payload of %d bytes over max_payload_bytes %d"
+    "|TooLarge:record larger than segment_bytes"
+    "|Full:sequence space exhausted"
+    "|Full:admission reserve exhausted"
+    "|Full:max_items reached"
+    "|Limit:segment limit reached"
+    "|Limit:segment limit reached and compaction gave no room"
+    "|Limit:attempts exhausted"
+    "|Limit:not_before overflows"
+    "|NotFound:no item %r"
+    "|BadState:item %d is %s, not claimed"
+    "|BufferTooSmall:buffer of %d bytes; need %d"
+    "|Corrupt:bad record header"
+    "|Corrupt:payload over max_payload_bytes"
+    "|Corrupt:bad record length"
+    "|Corrupt:bad commit footer"
+    "|Corrupt:crc mismatch"
+    "|Corrupt:record field rule broken"
+    "|Corrupt:record of seq %d outside %s"
+    "|Corrupt:short record"
+    "|Corrupt:record is not the expected one"
+    "|Corrupt:%s at %s offset %d (seq %d)"
+    "|Corrupt:DATA record of seq %d not found in %s"
+)
 _X_CLOSED = const(0)
 _X_STOPPED = const(1)
 _X_CLOCK = const(2)
@@ -230,7 +256,7 @@ def _err(k: int, *a: "Any") -> "Any":
     for _ in range(k):
         i = _MSG.index("|", i) + 1
     j = _MSG.find("|", i)
-    c, m = _MSG[i:j if j > 0 else len(_MSG)].split(":", 1)
+    c, m = _MSG[i : j if j > 0 else len(_MSG)].split(":", 1)
     return _E(c)(m % a if a else m)
 
 
@@ -238,46 +264,57 @@ if TYPE_CHECKING:  # what the classes are, for the type checkers (docs/API.md do
 
     class Error(Exception):
         """Base class of ddq errors; `.code` is the DDQ status value."""
+
         code = -1
 
     class InvalidArgument(Error):
         """Raised for a bad type or range of an option or argument; nothing changed."""
+
         code = -1
 
     class IOFailure(Error):
         """Raised when storage failed, and while the queue is fail-stopped (until recover())."""
+
         code, errno = -2, 0
 
     class Corrupt(Error):
         """Raised when a record, the manifest or the directory breaks the format rules."""
+
         code = -3
 
     class Locked(Error):
         """Raised when another Queue (this process or another) holds the directory."""
+
         code = -4
 
     class TooLarge(Error):
         """Raised for a payload, reason or record over its limit."""
+
         code = -6
 
     class Full(Error):
         """Raised when the admission reserve or max_items refuses an enqueue; nothing was stored."""
+
         code = -7
 
     class NotFound(Error):
         """Raised for an unknown sequence, or an acked item already reclaimed."""
+
         code = -8
 
     class BadState(Error):
         """Raised when the operation is not allowed from the item's current state."""
+
         code = -9
 
     class BufferTooSmall(Error):
         """Raised by read_into when the buffer is smaller than the payload; `.needed` says how big."""
+
         code, needed = -10, 0
 
     class Limit(Error):
         """Raised when a count, segment or arithmetic limit is reached."""
+
         code = -11
 
 
@@ -307,7 +344,9 @@ def segment_name(generation: int, index: int) -> str:
     return "generation-%020d-" % generation + s if generation else s
 
 
-def check_record(mv: memoryview, p: int, seg_bytes: int, max_payload: int) -> "tuple[int, int, int, int]":
+def check_record(
+    mv: memoryview, p: int, seg_bytes: int, max_payload: int
+) -> "tuple[int, int, int, int]":
     """Validate the whole record at mv[p:]; return (type, seq, arg, payload_len) [F2]-[F11].
 
     Raises Corrupt (without position; the caller adds segment and offset)."""
@@ -321,16 +360,21 @@ def check_record(mv: memoryview, p: int, seg_bytes: int, max_payload: int) -> "t
     commit, rlen2 = struct.unpack_from(_FTR_FMT, mv, p + _HDR + plen)
     if commit != _REC_COMMIT or rlen2 != rlen:
         raise _err(_X_FOOTER)
-    c = _crc(mv[p + 4:p + 32])
-    c = _crc(mv[p + 36:p + 40], c)
+    c = _crc(mv[p + 4 : p + 32])
+    c = _crc(mv[p + 36 : p + 40], c)
     if plen:
-        c = _crc(mv[p + _HDR:p + _HDR + plen], c)
+        c = _crc(mv[p + _HDR : p + _HDR + plen], c)
     if c != crc:
         raise _err(_X_CRC)
-    if seq == 0 or (typ == _T_DATA and arg != 0) or (typ == _T_CLAIM and (arg == 0 or plen)) \
-            or (typ == _T_ACK and (arg or plen)) or (typ == _T_RETRY and plen) \
-            or (typ == _T_QUAR and (arg or plen > _MAX_REASON)) \
-            or (typ == _T_STATE and (arg or plen != _STATE_LEN)):
+    if (
+        seq == 0
+        or (typ == _T_DATA and arg != 0)
+        or (typ == _T_CLAIM and (arg == 0 or plen))
+        or (typ == _T_ACK and (arg or plen))
+        or (typ == _T_RETRY and plen)
+        or (typ == _T_QUAR and (arg or plen > _MAX_REASON))
+        or (typ == _T_STATE and (arg or plen != _STATE_LEN))
+    ):
         raise _err(_X_FIELDS)
     return typ, seq, arg, plen
 
@@ -350,7 +394,12 @@ class PosixStorage:
         self._fdopen = getattr(os, "fdopen", None)
         if self._fdopen is not None:
             g = getattr  # (not in the MicroPython stubs)
-            self._flags = (g(os, "O_WRONLY"), g(os, "O_CREAT"), g(os, "O_APPEND"), g(os, "O_TRUNC"))
+            self._flags = (
+                g(os, "O_WRONLY"),
+                g(os, "O_CREAT"),
+                g(os, "O_APPEND"),
+                g(os, "O_TRUNC"),
+            )
 
     def open(self, path: str, mode: str) -> "Any":
         if mode != "rb" and self._fdopen is not None:
@@ -458,8 +507,22 @@ _CM = const(255)
 
 class _Index:
     if not _MP:  # (as Claim's)
-        __slots__ = ("n", "tc", "ro", "rs", "last", "sfo", "col", "cl", "lv", "live", "hist",
-                     "reasons", "fresh", "hint")
+        __slots__ = (
+            "n",
+            "tc",
+            "ro",
+            "rs",
+            "last",
+            "sfo",
+            "col",
+            "cl",
+            "lv",
+            "live",
+            "hist",
+            "reasons",
+            "fresh",
+            "hint",
+        )
 
     def __init__(self, tc: str) -> None:
         self.n = 0  # items
@@ -625,13 +688,22 @@ class Queue:
 
     if TYPE_CHECKING:  # the options, as ddq_recover.init takes them (docs/API.md)
 
-        def __init__(self, path: str, segment_bytes: int = 4194304,
-                     max_payload_bytes: int = 1048576, max_items: int = 100000,
-                     max_segments: int = 1024, clock: "Optional[Callable[[], int]]" = None,
-                     storage: "Any" = None, sync: str = "always",
-                     index_bytes: int = 1048576, reclaim_step: int = 0,
-                     on_corrupt: str = "raise", window: int = 0,
-                     evidence_bytes: int = 1024) -> None: ...
+        def __init__(
+            self,
+            path: str,
+            segment_bytes: int = 4194304,
+            max_payload_bytes: int = 1048576,
+            max_items: int = 100000,
+            max_segments: int = 1024,
+            clock: "Optional[Callable[[], int]]" = None,
+            storage: "Any" = None,
+            sync: str = "always",
+            index_bytes: int = 1048576,
+            reclaim_step: int = 0,
+            on_corrupt: str = "raise",
+            window: int = 0,
+            evidence_bytes: int = 1024,
+        ) -> None: ...
 
     else:
 
@@ -696,6 +768,7 @@ class Queue:
     _sh: "Optional[list[int]]"
     _nw: int  # writes (calls that append a record), for the build's start rule [C13]
     _rr: "list[int]"  # start rule: writes and slack at the last look, slack a write ×16
+
     # ------------------------------------------------------------------ state
     def _path(self, name: str) -> str:
         return self._dir + "/" + name
@@ -774,8 +847,9 @@ class Queue:
         if not staging:
             self._fs.sync_dir(self._dir)
 
-    def _append(self, log: _Log, typ: int, seq: int, arg: int, payload: "Optional[Buf]",
-                staging: bool) -> int:
+    def _append(
+        self, log: _Log, typ: int, seq: int, arg: int, payload: "Optional[Buf]", staging: bool
+    ) -> int:
         """Encode and append one record to log; return its offset [W1]-[W3]. No compaction here."""
         plen = len(payload) if payload is not None else 0
         total = _MIN_REC + plen
@@ -854,8 +928,9 @@ class Queue:
             self._rbuf = bytearray(n)
         return memoryview(self._rbuf)
 
-    def _read_record(self, log: _Log, sg: int, off: int, typ: int, seq: int,
-                     ln: int, f: "Any" = None) -> memoryview:
+    def _read_record(
+        self, log: _Log, sg: int, off: int, typ: int, seq: int, ln: int, f: "Any" = None
+    ) -> memoryview:
         """Re-read and validate one whole record; return a view of its payload [R19]. f: the
         segment already open for reading (kept open), else it is opened and closed here."""
         name = segment_name(log.gen, sg)
@@ -888,7 +963,7 @@ class Queue:
                 raise _err(_X_OTHER)
         except _E("Corrupt") as e:
             raise _err(_X_AT, e.args[0], name, off, seq)
-        return mv[_HDR:_HDR + ln]
+        return mv[_HDR : _HDR + ln]
 
     def _data(self, log: _Log, i: int, seq: int, ln: int) -> memoryview:
         """Return a view of item i's payload: from RAM while a fresh reader could not see it yet
@@ -1027,8 +1102,9 @@ class Queue:
             if ix.state(i) == _AVAILABLE and (e[3] <= now or e[3] - now > _U32):
                 if best < 0 or s < best_seq:
                     best, best_seq = i, s
-        if f < ix.n and (not self._win or len(live) < self._win
-                         or __import__("ddq_hold").room(self)):  # [H3]
+        if f < ix.n and (
+            not self._win or len(live) < self._win or __import__("ddq_hold").room(self)
+        ):  # [H3]
             fs = ix.seq(f)
             if best < 0 or fs < best_seq:
                 best, best_seq = f, fs
@@ -1062,8 +1138,7 @@ class Queue:
     def _claimed(self, seq: int, done: int) -> int:
         # A claimed item always has a live entry holding its index: no binary search [O7].
         e = self._ix.live.get(seq) if isinstance(seq, int) else None
-        if e is not None and self._ix.state(e[0]) == _CLAIMED \
-                and self._log.h is not None:
+        if e is not None and self._ix.state(e[0]) == _CLAIMED and self._log.h is not None:
             return e[0]
         i = self._find(seq)
         s = self._ix.state(i)
@@ -1158,8 +1233,11 @@ class Queue:
             if ix.state(i) == _ACKED:
                 continue
             r = ix.reasons.get(ix.seq(i)) if ix.reasons else None
-            if not (self._place(plan, _MIN_REC + ix.length(i)) and self._place(plan, _STATE_REC)
-                    and self._place(plan, _MIN_REC + r[2] if r is not None else term)):
+            if not (
+                self._place(plan, _MIN_REC + ix.length(i))
+                and self._place(plan, _STATE_REC)
+                and self._place(plan, _MIN_REC + r[2] if r is not None else term)
+            ):
                 return None
         return plan
 
@@ -1167,8 +1245,11 @@ class Queue:
         p = self._plan
         if p is not None:
             term = _MIN_REC + self.reason_budget
-            if not (self._place(p, _MIN_REC + n) and self._place(p, _STATE_REC)
-                    and self._place(p, term)):
+            if not (
+                self._place(p, _MIN_REC + n)
+                and self._place(p, _STATE_REC)
+                and self._place(p, term)
+            ):
                 self._plan = None
 
     def _admit(self, n: int, sh: "Optional[list[int]]" = None, lean: bool = False) -> bool:
@@ -1191,9 +1272,14 @@ class Queue:
             else:
                 phys[0], phys[1] = sh[0], sh[1]
             plan[0], plan[1] = cached[0], cached[1]
-            if not (place(phys, _MIN_REC + n) and place(plan, _MIN_REC + n)
-                    and place(plan, _STATE_REC) and place(plan, term) and place(plan, _MIN_REC)
-                    and place(plan, term)):
+            if not (
+                place(phys, _MIN_REC + n)
+                and place(plan, _MIN_REC + n)
+                and place(plan, _STATE_REC)
+                and place(plan, term)
+                and place(plan, _MIN_REC)
+                and place(plan, term)
+            ):
                 continue
             p = 1 + self._n_avail + self._n_claimed
             c = p * (_STATE_REC + _MIN_REC) + self._n_quar * _STATE_REC
@@ -1238,20 +1324,37 @@ class Queue:
     save_index: "Callable[[], None]"
     quarantine: "Callable[..., bool]"
 
+
 # Methods and module attributes that live in modules beside ddq.py (DESIGN §13): the first use
 # of a method imports its module and attaches all of that module's methods to Queue; a queue
 # that never compacts never loads ddq_compact, one that never lists its items never loads
 # ddq_extra. "=module": a module attribute (PEP 562; MicroPython's MICROPY_MODULE_GETATTR), not
 # needed by a running queue: the manifest codec and the Item and Stats types.
-_LAZY = {"compact": "ddq_compact", "purge": "ddq_compact", "_compact": "ddq_compact",
-         "_copy": "ddq_compact", "_publish": "ddq_compact", "_prepare_format": "ddq_compact",
-         "_clean": "ddq_compact", "_index_update": "ddq_compact",
-         "stats": "ddq_extra", "items": "ddq_extra", "oldest_available": "ddq_extra",
-         "lapsed": "ddq_extra", "claim_seq": "ddq_extra", "claim_ordered": "ddq_extra",
-         "recover": "ddq_extra", "reason": "ddq_extra", "save_index": "ddq_extra",
-         "quarantine": "ddq_extra", "decode_manifest": "=ddq_recover",
-         "parse_segment_name": "=ddq_compact",
-         "encode_manifest": "=ddq_compact", "Item": "=ddq_extra", "Stats": "=ddq_extra"}
+_LAZY = {
+    "compact": "ddq_compact",
+    "purge": "ddq_compact",
+    "_compact": "ddq_compact",
+    "_copy": "ddq_compact",
+    "_publish": "ddq_compact",
+    "_prepare_format": "ddq_compact",
+    "_clean": "ddq_compact",
+    "_index_update": "ddq_compact",
+    "stats": "ddq_extra",
+    "items": "ddq_extra",
+    "oldest_available": "ddq_extra",
+    "lapsed": "ddq_extra",
+    "claim_seq": "ddq_extra",
+    "claim_ordered": "ddq_extra",
+    "recover": "ddq_extra",
+    "reason": "ddq_extra",
+    "save_index": "ddq_extra",
+    "quarantine": "ddq_extra",
+    "decode_manifest": "=ddq_recover",
+    "parse_segment_name": "=ddq_compact",
+    "encode_manifest": "=ddq_compact",
+    "Item": "=ddq_extra",
+    "Stats": "=ddq_extra",
+}
 
 
 def _lazy(self: "Optional[Queue]", name: str) -> "Any":

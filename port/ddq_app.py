@@ -47,18 +47,24 @@ DEFAULTS = {
     # the profiles' lease: an in-flight reading is ours this long, then sent again
     "LEASE_MS": 30000,
     # retry delays: full jitter up to base * 2**attempts, capped at RETRY_MAX_MS
-    "RETRY_BASE_MS": 1000, "RETRY_MAX_MS": 300000,
+    "RETRY_BASE_MS": 1000,
+    "RETRY_MAX_MS": 300000,
     # 0: never give a reading up because the broker was away for long; N: a dead letter after N
     "MAX_ATTEMPTS": 0,
     "PERIOD_MS": 10000,  # one reading every PERIOD_MS
     "BUDGET": 16,  # messages one pump may send before the loop reads the sensor again
-    "BROKER": "127.0.0.1", "BROKER_PORT": 1883, "CLIENT_ID": b"ddq", "KEEPALIVE_S": 60,
+    "BROKER": "127.0.0.1",
+    "BROKER_PORT": 1883,
+    "CLIENT_ID": b"ddq",
+    "KEEPALIVE_S": 60,
     # the MQTT sender: "window" (ddq_mqtt.WindowSender, WINDOW publishes in flight: a backlog
     # drains at link speed, ~paho's rate over a 100 ms round trip) or "umqtt" (umqtt.simple,
     # one publish per round trip: the client a board may already carry; enough for live
     # readings every few seconds, about 10 a second for a backlog over a 100 ms round trip)
-    "LINK": "window", "WINDOW": 16,
-    "WIFI_SSID": None, "WIFI_PASSWORD": None,  # None: no WiFi to join (the port's own network)
+    "LINK": "window",
+    "WINDOW": 16,
+    "WIFI_SSID": None,
+    "WIFI_PASSWORD": None,  # None: no WiFi to join (the port's own network)
 }
 
 
@@ -130,12 +136,22 @@ def make_link(cfg: "Cfg") -> "Any":
         um = _import("umqtt.simple")  # the umqtt package, simple loaded
         um = getattr(um, "simple", None)
         if um is not None:
-            return ddq_mqtt.Umqtt(um.MQTTClient(cfg["CLIENT_ID"], cfg["BROKER"],
-                                                cfg["BROKER_PORT"],
-                                                keepalive=cfg["KEEPALIVE_S"])).send
+            return ddq_mqtt.Umqtt(
+                um.MQTTClient(
+                    cfg["CLIENT_ID"],
+                    cfg["BROKER"],
+                    cfg["BROKER_PORT"],
+                    keepalive=cfg["KEEPALIVE_S"],
+                )
+            ).send
         print("no umqtt.simple (mpremote mip install umqtt.simple): using ddq_mqtt.WindowSender")
-    return ddq_mqtt.WindowSender(cfg["BROKER"], cfg["BROKER_PORT"], inflight_max=cfg["WINDOW"],
-                                 client_id=cfg["CLIENT_ID"], keepalive=cfg["KEEPALIVE_S"])
+    return ddq_mqtt.WindowSender(
+        cfg["BROKER"],
+        cfg["BROKER_PORT"],
+        inflight_max=cfg["WINDOW"],
+        client_id=cfg["CLIENT_ID"],
+        keepalive=cfg["KEEPALIVE_S"],
+    )
 
 
 def open_outbox(cfg: "Cfg", queue_dir: "Optional[str]" = None) -> ddq_outbox.Outbox:
@@ -146,9 +162,14 @@ def open_outbox(cfg: "Cfg", queue_dir: "Optional[str]" = None) -> ddq_outbox.Out
     # after its first reading (OUTBOX B1-B3: a reading is on flash once its item is written, not
     # when put() returns); `ddq flash` installs ddq_batch for such an app.
     cls = __import__(cfg.get("OUTBOX", "ddq_outbox")).Outbox
-    ob: ddq_outbox.Outbox = cls(queue_dir or cfg["QUEUE_DIR"], lease_ms=cfg["LEASE_MS"],
-                                min_retry_ms=base, max_retry_ms=max(base, cfg["RETRY_MAX_MS"]),
-                                max_attempts=cfg["MAX_ATTEMPTS"], **cfg["OPTIONS"])
+    ob: ddq_outbox.Outbox = cls(
+        queue_dir or cfg["QUEUE_DIR"],
+        lease_ms=cfg["LEASE_MS"],
+        min_retry_ms=base,
+        max_retry_ms=max(base, cfg["RETRY_MAX_MS"]),
+        max_attempts=cfg["MAX_ATTEMPTS"],
+        **cfg["OPTIONS"],
+    )
     return ob
 
 
@@ -159,9 +180,15 @@ def _reading(cfg: "Cfg", ob: ddq_outbox.Outbox, n: int) -> None:
         print("outbox full: reading dropped")  # nothing acked to reclaim
 
 
-def run(cfg: "Cfg", rounds: "Optional[int]" = None, period_ms: "Optional[int]" = None,
-        sender: "Any" = None, queue_dir: "Optional[str]" = None, budget: "Optional[int]" = None,
-        drain_ms: int = 0) -> "dict[str, Any]":
+def run(
+    cfg: "Cfg",
+    rounds: "Optional[int]" = None,
+    period_ms: "Optional[int]" = None,
+    sender: "Any" = None,
+    queue_dir: "Optional[str]" = None,
+    budget: "Optional[int]" = None,
+    drain_ms: int = 0,
+) -> "dict[str, Any]":
     """Take a reading every period_ms and deliver what is due in between; rounds=None: forever.
 
     After `rounds` readings, keep delivering for up to drain_ms until the outbox is empty; then
@@ -221,9 +248,14 @@ def run(cfg: "Cfg", rounds: "Optional[int]" = None, period_ms: "Optional[int]" =
         ob.close()
 
 
-async def run_async(cfg: "Cfg", rounds: "Optional[int]" = None,
-                    period_ms: "Optional[int]" = None, client: "Any" = None,
-                    queue_dir: "Optional[str]" = None, drain_ms: int = 0) -> "dict[str, Any]":
+async def run_async(
+    cfg: "Cfg",
+    rounds: "Optional[int]" = None,
+    period_ms: "Optional[int]" = None,
+    client: "Any" = None,
+    queue_dir: "Optional[str]" = None,
+    drain_ms: int = 0,
+) -> "dict[str, Any]":
     """The asyncio variant of run(): a task takes the readings on the timer, mqtt_as (Peter
     Hinch's; micropython-mqtt-async works too) keeps WiFi and the broker connection, and the
     message layer's asyncio loop (Outbox.run) delivers through ddq_mqtt.MqttAs. client: a
@@ -287,14 +319,23 @@ def bind(g: "Cfg") -> None:
         def __init__(self) -> None:
             Wifi.__init__(self, g)
 
-    def board_run(rounds: "Optional[int]" = None, period_ms: "Optional[int]" = None,
-                  sender: "Any" = None, queue_dir: "Optional[str]" = None,
-                  budget: "Optional[int]" = None, drain_ms: int = 0) -> "dict[str, Any]":
+    def board_run(
+        rounds: "Optional[int]" = None,
+        period_ms: "Optional[int]" = None,
+        sender: "Any" = None,
+        queue_dir: "Optional[str]" = None,
+        budget: "Optional[int]" = None,
+        drain_ms: int = 0,
+    ) -> "dict[str, Any]":
         return run(g, rounds, period_ms, sender, queue_dir, budget, drain_ms)  # run's doc
 
-    def board_run_async(rounds: "Optional[int]" = None, period_ms: "Optional[int]" = None,
-                        client: "Any" = None, queue_dir: "Optional[str]" = None,
-                        drain_ms: int = 0) -> "Any":
+    def board_run_async(
+        rounds: "Optional[int]" = None,
+        period_ms: "Optional[int]" = None,
+        client: "Any" = None,
+        queue_dir: "Optional[str]" = None,
+        drain_ms: int = 0,
+    ) -> "Any":
         return run_async(g, rounds, period_ms, client, queue_dir, drain_ms)  # run_async's doc
 
     g["Wifi"], g["run"], g["run_async"] = BoardWifi, board_run, board_run_async

@@ -70,7 +70,7 @@ def entries(m: Message) -> "list[Message]":
         t = t - d if k == 0 else t + d  # the first: its age at the write; then the gaps
         r = Message()
         r.topic, r.qos, r.retain, r.ttl_ms, r.enqueued_ms = m.topic, m.qos, m.retain, m.ttl_ms, t
-        r.payload = bytes(b[i:i + n])
+        r.payload = bytes(b[i : i + n])
         i += n
         out.append(r)
     return out
@@ -81,8 +81,9 @@ class BatchOutbox(Base):
     max_payload_bytes, up to 4 KiB) and batch_ms (the oldest reading's wait, checked at put()
     and tick(): pump calls it) [B1]."""
 
-    def __init__(self, queue: "Any", batch_bytes: int = 0, batch_ms: int = 60000,
-                 **kw: "Any") -> None:
+    def __init__(
+        self, queue: "Any", batch_bytes: int = 0, batch_ms: int = 60000, **kw: "Any"
+    ) -> None:
         super().__init__(queue, **kw)
         # 0: the longest payload the queue takes (up to 4 KiB: its reason budget, O6)
         self._bb = _opt(batch_bytes, 0, 0xFFFFFFFF, "batch_bytes") or self.queue.reason_budget
@@ -94,8 +95,15 @@ class BatchOutbox(Base):
         self.counters["readings"] = 0
 
     # ------------------------------------------------------------------ writing
-    def put(self, topic: "Any", payload: "Any", qos: int = 1, retain: bool = False,
-            ttl_ms: "Optional[int]" = None, key: "Any" = b"") -> int:
+    def put(
+        self,
+        topic: "Any",
+        payload: "Any",
+        qos: int = 1,
+        retain: bool = False,
+        ttl_ms: "Optional[int]" = None,
+        key: "Any" = b"",
+    ) -> int:
         """Add a reading to the open batch; return the seq of the batch this call wrote, else 0
         (the reading waits in RAM: durable once its batch is written) [B1] [B3]. A message with
         a key is put on its own, as Outbox.put."""
@@ -106,13 +114,20 @@ class BatchOutbox(Base):
         p = bytes(_bytes_arg(payload, "payload"))
         why = publishable(t, self._max_topic)
         if why or qos not in (0, 1) or retain not in (0, 1):
-            raise InvalidArgument((why + " (MQTT cannot publish it)") if why else
-                                  "qos 0|1, retain bool")
+            raise InvalidArgument(
+                (why + " (MQTT cannot publish it)") if why else "qos 0|1, retain bool"
+            )
         ttl = self._ttl if ttl_ms is None else _opt(ttl_ms, 0, 0xFFFFFFFF, "ttl_ms")
         now, seq = self._clock(), 0
         o = self._open
-        if o is not None and (o[0] != t or o[1] != qos or o[2] != bool(retain) or o[3] != ttl
-                              or self._size(o, 4 + len(p)) > self._bb or o[8] >= _PARTS):
+        if o is not None and (
+            o[0] != t
+            or o[1] != qos
+            or o[2] != bool(retain)
+            or o[3] != ttl
+            or self._size(o, 4 + len(p)) > self._bb
+            or o[8] >= _PARTS
+        ):
             seq = self.flush()
             o = None
         if o is None:
@@ -135,8 +150,16 @@ class BatchOutbox(Base):
 
     def _size(self, o: "list[Any]", more: int) -> int:
         # The batch's envelope: header, tag, nonce, key, topic, entries (+ more bytes) [E1]
-        return 19 + (32 if self._sha or self._hkey is not None else 0) + (
-            12 if self._enc else 0) + len(KEY) + len(o[0]) + len(o[6]) + 4 + more
+        return (
+            19
+            + (32 if self._sha or self._hkey is not None else 0)
+            + (12 if self._enc else 0)
+            + len(KEY)
+            + len(o[0])
+            + len(o[6])
+            + 4
+            + more
+        )
 
     def _late(self, o: "list[Any]") -> bool:
         d = _tdiff(self._ticks(), o[7])
@@ -204,8 +227,11 @@ class BatchOutbox(Base):
                 m = Message()
                 m.topic, m.qos, m.retain, m.ttl_ms = r.topic, r.qos, r.retain, r.ttl_ms
                 m.payload, m.enqueued_ms, m.age_ms = r.payload, r.enqueued_ms, r.age_ms
-                m.seq, m.attempts, m.lease_until_ms = _ID + (s << 12) + k, it.attempts, \
-                    it.lease_until_ms
+                m.seq, m.attempts, m.lease_until_ms = (
+                    _ID + (s << 12) + k,
+                    it.attempts,
+                    it.lease_until_ms,
+                )
                 if self._qos is not None:
                     m.qos = self._qos
                 return m

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
     from ddq import Queue
 
+
 # ============================================================================ directory
 # The names of the directory and its cleanup, shared with recovery (which loads this module
 # only when its listing names something to remove): kept out of ddq.py, they cost a board's heap
@@ -50,8 +51,12 @@ def parse_segment_name(name: str) -> "Optional[tuple[int, int]]":
     """Return (generation, index) for a segment file name, or None [N2][N3][N4]."""
     if len(name) == 32 and name[:8] == "segment-" and name[28:] == ".log":
         gd, d = "0", name[8:28]
-    elif len(name) == 64 and name[:11] == "generation-" and name[31:40] == "-segment-" \
-            and name[60:] == ".log":
+    elif (
+        len(name) == 64
+        and name[:11] == "generation-"
+        and name[31:40] == "-segment-"
+        and name[60:] == ".log"
+    ):
         gd, d = name[11:31], name[40:60]
     else:
         return None
@@ -157,8 +162,15 @@ def purge(self: "Queue", seqs: "list[int]") -> int:
     return len(drop)
 
 
-def _publish(self: "Queue", gen: int, nxt: int, segs: int, items: int, end: int,
-             done: "Optional[list[bool]]" = None) -> None:
+def _publish(
+    self: "Queue",
+    gen: int,
+    nxt: int,
+    segs: int,
+    items: int,
+    end: int,
+    done: "Optional[list[bool]]" = None,
+) -> None:
     # Commit point of a generation [C5]: tmp written, synced and closed, renamed over the
     # manifest (atomic on POSIX and LittleFS; remove + rename on FAT, see [R14]), dir synced.
     fs, tmp, man = self._fs, self._path(_MANIFEST_TMP), self._path(_MANIFEST)
@@ -205,8 +217,9 @@ def _prepare_format(self: "Queue") -> None:
         raise _E("Corrupt")("queue.format is not an empty file")
 
 
-
-def _compact(self: "Queue", reserve: int, required: int, drop: "Optional[list[int]]" = None) -> None:
+def _compact(
+    self: "Queue", reserve: int, required: int, drop: "Optional[list[int]]" = None
+) -> None:
     """Copy unacked items into generation g+1 and publish it; Full when no benefit [C3]-[C8]."""
     if self._bld is not None:
         self._rm.drop(self)  # a staged generation gives way to the full copy [C13]
@@ -242,10 +255,14 @@ def _compact(self: "Queue", reserve: int, required: int, drop: "Optional[list[in
             if drop and seq in drop:
                 continue
             a, lease, nb = ix.history(seq)
-            plan = self._copy(old, new, nix, i, seq, ix.length(i), s, a, lease, nb,
-                              ix.reasons.get(seq), plan)
-        if sum(new.sizes) >= sum(old.sizes) or nix.n > self._max_items - required or (
-                len(new.sizes) >= self._max_segs and new.off + reserve > self._seg_bytes):
+            plan = self._copy(
+                old, new, nix, i, seq, ix.length(i), s, a, lease, nb, ix.reasons.get(seq), plan
+            )
+        if (
+            sum(new.sizes) >= sum(old.sizes)
+            or nix.n > self._max_items - required
+            or (len(new.sizes) >= self._max_segs and new.off + reserve > self._seg_bytes)
+        ):
             raise Full("compaction gives no benefit")
         fs.sync(new.h)
         new.synced = new.off
@@ -299,9 +316,22 @@ def _compact(self: "Queue", reserve: int, required: int, drop: "Optional[list[in
     self._index_update()  # [X1] so a power cut later replays only what follows
 
 
-def _copy(self: "Queue", old: _Log, new: _Log, nix: "_Index", i: int, seq: int, ln: int, s: int,
-          a: int, lease: int, nb: int, r: "Optional[list[int]]",
-          plan: "Optional[list[int]]", data: "Any" = None) -> "Optional[list[int]]":
+def _copy(
+    self: "Queue",
+    old: _Log,
+    new: _Log,
+    nix: "_Index",
+    i: int,
+    seq: int,
+    ln: int,
+    s: int,
+    a: int,
+    lease: int,
+    nb: int,
+    r: "Optional[list[int]]",
+    plan: "Optional[list[int]]",
+    data: "Any" = None,
+) -> "Optional[list[int]]":
     # Item i of old into a staged generation in state s: DATA, a STATE unless it is in its
     # default state, its reason [C4]; returns the copy's admission plan so far (§5). data: its
     # payload already read (ddq_reclaim's scan), else read here.
@@ -317,8 +347,10 @@ def _copy(self: "Queue", old: _Log, new: _Log, nix: "_Index", i: int, seq: int, 
         self._append(new, _T_STATE, seq, 0, sb, True)
         nix.set_history(j, a, lease, nb)
     if plan is not None and not (
-            self._place(plan, _MIN_REC + ln) and self._place(plan, _STATE_REC)
-            and self._place(plan, _MIN_REC + (r[2] if r is not None else self.reason_budget))):
+        self._place(plan, _MIN_REC + ln)
+        and self._place(plan, _STATE_REC)
+        and self._place(plan, _MIN_REC + (r[2] if r is not None else self.reason_budget))
+    ):
         plan = None
     if r is not None:
         why = self._read_record(old, r[0], r[1], _T_QUAR, seq, r[2])

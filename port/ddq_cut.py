@@ -55,6 +55,7 @@ def leftover(q: "Any", name: str, seg: str, gen: int) -> None:
     elif not m and k < 2 and (ddq.parse_segment_name(seg) or (-1,))[0] == gen:
         fs.rename(lp, sp)
     else:
-        raise ddq.Corrupt("%s holds bytes from offset %d that %s does not: both kept [R22]"
-                          % (name, d, seg))
+        raise ddq.Corrupt(
+            "%s holds bytes from offset %d that %s does not: both kept [R22]" % (name, d, seg)
+        )
     fs.sync_dir(q._dir)

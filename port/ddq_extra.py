@@ -97,8 +97,12 @@ def claim_seq(self: "Queue", seq: int, lease_ms: int) -> Claim:
     s = self._ix.state(i)
     if s != _AVAILABLE:
         raise BadState("item %d is %s, not available" % (seq, STATES[s]))
-    if e is None and self._win and len(self._ix.live) >= self._win \
-            and not __import__("ddq_hold").room(self):
+    if (
+        e is None
+        and self._win
+        and len(self._ix.live) >= self._win
+        and not __import__("ddq_hold").room(self)
+    ):
         raise _err(_X_RESERVE)  # the hold rule: no room for one more item with history [H3]
     return self._take(seq, now + lease_ms, i)
 
@@ -124,8 +128,11 @@ def oldest_available(self: "Queue") -> "Optional[int]":
 def lapsed(self: "Queue", now: int) -> "list[tuple[int, int]]":
     """(seq, attempts) of each claimed item whose lease ran out by now (O(in flight))."""
     ix = self._ix
-    return [(s, e[1]) for s, e in ix.live.items() if ix.state(e[0]) == _CLAIMED
-            and (e[2] <= now or e[2] - now > _MAX_LEASE_MS)]
+    return [
+        (s, e[1])
+        for s, e in ix.live.items()
+        if ix.state(e[0]) == _CLAIMED and (e[2] <= now or e[2] - now > _MAX_LEASE_MS)
+    ]
 
 
 def save_index(self: "Queue") -> None:
@@ -143,10 +150,20 @@ class Stats:
     """Counts of a queue; the DDQ fields plus generation, failed and durable_seq."""
 
     __slots__ = (
-        "total_items", "available_items", "claimed_items", "acknowledged_items",
-        "quarantined_items", "stored_bytes", "segment_count", "next_seq",
-        "recovered_tail_bytes", "generation", "failed", "durable_seq",
-        "salvaged", "salvage_lost",
+        "total_items",
+        "available_items",
+        "claimed_items",
+        "acknowledged_items",
+        "quarantined_items",
+        "stored_bytes",
+        "segment_count",
+        "next_seq",
+        "recovered_tail_bytes",
+        "generation",
+        "failed",
+        "durable_seq",
+        "salvaged",
+        "salvage_lost",
     )
 
     # stats() sets every field (no __init__: a function object costs a board's heap).

@@ -44,8 +44,9 @@ def _recount(self: "Queue") -> "list[int]":
     return [d, ix.n, self._n_acked, self._log.gen, m]
 
 
-def slack(self: "Queue", dd: int, dn: int, dh: int, dq: int, dqn: int,
-          r: int) -> "tuple[int, int]":
+def slack(
+    self: "Queue", dd: int, dn: int, dh: int, dq: int, dqn: int, r: int
+) -> "tuple[int, int]":
     """(bytes, records) the two bounds leave after a change of dd DATA bytes in dn items, dh
     items with history, dq evidence bytes in dqn quarantines, with r the largest new record;
     the change fits if either is >= 0 [H2]. R is the largest record a copy or the log can hold
@@ -75,14 +76,24 @@ def slack(self: "Queue", dd: int, dn: int, dh: int, dq: int, dqn: int,
         if hd is None or k:
             # The cached DATA sum and longest payload are upper bounds (acks and compactions
             # only lower them); recount when they refuse, unless exact: nothing acked since.
-            if hd is not None and hd[1] == ix.n and hd[2] == self._n_acked \
-                    and hd[3] == self._log.gen:
+            if (
+                hd is not None
+                and hd[1] == ix.n
+                and hd[2] == self._n_acked
+                and hd[3] == self._log.gen
+            ):
                 break
             self._hd = hd = _recount(self)
         big = max(_STATE_REC, _MIN_REC + hd[4], r)
         b = segs * (seg - big + 1) - big - hd[0] - dd - _STATE_REC * hw - (qc if qc > ev else ev)
-        c = segs * (seg // big) - (ix.n - self._n_acked + dn) - hw - 2 * (qn if qn > en else en) \
-            - 1 - (hw + 1) // 2
+        c = (
+            segs * (seg // big)
+            - (ix.n - self._n_acked + dn)
+            - hw
+            - 2 * (qn if qn > en else en)
+            - 1
+            - (hw + 1) // 2
+        )
         if b >= 0 or c >= 0:
             break
     return b, c

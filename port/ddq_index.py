@@ -79,7 +79,9 @@ def _body(q: "ddq.Queue") -> "Generator[Any, None, None]":
     yield from _entries(q, sw)
 
 
-def _columns(q: "ddq.Queue", n: int, sw: "dict[int, int]", w: "list[Any]") -> "Generator[Any, None, None]":
+def _columns(
+    q: "ddq.Queue", n: int, sw: "dict[int, int]", w: "list[Any]"
+) -> "Generator[Any, None, None]":
     ix = q._ix
     for col in range(5):
         sg = r = 0
@@ -188,12 +190,35 @@ def _header(q: "ddq.Queue", body: int, mcrc: int) -> bytearray:
         pay = max(pay, r[2])
     sw = len(q._swept)
     b = bytearray(_IX_SIZE)
-    struct.pack_into(_IX_FMT, b, 0, _IX_MAGIC, 1, 0, abi(), mcrc, log.gen, q._next, ix.n,
-                     ix.fresh, q._n_avail - sw, q._n_claimed + sw, q._n_acked,
-                     q._n_quar, len(ix.live), len(ix.hist), len(ix.reasons), len(log.ck),
-                     _IX_NO_PLAN if p is None else p[0], 0 if p is None else p[1], pay,
-                     _plan_key(q) | (1 if q._has_manifest else 0), body, 0)
-    struct.pack_into("<I", b, _IX_SIZE - 4, ddq._crc(memoryview(b)[0:_IX_SIZE - 4]))
+    struct.pack_into(
+        _IX_FMT,
+        b,
+        0,
+        _IX_MAGIC,
+        1,
+        0,
+        abi(),
+        mcrc,
+        log.gen,
+        q._next,
+        ix.n,
+        ix.fresh,
+        q._n_avail - sw,
+        q._n_claimed + sw,
+        q._n_acked,
+        q._n_quar,
+        len(ix.live),
+        len(ix.hist),
+        len(ix.reasons),
+        len(log.ck),
+        _IX_NO_PLAN if p is None else p[0],
+        0 if p is None else p[1],
+        pay,
+        _plan_key(q) | (1 if q._has_manifest else 0),
+        body,
+        0,
+    )
+    struct.pack_into("<I", b, _IX_SIZE - 4, ddq._crc(memoryview(b)[0 : _IX_SIZE - 4]))
     return b
 
 
@@ -272,14 +297,50 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
     hb = bytearray(_IX_SIZE)
     if q._read_exact(h, 0, memoryview(hb)) != _IX_SIZE:
         return -1
-    (magic, ver, res, ab, mc, gen, nxt, n, fresh, na, nc, nk, nq, nlive, nhist, nrs, ns,
-     p0, p1, pay, flags, body, hcrc) = struct.unpack(_IX_FMT, hb)
-    if magic != _IX_MAGIC or ver != 1 or hcrc != ddq._crc(memoryview(hb)[0:_IX_SIZE - 4]) \
-            or ab != abi() or gen != log.gen or mc != mcrc or (flags & 1) != \
-            q._has_manifest or ns == 0 or ns > nsegs or n > q._max_items \
-            or pay > q._max_payload or na + nc + nk + nq != n or fresh > n \
-            or size != _IX_SIZE + 12 * ns + 19 * n + 28 * nlive + 20 * (nhist + nrs) \
-            or res or flags & 0xFE or nrs != nq:
+    (
+        magic,
+        ver,
+        res,
+        ab,
+        mc,
+        gen,
+        nxt,
+        n,
+        fresh,
+        na,
+        nc,
+        nk,
+        nq,
+        nlive,
+        nhist,
+        nrs,
+        ns,
+        p0,
+        p1,
+        pay,
+        flags,
+        body,
+        hcrc,
+    ) = struct.unpack(_IX_FMT, hb)
+    if (
+        magic != _IX_MAGIC
+        or ver != 1
+        or hcrc != ddq._crc(memoryview(hb)[0 : _IX_SIZE - 4])
+        or ab != abi()
+        or gen != log.gen
+        or mc != mcrc
+        or (flags & 1) != q._has_manifest
+        or ns == 0
+        or ns > nsegs
+        or n > q._max_items
+        or pay > q._max_payload
+        or na + nc + nk + nq != n
+        or fresh > n
+        or size != _IX_SIZE + 12 * ns + 19 * n + 28 * nlive + 20 * (nhist + nrs)
+        or res
+        or flags & 0xFE
+        or nrs != nq
+    ):
         return -1
     # [X10] next_seq against the manifest: the items from its item_count on are the ones
     # appended after its boundary, consecutive from its next_seq (R5, R8); cp is (0, 0, 0, 1)
@@ -349,8 +410,12 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
         nix.lv.append(la)
         ch = bytearray(_CH >> 2)  # states: all AVAILABLE (0)
         nix.col.append(ch)
-        if m == _CH and sgp <= sgc[0] == min(sgc) == max(sgc) < ns \
-                and max(stc) == _AVAILABLE == min(stc) and sq[0] > prev:
+        if (
+            m == _CH
+            and sgp <= sgc[0] == min(sgc) == max(sgc) < ns
+            and max(stc) == _AVAILABLE == min(stc)
+            and sq[0] > prev
+        ):
             # The common piece: one segment, every item available (checked by C loops):
             # only the seqs are walked.
             if not i0 or sgc[0] != sgp:
@@ -393,8 +458,9 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
     if cnt[1] != na or cnt[2] != nc or cnt[3] != nk or cnt[4] != nq:
         return -1
     # [X10] the seqs against the manifest's boundary (next_seq checked above)
-    if (n > cp[1] and (nix.seq(cp[1]) != cp[3] or prev != nxt - 1)) or \
-            (n and n == cp[1] and prev >= cp[3]):
+    if (n > cp[1] and (nix.seq(cp[1]) != cp[3] or prev != nxt - 1)) or (
+        n and n == cp[1] and prev >= cp[3]
+    ):
         return -1
     live, hist, rs = bytearray(28 * nlive), bytearray(20 * nhist), bytearray(20 * nrs)
     pos += 19 * n
@@ -504,8 +570,7 @@ def _log_ok(q: "ddq.Queue", h: "Any", nix: "Any", ck: "list[list[int]]", offs: i
             q._fs.close(w[1])
 
 
-def _rec(q: "ddq.Queue", w: "list[Any]", sg: int, pos: int,
-         ck: "list[list[int]]") -> "Any":
+def _rec(q: "ddq.Queue", w: "list[Any]", sg: int, pos: int, ck: "list[list[int]]") -> "Any":
     # (type, seq, payload length, record length) of a record header at pos of covered segment sg
     # whose record lies inside the covered bytes, else None. w: the open segment, kept.
     if sg >= len(ck) or pos + _MIN_REC > ck[sg][1]:
@@ -540,8 +605,7 @@ def prefix_ok(q: "ddq.Queue", gen: int, ck: "list[list[int]]") -> bool:
     return True
 
 
-def crc_span(q: "ddq.Queue", path: str, pos: int, end: int, c: int,
-             fl: "Any" = None) -> int:
+def crc_span(q: "ddq.Queue", path: str, pos: int, end: int, c: int, fl: "Any" = None) -> int:
     """The running crc32 c extended over bytes pos..end-1 of a file: one sequential read.
     fl: a list to append the record_length of the file's first record to (pos 0)."""
     mv = q._buf(min(max(end - pos, 1), 65536, max(q._seg_bytes >> 2, 1024)))  # as the replay's
@@ -550,7 +614,7 @@ def crc_span(q: "ddq.Queue", path: str, pos: int, end: int, c: int,
         for _ in range(_IO_LOOPS):
             if pos >= end:
                 break
-            n = q._read_exact(h, pos, mv[0:min(len(mv), end - pos)])
+            n = q._read_exact(h, pos, mv[0 : min(len(mv), end - pos)])
             if n <= 0:
                 raise OSError(_EIO, "short read in " + path)
             if fl is not None and not pos:

@@ -78,8 +78,11 @@ def _hex(b: bytes) -> str:
 
 def _bad(h: int, n: int) -> OSError:
     # A packet of more than MAX_IN bytes (n: its first length byte): refused before its body.
-    return OSError(_EPROTO, "MQTT packet 0x%02x announces %s bytes (at most %d are read)"
-                   % (h, "128 or more" if n & 0x80 else str(n), MAX_IN))
+    return OSError(
+        _EPROTO,
+        "MQTT packet 0x%02x announces %s bytes (at most %d are read)"
+        % (h, "128 or more" if n & 0x80 else str(n), MAX_IN),
+    )
 
 
 def packet_id(seq: int) -> int:
@@ -105,11 +108,19 @@ def _str(b: bytes) -> bytes:
     return struct.pack("!H", len(b)) + b
 
 
-def encode_connect(client_id: bytes, keepalive: int = 60, clean: bool = True,
-                   user: "Optional[bytes]" = None, password: "Optional[bytes]" = None) -> bytes:
+def encode_connect(
+    client_id: bytes,
+    keepalive: int = 60,
+    clean: bool = True,
+    user: "Optional[bytes]" = None,
+    password: "Optional[bytes]" = None,
+) -> bytes:
     """Return a CONNECT packet (protocol level 4)."""
-    flags = (0x02 if clean else 0) | (0x80 if user is not None else 0) \
+    flags = (
+        (0x02 if clean else 0)
+        | (0x80 if user is not None else 0)
         | (0x40 if password is not None else 0)
+    )
     body = _str(b"MQTT") + struct.pack("!BBH", 4, flags, keepalive) + _str(client_id)
     if user is not None:
         body += _str(user)
@@ -118,12 +129,23 @@ def encode_connect(client_id: bytes, keepalive: int = 60, clean: bool = True,
     return bytes([_CONNECT]) + _varlen(len(body)) + body
 
 
-def encode_publish(topic: bytes, payload: bytes, qos: int = 1, retain: bool = False,
-                   dup: bool = False, pid: int = 0) -> bytes:
+def encode_publish(
+    topic: bytes,
+    payload: bytes,
+    qos: int = 1,
+    retain: bool = False,
+    dup: bool = False,
+    pid: int = 0,
+) -> bytes:
     """Return a PUBLISH packet; QoS 1 needs a packet id in 1..65535 (§3.3.2.2)."""
     if qos and not 0 < pid < 65536:
         raise ValueError("QoS 1 needs a packet id in 1..65535")
-    h = _PUBLISH | (_QOS1 if qos else 0) | (_RETAIN if retain else 0) | (_DUP if qos and dup else 0)
+    h = (
+        _PUBLISH
+        | (_QOS1 if qos else 0)
+        | (_RETAIN if retain else 0)
+        | (_DUP if qos and dup else 0)
+    )
     var = _str(topic) + (struct.pack("!H", pid) if qos else b"")
     return bytes([h]) + _varlen(len(var) + len(payload)) + var + payload
 
@@ -139,7 +161,7 @@ def _der(data: bytes) -> "list[bytes]":
     out = []
     for block in data.split(b"-----BEGIN")[1:]:
         end = block.find(b"-----END")
-        body = block[block.find(b"\n") + 1:end if end >= 0 else len(block)]
+        body = block[block.find(b"\n") + 1 : end if end >= 0 else len(block)]
         if b":" in body:
             raise ValueError("encrypted PEM is not supported: decrypt the key first")
         out.append(binascii.a2b_base64(body.replace(b"\r", b"").replace(b"\n", b"")))
@@ -152,9 +174,13 @@ def _file(path: str) -> bytes:
     return b
 
 
-def tls_context(cafile: "Optional[str]" = None, cadata: "Optional[bytes]" = None,
-                certfile: "Optional[str]" = None, keyfile: "Optional[str]" = None,
-                verify: bool = True) -> "Any":
+def tls_context(
+    cafile: "Optional[str]" = None,
+    cadata: "Optional[bytes]" = None,
+    certfile: "Optional[str]" = None,
+    keyfile: "Optional[str]" = None,
+    verify: bool = True,
+) -> "Any":
     """Return a client TLS context for Sender(ssl=...), made with the port's ssl module [E20].
 
     verify=True (the default): the handshake fails unless the broker's certificate chains to a
@@ -206,8 +232,15 @@ def tls_context(cafile: "Optional[str]" = None, cadata: "Optional[bytes]" = None
 
 class _WrapTLS:
     # A context-like adapter for ports with only ssl.wrap_socket (MicroPython before 1.23).
-    def __init__(self, m: "Any", cafile: "Optional[str]", cadata: "Optional[bytes]",
-                 certfile: "Optional[str]", keyfile: "Optional[str]", verify: bool) -> None:
+    def __init__(
+        self,
+        m: "Any",
+        cafile: "Optional[str]",
+        cadata: "Optional[bytes]",
+        certfile: "Optional[str]",
+        keyfile: "Optional[str]",
+        verify: bool,
+    ) -> None:
         kw: "dict[str, Any]" = {}
         if verify:
             if not hasattr(m, "CERT_REQUIRED"):  # axTLS ports: no certificate checks at all
@@ -238,12 +271,20 @@ class Sender:
     [E20]. server_hostname: the name the certificate must carry (default: host). clock: the
     deadline's monotonic ms (default the ticks clock; tests inject one)."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, client_id: bytes = b"ddq",
-                 keepalive: int = 60, timeout_ms: int = 5000, user: "Optional[bytes]" = None,
-                 password: "Optional[bytes]" = None,
-                 connect: "Optional[Callable[[], Any]]" = None, ssl: "Any" = None,
-                 server_hostname: "Optional[str]" = None,
-                 clock: "Optional[Callable[[], int]]" = None) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        client_id: bytes = b"ddq",
+        keepalive: int = 60,
+        timeout_ms: int = 5000,
+        user: "Optional[bytes]" = None,
+        password: "Optional[bytes]" = None,
+        connect: "Optional[Callable[[], Any]]" = None,
+        ssl: "Any" = None,
+        server_hostname: "Optional[str]" = None,
+        clock: "Optional[Callable[[], int]]" = None,
+    ) -> None:
         if not 0 < timeout_ms < 0x20000000:
             raise ValueError("timeout_ms: 1..2**29-1")
         self.ssl = tls_context() if ssl is True else ssl or None
@@ -344,12 +385,16 @@ class Sender:
         self.close()
         self.sock = self._open()
         try:
-            self._write(encode_connect(self.client_id, self.keepalive, True, self.user,
-                                       self.password))
+            self._write(
+                encode_connect(self.client_id, self.keepalive, True, self.user, self.password)
+            )
             h, body = self._packet()
             if h != _CONNACK or len(body) != 2:
-                raise OSError(_EPROTO, "MQTT: expected a CONNACK, got packet 0x%02x of %d bytes"
-                              " (%s)" % (h, len(body), _hex(body)))
+                raise OSError(
+                    _EPROTO,
+                    "MQTT: expected a CONNACK, got packet 0x%02x of %d bytes"
+                    " (%s)" % (h, len(body), _hex(body)),
+                )
             if body[1] != 0:
                 raise OSError(_ECONNREFUSED, "MQTT CONNACK refused: return code %d" % body[1])
         except BaseException:
@@ -379,8 +424,9 @@ class Sender:
             self._connect()
         pid = packet_id(m.seq)
         try:
-            self._write(encode_publish(m.topic.encode(), m.payload, m.qos, m.retain,
-                                       m.attempts > 0, pid))
+            self._write(
+                encode_publish(m.topic.encode(), m.payload, m.qos, m.retain, m.attempts > 0, pid)
+            )
             if not m.qos:
                 return True
             for _ in range(_MAX_PACKETS):
@@ -388,8 +434,11 @@ class Sender:
                 if h & 0xF0 != _PUBACK:
                     continue  # PINGRESP, or anything else small: skipped
                 if h != _PUBACK or len(body) != 2:
-                    raise OSError(_EPROTO, "MQTT: malformed PUBACK 0x%02x of %d bytes (%s)"
-                                  % (h, len(body), _hex(body)))
+                    raise OSError(
+                        _EPROTO,
+                        "MQTT: malformed PUBACK 0x%02x of %d bytes (%s)"
+                        % (h, len(body), _hex(body)),
+                    )
                 if struct.unpack("!H", body)[0] == pid:
                     return True  # the only way to True for QoS 1: this packet id's PUBACK
             raise OSError(_ETIMEDOUT, "no PUBACK for packet id %d" % pid)
@@ -503,8 +552,10 @@ class MqttAs:
         """Publish one ddq_outbox.Message; True after the PUBACK [E24]."""
         import asyncio
 
-        await asyncio.wait_for(self.client.publish(m.topic.encode(), m.payload, m.retain, m.qos),
-                               self.timeout_ms / 1000)
+        await asyncio.wait_for(
+            self.client.publish(m.topic.encode(), m.payload, m.retain, m.qos),
+            self.timeout_ms / 1000,
+        )
         return True
 
 
@@ -549,8 +600,9 @@ class WindowSender(Sender):
     what was not acked, with dup=True. RAM: two ints per message in flight, never a payload.
     send(m) (one message at a time, W = 1) still works."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, inflight_max: int = 16,
-                 **kw: "Any") -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, inflight_max: int = 16, **kw: "Any"
+    ) -> None:
         Sender.__init__(self, host, port, **kw)
         if not 1 <= inflight_max <= 65535:
             raise ValueError("inflight_max: 1..65535")
@@ -588,8 +640,12 @@ class WindowSender(Sender):
         """Write m's PUBLISH (DUP if dup or m.attempts > 0); OSError: the connection is lost.
         A connect, and then the write, each within timeout_ms [E29]."""
         idle = ((self._clock() - self._last + 0x20000000) & 0x3FFFFFFF) - 0x20000000
-        if self.sock is not None and not self._fl and self.keepalive and \
-                not 0 <= idle < self.keepalive * 1000:
+        if (
+            self.sock is not None
+            and not self._fl
+            and self.keepalive
+            and not 0 <= idle < self.keepalive * 1000
+        ):
             self.close()
         if self.sock is None:
             self.connect()
@@ -643,8 +699,11 @@ class WindowSender(Sender):
             if j + n > len(b):
                 break
             if b[i] & 0xF0 == _PUBACK and (b[i] != _PUBACK or n != 2):
-                raise OSError(_EPROTO, "MQTT: malformed PUBACK 0x%02x of %d bytes (%s)"
-                              % (b[i], n, _hex(b[j:j + n])))
+                raise OSError(
+                    _EPROTO,
+                    "MQTT: malformed PUBACK 0x%02x of %d bytes (%s)"
+                    % (b[i], n, _hex(b[j : j + n])),
+                )
             if b[i] == _PUBACK:  # the only way a seq is confirmed: its packet id's PUBACK
                 s = self._fl.pop((b[j] << 8) | b[j + 1], None)
                 if s is None:
@@ -668,12 +727,15 @@ class WindowSender(Sender):
                 return out
             now = self._clock()
             left = timeout_ms - (((now - t0 + 0x20000000) & 0x3FFFFFFF) - 0x20000000)
-            stall = self.timeout_ms - (((now - self._since + 0x20000000) & 0x3FFFFFFF)
-                                       - 0x20000000)
+            stall = self.timeout_ms - (
+                ((now - self._since + 0x20000000) & 0x3FFFFFFF) - 0x20000000
+            )
             if stall <= 0:
                 self.timeouts += 1
-                raise OSError(_ETIMEDOUT, "no PUBACK for %d ms (%d in flight)"
-                              % (self.timeout_ms, len(self._fl)))
+                raise OSError(
+                    _ETIMEDOUT,
+                    "no PUBACK for %d ms (%d in flight)" % (self.timeout_ms, len(self._fl)),
+                )
             if left < 0:
                 return out
             w = min(left, stall)
@@ -685,8 +747,12 @@ class WindowSender(Sender):
             except OSError as e:
                 # Nothing to read yet: EAGAIN/ETIMEDOUT (MicroPython), TimeoutError or
                 # BlockingIOError (CPython), SSLWantReadError (CPython TLS, non-blocking).
-                if e.args and e.args[0] not in (_EAGAIN, _ETIMEDOUT, _EWOULDBLOCK_MP) and \
-                        "timed out" not in str(e) and "WantRead" not in type(e).__name__:
+                if (
+                    e.args
+                    and e.args[0] not in (_EAGAIN, _ETIMEDOUT, _EWOULDBLOCK_MP)
+                    and "timed out" not in str(e)
+                    and "WantRead" not in type(e).__name__
+                ):
                     raise
             if chunk is not None:
                 if not chunk:

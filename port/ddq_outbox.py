@@ -112,8 +112,9 @@ def _device_seed() -> int:
 class Backoff:
     """Full-jitter backoff, uniform in [0, min(min_ms * 2**attempts, max_ms)] [E8] [E9]."""
 
-    def __init__(self, min_ms: int = 1000, max_ms: int = 60000,
-                 seed: "Optional[int]" = None) -> None:
+    def __init__(
+        self, min_ms: int = 1000, max_ms: int = 60000, seed: "Optional[int]" = None
+    ) -> None:
         self.min_ms = _opt(min_ms, 1, _U32, "min_retry_ms")
         self.max_ms = _opt(max_ms, min_ms, _U32, "max_retry_ms")
         s = _device_seed() if seed is None else _opt(seed, 0, _U32, "seed")
@@ -140,8 +141,22 @@ class Message:
     """A message: its envelope's fields, plus seq/attempts/lease (get) or reason (dead letter);
     encrypted: the payload is stored encrypted (decrypted here only when a key verified it)."""
 
-    __slots__ = ("seq", "topic", "payload", "qos", "retain", "attempts", "enqueued_ms",
-                 "ttl_ms", "key", "orig_seq", "lease_until_ms", "reason", "age_ms", "encrypted")
+    __slots__ = (
+        "seq",
+        "topic",
+        "payload",
+        "qos",
+        "retain",
+        "attempts",
+        "enqueued_ms",
+        "ttl_ms",
+        "key",
+        "orig_seq",
+        "lease_until_ms",
+        "reason",
+        "age_ms",
+        "encrypted",
+    )
 
     def __init__(self) -> None:
         self.seq = self.qos = self.attempts = self.enqueued_ms = self.ttl_ms = self.orig_seq = 0
@@ -165,7 +180,7 @@ def _sha(mv: memoryview, a: int, n: int) -> "Optional[bytes]":
     if not hasattr(hl, "sha256"):
         return None
     h = hl.sha256(mv[0:a])
-    h.update(mv[a + 32:n])
+    h.update(mv[a + 32 : n])
     return bytes(h.digest())
 
 
@@ -240,7 +255,7 @@ def _same(a: "Buf", b: "Buf") -> bool:
 
 def _tag(mv: memoryview, a: int, n: int, key: "Any", pads: "Any") -> bytes:
     # The HMAC-SHA256 tag of the envelope mv[0:n] minus its tag field at [a, a+32) [E21].
-    return _hmac_parts(key, pads, mv[0:a], mv[a + 32:n])
+    return _hmac_parts(key, pads, mv[0:a], mv[a + 32 : n])
 
 
 # AES-256-CTR for confidentiality at rest [E23]: encrypt-then-MAC under one device key K. The
@@ -275,8 +290,10 @@ class _Ctr:
         if cl is not None and hasattr(cl, "aes"):  # feature probe: cryptolib without aes exists
             self.ecb = cl.aes(self.key, 1)
         elif _ciphers() is None:
-            raise InvalidArgument("encryption needs cryptolib.aes (MicroPython) or the "
-                                  "cryptography package (CPython: pip install cryptography)")
+            raise InvalidArgument(
+                "encryption needs cryptolib.aes (MicroPython) or the "
+                "cryptography package (CPython: pip install cryptography)"
+            )
 
     def xor(self, nonce: "Buf", c: int, buf: "Any", i: int, n: int) -> None:
         # buf[i:n] ^= the keystream of counter blocks nonce(12) | c, c + 1, ... (big-endian u32)
@@ -326,8 +343,10 @@ def _nonce_fn(nonce: "Any") -> "Callable[[], Any]":
         return nonce  # type: ignore[no-any-return]
     u = getattr(os, "urandom", None)
     if u is None:
-        raise InvalidArgument("encrypt needs os.urandom, or nonce=<a callable returning 12 "
-                              "random bytes> (a hardware RNG)")
+        raise InvalidArgument(
+            "encrypt needs os.urandom, or nonce=<a callable returning 12 "
+            "random bytes> (a hardware RNG)"
+        )
     return lambda: u(_NONCE)
 
 
@@ -357,10 +376,23 @@ def publishable(topic: "Any", max_topic: int = 65535) -> str:
     return ""
 
 
-def _pack_env(buf: "Optional[bytearray]", topic: "Any", payload: "Any", qos: "Any",
-              retain: "Any", ttl: "Any", key: "Any", sha: bool, orig: "Any", enq: "Any",
-              max_topic: int, hkey: "Any" = None, pads: "Any" = None, ctr: "Any" = None,
-              nonce: "Any" = None) -> memoryview:
+def _pack_env(
+    buf: "Optional[bytearray]",
+    topic: "Any",
+    payload: "Any",
+    qos: "Any",
+    retain: "Any",
+    ttl: "Any",
+    key: "Any",
+    sha: bool,
+    orig: "Any",
+    enq: "Any",
+    max_topic: int,
+    hkey: "Any" = None,
+    pads: "Any" = None,
+    ctr: "Any" = None,
+    nonce: "Any" = None,
+) -> memoryview:
     # [E1] header | orig_seq u64? | sha256 or hmac? | nonce? | key | topic | payload, in buf (or
     # new). With ctr (an _Ctr) and nonce the payload is stored encrypted, then tagged [E23].
     t, k = bytes(_bytes_arg(topic, "topic")), bytes(_bytes_arg(key, "key"))
@@ -368,16 +400,25 @@ def _pack_env(buf: "Optional[bytearray]", topic: "Any", payload: "Any", qos: "An
     why = publishable(t, max_topic)
     if why:
         raise InvalidArgument(why + " (MQTT cannot publish it)")
-    if len(k) > 255 or qos not in (0, 1) or retain not in (0, 1) or _opt(ttl, 0, _U32,
-                                                                          "ttl_ms") < 0:
+    if (
+        len(k) > 255
+        or qos not in (0, 1)
+        or retain not in (0, 1)
+        or _opt(ttl, 0, _U32, "ttl_ms") < 0
+    ):
         raise InvalidArgument("key <= 255 bytes, qos 0|1, retain bool")
     if hkey is not None and sha:
         raise InvalidArgument("sha256 or hmac_key, not both (the tag detects accidents too)")
     if ctr is not None and (hkey is None or nonce is None or len(nonce) != _NONCE):
         raise InvalidArgument("encrypt needs hmac_key (encrypt-then-MAC) and a 12-byte nonce")
-    flags = (_EF_QOS1 if qos else 0) | (_EF_RETAIN if retain else 0) | (_EF_SHA if sha else 0) \
-        | (_EF_ORIG if _opt(orig, 0, _U64, "orig_seq") else 0) | (_EF_HMAC if hkey else 0) \
+    flags = (
+        (_EF_QOS1 if qos else 0)
+        | (_EF_RETAIN if retain else 0)
+        | (_EF_SHA if sha else 0)
+        | (_EF_ORIG if _opt(orig, 0, _U64, "orig_seq") else 0)
+        | (_EF_HMAC if hkey else 0)
         | (_EF_ENC if ctr is not None else 0)
+    )
     a = _ENV_SIZE + (8 if orig else 0)
     i = a + (32 if sha or hkey is not None else 0)
     c = i  # the nonce's offset
@@ -385,13 +426,23 @@ def _pack_env(buf: "Optional[bytearray]", topic: "Any", payload: "Any", qos: "An
     n = i + len(k) + len(t) + len(p)
     if buf is None or len(buf) < n:
         buf = bytearray(n)
-    struct.pack_into(_ENV_FMT, buf, 0, _ENV_MAGIC, 1, flags, len(k), len(t), ttl,
-                     _opt(enq, 0, _U64, "enqueued_ms"))
+    struct.pack_into(
+        _ENV_FMT,
+        buf,
+        0,
+        _ENV_MAGIC,
+        1,
+        flags,
+        len(k),
+        len(t),
+        ttl,
+        _opt(enq, 0, _U64, "enqueued_ms"),
+    )
     struct.pack_into("<Q", buf, _ENV_SIZE, orig) if orig else None
     if ctr is not None:
-        buf[c:c + _NONCE] = nonce
+        buf[c : c + _NONCE] = nonce
     for part in (k, t, p):
-        buf[i:i + len(part)] = part
+        buf[i : i + len(part)] = part
         i += len(part)
     if ctr is not None:  # encrypt, then MAC: the tag below covers the nonce and the ciphertext
         ctr.xor(nonce, 0, buf, n - len(p), n)
@@ -400,16 +451,26 @@ def _pack_env(buf: "Optional[bytearray]", topic: "Any", payload: "Any", qos: "An
         d = _sha(mv, a, n)
         if d is None:
             raise InvalidArgument("sha256 needs hashlib.sha256")
-        buf[a:a + 32] = d
+        buf[a : a + 32] = d
     elif hkey is not None:
-        buf[a:a + 32] = _tag(mv, a, n, hkey, pads)
+        buf[a : a + 32] = _tag(mv, a, n, hkey, pads)
     return mv[0:n]
 
 
-def encode_envelope(topic: "Any", payload: "Any", qos: int = 1, retain: bool = False,
-                    enqueued_ms: int = 0, ttl_ms: int = 0, key: "Any" = b"",
-                    sha256: bool = False, orig_seq: int = 0, hmac_key: "Any" = None,
-                    encrypt: bool = False, nonce: "Any" = None) -> bytes:
+def encode_envelope(
+    topic: "Any",
+    payload: "Any",
+    qos: int = 1,
+    retain: bool = False,
+    enqueued_ms: int = 0,
+    ttl_ms: int = 0,
+    key: "Any" = b"",
+    sha256: bool = False,
+    orig_seq: int = 0,
+    hmac_key: "Any" = None,
+    encrypt: bool = False,
+    nonce: "Any" = None,
+) -> bytes:
     """Return a message's envelope (signed with hmac_key if given; with encrypt=True also its
     payload encrypted, under nonce (12 bytes; default os.urandom)); InvalidArgument for a bad
     field [E1]-[E5] [E21] [E23]."""
@@ -419,8 +480,25 @@ def encode_envelope(topic: "Any", payload: "Any", qos: int = 1, retain: bool = F
             raise InvalidArgument("encrypt needs hmac_key (encrypt-then-MAC)")
         nonce = _nonce_ok(_nonce_fn(None)() if nonce is None else nonce, None)
         ctr = _enc_ctr(hmac_key, None)
-    return bytes(_pack_env(None, topic, payload, qos, retain, ttl_ms, key, sha256, orig_seq,
-                           enqueued_ms, 65535, hmac_key, None, ctr, nonce))
+    return bytes(
+        _pack_env(
+            None,
+            topic,
+            payload,
+            qos,
+            retain,
+            ttl_ms,
+            key,
+            sha256,
+            orig_seq,
+            enqueued_ms,
+            65535,
+            hmac_key,
+            None,
+            ctr,
+            nonce,
+        )
+    )
 
 
 def decode_envelope(data: "Buf", verify: bool = True, hmac_key: "Any" = None) -> Message:
@@ -431,8 +509,9 @@ def decode_envelope(data: "Buf", verify: bool = True, hmac_key: "Any" = None) ->
     return _decode(data, verify, hmac_key, None)
 
 
-def _decode(data: "Buf", verify: bool, hkey: "Any", pads: "Any", ctrs: "Any" = None,
-            need: bool = False) -> Message:
+def _decode(
+    data: "Buf", verify: bool, hkey: "Any", pads: "Any", ctrs: "Any" = None, need: bool = False
+) -> Message:
     # ctrs: [] or [_Ctr] (the Outbox's cache of its AES context); need: the caller delivers the
     # payload, so an encrypted envelope without a key is Unauthenticated instead of ciphertext.
     if not isinstance(data, (bytes, bytearray, memoryview)):
@@ -441,8 +520,13 @@ def _decode(data: "Buf", verify: bool, hkey: "Any", pads: "Any", ctrs: "Any" = N
     if n < _ENV_SIZE:
         raise BadEnvelope("envelope: %d bytes, under the 19-byte header" % n)
     magic, ver, flags, kl, tl, ttl, enq = struct.unpack_from(_ENV_FMT, data, 0)
-    if magic != _ENV_MAGIC or ver != 1 or flags & _EF_RESERVED or (
-            flags & _EF_SHA and flags & _EF_HMAC) or (flags & _EF_ENC and not flags & _EF_HMAC):
+    if (
+        magic != _ENV_MAGIC
+        or ver != 1
+        or flags & _EF_RESERVED
+        or (flags & _EF_SHA and flags & _EF_HMAC)
+        or (flags & _EF_ENC and not flags & _EF_HMAC)
+    ):
         raise BadEnvelope("envelope: bad magic, version %d or flags 0x%02x" % (ver, flags))
     enc = flags & _EF_ENC
     a = _ENV_SIZE + (8 if flags & _EF_ORIG else 0)
@@ -453,15 +537,15 @@ def _decode(data: "Buf", verify: bool, hkey: "Any", pads: "Any", ctrs: "Any" = N
     if hkey is not None:  # before anything else is read: a forger controls every field
         if not flags & _EF_HMAC:
             raise Unauthenticated("envelope: no HMAC tag")
-        if not _same(_tag(mv, a, n, hkey, pads), mv[a:a + 32]):
+        if not _same(_tag(mv, a, n, hkey, pads), mv[a : a + 32]):
             raise Unauthenticated("envelope: HMAC tag mismatch")
     elif enc and need:
         raise Unauthenticated("envelope: encrypted, no key")
     if flags & _EF_ORIG:
         m.orig_seq = struct.unpack_from("<Q", data, _ENV_SIZE)[0]
-    if verify and flags & _EF_SHA and _sha(mv, a, n) not in (None, bytes(mv[a:a + 32])):
+    if verify and flags & _EF_SHA and _sha(mv, a, n) not in (None, bytes(mv[a : a + 32])):
         raise BadEnvelope("envelope: sha256 mismatch")
-    m.key, t = bytes(mv[p:p + kl]), bytes(mv[p + kl:p + kl + tl])
+    m.key, t = bytes(mv[p : p + kl]), bytes(mv[p + kl : p + kl + tl])
     try:
         m.topic = t.decode()
     except UnicodeError:
@@ -475,11 +559,11 @@ def _decode(data: "Buf", verify: bool, hkey: "Any", pads: "Any", ctrs: "Any" = N
                 ctrs.append(_enc_ctr(hkey, pads))
             except InvalidArgument as e:  # no AES on this interpreter: cannot be read here
                 raise BadEnvelope("envelope: encrypted; " + e.args[0])
-        b = bytearray(mv[p + kl + tl:n])
-        ctrs[0].xor(mv[p - _NONCE:p], 0, b, 0, len(b))
+        b = bytearray(mv[p + kl + tl : n])
+        ctrs[0].xor(mv[p - _NONCE : p], 0, b, 0, len(b))
         m.payload = bytes(b)
     else:
-        m.payload = bytes(mv[p + kl + tl:n])
+        m.payload = bytes(mv[p + kl + tl : n])
     m.encrypted = bool(enc)
     m.qos, m.retain, m.ttl_ms, m.enqueued_ms = flags & _EF_QOS1, bool(flags & _EF_RETAIN), ttl, enq
     return m
@@ -507,17 +591,35 @@ class Outbox:
     delivered at least once: get() one with a lease, send it, then ack(), nack() (full-jitter
     retry) or reject() (dead letter) it [E7]-[E18]."""
 
-    def __init__(self, queue: "Any", clock: "Optional[Callable[[], int]]" = None,
-                 ticks: "Optional[Callable[[], int]]" = None, seed: "Optional[int]" = None,
-                 lease_ms: int = 60000, min_retry_ms: int = 1000, max_retry_ms: int = 60000,
-                 max_attempts: int = 0, ttl_ms: int = 0, expired: str = "quarantine",
-                 capacity: str = "reject", ordered: bool = False, sha256: bool = False,
-                 max_topic_bytes: int = 256, sync_every: int = 0, sync_interval_ms: int = 0,
-                 lock: "Any" = None, hmac_key: "Any" = None, encrypt: bool = False,
-                 nonce: "Optional[Callable[[], Any]]" = None, raw: bool = False,
-                 qos: "Optional[int]" = None, lapsed: str = "retry", failure: str = "backoff",
-                 report: "Optional[Callable[[str, int, str], Any]]" = None,
-                 **options: "Any") -> None:
+    def __init__(
+        self,
+        queue: "Any",
+        clock: "Optional[Callable[[], int]]" = None,
+        ticks: "Optional[Callable[[], int]]" = None,
+        seed: "Optional[int]" = None,
+        lease_ms: int = 60000,
+        min_retry_ms: int = 1000,
+        max_retry_ms: int = 60000,
+        max_attempts: int = 0,
+        ttl_ms: int = 0,
+        expired: str = "quarantine",
+        capacity: str = "reject",
+        ordered: bool = False,
+        sha256: bool = False,
+        max_topic_bytes: int = 256,
+        sync_every: int = 0,
+        sync_interval_ms: int = 0,
+        lock: "Any" = None,
+        hmac_key: "Any" = None,
+        encrypt: bool = False,
+        nonce: "Optional[Callable[[], Any]]" = None,
+        raw: bool = False,
+        qos: "Optional[int]" = None,
+        lapsed: str = "retry",
+        failure: str = "backoff",
+        report: "Optional[Callable[[str, int, str], Any]]" = None,
+        **options: "Any",
+    ) -> None:
         self._lease = _opt(lease_ms, 1, _MAX_LEASE_MS, "lease_ms")
         self._bo = Backoff(min_retry_ms, max_retry_ms, seed)
         self._max_att = _opt(max_attempts, 0, _U32, "max_attempts")
@@ -525,17 +627,24 @@ class Outbox:
         self._max_topic = _opt(max_topic_bytes, 1, 65535, "max_topic_bytes")
         self._every = _opt(sync_every, 0, _MAX_WAIT, "sync_every")
         self._interval = _opt(sync_interval_ms, 0, _MAX_WAIT, "sync_interval_ms")
-        if expired not in ("quarantine", "drop", "send") or capacity not in ("reject",
-                                                                             "drop_oldest"):
+        if expired not in ("quarantine", "drop", "send") or capacity not in (
+            "reject",
+            "drop_oldest",
+        ):
             raise InvalidArgument("expired: quarantine|drop|send; capacity: reject|drop_oldest")
         self._drop_expired, self._drop_oldest = expired == "drop", capacity == "drop_oldest"
         # The delivery loop's options for a replay of what a device kept [E26]: deliver raw
         # payloads and expired messages, force the QoS, leave lapsed claims as they are, and
         # on a failure retry at once and stop; report(what, seq, detail) sees every outcome.
-        if qos not in (None, 0, 1) or lapsed not in ("retry", "reclaim") or failure not in (
-                "backoff", "stop") or (report is not None and not callable(report)):
-            raise InvalidArgument("qos: None|0|1; lapsed: retry|reclaim; failure: backoff|stop;"
-                                  " report: a callable")
+        if (
+            qos not in (None, 0, 1)
+            or lapsed not in ("retry", "reclaim")
+            or failure not in ("backoff", "stop")
+            or (report is not None and not callable(report))
+        ):
+            raise InvalidArgument(
+                "qos: None|0|1; lapsed: retry|reclaim; failure: backoff|stop; report: a callable"
+            )
         self._send_expired, self._raw, self._qos = expired == "send", bool(raw), qos
         self._lapse, self._stop = lapsed == "retry", failure == "stop"
         self._report = report
@@ -587,11 +696,22 @@ class Outbox:
         self._qcls: "dict[int, str]" = {}  # seq -> reason class of a quarantined item (cache)
         self._hidden: "Optional[list[int]]" = None  # dead letters already requeued
         self._full = False
-        self.counters: "dict[str, Any]" = {"put": 0, "sent": 0, "retried": 0, "expired": 0,
-                                           "dropped": 0, "rejected": 0, "exhausted": 0,
-                                           "corrupt": 0, "lapsed": 0,
-                                           "unauthenticated": 0, "unpublishable": 0, "resent": 0,
-                                           "lease_nacks": 0, "failed": 0}
+        self.counters: "dict[str, Any]" = {
+            "put": 0,
+            "sent": 0,
+            "retried": 0,
+            "expired": 0,
+            "dropped": 0,
+            "rejected": 0,
+            "exhausted": 0,
+            "corrupt": 0,
+            "lapsed": 0,
+            "unauthenticated": 0,
+            "unpublishable": 0,
+            "resent": 0,
+            "lease_nacks": 0,
+            "failed": 0,
+        }
         # this run only [E18] [E25] [E26]
 
     def __enter__(self) -> "Outbox":
@@ -612,15 +732,26 @@ class Outbox:
         self._unsynced += n
         d = _tdiff(now, self._synced_at)
         if (self._every and self._unsynced >= self._every) or (
-                self._interval and (d >= self._interval or d < 0)):
+            self._interval and (d >= self._interval or d < 0)
+        ):
             self._sync()
 
     def _sync(self) -> int:
         self._unsynced = 0
         return self.queue.sync()
 
-    def _put(self, topic: "Any", payload: "Any", qos: "Any", retain: "Any", ttl: "Any",
-             key: "Any", orig: int, enc: bool = False, enq: "Optional[int]" = None) -> int:
+    def _put(
+        self,
+        topic: "Any",
+        payload: "Any",
+        qos: "Any",
+        retain: "Any",
+        ttl: "Any",
+        key: "Any",
+        orig: int,
+        enc: bool = False,
+        enq: "Optional[int]" = None,
+    ) -> int:
         ctr = nb = None
         if enc or self._enc:  # [E23]; enc: requeue of an encrypted dead letter stays encrypted
             if self._nonce is None:
@@ -629,9 +760,23 @@ class Outbox:
                 self._ctrs.append(_enc_ctr(self._hkey, self._pads))
             nb = self._last = _nonce_ok(self._nonce(), self._last)
             ctr = self._ctrs[0]
-        mv = _pack_env(self._buf, topic, payload, qos, retain, ttl, key, self._sha, orig,
-                       self._clock() if enq is None else enq, self._max_topic, self._hkey,
-                       self._pads, ctr, nb)  # enq: a batch's time (port/ddq_batch.py) [B2]
+        mv = _pack_env(
+            self._buf,
+            topic,
+            payload,
+            qos,
+            retain,
+            ttl,
+            key,
+            self._sha,
+            orig,
+            self._clock() if enq is None else enq,
+            self._max_topic,
+            self._hkey,
+            self._pads,
+            ctr,
+            nb,
+        )  # enq: a batch's time (port/ddq_batch.py) [B2]
         for _ in range(_IO_LOOPS):
             try:
                 seq = self.queue.enqueue(mv)
@@ -714,9 +859,15 @@ class Outbox:
         # Dead letters already requeued: the orig_seq of every pending message, read once (a
         # payload read each), then kept up to date by requeue().
         if self._hidden is None:
-            self._hidden = [m.orig_seq for m in [self._peek(it.seq, 0, True) for it in
-                            self.queue.items() if it.state in ("available", "claimed")]
-                            if m.orig_seq]
+            self._hidden = [
+                m.orig_seq
+                for m in [
+                    self._peek(it.seq, 0, True)
+                    for it in self.queue.items()
+                    if it.state in ("available", "claimed")
+                ]
+                if m.orig_seq
+            ]
         return self._hidden
 
     def _settle(self, m: Message, ok: "Any", e: "Optional[BaseException]") -> int:
@@ -739,11 +890,19 @@ class Outbox:
 
     # ------------------------------------------------------------------ public (locked)
     @_locked
-    def put(self, topic: "Any", payload: "Any", qos: int = 1, retain: bool = False,
-            ttl_ms: "Optional[int]" = None, key: "Any" = b"") -> int:
+    def put(
+        self,
+        topic: "Any",
+        payload: "Any",
+        qos: int = 1,
+        retain: bool = False,
+        ttl_ms: "Optional[int]" = None,
+        key: "Any" = b"",
+    ) -> int:
         """Enqueue a message; return its seq (durable on return unless group commit) [E13]."""
-        return self._put(topic, payload, qos, retain, self._ttl if ttl_ms is None else ttl_ms,
-                         key, 0)
+        return self._put(
+            topic, payload, qos, retain, self._ttl if ttl_ms is None else ttl_ms, key, 0
+        )
 
     def _lapsed(self, now: int) -> None:
         # A lease that ran out with no ack or nack (the sender hung, or the device died while
@@ -820,8 +979,12 @@ class Outbox:
         else:  # raw [E26]
             r = Message()
             r.payload, r.qos = data, m.qos
-        r.seq, r.attempts, r.lease_until_ms, r.age_ms = m.seq, m.attempts, m.lease_until_ms, \
-            m.age_ms
+        r.seq, r.attempts, r.lease_until_ms, r.age_ms = (
+            m.seq,
+            m.attempts,
+            m.lease_until_ms,
+            m.age_ms,
+        )
         return r
 
     @_locked
@@ -867,16 +1030,24 @@ class Outbox:
                 c = self._qcls.get(it.seq)
                 if c is None:
                     r = q.reason(it.seq)
-                    c = self._qcls[it.seq] = repr(r[0:r.find(b":")] if b":" in r else r)[2:-1]
+                    c = self._qcls[it.seq] = repr(r[0 : r.find(b":")] if b":" in r else r)[2:-1]
                 by[c] = by.get(c, 0) + 1
             elif it.state != "acked" and not oldest:
                 oldest = it.seq
         s, d = q.stats(), dict(self.counters)
-        d.update({"pending": s.available_items + s.claimed_items, "in_flight": s.claimed_items,
-                  "quarantined": s.quarantined_items, "durable_seq": q.durable_seq,
-                  "next_ready_ms": self._next_ready(now), "quarantined_by_reason": by,
-                  "oldest_age_ms": self._peek(oldest, now).age_ms if oldest else None,
-                  "salvaged": s.salvaged, "salvage_lost": s.salvage_lost})  # [K12]
+        d.update(
+            {
+                "pending": s.available_items + s.claimed_items,
+                "in_flight": s.claimed_items,
+                "quarantined": s.quarantined_items,
+                "durable_seq": q.durable_seq,
+                "next_ready_ms": self._next_ready(now),
+                "quarantined_by_reason": by,
+                "oldest_age_ms": self._peek(oldest, now).age_ms if oldest else None,
+                "salvaged": s.salvaged,
+                "salvage_lost": s.salvage_lost,
+            }
+        )  # [K12]
         return d
 
     @_locked
@@ -907,8 +1078,18 @@ class Outbox:
                     continue  # requeue-all leaves undecodable ones where they are
                 if seq is None and publishable(m.topic, self._max_topic):
                     continue  # and one whose topic put() refuses (an old record) [E4]
-                out.append(self._put(m.topic, m.payload, m.qos, m.retain, m.ttl_ms, m.key,
-                                     m.orig_seq or s, m.encrypted))
+                out.append(
+                    self._put(
+                        m.topic,
+                        m.payload,
+                        m.qos,
+                        m.retain,
+                        m.ttl_ms,
+                        m.key,
+                        m.orig_seq or s,
+                        m.encrypted,
+                    )
+                )
                 hidden.append(s)
             done.append(s)
         if purge and done:
@@ -918,8 +1099,9 @@ class Outbox:
     @_locked
     def purge(self, seqs: "Optional[list[int]]" = None) -> int:
         """Delete dead letters (all, or seqs) for good through a compaction [E14][C10]."""
-        return self.queue.purge([i.seq for i in self.queue.items() if i.state[0] == "q"]
-                                if seqs is None else seqs)
+        return self.queue.purge(
+            [i.seq for i in self.queue.items() if i.state[0] == "q"] if seqs is None else seqs
+        )
 
     @_locked
     def sync(self) -> int:  # make everything written so far durable; return durable_seq [E15]
@@ -946,8 +1128,13 @@ class Outbox:
             self._sync()
 
     # ------------------------------------------------------------------ delivery loops
-    def pump(self, send: "Any", budget: int = 16, budget_ms: int = 0,
-             stop: "Optional[Callable[[], bool]]" = None) -> int:
+    def pump(
+        self,
+        send: "Any",
+        budget: int = 16,
+        budget_ms: int = 0,
+        stop: "Optional[Callable[[], bool]]" = None,
+    ) -> int:
         """Deliver up to budget messages (budget_ms of ticks) via send; return acks [E17].
         send may be a windowed sender (publish/poll/inflight_max): a window of them [E25].
         stop() returning True claims no more (what is in flight is settled) [E26]."""
@@ -957,7 +1144,8 @@ class Outbox:
         self.tick()
         for _ in range(_opt(budget, 1, _MAX_WAIT, "budget")):
             go = (not budget_ms or _tdiff(self._ticks(), t0) < budget_ms) and (
-                stop is None or not stop())
+                stop is None or not stop()
+            )
             m = self.get() if go else None
             if m is None:
                 break
@@ -971,8 +1159,12 @@ class Outbox:
             n += r
         return n
 
-    async def run(self, send: "Callable[[Message], Any]", idle_ms: int = 1000,
-                  stop: "Optional[Callable[[], bool]]" = None) -> int:
+    async def run(
+        self,
+        send: "Callable[[Message], Any]",
+        idle_ms: int = 1000,
+        stop: "Optional[Callable[[], bool]]" = None,
+    ) -> int:
         """Deliver on asyncio until stop() returns True; send may be async [E17], or a
         windowed sender [E25]."""
         import asyncio
@@ -1025,8 +1217,12 @@ class _Window:
     def fill(self, n: int) -> int:
         # Claim and publish up to n more (within the window); return how many were claimed.
         k = 0
-        while k < n and len(self.fl) < self.w and not self.failed and (
-                self.stop is None or not self.stop()):
+        while (
+            k < n
+            and len(self.fl) < self.w
+            and not self.failed
+            and (self.stop is None or not self.stop())
+        ):
             m = self.ob.get()
             if m is None:
                 break
@@ -1115,8 +1311,11 @@ class _Window:
         budget = _opt(budget, 1, _MAX_WAIT, "budget")
         ob.tick()
         for _ in range(_IO_LOOPS):
-            if not self.failed and n < budget and (
-                    not budget_ms or _tdiff(ob._ticks(), t0) < budget_ms):
+            if (
+                not self.failed
+                and n < budget
+                and (not budget_ms or _tdiff(ob._ticks(), t0) < budget_ms)
+            ):
                 n += self.fill(budget - n)
             if not self.fl:
                 break

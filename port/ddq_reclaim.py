@@ -53,8 +53,23 @@ _SKIP = const(8)
 class Build:
     """A generation g+1 staged over many calls (DESIGN §12)."""
 
-    __slots__ = ("log", "ix", "i", "n0", "next0", "cow", "plan", "dropped", "snap", "tk", "to",
-                 "rk", "rp", "rh", "rhk")
+    __slots__ = (
+        "log",
+        "ix",
+        "i",
+        "n0",
+        "next0",
+        "cow",
+        "plan",
+        "dropped",
+        "snap",
+        "tk",
+        "to",
+        "rk",
+        "rp",
+        "rh",
+        "rhk",
+    )
 
     def __init__(self, gen: int, tc: str, n0: int, next0: int, tk: int, to: int) -> None:
         self.log = ddq._Log(gen)
@@ -98,6 +113,7 @@ def start(q: "ddq.Queue") -> None:
         drop(q)
         q._fail()
         raise ddq._io_failure(e, "compaction")
+
 
 def due(q: "ddq.Queue", n: int) -> bool:
     # Start staging g+1 as late as admission allows: when its room left (A5's slack, on g) is
@@ -179,6 +195,7 @@ def drop(q: "ddq.Queue") -> None:
     except OSError:
         pass
 
+
 def step(q: "ddq.Queue") -> None:
     """Do at most reclaim_step units of the build: a unit copies the next item of the snapshot
     (after reading at most _SKIP record headers of g to find its DATA) or one record of g's
@@ -214,8 +231,9 @@ def step(q: "ddq.Queue") -> None:
                 if data is None:
                     continue  # (_SKIP headers read: the scan goes on in the next unit)
                 b.i = i + 1
-                b.plan = q._copy(old, new, nix, i, seq, ix.length(i), s, a, lease, nb, r,
-                                 b.plan, data)
+                b.plan = q._copy(
+                    old, new, nix, i, seq, ix.length(i), s, a, lease, nb, r, b.plan, data
+                )
                 continue
             if b.snap is None:  # the manifest's boundary [R8]
                 b.snap = [len(new.sizes), new.off, nix.n]
@@ -299,9 +317,11 @@ def _tail(q: "ddq.Queue", b: Build, old: "ddq._Log", k: int, pos: int) -> None:
     if typ == _T_DATA:
         nix.add(seq, len(new.sizes) - 1, plen)
         p = b.plan
-        if p is not None and not (q._place(p, _MIN_REC + plen) and
-                                  q._place(p, _STATE_REC) and
-                                  q._place(p, _MIN_REC + q.reason_budget)):
+        if p is not None and not (
+            q._place(p, _MIN_REC + plen)
+            and q._place(p, _STATE_REC)
+            and q._place(p, _MIN_REC + q.reason_budget)
+        ):
             b.plan = None
         return
     j = nix.find(seq)
@@ -319,6 +339,7 @@ def _tail(q: "ddq.Queue", b: Build, old: "ddq._Log", k: int, pos: int) -> None:
         nix.set_history(j, a, 0, nb)
         if typ == _T_QUAR:
             nix.reasons[seq] = [len(new.sizes) - 1, off, plen]
+
 
 def _publish(q: "ddq.Queue") -> None:
     # The commit point is the manifest rename, as for any compaction [C5]; the manifest
@@ -373,6 +394,7 @@ def _publish(q: "ddq.Queue") -> None:
     q._dead = [old.gen, 0, len(old.sizes)]
     q._index_update()
 
+
 def unlink(q: "ddq.Queue") -> None:
     # Delete up to 4 segments of a replaced generation [C13]; errors leave them to the next
     # clean (compaction, recovery: R16).
@@ -389,6 +411,7 @@ def unlink(q: "ddq.Queue") -> None:
                 fs.remove(p)
     except OSError:
         q._dead = []
+
 
 # ============================================================================ admission parity
 # The staged generation is laid out differently from the one C DDQ's inline compaction leaves

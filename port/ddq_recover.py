@@ -123,8 +123,14 @@ def recover(self: "Queue") -> None:
             mb = _read_small(self, mpath, _MAN_SIZE + 1)
             gen, nxt, segs, items, end = decode_manifest(mb)
             mcrc = _crc(mb[0:40])  # = its CRC field (a crc32 over its own CRC is a constant)
-            if nxt == 0 or segs == 0 or segs > self._max_segs or items > self._max_items \
-                    or end > self._seg_bytes or (gen != 0 and marker != 1):
+            if (
+                nxt == 0
+                or segs == 0
+                or segs > self._max_segs
+                or items > self._max_items
+                or end > self._seg_bytes
+                or (gen != 0 and marker != 1)
+            ):
                 raise _E("Corrupt")("queue.manifest fields out of range for these options")
             cp = [segs, items, end, nxt]
             seen = False
@@ -133,7 +139,7 @@ def recover(self: "Queue") -> None:
         cut = False
         for name in names:
             if name.endswith(_CUT) or name.endswith(".cut"):
-                seg = name[:name.rfind(".")]
+                seg = name[: name.rfind(".")]
                 if _lazy(None, "parse_segment_name")(seg):  # (in ddq_compact: rare here)
                     m = _import("ddq_cut")  # only after a crash inside a cut (import heap)
                     if m is None:
@@ -168,8 +174,12 @@ def recover(self: "Queue") -> None:
                 ids.append(i)
                 if len(ids) > self._max_segs:
                     raise Limit("more segments than max_segments")
-            elif name == _MANIFEST_TMP or name == _INDEX_TMP or name.startswith("segment-") \
-                    or name.startswith("generation-"):
+            elif (
+                name == _MANIFEST_TMP
+                or name == _INDEX_TMP
+                or name.startswith("segment-")
+                or name.startswith("generation-")
+            ):
                 dirty = True
         names = []  # the replay holds no name: a board's heap gets the listing's room back
         ids.sort()
@@ -218,8 +228,8 @@ def recover(self: "Queue") -> None:
             fs.close(log.h)
             log.h = None
             fs.remove(self._path(segment_name(gen, nseg - 1)))
-            log.sizes = log.sizes[0:nseg - 1]  # (an array: no pop on MicroPython)
-            del log.ck[nseg - 1:]
+            log.sizes = log.sizes[0 : nseg - 1]  # (an array: no pop on MicroPython)
+            del log.ck[nseg - 1 :]
             log.h = fs.open(self._path(segment_name(gen, nseg - 2)), "ab")
             log.off = log.synced = log.sizes[-1]
         fs.sync(self._log.h)  # what a crashed writer left in the page cache is durable [D4]
@@ -281,8 +291,9 @@ def _regular(self: "Queue", names: "list[str]") -> None:
     src: "Any" = names if il is None else il(d)
     for e in src:
         n, t = (e, 0) if il is None else (e[0], e[1])
-        if (n[:6] == "queue." or n[:8] == "segment-" or n[:11] == "generation-") \
-                and _bad(fs, d + "/" + n, t):
+        if (n[:6] == "queue." or n[:8] == "segment-" or n[:11] == "generation-") and _bad(
+            fs, d + "/" + n, t
+        ):
             raise _E("Corrupt")(n + " is not a regular file [N7]")
 
 
@@ -302,8 +313,12 @@ def _checkpoint(self: "Queue", sg: int, pos: int, cp: "list[int]", st: "list[boo
         if pos > cp[2]:
             raise _E("Corrupt")("a record crosses the snapshot boundary")
         if pos == cp[2]:
-            if self._ix.n != cp[1] or self._next > cp[3] or st[2] or (
-                    self._log.gen == 0 and self._next != cp[3]):
+            if (
+                self._ix.n != cp[1]
+                or self._next > cp[3]
+                or st[2]
+                or (self._log.gen == 0 and self._next != cp[3])
+            ):
                 raise _E("Corrupt")("snapshot boundary does not match the manifest")
             self._next = cp[3]
             st[0] = True
@@ -319,7 +334,7 @@ def _uniform(self: "Queue", h: "Any", start: int, end: int) -> bool:
     for _ in range(_IO_LOOPS):
         if pos >= end:
             break
-        n = self._read_exact(h, pos, mv[0:min(256, end - pos)])
+        n = self._read_exact(h, pos, mv[0 : min(256, end - pos)])
         if n <= 0:
             return False
         for k in range(n):
@@ -363,8 +378,9 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
     # message, is the path's tail (lp: where it starts).
     pre = self._dir.replace("%", "%%") + "/"
     lp = len(self._dir) + 1
-    pf = pre + ("segment-%020d.log" if not gen_nz else "generation-%020d-segment-" % log.gen
-                + "%020d.log")
+    pf = pre + (
+        "segment-%020d.log" if not gen_nz else "generation-%020d-segment-" % log.gen + "%020d.log"
+    )
     k0 = len(log.sizes)
     fm = 0  # [F7] the largest segment before the previous one (sizes[0 .. sg-2])
     for k in range(k0 - 1):
@@ -448,7 +464,7 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                         rb = self._rbuf
                     wpos = pos
                     k = mvlen if mvlen < left else left
-                    wend = pos + self._read_exact(h, pos, mv[0:rlen if rlen > k else k])
+                    wend = pos + self._read_exact(h, pos, mv[0 : rlen if rlen > k else k])
                     if wend - pos < rlen:
                         raise OSError(_EIO, "short read in " + path[lp:])
                     p = 0
@@ -457,18 +473,39 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                 if _MP:
                     typ = mv[p + 6] | mv[p + 7] << 8
                     q = p + 8
-                    seq = mv[q] | mv[q + 1] << 8 | mv[q + 2] << 16 | mv[q + 3] << 24 \
-                        | mv[q + 4] << 32 | mv[q + 5] << 40 | mv[q + 6] << 48 | mv[q + 7] << 56
+                    seq = (
+                        mv[q]
+                        | mv[q + 1] << 8
+                        | mv[q + 2] << 16
+                        | mv[q + 3] << 24
+                        | mv[q + 4] << 32
+                        | mv[q + 5] << 40
+                        | mv[q + 6] << 48
+                        | mv[q + 7] << 56
+                    )
                     q = p + 16
-                    arg = mv[q] | mv[q + 1] << 8 | mv[q + 2] << 16 | mv[q + 3] << 24 \
-                        | mv[q + 4] << 32 | mv[q + 5] << 40 | mv[q + 6] << 48 | mv[q + 7] << 56
+                    arg = (
+                        mv[q]
+                        | mv[q + 1] << 8
+                        | mv[q + 2] << 16
+                        | mv[q + 3] << 24
+                        | mv[q + 4] << 32
+                        | mv[q + 5] << 40
+                        | mv[q + 6] << 48
+                        | mv[q + 7] << 56
+                    )
                     plen = mv[p + 24] | mv[p + 25] << 8 | mv[p + 26] << 16 | mv[p + 27] << 24
                     crc = mv[p + 32] | mv[p + 33] << 8 | mv[p + 34] << 16 | mv[p + 35] << 24
                     res = mv[p + 36] | mv[p + 37] | mv[p + 38] | mv[p + 39]  # 0 iff reserved is 0
                 # check_record's rules, in its order [F2]-[F11]
                 err = ""
-                if magic != _REC_MAGIC or ver != _VERSION or res != 0 or typ < _T_DATA \
-                        or typ > _T_STATE:
+                if (
+                    magic != _REC_MAGIC
+                    or ver != _VERSION
+                    or res != 0
+                    or typ < _T_DATA
+                    or typ > _T_STATE
+                ):
                     err = "bad record header"
                 elif plen > max_pay and not (typ == _T_STATE and plen == _STATE_LEN):
                     err = "payload over max_payload_bytes"
@@ -477,9 +514,13 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                 else:
                     e = p + _HDR + plen
                     # The footer by byte: "CMIT" then record_length, no tuple and no big int.
-                    if mv[e] != 0x43 or mv[e + 1] != 0x4D or mv[e + 2] != 0x49 \
-                            or mv[e + 3] != 0x54 or rlen != mv[e + 4] | mv[e + 5] << 8 \
-                            | mv[e + 6] << 16 | mv[e + 7] << 24:
+                    if (
+                        mv[e] != 0x43
+                        or mv[e + 1] != 0x4D
+                        or mv[e + 2] != 0x49
+                        or mv[e + 3] != 0x54
+                        or rlen != mv[e + 4] | mv[e + 5] << 8 | mv[e + 6] << 16 | mv[e + 7] << 24
+                    ):
                         err = "bad commit footer"
                     else:
                         # crc over bytes 4..32: the fields just read, packed again into hb (no
@@ -495,16 +536,19 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                                 vc.clear()
                             pv = vc.get(p)
                             if pv is None or len(pv) != plen:
-                                pv = vc[p] = mv[p + _HDR:e]
+                                pv = vc[p] = mv[p + _HDR : e]
                             c = crc32(pv, c)
                         if c != crc:
                             err = "crc mismatch"
-                        elif seq == 0 or (typ == _T_DATA and arg != 0) \
-                                or (typ == _T_CLAIM and (arg == 0 or plen)) \
-                                or (typ == _T_ACK and (arg or plen)) \
-                                or (typ == _T_RETRY and plen) \
-                                or (typ == _T_QUAR and (arg or plen > _MAX_REASON)) \
-                                or (typ == _T_STATE and (arg or plen != _STATE_LEN)):
+                        elif (
+                            seq == 0
+                            or (typ == _T_DATA and arg != 0)
+                            or (typ == _T_CLAIM and (arg == 0 or plen))
+                            or (typ == _T_ACK and (arg or plen))
+                            or (typ == _T_RETRY and plen)
+                            or (typ == _T_QUAR and (arg or plen > _MAX_REASON))
+                            or (typ == _T_STATE and (arg or plen != _STATE_LEN))
+                        ):
                             err = "record field rule broken"
                 if err:
                     if last and st[0] and _uniform(self, h, pos + rlen - 8, size):
@@ -515,14 +559,21 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                     # [F7] a segment ends only where the next record did not fit in the writer's
                     # segment_bytes W, and R15 held W >= every segment there was then: so
                     # end + next record > every earlier segment, whatever W each open had.
-                    raise _E("Corrupt")("segment %d of generation %d ends early (lost its end)"
-                                        % (sg - 1, log.gen))
+                    raise _E("Corrupt")(
+                        "segment %d of generation %d ends early (lost its end)" % (sg - 1, log.gen)
+                    )
                 if typ == _T_DATA:  # [R5] appended in seq order (_apply's rules for the rest)
                     prefix = gen_nz and not st[0]
-                    if seq >= u64 or (n and seq <= prev) or (not prefix and seq != self._next) \
-                            or (prefix and st[2]):
-                        raise _E("Corrupt")("DATA sequence out of order at %s offset %d (seq %d)"
-                                      % (path[lp:], pos, seq))
+                    if (
+                        seq >= u64
+                        or (n and seq <= prev)
+                        or (not prefix and seq != self._next)
+                        or (prefix and st[2])
+                    ):
+                        raise _E("Corrupt")(
+                            "DATA sequence out of order at %s offset %d (seq %d)"
+                            % (path[lp:], pos, seq)
+                        )
                     if n >= max_items:
                         raise Full("more items than max_items; reopen with the writer's limits")
                     # _Index.add without its call (a heap frame each) while the item joins a
@@ -557,8 +608,13 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                         s = 0
                     # The two common transitions outside a snapshot, as _apply would make them
                     # (_move, then _Index.set_history), without three calls; the rest: _apply.
-                    if typ == _T_ACK and s == _CLAIMED and le is not None \
-                            and (st[0] or not gen_nz) and not swept:
+                    if (
+                        typ == _T_ACK
+                        and s == _CLAIMED
+                        and le is not None
+                        and (st[0] or not gen_nz)
+                        and not swept
+                    ):
                         a, nb = le[1], le[3]
                         self._n_claimed -= 1
                         self._n_acked += 1
@@ -568,8 +624,12 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                             hist[seq] = [a, nb]
                         else:
                             hist.pop(seq, None)
-                    elif typ == _T_CLAIM and (s == _AVAILABLE or s == _CLAIMED) \
-                            and (st[0] or not gen_nz) and not swept:
+                    elif (
+                        typ == _T_CLAIM
+                        and (s == _AVAILABLE or s == _CLAIMED)
+                        and (st[0] or not gen_nz)
+                        and not swept
+                    ):
                         if s == _AVAILABLE:
                             self._n_avail -= 1
                             self._n_claimed += 1
@@ -587,8 +647,9 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                         try:
                             _apply(self, sg, pos, typ, seq, arg, plen, mv, p, st, i, le)
                         except _E("Corrupt") as x:
-                            raise _E("Corrupt")("%s at %s offset %d (seq %d)"
-                                          % (x.args[0], path[lp:], pos, seq))
+                            raise _E("Corrupt")(
+                                "%s at %s offset %d (seq %d)" % (x.args[0], path[lp:], pos, seq)
+                            )
                 pos += rlen
                 done += 1
                 if boundary and not st[0]:
@@ -633,7 +694,7 @@ def _cut(self: "Queue", path: str, size: int) -> None:
             for _ in range(_IO_LOOPS):
                 if pos >= size:
                     break
-                n = self._read_exact(src, pos, mv[0:min(len(mv), size - pos)])
+                n = self._read_exact(src, pos, mv[0 : min(len(mv), size - pos)])
                 if n <= 0:
                     raise OSError(_EIO, "short read while cutting " + path)
                 fs.write(dst, mv[0:n])
@@ -647,9 +708,20 @@ def _cut(self: "Queue", path: str, size: int) -> None:
     fs.sync_dir(self._dir)
 
 
-def _apply(self: "Queue", sg: int, off: int, typ: int, seq: int, arg: int, plen: int,
-           mv: memoryview, p: int, st: "list[bool]", i: int,
-           e: "Optional[list[int]]") -> None:
+def _apply(
+    self: "Queue",
+    sg: int,
+    off: int,
+    typ: int,
+    seq: int,
+    arg: int,
+    plen: int,
+    mv: memoryview,
+    p: int,
+    st: "list[bool]",
+    i: int,
+    e: "Optional[list[int]]",
+) -> None:
     """Apply one valid non-DATA record in log order: DDQ's replay rules [R6][R7] (_replay
     applies DATA [R5]). i: the item's index or -1; e: its live entry, if any."""
     ix = self._ix
@@ -667,14 +739,14 @@ def _apply(self: "Queue", sg: int, off: int, typ: int, seq: int, arg: int, plen:
             a = lease = nb = 0
     if typ == _T_STATE and prefix and i == ix.n - 1 and not st[1]:
         state, a, lease, nb = struct.unpack_from(_STATE_FMT, mv, p + _HDR)
-        if state not in (_AVAILABLE, _CLAIMED, _QUARANTINED) \
-                or (state == _CLAIMED) != (lease != 0):
+        if state not in (_AVAILABLE, _CLAIMED, _QUARANTINED) or (state == _CLAIMED) != (
+            lease != 0
+        ):
             raise _E("Corrupt")("bad STATE snapshot")
         self._move(i, state, a, lease, nb)
         st[1] = True
         st[2] = state == _QUARANTINED
-    elif typ == _T_QUAR and prefix and s == _QUARANTINED and st[1] and st[2] \
-            and i == ix.n - 1:
+    elif typ == _T_QUAR and prefix and s == _QUARANTINED and st[1] and st[2] and i == ix.n - 1:
         ix.reasons[seq] = [sg, off, plen]
         st[2] = False
     elif prefix:
@@ -692,19 +764,29 @@ def _apply(self: "Queue", sg: int, off: int, typ: int, seq: int, arg: int, plen:
         raise _E("Corrupt")("illegal transition")
 
 
-def init(self: "Queue", path: str, segment_bytes: int = 4194304,
-         max_payload_bytes: int = 1048576, max_items: int = 100000, max_segments: int = 1024,
-         clock: "Optional[Callable[[], int]]" = None, storage: "Any" = None,
-         sync: str = "always", index_bytes: int = 1048576, reclaim_step: int = 0,
-         on_corrupt: str = "raise", window: int = 0, evidence_bytes: int = 1024) -> None:
+def init(
+    self: "Queue",
+    path: str,
+    segment_bytes: int = 4194304,
+    max_payload_bytes: int = 1048576,
+    max_items: int = 100000,
+    max_segments: int = 1024,
+    clock: "Optional[Callable[[], int]]" = None,
+    storage: "Any" = None,
+    sync: str = "always",
+    index_bytes: int = 1048576,
+    reclaim_step: int = 0,
+    on_corrupt: str = "raise",
+    window: int = 0,
+    evidence_bytes: int = 1024,
+) -> None:
     # Queue(...)'s options and their defaults (ddq.Queue.__init__ passes them on as given).
     self._closed = True
     self._lock = None
     if not isinstance(path, str) or not path or len(path) >= 4096:
         raise _E("InvalidArgument")("path must be a non-empty str shorter than 4096")
     self._seg_bytes = _opt(segment_bytes, 256, 64 * 1048576, "segment_bytes")
-    self._max_payload = _opt(max_payload_bytes, 1, segment_bytes - _MIN_REC,
-                             "max_payload_bytes")
+    self._max_payload = _opt(max_payload_bytes, 1, segment_bytes - _MIN_REC, "max_payload_bytes")
     self._max_items = _opt(max_items, 1, 1000000, "max_items")
     self._max_segs = _opt(max_segments, 1, 4096, "max_segments")
     self._ix_bytes = _opt(index_bytes, 0, _U64, "index_bytes")
@@ -845,7 +927,12 @@ def decode_manifest(b: "Buf") -> "tuple[int, int, int, int, int]":
         raise _E("Corrupt")("manifest size")
     magic, ver, size, gen, nxt, segs, items, end = struct.unpack_from(_MAN_FMT, b, 0)
     crc, res = struct.unpack_from("<II", b, 40)
-    if magic != _MAN_MAGIC or ver != 1 or size != _MAN_SIZE or res != 0 \
-            or crc != _crc(memoryview(b)[0:40]):
+    if (
+        magic != _MAN_MAGIC
+        or ver != 1
+        or size != _MAN_SIZE
+        or res != 0
+        or crc != _crc(memoryview(b)[0:40])
+    ):
         raise _E("Corrupt")("manifest header or crc")
     return gen, nxt, segs, items, end

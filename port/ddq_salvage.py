@@ -72,8 +72,12 @@ _RLEN = const(10)
 _GEN = const(11)
 _UNC = const(12)  # 1: the records deciding its state may be lost or out of order
 
-_DEFAULTS = (("segment_bytes", 4194304, 256, 67108864), ("max_payload_bytes", 1048576, 1, 67108816),
-             ("max_items", 100000, 1, 1000000), ("max_segments", 1024, 1, 4096))
+_DEFAULTS = (
+    ("segment_bytes", 4194304, 256, 67108864),
+    ("max_payload_bytes", 1048576, 1, 67108816),
+    ("max_items", 100000, 1, 1000000),
+    ("max_segments", 1024, 1, 4096),
+)
 
 
 def _crc(data: "Any", value: int = 0) -> int:
@@ -170,8 +174,13 @@ class _Scan:
         if len(h) < _HDR:
             return None
         magic, ver, typ, seq, arg, plen, rlen, crc, res = struct.unpack_from(_REC_FMT, h, 0)
-        if magic != _REC_MAGIC or ver != 1 or rlen != _MIN_REC + plen or rlen > self.sb \
-                or p + rlen > size:
+        if (
+            magic != _REC_MAGIC
+            or ver != 1
+            or rlen != _MIN_REC + plen
+            or rlen > self.sb
+            or p + rlen > size
+        ):
             return None
         if _read_at(self.fs, f, p + rlen - 8, 8) != struct.pack("<II", _REC_COMMIT, rlen):
             return None  # no footer where the header says: read no more of it (linear, R4)
@@ -289,7 +298,11 @@ class _Scan:
                 if seq > self.max_seq and seq < _MAX_SEQ:  # 2^64-1 names no item (F6)
                     self.max_seq = seq
                 it = items.get(seq)
-                if it is not None and typ != _T_DATA and not _legal(typ, it[_ST], it[_RPI], seq == self.after):
+                if (
+                    it is not None
+                    and typ != _T_DATA
+                    and not _legal(typ, it[_ST], it[_RPI], seq == self.after)
+                ):
                     # R6/R7 forbid this transition here: a record before it is lost or the log
                     # is out of order (a segment copied or doubled): handled like damage
                     self.misordered.append([name, p, p + rlen])
@@ -314,7 +327,21 @@ class _Scan:
                     if it is not None:
                         self.dups += 1  # the first one found is kept
                     else:
-                        it = items[seq] = [self.pos, pi, p, plen, _AVAILABLE, 0, 0, 0, -1, 0, 0, gen, unc]
+                        it = items[seq] = [
+                            self.pos,
+                            pi,
+                            p,
+                            plen,
+                            _AVAILABLE,
+                            0,
+                            0,
+                            0,
+                            -1,
+                            0,
+                            0,
+                            gen,
+                            unc,
+                        ]
                         if seq in early:  # records about it came first: out of order
                             it[_UNC] = 1
                             ql = early[seq]
@@ -374,7 +401,9 @@ def _legal(typ: int, st: int, reason: int, after_data: bool) -> bool:
     return after_data  # STATE right after its DATA
 
 
-def _read_manifest(fs: "Any", path: "Optional[str]") -> "tuple[str, Optional[tuple[int, int, int, int, int]], int]":
+def _read_manifest(
+    fs: "Any", path: "Optional[str]"
+) -> "tuple[str, Optional[tuple[int, int, int, int, int]], int]":
     # ("ok"/"missing"/"damaged", decoded or None, a plausible next_seq from a damaged one or 0).
     k = 0 if path is None else fs.kind(path)
     if k == 0 or path is None:
@@ -489,8 +518,9 @@ def salvage(src: str, dst: str, **options: "Any") -> "dict[str, Any]":
     return report
 
 
-def _plan(fs: "Any", entries: "dict[str, str]", src: str, dst: "Optional[str]", sb: int,
-          mp: int, ms: int) -> "tuple[dict[str, Any], _Scan, list[int], dict[int, list[int]]]":
+def _plan(
+    fs: "Any", entries: "dict[str, str]", src: str, dst: "Optional[str]", sb: int, mp: int, ms: int
+) -> "tuple[dict[str, Any], _Scan, list[int], dict[int, list[int]]]":
     # Scan the files entries names (directory name -> path to read) [K2]-[K3] and decide what a
     # salvage keeps: (report [K6], the scan, kept seqs, their fields). Writes nothing.
     sc = _Scan(fs, sb, mp)
@@ -567,8 +597,11 @@ def _plan(fs: "Any", entries: "dict[str, str]", src: str, dst: "Optional[str]", 
         # reopen; a writer reopened with another segment_bytes), never damage by itself [K2].
     odmg: "dict[str, Any]" = {"damaged": [], "out_of_order": [], "segments_missing": []}
     if extra:
-        odmg = {"damaged": sc.damaged[nd:], "out_of_order": sc.misordered[nm:],
-                 "segments_missing": sc.missing[nmis:]}
+        odmg = {
+            "damaged": sc.damaged[nd:],
+            "out_of_order": sc.misordered[nm:],
+            "segments_missing": sc.missing[nmis:],
+        }
         del sc.damaged[nd:]
         del sc.misordered[nm:]
         del sc.missing[nmis:]
@@ -604,15 +637,18 @@ def _plan(fs: "Any", entries: "dict[str, str]", src: str, dst: "Optional[str]", 
                 pass
             elif it[_ST] == _QUARANTINED:
                 final[seq] = it
-            elif other[_ST:_NB + 1] != it[_ST:_NB + 1]:
+            elif other[_ST : _NB + 1] != it[_ST : _NB + 1]:
                 conflicts.add(seq)
     for g in extra:
         # An item only another generation holds: its state there may be stale (reset, a possible
         # duplicate), a QUARANTINE final (uncertain); the selected generation's state wins.
         for seq, it in sc.items.get(g, {}).items():
             other = final.get(seq)
-            if seq in acked_all or it[_ST] == _ACKED or (other is not None and (
-                    other[_ST] == _QUARANTINED or it[_ST] != _QUARANTINED)):
+            if (
+                seq in acked_all
+                or it[_ST] == _ACKED
+                or (other is not None and (other[_ST] == _QUARANTINED or it[_ST] != _QUARANTINED))
+            ):
                 continue
             it[_UNC] = 1
             final[seq] = it
@@ -623,8 +659,9 @@ def _plan(fs: "Any", entries: "dict[str, str]", src: str, dst: "Optional[str]", 
     quar_unc: "list[int]" = []
     for seq in sorted(final):
         it = final[seq]
-        if it[_ST] == _QUARANTINED and (it[_UNC] or it[_POS] < sc.last_damage.get(it[_GEN], 0)
-                                        or it[_RPI] < 0):
+        if it[_ST] == _QUARANTINED and (
+            it[_UNC] or it[_POS] < sc.last_damage.get(it[_GEN], 0) or it[_RPI] < 0
+        ):
             quar_unc.append(seq)  # final, but its attempts, not_before or reason may be short
         if it[_ST] != _QUARANTINED and (it[_UNC] or seq in conflicts):
             reset.append(seq)
@@ -687,8 +724,16 @@ def _plan(fs: "Any", entries: "dict[str, str]", src: str, dst: "Optional[str]", 
     for r in lost:
         lost_count += r[1] - r[0] + 1
     usable = sc.records > 0 or man is not None
-    loss = bool(quar_unc) or bool(sc.damaged) or bool(sc.misordered) or lost_count > 0 or bool(reset) or mstate == "damaged" or snapshot_lost > 0 \
-        or (man is None and (marker or any(g != 0 for g in gens)))  # K7, K13
+    loss = (
+        bool(quar_unc)
+        or bool(sc.damaged)
+        or bool(sc.misordered)
+        or lost_count > 0
+        or bool(reset)
+        or mstate == "damaged"
+        or snapshot_lost > 0
+        or (man is None and (marker or any(g != 0 for g in gens)))
+    )  # K7, K13
     status = "nothing_usable" if not usable else ("salvaged_with_loss" if loss else "clean")
     gen = 1
     if gens or extra:
@@ -758,8 +803,15 @@ def _layout(kept: "list[int]", final: "dict[int, list[int]]", sb: int) -> "tuple
     return n, total
 
 
-def _stage(sc: _Scan, dst: str, gen: int, kept: "list[int]", final: "dict[int, list[int]]",
-           sb: int, ms: int) -> "tuple[int, int]":
+def _stage(
+    sc: _Scan,
+    dst: str,
+    gen: int,
+    kept: "list[int]",
+    final: "dict[int, list[int]]",
+    sb: int,
+    ms: int,
+) -> "tuple[int, int]":
     # Generation gen in dst: the kept items in seq order as a compaction writes them (C1), each
     # segment synced and closed (C4); returns (segment count, end offset of the last record).
     fs = sc.fs
@@ -770,10 +822,14 @@ def _stage(sc: _Scan, dst: str, gen: int, kept: "list[int]", final: "dict[int, l
     try:
         for seq in kept:
             it = final[seq]
-            recs = [encode_record(_T_DATA, seq, 0, _copy(sc, files, it[_PI], it[_OFF], _T_DATA, seq))]
+            recs = [
+                encode_record(_T_DATA, seq, 0, _copy(sc, files, it[_PI], it[_OFF], _T_DATA, seq))
+            ]
             st, att, lease, nb = it[_ST], it[_ATT], it[_LEASE], it[_NB]
             if st != _AVAILABLE or att or lease or nb:
-                recs.append(encode_record(_T_STATE, seq, 0, struct.pack("<IIQQ", st, att, lease, nb)))
+                recs.append(
+                    encode_record(_T_STATE, seq, 0, struct.pack("<IIQQ", st, att, lease, nb))
+                )
             if st == _QUARANTINED:
                 reason: "Any" = _LOST_REASON
                 if it[_RPI] >= 0:
@@ -820,8 +876,17 @@ def _publish(fs: "Any", d: str, gen: int, next_seq: int, segs: int, items: int, 
     fs.sync_dir(d)
 
 
-def _write(sc: _Scan, fs: "Any", dst: str, gen: int, next_seq: int, kept: "list[int]",
-           final: "dict[int, list[int]]", sb: int, ms: int) -> None:
+def _write(
+    sc: _Scan,
+    fs: "Any",
+    dst: str,
+    gen: int,
+    next_seq: int,
+    kept: "list[int]",
+    final: "dict[int, list[int]]",
+    sb: int,
+    ms: int,
+) -> None:
     # A fresh generation in a new directory: the marker first (from here on a cut leaves a
     # directory recovery calls Corrupt, R3, never segments it would open as an empty generation
     # 0 and delete, R16), the segments (synced), then the manifest by tmp + rename, the commit
@@ -937,9 +1002,9 @@ def _in_place(q: "Any", fs: "Any", d: str, err: "Any") -> "dict[str, Any]":
     stale: "list[str]" = []
     top = -1
     for n in names:
-        if n[0:len(_ASIDE)] == _ASIDE or n == _INTENT or n[0:len(_REPORT)] == _REPORT:
+        if n[0 : len(_ASIDE)] == _ASIDE or n == _INTENT or n[0 : len(_REPORT)] == _REPORT:
             continue
-        pg = ddq.parse_segment_name(n[:-_left(n)] if _left(n) else n)
+        pg = ddq.parse_segment_name(n[: -_left(n)] if _left(n) else n)
         if pg is not None:
             top = max(top, pg[0])
             if sure and pg[0] >= tag:
@@ -949,8 +1014,8 @@ def _in_place(q: "Any", fs: "Any", d: str, err: "Any") -> "dict[str, Any]":
     if tag >= 0:  # a rerun reads the sources where step 3 put them
         pre = "%s%d-" % (_ASIDE, tag)
         for n in names:
-            if n[0:len(pre)] == pre:
-                entries[n[len(pre):]] = d + "/" + n
+            if n[0 : len(pre)] == pre:
+                entries[n[len(pre) :]] = d + "/" + n
     rep, sc, kept, final = _plan(fs, entries, d, d, sb, mp, ms)
     if rep["output"] is None:
         raise err  # nothing usable: fail-stop, nothing changed
@@ -976,7 +1041,7 @@ def _in_place(q: "Any", fs: "Any", d: str, err: "Any") -> "dict[str, Any]":
         tag = gen
         _put(fs, d, _INTENT, ("ddq salvage %d\n" % tag).encode())
     pre = "%s%d-" % (_ASIDE, tag)
-    aside = [n for n in names if n[0:len(pre)] == pre]
+    aside = [n for n in names if n[0 : len(pre)] == pre]
     mk = fs.kind(d + "/queue.format")  # 2.
     if mk != 1 or fs.size(d + "/queue.format") != 0:
         if mk != 0:
@@ -990,8 +1055,8 @@ def _in_place(q: "Any", fs: "Any", d: str, err: "Any") -> "dict[str, Any]":
         fs.remove(d + "/" + n)
     srcs = []  # 3.
     for path in sc.paths:
-        n = path[len(d) + 1:]
-        if path == d + "/" + n and n[0:len(_ASIDE)] != _ASIDE and n not in srcs:
+        n = path[len(d) + 1 :]
+        if path == d + "/" + n and n[0 : len(_ASIDE)] != _ASIDE and n not in srcs:
             srcs.append(n)
     for n in names:  # a staged tail cut not read: recovery would refuse it beside a moved segment
         k = _left(n)

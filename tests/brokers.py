@@ -30,8 +30,9 @@ for _p in (os.path.join(REPO, "host"), os.path.join(REPO, "port")):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-_spec = importlib.util.spec_from_file_location("ddq_demo_run",
-                                               os.path.join(REPO, "demo", "run.py"))
+_spec = importlib.util.spec_from_file_location(
+    "ddq_demo_run", os.path.join(REPO, "demo", "run.py")
+)
 demo = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(demo)
 
@@ -46,9 +47,13 @@ def ensure_mosquitto():
         return None
     exe = demo.find_mosquitto()
     if exe is None and not _tried_install:
-        r = subprocess.run(["bash", os.path.join(REPO, "demo", "ensure_broker.sh"), "pytest"],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           timeout=900)
+        r = subprocess.run(
+            ["bash", os.path.join(REPO, "demo", "ensure_broker.sh"), "pytest"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=900,
+        )
         out = (r.stdout or "").strip() if r else ""
         _tried_install.append((r.returncode if r else 2, out))
         if out:
@@ -106,7 +111,9 @@ def summary():
     """One line: the brokers that served the tests, or None when no test used one."""
     if not _used:
         return None
-    return "MQTT broker: " + ", ".join("%s (started %d times)" % kv for kv in sorted(_used.items()))
+    return "MQTT broker: " + ", ".join(
+        "%s (started %d times)" % kv for kv in sorted(_used.items())
+    )
 
 
 class Subscriber:
@@ -120,8 +127,12 @@ class Subscriber:
 
         self.got = []
         self.lock = threading.Lock()
-        self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
-                             clean_session=False, protocol=mqtt.MQTTv311)
+        self.c = mqtt.Client(
+            mqtt.CallbackAPIVersion.VERSION2,
+            client_id=client_id,
+            clean_session=False,
+            protocol=mqtt.MQTTv311,
+        )
         ready = threading.Event()
         self.c.on_connect = lambda c, u, f, rc, p=None: c.subscribe(topic, qos=1)
         self.c.on_subscribe = lambda *a: ready.set()

@@ -10,14 +10,14 @@ from binascii import crc32
 MAGIC = b"DQG1"
 COMMIT = b"CMIT"
 MMAGIC = b"DDQM"
-HDR = "<4sHHQQIIII"      # magic version type seq arg payload_len record_length crc reserved
+HDR = "<4sHHQQIIII"  # magic version type seq arg payload_len record_length crc reserved
 T_DATA = 1
 T_CLAIM = 2
 T_ACK = 3
 T_RETRY = 4
 T_QUARANTINE = 5
 T_STATE = 6
-S_AVAILABLE = 1     # STATE payload states (SPEC §4.1); 3 (ACKED) is never stored
+S_AVAILABLE = 1  # STATE payload states (SPEC §4.1); 3 (ACKED) is never stored
 S_CLAIMED = 2
 S_QUARANTINED = 4
 STATE_FMT = "<IIQQ"  # state attempts lease_until_ms not_before_ms (SPEC §4.1)
@@ -59,11 +59,23 @@ def record_crc(rec):
     mv = memoryview(rec)
     c = crc32(mv[4:32])
     c = crc32(mv[36:40], c)
-    return crc32(mv[40:len(rec) - 8], c) & 0xFFFFFFFF
+    return crc32(mv[40 : len(rec) - 8], c) & 0xFFFFFFFF
 
 
-def encode_record(rtype, seq, arg=0, payload=b"", version=1, reserved=0, plen=None, rlen=None,
-                  crc=None, commit=COMMIT, tail_len=None, magic=MAGIC):
+def encode_record(
+    rtype,
+    seq,
+    arg=0,
+    payload=b"",
+    version=1,
+    reserved=0,
+    plen=None,
+    rlen=None,
+    crc=None,
+    commit=COMMIT,
+    tail_len=None,
+    magic=MAGIC,
+):
     """One record; every field can be overridden (bad images). The CRC is recomputed unless given."""
     p = bytes(payload)
     if plen is None:
@@ -72,8 +84,8 @@ def encode_record(rtype, seq, arg=0, payload=b"", version=1, reserved=0, plen=No
         rlen = 48 + len(p)
     rec = bytearray(48 + len(p))
     struct.pack_into(HDR, rec, 0, magic, version, rtype, seq, arg, plen, rlen, 0, reserved)
-    rec[40:40 + len(p)] = p
-    rec[40 + len(p):44 + len(p)] = commit
+    rec[40 : 40 + len(p)] = p
+    rec[40 + len(p) : 44 + len(p)] = commit
     struct.pack_into("<I", rec, 44 + len(p), rlen if tail_len is None else tail_len)
     if crc is None:
         crc = record_crc(rec)
@@ -83,8 +95,9 @@ def encode_record(rtype, seq, arg=0, payload=b"", version=1, reserved=0, plen=No
 
 def state_record(seq, state, attempts, lease_until_ms, not_before_ms):
     """A STATE record (SPEC §4.1)."""
-    return encode_record(T_STATE, seq, 0, struct.pack(STATE_FMT, state, attempts, lease_until_ms,
-                                                      not_before_ms))
+    return encode_record(
+        T_STATE, seq, 0, struct.pack(STATE_FMT, state, attempts, lease_until_ms, not_before_ms)
+    )
 
 
 def decode_records(data):
@@ -97,10 +110,10 @@ def decode_records(data):
         magic, ver, rtype, seq, arg, plen, rlen, crc, res = struct.unpack_from(HDR, data, off)
         if magic != MAGIC or rlen != 48 + plen or off + rlen > n:
             break
-        rec = data[off:off + rlen]
-        if record_crc(rec) != crc or rec[rlen - 8:rlen - 4] != COMMIT:
+        rec = data[off : off + rlen]
+        if record_crc(rec) != crc or rec[rlen - 8 : rlen - 4] != COMMIT:
             break
-        out.append((off, rtype, seq, arg, bytes(rec[40:40 + plen])))
+        out.append((off, rtype, seq, arg, bytes(rec[40 : 40 + plen])))
         off += rlen
     return out, off
 
@@ -121,11 +134,22 @@ def read_records(data):
     return out
 
 
-def encode_manifest(gen, next_seq, seg_count, item_count, end_offset, version=1, size=48,
-                    reserved=0, crc=None, magic=MMAGIC):
+def encode_manifest(
+    gen,
+    next_seq,
+    seg_count,
+    item_count,
+    end_offset,
+    version=1,
+    size=48,
+    reserved=0,
+    crc=None,
+    magic=MMAGIC,
+):
     m = bytearray(48)
-    struct.pack_into(MAN_FMT, m, 0, magic, version, size, gen, next_seq, seg_count, item_count,
-                     end_offset)
+    struct.pack_into(
+        MAN_FMT, m, 0, magic, version, size, gen, next_seq, seg_count, item_count, end_offset
+    )
     if crc is None:
         crc = crc32(memoryview(m)[0:40]) & 0xFFFFFFFF
     struct.pack_into("<II", m, 40, crc, reserved)

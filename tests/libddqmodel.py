@@ -37,6 +37,7 @@ def snapshot(d):
 def apply(d, changes):
     """Make on disk in d what libddq changed (view()'s changes)."""
     import os
+
     for n in changes:
         if changes[n] is None:
             os.remove(d + "/" + n)

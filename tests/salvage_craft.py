@@ -30,12 +30,12 @@ def segment(kind, size):
         p = 0
         s = 1
         while p + 56 <= size:
-            b[p:p + 56] = ddq_salvage.encode_record(1, s, 0, b"%08d" % (s % 100000000))
+            b[p : p + 56] = ddq_salvage.encode_record(1, s, 0, b"%08d" % (s % 100000000))
             p += 56
             s += 1
         return bytes(b[0:p])
     first = ddq_salvage.encode_record(1, 1, 0, b"first")
-    b[0:len(first)] = first
+    b[0 : len(first)] = first
     start = len(first)
     n = (size - start) // 48
     foot = start + 40 * n

@@ -267,16 +267,19 @@ def needs_heap(nbytes, why, nbytes32=None):
     if nbytes32 is not None and word_bytes() == 4:
         nbytes = nbytes32
     if total is not None and total < nbytes:
-        raise Skip("needs a %d KiB heap, this board has %d KiB: %s"
-                   % (nbytes // 1024, total // 1024, why))
+        raise Skip(
+            "needs a %d KiB heap, this board has %d KiB: %s" % (nbytes // 1024, total // 1024, why)
+        )
 
 
 # What the message layer's test modules need beside the test runner: on the unix port (64-bit)
 # ddq, ddq_outbox and ddq_mqtt import 67 KB and an open Outbox keeps 25 KB more (46 KB of a
 # 140 KiB heap stay free for an application); `ddq test` adds its runner (mpremote's mount,
 # mprun, support: 32 KB) and the module's own code, which leaves its tests too little.
-OUTBOX_HEAP = ("the message layer (ddq, ddq_outbox, ddq_mqtt: 67 KB imported; an open Outbox "
-               "25 KB) beside the test runner (32 KB) and this module")
+OUTBOX_HEAP = (
+    "the message layer (ddq, ddq_outbox, ddq_mqtt: 67 KB imported; an open Outbox "
+    "25 KB) beside the test runner (32 KB) and this module"
+)
 
 
 # --- where the repository and the fixtures are -----------------------------------------------

@@ -43,13 +43,19 @@ def _hex(b):
 def test_hmac_sha256_rfc4231_vectors():
     # EVIDENCE-OF: E21
     h = ddq_outbox.hmac_sha256
-    assert _hex(h(b"\x0b" * 20, b"Hi There")) == \
-        "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"
-    assert _hex(h(b"Jefe", b"what do ya want for nothing?")) == \
-        "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+    assert (
+        _hex(h(b"\x0b" * 20, b"Hi There"))
+        == "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"
+    )
+    assert (
+        _hex(h(b"Jefe", b"what do ya want for nothing?"))
+        == "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+    )
     # a key longer than the 64-byte block is hashed first (RFC 4231 case 6)
-    assert _hex(h(b"\xaa" * 131, b"Test Using Larger Than Block-Size Key - Hash Key First")) == \
-        "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
+    assert (
+        _hex(h(b"\xaa" * 131, b"Test Using Larger Than Block-Size Key - Hash Key First"))
+        == "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
+    )
     # exactly one block: zero padding only
     assert h(b"k" * 64, b"x") != h(b"k" * 63, b"x")
 
@@ -58,8 +64,10 @@ def test_signed_envelope_layout_and_tag_coverage():
     # EVIDENCE-OF: E21 E1
     b = ddq_outbox.encode_envelope("t/1", b"hi", qos=1, hmac_key=b"k" * 32)
     # the same bytes on both interpreters (CPython's hmac, the unix port's own construction)
-    assert _hex(b) == ("4445011100030000000000000000000000000086598eb1c6a81b2a0d083ea45165d8"
-                       "61c71818524581ebe22654c414959afc6d742f316869"), _hex(b)
+    assert _hex(b) == (
+        "4445011100030000000000000000000000000086598eb1c6a81b2a0d083ea45165d8"
+        "61c71818524581ebe22654c414959afc6d742f316869"
+    ), _hex(b)
     assert b[3] == 0x11 and len(b) == 19 + 32 + 3 + 2
     # the tag covers the whole envelope but its own field: header .. payload
     assert b[19:51] == ddq_outbox.hmac_sha256(b"k" * 32, b[0:19] + b[51:])
@@ -73,8 +81,9 @@ def test_signed_envelope_layout_and_tag_coverage():
 
 def test_every_altered_byte_is_refused_with_the_key():
     # EVIDENCE-OF: E21
-    b = ddq_outbox.encode_envelope("s/t", b"21.5", key=b"id", orig_seq=3, ttl_ms=9,
-                                   enqueued_ms=T0, hmac_key=KEY)
+    b = ddq_outbox.encode_envelope(
+        "s/t", b"21.5", key=b"id", orig_seq=3, ttl_ms=9, enqueued_ms=T0, hmac_key=KEY
+    )
     refused = 0
     for i in range(len(b)):
         for bit in (0x01, 0x80):
@@ -109,8 +118,9 @@ def test_missing_foreign_or_copied_tags_are_unauthenticated():
     support.raises(ddq_outbox.Unauthenticated, ddq_outbox.decode_envelope, s, True, KEY)
     s[3] |= 0x04  # both bits: no valid envelope has them
     support.raises(ddq_outbox.BadEnvelope, ddq_outbox.decode_envelope, s)
-    support.raises(ddq.InvalidArgument, ddq_outbox.encode_envelope, "t", b"", sha256=True,
-                   hmac_key=KEY)
+    support.raises(
+        ddq.InvalidArgument, ddq_outbox.encode_envelope, "t", b"", sha256=True, hmac_key=KEY
+    )
 
 
 # ---------------------------------------------------------------------------------- topics
@@ -118,8 +128,9 @@ def test_missing_foreign_or_copied_tags_are_unauthenticated():
 
 def test_put_refuses_topics_mqtt_cannot_publish():
     # EVIDENCE-OF: E4
-    support.needs_heap(320 * 1024, "an Outbox beside 64 KiB topics (MQTT's 65,535 B limit)",
-                       320 * 1024)
+    support.needs_heap(
+        320 * 1024, "an Outbox beside 64 KiB topics (MQTT's 65,535 B limit)", 320 * 1024
+    )
     ob = _ob(max_topic_bytes=16)
     for t in ("sensors/#", "a/+/b", "#", "+", "", "a\x00b", "x" * 17, b"\xff"):
         e = support.raises(ddq.InvalidArgument, ob.put, t, b"v")
@@ -150,7 +161,9 @@ def test_requeue_all_skips_a_dead_letter_put_would_refuse():
     ob.reject(m, "test")
     new = ob.requeue()
     assert len(new) == 1 and ob.get().payload == b"ok"
-    assert [x.seq for x in ob.dead_letters()] == [old] and ob.dead_letters()[0].topic == "sensors/#"
+    assert [x.seq for x in ob.dead_letters()] == [old] and ob.dead_letters()[
+        0
+    ].topic == "sensors/#"
     support.raises(ddq.InvalidArgument, ob.requeue, old)
     assert ok != old
     ob.close()
@@ -288,7 +301,7 @@ NONCE = b"\x00\x11\x22\x33\x44\x55\x66\x77\x88\x99\xaa\xbb"
 
 
 def _unhex(s):
-    return bytes([int(s[i:i + 2], 16) for i in range(0, len(s), 2)])
+    return bytes([int(s[i : i + 2], 16) for i in range(0, len(s), 2)])
 
 
 def _fixed(*nonces):
@@ -315,19 +328,23 @@ def _needs_aes():
 def test_aes_ctr_nist_sp800_38a_vectors():
     # EVIDENCE-OF: E23
     _needs_aes()
-    pt = _unhex("6bc1bee22e409f96e93d7e117393172aae2d8a571e03ac9c9eb76fac45af8e51"
-                "30c81c46a35ce411e5fbc1191a0a52eff69f2445df4f9b17ad2b417be66c3710")
+    pt = _unhex(
+        "6bc1bee22e409f96e93d7e117393172aae2d8a571e03ac9c9eb76fac45af8e51"
+        "30c81c46a35ce411e5fbc1191a0a52eff69f2445df4f9b17ad2b417be66c3710"
+    )
     iv = _unhex("f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff")
     k256 = _unhex("603deb1015ca71be2b73aef0857d77811f352c073b6108d72d9810a30914dff4")
     c256 = ddq_outbox.aes_ctr(k256, iv, pt)  # F.5.5 CTR-AES256.Encrypt
-    assert _hex(c256) == ("601ec313775789a5b7a7f504bbf3d228f443e3ca4d62b59aca84e990cacaf5c5"
-                          "2b0930daa23de94ce87017ba2d84988ddfc9c58db67aada613c2dd08457941a6"), \
-        _hex(c256)
+    assert _hex(c256) == (
+        "601ec313775789a5b7a7f504bbf3d228f443e3ca4d62b59aca84e990cacaf5c5"
+        "2b0930daa23de94ce87017ba2d84988ddfc9c58db67aada613c2dd08457941a6"
+    ), _hex(c256)
     k128 = _unhex("2b7e151628aed2a6abf7158809cf4f3c")
     c128 = ddq_outbox.aes_ctr(k128, iv, pt)  # F.5.1 CTR-AES128.Encrypt
-    assert _hex(c128) == ("874d6191b620e3261bef6864990db6ce9806f66b7970fdff8617187bb9fffdff"
-                          "5ae4df3edbd5d35e5b4f09020db03eab1e031dda2f be03d1792170a0f3009cee"
-                          ).replace(" ", ""), _hex(c128)
+    assert _hex(c128) == (
+        "874d6191b620e3261bef6864990db6ce9806f66b7970fdff8617187bb9fffdff"
+        "5ae4df3edbd5d35e5b4f09020db03eab1e031dda2f be03d1792170a0f3009cee"
+    ).replace(" ", ""), _hex(c128)
     assert ddq_outbox.aes_ctr(k256, iv, c256) == pt  # CTR is its own inverse
     assert ddq_outbox.aes_ctr(k256, iv, pt[0:21]) == c256[0:21]  # a partial last block
     assert ddq_outbox.aes_ctr(k256, iv, b"") == b""
@@ -338,11 +355,13 @@ def test_aes_ctr_nist_sp800_38a_vectors():
 
 
 # header (flags 0x31: QoS 1, HMAC tag, encrypted), tag, nonce, topic in clear, ciphertext
-ENC_HEX = ("444501310003000000000000a8da769b010000"
-           "238befeb2765679b4116c947921b4b8cc212722e43a085f30e6f7bd1671725ed"  # tag
-           "00112233445566778899aabb"  # nonce
-           "742f31"  # topic "t/1", in clear
-           "0e6b6b")  # AES-256-CTR of "hi!"
+ENC_HEX = (
+    "444501310003000000000000a8da769b010000"
+    "238befeb2765679b4116c947921b4b8cc212722e43a085f30e6f7bd1671725ed"  # tag
+    "00112233445566778899aabb"  # nonce
+    "742f31"  # topic "t/1", in clear
+    "0e6b6b"
+)  # AES-256-CTR of "hi!"
 
 
 def test_encrypted_envelope_byte_exact_both_directions():
@@ -356,8 +375,9 @@ def test_encrypted_envelope_byte_exact_both_directions():
     raw = bytes(ob.queue.read(seq))
     ob.close()
     assert _hex(raw) == ENC_HEX, _hex(raw)
-    e = ddq_outbox.encode_envelope("t/1", b"hi!", enqueued_ms=T0, hmac_key=KEY, encrypt=True,
-                                   nonce=NONCE)
+    e = ddq_outbox.encode_envelope(
+        "t/1", b"hi!", enqueued_ms=T0, hmac_key=KEY, encrypt=True, nonce=NONCE
+    )
     assert e == raw
     # Its parts: tag = HMAC(K, all but the tag), AES key = HMAC(K, "ddq-aes-256-ctr-v1" 01)
     # (HKDF-Expand, RFC 5869), counter block = nonce | 00000000.
@@ -453,9 +473,10 @@ def test_altered_ciphertext_is_refused_before_decryption():
     # EVIDENCE-OF: E23 E21
     support.needs_heap(320 * 1024, support.OUTBOX_HEAP, 128 * 1024)
     _needs_aes()
-    e = ddq_outbox.encode_envelope("s/t", b"21.5 C", key=b"id", orig_seq=3, hmac_key=KEY,
-                                   encrypt=True, nonce=NONCE)
-    assert e[3] == 0x39 and e[27 + 32:27 + 44] == NONCE
+    e = ddq_outbox.encode_envelope(
+        "s/t", b"21.5 C", key=b"id", orig_seq=3, hmac_key=KEY, encrypt=True, nonce=NONCE
+    )
+    assert e[3] == 0x39 and e[27 + 32 : 27 + 44] == NONCE
     refused = 0
     for i in range(len(e)):  # every byte: header, orig_seq, tag, nonce, key, topic, ciphertext
         c = bytearray(e)
@@ -501,7 +522,7 @@ def test_nonces_are_fresh_and_a_repeating_source_is_refused():
     raws = [bytes(ob.queue.read(s)) for s in seqs]
     nonces = [r[51:63] for r in raws]
     assert len(set(nonces)) == 200
-    assert len(set([r[63 + 3:] for r in raws])) == 200  # same plaintext, 200 ciphertexts
+    assert len(set([r[63 + 3 :] for r in raws])) == 200  # same plaintext, 200 ciphertexts
     ob.close()
     ob = _enc_ob(nonce=lambda: NONCE)  # a constant "RNG"
     ob.put("s/n", b"1")
@@ -534,8 +555,9 @@ def test_encrypt_without_a_nonce_source_is_refused():
     try:
         e = support.raises(ddq.InvalidArgument, _enc_ob)
         assert "os.urandom" in str(e) and "nonce=" in str(e), str(e)
-        support.raises(ddq.InvalidArgument, ddq_outbox.encode_envelope, "t", b"x",
-                       hmac_key=KEY, encrypt=True)
+        support.raises(
+            ddq.InvalidArgument, ddq_outbox.encode_envelope, "t", b"x", hmac_key=KEY, encrypt=True
+        )
         src = _fixed(NONCE, b"\x01" * 12)  # a hardware RNG passed in
         ob = _enc_ob(nonce=src)
         ob.put("s/a", b"a")

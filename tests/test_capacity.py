@@ -9,8 +9,14 @@ T0 = 1767225600000
 
 
 def _open(d, clock, seg=256, payload=16, items=2, segs=4):
-    return ddq.Queue(d, segment_bytes=seg, max_payload_bytes=payload, max_items=items,
-                     max_segments=segs, clock=clock)
+    return ddq.Queue(
+        d,
+        segment_bytes=seg,
+        max_payload_bytes=payload,
+        max_items=items,
+        max_segments=segs,
+        clock=clock,
+    )
 
 
 def _disk_bytes(d):
@@ -113,8 +119,13 @@ def test_a_copy_needing_more_than_max_segments_is_no_benefit():
     assert "max_segments" in str(e), str(e)
     assert q.compact() is False
     s = q.stats()
-    assert (s.generation, s.segment_count, s.total_items, s.next_seq, s.failed) == \
-        (0, 3, 10, 11, False), s.as_dict()
+    assert (s.generation, s.segment_count, s.total_items, s.next_seq, s.failed) == (
+        0,
+        3,
+        10,
+        11,
+        False,
+    ), s.as_dict()
     after = {n: support.read_file(d + "/" + n) for n in os.listdir(d)}
     assert [n for n in after if n.startswith("generation-")] == []  # staged files deleted
     for n in before:  # the log is as it was (C2's migration adds the manifest and marker)
@@ -154,17 +165,22 @@ def test_mixed_state_preservation():
     q.ack(1)
     q.claim(600000)
     q.retry(2, 600000)
-    q.claim(600000)                                 # 3: live lease
+    q.claim(600000)  # 3: live lease
     q.claim(600000)
-    why = "原因 \\ \"quoted\"".encode()
+    why = '原因 \\ "quoted"'.encode()
     assert q.quarantine(4, why)
     assert q.quarantine(4, b"again") is False
     q.claim(600000)
     q.retry(5, 0)
-    assert q.enqueue(b"item-6") == 6                # max_items reached: compaction reclaims 1
+    assert q.enqueue(b"item-6") == 6  # max_items reached: compaction reclaims 1
     s = q.stats()
-    assert (s.total_items, s.available_items, s.claimed_items, s.quarantined_items, s.next_seq) \
-        == (5, 3, 1, 1, 7), s.as_dict()
+    assert (
+        s.total_items,
+        s.available_items,
+        s.claimed_items,
+        s.quarantined_items,
+        s.next_seq,
+    ) == (5, 3, 1, 1, 7), s.as_dict()
     assert s.generation == 1
     support.raises(ddq.NotFound, q.read, 1)
     c = q.claim(600000)
@@ -176,7 +192,7 @@ def test_mixed_state_preservation():
     assert q.reason(4) == why
     size = _disk_bytes(d)
     assert q.quarantine(4, b"third") is False
-    assert _disk_bytes(d) == size                   # nothing written
+    assert _disk_bytes(d) == size  # nothing written
     q.close()
 
 
@@ -189,7 +205,7 @@ def test_manifest_recovery():
     q.claim(600000)
     q.ack(1)
     q.enqueue(b"two")
-    os.mkdir(d + "/queue.manifest.tmp")            # blocks the publication
+    os.mkdir(d + "/queue.manifest.tmp")  # blocks the publication
     support.raises(ddq.IOFailure, q.enqueue, b"three")
     assert q.stats().failed and q.stats().next_seq == 3
     support.raises(ddq.IOFailure, q.read, 2)
@@ -210,7 +226,7 @@ def test_manifest_recovery():
     names = os.listdir(d)
     assert ddq.segment_name(999, 0) not in names and "queue.manifest.tmp" not in names
     assert ddq.segment_name(0, 0) not in names
-    assert q.ack(2) is True                         # the expired claim is still ackable
+    assert q.ack(2) is True  # the expired claim is still ackable
     assert q.claim(1).seq == 3
     q.close()
     clock.advance(10)
@@ -225,7 +241,7 @@ def _compacted(d, clock):
     q.claim(600000)
     q.ack(1)
     q.enqueue(b"two-two")
-    q.enqueue(b"three")                            # compaction to generation 1
+    q.enqueue(b"three")  # compaction to generation 1
     assert q.stats().generation == 1
     q.close()
 
@@ -246,9 +262,9 @@ def test_manifest_guard():
     support.write_file(d + "/queue.manifest", bytes(m))
     seg = d + "/" + ddq.segment_name(1, 0)
     data = support.read_file(seg)
-    support.write_file(seg, data[:54])              # one short of the first 55-byte DATA
+    support.write_file(seg, data[:54])  # one short of the first 55-byte DATA
     support.raises(ddq.Corrupt, _open, d, clock)
-    assert support.file_size(seg) == 54            # the snapshot is not truncated
+    assert support.file_size(seg) == 54  # the snapshot is not truncated
 
 
 def test_fat_interrupted_publication_is_completed():
@@ -282,7 +298,7 @@ def test_full_queue_can_be_drained():
     assert 0 < n < 200
     before = q.stats().next_seq
     support.raises(ddq.Full, q.enqueue, b"p" * 32)
-    assert q.stats().next_seq == before               # a rejected enqueue consumes no seq
+    assert q.stats().next_seq == before  # a rejected enqueue consumes no seq
     for k in range(n):
         c = q.claim(60000)
         if k % 3 == 0:

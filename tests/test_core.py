@@ -44,7 +44,9 @@ def test_basic_scenario():
     q, d = _q(clock=clock)
     assert [q.enqueue(p) for p in (b"alpha", b"beta", b"gamma")] == [1, 2, 3]
     c = q.claim(100000)
-    assert c.seq == 1 and c.attempts == 0 and c.payload_len == 5 and c.lease_until_ms == T0 + 100000
+    assert (
+        c.seq == 1 and c.attempts == 0 and c.payload_len == 5 and c.lease_until_ms == T0 + 100000
+    )
     assert q.read(1) == b"alpha"
     assert q.ack(1) is True
     c = q.claim(100000)
@@ -54,15 +56,24 @@ def test_basic_scenario():
     assert c.seq == 2 and c.attempts == 1
     assert q.quarantine(2, b"permanent test failure") is True
     s = q.stats()
-    assert (s.available_items, s.claimed_items, s.acknowledged_items, s.quarantined_items) == \
-        (1, 0, 1, 1)
+    assert (s.available_items, s.claimed_items, s.acknowledged_items, s.quarantined_items) == (
+        1,
+        0,
+        1,
+        1,
+    )
     q.close()
     q, d = _q(d, clock=clock)
     c = q.claim(100000)
     assert c.seq == 3
     q.ack(3)
     s = q.stats()
-    assert (s.available_items, s.acknowledged_items, s.quarantined_items, s.next_seq) == (0, 2, 1, 4)
+    assert (s.available_items, s.acknowledged_items, s.quarantined_items, s.next_seq) == (
+        0,
+        2,
+        1,
+        4,
+    )
     q.close()
     _append(_last_segment(d), b"garbage")
     q, d = _q(d, clock=clock)
@@ -79,15 +90,15 @@ def _states(clock):
     q, d = _q(clock=clock)
     for i in range(5):
         q.enqueue(b"p%d" % i)
-    q.claim(1000)              # 1
-    q.claim(100000)            # 2
-    q.claim(1)                 # 3: expires at T0+1
-    q.claim(1000)              # 4
-    q.claim(1000)              # 5
+    q.claim(1000)  # 1
+    q.claim(100000)  # 2
+    q.claim(1)  # 3: expires at T0+1
+    q.claim(1000)  # 4
+    q.claim(1000)  # 5
     q.ack(4)
     q.quarantine(5, b"why")
-    q.retry(1, 0)              # 1 back to available
-    clock.advance(10)          # 3's lease is now expired (not yet swept)
+    q.retry(1, 0)  # 1 back to available
+    clock.advance(10)  # 3's lease is now expired (not yet swept)
     return q
 
 
@@ -139,13 +150,13 @@ def test_claim_skips_and_ordered_blocks():
     for _ in range(3):
         q.enqueue(b"x")
     c = q.claim(5000)
-    q.retry(c.seq, 60000)               # 1 backs off for a minute
+    q.retry(c.seq, 60000)  # 1 backs off for a minute
     assert q.claim_ordered(1000) is None  # strict FIFO: the head (1) is not ready
-    assert q.claim(1000).seq == 2       # skip-ahead
+    assert q.claim(1000).seq == 2  # skip-ahead
     clock.advance(60000)
     assert q.claim_ordered(1000).seq == 1
     assert q.claim_ordered(1000) is None  # head is 2, claimed and live
-    clock.advance(1001)                 # 2's lease expired: ordered sweeps the head
+    clock.advance(1001)  # 2's lease expired: ordered sweeps the head
     c = q.claim_ordered(1000)
     assert c.seq == 1 or c.seq == 2
     q.close()
@@ -161,14 +172,14 @@ def test_restart_replay_keeps_state():
     q.retry(1, 7000)
     q.claim(50)
     q.ack(2)
-    q.claim(1)                           # 3 claimed, lease expires
+    q.claim(1)  # 3 claimed, lease expires
     before = [(i.seq, i.state, i.attempts, i.lease_until_ms, i.not_before_ms) for i in q.items()]
     q.close()
     clock.advance(100)
     q, d = _q(d, clock=clock)
     after = [(i.seq, i.state, i.attempts, i.lease_until_ms, i.not_before_ms) for i in q.items()]
     assert before == after, (before, after)
-    assert q.ack(3) is True               # recovery keeps an expired claim ackable [R9]
+    assert q.ack(3) is True  # recovery keeps an expired claim ackable [R9]
     assert q.enqueue(b"next") == 5
     q.close()
 
@@ -188,12 +199,12 @@ def test_torn_tail_every_length():
         q.close()
         p2 = _last_segment(d2)
         data = support.read_file(p2)
-        support.write_file(p2, data[:len(data) - cut])
+        support.write_file(p2, data[: len(data) - cut])
         q, d2 = _q(d2)
         s = q.stats()
         assert s.total_items == 1 and s.recovered_tail_bytes == len(rec) - cut, (cut, s.as_dict())
         assert s.next_seq == 2
-        assert q.enqueue(b"again") == 2   # the tail was really removed
+        assert q.enqueue(b"again") == 2  # the tail was really removed
         q.close()
         q, d2 = _q(d2)
         assert q.read(2) == b"again" and q.stats().recovered_tail_bytes == 0
@@ -203,9 +214,15 @@ def test_torn_tail_every_length():
 
 def test_tails_of_fill_and_garbage():
     # EVIDENCE-OF: R10 R11 R13 S5
-    for tail, torn in ((b"\0" * 300, False), (b"\0" * 100, True), (b"\xff" * 100, True),
-                       (b"\0" * 39, True), (b"junk" * 9, True), (b"junk" * 12, False),
-                       (b"\0\0\0\0" + b"\xff" * 60, False)):
+    for tail, torn in (
+        (b"\0" * 300, False),
+        (b"\0" * 100, True),
+        (b"\xff" * 100, True),
+        (b"\0" * 39, True),
+        (b"junk" * 9, True),
+        (b"junk" * 12, False),
+        (b"\0\0\0\0" + b"\xff" * 60, False),
+    ):
         q, d = _q()
         q.enqueue(b"one")
         q.close()
@@ -268,13 +285,14 @@ def test_corruption_in_an_earlier_segment():
     assert len(names) >= 3
     first = d + "/" + names[0]
     data = support.read_file(first)
-    support.write_file(first, data[:len(data) - 3])  # a short tail, but not in the last segment
+    support.write_file(first, data[: len(data) - 3])  # a short tail, but not in the last segment
     e = support.raises(ddq.Corrupt, _q, d)
     assert names[0] in str(e)
     support.write_file(first, data)
     support.write_file(d + "/unrelated.txt", b"keep me")
     import os
-    os.remove(d + "/" + names[1])                     # a missing segment id
+
+    os.remove(d + "/" + names[1])  # a missing segment id
     support.raises(ddq.Corrupt, _q, d)
     assert support.read_file(d + "/unrelated.txt") == b"keep me"
 
@@ -297,11 +315,19 @@ def test_read_into_and_buffer_too_small():
 def test_invalid_arguments_change_nothing():
     # EVIDENCE-OF: O8 O14 O15 O18
     d = support.tmpdir() + "/q"
-    for kw in ({"segment_bytes": 255}, {"segment_bytes": 64 * 1048576 + 1},
-               {"max_payload_bytes": 0}, {"max_payload_bytes": 256 - 47, "segment_bytes": 256},
-               {"max_items": 0}, {"max_items": 1000001}, {"max_segments": 0},
-               {"max_segments": 4097}, {"segment_bytes": "big"}, {"sync": "sometimes"},
-               {"clock": 5}):
+    for kw in (
+        {"segment_bytes": 255},
+        {"segment_bytes": 64 * 1048576 + 1},
+        {"max_payload_bytes": 0},
+        {"max_payload_bytes": 256 - 47, "segment_bytes": 256},
+        {"max_items": 0},
+        {"max_items": 1000001},
+        {"max_segments": 0},
+        {"max_segments": 4097},
+        {"segment_bytes": "big"},
+        {"sync": "sometimes"},
+        {"clock": 5},
+    ):
         support.raises(ddq.InvalidArgument, ddq.Queue, d, **kw)
     support.raises(ddq.InvalidArgument, ddq.Queue, "")
     q, d = _q()
@@ -336,8 +362,15 @@ def test_fail_stop_after_write_failure():
     e = support.raises(ddq.IOFailure, q.enqueue, b"two")
     assert e.code == -2 and e.errno == 5
     assert q.stats().failed is True
-    for call, args in ((q.enqueue, (b"x",)), (q.claim, (1000,)), (q.read, (1,)), (q.ack, (1,)),
-                       (q.retry, (1, 0)), (q.quarantine, (1, b"")), (q.claim_ordered, (10,))):
+    for call, args in (
+        (q.enqueue, (b"x",)),
+        (q.claim, (1000,)),
+        (q.read, (1,)),
+        (q.ack, (1,)),
+        (q.retry, (1, 0)),
+        (q.quarantine, (1, b"")),
+        (q.claim_ordered, (10,)),
+    ):
         support.raises(ddq.IOFailure, call, *args)
     q.stats()
     q.recover()
@@ -422,10 +455,10 @@ def test_clock_went_back_guard():
     q, d = _q(clock=clock)
     q.enqueue(b"a")
     q.enqueue(b"b")
-    q.claim(604800000)          # 1: a 7-day lease
+    q.claim(604800000)  # 1: a 7-day lease
     c = q.claim(1000)
     q.retry(c.seq, 4294967295)  # 2: the longest retry
-    clock.set(T0 - 1000)        # the clock steps back: both deadlines now lie beyond legal
+    clock.set(T0 - 1000)  # the clock steps back: both deadlines now lie beyond legal
     c = q.claim(1000)
     assert c is not None and c.seq == 1, c
     c = q.claim(1000)
@@ -445,12 +478,12 @@ def test_sync_policies_and_durable_seq():
     q.enqueue(b"a")
     n = fs.calls.get("sync", 0)
     c = q.claim(1000)
-    assert fs.calls.get("sync", 0) == n          # an unsynced CLAIM
+    assert fs.calls.get("sync", 0) == n  # an unsynced CLAIM
     q.retry(c.seq, 0)
-    assert fs.calls.get("sync", 0) == n          # an unsynced RETRY
+    assert fs.calls.get("sync", 0) == n  # an unsynced RETRY
     q.claim(1000)
     q.ack(1)
-    assert fs.calls.get("sync", 0) == n + 1      # the ACK is synced (and covers the rest)
+    assert fs.calls.get("sync", 0) == n + 1  # the ACK is synced (and covers the rest)
     assert q.durable_seq == 1
     q.close()
     d = support.tmpdir() + "/q2"
@@ -475,22 +508,29 @@ def test_empty_payload_and_binary_data():
     data = bytes(range(128))
     assert q.enqueue(data) == 1
     assert q.enqueue(b"") == 2
-    assert q.enqueue(bytearray(b"\0\\\"")) == 3
+    assert q.enqueue(bytearray(b'\0\\"')) == 3
     q.close()
     q, d = _q(d)
-    assert q.read(1) == data and q.read(2) == b"" and q.read(3) == b"\0\\\""
+    assert q.read(1) == data and q.read(2) == b"" and q.read(3) == b'\0\\"'
     q.close()
 
 
 def test_large_payload_limits_use_wide_index_entries():
     # EVIDENCE-OF: O12 O1
     # max_payload_bytes over 65535 keeps the lengths in 32 bits: lengths and states survive.
-    support.needs_heap(512 * 1024, "a 66,563-byte payload is written, read and compared whole "
-                       "(blocks of 65 KiB: the payload, its copy, the read window)")
+    support.needs_heap(
+        512 * 1024,
+        "a 66,563-byte payload is written, read and compared whole "
+        "(blocks of 65 KiB: the payload, its copy, the read window)",
+    )
     clock = support.FakeClock(T0)
     d = support.tmpdir() + "/q"
-    opts = {"segment_bytes": 262144, "max_payload_bytes": 70000, "max_items": 50,
-            "max_segments": 16}
+    opts = {
+        "segment_bytes": 262144,
+        "max_payload_bytes": 70000,
+        "max_items": 50,
+        "max_segments": 16,
+    }
     q = ddq.Queue(d, clock=clock, **opts)
     big = bytes(range(256)) * 260 + b"end"
     s1 = q.enqueue(big)
@@ -540,8 +580,18 @@ def test_modules_beside_ddq_load_on_demand():
 
 def test_rare_error_classes_are_made_at_first_use():
     # EVIDENCE-OF: O21
-    names = ("InvalidArgument", "Corrupt", "Locked", "NotFound", "BadState", "BufferTooSmall",
-             "IOFailure", "TooLarge", "Full", "Limit")
+    names = (
+        "InvalidArgument",
+        "Corrupt",
+        "Locked",
+        "NotFound",
+        "BadState",
+        "BufferTooSmall",
+        "IOFailure",
+        "TooLarge",
+        "Full",
+        "Limit",
+    )
     codes = (-1, -3, -4, -8, -9, -10, -2, -6, -7, -11)
     for n, code in zip(names, codes):
         cls = getattr(ddq, n)

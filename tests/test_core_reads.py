@@ -14,8 +14,15 @@ def test_unsynced_ram_copies_are_bounded():
     # EVIDENCE-OF: D3 D7
     fs = FaultStorage()
     d = support.tmpdir() + "/q"
-    q = ddq.Queue(d, storage=fs, clock=support.FakeClock(T0), sync="none",
-                  segment_bytes=1048576, max_payload_bytes=64, max_items=1000)
+    q = ddq.Queue(
+        d,
+        storage=fs,
+        clock=support.FakeClock(T0),
+        sync="none",
+        segment_bytes=1048576,
+        max_payload_bytes=64,
+        max_items=1000,
+    )
     n = fs.calls.get("sync", 0)
     for k in range(255):
         q.enqueue(b"p%d" % k)
@@ -29,8 +36,15 @@ def test_unsynced_ram_copies_are_bounded():
     # again (a copy is the caller's bytes object, not a new one): the bound counts bytes
     # enqueued, and the test itself stays small for a small board.
     pay = (b"a" * 1000, b"b" * 1000)
-    q = ddq.Queue(d + "2", storage=fs, clock=support.FakeClock(T0), sync="none",
-                  segment_bytes=1048576, max_payload_bytes=1024, max_items=1000)
+    q = ddq.Queue(
+        d + "2",
+        storage=fs,
+        clock=support.FakeClock(T0),
+        sync="none",
+        segment_bytes=1048576,
+        max_payload_bytes=1024,
+        max_items=1000,
+    )
     for r in range(2):
         n = fs.calls.get("sync", 0)
         for k in range(16):
@@ -49,7 +63,7 @@ def _reads_match(q, want):
     for s in order:
         assert q.read(s) == want[s], s
         buf = bytearray(len(want[s]) + 3)
-        assert q.read_into(s, buf) == len(want[s]) and bytes(buf[:len(want[s])]) == want[s]
+        assert q.read_into(s, buf) == len(want[s]) and bytes(buf[: len(want[s])]) == want[s]
 
 
 def test_reads_find_any_item_across_segments_gaps_and_reopens():
@@ -59,8 +73,7 @@ def test_reads_find_any_item_across_segments_gaps_and_reopens():
     # dropped acked items out of order, and a reopen (replay) and payloads of every length.
     clock = support.FakeClock(T0)
     d = support.tmpdir() + "/q"
-    opts = {"segment_bytes": 512, "max_payload_bytes": 100, "max_items": 400,
-            "max_segments": 64}
+    opts = {"segment_bytes": 512, "max_payload_bytes": 100, "max_items": 400, "max_segments": 64}
     q = ddq.Queue(d, clock=clock, **opts)
     want = {}
     for k in range(60):

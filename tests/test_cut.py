@@ -40,7 +40,7 @@ class CutStorage(ddq.PosixStorage):
 
     def write(self, f, buf):
         if f is self.stage and self.crash == "copy":
-            super().write(f, buf[0:len(buf) // 2])
+            super().write(f, buf[0 : len(buf) // 2])
             raise Crash()
         super().write(f, buf)
 
@@ -102,6 +102,7 @@ def test_issue16_a_leftover_cut_then_libddq_writes():
     seg = _nine(d)
     support.write_file(seg + ".cut", support.read_file(seg))
     import os
+
     os.remove(seg)  # an older ddq's cut, cut by FAT between remove and rename
     v = libddqmodel.view(libddqmodel.snapshot(d))
     assert v[0] == "ok" and v[1] == SEQS[:8] and v[2] == 9, v  # libddq ignores .cut: 8 of 9
@@ -117,6 +118,7 @@ def test_issue16_the_staged_copy_is_refused_by_libddq():
     seg = _nine(d)
     support.write_file(seg + ".reserve", support.read_file(seg))
     import os
+
     os.remove(seg)  # this ddq's cut, cut by FAT between remove and rename
     v = libddqmodel.view(libddqmodel.snapshot(d))
     assert v[0] == "corrupt" and "reserve" in v[4], v
@@ -137,6 +139,7 @@ def test_a_single_segment_copy_survives_libddq_creating_segment_0():
     seg = d + "/" + ddq.segment_name(0, 0)
     support.write_file(seg + ".reserve", support.read_file(seg))
     import os
+
     os.remove(seg)
     v = libddqmodel.view(libddqmodel.snapshot(d))
     # no segment: libddq creates an empty segment 0 during recovery, then refuses the copy
@@ -174,8 +177,11 @@ def test_every_crash_state_of_the_cut():
                 assert name not in names, names
             # libddq refuses every state holding the copy, or sees items 1-9
             v = _libddq_agrees_or_refuses(d, SEQS)
-            assert (v[0] == "corrupt") == (support.file_size(d + "/" + name + ".reserve") > 0
-                                           if name + ".reserve" in names else False), (crash, v)
+            assert (v[0] == "corrupt") == (
+                support.file_size(d + "/" + name + ".reserve") > 0
+                if name + ".reserve" in names
+                else False
+            ), (crash, v)
             # ddq recovers every record (cutting again where needed) and leaves no copy
             assert _ddq_items(d, CutStorage(fat)) == SEQS, (fat, crash)
             names = support.listdir_sorted(d)
@@ -213,10 +219,12 @@ def test_a_zero_filled_copy_is_not_data():
 def test_without_ddq_cut_a_leftover_is_refused_and_kept():
     # EVIDENCE-OF: R22
     import sys
+
     d = support.tmpdir() + "/q"
     seg = _nine(d)
     support.write_file(seg + ".reserve", support.read_file(seg))
     import os
+
     os.remove(seg)
     before = libddqmodel.snapshot(d)
     saved = sys.modules.get("ddq_cut")
@@ -236,13 +244,18 @@ def test_salvage_reads_a_staged_copy_whose_segment_is_missing():
     # EVIDENCE-OF: K2 R22
     # On the 140 KiB board of tests/host/test_host_smallheap.py the import of ddq_salvage (20 KB)
     # beside this module's own (ddqfmt, libddqmodel: 17 KB) and the runner ran out of heap.
-    support.needs_heap(192 * 1024, "ddq_salvage (20 KB imported) beside this module's codec "
-                       "and model (17 KB) and the test runner")
+    support.needs_heap(
+        192 * 1024,
+        "ddq_salvage (20 KB imported) beside this module's codec "
+        "and model (17 KB) and the test runner",
+    )
     import ddq_salvage
+
     d = support.tmpdir() + "/q"
     seg = _nine(d)
     support.write_file(seg + ".reserve", support.read_file(seg))
     import os
+
     os.remove(seg)
     support.write_file(d + "/" + ddq.segment_name(0, 3) + ".reserve", b"")  # an empty spare
     out = support.tmpdir() + "/out"
@@ -264,6 +277,7 @@ def test_issue16_libddq_appended_to_the_segment_before():
     old = support.read_file(seg)
     support.write_file(seg + ".cut", old)
     import os
+
     os.remove(seg)
     assert libddqmodel.enqueue(d, b"new", OPTS["segment_bytes"]) == 9
     assert ddq.segment_name(0, 2) not in support.listdir_sorted(d)  # appended to segment 1

@@ -59,7 +59,7 @@ def test_torn_first_record_of_a_new_segment_then_more_writes_reopens():
         d = support.tmpdir() + "/q"
         _rotated(d, opts)
         q = ddq.Queue(d, clock=support.FakeClock(T0), **opts)
-        q.enqueue(b"e" * 600)      # 648 B: segment 2
+        q.enqueue(b"e" * 600)  # 648 B: segment 2
         q.close()
         tail = support.read_file(d + SEG2)[0:cut] if cut else b"\x00" * 300  # (R11: zeros)
         support.write_file(d + SEG2, tail)
@@ -114,16 +114,31 @@ def test_segment_bytes_may_grow_or_shrink_between_opens():
             for n in support.listdir_sorted(d):
                 if n.startswith("segment-"):
                     w = max(w, support.file_size(d + "/" + n))
-        opts = {"segment_bytes": w, "max_payload_bytes": 400, "max_items": 400,
-                "max_segments": 64}
+        opts = {"segment_bytes": w, "max_payload_bytes": 400, "max_items": 400, "max_segments": 64}
         q = ddq.Queue(d, clock=support.FakeClock(T0), **opts)
         total += len(_fill(q, seed, 16, 20, 400))
         q.close()
-        _reopens(d, {"segment_bytes": 4096, "max_payload_bytes": 400, "max_items": 400,
-                     "max_segments": 64}, total)
+        _reopens(
+            d,
+            {
+                "segment_bytes": 4096,
+                "max_payload_bytes": 400,
+                "max_items": 400,
+                "max_segments": 64,
+            },
+            total,
+        )
     # A segment larger than the options' is refused (R15): a refusal of the options, not damage.
-    support.raises(ddq.Corrupt, ddq.Queue, d, clock=support.FakeClock(T0), segment_bytes=512,
-                   max_payload_bytes=400, max_items=400, max_segments=64)
+    support.raises(
+        ddq.Corrupt,
+        ddq.Queue,
+        d,
+        clock=support.FakeClock(T0),
+        segment_bytes=512,
+        max_payload_bytes=400,
+        max_items=400,
+        max_segments=64,
+    )
 
 
 class _SmallDisk(ddq.PosixStorage):
@@ -157,8 +172,7 @@ def test_full_disk_then_freed_space_reopens():
     # The natural way to the interrupted rotation: fill a small disk until the enqueue raises
     # IOFailure (ENOSPC), reopen (every returned item is there), free the space, enqueue 5 more,
     # close, reopen. Before R23 most seeds raised Corrupt at the last open.
-    opts = {"segment_bytes": 8192, "max_payload_bytes": 1500, "max_items": 400,
-            "max_segments": 64}
+    opts = {"segment_bytes": 8192, "max_payload_bytes": 1500, "max_items": 400, "max_segments": 64}
     for seed in range(1, 9):
         d = support.tmpdir() + "/q"
         ddq.Queue(d, clock=support.FakeClock(T0), **opts).close()

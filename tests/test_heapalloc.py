@@ -36,8 +36,11 @@ LOG_GROWTH = 512
 
 
 def _need_mp():
-    if micropython is None or not hasattr(micropython, "heap_lock") \
-            or not hasattr(gc, "mem_alloc"):
+    if (
+        micropython is None
+        or not hasattr(micropython, "heap_lock")
+        or not hasattr(gc, "mem_alloc")
+    ):
         raise support.Skip("micropython.heap_lock / gc.mem_alloc are MicroPython-only")
 
 
@@ -64,8 +67,10 @@ def _need_quiet_fs(d):
     finally:
         f.close()
     if m1 != m0:
-        raise support.Skip("write + flush on this filesystem allocates %d bytes (its block "
-                           "device is Python code)" % (m1 - m0))
+        raise support.Skip(
+            "write + flush on this filesystem allocates %d bytes (its block "
+            "device is Python code)" % (m1 - m0)
+        )
 
 
 def _queue(path, pending, payload):
@@ -160,8 +165,11 @@ def _locked_ops(path, payload):
 # EVIDENCE-OF: W1 O1 O2 O4
 def test_steady_state_lifecycle_allocation_is_bounded():
     _need_mp()
-    support.needs_heap(256 * 1024, "the queue under measure has the default options (4 MiB "
-                       "segments, 1 MiB payloads): its reopen reads through a 62 KB window")
+    support.needs_heap(
+        256 * 1024,
+        "the queue under measure has the default options (4 MiB "
+        "segments, 1 MiB payloads): its reopen reads through a 62 KB window",
+    )
     d = support.tmpdir()
     _need_quiet_fs(d)
     small = bytes(16)
@@ -178,10 +186,15 @@ def test_steady_state_lifecycle_allocation_is_bounded():
     finally:
         q.close()
     ok_e, ok_c, ok_a = _locked_ops(d + "/q", small)
-    print("heapalloc: bytes/op enqueue %d %d %d, claim %d %d %d, ack %d %d %d; heap_lock ok: "
-          "enqueue %r claim %r ack %r" % (e1, e2, e3, c1, c2, c3, a1, a2, a3, ok_e, ok_c, ok_a))
-    for ok, per, bound in ((ok_e, (e1, e2, e3), ENQUEUE_MAX), (ok_c, (c1, c2, c3), CLAIM_MAX),
-                           (ok_a, (a1, a2, a3), ACK_MAX)):
+    print(
+        "heapalloc: bytes/op enqueue %d %d %d, claim %d %d %d, ack %d %d %d; heap_lock ok: "
+        "enqueue %r claim %r ack %r" % (e1, e2, e3, c1, c2, c3, a1, a2, a3, ok_e, ok_c, ok_a)
+    )
+    for ok, per, bound in (
+        (ok_e, (e1, e2, e3), ENQUEUE_MAX),
+        (ok_c, (c1, c2, c3), CLAIM_MAX),
+        (ok_a, (a1, a2, a3), ACK_MAX),
+    ):
         if ok:
             continue  # ran under heap_lock: allocates nothing
         assert per[0] <= bound and per[1] <= bound and per[2] <= bound, (per, bound)

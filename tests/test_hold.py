@@ -10,11 +10,26 @@ READING = b"r" * 62  # the board app's enveloped reading (docs/BOARDS.md)
 
 def _open(d, window=4, evidence=1024, segs=SEGS, clock=None, **kw):
     if window is None:
-        return ddq.Queue(d, segment_bytes=SEG, max_payload_bytes=PAYLOAD, max_items=100000,
-                         max_segments=segs, clock=clock or support.FakeClock(T0), **kw)
-    return ddq.Queue(d, segment_bytes=SEG, max_payload_bytes=PAYLOAD, max_items=100000,
-                     max_segments=segs, clock=clock or support.FakeClock(T0), window=window,
-                     evidence_bytes=evidence, **kw)
+        return ddq.Queue(
+            d,
+            segment_bytes=SEG,
+            max_payload_bytes=PAYLOAD,
+            max_items=100000,
+            max_segments=segs,
+            clock=clock or support.FakeClock(T0),
+            **kw,
+        )
+    return ddq.Queue(
+        d,
+        segment_bytes=SEG,
+        max_payload_bytes=PAYLOAD,
+        max_items=100000,
+        max_segments=segs,
+        clock=clock or support.FakeClock(T0),
+        window=window,
+        evidence_bytes=evidence,
+        **kw,
+    )
 
 
 def _start(**kw):
@@ -212,8 +227,17 @@ def test_hold_records_bound_with_large_records():
     # meets Full or Limit.
     d = support.tmpdir() + "/q"
     clock = support.FakeClock(T0)
-    q = ddq.Queue(d, segment_bytes=SEG, max_payload_bytes=976, max_items=100000,
-                  max_segments=SEGS, clock=clock, window=4, evidence_bytes=0, sync="none")
+    q = ddq.Queue(
+        d,
+        segment_bytes=SEG,
+        max_payload_bytes=976,
+        max_items=100000,
+        max_segments=SEGS,
+        clock=clock,
+        window=4,
+        evidence_bytes=0,
+        sync="none",
+    )
     held = _fill(q, b"b" * 976)
     w, bytes_bound = 4, SEGS * (SEG - 1024 + 1) - 1024 - 72 * 4
     assert held == SEGS * 4 - w - 1 - (w + 1) // 2, held  # the records bound, exactly

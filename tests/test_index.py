@@ -17,8 +17,11 @@ IX_FMT = "<IHHIIQQ" + "I" * 16
 # ddq_index loaded beside ddq_recover, ddq_compact, the module and the runner, 4 of the 7 tests
 # that need the least heap still failed (MemoryError, or X5's fallback where a test expects the
 # index); alone beside the runner the other 8 need 160-224 KiB.
-support.needs_heap(256 * 1024, "queue.index written and adopted (ddq_index loaded beside "
-                   "ddq_recover and ddq_compact, or X5's fallback replays everything instead)")
+support.needs_heap(
+    256 * 1024,
+    "queue.index written and adopted (ddq_index loaded beside "
+    "ddq_recover and ddq_compact, or X5's fallback replays everything instead)",
+)
 
 
 def _open(d, clock, ixb=1, **kw):
@@ -28,8 +31,10 @@ def _open(d, clock, ixb=1, **kw):
 
 
 def _state(q):
-    items = [(i.seq, i.state, i.attempts, i.lease_until_ms, i.not_before_ms, i.payload_len)
-             for i in q.items()]
+    items = [
+        (i.seq, i.state, i.attempts, i.lease_until_ms, i.not_before_ms, i.payload_len)
+        for i in q.items()
+    ]
     reasons = [(i.seq, q.reason(i.seq)) for i in q.items() if i.state == "quarantined"]
     payloads = [(i.seq, q.read(i.seq)) for i in q.items()]
     s = q.stats().as_dict()
@@ -102,8 +107,12 @@ def test_header_fields_describe_the_queue():
     assert f[0] == 0x49514444 and f[1] == 1 and b[0:4] == b"DDQI"
     assert f[5] == s.generation and f[6] == s.next_seq and f[7] == s.total_items
     # available/claimed hold the durable state: the swept claim counts as claimed [X3]
-    assert (f[9], f[10], f[11], f[12]) == (s.available_items - 1, s.claimed_items + 1,
-                                           s.acknowledged_items, s.quarantined_items)
+    assert (f[9], f[10], f[11], f[12]) == (
+        s.available_items - 1,
+        s.claimed_items + 1,
+        s.acknowledged_items,
+        s.quarantined_items,
+    )
     assert f[16] == s.segment_count
     assert f[22] == _crc(b[0:92]) and f[21] == _crc(b[96:])
     n, segs = f[7], f[16]
@@ -179,9 +188,14 @@ def test_damaged_index_is_ignored():
     q = _open(d, clock, ixb=0)
     want = _state(q)
     q.close()
-    for bad in (good[:-1], good + b"\0", good[:40], b"",
-                good[:50] + bytes([good[50] ^ 1]) + good[51:],
-                good[:200] + bytes([good[200] ^ 0x80]) + good[201:]):
+    for bad in (
+        good[:-1],
+        good + b"\0",
+        good[:40],
+        b"",
+        good[:50] + bytes([good[50] ^ 1]) + good[51:],
+        good[:200] + bytes([good[200] ^ 0x80]) + good[201:],
+    ):
         support.write_file(d + "/queue.index", bad)
         q = _open(d, clock)
         assert not q.index_used and _state(q) == want
@@ -299,7 +313,6 @@ def test_torn_tail_after_the_index_is_cut():
     q.close()
 
 
-
 def _saved_plan(d):
     # (plan_segs, plan_off) of queue.index: the admission plan the writer had (X2)
     f = struct.unpack(IX_FMT, support.read_file(d + "/queue.index")[0:96])
@@ -326,8 +339,11 @@ def test_a_plan_computed_with_other_options_is_not_used():
     q.save_index()  # the adopted plan, written again unchanged
     q.close()
     assert _saved_plan(d) == plan
-    for opts in ({"segment_bytes": 2048, "max_segments": 12}, {"max_segments": 13},
-                 {"max_payload_bytes": 200}):
+    for opts in (
+        {"segment_bytes": 2048, "max_segments": 12},
+        {"max_segments": 13},
+        {"max_payload_bytes": 200},
+    ):
         o = {"segment_bytes": 1024, "max_segments": 12}
         o.update(opts)
         e = support.tmpdir() + "/q"
@@ -388,6 +404,7 @@ def test_a_compaction_writes_the_index_so_a_power_cut_replays_only_what_follows(
 def test_the_index_module_is_loaded_only_when_a_queue_needs_it():
     # EVIDENCE-OF: X9
     import sys
+
     clock = support.FakeClock(T0)
     d = support.tmpdir() + "/q"
     was = "ddq_index" in sys.modules

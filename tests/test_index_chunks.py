@@ -67,8 +67,11 @@ def _check(q, want):
         counts[v[0]] = counts.get(v[0], 0) + 1
     st = q.stats()
     assert (st.available_items, st.claimed_items, st.acknowledged_items, st.quarantined_items) == (
-        counts.get("available", 0), counts.get("claimed", 0), counts.get("acked", 0),
-        counts.get("quarantined", 0)), st.as_dict()
+        counts.get("available", 0),
+        counts.get("claimed", 0),
+        counts.get("acked", 0),
+        counts.get("quarantined", 0),
+    ), st.as_dict()
 
 
 def _transitions(q, want, seqs):
@@ -92,9 +95,28 @@ def _transitions(q, want, seqs):
 def test_uniform_and_varying_lengths_across_chunks_survive_every_state_and_reopen():
     # EVIDENCE-OF: O10 O12 R1 X5
     clock, d, q, want, first = _start(1024 * 1024, 3 * CH + 40, _length)
-    at = [first + k for k in (0, 1, CH - 2, CH - 1, CH, CH + 1, CH + 99, CH + 100, CH + 101,
-                              2 * CH - 1, 2 * CH, 2 * CH + 1, 2 * CH + 2, 3 * CH - 1, 3 * CH,
-                              3 * CH + 1, 3 * CH + 39)]
+    at = [
+        first + k
+        for k in (
+            0,
+            1,
+            CH - 2,
+            CH - 1,
+            CH,
+            CH + 1,
+            CH + 99,
+            CH + 100,
+            CH + 101,
+            2 * CH - 1,
+            2 * CH,
+            2 * CH + 1,
+            2 * CH + 2,
+            3 * CH - 1,
+            3 * CH,
+            3 * CH + 1,
+            3 * CH + 39,
+        )
+    ]
     _transitions(q, want, at)
     _check(q, want)
     q.close()  # writes queue.index (index_bytes=1)
@@ -123,7 +145,8 @@ def test_uniform_and_varying_lengths_across_chunks_survive_every_state_and_reope
 def test_lengths_and_states_survive_compaction_and_a_mixed_partial_chunk():
     # EVIDENCE-OF: C1 O10 R1 X5
     clock, d, q, want, first = _start(
-        512 * 1024, CH + 30, lambda k: 16 if k < CH + 10 else 5 + k % 7 + (k % 3 == 0) * 400)
+        512 * 1024, CH + 30, lambda k: 16 if k < CH + 10 else 5 + k % 7 + (k % 3 == 0) * 400
+    )
     for s in range(first, first + 40):  # acked in order: compaction drops them
         q.ack(q.claim_seq(s, 1000).seq)
         del want[s]

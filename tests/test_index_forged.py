@@ -12,10 +12,21 @@ import support
 T0 = 1767225600000
 OPTS = {"segment_bytes": 512, "max_payload_bytes": 64, "max_items": 400, "max_segments": 64}
 # The 96-byte header (SPEC X2): field offsets used here.
-_NEXT, _ITEMS, _FRESH, _AVAIL, _ACKED, _NLIVE, _NHIST, _NRS, _NSEG = 24, 32, 36, 40, 48, 56, 60, 64, 68
+_NEXT, _ITEMS, _FRESH, _AVAIL, _ACKED, _NLIVE, _NHIST, _NRS, _NSEG = (
+    24,
+    32,
+    36,
+    40,
+    48,
+    56,
+    60,
+    64,
+    68,
+)
 _PLAN, _BODY, _HCRC = 72, 88, 92
-support.needs_heap(256 * 1024, "queue.index adopted beside ddq_recover and ddq_compact (as "
-                   "tests/test_index.py)")
+support.needs_heap(
+    256 * 1024, "queue.index adopted beside ddq_recover and ddq_compact (as tests/test_index.py)"
+)
 
 
 def _open(d, clock, ixb=1, **kw):
@@ -58,8 +69,10 @@ def _read(q, s):
 
 
 def _state(q):
-    items = [(i.seq, i.state, i.attempts, i.lease_until_ms, i.not_before_ms, i.payload_len)
-             for i in q.items()]
+    items = [
+        (i.seq, i.state, i.attempts, i.lease_until_ms, i.not_before_ms, i.payload_len)
+        for i in q.items()
+    ]
     reasons = []
     for i in q.items():
         if i.state == "quarantined":
@@ -305,8 +318,19 @@ def _mutate(rnd, good):
     # not_before, the plan: trusted as the log is, docs/SECURITY.md).
     b = bytearray(good)
     n, ns, c0, live, hist, rs = _layout(b)
-    fields = [(_NEXT, 8), (_ITEMS, 4), (_FRESH, 4), (_AVAIL, 4), (44, 4), (_ACKED, 4), (52, 4),
-              (_PLAN, 4), (_PLAN + 4, 4), (80, 4), (84, 4)]
+    fields = [
+        (_NEXT, 8),
+        (_ITEMS, 4),
+        (_FRESH, 4),
+        (_AVAIL, 4),
+        (44, 4),
+        (_ACKED, 4),
+        (52, 4),
+        (_PLAN, 4),
+        (_PLAN + 4, 4),
+        (80, 4),
+        (84, 4),
+    ]
     for k in range(ns):
         fields.append((96 + 12 * k + 4, 4))
         fields.append((96 + 12 * k + 8, 4))

@@ -11,8 +11,10 @@ OPTS = {"segment_bytes": 512, "max_payload_bytes": 64, "max_items": 50, "max_seg
 
 
 def _state(q):
-    items = [(i.seq, i.state, i.attempts, i.lease_until_ms, i.not_before_ms, i.payload_len)
-             for i in q.items()]
+    items = [
+        (i.seq, i.state, i.attempts, i.lease_until_ms, i.not_before_ms, i.payload_len)
+        for i in q.items()
+    ]
     payloads = [(i.seq, q.read(i.seq)) for i in q.items()]
     s = q.stats().as_dict()
     del s["recovered_tail_bytes"]
@@ -75,7 +77,9 @@ def test_index_is_ignored_when_the_manifest_changed():
     n = m[28] | m[29] << 8  # item_count: u32 at offset 28 (M1)
     m[28], m[29] = (n + 1) & 0xFF, (n + 1) >> 8
     c = binascii.crc32(bytes(m[0:40])) & 0xFFFFFFFF
-    m[40:44] = bytes([c & 0xFF, (c >> 8) & 0xFF, (c >> 16) & 0xFF, c >> 24])  # a valid manifest CRC
+    m[40:44] = bytes(
+        [c & 0xFF, (c >> 8) & 0xFF, (c >> 16) & 0xFF, c >> 24]
+    )  # a valid manifest CRC
     support.write_file(d + "/queue.manifest", bytes(m))
     assert "queue.index" in support.listdir_sorted(d)
     support.raises(ddq.Corrupt, ddq.Queue, d, clock=clock, index_bytes=0, **OPTS)
@@ -84,8 +88,10 @@ def test_index_is_ignored_when_the_manifest_changed():
     except ddq.Corrupt:
         return
     q.close()
-    raise AssertionError("the index was adopted with another manifest: expected Corrupt as with "
-                         "index_bytes=0, the queue opened")
+    raise AssertionError(
+        "the index was adopted with another manifest: expected Corrupt as with "
+        "index_bytes=0, the queue opened"
+    )
 
 
 class _IndexWriteRaises(ddq.PosixStorage):

@@ -16,8 +16,10 @@ def _need_fixtures():
     try:
         support.file_size(support.FIXTURES + "/basic.json")
     except OSError:
-        raise support.Skip("no C fixtures at %s: DDQ_FIXTURES=DIR (or mprun --fixtures DIR) must "
-                           "name a copy of tests/fixtures/ddq-c" % support.FIXTURES)
+        raise support.Skip(
+            "no C fixtures at %s: DDQ_FIXTURES=DIR (or mprun --fixtures DIR) must "
+            "name a copy of tests/fixtures/ddq-c" % support.FIXTURES
+        )
 
 
 def _load(name):
@@ -48,8 +50,14 @@ def _open_copy(name, clock, meta):
     d = support.tmpdir() + "/q"
     support.copytree(support.FIXTURES + "/" + name, d)
     o = meta["options"]
-    q = ddq.Queue(d, segment_bytes=o["segment_bytes"], max_payload_bytes=o["max_payload_bytes"],
-                  max_items=o["max_items"], max_segments=o["max_segments"], clock=clock)
+    q = ddq.Queue(
+        d,
+        segment_bytes=o["segment_bytes"],
+        max_payload_bytes=o["max_payload_bytes"],
+        max_items=o["max_items"],
+        max_segments=o["max_segments"],
+        clock=clock,
+    )
     return meta, q, d
 
 
@@ -119,6 +127,7 @@ def test_fixture_opening_changes_no_file():
             assert support.file_size(d + "/" + f["name"]) == f["size"], (name, f["name"])
             data = support.read_file(d + "/" + f["name"])
             import hashlib
+
             assert binascii.hexlify(hashlib.sha256(data).digest()).decode() == f["sha256"]
         meta = data = None  # freed before the next fixture is parsed (a small heap)
 
@@ -127,15 +136,16 @@ def test_ddq_directory_reads_with_independent_reader():
     # EVIDENCE-OF: F1 F2 F3 F4 F7 F9 F10 F11 M1 M3 M4 M5 N1 N3 C1 C2 C5 C6 V2 V4 F8
     d = support.tmpdir() + "/q"
     clock = support.FakeClock()
-    q = ddq.Queue(d, segment_bytes=256, max_payload_bytes=16, max_items=4, max_segments=8,
-                  clock=clock)
+    q = ddq.Queue(
+        d, segment_bytes=256, max_payload_bytes=16, max_items=4, max_segments=8, clock=clock
+    )
     seqs = [q.enqueue(b"m%d" % i) for i in range(4)]
     c = q.claim(600000)
     q.ack(c.seq)
     c = q.claim(600000)
     q.retry(c.seq, 5000)
     c = q.claim(600000)
-    q.quarantine(c.seq, "ñ\"\\")
+    q.quarantine(c.seq, 'ñ"\\')
     assert q.compact()
     n5 = q.enqueue(b"five")
     st = q.stats()
@@ -161,7 +171,7 @@ def test_ddq_directory_reads_with_independent_reader():
     state = struct.unpack(ddqfmt.STATE_FMT, recs[1][3])
     assert state[0] == 1 and state[1] == 1 and state[2] == 0 and state[3] == 1767225600000 + 5000
     assert struct.unpack(ddqfmt.STATE_FMT, recs[3][3])[0] == ddqfmt.S_QUARANTINED
-    assert recs[4][3] == "ñ\"\\".encode()
+    assert recs[4][3] == 'ñ"\\'.encode()
     # Segment 0 holds 50+72+50+72 bytes; the 52-byte reason opens segment 1, then DATA 4 (50):
     # the snapshot boundary is at offset 102 of segment 1.
     assert end == 52 + 50, end

@@ -33,7 +33,7 @@ class Rng:
 
 class Model:
     def __init__(self):
-        self.items = {}   # seq -> [state, attempts, lease, nb, payload, reason, swept_lease]
+        self.items = {}  # seq -> [state, attempts, lease, nb, payload, reason, swept_lease]
         self.next = 1
 
     def sweep(self, now, upto=None):
@@ -84,8 +84,9 @@ def _disk(d):
 
 def _check(q, m):
     got = [(i.seq, i.state, i.attempts, i.lease_until_ms, i.not_before_ms) for i in q.items()]
-    want = [(s, m.items[s][0], m.items[s][1], m.items[s][2], m.items[s][3])
-            for s in sorted(m.items)]
+    want = [
+        (s, m.items[s][0], m.items[s][1], m.items[s][2], m.items[s][3]) for s in sorted(m.items)
+    ]
     assert got == want, (got, want)
     s = q.stats()
     assert s.next_seq == m.next, (s.next_seq, m.next)
@@ -98,8 +99,16 @@ def run(seed, steps, d):
     m = Model()
     q = ddq.Queue(d, clock=clock, index_bytes=1, **OPTS)
     gen = 0
-    counts = {"compactions": 0, "full": 0, "reopens": 0, "max_disk": 0, "claims": 0, "purged": 0,
-              "index_opens": 0, "index_tail_records": 0}
+    counts = {
+        "compactions": 0,
+        "full": 0,
+        "reopens": 0,
+        "max_disk": 0,
+        "claims": 0,
+        "purged": 0,
+        "index_opens": 0,
+        "index_tail_records": 0,
+    }
     bound = 2 * OPTS["max_segments"] * OPTS["segment_bytes"] + 96
     last_seq = 0
     for step in range(steps):
@@ -192,9 +201,12 @@ def test_model_random_operations():
     # EVIDENCE-OF: O2 O3 O4 O5 O6 O7 O11 O14 R9 C1 C9 A7 A8 T2 X3 X5
     # On the 140 KiB board of tests/host/test_host_smallheap.py one of its reopens ran out of
     # heap (MemoryError in Queue()); the unix port's default 2 MiB heap runs it whole.
-    support.needs_heap(192 * 1024, "the model of %d random steps and its queue, reopened "
-                       "through queue.index with ddq_recover, ddq_compact and ddq_index "
-                       "loaded" % STEPS)
+    support.needs_heap(
+        192 * 1024,
+        "the model of %d random steps and its queue, reopened "
+        "through queue.index with ddq_recover, ddq_compact and ddq_index "
+        "loaded" % STEPS,
+    )
     d = support.tmpdir() + "/q"
     counts = run(20261130, STEPS, d)
     print("model:", counts)

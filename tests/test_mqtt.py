@@ -57,8 +57,14 @@ class Broker:
 
 def msg(seq, topic="t", payload=b"p", qos=1, retain=False, attempts=0):
     m = ddq_outbox.Message()
-    m.seq, m.topic, m.payload, m.qos, m.retain, m.attempts = seq, topic, payload, qos, retain, \
-        attempts
+    m.seq, m.topic, m.payload, m.qos, m.retain, m.attempts = (
+        seq,
+        topic,
+        payload,
+        qos,
+        retain,
+        attempts,
+    )
     return m
 
 
@@ -70,7 +76,7 @@ def test_T8_packet_id_is_never_zero():
     assert ddq_mqtt.packet_id(65535 * 7 + 1) == 1
     for seq in range(1, 300000, 977):
         assert 0 < ddq_mqtt.packet_id(seq) < 65536
-    assert ddq_mqtt.packet_id(2 ** 64 - 2) != 0
+    assert ddq_mqtt.packet_id(2**64 - 2) != 0
     support.raises(ValueError, ddq_mqtt.encode_publish, b"t", b"", 1, False, False, 0)
 
 
@@ -104,8 +110,9 @@ def test_dup_on_redelivery_and_qos0_needs_no_puback():
     broker = Broker(CONNACK + puback(3))
     link = ddq_mqtt.Sender(connect=broker)
     assert link.send(msg(3, attempts=2)) is True
-    assert bytes(broker.socks[0].tx).endswith(ddq_mqtt.encode_publish(b"t", b"p", 1, False,
-                                                                      True, 3))
+    assert bytes(broker.socks[0].tx).endswith(
+        ddq_mqtt.encode_publish(b"t", b"p", 1, False, True, 3)
+    )
     assert link.send(msg(4, qos=0, retain=True, attempts=5)) is True
     assert bytes(broker.socks[0].tx).endswith(b"\x31\x04\x00\x01tp")
 
@@ -187,8 +194,9 @@ def test_tls_option_wraps_the_socket_with_the_server_name():
     assert tls.names == ["broker.example"], tls.names
     tx = bytes(broker.socks[0].tx)  # written through the wrapper's write()
     assert tx.endswith(ddq_mqtt.encode_publish(b"a/b", b"hi", 1, False, False, 5)), tx
-    other = ddq_mqtt.Sender("10.0.0.7", 9000, connect=Broker(CONNACK), ssl=tls,
-                            server_hostname="broker.example")
+    other = ddq_mqtt.Sender(
+        "10.0.0.7", 9000, connect=Broker(CONNACK), ssl=tls, server_hostname="broker.example"
+    )
     other.connect()
     assert other.port == 9000 and tls.names[-1] == "broker.example", tls.names
     other.close()
@@ -196,8 +204,10 @@ def test_tls_option_wraps_the_socket_with_the_server_name():
 
 def test_tls_handshake_failure_is_an_oserror_and_closes_the_socket():
     # EVIDENCE-OF: E20
-    for fail in (ValueError("The certificate is not correctly signed by the trusted CA"),
-                 OSError(110)):
+    for fail in (
+        ValueError("The certificate is not correctly signed by the trusted CA"),
+        OSError(110),
+    ):
         broker = Broker(CONNACK)
         link = ddq_mqtt.Sender("h", connect=broker, ssl=FakeTLS(fail))
         e = support.raises(OSError, link.send, msg(1))

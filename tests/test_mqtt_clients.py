@@ -62,8 +62,9 @@ class FakeUmqtt:
 
 
 def _ob(**kw):
-    return ddq_outbox.Outbox(support.tmpdir(), clock=support.FakeClock(T0), seed=3,
-                             min_retry_ms=1, max_retry_ms=1, **kw)
+    return ddq_outbox.Outbox(
+        support.tmpdir(), clock=support.FakeClock(T0), seed=3, min_retry_ms=1, max_retry_ms=1, **kw
+    )
 
 
 def test_umqtt_acks_after_publish_with_nodelay_and_the_message_packet_id():
@@ -74,8 +75,12 @@ def test_umqtt_acks_after_publish_with_nodelay_and_the_message_packet_id():
     ob.put("q0", b"zero", qos=0)
     link = ddq_mqtt.Umqtt(c, timeout_ms=2500)
     assert ob.pump(link.send) == 4 and ob.empty()
-    assert c.sent == [(b"t/0", b"m0", False, 1, 1), (b"t/1", b"m1", True, 1, 2),
-                      (b"t/2", b"m2", False, 1, 3), (b"q0", b"zero", False, 0, 0)], c.sent
+    assert c.sent == [
+        (b"t/0", b"m0", False, 1, 1),
+        (b"t/1", b"m1", True, 1, 2),
+        (b"t/2", b"m2", False, 1, 3),
+        (b"q0", b"zero", False, 0, 0),
+    ], c.sent
     assert c.sock.opts == [(6, 1, 1)] and c.sock.timeout == 2.5 and link.connects == 1
     # the packet id follows the seq, never 0: seq 65536 -> 1, as Sender's (iotspool T8)
     m = ddq_outbox.Message()
@@ -195,8 +200,11 @@ def test_mqtt_as_awaits_the_publish_and_a_hung_one_times_out():
 
     assert asyncio.run(ob.run(link.send, idle_ms=1, stop=stop)) == 3
     assert ob.stats()["retried"] == 1
-    assert sorted(c.sent) == [(b"t/0", b"m0", False, 1), (b"t/1", b"m1", False, 1),
-                              (b"t/2", b"m2", False, 1)], c.sent
+    assert sorted(c.sent) == [
+        (b"t/0", b"m0", False, 1),
+        (b"t/1", b"m1", False, 1),
+        (b"t/2", b"m2", False, 1),
+    ], c.sent
     ob.close()
 
 

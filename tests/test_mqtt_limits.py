@@ -92,8 +92,13 @@ def msg(seq, qos=1):
 
 
 def _ob(n, clock=None):
-    ob = ddq_outbox.Outbox(support.tmpdir(), clock=clock or support.FakeClock(T0), seed=7,
-                           min_retry_ms=10, max_retry_ms=10)
+    ob = ddq_outbox.Outbox(
+        support.tmpdir(),
+        clock=clock or support.FakeClock(T0),
+        seed=7,
+        min_retry_ms=10,
+        max_retry_ms=10,
+    )
     for i in range(n):
         ob.put("t/%d" % i, b"m%d" % i)
     return ob
@@ -145,8 +150,13 @@ def test_E29_a_huge_connack_is_refused_from_its_length():
 
 def test_E29_a_huge_puback_or_unexpected_packet_is_refused_for_sender():
     # EVIDENCE-OF: E29 E19
-    for head in (b"\x40" + HUGE, b"\x30" + HUGE, b"\x90\xc8\x01", b"\xd0\x11",
-                 b"\x20\x80\x80\x80\x80"):  # the last: a malformed (5-byte) length
+    for head in (
+        b"\x40" + HUGE,
+        b"\x30" + HUGE,
+        b"\x90\xc8\x01",
+        b"\xd0\x11",
+        b"\x20\x80\x80\x80\x80",
+    ):  # the last: a malformed (5-byte) length
         peer = Peer(CONNACK + head, tail=b"\x00")
         link = ddq_mqtt.Sender(connect=Broker(peer))
         e, peak = _peak(link.send, msg(1))
@@ -225,8 +235,9 @@ def test_E29_a_dribbling_broker_is_bounded_for_the_window_sender_and_pump():
     # EVIDENCE-OF: E29 E25
     clock = support.FakeClock(T0)
     peer = Peer(CONNACK, tail=b"\xd0\x00", dribble=True, clock=clock)
-    link = ddq_mqtt.WindowSender(connect=Broker(peer), inflight_max=4, timeout_ms=3000,
-                                 clock=clock)
+    link = ddq_mqtt.WindowSender(
+        connect=Broker(peer), inflight_max=4, timeout_ms=3000, clock=clock
+    )
     link.publish(msg(1))
     e = support.raises(OSError, link.poll, 60000)
     assert e.args[0] == ETIMEDOUT and clock() - T0 == 3000 and peer.tail_served == 3
@@ -261,10 +272,17 @@ def test_E29_no_ack_without_the_messages_own_puback():
     # Everything but a PUBACK for the message's packet id (1): another id's PUBACK, PUBREC,
     # PUBREL and PUBCOMP carrying id 1, a PUBLISH carrying it, a CONNACK, a PINGRESP, then a
     # PUBACK cut short by the broker closing: nothing may be acked.
-    junk = (puback(0x1234) + b"\x50\x02\x00\x01" + b"\x62\x02\x00\x01" + b"\x70\x02\x00\x01"
-            + b"\x32\x05\x00\x01t\x00\x01" + CONNACK + b"\xd0\x00" + b"\x40\x02\x00")
-    e = support.raises(OSError, ddq_mqtt.Sender(connect=Broker(Peer(CONNACK + junk))).send,
-                       msg(1))
+    junk = (
+        puback(0x1234)
+        + b"\x50\x02\x00\x01"
+        + b"\x62\x02\x00\x01"
+        + b"\x70\x02\x00\x01"
+        + b"\x32\x05\x00\x01t\x00\x01"
+        + CONNACK
+        + b"\xd0\x00"
+        + b"\x40\x02\x00"
+    )
+    e = support.raises(OSError, ddq_mqtt.Sender(connect=Broker(Peer(CONNACK + junk))).send, msg(1))
     assert e.args[0] == ECONNRESET, e.args
     link = ddq_mqtt.WindowSender(connect=Broker(Peer(CONNACK + junk)), inflight_max=4)
     link.publish(msg(1))
@@ -339,7 +357,8 @@ def test_E29_over_real_tcp_a_huge_connack_and_a_silent_broker():
     try:
         link = ddq_mqtt.Sender(connect=lambda: c, timeout_ms=100)
         e = support.raises(OSError, link.send, msg(1))
-        assert link.sock is None and (e.args[0] in (ETIMEDOUT, 11) or "timed out" in str(e)), \
+        assert link.sock is None and (e.args[0] in (ETIMEDOUT, 11) or "timed out" in str(e)), (
             e.args
+        )
     finally:
         b.close()

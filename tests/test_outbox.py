@@ -91,23 +91,46 @@ def _pending(d, **kw):
 
 def test_envelope_layout_bytes():
     # EVIDENCE-OF: E1
-    b = ddq_outbox.encode_envelope("t/1", b"hi", qos=1, retain=True, enqueued_ms=0x0102030405,
-                            ttl_ms=1000, key=b"k")
-    exp = (b"DE\x01\x03\x01\x03\x00\xe8\x03\x00\x00\x05\x04\x03\x02\x01\x00\x00\x00"
-           + b"k" + b"t/1" + b"hi")
+    b = ddq_outbox.encode_envelope(
+        "t/1", b"hi", qos=1, retain=True, enqueued_ms=0x0102030405, ttl_ms=1000, key=b"k"
+    )
+    exp = (
+        b"DE\x01\x03\x01\x03\x00\xe8\x03\x00\x00\x05\x04\x03\x02\x01\x00\x00\x00"
+        + b"k"
+        + b"t/1"
+        + b"hi"
+    )
     assert b == exp, b
     assert len(ddq_outbox.encode_envelope("t", b"")) == 20
 
 
 def test_envelope_round_trip():
     # EVIDENCE-OF: E1 E4
-    b = ddq_outbox.encode_envelope("a/b/c", b"\x00payload", qos=0, retain=False, enqueued_ms=T0,
-                            ttl_ms=5, key=b"id-1", orig_seq=42)
+    b = ddq_outbox.encode_envelope(
+        "a/b/c",
+        b"\x00payload",
+        qos=0,
+        retain=False,
+        enqueued_ms=T0,
+        ttl_ms=5,
+        key=b"id-1",
+        orig_seq=42,
+    )
     m = ddq_outbox.decode_envelope(b)
-    assert (m.topic, m.payload, m.qos, m.retain, m.enqueued_ms, m.ttl_ms, m.key, m.orig_seq) \
-        == ("a/b/c", b"\x00payload", 0, False, T0, 5, b"id-1", 42)
+    assert (m.topic, m.payload, m.qos, m.retain, m.enqueued_ms, m.ttl_ms, m.key, m.orig_seq) == (
+        "a/b/c",
+        b"\x00payload",
+        0,
+        False,
+        T0,
+        5,
+        b"id-1",
+        42,
+    )
     assert m.seq == 0 and m.attempts == 0
-    m = ddq_outbox.decode_envelope(bytearray(ddq_outbox.encode_envelope(b"\xc3\xa9t\xc3\xa9", b"", 1, True)))
+    m = ddq_outbox.decode_envelope(
+        bytearray(ddq_outbox.encode_envelope(b"\xc3\xa9t\xc3\xa9", b"", 1, True))
+    )
     assert m.topic == "\u00e9t\u00e9" and m.retain and m.qos == 1 and m.orig_seq == 0
 
 
@@ -128,7 +151,7 @@ def test_envelope_encode_rejects_bad_fields():
         (("t", b"x"), {"retain": 5}),
         (("t", b"x"), {"key": b"k" * 256}),
         (("t", b"x"), {"ttl_ms": -1}),
-        (("t", b"x"), {"ttl_ms": 2 ** 32}),
+        (("t", b"x"), {"ttl_ms": 2**32}),
         (("t", b"x"), {"orig_seq": -1}),
         (("t", 5), {}),
         ((None, b"x"), {}),
@@ -192,7 +215,9 @@ def test_get_quarantines_bad_envelopes_and_nothing_is_lost():
     assert got == [a, c], got
     dead = ob.dead_letters()
     assert [m.seq for m in dead] == [raw, d]
-    assert dead[0].reason.startswith(b"corrupt: envelope: ") and dead[0].payload == b"not an envelope"
+    assert (
+        dead[0].reason.startswith(b"corrupt: envelope: ") and dead[0].payload == b"not an envelope"
+    )
     assert dead[1].reason == b"corrupt: envelope: sha256 mismatch"
     assert ob.queue.read(d) == bytes(tampered)  # kept byte for byte
     assert ob.stats()["corrupt"] == 2 and ob.stats()["quarantined_by_reason"] == {"corrupt": 2}
@@ -219,7 +244,7 @@ def test_T29_enqueue_time_and_ttl_are_recorded():
 def test_backoff_bounds_and_mean():
     # EVIDENCE-OF: E8
     b = ddq_outbox.Backoff(1000, 60000, seed=99)
-    n, total, lo, hi = 20000, 0, 10 ** 9, -1
+    n, total, lo, hi = 20000, 0, 10**9, -1
     for _ in range(n):
         v = b.delay(0)
         assert 0 <= v <= 1000
@@ -241,12 +266,21 @@ def test_backoff_bounds_and_mean():
 def test_backoff_cap_doubles_up_to_the_ceiling():
     # EVIDENCE-OF: E8
     b = ddq_outbox.Backoff(1000, 60000, seed=1)
-    assert [b.cap(a) for a in range(9)] == [1000, 2000, 4000, 8000, 16000, 32000, 60000, 60000,
-                                            60000]
-    assert b.cap(10 ** 6) == 60000
-    b = ddq_outbox.Backoff(1, 2 ** 32 - 1, seed=1)
-    assert b.cap(31) == 2 ** 31 and b.cap(32) == 2 ** 32 - 1 and b.cap(400) == 2 ** 32 - 1
-    assert 0 <= b.delay(400) <= 2 ** 32 - 1
+    assert [b.cap(a) for a in range(9)] == [
+        1000,
+        2000,
+        4000,
+        8000,
+        16000,
+        32000,
+        60000,
+        60000,
+        60000,
+    ]
+    assert b.cap(10**6) == 60000
+    b = ddq_outbox.Backoff(1, 2**32 - 1, seed=1)
+    assert b.cap(31) == 2**31 and b.cap(32) == 2**32 - 1 and b.cap(400) == 2**32 - 1
+    assert 0 <= b.delay(400) <= 2**32 - 1
     support.raises(ddq.InvalidArgument, ddq_outbox.Backoff, 0, 10)
     support.raises(ddq.InvalidArgument, ddq_outbox.Backoff, 100, 10)
 
@@ -394,7 +428,7 @@ def test_ttl_expiry_quarantines_with_reason_expired():
     m = ob.get()
     assert m.seq == b and m.age_ms == 400
     ob.ack(m)
-    clock.advance(10 ** 9)
+    clock.advance(10**9)
     m = ob.get()
     assert m.seq == c
     ob.ack(m)
@@ -446,9 +480,10 @@ def test_next_ready_ms():
 
 def test_T5_deadlines_across_the_32_bit_wrap():
     # EVIDENCE-OF: E11 T3
-    for start in (2 ** 31 - 700, 2 ** 32 - 700, 2 ** 32 + 2 ** 31 - 700):
-        ob, clock = _ob(clock=support.FakeClock(start), min_retry_ms=1000, max_retry_ms=1000,
-                        seed=4)
+    for start in (2**31 - 700, 2**32 - 700, 2**32 + 2**31 - 700):
+        ob, clock = _ob(
+            clock=support.FakeClock(start), min_retry_ms=1000, max_retry_ms=1000, seed=4
+        )
         s = ob.put("t", b"x")
         m = ob.get()
         delay = ob.nack(m)
@@ -467,7 +502,7 @@ def test_next_ready_ms_clock_moved_back_is_due_now():
     ob, clock = _ob(min_retry_ms=1000, max_retry_ms=1000, seed=4)
     ob.put("t", b"x")
     ob.nack(ob.get())
-    clock.advance(-(2 ** 32))  # the retry deadline is now more than 2**32 ms ahead
+    clock.advance(-(2**32))  # the retry deadline is now more than 2**32 ms ahead
     assert ob.next_ready_ms() == 0 and ob.get() is not None
     ob.close()
 
@@ -598,15 +633,17 @@ def test_dead_letters_requeue_round_trip_across_restart():
     ob.reject(ob.get(), "bad")
     m = ob.get()
     ob.nack(m)
-    clock.advance(10 ** 6)
+    clock.advance(10**6)
     ob.reject(ob.get(), "also bad")
     ob.close()
     clock.advance(5000)
     ob, clock = _ob(d, clock=clock)
     dead = ob.dead_letters()
-    assert [(x.seq, x.reason, x.attempts, x.topic) for x in dead] == \
-        [(a, b"rejected: bad", 0, "t/a"), (b, b"rejected: also bad", 1, "t/b")]
-    assert dead[0].age_ms == 10 ** 6 + 5000
+    assert [(x.seq, x.reason, x.attempts, x.topic) for x in dead] == [
+        (a, b"rejected: bad", 0, "t/a"),
+        (b, b"rejected: also bad", 1, "t/b"),
+    ]
+    assert dead[0].age_ms == 10**6 + 5000
     n = ob.requeue(a)
     assert len(n) == 1 and n[0] > b
     assert [x.seq for x in ob.dead_letters()] == [b]
@@ -615,8 +652,16 @@ def test_dead_letters_requeue_round_trip_across_restart():
     ob, clock = _ob(d, clock=clock)
     assert [x.seq for x in ob.dead_letters()] == [b]
     m = ob.get()
-    assert (m.seq, m.topic, m.payload, m.key, m.qos, m.retain, m.orig_seq, m.attempts) == \
-        (n[0], "t/a", b"A", b"key-a", 0, True, a, 0)
+    assert (m.seq, m.topic, m.payload, m.key, m.qos, m.retain, m.orig_seq, m.attempts) == (
+        n[0],
+        "t/a",
+        b"A",
+        b"key-a",
+        0,
+        True,
+        a,
+        0,
+    )
     assert m.age_ms == 0  # a fresh enqueue time
     n2 = ob.requeue()
     assert len(n2) == 1 and ob.dead_letters() == [] and ob.requeue() == []
@@ -699,10 +744,10 @@ def test_group_commit_sync_every():
 
 def test_group_commit_interval_uses_ticks_across_the_wrap():
     # EVIDENCE-OF: D3 D4 E15
-    t = [2 ** 30 - 400]
+    t = [2**30 - 400]
 
     def ticks():
-        return t[0] % 2 ** 30
+        return t[0] % 2**30
 
     d, fs = support.tmpdir(), CrashFS()
     ob, clock = _ob(d, storage=fs, sync_interval_ms=1000, ticks=ticks)
@@ -717,7 +762,7 @@ def test_group_commit_interval_uses_ticks_across_the_wrap():
     t[0] += 5000  # idle: nothing unsynced, no sync needed
     ob.put("t", b"3")
     assert ob.durable_seq == 2
-    t[0] += 2 ** 29 + 5  # past the ticks_diff window: a negative difference syncs too
+    t[0] += 2**29 + 5  # past the ticks_diff window: a negative difference syncs too
     ob.put("t", b"4")
     assert ob.durable_seq == 4
     ob.close()
@@ -914,9 +959,16 @@ def test_stats_survive_restart_where_derivable():
 def test_outbox_options_are_checked():
     # EVIDENCE-OF: E7 E13 O8
     d = support.tmpdir()
-    for kw in ({"capacity": "evict"}, {"expired": "keep"}, {"lease_ms": 0}, {"max_attempts": -1},
-               {"min_retry_ms": 0}, {"max_retry_ms": 1}, {"sync_every": -1},
-               {"max_topic_bytes": 0}):
+    for kw in (
+        {"capacity": "evict"},
+        {"expired": "keep"},
+        {"lease_ms": 0},
+        {"max_attempts": -1},
+        {"min_retry_ms": 0},
+        {"max_retry_ms": 1},
+        {"sync_every": -1},
+        {"max_topic_bytes": 0},
+    ):
         support.raises(ddq.InvalidArgument, ddq_outbox.Outbox, d, **kw)
     ob, clock = _ob(d, max_topic_bytes=4)
     support.raises(ddq.InvalidArgument, ob.put, "12345", b"x")
@@ -938,17 +990,18 @@ def test_lapsed_leases_count_as_attempts_so_a_poison_message_is_dead_lettered():
     for boot in range(2):
         m = ob.get()
         assert m.seq == seq and m.attempts == boot, (boot, m.attempts)
-        ob.queue.close()                       # the device dies while sending: no ack, no nack
-        ob, _ = _ob(d, clock=clock, lease_ms=1000, max_attempts=3, min_retry_ms=10,
-                    max_retry_ms=10)
-        clock.advance(1000)                    # the lease runs out
+        ob.queue.close()  # the device dies while sending: no ack, no nack
+        ob, _ = _ob(
+            d, clock=clock, lease_ms=1000, max_attempts=3, min_retry_ms=10, max_retry_ms=10
+        )
+        clock.advance(1000)  # the lease runs out
         clock.advance(10)
-    m = ob.get()                               # the third claim
+    m = ob.get()  # the third claim
     assert m.seq == seq and m.attempts == 2
     ob.queue.close()
     ob, _ = _ob(d, clock=clock, lease_ms=1000, max_attempts=3, min_retry_ms=10, max_retry_ms=10)
     clock.advance(1000)
-    m = ob.get()                               # the lapse makes 3 attempts: dead letter
+    m = ob.get()  # the lapse makes 3 attempts: dead letter
     assert m.payload == b"fine"
     dl = ob.dead_letters()
     assert [x.seq for x in dl] == [seq] and dl[0].reason == b"max_attempts: lease expired"
@@ -983,8 +1036,13 @@ class _Win:
 def test_E26_raw_payloads_forced_qos_and_expired_sent_anyway():
     # EVIDENCE-OF: E26 E27 E7
     events = []
-    ob, clock = _ob(raw=True, qos=1, expired="send", ttl_ms=1000,
-                    report=lambda what, seq, why: events.append((what, seq, why)))
+    ob, clock = _ob(
+        raw=True,
+        qos=1,
+        expired="send",
+        ttl_ms=1000,
+        report=lambda what, seq, why: events.append((what, seq, why)),
+    )
     a = ob.put("t/a", b"A", qos=0)
     r = ob.queue.enqueue(b"raw \x00 bytes")  # written with plain ddq.Queue: no envelope
     z = ob.queue.enqueue(ddq_outbox.encode_envelope("t/z", b"Z", enqueued_ms=0, ttl_ms=5))
@@ -1031,8 +1089,12 @@ def test_E26_lapsed_reclaim_takes_a_lapsed_claim_as_it_is():
 def test_E26_failure_stop_retries_at_once_and_ends_the_loop():
     # EVIDENCE-OF: E26 E17 E25 E4
     events = []
-    ob, clock = _ob(failure="stop", min_retry_ms=60000, max_retry_ms=60000,
-                    report=lambda what, seq, why: events.append((what, seq)))
+    ob, clock = _ob(
+        failure="stop",
+        min_retry_ms=60000,
+        max_retry_ms=60000,
+        report=lambda what, seq, why: events.append((what, seq)),
+    )
     seqs = [ob.put("t/%d" % i, b"%d" % i) for i in range(6)]
     calls = []
 
@@ -1080,7 +1142,9 @@ def test_E26_failure_stop_ends_the_asyncio_loop_too():
             n = asyncio.run(ob.run(w))
         else:
             first = seqs[0]
-            n = asyncio.run(ob.run(lambda m, first=first: m.seq == first))  # only a failure ends it
+            n = asyncio.run(
+                ob.run(lambda m, first=first: m.seq == first)
+            )  # only a failure ends it
         assert ob.counters["failed"] == (2 if window else 1), window
         assert n == (0 if window else 1) and ob.qsize() == (4 if window else 3)
         assert ob.next_ready_ms() == 0

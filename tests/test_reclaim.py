@@ -18,8 +18,11 @@ def _lcg(x):
 
 
 def _state(q):
-    return [(i.seq, i.state, i.attempts, i.lease_until_ms, i.not_before_ms, i.payload_len)
-            for i in q.items() if i.state != "acked"]
+    return [
+        (i.seq, i.state, i.attempts, i.lease_until_ms, i.not_before_ms, i.payload_len)
+        for i in q.items()
+        if i.state != "acked"
+    ]
 
 
 def _run(d, step, rounds, backlog, seed):
@@ -161,6 +164,7 @@ def test_a_staged_generation_is_abandoned_by_close_and_compact():
 def test_the_reclaim_module_is_loaded_only_for_a_staged_queue():
     # EVIDENCE-OF: C13
     import sys
+
     was = "ddq_reclaim" in sys.modules
     d = support.tmpdir() + "/q"
     q = ddq.Queue(d, clock=support.FakeClock(T0), **OPTS)  # reclaim_step=0: inline only
@@ -205,8 +209,9 @@ class _Counting(ddq.PosixStorage):
 
 
 def _gens(d):
-    return sorted(set(int(n[11:31]) for n in support.listdir_sorted(d)
-                      if n.startswith("generation-")))
+    return sorted(
+        set(int(n[11:31]) for n in support.listdir_sorted(d) if n.startswith("generation-"))
+    )
 
 
 def test_each_call_of_a_build_does_bounded_work_and_leaves_a_valid_directory():

@@ -19,10 +19,10 @@ def test_dir_sync_failure_after_publish_keeps_the_new_generation():
     q.claim(1000)
     q.ack(1)
     q.enqueue(b"two")
-    fs.arm("sync_dir", after=3)   # migration manifest, marker, staged data; then the publish
+    fs.arm("sync_dir", after=3)  # migration manifest, marker, staged data; then the publish
     e = None
     try:
-        q.enqueue(b"three")       # max_items: compaction
+        q.enqueue(b"three")  # max_items: compaction
     except ddq.IOFailure as x:
         e = x
     q.close()
@@ -69,6 +69,7 @@ def test_lock_key_is_normalised():
 def test_wide_memoryview_payload_is_stored_whole():
     # EVIDENCE-OF: O1 O8
     from array import array
+
     mv = memoryview(array("I", [1, 2]))
     if not hasattr(mv, "itemsize"):
         raise support.Skip("memoryview has no itemsize here")
@@ -127,13 +128,13 @@ class _Recorder(ddq.PosixStorage):
         self.renames += 1
         if self.renames != self.nth or self.how is None:
             return super().rename(src, dst)
-        if self.how == "after":        # the rename happened, the call still reports an error
+        if self.how == "after":  # the rename happened, the call still reports an error
             super().rename(src, dst)
             raise OSError(5, "injected error after rename")
-        if self.how == "fat":          # FAT: dst removed first, then the rename itself failed
+        if self.how == "fat":  # FAT: dst removed first, then the rename itself failed
             self.remove(dst)
             raise OSError(5, "injected error between remove and rename")
-        if self.how == "dirsync":      # the rename is fine; the directory sync after it fails
+        if self.how == "dirsync":  # the rename is fine; the directory sync after it fails
             super().rename(src, dst)
             self.fail_dir = True
 
@@ -255,13 +256,13 @@ def test_torture_truncated_non_last_segment_is_corrupt():
     opts = {"segment_bytes": 256, "max_payload_bytes": 128, "max_items": 8, "max_segments": 16}
     d = support.tmpdir() + "/q"
     q = ddq.Queue(d, clock=support.FakeClock(T0), **opts)
-    q.enqueue(b"p" * 100)          # DATA 148 bytes at 0
-    q.enqueue(b"0123456789")       # DATA 58: 206
-    q.claim(1000)                  # CLAIM 48: segment 0 is 254 bytes
-    q.enqueue(b"0123456789")       # segment 1: DATA 58 at 0
-    q.claim(1000)                  # CLAIM at 58
-    q.ack(2)                       # ACK at 106; segment 1 is 154 bytes
-    q.enqueue(b"p" * 100)          # 148 bytes do not fit: segment 2
+    q.enqueue(b"p" * 100)  # DATA 148 bytes at 0
+    q.enqueue(b"0123456789")  # DATA 58: 206
+    q.claim(1000)  # CLAIM 48: segment 0 is 254 bytes
+    q.enqueue(b"0123456789")  # segment 1: DATA 58 at 0
+    q.claim(1000)  # CLAIM at 58
+    q.ack(2)  # ACK at 106; segment 1 is 154 bytes
+    q.enqueue(b"p" * 100)  # 148 bytes do not fit: segment 2
     q.close()
     seg0, seg1 = d + "/segment-00000000000000000000.log", d + "/segment-00000000000000000001.log"
     data = support.read_file(seg1)
@@ -291,8 +292,8 @@ def test_torture_zero_footer_before_a_zero_tail_is_torn():
     # only on the very last record and a zero tail only from a record boundary.
     d = support.tmpdir() + "/q"
     q = ddq.Queue(d, clock=support.FakeClock(T0), **OPTS)
-    q.enqueue(b"one")               # 51 bytes at 0
-    q.enqueue(b"two")               # 51 bytes at 51
+    q.enqueue(b"one")  # 51 bytes at 0
+    q.enqueue(b"two")  # 51 bytes at 51
     q.close()
     seg = d + "/segment-00000000000000000000.log"
     data = support.read_file(seg)

@@ -10,8 +10,10 @@ import support
 # 6 of 16 passed in 140 KiB with no test runner at all (ddq, ddq_salvage and the module:
 # 68 KB imported before a test; ddq_recover, ddq_compact, ddq_extra: 25 KB more),
 # none beside `ddq test`'s runner (32 KB); 15 in 256 KiB, all 16 in 320 KiB.
-_SALVAGE_HEAP = ("ddq_salvage's salvage of damaged queues (ddq, ddq_salvage and this module: "
-                 "68 KB imported; open and compaction modules 25 KB) beside the test runner")
+_SALVAGE_HEAP = (
+    "ddq_salvage's salvage of damaged queues (ddq, ddq_salvage and this module: "
+    "68 KB imported; open and compaction modules 25 KB) beside the test runner"
+)
 support.needs_heap(320 * 1024, _SALVAGE_HEAP)
 import ddq
 import ddq_salvage
@@ -67,7 +69,14 @@ def _state(q):
         if i.state == "acked":
             continue
         r = q.reason(i.seq) if i.state == "quarantined" else None
-        out[i.seq] = (i.state, i.attempts, i.lease_until_ms, i.not_before_ms, bytes(q.read(i.seq)), r)
+        out[i.seq] = (
+            i.state,
+            i.attempts,
+            i.lease_until_ms,
+            i.not_before_ms,
+            bytes(q.read(i.seq)),
+            r,
+        )
     return out
 
 
@@ -235,6 +244,7 @@ def test_salvage_lost_segment_file():
         n = _segments(d)[1]
         support.write_file(d + "/junk", b"")
         import os
+
         os.remove(d + "/" + n)
         removed.append(n)
         return set(k for k, r in enumerate(log) if r[0] == n)
@@ -274,7 +284,9 @@ def test_salvage_torn_tail_is_not_damage():
     support.write_file(d + "/" + n, b + b"\xff" * 50 + b"x" + b"\xff" * 49)
     out = support.tmpdir() + "/out"
     rep = ddq_salvage.salvage(d, out, **OPTS)
-    assert rep["status"] == "salvaged_with_loss" and rep["damaged"] == [[n, len(b), len(b) + 100]], rep
+    assert rep["status"] == "salvaged_with_loss" and rep["damaged"] == [
+        [n, len(b), len(b) + 100]
+    ], rep
     # damage after every DATA: every item not quarantined may have lost records (K3)
     assert rep["reset"] == sorted(s for s in truth if truth[s][0] != "quarantined"), rep
 
@@ -304,6 +316,7 @@ def test_salvage_damaged_manifest_keeps_next_seq():
     _check_out(out, truth, 9)
     # the manifest gone too: items kept, next_seq from the highest seq seen (SV5's floor)
     import os
+
     os.remove(d + "/queue.manifest")
     out2 = support.tmpdir() + "/out2"
     rep = ddq_salvage.salvage(d, out2, **OPTS)
@@ -326,6 +339,7 @@ def test_salvage_nothing_usable():
     assert rep["status"] == "nothing_usable" and rep["damaged"], rep
     try:
         import os
+
         os.stat(out)
         raise AssertionError("nothing_usable wrote " + out)
     except OSError:
@@ -376,7 +390,9 @@ def _aside_ok(d, image):
     for n, b in image:
         if ddq.parse_segment_name(n) is None:
             continue
-        kept = [m for m in now if m.startswith("salvaged-") and m.endswith("-" + n) and now[m] == b]
+        kept = [
+            m for m in now if m.startswith("salvaged-") and m.endswith("-" + n) and now[m] == b
+        ]
         assert kept or now.get(n) == b, ("damage not kept aside", n, sorted(now))
 
 
@@ -549,7 +565,9 @@ def _cut_every_step(image, exp, nxt):
         cut = _CutAt(k)
         cut.arm()
         try:
-            q = ddq.Queue(d, clock=support.FakeClock(T0), storage=cut, on_corrupt="salvage", **OPTS)
+            q = ddq.Queue(
+                d, clock=support.FakeClock(T0), storage=cut, on_corrupt="salvage", **OPTS
+            )
             q.close()
             steps = k - 1
             support.rmtree(d)
@@ -573,14 +591,15 @@ def _cut_every_step(image, exp, nxt):
     assert steps > 10, steps
 
 
-
 def test_salvage_on_open_without_room_goes_beside():
     # EVIDENCE-OF: K11
     # 16 items survive but the queue is opened with max_items 12: no room in place, so the
     # salvage goes into <path>.salvaged, the directory is left as it was and Corrupt names it.
     d, truth, nxt, exp, lost, reset, image = _damaged()
     small = dict(OPTS, max_items=12)
-    e = support.raises(ddq.Corrupt, ddq.Queue, d, clock=support.FakeClock(T0), on_corrupt="salvage", **small)
+    e = support.raises(
+        ddq.Corrupt, ddq.Queue, d, clock=support.FakeClock(T0), on_corrupt="salvage", **small
+    )
     assert d + ".salvaged" in str(e), str(e)
     assert _files(d) == image
     q = ddq.Queue(d + ".salvaged", clock=support.FakeClock(T0), **OPTS)
@@ -589,7 +608,9 @@ def test_salvage_on_open_without_room_goes_beside():
     finally:
         q.close()
     # a second try does not overwrite it
-    e = support.raises(ddq.Corrupt, ddq.Queue, d, clock=support.FakeClock(T0), on_corrupt="salvage", **small)
+    e = support.raises(
+        ddq.Corrupt, ddq.Queue, d, clock=support.FakeClock(T0), on_corrupt="salvage", **small
+    )
     assert "exists" in str(e), str(e)
     assert _files(d) == image
 
@@ -599,6 +620,7 @@ def test_salvage_on_open_outbox():
     # The message layer passes on_corrupt through; its stats() reports the salvage, and the
     # intact messages are delivered.
     import ddq_outbox
+
     d = support.tmpdir() + "/ob"
     ob = ddq_outbox.Outbox(d, clock=support.FakeClock(T0), seed=7, **OPTS)
     for i in range(12):
@@ -797,11 +819,15 @@ def test_salvage_resync_is_linear():
     for frames in (False, True):
         for size in (16384, 65536):
             d = support.tmpdir()
-            support.write_file(d + "/" + ddq.segment_name(0, 0),
-                               salvage_craft.segment("frames" if frames else "headers", size))
+            support.write_file(
+                d + "/" + ddq.segment_name(0, 0),
+                salvage_craft.segment("frames" if frames else "headers", size),
+            )
             # a next segment: the crafted one is not the log's end (no torn-tail reading, R11)
-            support.write_file(d + "/" + ddq.segment_name(0, 1),
-                               ddq_salvage.encode_record(T_DATA, 2, 0, b"second"))
+            support.write_file(
+                d + "/" + ddq.segment_name(0, 1),
+                ddq_salvage.encode_record(T_DATA, 2, 0, b"second"),
+            )
             fs = salvage_craft.Counting()
             o = dict(OPTS, segment_bytes=size, max_payload_bytes=size - 48)
             rep = ddq_salvage.salvage(d, support.tmpdir() + "/out", storage=fs, **o)

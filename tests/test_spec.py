@@ -26,16 +26,21 @@ def test_worked_record_bytes():
     q.ack(1)
     q.close()
     data = support.read_file(d + "/" + ddq.segment_name(0, 0))
-    want_data = ("44514731010001000100000000000000000000000000000005000000350000008793"
-                 "77a500000000616c706861434d495435000000")
-    want_ack = ("445147310100030001000000000000000000000000000000000000003000000"
-                "07fdb092800000000434d495430000000")
+    want_data = (
+        "44514731010001000100000000000000000000000000000005000000350000008793"
+        "77a500000000616c706861434d495435000000"
+    )
+    want_ack = (
+        "445147310100030001000000000000000000000000000000000000003000000"
+        "07fdb092800000000434d495430000000"
+    )
     assert binascii.hexlify(data[0:53]).decode() == want_data
     assert binascii.hexlify(data[101:149]).decode() == want_ack
     m = ddq.encode_manifest(1, 13, 1, 0, 0)
     assert binascii.hexlify(m).decode() == (
         "4444514d0100300001000000000000000d0000000000000001000000000000000000000000000000"
-        "b7154d0f00000000")
+        "b7154d0f00000000"
+    )
 
 
 def test_leftover_cut_is_adopted_or_dropped():
@@ -56,6 +61,7 @@ def test_leftover_cut_is_adopted_or_dropped():
     # FAT's rename-over removed the original first: the complete .cut is the segment.
     support.write_file(seg + ".cut", data[:51])
     import os
+
     os.remove(seg)
     q = _q(d)
     assert q.stats().total_items == 1 and q.read(1) == b"one"
@@ -105,7 +111,7 @@ def test_unsynced_records_are_read_without_a_sync():
     assert q.read(1) == b"synced" and q.read(2) == b"group"
     assert fs.calls.get("sync", 0) == n  # served from the synced file and from RAM
     q.quarantine(c.seq, b"why")
-    assert q.reason(c.seq) == b"why"   # not a DATA record: the segment is synced first
+    assert q.reason(c.seq) == b"why"  # not a DATA record: the segment is synced first
     assert fs.calls.get("sync", 0) == n + 1
     q.close()
     q = _q(d)
@@ -120,7 +126,7 @@ def test_rotation_syncs_the_finished_segment():
     q = ddq.Queue(d, storage=fs, clock=support.FakeClock(T0), sync="none", **OPTS)
     n = fs.calls.get("sync", 0)
     for _ in range(5):
-        q.enqueue(b"x" * 60)           # 108 bytes each: four to a segment
+        q.enqueue(b"x" * 60)  # 108 bytes each: four to a segment
     assert q.stats().segment_count == 2
     assert fs.calls.get("sync", 0) == n + 1 and q.durable_seq == 4
     q.close()
@@ -139,9 +145,18 @@ def test_max_items_with_nothing_acked_is_full():
 
 def test_error_codes():
     # EVIDENCE-OF: O19
-    codes = {ddq.InvalidArgument: -1, ddq.IOFailure: -2, ddq.Corrupt: -3, ddq.Locked: -4,
-             ddq.TooLarge: -6, ddq.Full: -7, ddq.NotFound: -8, ddq.BadState: -9,
-             ddq.BufferTooSmall: -10, ddq.Limit: -11}
+    codes = {
+        ddq.InvalidArgument: -1,
+        ddq.IOFailure: -2,
+        ddq.Corrupt: -3,
+        ddq.Locked: -4,
+        ddq.TooLarge: -6,
+        ddq.Full: -7,
+        ddq.NotFound: -8,
+        ddq.BadState: -9,
+        ddq.BufferTooSmall: -10,
+        ddq.Limit: -11,
+    }
     for cls, code in codes.items():
         assert issubclass(cls, ddq.Error) and cls.code == code, cls
 
@@ -181,10 +196,10 @@ def test_claim_seq_takes_an_available_item_due_or_not():
     q.enqueue(b"a")
     q.enqueue(b"b")
     c = q.claim(1000)
-    q.retry(c.seq, 60000)                 # 1 backs off for a minute
-    c = q.claim_seq(1, 5000)              # taken anyway
+    q.retry(c.seq, 60000)  # 1 backs off for a minute
+    c = q.claim_seq(1, 5000)  # taken anyway
     assert c.seq == 1 and c.attempts == 1 and c.lease_until_ms == T0 + 5000
-    support.raises(ddq.BadState, q.claim_seq, 1, 5000)   # claimed, live
+    support.raises(ddq.BadState, q.claim_seq, 1, 5000)  # claimed, live
     support.raises(ddq.NotFound, q.claim_seq, 9, 5000)
     clock.advance(5000)
     assert q.claim_seq(1, 5000).seq == 1  # an expired lease is swept first
@@ -206,7 +221,7 @@ class _Order(FaultStorage):
         super().sync_dir(path)
 
     def remove(self, path):
-        self.log.append("remove " + path[path.rfind("/") + 1:])
+        self.log.append("remove " + path[path.rfind("/") + 1 :])
         super().remove(path)
 
 
@@ -251,11 +266,13 @@ def test_lock_socket_is_named_by_device_and_inode():
     # EVIDENCE-OF: L2
     try:
         import fcntl  # noqa: F401
+
         raise support.Skip("flock on queue.lock is the lock here (L1)")
     except ImportError:
         pass
     import os
     import struct
+
     try:
         import socket
     except ImportError:  # bare metal: no socket module, L3 is the only exclusion
@@ -291,9 +308,14 @@ def test_recovery_reads_segment_names_as_parse_segment_name():
     for k in range(8):
         q.enqueue(b"%d" % k * 60)
     q.close()
-    near = ["segment-0000000000000000000x.log", "segment-+0000000000000000001.log",
-            "segment-99999999999999999999.log", "segment-00000000000000000001.lo",
-            "generation-%020d-segment-%020d.log" % (0, 1), "segment-%020d.log.txt" % 2]
+    near = [
+        "segment-0000000000000000000x.log",
+        "segment-+0000000000000000001.log",
+        "segment-99999999999999999999.log",
+        "segment-00000000000000000001.lo",
+        "generation-%020d-segment-%020d.log" % (0, 1),
+        "segment-%020d.log.txt" % 2,
+    ]
     for name in near:
         support.write_file(d + "/" + name, b"not a segment")
     q = ddq.Queue(d, clock=support.FakeClock(T0), **o)

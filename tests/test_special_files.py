@@ -46,13 +46,17 @@ def _make(kind, d, name, target=None):
         if fn is not None:
             fn(p) if kind == "fifo" else fn(target, p)
         elif hasattr(os, "system"):
-            os.system(("mkfifo '%s'" % p if kind == "fifo" else "ln -s '%s' '%s'" % (target, p))
-                      + " 2>/dev/null")
+            os.system(
+                ("mkfifo '%s'" % p if kind == "fifo" else "ln -s '%s' '%s'" % (target, p))
+                + " 2>/dev/null"
+            )
     except OSError:
         pass
     want = 0o010000 if kind == "fifo" else 0o120000
     if _entry_type(d, name) != want:
-        raise support.Skip("this filesystem holds no %s" % ("FIFO" if kind == "fifo" else "symlink"))
+        raise support.Skip(
+            "this filesystem holds no %s" % ("FIFO" if kind == "fifo" else "symlink")
+        )
 
 
 def _refused(d, what):

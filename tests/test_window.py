@@ -41,8 +41,8 @@ class WinSock:
                     break
             if j + n > len(self.buf):
                 return
-            h, body = self.buf[0], bytes(self.buf[j:j + n])
-            self.buf[0:j + n] = b""
+            h, body = self.buf[0], bytes(self.buf[j : j + n])
+            self.buf[0 : j + n] = b""
             self.packet(h, body)
 
     def packet(self, h, body):
@@ -52,7 +52,7 @@ class WinSock:
         elif t == 0x30 and h & 0x06:
             tl = (body[0] << 8) | body[1]
             pid = (body[2 + tl] << 8) | body[3 + tl]
-            self.b.log.append((pid, bool(h & 0x08), body[2:2 + tl].decode(), body[4 + tl:]))
+            self.b.log.append((pid, bool(h & 0x08), body[2 : 2 + tl].decode(), body[4 + tl :]))
             self.b.max_waiting = max(self.b.max_waiting, len(self.held) + 1)
             if self.policy in ("never", "drop"):
                 return
@@ -315,8 +315,12 @@ def test_asyncio_loop_with_a_window():
 
 def test_in_flight_messages_hold_no_payload_and_resends_reread_it():
     # EVIDENCE-OF: E25
-    support.needs_heap(192 * 1024, "six 3,000 B payloads beside an open Outbox (3 KB blocks; "
-                       "the 32-bit board's 136 KiB heap has none left)", 192 * 1024)
+    support.needs_heap(
+        192 * 1024,
+        "six 3,000 B payloads beside an open Outbox (3 KB blocks; "
+        "the 32-bit board's 136 KiB heap has none left)",
+        192 * 1024,
+    )
     ob, _ = _ob(0)
     for i in range(6):
         ob.put("big/%d" % i, b"%d" % i * 3000)

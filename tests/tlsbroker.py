@@ -58,11 +58,15 @@ def missing():
             return "mosquitto is missing and apt-get could not install it: " + failed
     if MOSQUITTO is None:
         if os.environ.get("DDQ_TEST_BROKER") == "amqtt":
-            return ("DDQ_TEST_BROKER=amqtt: the TLS tests need mosquitto's TLS listeners with a "
-                    "password file and client certificates, which the embedded amqtt lacks")
-        return ("mosquitto is not installed and this run cannot install it (not root, or no "
-                "apt-get): the TLS tests need its TLS listeners with a password file and client "
-                "certificates, which the embedded amqtt broker lacks (apt-get install mosquitto)")
+            return (
+                "DDQ_TEST_BROKER=amqtt: the TLS tests need mosquitto's TLS listeners with a "
+                "password file and client certificates, which the embedded amqtt lacks"
+            )
+        return (
+            "mosquitto is not installed and this run cannot install it (not root, or no "
+            "apt-get): the TLS tests need its TLS listeners with a password file and client "
+            "certificates, which the embedded amqtt broker lacks (apt-get install mosquitto)"
+        )
     return None
 
 
@@ -78,8 +82,9 @@ def require():
         return
     import brokers
 
-    if brokers.install_failure() or (OPENSSL is None and os.geteuid() == 0
-                                     and shutil.which("apt-get")):
+    if brokers.install_failure() or (
+        OPENSSL is None and os.geteuid() == 0 and shutil.which("apt-get")
+    ):
         pytest.fail(why, pytrace=False)
     pytest.skip(why)
 
@@ -196,8 +201,17 @@ class TLSBroker:
                 "listener %d 127.0.0.1\n%s"
                 "listener %d 127.0.0.1\n%srequire_certificate true\n"
                 "listener %d 127.0.0.1\n%s"
-                % (self.pwfile, self.logfile, user, self.port, tls, self.mtls_port, tls,
-                   self.elsewhere_port, other)  # fmt: skip
+                % (
+                    self.pwfile,
+                    self.logfile,
+                    user,
+                    self.port,
+                    tls,
+                    self.mtls_port,
+                    tls,
+                    self.elsewhere_port,
+                    other,
+                )  # fmt: skip
             )
         self.proc = None
 

@@ -91,6 +91,7 @@ def unix_heap_32(board_heap, code_unix):
     64-bit itself: its heap as it is."""
     return int(board_heap + code_unix * (1 - 1 / CODE_SCALE_32))
 
+
 # Runs inside MicroPython (subset Python). Prints one RESULT line.
 MP_SCRIPT = """
 import gc, os, sys, json
@@ -146,8 +147,17 @@ print("RESULT " + json.dumps({"n": n, "ok": ok, "end": end, "import": m1 - m0,
 """
 
 
-ON_DEMAND = ("ddq_recover", "ddq_compact", "ddq_extra", "ddq_cut", "ddq_index", "ddq_reclaim",
-             "ddq_salvage", "ddq_hold", "ddq_batch")  # loaded by name (O21; ddq_batch: BATCH_BYTES)
+ON_DEMAND = (
+    "ddq_recover",
+    "ddq_compact",
+    "ddq_extra",
+    "ddq_cut",
+    "ddq_index",
+    "ddq_reclaim",
+    "ddq_salvage",
+    "ddq_hold",
+    "ddq_batch",
+)  # loaded by name (O21; ddq_batch: BATCH_BYTES)
 
 
 def app_imports(prof):
@@ -210,9 +220,16 @@ def fill_mp(prof, opts, payload, tmp, limit, app_heap, one_more=False):
     # compaction, ...) are installed with it, but loaded by the queue, not at the app's import
     # (ddq_recover is even dropped after the open in a heap of at most 128 KiB).
     own = [m for m in app_imports(prof) if m not in ON_DEMAND]
-    arg = {"mods": build_mpy(prof, tmp), "imports": own, "options": opts,
-           "dir": d, "payload": payload.hex(), "limit": limit, "app_heap": app_heap,
-           "one_more": one_more}
+    arg = {
+        "mods": build_mpy(prof, tmp),
+        "imports": own,
+        "options": opts,
+        "dir": d,
+        "payload": payload.hex(),
+        "limit": limit,
+        "app_heap": app_heap,
+        "one_more": one_more,
+    }
     script = os.path.join(tmp, "fill.py")
     with open(script, "w") as f:
         f.write(MP_SCRIPT)
@@ -223,21 +240,35 @@ def fill_mp(prof, opts, payload, tmp, limit, app_heap, one_more=False):
         probe = dict(arg, limit=0, one_more=False, app_heap=0)
         with open(script + ".json", "w") as f:
             json.dump(probe, f)
-        r = subprocess.run([MP, "-X", "heapsize=%d" % (2 * heap), script, script + ".json"],
-                           capture_output=True, text=True, timeout=600)
+        r = subprocess.run(
+            [MP, "-X", "heapsize=%d" % (2 * heap), script, script + ".json"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         got = [json.loads(x[7:]) for x in r.stdout.splitlines() if x.startswith("RESULT ")]
         heap = unix_heap_32(heap, got[-1]["import"] if got else 0)
         shutil.rmtree(d, ignore_errors=True)
         with open(script + ".json", "w") as f:
             json.dump(arg, f)
-    r = subprocess.run([MP, "-X", "heapsize=%d" % heap, script, script + ".json"],
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [MP, "-X", "heapsize=%d" % heap, script, script + ".json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     shutil.rmtree(d, ignore_errors=True)
     for line in r.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[7:])
-    return {"n": 0, "ok": 0, "end": "crashed: " + (r.stderr or r.stdout).strip()[-200:],
-            "import": None, "free": None, "used": None}
+    return {
+        "n": 0,
+        "ok": 0,
+        "end": "crashed: " + (r.stderr or r.stdout).strip()[-200:],
+        "import": None,
+        "free": None,
+        "used": None,
+    }
 
 
 # Staged reclamation (SPEC C13, DESIGN §12): the profiles' reclaim_step where it fits, i.e. where
@@ -259,6 +290,7 @@ def fs_spare(fs, max_segments):
     """Blocks to keep free beyond C9's worst case of max_segments (see FS_SPARE)."""
     names = 2 * max_segments + 5  # segments of two generations, a cut's copy, queue.*
     return FS_SPARE.get(fs, 3) + FS_SPARE_PAIR.get(fs, 2) * (names // 32 + 1)
+
 
 # Runs inside MicroPython: does C9's worst case for max_segments m fit? Prints one RESULT line.
 MP_FIT = """
@@ -324,18 +356,29 @@ def fit_segments(prof, code, tmp):
     seg = prof["segment_bytes"]
     upper = min(4096, max(0, (prof["fs_bytes"] - code) // 2) // seg)
     fs = prof["filesystem"]
-    arg = {"fs": fs, "block": FS_BLOCK.get(fs, 4096), "fs_bytes": prof["fs_bytes"], "code": code,
-           "segment_bytes": seg, "spare": FS_SPARE.get(fs, 3),
-           "spare_pair": FS_SPARE_PAIR.get(fs, 2), "upper": upper,
-           "tests": os.path.join(REPO, "tests")}
+    arg = {
+        "fs": fs,
+        "block": FS_BLOCK.get(fs, 4096),
+        "fs_bytes": prof["fs_bytes"],
+        "code": code,
+        "segment_bytes": seg,
+        "spare": FS_SPARE.get(fs, 3),
+        "spare_pair": FS_SPARE_PAIR.get(fs, 2),
+        "upper": upper,
+        "tests": os.path.join(REPO, "tests"),
+    }
     path = os.path.join(tmp, "fit.json")
     with open(path, "w") as f:
         json.dump(arg, f)
     script = os.path.join(tmp, "fit.py")
     with open(script, "w") as f:
         f.write(MP_FIT)
-    r = subprocess.run([MP, "-X", "heapsize=%d" % (prof["fs_bytes"] + (8 << 20)), script, path],
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [MP, "-X", "heapsize=%d" % (prof["fs_bytes"] + (8 << 20)), script, path],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     for line in r.stdout.splitlines():
         if line.startswith("RESULT "):
             return int(json.loads(line[7:])["max_segments"])
@@ -370,15 +413,22 @@ def derive(prof, tmp):
         max_segments = max(1, fit_segments(ps, code, sub))
         opts = dict(boards.queue_options(ps), max_segments=max_segments, max_items=BIG)
         admitted, end, stored = fill_cpython(opts, payload, os.path.join(sub, "cpq"))
-        heap = fill_mp(ps, opts, payload, sub, admitted,
-                       int(prof["app_heap_bytes"] * WORD_SCALE))
+        heap = fill_mp(ps, opts, payload, sub, admitted, int(prof["app_heap_bytes"] * WORD_SCALE))
         fit = heap["ok"] if heap["end"] != "limit" else admitted
         max_items = max(1, min(admitted, fit) // 8 * 8)
-        out[step] = {"max_segments": max_segments, "max_items": max_items,
-                     "admitted": admitted, "code_bytes": code, "admitted_end": end,
-                     "admitted_stored": stored, "heap_fit": fit, "heap_end": heap["end"],
-                     "payload_bytes": len(payload), "reclaim_step": step,
-                     "bound": "heap" if fit < admitted else "flash (admission)"}
+        out[step] = {
+            "max_segments": max_segments,
+            "max_items": max_items,
+            "admitted": admitted,
+            "code_bytes": code,
+            "admitted_end": end,
+            "admitted_stored": stored,
+            "heap_fit": fit,
+            "heap_end": heap["end"],
+            "payload_bytes": len(payload),
+            "reclaim_step": step,
+            "bound": "heap" if fit < admitted else "flash (admission)",
+        }
     d = out[STEP] if staged_fits(out[0], out[STEP]) else out[0]
     d["inline_items"] = out[0]["max_items"]
     d["staged_items"] = out[STEP]["max_items"]
@@ -399,12 +449,24 @@ def check(prof, tmp):
     mp = fill_mp(prof, opts, payload, tmp, opts["max_items"], 0, one_more=True)
     ok = n == opts["max_items"] and end == "Full" and mp["n"] == n and mp["end"] == "Full"
     plain = {k: v for k, v in opts.items() if k not in boards.HOLD_KEYS}  # libddq's rule [A1]
-    libddq = fill_cpython(dict(plain, max_items=BIG), payload, os.path.join(tmp, "cpl"))[0] \
-        if plain != opts else n
-    return ok, {"libddq_items": libddq, "period_ms": period_ms(prof),"cpython_items": n, "cpython_end": end, "stored_bytes": stored,
-                "mp_items": mp["n"], "mp_end": mp["end"], "import_heap": mp["import"],
-                "heap_used_full": mp["used"], "heap_left": mp["free"],
-                "payload_bytes": len(payload)}
+    libddq = (
+        fill_cpython(dict(plain, max_items=BIG), payload, os.path.join(tmp, "cpl"))[0]
+        if plain != opts
+        else n
+    )
+    return ok, {
+        "libddq_items": libddq,
+        "period_ms": period_ms(prof),
+        "cpython_items": n,
+        "cpython_end": end,
+        "stored_bytes": stored,
+        "mp_items": mp["n"],
+        "mp_end": mp["end"],
+        "import_heap": mp["import"],
+        "heap_used_full": mp["used"],
+        "heap_left": mp["free"],
+        "payload_bytes": len(payload),
+    }
 
 
 def period_ms(prof):
@@ -413,7 +475,10 @@ def period_ms(prof):
     if app and os.path.isfile(app):
         with open(app) as f:
             for node in ast.parse(f.read()).body:
-                if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "PERIOD_MS":
+                if (
+                    isinstance(node, ast.Assign)
+                    and getattr(node.targets[0], "id", "") == "PERIOD_MS"
+                ):
                     return int(ast.literal_eval(node.value))
     import ddq_app
 
@@ -438,11 +503,17 @@ def write_profile(prof, derived):
         for key in ("max_segments", "max_items"):
             src = re.sub(r'("%s": )\d+' % key, r"\g<1>%d" % derived[key], src, count=1)
         # reclaim_step: the OPTIONS dict's last entry when chosen (with its comment), else none
-        src = re.sub(r'\n    # staged reclamation[^\n]*\n    "reclaim_step": \d+,', "", src, count=1)
+        src = re.sub(
+            r'\n    # staged reclamation[^\n]*\n    "reclaim_step": \d+,', "", src, count=1
+        )
         if derived["reclaim_step"]:
-            src = re.sub(r'(\nOPTIONS = \{\n(?:    [^\n]*\n)*?)\}',
-                         r'\g<1>    # staged reclamation (SPEC C13): no call copies the whole queue\n'
-                         r'    "reclaim_step": %d,\n}' % derived["reclaim_step"], src, count=1)
+            src = re.sub(
+                r"(\nOPTIONS = \{\n(?:    [^\n]*\n)*?)\}",
+                r"\g<1>    # staged reclamation (SPEC C13): no call copies the whole queue\n"
+                r'    "reclaim_step": %d,\n}' % derived["reclaim_step"],
+                src,
+                count=1,
+            )
         with open(app, "w") as f:
             f.write(src)
         tree = ast.parse(src)  # the app still parses
@@ -451,78 +522,119 @@ def write_profile(prof, derived):
 
 
 def render(rows):
-    out = ["# Board profiles: what each one holds", "",
-           "Written by `tools/board_capacity.py --write`; do not edit by hand. One row per "
-           "`boards/*.json`. **items** is the profile's `max_items`: the tool fills a queue with "
-           "the profile's options and the message its example app enqueues (the app's "
-           "`encode()` reading, %d B; in the ddq_outbox envelope when the app imports "
-           "ddq_outbox) and checks that exactly that many fit and the next enqueue raises Full, "
-           "on CPython and on the MicroPython unix port with `-X heapsize` = the board's heap plus "
-           "what its imports cost more at 64-bit (issue 29: on the qemu Cortex-M3 `import ddq` "
-           "took 0.76 of the unix port's heap, its 16 B items filled the same 36,864 in 140 KiB), "
-           "the application's share × %.2f. "
-           "It is the smaller of what the options admit and what fits in the heap while the "
-           "application keeps `app_heap_bytes`. `max_segments` is the largest count whose SPEC C9 "
-           "worst case fits the board's filesystem after the code `ddq flash --app` installs (each "
-           "file rounded up to a FAT 512 B or LittleFS 4 KiB block), measured on a VfsLfs2/VfsFat "
-           "of `fs bytes`: two generations of max_segments segments (a compaction stages the next "
-           "beside the current one) and one tail cut's copy, both manifests, the marker and the "
-           "lock, and then still %d LittleFS blocks and %d more per 32 file names (%d FAT "
-           "cluster) free: the copy-on-write room a claim or an ack needs on a full LittleFS, and "
-           "a directory's metadata split. See \"Sharing the filesystem\" below for a filesystem "
-           "that also holds other files. **admission**: the profile's rule. libddq's (SPEC §10) "
-           "reserves for each pending item its worst-case control records, 168 B + "
-           "max_payload_bytes; the hold rule (SPEC §10.1, `window` > 0, DESIGN §5.1) reserves a "
-           "STATE for each of `window` claims in flight and an evidence budget for dead-letter "
-           "reasons, so an item costs little more than its DATA record. **readings held**: what "
-           "the profile's queue takes before Full (libddq's rule on the same options in "
-           "brackets); **hours**: that many readings at the app's PERIOD_MS. **reclamation**: "
-           "staged (`reclaim_step` %d, SPEC C13/H8: the next generation is built a few records a "
-           "call, so no call copies the whole queue) where it fits the budget: the tool derives "
-           "the profile again with ddq_reclaim.mpy in the code on flash (so in max_segments) and, "
-           "in the heap fill, ddq_reclaim and ddq_compact loaded and a second index of as many "
-           "items (a build's copy) kept beside the queue, and chooses staged when that still "
-           "holds at least %d/%d of the inline items while the app keeps `app_heap_bytes`; "
-           "else inline. In brackets: what the other mode would hold."
-           % (len(READING), WORD_SCALE, FS_SPARE["littlefs2"], FS_SPARE_PAIR["littlefs2"],
-              FS_SPARE["fat"], STEP, STAGED_SHARE[0], STAGED_SHARE[1]), "",
-           "The unix port is 64-bit: objects and bytecode are larger than on a 32-bit board "
-           "(issue 14: `import ddq` took 49 KB on a 32-bit Cortex-M3 where the unix port measured 64.6 KB), so the heap columns "
-           "are pessimistic; the queue directory is on VfsPosix, so LittleFS/FAT buffers are "
-           "not counted.", "",
-           "| board | filesystem | fs bytes | code on flash | heap | app keeps | options (segment × max_segments, "
-           "max_payload) | admission | reclamation | message B | items (max_items) | bound by | readings held "
-           "(libddq's rule) | hours at the app's period | queue bytes on flash "
-           "when full | import heap | heap used, queue full | heap left for the app |",
-           "|" + "---|" * 18]
+    out = [
+        "# Board profiles: what each one holds",
+        "",
+        "Written by `tools/board_capacity.py --write`; do not edit by hand. One row per "
+        "`boards/*.json`. **items** is the profile's `max_items`: the tool fills a queue with "
+        "the profile's options and the message its example app enqueues (the app's "
+        "`encode()` reading, %d B; in the ddq_outbox envelope when the app imports "
+        "ddq_outbox) and checks that exactly that many fit and the next enqueue raises Full, "
+        "on CPython and on the MicroPython unix port with `-X heapsize` = the board's heap plus "
+        "what its imports cost more at 64-bit (issue 29: on the qemu Cortex-M3 `import ddq` "
+        "took 0.76 of the unix port's heap, its 16 B items filled the same 36,864 in 140 KiB), "
+        "the application's share × %.2f. "
+        "It is the smaller of what the options admit and what fits in the heap while the "
+        "application keeps `app_heap_bytes`. `max_segments` is the largest count whose SPEC C9 "
+        "worst case fits the board's filesystem after the code `ddq flash --app` installs (each "
+        "file rounded up to a FAT 512 B or LittleFS 4 KiB block), measured on a VfsLfs2/VfsFat "
+        "of `fs bytes`: two generations of max_segments segments (a compaction stages the next "
+        "beside the current one) and one tail cut's copy, both manifests, the marker and the "
+        "lock, and then still %d LittleFS blocks and %d more per 32 file names (%d FAT "
+        "cluster) free: the copy-on-write room a claim or an ack needs on a full LittleFS, and "
+        'a directory\'s metadata split. See "Sharing the filesystem" below for a filesystem '
+        "that also holds other files. **admission**: the profile's rule. libddq's (SPEC §10) "
+        "reserves for each pending item its worst-case control records, 168 B + "
+        "max_payload_bytes; the hold rule (SPEC §10.1, `window` > 0, DESIGN §5.1) reserves a "
+        "STATE for each of `window` claims in flight and an evidence budget for dead-letter "
+        "reasons, so an item costs little more than its DATA record. **readings held**: what "
+        "the profile's queue takes before Full (libddq's rule on the same options in "
+        "brackets); **hours**: that many readings at the app's PERIOD_MS. **reclamation**: "
+        "staged (`reclaim_step` %d, SPEC C13/H8: the next generation is built a few records a "
+        "call, so no call copies the whole queue) where it fits the budget: the tool derives "
+        "the profile again with ddq_reclaim.mpy in the code on flash (so in max_segments) and, "
+        "in the heap fill, ddq_reclaim and ddq_compact loaded and a second index of as many "
+        "items (a build's copy) kept beside the queue, and chooses staged when that still "
+        "holds at least %d/%d of the inline items while the app keeps `app_heap_bytes`; "
+        "else inline. In brackets: what the other mode would hold."
+        % (
+            len(READING),
+            WORD_SCALE,
+            FS_SPARE["littlefs2"],
+            FS_SPARE_PAIR["littlefs2"],
+            FS_SPARE["fat"],
+            STEP,
+            STAGED_SHARE[0],
+            STAGED_SHARE[1],
+        ),
+        "",
+        "The unix port is 64-bit: objects and bytecode are larger than on a 32-bit board "
+        "(issue 14: `import ddq` took 49 KB on a 32-bit Cortex-M3 where the unix port measured 64.6 KB), so the heap columns "
+        "are pessimistic; the queue directory is on VfsPosix, so LittleFS/FAT buffers are "
+        "not counted.",
+        "",
+        "| board | filesystem | fs bytes | code on flash | heap | app keeps | options (segment × max_segments, "
+        "max_payload) | admission | reclamation | message B | items (max_items) | bound by | readings held "
+        "(libddq's rule) | hours at the app's period | queue bytes on flash "
+        "when full | import heap | heap used, queue full | heap left for the app |",
+        "|" + "---|" * 18,
+    ]
     for prof, d, c in rows:
-        hold = ("hold, window %d, evidence %d B" % (prof["window"], prof.get("evidence_bytes", 1024))
-                if prof.get("window") else "libddq's")
+        hold = (
+            "hold, window %d, evidence %d B" % (prof["window"], prof.get("evidence_bytes", 1024))
+            if prof.get("window")
+            else "libddq's"
+        )
         staged = bool(prof.get("reclaim_step"))
         rec = "staged, reclaim_step %d" % prof["reclaim_step"] if staged else "inline"
         if d is not None:  # what the other mode would hold (--write derives both)
             k = d["inline_items"] if staged else d["staged_items"]
-            rec += " (%s: %s)" % ("inline" if staged else "staged", "%s items" % "{:,}".format(k)
-                                  if k >= 8 else "does not fit the heap")
-        out.append("| %s | %s | %s | %s | %s | %s | %d × %d, %d | %s | %s | %d | **%s** | %s | %s (%s) | "
-                   "%.1f h (1 per %d s) | %s | %s | "
-                   "%s | %s |" % (
-                       prof["board"], prof["filesystem"], kb(prof["fs_bytes"]),
-                       kb(d["code_bytes"]),
-                       kb(prof["heap_bytes"]), kb(prof["app_heap_bytes"]),
-                       prof["segment_bytes"], prof["max_segments"], prof["max_payload_bytes"],
-                       hold, rec, c["payload_bytes"], "{:,}".format(prof["max_items"]),
-                       "%s (admits %s; heap fit %s)" % (d["bound"], "{:,}".format(d["admitted"]),
-                                                         "{:,}".format(d["heap_fit"])),
-                       "{:,}".format(c["cpython_items"]), "{:,}".format(c["libddq_items"]),
-                       c["cpython_items"] * c["period_ms"] / 3600000.0, c["period_ms"] // 1000,
-                       kb(c["stored_bytes"]), kb(c["import_heap"]), kb(c["heap_used_full"]),
-                       kb(c["heap_left"])))
+            rec += " (%s: %s)" % (
+                "inline" if staged else "staged",
+                "%s items" % "{:,}".format(k) if k >= 8 else "does not fit the heap",
+            )
+        out.append(
+            "| %s | %s | %s | %s | %s | %s | %d × %d, %d | %s | %s | %d | **%s** | %s | %s (%s) | "
+            "%.1f h (1 per %d s) | %s | %s | "
+            "%s | %s |"
+            % (
+                prof["board"],
+                prof["filesystem"],
+                kb(prof["fs_bytes"]),
+                kb(d["code_bytes"]),
+                kb(prof["heap_bytes"]),
+                kb(prof["app_heap_bytes"]),
+                prof["segment_bytes"],
+                prof["max_segments"],
+                prof["max_payload_bytes"],
+                hold,
+                rec,
+                c["payload_bytes"],
+                "{:,}".format(prof["max_items"]),
+                "%s (admits %s; heap fit %s)"
+                % (d["bound"], "{:,}".format(d["admitted"]), "{:,}".format(d["heap_fit"])),
+                "{:,}".format(c["cpython_items"]),
+                "{:,}".format(c["libddq_items"]),
+                c["cpython_items"] * c["period_ms"] / 3600000.0,
+                c["period_ms"] // 1000,
+                kb(c["stored_bytes"]),
+                kb(c["import_heap"]),
+                kb(c["heap_used_full"]),
+                kb(c["heap_left"]),
+            )
+        )
     out += ["", SHARING, "", "Per board: `description` of the profile.", ""]
     for prof, _d, _c in rows:
-        out.append("- **%s** (%s, mpy-cross `%s`, network %s): %s" % (
-            prof["board"], prof["port"], prof["mpy_arch"], "yes" if prof.get("network")
-            else "no", prof["description"]))
+        out.append(
+            "- **%s** (%s, mpy-cross `%s`, network %s): %s"
+            % (
+                prof["board"],
+                prof["port"],
+                prof["mpy_arch"],
+                "yes" if prof.get("network") else "no",
+                prof["description"],
+            )
+        )
     return "\n".join(out) + "\n"
 
 
@@ -576,19 +688,41 @@ def main(argv=None):
             d = None
             if not args.check:
                 d = derive(prof, sub)
-                print("%s: max_segments %d, max_items %d (admitted %d: %s; heap fit %d: %s; "
-                      "message %d B); reclaim_step %d (items inline %d, staged %d)"
-                      % (name, d["max_segments"], d["max_items"], d["admitted"],
-                         d["admitted_end"], d["heap_fit"], d["heap_end"], d["payload_bytes"],
-                         d["reclaim_step"], d["inline_items"], d["staged_items"]))
+                print(
+                    "%s: max_segments %d, max_items %d (admitted %d: %s; heap fit %d: %s; "
+                    "message %d B); reclaim_step %d (items inline %d, staged %d)"
+                    % (
+                        name,
+                        d["max_segments"],
+                        d["max_items"],
+                        d["admitted"],
+                        d["admitted_end"],
+                        d["heap_fit"],
+                        d["heap_end"],
+                        d["payload_bytes"],
+                        d["reclaim_step"],
+                        d["inline_items"],
+                        d["staged_items"],
+                    )
+                )
                 if args.write:
                     prof = write_profile(prof, d)
             ok, c = check(prof, sub)
-            print("%s: max_items %d %s: CPython %d then %s; MicroPython %d then %s; import "
-                  "%s, heap left with the queue full %s" % (
-                      name, prof["max_items"], "reachable" if ok else "NOT REACHABLE",
-                      c["cpython_items"], c["cpython_end"], c["mp_items"], c["mp_end"],
-                      kb(c["import_heap"]), kb(c["heap_left"])))
+            print(
+                "%s: max_items %d %s: CPython %d then %s; MicroPython %d then %s; import "
+                "%s, heap left with the queue full %s"
+                % (
+                    name,
+                    prof["max_items"],
+                    "reachable" if ok else "NOT REACHABLE",
+                    c["cpython_items"],
+                    c["cpython_end"],
+                    c["mp_items"],
+                    c["mp_end"],
+                    kb(c["import_heap"]),
+                    kb(c["heap_left"]),
+                )
+            )
             if not ok:
                 bad.append(name)
             rows.append((prof, d, c))

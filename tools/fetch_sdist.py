@@ -28,8 +28,12 @@ DEFAULT_INDEX = "https://pypi.org/simple"
 
 def pip_config(key):
     try:
-        r = subprocess.run([sys.executable, "-m", "pip", "config", "get", key],
-                           capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "get", key],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return r.stdout.strip() if r.returncode == 0 else ""
@@ -37,8 +41,11 @@ def pip_config(key):
 
 def indexes():
     main = os.environ.get("PIP_INDEX_URL") or pip_config("global.index-url") or DEFAULT_INDEX
-    extra = os.environ["PIP_EXTRA_INDEX_URL"] if "PIP_EXTRA_INDEX_URL" in os.environ \
+    extra = (
+        os.environ["PIP_EXTRA_INDEX_URL"]
+        if "PIP_EXTRA_INDEX_URL" in os.environ
         else pip_config("global.extra-index-url")
+    )
     out = []
     for url in [main] + extra.split():
         if url.startswith("file:") and not os.path.isdir(urllib.parse.urlparse(url).path):
@@ -65,8 +72,9 @@ def _open(url):
             path = os.path.join(path, "index.html")
         with open(path, "rb") as f:
             return f.read(), "text/html"
-    req = urllib.request.Request(url, headers={
-        "Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"})
+    req = urllib.request.Request(
+        url, headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"}
+    )
     with urllib.request.urlopen(req, timeout=60) as r:
         return r.read(), r.headers.get("Content-Type", "")
 
@@ -76,8 +84,10 @@ def candidates(index, name):
     page = index.rstrip("/") + "/" + re.sub(r"[-_.]+", "-", name).lower() + "/"
     body, ctype = _open(page)
     if "json" in ctype:
-        return [(f["filename"], urllib.parse.urljoin(page, f["url"]))
-                for f in json.loads(body)["files"]]
+        return [
+            (f["filename"], urllib.parse.urljoin(page, f["url"]))
+            for f in json.loads(body)["files"]
+        ]
     p = _Links()
     p.feed(body.decode("utf-8", "replace"))
     out = []
@@ -99,8 +109,11 @@ def fetch(spec, sha, member, dest):
             continue
         for fn, url in files:
             stem = fn[:-7] if fn.endswith(".tar.gz") else None
-            if stem is None or re.sub(r"[-_.]+", "_", stem).lower() != norm + "_" + \
-                    re.sub(r"[-_.]+", "_", version).lower():
+            if (
+                stem is None
+                or re.sub(r"[-_.]+", "_", stem).lower()
+                != norm + "_" + re.sub(r"[-_.]+", "_", version).lower()
+            ):
                 continue
             data = _open(url)[0]
             got = hashlib.sha256(data).hexdigest()

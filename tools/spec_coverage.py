@@ -70,7 +70,7 @@ def cited_ids(tests_dir, root):
                 if k < 0:
                     continue
                 got = 0
-                for tok in re.split(r"[\s,]+", line[k + len(MARK):].strip()):
+                for tok in re.split(r"[\s,]+", line[k + len(MARK) :].strip()):
                     if not ID.match(tok):
                         break
                     cites.setdefault(tok, []).append("%s:%d" % (rel, n))
@@ -84,9 +84,12 @@ def main(argv=None):
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--root", default=os.path.dirname(here), help="repository root")
-    ap.add_argument("--strict", action="store_true",
-                    help="exit 1 when an id is cited by no test, a test cites an id that no doc "
-                    "defines, or a doc redefines one")
+    ap.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 when an id is cited by no test, a test cites an id that no doc "
+        "defines, or a doc redefines one",
+    )
     ap.add_argument("-v", "--verbose", action="store_true", help="list where each id is cited")
     a = ap.parse_args(argv)
     spec = os.path.join(a.root, "docs", "SPEC.md")
@@ -113,7 +116,9 @@ def main(argv=None):
             line += " " + i
         print(line)
     if undefined:
-        print("cited by tests, not defined in docs/SPEC.md or docs/OUTBOX.md (%d):" % len(undefined))
+        print(
+            "cited by tests, not defined in docs/SPEC.md or docs/OUTBOX.md (%d):" % len(undefined)
+        )
         for i in undefined:
             print("  %-5s %s" % (i, " ".join(cites[i])))
     if twice:

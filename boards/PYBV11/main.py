@@ -58,8 +58,14 @@ def send(msg):
 
 
 def open_outbox(queue_dir=QUEUE_DIR):
-    return ddq_outbox.Outbox(queue_dir, lease_ms=LEASE_MS, min_retry_ms=RETRY_BASE_MS,
-                             max_retry_ms=RETRY_MAX_MS, max_attempts=MAX_ATTEMPTS, **OPTIONS)
+    return ddq_outbox.Outbox(
+        queue_dir,
+        lease_ms=LEASE_MS,
+        min_retry_ms=RETRY_BASE_MS,
+        max_retry_ms=RETRY_MAX_MS,
+        max_attempts=MAX_ATTEMPTS,
+        **OPTIONS,
+    )
 
 
 def run(rounds=None, period_ms=PERIOD_MS, sender=None, queue_dir=QUEUE_DIR, budget=BUDGET):

@@ -86,11 +86,15 @@ def load(name: str) -> dict[str, Any]:
     missing = [k for k in REQUIRED if k not in prof]
     if missing:
         raise BoardProfileError("%s lacks %s" % (p, ", ".join(missing)))
-    bad = [k for k in QUEUE_KEYS + SIZE_KEYS + HOLD_KEYS + STEP_KEYS
-           if k in prof and type(prof[k]) is not int]
+    bad = [
+        k
+        for k in QUEUE_KEYS + SIZE_KEYS + HOLD_KEYS + STEP_KEYS
+        if k in prof and type(prof[k]) is not int
+    ]
     if bad or not isinstance(prof.get("network", True), bool):
-        raise BoardProfileError("%s: %s must be integers, network true/false"
-                                % (p, ", ".join(bad) or "sizes"))
+        raise BoardProfileError(
+            "%s: %s must be integers, network true/false" % (p, ", ".join(bad) or "sizes")
+        )
     prof["_path"] = p
     return prof
 

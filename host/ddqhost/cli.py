@@ -85,7 +85,7 @@ OPTIONS_PRECEDENCE = (
     "DDQ does not store a queue's options; each is taken from the first of: its flag here; "
     "--board PROFILE; DIR/ddq-options.json; DIR/.ddq-pull.json (what `ddq pull` recorded); "
     "DDQ's defaults. A reader needs options at least the writer's; a tool that appends needs "
-    "the writer's own (docs/HOST.md \"Queue options\")"
+    'the writer\'s own (docs/HOST.md "Queue options")'
 )
 
 
@@ -141,8 +141,9 @@ def argparse_board(p: argparse.ArgumentParser) -> None:
         "stop: unmount and exit; status; kill: a power cut (SIGKILL). A soft reset (mpremote's "
         "own, Ctrl-D) restarts the port on the same pty and image, as a board resets"
     )
-    v = sub.add_parser("virtual", help="the virtual board (unix port + LittleFS image + pty)",
-                       description=what)
+    v = sub.add_parser(
+        "virtual", help="the virtual board (unix port + LittleFS image + pty)", description=what
+    )
     v.add_argument("action", choices=["start", "stop", "status", "kill"])
     v.add_argument(
         "--state-dir",
@@ -188,7 +189,9 @@ def argparse_board(p: argparse.ArgumentParser) -> None:
     )
     qb.add_argument("--qemu", metavar="EXE", help="qemu-system-arm executable (default: on PATH)")
     qb.add_argument(
-        "--fresh", action="store_true", help="start with a blank RAM disk (drop STATE_DIR/disk.img)"
+        "--fresh",
+        action="store_true",
+        help="start with a blank RAM disk (drop STATE_DIR/disk.img)",
     )
     add_json_arg(qb)
     pr = sub.add_parser("probe", help="detect the board profile of a connected device")
@@ -361,8 +364,11 @@ def do_app(args: argparse.Namespace) -> int:
             d.probe()  # the REPL answers again
         stopped = b"KeyboardInterrupt" in said
         res = {"device": dev, "stopped": stopped}
-        msg = ("stopped the app on %s (KeyboardInterrupt)" % dev if stopped
-               else "nothing was running on %s (its REPL answers)" % dev)
+        msg = (
+            "stopped the app on %s (KeyboardInterrupt)" % dev
+            if stopped
+            else "nothing was running on %s (its REPL answers)" % dev
+        )
     else:
         with open_device(args) as d:
             if not d.exists("main.py"):
@@ -378,9 +384,11 @@ def do_app(args: argparse.Namespace) -> int:
                 said = d.reset_to_main(None if args.follow else args.seconds, echo)
             except DeviceError as e:
                 raise CommandError("could not soft-reset %s: %s" % (port, e)) from None
-        res = {"device": port, "started": True,
-               "output": said.decode("utf-8", "replace")}
-        msg = "\napp started on %s (soft reset: boot.py, then main.py; `ddq app stop` ends it)" % port
+        res = {"device": port, "started": True, "output": said.decode("utf-8", "replace")}
+        msg = (
+            "\napp started on %s (soft reset: boot.py, then main.py; `ddq app stop` ends it)"
+            % port
+        )
     if args.json:
         out_json(res)
     else:
@@ -635,9 +643,7 @@ def argparse_verify(p: argparse.ArgumentParser) -> None:
 
 def do_verify(args: argparse.Namespace) -> int:
     rep, src = _scan(args)
-    hint = (
-        qdir.options_hint(args.dir, rep.options, src) if rep.verdict == fsck.CORRUPT else None
-    )
+    hint = qdir.options_hint(args.dir, rep.options, src) if rep.verdict == fsck.CORRUPT else None
     if args.json:
         js = rep.to_json()
         js["options_source"] = src
@@ -711,10 +717,14 @@ def _salvage_runs(seqs: list[int]) -> list[list[int]]:
 
 def render_salvage(rep: dict[str, Any]) -> str:
     out = ["salvage %s -> %s" % (rep["source"], rep["output"] or "(nothing written)")]
-    out.append("manifest: %s; generations read: %s" % (
-        rep["manifest"], " ".join(str(g) for g in rep["generations_read"]) or "none"))
-    out.append("segments read: %d; missing: %s" % (
-        len(rep["segments_read"]), " ".join(rep["segments_missing"]) or "none"))
+    out.append(
+        "manifest: %s; generations read: %s"
+        % (rep["manifest"], " ".join(str(g) for g in rep["generations_read"]) or "none")
+    )
+    out.append(
+        "segments read: %d; missing: %s"
+        % (len(rep["segments_read"]), " ".join(rep["segments_missing"]) or "none")
+    )
     for name, start, end in rep["damaged"]:
         if end < 0:
             out.append("damaged: %d segment(s) missing from %s" % (-end, name))
@@ -724,25 +734,36 @@ def render_salvage(rep: dict[str, Any]) -> str:
         out.append("out of order (a DATA seq that does not grow): %s at %d" % (name, start))
     o = rep.get("other_generations") or {}
     if o.get("damaged") or o.get("out_of_order"):
-        out.append("other generations (read for the items the selected one lacks): "
-                   "%d damaged, %d out of order" % (len(o["damaged"]), len(o["out_of_order"])))
+        out.append(
+            "other generations (read for the items the selected one lacks): "
+            "%d damaged, %d out of order" % (len(o["damaged"]), len(o["out_of_order"]))
+        )
     if rep["torn_tail_bytes"]:
-        out.append("torn tail (a crash's unfinished write, not a loss): %d bytes"
-                   % rep["torn_tail_bytes"])
-    out.append("intact records: %d (%d about a lost DATA)" % (
-        rep["records_intact"], rep["orphan_records"]))
+        out.append(
+            "torn tail (a crash's unfinished write, not a loss): %d bytes" % rep["torn_tail_bytes"]
+        )
+    out.append(
+        "intact records: %d (%d about a lost DATA)"
+        % (rep["records_intact"], rep["orphan_records"])
+    )
     out.append("kept: %d items; dropped (acked): %d" % (rep["kept"], rep["dropped_acked"]))
-    out.append("reset to available (possible duplicates): %d: %s" % (
-        len(rep["reset"]), _salvage_ranges(_salvage_runs(rep["reset"]))))
+    out.append(
+        "reset to available (possible duplicates): %d: %s"
+        % (len(rep["reset"]), _salvage_ranges(_salvage_runs(rep["reset"])))
+    )
     if rep["quarantined_uncertain"]:
-        out.append("quarantined, attempts/reason may be short: %s"
-                   % _salvage_ranges(_salvage_runs(rep["quarantined_uncertain"])))
+        out.append(
+            "quarantined, attempts/reason may be short: %s"
+            % _salvage_ranges(_salvage_runs(rep["quarantined_uncertain"]))
+        )
     out.append("lost seqs: %d: %s" % (rep["lost_count"], _salvage_ranges(rep["lost_seqs"])))
     if rep["snapshot_items_lost"] > 0:
         out.append("snapshot items lost: %d" % rep["snapshot_items_lost"])
     if rep["uncertain_gaps"]:
-        out.append("gaps lost or compacted away (unknown which): %s"
-                   % _salvage_ranges(rep["uncertain_gaps"]))
+        out.append(
+            "gaps lost or compacted away (unknown which): %s"
+            % _salvage_ranges(rep["uncertain_gaps"])
+        )
     out.append("next_seq: %d; generation: %d" % (rep["next_seq"], rep["generation"]))
     out.append("result: %s" % rep["status"])
     return "\n".join(out) + "\n"
@@ -760,11 +781,17 @@ def _salvage_into(mod: Any, src: str, out: str, real_in: str, opts: dict[str, An
         names = os.listdir(part)
         for n in names:
             p = os.path.join(part, n)
-            if os.path.islink(p) or not os.path.isfile(p) or not (
+            if (
+                os.path.islink(p)
+                or not os.path.isfile(p)
+                or not (
                     n in ("queue.format", "queue.manifest", "queue.manifest.tmp", "queue.lock")
-                    or mod.ddq.parse_segment_name(n) is not None):
-                raise CommandError("%s: holds %r, not only an interrupted salvage's files"
-                                   % (part, n))
+                    or mod.ddq.parse_segment_name(n) is not None
+                )
+            ):
+                raise CommandError(
+                    "%s: holds %r, not only an interrupted salvage's files" % (part, n)
+                )
         for n in names:  # an interrupted run's partial copy (its source untouched): redone
             os.remove(os.path.join(part, n))
         os.rmdir(part)
@@ -828,7 +855,9 @@ def argparse_replay(p: argparse.ArgumentParser) -> None:
     p.add_argument("--username", metavar="NAME", help="MQTT user name (or user@HOST in the URL)")
     pw = p.add_mutually_exclusive_group()
     pw.add_argument(
-        "--password-env", metavar="VAR", help="read the MQTT password from environment variable VAR"
+        "--password-env",
+        metavar="VAR",
+        help="read the MQTT password from environment variable VAR",
     )
     pw.add_argument(
         "--password-file",
@@ -840,7 +869,9 @@ def argparse_replay(p: argparse.ArgumentParser) -> None:
         metavar="PEM",
         help="mqtts: CA certificate(s) the broker's certificate must chain to (default: the system's)",
     )
-    p.add_argument("--cert", metavar="PEM", help="mqtts: client certificate (may hold the key too)")
+    p.add_argument(
+        "--cert", metavar="PEM", help="mqtts: client certificate (may hold the key too)"
+    )
     p.add_argument("--key", metavar="PEM", help="mqtts: the client certificate's private key")
     p.add_argument(
         "--dry-run", action="store_true", help="list what would be sent; DIR is not touched"
@@ -926,7 +957,10 @@ def do_replay(args: argparse.Namespace) -> int:
         if args.dry_run:
             for j in jobs:
                 res = replay.plan(
-                    j["dir"], j["options"], j["prefix"], send_expired=args.send_expired,
+                    j["dir"],
+                    j["options"],
+                    j["prefix"],
+                    send_expired=args.send_expired,
                     hmac_key=j["hmac_key"],
                 )
                 res["dir"] = j["dir"]
@@ -936,9 +970,14 @@ def do_replay(args: argparse.Namespace) -> int:
             prog = replay.Progress([j["dir"]], sys.stderr, sys.stderr.isatty()) if show else None
             try:
                 res = replay.replay(
-                    j["dir"], args.to, j["options"], client_id=j["client_id"],
-                    prefix=j["prefix"], hmac_key=j["hmac_key"],
-                    progress=prog.callback(j["dir"]) if prog is not None else None, **kw
+                    j["dir"],
+                    args.to,
+                    j["options"],
+                    client_id=j["client_id"],
+                    prefix=j["prefix"],
+                    hmac_key=j["hmac_key"],
+                    progress=prog.callback(j["dir"]) if prog is not None else None,
+                    **kw,
                 )
             finally:
                 if prog is not None:
@@ -956,8 +995,15 @@ def do_replay(args: argparse.Namespace) -> int:
         else:
             tot = {
                 k: sum(int(r.get(k, 0)) for r in results)
-                for k in ("sent", "failed", "skipped", "expired", "unpublishable",
-                          "unauthenticated", "remaining")
+                for k in (
+                    "sent",
+                    "failed",
+                    "skipped",
+                    "expired",
+                    "unpublishable",
+                    "unauthenticated",
+                    "remaining",
+                )
             }
             tot["errors"] = sum(1 for r in results if "error" in r)
             out_json({"dirs": results, "total": tot})
@@ -965,8 +1011,10 @@ def do_replay(args: argparse.Namespace) -> int:
         for res in results:
             if res.get("dry_run"):
                 for w in res["would_send"]:
-                    print("would send seq %d -> %s (%d bytes)"
-                          % (w["seq"], fsck.printable(w["topic"]), w["bytes"]))
+                    print(
+                        "would send seq %d -> %s (%d bytes)"
+                        % (w["seq"], fsck.printable(w["topic"]), w["bytes"])
+                    )
             head = "%s: " % res["dir"] if len(results) > 1 else ""
             if "error" in res:
                 print("%serror: %s" % (head, fsck.printable(res["error"])))

@@ -197,7 +197,9 @@ def _is_hash_listing(v: Any) -> bool:
 S_IFDIR = 0x4000
 S_IFREG = 0x8000
 
-_OSERR = re.compile(r"OSError: (?:\[Errno ([0-9]+)\]|(-?[0-9]+))")  # ASCII digits (\d: any script's)
+_OSERR = re.compile(
+    r"OSError: (?:\[Errno ([0-9]+)\]|(-?[0-9]+))"
+)  # ASCII digits (\d: any script's)
 
 
 def _map_exec_error(e: Any, path: str | None = None) -> Exception:
@@ -334,7 +336,8 @@ class Device:
             self._close_serial()
             raise DeviceTimeout(
                 "%s: no MicroPython raw REPL answered within %g s (is MicroPython running there, "
-                "and no other program using the port? a hung board needs a reset)" % (port, timeout)
+                "and no other program using the port? a hung board needs a reset)"
+                % (port, timeout)
             ) from None
         except (TransportError, OSError) as e:
             self._close_serial()
@@ -390,8 +393,9 @@ class Device:
         try:
             # Through mpremote's intercept while mounted: what the interrupted code still asks of
             # /remote is served until the mount is gone.
-            with contextlib.redirect_stdout(io.StringIO()), self._bounded(
-                timeout, "answer", timeout
+            with (
+                contextlib.redirect_stdout(io.StringIO()),
+                self._bounded(timeout, "answer", timeout),
             ):
                 self.t.enter_raw_repl(soft_reset=False, timeout_overall=timeout)
                 self.t.umount_local()
@@ -409,8 +413,9 @@ class Device:
         if not self.resets:
             raise DeviceError("%s: this device is not soft-reset (the unix port)" % self.port)
         try:
-            with contextlib.redirect_stdout(io.StringIO()), self._bounded(
-                timeout, "answer", timeout
+            with (
+                contextlib.redirect_stdout(io.StringIO()),
+                self._bounded(timeout, "answer", timeout),
             ):
                 self.t.enter_raw_repl(soft_reset=True, timeout_overall=timeout)
         except (TransportError, OSError) as e:
@@ -531,7 +536,10 @@ class Device:
         return parse_reply(out, what or "a query", check)
 
     def _collect(
-        self, code: str, path: str | None = None, limit: int = MAX_REPLY,
+        self,
+        code: str,
+        path: str | None = None,
+        limit: int = MAX_REPLY,
         idle: float | None = None,
     ) -> bytes:
         """stdout of code; DeviceReplyError past limit bytes (a device cannot flood the host)."""
@@ -609,8 +617,7 @@ class Device:
         p = dpath(path)
         out = self._collect(  # streamed, an entry a line (see hash_dir)
             "import os\nprint('[')\nfor e in os.ilistdir(%r):\n"
-            " print(repr((e[0],e[1]==0x4000,os.stat(%r+'/'+e[0])[6]))+',')\nprint(']')"
-            % (p, p),
+            " print(repr((e[0],e[1]==0x4000,os.stat(%r+'/'+e[0])[6]))+',')\nprint(']')" % (p, p),
             path=p,
         )
         rows = parse_reply(out, "the listing of " + p, _is_listing)

@@ -36,7 +36,9 @@ from . import qdir, vboard
 from .errors import HostError
 from .vboard import pid_alive
 
-RAMDISK_ADDR = 0x21000000  # the firmware's frozen _boot.py: bmram.RAMBlockDev(0x21000000, 4096, 3584)
+RAMDISK_ADDR = (
+    0x21000000  # the firmware's frozen _boot.py: bmram.RAMBlockDev(0x21000000, 4096, 3584)
+)
 RAMDISK_BYTES = 4096 * 3584
 PTY_LINE = re.compile(rb"char device redirected to (/dev/pts/\d+)")
 FIRMWARE_REL = os.path.join("..", "shared", "boards", "qemu-mps2-an385", "firmware.elf")
@@ -73,7 +75,8 @@ def find_qemu(exe: str | None = None) -> str:
     found = shutil.which(exe)
     if not found:
         raise QemuError(
-            "%s not found: apt-get install qemu-system-arm (Debian/Ubuntu), or pass --qemu EXE" % exe
+            "%s not found: apt-get install qemu-system-arm (Debian/Ubuntu), or pass --qemu EXE"
+            % exe
         )
     return found
 
@@ -171,8 +174,20 @@ def start(
     if fresh and os.path.exists(p["image"]):
         os.remove(p["image"])
     argv = [
-        exe, "-machine", "mps2-an385", "-display", "none", "-monitor", "none", "-semihosting",
-        "-kernel", fw, "-serial", "pty", "-qmp", "unix:%s,server=on,wait=off" % p["qmp"],
+        exe,
+        "-machine",
+        "mps2-an385",
+        "-display",
+        "none",
+        "-monitor",
+        "none",
+        "-semihosting",
+        "-kernel",
+        fw,
+        "-serial",
+        "pty",
+        "-qmp",
+        "unix:%s,server=on,wait=off" % p["qmp"],
     ]
     if os.path.isfile(p["image"]):
         if os.path.getsize(p["image"]) != RAMDISK_BYTES:
@@ -279,11 +294,17 @@ def stop(state_dir: str, save: bool = True, timeout: float = 10.0) -> dict[str, 
     if save:
         tmp = p["image"] + ".tmp"
         try:
-            _qmp(p["qmp"], [
-                {"execute": "stop"},
-                {"execute": "pmemsave",
-                 "arguments": {"val": RAMDISK_ADDR, "size": RAMDISK_BYTES, "filename": tmp}},
-            ], timeout)
+            _qmp(
+                p["qmp"],
+                [
+                    {"execute": "stop"},
+                    {
+                        "execute": "pmemsave",
+                        "arguments": {"val": RAMDISK_ADDR, "size": RAMDISK_BYTES, "filename": tmp},
+                    },
+                ],
+                timeout,
+            )
             if os.path.getsize(tmp) == RAMDISK_BYTES:
                 os.replace(tmp, p["image"])
                 saved = True
@@ -299,7 +320,9 @@ def stop(state_dir: str, save: bool = True, timeout: float = 10.0) -> dict[str, 
             _wait_gone(pid, 5.0)
     _forget(p)
     if save and not saved:
-        raise QemuError("qemu board stopped, but its RAM disk could not be saved to %s" % p["image"])
+        raise QemuError(
+            "qemu board stopped, but its RAM disk could not be saved to %s" % p["image"]
+        )
     return dict(cur, stopped=True, saved=saved)
 
 
@@ -315,24 +338,51 @@ def kill(state_dir: str) -> dict[str, Any]:
     return dict(cur, killed=cur["running"])
 
 
-def command(action: str, state_dir: str | None, firmware: str | None = None,
-            qemu: str | None = None, fresh: bool = False) -> tuple[dict[str, Any], str, int]:
+def command(
+    action: str,
+    state_dir: str | None,
+    firmware: str | None = None,
+    qemu: str | None = None,
+    fresh: bool = False,
+) -> tuple[dict[str, Any], str, int]:
     """`ddq board qemu ACTION`: (result, message, exit status)."""
     d = state_dir or default_state_dir()
     if action == "start":
         res = start(d, firmware=firmware, qemu=qemu, fresh=fresh)
-        return res, "qemu board running: device %s (pid %d, firmware %s)" % (
-            res["device"], res["qemu_pid"], res["firmware"]), 0
+        return (
+            res,
+            "qemu board running: device %s (pid %d, firmware %s)"
+            % (res["device"], res["qemu_pid"], res["firmware"]),
+            0,
+        )
     if action == "stop":
         res = stop(d)
-        return res, ("qemu board stopped, RAM disk saved to %s" % res["image"]
-                     if res["stopped"] else "qemu board was not running"), 0
+        return (
+            res,
+            (
+                "qemu board stopped, RAM disk saved to %s" % res["image"]
+                if res["stopped"]
+                else "qemu board was not running"
+            ),
+            0,
+        )
     if action == "kill":
         res = kill(d)
-        return res, ("qemu board killed (RAM disk not saved)" if res["killed"]
-                     else "qemu board was not running"), 0
+        return (
+            res,
+            (
+                "qemu board killed (RAM disk not saved)"
+                if res["killed"]
+                else "qemu board was not running"
+            ),
+            0,
+        )
     res = status(d)
     if res["running"]:
-        return res, "running: device %s, pid %d, firmware %s" % (
-            res["device"], res["qemu_pid"], res["firmware"]), 0
+        return (
+            res,
+            "running: device %s, pid %d, firmware %s"
+            % (res["device"], res["qemu_pid"], res["firmware"]),
+            0,
+        )
     return res, "not running (state dir %s)" % res["state_dir"], 3

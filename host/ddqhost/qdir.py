@@ -252,11 +252,15 @@ def options_hint(path: str, options: dict[str, int], sources: dict[str, str]) ->
     }
     short = [k for k in OPTION_KEYS if need[k] > options[k]]
     names = {PULL_META: "the board profile's, recorded by ddq pull in " + PULL_META}
-    where = sorted({names.get(sources.get(k, ""), sources.get(k, "given"))
-                    for k in (short or OPTION_KEYS)})
-    text = "%s verifies with larger queue options: its writer used other options than these (%s)" % (
-        path,
-        ", ".join(where),
+    where = sorted(
+        {names.get(sources.get(k, ""), sources.get(k, "given")) for k in (short or OPTION_KEYS)}
+    )
+    text = (
+        "%s verifies with larger queue options: its writer used other options than these (%s)"
+        % (
+            path,
+            ", ".join(where),
+        )
     )
     if short:
         text += "; it needs %s" % ", ".join("%s >= %d" % (k, need[k]) for k in short)
@@ -305,12 +309,16 @@ def load_hmac_key(path: str | None, queue_dir: str | None = None) -> bytes | Non
         if queue_dir is not None:
             d, f = os.path.realpath(queue_dir), os.path.realpath(path)
             if os.path.commonpath([d, f]) == d:
-                raise HmacKeyError("%s: the HMAC key file must not be inside the queue directory" % path)
+                raise HmacKeyError(
+                    "%s: the HMAC key file must not be inside the queue directory" % path
+                )
         try:
             with open(path, "rb") as fh:
                 text = fh.read(4096).decode("ascii", "replace")
         except OSError as e:
-            raise HmacKeyError("%s: cannot read the HMAC key file (%s)" % (path, e.strerror or e)) from None
+            raise HmacKeyError(
+                "%s: cannot read the HMAC key file (%s)" % (path, e.strerror or e)
+            ) from None
         where = path
     elif os.environ.get(HMAC_KEY_ENV):
         text, where = os.environ[HMAC_KEY_ENV], "$" + HMAC_KEY_ENV
@@ -378,7 +386,7 @@ def check_decryptable(n_encrypted: int, hmac_key: bytes | None, what: str = "mes
 
 
 def auth_status(payload: bytes, hmac_key: bytes | None) -> str:
-    """"ok" (a valid tag), "unauthenticated: <why>" (with a key: no valid tag, or not an
+    """ "ok" (a valid tag), "unauthenticated: <why>" (with a key: no valid tag, or not an
     envelope), "unchecked" (a tag, no key given) or "unsigned" (no tag, no key)."""
     import ddq_outbox
 
@@ -628,15 +636,20 @@ def render_inspect(info: dict[str, Any]) -> str:
                     (" encrypted" + ("" if env.get("decrypted") else " (no key: not decrypted)"))
                     if env.get("encrypted")
                     else "",
-                    " enqueued " + NO_RTC if env.get("clock_before_2001")
-                    else " age %ds" % (env["age_ms"] // 1000) if "age_ms" in env else "",
+                    " enqueued " + NO_RTC
+                    if env.get("clock_before_2001")
+                    else " age %ds" % (env["age_ms"] // 1000)
+                    if "age_ms" in env
+                    else "",
                     " EXPIRED" if env.get("expired") else "",
                 )
             )
         auth = d.get("auth", "")
         if auth.startswith("unauthenticated") or (auth == "ok" and env):
-            lines.append("         auth: %s" % ("ok (HMAC)" if auth == "ok" else auth.upper()[:15]
-                                                  + auth[15:]))
+            lines.append(
+                "         auth: %s"
+                % ("ok (HMAC)" if auth == "ok" else auth.upper()[:15] + auth[15:])
+            )
         if "reason" in d:
             lines.append("         reason: %s" % d["reason"])
     return "".join(printable(line) + "\n" for line in lines)  # topics, reasons: escaped

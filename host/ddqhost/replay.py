@@ -208,7 +208,7 @@ def check_prefix(prefix: str) -> None:
 
 
 def unpublishable(topic: str) -> str:
-    """"" if MQTT can publish topic (after the prefix), else why not (ddq_outbox.publishable)."""
+    """ "" if MQTT can publish topic (after the prefix), else why not (ddq_outbox.publishable)."""
     import ddq_outbox  # beside ddq (qdir.load_ddq put its directory on the path)
 
     return str(ddq_outbox.publishable(topic.encode("utf-8", "surrogatepass"), 65535))
@@ -441,9 +441,16 @@ class _PahoWindow:
     PUBACK within `timeout` s of the first wait for it is an OSError (the loop stops: E26). A
     topic MQTT cannot publish under the prefix, or one paho refuses, is Unpublishable."""
 
-    def __init__(self, outbox: ModuleType, client: Any, prefix: str, window: int,
-                 timeout: float, clock: Callable[[], int],
-                 routes: dict[int, tuple[str, int, bool, bool, bool]]) -> None:
+    def __init__(
+        self,
+        outbox: ModuleType,
+        client: Any,
+        prefix: str,
+        window: int,
+        timeout: float,
+        clock: Callable[[], int],
+        routes: dict[int, tuple[str, int, bool, bool, bool]],
+    ) -> None:
         self.ob, self.client, self.prefix, self.timeout = outbox, client, prefix, timeout
         self.inflight_max = max(1, window)
         self.timeout_ms = int(timeout * 1000)
@@ -460,8 +467,13 @@ class _PahoWindow:
             info = self.client.publish(topic, m.payload, qos=1, retain=m.retain)
         except ValueError as e:  # paho refuses the topic or the payload: not sendable, ever
             raise self.ob.Unpublishable(str(e)) from None
-        self.routes[m.seq] = (topic, len(m.payload), not m.topic, bool(m.retain),
-                              m.expired(self.clock()))
+        self.routes[m.seq] = (
+            topic,
+            len(m.payload),
+            not m.topic,
+            bool(m.retain),
+            m.expired(self.clock()),
+        )
         self.flight.append([m.seq, info, None])
 
     def poll(self, timeout_ms: int = 0) -> list[int]:
@@ -527,8 +539,9 @@ def _deliver(
         )
         if progress is not None:
             progress(0, len(pending))
-        sender = _PahoWindow(ddq_outbox, client, prefix, window, timeout, q.clock,
-                             {} if routes is None else routes)
+        sender = _PahoWindow(
+            ddq_outbox, client, prefix, window, timeout, q.clock, {} if routes is None else routes
+        )
 
         def report(what: str, seq: int, detail: str) -> None:
             if what not in got:
@@ -556,8 +569,15 @@ def _deliver(
             return bool(interrupted) or (limit is not None and done() >= limit)
 
         ob = ddq_outbox.Outbox(
-            q, lease_ms=lease_ms, raw=True, qos=1, hmac_key=hmac_key, lapsed="reclaim",
-            expired="send" if send_expired else "quarantine", failure="stop", report=report,
+            q,
+            lease_ms=lease_ms,
+            raw=True,
+            qos=1,
+            hmac_key=hmac_key,
+            lapsed="reclaim",
+            expired="send" if send_expired else "quarantine",
+            failure="stop",
+            report=report,
         )
         for _ in range(len(pending) + 1):  # bounded: each round settles a pending item or ends
             n = done()
@@ -623,8 +643,10 @@ def check_timeout(t: float) -> None:
     """ReplayError (exit 2: a bad argument) unless t is a number of seconds in (0, 3600]: NaN,
     infinity, zero and negative waits would never end or never wait."""
     if not 0 < t <= MAX_TIMEOUT_S:  # (NaN fails every comparison)
-        raise ReplayError("--timeout must be more than 0 and at most %d seconds, got %s"
-                          % (MAX_TIMEOUT_S, t), code=2)
+        raise ReplayError(
+            "--timeout must be more than 0 and at most %d seconds, got %s" % (MAX_TIMEOUT_S, t),
+            code=2,
+        )
 
 
 def check_client_id(cid: str) -> None:
@@ -635,8 +657,9 @@ def check_client_id(cid: str) -> None:
     except UnicodeEncodeError:
         raise ReplayError("--client-id must be text (UTF-8)", code=2) from None
     if not 1 <= n <= 65535 or "\0" in cid:
-        raise ReplayError("--client-id must be 1 to 65535 bytes of UTF-8 without NUL, got %d bytes"
-                          % n, code=2)
+        raise ReplayError(
+            "--client-id must be 1 to 65535 bytes of UTF-8 without NUL, got %d bytes" % n, code=2
+        )
 
 
 def fleet_names(
@@ -651,8 +674,10 @@ def fleet_names(
     many = len(dirs) > 1
     if many and len(set(names)) != len(names):
         dup = sorted({n for n in names if names.count(n) > 1})
-        raise ReplayError("two directories are named %s: {dir}, client ids and --prefix-per-dir "
-                          "need distinct names" % ", ".join(dup))
+        raise ReplayError(
+            "two directories are named %s: {dir}, client ids and --prefix-per-dir "
+            "need distinct names" % ", ".join(dup)
+        )
     tmpl = client_id or "ddq-replay-%d" % int(time.time())
     if many and "{dir}" not in tmpl:
         tmpl += "-{dir}"
@@ -695,7 +720,13 @@ class Progress:
             s, t = sum(self.sent.values()), sum(self.total.values())
         dt = max(time.monotonic() - self.t0, 1e-6)
         return "replay: %d/%d sent, %d dir(s), %d done, %.0f msg/s, %.0f s" % (
-            s, t, len(self.sent), len(self.done), s / dt, dt)
+            s,
+            t,
+            len(self.sent),
+            len(self.done),
+            s / dt,
+            dt,
+        )
 
     def _loop(self) -> None:
         while not self.stopped.wait(0.5 if self.tty else 1.0):
@@ -729,10 +760,16 @@ def replay_many(
         name = dir_name(j["dir"])
         try:
             res = replay(
-                j["dir"], url, j["options"], client_id=j["client_id"], prefix=j["prefix"],
-                hmac_key=j["hmac_key"], interrupted=interrupted,
+                j["dir"],
+                url,
+                j["options"],
+                client_id=j["client_id"],
+                prefix=j["prefix"],
+                hmac_key=j["hmac_key"],
+                interrupted=interrupted,
                 progress=progress.callback(j["dir"]) if progress is not None else None,
-                log=(lambda m: log("%s: %s" % (name, m))) if log is not None else None, **kw
+                log=(lambda m: log("%s: %s" % (name, m))) if log is not None else None,
+                **kw,
             )
         except ReplayError as e:
             res = {"error": str(e), "sent": 0, "failed": 0}

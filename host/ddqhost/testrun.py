@@ -56,8 +56,12 @@ def _copy_py(src: str, dst: str, mpy: bool = False, prefix: str = "") -> None:
     os.mkdir(dst, 0o700)
     for n in sorted(os.listdir(src)):
         p = os.path.join(src, n)
-        if not (n.endswith(".py") and n.startswith(prefix) and os.path.isfile(p)
-                and not os.path.islink(p)):
+        if not (
+            n.endswith(".py")
+            and n.startswith(prefix)
+            and os.path.isfile(p)
+            and not os.path.islink(p)
+        ):
             continue
         if mpy:
             try:
@@ -103,7 +107,6 @@ def stage(fixtures: str | None = None, mpy: bool = False) -> Iterator[str]:
 
 class TestRunError(DeviceError):
     """The suite could not start on the device (e.g. --installed without ddq); one line."""
-
 
 
 # Block sizes of mprun's RAM disks (tests/mprun.py FILESYSTEMS): --ramdisk-kb becomes --blocks.
@@ -225,8 +228,9 @@ def _run_once(
             "import sys, gc\n"
             "for _m in list(sys.modules):\n"
             " _f = getattr(sys.modules[_m], '__file__', '') or ''\n"
-            " if _m in %r or _f.startswith('/remote'):\n" % (PORT_MODULES,) +
-            "  del sys.modules[_m]\n"
+            " if _m in %r or _f.startswith('/remote'):\n"
+            % (PORT_MODULES,)
+            + "  del sys.modules[_m]\n"
             "sys.path[:] = [_p for _p in sys.path if not _p.startswith('/remote')]\n"
             "gc.collect()\n"
             "print('ddq test: device heap free %d of %d' % (gc.mem_free(), gc.mem_free() + gc.mem_alloc()))\n"

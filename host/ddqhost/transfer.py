@@ -149,8 +149,20 @@ def mpy_header(path: str) -> bytes:
 # own Sender connects), but without an app a board with no network does not get it. ddq_app is
 # the example apps' shared part: installed only with an app that imports it.
 PORT_MODULES = (
-    "ddq", "ddq_recover", "ddq_compact", "ddq_extra", "ddq_cut", "ddq_hold", "ddq_index",
-    "ddq_reclaim", "ddq_outbox", "ddq_batch", "ddq_mqtt", "ddq_group", "ddq_salvage", "ddq_app",
+    "ddq",
+    "ddq_recover",
+    "ddq_compact",
+    "ddq_extra",
+    "ddq_cut",
+    "ddq_hold",
+    "ddq_index",
+    "ddq_reclaim",
+    "ddq_outbox",
+    "ddq_batch",
+    "ddq_mqtt",
+    "ddq_group",
+    "ddq_salvage",
+    "ddq_app",
 )
 # ddq itself loads these by name (open, compaction, the less used methods): always installed.
 # ddq_cut: R22; ddq_hold: a Queue with window > 0 (SPEC §10.1), as the board profiles' apps open
@@ -171,12 +183,21 @@ def port_imports(path: str) -> set[str]:
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names = [node.module]
-        elif (isinstance(node, ast.keyword) and node.arg == "on_corrupt"
-              and isinstance(node.value, ast.Constant) and node.value.value == "salvage"):
-            names = ["ddq_salvage"]  # Queue/Outbox(..., on_corrupt="salvage") imports it on demand (K9)
-        elif (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
-              and node.value.value == "ddq_batch"
-              and any(getattr(t, "id", "") == "OUTBOX" for t in node.targets)):
+        elif (
+            isinstance(node, ast.keyword)
+            and node.arg == "on_corrupt"
+            and isinstance(node.value, ast.Constant)
+            and node.value.value == "salvage"
+        ):
+            names = [
+                "ddq_salvage"
+            ]  # Queue/Outbox(..., on_corrupt="salvage") imports it on demand (K9)
+        elif (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant)
+            and node.value.value == "ddq_batch"
+            and any(getattr(t, "id", "") == "OUTBOX" for t in node.targets)
+        ):
             names = ["ddq_batch"]  # an app's OUTBOX = "ddq_batch": ddq_app opens it (OUTBOX B1)
         else:
             continue
@@ -306,8 +327,8 @@ def flash(
         shutil.rmtree(tmp, ignore_errors=True)
     # Import check: drop any cached module, import from the destination, compare the version.
     where = dpath(dest)
-    code = (
-        "import sys\nfor _m in %r:\n if _m in sys.modules: del sys.modules[_m]\n" % (PORT_MODULES,)
+    code = "import sys\nfor _m in %r:\n if _m in sys.modules: del sys.modules[_m]\n" % (
+        PORT_MODULES,
     )
     if where != ".":
         code += "_p=%r\nif _p not in sys.path: sys.path.insert(0,_p)\n" % where
@@ -358,8 +379,10 @@ def _hash_local_dir(path: str, skip: tuple[str, ...] = (qdir.PULL_META,)) -> dic
         if n in skip or not stat.S_ISREG(st.st_mode):
             continue  # a symlink is never followed, a FIFO never opened
         if st.st_size > MAX_LOCAL_FILE:
-            raise TransferError("%s: %s is %d bytes, larger than any queue file (segment_bytes "
-                                "<= %d); remove it first" % (path, n, st.st_size, MAX_LOCAL_FILE))
+            raise TransferError(
+                "%s: %s is %d bytes, larger than any queue file (segment_bytes "
+                "<= %d); remove it first" % (path, n, st.st_size, MAX_LOCAL_FILE)
+            )
         h, size = hashlib.sha256(), 0
         with open(p, "rb") as f:
             for _ in range(MAX_LOCAL_FILE // 65536 + 2):
@@ -704,6 +727,7 @@ def _force_check(
 
 # ---------------------------------------------------------------- stats on the device
 
+
 def device_stats(dev: Device, remote: str, options: dict[str, int]) -> dict[str, Any]:
     """Open remote with the device's own ddq and return stats() as a dict (recovery runs there).
 
@@ -722,8 +746,7 @@ def device_stats(dev: Device, remote: str, options: dict[str, int]) -> dict[str,
         " print(repr(_q.stats().as_dict()))\n"
         "finally:\n"
         " _q.close()\n"
-        "del _q\n"
-        % (dpath(remote), ",".join("%s=%d" % (k, options[k]) for k in qdir.OPTION_KEYS))
+        "del _q\n" % (dpath(remote), ",".join("%s=%d" % (k, options[k]) for k in qdir.OPTION_KEYS))
     )
     try:
         # the open replays the log, silent while it runs: a full 140 KiB board at emulation
@@ -746,9 +769,7 @@ def device_stats(dev: Device, remote: str, options: dict[str, int]) -> dict[str,
             lambda v: (
                 isinstance(v, dict)
                 and all(
-                    isinstance(k, str)
-                    and k.isidentifier()
-                    and (is_int(n) or isinstance(n, bool))
+                    isinstance(k, str) and k.isidentifier() and (is_int(n) or isinstance(n, bool))
                     for k, n in v.items()
                 )
             ),

@@ -482,8 +482,10 @@ def bridge_main(state_dir: str, micropython: str, image: str, heapsize: str = ""
 
     def spawn(run_main: bool) -> "subprocess.Popen[bytes]":
         return subprocess.Popen(
-            [micropython] + (["-X", "heapsize=" + heapsize] if heapsize else [])
-            + ["-i", p["boot"]] + (["main"] if run_main else []),
+            [micropython]
+            + (["-X", "heapsize=" + heapsize] if heapsize else [])
+            + ["-i", p["boot"]]
+            + (["main"] if run_main else []),
             stdin=s2,
             stdout=s2,
             stderr=s2,
@@ -557,8 +559,9 @@ def bridge_main(state_dir: str, micropython: str, image: str, heapsize: str = ""
                 now = time.monotonic()
                 resets[:] = [t for t in resets if now - t < 10.0] + [now]
                 if len(resets) > RESTARTS_PER_10S:
-                    sys.stderr.write("soft reset %d times in 10 s: stopping the board\n"
-                                     % len(resets))
+                    sys.stderr.write(
+                        "soft reset %d times in 10 s: stopping the board\n" % len(resets)
+                    )
                     break
                 # A soft reset: what it printed, the board's line, then a new interpreter.
                 left = drain_mp()

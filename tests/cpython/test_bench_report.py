@@ -9,8 +9,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _run_module():
-    spec = importlib.util.spec_from_file_location("ddq_bench_run",
-                                                  os.path.join(ROOT, "bench", "run.py"))
+    spec = importlib.util.spec_from_file_location(
+        "ddq_bench_run", os.path.join(ROOT, "bench", "run.py")
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -35,8 +36,11 @@ def test_pictures_are_drawn_from_the_docs_and_referenced(tmp_path):
     import plots
 
     fig = plots.read_figures()
-    assert set(fig["heap_b_per_item"]) == {"fresh", "reopened (queue.index)",
-                                           "reopened after a power cut"}
+    assert set(fig["heap_b_per_item"]) == {
+        "fresh",
+        "reopened (queue.index)",
+        "reopened after a power cut",
+    }
     assert all(v is not None and v < 32 for v in fig["heap_b_per_item"].values())
     for interp in ("CPython", "MicroPython"):
         assert set(fig["latency"][interp]) == {"floor", "inline", "staged"}

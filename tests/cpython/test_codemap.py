@@ -9,7 +9,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def _rows():
     with open(os.path.join(REPO, "docs", "DESIGN.md"), encoding="utf-8") as f:
         text = f.read()
-    part = text[text.index("## 13. Code map"):]
+    part = text[text.index("## 13. Code map") :]
     for line in part.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 4 and cells[1].startswith("port/"):

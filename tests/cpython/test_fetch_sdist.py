@@ -25,14 +25,16 @@ def _index(tmp_path):
     proj.mkdir(parents=True)
     (proj / "micropython-umqtt.simple-9.9.tar.gz").write_bytes(sdist)
     (proj / "index.html").write_text(
-        '<a href="micropython-umqtt.simple-9.9.tar.gz">micropython-umqtt.simple-9.9.tar.gz</a>\n')
+        '<a href="micropython-umqtt.simple-9.9.tar.gz">micropython-umqtt.simple-9.9.tar.gz</a>\n'
+    )
     return "file://%s/simple" % tmp_path, hashlib.sha256(sdist).hexdigest()
 
 
 def _run(index, *args):
     env = dict(os.environ, PIP_INDEX_URL=index, PIP_EXTRA_INDEX_URL="")
-    return subprocess.run([sys.executable, TOOL, *args], capture_output=True, text=True,
-                          env=env, timeout=60)
+    return subprocess.run(
+        [sys.executable, TOOL, *args], capture_output=True, text=True, env=env, timeout=60
+    )
 
 
 def test_fetches_the_pinned_member(tmp_path):

@@ -1,5 +1,6 @@
 """Cross-process locking [L1][L2]: CPython (flock) and the MicroPython unix port (abstract unix
 socket) exclude each other's second opener, and a lock left by a killed process is taken over."""
+
 # EVIDENCE-OF: L1 L2 L3
 import os
 import signal
@@ -43,16 +44,16 @@ def _interp(name):
 
 
 def _hold(name, d):
-    p = subprocess.Popen(_interp(name) + ["-c", HOLD % (PORT, d)], stdout=subprocess.PIPE,
-                         start_new_session=True)
+    p = subprocess.Popen(
+        _interp(name) + ["-c", HOLD % (PORT, d)], stdout=subprocess.PIPE, start_new_session=True
+    )
     line = p.stdout.readline()
     assert line.strip() == b"held", line
     return p
 
 
 def _try(name, d):
-    out = subprocess.run(_interp(name) + ["-c", TRY % (PORT, d)], capture_output=True,
-                         timeout=60)
+    out = subprocess.run(_interp(name) + ["-c", TRY % (PORT, d)], capture_output=True, timeout=60)
     return out.stdout.decode().strip()
 
 

@@ -61,7 +61,9 @@ def test_micropython_without_socket(tmp_path) -> None:
     assert os.path.exists(MICROPYTHON), "no micropython in the venv: make venv"
     (tmp_path / "socket.py").write_text("raise ImportError(\"no module named 'socket'\")\n")
     (tmp_path / "test_zz_needs_socket.py").write_text("import socket\ndef test_x():\n    pass\n")
-    (tmp_path / "test_zz_broken.py").write_text("import no_such_module_zz\ndef test_x():\n    pass\n")
+    (tmp_path / "test_zz_broken.py").write_text(
+        "import no_such_module_zz\ndef test_x():\n    pass\n"
+    )
     wrapper = tmp_path / "run.py"
     wrapper.write_text(NO_SOCKET % (str(tmp_path), os.path.join(REPO, "tests")))
     mods = ["test_mqtt", "test_mqtt_clients", "test_window", "test_zz_needs_socket"]

@@ -1,4 +1,5 @@
 """The README's quick start works pasted into CPython and into MicroPython."""
+
 import os
 import re
 import subprocess

@@ -11,8 +11,12 @@ MARK = "EVIDENCE" + "-OF:"  # not written whole here: the tool would read this f
 
 
 def _run(root, *args):
-    return subprocess.run([sys.executable, TOOL, "--root", str(root), *args],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, TOOL, "--root", str(root), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_strict_fails_on_an_uncited_id_and_passes_when_all_are_cited(tmp_path):

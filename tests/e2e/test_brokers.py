@@ -35,8 +35,14 @@ def test_not_installable_falls_back_to_the_embedded_broker(monkeypatch):
     _no_env(monkeypatch)
     calls = []
     monkeypatch.setattr(brokers.demo, "find_mosquitto", lambda: None)
-    monkeypatch.setattr(brokers.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or
-                        subprocess.CompletedProcess(cmd, 2, "pytest: cannot install mosquitto"))
+    monkeypatch.setattr(
+        brokers.subprocess,
+        "run",
+        lambda cmd, **kw: (
+            calls.append(cmd)
+            or subprocess.CompletedProcess(cmd, 2, "pytest: cannot install mosquitto")
+        ),
+    )
     assert brokers.kind() == "amqtt" and brokers.kind() == "amqtt" and len(calls) == 1
     assert brokers.install_failure() is None  # not installable here: the TLS tests may skip
 
@@ -47,12 +53,15 @@ def test_a_failed_install_is_reported_not_taken_for_not_installable(monkeypatch)
     import tlsbroker
 
     _no_env(monkeypatch)
-    out = ("pytest: mosquitto is missing: apt-get install mosquitto\n"
-           "pytest: apt-get install mosquitto failed:\n"
-           "  apt-get: E: Unable to locate package mosquitto")
+    out = (
+        "pytest: mosquitto is missing: apt-get install mosquitto\n"
+        "pytest: apt-get install mosquitto failed:\n"
+        "  apt-get: E: Unable to locate package mosquitto"
+    )
     monkeypatch.setattr(brokers.demo, "find_mosquitto", lambda: None)
-    monkeypatch.setattr(brokers.subprocess, "run",
-                        lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, out))
+    monkeypatch.setattr(
+        brokers.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, out)
+    )
     monkeypatch.setattr(tlsbroker, "MOSQUITTO", None)
     assert brokers.kind() == "amqtt"
     assert "Unable to locate package mosquitto" in brokers.install_failure()
@@ -74,16 +83,21 @@ def test_apt_install_waits_for_the_dpkg_lock_and_shows_apts_error(tmp_path):
         "#!/bin/sh\nn=$(cat %s 2>/dev/null || echo 0); n=$((n + 1)); echo $n > %s\n"
         "if [ $n -le 2 ]; then echo 'E: Could not get lock /var/lib/dpkg/lock-frontend. It is "
         "held by process 4242 (apt-get)' >&2; exit 100; fi\n"
-        "echo 'E: Unable to locate package nosuchpkg' >&2; exit 100\n" % (count, count))
+        "echo 'E: Unable to locate package nosuchpkg' >&2; exit 100\n" % (count, count)
+    )
     (bin_ / "apt-get").chmod(0o755)
     (bin_ / "sleep").write_text("#!/bin/sh\nexit 0\n")  # no real waiting in a test
     (bin_ / "sleep").chmod(0o755)
     (bin_ / "id").write_text("#!/bin/sh\necho 0\n")  # root, as far as the script can tell
     (bin_ / "id").chmod(0o755)
     script = os.path.join(brokers.REPO, "tools", "apt_install.sh")
-    r = subprocess.run(["bash", script, "t", "nosuchpkg"], capture_output=True, text=True,
-                       env=dict(os.environ, PATH="%s:%s" % (bin_, os.environ["PATH"])),
-                       timeout=60)
+    r = subprocess.run(
+        ["bash", script, "t", "nosuchpkg"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PATH="%s:%s" % (bin_, os.environ["PATH"])),
+        timeout=60,
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     assert r.stdout.count("the dpkg lock is held by another process; waiting") == 2, r.stdout
     assert "apt-get: E: Unable to locate package nosuchpkg" in r.stdout, r.stdout

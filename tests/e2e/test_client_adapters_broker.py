@@ -31,8 +31,9 @@ N = 200
 
 def mpylib():
     """.venv/mpylib with umqtt/simple.py and mqtt_async.py (make venv's step, run if missing)."""
-    if not all(os.path.exists(os.path.join(MPYLIB, f)) for f in ("umqtt/simple.py",
-                                                                  "mqtt_async.py")):
+    if not all(
+        os.path.exists(os.path.join(MPYLIB, f)) for f in ("umqtt/simple.py", "mqtt_async.py")
+    ):
         r = subprocess.run(["make", "-C", REPO, "venv"], capture_output=True, text=True)
         assert r.returncode == 0, r.stdout + r.stderr
     return MPYLIB
@@ -69,8 +70,9 @@ def _outage_when(sub, b, until_done, seconds=120.0, down=1.0):
 def _run_mp(script, sub, b, tmp_path):
     path = tmp_path / "app.py"
     path.write_text(script)
-    p = subprocess.Popen([MICROPYTHON, str(path)], stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT)
+    p = subprocess.Popen(
+        [MICROPYTHON, str(path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     try:
         state = _outage_when(sub, b, lambda: p.poll() is not None)
         out, _ = p.communicate(timeout=120)
@@ -87,9 +89,15 @@ def _run_mp(script, sub, b, tmp_path):
 def _check(sub, text, prefix, b):
     missing = sub.wait_for({b"%06d" % i for i in range(N)}, 30)
     last = [ln for ln in text.splitlines() if ln.startswith(prefix)]
-    print("%s | broker %s | lost %d, duplicates %d" % (last[-1] if last else text[-300:],
-                                                       b.version, len(missing),
-                                                       len(sub.got) - len(sub.distinct())))
+    print(
+        "%s | broker %s | lost %d, duplicates %d"
+        % (
+            last[-1] if last else text[-300:],
+            b.version,
+            len(missing),
+            len(sub.got) - len(sub.distinct()),
+        )
+    )
     assert last and (" put %d sent %d " % (N, N)) in last[-1] and " pending 0 " in last[-1], text
     assert not missing, sorted(missing)[:10]
 
@@ -123,9 +131,19 @@ ob.close()
 def test_umqtt_simple_on_the_unix_port_through_a_broker_outage(broker, tmp_path):
     sub = brokers.Subscriber(broker.sub_port, "um/#", "ddq-sub-umqtt-%d" % os.getpid())
     try:
-        text = _run_mp(UMQTT % {"port": os.path.join(REPO, "port"), "mpylib": mpylib(),
-                                "qdir": str(tmp_path / "q"), "mqtt": broker.port, "n": N},
-                       sub, broker, tmp_path)
+        text = _run_mp(
+            UMQTT
+            % {
+                "port": os.path.join(REPO, "port"),
+                "mpylib": mpylib(),
+                "qdir": str(tmp_path / "q"),
+                "mqtt": broker.port,
+                "n": N,
+            },
+            sub,
+            broker,
+            tmp_path,
+        )
         _check(sub, text, "umqtt put", broker)
     finally:
         sub.close()
@@ -173,8 +191,16 @@ print("umqtt %(n)d messages: %%d ms with TCP_NODELAY, %%d ms without" %% (with_n
 
 def test_umqtt_figures_tcp_nodelay_and_the_obvious_glue(broker, tmp_path):
     script = tmp_path / "fig.py"
-    script.write_text(FIGURES % {"port": os.path.join(REPO, "port"), "mpylib": mpylib(),
-                                 "q": str(tmp_path), "mqtt": broker.port, "n": N})
+    script.write_text(
+        FIGURES
+        % {
+            "port": os.path.join(REPO, "port"),
+            "mpylib": mpylib(),
+            "q": str(tmp_path),
+            "mqtt": broker.port,
+            "n": N,
+        }
+    )
     r = subprocess.run([MICROPYTHON, str(script)], capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
     print(r.stdout.strip(), "| broker", broker.version)
@@ -228,10 +254,20 @@ ob.close()
 def test_mqtt_as_on_the_unix_port_through_a_broker_outage(broker, tmp_path):
     sub = brokers.Subscriber(broker.sub_port, "as/#", "ddq-sub-as-%d" % os.getpid())
     try:
-        text = _run_mp(MQTT_AS % {"port": os.path.join(REPO, "port"), "mpylib": mpylib(),
-                                  "standin": STANDIN, "qdir": str(tmp_path / "q"),
-                                  "mqtt": broker.port, "n": N},
-                       sub, broker, tmp_path)
+        text = _run_mp(
+            MQTT_AS
+            % {
+                "port": os.path.join(REPO, "port"),
+                "mpylib": mpylib(),
+                "standin": STANDIN,
+                "qdir": str(tmp_path / "q"),
+                "mqtt": broker.port,
+                "n": N,
+            },
+            sub,
+            broker,
+            tmp_path,
+        )
         _check(sub, text, "mqtt_as put", broker)
     finally:
         sub.close()
@@ -241,13 +277,13 @@ def test_paho_on_cpython_through_a_broker_outage(broker, tmp_path):
     import paho.mqtt.client as mqtt
 
     sub = brokers.Subscriber(broker.sub_port, "paho/#", "ddq-sub-paho-%d" % os.getpid())
-    pub = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="ddq-paho-pub",
-                      protocol=mqtt.MQTTv311)
+    pub = mqtt.Client(
+        mqtt.CallbackAPIVersion.VERSION2, client_id="ddq-paho-pub", protocol=mqtt.MQTTv311
+    )
     pub.reconnect_delay_set(1, 1)
     pub.connect("127.0.0.1", broker.port, keepalive=30)
     pub.loop_start()
-    ob = ddq_outbox.Outbox(str(tmp_path / "q"), min_retry_ms=50, max_retry_ms=500,
-                           lease_ms=10000)
+    ob = ddq_outbox.Outbox(str(tmp_path / "q"), min_retry_ms=50, max_retry_ms=500, lease_ms=10000)
     link = ddq_mqtt.Paho(pub, timeout_ms=2000)
     st = {"put": 0}
 
@@ -271,8 +307,12 @@ def test_paho_on_cpython_through_a_broker_outage(broker, tmp_path):
                 state = "again"
             time.sleep(0.01)
         s = ob.stats()
-        text = "paho put %d sent %d retried %d pending %d " % (st["put"], s["sent"],
-                                                                s["retried"], s["pending"])
+        text = "paho put %d sent %d retried %d pending %d " % (
+            st["put"],
+            s["sent"],
+            s["retried"],
+            s["pending"],
+        )
         assert state == "again", text
         _check(sub, text, "paho put", broker)
     finally:

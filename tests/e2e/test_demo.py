@@ -17,7 +17,9 @@ sys.path.insert(0, os.path.join(_REPO, "demo"))
 
 import devapp  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("ddq_demo_run", os.path.join(_REPO, "demo", "run.py"))
+_spec = importlib.util.spec_from_file_location(
+    "ddq_demo_run", os.path.join(_REPO, "demo", "run.py")
+)
 demo = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(demo)
 
@@ -36,14 +38,26 @@ def test_demo_virtual_board_through_broker_restarts_and_power_cuts(tmp_path):
     # demo's embedded amqtt, whose restarts are outages of a relay (sessions kept).
     seed = _seed()
     print("ddq demo seed %d" % seed)
-    cfg = demo.Config(messages=2000, rate=100, broker_restarts=3, kills=3, seed=seed,
-                      broker=brokers.kind(), workdir=str(tmp_path / "demo"), progress=False,
-                      drain_timeout=90.0)
+    cfg = demo.Config(
+        messages=2000,
+        rate=100,
+        broker_restarts=3,
+        kills=3,
+        seed=seed,
+        broker=brokers.kind(),
+        workdir=str(tmp_path / "demo"),
+        progress=False,
+        drain_timeout=90.0,
+    )
     lines = []
     res = demo.run(cfg, log=lines.append)
     brokers.served(res.get("broker_version") or cfg.broker)
-    why = "seed %d (DDQ_DEMO_SEED=%d to replay)\n%s\n%s" % (seed, seed, demo.render(res),
-                                                           "\n".join(lines[-20:]))
+    why = "seed %d (DDQ_DEMO_SEED=%d to replay)\n%s\n%s" % (
+        seed,
+        seed,
+        demo.render(res),
+        "\n".join(lines[-20:]),
+    )
     assert "failure" not in res, why
     assert res["enqueued"] >= 2000, why
     assert res["broker_restarts"] >= 3 and res["device_kills"] >= 3, why
@@ -111,8 +125,9 @@ def test_checker_counts_lost_and_unsurvived_enqueues(tmp_path):
     cut = _queue(tmp_path / "cut0", 5, set())
     final = demo.queue_state(_queue(tmp_path / "final", 5, {1, 2, 3, 4, 5}), OPTIONS)
     rec = [_receipt(s, 1) for s in (1, 2, 3, 4)]
-    res = demo.analyse(demo.Config(messages=6, seed=1), _Sub(rec, {0: 6}), final,
-                       [(0, cut, 0.0)], _Dev(), print)
+    res = demo.analyse(
+        demo.Config(messages=6, seed=1), _Sub(rec, {0: 6}), final, [(0, cut, 0.0)], _Dev(), print
+    )
     assert res["lost"] == 1 and res["lost_seqs"] == [5]
     assert any("saw enqueue of seq 6 return" in e for e in res["errors"])
 

@@ -73,8 +73,10 @@ def test_delivery_survives_a_broker_restart(broker, tmp_path):  # type: ignore[n
         assert ob.empty() and st["sent"] == n, st
         missing = sub.wait_for(want, 30)
         dups = len(sub.got) - len(sub.distinct())
-        print("broker restart: %d messages, %d lost, %d duplicates, %d retries, %d connects"
-              % (n, len(missing), dups, st["retried"], link.connects))
+        print(
+            "broker restart: %d messages, %d lost, %d duplicates, %d retries, %d connects"
+            % (n, len(missing), dups, st["retried"], link.connects)
+        )
         assert not missing, sorted(missing)[:10]
     finally:
         link.close()
@@ -97,8 +99,10 @@ def test_throughput_to_mosquitto(broker, tmp_path, group):  # type: ignore[no-un
         t2 = time.perf_counter()
         assert ob.stats()["sent"] == n
         assert not sub.wait_for({b"%06d" % i for i in range(n)}, 30)
-        print("sync=%s: put %.0f msg/s; deliver (QoS 1, PUBACK each) %.0f msg/s"
-              % ("every %d" % group if group else "always", n / (t1 - t0), n / (t2 - t1)))
+        print(
+            "sync=%s: put %.0f msg/s; deliver (QoS 1, PUBACK each) %.0f msg/s"
+            % ("every %d" % group if group else "always", n / (t1 - t0), n / (t2 - t1))
+        )
     finally:
         link.close()
         sub.close()
@@ -131,10 +135,18 @@ def test_micropython_adapter_with_a_broker_restart(broker, tmp_path):  # type: i
     n = 200
     sub = Subscriber(broker.sub_port, "mp/#")
     script = tmp_path / "mp_pub.py"
-    script.write_text(MP_SCRIPT % {"port": os.path.join(REPO, "port"), "n": n,
-                                   "qdir": str(tmp_path / "mpq"), "mqtt_port": broker.port})
-    p = subprocess.Popen([MICROPYTHON, str(script)], stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT)
+    script.write_text(
+        MP_SCRIPT
+        % {
+            "port": os.path.join(REPO, "port"),
+            "n": n,
+            "qdir": str(tmp_path / "mpq"),
+            "mqtt_port": broker.port,
+        }
+    )
+    p = subprocess.Popen(
+        [MICROPYTHON, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     try:
         end = time.monotonic() + 30
         while time.monotonic() < end and len(sub.distinct()) < n // 4:
@@ -148,7 +160,9 @@ def test_micropython_adapter_with_a_broker_restart(broker, tmp_path):  # type: i
         assert p.returncode == 0, text
         assert ("MP sent %d " % n) in text, text
         missing = sub.wait_for({b"%06d" % i for i in range(n)}, 30)
-        print(text.strip(), "| lost", len(missing), "duplicates", len(sub.got) - len(sub.distinct()))
+        print(
+            text.strip(), "| lost", len(missing), "duplicates", len(sub.got) - len(sub.distinct())
+        )
         assert not missing, sorted(missing)[:10]
     finally:
         if p.poll() is None:

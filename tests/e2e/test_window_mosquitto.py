@@ -110,7 +110,7 @@ class Relay:
                 pid = struct.unpack_from("!H", b, j + 2 + tl)[0]
                 with self.lock:
                     self.publishes.append((pid, bool(b[0] & 0x08)))
-            b = b[j + n:]
+            b = b[j + n :]
         return b
 
     def cut(self) -> None:
@@ -141,10 +141,12 @@ def test_broker_drops_the_connection_with_the_window_full(broker, tmp_path):  # 
     n, w = 400, 16
     sub = Subscriber(broker.sub_port, "win/#")
     relay = Relay(broker.port)
-    ob = ddq_outbox.Outbox(str(tmp_path / "q"), min_retry_ms=20, max_retry_ms=200,
-                           lease_ms=10000, sync_interval_ms=20)
-    link = ddq_mqtt.WindowSender("127.0.0.1", relay.port, inflight_max=w,
-                                 client_id=b"ddq-win-pub", timeout_ms=3000)
+    ob = ddq_outbox.Outbox(
+        str(tmp_path / "q"), min_retry_ms=20, max_retry_ms=200, lease_ms=10000, sync_interval_ms=20
+    )
+    link = ddq_mqtt.WindowSender(
+        "127.0.0.1", relay.port, inflight_max=w, client_id=b"ddq-win-pub", timeout_ms=3000
+    )
     want = {b"%06d" % i for i in range(n)}
     cuts: list[int] = []
 
@@ -179,9 +181,11 @@ def test_broker_drops_the_connection_with_the_window_full(broker, tmp_path):  # 
             if pid in seen and not dup:
                 undup += 1  # a second copy of a packet id without DUP: must never happen
             seen.add(pid)
-        print("window %d, %d cuts with %s in flight: %d lost, %d duplicates received, "
-              "%d resent (DUP), %d publishes, %d connects"
-              % (w, 3, cuts, len(missing), dups, st["resent"], len(pubs), link.connects))
+        print(
+            "window %d, %d cuts with %s in flight: %d lost, %d duplicates received, "
+            "%d resent (DUP), %d publishes, %d connects"
+            % (w, 3, cuts, len(missing), dups, st["resent"], len(pubs), link.connects)
+        )
         assert not missing, sorted(missing)[:10]
         assert cuts and max(cuts) >= w // 2  # the window was (at least half) full at a cut
         assert st["resent"] >= 1 and link.dups == sum(1 for _p, d in pubs if d)
@@ -227,14 +231,14 @@ class FakeBroker:
                     return
                 buf += b
                 while len(buf) >= 2 and len(buf) >= 2 + buf[1]:  # packets < 128 bytes here
-                    h, body, buf = buf[0], buf[2:2 + buf[1]], buf[2 + buf[1]:]
+                    h, body, buf = buf[0], buf[2 : 2 + buf[1]], buf[2 + buf[1] :]
                     if h & 0xF0 == 0x10:
                         if self.mode != "mute":
                             c.sendall(b"\x20\x02\x00\x00")
                     elif h & 0xF0 == 0x30:
                         self.publishes += 1
                         tl = struct.unpack_from("!H", body, 0)[0]
-                        pid = body[2 + tl:4 + tl]
+                        pid = body[2 + tl : 4 + tl]
                         if self.mode == "unknown":
                             c.sendall(b"\x40\x02\x77\x77" + b"\xd0\x00" + b"\x40\x02" + pid)
         except OSError:
@@ -354,10 +358,18 @@ def test_micropython_window_survives_dropped_connections(broker, tmp_path):  # t
     sub = Subscriber(broker.sub_port, "mpw/#")
     relay = Relay(broker.port)
     script = tmp_path / "mp_win.py"
-    script.write_text(MP_SCRIPT % {"port": os.path.join(REPO, "port"), "n": n,
-                                   "qdir": str(tmp_path / "mpq"), "mqtt_port": relay.port})
-    p = subprocess.Popen([MICROPYTHON, str(script)], stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT)
+    script.write_text(
+        MP_SCRIPT
+        % {
+            "port": os.path.join(REPO, "port"),
+            "n": n,
+            "qdir": str(tmp_path / "mpq"),
+            "mqtt_port": relay.port,
+        }
+    )
+    p = subprocess.Popen(
+        [MICROPYTHON, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     try:
         for k in (1, 2):
             end = time.monotonic() + 30
@@ -376,7 +388,9 @@ def test_micropython_window_survives_dropped_connections(broker, tmp_path):  # t
         for pid, dup in pubs:
             undup += 1 if pid in seen and not dup else 0
             seen.add(pid)
-        print(text.strip(), "| lost", len(missing), "duplicates", len(sub.got) - len(sub.distinct()))
+        print(
+            text.strip(), "| lost", len(missing), "duplicates", len(sub.got) - len(sub.distinct())
+        )
         assert not missing, sorted(missing)[:10]
         assert undup == 0 and int(text.split("resent ")[1].split()[0]) >= 1
     finally:

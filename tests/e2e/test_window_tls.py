@@ -48,8 +48,15 @@ def test_cpython_window_over_tls(tls, tmp_path):  # type: ignore[no-untyped-def]
     b, pki, got = tls
     ctx = ddq_mqtt.tls_context(cafile=pki["ca.crt"])
     ob = ddq_outbox.Outbox(str(tmp_path / "q"))
-    link = ddq_mqtt.WindowSender("localhost", b.port, inflight_max=16, client_id=b"tlsw-cpy",
-                                 ssl=ctx, user=b"dev", password=USERS["dev"].encode())
+    link = ddq_mqtt.WindowSender(
+        "localhost",
+        b.port,
+        inflight_max=16,
+        client_id=b"tlsw-cpy",
+        ssl=ctx,
+        user=b"dev",
+        password=USERS["dev"].encode(),
+    )
     try:
         for i in range(60):
             ob.put("wtls/cpy/%d" % (i % 3), b"p%d" % i)
@@ -84,9 +91,16 @@ def test_micropython_window_over_tls(tls, tmp_path):  # type: ignore[no-untyped-
         pytest.skip("no MicroPython unix port in the venv")
     b, pki, got = tls
     script = tmp_path / "mp_wtls.py"
-    script.write_text(MP_SCRIPT % {"port": os.path.join(REPO, "port"), "ca": pki["ca.crt"],
-                                   "q": str(tmp_path / "mq"), "tls_port": b.port,
-                                   "pw": USERS["dev"].encode()})
+    script.write_text(
+        MP_SCRIPT
+        % {
+            "port": os.path.join(REPO, "port"),
+            "ca": pki["ca.crt"],
+            "q": str(tmp_path / "mq"),
+            "tls_port": b.port,
+            "pw": USERS["dev"].encode(),
+        }
+    )
     r = subprocess.run([MICROPYTHON, str(script)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "sent 40 connects 1 timeouts 0" in r.stdout, r.stdout

@@ -34,8 +34,9 @@ def vb(tmp_path):
 
 
 def mpremote(tty, *args):
-    r = subprocess.run([MPREMOTE, "connect", tty, *args], capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        [MPREMOTE, "connect", tty, *args], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0, (args, r.stdout, r.stderr)
     return r.stdout
 
@@ -59,8 +60,10 @@ def test_plain_mpremote_soft_resets_the_virtual_board_and_it_lives_on(vb):
     # Ctrl-C while code runs interrupts it (KeyboardInterrupt), as a board's UART does; the next
     # session finds the REPL. A mount (which turns Ctrl-C off around its binary transfers) works.
     mpremote(tty, "resume", "exec", "--no-follow", "n = 0\nwhile True:\n    n += 1")
-    assert mpremote(tty, "resume", "exec", "print('interrupted', n > 0)").strip() == \
-        "interrupted True"
+    assert (
+        mpremote(tty, "resume", "exec", "print('interrupted', n > 0)").strip()
+        == "interrupted True"
+    )
     assert vboard.status(d)["micropython_pid"] == now["micropython_pid"]
     r = ddq("board", "probe", "-d", tty, "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["probe"]["cwd"] == "/flash", r.stderr
@@ -80,8 +83,10 @@ def test_app_start_and_stop_run_the_example_app_as_a_reset_does(vb, mosquitto, t
     # The example app, pointed at the test's broker and reading every 100 ms.
     with open(os.path.join(REPO, "boards", "UNIX", "main.py")) as f:
         src = f.read()
-    src = src.replace('BROKER = "127.0.0.1"',
-                      'BROKER = "127.0.0.1"\nBROKER_PORT = %d\nPERIOD_MS = 100' % mosquitto)
+    src = src.replace(
+        'BROKER = "127.0.0.1"',
+        'BROKER = "127.0.0.1"\nBROKER_PORT = %d\nPERIOD_MS = 100' % mosquitto,
+    )
     app = tmp_path / "main.py"
     app.write_text(src)
     r = ddq("flash", "-d", tty, "--app", app, "--json")

@@ -51,9 +51,18 @@ def test_flash_py_then_mpy(board):
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     mods = [
-        ":ddq.py", ":ddq_recover.py", ":ddq_compact.py", ":ddq_extra.py", ":ddq_cut.py", ":ddq_hold.py",
+        ":ddq.py",
+        ":ddq_recover.py",
+        ":ddq_compact.py",
+        ":ddq_extra.py",
+        ":ddq_cut.py",
+        ":ddq_hold.py",
         ":ddq_index.py",
-        ":ddq_reclaim.py", ":ddq_outbox.py", ":ddq_batch.py", ":ddq_mqtt.py", ":ddq_group.py",
+        ":ddq_reclaim.py",
+        ":ddq_outbox.py",
+        ":ddq_batch.py",
+        ":ddq_mqtt.py",
+        ":ddq_group.py",
         ":ddq_salvage.py",
     ]
     assert res["board"] == "UNIX" and [w["path"] for w in res["written"]] == mods
@@ -67,9 +76,18 @@ def test_flash_py_then_mpy(board):
     # installed as .mpy, with ddq_reclaim for the UNIX profile's staged reclamation, and every
     # .py the first flash put there is removed (no stale copy beside the new ddq).
     assert [w["path"] for w in res["written"]] == [
-        ":ddq.mpy", ":ddq_recover.mpy", ":ddq_compact.mpy", ":ddq_extra.mpy", ":ddq_cut.mpy",
-        ":ddq_hold.mpy", ":ddq_reclaim.mpy", ":ddq_outbox.mpy", ":ddq_mqtt.mpy", ":ddq_app.mpy",
-        ":main.py"]
+        ":ddq.mpy",
+        ":ddq_recover.mpy",
+        ":ddq_compact.mpy",
+        ":ddq_extra.mpy",
+        ":ddq_cut.mpy",
+        ":ddq_hold.mpy",
+        ":ddq_reclaim.mpy",
+        ":ddq_outbox.mpy",
+        ":ddq_mqtt.mpy",
+        ":ddq_app.mpy",
+        ":main.py",
+    ]
     assert sorted(res["removed"]) == sorted(mods) and res["imported_from"].endswith("ddq.mpy")
     with Device(board.tty, soft_reset=False) as dev:
         sizes = {n: size for n, _d, size in dev.listdir(":")}
@@ -91,20 +109,47 @@ def test_flash_skips_what_the_board_cannot_load(board, tmp_path):
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert [w["path"] for w in res["written"]] == [
-        ":ddq.py", ":ddq_recover.py", ":ddq_compact.py", ":ddq_extra.py", ":ddq_cut.py", ":ddq_hold.py",
+        ":ddq.py",
+        ":ddq_recover.py",
+        ":ddq_compact.py",
+        ":ddq_extra.py",
+        ":ddq_cut.py",
+        ":ddq_hold.py",
         ":ddq_index.py",
-        ":ddq_reclaim.py", ":ddq_outbox.py", ":ddq_batch.py", ":ddq_group.py", ":ddq_salvage.py"]
+        ":ddq_reclaim.py",
+        ":ddq_outbox.py",
+        ":ddq_batch.py",
+        ":ddq_group.py",
+        ":ddq_salvage.py",
+    ]
     assert res["removed"] == [":ddq_mqtt.py"]
     # An app that imports ddq_mqtt gets it there too: the module loads without socket (its
     # adapters need none; only its own Sender imports socket, when it connects).
     app = tmp_path / "main.py"
     app.write_text("import ddq_mqtt\n")
-    r = ddq("flash", "--device", board.tty, "--board", "PYBV11", "--format", "py", "--app", app,
-            "--json")
+    r = ddq(
+        "flash",
+        "--device",
+        board.tty,
+        "--board",
+        "PYBV11",
+        "--format",
+        "py",
+        "--app",
+        app,
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     assert [w["path"] for w in json.loads(r.stdout)["written"]] == [
-        ":ddq.py", ":ddq_recover.py", ":ddq_compact.py", ":ddq_extra.py", ":ddq_cut.py", ":ddq_hold.py",
-        ":ddq_mqtt.py", ":main.py"]
+        ":ddq.py",
+        ":ddq_recover.py",
+        ":ddq_compact.py",
+        ":ddq_extra.py",
+        ":ddq_cut.py",
+        ":ddq_hold.py",
+        ":ddq_mqtt.py",
+        ":main.py",
+    ]
 
 
 APP = """
@@ -168,7 +213,10 @@ def test_outbox_power_cycle_pull_inspect_replay_push(board, mosquitto, tmp_path)
     assert {k: info["stats"][k] for k in DDQ_STATS} == {k: before[k] for k in DDQ_STATS}
     assert {k: info["stats"][k] for k in before} == before  # failed, durable_seq too
     by_seq = {it["seq"]: it for it in info["items"]}
-    assert by_seq[3]["state"] == "quarantined" and by_seq[3]["reason"] == "rejected: rejected reading 3"
+    assert (
+        by_seq[3]["state"] == "quarantined"
+        and by_seq[3]["reason"] == "rejected: rejected reading 3"
+    )
     assert by_seq[5]["attempts"] == 1 and by_seq[5]["state"] == "acked"
     assert by_seq[6]["envelope"]["payload_preview"].startswith("n=1 ")  # the counter restarted
     assert ddq("verify", local).returncode == 0
@@ -198,8 +246,9 @@ def test_outbox_power_cycle_pull_inspect_replay_push(board, mosquitto, tmp_path)
         sub.close()
     assert len(got) == PENDING_N  # delivered once: nothing re-sent after the interruption
     assert all(t == "dev1/" + TOPIC for t, _ in got)  # the app's Outbox envelopes, routed
-    assert [p for _t, p in got] == [by_seq[s]["envelope"]["payload_preview"].encode()
-                                    for s in pending]
+    assert [p for _t, p in got] == [
+        by_seq[s]["envelope"]["payload_preview"].encode() for s in pending
+    ]
     r = ddq("replay", local, "--to", url, "--json")
     assert json.loads(r.stdout)["sent"] == 0
 
@@ -354,7 +403,9 @@ def test_corrupt_segment_is_refused_everywhere(tmp_path, mosquitto):
     import ddqfmt
 
     d = tmp_path / "q"
-    recs = b"".join(ddqfmt.encode_record(ddqfmt.T_DATA, i, 0, b"payload %d" % i) for i in (1, 2, 3))
+    recs = b"".join(
+        ddqfmt.encode_record(ddqfmt.T_DATA, i, 0, b"payload %d" % i) for i in (1, 2, 3)
+    )
     bad = bytearray(recs)
     bad[60 + 40] ^= 0xFF  # inside seq 2's payload
     cwriter.write_dir(str(d), 0, [bytes(bad)])

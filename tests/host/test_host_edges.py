@@ -24,8 +24,16 @@ from conftest import HOST, PORT_DIR, REPO, cli_env, ddq, one_line_error, tree_ha
 from ddqhost import qdir
 
 OPTS = {"segment_bytes": 4096, "max_payload_bytes": 256, "max_items": 64, "max_segments": 8}
-FLAGS = ["--segment-bytes", "4096", "--max-payload-bytes", "256", "--max-items", "64",
-         "--max-segments", "8"]
+FLAGS = [
+    "--segment-bytes",
+    "4096",
+    "--max-payload-bytes",
+    "256",
+    "--max-items",
+    "64",
+    "--max-segments",
+    "8",
+]
 SEG0 = "segment-00000000000000000000.log"
 SEG1 = "segment-00000000000000000001.log"
 
@@ -54,7 +62,11 @@ def _limited(*args, as_bytes=None, fsize=None, env=None, timeout=60):
 
     return subprocess.run(
         [sys.executable, "-m", "ddqhost.cli", *map(str, args)],
-        capture_output=True, text=True, env=env or cli_env(), timeout=timeout, cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env or cli_env(),
+        timeout=timeout,
+        cwd=REPO,
         preexec_fn=pre,
     )
 
@@ -167,16 +179,18 @@ def test_replay_timeout_out_of_range_is_one_line(tmp_path, t):
     d = _queue(tmp_path / "q")
     before = tree_hash(d)
     for extra in ((), ("--dry-run",)):
-        line = one_line_error(ddq("replay", d, "--to", "mqtt://127.0.0.1:1/x", "--timeout", t,
-                                  *extra), 2)
+        line = one_line_error(
+            ddq("replay", d, "--to", "mqtt://127.0.0.1:1/x", "--timeout", t, *extra), 2
+        )
         assert "--timeout must be more than 0" in line
     assert tree_hash(d) == before
 
 
 def test_replay_client_id_too_long_is_one_line(tmp_path):
     d = _queue(tmp_path / "q")
-    line = one_line_error(ddq("replay", d, "--to", "mqtt://127.0.0.1:1/x", "--client-id",
-                              "c" * 70000), 2)
+    line = one_line_error(
+        ddq("replay", d, "--to", "mqtt://127.0.0.1:1/x", "--client-id", "c" * 70000), 2
+    )
     assert "--client-id must be 1 to 65535 bytes" in line and "70000 bytes" in line
 
 
@@ -253,8 +267,9 @@ def _as_nobody():
         if not py:
             continue
         try:
-            r = subprocess.run([py, "-c", "import json, zlib"], preexec_fn=pre,
-                               capture_output=True, timeout=30)
+            r = subprocess.run(
+                [py, "-c", "import json, zlib"], preexec_fn=pre, capture_output=True, timeout=30
+            )
         except OSError:
             continue
         if r.returncode == 0:
@@ -280,8 +295,15 @@ def test_inspect_and_dry_run_work_on_read_only_files():
         before = tree_hash(d)
         env = dict(cli_env(), PYTHONPATH=os.pathsep.join([HOST, PORT_DIR]), TMPDIR="/tmp")
         for args in (["inspect", d], ["replay", d, "--to", "mqtt://127.0.0.1:1/x", "--dry-run"]):
-            r = subprocess.run([py, "-m", "ddqhost.cli", *args], capture_output=True, text=True,
-                               env=env, cwd=REPO, preexec_fn=pre, timeout=120)
+            r = subprocess.run(
+                [py, "-m", "ddqhost.cli", *args],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=REPO,
+                preexec_fn=pre,
+                timeout=120,
+            )
             assert r.returncode == 0, (args, r.stderr)
             assert "PermissionError" not in r.stderr
         assert "would send seq 3" in r.stdout
@@ -297,11 +319,13 @@ def test_board_stop_checks_its_own_state_dir_exactly(tmp_path):
     vb, vb2 = tmp_path / "vb", tmp_path / "vb2"
     vb.mkdir()
     vb2.mkdir()
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "bridge",
-                              str(vb2)])
+    other = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)", "bridge", str(vb2)]
+    )
     try:
-        (vb / "state.json").write_text(json.dumps({"bridge_pid": other.pid,
-                                                   "micropython_pid": other.pid}))
+        (vb / "state.json").write_text(
+            json.dumps({"bridge_pid": other.pid, "micropython_pid": other.pid})
+        )
         r = ddq("board", "virtual", "stop", "--dir", vb)
         assert r.returncode in (0, 1), r.stderr
         time.sleep(0)  # (no wait: a SIGTERM would have been sent before ddq exited)

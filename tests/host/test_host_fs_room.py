@@ -118,14 +118,26 @@ def _run(prof, max_segments, tmp_path):
     code = bc.code_bytes(prof, str(tmp_path))
     opts = dict(boards.queue_options(prof), max_segments=max_segments)
     fs = prof["filesystem"]
-    arg = {"fs": fs, "block": bc.FS_BLOCK.get(fs, 4096), "fs_bytes": prof["fs_bytes"],
-           "code": code, "options": opts, "spare": bc.fs_spare(fs, max_segments), "tests": os.path.join(REPO, "tests"), "port": PORT_DIR}
+    arg = {
+        "fs": fs,
+        "block": bc.FS_BLOCK.get(fs, 4096),
+        "fs_bytes": prof["fs_bytes"],
+        "code": code,
+        "options": opts,
+        "spare": bc.fs_spare(fs, max_segments),
+        "tests": os.path.join(REPO, "tests"),
+        "port": PORT_DIR,
+    }
     p = tmp_path / "arg.json"
     p.write_text(json.dumps(arg))
     s = tmp_path / "drain.py"
     s.write_text(DRAIN)
-    r = subprocess.run([bc.MP, "-X", "heapsize=%d" % (prof["fs_bytes"] + (8 << 20)), str(s), str(p)],
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [bc.MP, "-X", "heapsize=%d" % (prof["fs_bytes"] + (8 << 20)), str(s), str(p)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
     assert lines, r.stdout + r.stderr
     return code, json.loads(lines[-1][7:])

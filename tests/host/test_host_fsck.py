@@ -306,7 +306,9 @@ def test_record_layout_constants_follow_the_reference():
     # The tables of ddq-c-format.md §4.1 and §6.1, checked against the reader's format strings.
     assert struct.calcsize(fsck.REC_HEADER_FMT) == fsck.REC_HEADER == 40
     assert struct.calcsize(fsck.MAN_FMT) == fsck.MAN_SIZE == 48
-    assert fsck.record_crc(ddqfmt.encode_record(1, 1, 0, b"alpha"), 0, 5) == 0xA5779387  # §4.4 example
+    assert (
+        fsck.record_crc(ddqfmt.encode_record(1, 1, 0, b"alpha"), 0, 5) == 0xA5779387
+    )  # §4.4 example
 
 
 def test_segment_that_lost_its_end_is_corrupt_whatever_the_limits(tmp_path):
@@ -371,14 +373,18 @@ def test_segment_bytes_grown_between_opens_verifies_clean(tmp_path):
 
     d = tmp_path / "q"
     for w in (512, 2048):
-        q = port_ddq.Queue(str(d), clock=lambda: 1767225600000, segment_bytes=w, max_payload_bytes=400)
+        q = port_ddq.Queue(
+            str(d), clock=lambda: 1767225600000, segment_bytes=w, max_payload_bytes=400
+        )
         for k in range(20):
             q.enqueue(bytes([65 + k]) * (40 + 17 * k % 360))
         q.close()
     for extra in ((), ("--segment-bytes", "2048", "--max-payload-bytes", "400")):
         r = ddq("verify", d, *extra)
         assert r.returncode == 0 and "result: clean" in r.stdout, r.stdout
-    q = port_ddq.Queue(str(d), clock=lambda: 1767225600000, segment_bytes=2048, max_payload_bytes=400)
+    q = port_ddq.Queue(
+        str(d), clock=lambda: 1767225600000, segment_bytes=2048, max_payload_bytes=400
+    )
     assert q.stats().total_items == 40
     q.close()
 
@@ -387,7 +393,12 @@ def test_fsck_package_never_imports_ddq():
     # STYLE 22, 26: the independent reader is written from docs/SPEC.md, in four small steps.
     pkg = os.path.dirname(fsck.__file__)
     assert sorted(n for n in os.listdir(pkg) if n.endswith(".py")) == [
-        "__init__.py", "format.py", "index.py", "replay.py", "report.py"]
+        "__init__.py",
+        "format.py",
+        "index.py",
+        "replay.py",
+        "report.py",
+    ]
     for n in os.listdir(pkg):
         if n.endswith(".py"):
             with open(os.path.join(pkg, n)) as f:
@@ -402,8 +413,12 @@ def test_verify_hints_when_the_writer_used_other_options(tmp_path):
     # ddq.Queue larger ones verifies CORRUPT with them. verify says the options differ, which
     # values the directory needs at least, and how to pass the writer's own.
     d = tmp_path / "q"
-    writer = {"segment_bytes": 16384, "max_payload_bytes": 1024, "max_items": 200,
-              "max_segments": 16}
+    writer = {
+        "segment_bytes": 16384,
+        "max_payload_bytes": 1024,
+        "max_items": 200,
+        "max_segments": 16,
+    }
     q = qdir.load_ddq().Queue(str(d), **writer)
     try:
         for _ in range(120):
@@ -418,13 +433,15 @@ def test_verify_hints_when_the_writer_used_other_options(tmp_path):
     assert r.returncode == 2, r.stdout + r.stderr
     hint = [ln for ln in r.stdout.splitlines() if ln.startswith("hint: ")]
     assert len(hint) == 1, r.stdout
-    assert "its writer used other options than these (the board profile's, recorded by ddq " \
-        "pull in .ddq-pull.json)" in hint[0], hint
+    assert (
+        "its writer used other options than these (the board profile's, recorded by ddq "
+        "pull in .ddq-pull.json)" in hint[0]
+    ), hint
     assert "segment_bytes >= 11308, max_payload_bytes >= 700, max_items >= 121" in hint[0], hint
     assert "--segment-bytes N --max-payload-bytes N --max-items N" in hint[0], hint
     assert qdir.OPTIONS_FILE in hint[0]
     js = json.loads(ddq("verify", d, "--json").stdout)
-    assert js["options_hint"] == hint[0][len("hint: "):]
+    assert js["options_hint"] == hint[0][len("hint: ") :]
     # The writer's own options, on the command line or in ddq-options.json: clean, no hint.
     r = ddq("verify", d, *option_flags(writer))
     assert r.returncode == 0 and "hint:" not in r.stdout, r.stdout
@@ -436,8 +453,9 @@ def test_verify_hints_when_the_writer_used_other_options(tmp_path):
 
 def test_verify_gives_no_options_hint_for_real_damage(tmp_path):
     d = tmp_path / "q"
-    q = qdir.load_ddq().Queue(str(d), segment_bytes=4096, max_payload_bytes=512, max_items=100,
-                              max_segments=8)
+    q = qdir.load_ddq().Queue(
+        str(d), segment_bytes=4096, max_payload_bytes=512, max_items=100, max_segments=8
+    )
     try:
         for _ in range(10):
             q.enqueue(b"x" * 40)

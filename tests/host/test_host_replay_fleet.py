@@ -20,8 +20,14 @@ def _queue(path, n, topic="t", key=None, extra=()):
     q = ddqmod.Queue(str(path), **OPTS)
     try:
         for i in range(n):
-            q.enqueue(ddq_outbox.encode_envelope("%s/%d" % (topic, i), b"%s-%d" % (
-                path.name.encode(), i), enqueued_ms=now, hmac_key=key))
+            q.enqueue(
+                ddq_outbox.encode_envelope(
+                    "%s/%d" % (topic, i),
+                    b"%s-%d" % (path.name.encode(), i),
+                    enqueued_ms=now,
+                    hmac_key=key,
+                )
+            )
         for raw in extra:
             q.enqueue(raw)
     finally:
@@ -35,8 +41,18 @@ def test_many_dirs_at_once_each_under_its_own_prefix(tmp_path, mosquitto):
     url = "mqtt://127.0.0.1:%d/site" % mosquitto
     sub = Subscriber(mosquitto)
     try:
-        r = ddq("replay", *dirs, "--to", url, "--prefix-per-dir", "--window", "8", "--json",
-                "--client-id", "gw")
+        r = ddq(
+            "replay",
+            *dirs,
+            "--to",
+            url,
+            "--prefix-per-dir",
+            "--window",
+            "8",
+            "--json",
+            "--client-id",
+            "gw",
+        )
         assert r.returncode == 0, r.stderr
         got = sub.wait_for(120)
     finally:
@@ -47,8 +63,11 @@ def test_many_dirs_at_once_each_under_its_own_prefix(tmp_path, mosquitto):
     assert [d["prefix"] for d in res["dirs"]] == ["site/dev1", "site/dev2", "site/dev3"]
     assert [d["client_id"] for d in res["dirs"]] == ["gw-dev1", "gw-dev2", "gw-dev3"]
     assert all(d["window"] == 8 and d["failed"] == 0 for d in res["dirs"])
-    want = {("site/%s/t/%d" % (d.name, i), b"%s-%d" % (d.name.encode(), i))
-            for d in dirs for i in range(40)}
+    want = {
+        ("site/%s/t/%d" % (d.name, i), b"%s-%d" % (d.name.encode(), i))
+        for d in dirs
+        for i in range(40)
+    }
     assert set(got) == want and len(got) == 120
     for d in dirs:
         assert ddq("verify", d).returncode == 0
@@ -119,7 +138,7 @@ def test_checks_apply_to_every_dir(tmp_path, mosquitto):
     q = ddqmod.Queue(str(wild), **OPTS)
     env = bytearray(ddq_outbox.encode_envelope("ok/x", b"w"))
     i = bytes(env).index(b"ok/x")
-    env[i:i + 4] = b"o+/x"  # a wildcard topic only a forged or old record can carry
+    env[i : i + 4] = b"o+/x"  # a wildcard topic only a forged or old record can carry
     q.enqueue(bytes(env))
     q.close()
     kf = tmp_path / "key.hex"

@@ -47,7 +47,9 @@ def _queue(path, n, topic):
     q = ddqmod.Queue(str(path), **OPTS)
     try:
         for i in range(n):
-            q.enqueue(ddq_outbox.encode_envelope(topic, b"m%d" % i, enqueued_ms=int(time.time() * 1000)))
+            q.enqueue(
+                ddq_outbox.encode_envelope(topic, b"m%d" % i, enqueued_ms=int(time.time() * 1000))
+            )
     finally:
         q.close()
     (path / qdir.OPTIONS_FILE).write_text(json.dumps(OPTS))
@@ -110,7 +112,9 @@ def test_password_from_environment_and_username_option(tls, tmp_path, monkeypatc
     assert "environment variable %s is not set" % env_name in one_line_error(r, 1)
 
 
-@pytest.mark.parametrize("case", ["wrong CA", "wrong host name", "wrong password", "no client cert"])
+@pytest.mark.parametrize(
+    "case", ["wrong CA", "wrong host name", "wrong password", "no client cert"]
+)
 def test_refusals_are_one_clear_line_and_leave_the_queue_untouched(tls, tmp_path, case):
     b, pki, got = tls
     q = _queue(tmp_path / "q", 3, "tls/refused")

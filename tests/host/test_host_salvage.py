@@ -11,8 +11,16 @@ from conftest import FIXTURE_NAMES, FIXTURES, copy_fixture, ddq, one_line_error,
 from ddqhost import fsck
 
 OPTS = {"segment_bytes": 512, "max_payload_bytes": 64, "max_items": 64, "max_segments": 32}
-FLAGS = ["--segment-bytes", "512", "--max-payload-bytes", "64", "--max-items", "64",
-         "--max-segments", "32"]
+FLAGS = [
+    "--segment-bytes",
+    "512",
+    "--max-payload-bytes",
+    "64",
+    "--max-items",
+    "64",
+    "--max-segments",
+    "32",
+]
 
 
 def _queue(d):
@@ -104,20 +112,32 @@ def test_salvage_c_fixtures_clean(tmp_path, name):
     r = ddq("salvage", d, out, "--json")
     assert r.returncode == 0, r.stdout + r.stderr
     assert tree_hash(d) == before
-    rep = fsck.scan(out, {"segment_bytes": 4194304, "max_payload_bytes": 1048576,
-                          "max_items": 100000, "max_segments": 1024})
+    rep = fsck.scan(
+        out,
+        {
+            "segment_bytes": 4194304,
+            "max_payload_bytes": 1048576,
+            "max_items": 100000,
+            "max_segments": 1024,
+        },
+    )
     assert rep.verdict == 0, fsck.render_verify(rep)
     a = ddqmod.Queue(d, clock=lambda: 1767225600000)
     try:
-        want = [(i.seq, i.state, i.attempts, i.lease_until_ms, i.not_before_ms, a.read(i.seq))
-                for i in a.items() if i.state != "acked"]
+        want = [
+            (i.seq, i.state, i.attempts, i.lease_until_ms, i.not_before_ms, a.read(i.seq))
+            for i in a.items()
+            if i.state != "acked"
+        ]
         want_next = a.stats().next_seq
     finally:
         a.close()
     b = ddqmod.Queue(out, clock=lambda: 1767225600000)
     try:
-        got = [(i.seq, i.state, i.attempts, i.lease_until_ms, i.not_before_ms, b.read(i.seq))
-               for i in b.items()]
+        got = [
+            (i.seq, i.state, i.attempts, i.lease_until_ms, i.not_before_ms, b.read(i.seq))
+            for i in b.items()
+        ]
         assert got == want and b.stats().next_seq == want_next
     finally:
         b.close()
@@ -151,8 +171,15 @@ def _killed_at(k, d, out):
     import sys
 
     from conftest import REPO, cli_env
-    return subprocess.run([sys.executable, "-c", _KILLER, str(k), "salvage", d, out, *FLAGS],
-                          capture_output=True, text=True, env=cli_env(), timeout=120, cwd=REPO)
+
+    return subprocess.run(
+        [sys.executable, "-c", _KILLER, str(k), "salvage", d, out, *FLAGS],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=120,
+        cwd=REPO,
+    )
 
 
 def test_salvage_killed_at_every_step_leaves_no_queue(tmp_path):
@@ -196,7 +223,11 @@ def test_salvage_killed_at_every_step_leaves_no_queue(tmp_path):
                     ddqmod.Queue(part, **OPTS)
         # a rerun takes the partial directory back and finishes
         r = ddq("salvage", d, out, *FLAGS)
-        assert r.returncode == 1 and "result: salvaged_with_loss" in r.stdout, (k, r.stdout, r.stderr)
+        assert r.returncode == 1 and "result: salvaged_with_loss" in r.stdout, (
+            k,
+            r.stdout,
+            r.stderr,
+        )
         assert not os.path.exists(part)
         _verify_clean(out)
     assert kills > 8, kills

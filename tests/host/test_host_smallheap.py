@@ -34,12 +34,35 @@ from ddqhost import testrun, vboard
 # whole in 140 KiB, which share one (the unix port keeps its heap across sessions, and the qstrs
 # a session interned stay: the second session of a board started with ~10 KB less).
 GROUPS = [
-    ["test_auth"], ["test_capacity"], ["test_core"], ["test_core_reads"], ["test_cut"], ["test_edges"], ["test_group"],
-    ["test_heapalloc"], ["test_hold"], ["test_index_regressions"], ["test_interop"], ["test_reclaim"],
-    ["test_regressions"], ["test_spec"], ["test_special_files"], ["test_support"],
-    ["test_batch", "test_index", "test_index_chunks", "test_index_forged", "test_model",
-     "test_mqtt", "test_mqtt_clients", "test_mqtt_limits", "test_outbox", "test_salvage",
-     "test_window"],
+    ["test_auth"],
+    ["test_capacity"],
+    ["test_core"],
+    ["test_core_reads"],
+    ["test_cut"],
+    ["test_edges"],
+    ["test_group"],
+    ["test_heapalloc"],
+    ["test_hold"],
+    ["test_index_regressions"],
+    ["test_interop"],
+    ["test_reclaim"],
+    ["test_regressions"],
+    ["test_spec"],
+    ["test_special_files"],
+    ["test_support"],
+    [
+        "test_batch",
+        "test_index",
+        "test_index_chunks",
+        "test_index_forged",
+        "test_model",
+        "test_mqtt",
+        "test_mqtt_clients",
+        "test_mqtt_limits",
+        "test_outbox",
+        "test_salvage",
+        "test_window",
+    ],
 ]
 SKIP_REASON = re.compile(r"^SKIP \S+: \S.{10,}$")  # a skip says why
 
@@ -66,8 +89,7 @@ def test_suite_on_a_140k_heap(tmp_path, group):
     d = str(tmp_path / "vb140")
     _st, pids = _board(d)
     try:
-        r = ddq("test", "--device", os.path.join(d, "tty"), "--mpy", "--each", *group,
-                timeout=900)
+        r = ddq("test", "--device", os.path.join(d, "tty"), "--mpy", "--each", *group, timeout=900)
     finally:
         _stop(d, pids)
     out = r.stdout
@@ -97,8 +119,20 @@ def small_board(tmp_path):
 
 def test_ramdisk_sized_for_the_heap(small_board):
     # --ramdisk-kb sizes mprun's RAM disk (--blocks): 24 KiB of LittleFS fits beside ddq.
-    r = ddq("test", "--device", small_board, "--mpy", "--fs", "lfs2", "--ramdisk-kb", "24",
-            "-k", "test_raises", "test_support", timeout=300)
+    r = ddq(
+        "test",
+        "--device",
+        small_board,
+        "--mpy",
+        "--fs",
+        "lfs2",
+        "--ramdisk-kb",
+        "24",
+        "-k",
+        "test_raises",
+        "test_support",
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr
     assert r.stdout.strip().splitlines()[-1] == "lfs2: 2 passed, 0 failed"
 

@@ -136,8 +136,16 @@ def test_ddq_test_on_a_hung_run_times_out(tmp_path):
             dev.mkdir(":/flash/lib", exist_ok=True)
             dev.write_file(":/flash/lib/test_zz_hang.py", HANG)
         t0 = time.monotonic()
-        r = ddq("test", "--device", st["pty"], "--resume", "--idle-timeout", "3",
-                "test_zz_hang", timeout=120)
+        r = ddq(
+            "test",
+            "--device",
+            st["pty"],
+            "--resume",
+            "--idle-timeout",
+            "3",
+            "test_zz_hang",
+            timeout=120,
+        )
         took = time.monotonic() - t0
         line = one_line_error(r, 1)
         assert "no output from the device for 3 s" in line and "--idle-timeout" in line, line

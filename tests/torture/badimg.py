@@ -1,6 +1,7 @@
 """Part 3: bad images on CPython: every mutation of mutate.all_mutations for a few seeded base
 images, each open under a storage-call budget (mutate.BUDGET) and a 2 s wall-clock alarm, plus
 Hypothesis-drawn mutations. Distinct images are counted by content hash."""
+
 import hashlib
 import signal
 
@@ -23,11 +24,15 @@ def image_hash(files):
     return h.digest()
 
 
-def judge_timed(ddq, base, files, acceptable, opts, payloads=None, forged=False, seconds=2.0, view=None):
+def judge_timed(
+    ddq, base, files, acceptable, opts, payloads=None, forged=False, seconds=2.0, view=None
+):
     old = signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
-        return mutate.judge(ddq, base, files, acceptable, opts, payloads=payloads, forged=forged, view=view)
+        return mutate.judge(
+            ddq, base, files, acceptable, opts, payloads=payloads, forged=forged, view=view
+        )
     except Timeout:
         return "error", [("unexpected", "open did not finish within %.1f s" % seconds)]
     finally:
@@ -59,10 +64,28 @@ def index_timed(ddq, files, opts, res, got, seconds=2.0):
 
 def run_seed(ddq, seed, nops, hashes=None, max_fail=5, limit=None, index=None):
     base, wl, acceptable = mutate.build_base(ddq, seed, nops, index=index)
-    res = {"seed": seed, "images": 0, "distinct": 0, "corrupt": 0, "clean": 0, "forged": 0, "relabel": 0, "undetectable_cut": 0, "lost": 0, "resurrected": 0,
-           "reused_seq": 0, "unexpected": 0, "fail": [], "base_bytes": sum(len(v) for v in base.values()),
-           "generation": 0, "index": index, "index_compared": 0, "index_opens": 0, "forged_index": 0,
-           "old_indexes": len(wl.old_indexes)}
+    res = {
+        "seed": seed,
+        "images": 0,
+        "distinct": 0,
+        "corrupt": 0,
+        "clean": 0,
+        "forged": 0,
+        "relabel": 0,
+        "undetectable_cut": 0,
+        "lost": 0,
+        "resurrected": 0,
+        "reused_seq": 0,
+        "unexpected": 0,
+        "fail": [],
+        "base_bytes": sum(len(v) for v in base.values()),
+        "generation": 0,
+        "index": index,
+        "index_compared": 0,
+        "index_opens": 0,
+        "forged_index": 0,
+        "old_indexes": len(wl.old_indexes),
+    }
     seen = hashes if hashes is not None else set()
     for n, (desc, files) in enumerate(mutate.all_mutations(base, wl.old_indexes)):
         if limit is not None and n >= limit:
@@ -79,8 +102,9 @@ def run_seed(ddq, seed, nops, hashes=None, max_fail=5, limit=None, index=None):
         # records are all valid (seg:dup-as-next; with no DATA record in it and a rotation F7
         # allows, its CLAIM/RETRY/ACK records replay as a legal history: docs/RELIABILITY.md).
         forged = desc.startswith(("rec:", "truncate-undetectable", "seg:dup-as-next"))
-        outcome, bad = judge_timed(ddq, base, files, acceptable, wl.opts, wl.payloads, forged,
-                                    view=got)
+        outcome, bad = judge_timed(
+            ddq, base, files, acceptable, wl.opts, wl.payloads, forged, view=got
+        )
         if outcome == "forged-relabel":
             res["forged"] += 1
             res["relabel"] += 1
@@ -94,8 +118,16 @@ def run_seed(ddq, seed, nops, hashes=None, max_fail=5, limit=None, index=None):
         for cat, detail in bad:
             res[cat] += 1
             if len(res["fail"]) < max_fail:
-                res["fail"].append({"seed": seed, "nops": nops, "index": index, "mutation": desc, "category": cat,
-                                    "detail": detail[:400]})
+                res["fail"].append(
+                    {
+                        "seed": seed,
+                        "nops": nops,
+                        "index": index,
+                        "mutation": desc,
+                        "category": cat,
+                        "detail": detail[:400],
+                    }
+                )
     return res
 
 
@@ -104,6 +136,7 @@ def hypothesis_run(ddq, seed, nops, examples, max_fail=5, index=None):
     queue.index is drawn as often as all other files together, an "old" edit swaps in an older
     queue.index of the same run, and every example is also judged by mutate.judge_index."""
     from hypothesis import HealthCheck, given, settings, strategies as st
+
     base, wl, acceptable = mutate.build_base(ddq, seed, nops, index=index)
     names = sorted(n for n in base if n != "queue.lock")
     olds = wl.old_indexes
@@ -112,11 +145,26 @@ def hypothesis_run(ddq, seed, nops, examples, max_fail=5, index=None):
         names = names + [mutate.INDEX] * len(names)
         if olds:
             kinds.append("old")
-    res = {"seed": seed, "examples": 0, "corrupt": 0, "clean": 0, "unexpected": 0, "fail": [], "index": index,
-           "index_compared": 0, "index_opens": 0, "forged_index": 0}
+    res = {
+        "seed": seed,
+        "examples": 0,
+        "corrupt": 0,
+        "clean": 0,
+        "unexpected": 0,
+        "fail": [],
+        "index": index,
+        "index_compared": 0,
+        "index_opens": 0,
+        "forged_index": 0,
+    }
 
-    @settings(max_examples=examples, derandomize=True, database=None, deadline=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=examples,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(st.data())
     def prop(data):
         name = data.draw(st.sampled_from(names))
@@ -125,7 +173,9 @@ def hypothesis_run(ddq, seed, nops, examples, max_fail=5, index=None):
         for _ in range(data.draw(st.integers(1, 3))):
             kind = data.draw(st.sampled_from(kinds))
             n = len(b)
-            if kind == "old":   # an older queue.index (edits drawn before on another file are dropped)
+            if (
+                kind == "old"
+            ):  # an older queue.index (edits drawn before on another file are dropped)
                 name = mutate.INDEX
                 b = bytearray(olds[data.draw(st.integers(0, len(olds) - 1))])
             elif kind == "flip" and n:
@@ -135,7 +185,7 @@ def hypothesis_run(ddq, seed, nops, examples, max_fail=5, index=None):
                 i = data.draw(st.integers(0, n - 1))
                 b[i] = data.draw(st.integers(0, 255))
             elif kind == "cut":
-                del b[data.draw(st.integers(0, len(b))):]
+                del b[data.draw(st.integers(0, len(b))) :]
             elif kind == "splice":
                 i = data.draw(st.integers(0, len(b)))
                 b[i:i] = data.draw(st.binary(min_size=1, max_size=64))
@@ -154,8 +204,15 @@ def hypothesis_run(ddq, seed, nops, examples, max_fail=5, index=None):
         for cat, detail in bad:
             res["forged_index" if cat == "forged_index" else "unexpected"] += 1
             if len(res["fail"]) < max_fail:
-                res["fail"].append({"seed": seed, "nops": nops, "mutation": "hypothesis on " + name,
-                                    "category": cat, "detail": detail[:400]})
+                res["fail"].append(
+                    {
+                        "seed": seed,
+                        "nops": nops,
+                        "mutation": "hypothesis on " + name,
+                        "category": cat,
+                        "detail": detail[:400],
+                    }
+                )
 
     prop()
     return res

@@ -24,6 +24,7 @@ ddq's seqs (libddq_disagree, must be 0). Recoveries that cut are cut again at ev
 posix A/V, lfs and fat, so FAT's "segment removed, copy not renamed" is reached) every
 CUT_DEPTH2-th time, besides the general depth-2 sampling.
 """
+
 import hashlib
 
 import edges
@@ -39,10 +40,10 @@ CUT_DEPTH2 = 3
 def _leftover(files, path):
     """The name of a staged tail cut in directory path, if the state holds one."""
     for p in files:
-        if p[:len(path) + 1] == path + "/":
-            n = p[len(path) + 1:]
+        if p[: len(path) + 1] == path + "/":
+            n = p[len(path) + 1 :]
             for suf in (".reserve", ".cut"):
-                if n.endswith(suf) and libddqmodel.ddqfmt.parse_seg_name(n[:-len(suf)]):
+                if n.endswith(suf) and libddqmodel.ddqfmt.parse_seg_name(n[: -len(suf)]):
                     return n
     return None
 
@@ -92,8 +93,8 @@ class Sim:
         self.dur_sync = {}
         self.dur_close = {}
         self.pend_w = {}
-        n = 0   # the same inode numbers MemFS(files) hands out
-        for p in (files or {}):
+        n = 0  # the same inode numbers MemFS(files) hands out
+        for p in files or {}:
             n += 1
             self.names[p] = n
             self.dur_names[p] = n
@@ -119,7 +120,7 @@ class Sim:
             self.vol[e[1]] = bytearray()
             self.pend_w[e[1]].append(("T",))
         elif k == "truncate":
-            del self.vol[e[1]][e[2]:]
+            del self.vol[e[1]][e[2] :]
             self.pend_w[e[1]].append(("T",))
         elif k == "write":
             self.vol[e[1]].extend(e[3])
@@ -160,7 +161,11 @@ class Sim:
                 if override is not None and ino in override:
                     out[p] = override[ino]
                 else:
-                    out[p] = content[ino] if not isinstance(content[ino], bytearray) else bytes(content[ino])
+                    out[p] = (
+                        content[ino]
+                        if not isinstance(content[ino], bytearray)
+                        else bytes(content[ino])
+                    )
         return out
 
     def states(self, model):
@@ -175,7 +180,12 @@ class Sim:
                 n2 = dict(names)
                 del n2[e[2]]
                 n2[e[1]] = e[3]
-                yield ("fat-rename-split", self._files(n2, self.dirs, self.dur_close), self.dirs, False)
+                yield (
+                    "fat-rename-split",
+                    self._files(n2, self.dirs, self.dur_close),
+                    self.dirs,
+                    False,
+                )
 
     def _posix(self):
         dirvars = []
@@ -207,8 +217,16 @@ class Sim:
         n = len(pend)
         dur = self.dur_sync[ino]
         full = (1 << n) - 1
-        masks = list(range(1, full)) if n <= 6 else [
-            m for m in ([((1 << i) - 1) for i in range(1, n)] + [full & ~(1 << i) for i in range(n)])]
+        masks = (
+            list(range(1, full))
+            if n <= 6
+            else [
+                m
+                for m in (
+                    [((1 << i) - 1) for i in range(1, n)] + [full & ~(1 << i) for i in range(n)]
+                )
+            ]
+        )
         names, dirs = dirvars[-1]
         for m in masks[:MAX_SUBSETS]:
             end = len(dur)
@@ -218,16 +236,20 @@ class Sim:
             for grow in (False, True):
                 size = len(self.vol[ino]) if grow else end
                 b = bytearray(size)
-                b[:len(dur)] = dur
+                b[: len(dur)] = dur
                 for i in range(n):
                     if m >> i & 1:
                         o, w = pend[i]
-                        b[o:o + len(w)] = w
+                        b[o : o + len(w)] = w
                 # a zero tail (a prefix landed, size grown) is torn [S5/R11] and must recover;
                 # only a hole before landed data is mid-log damage that Corrupt may report
                 holes = not (m & (m + 1) == 0)
-                yield ("R%x%s" % (m, "+" if grow else ""), self._files(names, dirs, self.vol, {ino: bytes(b)}),
-                       dirs, holes)
+                yield (
+                    "R%x%s" % (m, "+" if grow else ""),
+                    self._files(names, dirs, self.vol, {ino: bytes(b)}),
+                    dirs,
+                    holes,
+                )
 
 
 def state_hash(files, dirs):
@@ -242,6 +264,7 @@ def state_hash(files, dirs):
 
 
 # -- judging one state --------------------------------------------------------------------------
+
 
 def _is_repair(log):
     # close() writing queue.index (create the tmp, write it, rename it over queue.index) is not a
@@ -297,20 +320,22 @@ class Judge:
         # X4, X5); every 16th comparison also runs the same operations on both (probe_view)
         self.index_cmp = bool(wl.opts.get("index_bytes"))
         self.index_compared = 0
-        self.index_opens = 0        # compared states where the index was adopted (index_used)
+        self.index_opens = 0  # compared states where the index was adopted (index_used)
         self.index_probe_every = 16
         self.index_mismatch = 0
-        self.index_done = set()     # state hashes compared (the comparison does not depend on the op in flight)
-        self.cut_states = 0         # judged states holding a staged cut (R21, R22)
-        self.libddq_refused = 0     # of them, refused by the libddq model
-        self.cut_repairs = 0        # recoveries that staged a cut
+        self.index_done = (
+            set()
+        )  # state hashes compared (the comparison does not depend on the op in flight)
+        self.cut_states = 0  # judged states holding a staged cut (R21, R22)
+        self.libddq_refused = 0  # of them, refused by the libddq model
+        self.cut_repairs = 0  # recoveries that staged a cut
         self.cut_done = set()
         # part 1c (tests/torture/edges.py): every cont_every-th judged state is recovered,
         # written on, closed and reopened; a refused open is `bricked`
         self.cont_every = 0
         self.continued = 0
         self.bricked = 0
-        self.model = None           # the file-system model of the state being judged
+        self.model = None  # the file-system model of the state being judged
         self.cont_by_model = {}
 
     def _libddq(self, files, seqs, h=None):
@@ -326,14 +351,19 @@ class Judge:
         self.cut_states += 1
         rel = {}
         for p in files:
-            if p[:len(path) + 1] == path + "/" and "/" not in p[len(path) + 1:]:
-                rel[p[len(path) + 1:]] = files[p]
+            if p[: len(path) + 1] == path + "/" and "/" not in p[len(path) + 1 :]:
+                rel[p[len(path) + 1 :]] = files[p]
         v = libddqmodel.view(rel)
         if v[0] == "corrupt":
             self.libddq_refused += 1
             return []
         if v[1] != list(seqs):
-            return [("libddq_disagree", "with %s present libddq opens seqs %r, ddq %r" % (name, v[1], list(seqs)))]
+            return [
+                (
+                    "libddq_disagree",
+                    "with %s present libddq opens seqs %r, ddq %r" % (name, v[1], list(seqs)),
+                )
+            ]
         return []
 
     def _open(self, files, dirs, record=False, index=None):
@@ -371,7 +401,12 @@ class Judge:
             return []
         if got[1] != want[1]:
             self.index_mismatch += 1
-            return [("index_mismatch", "index open and full replay differ: " + tmodel.index_diff(got[1], want[1]))]
+            return [
+                (
+                    "index_mismatch",
+                    "index open and full replay differ: " + tmodel.index_diff(got[1], want[1]),
+                )
+            ]
         if probe:
             try:
                 fs, q = self._open(files, dirs, index=1)
@@ -383,8 +418,13 @@ class Judge:
                 p = ("raised", type(e).__name__, str(e))
             if p != want[2]:
                 self.index_mismatch += 1
-                return [("index_mismatch", "the same operations after an index open and a full replay "
-                         "answer differently: %r vs %r" % (p, want[2]))]
+                return [
+                    (
+                        "index_mismatch",
+                        "the same operations after an index open and a full replay "
+                        "answer differently: %r vs %r" % (p, want[2]),
+                    )
+                ]
         return []
 
     def judge(self, files, dirs, i, holes, h=None):
@@ -399,11 +439,15 @@ class Judge:
         try:
             fs, q = self._open(files, dirs, record=True)
         except ddq.Corrupt as e:
-            bad = self._index_compare(files, dirs, ("err", type(e).__name__, str(e))) if ixc else []
+            bad = (
+                self._index_compare(files, dirs, ("err", type(e).__name__, str(e))) if ixc else []
+            )
             if holes:
                 self.reported += 1
                 if not corrupt_names_place(e):
-                    return bad + [("unexpected", "Corrupt message names no segment/offset: %s" % e)]
+                    return bad + [
+                        ("unexpected", "Corrupt message names no segment/offset: %s" % e)
+                    ]
                 return bad
             return bad + [("unexpected", "Corrupt on a legal crash state: %s" % e)]
         except ddq.Locked as e:
@@ -455,20 +499,33 @@ class Judge:
                 try:
                     s2 = tmodel.meta_state(q)
                     if s2 != meta1:
-                        bad.append(("unexpected", "recovery not idempotent: %r then %r" % (meta1, s2)))
+                        bad.append(
+                            ("unexpected", "recovery not idempotent: %r then %r" % (meta1, s2))
+                        )
                     if probe:
                         try:
                             seq = q.enqueue(b"probe")
                             hi = max([returned, nxt1 - 1] + [t[0] for t in state1])
                             if seq <= hi:
-                                bad.append(("reused_seq", "probe enqueue got seq %d, highest seen %d" % (seq, hi)))
+                                bad.append(
+                                    (
+                                        "reused_seq",
+                                        "probe enqueue got seq %d, highest seen %d" % (seq, hi),
+                                    )
+                                )
                         except ddq.Full:
                             pass
                 finally:
                     q.close()
             except Exception as e:
-                bad.append(("unexpected", "reopen after recovery raised %s: %s" % (type(e).__name__, e)))
-        if repaired and not bad and (cut or self.depth2 and self.repairs % self.depth2 == 1 % self.depth2):
+                bad.append(
+                    ("unexpected", "reopen after recovery raised %s: %s" % (type(e).__name__, e))
+                )
+        if (
+            repaired
+            and not bad
+            and (cut or self.depth2 and self.repairs % self.depth2 == 1 % self.depth2)
+        ):
             bad += self._depth2(files, dirs, rec_log, meta1)
         return bad
 
@@ -479,8 +536,16 @@ class Judge:
         clock = tmodel.Clock(tmodel.CLOCK0 + 1000 * (len(self.wl.ops) + 30))
         self.continued += 1
         self.cont_by_model[self.model] = self.cont_by_model.get(self.model, 0) + 1
-        bad = edges.continue_state(self.ddq, cfs, self.wl.path, self.wl.opts, state1,
-                                   self.wl.seed * 104729 + self.n, clock, grow=self.continued % 4 == 0)
+        bad = edges.continue_state(
+            self.ddq,
+            cfs,
+            self.wl.path,
+            self.wl.opts,
+            state1,
+            self.wl.seed * 104729 + self.n,
+            clock,
+            grow=self.continued % 4 == 0,
+        )
         self.bricked += sum(1 for b in bad if b[0] == "bricked")
         return bad
 
@@ -511,8 +576,13 @@ class Judge:
                     try:
                         fs, q = self._open(f2, d2)
                     except Exception as ex:
-                        bad.append(("unexpected", "recovery cut at %s (%s) then reopened: %s %s" % (
-                            e[0], variant, type(ex).__name__, ex)))
+                        bad.append(
+                            (
+                                "unexpected",
+                                "recovery cut at %s (%s) then reopened: %s %s"
+                                % (e[0], variant, type(ex).__name__, ex),
+                            )
+                        )
                         return bad
                     try:
                         s2 = tmodel.meta_state(q)
@@ -520,35 +590,72 @@ class Judge:
                         q.close()
                     bad += self._libddq(f2, [t[0] for t in s2], h)
                     if s2 != state1:
-                        bad.append(("unexpected", "recovery cut at %s (%s) recovers %r, uncut %r" % (
-                            e[0], variant, tmodel._short(s2), tmodel._short(state1))))
+                        bad.append(
+                            (
+                                "unexpected",
+                                "recovery cut at %s (%s) recovers %r, uncut %r"
+                                % (e[0], variant, tmodel._short(s2), tmodel._short(state1)),
+                            )
+                        )
                         return bad
         return bad
 
 
-def run_seed(ddq, seed, nops, models=("posix", "lfs", "fat"), sync=None, hashes=None, depth2=1,
-             max_fail=5, path="/q", index=None, cont_every=0):
+def run_seed(
+    ddq,
+    seed,
+    nops,
+    models=("posix", "lfs", "fat"),
+    sync=None,
+    hashes=None,
+    depth2=1,
+    max_fail=5,
+    path="/q",
+    index=None,
+    cont_every=0,
+):
     """Run one workload and judge every crash state under every model. Returns a result dict."""
     memfs.MemFS.Locked = ddq.Locked
-    can_truncate = seed % 2 == 0     # even seeds: CPython-like storage; odd: MicroPython-like
+    can_truncate = seed % 2 == 0  # even seeds: CPython-like storage; odd: MicroPython-like
     # Most seeds start from an existing, durable queue directory; seeds = 1 mod 4 let ddq create it.
     pre = () if seed % 4 == 1 else (path,)
     fs = memfs.MemFS(dirs=pre, record=True, can_truncate=can_truncate)
     outbox = sync == "outbox"
     opts = tmodel.params(seed, "none" if sync == "outbox" else sync, index)
     if outbox:
-        opts["outbox_every"] = 3     # group commit: sync after every 3 records put
+        opts["outbox_every"] = 3  # group commit: sync after every 3 records put
     if opts.get("reclaim_step"):
         # A staged queue (SPEC C13, C14) answers admission on the shadow in RAM where the inline
         # mode copies the queue again and again at its limit, so its log has about a third of the
         # storage operations: twice the operations keep its cut points (builds, publishes) many.
         nops *= 2
     wl = tmodel.Workload(ddq, path, lambda: fs, seed, nops, opts=opts, pos=lambda: len(fs.log))
-    res = {"seed": seed, "sync": "outbox" if outbox else opts["sync"], "truncate": can_truncate, "log": 0, "states": 0, "checked": 0, "fail": [],
-           "lost": 0, "resurrected": 0, "reused_seq": 0, "unexpected": 0, "reported": 0, "depth2": 0,
-           "cut_states": 0, "libddq_refused": 0, "libddq_disagree": 0,
-           "by_model": {}, "index": opts.get("index_bytes"), "index_compared": 0, "index_opens": 0,
-           "index_mismatch": 0, "continued": 0, "bricked": 0, "cont_by_model": {}}
+    res = {
+        "seed": seed,
+        "sync": "outbox" if outbox else opts["sync"],
+        "truncate": can_truncate,
+        "log": 0,
+        "states": 0,
+        "checked": 0,
+        "fail": [],
+        "lost": 0,
+        "resurrected": 0,
+        "reused_seq": 0,
+        "unexpected": 0,
+        "reported": 0,
+        "depth2": 0,
+        "cut_states": 0,
+        "libddq_refused": 0,
+        "libddq_disagree": 0,
+        "by_model": {},
+        "index": opts.get("index_bytes"),
+        "index_compared": 0,
+        "index_opens": 0,
+        "index_mismatch": 0,
+        "continued": 0,
+        "bricked": 0,
+        "cont_by_model": {},
+    }
     try:
         wl.run()
     finally:
@@ -556,11 +663,19 @@ def run_seed(ddq, seed, nops, models=("posix", "lfs", "fat"), sync=None, hashes=
     for u in wl.unexpected:
         res[u[0] if u[0] in res else "unexpected"] += 1
         if len(res["fail"]) < max_fail:
-            res["fail"].append({"seed": seed, "where": "live run", "category": u[0], "detail": u[1]})
+            res["fail"].append(
+                {"seed": seed, "where": "live run", "category": u[0], "detail": u[1]}
+            )
     if fs.open_count():
         res["unexpected"] += 1
-        res["fail"].append({"seed": seed, "where": "live run", "category": "unexpected",
-                            "detail": "%d handles open after close()" % fs.open_count()})
+        res["fail"].append(
+            {
+                "seed": seed,
+                "where": "live run",
+                "category": "unexpected",
+                "detail": "%d handles open after close()" % fs.open_count(),
+            }
+        )
     log = fs.log
     res["log"] = len(log)
     judge = Judge(ddq, wl, depth2=depth2)
@@ -591,10 +706,20 @@ def run_seed(ddq, seed, nops, models=("posix", "lfs", "fat"), sync=None, hashes=
                     res[cat] += 1
                     if len(res["fail"]) < max_fail:
                         op = wl.ops[i] if i is not None else None
-                        res["fail"].append({"seed": seed, "sync": opts["sync"], "crash_after_step": k,
-                                            "storage_op": repr(log[k - 1])[:120] if k else None,
-                                            "model": model, "variant": variant, "op_in_flight": repr(op)[:100],
-                                            "op_index": i, "category": cat, "detail": detail[:600]})
+                        res["fail"].append(
+                            {
+                                "seed": seed,
+                                "sync": opts["sync"],
+                                "crash_after_step": k,
+                                "storage_op": repr(log[k - 1])[:120] if k else None,
+                                "model": model,
+                                "variant": variant,
+                                "op_in_flight": repr(op)[:100],
+                                "op_index": i,
+                                "category": cat,
+                                "detail": detail[:600],
+                            }
+                        )
     res["reported"] = judge.reported
     res["depth2"] = judge.depth2_states
     res["cut_states"] = judge.cut_states

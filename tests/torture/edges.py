@@ -13,6 +13,7 @@
       op that failed), continued, closed and reopened (must equal the model).
 A plain open refused after only ddq's own writes, cuts and ENOSPC counts as `bricked` (must be 0).
 """
+
 import memfs
 import tmodel
 
@@ -79,7 +80,10 @@ def same(model, got):
     extra = sorted(s for s in got if s not in want)
     cat = "lost" if lost else ("resurrected" if extra else "unexpected")
     diff = sorted(s for s in want if s in got and want[s] != got[s])
-    return (cat, "model and queue differ: lost %r, extra %r, changed %r" % (lost[:5], extra[:5], diff[:5]))
+    return (
+        cat,
+        "model and queue differ: lost %r, extra %r, changed %r" % (lost[:5], extra[:5], diff[:5]),
+    )
 
 
 def continue_state(ddq, fs, path, opts, state, seed, clock, grow=False):
@@ -97,7 +101,9 @@ def continue_state(ddq, fs, path, opts, state, seed, clock, grow=False):
         try:
             q = ddq.Queue(path, storage=fs, clock=clock, **kw)
         except Exception as e:
-            return [("bricked", "open %d of the continuation: %s: %s" % (rnd, type(e).__name__, e))]
+            return [
+                ("bricked", "open %d of the continuation: %s: %s" % (rnd, type(e).__name__, e))
+            ]
         try:
             hi = max(hi, q.stats().next_seq - 1)
             hi = drive(ddq, q, model, rng, 6 + rng.below(8), hi, kw.get("max_payload_bytes", 64))
@@ -158,7 +164,7 @@ class FullFS(memfs.MemFS):
     def write(self, handle, buf):
         if self._point("write"):
             if self.cut and len(buf) > 1:
-                memfs.MemFS.write(self, handle, bytes(buf)[:self.cut % len(buf)])
+                memfs.MemFS.write(self, handle, bytes(buf)[: self.cut % len(buf)])
             raise self._err()
         if self.full:
             self._tick("write")
@@ -171,6 +177,7 @@ class FullFS(memfs.MemFS):
                 self._tick(name)
                 raise self._err()
             return getattr(memfs.MemFS, name)(self, *a)
+
         return f
 
     sync = _simple("sync")
@@ -226,16 +233,31 @@ def _allowed(before, got):
     if len(diff) == 1:
         s = diff[0]
         a, b = want.get(s), got.get(s)
-        if a is None and b is not None and b[0] == "available" and b[1] == 0 and s > max([0] + list(want)):
-            return None          # the enqueue in flight landed
+        if (
+            a is None
+            and b is not None
+            and b[0] == "available"
+            and b[1] == 0
+            and s > max([0] + list(want))
+        ):
+            return None  # the enqueue in flight landed
         if a is not None and b is None and a[0] == "claimed":
-            return None          # the ack in flight landed
-        if a is not None and b is not None and a[2] == b[2] and (
-                (a[0], b[0], b[1]) in (("available", "claimed", a[1]), ("claimed", "available", a[1] + 1))):
-            return None          # the claim or retry in flight landed
+            return None  # the ack in flight landed
+        if (
+            a is not None
+            and b is not None
+            and a[2] == b[2]
+            and (
+                (a[0], b[0], b[1])
+                in (("available", "claimed", a[1]), ("claimed", "available", a[1] + 1))
+            )
+        ):
+            return None  # the claim or retry in flight landed
     lost = sorted(s for s in want if s not in got)
-    return ("lost" if lost else "unexpected",
-            "after ENOSPC: model %r, queue %r" % (sorted(want.items())[:4], sorted(got.items())[:4]))
+    return (
+        "lost" if lost else "unexpected",
+        "after ENOSPC: model %r, queue %r" % (sorted(want.items())[:4], sorted(got.items())[:4]),
+    )
 
 
 def _views(fs, crash_mod, pre):
@@ -255,13 +277,26 @@ def _views(fs, crash_mod, pre):
 
 def run_enospc(ddq, seed, nops, stride=1, max_fail=5, path="/q"):
     import crash
+
     memfs.MemFS.Locked = ddq.Locked
     can_truncate = seed % 2 == 0
     opts = enospc_opts(seed)
     pre = (path,)
-    res = {"seed": seed, "points": 0, "states": 0, "by_model": {}, "full_opens": 0, "full_refused": 0,
-           "continued": 0, "bricked": 0, "lost": 0, "resurrected": 0, "reused_seq": 0, "unexpected": 0,
-           "fail": []}
+    res = {
+        "seed": seed,
+        "points": 0,
+        "states": 0,
+        "by_model": {},
+        "full_opens": 0,
+        "full_refused": 0,
+        "continued": 0,
+        "bricked": 0,
+        "lost": 0,
+        "resurrected": 0,
+        "reused_seq": 0,
+        "unexpected": 0,
+        "fail": [],
+    }
     ref = FullFS(dirs=pre, record=True, can_truncate=can_truncate)
     _workload(ddq, ref, path, opts, seed, nops, tmodel.Clock(), 0)
     total = ref.mut
@@ -270,8 +305,16 @@ def run_enospc(ddq, seed, nops, stride=1, max_fail=5, path="/q"):
     def bad(cat, detail, at, where):
         res[cat] += 1
         if len(res["fail"]) < max_fail:
-            res["fail"].append({"seed": seed, "point": at, "of": total, "view": where, "category": cat,
-                                "detail": detail[:500]})
+            res["fail"].append(
+                {
+                    "seed": seed,
+                    "point": at,
+                    "of": total,
+                    "view": where,
+                    "category": cat,
+                    "detail": detail[:500],
+                }
+            )
 
     for at in range(1, total + 1, stride):
         fs = FullFS(at=at, cut=at * 7 + 3, dirs=pre, record=True, can_truncate=can_truncate)
@@ -304,7 +347,12 @@ def run_enospc(ddq, seed, nops, stride=1, max_fail=5, path="/q"):
             try:
                 q = ddq.Queue(path, storage=fs2, clock=clock, **kw)
             except Exception as e:
-                bad("bricked", "open with the space freed: %s: %s" % (type(e).__name__, e), at, where)
+                bad(
+                    "bricked",
+                    "open with the space freed: %s: %s" % (type(e).__name__, e),
+                    at,
+                    where,
+                )
                 continue
             try:
                 state = tmodel.recovered_state(q)
@@ -321,8 +369,9 @@ def run_enospc(ddq, seed, nops, stride=1, max_fail=5, path="/q"):
                 bad("reused_seq", "next_seq below a recovered seq", at, where)
                 continue
             res["continued"] += 1
-            for cat, detail in continue_state(ddq, fs2, path, opts, state, seed * 7919 + at, clock,
-                                              grow=at % 5 == 0):
+            for cat, detail in continue_state(
+                ddq, fs2, path, opts, state, seed * 7919 + at, clock, grow=at % 5 == 0
+            ):
                 bad(cat, detail, at, where)
     return res
 
@@ -333,7 +382,12 @@ def natural(ddq, seeds=24, cap=256 * 1024, path="/q"):
     Returns {"seeds", "bricked", "lost", "fail"}; before R23 most seeds were bricked."""
     memfs.MemFS.Locked = ddq.Locked
     out = {"seeds": 0, "bricked": 0, "lost": 0, "fail": []}
-    opts = {"segment_bytes": 8192, "max_payload_bytes": 1500, "max_items": 4096, "max_segments": 256}
+    opts = {
+        "segment_bytes": 8192,
+        "max_payload_bytes": 1500,
+        "max_items": 4096,
+        "max_segments": 256,
+    }
     for seed in range(1, seeds + 1):
         fs = _Capped(cap, dirs=(path,), can_truncate=seed % 2 == 0)
         clock = tmodel.Clock()
@@ -380,7 +434,10 @@ def natural(ddq, seeds=24, cap=256 * 1024, path="/q"):
             continue
         if n < done or m != n + 5:
             out["lost"] += 1
-            out["fail"].append("seed %d: %d returned, %d after the full reopen, %d at the end" % (seed, done, n, m))
+            out["fail"].append(
+                "seed %d: %d returned, %d after the full reopen, %d at the end"
+                % (seed, done, n, m)
+            )
     return out
 
 

@@ -24,7 +24,7 @@ def check(img):
     data0 = rsv + nfats * fatsz + root_secs
     nclus = (tot - data0) // spc
     bits = 12 if nclus < 4085 else 16
-    fat = img[rsv * bps:(rsv + fatsz) * bps]
+    fat = img[rsv * bps : (rsv + fatsz) * bps]
     eoc = 0xFF8 if bits == 12 else 0xFFF8
     csize = spc * bps
     used = {}
@@ -51,7 +51,7 @@ def check(img):
         if depth > 8:
             return "%s: too deep" % where
         for off in range(0, len(raw), 32):
-            e = raw[off:off + 32]
+            e = raw[off : off + 32]
             if e[0] == 0:
                 return None
             if e[0] == 0xE5 or e[11] == 0x0F or e[11] & 0x08:
@@ -61,7 +61,10 @@ def check(img):
                 continue
             start = struct.unpack_from("<H", e, 26)[0]
             size = struct.unpack_from("<I", e, 28)[0]
-            what = "%s/%s" % (where, name.decode("latin-1").strip() if hasattr(name, "decode") else name)
+            what = "%s/%s" % (
+                where,
+                name.decode("latin-1").strip() if hasattr(name, "decode") else name,
+            )
             if e[11] & 0x10:
                 if start == 0:
                     return what + ": directory without clusters"
@@ -71,7 +74,7 @@ def check(img):
                 sub = bytearray()
                 for c in cl:
                     a = (data0 + (c - 2) * spc) * bps
-                    sub += img[a:a + csize]
+                    sub += img[a : a + csize]
                 err = entries(sub, what, depth + 1)
                 if err:
                     return err
@@ -91,7 +94,7 @@ def check(img):
                     return "%s: size %d does not match %d clusters" % (what, size, len(cl))
         return None
 
-    root = img[(rsv + nfats * fatsz) * bps:data0 * bps]
+    root = img[(rsv + nfats * fatsz) * bps : data0 * bps]
     err = entries(root, "", 0)
     if err:
         return err

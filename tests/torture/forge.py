@@ -31,6 +31,7 @@ still be delivered (else the run is a harness error: a check that refuses everyt
 nothing), and every 8th image is also opened WITHOUT a key as a control: there forgeries must be
 accepted (control_accepted > 0), which shows the count can fail.
 """
+
 import random
 import struct
 
@@ -39,11 +40,26 @@ import memfs
 import ddqfmt as F
 
 PATH = "/q"
-OPTS = {"segment_bytes": 65536, "max_segments": 16, "max_payload_bytes": 1024, "max_items": 512,
-        "index_bytes": 0}
+OPTS = {
+    "segment_bytes": 65536,
+    "max_segments": 16,
+    "max_payload_bytes": 1024,
+    "max_items": 512,
+    "index_bytes": 0,
+}
 T0 = 1767225600000
-KINDS = ("flip", "set", "header", "body", "tag", "splice", "unsigned", "otherkey", "nonce",
-         "strip")
+KINDS = (
+    "flip",
+    "set",
+    "header",
+    "body",
+    "tag",
+    "splice",
+    "unsigned",
+    "otherkey",
+    "nonce",
+    "strip",
+)
 
 
 class _Clock:
@@ -55,8 +71,16 @@ class _Clock:
 
 
 def _fields(m):
-    return (m.topic, bytes(m.payload), bytes(m.key), m.qos, bool(m.retain), m.ttl_ms,
-            m.enqueued_ms, m.orig_seq)
+    return (
+        m.topic,
+        bytes(m.payload),
+        bytes(m.key),
+        m.qos,
+        bool(m.retain),
+        m.ttl_ms,
+        m.enqueued_ms,
+        m.orig_seq,
+    )
 
 
 def _rand(rng, n):
@@ -73,13 +97,31 @@ def build_base(ddq, ob_mod, rng, key, n_msgs):
     for i in range(n_msgs):
         if i == n_msgs // 2:  # the second half encrypted (E23): nonces from the seed's RNG
             ob.close()
-            ob = ob_mod.Outbox(PATH, storage=fs, clock=clock, seed=1, hmac_key=key, encrypt=True,
-                               nonce=lambda: _rand(rng, 12), **OPTS)
+            ob = ob_mod.Outbox(
+                PATH,
+                storage=fs,
+                clock=clock,
+                seed=1,
+                hmac_key=key,
+                encrypt=True,
+                nonce=lambda: _rand(rng, 12),
+                **OPTS,
+            )
         clock.t += rng.randrange(1, 5000)
-        topic = "site%d/%s/%d" % (rng.randrange(4), rng.choice(["temp", "hum", "ev", "\u00e9t\u00e9"]), i)
+        topic = "site%d/%s/%d" % (
+            rng.randrange(4),
+            rng.choice(["temp", "hum", "ev", "\u00e9t\u00e9"]),
+            i,
+        )
         payload = _rand(rng, rng.randrange(0, 48))
-        ob.put(topic, payload, qos=rng.randrange(2), retain=rng.random() < 0.2,
-               ttl_ms=rng.choice([0, 0, 10 ** 9]), key=_rand(rng, rng.randrange(0, 12)))
+        ob.put(
+            topic,
+            payload,
+            qos=rng.randrange(2),
+            retain=rng.random() < 0.2,
+            ttl_ms=rng.choice([0, 0, 10**9]),
+            key=_rand(rng, rng.randrange(0, 12)),
+        )
     # a few requeued dead letters: orig_seq present (the tag sits at offset 27)
     for _ in range(3):
         m = ob.get()
@@ -87,7 +129,7 @@ def build_base(ddq, ob_mod, rng, key, n_msgs):
     ob.requeue(purge=False)  # no compaction: the image stays one generation, no manifest
     ob.close()
     files, _dirs = fs.snapshot()
-    out = {p[len(PATH) + 1:]: files[p] for p in files if p.startswith(PATH + "/")}
+    out = {p[len(PATH) + 1 :]: files[p] for p in files if p.startswith(PATH + "/")}
     envs = []
     for name in sorted(out):
         if F.parse_seg_name(name) is None:
@@ -149,14 +191,14 @@ def forge(rng, ob_mod, env, envs, key, other_key):
         if how == 0:
             b[body:] = _rand(rng, len(b) - body)
         elif how == 1 and len(b) > body:
-            del b[rng.randrange(body, len(b)):]
+            del b[rng.randrange(body, len(b)) :]
         elif how == 2:
             b += _rand(rng, rng.randrange(1, 9))
         elif how == 3 and tl:
-            b[p + kl:p + kl + tl] = ("x" * tl).encode()
+            b[p + kl : p + kl + tl] = ("x" * tl).encode()
         else:
-            b[p:p + kl] = _rand(rng, kl)
-            b[p + kl + tl:] = b"evil" + bytes(b[p + kl + tl + 4:])
+            b[p : p + kl] = _rand(rng, kl)
+            b[p + kl + tl :] = b"evil" + bytes(b[p + kl + tl + 4 :])
     elif kind == "tag":
         how = rng.randrange(3)
         if how == 0:
@@ -166,7 +208,7 @@ def forge(rng, ob_mod, env, envs, key, other_key):
         else:
             o = rng.choice(envs)
             oa = _layout(o)[1]
-            b[a:p] = o[oa:oa + 32]
+            b[a:p] = o[oa : oa + 32]
     elif kind == "splice":
         o = rng.choice(envs)
         op = _layout(o)[2]
@@ -177,14 +219,20 @@ def forge(rng, ob_mod, env, envs, key, other_key):
     elif kind == "nonce":
         o = rng.choice([e for e in envs if e[3] & 0x20])
         op = _layout(o)[2]
-        b[p - 12:p] = _rand(rng, 12) if rng.random() < 0.5 else o[op - 12:op]
+        b[p - 12 : p] = _rand(rng, 12) if rng.random() < 0.5 else o[op - 12 : op]
     elif kind == "strip":
         b[3] &= ~0x20
-        del b[p - 12:p]
+        del b[p - 12 : p]
     else:
         m = ob_mod.decode_envelope(env)  # the attacker's view: an encrypted payload as ciphertext
-        kw = {"qos": m.qos, "retain": m.retain, "enqueued_ms": m.enqueued_ms, "ttl_ms": m.ttl_ms,
-              "key": m.key, "orig_seq": m.orig_seq}
+        kw = {
+            "qos": m.qos,
+            "retain": m.retain,
+            "enqueued_ms": m.enqueued_ms,
+            "ttl_ms": m.ttl_ms,
+            "key": m.key,
+            "orig_seq": m.orig_seq,
+        }
         if kind == "unsigned":
             kw["sha256"] = rng.random() < 0.5
         else:
@@ -200,7 +248,7 @@ def forge(rng, ob_mod, env, envs, key, other_key):
 def _open_drain(ob_mod, files, key):
     full = {PATH + "/" + n: files[n] for n in files}
     fs = memfs.MemFS(full, (PATH,))
-    ob = ob_mod.Outbox(PATH, storage=fs, clock=_Clock(T0 + 10 ** 7), seed=1, hmac_key=key, **OPTS)
+    ob = ob_mod.Outbox(PATH, storage=fs, clock=_Clock(T0 + 10**7), seed=1, hmac_key=key, **OPTS)
     got = []
     try:
         for _ in range(4 * OPTS["max_items"]):
@@ -221,9 +269,20 @@ def run_seed(ddq, seed, n_forged, per_image=40, max_fail=5):
     rng = random.Random(seed)
     key, other = _rand(rng, 32), _rand(rng, 32)
     base, signed, envs, pending = build_base(ddq, ob_mod, rng, key, 64)
-    res = {"seed": seed, "forged": 0, "accepted": 0, "images": 0, "by_kind": {},
-           "control_images": 0, "control_accepted": 0, "legit_delivered": 0,
-           "refused": 0, "unexpected": 0, "fail": [], "encrypted_forged": 0}
+    res = {
+        "seed": seed,
+        "forged": 0,
+        "accepted": 0,
+        "images": 0,
+        "by_kind": {},
+        "control_images": 0,
+        "control_accepted": 0,
+        "legit_delivered": 0,
+        "refused": 0,
+        "unexpected": 0,
+        "fail": [],
+        "encrypted_forged": 0,
+    }
     segs = sorted(n for n in base if F.parse_seg_name(n) is not None)
     while res["forged"] < n_forged:
         files = dict(base)
@@ -232,12 +291,12 @@ def run_seed(ddq, seed, n_forged, per_image=40, max_fail=5):
             data = bytes(base[name])
             recs, end = F.decode_records(data)
             out = []
-            for (off, t, s, arg, pl) in recs:
-                rec = data[off:off + 48 + len(pl)]
+            for off, t, s, arg, pl in recs:
+                rec = data[off : off + 48 + len(pl)]
                 if t == F.T_DATA and forged_here < per_image and rng.random() < 0.75:
                     kind, fb = forge(rng, ob_mod, pl, envs, key, other)
                     if fb != pl:
-                        rec = F.encode_record(t, s, arg, fb)   # a VALID record CRC
+                        rec = F.encode_record(t, s, arg, fb)  # a VALID record CRC
                         forged_here += 1
                         res["encrypted_forged"] += bool(pl[3] & 0x20)
                         res["by_kind"][kind] = res["by_kind"].get(kind, 0) + 1
@@ -254,29 +313,49 @@ def run_seed(ddq, seed, n_forged, per_image=40, max_fail=5):
         except Exception as e:
             res["unexpected"] += 1
             if len(res["fail"]) < max_fail:
-                res["fail"].append({"seed": seed, "category": "unexpected",
-                                    "detail": "open/drain raised %s: %s" % (type(e).__name__, e)})
+                res["fail"].append(
+                    {
+                        "seed": seed,
+                        "category": "unexpected",
+                        "detail": "open/drain raised %s: %s" % (type(e).__name__, e),
+                    }
+                )
             continue
         res["refused"] += unauth
         bad = [g for g in got if g not in signed]
         res["accepted"] += len(bad)
         res["legit_delivered"] += len(got) - len(bad)
         if bad and len(res["fail"]) < max_fail:
-            res["fail"].append({"seed": seed, "category": "forged_accepted",
-                                "detail": "get() returned a forged message: %r" % (bad[0],)})
+            res["fail"].append(
+                {
+                    "seed": seed,
+                    "category": "forged_accepted",
+                    "detail": "get() returned a forged message: %r" % (bad[0],),
+                }
+            )
         # every untouched pending message is delivered, and nothing else that is legit
         if len(got) - len(bad) != want:
             res["unexpected"] += 1
             if len(res["fail"]) < max_fail:
-                res["fail"].append({"seed": seed, "category": "unexpected",
-                                    "detail": "%d legit messages delivered, %d untouched"
-                                    % (len(got) - len(bad), want)})
+                res["fail"].append(
+                    {
+                        "seed": seed,
+                        "category": "unexpected",
+                        "detail": "%d legit messages delivered, %d untouched"
+                        % (len(got) - len(bad), want),
+                    }
+                )
         if res["images"] % 8 == 1:  # the control: no key, the same image
             res["control_images"] += 1
             cgot, _u = _open_drain(ob_mod, files, None)
             res["control_accepted"] += sum(1 for g in cgot if g not in signed)
     if res["control_images"] and not res["control_accepted"]:
         res["unexpected"] += 1
-        res["fail"].append({"seed": seed, "category": "unexpected",
-                            "detail": "control without a key accepted no forgery: the count cannot fail"})
+        res["fail"].append(
+            {
+                "seed": seed,
+                "category": "unexpected",
+                "detail": "control without a key accepted no forgery: the count cannot fail",
+            }
+        )
     return res

@@ -11,6 +11,7 @@ a state ddq cannot open (other than Corrupt on a state with holes, crash.py's ru
 `unexpected`. Calls still waiting at the cut may be lost (G3): not checked. With `threads`
 the same calls come from real threads (CPython's scheduler picks the interleaving).
 """
+
 import asyncio
 
 import crash
@@ -36,8 +37,10 @@ def workload(ddq, ddq_group, seed, tasks, per, threads=False):
     # be reclaimed by a compaction before the ack returned
 
     # each task's payloads and ack choices are drawn up front: the same for both forms
-    plan = [[(b"%d.%d." % (t, i) + rng.bytes(rng.below(24)), rng.below(2) == 0)
-             for i in range(per)] for t in range(tasks)]
+    plan = [
+        [(b"%d.%d." % (t, i) + rng.bytes(rng.below(24)), rng.below(2) == 0) for i in range(per)]
+        for t in range(tasks)
+    ]
 
     async def task(t):
         for p, ack in plan[t]:
@@ -87,8 +90,9 @@ def workload(ddq, ddq_group, seed, tasks, per, threads=False):
 def check(ddq, fs_files, dirs, must, events, opts):
     """Open one crash state; return [(category, detail)]."""
     fs = memfs.MemFS(fs_files, dirs, budget=500000)
-    q = ddq.Queue("/q", storage=fs, clock=tmodel.Clock(tmodel.CLOCK0 + 10**6),
-                  **tmodel.queue_opts(opts))
+    q = ddq.Queue(
+        "/q", storage=fs, clock=tmodel.Clock(tmodel.CLOCK0 + 10**6), **tmodel.queue_opts(opts)
+    )
     bad = []
     try:
         st = {}
@@ -98,7 +102,9 @@ def check(ddq, fs_files, dirs, must, events, opts):
         for _pos, kind, seq, pay in must:
             if kind == "ack":
                 if st.get(seq, "acked") != "acked":
-                    bad.append(("returned_lost", "ack of %d returned, recovered %s" % (seq, st[seq])))
+                    bad.append(
+                        ("returned_lost", "ack of %d returned, recovered %s" % (seq, st[seq]))
+                    )
             elif seq not in st:
                 if seq not in acked:  # an acked item may be reclaimed by a compaction
                     bad.append(("returned_lost", "put %d returned, then lost" % seq))
@@ -109,13 +115,23 @@ def check(ddq, fs_files, dirs, must, events, opts):
     return bad
 
 
-def run_seed(ddq, ddq_group, seed, tasks=4, per=6, models=("posix", "lfs", "fat"), max_fail=5,
-             threads=False):
+def run_seed(
+    ddq, ddq_group, seed, tasks=4, per=6, models=("posix", "lfs", "fat"), max_fail=5, threads=False
+):
     fs, events, opts = workload(ddq, ddq_group, seed, tasks, per, threads)
     log = fs.log
-    res = {"seed": seed, "threads": threads, "log": len(log), "puts": sum(1 for e in events if e[1] == "put"),
-           "acks": sum(1 for e in events if e[1] == "ack"), "states": 0, "returned_lost": 0,
-           "unexpected": 0, "reported": 0, "fail": []}
+    res = {
+        "seed": seed,
+        "threads": threads,
+        "log": len(log),
+        "puts": sum(1 for e in events if e[1] == "put"),
+        "acks": sum(1 for e in events if e[1] == "ack"),
+        "states": 0,
+        "returned_lost": 0,
+        "unexpected": 0,
+        "reported": 0,
+        "fail": [],
+    }
     seen = set()
     sim = crash.Sim(dirs=("/q",))
     for k in range(len(log) + 1):
@@ -141,8 +157,15 @@ def run_seed(ddq, ddq_group, seed, tasks=4, per=6, models=("posix", "lfs", "fat"
                 for cat, detail in bad:
                     res[cat] += 1
                     if len(res["fail"]) < max_fail:
-                        res["fail"].append({"seed": seed, "crash_after_step": k, "model": model,
-                                            "variant": variant, "category": cat,
-                                            "detail": detail[:400],
-                                            "storage_op": repr(log[k - 1])[:120] if k else None})
+                        res["fail"].append(
+                            {
+                                "seed": seed,
+                                "crash_after_step": k,
+                                "model": model,
+                                "variant": variant,
+                                "category": cat,
+                                "detail": detail[:400],
+                                "storage_op": repr(log[k - 1])[:120] if k else None,
+                            }
+                        )
     return res

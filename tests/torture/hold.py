@@ -16,6 +16,7 @@ crash.run_seed is reused as it is: this process swaps in the seed's options, a w
 records a cut reason as the reason written, and a judge that drains (module attributes of
 crash/tmodel, in this process only), so part 1's code stays the one judging.
 """
+
 import json
 import os
 import sys
@@ -35,10 +36,15 @@ DRAIN_EVERY = 3
 def params(seed, sync=None, index=None):
     """Options that put the hold rule's limit first: max_items far away, few small segments."""
     r = tmodel.Rng(seed ^ 0x401D)
-    opts = {"segment_bytes": (384, 448, 512)[r.below(3)], "max_payload_bytes": 64,
-            "max_items": 1000, "max_segments": 4 + r.below(4),
-            "sync": sync or ("always", "ack")[r.below(2)],
-            "window": 1 + r.below(3), "evidence_bytes": (0, 64, 256)[r.below(3)]}
+    opts = {
+        "segment_bytes": (384, 448, 512)[r.below(3)],
+        "max_payload_bytes": 64,
+        "max_items": 1000,
+        "max_segments": 4 + r.below(4),
+        "sync": sync or ("always", "ack")[r.below(2)],
+        "window": 1 + r.below(3),
+        "evidence_bytes": (0, 64, 256)[r.below(3)],
+    }
     if seed & 1:
         # Odd seeds stage their generations (SPEC H8, C13): cuts land in a build's start, copy,
         # carried tail, publish and unlinks at the rule's limit, and the drain runs staged too.
@@ -53,8 +59,11 @@ class HoldWorkload(tmodel.Workload):
         name, arg, out = op
         if out == ("err", "Full") and name == "enqueue":
             COUNT["full"] += 1
-        if name in ("claim", "claim_ordered") and out == ("ok", None) and any(
-                t[1] == "available" for t in snap):
+        if (
+            name in ("claim", "claim_ordered")
+            and out == ("ok", None)
+            and any(t[1] == "available" for t in snap)
+        ):
             COUNT["claim_none"] += 1
         if name == "quarantine" and out == ("err", "Full"):
             del self.unexpected[n:]  # H4: refused, nothing written, still claimed
@@ -65,7 +74,6 @@ class HoldWorkload(tmodel.Workload):
                 COUNT["q_cut"] += 1
             self.reasons[arg] = r
         return op
-
 
     def _fill(self):
         # The first third of the operations enqueue (as the base workload's enqueue does) to
@@ -115,7 +123,12 @@ class HoldJudge(crash.Judge):
             q.close()
         if left:
             COUNT["stranded"] += len(left)
-            return [("unexpected", "stranded: %d items left after the drain: %r" % (len(left), left[:8]))]
+            return [
+                (
+                    "unexpected",
+                    "stranded: %d items left after the drain: %r" % (len(left), left[:8]),
+                )
+            ]
         return []
 
 

@@ -26,14 +26,15 @@ def _parent(path):
 
 
 class MemFS:
-    Locked = OSError   # the harness sets this to ddq.Locked
+    Locked = OSError  # the harness sets this to ddq.Locked
+
     def __init__(self, files=None, dirs=None, record=False, budget=0, can_truncate=False):
         # files: {path: bytes}; dirs: iterable of directory paths.
-        self.names = {}      # path -> inode number
-        self.data = {}       # inode number -> bytearray
+        self.names = {}  # path -> inode number
+        self.data = {}  # inode number -> bytearray
         self.dirs = {"": 1, "/": 1}
         self.next_ino = 1
-        self.handles = {}    # handle id -> [ino, mode, path]
+        self.handles = {}  # handle id -> [ino, mode, path]
         self.next_h = 1
         self.locks = {}
         self.log = [] if record else None
@@ -43,7 +44,7 @@ class MemFS:
         # ddq uses truncate(path, size) when the storage says it can (PosixStorage on CPython);
         # without it (MicroPython) a torn tail is cut by copy + rename.
         self.can_truncate = can_truncate
-        self.trace = None   # a list: the method name of every seam call, in order
+        self.trace = None  # a list: the method name of every seam call, in order
         if dirs:
             for d in dirs:
                 self.dirs[d] = 1
@@ -136,7 +137,7 @@ class MemFS:
             return 0
         if n > len(buf):
             n = len(buf)
-        buf[0:n] = d[offset:offset + n]
+        buf[0:n] = d[offset : offset + n]
         return n
 
     def sync(self, handle):
@@ -176,11 +177,11 @@ class MemFS:
         pre = path + "/" if path not in ("", "/") else path
         out = []
         for p in self.names:
-            if p.startswith(pre) and "/" not in p[len(pre):]:
-                out.append(p[len(pre):])
+            if p.startswith(pre) and "/" not in p[len(pre) :]:
+                out.append(p[len(pre) :])
         for p in self.dirs:
-            if p not in ("", "/") and p.startswith(pre) and p != path and "/" not in p[len(pre):]:
-                out.append(p[len(pre):])
+            if p not in ("", "/") and p.startswith(pre) and p != path and "/" not in p[len(pre) :]:
+                out.append(p[len(pre) :])
         out.sort()
         return out
 

@@ -25,14 +25,31 @@ def main():
     count = int(sys.argv[3])
     index = None if len(sys.argv) <= 4 or sys.argv[4] in ("-", "standin") else int(sys.argv[4])
     base, wl, acceptable = mutate.build_base(ddq, seed, nops, index=index)
-    res = {"seed": seed, "images": 0, "corrupt": 0, "clean": 0, "forged": 0, "unexpected": 0,
-           "lost": 0, "resurrected": 0, "reused_seq": 0, "base_sha256": mutate.base_sha256(base), "fail": []}
+    res = {
+        "seed": seed,
+        "images": 0,
+        "corrupt": 0,
+        "clean": 0,
+        "forged": 0,
+        "unexpected": 0,
+        "lost": 0,
+        "resurrected": 0,
+        "reused_seq": 0,
+        "base_sha256": mutate.base_sha256(base),
+        "fail": [],
+    }
     rng = tmodel.Rng(seed * 7919 + 1)
     for i in range(count):
         desc, files = mutate.random_mutation(rng, base)
-        outcome, bad = mutate.judge(ddq, base, files, acceptable, wl.opts, payloads=wl.payloads,
-                                    forged=desc.startswith("rec:")
-                                    or desc.startswith("truncate-undetectable"))
+        outcome, bad = mutate.judge(
+            ddq,
+            base,
+            files,
+            acceptable,
+            wl.opts,
+            payloads=wl.payloads,
+            forged=desc.startswith("rec:") or desc.startswith("truncate-undetectable"),
+        )
         res["images"] += 1
         if outcome == "forged-relabel":
             outcome = "forged"
@@ -41,8 +58,16 @@ def main():
         for cat, detail in bad:
             res[cat] += 1
             if len(res["fail"]) < 4:
-                res["fail"].append({"seed": seed, "nops": nops, "mutation": desc, "index": i,
-                                    "category": cat, "detail": detail[:300]})
+                res["fail"].append(
+                    {
+                        "seed": seed,
+                        "nops": nops,
+                        "mutation": desc,
+                        "index": i,
+                        "category": cat,
+                        "detail": detail[:300],
+                    }
+                )
     print("RESULT " + json.dumps(res))
 
 

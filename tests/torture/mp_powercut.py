@@ -50,7 +50,7 @@ class BD(RAMBlockDev):
         self.cut = -1
         self.mode = "raise"
         self.dead = False
-        self.rec = None   # list of (addr, bytes) when recording; erase is (addr, None)
+        self.rec = None  # list of (addr, bytes) when recording; erase is (addr, None)
 
     def _op(self, a, b, erase):
         if self.dead:
@@ -67,9 +67,11 @@ class BD(RAMBlockDev):
         if self.rec is not None:
             self.rec.append((a, None if erase else bytes(b), len(b) if not erase else b))
         if erase:
-            self.data[a:a + b] = b"\xff" * b
+            self.data[a : a + b] = b"\xff" * b
         else:
-            self.data[a:a + len(b)] = b   # copy now: buf points into C memory valid only during the call
+            self.data[a : a + len(b)] = (
+                b  # copy now: buf points into C memory valid only during the call
+            )
         return 0
 
     def program(self, a, buf):
@@ -82,6 +84,7 @@ class BD(RAMBlockDev):
 class CountingStorage(ddq.PosixStorage):
     """ddq's own storage, counting open handles (none may stay open after close()). The lock
     file's handle is ddq's lock token, closed by unlock(), so it is not counted here."""
+
     opened = 0
 
     def open(self, path, mode):
@@ -105,9 +108,9 @@ GEOM = {"lfs": (4096, 32), "fat": (512, 256)}
 TAG = "/t_" + "_".join(a.replace("=", "") for a in sys.argv[1:8] if a != "standin") + "_"
 CHK = TAG + "chk"
 DIF = TAG + "dif"
-LFS_IO = 256        # read/prog size as RP2 mounts it (progsize=256); the cache is 4x that
-PROBE_EVERY = 8     # every 8th cut also enqueues after recovery (sequence never reused)
-CONT_EVERY = 10     # every 10th cut is also written on, closed and reopened (edges.py, part 1c)
+LFS_IO = 256  # read/prog size as RP2 mounts it (progsize=256); the cache is 4x that
+PROBE_EVERY = 8  # every 8th cut also enqueues after recovery (sequence never reused)
+CONT_EVERY = 10  # every 10th cut is also written on, closed and reopened (edges.py, part 1c)
 
 
 def mkfs(fs):
@@ -146,7 +149,9 @@ def run_workload(fs, base, seed, nops, cut=-1, mode="raise", record=False, where
         # inline mode copies the queue again and again, so its workload writes far less: three
         # times the operations keep its cut points many (crash.py doubles them for the same reason).
         nops *= 3
-    wl = tmodel.Workload(ddq, where + "/q", CountingStorage, seed, nops, opts=opts, pos=lambda: bd.ops)
+    wl = tmodel.Workload(
+        ddq, where + "/q", CountingStorage, seed, nops, opts=opts, pos=lambda: bd.ops
+    )
     bd.cut = cut
     bd.mode = mode
     err = None
@@ -156,7 +161,7 @@ def run_workload(fs, base, seed, nops, cut=-1, mode="raise", record=False, where
         err = e
     except OSError as e:
         err = e
-    except ddq.Error as e:      # the first open failed (IOFailure after an errno cut)
+    except ddq.Error as e:  # the first open failed (IOFailure after an errno cut)
         err = e
     finally:
         try:
@@ -172,12 +177,25 @@ class Judge:
         self.fs = fs
         self.wl = wl
         self.seed = seed
-        self.res = {"cuts": 0, "lost": 0, "resurrected": 0, "reused_seq": 0, "unexpected": 0,
-                    "mount_fail": 0, "repairs": 0, "fat_damaged": 0, "fat_fs_damage": 0,
-                    "index_compared": 0, "index_opens": 0, "index_mismatch": 0, "index_write_cuts": 0,
-                    "continued": 0, "bricked": 0}
+        self.res = {
+            "cuts": 0,
+            "lost": 0,
+            "resurrected": 0,
+            "reused_seq": 0,
+            "unexpected": 0,
+            "mount_fail": 0,
+            "repairs": 0,
+            "fat_damaged": 0,
+            "fat_fs_damage": 0,
+            "index_compared": 0,
+            "index_opens": 0,
+            "index_mismatch": 0,
+            "index_write_cuts": 0,
+            "continued": 0,
+            "bricked": 0,
+        }
         self.index_cmp = bool(wl.opts.get("index_bytes"))
-        self.damage = None      # fatcheck's verdict on the image being judged (FAT only)
+        self.damage = None  # fatcheck's verdict on the image being judged (FAT only)
         self.fail = []
 
     def bad(self, cat, detail, k, how):
@@ -185,15 +203,33 @@ class Judge:
             # the file system itself is broken at this cut (FatFs is not power-fail safe)
             self.res["fat_fs_damage"] += 1
             if self.res["fat_fs_damage"] <= 2 and len(self.fail) < 6:
-                self.fail.append({"fs": self.fs, "seed": self.seed, "cut_op": k, "how": how, "category": "info",
-                                  "detail": "on a damaged FAT (%s): %s" % (self.damage, detail[:200])})
+                self.fail.append(
+                    {
+                        "fs": self.fs,
+                        "seed": self.seed,
+                        "cut_op": k,
+                        "how": how,
+                        "category": "info",
+                        "detail": "on a damaged FAT (%s): %s" % (self.damage, detail[:200]),
+                    }
+                )
             return
         self.res[cat] = self.res.get(cat, 0) + 1
         if len(self.fail) < 4:
             i = self.wl.inflight(k)
-            self.fail.append({"fs": self.fs, "seed": self.seed, "cut_op": k, "how": how,
-                              "op_in_flight": repr(self.wl.ops[i] if i is not None and i < len(self.wl.ops) else None),
-                              "category": cat, "detail": detail[:400]})
+            self.fail.append(
+                {
+                    "fs": self.fs,
+                    "seed": self.seed,
+                    "cut_op": k,
+                    "how": how,
+                    "op_in_flight": repr(
+                        self.wl.ops[i] if i is not None and i < len(self.wl.ops) else None
+                    ),
+                    "category": cat,
+                    "detail": detail[:400],
+                }
+            )
 
     def check(self, img, k, how, bs, nb):
         self.res["cuts"] += 1
@@ -208,17 +244,33 @@ class Judge:
             counts = dict(self.res)
             self.fail = []
             self._check_img(img, k, how, bs, nb)
-            if self.res["unexpected"] + self.res["lost"] + self.res["resurrected"] + self.res["reused_seq"] > \
-                    counts["unexpected"] + counts["lost"] + counts["resurrected"] + counts["reused_seq"]:
+            if (
+                self.res["unexpected"]
+                + self.res["lost"]
+                + self.res["resurrected"]
+                + self.res["reused_seq"]
+                > counts["unexpected"]
+                + counts["lost"]
+                + counts["resurrected"]
+                + counts["reused_seq"]
+            ):
                 why = self._differential(img, k, bs, nb)
                 if why is not None:
                     for key in ("unexpected", "lost", "resurrected", "reused_seq"):
                         self.res[key] = counts[key]
                     self.res["fat_fs_damage"] += 1
                     if self.res["fat_fs_damage"] <= 2:
-                        self.fail = [{"fs": "fat", "seed": self.seed, "cut_op": k, "how": how, "category": "info",
-                                      "detail": "FatFs misbehaved, ddq passes on the same files (%s): %s" % (
-                                          why, self.fail[0]["detail"][:200] if self.fail else "")}]
+                        self.fail = [
+                            {
+                                "fs": "fat",
+                                "seed": self.seed,
+                                "cut_op": k,
+                                "how": how,
+                                "category": "info",
+                                "detail": "FatFs misbehaved, ddq passes on the same files (%s): %s"
+                                % (why, self.fail[0]["detail"][:200] if self.fail else ""),
+                            }
+                        ]
                     else:
                         self.fail = []
             self.fail = held + self.fail
@@ -227,6 +279,7 @@ class Judge:
 
     def _differential(self, img, k, bs, nb):
         import memfs
+
         files = {}
         bd = BD(bs, nb, bytearray(img))
         try:
@@ -249,8 +302,12 @@ class Judge:
             i = None
         allowed, returned = wl.allowed(i)
         try:
-            q = ddq.Queue("/q", storage=memfs.MemFS(files, ("/q",)), clock=tmodel.Clock(tmodel.CLOCK0 + 10 ** 7),
-                          **wl.opts)
+            q = ddq.Queue(
+                "/q",
+                storage=memfs.MemFS(files, ("/q",)),
+                clock=tmodel.Clock(tmodel.CLOCK0 + 10**7),
+                **wl.opts,
+            )
         except Exception:
             return None
         try:
@@ -286,7 +343,11 @@ class Judge:
         # The same cut image, another copy, opened with index_bytes=0 (a full replay): the same
         # error or the identical state as the open through queue.index [X4][X5].
         i = self.wl.inflight(k)
-        if i is not None and i < len(self.wl.ops) and self.wl.ops[i][0] in ("reopen", "save_index"):
+        if (
+            i is not None
+            and i < len(self.wl.ops)
+            and self.wl.ops[i][0] in ("reopen", "save_index")
+        ):
             self.res["index_write_cuts"] += 1
         self.res["index_compared"] += 1
         if got[0] == "ok" and got[2]:
@@ -301,8 +362,12 @@ class Judge:
         kw["index_bytes"] = 0
         try:
             try:
-                q = ddq.Queue(DIF + "/q", clock=tmodel.Clock(tmodel.CLOCK0 + 1000 * (len(self.wl.ops) + 10)),
-                              storage=CountingStorage(), **kw)
+                q = ddq.Queue(
+                    DIF + "/q",
+                    clock=tmodel.Clock(tmodel.CLOCK0 + 1000 * (len(self.wl.ops) + 10)),
+                    storage=CountingStorage(),
+                    **kw,
+                )
             except Exception as e:
                 want = ("err", type(e).__name__, str(e))
             else:
@@ -315,10 +380,20 @@ class Judge:
         finally:
             umount(DIF)
         if got[0] != want[0] or (got[0] == "err" and got != want):
-            self.bad("index_mismatch", "index open %r, full replay %r" % (got[:3] if got[0] == "err" else "ok",
-                                                                          want[:3] if want[0] == "err" else "ok"), k, how)
+            self.bad(
+                "index_mismatch",
+                "index open %r, full replay %r"
+                % (got[:3] if got[0] == "err" else "ok", want[:3] if want[0] == "err" else "ok"),
+                k,
+                how,
+            )
         elif got[0] == "ok" and got[1] != want[1]:
-            self.bad("index_mismatch", "index open and full replay differ: " + tmodel.index_diff(got[1], want[1]), k, how)
+            self.bad(
+                "index_mismatch",
+                "index open and full replay differ: " + tmodel.index_diff(got[1], want[1]),
+                k,
+                how,
+            )
 
     def _check(self, k, how):
         wl = self.wl
@@ -332,7 +407,9 @@ class Judge:
         try:
             q = ddq.Queue(CHK + "/q", clock=clock, storage=CountingStorage(), **wl.opts)
         except Exception as e:
-            self.bad("unexpected", "reopen after cut raised %s: %s" % (type(e).__name__, e), k, how)
+            self.bad(
+                "unexpected", "reopen after cut raised %s: %s" % (type(e).__name__, e), k, how
+            )
             return ("err", type(e).__name__, str(e))
         try:
             for cat, detail in tmodel.check(q, allowed, returned, wl.opts.get("sync")):
@@ -346,7 +423,9 @@ class Judge:
                 try:
                     seq = q.enqueue(b"probe")
                     if seq <= returned:
-                        self.bad("reused_seq", "probe got %d, %d was returned" % (seq, returned), k, how)
+                        self.bad(
+                            "reused_seq", "probe got %d, %d was returned" % (seq, returned), k, how
+                        )
                 except ddq.Full:
                     pass
             cont = self.res["cuts"] % CONT_EVERY == 0 and self.damage is None
@@ -364,9 +443,16 @@ class Judge:
         if state is not None:
             # part 1c: the recovered directory, written on and reopened (a refusal: bricked)
             self.res["continued"] += 1
-            for cat, detail in edges.continue_state(ddq, CountingStorage(), CHK + "/q", wl.opts, state,
-                                                    self.seed * 7919 + k, clock,
-                                                    grow=self.res["continued"] % 4 == 0):
+            for cat, detail in edges.continue_state(
+                ddq,
+                CountingStorage(),
+                CHK + "/q",
+                wl.opts,
+                state,
+                self.seed * 7919 + k,
+                clock,
+                grow=self.res["continued"] % 4 == 0,
+            ):
                 self.bad(cat, detail, k, how)
         return got
 
@@ -382,30 +468,46 @@ def main():
     bs, nb = GEOM[fs]
     wl, bd, err = run_workload(fs, base, seed, nops, record=True)
     total = len(bd.rec)
-    out = {"fs": fs, "mode": mode, "seed": seed, "nops": len(wl.ops), "device_ops": total,
-           "live_unexpected": len(wl.unexpected)}
+    out = {
+        "fs": fs,
+        "mode": mode,
+        "seed": seed,
+        "nops": len(wl.ops),
+        "device_ops": total,
+        "live_unexpected": len(wl.unexpected),
+    }
     j = Judge(fs, wl, seed)
     for u in wl.unexpected[:2]:
-        j.fail.append({"fs": fs, "seed": seed, "where": "live run", "category": u[0], "detail": u[1]})
+        j.fail.append(
+            {"fs": fs, "seed": seed, "where": "live run", "category": u[0], "detail": u[1]}
+        )
     j.res["unexpected"] += len(wl.unexpected)
-    if mode == "show":   # debug: the directory at cut OFFSET (STRIDE 2: torn) before and after recovery
+    if (
+        mode == "show"
+    ):  # debug: the directory at cut OFFSET (STRIDE 2: torn) before and after recovery
         img = bytearray(base.data)
         for k in range(offset + (1 if stride == 2 else 0)):
             a, b, n = bd.rec[k]
-            if k == offset:      # torn: half of the op lands
+            if k == offset:  # torn: half of the op lands
                 n = n // 2 if b is None else n
-                b = b if b is None else b[:len(b) // 2]
+                b = b if b is None else b[: len(b) // 2]
             if b is None:
-                img[a:a + n] = b"\xff" * n
+                img[a : a + n] = b"\xff" * n
             else:
-                img[a:a + len(b)] = b
-        print("cut at op", offset, "in flight:", wl.ops[wl.inflight(offset)], "fsck:",
-              fatcheck.check(img) if fs == "fat" else "-")
+                img[a : a + len(b)] = b
+        print(
+            "cut at op",
+            offset,
+            "in flight:",
+            wl.ops[wl.inflight(offset)],
+            "fsck:",
+            fatcheck.check(img) if fs == "fat" else "-",
+        )
         mount(fs, BD(bs, nb, img), CHK)
         try:
             for name in sorted(os.listdir(CHK + "/q")):
                 print("  ", name, os.stat(CHK + "/q/" + name)[6])
-            q = ddq.Queue(CHK + "/q", clock=tmodel.Clock(tmodel.CLOCK0 + 10 ** 6), **wl.opts)
+            q = ddq.Queue(CHK + "/q", clock=tmodel.Clock(tmodel.CLOCK0 + 10**6), **wl.opts)
             print("recovered", tmodel._short(tmodel.recovered_state(q)))
             q.close()
         except Exception as e:
@@ -425,21 +527,23 @@ def main():
             if k % stride == offset % stride:
                 t = bytearray(img)
                 if b is None:
-                    t[a:a + n // 2] = b"\xff" * (n // 2)
+                    t[a : a + n // 2] = b"\xff" * (n // 2)
                 else:
                     h = len(b) // 2
-                    t[a:a + h] = b[:h]
+                    t[a : a + h] = b[:h]
                 j.check(t, k, "torn", bs, nb)
                 tj += 1
             if b is None:
-                img[a:a + n] = b"\xff" * n
+                img[a : a + n] = b"\xff" * n
             else:
-                img[a:a + len(b)] = b
+                img[a : a + len(b)] = b
         out["torn"] = tj
     else:
         k = offset
         while k < total:
-            where = TAG + "r%d" % k     # a fresh path: a lock leaked by one rerun must not block the next
+            where = (
+                TAG + "r%d" % k
+            )  # a fresh path: a lock leaked by one rerun must not block the next
             wl2, bd2, err2 = run_workload(fs, base, seed, nops, cut=k, mode=mode, where=where)
             # ddq's in-process lock (an abstract socket on the unix port) must be free again
             probe = BD(bs, nb, bytearray(bd2.data))
@@ -448,7 +552,12 @@ def main():
                 try:
                     ddq.Queue(where + "/q", clock=tmodel.Clock(), **wl.opts).close()
                 except ddq.Locked as e:
-                    j.bad("unexpected", "lock still held in-process after the cut (%r; run error %r)" % (e, err2), k, mode)
+                    j.bad(
+                        "unexpected",
+                        "lock still held in-process after the cut (%r; run error %r)" % (e, err2),
+                        k,
+                        mode,
+                    )
                 except Exception:
                     pass
             finally:

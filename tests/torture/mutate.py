@@ -14,7 +14,7 @@ import ddqfmt as F
 
 U32 = 0xFFFFFFFF
 U64 = 0xFFFFFFFFFFFFFFFF
-BUDGET = 200000     # storage calls per open: a corrupt length must not make recovery spin
+BUDGET = 200000  # storage calls per open: a corrupt length must not make recovery spin
 INDEX = "queue.index"
 
 
@@ -24,6 +24,7 @@ def base_sha256(files):
     iteration, which SPEC 12.1 X2 does not fix (an index is a cache; X4 checks it, not its bytes)."""
     import binascii
     import hashlib
+
     h = hashlib.sha256()
     for n in sorted(files):
         if n != INDEX:
@@ -47,6 +48,7 @@ def build_base(ddq, seed, nops, path="/q", index=None):
         if ino is not None and bytes(fs.data[ino]) not in olds:
             olds.append(bytes(fs.data[ino]))
         return False
+
     try:
         wl.run(stop=keep if index else None)
     finally:
@@ -58,7 +60,7 @@ def build_base(ddq, seed, nops, path="/q", index=None):
     out = {}
     for p in files:
         if p.startswith(pre):
-            out[p[len(pre):]] = files[p]
+            out[p[len(pre) :]] = files[p]
     acceptable = []
     for s in wl.snaps[1:]:
         for t in (s, tmodel.compacted(s)):
@@ -89,9 +91,15 @@ def _segments(files):
 def _rerecord(rec, seq=None, rtype=None, arg=None, plen=None, rlen=None):
     """Re-encode a record with some header fields changed and a VALID crc."""
     magic, ver, t, s, a, pl, rl, crc, res = struct.unpack_from(F.HDR, rec, 0)
-    payload = rec[40:40 + pl]
-    return F.encode_record(t if rtype is None else rtype, s if seq is None else seq,
-                           a if arg is None else arg, payload, plen=plen, rlen=rlen)
+    payload = rec[40 : 40 + pl]
+    return F.encode_record(
+        t if rtype is None else rtype,
+        s if seq is None else seq,
+        a if arg is None else arg,
+        payload,
+        plen=plen,
+        rlen=rlen,
+    )
 
 
 def record_mutations(files):
@@ -102,11 +110,14 @@ def record_mutations(files):
         recs, end = F.decode_records(data)
         for j in range(len(recs)):
             off, t, seq, arg, pl = recs[j]
-            rec = data[off:off + 48 + len(pl)]
+            rec = data[off : off + 48 + len(pl)]
 
             def put(new, what, name=name, data=data, off=off, rec=rec):
-                return ("rec:%s %s@%d" % (what, name, off),
-                        _set(files, name, data[:off] + new + data[off + len(rec):]))
+                return (
+                    "rec:%s %s@%d" % (what, name, off),
+                    _set(files, name, data[:off] + new + data[off + len(rec) :]),
+                )
+
             for v in (0, 1, 47, 49, len(pl) + 1, 0x7FFFFFFF, U32):
                 yield put(_rerecord(rec, plen=v), "plen=%d" % v)
                 yield put(_rerecord(rec, rlen=v), "rlen=%d" % v)
@@ -119,13 +130,18 @@ def record_mutations(files):
             for v in (0, 1, U64):
                 if v != arg:
                     yield put(_rerecord(rec, arg=v), "arg=%d" % v)
-            if j + 1 < len(recs):   # swap two neighbours (each keeps a valid crc)
+            if j + 1 < len(recs):  # swap two neighbours (each keeps a valid crc)
                 o2 = recs[j + 1][0]
-                r2 = data[o2:o2 + 48 + len(recs[j + 1][4])]
-                yield ("rec:swap %s@%d" % (name, off),
-                       _set(files, name, data[:off] + r2 + rec + data[o2 + len(r2):]))
+                r2 = data[o2 : o2 + 48 + len(recs[j + 1][4])]
+                yield (
+                    "rec:swap %s@%d" % (name, off),
+                    _set(files, name, data[:off] + r2 + rec + data[o2 + len(r2) :]),
+                )
             yield ("rec:dup %s@%d" % (name, off), _set(files, name, data[:off] + rec + data[off:]))
-            yield ("rec:drop %s@%d" % (name, off), _set(files, name, data[:off] + data[off + len(rec):]))
+            yield (
+                "rec:drop %s@%d" % (name, off),
+                _set(files, name, data[:off] + data[off + len(rec) :]),
+            )
 
 
 def manifest_mutations(files):
@@ -144,9 +160,17 @@ def manifest_mutations(files):
                 continue
             f2 = list(fields)
             f2[i] = v
-            yield ("manifest:%s=%d" % (names[i], v), _set(files, F.MANIFEST, F.encode_manifest(*f2)))
-    for what, kw in (("version", {"version": 2}), ("size", {"size": 47}), ("reserved", {"reserved": 1}),
-                     ("crc", {"crc": 0}), ("magic", {"magic": b"DDQX"})):
+            yield (
+                "manifest:%s=%d" % (names[i], v),
+                _set(files, F.MANIFEST, F.encode_manifest(*f2)),
+            )
+    for what, kw in (
+        ("version", {"version": 2}),
+        ("size", {"size": 47}),
+        ("reserved", {"reserved": 1}),
+        ("crc", {"crc": 0}),
+        ("magic", {"magic": b"DDQX"}),
+    ):
         yield ("manifest:%s" % what, _set(files, F.MANIFEST, F.encode_manifest(*fields, **kw)))
     yield ("manifest:short", _set(files, F.MANIFEST, m[:47]))
     yield ("manifest:long", _set(files, F.MANIFEST, m + b"\0"))
@@ -156,13 +180,19 @@ def file_mutations(files):
     segs = _segments(files)
     for g, idx, name in segs:
         yield ("seg:delete %s" % name, _set(files, name, None))
-        yield ("seg:dup-as-next %s" % name, _set(files, F.seg_name(g, len([s for s in segs if s[0] == g])), files[name]))
+        yield (
+            "seg:dup-as-next %s" % name,
+            _set(files, F.seg_name(g, len([s for s in segs if s[0] == g])), files[name]),
+        )
         for _g2, _idx2, name2 in segs:
             if name2 != name:
                 f = _set(files, name, files[name2])
                 yield ("seg:swap %s %s" % (name, name2), _set(f, name2, files[name]))
                 yield ("seg:copy %s over %s" % (name, name2), _set(files, name2, files[name]))
-        yield ("seg:rename-gen+1 %s" % name, _set(_set(files, name, None), F.seg_name(g + 1, idx), files[name]))
+        yield (
+            "seg:rename-gen+1 %s" % name,
+            _set(_set(files, name, None), F.seg_name(g + 1, idx), files[name]),
+        )
     for n in (F.MANIFEST, F.MARKER):
         if n in files:
             yield ("file:delete %s" % n, _set(files, n, None))
@@ -190,8 +220,13 @@ def _boundary_cuts(files, name):
     if not recs:
         return ()
     first = 48 + len(recs[0][4])
-    before = [len(files[n]) for n in files if F.parse_seg_name(n) is not None
-              and F.parse_seg_name(n)[0] == g[0] and F.parse_seg_name(n)[1] < g[1]]
+    before = [
+        len(files[n])
+        for n in files
+        if F.parse_seg_name(n) is not None
+        and F.parse_seg_name(n)[0] == g[0]
+        and F.parse_seg_name(n)[1] < g[1]
+    ]
     out = []
     recs, end = F.decode_records(files[name])
     for b in [r[0] for r in recs] + [end]:
@@ -217,10 +252,15 @@ def byte_mutations(files, runs=True):
             yield ("%s %s at %d" % (kind, name, cut), _set(files, name, data[:cut]))
         for off in range(0, n, 16):
             for fill in (0, 255):
-                yield ("fill %s from %d with %02x" % (name, off, fill),
-                       _set(files, name, data[:off] + bytes([fill]) * (n - off)))
+                yield (
+                    "fill %s from %d with %02x" % (name, off, fill),
+                    _set(files, name, data[:off] + bytes([fill]) * (n - off)),
+                )
         for fill in (0, 255):
-            yield ("grow %s by 64 x %02x" % (name, fill), _set(files, name, data + bytes([fill]) * 64))
+            yield (
+                "grow %s by 64 x %02x" % (name, fill),
+                _set(files, name, data + bytes([fill]) * 64),
+            )
         if runs:
             r = tmodel.Rng(n)
             for off in range(0, n, 11):
@@ -245,8 +285,13 @@ def index_mutations(files, olds):
 
 
 def all_mutations(files, olds=()):
-    for g in (byte_mutations(files), record_mutations(files), manifest_mutations(files), file_mutations(files),
-              index_mutations(files, olds)):
+    for g in (
+        byte_mutations(files),
+        record_mutations(files),
+        manifest_mutations(files),
+        file_mutations(files),
+        index_mutations(files, olds),
+    ):
         for m in g:
             yield m
 
@@ -278,7 +323,10 @@ def random_mutation(rng, files):
     if k == 3:
         fill = (0, 255)[rng.below(2)]
         off = rng.below(n + 1)
-        return ("fill %s from %d %02x" % (name, off, fill), _set(files, name, data[:off] + bytes([fill]) * (n - off + 16)))
+        return (
+            "fill %s from %d %02x" % (name, off, fill),
+            _set(files, name, data[:off] + bytes([fill]) * (n - off + 16)),
+        )
     gens = [record_mutations, manifest_mutations, file_mutations][rng.below(3)]
     ms = list(gens(files))
     if not ms:
@@ -295,7 +343,7 @@ def _open_view(ddq, files, opts, path, index):
     kw = dict(opts)
     kw["index_bytes"] = index
     try:
-        q = ddq.Queue(path, storage=fs, clock=tmodel.Clock(tmodel.CLOCK0 + 10 ** 7), **kw)
+        q = ddq.Queue(path, storage=fs, clock=tmodel.Clock(tmodel.CLOCK0 + 10**7), **kw)
     except Exception as e:
         return ("err", tmodel.exc_name(e), str(e))
     try:
@@ -318,8 +366,10 @@ def judge_index(ddq, files, opts, path="/q", got=None):
     want = _open_view(ddq, files, opts, path, 0)
     used = got[0] == "ok" and got[2]
     if got[0] != want[0] or (got[0] == "err" and got != want):
-        return used, "index open %r, full replay %r" % (got[:3] if got[0] == "err" else "ok",
-                                                       want[:3] if want[0] == "err" else "ok")
+        return used, "index open %r, full replay %r" % (
+            got[:3] if got[0] == "err" else "ok",
+            want[:3] if want[0] == "err" else "ok",
+        )
     if got[0] == "ok" and got[1] != want[1]:
         return used, "index open and full replay differ: " + tmodel.index_diff(got[1], want[1])
     return used, None
@@ -336,11 +386,11 @@ def judge(ddq, base, files, acceptable, opts, path="/q", payloads=None, forged=F
     for n in files:
         full[path + "/" + n] = files[n]
     fs = memfs.MemFS(full, (path,), budget=BUDGET)
-    clock = tmodel.Clock(tmodel.CLOCK0 + 10 ** 7)
+    clock = tmodel.Clock(tmodel.CLOCK0 + 10**7)
     try:
         q = ddq.Queue(path, storage=fs, clock=clock, **opts)
     except ddq.Corrupt as e:
-        if view is not None:    # what judge_index compares with the index_bytes=0 open
+        if view is not None:  # what judge_index compares with the index_bytes=0 open
             view.append(("err", "Corrupt", str(e)))
         if fs.open_count():
             return "error", [("unexpected", "Corrupt left %d handles open" % fs.open_count())]
@@ -372,8 +422,12 @@ def judge(ddq, base, files, acceptable, opts, path="/q", payloads=None, forged=F
             # are legal there, R7) carries its payload to another seq: no checksum can tell.
             wrong = [t[0] for t in st if payloads.get(t[0]) != t[5]]
             return ("forged-relabel" if wrong else "forged"), []
-        return "error", [("unexpected", "clean open to a state the workload never had: %r" % (
-            tmodel._short(st),))]
+        return "error", [
+            (
+                "unexpected",
+                "clean open to a state the workload never had: %r" % (tmodel._short(st),),
+            )
+        ]
     except Exception as e:
         return "error", [("unexpected", "reading raised %s: %s" % (type(e).__name__, e))]
     finally:

@@ -22,6 +22,7 @@ any invariant failure or missed target, printing the first failure's reproductio
   --smoke        a tiny plan (seconds)    --write-docs  refresh the generated part of docs/RELIABILITY.md
   --only PARTS   e.g. --only crash,fault  --impl standin   run the harness on its stand-in queue
 """
+
 import argparse
 import json
 import os
@@ -36,11 +37,21 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 PY = sys.executable
 MP = os.path.join(ROOT, ".venv", "bin", "micropython")
-TARGETS = {"crash_states": 200000, "lfs_cuts": 30000, "fat_cuts": 10000, "bad_images": 100000,
-           "fault_kinds": 16, "index_opens": 10000, "hmac_forged": 10000, "salvage_images": 10000,
-           "salvage_inplace_images": 10000, "salvage_cut_states": 10000, "continued_states": 50000,
-           "enospc_points": 5000}
-SYNCS = ("always", "ack", "always", "none", "outbox")   # outbox: ddq_outbox.Outbox group commit
+TARGETS = {
+    "crash_states": 200000,
+    "lfs_cuts": 30000,
+    "fat_cuts": 10000,
+    "bad_images": 100000,
+    "fault_kinds": 16,
+    "index_opens": 10000,
+    "hmac_forged": 10000,
+    "salvage_images": 10000,
+    "salvage_inplace_images": 10000,
+    "salvage_cut_states": 10000,
+    "continued_states": 50000,
+    "enospc_points": 5000,
+}
+SYNCS = ("always", "ack", "always", "none", "outbox")  # outbox: ddq_outbox.Outbox group commit
 # index_bytes per crash seed (k % 3): ddq's default (1 MiB: never reached, never written), 0 (the
 # index off), 1 (every close + reopen and save_index step writes queue.index; every judged state
 # is also opened with index_bytes=0 and must agree; 48 operations, not 60: each state costs about
@@ -52,9 +63,13 @@ def plan(scale, smoke=False):
     """[(part, label, argv, timeout_s)]: the CI plan at scale 1, --full at 10."""
     t = []
     if smoke:
-        t.append(("crash", "crash 101", [PY, "worker.py", "crash", "101", "12", "always", "-"], 120))
+        t.append(
+            ("crash", "crash 101", [PY, "worker.py", "crash", "101", "12", "always", "-"], 120)
+        )
         t.append(("crash", "crash 102", [PY, "worker.py", "crash", "102", "12", "ack", "-"], 120))
-        t.append(("crash", "crash 103 ix", [PY, "worker.py", "crash", "103", "16", "always", "1"], 120))
+        t.append(
+            ("crash", "crash 103 ix", [PY, "worker.py", "crash", "103", "16", "always", "1"], 120)
+        )
         t.append(("fault", "fault 7", [PY, "worker.py", "fault", "7", "10", "3"], 120))
         t.append(("bad", "bad 11", [PY, "worker.py", "bad", "11", "10", "-"], 120))
         t.append(("bad", "bad 12 ix", [PY, "worker.py", "bad", "12", "10", "1"], 120))
@@ -62,13 +77,22 @@ def plan(scale, smoke=False):
         t.append(("hypo", "hypo 12 ix", [PY, "worker.py", "hypo", "12", "16", "50", "1"], 120))
         t.append(("mp", "lfs snap 3", [MP, "mp_powercut.py", "lfs", "snap", "3", "12"], 120))
         t.append(("mp", "fat snap 3", [MP, "mp_powercut.py", "fat", "snap", "3", "12"], 120))
-        t.append(("mp", "lfs snap 4 ix", [MP, "mp_powercut.py", "lfs", "snap", "4", "24", "1", "0", "index=1"], 120))
+        t.append(
+            (
+                "mp",
+                "lfs snap 4 ix",
+                [MP, "mp_powercut.py", "lfs", "snap", "4", "24", "1", "0", "index=1"],
+                120,
+            )
+        )
         t.append(("mp", "lfs raise 3", [MP, "mp_powercut.py", "lfs", "raise", "3", "8", "3"], 120))
         t.append(("mpbad", "mpbad 11", [MP, "mp_badimg.py", "11", "10", "200"], 120))
         t.append(("forge", "forge 11", [PY, "worker.py", "forge", "11", "500"], 120))
         t.append(("group", "group 11", [PY, "worker.py", "group", "11", "3"], 120))
         t.append(("salvage", "salvage 11", [PY, "worker.py", "salvage", "11", "10"], 120))
-        t.append(("salvcut", "salvcut 11", [PY, "worker.py", "salvagecut", "11", "10", "400"], 120))
+        t.append(
+            ("salvcut", "salvcut 11", [PY, "worker.py", "salvagecut", "11", "10", "400"], 120)
+        )
         t.append(("hold", "hold 11", [PY, "hold.py", "11", "30"], 120))
         t.append(("enospc", "enospc 1200", [PY, "worker.py", "enospc", "1200", "20"], 120))
         return t
@@ -76,65 +100,199 @@ def plan(scale, smoke=False):
     for k in range(n_crash):
         seed = 100 + k
         ix = CRASH_INDEX[k % len(CRASH_INDEX)]
-        t.append(("crash", "crash %d%s" % (seed, " ix" if ix == "1" else ""),
-                  [PY, "worker.py", "crash", str(seed), "48" if ix == "1" else "60", SYNCS[k % len(SYNCS)], ix], 900))
-    for k in range(18 * scale):   # a full disk at every mutating call (~350 points a seed, ~2 s)
+        t.append(
+            (
+                "crash",
+                "crash %d%s" % (seed, " ix" if ix == "1" else ""),
+                [
+                    PY,
+                    "worker.py",
+                    "crash",
+                    str(seed),
+                    "48" if ix == "1" else "60",
+                    SYNCS[k % len(SYNCS)],
+                    ix,
+                ],
+                900,
+            )
+        )
+    for k in range(18 * scale):  # a full disk at every mutating call (~350 points a seed, ~2 s)
         seed = 1200 + k
-        t.append(("enospc", "enospc %d" % seed, [PY, "worker.py", "enospc", str(seed), str(40 + (k * 11) % 31)], 900))
-    for k in range(4 * scale):   # 300: torn start (truncate faults), 301: creates its directory
+        t.append(
+            (
+                "enospc",
+                "enospc %d" % seed,
+                [PY, "worker.py", "enospc", str(seed), str(40 + (k * 11) % 31)],
+                900,
+            )
+        )
+    for k in range(4 * scale):  # 300: torn start (truncate faults), 301: creates its directory
         seed = 300 + k
-        t.append(("fault", "fault %d" % seed, [PY, "worker.py", "fault", str(seed), "36", "1"], 900))
-    for k in range(24 * scale):   # one in six with index_bytes=1: queue.index mutated too
+        t.append(
+            ("fault", "fault %d" % seed, [PY, "worker.py", "fault", str(seed), "36", "1"], 900)
+        )
+    for k in range(24 * scale):  # one in six with index_bytes=1: queue.index mutated too
         seed = 500 + k
         nops = 10 + (k * 7) % 36
-        ix = "1" if k % 6 == 3 else "-"   # mpbad below takes the same rule
-        t.append(("bad", "bad %d%s" % (seed, " ix" if ix == "1" else ""),
-                  [PY, "worker.py", "bad", str(seed), str(nops), ix], 900))
+        ix = "1" if k % 6 == 3 else "-"  # mpbad below takes the same rule
+        t.append(
+            (
+                "bad",
+                "bad %d%s" % (seed, " ix" if ix == "1" else ""),
+                [PY, "worker.py", "bad", str(seed), str(nops), ix],
+                900,
+            )
+        )
     for k in range(2 * scale):
-        t.append(("hypo", "hypo %d" % (500 + k), [PY, "worker.py", "hypo", str(500 + k), "30", "600"], 900))
+        t.append(
+            (
+                "hypo",
+                "hypo %d" % (500 + k),
+                [PY, "worker.py", "hypo", str(500 + k), "30", "600"],
+                900,
+            )
+        )
     for k in range(scale):
-        t.append(("hypo", "hypo %d ix" % (503 + 6 * k), [PY, "worker.py", "hypo", str(503 + 6 * k), "31", "600", "1"], 900))
-    for k in range(2 * scale):   # forged/altered signed messages: 2 x 6000 (about a second each)
-        t.append(("forge", "forge %d" % (700 + k), [PY, "worker.py", "forge", str(700 + k), "6000"], 900))
-    for k in range(4 * scale):   # ddq_group: 4 asyncio tasks (or threads) x 6 puts, some acked, ~3 s each
+        t.append(
+            (
+                "hypo",
+                "hypo %d ix" % (503 + 6 * k),
+                [PY, "worker.py", "hypo", str(503 + 6 * k), "31", "600", "1"],
+                900,
+            )
+        )
+    for k in range(2 * scale):  # forged/altered signed messages: 2 x 6000 (about a second each)
+        t.append(
+            (
+                "forge",
+                "forge %d" % (700 + k),
+                [PY, "worker.py", "forge", str(700 + k), "6000"],
+                900,
+            )
+        )
+    for k in range(
+        4 * scale
+    ):  # ddq_group: 4 asyncio tasks (or threads) x 6 puts, some acked, ~3 s each
         argv = [PY, "worker.py", "group", str(800 + k), "6"] + (["threads"] if k % 2 else [])
         t.append(("group", "group %d%s" % (800 + k, " threads" if k % 2 else ""), argv, 900))
-    for k in range(4 * scale):   # salvage over the bad images of the "bad" seeds (about 5,000 each)
+    for k in range(4 * scale):  # salvage over the bad images of the "bad" seeds (about 5,000 each)
         seed = 500 + k
-        t.append(("salvage", "salvage %d" % seed, [PY, "worker.py", "salvage", str(seed), str(10 + (k * 7) % 36)], 900))
-    for k in range(4 * scale):   # in place over the same images; every (5 x nops)-th one cut at every step
+        t.append(
+            (
+                "salvage",
+                "salvage %d" % seed,
+                [PY, "worker.py", "salvage", str(seed), str(10 + (k * 7) % 36)],
+                900,
+            )
+        )
+    for k in range(
+        4 * scale
+    ):  # in place over the same images; every (5 x nops)-th one cut at every step
         seed, nops = 500 + k, 10 + (k * 7) % 36
-        t.append(("salvcut", "salvcut %d" % seed, [PY, "worker.py", "salvagecut", str(seed), str(nops), str(5 * nops)], 900))
-    for k in range(4 * scale):   # the hold rule at its limit (hold.py, SPEC 10.1): cut states + drains
+        t.append(
+            (
+                "salvcut",
+                "salvcut %d" % seed,
+                [PY, "worker.py", "salvagecut", str(seed), str(nops), str(5 * nops)],
+                900,
+            )
+        )
+    for k in range(
+        4 * scale
+    ):  # the hold rule at its limit (hold.py, SPEC 10.1): cut states + drains
         t.append(("hold", "hold %d" % (1200 + k), [PY, "hold.py", str(1200 + k), "60"], 900))
-    for k in range(2 * scale):   # the same seeds, sizes and index_bytes as "bad": the base images must hash the same
+    for k in range(
+        2 * scale
+    ):  # the same seeds, sizes and index_bytes as "bad": the base images must hash the same
         ix = "1" if k % 6 == 3 else "-"
-        t.append(("mpbad", "mpbad %d%s" % (500 + k, " ix" if ix == "1" else ""),
-                  [MP, "mp_badimg.py", str(500 + k), str(10 + (k * 7) % 36), "4000", ix], 900))
+        t.append(
+            (
+                "mpbad",
+                "mpbad %d%s" % (500 + k, " ix" if ix == "1" else ""),
+                [MP, "mp_badimg.py", str(500 + k), str(10 + (k * 7) % 36), "4000", ix],
+                900,
+            )
+        )
     # power cuts: snap (drop + torn at every device op) and live raise/errno re-runs (a cut at
     # every device op of the workload too: stride 1)
     for k in range(32 * scale):
         seed = 1000 + k
-        t.append(("mp", "lfs snap %d" % seed, [MP, "mp_powercut.py", "lfs", "snap", str(seed), "160"], 900))
+        t.append(
+            (
+                "mp",
+                "lfs snap %d" % seed,
+                [MP, "mp_powercut.py", "lfs", "snap", str(seed), "160"],
+                900,
+            )
+        )
     for k in range(9 * scale):
         seed = 3000 + k
-        t.append(("mp", "fat snap %d" % seed, [MP, "mp_powercut.py", "fat", "snap", str(seed), "100"], 900))
+        t.append(
+            (
+                "mp",
+                "fat snap %d" % seed,
+                [MP, "mp_powercut.py", "fat", "snap", str(seed), "100"],
+                900,
+            )
+        )
     # the same with index_bytes=1: cuts inside queue.index writes (close + reopen, save_index);
     # on FAT the rename over queue.index is remove + rename
     for k in range(2 * scale):
         seed = 1100 + k
-        t.append(("mp", "lfs snap %d ix" % seed, [MP, "mp_powercut.py", "lfs", "snap", str(seed), "160", "1", "0", "index=1"], 900))
+        t.append(
+            (
+                "mp",
+                "lfs snap %d ix" % seed,
+                [MP, "mp_powercut.py", "lfs", "snap", str(seed), "160", "1", "0", "index=1"],
+                900,
+            )
+        )
     for k in range(scale):
         seed = 3100 + k
-        t.append(("mp", "fat snap %d ix" % seed, [MP, "mp_powercut.py", "fat", "snap", str(seed), "100", "1", "0", "index=1"], 900))
+        t.append(
+            (
+                "mp",
+                "fat snap %d ix" % seed,
+                [MP, "mp_powercut.py", "fat", "snap", str(seed), "100", "1", "0", "index=1"],
+                900,
+            )
+        )
         seed = 910 + k
-        t.append(("mp", "lfs errno %d ix" % seed, [MP, "mp_powercut.py", "lfs", "errno", str(seed), "40", "1", "0", "index=1"], 900))
-        t.append(("mp", "fat raise %d ix" % seed, [MP, "mp_powercut.py", "fat", "raise", str(seed), "30", "1", "0", "index=1"], 900))
+        t.append(
+            (
+                "mp",
+                "lfs errno %d ix" % seed,
+                [MP, "mp_powercut.py", "lfs", "errno", str(seed), "40", "1", "0", "index=1"],
+                900,
+            )
+        )
+        t.append(
+            (
+                "mp",
+                "fat raise %d ix" % seed,
+                [MP, "mp_powercut.py", "fat", "raise", str(seed), "30", "1", "0", "index=1"],
+                900,
+            )
+        )
     for k in range(2 * scale):
         seed = 900 + k
         for mode in ("raise", "errno"):
-            t.append(("mp", "lfs %s %d" % (mode, seed), [MP, "mp_powercut.py", "lfs", mode, str(seed), "40", "1", "0"], 900))
-            t.append(("mp", "fat %s %d" % (mode, seed), [MP, "mp_powercut.py", "fat", mode, str(seed), "30", "1", "0"], 900))
+            t.append(
+                (
+                    "mp",
+                    "lfs %s %d" % (mode, seed),
+                    [MP, "mp_powercut.py", "lfs", mode, str(seed), "40", "1", "0"],
+                    900,
+                )
+            )
+            t.append(
+                (
+                    "mp",
+                    "fat %s %d" % (mode, seed),
+                    [MP, "mp_powercut.py", "fat", mode, str(seed), "30", "1", "0"],
+                    900,
+                )
+            )
     return t
 
 
@@ -162,38 +320,104 @@ def run_task(task, tmp, impl):
         p = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
         out, err, rc = p.stdout, p.stderr, p.returncode
     except subprocess.TimeoutExpired as e:
-        out, err, rc = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""), "timeout", -9
+        out, err, rc = (
+            (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""),
+            "timeout",
+            -9,
+        )
     res = None
     for line in out.splitlines():
         if line.startswith("RESULT "):
             res = json.loads(line[7:])
-    return {"part": part, "label": label, "argv": argv, "rc": rc, "res": res, "err": err[-2000:],
-            "secs": time.time() - t0, "hashfile": hashfile}
+    return {
+        "part": part,
+        "label": label,
+        "argv": argv,
+        "rc": rc,
+        "res": res,
+        "err": err[-2000:],
+        "secs": time.time() - t0,
+        "hashfile": hashfile,
+    }
 
 
 def aggregate(done):
-    sb = {"crash_states": 0, "lfs_cuts": 0, "fat_cuts": 0, "bad_images": 0, "fault_kinds": 0,
-          "fault_points": 0, "lost": 0, "resurrected": 0, "reused_seq": 0, "unexpected": 0,
-          "index_opens": 0, "index_mismatch": 0, "hmac_forged": 0, "hmac_forged_accepted": 0,
-          "group_states": 0, "group_returned_lost": 0, "salvage_images": 0, "salvage_intact": 0,
-          "salvage_kept": 0, "salvage_wrong": 0, "salvage_reused": 0, "salvage_reset": 0,
-          "salvage_behind": 0, "salvage_forged": 0, "salvage_undetectable_cut": 0,
-          "salvage_inplace_images": 0, "salvage_inplace_intact": 0, "salvage_inplace_kept": 0, "salvage_inplace_reset": 0,
-          "salvage_cut_images": 0, "salvage_cut_states": 0, "salvage_cut_lost": 0, "salvage_cut_wrong": 0,
-          "salvage_cut_reused": 0, "salvage_cut_aside": 0, "salvage_cut_fat_split": 0,
-          "cut_states": 0, "libddq_refused": 0, "libddq_disagree": 0, "hold_states": 0, "hold_stranded": 0,
-          "continued_states": 0, "enospc_points": 0, "bricked": 0}
-    extra = {"crash_checked": 0, "depth2_states": 0, "corrupt_reported": 0, "by_model": {},
-             "lfs": {"drop": 0, "torn": 0, "raise": 0, "errno": 0}, "fat": {"drop": 0, "torn": 0, "raise": 0, "errno": 0},
-             "bad_corrupt": 0, "bad_clean": 0, "bad_forged": 0, "hypothesis": 0, "mp_bad_images": 0,
-             "fault_by_kind": {}, "harness_errors": 0, "base_sha": {}, "mount_fail": 0,
-             # recovery index (SPEC 12.1): per part, [states compared, of them opened through the
-             # index]; bad images also count a damaged/stale index accepted to another state
-             "index": {"crash": [0, 0], "mp": [0, 0], "bad": [0, 0], "hypo": [0, 0]},
-             "forged_index": 0, "index_write_cuts": 0, "hmac_control_accepted": 0,
-             "hmac_by_kind": {}, "hmac_encrypted_forged": 0,
-             "continued": {"crash": 0, "mp-lfs": 0, "mp-fat": 0}, "enospc_states": 0,
-             "enospc_by_view": {}, "enospc_full_refused": 0, "natural": [0, 0]}
+    sb = {
+        "crash_states": 0,
+        "lfs_cuts": 0,
+        "fat_cuts": 0,
+        "bad_images": 0,
+        "fault_kinds": 0,
+        "fault_points": 0,
+        "lost": 0,
+        "resurrected": 0,
+        "reused_seq": 0,
+        "unexpected": 0,
+        "index_opens": 0,
+        "index_mismatch": 0,
+        "hmac_forged": 0,
+        "hmac_forged_accepted": 0,
+        "group_states": 0,
+        "group_returned_lost": 0,
+        "salvage_images": 0,
+        "salvage_intact": 0,
+        "salvage_kept": 0,
+        "salvage_wrong": 0,
+        "salvage_reused": 0,
+        "salvage_reset": 0,
+        "salvage_behind": 0,
+        "salvage_forged": 0,
+        "salvage_undetectable_cut": 0,
+        "salvage_inplace_images": 0,
+        "salvage_inplace_intact": 0,
+        "salvage_inplace_kept": 0,
+        "salvage_inplace_reset": 0,
+        "salvage_cut_images": 0,
+        "salvage_cut_states": 0,
+        "salvage_cut_lost": 0,
+        "salvage_cut_wrong": 0,
+        "salvage_cut_reused": 0,
+        "salvage_cut_aside": 0,
+        "salvage_cut_fat_split": 0,
+        "cut_states": 0,
+        "libddq_refused": 0,
+        "libddq_disagree": 0,
+        "hold_states": 0,
+        "hold_stranded": 0,
+        "continued_states": 0,
+        "enospc_points": 0,
+        "bricked": 0,
+    }
+    extra = {
+        "crash_checked": 0,
+        "depth2_states": 0,
+        "corrupt_reported": 0,
+        "by_model": {},
+        "lfs": {"drop": 0, "torn": 0, "raise": 0, "errno": 0},
+        "fat": {"drop": 0, "torn": 0, "raise": 0, "errno": 0},
+        "bad_corrupt": 0,
+        "bad_clean": 0,
+        "bad_forged": 0,
+        "hypothesis": 0,
+        "mp_bad_images": 0,
+        "fault_by_kind": {},
+        "harness_errors": 0,
+        "base_sha": {},
+        "mount_fail": 0,
+        # recovery index (SPEC 12.1): per part, [states compared, of them opened through the
+        # index]; bad images also count a damaged/stale index accepted to another state
+        "index": {"crash": [0, 0], "mp": [0, 0], "bad": [0, 0], "hypo": [0, 0]},
+        "forged_index": 0,
+        "index_write_cuts": 0,
+        "hmac_control_accepted": 0,
+        "hmac_by_kind": {},
+        "hmac_encrypted_forged": 0,
+        "continued": {"crash": 0, "mp-lfs": 0, "mp-fat": 0},
+        "enospc_states": 0,
+        "enospc_by_view": {},
+        "enospc_full_refused": 0,
+        "natural": [0, 0],
+    }
     failures = []
     crash_hashes, bad_hashes = set(), set()
     for d in done:
@@ -201,12 +425,18 @@ def aggregate(done):
         if r is None or d["rc"] != 0:
             extra["harness_errors"] += 1
             sb["unexpected"] += 1
-            failures.append({"task": d["label"], "category": "harness", "detail": "exit %s: %s" % (d["rc"], d["err"][-800:]),
-                             "repro": " ".join(d["argv"])})
+            failures.append(
+                {
+                    "task": d["label"],
+                    "category": "harness",
+                    "detail": "exit %s: %s" % (d["rc"], d["err"][-800:]),
+                    "repro": " ".join(d["argv"]),
+                }
+            )
             continue
         for k in ("lost", "resurrected", "reused_seq", "unexpected", "bricked"):
             sb[k] += r.get(k, 0)
-        if d["part"] == "salvage":   # its own counters; unexpected (above) counts its errors
+        if d["part"] == "salvage":  # its own counters; unexpected (above) counts its errors
             sb["unexpected"] += r.get("wrong", 0) + r.get("reused", 0)
         if d["part"] == "salvcut":
             sb["unexpected"] += r.get("inplace_wrong", 0) + r.get("inplace_reused", 0)
@@ -221,10 +451,13 @@ def aggregate(done):
             sb["index_opens"] += r.get("index_opens", 0)
         for f in r.get("fail", []):
             if f.get("category") == "info":
-                continue      # FAT cut images blamed on FatFs: counted in extra, not failures
+                continue  # FAT cut images blamed on FatFs: counted in extra, not failures
             f = dict(f)
             f["task"] = d["label"]
-            f["repro"] = "cd %s && %s" % (ROOT, " ".join(a for a in d["argv"] if a != d["hashfile"]))
+            f["repro"] = "cd %s && %s" % (
+                ROOT,
+                " ".join(a for a in d["argv"] if a != d["hashfile"]),
+            )
             failures.append(f)
         part = d["part"]
         if part == "crash" or part == "mp":
@@ -258,7 +491,9 @@ def aggregate(done):
             extra["bad_clean"] += r["clean"]
             extra["bad_forged"] += r["forged"]
             extra["bad_relabel"] = extra.get("bad_relabel", 0) + r.get("relabel", 0)
-            extra["bad_undetectable_cut"] = extra.get("bad_undetectable_cut", 0) + r.get("undetectable_cut", 0)
+            extra["bad_undetectable_cut"] = extra.get("bad_undetectable_cut", 0) + r.get(
+                "undetectable_cut", 0
+            )
             extra["base_sha"].setdefault(r["seed"], {})["cpython"] = r.get("base_sha256")
         elif part == "hypo":
             extra["hypothesis"] += r["examples"]
@@ -274,8 +509,17 @@ def aggregate(done):
             for k, v in r["by_kind"].items():
                 extra["hmac_by_kind"][k] = extra["hmac_by_kind"].get(k, 0) + v
         elif part == "salvage":
-            for k in ("images", "intact", "kept", "wrong", "reused", "reset", "behind", "forged",
-                      "undetectable_cut"):
+            for k in (
+                "images",
+                "intact",
+                "kept",
+                "wrong",
+                "reused",
+                "reset",
+                "behind",
+                "forged",
+                "undetectable_cut",
+            ):
                 sb["salvage_" + k] += r[k]
         elif part == "salvcut":
             for k in ("images", "intact", "kept", "reset"):
@@ -285,7 +529,7 @@ def aggregate(done):
             sb["salvage_cut_states"] += r["cut_states"] + r["cut_depth2"]
             for k in ("lost", "wrong", "reused", "aside"):
                 sb["salvage_cut_" + k] += r["cut_" + k]
-        elif part == "hold":   # its stranded items are also counted in unexpected
+        elif part == "hold":  # its stranded items are also counted in unexpected
             sb["hold_states"] += r["states"]
             sb["hold_stranded"] += r["stranded"]
         elif part == "group":
@@ -313,22 +557,54 @@ def aggregate(done):
 
 
 def scoreboard_line(sb, extra):
-    keys = ("crash_states", "lfs_cuts", "fat_cuts", "bad_images", "fault_kinds", "fault_points",
-            "lost", "resurrected", "reused_seq", "unexpected", "index_opens", "index_mismatch")
+    keys = (
+        "crash_states",
+        "lfs_cuts",
+        "fat_cuts",
+        "bad_images",
+        "fault_kinds",
+        "fault_points",
+        "lost",
+        "resurrected",
+        "reused_seq",
+        "unexpected",
+        "index_opens",
+        "index_mismatch",
+    )
     s = "torture: " + " ".join("%s=%d" % (k, sb[k]) for k in keys)
     # issue 25: recovered states written on and reopened; a full disk at every write point; refused opens
     s += " continued_states=%d enospc_points=%d bricked=%d" % (
-        sb["continued_states"], sb["enospc_points"], sb["bricked"])
-    s += " (depth2=%d corrupt_reported=%d hypothesis=%d mp_bad_images=%d forged_accepted=%d forged_index_accepted=%d" % (
-        extra["depth2_states"], extra["corrupt_reported"], extra["hypothesis"], extra["mp_bad_images"],
-        extra["bad_forged"], extra["forged_index"])
+        sb["continued_states"],
+        sb["enospc_points"],
+        sb["bricked"],
+    )
+    s += (
+        " (depth2=%d corrupt_reported=%d hypothesis=%d mp_bad_images=%d forged_accepted=%d forged_index_accepted=%d"
+        % (
+            extra["depth2_states"],
+            extra["corrupt_reported"],
+            extra["hypothesis"],
+            extra["mp_bad_images"],
+            extra["bad_forged"],
+            extra["forged_index"],
+        )
+    )
     # with an HMAC key (SPEC E22): forged/altered signed messages tried, and returned by get()
-    s += " hmac_forged=%d hmac_forged_accepted=%d" % (sb["hmac_forged"], sb["hmac_forged_accepted"])
+    s += " hmac_forged=%d hmac_forged_accepted=%d" % (
+        sb["hmac_forged"],
+        sb["hmac_forged_accepted"],
+    )
     # durable-on-return group writes (SPEC G3): crash states judged, returned puts/acks lost
-    s += " group_states=%d group_returned_lost=%d" % (sb["group_states"], sb["group_returned_lost"])
+    s += " group_states=%d group_returned_lost=%d" % (
+        sb["group_states"],
+        sb["group_returned_lost"],
+    )
     # tail cuts (SPEC R21/R22): crash states holding a staged cut, refused by libddq, or read otherwise
     s += " cut_states=%d libddq_refused=%d libddq_disagree=%d" % (
-        sb["cut_states"], sb["libddq_refused"], sb["libddq_disagree"])
+        sb["cut_states"],
+        sb["libddq_refused"],
+        sb["libddq_disagree"],
+    )
     s += " hold_states=%d hold_stranded=%d)" % (sb["hold_states"], sb["hold_stranded"])  # SPEC H5
     return s
 
@@ -346,28 +622,76 @@ def main():
     tasks = plan(10 if a.full else 1, a.smoke)
     if a.only:
         parts = a.only.split(",")
-        tasks = [t for t in tasks if t[0] in parts or (t[0] in ("hypo", "mpbad", "forge") and "bad" in parts)]
+        tasks = [
+            t
+            for t in tasks
+            if t[0] in parts or (t[0] in ("hypo", "mpbad", "forge") and "bad" in parts)
+        ]
     # longest first so the two workers finish together
-    weight = {"crash": 3, "mp": 2, "fault": 2, "bad": 1, "hypo": 1, "mpbad": 0, "forge": 0, "group": 1, "salvage": 1,
-              "salvcut": 1, "hold": 1, "enospc": 1}
+    weight = {
+        "crash": 3,
+        "mp": 2,
+        "fault": 2,
+        "bad": 1,
+        "hypo": 1,
+        "mpbad": 0,
+        "forge": 0,
+        "group": 1,
+        "salvage": 1,
+        "salvcut": 1,
+        "hold": 1,
+        "enospc": 1,
+    }
     tasks.sort(key=lambda t: -weight[t[0]])
     t0 = time.time()
     done = []
     lock = threading.Lock()
     with tempfile.TemporaryDirectory(prefix="ddq-torture-") as tmp:
+
         def one(task):
             d = run_task(task, tmp, a.impl)
             with lock:
                 done.append(d)
                 r = d["res"] or {}
-                bad = sum(r.get(k, 0) for k in ("lost", "resurrected", "reused_seq", "unexpected", "index_mismatch", "bricked",
-                                                "forged_index", "returned_lost", "libddq_disagree") + (("accepted",) if d["part"] == "forge" else ())
-                          + (("wrong", "reused") if d["part"] == "salvage" else ())
-                          + (("inplace_wrong", "inplace_reused", "cut_lost", "cut_wrong", "cut_reused", "cut_aside")
-                             if d["part"] == "salvcut" else ()))
-                print("  %-16s %6.1fs%s" % (d["label"], d["secs"], "" if d["rc"] == 0 and not bad else
-                                            "  FAILURES=%d rc=%s" % (bad, d["rc"])), flush=True)
+                bad = sum(
+                    r.get(k, 0)
+                    for k in (
+                        "lost",
+                        "resurrected",
+                        "reused_seq",
+                        "unexpected",
+                        "index_mismatch",
+                        "bricked",
+                        "forged_index",
+                        "returned_lost",
+                        "libddq_disagree",
+                    )
+                    + (("accepted",) if d["part"] == "forge" else ())
+                    + (("wrong", "reused") if d["part"] == "salvage" else ())
+                    + (
+                        (
+                            "inplace_wrong",
+                            "inplace_reused",
+                            "cut_lost",
+                            "cut_wrong",
+                            "cut_reused",
+                            "cut_aside",
+                        )
+                        if d["part"] == "salvcut"
+                        else ()
+                    )
+                )
+                print(
+                    "  %-16s %6.1fs%s"
+                    % (
+                        d["label"],
+                        d["secs"],
+                        "" if d["rc"] == 0 and not bad else "  FAILURES=%d rc=%s" % (bad, d["rc"]),
+                    ),
+                    flush=True,
+                )
             return d
+
         with ThreadPoolExecutor(max_workers=a.jobs) as ex:
             list(ex.map(one, tasks))
         sb, extra, failures = aggregate(done)
@@ -375,24 +699,74 @@ def main():
     for seed, v in sorted(extra["base_sha"].items()):
         if "cpython" in v and "micropython" in v and v["cpython"] != v["micropython"]:
             sb["unexpected"] += 1
-            failures.append({"category": "unexpected", "detail": "seed %s: the base image differs between "
-                             "CPython and MicroPython (byte compatibility)" % seed})
+            failures.append(
+                {
+                    "category": "unexpected",
+                    "detail": "seed %s: the base image differs between "
+                    "CPython and MicroPython (byte compatibility)" % seed,
+                }
+            )
     line = scoreboard_line(sb, extra)
     print(line)
     if any(t[0] == "salvcut" for t in tasks):
-        print("salvage in place: " + " ".join("salvage_%s=%d" % (k, sb["salvage_" + k]) for k in (
-            "inplace_images", "inplace_intact", "inplace_kept", "inplace_reset", "cut_images", "cut_states", "cut_fat_split",
-            "cut_lost", "cut_wrong", "cut_reused", "cut_aside")))
+        print(
+            "salvage in place: "
+            + " ".join(
+                "salvage_%s=%d" % (k, sb["salvage_" + k])
+                for k in (
+                    "inplace_images",
+                    "inplace_intact",
+                    "inplace_kept",
+                    "inplace_reset",
+                    "cut_images",
+                    "cut_states",
+                    "cut_fat_split",
+                    "cut_lost",
+                    "cut_wrong",
+                    "cut_reused",
+                    "cut_aside",
+                )
+            )
+        )
     if any(t[0] == "salvage" for t in tasks):
-        print("salvage: " + " ".join("salvage_%s=%d" % (k, sb["salvage_" + k]) for k in (
-            "images", "intact", "kept", "wrong", "reused", "reset", "behind", "forged", "undetectable_cut")))
+        print(
+            "salvage: "
+            + " ".join(
+                "salvage_%s=%d" % (k, sb["salvage_" + k])
+                for k in (
+                    "images",
+                    "intact",
+                    "kept",
+                    "wrong",
+                    "reused",
+                    "reset",
+                    "behind",
+                    "forged",
+                    "undetectable_cut",
+                )
+            )
+        )
     print("wall %.0f s, %d tasks, jobs %d" % (wall, len(tasks), a.jobs))
-    ok = sb["lost"] == sb["resurrected"] == sb["reused_seq"] == sb["unexpected"] == sb["index_mismatch"] == 0 \
-        and sb["bricked"] == 0 \
-        and sb["hmac_forged_accepted"] == 0 and sb["group_returned_lost"] == 0 and sb["libddq_disagree"] == 0 \
-        and sb["salvage_kept"] == sb["salvage_intact"] and sb["salvage_wrong"] == sb["salvage_reused"] == 0 \
-        and sb["salvage_inplace_kept"] == sb["salvage_inplace_intact"] \
-        and sb["salvage_cut_lost"] == sb["salvage_cut_wrong"] == sb["salvage_cut_reused"] == sb["salvage_cut_aside"] == 0
+    ok = (
+        sb["lost"]
+        == sb["resurrected"]
+        == sb["reused_seq"]
+        == sb["unexpected"]
+        == sb["index_mismatch"]
+        == 0
+        and sb["bricked"] == 0
+        and sb["hmac_forged_accepted"] == 0
+        and sb["group_returned_lost"] == 0
+        and sb["libddq_disagree"] == 0
+        and sb["salvage_kept"] == sb["salvage_intact"]
+        and sb["salvage_wrong"] == sb["salvage_reused"] == 0
+        and sb["salvage_inplace_kept"] == sb["salvage_inplace_intact"]
+        and sb["salvage_cut_lost"]
+        == sb["salvage_cut_wrong"]
+        == sb["salvage_cut_reused"]
+        == sb["salvage_cut_aside"]
+        == 0
+    )
     missed = []
     if not (a.smoke or a.only):
         scale = 10 if a.full else 1
@@ -409,11 +783,25 @@ def main():
             print("  also: " + json.dumps(f)[:400])
     if a.json:
         with open(a.json, "w") as fh:
-            json.dump({"scoreboard": sb, "extra": extra, "failures": failures[:50], "wall": wall,
-                       "line": line, "full": a.full}, fh, indent=1, sort_keys=True)
+            json.dump(
+                {
+                    "scoreboard": sb,
+                    "extra": extra,
+                    "failures": failures[:50],
+                    "wall": wall,
+                    "line": line,
+                    "full": a.full,
+                },
+                fh,
+                indent=1,
+                sort_keys=True,
+            )
     if a.write_docs:
         import reliability_doc
-        reliability_doc.write(os.path.join(ROOT, "docs", "RELIABILITY.md"), line, sb, extra, wall, a.full)
+
+        reliability_doc.write(
+            os.path.join(ROOT, "docs", "RELIABILITY.md"), line, sb, extra, wall, a.full
+        )
     if not ok or missed:
         sys.exit(1)
 

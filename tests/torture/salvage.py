@@ -20,6 +20,7 @@ reader (ddqhost.fsck). Judged against the base (what the workload left, opened w
 Forged images (records or a manifest re-encoded with valid CRCs: rec:*, manifest:field=value,
 truncate-undetectable) are counted apart: no checksum can tell them from real ones.
 """
+
 import hashlib
 import os
 import shutil
@@ -52,15 +53,25 @@ def _view(ddq, path, opts):
             if i.state == "acked":
                 continue
             r = bytes(q.reason(i.seq)) if i.state == "quarantined" else b""
-            out[i.seq] = (i.state, i.attempts, i.lease_until_ms, i.not_before_ms, bytes(q.read(i.seq)), r)
+            out[i.seq] = (
+                i.state,
+                i.attempts,
+                i.lease_until_ms,
+                i.not_before_ms,
+                bytes(q.read(i.seq)),
+                r,
+            )
         return out, q.stats().next_seq
     finally:
         q.close()
 
 
 def _forged(desc):
-    return desc.startswith("rec:") or desc.startswith("truncate-undetectable") or \
-        (desc.startswith("manifest:") and "=" in desc)
+    return (
+        desc.startswith("rec:")
+        or desc.startswith("truncate-undetectable")
+        or (desc.startswith("manifest:") and "=" in desc)
+    )
 
 
 def _tail_cut(base, files):
@@ -72,14 +83,14 @@ def _tail_cut(base, files):
     other = [n for n in set(base) | set(files) if F.parse_seg_name(n) is None and n != F.LOCK]
     if any(base.get(n) != files.get(n) for n in other) or not isegs or len(isegs) > len(bsegs):
         return False
-    if [n for _, n in isegs] != [n for _, n in bsegs[:len(isegs)]]:
+    if [n for _, n in isegs] != [n for _, n in bsegs[: len(isegs)]]:
         return False
     for _, n in isegs[:-1]:
         if files[n] != base[n]:
             return False
     last = isegs[-1][1]
     b, i = base[last], files[last]
-    if b[:len(i)] != i or (len(i) == len(b) and len(isegs) == len(bsegs)):
+    if b[: len(i)] != i or (len(i) == len(b) and len(isegs) == len(bsegs)):
         return False
     recs, end = F.decode_records(b)
     return len(i) in [r[0] for r in recs] + [end]
@@ -92,10 +103,15 @@ def _cut_about(base, files):
     sees those records only when their loss leaves a trace (a seq gap, R5; an R6/R7 transition):
     the states of their items are not judged."""
     diff = [n for n in set(base) | set(files) if base.get(n) != files.get(n)]
-    if len(diff) != 1 or diff[0] not in files or diff[0] not in base or F.parse_seg_name(diff[0]) is None:
+    if (
+        len(diff) != 1
+        or diff[0] not in files
+        or diff[0] not in base
+        or F.parse_seg_name(diff[0]) is None
+    ):
         return set()
     b, i = base[diff[0]], files[diff[0]]
-    if len(i) >= len(b) or b[:len(i)] != i:
+    if len(i) >= len(b) or b[: len(i)] != i:
         return set()
     recs, _end = F.decode_records(b)
     if len(i) not in [r[0] for r in recs]:
@@ -111,30 +127,57 @@ def run_seed(ddq, seed, nops, limit=None, max_fail=5, fsck_every=1):
     opts = {k: wl.opts[k] for k in LIMITS}
     # Resurrected items (an ACK lost) may exceed the writer's max_items: salvage with room.
     sopts = dict(opts, max_items=1000, max_segments=256)
-    root = tempfile.mkdtemp(prefix="ddq-salvage-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
-    res = {"seed": seed, "images": 0, "forged": 0, "intact": 0, "kept": 0, "wrong": 0, "reused": 0,
-           "reset": 0, "behind": 0, "nothing_usable": 0, "clean": 0, "with_loss": 0, "unexpected": 0,
-           "forged_wrong": 0, "ddq_opens": 0, "undetectable_cut": 0, "fail": []}
+    root = tempfile.mkdtemp(
+        prefix="ddq-salvage-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None
+    )
+    res = {
+        "seed": seed,
+        "images": 0,
+        "forged": 0,
+        "intact": 0,
+        "kept": 0,
+        "wrong": 0,
+        "reused": 0,
+        "reset": 0,
+        "behind": 0,
+        "nothing_usable": 0,
+        "clean": 0,
+        "with_loss": 0,
+        "unexpected": 0,
+        "forged_wrong": 0,
+        "ddq_opens": 0,
+        "undetectable_cut": 0,
+        "fail": [],
+    }
 
     def fail(cat, desc, detail):
         res[cat] += 1
         if len(res["fail"]) < max_fail:
-            res["fail"].append({"seed": seed, "nops": nops, "mutation": desc, "category": cat,
-                                "detail": detail[:400]})
+            res["fail"].append(
+                {
+                    "seed": seed,
+                    "nops": nops,
+                    "mutation": desc,
+                    "category": cat,
+                    "detail": detail[:400],
+                }
+            )
 
     try:
         bdir = os.path.join(root, "base")
         _write(bdir, {n: b for n, b in base.items() if n != F.LOCK})
         live, base_next = _view(ddq, bdir, wl.opts)
         shutil.rmtree(bdir)
-        cands = []   # (name, off, record bytes, seq, is DATA of a live item)
+        cands = []  # (name, off, record bytes, seq, is DATA of a live item)
         for n in base:
             if F.parse_seg_name(n) is None:
                 continue
             recs, _end = F.decode_records(base[n])
             for off, typ, seq, _arg, pay in recs:
                 rlen = 48 + len(pay)
-                cands.append((n, off, base[n][off:off + rlen], seq, typ == F.T_DATA and seq in live))
+                cands.append(
+                    (n, off, base[n][off : off + rlen], seq, typ == F.T_DATA and seq in live)
+                )
         seen = set()
         for k, (desc, files) in enumerate(mutate.all_mutations(base, wl.old_indexes)):
             if limit is not None and k >= limit:
@@ -164,7 +207,7 @@ def run_seed(ddq, seed, nops, limit=None, max_fail=5, fsck_every=1):
             intact = []
             floor = 1
             for n, off, rb, seq, is_live in cands:
-                if files.get(n, b"")[off:off + len(rb)] == rb:
+                if files.get(n, b"")[off : off + len(rb)] == rb:
                     floor = max(floor, seq + 1)
                     if is_live:
                         intact.append(seq)
@@ -188,16 +231,24 @@ def run_seed(ddq, seed, nops, limit=None, max_fail=5, fsck_every=1):
                 fail("unexpected", desc, "salvage raised %s: %s" % (type(e).__name__, e))
                 continue
             st = rep["status"]
-            res[{"clean": "clean", "salvaged_with_loss": "with_loss"}.get(st, "nothing_usable")] += 1
+            res[
+                {"clean": "clean", "salvaged_with_loss": "with_loss"}.get(st, "nothing_usable")
+            ] += 1
             if st == "nothing_usable":
                 if intact and not forged:
                     res["intact"] += len(intact)
-                    fail("unexpected", desc, "nothing_usable with %d intact DATA records" % len(intact))
+                    fail(
+                        "unexpected",
+                        desc,
+                        "nothing_usable with %d intact DATA records" % len(intact),
+                    )
                 continue
             try:
                 got, nxt = _view(ddq, out, sopts)
             except Exception as e:
-                fail("unexpected", desc, "the result does not open: %s: %s" % (type(e).__name__, e))
+                fail(
+                    "unexpected", desc, "the result does not open: %s: %s" % (type(e).__name__, e)
+                )
                 continue
             if fsck_every and res["images"] % fsck_every == 0:
                 r = fsck.scan(out, dict(sopts))
@@ -212,15 +263,31 @@ def run_seed(ddq, seed, nops, limit=None, max_fail=5, fsck_every=1):
             missed = [s for s in intact if s not in got]
             res["kept"] += len(intact) - len(missed)
             if missed:
-                fail("unexpected", desc, "intact DATA not salvaged: %r (report %r)" % (missed, rep))
+                fail(
+                    "unexpected", desc, "intact DATA not salvaged: %r (report %r)" % (missed, rep)
+                )
             reset = set(rep["reset"]) | set(rep["quarantined_uncertain"])
             res["reset"] += len(reset)
             for s, t in got.items():
                 if wl.payloads.get(s) != t[4]:
-                    fail("wrong", desc, "seq %d: payload %r, enqueued %r" % (s, t[4], wl.payloads.get(s)))
-                elif ref.get(s) != t and live.get(s) != t and s not in reset and not cut and s not in about:
+                    fail(
+                        "wrong",
+                        desc,
+                        "seq %d: payload %r, enqueued %r" % (s, t[4], wl.payloads.get(s)),
+                    )
+                elif (
+                    ref.get(s) != t
+                    and live.get(s) != t
+                    and s not in reset
+                    and not cut
+                    and s not in about
+                ):
                     # a reset item is AVAILABLE; an uncertain quarantine stays QUARANTINED
-                    fail("wrong", desc, "seq %d: state %r, reference %r, not reset" % (s, t[:4], ref.get(s)))
+                    fail(
+                        "wrong",
+                        desc,
+                        "seq %d: state %r, reference %r, not reset" % (s, t[:4], ref.get(s)),
+                    )
             if nxt < floor:
                 fail("reused", desc, "next_seq %d < %d the image still shows" % (nxt, floor))
             if nxt < base_next:
@@ -272,8 +339,8 @@ def _aside_of(files):
     pre = QPATH + "/salvaged-"
     for p, b in files.items():
         if p.startswith(pre):
-            rest = p[len(pre):]
-            out[rest[rest.index("-") + 1:]] = b
+            rest = p[len(pre) :]
+            out[rest[rest.index("-") + 1 :]] = b
     return out
 
 
@@ -294,7 +361,9 @@ def _judge_cut(ddq, memfs, files, dirs, opts, ref, ref_next, ref_aside, payloads
                 bad.append(("cut_lost", "seq %d kept by the uncut salvage is missing" % s))
         for s, p in got.items():
             if payloads.get(s) != p:
-                bad.append(("cut_wrong", "seq %d: payload %r, enqueued %r" % (s, p, payloads.get(s))))
+                bad.append(
+                    ("cut_wrong", "seq %d: payload %r, enqueued %r" % (s, p, payloads.get(s)))
+                )
         if nxt < ref_next:
             bad.append(("cut_reused", "next_seq %d < %d" % (nxt, ref_next)))
         else:
@@ -316,7 +385,12 @@ def _judge_cut(ddq, memfs, files, dirs, opts, ref, ref_next, ref_aside, payloads
             q2 = ddq.Queue(QPATH, storage=memfs.MemFS(now, ndirs), clock=lambda: CLOCK, **opts)
             q2.close()
         except Exception as e:
-            bad.append(("unexpected", "a plain reopen after the salvage raised %s: %s" % (type(e).__name__, e)))
+            bad.append(
+                (
+                    "unexpected",
+                    "a plain reopen after the salvage raised %s: %s" % (type(e).__name__, e),
+                )
+            )
     return bad, (fs.log[:opened] if resumed else [])
 
 
@@ -325,11 +399,13 @@ def _torn_ok(variant):
     # the record length: a salvage writes whole records only, so these stand for all of them)
     if variant[0] != "T":
         return True
-    t = int(variant[1:variant.index("/")])
+    t = int(variant[1 : variant.index("/")])
     return t in (0, 1, 8, 40, 47) or t % 97 == 5
 
 
-def run_cuts(ddq, seed, nops, every=40, depth2_every=25, max_fail=5, models=("posix", "lfs", "fat")):
+def run_cuts(
+    ddq, seed, nops, every=40, depth2_every=25, max_fail=5, models=("posix", "lfs", "fat")
+):
     import crash
     import memfs
 
@@ -337,15 +413,38 @@ def run_cuts(ddq, seed, nops, every=40, depth2_every=25, max_fail=5, models=("po
     base, wl, _acceptable = mutate.build_base(ddq, seed, nops)
     opts = {k: wl.opts[k] for k in LIMITS}
     sopts = dict(opts, max_items=1000, max_segments=256)
-    res = {"seed": seed, "cut_images": 0, "inplace_images": 0, "inplace_intact": 0, "inplace_kept": 0,
-           "inplace_wrong": 0, "inplace_reused": 0, "inplace_reset": 0, "cut_states": 0, "cut_depth2": 0, "cut_lost": 0,
-           "cut_wrong": 0, "cut_reused": 0, "cut_aside": 0, "opens_clean": 0, "not_salvaged": 0,
-           "unexpected": 0, "fat_split": 0, "fail": []}
+    res = {
+        "seed": seed,
+        "cut_images": 0,
+        "inplace_images": 0,
+        "inplace_intact": 0,
+        "inplace_kept": 0,
+        "inplace_wrong": 0,
+        "inplace_reused": 0,
+        "inplace_reset": 0,
+        "cut_states": 0,
+        "cut_depth2": 0,
+        "cut_lost": 0,
+        "cut_wrong": 0,
+        "cut_reused": 0,
+        "cut_aside": 0,
+        "opens_clean": 0,
+        "not_salvaged": 0,
+        "unexpected": 0,
+        "fat_split": 0,
+        "fail": [],
+    }
 
     def fail(cat, desc, detail, extra=None):
         res[cat] += 1
         if len(res["fail"]) < max_fail:
-            f = {"seed": seed, "nops": nops, "mutation": desc, "category": cat, "detail": detail[:400]}
+            f = {
+                "seed": seed,
+                "nops": nops,
+                "mutation": desc,
+                "category": cat,
+                "detail": detail[:400],
+            }
             f.update(extra or {})
             res["fail"].append(f)
 
@@ -355,7 +454,7 @@ def run_cuts(ddq, seed, nops, every=40, depth2_every=25, max_fail=5, models=("po
             continue
         recs, _end = F.decode_records(base[n])
         for off, typ, seq, _arg, pay in recs:
-            cands.append((n, off, base[n][off:off + 48 + len(pay)], seq, typ == F.T_DATA))
+            cands.append((n, off, base[n][off : off + 48 + len(pay)], seq, typ == F.T_DATA))
     live = set()
     fs0 = memfs.MemFS({QPATH + "/" + n: b for n, b in base.items()}, (QPATH,))
     q0 = ddq.Queue(QPATH, storage=fs0, clock=lambda: CLOCK, **wl.opts)
@@ -387,7 +486,7 @@ def run_cuts(ddq, seed, nops, every=40, depth2_every=25, max_fail=5, models=("po
         floor = 1
         intact = []
         for n, off, rb, seq, is_data in cands:
-            if img.get(n, b"")[off:off + len(rb)] == rb:
+            if img.get(n, b"")[off : off + len(rb)] == rb:
                 floor = max(floor, seq + 1)
                 if is_data and seq in live:
                     intact.append(seq)
@@ -396,9 +495,13 @@ def run_cuts(ddq, seed, nops, every=40, depth2_every=25, max_fail=5, models=("po
         try:
             fs, q = _mem_open(ddq, memfs, files, (QPATH,), sopts, record=True)
         except ddq.Corrupt as e:
-            res["not_salvaged"] += 1   # nothing usable (K7), or no room (K11)
+            res["not_salvaged"] += 1  # nothing usable (K7), or no room (K11)
             if intact and ".salvaged" not in str(e):
-                fail("unexpected", desc, "salvage in place refused %d intact DATA records: %s" % (len(intact), e))
+                fail(
+                    "unexpected",
+                    desc,
+                    "salvage in place refused %d intact DATA records: %s" % (len(intact), e),
+                )
             continue
         except Exception as e:
             fail("unexpected", desc, "salvage in place raised %s: %s" % (type(e).__name__, e))
@@ -423,7 +526,11 @@ def run_cuts(ddq, seed, nops, every=40, depth2_every=25, max_fail=5, models=("po
             if wl.payloads.get(s) != p:
                 fail("inplace_wrong", desc, "seq %d: payload %r" % (s, p))
         if ref_next < floor:
-            fail("inplace_reused", desc, "next_seq %d < %d the image still shows" % (ref_next, floor))
+            fail(
+                "inplace_reused",
+                desc,
+                "next_seq %d < %d the image still shows" % (ref_next, floor),
+            )
         log = list(fs.log)
         ref_aside = _aside_of(fs.snapshot()[0])
         k_img += 1
@@ -448,10 +555,25 @@ def run_cuts(ddq, seed, nops, every=40, depth2_every=25, max_fail=5, models=("po
                     res["cut_states"] += 1
                     res["fat_split"] += variant == "fat-rename-split"
                     n_judged += 1
-                    bad, rlog = _judge_cut(ddq, memfs, f2, d2, sopts, ref, ref_next, ref_aside, wl.payloads,
-                                           plain=n_judged % 8 == 1)
-                    where = {"step": k, "of": len(log), "model": model, "variant": variant,
-                             "op": repr(log[k - 1])[:100] if k else None}
+                    bad, rlog = _judge_cut(
+                        ddq,
+                        memfs,
+                        f2,
+                        d2,
+                        sopts,
+                        ref,
+                        ref_next,
+                        ref_aside,
+                        wl.payloads,
+                        plain=n_judged % 8 == 1,
+                    )
+                    where = {
+                        "step": k,
+                        "of": len(log),
+                        "model": model,
+                        "variant": variant,
+                        "op": repr(log[k - 1])[:100] if k else None,
+                    }
                     for cat, detail in bad:
                         fail(cat, desc, detail, where)
                     if bad or rlog is None or n_judged % depth2_every:
@@ -469,8 +591,22 @@ def run_cuts(ddq, seed, nops, every=40, depth2_every=25, max_fail=5, models=("po
                                     continue
                                 done.add(h3)
                                 res["cut_depth2"] += 1
-                                bad2, _ = _judge_cut(ddq, memfs, f3, d3, sopts, ref, ref_next, ref_aside,
-                                                     wl.payloads)
+                                bad2, _ = _judge_cut(
+                                    ddq,
+                                    memfs,
+                                    f3,
+                                    d3,
+                                    sopts,
+                                    ref,
+                                    ref_next,
+                                    ref_aside,
+                                    wl.payloads,
+                                )
                                 for cat, detail in bad2:
-                                    fail(cat, desc, "depth 2 (%s after %s): %s" % (v2, repr(e)[:60], detail), where)
+                                    fail(
+                                        cat,
+                                        desc,
+                                        "depth 2 (%s after %s): %s" % (v2, repr(e)[:60], detail),
+                                        where,
+                                    )
     return res

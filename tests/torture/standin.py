@@ -11,7 +11,7 @@ import ddqfmt as F
 from ddq import BadState, Corrupt, Error, Full, InvalidArgument, IOFailure, Locked, NotFound  # noqa: F401
 
 __version__ = "0.0-standin"
-BUGS = {}   # e.g. {"no_sync": True}: planted bugs for the harness self-test
+BUGS = {}  # e.g. {"no_sync": True}: planted bugs for the harness self-test
 
 
 class _Obj:
@@ -71,10 +71,20 @@ class PosixStorage:
 
 
 class Queue:
-    def __init__(self, path, segment_bytes=4194304, max_payload_bytes=1048576, max_items=100000,
-                 max_segments=1024, clock=None, storage=None, sync="always", index_bytes=0):
+    def __init__(
+        self,
+        path,
+        segment_bytes=4194304,
+        max_payload_bytes=1048576,
+        max_items=100000,
+        max_segments=1024,
+        clock=None,
+        storage=None,
+        sync="always",
+        index_bytes=0,
+    ):
         self.path = path
-        self.index_used = False     # no recovery index: every open replays the whole log
+        self.index_used = False  # no recovery index: every open replays the whole log
         self.s = storage if storage is not None else PosixStorage()
         self.clock = clock
         self.max_items = max_items
@@ -85,7 +95,7 @@ class Queue:
         if self.s.kind(path) == 0:
             self.s.mkdir(path)
             if not BUGS.get("no_sync_dir"):
-                self.s.sync_dir(path[:path.rfind("/")] or "/")
+                self.s.sync_dir(path[: path.rfind("/")] or "/")
         self.tok = self.s.lock(path + "/queue.lock")
         try:
             self.recover()
@@ -119,12 +129,12 @@ class Queue:
         if end < len(data):
             left = len(data) - end
             rlen = struct.unpack_from("<I", data, end + 28)[0] if left >= 48 else 0
-            if left >= 48 and data[end:end + 4] == F.MAGIC and rlen <= left:
+            if left >= 48 and data[end : end + 4] == F.MAGIC and rlen <= left:
                 raise Corrupt("log: bad record at offset %d" % end)
-            if left >= 48 and data[end:end + 4] != F.MAGIC:
+            if left >= 48 and data[end : end + 4] != F.MAGIC:
                 raise Corrupt("log: bad magic at offset %d" % end)
         self.hwm = 1
-        for (off, t, seq, arg, pl) in recs:
+        for off, t, seq, arg, pl in recs:
             self._apply(t, seq, arg, pl, off)
         self.next_seq = max(self.next_seq, self.hwm)
         if end < len(data) or not self.s.kind(self._p("log")):
@@ -207,7 +217,9 @@ class Queue:
         for seq in sorted(self.its):
             it = self.its[seq]
             if it[0] == "available" and it[3] <= now:
-                self._append(F.encode_record(F.T_CLAIM, seq, now + lease_ms), self.sync_mode != "ack")
+                self._append(
+                    F.encode_record(F.T_CLAIM, seq, now + lease_ms), self.sync_mode != "ack"
+                )
                 it[0] = "claimed"
                 it[2] = now + lease_ms
                 return _Obj(seq=seq, attempts=it[1], payload_len=len(it[4]), lease_until_ms=it[2])
@@ -280,7 +292,11 @@ class Queue:
             out.append(F.encode_record(F.T_DATA, seq, 0, it[4]))
             code = ("available", "claimed", "acked", "quarantined").index(it[0]) + 1
             if code != 1 or it[1] or it[3]:
-                out.append(F.encode_record(F.T_STATE, seq, 0, struct.pack("<IIQQ", code, it[1], it[2], it[3])))
+                out.append(
+                    F.encode_record(
+                        F.T_STATE, seq, 0, struct.pack("<IIQQ", code, it[1], it[2], it[3])
+                    )
+                )
             if it[0] == "quarantined":
                 out.append(F.encode_record(F.T_QUARANTINE, seq, 0, it[5]))
         try:
@@ -306,16 +322,32 @@ class Queue:
     def items(self):
         for seq in sorted(self.its):
             it = self.its[seq]
-            yield _Obj(seq=seq, state=it[0], attempts=it[1], lease_until_ms=it[2], not_before_ms=it[3],
-                       payload_len=len(it[4]))
+            yield _Obj(
+                seq=seq,
+                state=it[0],
+                attempts=it[1],
+                lease_until_ms=it[2],
+                not_before_ms=it[3],
+                payload_len=len(it[4]),
+            )
 
     def stats(self):
         c = {"available": 0, "claimed": 0, "acked": 0, "quarantined": 0}
         for s in self.its:
             c[self.its[s][0]] += 1
-        return _Obj(total_items=len(self.its), available_items=c["available"], claimed_items=c["claimed"],
-                    acknowledged_items=c["acked"], quarantined_items=c["quarantined"], next_seq=self.next_seq,
-                    failed=self.failed, generation=0, segment_count=1, stored_bytes=0, recovered_tail_bytes=0)
+        return _Obj(
+            total_items=len(self.its),
+            available_items=c["available"],
+            claimed_items=c["claimed"],
+            acknowledged_items=c["acked"],
+            quarantined_items=c["quarantined"],
+            next_seq=self.next_seq,
+            failed=self.failed,
+            generation=0,
+            segment_count=1,
+            stored_bytes=0,
+            recovered_tail_bytes=0,
+        )
 
     def close(self):
         try:

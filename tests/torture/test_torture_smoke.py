@@ -4,6 +4,7 @@ The full counts come from tests/torture/run_ci.py; these only prove each part ru
 judges ddq, and still catches a planted bug in its stand-in queue (a checker that never fails
 would pass every slice too).
 """
+
 import json
 import os
 import subprocess
@@ -73,6 +74,7 @@ def test_harness_catches_an_index_that_skips_its_check():
     # A planted bug: adopt queue.index without the crc32 of the covered bytes [X4]. A damaged
     # covered segment then opens to the indexed state where the full replay reports the damage.
     import mutate
+
     base, wl, _ = mutate.build_base(ddq, 12, 10, index=1)
     seg = sorted(n for n in base if n.endswith(".log"))[0]
     files = dict(base)
@@ -80,25 +82,33 @@ def test_harness_catches_an_index_that_skips_its_check():
     files[seg] = base[seg][:40] + bytes([base[seg][40] ^ 1]) + base[seg][41:]
     assert mutate.judge_index(ddq, files, wl.opts)[1] is None
     import ddq_index
+
     real = ddq_index.prefix_ok
     ddq_index.prefix_ok = lambda q, gen, ck: True
     try:
         used, diff = mutate.judge_index(ddq, files, wl.opts)
     finally:
         ddq_index.prefix_ok = real
-    assert diff is not None, (used, diff)   # (the damage shows only when a payload is read, R19)
+    assert diff is not None, (used, diff)  # (the damage shows only when a payload is read, R19)
 
 
 def _mp(script, *args):
     assert os.path.exists(MP), "no .venv/bin/micropython: make venv"
-    p = subprocess.run([MP, "-X", "heapsize=16M", os.path.join("tests", "torture", script)] + list(args),
-                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [MP, "-X", "heapsize=16M", os.path.join("tests", "torture", script)] + list(args),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     lines = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
     assert p.returncode == 0 and lines, p.stderr[-2000:]
     return json.loads(lines[-1][7:])
 
 
-@pytest.mark.parametrize("fs,mode,nops", [("lfs", "snap", "16"), ("fat", "snap", "16"), ("lfs", "errno", "8")])
+@pytest.mark.parametrize(
+    "fs,mode,nops", [("lfs", "snap", "16"), ("fat", "snap", "16"), ("lfs", "errno", "8")]
+)
 def test_power_cut_slice(fs, mode, nops):
     res = _mp("mp_powercut.py", fs, mode, "3", nops, "2" if mode != "snap" else "1")
     assert res["cuts"] > 10, res
@@ -120,6 +130,7 @@ def test_bad_images_on_micropython_slice():
 
 def _base_sha(seed, nops):
     import worker
+
     return worker.base_sha(ddq, seed, nops)
 
 
@@ -148,8 +159,9 @@ def test_forged_signed_messages_slice(monkeypatch):
     assert res["encrypted_forged"] > 100, res  # forgeries of encrypted envelopes too (E23)
     # a planted bug: get() that ignores the key is caught (forged_accepted > 0)
     real = ddq_outbox._decode
-    monkeypatch.setattr(ddq_outbox, "_decode",
-                        lambda d, v, k, p, c=None, n=False: real(d, v, None, None))
+    monkeypatch.setattr(
+        ddq_outbox, "_decode", lambda d, v, k, p, c=None, n=False: real(d, v, None, None)
+    )
     res = forge.run_seed(ddq, 5, 200)
     assert res["accepted"] > 0, res
 
@@ -194,10 +206,12 @@ def test_salvage_slice():
     # Part 5 (salvage.py): ddq_salvage over bad images keeps every intact DATA record, with no
     # wrong payload or unreset state and no next_seq below what the image shows.
     import salvage
+
     res = salvage.run_seed(ddq, 11, 10, limit=600)
     assert res["images"] > 300 and res["intact"] > 0, res
-    assert res["kept"] == res["intact"] and res["wrong"] == res["reused"] == res["unexpected"] == 0, \
-        res["fail"][:2]
+    assert (
+        res["kept"] == res["intact"] and res["wrong"] == res["reused"] == res["unexpected"] == 0
+    ), res["fail"][:2]
 
 
 def test_salvage_checker_catches_a_wrong_state(monkeypatch):
@@ -205,6 +219,7 @@ def test_salvage_checker_catches_a_wrong_state(monkeypatch):
     import salvage
 
     import ddq_salvage
+
     real = ddq_salvage.salvage
 
     def forgetful(src, dst, **kw):
@@ -212,6 +227,7 @@ def test_salvage_checker_catches_a_wrong_state(monkeypatch):
         rep["reset"] = []
         rep["quarantined_uncertain"] = []
         return rep
+
     monkeypatch.setattr(ddq_salvage, "salvage", forgetful)
     res = salvage.run_seed(ddq, 11, 10)
     assert res["wrong"] > 0, res
@@ -222,6 +238,7 @@ def test_salvage_in_place_cut_slice():
     # intact DATA record; a power cut at any step of a sample of those salvages, reopened with
     # on_corrupt="salvage", loses no item the uncut salvage kept and deletes no damage kept aside.
     import salvage
+
     # (seed 17: a sample with FAT rename splits; seed 11's base is a staged queue with
     # reclaim_step=1 whose admission now answers in RAM at the limit (SPEC C14), so its base
     # directory has fewer compactions and this sample no FAT split)
@@ -229,7 +246,15 @@ def test_salvage_in_place_cut_slice():
     assert res["inplace_images"] > 1000 and res["cut_images"] > 3 and res["cut_states"] > 200, res
     assert res["inplace_kept"] == res["inplace_intact"] > 0, res
     assert res["fat_split"] > 0, res
-    for k in ("cut_lost", "cut_wrong", "cut_reused", "cut_aside", "inplace_wrong", "inplace_reused", "unexpected"):
+    for k in (
+        "cut_lost",
+        "cut_wrong",
+        "cut_reused",
+        "cut_aside",
+        "inplace_wrong",
+        "inplace_reused",
+        "unexpected",
+    ):
         assert res[k] == 0, (k, res["fail"][:2])
 
 
@@ -239,6 +264,7 @@ def test_salvage_in_place_checker_catches_a_late_marker(monkeypatch):
     import salvage
 
     import ddq_salvage
+
     put, stage = ddq_salvage._put, ddq_salvage._stage
 
     def late_put(fs, d, name, data):
@@ -249,9 +275,12 @@ def test_salvage_in_place_checker_catches_a_late_marker(monkeypatch):
         if sc.fs.kind(d + "/queue.format") == 0:
             put(sc.fs, d, "queue.format", b"")
         return stage(sc, d, *a)
+
     monkeypatch.setattr(ddq_salvage, "_put", late_put)
     monkeypatch.setattr(ddq_salvage, "_stage", late_stage)
-    res = salvage.run_cuts(ddq, 500, 10, every=200, depth2_every=1000000)  # generation 0, no marker
+    res = salvage.run_cuts(
+        ddq, 500, 10, every=200, depth2_every=1000000
+    )  # generation 0, no marker
     assert res["cut_lost"] > 0, res
 
 
@@ -265,6 +294,7 @@ def test_continued_states_slice():
 def test_enospc_slice():
     # part 6 (issue 25): a full disk at every mutating call, then freed, continued, reopened
     import edges
+
     res = edges.run_enospc(ddq, 4, 14)
     assert res["points"] > 50 and res["continued"] > 20, res
     assert not _clean(res)[0] and not res["bricked"], (_clean(res), res["bricked"])
@@ -287,8 +317,13 @@ def test_continuation_catches_a_kept_lost_rotation():
             memfs.MemFS.remove(self, path)
 
     memfs.MemFS.Locked = ddq.Locked
-    opts = {"segment_bytes": 1024, "max_payload_bytes": 900, "max_items": 64, "max_segments": 16,
-            "sync": "always"}
+    opts = {
+        "segment_bytes": 1024,
+        "max_payload_bytes": 900,
+        "max_items": 64,
+        "max_segments": 16,
+        "sync": "always",
+    }
     fs = KeepEmpty(dirs=("/q",))
     q = ddq.Queue("/q", storage=fs, clock=tmodel.Clock(), **tmodel.queue_opts(opts))
     for n in (452, 452, 400):
@@ -301,5 +336,7 @@ def test_continuation_catches_a_kept_lost_rotation():
     bad = []
     for seed in range(1, 20):
         f2, d2 = fs.snapshot()
-        bad += edges.continue_state(ddq, KeepEmpty(f2, d2), "/q", opts, state, seed, tmodel.Clock())
+        bad += edges.continue_state(
+            ddq, KeepEmpty(f2, d2), "/q", opts, state, seed, tmodel.Clock()
+        )
     assert any(b[0] in ("bricked", "unexpected") for b in bad), bad

@@ -12,6 +12,7 @@ method, until the harness clears it). After the faulted operation the harness ch
 - no file handle stays open after close(); a crash right after the fault (durable views of the
   log, posix and LittleFS) also recovers to an allowed state.
 """
+
 import crash
 import memfs
 import tmodel
@@ -26,6 +27,7 @@ def initial(seed, path="/q"):
         return None, {}
     rec = ddqfmt.encode_record(ddqfmt.T_DATA, 1, 0, b"seed")
     return {path + "/" + ddqfmt.seg_name(0, 0): rec + b"DQG1torn-tail"}, {1: b"seed"}
+
 
 EIO = 5
 ENOSPC = 28
@@ -54,7 +56,7 @@ KINDS = {
     "kind_eio": ("kind", EIO, "before"),
     "truncate_eio": ("truncate", EIO, "before"),
 }
-STRICT = ("write", "sync")   # a failure here must fail the call and fail-stop the instance
+STRICT = ("write", "sync")  # a failure here must fail the call and fail-stop the instance
 
 
 class FaultFS(memfs.MemFS):
@@ -75,7 +77,7 @@ class FaultFS(memfs.MemFS):
             return False
         if KINDS[self.kind_][2] == "create" and extra == "rb":
             return False
-        n = self.calls + 1   # this call's index once _tick runs
+        n = self.calls + 1  # this call's index once _tick runs
         if n == self.at or (self.persistent and self.fired and n > self.at):
             self.fired += 1
             return True
@@ -94,7 +96,7 @@ class FaultFS(memfs.MemFS):
         if self._hit("write"):
             how = KINDS[self.kind_][2]
             if how == "half" and len(buf) > 1:
-                memfs.MemFS.write(self, handle, bytes(buf)[:len(buf) // 2])
+                memfs.MemFS.write(self, handle, bytes(buf)[: len(buf) // 2])
             else:
                 self._tick("write")
             raise self._err()
@@ -114,7 +116,7 @@ class FaultFS(memfs.MemFS):
 
     def close(self, handle):
         if self._hit("close"):
-            memfs.MemFS.close(self, handle)   # POSIX: the descriptor is gone even when close fails
+            memfs.MemFS.close(self, handle)  # POSIX: the descriptor is gone even when close fails
             raise self._err()
         return memfs.MemFS.close(self, handle)
 
@@ -137,6 +139,7 @@ class FaultFS(memfs.MemFS):
                 self._tick(name)
                 raise self._err()
             return getattr(memfs.MemFS, name)(self, *a)
+
         return f
 
     remove = _simple("remove")
@@ -175,16 +178,19 @@ def run_point(ddq, ref, kind, at, persistent, path="/q"):
     """One fault run. Returns (fired, [(category, detail)])."""
     wl_ref, fs_ref, pre, can_truncate = ref
     files, payloads = initial(wl_ref.seed, path)
-    fs = FaultFS(kind, at, persistent, files=files, dirs=pre, record=True, can_truncate=can_truncate)
-    wl = tmodel.Workload(ddq, path, lambda: fs, wl_ref.seed, wl_ref.nops, opts=wl_ref.opts,
-                         pos=lambda: fs.calls)
+    fs = FaultFS(
+        kind, at, persistent, files=files, dirs=pre, record=True, can_truncate=can_truncate
+    )
+    wl = tmodel.Workload(
+        ddq, path, lambda: fs, wl_ref.seed, wl_ref.nops, opts=wl_ref.opts, pos=lambda: fs.calls
+    )
     wl.payloads.update(payloads)
     bad = []
     opened_err = None
     try:
         wl.run(stop=lambda i: fs.fired > 0)
     except (ddq.Error, OSError) as e:
-        opened_err = e            # the initial open failed
+        opened_err = e  # the initial open failed
     except Exception as e:
         bad.append(("unexpected", "workload raised %s: %s" % (type(e).__name__, e)))
     if not fs.fired:
@@ -197,7 +203,7 @@ def run_point(ddq, ref, kind, at, persistent, path="/q"):
         f = 0
         name, arg, out = ("open", None, ("err", type(opened_err).__name__))
     else:
-        f = len(wl.ops) - 1      # the op in flight when the fault fired
+        f = len(wl.ops) - 1  # the op in flight when the fault fired
         name, arg, out = wl.ops[f]
         if name != wl_ref.ops[f][0]:
             bad.append(("unexpected", "fault run diverged from the reference before the fault"))
@@ -205,10 +211,12 @@ def run_point(ddq, ref, kind, at, persistent, path="/q"):
     method = KINDS[kind][0]
     q = wl.q
     if name == "reopen" and out[0] == "err":
-        q = None      # close() of the old instance failed (it is closed) or the new open failed
+        q = None  # close() of the old instance failed (it is closed) or the new open failed
     strict = method in STRICT and name not in ("read",)
     if strict and out[0] == "ok" and name not in ("open",):
-        bad.append(("unexpected", "%s(%r) reported success after an injected %s" % (name, arg, kind)))
+        bad.append(
+            ("unexpected", "%s(%r) reported success after an injected %s" % (name, arg, kind))
+        )
     if strict and q is not None and name not in ("reopen",):
         if not q.stats().failed:
             bad.append(("unexpected", "not fail-stopped after %s in %s" % (kind, name)))
@@ -220,7 +228,9 @@ def run_point(ddq, ref, kind, at, persistent, path="/q"):
             except ddq.IOFailure:
                 pass
             except ddq.Error as e:
-                bad.append(("unexpected", "fail-stopped call raised %s, not IOFailure" % type(e).__name__))
+                bad.append(
+                    ("unexpected", "fail-stopped call raised %s, not IOFailure" % type(e).__name__)
+                )
                 break
     # recover: first with a persistent fault still active (may fail), then with it cleared
     if q is not None and persistent:
@@ -229,7 +239,12 @@ def run_point(ddq, ref, kind, at, persistent, path="/q"):
         except ddq.Error:
             pass
         except Exception as e:
-            bad.append(("unexpected", "recover() under a persistent fault raised %s: %s" % (type(e).__name__, e)))
+            bad.append(
+                (
+                    "unexpected",
+                    "recover() under a persistent fault raised %s: %s" % (type(e).__name__, e),
+                )
+            )
     fs.active = False
     if q is None:
         try:
@@ -238,12 +253,22 @@ def run_point(ddq, ref, kind, at, persistent, path="/q"):
         except ddq.Locked as e:
             bad.append(("unexpected", "a failed open left the lock held: %s" % e))
         except Exception as e:
-            bad.append(("unexpected", "open after the fault cleared raised %s: %s" % (type(e).__name__, e)))
+            bad.append(
+                (
+                    "unexpected",
+                    "open after the fault cleared raised %s: %s" % (type(e).__name__, e),
+                )
+            )
     else:
         try:
             q.recover()
         except Exception as e:
-            bad.append(("unexpected", "recover() after the fault cleared raised %s: %s" % (type(e).__name__, e)))
+            bad.append(
+                (
+                    "unexpected",
+                    "recover() after the fault cleared raised %s: %s" % (type(e).__name__, e),
+                )
+            )
             q = None
     if q is not None:
         try:
@@ -256,7 +281,12 @@ def run_point(ddq, ref, kind, at, persistent, path="/q"):
             bad.append(("unexpected", "close() raised %s: %s" % (type(e).__name__, e)))
     wl.q = None
     if fs.open_count():
-        bad.append(("unexpected", "%d file handles left open after the fault (%s)" % (fs.open_count(), kind)))
+        bad.append(
+            (
+                "unexpected",
+                "%d file handles left open after the fault (%s)" % (fs.open_count(), kind),
+            )
+        )
     # a power cut right after the fault (and the recovery): the durable views must recover too
     sim = crash.Sim(files=files, dirs=pre)
     for e in fs.log:
@@ -267,10 +297,17 @@ def run_point(ddq, ref, kind, at, persistent, path="/q"):
                 continue
             fs2 = memfs.MemFS(files, dirs, can_truncate=can_truncate)
             try:
-                q2 = ddq.Queue(path, storage=fs2, clock=tmodel.Clock(tmodel.CLOCK0 + 10 ** 6), **wl_ref.opts)
+                q2 = ddq.Queue(
+                    path, storage=fs2, clock=tmodel.Clock(tmodel.CLOCK0 + 10**6), **wl_ref.opts
+                )
             except Exception as e:
-                bad.append(("unexpected", "crash after %s (%s %s): open raised %s: %s" % (
-                    kind, model, variant, type(e).__name__, e)))
+                bad.append(
+                    (
+                        "unexpected",
+                        "crash after %s (%s %s): open raised %s: %s"
+                        % (kind, model, variant, type(e).__name__, e),
+                    )
+                )
                 continue
             try:
                 _judge(ddq, q2, wl_ref, f, bad, "crash after the fault, %s %s" % (model, variant))
@@ -283,12 +320,21 @@ def run_seed(ddq, seed, nops, kinds=None, stride=1, max_fail=5):
     ref = reference(ddq, seed, nops)
     wl_ref, fs_ref = ref[0], ref[1]
     trace = fs_ref.trace
-    res = {"seed": seed, "calls": len(trace), "points": 0, "kinds": {}, "lost": 0, "resurrected": 0,
-           "reused_seq": 0, "unexpected": 0, "fail": []}
+    res = {
+        "seed": seed,
+        "calls": len(trace),
+        "points": 0,
+        "kinds": {},
+        "lost": 0,
+        "resurrected": 0,
+        "reused_seq": 0,
+        "unexpected": 0,
+        "fail": [],
+    }
     for u in wl_ref.unexpected:
         res["unexpected"] += 1
         res["fail"].append({"seed": seed, "where": "reference run", "detail": u[1]})
-    for kind in (kinds or sorted(KINDS)):
+    for kind in kinds or sorted(KINDS):
         method = KINDS[kind][0]
         idx = [n + 1 for n in range(len(trace)) if trace[n] == method]
         for j, at in enumerate(idx):
@@ -303,6 +349,14 @@ def run_seed(ddq, seed, nops, kinds=None, stride=1, max_fail=5):
                 for cat, detail in bad:
                     res[cat] += 1
                     if len(res["fail"]) < max_fail:
-                        res["fail"].append({"seed": seed, "kind": kind, "call_index": at,
-                                            "persistent": persistent, "category": cat, "detail": detail[:500]})
+                        res["fail"].append(
+                            {
+                                "seed": seed,
+                                "kind": kind,
+                                "call_index": at,
+                                "persistent": persistent,
+                                "category": cat,
+                                "detail": detail[:500],
+                            }
+                        )
     return res

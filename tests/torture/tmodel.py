@@ -2,7 +2,7 @@
 # recovered queue against that history. Subset Python: the same code runs the CPython crash-state
 # enumeration and the MicroPython power-cut sweeps, so a seed means the same workload on both.
 
-LEASE_MS = 3600000          # long leases: no lease expires inside a workload, so states compare exactly
+LEASE_MS = 3600000  # long leases: no lease expires inside a workload, so states compare exactly
 CLOCK0 = 1767225600000
 
 
@@ -83,8 +83,15 @@ def exc_name(e):
 
 
 def _item_tuple(it, payloads, reasons):
-    return (it.seq, it.state, it.attempts, it.lease_until_ms, it.not_before_ms,
-            payloads.get(it.seq), reasons.get(it.seq, b"") if it.state == "quarantined" else b"")
+    return (
+        it.seq,
+        it.state,
+        it.attempts,
+        it.lease_until_ms,
+        it.not_before_ms,
+        payloads.get(it.seq),
+        reasons.get(it.seq, b"") if it.state == "quarantined" else b"",
+    )
 
 
 class Workload:
@@ -107,15 +114,15 @@ class Workload:
         self.rng = Rng(seed)
         self.payloads = {}
         self.reasons = {}
-        self.ops = []       # (name, arg, outcome) ; outcome = ("ok", value) | ("err", excname)
-        self.starts = []    # pos() before op i
-        self.ends = []      # pos() after op i
-        self.snaps = []     # snaps[i] = logical state before op i; snaps[-1] = final
+        self.ops = []  # (name, arg, outcome) ; outcome = ("ok", value) | ("err", excname)
+        self.starts = []  # pos() before op i
+        self.ends = []  # pos() after op i
+        self.snaps = []  # snaps[i] = logical state before op i; snaps[-1] = final
         self.returned = []  # max seq returned by a completed enqueue before op i
         self.max_seq = 0
         self.q = None
         self.outbox = None
-        self.synced = []    # per op: did an Outbox group commit sync during it
+        self.synced = []  # per op: did an Outbox group commit sync during it
         self.synced_at = {}
         self.unexpected = []
 
@@ -130,8 +137,9 @@ class Workload:
             # group commit of the message layer: ddq_outbox.Outbox over a path opens its Queue with
             # sync="none" and syncs after every `every` records it writes [E15]
             del kw["sync"]
-            self.outbox = __import__("ddq_outbox").Outbox(self.path, clock=self.clock, storage=st, sync_every=every,
-                                          ticks=lambda: 0, **kw)
+            self.outbox = __import__("ddq_outbox").Outbox(
+                self.path, clock=self.clock, storage=st, sync_every=every, ticks=lambda: 0, **kw
+            )
             self.q = self.outbox.queue
         else:
             self.outbox = None
@@ -196,22 +204,26 @@ class Workload:
         if name == "retry":
             delay = (0, 2000)[self.rng.below(2)]
         if name == "quarantine":
-            reason = bytes(b % 255 + 1 for b in self.rng.bytes(self.rng.below(12)))   # no NUL
+            reason = bytes(b % 255 + 1 for b in self.rng.bytes(self.rng.below(12)))  # no NUL
         self.clock.advance(1000)
         try:
             if name == "enqueue" and self.outbox is not None:
                 d0 = q.stats().durable_seq
                 v = self.outbox.put(b"t", arg)
-                self.payloads[v] = q.read(v)     # the stored envelope is what must come back
+                self.payloads[v] = q.read(v)  # the stored envelope is what must come back
                 self.synced.append(q.stats().durable_seq > d0 and q.stats().durable_seq == v)
                 if v <= self.max_seq:
-                    self.unexpected.append(("reused_seq", "put returned %d after %d" % (v, self.max_seq)))
+                    self.unexpected.append(
+                        ("reused_seq", "put returned %d after %d" % (v, self.max_seq))
+                    )
                 self.max_seq = v
             elif name == "enqueue":
                 v = q.enqueue(arg)
                 self.payloads[v] = arg
                 if v <= self.max_seq:
-                    self.unexpected.append(("reused_seq", "enqueue returned %d after %d" % (v, self.max_seq)))
+                    self.unexpected.append(
+                        ("reused_seq", "enqueue returned %d after %d" % (v, self.max_seq))
+                    )
                 self.max_seq = v
             elif name == "claim" or name == "claim_ordered":
                 c = q.claim(LEASE_MS) if name == "claim" else q.claim_ordered(LEASE_MS)
@@ -247,7 +259,9 @@ class Workload:
         except (self.ddq.Error, OSError) as e:
             out = ("err", exc_name(e))
             if not (exc_name(e) == "Full" and name in ("enqueue", "compact")):
-                self.unexpected.append(("live_error", "%s(%r) raised %s: %s" % (name, arg, exc_name(e), e)))
+                self.unexpected.append(
+                    ("live_error", "%s(%r) raised %s: %s" % (name, arg, exc_name(e), e))
+                )
         if self.outbox is not None and name == "enqueue" and out[0] == "ok":
             self.synced_at[len(self.ops)] = self.synced[-1]
         return (name, arg if name != "enqueue" else len(arg), out)
@@ -263,7 +277,7 @@ class Workload:
         self.returned.append(0)
         snap = self.snapshot()
         self.snaps.append(snap)
-        dmax = 0     # highest seq made durable by a completed op (what sync="none" promises)
+        dmax = 0  # highest seq made durable by a completed op (what sync="none" promises)
         for i in range(self.nops):
             if stop is not None and stop(i):
                 break
@@ -330,7 +344,7 @@ class Workload:
         last op that made everything durable up to the state after op i; and (compaction can run
         inside any op) each of those with the acked items reclaimed."""
         n = len(self.ops)
-        top = n if i is None else i + 1      # snaps index of the newest state
+        top = n if i is None else i + 1  # snaps index of the newest state
         d = (n if i is None else i) - 1
         while d > 0 and not self.durable(d):
             d -= 1
@@ -359,14 +373,26 @@ def recovered_state(q):
     for it in q.items():
         p = q.read(it.seq)
         r = q.reason(it.seq) if it.state == "quarantined" else b""
-        out.append((it.seq, it.state, it.attempts, it.lease_until_ms, it.not_before_ms, bytes(p), bytes(r)))
+        out.append(
+            (
+                it.seq,
+                it.state,
+                it.attempts,
+                it.lease_until_ms,
+                it.not_before_ms,
+                bytes(p),
+                bytes(r),
+            )
+        )
     return tuple(out)
 
 
 def meta_state(q):
     """The logical state without reading payloads back (cheap; for idempotence comparisons)."""
-    return tuple((it.seq, it.state, it.attempts, it.lease_until_ms, it.not_before_ms, it.payload_len)
-                 for it in q.items())
+    return tuple(
+        (it.seq, it.state, it.attempts, it.lease_until_ms, it.not_before_ms, it.payload_len)
+        for it in q.items()
+    )
 
 
 def meta_of(state):
@@ -386,15 +412,38 @@ def check(q, allowed, returned, sync):
     st = q.stats()
     maxp = seqs[-1] if seqs else 0
     if st.next_seq <= returned or st.next_seq <= maxp:
-        bad.append(("reused_seq", "next_seq %d but seq %d was returned, %d present" % (st.next_seq, returned, maxp)))
+        bad.append(
+            (
+                "reused_seq",
+                "next_seq %d but seq %d was returned, %d present" % (st.next_seq, returned, maxp),
+            )
+        )
     cnt = {"available": 0, "claimed": 0, "acked": 0, "quarantined": 0}
     for t in rec:
         cnt[t[1]] = cnt.get(t[1], 0) + 1
-    if (st.total_items != len(rec) or st.available_items != cnt["available"] or st.claimed_items != cnt["claimed"]
-            or st.acknowledged_items != cnt["acked"] or st.quarantined_items != cnt["quarantined"]):
-        bad.append(("unexpected", "stats %r disagree with items %r" % (
-            (st.total_items, st.available_items, st.claimed_items, st.acknowledged_items,
-             st.quarantined_items), cnt)))
+    if (
+        st.total_items != len(rec)
+        or st.available_items != cnt["available"]
+        or st.claimed_items != cnt["claimed"]
+        or st.acknowledged_items != cnt["acked"]
+        or st.quarantined_items != cnt["quarantined"]
+    ):
+        bad.append(
+            (
+                "unexpected",
+                "stats %r disagree with items %r"
+                % (
+                    (
+                        st.total_items,
+                        st.available_items,
+                        st.claimed_items,
+                        st.acknowledged_items,
+                        st.quarantined_items,
+                    ),
+                    cnt,
+                ),
+            )
+        )
     nrec = rec
     norm = allowed
     partial = bool(norm) and norm[-1] == "partial"
@@ -409,7 +458,7 @@ def check(q, allowed, returned, sync):
             if compacted(a) == crec and all(t in a for t in racked):
                 return bad
     # classify against the union of allowed states
-    live = {}    # seq -> set of allowed (state, payload) ; "gone" when absent
+    live = {}  # seq -> set of allowed (state, payload) ; "gone" when absent
     for a in norm:
         for t in a:
             live.setdefault(t[0], []).append(t)
@@ -421,7 +470,12 @@ def check(q, allowed, returned, sync):
         opts = live.get(s)
         if not opts:
             if s <= returned and s not in [x[0] for x in allowed[0]]:
-                bad.append(("resurrected", "seq %d is back as %s but is not in the queue any more" % (s, t[1])))
+                bad.append(
+                    (
+                        "resurrected",
+                        "seq %d is back as %s but is not in the queue any more" % (s, t[1]),
+                    )
+                )
             else:
                 bad.append(("unexpected", "seq %d (%s) was never enqueued" % (s, t[1])))
             continue
@@ -435,8 +489,13 @@ def check(q, allowed, returned, sync):
         if s not in got and len(opts) == len(norm) and all(o[1] != "acked" for o in opts):
             bad.append(("lost", "seq %d (%s) missing" % (s, opts[0][1])))
     if not bad:
-        bad.append(("unexpected", "state matches no allowed state: got %r allowed %r" % (
-            _short(nrec), [_short(a) for a in norm])))
+        bad.append(
+            (
+                "unexpected",
+                "state matches no allowed state: got %r allowed %r"
+                % (_short(nrec), [_short(a) for a in norm]),
+            )
+        )
     return bad
 
 
@@ -446,8 +505,19 @@ def _short(snap):
 
 # -- the recovery index (SPEC 12.1): an open through queue.index must equal a full replay --------
 
-STATS_KEYS = ("total_items", "available_items", "claimed_items", "acknowledged_items", "quarantined_items",
-              "stored_bytes", "segment_count", "next_seq", "generation", "failed", "durable_seq")
+STATS_KEYS = (
+    "total_items",
+    "available_items",
+    "claimed_items",
+    "acknowledged_items",
+    "quarantined_items",
+    "stored_bytes",
+    "segment_count",
+    "next_seq",
+    "generation",
+    "failed",
+    "durable_seq",
+)
 
 
 def index_view(q, state=None):
@@ -455,7 +525,10 @@ def index_view(q, state=None):
     state, attempts, lease, not_before, payload and reason, and the stats but recovered_tail_bytes
     (an index open may find the same torn tail; the counter is not part of the state)."""
     st = q.stats()
-    return (recovered_state(q) if state is None else state, tuple(getattr(st, k) for k in STATS_KEYS))
+    return (
+        recovered_state(q) if state is None else state,
+        tuple(getattr(st, k) for k in STATS_KEYS),
+    )
 
 
 def probe_view(ddq, q):
@@ -484,5 +557,9 @@ def probe_view(ddq, q):
 def index_diff(a, b):
     """A short description of how two index_views (or probe_views) differ."""
     if a[0] != b[0]:
-        return "items %r vs %r" % (_short(a[0]), _short(b[0])) if isinstance(a[0], tuple) else "%r vs %r" % (a, b)
+        return (
+            "items %r vs %r" % (_short(a[0]), _short(b[0]))
+            if isinstance(a[0], tuple)
+            else "%r vs %r" % (a, b)
+        )
     return "%r vs %r" % (a[1:], b[1:])

@@ -23,6 +23,7 @@
 
 Prints "RESULT <json>" last. DDQ_TORTURE_IMPL=standin tests the harness on tests/torture/standin.py.
 """
+
 import json
 import os
 import sys
@@ -36,12 +37,14 @@ sys.path.append(os.path.join(HERE, ".."))  # tests/ddqfmt.py
 def load_ddq():
     if os.environ.get("DDQ_TORTURE_IMPL") == "standin":
         import standin as ddq
+
         bugs = os.environ.get("DDQ_TORTURE_BUGS", "")
         for b in bugs.split(","):
             if b:
                 ddq.BUGS[b] = True
         return ddq
     import ddq
+
     return ddq
 
 
@@ -51,31 +54,44 @@ def main(argv):
     seed, nops = int(argv[1]), int(argv[2])
     if kind == "crash":
         import crash
+
         sync = None if argv[3] == "-" else argv[3]
         index = _index(argv, 4)
         hashes = set()
         # depth 2 on every 12th repair; every 24th with the index (its recovery logs are longer)
         # part 1c: every 5th judged state also continued (edges.continue_state)
-        res = crash.run_seed(ddq, seed, nops, sync=sync, hashes=hashes, index=index,
-                             depth2=int(os.environ.get("DDQ_TORTURE_DEPTH2", "24" if index else "12")),
-                             cont_every=int(os.environ.get("DDQ_TORTURE_CONT", "5")))
+        res = crash.run_seed(
+            ddq,
+            seed,
+            nops,
+            sync=sync,
+            hashes=hashes,
+            index=index,
+            depth2=int(os.environ.get("DDQ_TORTURE_DEPTH2", "24" if index else "12")),
+            cont_every=int(os.environ.get("DDQ_TORTURE_CONT", "5")),
+        )
         with open(argv[5], "w") as f:
             for h in hashes:
                 f.write(h.hex() + "\n")
     elif kind == "enospc":
         import edges
+
         res = edges.run_enospc(ddq, seed, nops)
         if seed % 100 == 0:  # the first task also runs issue 25's natural reproduction
             nat = edges.natural(ddq)
             res["natural_seeds"], res["natural_bricked"] = nat["seeds"], nat["bricked"]
             res["bricked"] += nat["bricked"]
             res["lost"] += nat["lost"]
-            res["fail"] += [{"seed": seed, "category": "bricked", "detail": f} for f in nat["fail"][:3]]
+            res["fail"] += [
+                {"seed": seed, "category": "bricked", "detail": f} for f in nat["fail"][:3]
+            ]
     elif kind == "fault":
         import tfaults as faults
+
         res = faults.run_seed(ddq, seed, nops, stride=int(argv[3]))
     elif kind == "bad":
         import badimg
+
         hashes = set()
         index = _index(argv, 3)
         res = badimg.run_seed(ddq, seed, nops, hashes=hashes, index=index)
@@ -85,21 +101,27 @@ def main(argv):
         res["base_sha256"] = base_sha(ddq, seed, nops, index)
     elif kind == "hypo":
         import badimg
+
         res = badimg.hypothesis_run(ddq, seed, nops, int(argv[3]), index=_index(argv, 4))
     elif kind == "forge":
         import forge
+
         res = forge.run_seed(ddq, seed, nops)
     elif kind == "group":
         import group
 
         import ddq_group
-        res = group.run_seed(ddq, ddq_group, seed, per=nops,
-                             threads=len(argv) > 3 and argv[3] == "threads")
+
+        res = group.run_seed(
+            ddq, ddq_group, seed, per=nops, threads=len(argv) > 3 and argv[3] == "threads"
+        )
     elif kind == "salvage":
         import salvage
+
         res = salvage.run_seed(ddq, seed, nops)
     elif kind == "salvagecut":
         import salvage
+
         res = salvage.run_cuts(ddq, seed, nops, every=int(argv[3]))
     elif kind == "base":
         res = {"base_sha256": base_sha(ddq, seed, nops, _index(argv, 3))}
@@ -115,6 +137,7 @@ def _index(argv, i):
 
 def base_sha(ddq, seed, nops, index=None):
     import mutate
+
     base, wl, acc = mutate.build_base(ddq, seed, nops, index=index)
     return mutate.base_sha256(base)
 

@@ -330,7 +330,9 @@ def scan(
         sizes.append(os.lstat(os.path.join(path, sources.get(n, n))).st_size)
     st.snap_at = ixc.check_dir(gen, sizes, man_bytes, cp)
     for idx, (sid, n) in enumerate(mine):
-        data, why = read_entry(os.path.join(path, sources.get(n, n)), opts["segment_bytes"], seg_bound)
+        data, why = read_entry(
+            os.path.join(path, sources.get(n, n)), opts["segment_bytes"], seg_bound
+        )
         if data is None:
             rep.add("corrupt", "segment %s is %s (SPEC R15)" % (sources.get(n, n), why), file=n)
             return ixc.unchecked()
