@@ -94,6 +94,23 @@ def check_mpremote_version() -> str | None:
     return v
 
 
+# mpremote's device side of a mount waits 1 s for each reply from the host (`ipoll(1000)` in
+# transport_serial.fs_hook_code) and then gives up with "timeout waiting for remote": on a busy
+# host, or a board under qemu, one reply can take longer (docs/HOST.md, "Testing on a board").
+# The host side keeps its own bound (EXEC_IDLE_TIMEOUT), so the device may wait as long.
+MOUNT_REPLY_MS = int(EXEC_IDLE_TIMEOUT * 1000)
+
+
+def patient_mount() -> bool:
+    """Make the mount code mpremote sends wait MOUNT_REPLY_MS for each host reply; True when
+    the code is (now) so (False: this mpremote's code has no such wait to change)."""
+    import mpremote.transport_serial as ts
+
+    want = "ipoll(%d)" % MOUNT_REPLY_MS
+    ts.fs_hook_code = ts.fs_hook_code.replace("ipoll(1000)", want)
+    return want in ts.fs_hook_code
+
+
 def dpath(path: str) -> str:
     """Device path without mpremote's ':' prefix; '' means the current directory."""
     if path.startswith(":"):
@@ -780,6 +797,7 @@ class Device:
         """Expose a host directory at /remote on the device (mpremote mount); cwd becomes /remote.
 
         read_only: the device can stat, list and read, nothing else (see _ReadOnlyCommand)."""
+        patient_mount()
         try:
             with self._bounded(EXEC_IDLE_TIMEOUT, "answer"):
                 self.t.mount_local(os.path.abspath(path))

@@ -532,3 +532,31 @@ def test_ddq_test_installed_without_ddq_reports_the_import_error(board):
             for n in ("ddq.mpy", "ddq.py"):
                 if dev.exists(":" + n + ".off"):
                     dev.rename(":" + n + ".off", ":" + n)
+
+
+def test_a_mount_waits_for_a_slow_host(board, tmp_path, monkeypatch):
+    """A host that takes 1.5 s over one reply (a busy machine, a board under qemu) does not break
+    the mount: mpremote's device side would give up after 1 s ("timeout waiting for remote");
+    ddq's mount waits as long as the host side does (device.MOUNT_REPLY_MS; HOST.md Timeouts)."""
+    from mpremote.transport_serial import PyboardCommand, fs_hook_cmds
+
+    from ddqhost import device
+
+    (tmp_path / "slow.txt").write_bytes(b"x" * 37)
+    stat = PyboardCommand.cmd_table[fs_hook_cmds["CMD_STAT"]]
+    slow = []
+
+    def slow_stat(cmd):
+        slow.append(1)
+        time.sleep(1.5)  # the fault itself: the host is slow to answer
+        return stat(cmd)
+
+    monkeypatch.setitem(PyboardCommand.cmd_table, fs_hook_cmds["CMD_STAT"], slow_stat)
+    with Device(board.tty, soft_reset=True) as dev:
+        dev.mount_local(str(tmp_path), read_only=True)
+        try:
+            out = dev.exec("import os\nprint(os.stat('/remote/slow.txt')[6])")
+        finally:
+            dev.umount_local()
+    assert slow and out.strip().endswith(b"37"), out
+    assert device.MOUNT_REPLY_MS >= 10000
