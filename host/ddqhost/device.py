@@ -104,7 +104,7 @@ MOUNT_REPLY_MS = int(EXEC_IDLE_TIMEOUT * 1000)
 def patient_mount() -> bool:
     """Make the mount code mpremote sends wait MOUNT_REPLY_MS for each host reply; True when
     the code is (now) so (False: this mpremote's code has no such wait to change)."""
-    import mpremote.transport_serial as ts
+    import mpremote.transport_serial as ts  # type: ignore[import-untyped]
 
     want = "ipoll(%d)" % MOUNT_REPLY_MS
     ts.fs_hook_code = ts.fs_hook_code.replace("ipoll(1000)", want)
