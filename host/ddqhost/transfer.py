@@ -211,7 +211,9 @@ def modules_to_install(prof: dict[str, Any] | None = None, app: str | None = Non
     With an app: ddq and the port modules the app imports, followed through the modules' own
     imports (ddq_mqtt's example imports do not count: only real import statements). Without
     one: every port module the board can load, less ddq_mqtt where the profile says
-    `"network": false` (an app that imports it there still gets it: its adapters need no socket).
+    `"network": false`. With an app on such a profile ddq_mqtt comes only when the app itself
+    imports it (its adapters need no socket), not through ddq_app (which loads it only where
+    `socket` exists).
     """
     src = qdir.ddq_source()
     port = os.path.dirname(src)
@@ -227,7 +229,10 @@ def modules_to_install(prof: dict[str, Any] | None = None, app: str | None = Non
             want.add("ddq_reclaim")  # the profile stages its generations (SPEC C13)
         todo = [app]
         while todo:
-            for m in sorted(port_imports(todo.pop()) - want):
+            path = todo.pop()
+            for m in sorted(port_imports(path) - want):
+                if m in NEEDS_NETWORK and not network and path != app:
+                    continue  # ddq_app loads ddq_mqtt only where there is a socket
                 want.add(m)
                 if os.path.exists(os.path.join(port, m + ".py")):
                     todo.append(os.path.join(port, m + ".py"))

@@ -394,6 +394,14 @@ def test_flash_installs_what_the_app_imports(tmp_path):
     # OUTBOX = "ddq_batch": ddq_app opens a ddq_batch.BatchOutbox (OUTBOX B1)
     bt = _app(tmp_path, "import ddq_app\nOUTBOX = 'ddq_batch'\n")
     assert "ddq_batch.py" in names(transfer.modules_to_install(pyb, bt))
+    # ddq_app loads ddq_mqtt only where `socket` exists: a "network": false profile's app that
+    # imports ddq_app does not get it (HOST.md flash), a networked one does.
+    assert "ddq_mqtt.py" not in names(transfer.modules_to_install(pyb, bt))
+    assert "ddq_mqtt.py" in names(transfer.modules_to_install(unix, bt))
+    for name in ("ARMV7M_GENERIC", "RPI_PICO"):
+        prof = boards.load(name)
+        assert not prof.get("network")
+        assert "ddq_mqtt.py" not in names(transfer.modules_to_install(prof, boards.app_path(prof)))
     for name in boards.names():  # each example app loads on its own board
         prof = boards.load(name)
         transfer.modules_to_install(prof, boards.app_path(prof))
