@@ -53,6 +53,16 @@ def check(img):
         for off in range(0, len(raw), 32):
             e = raw[off : off + 32]
             if e[0] == 0:
+                # The end marker: every later entry is free too (FatFs zero-fills a cluster it
+                # adds to a directory). A cut between the FAT write linking a new directory
+                # cluster and that fill leaves stale bytes behind the marker; FatFs then places
+                # new entries there, past the marker, where no listing or lookup finds them (a
+                # created file vanishes: seen as a continuation that lost its segments).
+                for off2 in range(off + 32, len(raw), 32):
+                    if raw[off2] not in (0, 0xE5):
+                        return "%s: entries after the end marker (an unfilled cluster)" % (
+                            where or "/"
+                        )
                 return None
             if e[0] == 0xE5 or e[11] == 0x0F or e[11] & 0x08:
                 continue
