@@ -340,3 +340,56 @@ def test_continuation_catches_a_kept_lost_rotation():
             ddq, KeepEmpty(f2, d2), "/q", opts, state, seed, tmodel.Clock()
         )
     assert any(b[0] in ("bricked", "unexpected") for b in bad), bad
+
+
+FAT_BEHIND_MARKER = """
+import os, struct, sys, vfs
+sys.path[:0] = ['tests', 'tests/torture']
+from blockdev import RAMBlockDev
+import fatcheck
+bd = RAMBlockDev(512, 256)
+vfs.VfsFat.mkfs(bd)
+vfs.mount(vfs.VfsFat(bd), '/f')
+os.mkdir('/f/q')
+open('/f/q/queue.format', 'wb').close()
+vfs.umount('/f')
+img = bd.data
+clean = fatcheck.check(img)
+bps, spc, rsv, nfats, nroot, tot16, media, fatsz = struct.unpack_from('<HBHBHHBH', img, 11)
+root = (rsv + nfats * fatsz) * bps
+data0 = rsv + nfats * fatsz + (nroot * 32 + bps - 1) // bps
+for off in range(root, root + nroot * 32, 32):
+    if img[off:off + 11] == b'Q          ':
+        c = struct.unpack_from('<H', img, off + 26)[0]
+q = (data0 + (c - 2) * spc) * bps
+n = 0
+while img[q + 32 * n] != 0:
+    n += 1
+img[q + 32 * (n + 2):q + 32 * (n + 3)] = b'X' * 32   # stale bytes two slots behind the end marker
+damaged = fatcheck.check(img)
+vfs.mount(vfs.VfsFat(bd), '/f')
+name = 'generation-00000000000000000001-segment-00000000000000000000.log'
+f = open('/f/q/' + name, 'wb')
+f.write(b'x' * 100)
+f.close()
+print('RESULT', repr(clean) + '|' + repr(damaged) + '|' + repr(name in os.listdir('/f/q')))
+"""
+
+
+def test_fatcheck_calls_entries_behind_the_end_marker_damaged():
+    # RELIABILITY part 2, FAT attribution: FatFs places a new entry behind stale bytes past a
+    # directory's end marker, where no listing finds it (the file vanishes); fatcheck must call
+    # such an image damaged, and a freshly made one clean.
+    p = subprocess.run(
+        [MP, "-X", "heapsize=4M", "-c", FAT_BEHIND_MARKER],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
+    assert p.returncode == 0 and line, p.stdout + p.stderr
+    clean, damaged, listed = line[-1].split(" ", 1)[1].split("|")
+    assert clean == "None", line
+    assert "end marker" in damaged, line
+    assert listed == "False", line  # FatFs really lost the file it created
