@@ -305,6 +305,16 @@ def run(smoke: bool = False, tmp: "str | None" = None) -> "dict[str, object]":
 TARGETS = {"paho": 0.8, "w1": 10.0, "fleet": 6.0}
 
 
+def paired_rows(
+    rep: "Any", f: "Any", v: "Any", rates: "Any", vs_paho: "Any", vs_w1: "Any"
+) -> None:
+    """Two rows of one sender: W=16 ÷ paho max_inflight=16, and W=16 ÷ W=1 (rates: msg/s at
+    W=16, at W=1, paho's)."""
+    r16, r1, pa = rates
+    rep.row(*vs_paho, f(r16), f(pa), f(r16 / pa), "≥ 0.8", v(r16 / pa, TARGETS["paho"]))
+    rep.row(*vs_w1, f(r16), f(r1), f(r16 / r1), "≥ 10", v(r16 / r1, TARGETS["w1"]))
+
+
 def rows(rep: "Any", R: "Any", fmt: "Any", verdict: "Any") -> None:
     """Add rows D1-D5 to bench/run.py's Report (rep.row) from run()'s results R."""
     if not R or "skipped" in R:
@@ -312,24 +322,13 @@ def rows(rep: "Any", R: "Any", fmt: "Any", verdict: "Any") -> None:
     f, v = fmt, verdict
     pa = R["paho_16"]
     for rid, who, key in (("D1", "MicroPython", "mp"), ("D2", "CPython", "cp")):
-        r16, r1 = R[key + "_16"], R[key + "_1"]
-        rep.row(
-            rid,
-            "device sender on %s, W=16, msg/s ÷ paho max_inflight=16 (100 ms RTT)" % who,
-            f(r16),
-            f(pa),
-            f(r16 / pa),
-            "≥ 0.8",
-            v(r16 / pa, TARGETS["paho"]),
-        )
-        rep.row(
-            rid + "b",
-            "device sender on %s, W=16 ÷ W=1 (msg/s)" % who,
-            f(r16),
-            f(r1),
-            f(r16 / r1),
-            "≥ 10",
-            v(r16 / r1, TARGETS["w1"]),
+        paired_rows(
+            rep,
+            f,
+            v,
+            (R[key + "_16"], R[key + "_1"], pa),
+            (rid, "device sender on %s, W=16, msg/s ÷ paho max_inflight=16 (100 ms RTT)" % who),
+            (rid + "b", "device sender on %s, W=16 ÷ W=1 (msg/s)" % who),
         )
     if "app_16" in R:
         ra = R["app_16"]
@@ -345,23 +344,13 @@ def rows(rep: "Any", R: "Any", fmt: "Any", verdict: "Any") -> None:
             v(ra / pa, TARGETS["paho"]),
         )
     r16, r1, fl = R["replay_16"], R["replay_1"], R["replay_fleet"]
-    rep.row(
-        "D3",
-        "`ddq replay` one dir, --window 16, msg/s ÷ paho max_inflight=16",
-        f(r16),
-        f(pa),
-        f(r16 / pa),
-        "≥ 0.8",
-        v(r16 / pa, TARGETS["paho"]),
-    )
-    rep.row(
-        "D4",
-        "`ddq replay` one dir, --window 16 ÷ --window 1 (msg/s)",
-        f(r16),
-        f(r1),
-        f(r16 / r1),
-        "≥ 10",
-        v(r16 / r1, TARGETS["w1"]),
+    paired_rows(
+        rep,
+        f,
+        v,
+        (r16, r1, pa),
+        ("D3", "`ddq replay` one dir, --window 16, msg/s ÷ paho max_inflight=16"),
+        ("D4", "`ddq replay` one dir, --window 16 ÷ --window 1 (msg/s)"),
     )
     t5 = TARGETS["fleet"] * R["dirs"] / 8  # 6 for 8 directories (the smoke run has fewer)
     rep.row(

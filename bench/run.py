@@ -806,15 +806,7 @@ def build(results, errors, smoke, seconds):
         for pname, res in lf["per_msg"].items():
             js = res["json"]["progs"] + res["json"]["erases"]
             rows = []
-            for case in (
-                "json",
-                "applog",
-                "ddq_always",
-                "ddq_ack",
-                "ddq_enqueue",
-                "ddq_group",
-                "ddq_outbox",
-            ):
+            for case in labels:  # in its order (mp_bench.WEAR_CASES)
                 if case not in res:
                     continue
                 v = res[case]

@@ -16,19 +16,13 @@
 #            CRCs): a footer check alone would still read each whole
 # Reported: the best time of `reps` per size, and the bytes read through the storage seam (a
 # count, deterministic: its ratio to the segment size is the work per byte).
-import os
 import sys
 
-_here = globals().get("__file__") or "bench/salvage_bench.py"
-if not _here.startswith("/"):
-    _here = os.getcwd().rstrip("/") + "/" + _here
-HERE = _here[: _here.rfind("/")]
-REPO = HERE[: HERE.rfind("/")]
-sys.path.insert(0, HERE)
-sys.path.insert(0, REPO + "/port")
+import common  # bench/ is sys.path[0]: the script's own directory
+from common import emit, fresh, now_us, since_us
 
-import common  # noqa: E402
-from common import emit, fresh, now_us, since_us  # noqa: E402
+REPO = common.REPO
+sys.path.insert(0, REPO + "/port")
 
 import ddq  # noqa: E402
 import ddq_salvage  # noqa: E402

@@ -272,3 +272,16 @@ def subscriber_tls(port, pki, user, password, client_id="ddq-tls-sub"):
         c.loop_stop()
         raise RuntimeError("TLS subscriber: subscription not acknowledged")
     return c, got
+
+
+def serve(d, users, sub="sub"):
+    """A generator for a module fixture: the PKI made in d, a TLSBroker with users and a
+    subscriber to '#' logged in as `sub`; yields (broker, pki, received) and ends them."""
+    pki = make_pki(d)
+    with TLSBroker(d, pki, users) as b:
+        c, got = subscriber_tls(b.port, pki, sub, users[sub])
+        try:
+            yield b, pki, got
+        finally:
+            c.disconnect()
+            c.loop_stop()

@@ -69,6 +69,17 @@ def _mpylib():
 _wait = brokers.wait_until
 
 
+def _run_app(template, board, tmp_path, **more):  # type: ignore[no-untyped-def]
+    """Run template (a script for `micropython -c`, given the board's app directory, port/ and
+    a queue directory in tmp_path) on the unix port; it must exit 0."""
+    app = os.path.join(REPO, "boards", board)
+    script = template % dict(more, app=app, port=os.path.join(REPO, "port"), q=str(tmp_path / "q"))
+    mp = os.path.join(os.path.dirname(sys.executable), "micropython")
+    r = subprocess.run([mp, "-c", script], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
 def _readings(sub):
     return {int(p.split(b" ")[0][2:]) for p in sub.distinct() if p.startswith(b"n=")}
 
@@ -206,18 +217,7 @@ print("refused", st["pending"], len(sends))
 
 
 def test_board_app_backs_off_wifi_and_link_and_sleeps_offline(tmp_path):
-    script = WIFI % {
-        "app": os.path.join(REPO, "boards", "UNIX"),
-        "port": os.path.join(REPO, "port"),
-        "q": str(tmp_path / "q"),
-    }
-    r = subprocess.run(
-        [os.path.join(os.path.dirname(sys.executable), "micropython"), "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
+    r = _run_app(WIFI, "UNIX", tmp_path)
     line, last, offline, refused = r.stdout.strip().splitlines()
     print(line, "|", offline, "(pending, sent, WiFi polls) |", refused, "(pending, sends)")
     at = ast.literal_eval(line.split("at ")[1].split(" up")[0])
@@ -314,19 +314,7 @@ def test_board_app_without_network_queues_for_pull(tmp_path):
     nonet = tmp_path / "nonet"
     nonet.mkdir()
     (nonet / "socket.py").write_text("raise ImportError('no module named socket')\n")
-    script = NO_NET % {
-        "nonet": str(nonet),
-        "app": os.path.join(REPO, "boards", "UNIX"),
-        "port": os.path.join(REPO, "port"),
-        "q": str(tmp_path / "q"),
-    }
-    r = subprocess.run(
-        [os.path.join(os.path.dirname(sys.executable), "micropython"), "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
+    r = _run_app(NO_NET, "UNIX", tmp_path, nonet=str(nonet))
     assert "readings wait on flash" in r.stdout and "no network 3 0 0 False" in r.stdout, r.stdout
 
 
@@ -364,13 +352,6 @@ def test_pybv11_app_delivers_through_the_outbox_loop(tmp_path):
     with open(os.path.join(app, "main.py")) as f:
         src = f.read()
     assert "import ddq_outbox" in src and ".claim(" not in src and "import ddq_app" not in src
-    script = PYB % {"app": app, "port": os.path.join(REPO, "port"), "q": str(tmp_path / "q")}
-    r = subprocess.run(
-        [os.path.join(os.path.dirname(sys.executable), "micropython"), "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
+    r = _run_app(PYB, "PYBV11", tmp_path)
     assert "sent 3 0 [b'v=21.5', b'v=21.5', b'v=21.5']" in r.stdout, r.stdout
     assert "away 2 2" in r.stdout and "dead 1 0" in r.stdout, r.stdout

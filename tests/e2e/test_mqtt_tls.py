@@ -34,15 +34,7 @@ USERS = {"dev": "dev pass", "sub": "sub pass"}
 
 @pytest.fixture(scope="module")
 def tls(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tls")
-    pki = tlsbroker.make_pki(d)
-    with tlsbroker.TLSBroker(d, pki, USERS) as b:
-        sub, got = tlsbroker.subscriber_tls(b.port, pki, "sub", USERS["sub"])
-        try:
-            yield b, pki, got
-        finally:
-            sub.disconnect()
-            sub.loop_stop()
+    yield from tlsbroker.serve(tmp_path_factory.mktemp("tls"), USERS)
 
 
 def _wait(got, topic, n, seconds=5.0):

@@ -26,15 +26,7 @@ USERS = {"dev": "dev pass", "sub": "sub pass"}
 
 @pytest.fixture(scope="module")
 def tls(tmp_path_factory):  # type: ignore[no-untyped-def]
-    d = tmp_path_factory.mktemp("tlsw")
-    pki = tlsbroker.make_pki(d)
-    with tlsbroker.TLSBroker(d, pki, USERS) as b:
-        sub, got = tlsbroker.subscriber_tls(b.port, pki, "sub", USERS["sub"])
-        try:
-            yield b, pki, got
-        finally:
-            sub.disconnect()
-            sub.loop_stop()
+    yield from tlsbroker.serve(tmp_path_factory.mktemp("tlsw"), USERS)
 
 
 def _wait(got, prefix, n, seconds=10.0):  # type: ignore[no-untyped-def]
