@@ -5,6 +5,7 @@
 # hashlib.sha256: the same bytes are expected from both).
 import ddq
 import ddq_outbox
+import shared
 import support
 
 T0 = 1767225600000
@@ -23,14 +24,7 @@ def _ob(d=None, **kw):
 
 
 def _drain(ob, limit=200):
-    out = []
-    for _ in range(limit):
-        m = ob.get()
-        if m is None:
-            break
-        out.append(m)
-        ob.ack(m)
-    return out
+    return shared.drain(ob, limit)
 
 
 def _hex(b):

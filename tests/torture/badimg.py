@@ -6,6 +6,7 @@ import hashlib
 import signal
 
 import mutate
+import tmodel
 
 
 class Timeout(Exception):
@@ -115,19 +116,8 @@ def run_seed(ddq, seed, nops, hashes=None, max_fail=5, limit=None, index=None):
             res[outcome] += 1
         if index:
             bad = bad + index_timed(ddq, files, wl.opts, res, got)
-        for cat, detail in bad:
-            res[cat] += 1
-            if len(res["fail"]) < max_fail:
-                res["fail"].append(
-                    {
-                        "seed": seed,
-                        "nops": nops,
-                        "index": index,
-                        "mutation": desc,
-                        "category": cat,
-                        "detail": detail[:400],
-                    }
-                )
+        where = {"seed": seed, "nops": nops, "index": index, "mutation": desc}
+        tmodel.tally(res, bad, max_fail, where)
     return res
 
 

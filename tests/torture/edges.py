@@ -303,18 +303,8 @@ def run_enospc(ddq, seed, nops, stride=1, max_fail=5, path="/q"):
     seen = set()
 
     def bad(cat, detail, at, where):
-        res[cat] += 1
-        if len(res["fail"]) < max_fail:
-            res["fail"].append(
-                {
-                    "seed": seed,
-                    "point": at,
-                    "of": total,
-                    "view": where,
-                    "category": cat,
-                    "detail": detail[:500],
-                }
-            )
+        point = {"seed": seed, "point": at, "of": total, "view": where}
+        tmodel.tally(res, [(cat, detail)], max_fail, point, 500)
 
     for at in range(1, total + 1, stride):
         fs = FullFS(at=at, cut=at * 7 + 3, dirs=pre, record=True, can_truncate=can_truncate)

@@ -154,18 +154,9 @@ def run_seed(
                     bad = [("unexpected", "Corrupt on a legal crash state: %s" % e)]
                 except Exception as e:
                     bad = [("unexpected", "open raised %s: %s" % (type(e).__name__, e))]
-                for cat, detail in bad:
-                    res[cat] += 1
-                    if len(res["fail"]) < max_fail:
-                        res["fail"].append(
-                            {
-                                "seed": seed,
-                                "crash_after_step": k,
-                                "model": model,
-                                "variant": variant,
-                                "category": cat,
-                                "detail": detail[:400],
-                                "storage_op": repr(log[k - 1])[:120] if k else None,
-                            }
-                        )
+                if bad:
+                    where = {"seed": seed, "crash_after_step": k, "model": model}
+                    where["variant"] = variant
+                    where["storage_op"] = repr(log[k - 1])[:120] if k else None
+                    tmodel.tally(res, bad, max_fail, where)
     return res

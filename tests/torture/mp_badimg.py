@@ -55,19 +55,8 @@ def main():
             outcome = "forged"
         if outcome in ("corrupt", "clean", "forged"):
             res[outcome] += 1
-        for cat, detail in bad:
-            res[cat] += 1
-            if len(res["fail"]) < 4:
-                res["fail"].append(
-                    {
-                        "seed": seed,
-                        "nops": nops,
-                        "mutation": desc,
-                        "index": i,
-                        "category": cat,
-                        "detail": detail[:300],
-                    }
-                )
+        where = {"seed": seed, "nops": nops, "mutation": desc, "index": i}
+        tmodel.tally(res, bad, 4, where, 300)
     print("RESULT " + json.dumps(res))
 
 

@@ -28,6 +28,7 @@ import sys
 import tempfile
 
 import mutate
+import tmodel
 
 import ddqfmt as F
 
@@ -151,17 +152,8 @@ def run_seed(ddq, seed, nops, limit=None, max_fail=5, fsck_every=1):
     }
 
     def fail(cat, desc, detail):
-        res[cat] += 1
-        if len(res["fail"]) < max_fail:
-            res["fail"].append(
-                {
-                    "seed": seed,
-                    "nops": nops,
-                    "mutation": desc,
-                    "category": cat,
-                    "detail": detail[:400],
-                }
-            )
+        where = {"seed": seed, "nops": nops, "mutation": desc}
+        tmodel.tally(res, [(cat, detail)], max_fail, where)
 
     try:
         bdir = os.path.join(root, "base")

@@ -346,17 +346,6 @@ def run_seed(ddq, seed, nops, kinds=None, stride=1, max_fail=5):
                     continue
                 res["points"] += 1
                 res["kinds"][kind] = res["kinds"].get(kind, 0) + 1
-                for cat, detail in bad:
-                    res[cat] += 1
-                    if len(res["fail"]) < max_fail:
-                        res["fail"].append(
-                            {
-                                "seed": seed,
-                                "kind": kind,
-                                "call_index": at,
-                                "persistent": persistent,
-                                "category": cat,
-                                "detail": detail[:500],
-                            }
-                        )
+                where = {"seed": seed, "kind": kind, "call_index": at, "persistent": persistent}
+                tmodel.tally(res, bad, max_fail, where, 500)
     return res

@@ -78,6 +78,19 @@ def queue_opts(opts):
     return out
 
 
+def tally(res, bad, max_fail, where, cut=400):
+    """Count each (category, detail) of bad in res[category]; keep the first max_fail of them in
+    res["fail"] as records: the fields of where (seed, workload, point...), the category and
+    the detail cut to `cut` characters."""
+    for cat, detail in bad:
+        res[cat] += 1
+        if len(res["fail"]) < max_fail:
+            rec = dict(where)
+            rec["category"] = cat
+            rec["detail"] = detail[:cut]
+            res["fail"].append(rec)
+
+
 def exc_name(e):
     return type(e).__name__
 
@@ -92,6 +105,24 @@ def _item_tuple(it, payloads, reasons):
         payloads.get(it.seq),
         reasons.get(it.seq, b"") if it.state == "quarantined" else b"",
     )
+
+
+# step()'s draw r in [0, 100) (in [0, 108) with a small index_bytes): the first operation whose
+# bound is above r.
+_DRAWS = (
+    (36, "enqueue"),
+    (56, "claim"),
+    (61, "claim_ordered"),
+    (74, "ack"),
+    (80, "retry"),
+    (84, "quarantine"),
+    (88, "compact"),
+    (92, "reopen"),
+    (97, "read"),
+    (100, "sync"),
+    (104, "save_index"),
+    (108, "reopen"),
+)
 
 
 class Workload:
@@ -163,32 +194,12 @@ class Workload:
         # writes queue.index); other workloads draw exactly as before (same seeds, same runs).
         r = self.rng.below(108 if self.opts.get("index_bytes") else 100)
         q = self.q
-        name = "enqueue"
         arg = None
-        if r < 36:
-            pass
-        elif r < 56:
-            name = "claim"
-        elif r < 61:
-            name = "claim_ordered"
-        elif r < 74:
-            name = "ack"
-        elif r < 80:
-            name = "retry"
-        elif r < 84:
-            name = "quarantine"
-        elif r < 88:
-            name = "compact"
-        elif r < 92:
-            name = "reopen"
-        elif r < 97:
-            name = "read"
-        elif r < 100:
-            name = "sync"
-        elif r < 104:
-            name = "save_index"
-        else:
-            name = "reopen"
+        name = "reopen"
+        for below, drawn in _DRAWS:
+            if r < below:
+                name = drawn
+                break
         if name in ("ack", "retry", "quarantine"):
             arg = self._pick(snap, ("claimed",))
             if arg is None:
@@ -207,22 +218,20 @@ class Workload:
             reason = bytes(b % 255 + 1 for b in self.rng.bytes(self.rng.below(12)))  # no NUL
         self.clock.advance(1000)
         try:
-            if name == "enqueue" and self.outbox is not None:
-                d0 = q.stats().durable_seq
-                v = self.outbox.put(b"t", arg)
-                self.payloads[v] = q.read(v)  # the stored envelope is what must come back
-                self.synced.append(q.stats().durable_seq > d0 and q.stats().durable_seq == v)
+            if name == "enqueue":
+                if self.outbox is not None:
+                    d0 = q.stats().durable_seq
+                    v = self.outbox.put(b"t", arg)
+                    self.payloads[v] = q.read(v)  # the stored envelope is what must come back
+                    self.synced.append(q.stats().durable_seq > d0 and q.stats().durable_seq == v)
+                    how = "put"
+                else:
+                    v = q.enqueue(arg)
+                    self.payloads[v] = arg
+                    how = "enqueue"
                 if v <= self.max_seq:
                     self.unexpected.append(
-                        ("reused_seq", "put returned %d after %d" % (v, self.max_seq))
-                    )
-                self.max_seq = v
-            elif name == "enqueue":
-                v = q.enqueue(arg)
-                self.payloads[v] = arg
-                if v <= self.max_seq:
-                    self.unexpected.append(
-                        ("reused_seq", "enqueue returned %d after %d" % (v, self.max_seq))
+                        ("reused_seq", "%s returned %d after %d" % (how, v, self.max_seq))
                     )
                 self.max_seq = v
             elif name == "claim" or name == "claim_ordered":
