@@ -365,21 +365,21 @@ def rows(rep: "Any", R: "Any", fmt: "Any", verdict: "Any") -> None:
     rep.section(
         "Drain over a 100 ms round trip (issue 17: rows D1-D5)",
         [
-            "A relay of our own (bench/drain_bench.py, an asyncio process on 127.0.0.1) delays every "
-            "TCP segment by %d ms each way between the sender and a local mosquitto, keeping order "
-            "and letting segments overlap. Each sender drains %d queued 100-byte QoS 1 messages "
-            "(W = 1 and `--window 1`: %d, since one at a time takes 100 ms each; rates compare). "
-            "Device sender: ddq_mqtt.WindowSender under Outbox.pump (OUTBOX E25), group commit "
-            "sync_interval_ms=50, its own process (bench/drain_dev.py; MicroPython with an 8 MiB heap: "
-            "the unix port's 2 MiB default fragments as the index of 2,000 items grows, P14); "
-            "paho-mqtt 2.2 with "
-            "max_inflight_messages_set(16) publishes the same count and waits for every PUBACK; "
-            "`ddq replay` rates use each run's own delivery time (after the CONNACK, from its "
-            "--json summary: no interpreter start-up), and %d directories at once use the slowest "
-            "one's. Ideal at W = 16: 160 msg/s. D6 (issue 27): the example app itself "
-            "(boards/UNIX/main.py with ddq_app, bench/drain_app.py) queues the readings offline "
-            "(budget 0), then main.run() drains them as after an outage, through the sender it "
-            "picks by default; its queue options are the UNIX profile's with room for the "
+            "A relay of our own (bench/drain_bench.py, an asyncio process on 127.0.0.1) delays "
+            "every TCP segment by %d ms each way between the sender and a local mosquitto, "
+            "keeping order and letting segments overlap. Each sender drains %d queued 100-byte "
+            "QoS 1 messages (W = 1 and `--window 1`: %d, since one at a time takes 100 ms each; "
+            "rates compare). Device sender: ddq_mqtt.WindowSender under Outbox.pump (OUTBOX E25), "
+            "group commit sync_interval_ms=50, its own process (bench/drain_dev.py; MicroPython "
+            "with an 8 MiB heap: the unix port's 2 MiB default fragments as the index of 2,000 "
+            "items grows, P14); paho-mqtt 2.2 with max_inflight_messages_set(16) publishes the "
+            "same count and waits for every PUBACK; `ddq replay` rates use each run's own "
+            "delivery time (after the CONNACK, from its --json summary: no interpreter start-up), "
+            "and %d directories at once use the slowest one's. Ideal at W = 16: 160 msg/s. D6 "
+            "(issue 27): the example app itself (boards/UNIX/main.py with ddq_app, "
+            "bench/drain_app.py) queues the readings offline (budget 0), then main.run() drains "
+            "them as after an outage, through the sender it picks by default; its queue options "
+            "are the UNIX profile's with room for the "
             "backlog." % (R["rtt_ms"] // 2, R["n"], R["n1"], R["dirs"]),
             "",
         ]

@@ -104,8 +104,8 @@ def part_lifecycle(a):
 def part_heap(a):
     # fill=1: a fresh queue, n enqueues, heap per item; leaves the directory for fill=0, which
     # (in a fresh process: MicroPython's conservative collector may keep the first queue alive
-    # through a stale stack word) reopens it and measures the index as recovery builds it (from queue.index when the
-    # close wrote one).
+    # through a stale stack word) reopens it and measures the index as recovery builds it (from
+    # queue.index when the close wrote one).
     load_ddq()
     d = a["dir"] + "/q"
     n = a["n"]

@@ -3,7 +3,8 @@
 # board (`ddq board qemu`), flashes ddq (.mpy), runs the fills on the device, stops qemu.
 # Usage: python bench/qemu_fill.py OUT.json [STEP]   (about 5 minutes under emulation)
 #        python bench/qemu_fill.py OUT.json --unix-only  (the unix port's model again, no qemu)
-# bench/run.py reads OUT.json (bench/qemu_fill.json, recorded) for its row 9q; it never starts qemu.
+# bench/run.py reads OUT.json (bench/qemu_fill.json, recorded) for its row 9q; it never starts
+# qemu.
 import json
 import os
 import re

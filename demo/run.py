@@ -1,4 +1,5 @@
-"""`make demo`: a device outbox delivering to a real MQTT broker through broker restarts and power cuts.
+"""`make demo`: a device outbox delivering to a real MQTT broker through broker restarts and power
+cuts.
 
     python demo/run.py [--gateway micropython|cpython] [--messages N] [--rate R] [--seed S]
                        [--broker-restarts K] [--kills K] [--broker auto|mosquitto|amqtt] ...
@@ -24,8 +25,8 @@ enqueue of n-1 returned, and every returned enqueue is durable (sync="always"), 
 number of enqueues that returned (at most one more: a kill after the record was durable and before
 enqueue returned, which is delivered like the rest). lost = seqs below next_seq that the subscriber
 never received and that are not still in the queue. A duplicate is at-least-once at work; each one
-must be a copy sent while its ack was not yet durable: a copy sent by boot b of a seq that was acked
-in the recovered image of an earlier power cut is a violation.
+must be a copy sent while its ack was not yet durable: a copy sent by boot b of a seq that was
+acked in the recovered image of an earlier power cut is a violation.
 """
 
 import argparse
@@ -116,7 +117,8 @@ def find_mosquitto():
 
 class Mosquitto:
     """mosquitto on 127.0.0.1:port with persistence; stop() is SIGTERM, which saves the sessions
-    (the subscriber's queued QoS 1 messages) to disk, so a restart loses nothing it acknowledged."""
+    (the subscriber's queued QoS 1 messages) to disk, so a restart loses nothing it
+    acknowledged."""
 
     kind = "mosquitto"
 
@@ -1050,7 +1052,8 @@ def render(res):
         (
             "  broker restarts  %6d   (stopped with SIGTERM, started again)"
             if res.get("broker_outage", "restart") == "restart"
-            else "  broker outages   %6d   (a relay cut the device's connections: amqtt keeps sessions "
+            else "  broker outages   %6d   (a relay cut the device's connections: amqtt keeps "
+            "sessions "
             "in memory only, so a restart would lose what it had acknowledged)"
         )
         % res["broker_restarts"],

@@ -1,6 +1,6 @@
-# Authenticated messages (SPEC §13.1 E21, OUTBOX §13.2 E22) and topics MQTT cannot publish (E4): HMAC-SHA256
-# envelopes, the Outbox signing on put and verifying on get, forged/altered/unsigned messages
-# quarantined as "unauthenticated" and never delivered. Shared suite: subset Python, both
+# Authenticated messages (SPEC §13.1 E21, OUTBOX §13.2 E22) and topics MQTT cannot publish (E4):
+# HMAC-SHA256 envelopes, the Outbox signing on put and verifying on get, forged/altered/unsigned
+# messages quarantined as "unauthenticated" and never delivered. Shared suite: subset Python, both
 # interpreters (CPython uses its hmac module, the unix port the RFC 2104 construction over
 # hashlib.sha256: the same bytes are expected from both).
 import ddq

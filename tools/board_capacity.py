@@ -568,15 +568,15 @@ def render(rows):
             STAGED_SHARE[1],
         ),
         "",
-        "The unix port is 64-bit: objects and bytecode are larger than on a 32-bit board "
-        "(issue 14: `import ddq` took 49 KB on a 32-bit Cortex-M3 where the unix port measured 64.6 KB), so the heap columns "
-        "are pessimistic; the queue directory is on VfsPosix, so LittleFS/FAT buffers are "
-        "not counted.",
+        "The unix port is 64-bit: objects and bytecode are larger than on a 32-bit board (issue "
+        "14: `import ddq` took 49 KB on a 32-bit Cortex-M3 where the unix port measured 64.6 KB), "
+        "so the heap columns are pessimistic; the queue directory is on VfsPosix, so LittleFS/FAT "
+        "buffers are not counted.",
         "",
-        "| board | filesystem | fs bytes | code on flash | heap | app keeps | options (segment × max_segments, "
-        "max_payload) | admission | reclamation | message B | items (max_items) | bound by | readings held "
-        "(libddq's rule) | hours at the app's period | queue bytes on flash "
-        "when full | import heap | heap used, queue full | heap left for the app |",
+        "| board | filesystem | fs bytes | code on flash | heap | app keeps | options (segment × "
+        "max_segments, max_payload) | admission | reclamation | message B | items (max_items) | "
+        "bound by | readings held (libddq's rule) | hours at the app's period | queue bytes on "
+        "flash when full | import heap | heap used, queue full | heap left for the app |",
         "|" + "---|" * 18,
     ]
     for prof, d, c in rows:
@@ -654,9 +654,9 @@ today:
 - Leave 3 LittleFS blocks and 2 more per 32 file names in the queue directory (1 FAT cluster)
   free beyond that. LittleFS writes copy-on-write: an append to a file needs a free block, and a
   full directory metadata pair splits into two new blocks, so a filesystem filled to the last
-  block cannot take a claim or an ack, and the queue could never drain. When another writer fills the filesystem
-  anyway, ddq's appends raise IOFailure (ENOSPC) and the queue fail-stops until room is freed;
-  reopen it then (nothing durable is lost).
+  block cannot take a claim or an ack, and the queue could never drain. When another writer fills
+  the filesystem anyway, ddq's appends raise IOFailure (ENOSPC) and the queue fail-stops until room
+  is freed; reopen it then (nothing durable is lost).
 - So, roughly: max_segments <= (room for the queue - the spare - segment_bytes) //
   (2 x segment_bytes), each segment counted in whole blocks.
   `tools/board_capacity.py` measures exactly this on the profile's filesystem (fs_bytes less the

@@ -1,9 +1,10 @@
 """The board example app (boards/UNIX/main.py) on the virtual board, as a user would run it: `ddq
 flash --example-app`, umqtt.simple copied to the board (from its pinned sdist, .venv/mpylib),
-then main.run() with LINK = "umqtt" against a real broker. The broker goes away mid-stream and comes back on the same
-port; later it goes away again and, while readings wait on flash, the board loses power (SIGKILL
-of the unix port) and boots again on the same LittleFS image. Every reading whose put() returned arrives at least once, through umqtt.simple, and the
-queue ends empty. EVIDENCE-OF: E24 E17
+then main.run() with LINK = "umqtt" against a real broker. The broker goes away mid-stream and
+comes back on the same port; later it goes away again and, while readings wait on flash, the board
+loses power (SIGKILL of the unix port) and boots again on the same LittleFS image. Every reading
+whose put() returned arrives at least once, through umqtt.simple, and the queue ends empty.
+EVIDENCE-OF: E24 E17
 
 boards/RPI_PICO and ESP32_GENERIC run the same code with their own sensor and WiFi; here they are
 checked to compile and to differ from the UNIX app only where the board does.
@@ -29,7 +30,8 @@ N = 60
 APP = """
 import sys, main
 main.BROKER_PORT = %(port)d
-main.LINK = "umqtt"  # umqtt.simple, one publish at a time (the default, WindowSender: test_host_app)
+# umqtt.simple, one publish at a time (the default, WindowSender: test_host_app)
+main.LINK = "umqtt"
 main.LEASE_MS = 2000  # a reading in flight at the power cut is sent again 2 s after the boot
 main.RETRY_BASE_MS, main.RETRY_MAX_MS = 100, 1000
 st = main.run(rounds=%(rounds)d, period_ms=50, drain_ms=60000)
@@ -332,7 +334,10 @@ sys.modules["pyb"] = pyb
 import ddq_outbox
 import main
 got = []
-st = main.run(rounds=3, period_ms=0, sender=lambda m: got.append(m.payload) or True, queue_dir=%(q)r)
+def keep(m):
+    got.append(m.payload)
+    return True
+st = main.run(rounds=3, period_ms=0, sender=keep, queue_dir=%(q)r)
 print("sent", st["sent"], st["pending"], [p.split(b" ")[2] for p in got])
 # The far end is away: readings stay on flash, each with its own backoff (E8), nothing lost.
 st = main.run(rounds=2, period_ms=0, sender=lambda m: False, queue_dir=%(q)r)

@@ -236,7 +236,8 @@ async def main():
     asyncio.create_task(produce())
     t0 = time.ticks_ms()
     def stop():
-        return (state["put"] >= %(n)d and ob.empty()) or time.ticks_diff(time.ticks_ms(), t0) > 90000
+        done = state["put"] >= %(n)d and ob.empty()
+        return done or time.ticks_diff(time.ticks_ms(), t0) > 90000
     await ob.run(link.send, idle_ms=20, stop=stop)
     st = ob.stats()
     print("mqtt_as put", state["put"], "sent", st["sent"], "retried", st["retried"], "pending",

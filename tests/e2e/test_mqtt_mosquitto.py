@@ -2,10 +2,10 @@
 
 Each test starts its own broker on a free loopback port (tests/brokers.py: mosquitto with
 persistence on, so a graceful restart keeps the subscriber's queued QoS 1 messages; installed
-with apt-get when root; else the embedded amqtt, whose outage is a relay cut) and ends it by pid. The broker is restarted in
-the middle of delivery; every message must arrive (duplicates are allowed: at least once).
-The MicroPython run drives the same adapter from the unix port in a subprocess.
-Figures (messages/s) are printed, never asserted. EVIDENCE-OF: E17 E19
+with apt-get when root; else the embedded amqtt, whose outage is a relay cut) and ends it by pid.
+The broker is restarted in the middle of delivery; every message must arrive (duplicates are
+allowed: at least once). The MicroPython run drives the same adapter from the unix port in a
+subprocess. Figures (messages/s) are printed, never asserted. EVIDENCE-OF: E17 E19
 """
 
 import os

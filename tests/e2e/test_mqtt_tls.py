@@ -179,9 +179,16 @@ def test_micropython_sender_over_tls(tls, tmp_path):
     assert os.path.exists(MICROPYTHON), "no MicroPython unix port in the venv: make venv"
     b, pki, got = tls
     script = tmp_path / "mp_tls.py"
-    script.write_text(MP_SCRIPT % {"port": os.path.join(REPO, "port"),
-                                   "dir": os.path.dirname(pki["ca.crt"]), "tls_port": b.port,
-                                   "mtls_port": b.mtls_port, "pw": USERS["dev"].encode()})  # fmt: skip
+    script.write_text(
+        MP_SCRIPT
+        % {
+            "port": os.path.join(REPO, "port"),
+            "dir": os.path.dirname(pki["ca.crt"]),
+            "tls_port": b.port,
+            "mtls_port": b.mtls_port,
+            "pw": USERS["dev"].encode(),
+        }
+    )
     r = subprocess.run([MICROPYTHON, str(script)], capture_output=True, text=True, timeout=60)
     print(r.stdout)
     assert r.returncode == 0, r.stdout + r.stderr

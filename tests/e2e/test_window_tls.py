@@ -1,5 +1,5 @@
-"""ddq_mqtt.WindowSender (OUTBOX E25) over TLS against a real mosquitto, from CPython (pump, and the
-asyncio loop, which polls the TLS socket without blocking) and from the MicroPython unix port.
+"""ddq_mqtt.WindowSender (OUTBOX E25) over TLS against a real mosquitto, from CPython (pump, and
+the asyncio loop, which polls the TLS socket without blocking) and from the MicroPython unix port.
 EVIDENCE-OF: E25 E20
 """
 

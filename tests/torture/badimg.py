@@ -122,9 +122,10 @@ def run_seed(ddq, seed, nops, hashes=None, max_fail=5, limit=None, index=None):
 
 
 def hypothesis_run(ddq, seed, nops, examples, max_fail=5, index=None):
-    """Hypothesis draws: a file, a kind and its parameters (CPython only). With index (index_bytes),
-    queue.index is drawn as often as all other files together, an "old" edit swaps in an older
-    queue.index of the same run, and every example is also judged by mutate.judge_index."""
+    """Hypothesis draws: a file, a kind and its parameters (CPython only). With index
+    (index_bytes), queue.index is drawn as often as all other files together, an "old" edit swaps
+    in an older queue.index of the same run, and every example is also judged by
+    mutate.judge_index."""
     from hypothesis import HealthCheck, given, settings, strategies as st
 
     base, wl, acceptable = mutate.build_base(ddq, seed, nops, index=index)

@@ -2,10 +2,10 @@
 # Subset Python: runs on CPython and MicroPython.
 #
 # Files are bytearrays reached through directory entries (name -> inode number), so rename moves an
-# inode and a crash model can keep durable and volatile views apart. With record=True every mutating
-# call is appended to self.log as a tuple; tests/torture/crash.py replays that log to build every legal
-# crash state. self.calls counts every seam call (fault injection indexes it); self.budget bounds them
-# (bad images: a corrupt length must never make recovery loop without end).
+# inode and a crash model can keep durable and volatile views apart. With record=True every
+# mutating call is appended to self.log as a tuple; tests/torture/crash.py replays that log to
+# build every legal crash state. self.calls counts every seam call (fault injection indexes it);
+# self.budget bounds them (bad images: a corrupt length must never make recovery loop without end).
 
 _ENOENT = 2
 _EIO = 5

@@ -3,7 +3,8 @@
 #   micropython tests/torture/mp_badimg.py SEED NOPS COUNT [INDEX]
 # INDEX: index_bytes as the CPython `bad` task of the same seed takes it (- for ddq's default).
 # Prints the base image's sha256 too: CPython builds the same base, so the hashes must agree
-# (the two interpreters write byte-identical logs; mutate.base_sha256 says why queue.index is left out).
+# (the two interpreters write byte-identical logs; mutate.base_sha256 says why queue.index is left
+# out).
 import json
 import sys
 

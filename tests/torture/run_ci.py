@@ -1,25 +1,29 @@
 """ddq torture harness entry point (`make torture-ci`; `--full` is `make torture`, 10x more).
 
 Runs the four parts as subprocess tasks, two at a time (2 cores):
-  1. crash states (CPython, tests/torture/crash.py)      2. power cuts (MicroPython, mp_powercut.py)
+  1. crash states (CPython, tests/torture/crash.py)
+  2. power cuts (MicroPython, mp_powercut.py)
   3. bad images (CPython + Hypothesis, MicroPython)      4. injected faults (CPython, tfaults.py)
   3b. forged/altered HMAC-signed messages (CPython, forge.py): forged records tried and accepted
   1g. crash states of durable-on-return group writes (CPython, group.py): returned puts/acks lost
-  5. salvage (CPython, salvage.py): ddq_salvage over part 3's bad images; intact DATA kept, wrong, reused
-  5b. salvage in place (CPython, salvage.py run_cuts): Queue(on_corrupt="salvage") over the same images,
-      and a power cut at every step of a sample of those salvages (POSIX, LittleFS, FAT models)
+  5. salvage (CPython, salvage.py): ddq_salvage over part 3's bad images; intact DATA kept,
+      wrong, reused
+  5b. salvage in place (CPython, salvage.py run_cuts): Queue(on_corrupt="salvage") over the same
+      images, and a power cut at every step of a sample of those salvages (POSIX, LittleFS, FAT
+      models)
   1c. continued states (edges.py, inside parts 1 and 2): every 5th judged crash state (every 10th
       MicroPython cut) recovered, written on (rotations, claims, acks, retries, compactions, staged
       builds, a reopen, a larger segment_bytes), closed and reopened: continued_states
-  6. ENOSPC (CPython, edges.py run_enospc): a full disk at every mutating call of a workload, judged
-      as left and after a power cut (POSIX, LittleFS, FAT), reopened full, freed, continued and
-      reopened: enospc_points; the first task also runs issue 25's natural reproduction
+  6. ENOSPC (CPython, edges.py run_enospc): a full disk at every mutating call of a workload,
+      judged as left and after a power cut (POSIX, LittleFS, FAT), reopened full, freed, continued
+      and reopened: enospc_points; the first task also runs issue 25's natural reproduction
 A plain open refused after only ddq's own writes, cuts and ENOSPC is `bricked` (must be 0).
 then prints ONE scoreboard line computed from what ran, checks the targets, and exits non-zero on
 any invariant failure or missed target, printing the first failure's reproduction.
 
   --full         10x the CI plan          --jobs N      parallel tasks (default 2)
-  --smoke        a tiny plan (seconds)    --write-docs  refresh the generated part of docs/RELIABILITY.md
+  --smoke        a tiny plan (seconds)
+  --write-docs   refresh the generated part of docs/RELIABILITY.md
   --only PARTS   e.g. --only crash,fault  --impl standin   run the harness on its stand-in queue
 """
 
@@ -422,7 +426,8 @@ def aggregate(done):
             extra["crash_checked"] += r["checked"]
             extra["depth2_states"] += r["depth2"]
             extra["corrupt_reported"] += r["reported"]
-            # tail cuts (SPEC R21/R22): states holding a staged cut; libddq (modelled) refuses or agrees
+            # tail cuts (SPEC R21/R22): states holding a staged cut; libddq (modelled) refuses or
+            # agrees
             for k in ("cut_states", "libddq_refused", "libddq_disagree"):
                 sb[k] += r.get(k, 0)
             for m, v in r["by_model"].items():
@@ -505,14 +510,16 @@ def scoreboard_line(sb, extra):
         "index_mismatch",
     )
     s = "torture: " + " ".join("%s=%d" % (k, sb[k]) for k in keys)
-    # issue 25: recovered states written on and reopened; a full disk at every write point; refused opens
+    # issue 25: recovered states written on and reopened; a full disk at every write point; refused
+    # opens
     s += " continued_states=%d enospc_points=%d bricked=%d" % (
         sb["continued_states"],
         sb["enospc_points"],
         sb["bricked"],
     )
     s += (
-        " (depth2=%d corrupt_reported=%d hypothesis=%d mp_bad_images=%d forged_accepted=%d forged_index_accepted=%d"
+        " (depth2=%d corrupt_reported=%d hypothesis=%d mp_bad_images=%d forged_accepted=%d "
+        "forged_index_accepted=%d"
         % (
             extra["depth2_states"],
             extra["corrupt_reported"],
@@ -532,7 +539,8 @@ def scoreboard_line(sb, extra):
         sb["group_states"],
         sb["group_returned_lost"],
     )
-    # tail cuts (SPEC R21/R22): crash states holding a staged cut, refused by libddq, or read otherwise
+    # tail cuts (SPEC R21/R22): crash states holding a staged cut, refused by libddq, or read
+    # otherwise
     s += " cut_states=%d libddq_refused=%d libddq_disagree=%d" % (
         sb["cut_states"],
         sb["libddq_refused"],

@@ -1,9 +1,9 @@
 """Part 4: injected faults (CPython only).
 
-A seeded workload runs once on MemFS to learn the method of every storage call. Then, for every fault
-kind and every call index where that kind applies, the workload is run again with the fault injected
-at that call, transient (that call only) or persistent (that call and every later call of the same
-method, until the harness clears it). After the faulted operation the harness checks:
+A seeded workload runs once on MemFS to learn the method of every storage call. Then, for every
+fault kind and every call index where that kind applies, the workload is run again with the fault
+injected at that call, transient (that call only) or persistent (that call and every later call of
+the same method, until the harness clears it). After the faulted operation the harness checks:
 
 - write/sync faults: the operation did not report success, and the instance is fail-stopped
   (enqueue/claim raise ddq.IOFailure, stats().failed) until recover();

@@ -128,9 +128,10 @@ _DRAWS = (
 class Workload:
     """Runs a seeded mix of enqueue/claim/ack/retry/quarantine/compact/reopen/read on one queue.
 
-    After every operation it records the logical state L[i+1] (items with state, attempts, deadlines,
-    payload and reason), the operation and its outcome, and the storage position (pos()) before and
-    after, so a crash state cut at position k can be judged against L[i] / L[i+1] of the op in flight.
+    After every operation it records the logical state L[i+1] (items with state, attempts,
+    deadlines, payload and reason), the operation and its outcome, and the storage position (pos())
+    before and after, so a crash state cut at position k can be judged against L[i] / L[i+1] of the
+    op in flight.
     """
 
     def __init__(self, ddq, path, make_storage, seed, nops, opts=None, pos=None, clock=None):
@@ -319,8 +320,8 @@ class Workload:
                 q.close()
 
     def inflight(self, k):
-        """Index i of the operation in flight when the storage was cut after position k: the first op
-        whose writes extend past k (None: all ops complete)."""
+        """Index i of the operation in flight when the storage was cut after position k: the first
+        op whose writes extend past k (None: all ops complete)."""
         lo = 0
         hi = len(self.ends)
         while lo < hi:
