@@ -137,7 +137,7 @@ def dispatch(parts, usage):
     fn(a)
 
 
-# --- the standing-backlog FIFO run (issue 15), shared by both interpreters --------------------
+# --- the standing-backlog FIFO run (DESIGN §12), shared by both interpreters --------------------
 
 
 # Bytes of the records a delivered message needs on its own: DATA (48 + payload), CLAIM (48),
@@ -335,7 +335,7 @@ def held(runs, frac, a):
 
 
 def raw_floor_run(d, n, payload, seg_bytes, keep, dev=None):
-    """The file system's own floor under steady_run at sync="always", with no ddq (issue 15):
+    """The file system's own floor under steady_run at sync="always", with no ddq (DESIGN §12):
     per message, append a DATA-sized (48 + payload), a CLAIM-sized and an ACK-sized record to
     directory d, each followed by the sync (flush; flush + os.fsync where os has fsync), each
     timed alone; a new file of ddq's segment name pattern when the next record would not fit

@@ -387,7 +387,7 @@ def part_profile(a):
     emit({"lifecycle": life_rows, "recovery": rec_rows, "n": a["n"], "mib": a["mib"]})
 
 
-# --- standing backlog (issue 15) ----------------------------------------------------------------
+# --- standing backlog (DESIGN §12) ---------------------------------------------------------------
 
 
 def part_steady(a):

@@ -1,4 +1,5 @@
-"""Drain benchmarks (issue 17): a backlog of 100-byte messages over a 100 ms round trip.
+"""Drain benchmarks (BENCHMARKS rows D1-D6): a backlog of 100-byte messages over a 100 ms
+round trip.
 
 A loopback TCP relay of our own (`relay`, an asyncio process) sits between each sender and a
 mosquitto on 127.0.0.1 and delays every segment by 50 ms each way, keeping order and letting

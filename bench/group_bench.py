@@ -1,6 +1,6 @@
-# ddq_group benchmarks (issue 20): durable-on-return writes from many producers sharing syncs.
-# Runs on CPython (all parts) and MicroPython (asyncio); bench/run.py runs each part as its own
-# process and renders the rows with report() below.
+# ddq_group benchmarks (SPEC §14, DESIGN §6.1): durable-on-return writes from many producers
+# sharing syncs. Runs on CPython (all parts) and MicroPython (asyncio); bench/run.py runs each part
+# as its own process and renders the rows with report() below.
 #
 #   python bench/group_bench.py threads key=value ...   (CPython) round-robin blocks of:
 #       always   one producer, Queue(sync="always").enqueue: the baseline rate

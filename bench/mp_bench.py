@@ -543,7 +543,7 @@ def part_capacity(a):
     )
 
 
-# --- heap per item by state, capacity in a board heap, reopen (issue 14) -----------------------
+# --- heap per item by state, capacity in a board heap, reopen (DESIGN §4.1) ----------------------
 
 BOARD_OPTS = {
     "segment_bytes": 4096,
@@ -633,7 +633,7 @@ def part_reopen(a):
     )
 
 
-# --- standing backlog (issue 15) ----------------------------------------------------------------
+# --- standing backlog (DESIGN §12) ---------------------------------------------------------------
 
 
 def counting_storage():

@@ -1,6 +1,6 @@
-# ddq_salvage resynchronisation (issue 25): the cost of scanning a crafted segment, as a ratio
-# against a plain segment of the same size scanned in the same run. Runs on CPython and
-# MicroPython; bench/run.py runs each part as its own process and renders the rows with
+# ddq_salvage resynchronisation (SPEC §15; BENCHMARKS rows s1, s2): the cost of scanning a crafted
+# segment, as a ratio against a plain segment of the same size scanned in the same run. Runs on
+# CPython and MicroPython; bench/run.py runs each part as its own process and renders the rows with
 # report() below.
 #
 #   python bench/salvage_bench.py resync kib=1024,4096 reps=3 dir=...   (and micropython)

@@ -160,11 +160,11 @@ def _release_leaked(q, st):
 
 
 def test_close_without_the_heap_to_load_the_index_code():
-    # EVIDENCE-OF: X9 X1 (issue 29: on a full queue in a small heap, close() raised MemoryError
-    # from loading ddq_compact for the index update). The index is optional: close() syncs,
-    # releases the lock and raises nothing; no queue.index is written and the next open replays
-    # the log to the same state. The failing load is injected on the instance (as a heap
-    # without a free block for the module's code would fail it; the test must not depend on
+    # EVIDENCE-OF: X9 X1 (the qemu board, docs/HOST.md: on a full queue in a small heap, close()
+    # raised MemoryError from loading ddq_compact for the index update). The index is optional:
+    # close() syncs, releases the lock and raises nothing; no queue.index is written and the next
+    # open replays the log to the same state. The failing load is injected on the instance (as a
+    # heap without a free block for the module's code would fail it; the test must not depend on
     # what this interpreter already imported).
     clock = support.FakeClock(T0)
     d = support.tmpdir() + "/q"

@@ -352,7 +352,7 @@ print("dead", st["quarantined"], st["pending"])
 
 def test_pybv11_app_delivers_through_the_outbox_loop(tmp_path):
     # PYBV11 has no network and 96 KB of FAT: its app loads ddq and ddq_outbox only, and delivers
-    # through Outbox.pump (issue 19: no delivery loop of its own).
+    # through Outbox.pump (OUTBOX §13.2: no delivery loop of its own).
     app = os.path.join(REPO, "boards", "PYBV11")
     with open(os.path.join(app, "main.py")) as f:
         src = f.read()

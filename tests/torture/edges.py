@@ -1,4 +1,4 @@
-"""Parts 1c and 6: a queue ddq wrote must keep opening after more writes (issue 25 §1).
+"""Parts 1c and 6: a queue ddq wrote must keep opening after more writes (docs/RELIABILITY.md).
 
   continued states (part 1c, from crash.Judge): a crash state recovered by the judged open is
       written on by a seeded continuation (rotations with small and large records, claims, acks,

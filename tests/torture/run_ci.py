@@ -16,7 +16,8 @@ Runs the four parts as subprocess tasks, two at a time (2 cores):
       builds, a reopen, a larger segment_bytes), closed and reopened: continued_states
   6. ENOSPC (CPython, edges.py run_enospc): a full disk at every mutating call of a workload,
       judged as left and after a power cut (POSIX, LittleFS, FAT), reopened full, freed, continued
-      and reopened: enospc_points; the first task also runs issue 25's natural reproduction
+      and reopened: enospc_points; the first task also runs the natural reproduction
+      (docs/RELIABILITY.md part 6)
 A plain open refused after only ddq's own writes, cuts and ENOSPC is `bricked` (must be 0).
 then prints ONE scoreboard line computed from what ran, checks the targets, and exits non-zero on
 any invariant failure or missed target, printing the first failure's reproduction.
@@ -510,8 +511,8 @@ def scoreboard_line(sb, extra):
         "index_mismatch",
     )
     s = "torture: " + " ".join("%s=%d" % (k, sb[k]) for k in keys)
-    # issue 25: recovered states written on and reopened; a full disk at every write point; refused
-    # opens
+    # parts 1c and 6 (docs/RELIABILITY.md): recovered states written on and reopened; a full disk
+    # at every write point; refused opens
     s += " continued_states=%d enospc_points=%d bricked=%d" % (
         sb["continued_states"],
         sb["enospc_points"],

@@ -79,7 +79,7 @@ def main(argv):
         import edges
 
         res = edges.run_enospc(ddq, seed, nops)
-        if seed % 100 == 0:  # the first task also runs issue 25's natural reproduction
+        if seed % 100 == 0:  # the first task also runs part 6's natural reproduction
             nat = edges.natural(ddq)
             res["natural_seeds"], res["natural_bricked"] = nat["seeds"], nat["bricked"]
             res["bricked"] += nat["bricked"]
