@@ -22,12 +22,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "port"))
 sys.path.insert(0, HERE)
+sys.path.append(os.path.join(REPO, "tests"))  # tests/shared.py: steps the tests take too
 
 import common  # noqa: E402
 from common import best, emit, fresh, now_us, since_us  # noqa: E402
 
 import ddq  # noqa: E402
 import ddq_outbox  # noqa: E402
+import shared  # noqa: E402
 
 CLOCK_MS = [1767225600000]
 
@@ -231,13 +233,7 @@ def part_counts(a):
                 per[op][k] += after[k] - before[k]
 
         for i in range(n):
-            s0 = fs.snap()
-            q.enqueue(p)
-            s1 = fs.snap()
-            c = q.claim(30000)
-            s2 = fs.snap()
-            q.ack(c.seq)
-            s3 = fs.snap()
+            s0, s1, s2, s3 = shared.marks(q, p, 30000, fs.snap)
             acc("enqueue", s0, s1)
             acc("claim", s1, s2)
             acc("ack", s2, s3)

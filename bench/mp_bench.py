@@ -407,37 +407,21 @@ def part_imports(a):
 
 
 def lifecycle_allocs(q, rounds, p, lease):
-    # Bytes allocated per op, averaged over `rounds` lifecycles, with the collector off.
-    tot = [0, 0, 0]
-    for _ in range(rounds):
-        gc.collect()
-        gc.disable()
-        m0 = gc.mem_alloc()
-        q.enqueue(p)
-        m1 = gc.mem_alloc()
-        c = q.claim(lease)
-        m2 = gc.mem_alloc()
-        q.ack(c.seq)
-        m3 = gc.mem_alloc()
-        gc.enable()
-        tot[0] += m1 - m0
-        tot[1] += m2 - m1
-        tot[2] += m3 - m2
-    return [t / rounds for t in tot]
+    # Bytes allocated per op, averaged over `rounds` lifecycles, with the collector off
+    # (tests/shared.py: the same count as tests/test_heapalloc.py's).
+    return [t / rounds for t in shared().alloc_totals(q, p, rounds, lease)]
 
 
 def locked(fn, arg):
-    import micropython
+    return shared().heap_locked(fn, arg)
 
-    micropython.heap_lock()
-    try:
-        r = fn(arg)
-        ok = True
-    except MemoryError:
-        r = None
-        ok = False
-    micropython.heap_unlock()
-    return ok, r
+
+def shared():
+    if REPO + "/tests" not in sys.path:
+        sys.path.append(REPO + "/tests")
+    import shared as mod
+
+    return mod
 
 
 def part_allocs(a):

@@ -2,32 +2,18 @@
 # recovered queue against that history. Subset Python: the same code runs the CPython crash-state
 # enumeration and the MicroPython power-cut sweeps, so a seed means the same workload on both.
 
+import shared
+
 LEASE_MS = 3600000  # long leases: no lease expires inside a workload, so states compare exactly
 CLOCK0 = 1767225600000
 
 
-class Rng:
-    """xorshift32: identical sequences on both interpreters (random differs between them)."""
+class Rng(shared.Xorshift32):
+    """tests/shared.py's xorshift32 seeded from a workload's seed (every entry point puts tests/ on
+    sys.path): identical sequences on both interpreters."""
 
     def __init__(self, seed):
-        self.s = (seed * 2654435761 + 12345) & 0xFFFFFFFF or 1
-
-    def u32(self):
-        x = self.s
-        x ^= (x << 13) & 0xFFFFFFFF
-        x ^= x >> 17
-        x ^= (x << 5) & 0xFFFFFFFF
-        self.s = x
-        return x
-
-    def below(self, n):
-        return self.u32() % n if n > 0 else 0
-
-    def bytes(self, n):
-        b = bytearray(n)
-        for i in range(n):
-            b[i] = self.u32() & 0xFF
-        return bytes(b)
+        shared.Xorshift32.__init__(self, (seed * 2654435761 + 12345) & 0xFFFFFFFF)
 
 
 class Clock:
