@@ -87,6 +87,22 @@ def wait_port(port, timeout, proc=None):
     return False
 
 
+def start_broker(argv, workdir, port, timeout, name):
+    """Start a broker process (its output appended to workdir/broker.log) and wait until it
+    listens on 127.0.0.1:port; DemoError (the process killed) if it does not within timeout s."""
+    log = open(os.path.join(workdir, "broker.log"), "ab")
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+    )
+    log.close()
+    if not wait_port(port, timeout, proc):
+        stop_proc(proc, signal.SIGKILL)
+        raise DemoError(
+            "%s did not listen on 127.0.0.1:%d (see %s/broker.log)" % (name, port, workdir)
+        )
+    return proc
+
+
 def stop_proc(proc, sig=signal.SIGTERM, timeout=5.0):
     """End proc's process group (sig, then SIGKILL after timeout); wait for it."""
     if proc is None or proc.poll() is not None:
@@ -146,21 +162,7 @@ class Mosquitto:
         self.version = out.replace("mosquitto version", "mosquitto").strip() or "mosquitto"
 
     def start(self):
-        log = open(os.path.join(self.dir, "broker.log"), "ab")
-        self.proc = subprocess.Popen(
-            [self.exe, "-c", self.conf],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
-        log.close()
-        if not wait_port(self.port, 10, self.proc):
-            stop_proc(self.proc, signal.SIGKILL)
-            raise DemoError(
-                "mosquitto did not listen on 127.0.0.1:%d (see %s/broker.log)"
-                % (self.port, self.dir)
-            )
+        self.proc = start_broker([self.exe, "-c", self.conf], self.dir, self.port, 10, "mosquitto")
 
     def stop(self):
         stop_proc(self.proc, signal.SIGTERM)
@@ -275,25 +277,12 @@ class Amqtt:
             self.version = "amqtt"
 
     def start(self):
-        log = open(os.path.join(self.dir, "broker.log"), "ab")
         code = (
             "import sys; from amqtt.scripts.broker_script import main; "
             "sys.argv = ['amqtt', '-c', %r]; main()" % self.conf
         )
-        self.proc = subprocess.Popen(
-            [self.python, "-c", code],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
-        log.close()
-        if not wait_port(self.sub_port, 20, self.proc):
-            stop_proc(self.proc, signal.SIGKILL)
-            raise DemoError(
-                "amqtt did not listen on 127.0.0.1:%d (see %s/broker.log)"
-                % (self.sub_port, self.dir)
-            )
+        argv = [self.python, "-c", code]
+        self.proc = start_broker(argv, self.dir, self.sub_port, 20, "amqtt")
         self.relay.up()
 
     def close(self):

@@ -5,6 +5,7 @@
 #   drain(ob, limit)             get and ack every message an Outbox has ready
 #   cut_copy(src, synced)        a copy of a queue directory as a power cut leaves it
 #   every_state(q, n, claims)    n items, then `claims` of them acked, retried, quarantined, held
+#   live_items(q, missing)       {seq: (state, attempts, lease, not_before, payload, reason)}
 #   marks(q, payload, lease, probe)      probe() around each op of one enqueue/claim/ack
 #   alloc_totals(q, payload, rounds)     heap bytes those ops allocate (MicroPython)
 #   heap_locked(fn, arg)                 one call under micropython.heap_lock()
@@ -61,6 +62,25 @@ def cut_copy(src, synced):
         n = synced.get(src + "/" + name)
         support.write_file(dst + "/" + name, data if n is None else data[0:n])
     return dst
+
+
+def live_items(q, missing=None):
+    """Every item but the acked ones: {seq: (state, attempts, lease_until_ms, not_before_ms,
+    payload, reason)}; the reason is `missing` for an item not quarantined."""
+    out = {}
+    for i in q.items():
+        if i.state == "acked":
+            continue
+        r = bytes(q.reason(i.seq)) if i.state == "quarantined" else missing
+        out[i.seq] = (
+            i.state,
+            i.attempts,
+            i.lease_until_ms,
+            i.not_before_ms,
+            bytes(q.read(i.seq)),
+            r,
+        )
+    return out
 
 
 def marks(q, payload, lease, probe):

@@ -4,6 +4,7 @@
 # the records a damage destroys are listed from the undamaged bytes first.
 import struct
 
+import shared
 import support
 
 # In a heap under 320 KiB (unix port, 64-bit) this module's tests ran out of memory:
@@ -64,21 +65,7 @@ def _build(d, compact=False):
     return truth, nxt
 
 
-def _state(q):
-    out = {}
-    for i in q.items():
-        if i.state == "acked":
-            continue
-        r = q.reason(i.seq) if i.state == "quarantined" else None
-        out[i.seq] = (
-            i.state,
-            i.attempts,
-            i.lease_until_ms,
-            i.not_before_ms,
-            bytes(q.read(i.seq)),
-            r,
-        )
-    return out
+_state = shared.live_items  # every item but the acked: state, deadlines, payload, reason
 
 
 def _segments(d):

@@ -9,7 +9,6 @@ EVIDENCE-OF: E20
 """
 
 import os
-import subprocess
 import sys
 import time
 
@@ -27,7 +26,6 @@ def _tls_ready():
     tlsbroker.require()
 
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MICROPYTHON = os.path.join(os.path.dirname(sys.executable), "micropython")
 USERS = {"dev": "dev pass", "sub": "sub pass"}
 
@@ -178,21 +176,16 @@ except ValueError as e:
 def test_micropython_sender_over_tls(tls, tmp_path):
     assert os.path.exists(MICROPYTHON), "no MicroPython unix port in the venv: make venv"
     b, pki, got = tls
-    script = tmp_path / "mp_tls.py"
-    script.write_text(
-        MP_SCRIPT
-        % {
-            "port": os.path.join(REPO, "port"),
-            "dir": os.path.dirname(pki["ca.crt"]),
-            "tls_port": b.port,
-            "mtls_port": b.mtls_port,
-            "pw": USERS["dev"].encode(),
-        }
+    out = tlsbroker.run_micropython(
+        tmp_path / "mp_tls.py",
+        MP_SCRIPT,
+        dir=os.path.dirname(pki["ca.crt"]),
+        tls_port=b.port,
+        mtls_port=b.mtls_port,
+        pw=USERS["dev"].encode(),
     )
-    r = subprocess.run([MICROPYTHON, str(script)], capture_output=True, text=True, timeout=60)
-    print(r.stdout)
-    assert r.returncode == 0, r.stdout + r.stderr
-    res = dict(line.split(" -> ", 1) for line in r.stdout.strip().splitlines())
+    print(out)
+    res = dict(line.split(" -> ", 1) for line in out.strip().splitlines())
     for ok in ("pem", "der", "mtls", "noverify"):
         assert res[ok] == "True", (ok, res)
     for bad in ("othercA", "wrongname", "wrongpw", "nocert"):

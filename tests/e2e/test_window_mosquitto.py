@@ -263,6 +263,19 @@ def _fake_broker(mode, tmp_path, n, backoff, **window):  # type: ignore[no-untyp
         ob.close()
 
 
+def _pump_none(ob, link, budget):  # type: ignore[no-untyped-def]
+    """One pump round that must deliver nothing; returns the seconds it took."""
+    t0 = time.monotonic()
+    assert ob.pump(link, budget=budget) == 0
+    return time.monotonic() - t0
+
+
+def _backoff_holds(ob, link, fb, budget):  # type: ignore[no-untyped-def]
+    # Backoff: nothing is due until the full-jitter delays pass; no reconnect meanwhile.
+    if ob.next_ready_ms():
+        assert ob.pump(link, budget=budget) == 0 and len(fb.accepts) == 2
+
+
 def test_puback_for_an_unknown_packet_id_over_tcp(tmp_path):  # type: ignore[no-untyped-def]
     with _fake_broker("unknown", tmp_path, 20, {}, inflight_max=8, timeout_ms=3000) as parts:
         fb, ob, link = parts
@@ -274,33 +287,25 @@ def test_broker_that_never_acks_times_out_and_reconnects_with_backoff(tmp_path):
     backoff = {"min_retry_ms": 400, "max_retry_ms": 400, "seed": 3}
     with _fake_broker("never", tmp_path, 5, backoff, inflight_max=16, timeout_ms=300) as parts:
         fb, ob, link = parts
-        t0 = time.monotonic()
-        assert ob.pump(link, budget=5) == 0
-        dt = time.monotonic() - t0
+        dt = _pump_none(ob, link, 5)
         st = ob.stats()
         # no PUBACK in 300 ms: reconnect at once, republish (DUP), 300 ms more, then nack all
         assert link.timeouts == 2 and len(fb.accepts) == 2 and 0.55 < dt < 5, dt
         assert st["retried"] == 5 and st["resent"] == 5 and st["in_flight"] == 0
         assert fb.publishes == 10 and link.dups == 5
-        # Backoff: nothing is due until the full-jitter delays pass; no reconnect meanwhile.
-        wait = ob.next_ready_ms()
-        if wait:
-            assert ob.pump(link, budget=5) == 0 and len(fb.accepts) == 2
+        _backoff_holds(ob, link, fb, 5)
 
 
 def test_broker_that_never_connacks_is_retried_with_backoff(tmp_path):  # type: ignore[no-untyped-def]
     backoff = {"min_retry_ms": 300, "max_retry_ms": 300, "seed": 4}
     with _fake_broker("mute", tmp_path, 4, backoff, inflight_max=16, timeout_ms=200) as parts:
         fb, ob, link = parts
-        t0 = time.monotonic()
-        assert ob.pump(link, budget=4) == 0
         # the CONNECT times out, one reconnect at once times out too: the claimed message is
         # nacked and the round ends (no busy retry); the next round waits for the backoff
-        assert time.monotonic() - t0 < 3 and len(fb.accepts) == 2 and fb.publishes == 0
+        assert _pump_none(ob, link, 4) < 3 and len(fb.accepts) == 2 and fb.publishes == 0
         st = ob.stats()
         assert st["retried"] == 1 and st["in_flight"] == 0 and link.connects == 0
-        if ob.next_ready_ms():
-            assert ob.pump(link, budget=4) == 0 and len(fb.accepts) == 2
+        _backoff_holds(ob, link, fb, 4)
 
 
 def test_window_larger_than_the_queue_with_mosquitto(broker, tmp_path):  # type: ignore[no-untyped-def]

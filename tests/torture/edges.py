@@ -171,24 +171,13 @@ class FullFS(memfs.MemFS):
             raise self._err()
         return memfs.MemFS.write(self, handle, buf)
 
-    def _simple(name):
-        def f(self, *a):
-            if self._point(name):
-                self._tick(name)
-                raise self._err()
-            return getattr(memfs.MemFS, name)(self, *a)
-
-        return f
-
-    sync = _simple("sync")
-    rename = _simple("rename")
-    sync_dir = _simple("sync_dir")
-    truncate = _simple("truncate")
-    mkdir = _simple("mkdir")
-
     def remove(self, path):
         self.mut += 1  # frees space: never fails, but counts as a point (the numbering stays)
         return memfs.MemFS.remove(self, path)
+
+
+# the other mutating calls: the fault at the chosen point, else as MemFS
+memfs.with_failing(FullFS, "_point", "sync rename sync_dir truncate mkdir")
 
 
 def enospc_opts(seed):

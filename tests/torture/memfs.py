@@ -20,6 +20,26 @@ class BudgetExceeded(Exception):
     """Raised when a workload makes more storage calls than its budget allows."""
 
 
+def failing(name, check):
+    """A MemFS method `name` for a fault-injecting subclass: when self.<check>(name) says this
+    call is the one, it counts the fault (self._tick) and raises self._err() instead."""
+
+    def f(self, *a):
+        if getattr(self, check)(name):
+            self._tick(name)
+            raise self._err()
+        return getattr(MemFS, name)(self, *a)
+
+    return f
+
+
+def with_failing(cls, check, names):
+    """Give the MemFS subclass cls failing(name, check) for each of the space-separated names."""
+    for name in names.split():
+        setattr(cls, name, failing(name, check))
+    return cls
+
+
 def _parent(path):
     i = path.rfind("/")
     return path[:i] if i > 0 else ("/" if i == 0 else "")

@@ -26,19 +26,11 @@ def main():
     count = int(sys.argv[3])
     index = None if len(sys.argv) <= 4 or sys.argv[4] in ("-", "standin") else int(sys.argv[4])
     base, wl, acceptable = mutate.build_base(ddq, seed, nops, index=index)
-    res = {
-        "seed": seed,
-        "images": 0,
-        "corrupt": 0,
-        "clean": 0,
-        "forged": 0,
-        "unexpected": 0,
-        "lost": 0,
-        "resurrected": 0,
-        "reused_seq": 0,
-        "base_sha256": mutate.base_sha256(base),
-        "fail": [],
-    }
+    res = tmodel.counters(
+        "images corrupt clean forged unexpected lost resurrected reused_seq",
+        seed=seed,
+        base_sha256=mutate.base_sha256(base),
+    )
     rng = tmodel.Rng(seed * 7919 + 1)
     for i in range(count):
         desc, files = mutate.random_mutation(rng, base)

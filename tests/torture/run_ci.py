@@ -289,6 +289,12 @@ def run_task(task, tmp, impl):
     }
 
 
+def _read_hashes(d, into):
+    # the state hashes a crash or bad-image task wrote (one a line), into a set
+    with open(d["hashfile"]) as fh:
+        into.update(line.strip() for line in fh)
+
+
 def aggregate(done):
     sb = {
         "crash_states": 0,
@@ -422,11 +428,13 @@ def aggregate(done):
                 extra["natural"][0] += r["natural_seeds"]
                 extra["natural"][1] += r["natural_bricked"]
         if part == "crash":
-            with open(d["hashfile"]) as fh:
-                crash_hashes.update(line.strip() for line in fh)
-            extra["crash_checked"] += r["checked"]
-            extra["depth2_states"] += r["depth2"]
-            extra["corrupt_reported"] += r["reported"]
+            _read_hashes(d, crash_hashes)
+            for key, k in (
+                ("crash_checked", "checked"),
+                ("depth2_states", "depth2"),
+                ("corrupt_reported", "reported"),
+            ):
+                extra[key] += r[k]
             # tail cuts (SPEC R21/R22): states holding a staged cut; libddq (modelled) refuses or
             # agrees
             for k in ("cut_states", "libddq_refused", "libddq_disagree"):
@@ -434,11 +442,9 @@ def aggregate(done):
             for m, v in r["by_model"].items():
                 extra["by_model"][m] = extra["by_model"].get(m, 0) + v
         elif part == "bad":
-            with open(d["hashfile"]) as fh:
-                bad_hashes.update(line.strip() for line in fh)
-            extra["bad_corrupt"] += r["corrupt"]
-            extra["bad_clean"] += r["clean"]
-            extra["bad_forged"] += r["forged"]
+            _read_hashes(d, bad_hashes)
+            for k in ("corrupt", "clean", "forged"):
+                extra["bad_" + k] += r[k]
             extra["bad_relabel"] = extra.get("bad_relabel", 0) + r.get("relabel", 0)
             extra["bad_undetectable_cut"] = extra.get("bad_undetectable_cut", 0) + r.get(
                 "undetectable_cut", 0

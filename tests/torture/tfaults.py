@@ -133,22 +133,9 @@ class FaultFS(memfs.MemFS):
             raise self._err()
         return memfs.MemFS.rename(self, src, dst)
 
-    def _simple(name):
-        def f(self, *a):
-            if self._hit(name):
-                self._tick(name)
-                raise self._err()
-            return getattr(memfs.MemFS, name)(self, *a)
 
-        return f
-
-    remove = _simple("remove")
-    listdir = _simple("listdir")
-    mkdir = _simple("mkdir")
-    sync_dir = _simple("sync_dir")
-    size = _simple("size")
-    kind = _simple("kind")
-    truncate = _simple("truncate")
+# the calls whose fault is plain: raised at the chosen call, else as MemFS
+memfs.with_failing(FaultFS, "_hit", "remove listdir mkdir sync_dir size kind truncate")
 
 
 def reference(ddq, seed, nops, path="/q"):
