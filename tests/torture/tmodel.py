@@ -513,8 +513,8 @@ def _short(snap):
 # -- the recovery index (SPEC 12.1): an open through queue.index must equal a full replay --------
 
 # Stats an index open may report otherwise than a full replay: the same torn tail found again
-# is not part of the state, nor what a salvage kept.
-NOT_STATE = ("recovered_tail_bytes", "salvaged")
+# is not part of the state, nor what this object's salvages counted.
+NOT_STATE = ("recovered_tail_bytes", "salvaged", "salvage_lost")
 
 
 def index_view(q, state=None):
