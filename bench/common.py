@@ -35,6 +35,14 @@ except AttributeError:
 
 
 MICROPYTHON = sys.implementation.name == "micropython"
+
+# bench/ and the repository, from this file's own path (a part runs as a script: its directory,
+# bench/, is sys.path[0] on both interpreters, so `import common` comes first).
+_here = globals().get("__file__") or "bench/common.py"
+if not _here.startswith("/"):
+    _here = os.getcwd().rstrip("/") + "/" + _here
+HERE = _here[: _here.rfind("/")]
+REPO = HERE[: HERE.rfind("/")]
 _S_IFDIR = 0o040000
 
 
@@ -129,7 +137,7 @@ def dispatch(parts, usage):
     fn(a)
 
 
-# --- the standing-backlog FIFO run (issue 15), shared by both interpreters --------------------
+# --- the standing-backlog FIFO run (DESIGN §12), shared by both interpreters --------------------
 
 
 # Bytes of the records a delivered message needs on its own: DATA (48 + payload), CLAIM (48),
@@ -327,7 +335,7 @@ def held(runs, frac, a):
 
 
 def raw_floor_run(d, n, payload, seg_bytes, keep, dev=None):
-    """The file system's own floor under steady_run at sync="always", with no ddq (issue 15):
+    """The file system's own floor under steady_run at sync="always", with no ddq (DESIGN §12):
     per message, append a DATA-sized (48 + payload), a CLAIM-sized and an ACK-sized record to
     directory d, each followed by the sync (flush; flush + os.fsync where os has fsync), each
     timed alone; a new file of ddq's segment name pattern when the next record would not fit
@@ -439,3 +447,250 @@ def read_costs(q, m, reps=1, lease=30000):
         pending = dt if pending is None or dt < pending else pending
     q.ack(c.seq)
     return {"claimed": claimed, "pending": pending}
+
+
+# --- parts both interpreters run: lifecycle subjects, scaling, recovery, steady -------------
+
+
+def _settle():
+    # MicroPython's first-fit allocator slows down as garbage piles up between collections
+    # (micropython-platform §10): each timed block starts on a collected heap there. CPython's
+    # collector does not move the figure; it is left alone.
+    if MICROPYTHON:
+        gc.collect()
+
+
+def subject(loop, close):
+    """A lifecycle subject: a generator primed with next(); send(k) runs loop(k) and returns its
+    microseconds; close() runs close. The setup stays outside the timings."""
+    try:
+        k = yield
+        while True:
+            t0 = now_us()
+            loop(k)
+            k = yield since_us(t0)
+    finally:
+        close()
+
+
+def run_blocks(subjects, nblocks):
+    """Subjects (name, records per lifecycle, k, generator) run in blocks of k, round-robin, so
+    that a subject and its baseline see the same moment of a shared machine; returns {name: [µs
+    per lifecycle of each block]}. The generators are closed on the way out."""
+    blocks = {}
+    try:
+        for s in subjects:
+            next(s[3])
+            s[3].send(1)  # warm-up: files exist, caches are filled
+        for _ in range(nblocks):
+            for name, per, k, gen in subjects:
+                _settle()
+                if name not in blocks:
+                    blocks[name] = []
+                blocks[name].append(gen.send(k) / (per * k))
+    finally:
+        for s in subjects:
+            s[3].close()
+    return blocks
+
+
+def measure_ops(q, m, payload):
+    """Time m enqueues, then m (claim, ack) pairs; return per-op microseconds."""
+    p = bytes(payload)
+    _settle()
+    t0 = now_us()
+    for _ in range(m):
+        q.enqueue(p)
+    te = since_us(t0)
+    tc = ta = 0
+    _settle()
+    for _ in range(m):
+        t0 = now_us()
+        c = q.claim(30000)
+        t1 = now_us()
+        q.ack(c.seq)
+        ta += since_us(t1)
+        tc += t1 - t0
+    return te / m, tc / m, ta / m
+
+
+def scaling_open(ddq, a, clock):
+    """The small and the big queue of part `scaling`, filled (clock() gives each its clock);
+    returns (sizes, queues, results so far)."""
+    sizes = (a["small"], a["big"])
+    qs = []
+    out = {}
+    p = bytes(a["payload"])
+    for k in sizes:
+        d = fresh("%s/s%d" % (a["dir"], k))
+        q = ddq.Queue(d + "/q", sync="none", clock=clock(), max_items=1000000)
+        _settle()
+        t0 = now_us()
+        for _ in range(k):
+            q.enqueue(p)
+        out[str(k)] = {
+            "fill_us_per": since_us(t0) / k,
+            "runs": {"enqueue": [], "claim": [], "ack": []},
+        }
+        qs.append(q)
+    return sizes, qs, out
+
+
+def scaling_rounds(sizes, qs, out, a):
+    """Rounds alternate between the two queues, so that a pair of figures always sees the same
+    moment of the machine (run.py: median of the pairs); then read() costs."""
+    for _ in range(a["reps"]):
+        for j in range(2):
+            r = out[str(sizes[j])]
+            te, tc, ta = measure_ops(qs[j], a["m"], a["payload"])
+            r["runs"]["enqueue"].append(te)
+            r["runs"]["claim"].append(tc)
+            r["runs"]["ack"].append(ta)
+    for j in range(2):  # read(): a claimed item, and pending items across the backlog
+        out[str(sizes[j])]["read"] = read_costs(qs[j], a["m"], a["reps"])
+
+
+def scaling_emit(sizes, qs, out, a):
+    """Close both queues, keep the best of each op and print the RESULT."""
+    for j in range(2):
+        r = out[str(sizes[j])]
+        for op in ("enqueue", "claim", "ack"):
+            r[op] = best(r["runs"][op])
+        qs[j].close()
+        rmtree("%s/s%d" % (a["dir"], sizes[j]))
+    emit({"small": a["small"], "big": a["big"], "m": a["m"], "per_op": out})
+
+
+def raw_read_crc(d):
+    """A raw sequential read + crc32 of the .log files in d: (µs, bytes)."""
+    import binascii
+
+    buf = bytearray(65536)
+    mv = memoryview(buf)
+    crc = 0
+    n = 0
+    t0 = now_us()
+    for name in sorted(os.listdir(d)):
+        if not name.endswith(".log"):
+            continue
+        f = open(d + "/" + name, "rb")
+        while True:
+            k = f.readinto(buf)
+            if not k:
+                break
+            crc = binascii.crc32(mv[:k], crc)
+            n += k
+        f.close()
+    return since_us(t0), n
+
+
+def open_queue(ddq, d, index_bytes, clock):
+    """Open (recover) and close the queue at d; return both times and what recovery did."""
+    _settle()
+    t0 = now_us()
+    q = ddq.Queue(d, sync="none", clock=clock, max_items=1000000, index_bytes=index_bytes)
+    dt = since_us(t0)
+    items = q.stats().total_items
+    used, replayed = q.index_used, q.replayed_records
+    _settle()
+    t0 = now_us()
+    q.close()
+    dc = since_us(t0)
+    q = None
+    _settle()
+    return dt, dc, items, used, replayed
+
+
+def recovery(ddq, d, a, clock, extra):
+    """Part `recovery`: each rep the raw read + crc32; then the crash path (queue.index removed:
+    open replays every record; its close writes a new index over the whole log: the close
+    cost); then the clean-close path (open adopts that index [X5]: one crc32 pass, only later
+    records replayed; its close finds the index current and writes nothing). clock() gives each
+    open its clock; extra goes into the RESULT."""
+    ixb = a["index_bytes"]
+    runs = {"raw": [], "open_full": [], "close_index": [], "open_index": [], "close_noop": []}
+    size = items = 0
+    used = {"full": [], "index": []}
+    replayed = {"full": 0, "index": 0}
+    for _ in range(a["reps"]):
+        dt, size = raw_read_crc(d)
+        runs["raw"].append(dt)
+        if kind(d + "/queue.index") == 1:
+            os.remove(d + "/queue.index")
+        for path, opened, closed in (
+            ("full", "open_full", "close_index"),
+            ("index", "open_index", "close_noop"),
+        ):
+            dt, dc, items, u, replayed[path] = open_queue(ddq, d, ixb, clock())
+            runs[opened].append(dt)
+            runs[closed].append(dc)
+            used[path].append(u)
+    if True in used["full"] or False in used["index"]:
+        print("recovery: index_used", used, "want False for the full replay, True after close")
+        raise SystemExit(1)
+    out = {}
+    for k in runs:
+        out[k] = best(runs[k])
+    result = {
+        "bytes": size,
+        "items": items,
+        "raw_us": out["raw"],
+        "open_us": out["open_index"],
+        "open_full_us": out["open_full"],
+        "close_index_us": out["close_index"],
+        "close_noop_us": out["close_noop"],
+        "index_bytes": ixb,
+        "index_size": file_size(d + "/queue.index"),
+        "replayed": replayed,
+        "index_used": used,
+        "runs": runs,
+    }
+    for k in extra:
+        result[k] = extra[k]
+    emit(result)
+
+
+# Part `steady`'s arguments, the same on both interpreters (mp_bench adds its device's size).
+STEADY_DEFAULTS = {
+    "dir": "",
+    "n": 20000,
+    "payload": 32,
+    "segment_bytes": 4096,
+    "max_payload": 64,
+    "max_segments": 100,
+    "backlogs": "50,90",
+    "syncs": "none,always",
+    "steps": "0,16",
+    "raw": 1,
+    "keep": 0,
+}
+
+
+def steady_opts(a, max_items):
+    """The queue options of parts `steady` and `board_steady`."""
+    return {
+        "segment_bytes": a["segment_bytes"],
+        "max_payload_bytes": a["max_payload"],
+        "max_items": max_items,
+        "max_segments": a["max_segments"],
+    }
+
+
+def steady_cases(a):
+    """(sync, reclaim_step) of each run of part `steady`."""
+    return [(y, int(t)) for y in a["syncs"].split(",") for t in str(a["steps"]).split(",")]
+
+
+def steady_emit(cap, opts, a, out, raw, extra):
+    result = {
+        "admitted": cap,
+        "options": opts,
+        "payload": a["payload"],
+        "n": a["n"],
+        "record_bytes": record_bytes(a["payload"]),
+        "runs": out,
+        "raw": raw,
+    }
+    for k in extra:
+        result[k] = extra[k]
+    emit(result)

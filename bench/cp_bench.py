@@ -15,7 +15,6 @@ Parts (each prints one "RESULT <json>" line; all times in microseconds, best of 
     profile    cProfile of the CPU side of a lifecycle (sync="none") and of a full replay.
 """
 
-import binascii
 import os
 import sys
 
@@ -23,12 +22,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "port"))
 sys.path.insert(0, HERE)
+sys.path.append(os.path.join(REPO, "tests"))  # tests/shared.py: steps the tests take too
 
 import common  # noqa: E402
 from common import best, emit, fresh, now_us, since_us  # noqa: E402
 
 import ddq  # noqa: E402
 import ddq_outbox  # noqa: E402
+import shared  # noqa: E402
 
 CLOCK_MS = [1767225600000]
 
@@ -41,9 +42,9 @@ def clock():
 # --- lifecycle ------------------------------------------------------------------------------
 
 
-# Each subject is a generator: primed with next(), then send(k) runs k lifecycles (or raw
-# lifecycles' worth of records) and returns the elapsed microseconds; close() cleans up. The
-# setup (opening a queue, a database, a file) stays outside the timings.
+# Each subject is a generator (common.subject): primed with next(), then send(k) runs k
+# lifecycles (or raw lifecycles' worth of records) and returns the elapsed microseconds; close()
+# cleans up. The setup (opening a queue, a database, a file) stays outside the timings.
 
 
 def raw_subject(d, payload):
@@ -52,37 +53,30 @@ def raw_subject(d, payload):
     buf = memoryview(bytearray(48 + payload))
     f = open(d + "/raw.log", "ab")
     fd = f.fileno()
-    try:
-        k = yield
-        while True:
-            t0 = now_us()
-            for _ in range(k):
-                for s in sizes:
-                    f.write(buf[:s])
-                    f.flush()
-                    os.fsync(fd)
-            k = yield since_us(t0)
-    finally:
-        f.close()
+
+    def loop(k):
+        for _ in range(k):
+            for s in sizes:
+                f.write(buf[:s])
+                f.flush()
+                os.fsync(fd)
+
+    return common.subject(loop, f.close)
 
 
 def ddq_subject(d, payload, sync, every=0):
     q = ddq.Queue(d + "/q", sync=sync, clock=clock)
     p = bytes(payload)
-    try:
-        k = yield
-        while True:
-            t0 = now_us()
-            for i in range(k):
-                q.enqueue(p)
-                c = q.claim(30000)
-                q.ack(c.seq)
-                if every and i % every == every - 1:
-                    q.sync()
-            q.sync()
-            k = yield since_us(t0)
-    finally:
-        q.close()
+
+    def loop(k):
+        for i in range(k):
+            q.enqueue(p)
+            q.ack(q.claim(30000).seq)
+            if every and i % every == every - 1:
+                q.sync()
+        q.sync()
+
+    return common.subject(loop, q.close)
 
 
 def outbox_subject(d, payload, every):
@@ -90,18 +84,14 @@ def outbox_subject(d, payload, every):
     records, three a lifecycle."""
     ob = ddq_outbox.Outbox(d + "/ob", sync_every=3 * every, clock=clock)
     p = bytes(payload)
-    try:
-        k = yield
-        while True:
-            t0 = now_us()
-            for _ in range(k):
-                ob.put("t", p)
-                m = ob.get()
-                ob.ack(m)
-            ob.sync()
-            k = yield since_us(t0)
-    finally:
-        ob.close()
+
+    def loop(k):
+        for _ in range(k):
+            ob.put("t", p)
+            ob.ack(ob.get())
+        ob.sync()
+
+    return common.subject(loop, ob.close)
 
 
 def pq_subject(d, payload):
@@ -109,17 +99,13 @@ def pq_subject(d, payload):
 
     q = persistqueue.SQLiteAckQueue(d + "/pq")
     p = bytes(payload)
-    try:
-        k = yield
-        while True:
-            t0 = now_us()
-            for _ in range(k):
-                q.put(p)
-                item = q.get(block=False, raw=True)
-                q.ack(id=item["pqid"])
-            k = yield since_us(t0)
-    finally:
-        q.close()
+
+    def loop(k):
+        for _ in range(k):
+            q.put(p)
+            q.ack(id=q.get(block=False, raw=True)["pqid"])
+
+    return common.subject(loop, q.close)
 
 
 def lq_subject(d, payload, full):
@@ -129,17 +115,13 @@ def lq_subject(d, payload, full):
     if full:
         q.conn.execute("PRAGMA synchronous = FULL;")
     p = "x" * payload
-    try:
-        k = yield
-        while True:
-            t0 = now_us()
-            for _ in range(k):
-                q.put(p)
-                m = q.pop()
-                q.done(m.message_id)
-            k = yield since_us(t0)
-    finally:
-        q.close()
+
+    def loop(k):
+        for _ in range(k):
+            q.put(p)
+            q.done(q.pop().message_id)
+
+    return common.subject(loop, q.close)
 
 
 def part_lifecycle(a):
@@ -157,17 +139,9 @@ def part_lifecycle(a):
         ("litequeue_full", 1, n, lq_subject(fresh(base + "/f"), payload, True)),
     ]
     subjects.append(("outbox_group", 1, n, outbox_subject(fresh(base + "/o"), payload, every)))
-    blocks = {}
     try:
-        for _name, _per, _k, gen in subjects:
-            next(gen)
-            gen.send(1)  # warm-up: files exist, caches are filled
-        for _ in range(a["blocks"]):
-            for name, per, k, gen in subjects:
-                blocks.setdefault(name, []).append(gen.send(k) / (per * k))
+        blocks = common.run_blocks(subjects, a["blocks"])
     finally:
-        for _name, _per, _k, gen in subjects:
-            gen.close()
         common.rmtree(base)
     emit(
         {
@@ -259,13 +233,7 @@ def part_counts(a):
                 per[op][k] += after[k] - before[k]
 
         for i in range(n):
-            s0 = fs.snap()
-            q.enqueue(p)
-            s1 = fs.snap()
-            c = q.claim(30000)
-            s2 = fs.snap()
-            q.ack(c.seq)
-            s3 = fs.snap()
+            s0, s1, s2, s3 = shared.marks(q, p, 30000, fs.snap)
             acc("enqueue", s0, s1)
             acc("claim", s1, s2)
             acc("ack", s2, s3)
@@ -287,51 +255,12 @@ def part_counts(a):
 # --- scaling ----------------------------------------------------------------------------------
 
 
-def measure_ops(q, m, payload):
-    """Time m enqueues, then m (claim, ack) pairs; return per-op microseconds."""
-    p = bytes(payload)
-    t0 = now_us()
-    for _ in range(m):
-        q.enqueue(p)
-    te = since_us(t0)
-    tc = ta = 0
-    for _ in range(m):
-        t0 = now_us()
-        c = q.claim(30000)
-        t1 = now_us()
-        q.ack(c.seq)
-        ta += now_us() - t1
-        tc += t1 - t0
-    return te / m, tc / m, ta / m
-
-
 def part_scaling(a):
     """Both queues open at once; each round times the small one, then the big one, so that a
     pair of figures always sees the same moment of the machine (run.py: median of the pairs).
     Acked items stay in both indexes until the compaction at the end (m more a round)."""
-    sizes = (a["small"], a["big"])
-    qs, out = [], {}
-    for k in sizes:
-        d = fresh("%s/s%d" % (a["dir"], k))
-        q = ddq.Queue(d + "/q", sync="none", clock=clock, max_items=1000000)
-        p = bytes(a["payload"])
-        t0 = now_us()
-        for _ in range(k):
-            q.enqueue(p)
-        out[str(k)] = {
-            "fill_us_per": since_us(t0) / k,
-            "runs": {"enqueue": [], "claim": [], "ack": []},
-        }
-        qs.append(q)
-    for _ in range(a["reps"]):
-        for k, q in zip(sizes, qs):
-            r = out[str(k)]
-            te, tc, ta = measure_ops(q, a["m"], a["payload"])
-            r["runs"]["enqueue"].append(te)
-            r["runs"]["claim"].append(tc)
-            r["runs"]["ack"].append(ta)
-    for k, q in zip(sizes, qs):  # read(): a claimed item, and pending items across the backlog
-        out[str(k)]["read"] = common.read_costs(q, a["m"], a["reps"])
+    sizes, qs, out = common.scaling_open(ddq, a, lambda: clock)
+    common.scaling_rounds(sizes, qs, out, a)
     # Compaction, and the first enqueue after it (the admission plan is rebuilt then: O(n)).
     p = bytes(a["payload"])
     for k, q in zip(sizes, qs):
@@ -345,13 +274,7 @@ def part_scaling(a):
         t0 = now_us()
         q.enqueue(p)
         r["second_enqueue_after_compact_us"] = since_us(t0)
-    for k, q in zip(sizes, qs):
-        r = out[str(k)]
-        for op in ("enqueue", "claim", "ack"):
-            r[op] = best(r["runs"][op])
-        q.close()
-        common.rmtree("%s/s%d" % (a["dir"], k))
-    emit({"small": a["small"], "big": a["big"], "m": a["m"], "per_op": out})
+    common.scaling_emit(sizes, qs, out, a)
 
 
 def part_inflight(a):
@@ -398,87 +321,13 @@ def build_log(d, mib, payload):
     q.close()
 
 
-def raw_read_crc(d):
-    buf = bytearray(65536)
-    mv = memoryview(buf)
-    crc = 0
-    n = 0
-    t0 = now_us()
-    for name in sorted(os.listdir(d)):
-        if not name.endswith(".log"):
-            continue
-        with open(d + "/" + name, "rb") as f:
-            while True:
-                k = f.readinto(buf)
-                if not k:
-                    break
-                crc = binascii.crc32(mv[:k], crc)
-                n += k
-    return since_us(t0), n
-
-
-def open_queue(d, index_bytes):
-    """Open (recover) and close the queue at d; return the two times and what recovery did."""
-    t0 = now_us()
-    q = ddq.Queue(d, sync="none", clock=clock, max_items=1000000, index_bytes=index_bytes)
-    dt = since_us(t0)
-    st = q.stats()
-    used, replayed = q.index_used, q.replayed_records
-    t0 = now_us()
-    q.close()
-    return dt, since_us(t0), st.total_items, used, replayed
-
-
 def part_recovery(a):
-    """Each rep: the raw read + crc32; then the crash path (queue.index removed: open replays
-    every record; its close writes a new index over the whole log: the close cost); then the
-    clean-close path (open adopts that index [X5]: one crc32 pass, only later records replayed;
-    its close finds the index current and writes nothing)."""
+    """common.recovery over a log of `mib` MiB (built unless build=0)."""
     d = a["dir"] + "/log"
     if a["build"]:
         fresh(a["dir"])
         build_log(d, a["mib"], a["payload"])
-    ixb = a["index_bytes"]
-    runs = {"raw": [], "open_full": [], "close_index": [], "open_index": [], "close_noop": []}
-    size = items = 0
-    used = {"full": [], "index": []}
-    replayed = {"full": 0, "index": 0}
-    for _ in range(a["reps"]):
-        dt, size = raw_read_crc(d)
-        runs["raw"].append(dt)
-        if os.path.exists(d + "/queue.index"):
-            os.remove(d + "/queue.index")
-        dt, dc, items, u, replayed["full"] = open_queue(d, ixb)
-        runs["open_full"].append(dt)
-        runs["close_index"].append(dc)
-        used["full"].append(u)
-        dt, dc, items, u, replayed["index"] = open_queue(d, ixb)
-        runs["open_index"].append(dt)
-        runs["close_noop"].append(dc)
-        used["index"].append(u)
-    if any(used["full"]) or not all(used["index"]):
-        raise SystemExit(
-            "recovery: index_used %r, want False for the full replay and True "
-            "after a clean close" % used
-        )
-    best_of = {k: best(v) for k, v in runs.items()}
-    emit(
-        {
-            "bytes": size,
-            "items": items,
-            "payload": a["payload"],
-            "raw_us": best_of["raw"],
-            "open_us": best_of["open_index"],
-            "open_full_us": best_of["open_full"],
-            "close_index_us": best_of["close_index"],
-            "close_noop_us": best_of["close_noop"],
-            "index_bytes": ixb,
-            "index_size": os.stat(d + "/queue.index").st_size,
-            "replayed": replayed,
-            "index_used": used,
-            "runs": runs,
-        }
-    )
+    common.recovery(ddq, d, a, lambda: clock, {"payload": a["payload"]})
 
 
 # --- profile ----------------------------------------------------------------------------------
@@ -534,18 +383,13 @@ def part_profile(a):
     emit({"lifecycle": life_rows, "recovery": rec_rows, "n": a["n"], "mib": a["mib"]})
 
 
-# --- standing backlog (issue 15) ----------------------------------------------------------------
+# --- standing backlog (DESIGN §12) ---------------------------------------------------------------
 
 
 def part_steady(a):
     # As bench/mp_bench.py part `steady`, on the host filesystem: what the options admit, then
     # for each standing backlog and sync policy a FIFO run of n messages, each call timed alone.
-    opts = {
-        "segment_bytes": a["segment_bytes"],
-        "max_payload_bytes": a["max_payload"],
-        "max_items": 1000000,
-        "max_segments": a["max_segments"],
-    }
+    opts = common.steady_opts(a, 1000000)
     p = bytes(a["payload"])
     d = fresh(a["dir"])
     q = ddq.Queue(d + "/cap", sync="none", clock=clock, **opts)
@@ -555,9 +399,7 @@ def part_steady(a):
     raw = {}
     for frac in a["backlogs"].split(","):
         b = cap * int(frac) // 100
-        for sync, step in [
-            (y, int(t)) for y in a["syncs"].split(",") for t in str(a["steps"]).split(",")
-        ]:
+        for sync, step in common.steady_cases(a):
             path = fresh("%s/q-%s-%s-%d" % (d, frac, sync, step)) + "/q"
             q = ddq.Queue(path, sync="none", clock=clock, **opts)
             for _ in range(b):
@@ -580,36 +422,11 @@ def part_steady(a):
             )
             common.rmtree(path)
     common.rmtree(d)
-    emit(
-        {
-            "admitted": cap,
-            "options": opts,
-            "payload": a["payload"],
-            "n": a["n"],
-            "record_bytes": common.record_bytes(a["payload"]),
-            "runs": out,
-            "raw": raw,
-        }
-    )
+    common.steady_emit(cap, opts, a, out, raw, {})
 
 
 PARTS = {
-    "steady": (
-        part_steady,
-        {
-            "dir": "",
-            "n": 20000,
-            "payload": 32,
-            "segment_bytes": 4096,
-            "max_payload": 64,
-            "max_segments": 100,
-            "backlogs": "50,90",
-            "syncs": "none,always",
-            "steps": "0,16",
-            "raw": 1,
-            "keep": 0,
-        },
-    ),
+    "steady": (part_steady, common.STEADY_DEFAULTS),
     "lifecycle": (
         part_lifecycle,
         {"dir": "", "n": 25, "fast": 2000, "payload": 100, "every": 100, "blocks": 12},
@@ -632,14 +449,7 @@ PARTS = {
 
 
 def main():
-    name = common.part_name()
-    if name not in PARTS:
-        raise SystemExit("usage: cp_bench.py {%s} key=value ..." % "|".join(sorted(PARTS)))
-    fn, defaults = PARTS[name]
-    a = common.args(defaults)
-    if not a["dir"]:
-        raise SystemExit("dir= is required")
-    fn(a)
+    common.dispatch(PARTS, "cp_bench.py {%s} key=value ..." % "|".join(sorted(PARTS)))
 
 
 if __name__ == "__main__":

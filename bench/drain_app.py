@@ -1,4 +1,4 @@
-# The board app itself draining a backlog, for bench/drain_bench.py (row D6; issue 27), on
+# The board app itself draining a backlog, for bench/drain_bench.py (BENCHMARKS row D6), on
 # MicroPython (subset Python):
 #   micropython bench/drain_app.py DIR PORT N [LINK]
 # boards/UNIX/main.py (the example app, ddq_app) with its broker at 127.0.0.1:PORT queues N

@@ -1,4 +1,5 @@
-"""Drain benchmarks (issue 17): a backlog of 100-byte messages over a 100 ms round trip.
+"""Drain benchmarks (BENCHMARKS rows D1-D6): a backlog of 100-byte messages over a 100 ms
+round trip.
 
 A loopback TCP relay of our own (`relay`, an asyncio process) sits between each sender and a
 mosquitto on 127.0.0.1 and delays every segment by 50 ms each way, keeping order and letting
@@ -305,6 +306,16 @@ def run(smoke: bool = False, tmp: "str | None" = None) -> "dict[str, object]":
 TARGETS = {"paho": 0.8, "w1": 10.0, "fleet": 6.0}
 
 
+def paired_rows(
+    rep: "Any", f: "Any", v: "Any", rates: "Any", vs_paho: "Any", vs_w1: "Any"
+) -> None:
+    """Two rows of one sender: W=16 ÷ paho max_inflight=16, and W=16 ÷ W=1 (rates: msg/s at
+    W=16, at W=1, paho's)."""
+    r16, r1, pa = rates
+    rep.row(*vs_paho, f(r16), f(pa), f(r16 / pa), "≥ 0.8", v(r16 / pa, TARGETS["paho"]))
+    rep.row(*vs_w1, f(r16), f(r1), f(r16 / r1), "≥ 10", v(r16 / r1, TARGETS["w1"]))
+
+
 def rows(rep: "Any", R: "Any", fmt: "Any", verdict: "Any") -> None:
     """Add rows D1-D5 to bench/run.py's Report (rep.row) from run()'s results R."""
     if not R or "skipped" in R:
@@ -312,24 +323,13 @@ def rows(rep: "Any", R: "Any", fmt: "Any", verdict: "Any") -> None:
     f, v = fmt, verdict
     pa = R["paho_16"]
     for rid, who, key in (("D1", "MicroPython", "mp"), ("D2", "CPython", "cp")):
-        r16, r1 = R[key + "_16"], R[key + "_1"]
-        rep.row(
-            rid,
-            "device sender on %s, W=16, msg/s ÷ paho max_inflight=16 (100 ms RTT)" % who,
-            f(r16),
-            f(pa),
-            f(r16 / pa),
-            "≥ 0.8",
-            v(r16 / pa, TARGETS["paho"]),
-        )
-        rep.row(
-            rid + "b",
-            "device sender on %s, W=16 ÷ W=1 (msg/s)" % who,
-            f(r16),
-            f(r1),
-            f(r16 / r1),
-            "≥ 10",
-            v(r16 / r1, TARGETS["w1"]),
+        paired_rows(
+            rep,
+            f,
+            v,
+            (R[key + "_16"], R[key + "_1"], pa),
+            (rid, "device sender on %s, W=16, msg/s ÷ paho max_inflight=16 (100 ms RTT)" % who),
+            (rid + "b", "device sender on %s, W=16 ÷ W=1 (msg/s)" % who),
         )
     if "app_16" in R:
         ra = R["app_16"]
@@ -345,23 +345,13 @@ def rows(rep: "Any", R: "Any", fmt: "Any", verdict: "Any") -> None:
             v(ra / pa, TARGETS["paho"]),
         )
     r16, r1, fl = R["replay_16"], R["replay_1"], R["replay_fleet"]
-    rep.row(
-        "D3",
-        "`ddq replay` one dir, --window 16, msg/s ÷ paho max_inflight=16",
-        f(r16),
-        f(pa),
-        f(r16 / pa),
-        "≥ 0.8",
-        v(r16 / pa, TARGETS["paho"]),
-    )
-    rep.row(
-        "D4",
-        "`ddq replay` one dir, --window 16 ÷ --window 1 (msg/s)",
-        f(r16),
-        f(r1),
-        f(r16 / r1),
-        "≥ 10",
-        v(r16 / r1, TARGETS["w1"]),
+    paired_rows(
+        rep,
+        f,
+        v,
+        (r16, r1, pa),
+        ("D3", "`ddq replay` one dir, --window 16, msg/s ÷ paho max_inflight=16"),
+        ("D4", "`ddq replay` one dir, --window 16 ÷ --window 1 (msg/s)"),
     )
     t5 = TARGETS["fleet"] * R["dirs"] / 8  # 6 for 8 directories (the smoke run has fewer)
     rep.row(
@@ -376,21 +366,21 @@ def rows(rep: "Any", R: "Any", fmt: "Any", verdict: "Any") -> None:
     rep.section(
         "Drain over a 100 ms round trip (issue 17: rows D1-D5)",
         [
-            "A relay of our own (bench/drain_bench.py, an asyncio process on 127.0.0.1) delays every "
-            "TCP segment by %d ms each way between the sender and a local mosquitto, keeping order "
-            "and letting segments overlap. Each sender drains %d queued 100-byte QoS 1 messages "
-            "(W = 1 and `--window 1`: %d, since one at a time takes 100 ms each; rates compare). "
-            "Device sender: ddq_mqtt.WindowSender under Outbox.pump (OUTBOX E25), group commit "
-            "sync_interval_ms=50, its own process (bench/drain_dev.py; MicroPython with an 8 MiB heap: "
-            "the unix port's 2 MiB default fragments as the index of 2,000 items grows, P14); "
-            "paho-mqtt 2.2 with "
-            "max_inflight_messages_set(16) publishes the same count and waits for every PUBACK; "
-            "`ddq replay` rates use each run's own delivery time (after the CONNACK, from its "
-            "--json summary: no interpreter start-up), and %d directories at once use the slowest "
-            "one's. Ideal at W = 16: 160 msg/s. D6 (issue 27): the example app itself "
-            "(boards/UNIX/main.py with ddq_app, bench/drain_app.py) queues the readings offline "
-            "(budget 0), then main.run() drains them as after an outage, through the sender it "
-            "picks by default; its queue options are the UNIX profile's with room for the "
+            "A relay of our own (bench/drain_bench.py, an asyncio process on 127.0.0.1) delays "
+            "every TCP segment by %d ms each way between the sender and a local mosquitto, "
+            "keeping order and letting segments overlap. Each sender drains %d queued 100-byte "
+            "QoS 1 messages (W = 1 and `--window 1`: %d, since one at a time takes 100 ms each; "
+            "rates compare). Device sender: ddq_mqtt.WindowSender under Outbox.pump (OUTBOX E25), "
+            "group commit sync_interval_ms=50, its own process (bench/drain_dev.py; MicroPython "
+            "with an 8 MiB heap: the unix port's 2 MiB default fragments as the index of 2,000 "
+            "items grows, P14); paho-mqtt 2.2 with max_inflight_messages_set(16) publishes the "
+            "same count and waits for every PUBACK; `ddq replay` rates use each run's own "
+            "delivery time (after the CONNACK, from its --json summary: no interpreter start-up), "
+            "and %d directories at once use the slowest one's. Ideal at W = 16: 160 msg/s. D6 "
+            "(issue 27): the example app itself (boards/UNIX/main.py with ddq_app, "
+            "bench/drain_app.py) queues the readings offline (budget 0), then main.run() drains "
+            "them as after an outage, through the sender it picks by default; its queue options "
+            "are the UNIX profile's with room for the "
             "backlog." % (R["rtt_ms"] // 2, R["n"], R["n1"], R["dirs"]),
             "",
         ]

@@ -1,6 +1,6 @@
-# ddq_group benchmarks (issue 20): durable-on-return writes from many producers sharing syncs.
-# Runs on CPython (all parts) and MicroPython (asyncio); bench/run.py runs each part as its own
-# process and renders the rows with report() below.
+# ddq_group benchmarks (SPEC §14, DESIGN §6.1): durable-on-return writes from many producers
+# sharing syncs. Runs on CPython (all parts) and MicroPython (asyncio); bench/run.py runs each part
+# as its own process and renders the rows with report() below.
 #
 #   python bench/group_bench.py threads key=value ...   (CPython) round-robin blocks of:
 #       always   one producer, Queue(sync="always").enqueue: the baseline rate
@@ -16,19 +16,13 @@
 #       each awaiting `m` Group enqueues: writes per sync
 #
 # fsyncs are counted by a storage wrapper (file syncs and directory syncs); no timers in ddq.
-import os
 import sys
 
-_here = globals().get("__file__") or "bench/group_bench.py"
-if not _here.startswith("/"):
-    _here = os.getcwd().rstrip("/") + "/" + _here
-HERE = _here[: _here.rfind("/")]
-REPO = HERE[: HERE.rfind("/")]
-sys.path.insert(0, HERE)
-sys.path.insert(0, REPO + "/port")
+import common  # bench/ is sys.path[0]: the script's own directory
+from common import emit, fresh, now_us, since_us
 
-import common  # noqa: E402
-from common import emit, fresh, now_us, since_us  # noqa: E402
+REPO = common.REPO
+sys.path.insert(0, REPO + "/port")
 
 import ddq  # noqa: E402
 import ddq_group  # noqa: E402
@@ -449,16 +443,7 @@ def notes(R, fmt, median):
 
 
 def main():
-    name = common.part_name()
-    if name not in PARTS:
-        print("usage: group_bench.py {threads|asyncio} key=value ...")
-        raise SystemExit(2)
-    fn, defaults = PARTS[name]
-    a = common.args(defaults)
-    if not a["dir"]:
-        print("dir= is required")
-        raise SystemExit(2)
-    fn(a)
+    common.dispatch(PARTS, "group_bench.py {threads|asyncio} key=value ...")
 
 
 if __name__ == "__main__":

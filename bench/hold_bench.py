@@ -1,4 +1,5 @@
-"""Rows h1-h5 of `make bench` (issue 26): readings each board profile holds, and for how long.
+"""Rows h1-h5 of `make bench` (DESIGN §5.1, SPEC §10.1): readings each board profile holds, and
+for how long.
 
 Per profile (boards/*.json, through tools/board_capacity.py: the same options, message and fill
 as docs/BOARDS.md), on CPython: the readings its queue takes before Full with the profile's own
@@ -18,7 +19,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "tools"))
 
 TARGETS = {"x_today": 3.0, "x_bound": 0.75, "pico": 4000, "batched": 20000}
-# What each profile held before issue 26 (its options then, libddq's rule; the issue's table).
+# What each profile held before the hold rule (DESIGN §5.1): its options then, libddq's rule.
 TODAY = {"RPI_PICO": 1192, "ESP32_GENERIC": 1184, "ARMV7M_GENERIC": 152, "PYBV11": 32, "UNIX": 848}
 
 

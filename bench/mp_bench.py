@@ -21,15 +21,10 @@ import gc
 import os
 import sys
 
-_here = globals().get("__file__") or "bench/mp_bench.py"
-if not _here.startswith("/"):
-    _here = os.getcwd().rstrip("/") + "/" + _here
-HERE = _here[: _here.rfind("/")]
-REPO = HERE[: HERE.rfind("/")]
-sys.path.insert(0, HERE)
+import common  # bench/ is sys.path[0]: the script's own directory
+from common import best, collect, emit, fresh
 
-import common  # noqa: E402
-from common import best, collect, emit, fresh, now_us, since_us  # noqa: E402
+REPO = common.REPO
 
 ddq = None
 
@@ -54,40 +49,34 @@ class Clock:
 # --- lifecycle --------------------------------------------------------------------------------
 
 
-# Subjects are generators (see bench/cp_bench.py): send(k) runs k lifecycles, returns µs.
+# Subjects are generators (common.subject; see bench/cp_bench.py): send(k) runs k lifecycles,
+# returns µs.
 
 
 def raw_subject(d, payload):
     buf = memoryview(bytearray(48 + payload))
     recs = (buf, buf[:48], buf[:48])
     f = open(d + "/raw.log", "ab")
-    try:
-        k = yield
-        while True:
-            t0 = now_us()
-            for _ in range(k):
-                for r in recs:
-                    f.write(r)
-                    f.flush()
-            k = yield since_us(t0)
-    finally:
-        f.close()
+
+    def loop(k):
+        for _ in range(k):
+            for r in recs:
+                f.write(r)
+                f.flush()
+
+    return common.subject(loop, f.close)
 
 
 def ddq_subject(d, payload, sync):
     q = ddq.Queue(d + "/q", sync=sync, clock=Clock())
     p = bytes(payload)
-    try:
-        k = yield
-        while True:
-            t0 = now_us()
-            for _ in range(k):
-                q.enqueue(p)
-                c = q.claim(30000)
-                q.ack(c.seq)
-            k = yield since_us(t0)
-    finally:
-        q.close()
+
+    def loop(k):
+        for _ in range(k):
+            q.enqueue(p)
+            q.ack(q.claim(30000).seq)
+
+    return common.subject(loop, q.close)
 
 
 def part_lifecycle(a):
@@ -95,24 +84,13 @@ def part_lifecycle(a):
     n, payload = a["n"], a["payload"]
     base = fresh(a["dir"])
     subjects = (
-        ("raw_sync", 3, raw_subject(fresh(base + "/raw"), payload)),
-        ("ddq_always", 1, ddq_subject(fresh(base + "/a"), payload, "always")),
-        ("ddq_ack", 1, ddq_subject(fresh(base + "/k"), payload, "ack")),
+        ("raw_sync", 3, n, raw_subject(fresh(base + "/raw"), payload)),
+        ("ddq_always", 1, n, ddq_subject(fresh(base + "/a"), payload, "always")),
+        ("ddq_ack", 1, n, ddq_subject(fresh(base + "/k"), payload, "ack")),
     )
-    blocks = {}
     try:
-        for s in subjects:
-            next(s[2])
-            s[2].send(1)
-        for _ in range(a["blocks"]):
-            for name, per, gen in subjects:
-                gc.collect()
-                if name not in blocks:
-                    blocks[name] = []
-                blocks[name].append(gen.send(n) / (per * n))
+        blocks = common.run_blocks(subjects, a["blocks"])
     finally:
-        for s in subjects:
-            s[2].close()
         common.rmtree(base)
     us = {}
     for k in blocks:
@@ -126,8 +104,8 @@ def part_lifecycle(a):
 def part_heap(a):
     # fill=1: a fresh queue, n enqueues, heap per item; leaves the directory for fill=0, which
     # (in a fresh process: MicroPython's conservative collector may keep the first queue alive
-    # through a stale stack word) reopens it and measures the index as recovery builds it (from queue.index when the
-    # close wrote one).
+    # through a stale stack word) reopens it and measures the index as recovery builds it (from
+    # queue.index when the close wrote one).
     load_ddq()
     d = a["dir"] + "/q"
     n = a["n"]
@@ -176,155 +154,24 @@ def part_heap(a):
 # --- scaling ----------------------------------------------------------------------------------
 
 
-def measure_ops(q, m, payload):
-    # Each timed block starts on a collected heap: MicroPython's first-fit allocator slows down
-    # as garbage piles up between collections (micropython-platform §10), which would otherwise
-    # make the figure depend on where the collector's cycle happens to be.
-    p = bytes(payload)
-    gc.collect()
-    t0 = now_us()
-    for _ in range(m):
-        q.enqueue(p)
-    te = since_us(t0)
-    tc = ta = 0
-    gc.collect()
-    for _ in range(m):
-        t0 = now_us()
-        c = q.claim(30000)
-        t1 = now_us()
-        q.ack(c.seq)
-        ta += since_us(t1)
-        tc += t1 - t0
-    return te / m, tc / m, ta / m
-
-
 def part_scaling(a):
     # Both queues open at once, rounds alternate (see bench/cp_bench.py). No compaction between
     # rounds here (it would take seconds at 100,000 items): both indexes also keep the m acked
     # items of each earlier round.
     load_ddq()
-    sizes = (a["small"], a["big"])
-    qs = []
-    out = {}
-    p = bytes(a["payload"])
-    for k in sizes:
-        d = fresh("%s/s%d" % (a["dir"], k))
-        q = ddq.Queue(d + "/q", sync="none", clock=Clock(), max_items=1000000)
-        gc.collect()
-        t0 = now_us()
-        for _ in range(k):
-            q.enqueue(p)
-        out[str(k)] = {
-            "fill_us_per": since_us(t0) / k,
-            "runs": {"enqueue": [], "claim": [], "ack": []},
-        }
-        qs.append(q)
-    for _ in range(a["reps"]):
-        for j in range(2):
-            r = out[str(sizes[j])]
-            te, tc, ta = measure_ops(qs[j], a["m"], a["payload"])
-            r["runs"]["enqueue"].append(te)
-            r["runs"]["claim"].append(tc)
-            r["runs"]["ack"].append(ta)
-    for j in range(2):  # read(): a claimed item, and pending items across the backlog
-        out[str(sizes[j])]["read"] = common.read_costs(qs[j], a["m"], a["reps"])
-    for j in range(2):
-        r = out[str(sizes[j])]
-        for op in ("enqueue", "claim", "ack"):
-            r[op] = best(r["runs"][op])
-        qs[j].close()
-        common.rmtree("%s/s%d" % (a["dir"], sizes[j]))
-    qs = None
-    emit({"small": a["small"], "big": a["big"], "m": a["m"], "per_op": out})
+    sizes, qs, out = common.scaling_open(ddq, a, Clock)
+    common.scaling_rounds(sizes, qs, out, a)
+    common.scaling_emit(sizes, qs, out, a)
 
 
 # --- recovery ---------------------------------------------------------------------------------
-
-
-def raw_read_crc(d):
-    import binascii
-
-    buf = bytearray(65536)
-    mv = memoryview(buf)
-    crc = 0
-    n = 0
-    t0 = now_us()
-    for name in sorted(os.listdir(d)):
-        if not name.endswith(".log"):
-            continue
-        f = open(d + "/" + name, "rb")
-        while True:
-            k = f.readinto(buf)
-            if not k:
-                break
-            crc = binascii.crc32(mv[:k], crc)
-            n += k
-        f.close()
-    return since_us(t0), n
-
-
-def open_queue(d, index_bytes):
-    # Open (recover) and close; return both times and what recovery did.
-    gc.collect()
-    t0 = now_us()
-    q = ddq.Queue(d, sync="none", clock=Clock(), max_items=1000000, index_bytes=index_bytes)
-    dt = since_us(t0)
-    items = q.stats().total_items
-    used, replayed = q.index_used, q.replayed_records
-    gc.collect()
-    t0 = now_us()
-    q.close()
-    dc = since_us(t0)
-    q = None
-    gc.collect()
-    return dt, dc, items, used, replayed
 
 
 def part_recovery(a):
     # As bench/cp_bench.py: each rep the raw read + crc32, the crash path (queue.index removed:
     # full replay; its close writes a new index), then the clean-close path (index adopted).
     load_ddq()
-    d = a["dir"] + "/log"
-    ixb = a["index_bytes"]
-    runs = {"raw": [], "open_full": [], "close_index": [], "open_index": [], "close_noop": []}
-    size = items = 0
-    used = {"full": [], "index": []}
-    replayed = {"full": 0, "index": 0}
-    for _ in range(a["reps"]):
-        dt, size = raw_read_crc(d)
-        runs["raw"].append(dt)
-        if common.kind(d + "/queue.index") == 1:
-            os.remove(d + "/queue.index")
-        dt, dc, items, u, replayed["full"] = open_queue(d, ixb)
-        runs["open_full"].append(dt)
-        runs["close_index"].append(dc)
-        used["full"].append(u)
-        dt, dc, items, u, replayed["index"] = open_queue(d, ixb)
-        runs["open_index"].append(dt)
-        runs["close_noop"].append(dc)
-        used["index"].append(u)
-    if True in used["full"] or False in used["index"]:
-        print("recovery: index_used", used, "want False for the full replay, True after close")
-        raise SystemExit(1)
-    out = {}
-    for k in runs:
-        out[k] = best(runs[k])
-    emit(
-        {
-            "bytes": size,
-            "items": items,
-            "raw_us": out["raw"],
-            "open_us": out["open_index"],
-            "open_full_us": out["open_full"],
-            "close_index_us": out["close_index"],
-            "close_noop_us": out["close_noop"],
-            "index_bytes": ixb,
-            "index_size": common.file_size(d + "/queue.index"),
-            "replayed": replayed,
-            "index_used": used,
-            "runs": runs,
-        }
-    )
+    common.recovery(ddq, a["dir"] + "/log", a, Clock, {})
 
 
 # --- LittleFS wear ----------------------------------------------------------------------------
@@ -474,6 +321,10 @@ PROFILES = {
 }
 
 
+# The subjects of part `lfs`, in the order bench/run.py reports them.
+WEAR_CASES = ("json", "applog", "ddq_always", "ddq_ack", "ddq_enqueue", "ddq_group", "ddq_outbox")
+
+
 def part_lfs(a):
     load_ddq()
     n, backlog, payload, every = a["n"], a["backlog"], a["payload"], a["every"]
@@ -481,16 +332,7 @@ def part_lfs(a):
     for pname in a["profiles"].split(","):
         prof = PROFILES[pname]
         res = {}
-        cases = [
-            "json",
-            "applog",
-            "ddq_always",
-            "ddq_ack",
-            "ddq_enqueue",
-            "ddq_group",
-            "ddq_outbox",
-        ]
-        for case in cases:
+        for case in WEAR_CASES:
             dev = lfs_mount(a["blocks"], prof["progsize"])
             if case == "json":
                 wear_json(dev, n, backlog, payload)
@@ -565,37 +407,21 @@ def part_imports(a):
 
 
 def lifecycle_allocs(q, rounds, p, lease):
-    # Bytes allocated per op, averaged over `rounds` lifecycles, with the collector off.
-    tot = [0, 0, 0]
-    for _ in range(rounds):
-        gc.collect()
-        gc.disable()
-        m0 = gc.mem_alloc()
-        q.enqueue(p)
-        m1 = gc.mem_alloc()
-        c = q.claim(lease)
-        m2 = gc.mem_alloc()
-        q.ack(c.seq)
-        m3 = gc.mem_alloc()
-        gc.enable()
-        tot[0] += m1 - m0
-        tot[1] += m2 - m1
-        tot[2] += m3 - m2
-    return [t / rounds for t in tot]
+    # Bytes allocated per op, averaged over `rounds` lifecycles, with the collector off
+    # (tests/shared.py: the same count as tests/test_heapalloc.py's).
+    return [t / rounds for t in shared().alloc_totals(q, p, rounds, lease)]
 
 
 def locked(fn, arg):
-    import micropython
+    return shared().heap_locked(fn, arg)
 
-    micropython.heap_lock()
-    try:
-        r = fn(arg)
-        ok = True
-    except MemoryError:
-        r = None
-        ok = False
-    micropython.heap_unlock()
-    return ok, r
+
+def shared():
+    if REPO + "/tests" not in sys.path:
+        sys.path.append(REPO + "/tests")
+    import shared as mod
+
+    return mod
 
 
 def part_allocs(a):
@@ -701,7 +527,7 @@ def part_capacity(a):
     )
 
 
-# --- heap per item by state, capacity in a board heap, reopen (issue 14) -----------------------
+# --- heap per item by state, capacity in a board heap, reopen (DESIGN §4.1) ----------------------
 
 BOARD_OPTS = {
     "segment_bytes": 4096,
@@ -791,7 +617,7 @@ def part_reopen(a):
     )
 
 
-# --- standing backlog (issue 15) ----------------------------------------------------------------
+# --- standing backlog (DESIGN §12) ---------------------------------------------------------------
 
 
 def counting_storage():
@@ -814,6 +640,29 @@ def blocks_used():
     return st[2] - st[3]
 
 
+def floor_run(a, out, frac):
+    """The floor (no ddq): the same appends and syncs on the same device and mount, holding as
+    many files as the durable runs' generations held (common.raw_floor_run)."""
+    dev = lfs_mount(a["blocks"], a["progsize"])
+    gc.collect()
+    dev.zero()
+    r = common.raw_floor_run(
+        fresh(MOUNT + "/raw"),
+        a["n"],
+        a["payload"],
+        a["segment_bytes"],
+        common.held(out, frac, a),
+        dev,
+    )
+    r["blocks_used"] = blocks_used()
+    r["progs"] = dev.progs / a["n"]
+    r["erases"] = dev.erases / a["n"]
+    lfs_umount()
+    dev = None
+    gc.collect()
+    return r
+
+
 def part_steady(a):
     # Fill until Full to find what the options admit; then, for each standing backlog (a
     # percentage of that) and each sync policy, a FIFO run of n messages on a fresh LittleFS
@@ -821,12 +670,7 @@ def part_steady(a):
     # wrote, LittleFS programs and erases, per delivered message. Then (raw=1) the floor at that
     # backlog: the same file-system operations with no ddq (common.raw_floor_run).
     load_ddq()
-    opts = {
-        "segment_bytes": a["segment_bytes"],
-        "max_payload_bytes": a["max_payload"],
-        "max_items": 1000000,
-        "max_segments": a["max_segments"],
-    }
+    opts = common.steady_opts(a, 1000000)
     p = bytes(a["payload"])
     lfs_mount(a["blocks"], a["progsize"])
     q = ddq.Queue(MOUNT + "/cap", sync="none", clock=Clock(), **opts)
@@ -837,9 +681,7 @@ def part_steady(a):
     raw = {}
     for frac in a["backlogs"].split(","):
         b = cap * int(frac) // 100
-        for sync, step in [
-            (y, int(t)) for y in a["syncs"].split(",") for t in str(a["steps"]).split(",")
-        ]:
+        for sync, step in common.steady_cases(a):
             dev = lfs_mount(a["blocks"], a["progsize"])
             q = ddq.Queue(MOUNT + "/q", sync="none", clock=Clock(), **opts)
             for _ in range(b):
@@ -867,40 +709,9 @@ def part_steady(a):
             dev = q = None
             gc.collect()
         if a["raw"]:
-            # The floor (no ddq): the same appends and syncs on the same device and mount,
-            # holding as many files as the durable runs' generations held (common.raw_floor_run)
-            dev = lfs_mount(a["blocks"], a["progsize"])
-            gc.collect()
-            dev.zero()
-            r = common.raw_floor_run(
-                fresh(MOUNT + "/raw"),
-                a["n"],
-                a["payload"],
-                a["segment_bytes"],
-                common.held(out, frac, a),
-                dev,
-            )
-            r["blocks_used"] = blocks_used()
-            r["progs"] = dev.progs / a["n"]
-            r["erases"] = dev.erases / a["n"]
-            lfs_umount()
-            dev = None
-            gc.collect()
-            raw[frac] = r
-    emit(
-        {
-            "admitted": cap,
-            "options": opts,
-            "payload": a["payload"],
-            "n": a["n"],
-            "record_bytes": common.record_bytes(a["payload"]),
-            "runs": out,
-            "raw": raw,
-            "progsize": a["progsize"],
-            "block_size": 4096,
-            "blocks": a["blocks"],
-        }
-    )
+            raw[frac] = floor_run(a, out, frac)
+    extra = {"progsize": a["progsize"], "block_size": 4096, "blocks": a["blocks"]}
+    common.steady_emit(cap, opts, a, out, raw, extra)
 
 
 def part_board_steady(a):
@@ -911,12 +722,7 @@ def part_board_steady(a):
     # same process, device and mount: the same appends and syncs with no ddq, holding as many
     # files as the ddq runs' generations held (common.raw_floor_run).
     load_ddq()
-    opts = {
-        "segment_bytes": a["segment_bytes"],
-        "max_payload_bytes": a["max_payload"],
-        "max_items": a["max_items"],
-        "max_segments": a["max_segments"],
-    }
+    opts = common.steady_opts(a, a["max_items"])
     if a["window"]:
         opts["window"] = a["window"]
         opts["evidence_bytes"] = a["evidence"]
@@ -941,19 +747,7 @@ def part_board_steady(a):
         lfs_umount()
         dev = q = None
         gc.collect()
-    dev = lfs_mount(a["blocks"], a["progsize"])
-    gc.collect()
-    dev.zero()
-    raw = common.raw_floor_run(
-        fresh(MOUNT + "/raw"),
-        a["n"],
-        a["payload"],
-        a["segment_bytes"],
-        common.held(out, frac, a),
-        dev,
-    )
-    raw["blocks_used"] = blocks_used()
-    lfs_umount()
+    raw = floor_run(a, out, frac)
     emit(
         {
             "options": opts,
@@ -990,24 +784,7 @@ PARTS = {
     ),
     "heapstate": (part_heapstate, {"dir": "", "mod": "", "n": 10000, "k": 500, "payload": 16}),
     "reopen": (part_reopen, {"dir": "", "mod": "", "n": 3000, "payload": 16, "fill": 0}),
-    "steady": (
-        part_steady,
-        {
-            "dir": "",
-            "n": 20000,
-            "payload": 32,
-            "segment_bytes": 4096,
-            "max_payload": 64,
-            "max_segments": 100,
-            "backlogs": "50,90",
-            "syncs": "none,always",
-            "steps": "0,16",
-            "blocks": 256,
-            "progsize": 256,
-            "raw": 1,
-            "keep": 0,
-        },
-    ),
+    "steady": (part_steady, dict(common.STEADY_DEFAULTS, blocks=256, progsize=256)),
     "capacity": (part_capacity, {"dir": "", "mod": "", "payload": 16, "limit": 1000000}),
     "lifecycle": (part_lifecycle, {"dir": "", "n": 25, "payload": 100, "blocks": 12}),
     "heap": (
@@ -1060,16 +837,7 @@ PARTS = {
 
 
 def main():
-    name = common.part_name()
-    if name not in PARTS:
-        print("usage: mp_bench.py PART key=value ...")
-        raise SystemExit(2)
-    fn, defaults = PARTS[name]
-    a = common.args(defaults)
-    if not a["dir"]:
-        print("dir= is required")
-        raise SystemExit(2)
-    fn(a)
+    common.dispatch(PARTS, "mp_bench.py PART key=value ...")
 
 
 main()

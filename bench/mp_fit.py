@@ -1,4 +1,5 @@
-# Pending items that fit in a board-sized heap (issue 14, row 5c): run by bench/run.py as
+# Pending items that fit in a board-sized heap (DESIGN §4.1, BENCHMARKS row 5c): run by
+# bench/run.py as
 #
 #   micropython -X heapsize=64K bench/mp_fit.py MPY_DIR QUEUE_DIR [PAYLOAD [LIMIT]]
 #

@@ -1,4 +1,5 @@
-# The largest single allocation a reopen needs (issue 14, target 3): run by bench/run.py as
+# The largest single allocation a reopen needs (DESIGN §4.1, BENCHMARKS row 5h): run by
+# bench/run.py as
 #
 #   micropython -X heapsize=16M bench/mp_hole.py MPY_DIR QUEUE_DIR K [compact]
 #

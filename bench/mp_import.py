@@ -1,4 +1,5 @@
-# The heap `import ddq` costs, measured in a fresh, small interpreter (issue 14 rows 9, 9b, 9o-9e).
+# The heap `import ddq` costs, measured in a fresh, small interpreter (DESIGN §4.1; BENCHMARKS rows
+# 9, 9b, 9o-9e).
 #
 # On its own so that nothing but this script is interned before the import: an imported .mpy
 # interns its names into the qstr pools, and a pool is allocated only when the last one is

@@ -241,8 +241,8 @@ def _drain(plt, fig, path):
     )
 
 
-# Readings each profile held before issue 26's hold rule (libddq's admission; that issue's table,
-# UNIX from the BOARDS.md of the time): the picture's "before" bars.
+# Readings each profile held before the hold rule of DESIGN §5.1 (libddq's admission, as
+# bench/hold_bench.py's TODAY; UNIX from the BOARDS.md of the time): the picture's "before" bars.
 BEFORE = {
     "ARMV7M_GENERIC": 152,
     "ESP32_GENERIC": 1184,

@@ -1,9 +1,11 @@
-# Fill vs reopen on the qemu board (issue 29): the largest queue one session fills before the
-# heap runs out, and the largest that reopens at the next boot. Runs on the host: starts the qemu
-# board (`ddq board qemu`), flashes ddq (.mpy), runs the fills on the device, stops qemu.
-# Usage: python bench/qemu_fill.py OUT.json [STEP]   (about 5 minutes under emulation)
-#        python bench/qemu_fill.py OUT.json --unix-only  (the unix port's model again, no qemu)
-# bench/run.py reads OUT.json (bench/qemu_fill.json, recorded) for its row 9q; it never starts qemu.
+# Fill vs reopen on the qemu board (BENCHMARKS row 9q; docs/HOST.md "qemu board"): the largest
+# queue one session fills before the heap runs out, and the largest that reopens at the next boot.
+# Runs on the host: starts the qemu board (`ddq board qemu`), flashes ddq (.mpy), runs the fills on
+# the device, stops qemu. Usage: python bench/qemu_fill.py OUT.json [STEP]   (about 5 minutes under
+#        emulation) python bench/qemu_fill.py OUT.json --unix-only  (the unix port's model again,
+#        no qemu)
+# bench/run.py reads OUT.json (bench/qemu_fill.json, recorded) for its row 9q; it never starts
+# qemu.
 import json
 import os
 import re

@@ -176,7 +176,8 @@ class Report:
         self.rows = []  # (id, measure, value, baseline, ratio, target, verdict)
         self.sections = []
         self.misses = []
-        self.smoke = smoke  # smoke sizes cannot judge a target: no verdicts (issue 27)
+        # smoke sizes cannot judge a target: no verdicts (BENCHMARKS: targets are reported)
+        self.smoke = smoke
 
     def row(self, rid, measure, value, baseline, ratio, target_txt, ok):
         if self.smoke and ok in ("**met**", "**missed**"):
@@ -471,7 +472,7 @@ def build(results, errors, smoke, seconds):
                 "report",
             )
 
-    # 5 and 5c as issue 14 measures them (ddq from .mpy; segment_bytes 4096, max_payload_bytes
+    # 5 and 5c as DESIGN §4.1 measures them (ddq from .mpy; segment_bytes 4096, max_payload_bytes
     # 64, max_items 1,000,000, max_segments 4096; 16-byte payloads).
     hs = R.get("mp_heapstate")
     if hs:
@@ -806,15 +807,7 @@ def build(results, errors, smoke, seconds):
         for pname, res in lf["per_msg"].items():
             js = res["json"]["progs"] + res["json"]["erases"]
             rows = []
-            for case in (
-                "json",
-                "applog",
-                "ddq_always",
-                "ddq_ack",
-                "ddq_enqueue",
-                "ddq_group",
-                "ddq_outbox",
-            ):
+            for case in labels:  # in its order (mp_bench.WEAR_CASES)
                 if case not in res:
                     continue
                 v = res[case]
@@ -956,7 +949,7 @@ def build(results, errors, smoke, seconds):
             "Import heap on MicroPython (gc.mem_alloc after gc.collect, fresh process)", lines
         )
 
-    # 9q: the qemu board (issue 29), from the recorded bench/qemu_fill.json (bench/qemu_fill.py
+    # 9q: the qemu board (docs/HOST.md), from the recorded bench/qemu_fill.json (bench/qemu_fill.py
     # runs it on qemu-system-arm; make bench never starts qemu).
     qf = R.get("qemu_fill")
     if qf:
@@ -1269,22 +1262,23 @@ def build(results, errors, smoke, seconds):
                 ],
             )
         rep.section("CPython profiles", lines)
-    # ddq_group (issue 20): durable-on-return writes from many producers; bench/group_bench.py
+    # ddq_group (SPEC §14, DESIGN §6.1): durable-on-return writes from many producers;
+    # bench/group_bench.py
     import group_bench
 
     group_bench.report(
         R, rep, {"fmt": fmt, "paired": paired, "median": median, "rate": rate, "verdict": verdict}
     )
-    # D1-D5: draining a backlog over a 100 ms round trip (issue 17; bench/drain_bench.py).
+    # D1-D5: draining a backlog over a 100 ms round trip (bench/drain_bench.py).
     import drain_bench
 
     drain_bench.rows(rep, R.get("drain"), fmt, verdict)
-    # s1/s2: salvage's resynchronisation over a crafted segment (issue 25; bench/salvage_bench.py)
+    # s1/s2: salvage's resynchronisation over a crafted segment (SPEC §15; bench/salvage_bench.py)
     import salvage_bench
 
     salvage_bench.report(R, rep, {"fmt": fmt, "verdict": verdict}, smoke)
-    board_rows(rep, R)  # 15b: a board profile's slowest call against the floor (issue 26 §4)
-    # h1-h5: readings each board profile holds (issue 26; bench/hold_bench.py).
+    board_rows(rep, R)  # 15b: a board profile's slowest call against the floor (DESIGN §5.1)
+    # h1-h5: readings each board profile holds (DESIGN §5.1; bench/hold_bench.py).
     import hold_bench
 
     hold_bench.rows(rep, R.get("hold"), fmt, verdict)
@@ -1323,7 +1317,7 @@ def board_steady(d, smoke):
 
 
 def board_rows(rep, R):
-    """Row 15b (issue 26 §4): slowest call ÷ median with a profile's options, ÷ the floor's
+    """Row 15b (DESIGN §5.1): slowest call ÷ median with a profile's options, ÷ the floor's
     slowest append+sync ÷ its median in the same run (row 15f's method); target ≤ 1.0 for the
     profile's own reclamation."""
     bs = R.get("mp_board_steady")
@@ -1382,7 +1376,7 @@ def io_note(io):
 
 
 def floor_rows(rep, interp, raw, frac, st, first):
-    """Row 15f of the raw floor at backlog frac (issue 15: the file system's own slowest
+    """Row 15f of the raw floor at backlog frac (DESIGN §12: the file system's own slowest
     append+sync, no ddq; common.raw_floor_run) and its line in the standing-backlog table.
     first: the backlog's first sync="always" ddq run (its median enqueue is the divisor of
     "slowest ÷ ddq's median")."""
@@ -2087,7 +2081,7 @@ def main():
 
         step("allocprof", allocprof)
         step("cp_profile", cp("profile", "cp_profile"))
-        import group_bench  # ddq_group (issue 20): its parts, sizes and rows live there
+        import group_bench  # ddq_group (SPEC §14): its parts, sizes and rows live there
 
         for key, interp, part, size in group_bench.RUNS:
             args = dict(group_bench.SIZES[size][k], dir=os.path.join(tmp, key))
@@ -2097,7 +2091,7 @@ def main():
                     PY if i == "cp" else MP, "group_bench.py", p, a
                 ),
             )
-        import salvage_bench  # salvage resync (issue 25): its parts, sizes and rows live there
+        import salvage_bench  # salvage resync (SPEC §15): its parts, sizes and rows live there
 
         for key, interp, part, size, heap in salvage_bench.RUNS:
             args = dict(salvage_bench.SIZES[size][k], dir=os.path.join(tmp, key))
@@ -2107,11 +2101,11 @@ def main():
                     PY if i == "cp" else MP, "salvage_bench.py", p, a, heap=hp
                 ),
             )
-        # D1-D5 (issue 17): windowed drain through a 50 ms-each-way relay to mosquitto.
+        # D1-D5 (OUTBOX E25): windowed drain through a 50 ms-each-way relay to mosquitto.
         import drain_bench
 
         step("drain", lambda: drain_bench.run(smoke, os.path.join(tmp, "drain")))
-        import hold_bench  # readings held per board profile (issue 26)
+        import hold_bench  # readings held per board profile (DESIGN §5.1)
 
         step("hold", lambda: hold_bench.run(smoke, os.path.join(tmp, "hold")))
     finally:

@@ -1,6 +1,6 @@
-# ddq_salvage resynchronisation (issue 25): the cost of scanning a crafted segment, as a ratio
-# against a plain segment of the same size scanned in the same run. Runs on CPython and
-# MicroPython; bench/run.py runs each part as its own process and renders the rows with
+# ddq_salvage resynchronisation (SPEC §15; BENCHMARKS rows s1, s2): the cost of scanning a crafted
+# segment, as a ratio against a plain segment of the same size scanned in the same run. Runs on
+# CPython and MicroPython; bench/run.py runs each part as its own process and renders the rows with
 # report() below.
 #
 #   python bench/salvage_bench.py resync kib=1024,4096 reps=3 dir=...   (and micropython)
@@ -16,19 +16,13 @@
 #            CRCs): a footer check alone would still read each whole
 # Reported: the best time of `reps` per size, and the bytes read through the storage seam (a
 # count, deterministic: its ratio to the segment size is the work per byte).
-import os
 import sys
 
-_here = globals().get("__file__") or "bench/salvage_bench.py"
-if not _here.startswith("/"):
-    _here = os.getcwd().rstrip("/") + "/" + _here
-HERE = _here[: _here.rfind("/")]
-REPO = HERE[: HERE.rfind("/")]
-sys.path.insert(0, HERE)
-sys.path.insert(0, REPO + "/port")
+import common  # bench/ is sys.path[0]: the script's own directory
+from common import emit, fresh, now_us, since_us
 
-import common  # noqa: E402
-from common import emit, fresh, now_us, since_us  # noqa: E402
+REPO = common.REPO
+sys.path.insert(0, REPO + "/port")
 
 import ddq  # noqa: E402
 import ddq_salvage  # noqa: E402

@@ -1,7 +1,8 @@
 # The demo's device app: synthetic telemetry into a ddq Outbox, delivered over MQTT QoS 1.
 #
 # One file, subset Python: it runs on the MicroPython unix port (the virtual board, started over
-# mpremote by demo/run.py) and on CPython (the Linux gateway: `python demo/devapp.py key=value ...`).
+# mpremote by demo/run.py) and on CPython (the Linux gateway: `python demo/devapp.py key=value
+# ...`).
 #
 # Each reading gets the seq that ddq will give it (the queue's next_seq), a synthetic value and a
 # CRC-32 of its text, so the subscriber can check every message it receives. A reading is
@@ -9,15 +10,16 @@
 # next_seq - 1 after recovery (sync="always": every returned enqueue is durable). A full queue is
 # backpressure: the reading waits, nothing is counted.
 #
-# Delivery: Outbox.pump claims up to `window` messages (16; OUTBOX E25, ddq_mqtt.WindowSender on the
-# MicroPython board; the paho gateway and window=1 keep one at a time), publishes them with QoS 1
-# and acks each only after the broker's PUBACK; after a lost connection the un-acked ones are
-# republished at once with DUP; a failed publish is nacked (the message layer's full-jitter backoff); losing the
-# broker drops the connection, and reconnects back off too (ddq_outbox.Backoff). The publish topic is the
-# stored topic plus "/<boot>/<attempts>", so the host can tell which boot of the device sent each
-# copy. At boot, claims left by the previous (killed) boot are released: this app is the queue's
-# only consumer. When `total` readings are enqueued and none is pending, the app publishes
-# "done" on the status topic, closes the queue and returns.
+# Delivery: Outbox.pump claims up to `window` messages (16; OUTBOX E25, ddq_mqtt.WindowSender on
+# the MicroPython board; the paho gateway and window=1 keep one at a time), publishes them with QoS
+# 1 and acks each only after the broker's PUBACK; after a lost connection the un-acked ones are
+# republished at once with DUP; a failed publish is nacked (the message layer's full-jitter
+# backoff); losing the broker drops the connection, and reconnects back off too
+# (ddq_outbox.Backoff). The publish topic is the stored topic plus "/<boot>/<attempts>", so the
+# host can tell which boot of the device sent each copy. At boot, claims left by the previous
+# (killed) boot are released: this app is the queue's only consumer. When `total` readings are
+# enqueued and none is pending, the app publishes "done" on the status topic, closes the queue and
+# returns.
 import sys
 import time
 
@@ -76,9 +78,9 @@ def check_reading(payload):
 
 
 class SenderLink:
-    """The app's four calls over ddq_mqtt.Sender (OUTBOX E19), one QoS 1 publish at a time: connect,
-    publish (QoS 1 returns True only after the PUBACK), poll, disconnect. Any failure drops the
-    connection (up = False)."""
+    """The app's four calls over ddq_mqtt.Sender (OUTBOX E19), one QoS 1 publish at a time:
+    connect, publish (QoS 1 returns True only after the PUBACK), poll, disconnect. Any failure
+    drops the connection (up = False)."""
 
     def __init__(self, host, port, client_id, timeout_ms=2000, keepalive=30):
         import ddq_mqtt

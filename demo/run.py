@@ -1,4 +1,5 @@
-"""`make demo`: a device outbox delivering to a real MQTT broker through broker restarts and power cuts.
+"""`make demo`: a device outbox delivering to a real MQTT broker through broker restarts and power
+cuts.
 
     python demo/run.py [--gateway micropython|cpython] [--messages N] [--rate R] [--seed S]
                        [--broker-restarts K] [--kills K] [--broker auto|mosquitto|amqtt] ...
@@ -24,8 +25,8 @@ enqueue of n-1 returned, and every returned enqueue is durable (sync="always"), 
 number of enqueues that returned (at most one more: a kill after the record was durable and before
 enqueue returned, which is delivered like the rest). lost = seqs below next_seq that the subscriber
 never received and that are not still in the queue. A duplicate is at-least-once at work; each one
-must be a copy sent while its ack was not yet durable: a copy sent by boot b of a seq that was acked
-in the recovered image of an earlier power cut is a violation.
+must be a copy sent while its ack was not yet durable: a copy sent by boot b of a seq that was
+acked in the recovered image of an earlier power cut is a violation.
 """
 
 import argparse
@@ -86,6 +87,22 @@ def wait_port(port, timeout, proc=None):
     return False
 
 
+def start_broker(argv, workdir, port, timeout, name):
+    """Start a broker process (its output appended to workdir/broker.log) and wait until it
+    listens on 127.0.0.1:port; DemoError (the process killed) if it does not within timeout s."""
+    log = open(os.path.join(workdir, "broker.log"), "ab")
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+    )
+    log.close()
+    if not wait_port(port, timeout, proc):
+        stop_proc(proc, signal.SIGKILL)
+        raise DemoError(
+            "%s did not listen on 127.0.0.1:%d (see %s/broker.log)" % (name, port, workdir)
+        )
+    return proc
+
+
 def stop_proc(proc, sig=signal.SIGTERM, timeout=5.0):
     """End proc's process group (sig, then SIGKILL after timeout); wait for it."""
     if proc is None or proc.poll() is not None:
@@ -116,7 +133,8 @@ def find_mosquitto():
 
 class Mosquitto:
     """mosquitto on 127.0.0.1:port with persistence; stop() is SIGTERM, which saves the sessions
-    (the subscriber's queued QoS 1 messages) to disk, so a restart loses nothing it acknowledged."""
+    (the subscriber's queued QoS 1 messages) to disk, so a restart loses nothing it
+    acknowledged."""
 
     kind = "mosquitto"
 
@@ -144,21 +162,7 @@ class Mosquitto:
         self.version = out.replace("mosquitto version", "mosquitto").strip() or "mosquitto"
 
     def start(self):
-        log = open(os.path.join(self.dir, "broker.log"), "ab")
-        self.proc = subprocess.Popen(
-            [self.exe, "-c", self.conf],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
-        log.close()
-        if not wait_port(self.port, 10, self.proc):
-            stop_proc(self.proc, signal.SIGKILL)
-            raise DemoError(
-                "mosquitto did not listen on 127.0.0.1:%d (see %s/broker.log)"
-                % (self.port, self.dir)
-            )
+        self.proc = start_broker([self.exe, "-c", self.conf], self.dir, self.port, 10, "mosquitto")
 
     def stop(self):
         stop_proc(self.proc, signal.SIGTERM)
@@ -273,25 +277,12 @@ class Amqtt:
             self.version = "amqtt"
 
     def start(self):
-        log = open(os.path.join(self.dir, "broker.log"), "ab")
         code = (
             "import sys; from amqtt.scripts.broker_script import main; "
             "sys.argv = ['amqtt', '-c', %r]; main()" % self.conf
         )
-        self.proc = subprocess.Popen(
-            [self.python, "-c", code],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
-        log.close()
-        if not wait_port(self.sub_port, 20, self.proc):
-            stop_proc(self.proc, signal.SIGKILL)
-            raise DemoError(
-                "amqtt did not listen on 127.0.0.1:%d (see %s/broker.log)"
-                % (self.sub_port, self.dir)
-            )
+        argv = [self.python, "-c", code]
+        self.proc = start_broker(argv, self.dir, self.sub_port, 20, "amqtt")
         self.relay.up()
 
     def close(self):
@@ -1050,7 +1041,8 @@ def render(res):
         (
             "  broker restarts  %6d   (stopped with SIGTERM, started again)"
             if res.get("broker_outage", "restart") == "restart"
-            else "  broker outages   %6d   (a relay cut the device's connections: amqtt keeps sessions "
+            else "  broker outages   %6d   (a relay cut the device's connections: amqtt keeps "
+            "sessions "
             "in memory only, so a restart would lose what it had acknowledged)"
         )
         % res["broker_restarts"],

@@ -41,7 +41,8 @@ class RAMBlockDev:
         return 0  # 1 INIT, 2 DEINIT, 3 SYNC
 
     def program(self, a, buf):
-        """Write buf at byte address a now (buf may point into C memory valid only during the call)."""
+        """Write buf at byte address a now (buf may point into C memory valid only during the
+        call)."""
         self.mv[a : a + len(buf)] = buf
         self.progs += 1
         self.prog_bytes += len(buf)

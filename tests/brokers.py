@@ -90,6 +90,15 @@ def start(workdir):
     return b
 
 
+def serve(workdir):
+    """A generator for a fixture: yields start(workdir)'s broker and closes it."""
+    b = start(workdir)
+    try:
+        yield b
+    finally:
+        b.close()
+
+
 def wait_until(cond, seconds, what):
     """Poll cond() every 50 ms until it is true; AssertionError after seconds (bounded)."""
     import time

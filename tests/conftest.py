@@ -18,7 +18,8 @@ import support  # noqa: E402  (needs the path above)
 
 @pytest.fixture(autouse=True)
 def _support_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Give each test its own support.ROOT, so support.tmpdir() never meets another test's files."""
+    """Give each test its own support.ROOT, so support.tmpdir() never meets another test's
+    files."""
     old = support.ROOT
     support.ROOT = str(tmp_path_factory.mktemp("root"))
     yield

@@ -76,7 +76,8 @@ def encode_record(
     tail_len=None,
     magic=MAGIC,
 ):
-    """One record; every field can be overridden (bad images). The CRC is recomputed unless given."""
+    """One record; every field can be overridden (bad images). The CRC is recomputed unless
+    given."""
     p = bytes(payload)
     if plen is None:
         plen = len(p)

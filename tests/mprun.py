@@ -25,8 +25,9 @@
 # remain reachable through absolute paths.
 #
 # Each test gets a fresh support.ROOT (<base>/<n>) on the filesystem under test, removed after
-# the test; --root DIR sets <base> (for lfs2/fat only a DIR on the RAM disk). Everything here is feature-probed (no unix-only assumption), so a board can run it
-# too: `import mprun; mprun.main(["--root", "/flash/ddqt"])` with the repository mounted.
+# the test; --root DIR sets <base> (for lfs2/fat only a DIR on the RAM disk). Everything here is
+# feature-probed (no unix-only assumption), so a board can run it too: `import mprun;
+# mprun.main(["--root", "/flash/ddqt"])` with the repository mounted.
 import gc
 import os
 import sys

@@ -1,6 +1,6 @@
-# Crafted segments for salvage's resynchronisation (issue 25), shared by tests/test_salvage.py
-# and bench/salvage_bench.py (subset Python: both interpreters), and a storage seam counting the
-# bytes read through it (the work a scan does, counted instead of timed).
+# Crafted segments for salvage's resynchronisation (SPEC §15, DESIGN §14), shared by
+# tests/test_salvage.py and bench/salvage_bench.py (subset Python: both interpreters), and a
+# storage seam counting the bytes read through it (the work a scan does, counted instead of timed).
 import struct
 
 import ddq

@@ -1,10 +1,11 @@
-# Authenticated messages (SPEC §13.1 E21, OUTBOX §13.2 E22) and topics MQTT cannot publish (E4): HMAC-SHA256
-# envelopes, the Outbox signing on put and verifying on get, forged/altered/unsigned messages
-# quarantined as "unauthenticated" and never delivered. Shared suite: subset Python, both
+# Authenticated messages (SPEC §13.1 E21, OUTBOX §13.2 E22) and topics MQTT cannot publish (E4):
+# HMAC-SHA256 envelopes, the Outbox signing on put and verifying on get, forged/altered/unsigned
+# messages quarantined as "unauthenticated" and never delivered. Shared suite: subset Python, both
 # interpreters (CPython uses its hmac module, the unix port the RFC 2104 construction over
 # hashlib.sha256: the same bytes are expected from both).
 import ddq
 import ddq_outbox
+import shared
 import support
 
 T0 = 1767225600000
@@ -23,14 +24,7 @@ def _ob(d=None, **kw):
 
 
 def _drain(ob, limit=200):
-    out = []
-    for _ in range(limit):
-        m = ob.get()
-        if m is None:
-            break
-        out.append(m)
-        ob.ack(m)
-    return out
+    return shared.drain(ob, limit)
 
 
 def _hex(b):
@@ -316,7 +310,16 @@ def _enc_ob(d=None, **kw):
     return _ob(d, **kw)
 
 
-def _needs_aes():
+def _encrypting():
+    # A fresh directory and an encrypting Outbox over it, for a test that needs AES and the heap.
+    _needs_aes(heap=True)
+    d = support.tmpdir()
+    return d, _enc_ob(d)
+
+
+def _needs_aes(heap=False):
+    if heap:  # an encrypting Outbox beside the module: as much heap as the Outbox tests
+        support.needs_heap(320 * 1024, support.OUTBOX_HEAP, 128 * 1024)
     # Encryption needs AES: cryptolib.aes on MicroPython, a firmware build option that many
     # boards' firmware lacks (the qemu Cortex-M3 board's does), which their user cannot add;
     # CPython takes the cryptography package (a dependency: never skipped there).
@@ -395,10 +398,7 @@ def test_encrypted_envelope_byte_exact_both_directions():
 
 def test_encrypted_round_trip_through_the_outbox():
     # EVIDENCE-OF: E23
-    support.needs_heap(320 * 1024, support.OUTBOX_HEAP, 128 * 1024)
-    _needs_aes()
-    d = support.tmpdir()
-    ob = _enc_ob(d)
+    d, ob = _encrypting()
     sizes = (0, 1, 15, 16, 17, 31, 33, 255, 300, 1000)  # partial blocks; past the 256-byte buffer
     want = []
     for n in sizes:
@@ -418,10 +418,7 @@ def test_encrypted_round_trip_through_the_outbox():
 
 def test_requeued_encrypted_dead_letter_stays_encrypted():
     # EVIDENCE-OF: E23 E14
-    support.needs_heap(320 * 1024, support.OUTBOX_HEAP, 128 * 1024)
-    _needs_aes()
-    d = support.tmpdir()
-    ob = _enc_ob(d)
+    d, ob = _encrypting()
     s = ob.put("s/x", b"secret-requeue")
     ob.reject(ob.get(), "test")
     ob.close()
@@ -438,10 +435,7 @@ def test_requeued_encrypted_dead_letter_stays_encrypted():
 
 def test_encrypted_with_wrong_or_no_key_is_unauthenticated():
     # EVIDENCE-OF: E23 E22
-    support.needs_heap(320 * 1024, support.OUTBOX_HEAP, 128 * 1024)
-    _needs_aes()
-    d = support.tmpdir()
-    ob = _enc_ob(d)
+    d, ob = _encrypting()
     ob.put("s/a", b"payload-a")
     ob.put("s/b", b"payload-b")
     ob.close()
@@ -471,8 +465,7 @@ def test_encrypted_with_wrong_or_no_key_is_unauthenticated():
 
 def test_altered_ciphertext_is_refused_before_decryption():
     # EVIDENCE-OF: E23 E21
-    support.needs_heap(320 * 1024, support.OUTBOX_HEAP, 128 * 1024)
-    _needs_aes()
+    _needs_aes(heap=True)
     e = ddq_outbox.encode_envelope(
         "s/t", b"21.5 C", key=b"id", orig_seq=3, hmac_key=KEY, encrypt=True, nonce=NONCE
     )
@@ -515,8 +508,7 @@ def test_altered_ciphertext_is_refused_before_decryption():
 
 def test_nonces_are_fresh_and_a_repeating_source_is_refused():
     # EVIDENCE-OF: E23
-    support.needs_heap(320 * 1024, support.OUTBOX_HEAP, 128 * 1024)
-    _needs_aes()
+    _needs_aes(heap=True)
     ob = _enc_ob()
     seqs = [ob.put("s/n", b"same payload") for _ in range(200)]
     raws = [bytes(ob.queue.read(s)) for s in seqs]
@@ -545,8 +537,7 @@ class _NoUrandom:
 
 def test_encrypt_without_a_nonce_source_is_refused():
     # EVIDENCE-OF: E23
-    support.needs_heap(320 * 1024, support.OUTBOX_HEAP, 128 * 1024)
-    _needs_aes()
+    _needs_aes(heap=True)
     support.raises(ddq.InvalidArgument, _ob, encrypt=True)  # no hmac_key: no MAC, refused
     support.raises(ddq.InvalidArgument, ddq_outbox.encode_envelope, "t", b"x", encrypt=True)
     support.raises(ddq.InvalidArgument, _enc_ob, nonce=b"not callable")
@@ -570,8 +561,7 @@ def test_encrypt_without_a_nonce_source_is_refused():
 
 def test_no_plaintext_payload_in_the_queue_directory():
     # EVIDENCE-OF: E23
-    support.needs_heap(320 * 1024, support.OUTBOX_HEAP, 128 * 1024)
-    _needs_aes()
+    _needs_aes(heap=True)
     d = support.tmpdir()
     ob = _enc_ob(d, sync_every=4)
     secret = b"TOP-SECRET-reading-"

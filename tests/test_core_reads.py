@@ -10,19 +10,24 @@ from faults import FaultStorage
 T0 = 1767225600000
 
 
-def test_unsynced_ram_copies_are_bounded():
-    # EVIDENCE-OF: D3 D7
-    fs = FaultStorage()
-    d = support.tmpdir() + "/q"
-    q = ddq.Queue(
+def _unsynced(d, fs, max_payload):
+    # sync="none" over fs, in one segment: what it keeps unsynced is bounded only by the rule
+    return ddq.Queue(
         d,
         storage=fs,
         clock=support.FakeClock(T0),
         sync="none",
         segment_bytes=1048576,
-        max_payload_bytes=64,
+        max_payload_bytes=max_payload,
         max_items=1000,
     )
+
+
+def test_unsynced_ram_copies_are_bounded():
+    # EVIDENCE-OF: D3 D7
+    fs = FaultStorage()
+    d = support.tmpdir() + "/q"
+    q = _unsynced(d, fs, 64)
     n = fs.calls.get("sync", 0)
     for k in range(255):
         q.enqueue(b"p%d" % k)
@@ -36,15 +41,7 @@ def test_unsynced_ram_copies_are_bounded():
     # again (a copy is the caller's bytes object, not a new one): the bound counts bytes
     # enqueued, and the test itself stays small for a small board.
     pay = (b"a" * 1000, b"b" * 1000)
-    q = ddq.Queue(
-        d + "2",
-        storage=fs,
-        clock=support.FakeClock(T0),
-        sync="none",
-        segment_bytes=1048576,
-        max_payload_bytes=1024,
-        max_items=1000,
-    )
+    q = _unsynced(d + "2", fs, 1024)
     for r in range(2):
         n = fs.calls.get("sync", 0)
         for k in range(16):

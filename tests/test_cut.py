@@ -1,6 +1,6 @@
 # The tail cut by copy + rename (SPEC R12, R21, R22) against the C library's view of every crash
-# state (issue 16): libddq must refuse the directory or see the items ddq sees, and ddq must
-# never delete a leftover holding records its segment does not. libddq's view is modelled by
+# state (SPEC §12, DESIGN §7): libddq must refuse the directory or see the items ddq sees, and ddq
+# must never delete a leftover holding records its segment does not. libddq's view is modelled by
 # tests/libddqmodel.py (what ddq.c at 9eb47a95 refuses and ignores). Shared suite: the crash
 # points are taken by a storage that stops inside the cut; FAT's rename over an existing file
 # (remove, then rename) is emulated so that "segment gone, copy left" is reached on every fs.

@@ -1,6 +1,6 @@
-# At the edges (issue 25 §1): every state ddq's own writes, power cuts and a full disk can leave
-# must open, and keep opening after more writes. Shared suite: CPython and MicroPython over POSIX,
-# LittleFS and FAT.
+# At the edges (docs/RELIABILITY.md parts 1c and 6): every state ddq's own writes, power cuts and a
+# full disk can leave must open, and keep opening after more writes. Shared suite: CPython and
+# MicroPython over POSIX, LittleFS and FAT.
 import ddq
 import support
 

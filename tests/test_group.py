@@ -5,6 +5,7 @@ import time
 
 import ddq
 import ddq_group
+import shared
 import support
 from faults import FaultStorage
 
@@ -50,14 +51,7 @@ class CutFS(FaultStorage):
         self.synced.pop(path, None)
 
     def cut(self, src):
-        dst = support.tmpdir()
-        for name in support.listdir_sorted(src):
-            if name == "queue.lock":
-                continue
-            data = support.read_file(src + "/" + name)
-            n = self.synced.get(src + "/" + name)
-            support.write_file(dst + "/" + name, data if n is None else data[0:n])
-        return dst
+        return shared.cut_copy(src, self.synced)
 
 
 # Where a test skips in a small heap (support.needs_heap; measured on the unix port, 64-bit, the

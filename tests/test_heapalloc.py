@@ -18,6 +18,7 @@
 # the C stack under heap_lock), so they are not counted here.
 import gc
 
+import shared
 import support
 
 try:
@@ -93,38 +94,11 @@ def _queue(path, pending, payload):
 
 
 def _mean_allocs(q, payload, rounds):
-    tot_e = tot_c = tot_a = 0
-    for _ in range(rounds):
-        gc.collect()
-        gc.disable()
-        try:
-            m0 = gc.mem_alloc()
-            q.enqueue(payload)
-            m1 = gc.mem_alloc()
-            c = q.claim(30000)
-            m2 = gc.mem_alloc()
-            q.ack(c.seq)
-            m3 = gc.mem_alloc()
-        finally:
-            gc.enable()
-        tot_e += m1 - m0
-        tot_c += m2 - m1
-        tot_a += m3 - m2
+    tot_e, tot_c, tot_a = shared.alloc_totals(q, payload, rounds)
     return tot_e // rounds, tot_c // rounds, tot_a // rounds
 
 
-def _locked(fn, arg):
-    # One call under heap_lock; (True, result) or (False, None) on MemoryError.
-    micropython.heap_lock()
-    try:
-        r = fn(arg)
-        ok = True
-    except MemoryError:
-        r = None
-        ok = False
-    finally:
-        micropython.heap_unlock()
-    return ok, r
+_locked = shared.heap_locked  # one call under heap_lock: (True, result) or (False, None)
 
 
 def _locked_ops(path, payload):

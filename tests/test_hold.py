@@ -9,16 +9,9 @@ READING = b"r" * 62  # the board app's enveloped reading (docs/BOARDS.md)
 
 
 def _open(d, window=4, evidence=1024, segs=SEGS, clock=None, **kw):
-    if window is None:
-        return ddq.Queue(
-            d,
-            segment_bytes=SEG,
-            max_payload_bytes=PAYLOAD,
-            max_items=100000,
-            max_segments=segs,
-            clock=clock or support.FakeClock(T0),
-            **kw,
-        )
+    if window is not None:
+        kw["window"] = window
+        kw["evidence_bytes"] = evidence
     return ddq.Queue(
         d,
         segment_bytes=SEG,
@@ -26,8 +19,6 @@ def _open(d, window=4, evidence=1024, segs=SEGS, clock=None, **kw):
         max_items=100000,
         max_segments=segs,
         clock=clock or support.FakeClock(T0),
-        window=window,
-        evidence_bytes=evidence,
         **kw,
     )
 

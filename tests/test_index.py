@@ -5,6 +5,7 @@ import binascii
 import struct
 
 import ddq
+import shared
 import support
 from faults import FaultStorage
 
@@ -44,21 +45,29 @@ def _state(q):
 
 def _fill(q, clock, n=40):
     # Every state: acked, retried (history), quarantined with reasons, claimed, a swept claim.
-    for k in range(n):
-        q.enqueue(b"payload %d " % k + b"x" * (k % 23))
-    for k in range(n // 2):
-        c = q.claim(1000)
-        r = k % 4
-        if r == 0:
-            q.ack(c.seq)
-        elif r == 1:
-            q.retry(c.seq, 500)
-        elif r == 2:
-            q.quarantine(c.seq, b"reason %d" % k)
+    shared.every_state(q, n, n // 2)
     c = q.claim_seq(n, 50)
     clock.advance(100)
     q.claim(5000)  # sweeps c's expired lease in RAM only [T2]
     return c.seq
+
+
+def _indexed(clock=None):
+    """A queue in every state (_fill), closed with its index written: (clock, directory)."""
+    clock = clock or support.FakeClock(T0)
+    d = support.tmpdir() + "/q"
+    q = _open(d, clock)
+    _fill(q, clock)
+    q.close()
+    return clock, d
+
+
+def _adopt(d, clock):
+    """Open d, its index allowed, and close it: (index used, records replayed, _state)."""
+    q = _open(d, clock)
+    got = q.index_used, q.replayed_records, _state(q)
+    q.close()
+    return got
 
 
 def _same_as_full_replay(d, clock, want):
@@ -137,11 +146,7 @@ def test_records_after_the_index_are_replayed():
     # EVIDENCE-OF: X5 X6 X7
     # A writer that does not maintain the index (C DDQ, or index_bytes=0) appends after it:
     # the index still describes the prefix; only the new records are replayed.
-    clock = support.FakeClock(T0)
-    d = support.tmpdir() + "/q"
-    q = _open(d, clock)
-    _fill(q, clock)
-    q.close()
+    clock, d = _indexed()
     q = _open(d, clock, ixb=0)
     for k in range(30):  # enough to start new segments
         q.enqueue(b"later %d" % k)
@@ -150,40 +155,28 @@ def test_records_after_the_index_are_replayed():
     c = q.claim(1000)
     q.quarantine(c.seq, b"late reason")
     q.close()
-    q = _open(d, clock)
-    assert q.index_used and q.replayed_records == 34, q.replayed_records
-    want = _state(q)
-    q.close()
+    used, replayed, want = _adopt(d, clock)
+    assert used and replayed == 34, replayed
     _same_as_full_replay(d, clock, want)
 
 
 def test_index_of_an_old_generation_is_ignored():
     # EVIDENCE-OF: X4 X7
-    clock = support.FakeClock(T0)
-    d = support.tmpdir() + "/q"
-    q = _open(d, clock)
-    _fill(q, clock)
-    q.close()
+    clock, d = _indexed()
     old = support.read_file(d + "/queue.index")
     q = _open(d, clock, ixb=0)
     assert q.compact()
     q.close()
     support.write_file(d + "/queue.index", old)  # as a compacting C DDQ would leave it
-    q = _open(d, clock)
-    assert not q.index_used
-    want = _state(q)
-    q.close()
+    used, _, want = _adopt(d, clock)
+    assert not used
     _same_as_full_replay(d, clock, want)
     assert support.read_file(d + "/queue.index") != old  # rewritten for the new generation
 
 
 def test_damaged_index_is_ignored():
     # EVIDENCE-OF: X4
-    clock = support.FakeClock(T0)
-    d = support.tmpdir() + "/q"
-    q = _open(d, clock)
-    _fill(q, clock)
-    q.close()
+    clock, d = _indexed()
     good = support.read_file(d + "/queue.index")
     q = _open(d, clock, ixb=0)
     want = _state(q)
@@ -197,23 +190,17 @@ def test_damaged_index_is_ignored():
         good[:200] + bytes([good[200] ^ 0x80]) + good[201:],
     ):
         support.write_file(d + "/queue.index", bad)
-        q = _open(d, clock)
-        assert not q.index_used and _state(q) == want
-        q.close()  # writes a good index again (the log is big enough)
-        q = _open(d, clock)
-        assert q.index_used and _state(q) == want
-        q.close()
+        used, _, got = _adopt(d, clock)  # its close writes a good index again
+        assert not used and got == want
+        used, _, got = _adopt(d, clock)
+        assert used and got == want
 
 
 def test_changed_log_bytes_fall_back_to_the_full_replay():
     # EVIDENCE-OF: X4 R13
     # A flipped payload bit inside the covered prefix: the index is not trusted, and the full
     # replay reports the damage by segment and offset, exactly as without an index.
-    clock = support.FakeClock(T0)
-    d = support.tmpdir() + "/q"
-    q = _open(d, clock)
-    _fill(q, clock)
-    q.close()
+    clock, d = _indexed()
     name = d + "/" + ddq.segment_name(0, 0)
     data = bytearray(support.read_file(name))
     data[45] ^= 1  # inside the first record's payload
@@ -225,11 +212,7 @@ def test_changed_log_bytes_fall_back_to_the_full_replay():
 
 def test_smaller_limits_than_the_index_fall_back():
     # EVIDENCE-OF: X4 R15
-    clock = support.FakeClock(T0)
-    d = support.tmpdir() + "/q"
-    q = _open(d, clock)
-    _fill(q, clock)
-    q.close()
+    clock, d = _indexed()
     support.raises(ddq.Full, _open, d, clock, 1, max_items=10)
     support.raises(ddq.Corrupt, _open, d, clock, 1, max_payload_bytes=8)
     q = _open(d, clock)
@@ -239,11 +222,7 @@ def test_smaller_limits_than_the_index_fall_back():
 
 def test_small_log_gets_no_index_and_a_stale_one_is_removed():
     # EVIDENCE-OF: X1
-    clock = support.FakeClock(T0)
-    d = support.tmpdir() + "/q"
-    q = _open(d, clock)
-    _fill(q, clock)
-    q.close()
+    clock, d = _indexed()
     q = _open(d, clock, ixb=1 << 20)  # the log is far below 1 MiB: no index kept
     assert q.index_used
     q.enqueue(b"one more")
@@ -258,10 +237,7 @@ def test_index_write_failures_lose_nothing():
     # EVIDENCE-OF: X1 X8 R16
     clock = support.FakeClock(T0)
     for method in ("write", "sync", "rename", "sync_dir", "open"):
-        d = support.tmpdir() + "/q"
-        q = _open(d, clock)
-        _fill(q, clock)
-        q.close()
+        d = _indexed(clock)[1]
         fs = FaultStorage()
         q = ddq.Queue(d, clock=clock, index_bytes=1, storage=fs, **OPTS)
         seq = q.enqueue(b"after the index")
@@ -293,11 +269,7 @@ def test_save_index_covers_everything_written():
 
 def test_torn_tail_after_the_index_is_cut():
     # EVIDENCE-OF: X5 R10
-    clock = support.FakeClock(T0)
-    d = support.tmpdir() + "/q"
-    q = _open(d, clock)
-    _fill(q, clock)
-    q.close()
+    clock, d = _indexed()
     q = _open(d, clock, ixb=0)
     q.enqueue(b"whole")
     q.close()

@@ -1,9 +1,10 @@
 # The RAM index's chunks (DESIGN §4): each chunk of 256 items keeps one payload length while its
 # items are alike, one byte an item over a base length while they lie within 256 of it, else
-# the lengths themselves; states are packed 2 bits an item. These tests put uniform and varying lengths on both sides of chunk
-# boundaries, move items through every state there, and check every item's state, length and
-# payload live, after a reopen that adopts queue.index, after a full replay, and after a
-# compaction. Shared suite: CPython and MicroPython over POSIX, LittleFS and FAT.
+# the lengths themselves; states are packed 2 bits an item. These tests put uniform and varying
+# lengths on both sides of chunk boundaries, move items through every state there, and check every
+# item's state, length and payload live, after a reopen that adopts queue.index, after a full
+# replay, and after a compaction. Shared suite: CPython and MicroPython over POSIX, LittleFS and
+# FAT.
 import ddq
 import support
 

@@ -7,6 +7,7 @@ import binascii
 import struct
 
 import ddq
+import shared
 import support
 
 T0 = 1767225600000
@@ -114,17 +115,7 @@ def _base(gen1):
     clock = support.FakeClock(T0)
     d = support.tmpdir() + "/q"
     q = _open(d, clock)
-    for k in range(36):
-        q.enqueue(b"payload %d " % k + b"x" * (k % 23))
-    for k in range(14):
-        c = q.claim(1000)
-        r = k % 4
-        if r == 0:
-            q.ack(c.seq)
-        elif r == 1:
-            q.retry(c.seq, 500)
-        elif r == 2:
-            q.quarantine(c.seq, b"reason %d" % k)
+    shared.every_state(q, 36, 14)
     if gen1:
         assert q.compact()
         for k in range(8):

@@ -21,6 +21,16 @@ def _state(q):
     return items, payloads, s
 
 
+def _ten(index_bytes):
+    # A fresh queue (its clock, its directory) holding 10 payloads.
+    clock = support.FakeClock(T0)
+    d = support.tmpdir() + "/q"
+    q = ddq.Queue(d, clock=clock, index_bytes=index_bytes, **OPTS)
+    for k in range(10):
+        q.enqueue(b"payload %d" % k)
+    return clock, d, q
+
+
 def test_index_covering_an_empty_last_segment_opens():
     # torture part 1 (posix, a crash while the first record of a new segment was written): the
     # new segment's name is durable before its records (S3), so a crash can leave it empty (or
@@ -29,11 +39,7 @@ def test_index_covering_an_empty_last_segment_opens():
     # through that index must give the same queue as a full replay; it raised
     # Corrupt("a segment of generation 0 ends early (lost its end)"): _adopt_index adds an F7
     # bound (previous size + 0) for the empty covered segment, which no segment size satisfies.
-    clock = support.FakeClock(T0)
-    d = support.tmpdir() + "/q"
-    q = ddq.Queue(d, clock=clock, index_bytes=0, **OPTS)
-    for k in range(10):
-        q.enqueue(b"payload %d" % k)
+    clock, d, q = _ten(0)
     n = q.stats().segment_count
     q.close()
     assert n >= 2, n
@@ -61,11 +67,7 @@ def test_index_is_ignored_when_the_manifest_changed():
     # and 4 zero reserved bytes: that crc32 is the same constant (0x6522df69) for every valid
     # manifest, so the check never fails. Here item_count is off by one: index_bytes=0 reports
     # Corrupt; through the index the queue opened cleanly with the old state.
-    clock = support.FakeClock(T0)
-    d = support.tmpdir() + "/q"
-    q = ddq.Queue(d, clock=clock, index_bytes=1, **OPTS)
-    for k in range(10):
-        q.enqueue(b"payload %d" % k)
+    clock, d, q = _ten(1)
     for _k in range(4):
         q.ack(q.claim(60000).seq)
     q.compact()
@@ -158,11 +160,11 @@ def _release_leaked(q, st):
 
 
 def test_close_without_the_heap_to_load_the_index_code():
-    # EVIDENCE-OF: X9 X1 (issue 29: on a full queue in a small heap, close() raised MemoryError
-    # from loading ddq_compact for the index update). The index is optional: close() syncs,
-    # releases the lock and raises nothing; no queue.index is written and the next open replays
-    # the log to the same state. The failing load is injected on the instance (as a heap
-    # without a free block for the module's code would fail it; the test must not depend on
+    # EVIDENCE-OF: X9 X1 (the qemu board, docs/HOST.md: on a full queue in a small heap, close()
+    # raised MemoryError from loading ddq_compact for the index update). The index is optional:
+    # close() syncs, releases the lock and raises nothing; no queue.index is written and the next
+    # open replays the log to the same state. The failing load is injected on the instance (as a
+    # heap without a free block for the module's code would fail it; the test must not depend on
     # what this interpreter already imported).
     clock = support.FakeClock(T0)
     d = support.tmpdir() + "/q"

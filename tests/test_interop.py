@@ -1,6 +1,7 @@
 # Interop with the C DurableDeliveryQueue: directories written by the real C library open in ddq
 # with the state the C library recovers (the ddq-c fixtures, support.FIXTURES), and ddq's own
-# directories decode with tests/ddqfmt.py, the tests' independent codec (docs/SPEC.md, not ddq's code).
+# directories decode with tests/ddqfmt.py, the tests' independent codec (docs/SPEC.md, not ddq's
+# code).
 import binascii
 import json
 import struct

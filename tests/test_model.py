@@ -7,6 +7,7 @@
 import os
 
 import ddq
+import shared
 import support
 
 T0 = 1767225600000
@@ -14,21 +15,7 @@ OPTS = {"segment_bytes": 320, "max_payload_bytes": 24, "max_items": 8, "max_segm
 STEPS = 10000
 
 
-class Rng:
-    # xorshift32: identical on both interpreters (no random module differences).
-    def __init__(self, seed):
-        self.s = seed or 1
-
-    def next(self):
-        x = self.s
-        x ^= (x << 13) & 0xFFFFFFFF
-        x ^= x >> 17
-        x ^= (x << 5) & 0xFFFFFFFF
-        self.s = x
-        return x
-
-    def below(self, n):
-        return self.next() % n
+Rng = shared.Xorshift32  # seeded with the seed itself: the same sequence on both interpreters
 
 
 class Model:

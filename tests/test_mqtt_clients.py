@@ -1,7 +1,8 @@
 # The adapters of port/ddq_mqtt.py for the MQTT clients users already run (umqtt.simple, mqtt_as,
 # paho-mqtt), against tiny fakes with only the methods the adapters use: PUBACK = ack, failure =
 # nack and a reconnect, TCP_NODELAY, the packet id. Shared suite: subset Python. The real clients
-# against a real broker (killed and restarted mid-stream) are in tests/e2e/test_client_adapters_broker.py.
+# against a real broker (killed and restarted mid-stream) are in
+# tests/e2e/test_client_adapters_broker.py.
 import support
 
 # Measured: the module passes whole in a 192 KiB heap (unix port, 64-bit, beside the runner).

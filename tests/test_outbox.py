@@ -2,6 +2,7 @@
 # dead letters, group commit, lock, pump and the asyncio loop; and iotspool's traps T1..T32 as
 # regression tests named after them. Shared suite: subset Python, no real sleeping (injected
 # clock and ticks), bounded loops.
+import shared
 import support
 
 # Measured: the module passes whole in a 256 KiB heap (unix port, 64-bit, beside the runner).
@@ -18,17 +19,6 @@ def _ob(d=None, clock=None, **kw):
         kw["seed"] = 7
     clock = clock or support.FakeClock(T0)
     return ddq_outbox.Outbox(d or support.tmpdir(), clock=clock, **kw), clock
-
-
-def _drain(ob, limit=1000):
-    out = []
-    for _ in range(limit):
-        m = ob.get()
-        if m is None:
-            break
-        out.append(m)
-        ob.ack(m)
-    return out
 
 
 class CrashFS:
@@ -71,14 +61,7 @@ class CrashFS:
         return getattr(self.fs, name)
 
     def crash_copy(self, src):
-        dst = support.tmpdir()
-        for name in support.listdir_sorted(src):
-            if name == "queue.lock":
-                continue
-            data = support.read_file(src + "/" + name)
-            n = self.synced.get(src + "/" + name)
-            support.write_file(dst + "/" + name, data if n is None else data[0:n])
-        return dst
+        return shared.cut_copy(src, self.synced)
 
 
 def _pending(d, **kw):
@@ -211,7 +194,7 @@ def test_get_quarantines_bad_envelopes_and_nothing_is_lost():
     tampered = bytearray(ddq_outbox.encode_envelope("t/d", b"fourth", sha256=True))
     tampered[-1] ^= 0xFF
     d = ob.queue.enqueue(tampered)
-    got = [m.seq for m in _drain(ob)]
+    got = [m.seq for m in shared.drain(ob)]
     assert got == [a, c], got
     dead = ob.dead_letters()
     assert [m.seq for m in dead] == [raw, d]
@@ -360,7 +343,7 @@ def test_T12_compaction_keeps_backoff_and_attempts():
         ob.put("t", b"fill %d" % i)
     m = ob.get()
     delay = ob.nack(m)
-    for m2 in _drain(ob):
+    for m2 in shared.drain(ob):
         assert m2.seq != a
     assert ob.queue.compact()
     assert ob.get() is None and ob.next_ready_ms() == delay
@@ -471,9 +454,9 @@ def test_next_ready_ms():
     assert ob.next_ready_ms() == delay
     ob.put("t", b"b")
     assert ob.next_ready_ms() == 0
-    _drain(ob)
+    shared.drain(ob)
     clock.advance(delay)
-    _drain(ob)
+    shared.drain(ob)
     assert ob.next_ready_ms() is None and a
     ob.close()
 
@@ -521,7 +504,7 @@ def test_ordered_is_strict_fifo_and_default_skips_ahead():
         if ordered:
             assert m2 is None and ob.next_ready_ms() == delay
             clock.advance(delay)
-            assert [x.seq for x in _drain(ob)] == [a, b]
+            assert [x.seq for x in shared.drain(ob)] == [a, b]
         else:
             assert m2.seq == b
         ob.close()
@@ -558,7 +541,7 @@ def test_T11_drop_oldest_never_drops_a_claimed_message_and_survives_restart():
     ob.close()
     assert _pending(d) == [c, e] and b not in _pending(d)
     ob, clock = _ob(d, clock=clock, capacity="drop_oldest", max_items=3)
-    assert [x.payload for x in _drain(ob)] == [b"c", b"e"]
+    assert [x.payload for x in shared.drain(ob)] == [b"c", b"e"]
     ob.close()
 
 
@@ -589,7 +572,7 @@ def test_T1_envelope_buffer_survives_compaction_inside_put():
     dropped = ob.stats()["dropped"]
     ob.close()
     ob, clock = _ob(d, clock=clock, **SMALL)
-    got = _drain(ob)
+    got = shared.drain(ob)
     assert len(got) + dropped == len(want), (len(got), dropped, len(want))
     for m in got:
         assert (m.topic, m.payload) == want[m.seq]
@@ -602,7 +585,7 @@ def test_T7_seq_never_reused_after_compaction_and_restart():
     ob, clock = _ob(d)
     for i in range(5):
         ob.put("t", b"%d" % i)
-    _drain(ob)
+    shared.drain(ob)
     ob.queue.compact()
     ob.close()
     ob, clock = _ob(d, clock=clock)

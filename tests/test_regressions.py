@@ -13,19 +13,8 @@ def test_dir_sync_failure_after_publish_keeps_the_new_generation():
     # The rename over queue.manifest succeeded, then the directory sync failed: the new
     # generation is the published one and its segments must not be deleted.
     fs = FaultStorage()
-    d = support.tmpdir() + "/q"
-    q = ddq.Queue(d, storage=fs, clock=support.FakeClock(T0), **OPTS)
-    q.enqueue(b"one")
-    q.claim(1000)
-    q.ack(1)
-    q.enqueue(b"two")
-    fs.arm("sync_dir", after=3)  # migration manifest, marker, staged data; then the publish
-    e = None
-    try:
-        q.enqueue(b"three")  # max_items: compaction
-    except ddq.IOFailure as x:
-        e = x
-    q.close()
+    # the third: migration manifest, marker, staged data; then the publish
+    d, e = _compact_with(fs, lambda: fs.arm("sync_dir", after=3), strict=True)
     q = ddq.Queue(d, clock=support.FakeClock(T0), **OPTS)
     assert q.read(2) == b"two"
     if e is None:
@@ -139,19 +128,25 @@ class _Recorder(ddq.PosixStorage):
             self.fail_dir = True
 
 
-def _compact_with(fs):
-    # max_items 2: the third enqueue compacts (migration publish = rename 1, generation 1 = 2)
+def _compact_with(fs, arm=None, strict=False):
+    # max_items 2: the third enqueue compacts (migration publish = rename 1, generation 1 = 2);
+    # arm() runs just before it. The close must succeed if strict, else it may raise a ddq.Error.
     d = support.tmpdir() + "/q"
     q = ddq.Queue(d, storage=fs, clock=support.FakeClock(T0), **OPTS)
     q.enqueue(b"one")
     q.claim(1000)
     q.ack(1)
     q.enqueue(b"two")
+    if arm is not None:
+        arm()
     e = None
     try:
         q.enqueue(b"three")
     except ddq.IOFailure as x:
         e = x
+    if strict:
+        q.close()
+        return d, e
     try:
         q.close()
     except ddq.Error:

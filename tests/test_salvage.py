@@ -4,6 +4,7 @@
 # the records a damage destroys are listed from the undamaged bytes first.
 import struct
 
+import shared
 import support
 
 # In a heap under 320 KiB (unix port, 64-bit) this module's tests ran out of memory:
@@ -27,6 +28,21 @@ def _pay(s):
     return b"item-%02d-" % s + b"x" * (s % 7)
 
 
+def _claims(q, steps):
+    # Claim each seq, then: "ack"; a retry delay (an int); a quarantine reason (bytes); or None:
+    # left claimed (a 60 s lease; the others take 1 s).
+    for seq, then in steps:
+        q.claim_seq(seq, 60000 if then is None else 1000)
+        if then is None:
+            continue
+        if isinstance(then, int):
+            q.retry(seq, then)
+        elif isinstance(then, bytes):
+            q.quarantine(seq, then)
+        else:
+            q.ack(seq)
+
+
 def _build(d, compact=False):
     # Items in every state, control records spread over the segments (generation 0 unless
     # compact): 1 5 17 acked, 2 6 retried, 3 16 quarantined, 4 15 claimed, the rest available.
@@ -34,24 +50,10 @@ def _build(d, compact=False):
     q = ddq.Queue(d, clock=clock, **OPTS)
     for s in range(1, 13):
         q.enqueue(_pay(s))
-    q.claim_seq(1, 1000)
-    q.ack(1)
-    q.claim_seq(2, 1000)
-    q.retry(2, 5000)
-    q.claim_seq(3, 1000)
-    q.quarantine(3, b"bad three")
-    q.claim_seq(4, 60000)
+    _claims(q, ((1, "ack"), (2, 5000), (3, b"bad three"), (4, None)))
     for s in range(13, 21):
         q.enqueue(_pay(s))
-    q.claim_seq(5, 1000)
-    q.ack(5)
-    q.claim_seq(6, 1000)
-    q.retry(6, 0)
-    q.claim_seq(15, 60000)
-    q.claim_seq(16, 1000)
-    q.quarantine(16, b"bad sixteen")
-    q.claim_seq(17, 1000)
-    q.ack(17)
+    _claims(q, ((5, "ack"), (6, 0), (15, None), (16, b"bad sixteen"), (17, "ack")))
     if compact:
         q.compact()
         q.claim_seq(18, 1000)
@@ -63,21 +65,7 @@ def _build(d, compact=False):
     return truth, nxt
 
 
-def _state(q):
-    out = {}
-    for i in q.items():
-        if i.state == "acked":
-            continue
-        r = q.reason(i.seq) if i.state == "quarantined" else None
-        out[i.seq] = (
-            i.state,
-            i.attempts,
-            i.lease_until_ms,
-            i.not_before_ms,
-            bytes(q.read(i.seq)),
-            r,
-        )
-    return out
+_state = shared.live_items  # every item but the acked: state, deadlines, payload, reason
 
 
 def _segments(d):

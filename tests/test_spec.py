@@ -298,8 +298,8 @@ def test_lock_socket_is_named_by_device_and_inode():
 def test_recovery_reads_segment_names_as_parse_segment_name():
     # EVIDENCE-OF: N2 N3 N4 R16
     # Recovery lists the directory once and reads the names in place (no parse_segment_name
-    # call, for its slices: issue 14's reopen churn). Names that are almost a segment's are not
-    # segments: ignored and left alone, in generation 0 and in generation 1 (where generation
+    # call, for its slices: the reopen churn of DESIGN §4.1). Names that are almost a segment's are
+    # not segments: ignored and left alone, in generation 0 and in generation 1 (where generation
     # 0's segments are deleted); the directory's own name holds a "%" (segment paths are made
     # from a format).
     d = support.tmpdir() + "/q%d%s"

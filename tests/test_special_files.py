@@ -1,4 +1,4 @@
-# A queue file that is not a regular file (issue 25 §5): a FIFO, a symbolic link or a device
+# A queue file that is not a regular file (SPEC §6 N7): a FIFO, a symbolic link or a device
 # with a name ddq opens is refused with Corrupt before anything is opened (SPEC N7), never
 # opened (a FIFO blocks the open forever) or appended through (a link writes outside the
 # directory). Shared suite: CPython and MicroPython; FIFOs and links exist only on a host

@@ -156,17 +156,24 @@ def test_window_larger_than_the_queue():
     ob.close()
 
 
+def _two_then_drop(acked):
+    # A PUBACK policy: ack the first two packet ids (kept in acked), then drop the connection
+    # (the rest stays in flight, then the connection is closed).
+    def answer(sock, pid):
+        if len(acked) < 2:
+            acked.append(pid)
+            return b"\x40\x02" + bytes([pid >> 8, pid & 0xFF])
+        sock.policy = "drop"
+        return b""
+
+    return answer
+
+
 def test_disconnect_with_window_in_flight_republishes_with_dup():
     # EVIDENCE-OF: E25 E19
     ob, _ = _ob(12)
     acked = []
-
-    def two_then_drop(sock, pid):
-        if len(acked) < 2:
-            acked.append(pid)
-            return b"\x40\x02" + bytes([pid >> 8, pid & 0xFF])
-        sock.policy = "drop"  # the rest stays in flight, then the connection is closed
-        return b""
+    two_then_drop = _two_then_drop(acked)
 
     broker = WinBroker(two_then_drop, "all")
     link = _link(broker, 8)
@@ -296,13 +303,7 @@ def test_asyncio_loop_with_a_window():
         raise support.Skip("no asyncio")
     ob, _ = _ob(20)
     acked = []
-
-    def two_then_drop(sock, pid):
-        if len(acked) < 2:
-            acked.append(pid)
-            return b"\x40\x02" + bytes([pid >> 8, pid & 0xFF])
-        sock.policy = "drop"
-        return b""
+    two_then_drop = _two_then_drop(acked)
 
     broker = WinBroker(two_then_drop, "all", batch=4)
     link = _link(broker, 8)

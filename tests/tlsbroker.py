@@ -15,6 +15,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 
 OPENSSL = shutil.which("openssl")
@@ -272,3 +273,28 @@ def subscriber_tls(port, pki, user, password, client_id="ddq-tls-sub"):
         c.loop_stop()
         raise RuntimeError("TLS subscriber: subscription not acknowledged")
     return c, got
+
+
+def run_micropython(script, template, **values):
+    """Write template % values (plus "port": the repository's port/) to script, run it on the
+    MicroPython unix port of the venv (60 s at most); it must exit 0. Returns its stdout."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    values["port"] = os.path.join(repo, "port")
+    script.write_text(template % values)
+    mp = os.path.join(os.path.dirname(sys.executable), "micropython")
+    r = subprocess.run([mp, str(script)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+def serve(d, users, sub="sub"):
+    """A generator for a module fixture: the PKI made in d, a TLSBroker with users and a
+    subscriber to '#' logged in as `sub`; yields (broker, pki, received) and ends them."""
+    pki = make_pki(d)
+    with TLSBroker(d, pki, users) as b:
+        c, got = subscriber_tls(b.port, pki, sub, users[sub])
+        try:
+            yield b, pki, got
+        finally:
+            c.disconnect()
+            c.loop_stop()

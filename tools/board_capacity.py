@@ -34,13 +34,13 @@ ddq_outbox envelope when the app imports ddq_outbox):
 5. reclamation: steps 1-4 run twice, inline and staged (reclaim_step = STEP: ddq_reclaim.mpy in
    the code on flash; in the heap fill ddq_reclaim and ddq_compact loaded and a second index of
    every item kept, as a build of the whole queue holds); the profile gets reclaim_step where
-   staged keeps at least STAGED_SHARE of the inline max_items (issue 26 §4), else none.
+   staged keeps at least STAGED_SHARE of the inline max_items (DESIGN §5.1), else none.
 6. check: with the profile's own options, on CPython and on MicroPython (same heap), the queue
    takes exactly max_items of those messages and the next enqueue raises Full; the heap left
    for the application after import and with the queue full is reported.
 
 The unix port is 64-bit: its objects and bytecode are larger than on a 32-bit board, so the
-heap figures are pessimistic for real boards (issue 14 measured `import ddq` at 49 KB on a
+heap figures are pessimistic for real boards (DESIGN §4.1 measured `import ddq` at 49 KB on a
 32-bit Cortex-M3 against 64.6 KB here). The queue directory lives on the unix port's VfsPosix,
 so a board's LittleFS/FAT buffers (a few KiB) are not counted.
 """
@@ -72,16 +72,18 @@ READING = b"n=12345 t=12345678 v=21.5"  # what the example apps' encode() makes 
 BIG = 1000000
 
 # The unix port is 64-bit: the same ddq.mpy kept 49 KB on a 32-bit Cortex-M3 (qemu) where the unix
-# port measured 64.6 KB (issue 14). A board's heap (and the application's share of it) is modelled
-# on the unix port scaled by that ratio, so 32-bit boards are not judged by 64-bit object sizes.
+# port measured 64.6 KB (DESIGN §4.1). A board's heap (and the application's share of it) is
+# modelled on the unix port scaled by that ratio, so 32-bit boards are not judged by 64-bit object
+# sizes.
 WORD_SCALE = 64.6 / 49
 
-# Corrected for 32-bit boards (issue 29; bench/qemu_fill.json, measured on the qemu Cortex-M3 with
-# a 140 KiB heap, bench row 9q): code and objects scale with the word size (`import ddq` 24,096 B
-# on the unix port, 18,368 B there), the queue's items do not (16 B items fill the same 36,864 in
-# 140 KiB on both: the index is arrays of fixed-size ints, and the fill ends at one contiguous
-# block). WORD_SCALE applied to the whole heap gave the unix port 1.32 times the board's heap and
-# so overrated what its items can take; unix_heap_32 scales the code's share only.
+# Corrected for 32-bit boards (docs/HOST.md "qemu board"; bench/qemu_fill.json, measured on the
+# qemu Cortex-M3 with a 140 KiB heap, bench row 9q): code and objects scale with the word size
+# (`import ddq` 24,096 B on the unix port, 18,368 B there), the queue's items do not (16 B items
+# fill the same 36,864 in 140 KiB on both: the index is arrays of fixed-size ints, and the fill
+# ends at one contiguous block). WORD_SCALE applied to the whole heap gave the unix port 1.32 times
+# the board's heap and so overrated what its items can take; unix_heap_32 scales the code's share
+# only.
 CODE_SCALE_32 = 24096 / 18368
 
 
@@ -437,7 +439,7 @@ def derive(prof, tmp):
 
 def staged_fits(inline, staged):
     """Staged reclamation fits the budget when, its module's flash and its build's RAM counted,
-    the queue still holds at least STAGED_SHARE of what it holds inline (issue 26 §4)."""
+    the queue still holds at least STAGED_SHARE of what it holds inline (DESIGN §5.1)."""
     return staged["max_items"] * STAGED_SHARE[1] >= inline["max_items"] * STAGED_SHARE[0]
 
 
@@ -568,15 +570,15 @@ def render(rows):
             STAGED_SHARE[1],
         ),
         "",
-        "The unix port is 64-bit: objects and bytecode are larger than on a 32-bit board "
-        "(issue 14: `import ddq` took 49 KB on a 32-bit Cortex-M3 where the unix port measured 64.6 KB), so the heap columns "
-        "are pessimistic; the queue directory is on VfsPosix, so LittleFS/FAT buffers are "
-        "not counted.",
+        "The unix port is 64-bit: objects and bytecode are larger than on a 32-bit board (issue "
+        "14: `import ddq` took 49 KB on a 32-bit Cortex-M3 where the unix port measured 64.6 KB), "
+        "so the heap columns are pessimistic; the queue directory is on VfsPosix, so LittleFS/FAT "
+        "buffers are not counted.",
         "",
-        "| board | filesystem | fs bytes | code on flash | heap | app keeps | options (segment × max_segments, "
-        "max_payload) | admission | reclamation | message B | items (max_items) | bound by | readings held "
-        "(libddq's rule) | hours at the app's period | queue bytes on flash "
-        "when full | import heap | heap used, queue full | heap left for the app |",
+        "| board | filesystem | fs bytes | code on flash | heap | app keeps | options (segment × "
+        "max_segments, max_payload) | admission | reclamation | message B | items (max_items) | "
+        "bound by | readings held (libddq's rule) | hours at the app's period | queue bytes on "
+        "flash when full | import heap | heap used, queue full | heap left for the app |",
         "|" + "---|" * 18,
     ]
     for prof, d, c in rows:
@@ -654,9 +656,9 @@ today:
 - Leave 3 LittleFS blocks and 2 more per 32 file names in the queue directory (1 FAT cluster)
   free beyond that. LittleFS writes copy-on-write: an append to a file needs a free block, and a
   full directory metadata pair splits into two new blocks, so a filesystem filled to the last
-  block cannot take a claim or an ack, and the queue could never drain. When another writer fills the filesystem
-  anyway, ddq's appends raise IOFailure (ENOSPC) and the queue fail-stops until room is freed;
-  reopen it then (nothing durable is lost).
+  block cannot take a claim or an ack, and the queue could never drain. When another writer fills
+  the filesystem anyway, ddq's appends raise IOFailure (ENOSPC) and the queue fail-stops until room
+  is freed; reopen it then (nothing durable is lost).
 - So, roughly: max_segments <= (room for the queue - the spare - segment_bytes) //
   (2 x segment_bytes), each segment counted in whole blocks.
   `tools/board_capacity.py` measures exactly this on the profile's filesystem (fs_bytes less the

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""List the requirement ids of docs/SPEC.md and docs/OUTBOX.md that no test cites, and test citations
-neither defines.
+"""List the requirement ids of docs/SPEC.md and docs/OUTBOX.md that no test cites, and test
+citations neither defines.
 
 An id is *defined* where docs/SPEC.md (the format) or docs/OUTBOX.md (the message layer's
 behaviour) writes it in brackets: `[R10]` (a letter, then digits); an id defined in both is an

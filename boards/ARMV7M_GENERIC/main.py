@@ -1,4 +1,5 @@
-# Example outbox app for ARMV7M_GENERIC (a generic Cortex-M3/M4 board (armv7m bytecode loads on both): 140 KiB heap (the qemu port's MPS2_AN385 default), 256 KiB LittleFS, no network)
+# Example outbox app for ARMV7M_GENERIC (a generic Cortex-M3/M4 board (armv7m bytecode loads on
+# both): 140 KiB heap (the qemu port's MPS2_AN385 default), 256 KiB LittleFS, no network)
 #
 # This board's settings and sensor; the app itself is ddq_app (port/ddq_app.py, the same as the
 # boards with a network): read the sensor every PERIOD_MS and put each reading into a durable
@@ -18,8 +19,8 @@ import ddq_outbox  # noqa: F401  (main.ddq_outbox.Outbox: the app's Outbox class
 
 # The other settings (QUEUE_DIR, LEASE_MS, the retry policy, PERIOD_MS, BUDGET, ...) are
 # ddq_app.DEFAULTS unless set here.
-# Queue options of boards/ARMV7M_GENERIC.json. Keep them fixed for the life of the directory: DDQ does not
-# store them, and a reader with smaller limits reports the directory as corrupt.
+# Queue options of boards/ARMV7M_GENERIC.json. Keep them fixed for the life of the directory: DDQ
+# does not store them, and a reader with smaller limits reports the directory as corrupt.
 OPTIONS = {
     "segment_bytes": 4096,
     "max_payload_bytes": 256,

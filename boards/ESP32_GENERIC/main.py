@@ -1,28 +1,30 @@
-# Example outbox app for ESP32_GENERIC (ESP32 (4 MB flash, LittleFS vfs partition, about 110 KB free heap))
+# Example outbox app for ESP32_GENERIC (ESP32 (4 MB flash, LittleFS vfs partition, about 110 KB
+# free heap))
 #
 # This board's settings and sensor; the app itself is ddq_app (port/ddq_app.py, the same for every
 # board with a network): join the network (WiFi with backoff; skipped where the port has no
 # `network`), read the sensor every PERIOD_MS, put each reading into a durable Outbox with this
 # board's queue options, and deliver with the message layer's own loop (Outbox.pump) through
 # ddq_mqtt.WindowSender, WINDOW publishes in flight, so a backlog drains at link speed
-# (LINK = "umqtt": through umqtt.simple, one publish per round trip). A reading is acked only after the broker's PUBACK; while the broker or the
-# network is away, readings are retried with a growing, jittered delay and new ones keep being
-# queued. A reading is on flash once put() returned; one in flight at a power cut is sent again
-# when its lease ends (LEASE_MS). A reading the far end refuses for good (raise
-# ddq_outbox.Rejected in a send) is kept as a dead letter: `ddq pull :outbox out && ddq inspect
-# out` shows it.
+# (LINK = "umqtt": through umqtt.simple, one publish per round trip). A reading is acked only after
+# the broker's PUBACK; while the broker or the network is away, readings are retried with a
+# growing, jittered delay and new ones keep being queued. A reading is on flash once put()
+# returned; one in flight at a power cut is sent again when its lease ends (LEASE_MS). A reading
+# the far end refuses for good (raise ddq_outbox.Rejected in a send) is kept as a dead letter: `ddq
+# pull :outbox out && ddq inspect out` shows it.
 #
 # On the board: ddq, ddq_outbox, ddq_mqtt, ddq_app (`ddq flash --example-app` installs them and
 # this file as main.py); umqtt.simple only with LINK = "umqtt" (`mpremote mip install
-# umqtt.simple`; without it the app uses ddq_mqtt.WindowSender). Set BROKER, CLIENT_ID, the WiFi settings and read_sensor() for yours.
-# run_async() is the same app on asyncio, delivering through mqtt_as.
+# umqtt.simple`; without it the app uses ddq_mqtt.WindowSender). Set BROKER, CLIENT_ID, the WiFi
+# settings and read_sensor() for yours. run_async() is the same app on asyncio, delivering through
+# mqtt_as.
 import ddq_app
 import ddq_outbox  # noqa: F401  (main.ddq_outbox.Outbox: the app's Outbox class, for the REPL)
 
 # The other settings (QUEUE_DIR, LEASE_MS, the retry policy, PERIOD_MS, BUDGET, ...) are
 # ddq_app.DEFAULTS unless set here.
-# Queue options of boards/ESP32_GENERIC.json. Keep them fixed for the life of the directory: DDQ does not
-# store them, and a reader with smaller limits reports the directory as corrupt.
+# Queue options of boards/ESP32_GENERIC.json. Keep them fixed for the life of the directory: DDQ
+# does not store them, and a reader with smaller limits reports the directory as corrupt.
 OPTIONS = {
     "segment_bytes": 8184,
     "max_payload_bytes": 512,
@@ -42,7 +44,8 @@ WIFI_PASSWORD = "my-password"
 
 
 def read_sensor():
-    """ESP32 internal temperature (esp32.mcu_temperature on newer chips, raw_temperature in F on ESP32)."""
+    """ESP32 internal temperature (esp32.mcu_temperature on newer chips, raw_temperature in F on
+    ESP32)."""
     import esp32
 
     if hasattr(esp32, "mcu_temperature"):

@@ -1,4 +1,6 @@
-# Example outbox app for PYBV11 (MicroPython's reference board, pyboard v1.1 (STM32F405, Cortex-M4F): 1 MB flash with a FAT filesystem of about 96 KB on internal flash, about 100 KB heap, no network)
+# Example outbox app for PYBV11 (MicroPython's reference board, pyboard v1.1 (STM32F405,
+# Cortex-M4F): 1 MB flash with a FAT filesystem of about 96 KB on internal flash, about 100 KB
+# heap, no network)
 #
 # Read the sensor every PERIOD_MS, put each reading into a durable Outbox with this board's queue
 # options, and deliver what is due through the message layer's own loop (Outbox.pump): a reading

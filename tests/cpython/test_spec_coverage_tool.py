@@ -1,5 +1,6 @@
 """tools/spec_coverage.py --strict (`make spec-coverage`) fails on an id no test cites, as on a
-citation no doc defines (issue 27: it used to say "cited by no test (1): C11" and pass)."""
+citation no doc defines (docs/SPEC.md, top: it used to say "cited by no test (1): C11" and
+pass)."""
 
 import os
 import subprocess

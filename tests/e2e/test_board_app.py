@@ -1,9 +1,10 @@
 """The board example app (boards/UNIX/main.py) on the virtual board, as a user would run it: `ddq
 flash --example-app`, umqtt.simple copied to the board (from its pinned sdist, .venv/mpylib),
-then main.run() with LINK = "umqtt" against a real broker. The broker goes away mid-stream and comes back on the same
-port; later it goes away again and, while readings wait on flash, the board loses power (SIGKILL
-of the unix port) and boots again on the same LittleFS image. Every reading whose put() returned arrives at least once, through umqtt.simple, and the
-queue ends empty. EVIDENCE-OF: E24 E17
+then main.run() with LINK = "umqtt" against a real broker. The broker goes away mid-stream and
+comes back on the same port; later it goes away again and, while readings wait on flash, the board
+loses power (SIGKILL of the unix port) and boots again on the same LittleFS image. Every reading
+whose put() returned arrives at least once, through umqtt.simple, and the queue ends empty.
+EVIDENCE-OF: E24 E17
 
 boards/RPI_PICO and ESP32_GENERIC run the same code with their own sensor and WiFi; here they are
 checked to compile and to differ from the UNIX app only where the board does.
@@ -29,7 +30,8 @@ N = 60
 APP = """
 import sys, main
 main.BROKER_PORT = %(port)d
-main.LINK = "umqtt"  # umqtt.simple, one publish at a time (the default, WindowSender: test_host_app)
+# umqtt.simple, one publish at a time (the default, WindowSender: test_host_app)
+main.LINK = "umqtt"
 main.LEASE_MS = 2000  # a reading in flight at the power cut is sent again 2 s after the boot
 main.RETRY_BASE_MS, main.RETRY_MAX_MS = 100, 1000
 st = main.run(rounds=%(rounds)d, period_ms=50, drain_ms=60000)
@@ -67,6 +69,17 @@ def _mpylib():
 
 
 _wait = brokers.wait_until
+
+
+def _run_app(template, board, tmp_path, **more):  # type: ignore[no-untyped-def]
+    """Run template (a script for `micropython -c`, given the board's app directory, port/ and
+    a queue directory in tmp_path) on the unix port; it must exit 0."""
+    app = os.path.join(REPO, "boards", board)
+    script = template % dict(more, app=app, port=os.path.join(REPO, "port"), q=str(tmp_path / "q"))
+    mp = os.path.join(os.path.dirname(sys.executable), "micropython")
+    r = subprocess.run([mp, "-c", script], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r
 
 
 def _readings(sub):
@@ -206,18 +219,7 @@ print("refused", st["pending"], len(sends))
 
 
 def test_board_app_backs_off_wifi_and_link_and_sleeps_offline(tmp_path):
-    script = WIFI % {
-        "app": os.path.join(REPO, "boards", "UNIX"),
-        "port": os.path.join(REPO, "port"),
-        "q": str(tmp_path / "q"),
-    }
-    r = subprocess.run(
-        [os.path.join(os.path.dirname(sys.executable), "micropython"), "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
+    r = _run_app(WIFI, "UNIX", tmp_path)
     line, last, offline, refused = r.stdout.strip().splitlines()
     print(line, "|", offline, "(pending, sent, WiFi polls) |", refused, "(pending, sends)")
     at = ast.literal_eval(line.split("at ")[1].split(" up")[0])
@@ -314,19 +316,7 @@ def test_board_app_without_network_queues_for_pull(tmp_path):
     nonet = tmp_path / "nonet"
     nonet.mkdir()
     (nonet / "socket.py").write_text("raise ImportError('no module named socket')\n")
-    script = NO_NET % {
-        "nonet": str(nonet),
-        "app": os.path.join(REPO, "boards", "UNIX"),
-        "port": os.path.join(REPO, "port"),
-        "q": str(tmp_path / "q"),
-    }
-    r = subprocess.run(
-        [os.path.join(os.path.dirname(sys.executable), "micropython"), "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
+    r = _run_app(NO_NET, "UNIX", tmp_path, nonet=str(nonet))
     assert "readings wait on flash" in r.stdout and "no network 3 0 0 False" in r.stdout, r.stdout
 
 
@@ -344,7 +334,10 @@ sys.modules["pyb"] = pyb
 import ddq_outbox
 import main
 got = []
-st = main.run(rounds=3, period_ms=0, sender=lambda m: got.append(m.payload) or True, queue_dir=%(q)r)
+def keep(m):
+    got.append(m.payload)
+    return True
+st = main.run(rounds=3, period_ms=0, sender=keep, queue_dir=%(q)r)
 print("sent", st["sent"], st["pending"], [p.split(b" ")[2] for p in got])
 # The far end is away: readings stay on flash, each with its own backoff (E8), nothing lost.
 st = main.run(rounds=2, period_ms=0, sender=lambda m: False, queue_dir=%(q)r)
@@ -359,18 +352,11 @@ print("dead", st["quarantined"], st["pending"])
 
 def test_pybv11_app_delivers_through_the_outbox_loop(tmp_path):
     # PYBV11 has no network and 96 KB of FAT: its app loads ddq and ddq_outbox only, and delivers
-    # through Outbox.pump (issue 19: no delivery loop of its own).
+    # through Outbox.pump (OUTBOX §13.2: no delivery loop of its own).
     app = os.path.join(REPO, "boards", "PYBV11")
     with open(os.path.join(app, "main.py")) as f:
         src = f.read()
     assert "import ddq_outbox" in src and ".claim(" not in src and "import ddq_app" not in src
-    script = PYB % {"app": app, "port": os.path.join(REPO, "port"), "q": str(tmp_path / "q")}
-    r = subprocess.run(
-        [os.path.join(os.path.dirname(sys.executable), "micropython"), "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
+    r = _run_app(PYB, "PYBV11", tmp_path)
     assert "sent 3 0 [b'v=21.5', b'v=21.5', b'v=21.5']" in r.stdout, r.stdout
     assert "away 2 2" in r.stdout and "dead 1 0" in r.stdout, r.stdout

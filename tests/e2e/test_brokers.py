@@ -49,7 +49,8 @@ def test_not_installable_falls_back_to_the_embedded_broker(monkeypatch):
 
 def test_a_failed_install_is_reported_not_taken_for_not_installable(monkeypatch):
     # Root with apt-get, and apt-get failed (a held dpkg lock past the wait, a broken mirror):
-    # the TLS tests fail with apt's own error instead of skipping as "not installable" (issue 27).
+    # the TLS tests fail with apt's own error instead of skipping as "not installable" (a test
+    # skips only for what a user cannot fix).
     import tlsbroker
 
     _no_env(monkeypatch)

@@ -41,11 +41,7 @@ def mpylib():
 
 @pytest.fixture
 def broker(tmp_path):  # type: ignore[no-untyped-def]
-    b = brokers.start(str(tmp_path / "broker"))
-    try:
-        yield b
-    finally:
-        b.close()
+    yield from brokers.serve(str(tmp_path / "broker"))
 
 
 def _outage_when(sub, b, until_done, seconds=120.0, down=1.0):
@@ -129,22 +125,23 @@ ob.close()
 
 
 def test_umqtt_simple_on_the_unix_port_through_a_broker_outage(broker, tmp_path):
-    sub = brokers.Subscriber(broker.sub_port, "um/#", "ddq-sub-umqtt-%d" % os.getpid())
+    _through_an_outage(UMQTT, "um/#", "ddq-sub-umqtt", "umqtt put", broker, tmp_path)
+
+
+def _through_an_outage(template, topic, sub_id, prefix, broker, tmp_path):
+    """Run the MicroPython app `template` (given port/, micropython-lib, the stand-ins, its queue
+    directory, the broker's port and N) through an outage; every message must arrive."""
+    sub = brokers.Subscriber(broker.sub_port, topic, "%s-%d" % (sub_id, os.getpid()))
     try:
-        text = _run_mp(
-            UMQTT
-            % {
-                "port": os.path.join(REPO, "port"),
-                "mpylib": mpylib(),
-                "qdir": str(tmp_path / "q"),
-                "mqtt": broker.port,
-                "n": N,
-            },
-            sub,
-            broker,
-            tmp_path,
-        )
-        _check(sub, text, "umqtt put", broker)
+        script = template % {
+            "port": os.path.join(REPO, "port"),
+            "mpylib": mpylib(),
+            "standin": STANDIN,
+            "qdir": str(tmp_path / "q"),
+            "mqtt": broker.port,
+            "n": N,
+        }
+        _check(sub, _run_mp(script, sub, broker, tmp_path), prefix, broker)
     finally:
         sub.close()
 
@@ -239,7 +236,8 @@ async def main():
     asyncio.create_task(produce())
     t0 = time.ticks_ms()
     def stop():
-        return (state["put"] >= %(n)d and ob.empty()) or time.ticks_diff(time.ticks_ms(), t0) > 90000
+        done = state["put"] >= %(n)d and ob.empty()
+        return done or time.ticks_diff(time.ticks_ms(), t0) > 90000
     await ob.run(link.send, idle_ms=20, stop=stop)
     st = ob.stats()
     print("mqtt_as put", state["put"], "sent", st["sent"], "retried", st["retried"], "pending",
@@ -252,25 +250,7 @@ ob.close()
 
 
 def test_mqtt_as_on_the_unix_port_through_a_broker_outage(broker, tmp_path):
-    sub = brokers.Subscriber(broker.sub_port, "as/#", "ddq-sub-as-%d" % os.getpid())
-    try:
-        text = _run_mp(
-            MQTT_AS
-            % {
-                "port": os.path.join(REPO, "port"),
-                "mpylib": mpylib(),
-                "standin": STANDIN,
-                "qdir": str(tmp_path / "q"),
-                "mqtt": broker.port,
-                "n": N,
-            },
-            sub,
-            broker,
-            tmp_path,
-        )
-        _check(sub, text, "mqtt_as put", broker)
-    finally:
-        sub.close()
+    _through_an_outage(MQTT_AS, "as/#", "ddq-sub-as", "mqtt_as put", broker, tmp_path)
 
 
 def test_paho_on_cpython_through_a_broker_outage(broker, tmp_path):

@@ -106,7 +106,8 @@ def _receipt(seq, boot, attempt=0):
 
 
 def test_checker_flags_a_resend_of_a_durably_acked_seq(tmp_path):
-    # Power cut 0 ended boot 0 with seqs 1-3 acked and 4-5 pending. Boot 1 may resend 4 and 5, never 2.
+    # Power cut 0 ended boot 0 with seqs 1-3 acked and 4-5 pending. Boot 1 may resend 4 and 5,
+    # never 2.
     cut = _queue(tmp_path / "cut0", 5, {1, 2, 3})
     final = demo.queue_state(_queue(tmp_path / "final", 5, {1, 2, 3, 4, 5}), OPTIONS)
     ok = [_receipt(s, 0) for s in (1, 2, 3, 4)] + [_receipt(4, 1), _receipt(5, 1)]

@@ -2,10 +2,10 @@
 
 Each test starts its own broker on a free loopback port (tests/brokers.py: mosquitto with
 persistence on, so a graceful restart keeps the subscriber's queued QoS 1 messages; installed
-with apt-get when root; else the embedded amqtt, whose outage is a relay cut) and ends it by pid. The broker is restarted in
-the middle of delivery; every message must arrive (duplicates are allowed: at least once).
-The MicroPython run drives the same adapter from the unix port in a subprocess.
-Figures (messages/s) are printed, never asserted. EVIDENCE-OF: E17 E19
+with apt-get when root; else the embedded amqtt, whose outage is a relay cut) and ends it by pid.
+The broker is restarted in the middle of delivery; every message must arrive (duplicates are
+allowed: at least once). The MicroPython run drives the same adapter from the unix port in a
+subprocess. Figures (messages/s) are printed, never asserted. EVIDENCE-OF: E17 E19
 """
 
 import os
@@ -33,12 +33,9 @@ class Subscriber(brokers.Subscriber):
 def broker(tmp_path):  # type: ignore[no-untyped-def]
     """tests/brokers.py: mosquitto (installed with apt-get when root), else the embedded amqtt.
     stop()/start() of the tests below are its outage: interrupt()/resume() on the same port."""
-    b = brokers.start(str(tmp_path / "broker"))
-    b.stop, b.start = b.interrupt, b.resume
-    try:
+    for b in brokers.serve(str(tmp_path / "broker")):
+        b.stop, b.start = b.interrupt, b.resume
         yield b
-    finally:
-        b.close()
 
 
 def _deliver(ob: ddq_outbox.Outbox, link: ddq_mqtt.Sender, seconds: float, until=None) -> None:  # type: ignore[no-untyped-def]
@@ -109,6 +106,26 @@ def test_throughput_to_mosquitto(broker, tmp_path, group):  # type: ignore[no-un
         ob.close()
 
 
+def mp_publisher(script, template, n, mqtt_port):  # type: ignore[no-untyped-def]
+    """Start the MicroPython publisher `template` (its queue beside script) of n messages."""
+    qdir = str(script.parent / "mpq")
+    port = os.path.join(REPO, "port")
+    script.write_text(template % {"port": port, "n": n, "qdir": qdir, "mqtt_port": mqtt_port})
+    return subprocess.Popen(
+        [MICROPYTHON, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+
+
+def mp_delivered(p, n, sub):  # type: ignore[no-untyped-def]
+    """Wait for mp_publisher's p to end: it must exit 0 saying it sent all n messages; returns
+    its output and the payloads the subscriber still misses after 30 s."""
+    out, _ = p.communicate(timeout=90)
+    text = out.decode()
+    assert p.returncode == 0, text
+    assert ("MP sent %d " % n) in text, text
+    return text, sub.wait_for({b"%06d" % i for i in range(n)}, 30)
+
+
 MP_SCRIPT = """
 import sys, time
 sys.path.insert(0, %(port)r)
@@ -134,19 +151,7 @@ def test_micropython_adapter_with_a_broker_restart(broker, tmp_path):  # type: i
     assert os.path.exists(MICROPYTHON), "no MicroPython unix port in the venv: make venv"
     n = 200
     sub = Subscriber(broker.sub_port, "mp/#")
-    script = tmp_path / "mp_pub.py"
-    script.write_text(
-        MP_SCRIPT
-        % {
-            "port": os.path.join(REPO, "port"),
-            "n": n,
-            "qdir": str(tmp_path / "mpq"),
-            "mqtt_port": broker.port,
-        }
-    )
-    p = subprocess.Popen(
-        [MICROPYTHON, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
+    p = mp_publisher(tmp_path / "mp_pub.py", MP_SCRIPT, n, broker.port)
     try:
         end = time.monotonic() + 30
         while time.monotonic() < end and len(sub.distinct()) < n // 4:
@@ -155,11 +160,7 @@ def test_micropython_adapter_with_a_broker_restart(broker, tmp_path):  # type: i
         broker.stop()
         time.sleep(0.5)
         broker.start()
-        out, _ = p.communicate(timeout=90)
-        text = out.decode()
-        assert p.returncode == 0, text
-        assert ("MP sent %d " % n) in text, text
-        missing = sub.wait_for({b"%06d" % i for i in range(n)}, 30)
+        text, missing = mp_delivered(p, n, sub)
         print(
             text.strip(), "| lost", len(missing), "duplicates", len(sub.got) - len(sub.distinct())
         )

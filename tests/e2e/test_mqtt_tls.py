@@ -9,7 +9,6 @@ EVIDENCE-OF: E20
 """
 
 import os
-import subprocess
 import sys
 import time
 
@@ -27,22 +26,13 @@ def _tls_ready():
     tlsbroker.require()
 
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MICROPYTHON = os.path.join(os.path.dirname(sys.executable), "micropython")
 USERS = {"dev": "dev pass", "sub": "sub pass"}
 
 
 @pytest.fixture(scope="module")
 def tls(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tls")
-    pki = tlsbroker.make_pki(d)
-    with tlsbroker.TLSBroker(d, pki, USERS) as b:
-        sub, got = tlsbroker.subscriber_tls(b.port, pki, "sub", USERS["sub"])
-        try:
-            yield b, pki, got
-        finally:
-            sub.disconnect()
-            sub.loop_stop()
+    yield from tlsbroker.serve(tmp_path_factory.mktemp("tls"), USERS)
 
 
 def _wait(got, topic, n, seconds=5.0):
@@ -186,14 +176,16 @@ except ValueError as e:
 def test_micropython_sender_over_tls(tls, tmp_path):
     assert os.path.exists(MICROPYTHON), "no MicroPython unix port in the venv: make venv"
     b, pki, got = tls
-    script = tmp_path / "mp_tls.py"
-    script.write_text(MP_SCRIPT % {"port": os.path.join(REPO, "port"),
-                                   "dir": os.path.dirname(pki["ca.crt"]), "tls_port": b.port,
-                                   "mtls_port": b.mtls_port, "pw": USERS["dev"].encode()})  # fmt: skip
-    r = subprocess.run([MICROPYTHON, str(script)], capture_output=True, text=True, timeout=60)
-    print(r.stdout)
-    assert r.returncode == 0, r.stdout + r.stderr
-    res = dict(line.split(" -> ", 1) for line in r.stdout.strip().splitlines())
+    out = tlsbroker.run_micropython(
+        tmp_path / "mp_tls.py",
+        MP_SCRIPT,
+        dir=os.path.dirname(pki["ca.crt"]),
+        tls_port=b.port,
+        mtls_port=b.mtls_port,
+        pw=USERS["dev"].encode(),
+    )
+    print(out)
+    res = dict(line.split(" -> ", 1) for line in out.strip().splitlines())
     for ok in ("pem", "der", "mtls", "noverify"):
         assert res[ok] == "True", (ok, res)
     for bad in ("othercA", "wrongname", "wrongpw", "nocert"):

@@ -6,16 +6,16 @@ id, or accepts the connection and never acks. The MicroPython run drives the sam
 unix port in a subprocess. EVIDENCE-OF: E25 E19
 """
 
+import contextlib
 import os
 import queue
 import socket
 import struct
-import subprocess
 import threading
 import time
 
 import pytest
-from test_mqtt_mosquitto import MICROPYTHON, REPO, Subscriber
+from test_mqtt_mosquitto import MICROPYTHON, Subscriber, mp_delivered, mp_publisher
 
 import brokers
 import ddq_mqtt
@@ -25,11 +25,7 @@ import ddq_outbox
 @pytest.fixture
 def broker(tmp_path):  # type: ignore[no-untyped-def]
     """tests/brokers.py: mosquitto (installed with apt-get when root), else the embedded amqtt."""
-    b = brokers.start(str(tmp_path / "broker"))
-    try:
-        yield b
-    finally:
-        b.close()
+    yield from brokers.serve(str(tmp_path / "broker"))
 
 
 class Relay:
@@ -250,66 +246,66 @@ class FakeBroker:
         self.srv.close()
 
 
-def test_puback_for_an_unknown_packet_id_over_tcp(tmp_path):  # type: ignore[no-untyped-def]
-    fb = FakeBroker("unknown")
-    ob = ddq_outbox.Outbox(str(tmp_path / "q"))
-    link = ddq_mqtt.WindowSender("127.0.0.1", fb.port, inflight_max=8, timeout_ms=3000)
+@contextlib.contextmanager
+def _fake_broker(mode, tmp_path, n, backoff, **window):  # type: ignore[no-untyped-def]
+    """A FakeBroker(mode), an Outbox holding n messages on topic <mode>/x (backoff: its retry
+    options) and a WindowSender(**window) to the fake; all closed on the way out."""
+    fb = FakeBroker(mode)
+    ob = ddq_outbox.Outbox(str(tmp_path / "q"), **backoff)
+    link = ddq_mqtt.WindowSender("127.0.0.1", fb.port, **window)
     try:
-        for i in range(20):
-            ob.put("u/x", b"%d" % i)
-        assert ob.pump(link, budget=20) == 20 and ob.empty()
-        assert link.unknown_acks == 20 and link.connects == 1 and fb.publishes == 20
+        for i in range(n):
+            ob.put(mode + "/x", b"%d" % i)
+        yield fb, ob, link
     finally:
         link.close()
         fb.close()
         ob.close()
 
 
+def _pump_none(ob, link, budget):  # type: ignore[no-untyped-def]
+    """One pump round that must deliver nothing; returns the seconds it took."""
+    t0 = time.monotonic()
+    assert ob.pump(link, budget=budget) == 0
+    return time.monotonic() - t0
+
+
+def _backoff_holds(ob, link, fb, budget):  # type: ignore[no-untyped-def]
+    # Backoff: nothing is due until the full-jitter delays pass; no reconnect meanwhile.
+    if ob.next_ready_ms():
+        assert ob.pump(link, budget=budget) == 0 and len(fb.accepts) == 2
+
+
+def test_puback_for_an_unknown_packet_id_over_tcp(tmp_path):  # type: ignore[no-untyped-def]
+    with _fake_broker("unknown", tmp_path, 20, {}, inflight_max=8, timeout_ms=3000) as parts:
+        fb, ob, link = parts
+        assert ob.pump(link, budget=20) == 20 and ob.empty()
+        assert link.unknown_acks == 20 and link.connects == 1 and fb.publishes == 20
+
+
 def test_broker_that_never_acks_times_out_and_reconnects_with_backoff(tmp_path):  # type: ignore[no-untyped-def]
-    fb = FakeBroker("never")
-    ob = ddq_outbox.Outbox(str(tmp_path / "q"), min_retry_ms=400, max_retry_ms=400, seed=3)
-    link = ddq_mqtt.WindowSender("127.0.0.1", fb.port, inflight_max=16, timeout_ms=300)
-    try:
-        for i in range(5):
-            ob.put("n/x", b"%d" % i)
-        t0 = time.monotonic()
-        assert ob.pump(link, budget=5) == 0
-        dt = time.monotonic() - t0
+    backoff = {"min_retry_ms": 400, "max_retry_ms": 400, "seed": 3}
+    with _fake_broker("never", tmp_path, 5, backoff, inflight_max=16, timeout_ms=300) as parts:
+        fb, ob, link = parts
+        dt = _pump_none(ob, link, 5)
         st = ob.stats()
         # no PUBACK in 300 ms: reconnect at once, republish (DUP), 300 ms more, then nack all
         assert link.timeouts == 2 and len(fb.accepts) == 2 and 0.55 < dt < 5, dt
         assert st["retried"] == 5 and st["resent"] == 5 and st["in_flight"] == 0
         assert fb.publishes == 10 and link.dups == 5
-        # Backoff: nothing is due until the full-jitter delays pass; no reconnect meanwhile.
-        wait = ob.next_ready_ms()
-        if wait:
-            assert ob.pump(link, budget=5) == 0 and len(fb.accepts) == 2
-    finally:
-        link.close()
-        fb.close()
-        ob.close()
+        _backoff_holds(ob, link, fb, 5)
 
 
 def test_broker_that_never_connacks_is_retried_with_backoff(tmp_path):  # type: ignore[no-untyped-def]
-    fb = FakeBroker("mute")
-    ob = ddq_outbox.Outbox(str(tmp_path / "q"), min_retry_ms=300, max_retry_ms=300, seed=4)
-    link = ddq_mqtt.WindowSender("127.0.0.1", fb.port, inflight_max=16, timeout_ms=200)
-    try:
-        for i in range(4):
-            ob.put("m/x", b"%d" % i)
-        t0 = time.monotonic()
-        assert ob.pump(link, budget=4) == 0
+    backoff = {"min_retry_ms": 300, "max_retry_ms": 300, "seed": 4}
+    with _fake_broker("mute", tmp_path, 4, backoff, inflight_max=16, timeout_ms=200) as parts:
+        fb, ob, link = parts
         # the CONNECT times out, one reconnect at once times out too: the claimed message is
         # nacked and the round ends (no busy retry); the next round waits for the backoff
-        assert time.monotonic() - t0 < 3 and len(fb.accepts) == 2 and fb.publishes == 0
+        assert _pump_none(ob, link, 4) < 3 and len(fb.accepts) == 2 and fb.publishes == 0
         st = ob.stats()
         assert st["retried"] == 1 and st["in_flight"] == 0 and link.connects == 0
-        if ob.next_ready_ms():
-            assert ob.pump(link, budget=4) == 0 and len(fb.accepts) == 2
-    finally:
-        link.close()
-        fb.close()
-        ob.close()
+        _backoff_holds(ob, link, fb, 4)
 
 
 def test_window_larger_than_the_queue_with_mosquitto(broker, tmp_path):  # type: ignore[no-untyped-def]
@@ -357,30 +353,14 @@ def test_micropython_window_survives_dropped_connections(broker, tmp_path):  # t
     n = 300
     sub = Subscriber(broker.sub_port, "mpw/#")
     relay = Relay(broker.port)
-    script = tmp_path / "mp_win.py"
-    script.write_text(
-        MP_SCRIPT
-        % {
-            "port": os.path.join(REPO, "port"),
-            "n": n,
-            "qdir": str(tmp_path / "mpq"),
-            "mqtt_port": relay.port,
-        }
-    )
-    p = subprocess.Popen(
-        [MICROPYTHON, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
+    p = mp_publisher(tmp_path / "mp_win.py", MP_SCRIPT, n, relay.port)
     try:
         for k in (1, 2):
             end = time.monotonic() + 30
             while time.monotonic() < end and len(sub.distinct()) < k * n // 3:
                 time.sleep(0.005)
             relay.cut()
-        out, _ = p.communicate(timeout=90)
-        text = out.decode()
-        assert p.returncode == 0, text
-        assert ("MP sent %d " % n) in text, text
-        missing = sub.wait_for({b"%06d" % i for i in range(n)}, 30)
+        text, missing = mp_delivered(p, n, sub)
         with relay.lock:
             pubs = list(relay.publishes)
         seen: set[int] = set()

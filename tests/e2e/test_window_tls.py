@@ -1,11 +1,10 @@
-"""ddq_mqtt.WindowSender (OUTBOX E25) over TLS against a real mosquitto, from CPython (pump, and the
-asyncio loop, which polls the TLS socket without blocking) and from the MicroPython unix port.
+"""ddq_mqtt.WindowSender (OUTBOX E25) over TLS against a real mosquitto, from CPython (pump, and
+the asyncio loop, which polls the TLS socket without blocking) and from the MicroPython unix port.
 EVIDENCE-OF: E25 E20
 """
 
 import asyncio
 import os
-import subprocess
 import sys
 import time
 
@@ -19,22 +18,13 @@ pytest.importorskip("paho.mqtt.client")
 if tlsbroker.missing():
     pytest.skip(tlsbroker.missing(), allow_module_level=True)
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MICROPYTHON = os.path.join(os.path.dirname(sys.executable), "micropython")
 USERS = {"dev": "dev pass", "sub": "sub pass"}
 
 
 @pytest.fixture(scope="module")
 def tls(tmp_path_factory):  # type: ignore[no-untyped-def]
-    d = tmp_path_factory.mktemp("tlsw")
-    pki = tlsbroker.make_pki(d)
-    with tlsbroker.TLSBroker(d, pki, USERS) as b:
-        sub, got = tlsbroker.subscriber_tls(b.port, pki, "sub", USERS["sub"])
-        try:
-            yield b, pki, got
-        finally:
-            sub.disconnect()
-            sub.loop_stop()
+    yield from tlsbroker.serve(tmp_path_factory.mktemp("tlsw"), USERS)
 
 
 def _wait(got, prefix, n, seconds=10.0):  # type: ignore[no-untyped-def]
@@ -90,18 +80,13 @@ def test_micropython_window_over_tls(tls, tmp_path):  # type: ignore[no-untyped-
     if not os.path.exists(MICROPYTHON):
         pytest.skip("no MicroPython unix port in the venv")
     b, pki, got = tls
-    script = tmp_path / "mp_wtls.py"
-    script.write_text(
-        MP_SCRIPT
-        % {
-            "port": os.path.join(REPO, "port"),
-            "ca": pki["ca.crt"],
-            "q": str(tmp_path / "mq"),
-            "tls_port": b.port,
-            "pw": USERS["dev"].encode(),
-        }
+    out = tlsbroker.run_micropython(
+        tmp_path / "mp_wtls.py",
+        MP_SCRIPT,
+        ca=pki["ca.crt"],
+        q=str(tmp_path / "mq"),
+        tls_port=b.port,
+        pw=USERS["dev"].encode(),
     )
-    r = subprocess.run([MICROPYTHON, str(script)], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "sent 40 connects 1 timeouts 0" in r.stdout, r.stdout
+    assert "sent 40 connects 1 timeouts 0" in out, out
     assert _wait(got, "wtls/mp/", 40) == {b"m%d" % i for i in range(40)}

@@ -6,6 +6,7 @@ import hashlib
 import signal
 
 import mutate
+import tmodel
 
 
 class Timeout(Exception):
@@ -64,28 +65,14 @@ def index_timed(ddq, files, opts, res, got, seconds=2.0):
 
 def run_seed(ddq, seed, nops, hashes=None, max_fail=5, limit=None, index=None):
     base, wl, acceptable = mutate.build_base(ddq, seed, nops, index=index)
-    res = {
-        "seed": seed,
-        "images": 0,
-        "distinct": 0,
-        "corrupt": 0,
-        "clean": 0,
-        "forged": 0,
-        "relabel": 0,
-        "undetectable_cut": 0,
-        "lost": 0,
-        "resurrected": 0,
-        "reused_seq": 0,
-        "unexpected": 0,
-        "fail": [],
-        "base_bytes": sum(len(v) for v in base.values()),
-        "generation": 0,
-        "index": index,
-        "index_compared": 0,
-        "index_opens": 0,
-        "forged_index": 0,
-        "old_indexes": len(wl.old_indexes),
-    }
+    res = tmodel.counters(
+        "images distinct corrupt clean forged relabel undetectable_cut lost resurrected "
+        "reused_seq unexpected generation index_compared index_opens forged_index",
+        seed=seed,
+        base_bytes=sum(len(v) for v in base.values()),
+        index=index,
+        old_indexes=len(wl.old_indexes),
+    )
     seen = hashes if hashes is not None else set()
     for n, (desc, files) in enumerate(mutate.all_mutations(base, wl.old_indexes)):
         if limit is not None and n >= limit:
@@ -115,26 +102,16 @@ def run_seed(ddq, seed, nops, hashes=None, max_fail=5, limit=None, index=None):
             res[outcome] += 1
         if index:
             bad = bad + index_timed(ddq, files, wl.opts, res, got)
-        for cat, detail in bad:
-            res[cat] += 1
-            if len(res["fail"]) < max_fail:
-                res["fail"].append(
-                    {
-                        "seed": seed,
-                        "nops": nops,
-                        "index": index,
-                        "mutation": desc,
-                        "category": cat,
-                        "detail": detail[:400],
-                    }
-                )
+        where = {"seed": seed, "nops": nops, "index": index, "mutation": desc}
+        tmodel.tally(res, bad, max_fail, where)
     return res
 
 
 def hypothesis_run(ddq, seed, nops, examples, max_fail=5, index=None):
-    """Hypothesis draws: a file, a kind and its parameters (CPython only). With index (index_bytes),
-    queue.index is drawn as often as all other files together, an "old" edit swaps in an older
-    queue.index of the same run, and every example is also judged by mutate.judge_index."""
+    """Hypothesis draws: a file, a kind and its parameters (CPython only). With index
+    (index_bytes), queue.index is drawn as often as all other files together, an "old" edit swaps
+    in an older queue.index of the same run, and every example is also judged by
+    mutate.judge_index."""
     from hypothesis import HealthCheck, given, settings, strategies as st
 
     base, wl, acceptable = mutate.build_base(ddq, seed, nops, index=index)

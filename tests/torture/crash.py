@@ -1,27 +1,27 @@
 """Part 1: syscall-level crash states (CPython only).
 
 A workload runs once on a recording MemFS. Its log of creates, writes, syncs, closes, renames,
-removes, mkdirs and sync_dirs is replayed step by step; after every step k the legal on-disk states of
-a crash at that point are materialised under a file-system model, deduplicated by content hash, and
-each distinct one is opened with ddq and judged by tmodel.check against the op in flight.
+removes, mkdirs and sync_dirs is replayed step by step; after every step k the legal on-disk states
+of a crash at that point are materialised under a file-system model, deduplicated by content hash,
+and each distinct one is opened with ddq and judged by tmodel.check against the op in flight.
 
 File-system models (docs/RELIABILITY.md "Persistence models"):
-  posix  - directory entries (create, rename, remove, mkdir) persist only through sync_dir, in order
-           (any prefix of the unsynced ones survives: model d); file data persists through sync:
-           A all unsynced data lost (model a), V all of it landed, T the last unsynced write torn at
-           every byte (model b), R any subset of a file's unsynced writes landed, holes read as zeros,
-           with or without the size grown to the end (model c).
+  posix  - directory entries (create, rename, remove, mkdir) persist only through sync_dir, in
+           order (any prefix of the unsynced ones survives: model d); file data persists through
+           sync: A all unsynced data lost (model a), V all of it landed, T the last unsynced write
+           torn at every byte (model b), R any subset of a file's unsynced writes landed, holes
+           read as zeros, with or without the size grown to the end (model c).
   lfs    - LittleFS: create/rename/remove atomic and durable at once; data and truncation durable
            at sync or close; nothing torn.
   fat    - FAT: like lfs for data, directory ops durable, but rename over an existing file is
            remove + rename: one more state where only the source is left.
 
-Tail cuts (SPEC R12, R21, R22): on MicroPython-like storage (odd seeds) a recovery that finds a torn
-tail stages the valid prefix as <segment>.reserve and renames it over the segment. Every judged
-state holding such a leftover (or an older ddq's <segment>.cut) is a cut state: besides ddq's
-verdict, tests/libddqmodel.py (what libddq 9eb47a95 refuses and ignores) must refuse it or see
-ddq's seqs (libddq_disagree, must be 0). Recoveries that cut are cut again at every step (depth 2,
-posix A/V, lfs and fat, so FAT's "segment removed, copy not renamed" is reached) every
+Tail cuts (SPEC R12, R21, R22): on MicroPython-like storage (odd seeds) a recovery that finds a
+torn tail stages the valid prefix as <segment>.reserve and renames it over the segment. Every
+judged state holding such a leftover (or an older ddq's <segment>.cut) is a cut state: besides
+ddq's verdict, tests/libddqmodel.py (what libddq 9eb47a95 refuses and ignores) must refuse it or
+see ddq's seqs (libddq_disagree, must be 0). Recoveries that cut are cut again at every step (depth
+2, posix A/V, lfs and fat, so FAT's "segment removed, copy not renamed" is reached) every
 CUT_DEPTH2-th time, besides the general depth-2 sampling.
 """
 
@@ -339,7 +339,8 @@ class Judge:
         self.cont_by_model = {}
 
     def _libddq(self, files, seqs, h=None):
-        """A cut state: libddq (modelled) refuses it or sees ddq's seqs. Returns [(category, detail)]."""
+        """A cut state: libddq (modelled) refuses it or sees ddq's seqs. Returns [(category,
+        detail)]."""
         path = self.wl.path
         name = _leftover(files, path)
         if name is None:
@@ -617,7 +618,8 @@ def run_seed(
     """Run one workload and judge every crash state under every model. Returns a result dict."""
     memfs.MemFS.Locked = ddq.Locked
     can_truncate = seed % 2 == 0  # even seeds: CPython-like storage; odd: MicroPython-like
-    # Most seeds start from an existing, durable queue directory; seeds = 1 mod 4 let ddq create it.
+    # Most seeds start from an existing, durable queue directory; seeds = 1 mod 4 let ddq create
+    # it.
     pre = () if seed % 4 == 1 else (path,)
     fs = memfs.MemFS(dirs=pre, record=True, can_truncate=can_truncate)
     outbox = sync == "outbox"

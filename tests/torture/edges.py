@@ -1,4 +1,4 @@
-"""Parts 1c and 6: a queue ddq wrote must keep opening after more writes (issue 25 §1).
+"""Parts 1c and 6: a queue ddq wrote must keep opening after more writes (docs/RELIABILITY.md).
 
   continued states (part 1c, from crash.Judge): a crash state recovered by the judged open is
       written on by a seeded continuation (rotations with small and large records, claims, acks,
@@ -171,24 +171,13 @@ class FullFS(memfs.MemFS):
             raise self._err()
         return memfs.MemFS.write(self, handle, buf)
 
-    def _simple(name):
-        def f(self, *a):
-            if self._point(name):
-                self._tick(name)
-                raise self._err()
-            return getattr(memfs.MemFS, name)(self, *a)
-
-        return f
-
-    sync = _simple("sync")
-    rename = _simple("rename")
-    sync_dir = _simple("sync_dir")
-    truncate = _simple("truncate")
-    mkdir = _simple("mkdir")
-
     def remove(self, path):
         self.mut += 1  # frees space: never fails, but counts as a point (the numbering stays)
         return memfs.MemFS.remove(self, path)
+
+
+# the other mutating calls: the fault at the chosen point, else as MemFS
+memfs.with_failing(FullFS, "_point", "sync rename sync_dir truncate mkdir")
 
 
 def enospc_opts(seed):
@@ -303,18 +292,8 @@ def run_enospc(ddq, seed, nops, stride=1, max_fail=5, path="/q"):
     seen = set()
 
     def bad(cat, detail, at, where):
-        res[cat] += 1
-        if len(res["fail"]) < max_fail:
-            res["fail"].append(
-                {
-                    "seed": seed,
-                    "point": at,
-                    "of": total,
-                    "view": where,
-                    "category": cat,
-                    "detail": detail[:500],
-                }
-            )
+        point = {"seed": seed, "point": at, "of": total, "view": where}
+        tmodel.tally(res, [(cat, detail)], max_fail, point, 500)
 
     for at in range(1, total + 1, stride):
         fs = FullFS(at=at, cut=at * 7 + 3, dirs=pre, record=True, can_truncate=can_truncate)

@@ -42,18 +42,24 @@ def workload(ddq, ddq_group, seed, tasks, per, threads=False):
         for t in range(tasks)
     ]
 
+    def put(s, p, ack):
+        # a put returned: log it; to be acked, claim it (the seq to ack) and log the attempt
+        events.append((len(fs.log), "put", s, p))
+        if not ack:
+            return None
+        c = g.locked(q.claim_seq, s, tmodel.LEASE_MS)
+        events.append((-1, "acking", s, None))
+        return c.seq
+
     async def task(t):
         for p, ack in plan[t]:
             try:
                 s = await g.aenqueue(p)
             except ddq.Full:
                 continue
-            events.append((len(fs.log), "put", s, p))
-            if ack:
-                c = g.locked(q.claim_seq, s, tmodel.LEASE_MS)
-                events.append((-1, "acking", s, None))
-                if await g.aack(c.seq):
-                    events.append((len(fs.log), "ack", s, None))
+            seq = put(s, p, ack)
+            if seq is not None and await g.aack(seq):
+                events.append((len(fs.log), "ack", s, None))
 
     def thread(t):
         for p, ack in plan[t]:
@@ -61,12 +67,9 @@ def workload(ddq, ddq_group, seed, tasks, per, threads=False):
                 s = g.enqueue(p)
             except ddq.Full:
                 continue
-            events.append((len(fs.log), "put", s, p))
-            if ack:
-                c = g.locked(q.claim_seq, s, tmodel.LEASE_MS)
-                events.append((-1, "acking", s, None))
-                if g.ack(c.seq):
-                    events.append((len(fs.log), "ack", s, None))
+            seq = put(s, p, ack)
+            if seq is not None and g.ack(seq):
+                events.append((len(fs.log), "ack", s, None))
 
     async def main():
         await asyncio.gather(*[task(t) for t in range(tasks)])
@@ -154,18 +157,9 @@ def run_seed(
                     bad = [("unexpected", "Corrupt on a legal crash state: %s" % e)]
                 except Exception as e:
                     bad = [("unexpected", "open raised %s: %s" % (type(e).__name__, e))]
-                for cat, detail in bad:
-                    res[cat] += 1
-                    if len(res["fail"]) < max_fail:
-                        res["fail"].append(
-                            {
-                                "seed": seed,
-                                "crash_after_step": k,
-                                "model": model,
-                                "variant": variant,
-                                "category": cat,
-                                "detail": detail[:400],
-                                "storage_op": repr(log[k - 1])[:120] if k else None,
-                            }
-                        )
+                if bad:
+                    where = {"seed": seed, "crash_after_step": k, "model": model}
+                    where["variant"] = variant
+                    where["storage_op"] = repr(log[k - 1])[:120] if k else None
+                    tmodel.tally(res, bad, max_fail, where)
     return res

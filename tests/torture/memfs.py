@@ -2,10 +2,10 @@
 # Subset Python: runs on CPython and MicroPython.
 #
 # Files are bytearrays reached through directory entries (name -> inode number), so rename moves an
-# inode and a crash model can keep durable and volatile views apart. With record=True every mutating
-# call is appended to self.log as a tuple; tests/torture/crash.py replays that log to build every legal
-# crash state. self.calls counts every seam call (fault injection indexes it); self.budget bounds them
-# (bad images: a corrupt length must never make recovery loop without end).
+# inode and a crash model can keep durable and volatile views apart. With record=True every
+# mutating call is appended to self.log as a tuple; tests/torture/crash.py replays that log to
+# build every legal crash state. self.calls counts every seam call (fault injection indexes it);
+# self.budget bounds them (bad images: a corrupt length must never make recovery loop without end).
 
 _ENOENT = 2
 _EIO = 5
@@ -18,6 +18,26 @@ _EINVAL = 22
 
 class BudgetExceeded(Exception):
     """Raised when a workload makes more storage calls than its budget allows."""
+
+
+def failing(name, check):
+    """A MemFS method `name` for a fault-injecting subclass: when self.<check>(name) says this
+    call is the one, it counts the fault (self._tick) and raises self._err() instead."""
+
+    def f(self, *a):
+        if getattr(self, check)(name):
+            self._tick(name)
+            raise self._err()
+        return getattr(MemFS, name)(self, *a)
+
+    return f
+
+
+def with_failing(cls, check, names):
+    """Give the MemFS subclass cls failing(name, check) for each of the space-separated names."""
+    for name in names.split():
+        setattr(cls, name, failing(name, check))
+    return cls
 
 
 def _parent(path):

@@ -3,7 +3,8 @@
 #   micropython tests/torture/mp_badimg.py SEED NOPS COUNT [INDEX]
 # INDEX: index_bytes as the CPython `bad` task of the same seed takes it (- for ddq's default).
 # Prints the base image's sha256 too: CPython builds the same base, so the hashes must agree
-# (the two interpreters write byte-identical logs; mutate.base_sha256 says why queue.index is left out).
+# (the two interpreters write byte-identical logs; mutate.base_sha256 says why queue.index is left
+# out).
 import json
 import sys
 
@@ -25,19 +26,11 @@ def main():
     count = int(sys.argv[3])
     index = None if len(sys.argv) <= 4 or sys.argv[4] in ("-", "standin") else int(sys.argv[4])
     base, wl, acceptable = mutate.build_base(ddq, seed, nops, index=index)
-    res = {
-        "seed": seed,
-        "images": 0,
-        "corrupt": 0,
-        "clean": 0,
-        "forged": 0,
-        "unexpected": 0,
-        "lost": 0,
-        "resurrected": 0,
-        "reused_seq": 0,
-        "base_sha256": mutate.base_sha256(base),
-        "fail": [],
-    }
+    res = tmodel.counters(
+        "images corrupt clean forged unexpected lost resurrected reused_seq",
+        seed=seed,
+        base_sha256=mutate.base_sha256(base),
+    )
     rng = tmodel.Rng(seed * 7919 + 1)
     for i in range(count):
         desc, files = mutate.random_mutation(rng, base)
@@ -55,19 +48,8 @@ def main():
             outcome = "forged"
         if outcome in ("corrupt", "clean", "forged"):
             res[outcome] += 1
-        for cat, detail in bad:
-            res[cat] += 1
-            if len(res["fail"]) < 4:
-                res["fail"].append(
-                    {
-                        "seed": seed,
-                        "nops": nops,
-                        "mutation": desc,
-                        "index": i,
-                        "category": cat,
-                        "detail": detail[:300],
-                    }
-                )
+        where = {"seed": seed, "nops": nops, "mutation": desc, "index": i}
+        tmodel.tally(res, bad, 4, where, 300)
     print("RESULT " + json.dumps(res))
 
 

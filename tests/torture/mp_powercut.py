@@ -147,7 +147,8 @@ def run_workload(fs, base, seed, nops, cut=-1, mode="raise", record=False, where
     if opts.get("reclaim_step"):
         # A staged queue answers admission at its limit on the shadow in RAM (SPEC C14) where the
         # inline mode copies the queue again and again, so its workload writes far less: three
-        # times the operations keep its cut points many (crash.py doubles them for the same reason).
+        # times the operations keep its cut points many (crash.py doubles them for the same
+        # reason).
         nops *= 3
     wl = tmodel.Workload(
         ddq, where + "/q", CountingStorage, seed, nops, opts=opts, pos=lambda: bd.ops

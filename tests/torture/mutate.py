@@ -21,7 +21,8 @@ INDEX = "queue.index"
 def base_sha256(files):
     """The hex sha256 of a base image (name, NUL, bytes; sorted): CPython's and MicroPython's must
     agree. queue.index is left out: the order of its live entries follows the writer's dict
-    iteration, which SPEC 12.1 X2 does not fix (an index is a cache; X4 checks it, not its bytes)."""
+    iteration, which SPEC 12.1 X2 does not fix (an index is a cache; X4 checks it, not its
+    bytes)."""
     import binascii
     import hashlib
 

@@ -39,12 +39,13 @@ def block(line, sb, extra, wall, full):
     bm = extra["by_model"]
     out += ["| Part | What ran | Count |", "|---|---|---|"]
     out.append(
-        "| 1 crash states | distinct states (content hash; per-task counts by the model that first produced them: posix / lfs / fat) | %d (%s) |"
+        "| 1 crash states | distinct states (content hash; per-task counts by the model that "
+        "first produced them: posix / lfs / fat) | %d (%s) |"
         % (sb["crash_states"], " / ".join(str(bm.get(m, 0)) for m in ("posix", "lfs", "fat")))
     )
     out.append(
-        "| 1 crash states | state x op-in-flight judgements; recovery cut again (depth 2) | %d; %d |"
-        % (extra["crash_checked"], extra["depth2_states"])
+        "| 1 crash states | state x op-in-flight judgements; recovery cut again (depth 2) | %d; "
+        "%d |" % (extra["crash_checked"], extra["depth2_states"])
     )
     out.append(
         "| 1 crash states | Corrupt on a mid-file hole (model c, reported, allowed) | %d |"
@@ -57,11 +58,13 @@ def block(line, sb, extra, wall, full):
             % ("LittleFS" if fs == "lfs" else "FAT", e["drop"], e["torn"], e["raise"], e["errno"])
         )
     out.append(
-        "| 2 FAT cuts | on a FAT image fatcheck calls damaged; failures there blamed on FatFs | %d; %d |"
-        % (extra.get("fat_damaged", 0), extra.get("fat_fs_damage", 0))
+        "| 2 FAT cuts | on a FAT image fatcheck calls damaged; failures there blamed on FatFs | "
+        "%d; %d |" % (extra.get("fat_damaged", 0), extra.get("fat_fs_damage", 0))
     )
     out.append(
-        "| 3 bad images | distinct CPython images: Corrupt / clean valid prefix / indistinguishable accepted (seq relabel; segment cut a smaller segment_bytes explains) | %d: %d / %d / %d (%d; %d) |"
+        "| 3 bad images | distinct CPython images: Corrupt / clean valid prefix / "
+        "indistinguishable accepted (seq relabel; segment cut a smaller segment_bytes explains) | "
+        "%d: %d / %d / %d (%d; %d) |"
         % (
             sb["bad_images"],
             extra["bad_corrupt"],
@@ -72,13 +75,15 @@ def block(line, sb, extra, wall, full):
         )
     )
     out.append(
-        "| 3 bad images | Hypothesis examples; seeded replays on MicroPython (forged accepted) | %d; %d (%d) |"
-        % (extra["hypothesis"], extra["mp_bad_images"], extra.get("mp_forged", 0))
+        "| 3 bad images | Hypothesis examples; seeded replays on MicroPython (forged accepted) | "
+        "%d; %d (%d) |" % (extra["hypothesis"], extra["mp_bad_images"], extra.get("mp_forged", 0))
     )
     if sb.get("hmac_forged"):
         hk = extra.get("hmac_by_kind", {})
         out.append(
-            "| 3b forged messages | HMAC-signed envelopes altered or forged, valid record CRCs, opened with the key: tried (of them encrypted, E23) / returned by get() (control without the key: accepted) | %d (%d) / %d (%d); %s |"
+            "| 3b forged messages | HMAC-signed envelopes altered or forged, valid record CRCs, "
+            "opened with the key: tried (of them encrypted, E23) / returned by get() (control "
+            "without the key: accepted) | %d (%d) / %d (%d); %s |"
             % (
                 sb["hmac_forged"],
                 extra.get("hmac_encrypted_forged", 0),
@@ -90,7 +95,9 @@ def block(line, sb, extra, wall, full):
     ix = extra.get("index")
     if ix:
         out.append(
-            "| 1-3 recovery index | compared with an index_bytes=0 open / opened through queue.index: crash states; power cuts (cut inside a queue.index write); bad images; Hypothesis | %d / %d; %d / %d (%d); %d / %d; %d / %d |"
+            "| 1-3 recovery index | compared with an index_bytes=0 open / opened through "
+            "queue.index: crash states; power cuts (cut inside a queue.index write); bad images; "
+            "Hypothesis | %d / %d; %d / %d (%d); %d / %d; %d / %d |"
             % (
                 ix["crash"][0],
                 ix["crash"][1],
@@ -104,12 +111,14 @@ def block(line, sb, extra, wall, full):
             )
         )
         out.append(
-            "| 1-3 recovery index | an index open that differs from the full replay (index_mismatch; of them a damaged or stale index accepted) | %d (%d) |"
+            "| 1-3 recovery index | an index open that differs from the full replay "
+            "(index_mismatch; of them a damaged or stale index accepted) | %d (%d) |"
             % (sb.get("index_mismatch", 0), extra.get("forged_index", 0))
         )
     if sb.get("salvage_images"):
         out.append(
-            "| 5 salvage | bad images salvaged into a new directory: intact DATA of live items / kept / wrong / reused seq / reset | %d: %d / %d / %d / %d / %d |"
+            "| 5 salvage | bad images salvaged into a new directory: intact DATA of live items / "
+            "kept / wrong / reused seq / reset | %d: %d / %d / %d / %d / %d |"
             % (
                 sb["salvage_images"],
                 sb["salvage_intact"],
@@ -121,7 +130,8 @@ def block(line, sb, extra, wall, full):
         )
     if sb.get("salvage_inplace_images"):
         out.append(
-            '| 5b salvage in place | bad images opened with on_corrupt="salvage": intact DATA of live items / kept / reset | %d: %d / %d / %d |'
+            '| 5b salvage in place | bad images opened with on_corrupt="salvage": intact DATA of '
+            "live items / kept / reset | %d: %d / %d / %d |"
             % (
                 sb["salvage_inplace_images"],
                 sb["salvage_inplace_intact"],
@@ -130,7 +140,9 @@ def block(line, sb, extra, wall, full):
             )
         )
         out.append(
-            "| 5b salvage in place | power cut at every step (POSIX, LittleFS, FAT; depth 2): salvages cut / states reopened (FAT rename split) / lost / wrong / reused / damage not kept | %d / %d (%d) / %d / %d / %d / %d |"
+            "| 5b salvage in place | power cut at every step (POSIX, LittleFS, FAT; depth 2): "
+            "salvages cut / states reopened (FAT rename split) / lost / wrong / reused / damage "
+            "not kept | %d / %d (%d) / %d / %d / %d / %d |"
             % (
                 sb["salvage_cut_images"],
                 sb["salvage_cut_states"],
@@ -144,7 +156,9 @@ def block(line, sb, extra, wall, full):
     if "continued_states" in sb:
         c, v = extra.get("continued", {}), extra.get("enospc_by_view", {})
         out.append(
-            "| 1c continued states | recovered crash states written on, closed and reopened: CPython crash states (POSIX / LittleFS / FAT models) / MicroPython LittleFS cuts / FAT cuts; refused opens (bricked) | %d: %d / %d / %d; %d |"
+            "| 1c continued states | recovered crash states written on, closed and reopened: "
+            "CPython crash states (POSIX / LittleFS / FAT models) / MicroPython LittleFS cuts / "
+            "FAT cuts; refused opens (bricked) | %d: %d / %d / %d; %d |"
             % (
                 sb["continued_states"],
                 c.get("crash", 0),
@@ -154,7 +168,9 @@ def block(line, sb, extra, wall, full):
             )
         )
         out.append(
-            "| 6 ENOSPC | write points failed with ENOSPC / distinct states judged (as left; power cut: POSIX / LittleFS / FAT) / refused while full (IOFailure, allowed); natural reproduction: seeds (bricked) | %d / %d (%s) / %d; %d (%d) |"
+            "| 6 ENOSPC | write points failed with ENOSPC / distinct states judged (as left; "
+            "power cut: POSIX / LittleFS / FAT) / refused while full (IOFailure, allowed); "
+            "natural reproduction: seeds (bricked) | %d / %d (%s) / %d; %d (%d) |"
             % (
                 sb["enospc_points"],
                 extra.get("enospc_states", 0),

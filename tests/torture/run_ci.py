@@ -1,25 +1,30 @@
 """ddq torture harness entry point (`make torture-ci`; `--full` is `make torture`, 10x more).
 
 Runs the four parts as subprocess tasks, two at a time (2 cores):
-  1. crash states (CPython, tests/torture/crash.py)      2. power cuts (MicroPython, mp_powercut.py)
+  1. crash states (CPython, tests/torture/crash.py)
+  2. power cuts (MicroPython, mp_powercut.py)
   3. bad images (CPython + Hypothesis, MicroPython)      4. injected faults (CPython, tfaults.py)
   3b. forged/altered HMAC-signed messages (CPython, forge.py): forged records tried and accepted
   1g. crash states of durable-on-return group writes (CPython, group.py): returned puts/acks lost
-  5. salvage (CPython, salvage.py): ddq_salvage over part 3's bad images; intact DATA kept, wrong, reused
-  5b. salvage in place (CPython, salvage.py run_cuts): Queue(on_corrupt="salvage") over the same images,
-      and a power cut at every step of a sample of those salvages (POSIX, LittleFS, FAT models)
+  5. salvage (CPython, salvage.py): ddq_salvage over part 3's bad images; intact DATA kept,
+      wrong, reused
+  5b. salvage in place (CPython, salvage.py run_cuts): Queue(on_corrupt="salvage") over the same
+      images, and a power cut at every step of a sample of those salvages (POSIX, LittleFS, FAT
+      models)
   1c. continued states (edges.py, inside parts 1 and 2): every 5th judged crash state (every 10th
       MicroPython cut) recovered, written on (rotations, claims, acks, retries, compactions, staged
       builds, a reopen, a larger segment_bytes), closed and reopened: continued_states
-  6. ENOSPC (CPython, edges.py run_enospc): a full disk at every mutating call of a workload, judged
-      as left and after a power cut (POSIX, LittleFS, FAT), reopened full, freed, continued and
-      reopened: enospc_points; the first task also runs issue 25's natural reproduction
+  6. ENOSPC (CPython, edges.py run_enospc): a full disk at every mutating call of a workload,
+      judged as left and after a power cut (POSIX, LittleFS, FAT), reopened full, freed, continued
+      and reopened: enospc_points; the first task also runs the natural reproduction
+      (docs/RELIABILITY.md part 6)
 A plain open refused after only ddq's own writes, cuts and ENOSPC is `bricked` (must be 0).
 then prints ONE scoreboard line computed from what ran, checks the targets, and exits non-zero on
 any invariant failure or missed target, printing the first failure's reproduction.
 
   --full         10x the CI plan          --jobs N      parallel tasks (default 2)
-  --smoke        a tiny plan (seconds)    --write-docs  refresh the generated part of docs/RELIABILITY.md
+  --smoke        a tiny plan (seconds)
+  --write-docs   refresh the generated part of docs/RELIABILITY.md
   --only PARTS   e.g. --only crash,fault  --impl standin   run the harness on its stand-in queue
 """
 
@@ -59,239 +64,182 @@ SYNCS = ("always", "ack", "always", "none", "outbox")  # outbox: ddq_outbox.Outb
 CRASH_INDEX = ("-", "0", "1")
 
 
+# The counts a salvage task reports, summed into the scoreboard as salvage_<name>.
+SALVAGE_COUNTS = (
+    "images",
+    "intact",
+    "kept",
+    "wrong",
+    "reused",
+    "reset",
+    "behind",
+    "forged",
+    "undetectable_cut",
+)
+
+
 def plan(scale, smoke=False):
     """[(part, label, argv, timeout_s)]: the CI plan at scale 1, --full at 10."""
     t = []
+
+    def add(part, label, argv, timeout=900):
+        t.append((part, label, argv, timeout))
+
+    def add_smoke(part, label, argv):
+        add(part, label, argv, 120)
+
     if smoke:
-        t.append(
-            ("crash", "crash 101", [PY, "worker.py", "crash", "101", "12", "always", "-"], 120)
+        add_smoke("crash", "crash 101", [PY, "worker.py", "crash", "101", "12", "always", "-"])
+        add_smoke("crash", "crash 102", [PY, "worker.py", "crash", "102", "12", "ack", "-"])
+        add_smoke("crash", "crash 103 ix", [PY, "worker.py", "crash", "103", "16", "always", "1"])
+        add_smoke("fault", "fault 7", [PY, "worker.py", "fault", "7", "10", "3"])
+        add_smoke("bad", "bad 11", [PY, "worker.py", "bad", "11", "10", "-"])
+        add_smoke("bad", "bad 12 ix", [PY, "worker.py", "bad", "12", "10", "1"])
+        add_smoke("hypo", "hypo 11", [PY, "worker.py", "hypo", "11", "10", "50"])
+        add_smoke("hypo", "hypo 12 ix", [PY, "worker.py", "hypo", "12", "16", "50", "1"])
+        add_smoke("mp", "lfs snap 3", [MP, "mp_powercut.py", "lfs", "snap", "3", "12"])
+        add_smoke("mp", "fat snap 3", [MP, "mp_powercut.py", "fat", "snap", "3", "12"])
+        add_smoke(
+            "mp",
+            "lfs snap 4 ix",
+            [MP, "mp_powercut.py", "lfs", "snap", "4", "24", "1", "0", "index=1"],
         )
-        t.append(("crash", "crash 102", [PY, "worker.py", "crash", "102", "12", "ack", "-"], 120))
-        t.append(
-            ("crash", "crash 103 ix", [PY, "worker.py", "crash", "103", "16", "always", "1"], 120)
-        )
-        t.append(("fault", "fault 7", [PY, "worker.py", "fault", "7", "10", "3"], 120))
-        t.append(("bad", "bad 11", [PY, "worker.py", "bad", "11", "10", "-"], 120))
-        t.append(("bad", "bad 12 ix", [PY, "worker.py", "bad", "12", "10", "1"], 120))
-        t.append(("hypo", "hypo 11", [PY, "worker.py", "hypo", "11", "10", "50"], 120))
-        t.append(("hypo", "hypo 12 ix", [PY, "worker.py", "hypo", "12", "16", "50", "1"], 120))
-        t.append(("mp", "lfs snap 3", [MP, "mp_powercut.py", "lfs", "snap", "3", "12"], 120))
-        t.append(("mp", "fat snap 3", [MP, "mp_powercut.py", "fat", "snap", "3", "12"], 120))
-        t.append(
-            (
-                "mp",
-                "lfs snap 4 ix",
-                [MP, "mp_powercut.py", "lfs", "snap", "4", "24", "1", "0", "index=1"],
-                120,
-            )
-        )
-        t.append(("mp", "lfs raise 3", [MP, "mp_powercut.py", "lfs", "raise", "3", "8", "3"], 120))
-        t.append(("mpbad", "mpbad 11", [MP, "mp_badimg.py", "11", "10", "200"], 120))
-        t.append(("forge", "forge 11", [PY, "worker.py", "forge", "11", "500"], 120))
-        t.append(("group", "group 11", [PY, "worker.py", "group", "11", "3"], 120))
-        t.append(("salvage", "salvage 11", [PY, "worker.py", "salvage", "11", "10"], 120))
-        t.append(
-            ("salvcut", "salvcut 11", [PY, "worker.py", "salvagecut", "11", "10", "400"], 120)
-        )
-        t.append(("hold", "hold 11", [PY, "hold.py", "11", "30"], 120))
-        t.append(("enospc", "enospc 1200", [PY, "worker.py", "enospc", "1200", "20"], 120))
+        add_smoke("mp", "lfs raise 3", [MP, "mp_powercut.py", "lfs", "raise", "3", "8", "3"])
+        add_smoke("mpbad", "mpbad 11", [MP, "mp_badimg.py", "11", "10", "200"])
+        add_smoke("forge", "forge 11", [PY, "worker.py", "forge", "11", "500"])
+        add_smoke("group", "group 11", [PY, "worker.py", "group", "11", "3"])
+        add_smoke("salvage", "salvage 11", [PY, "worker.py", "salvage", "11", "10"])
+        add_smoke("salvcut", "salvcut 11", [PY, "worker.py", "salvagecut", "11", "10", "400"])
+        add_smoke("hold", "hold 11", [PY, "hold.py", "11", "30"])
+        add_smoke("enospc", "enospc 1200", [PY, "worker.py", "enospc", "1200", "20"])
         return t
     n_crash = 30 * scale
     for k in range(n_crash):
         seed = 100 + k
         ix = CRASH_INDEX[k % len(CRASH_INDEX)]
-        t.append(
-            (
+        add(
+            "crash",
+            "crash %d%s" % (seed, " ix" if ix == "1" else ""),
+            [
+                PY,
+                "worker.py",
                 "crash",
-                "crash %d%s" % (seed, " ix" if ix == "1" else ""),
-                [
-                    PY,
-                    "worker.py",
-                    "crash",
-                    str(seed),
-                    "48" if ix == "1" else "60",
-                    SYNCS[k % len(SYNCS)],
-                    ix,
-                ],
-                900,
-            )
+                str(seed),
+                "48" if ix == "1" else "60",
+                SYNCS[k % len(SYNCS)],
+                ix,
+            ],
         )
     for k in range(18 * scale):  # a full disk at every mutating call (~350 points a seed, ~2 s)
         seed = 1200 + k
-        t.append(
-            (
-                "enospc",
-                "enospc %d" % seed,
-                [PY, "worker.py", "enospc", str(seed), str(40 + (k * 11) % 31)],
-                900,
-            )
+        add(
+            "enospc",
+            "enospc %d" % seed,
+            [PY, "worker.py", "enospc", str(seed), str(40 + (k * 11) % 31)],
         )
     for k in range(4 * scale):  # 300: torn start (truncate faults), 301: creates its directory
         seed = 300 + k
-        t.append(
-            ("fault", "fault %d" % seed, [PY, "worker.py", "fault", str(seed), "36", "1"], 900)
-        )
+        add("fault", "fault %d" % seed, [PY, "worker.py", "fault", str(seed), "36", "1"])
     for k in range(24 * scale):  # one in six with index_bytes=1: queue.index mutated too
         seed = 500 + k
         nops = 10 + (k * 7) % 36
         ix = "1" if k % 6 == 3 else "-"  # mpbad below takes the same rule
-        t.append(
-            (
-                "bad",
-                "bad %d%s" % (seed, " ix" if ix == "1" else ""),
-                [PY, "worker.py", "bad", str(seed), str(nops), ix],
-                900,
-            )
+        add(
+            "bad",
+            "bad %d%s" % (seed, " ix" if ix == "1" else ""),
+            [PY, "worker.py", "bad", str(seed), str(nops), ix],
         )
     for k in range(2 * scale):
-        t.append(
-            (
-                "hypo",
-                "hypo %d" % (500 + k),
-                [PY, "worker.py", "hypo", str(500 + k), "30", "600"],
-                900,
-            )
-        )
+        add("hypo", "hypo %d" % (500 + k), [PY, "worker.py", "hypo", str(500 + k), "30", "600"])
     for k in range(scale):
-        t.append(
-            (
-                "hypo",
-                "hypo %d ix" % (503 + 6 * k),
-                [PY, "worker.py", "hypo", str(503 + 6 * k), "31", "600", "1"],
-                900,
-            )
+        add(
+            "hypo",
+            "hypo %d ix" % (503 + 6 * k),
+            [PY, "worker.py", "hypo", str(503 + 6 * k), "31", "600", "1"],
         )
     for k in range(2 * scale):  # forged/altered signed messages: 2 x 6000 (about a second each)
-        t.append(
-            (
-                "forge",
-                "forge %d" % (700 + k),
-                [PY, "worker.py", "forge", str(700 + k), "6000"],
-                900,
-            )
-        )
+        add("forge", "forge %d" % (700 + k), [PY, "worker.py", "forge", str(700 + k), "6000"])
     for k in range(
         4 * scale
     ):  # ddq_group: 4 asyncio tasks (or threads) x 6 puts, some acked, ~3 s each
         argv = [PY, "worker.py", "group", str(800 + k), "6"] + (["threads"] if k % 2 else [])
-        t.append(("group", "group %d%s" % (800 + k, " threads" if k % 2 else ""), argv, 900))
+        add("group", "group %d%s" % (800 + k, " threads" if k % 2 else ""), argv)
     for k in range(4 * scale):  # salvage over the bad images of the "bad" seeds (about 5,000 each)
         seed = 500 + k
-        t.append(
-            (
-                "salvage",
-                "salvage %d" % seed,
-                [PY, "worker.py", "salvage", str(seed), str(10 + (k * 7) % 36)],
-                900,
-            )
+        add(
+            "salvage",
+            "salvage %d" % seed,
+            [PY, "worker.py", "salvage", str(seed), str(10 + (k * 7) % 36)],
         )
     for k in range(
         4 * scale
     ):  # in place over the same images; every (5 x nops)-th one cut at every step
         seed, nops = 500 + k, 10 + (k * 7) % 36
-        t.append(
-            (
-                "salvcut",
-                "salvcut %d" % seed,
-                [PY, "worker.py", "salvagecut", str(seed), str(nops), str(5 * nops)],
-                900,
-            )
+        add(
+            "salvcut",
+            "salvcut %d" % seed,
+            [PY, "worker.py", "salvagecut", str(seed), str(nops), str(5 * nops)],
         )
     for k in range(
         4 * scale
     ):  # the hold rule at its limit (hold.py, SPEC 10.1): cut states + drains
-        t.append(("hold", "hold %d" % (1200 + k), [PY, "hold.py", str(1200 + k), "60"], 900))
+        add("hold", "hold %d" % (1200 + k), [PY, "hold.py", str(1200 + k), "60"])
     for k in range(
         2 * scale
     ):  # the same seeds, sizes and index_bytes as "bad": the base images must hash the same
         ix = "1" if k % 6 == 3 else "-"
-        t.append(
-            (
-                "mpbad",
-                "mpbad %d%s" % (500 + k, " ix" if ix == "1" else ""),
-                [MP, "mp_badimg.py", str(500 + k), str(10 + (k * 7) % 36), "4000", ix],
-                900,
-            )
+        add(
+            "mpbad",
+            "mpbad %d%s" % (500 + k, " ix" if ix == "1" else ""),
+            [MP, "mp_badimg.py", str(500 + k), str(10 + (k * 7) % 36), "4000", ix],
         )
     # power cuts: snap (drop + torn at every device op) and live raise/errno re-runs (a cut at
     # every device op of the workload too: stride 1)
     for k in range(32 * scale):
         seed = 1000 + k
-        t.append(
-            (
-                "mp",
-                "lfs snap %d" % seed,
-                [MP, "mp_powercut.py", "lfs", "snap", str(seed), "160"],
-                900,
-            )
-        )
+        add("mp", "lfs snap %d" % seed, [MP, "mp_powercut.py", "lfs", "snap", str(seed), "160"])
     for k in range(9 * scale):
         seed = 3000 + k
-        t.append(
-            (
-                "mp",
-                "fat snap %d" % seed,
-                [MP, "mp_powercut.py", "fat", "snap", str(seed), "100"],
-                900,
-            )
-        )
+        add("mp", "fat snap %d" % seed, [MP, "mp_powercut.py", "fat", "snap", str(seed), "100"])
     # the same with index_bytes=1: cuts inside queue.index writes (close + reopen, save_index);
     # on FAT the rename over queue.index is remove + rename
     for k in range(2 * scale):
         seed = 1100 + k
-        t.append(
-            (
-                "mp",
-                "lfs snap %d ix" % seed,
-                [MP, "mp_powercut.py", "lfs", "snap", str(seed), "160", "1", "0", "index=1"],
-                900,
-            )
+        add(
+            "mp",
+            "lfs snap %d ix" % seed,
+            [MP, "mp_powercut.py", "lfs", "snap", str(seed), "160", "1", "0", "index=1"],
         )
     for k in range(scale):
         seed = 3100 + k
-        t.append(
-            (
-                "mp",
-                "fat snap %d ix" % seed,
-                [MP, "mp_powercut.py", "fat", "snap", str(seed), "100", "1", "0", "index=1"],
-                900,
-            )
+        add(
+            "mp",
+            "fat snap %d ix" % seed,
+            [MP, "mp_powercut.py", "fat", "snap", str(seed), "100", "1", "0", "index=1"],
         )
         seed = 910 + k
-        t.append(
-            (
-                "mp",
-                "lfs errno %d ix" % seed,
-                [MP, "mp_powercut.py", "lfs", "errno", str(seed), "40", "1", "0", "index=1"],
-                900,
-            )
+        add(
+            "mp",
+            "lfs errno %d ix" % seed,
+            [MP, "mp_powercut.py", "lfs", "errno", str(seed), "40", "1", "0", "index=1"],
         )
-        t.append(
-            (
-                "mp",
-                "fat raise %d ix" % seed,
-                [MP, "mp_powercut.py", "fat", "raise", str(seed), "30", "1", "0", "index=1"],
-                900,
-            )
+        add(
+            "mp",
+            "fat raise %d ix" % seed,
+            [MP, "mp_powercut.py", "fat", "raise", str(seed), "30", "1", "0", "index=1"],
         )
     for k in range(2 * scale):
         seed = 900 + k
         for mode in ("raise", "errno"):
-            t.append(
-                (
-                    "mp",
-                    "lfs %s %d" % (mode, seed),
-                    [MP, "mp_powercut.py", "lfs", mode, str(seed), "40", "1", "0"],
-                    900,
-                )
+            add(
+                "mp",
+                "lfs %s %d" % (mode, seed),
+                [MP, "mp_powercut.py", "lfs", mode, str(seed), "40", "1", "0"],
             )
-            t.append(
-                (
-                    "mp",
-                    "fat %s %d" % (mode, seed),
-                    [MP, "mp_powercut.py", "fat", mode, str(seed), "30", "1", "0"],
-                    900,
-                )
+            add(
+                "mp",
+                "fat %s %d" % (mode, seed),
+                [MP, "mp_powercut.py", "fat", mode, str(seed), "30", "1", "0"],
             )
     return t
 
@@ -339,6 +287,12 @@ def run_task(task, tmp, impl):
         "secs": time.time() - t0,
         "hashfile": hashfile,
     }
+
+
+def _read_hashes(d, into):
+    # the state hashes a crash or bad-image task wrote (one a line), into a set
+    with open(d["hashfile"]) as fh:
+        into.update(line.strip() for line in fh)
 
 
 def aggregate(done):
@@ -474,22 +428,23 @@ def aggregate(done):
                 extra["natural"][0] += r["natural_seeds"]
                 extra["natural"][1] += r["natural_bricked"]
         if part == "crash":
-            with open(d["hashfile"]) as fh:
-                crash_hashes.update(line.strip() for line in fh)
-            extra["crash_checked"] += r["checked"]
-            extra["depth2_states"] += r["depth2"]
-            extra["corrupt_reported"] += r["reported"]
-            # tail cuts (SPEC R21/R22): states holding a staged cut; libddq (modelled) refuses or agrees
+            _read_hashes(d, crash_hashes)
+            for key, k in (
+                ("crash_checked", "checked"),
+                ("depth2_states", "depth2"),
+                ("corrupt_reported", "reported"),
+            ):
+                extra[key] += r[k]
+            # tail cuts (SPEC R21/R22): states holding a staged cut; libddq (modelled) refuses or
+            # agrees
             for k in ("cut_states", "libddq_refused", "libddq_disagree"):
                 sb[k] += r.get(k, 0)
             for m, v in r["by_model"].items():
                 extra["by_model"][m] = extra["by_model"].get(m, 0) + v
         elif part == "bad":
-            with open(d["hashfile"]) as fh:
-                bad_hashes.update(line.strip() for line in fh)
-            extra["bad_corrupt"] += r["corrupt"]
-            extra["bad_clean"] += r["clean"]
-            extra["bad_forged"] += r["forged"]
+            _read_hashes(d, bad_hashes)
+            for k in ("corrupt", "clean", "forged"):
+                extra["bad_" + k] += r[k]
             extra["bad_relabel"] = extra.get("bad_relabel", 0) + r.get("relabel", 0)
             extra["bad_undetectable_cut"] = extra.get("bad_undetectable_cut", 0) + r.get(
                 "undetectable_cut", 0
@@ -509,17 +464,7 @@ def aggregate(done):
             for k, v in r["by_kind"].items():
                 extra["hmac_by_kind"][k] = extra["hmac_by_kind"].get(k, 0) + v
         elif part == "salvage":
-            for k in (
-                "images",
-                "intact",
-                "kept",
-                "wrong",
-                "reused",
-                "reset",
-                "behind",
-                "forged",
-                "undetectable_cut",
-            ):
+            for k in SALVAGE_COUNTS:
                 sb["salvage_" + k] += r[k]
         elif part == "salvcut":
             for k in ("images", "intact", "kept", "reset"):
@@ -572,14 +517,16 @@ def scoreboard_line(sb, extra):
         "index_mismatch",
     )
     s = "torture: " + " ".join("%s=%d" % (k, sb[k]) for k in keys)
-    # issue 25: recovered states written on and reopened; a full disk at every write point; refused opens
+    # parts 1c and 6 (docs/RELIABILITY.md): recovered states written on and reopened; a full disk
+    # at every write point; refused opens
     s += " continued_states=%d enospc_points=%d bricked=%d" % (
         sb["continued_states"],
         sb["enospc_points"],
         sb["bricked"],
     )
     s += (
-        " (depth2=%d corrupt_reported=%d hypothesis=%d mp_bad_images=%d forged_accepted=%d forged_index_accepted=%d"
+        " (depth2=%d corrupt_reported=%d hypothesis=%d mp_bad_images=%d forged_accepted=%d "
+        "forged_index_accepted=%d"
         % (
             extra["depth2_states"],
             extra["corrupt_reported"],
@@ -599,7 +546,8 @@ def scoreboard_line(sb, extra):
         sb["group_states"],
         sb["group_returned_lost"],
     )
-    # tail cuts (SPEC R21/R22): crash states holding a staged cut, refused by libddq, or read otherwise
+    # tail cuts (SPEC R21/R22): crash states holding a staged cut, refused by libddq, or read
+    # otherwise
     s += " cut_states=%d libddq_refused=%d libddq_disagree=%d" % (
         sb["cut_states"],
         sb["libddq_refused"],
@@ -731,20 +679,7 @@ def main():
     if any(t[0] == "salvage" for t in tasks):
         print(
             "salvage: "
-            + " ".join(
-                "salvage_%s=%d" % (k, sb["salvage_" + k])
-                for k in (
-                    "images",
-                    "intact",
-                    "kept",
-                    "wrong",
-                    "reused",
-                    "reset",
-                    "behind",
-                    "forged",
-                    "undetectable_cut",
-                )
-            )
+            + " ".join("salvage_%s=%d" % (k, sb["salvage_" + k]) for k in SALVAGE_COUNTS)
         )
     print("wall %.0f s, %d tasks, jobs %d" % (wall, len(tasks), a.jobs))
     ok = (

@@ -28,8 +28,10 @@ import sys
 import tempfile
 
 import mutate
+import tmodel
 
 import ddqfmt as F
+import shared
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "host"))
@@ -48,20 +50,7 @@ def _write(path, files):
 def _view(ddq, path, opts):
     q = ddq.Queue(path, clock=lambda: CLOCK, **opts)
     try:
-        out = {}
-        for i in q.items():
-            if i.state == "acked":
-                continue
-            r = bytes(q.reason(i.seq)) if i.state == "quarantined" else b""
-            out[i.seq] = (
-                i.state,
-                i.attempts,
-                i.lease_until_ms,
-                i.not_before_ms,
-                bytes(q.read(i.seq)),
-                r,
-            )
-        return out, q.stats().next_seq
+        return shared.live_items(q, b""), q.stats().next_seq
     finally:
         q.close()
 
@@ -151,17 +140,8 @@ def run_seed(ddq, seed, nops, limit=None, max_fail=5, fsck_every=1):
     }
 
     def fail(cat, desc, detail):
-        res[cat] += 1
-        if len(res["fail"]) < max_fail:
-            res["fail"].append(
-                {
-                    "seed": seed,
-                    "nops": nops,
-                    "mutation": desc,
-                    "category": cat,
-                    "detail": detail[:400],
-                }
-            )
+        where = {"seed": seed, "nops": nops, "mutation": desc}
+        tmodel.tally(res, [(cat, detail)], max_fail, where)
 
     try:
         bdir = os.path.join(root, "base")
@@ -541,32 +521,30 @@ def run_cuts(
         sim = crash.Sim(files, (QPATH,))
         done = set()
         n_judged = 0
+
+        def judge(f, d, plain=False, against=(ref, ref_next, ref_aside, wl.payloads)):
+            # a cut state against this image's reference: items, next_seq, what went aside
+            return _judge_cut(ddq, memfs, f, d, sopts, *against, plain=plain)
+
+        def unseen(f, d, done=done):
+            # a state not judged yet for this image (by content hash); now it is
+            h = crash.state_hash(f, d)
+            if h in done:
+                return False
+            done.add(h)
+            return True
+
         for k in range(len(log) + 1):
             if k:
                 sim.apply(log[k - 1])
             for model in models:
                 for variant, f2, d2, _holes in sim.states(model):
-                    if not _torn_ok(variant):
+                    if not _torn_ok(variant) or not unseen(f2, d2):
                         continue
-                    h2 = crash.state_hash(f2, d2)
-                    if h2 in done:
-                        continue
-                    done.add(h2)
                     res["cut_states"] += 1
                     res["fat_split"] += variant == "fat-rename-split"
                     n_judged += 1
-                    bad, rlog = _judge_cut(
-                        ddq,
-                        memfs,
-                        f2,
-                        d2,
-                        sopts,
-                        ref,
-                        ref_next,
-                        ref_aside,
-                        wl.payloads,
-                        plain=n_judged % 8 == 1,
-                    )
+                    bad, rlog = judge(f2, d2, n_judged % 8 == 1)
                     where = {
                         "step": k,
                         "of": len(log),
@@ -584,24 +562,10 @@ def run_cuts(
                         sim2.apply(e)
                         for m2 in ("lfs", "posix"):
                             for v2, f3, d3, _h in sim2.states(m2):
-                                if v2[0] in "TR":
+                                if v2[0] in "TR" or not unseen(f3, d3):
                                     continue
-                                h3 = crash.state_hash(f3, d3)
-                                if h3 in done:
-                                    continue
-                                done.add(h3)
                                 res["cut_depth2"] += 1
-                                bad2, _ = _judge_cut(
-                                    ddq,
-                                    memfs,
-                                    f3,
-                                    d3,
-                                    sopts,
-                                    ref,
-                                    ref_next,
-                                    ref_aside,
-                                    wl.payloads,
-                                )
+                                bad2, _ = judge(f3, d3)
                                 for cat, detail in bad2:
                                     fail(
                                         cat,

@@ -1,13 +1,14 @@
-# standin: a tiny queue with ddq's API and storage seam, used only to test the torture harness itself
-# (before port/ddq.py existed, and in the smoke test that proves the checker catches a planted bug).
-# One log file of DDQ-format records; compaction rewrites it through log.tmp + rename.
-# Not a ddq implementation: no segments, no manifest, payloads kept in RAM. Subset Python.
+# standin: a tiny queue with ddq's API and storage seam, used only to test the torture harness
+# itself (before port/ddq.py existed, and in the smoke test that proves the checker catches a
+# planted bug). One log file of DDQ-format records; compaction rewrites it through log.tmp +
+# rename. Not a ddq implementation: no segments, no manifest, payloads kept in RAM. Subset Python.
 import os
 import struct
 
 import ddqfmt as F
 
-# The API's errors are ddq's own (codes: docs/SPEC.md §7.2): a stand-in for the queue, not for them.
+# The API's errors are ddq's own (codes: docs/SPEC.md §7.2): a stand-in for the queue, not for
+# them.
 from ddq import BadState, Corrupt, Error, Full, InvalidArgument, IOFailure, Locked, NotFound  # noqa: F401
 
 __version__ = "0.0-standin"

@@ -285,14 +285,15 @@ def test_salvage_in_place_checker_catches_a_late_marker(monkeypatch):
 
 
 def test_continued_states_slice():
-    # part 1c (issue 25): recovered crash states written on, closed and reopened
+    # part 1c (docs/RELIABILITY.md): recovered crash states written on, closed and reopened
     res = crash.run_seed(ddq, 5, 14, sync="ack", depth2=0, cont_every=2)
     assert res["continued"] > 100, res
     assert not _clean(res)[0] and not res["bricked"], (_clean(res), res["bricked"])
 
 
 def test_enospc_slice():
-    # part 6 (issue 25): a full disk at every mutating call, then freed, continued, reopened
+    # part 6 (docs/RELIABILITY.md): a full disk at every mutating call, then freed, continued,
+    # reopened
     import edges
 
     res = edges.run_enospc(ddq, 4, 14)

@@ -1,9 +1,9 @@
 """Part 4: injected faults (CPython only).
 
-A seeded workload runs once on MemFS to learn the method of every storage call. Then, for every fault
-kind and every call index where that kind applies, the workload is run again with the fault injected
-at that call, transient (that call only) or persistent (that call and every later call of the same
-method, until the harness clears it). After the faulted operation the harness checks:
+A seeded workload runs once on MemFS to learn the method of every storage call. Then, for every
+fault kind and every call index where that kind applies, the workload is run again with the fault
+injected at that call, transient (that call only) or persistent (that call and every later call of
+the same method, until the harness clears it). After the faulted operation the harness checks:
 
 - write/sync faults: the operation did not report success, and the instance is fail-stopped
   (enqueue/claim raise ddq.IOFailure, stats().failed) until recover();
@@ -133,22 +133,9 @@ class FaultFS(memfs.MemFS):
             raise self._err()
         return memfs.MemFS.rename(self, src, dst)
 
-    def _simple(name):
-        def f(self, *a):
-            if self._hit(name):
-                self._tick(name)
-                raise self._err()
-            return getattr(memfs.MemFS, name)(self, *a)
 
-        return f
-
-    remove = _simple("remove")
-    listdir = _simple("listdir")
-    mkdir = _simple("mkdir")
-    sync_dir = _simple("sync_dir")
-    size = _simple("size")
-    kind = _simple("kind")
-    truncate = _simple("truncate")
+# the calls whose fault is plain: raised at the chosen call, else as MemFS
+memfs.with_failing(FaultFS, "_hit", "remove listdir mkdir sync_dir size kind truncate")
 
 
 def reference(ddq, seed, nops, path="/q"):
@@ -346,17 +333,6 @@ def run_seed(ddq, seed, nops, kinds=None, stride=1, max_fail=5):
                     continue
                 res["points"] += 1
                 res["kinds"][kind] = res["kinds"].get(kind, 0) + 1
-                for cat, detail in bad:
-                    res[cat] += 1
-                    if len(res["fail"]) < max_fail:
-                        res["fail"].append(
-                            {
-                                "seed": seed,
-                                "kind": kind,
-                                "call_index": at,
-                                "persistent": persistent,
-                                "category": cat,
-                                "detail": detail[:500],
-                            }
-                        )
+                where = {"seed": seed, "kind": kind, "call_index": at, "persistent": persistent}
+                tmodel.tally(res, bad, max_fail, where, 500)
     return res

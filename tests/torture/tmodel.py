@@ -2,32 +2,18 @@
 # recovered queue against that history. Subset Python: the same code runs the CPython crash-state
 # enumeration and the MicroPython power-cut sweeps, so a seed means the same workload on both.
 
+import shared
+
 LEASE_MS = 3600000  # long leases: no lease expires inside a workload, so states compare exactly
 CLOCK0 = 1767225600000
 
 
-class Rng:
-    """xorshift32: identical sequences on both interpreters (random differs between them)."""
+class Rng(shared.Xorshift32):
+    """tests/shared.py's xorshift32 seeded from a workload's seed (every entry point puts tests/ on
+    sys.path): identical sequences on both interpreters."""
 
     def __init__(self, seed):
-        self.s = (seed * 2654435761 + 12345) & 0xFFFFFFFF or 1
-
-    def u32(self):
-        x = self.s
-        x ^= (x << 13) & 0xFFFFFFFF
-        x ^= x >> 17
-        x ^= (x << 5) & 0xFFFFFFFF
-        self.s = x
-        return x
-
-    def below(self, n):
-        return self.u32() % n if n > 0 else 0
-
-    def bytes(self, n):
-        b = bytearray(n)
-        for i in range(n):
-            b[i] = self.u32() & 0xFF
-        return bytes(b)
+        shared.Xorshift32.__init__(self, (seed * 2654435761 + 12345) & 0xFFFFFFFF)
 
 
 class Clock:
@@ -78,6 +64,30 @@ def queue_opts(opts):
     return out
 
 
+def counters(names, **fixed):
+    """A part's result dict: each of the space-separated names at 0, "fail" an empty list (for
+    tally), and the fixed fields."""
+    res = {"fail": []}
+    for k in names.split():
+        res[k] = 0
+    for k in fixed:
+        res[k] = fixed[k]
+    return res
+
+
+def tally(res, bad, max_fail, where, cut=400):
+    """Count each (category, detail) of bad in res[category]; keep the first max_fail of them in
+    res["fail"] as records: the fields of where (seed, workload, point...), the category and
+    the detail cut to `cut` characters."""
+    for cat, detail in bad:
+        res[cat] += 1
+        if len(res["fail"]) < max_fail:
+            rec = dict(where)
+            rec["category"] = cat
+            rec["detail"] = detail[:cut]
+            res["fail"].append(rec)
+
+
 def exc_name(e):
     return type(e).__name__
 
@@ -94,12 +104,31 @@ def _item_tuple(it, payloads, reasons):
     )
 
 
+# step()'s draw r in [0, 100) (in [0, 108) with a small index_bytes): the first operation whose
+# bound is above r.
+_DRAWS = (
+    (36, "enqueue"),
+    (56, "claim"),
+    (61, "claim_ordered"),
+    (74, "ack"),
+    (80, "retry"),
+    (84, "quarantine"),
+    (88, "compact"),
+    (92, "reopen"),
+    (97, "read"),
+    (100, "sync"),
+    (104, "save_index"),
+    (108, "reopen"),
+)
+
+
 class Workload:
     """Runs a seeded mix of enqueue/claim/ack/retry/quarantine/compact/reopen/read on one queue.
 
-    After every operation it records the logical state L[i+1] (items with state, attempts, deadlines,
-    payload and reason), the operation and its outcome, and the storage position (pos()) before and
-    after, so a crash state cut at position k can be judged against L[i] / L[i+1] of the op in flight.
+    After every operation it records the logical state L[i+1] (items with state, attempts,
+    deadlines, payload and reason), the operation and its outcome, and the storage position (pos())
+    before and after, so a crash state cut at position k can be judged against L[i] / L[i+1] of the
+    op in flight.
     """
 
     def __init__(self, ddq, path, make_storage, seed, nops, opts=None, pos=None, clock=None):
@@ -163,32 +192,12 @@ class Workload:
         # writes queue.index); other workloads draw exactly as before (same seeds, same runs).
         r = self.rng.below(108 if self.opts.get("index_bytes") else 100)
         q = self.q
-        name = "enqueue"
         arg = None
-        if r < 36:
-            pass
-        elif r < 56:
-            name = "claim"
-        elif r < 61:
-            name = "claim_ordered"
-        elif r < 74:
-            name = "ack"
-        elif r < 80:
-            name = "retry"
-        elif r < 84:
-            name = "quarantine"
-        elif r < 88:
-            name = "compact"
-        elif r < 92:
-            name = "reopen"
-        elif r < 97:
-            name = "read"
-        elif r < 100:
-            name = "sync"
-        elif r < 104:
-            name = "save_index"
-        else:
-            name = "reopen"
+        name = "reopen"
+        for below, drawn in _DRAWS:
+            if r < below:
+                name = drawn
+                break
         if name in ("ack", "retry", "quarantine"):
             arg = self._pick(snap, ("claimed",))
             if arg is None:
@@ -207,22 +216,20 @@ class Workload:
             reason = bytes(b % 255 + 1 for b in self.rng.bytes(self.rng.below(12)))  # no NUL
         self.clock.advance(1000)
         try:
-            if name == "enqueue" and self.outbox is not None:
-                d0 = q.stats().durable_seq
-                v = self.outbox.put(b"t", arg)
-                self.payloads[v] = q.read(v)  # the stored envelope is what must come back
-                self.synced.append(q.stats().durable_seq > d0 and q.stats().durable_seq == v)
+            if name == "enqueue":
+                if self.outbox is not None:
+                    d0 = q.stats().durable_seq
+                    v = self.outbox.put(b"t", arg)
+                    self.payloads[v] = q.read(v)  # the stored envelope is what must come back
+                    self.synced.append(q.stats().durable_seq > d0 and q.stats().durable_seq == v)
+                    how = "put"
+                else:
+                    v = q.enqueue(arg)
+                    self.payloads[v] = arg
+                    how = "enqueue"
                 if v <= self.max_seq:
                     self.unexpected.append(
-                        ("reused_seq", "put returned %d after %d" % (v, self.max_seq))
-                    )
-                self.max_seq = v
-            elif name == "enqueue":
-                v = q.enqueue(arg)
-                self.payloads[v] = arg
-                if v <= self.max_seq:
-                    self.unexpected.append(
-                        ("reused_seq", "enqueue returned %d after %d" % (v, self.max_seq))
+                        ("reused_seq", "%s returned %d after %d" % (how, v, self.max_seq))
                     )
                 self.max_seq = v
             elif name == "claim" or name == "claim_ordered":
@@ -310,8 +317,8 @@ class Workload:
                 q.close()
 
     def inflight(self, k):
-        """Index i of the operation in flight when the storage was cut after position k: the first op
-        whose writes extend past k (None: all ops complete)."""
+        """Index i of the operation in flight when the storage was cut after position k: the first
+        op whose writes extend past k (None: all ops complete)."""
         lo = 0
         hi = len(self.ends)
         while lo < hi:
@@ -505,29 +512,19 @@ def _short(snap):
 
 # -- the recovery index (SPEC 12.1): an open through queue.index must equal a full replay --------
 
-STATS_KEYS = (
-    "total_items",
-    "available_items",
-    "claimed_items",
-    "acknowledged_items",
-    "quarantined_items",
-    "stored_bytes",
-    "segment_count",
-    "next_seq",
-    "generation",
-    "failed",
-    "durable_seq",
-)
+# Stats an index open may report otherwise than a full replay: the same torn tail found again
+# is not part of the state, nor what this object's salvages counted.
+NOT_STATE = ("recovered_tail_bytes", "salvaged", "salvage_lost")
 
 
 def index_view(q, state=None):
     """What an index open and a full replay (index_bytes=0) must agree on: every item with its
     state, attempts, lease, not_before, payload and reason, and the stats but recovered_tail_bytes
     (an index open may find the same torn tail; the counter is not part of the state)."""
-    st = q.stats()
+    st = q.stats().as_dict()
     return (
         recovered_state(q) if state is None else state,
-        tuple(getattr(st, k) for k in STATS_KEYS),
+        tuple((k, st[k]) for k in sorted(st) if k not in NOT_STATE),
     )
 
 

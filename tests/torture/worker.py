@@ -1,8 +1,9 @@
 """One CPython torture task; run_ci.py starts these as subprocesses (two at a time).
 
     python tests/torture/worker.py crash SEED NOPS SYNC INDEX HASHFILE
-                                                             part 1 (SYNC: always|ack|none|outbox|-;
-                                                             INDEX: index_bytes, - for ddq's default)
+                                                             part 1 (SYNC:
+                                                             always|ack|none|outbox|-; INDEX:
+                                                             index_bytes, - for ddq's default)
     python tests/torture/worker.py fault SEED NOPS STRIDE          part 4
     python tests/torture/worker.py enospc SEED NOPS                part 6: ENOSPC at every
                                                                    mutating call (edges.py)
@@ -15,13 +16,14 @@
                                                                    bad images (salvage.py)
     python tests/torture/worker.py salvagecut SEED NOPS EVERY      part 5b: in-place salvage
                                                                    (on_corrupt="salvage") over the
-                                                                   same images, a power cut at every
-                                                                   step of every EVERY-th one
+                                                                   same images, a power cut at
+                                                                   every step of every EVERY-th one
     python tests/torture/worker.py group SEED PER [threads]        part 1g: durable-on-return
                                                                    group writes (group.py); asyncio
                                                                    tasks, or real threads
 
-Prints "RESULT <json>" last. DDQ_TORTURE_IMPL=standin tests the harness on tests/torture/standin.py.
+Prints "RESULT <json>" last. DDQ_TORTURE_IMPL=standin tests the harness on
+tests/torture/standin.py.
 """
 
 import json
@@ -77,7 +79,7 @@ def main(argv):
         import edges
 
         res = edges.run_enospc(ddq, seed, nops)
-        if seed % 100 == 0:  # the first task also runs issue 25's natural reproduction
+        if seed % 100 == 0:  # the first task also runs part 6's natural reproduction
             nat = edges.natural(ddq)
             res["natural_seeds"], res["natural_bricked"] = nat["seeds"], nat["bricked"]
             res["bricked"] += nat["bricked"]
