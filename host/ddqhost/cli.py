@@ -11,7 +11,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from . import boards, fsck, qboard, qdir, vboard
+from . import boards, envelope, fsck, inspect_dir, locate, options, qboard, qoptions, vboard
 from .errors import HostError
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ def add_option_args(p: argparse.ArgumentParser) -> None:
         help="the queue options of a board profile (`ddq board list`; `ddq board show PROFILE` "
         "prints one)",
     )
-    for key in qdir.OPTION_KEYS:
+    for key in options.KEYS:
         g.add_argument(
             "--" + key.replace("_", "-"),
             dest=key,
@@ -119,8 +119,8 @@ def add_json_arg(p: argparse.ArgumentParser) -> None:
 def resolve_options(
     args: argparse.Namespace, path: str | None
 ) -> tuple[dict[str, int], dict[str, str]]:
-    flags = {k: getattr(args, k, None) for k in qdir.OPTION_KEYS}
-    opts, src = qdir.resolve_options(path, flags, getattr(args, "board", None))
+    flags = {k: getattr(args, k, None) for k in options.KEYS}
+    opts, src = qoptions.resolve_options(path, flags, getattr(args, "board", None))
     try:
         fsck.check_options(opts)
     except ValueError as e:
@@ -607,19 +607,21 @@ def add_hmac_arg(p: argparse.ArgumentParser) -> None:
         "--hmac-key-file",
         metavar="F",
         help="the device's HMAC key in hex (else $%s): check every message's tag, decrypt "
-        "encrypted payloads (SPEC E23)" % qdir.HMAC_KEY_ENV,
+        "encrypted payloads (SPEC E23)" % envelope.HMAC_KEY_ENV,
     )
 
 
 def do_inspect(args: argparse.Namespace) -> int:
     opts, src = resolve_options(args, args.dir)
-    key = qdir.load_hmac_key(args.hmac_key_file, args.dir)
-    info = qdir.inspect(args.dir, opts, payloads=args.payloads, now_ms=args.now_ms, hmac_key=key)
+    key = envelope.load_hmac_key(args.hmac_key_file, args.dir)
+    info = inspect_dir.inspect(
+        args.dir, opts, payloads=args.payloads, now_ms=args.now_ms, hmac_key=key
+    )
     info["options_source"] = src
     if args.json:
         out_json(info)
     else:
-        sys.stdout.write(qdir.render_inspect(info))
+        sys.stdout.write(inspect_dir.render_inspect(info))
     return 0
 
 
@@ -643,7 +645,9 @@ def argparse_verify(p: argparse.ArgumentParser) -> None:
 
 def do_verify(args: argparse.Namespace) -> int:
     rep, src = _scan(args)
-    hint = qdir.options_hint(args.dir, rep.options, src) if rep.verdict == fsck.CORRUPT else None
+    hint = (
+        qoptions.options_hint(args.dir, rep.options, src) if rep.verdict == fsck.CORRUPT else None
+    )
     if args.json:
         js = rep.to_json()
         js["options_source"] = src
@@ -819,12 +823,12 @@ def do_salvage(args: argparse.Namespace) -> int:
     real_out = os.path.realpath(args.out)
     if real_out == real_in or real_out.startswith(real_in + os.sep):
         raise CommandError("%s: inside %s (salvage never writes into DIR)" % (args.out, args.dir))
-    qdir.load_ddq()
+    locate.load_ddq()
     try:
         import ddq_salvage
     except ImportError:
-        if qdir.port_dir() not in sys.path:
-            sys.path.insert(0, qdir.port_dir())
+        if locate.port_dir() not in sys.path:
+            sys.path.insert(0, locate.port_dir())
         import ddq_salvage
     rep: dict[str, Any] = _salvage_into(ddq_salvage, args.dir, args.out, real_in, opts)
     if args.json:
@@ -923,72 +927,46 @@ def do_replay(args: argparse.Namespace) -> int:
     for d in args.dir:
         opts, src = resolve_options(args, d)
         if not args.dry_run:
-            # replay appends claims and acks: only with the writer's own options (issue 13).
-            qdir.check_writer_options(d, opts, src, "replay")
-        key = qdir.load_hmac_key(args.hmac_key_file, d)
-        jobs.append({"dir": d, "options": opts, "hmac_key": key})
-    try:
-        cfg = replay.parse_url(args.to)
-        user, password, warnings = replay.resolve_auth(
-            cfg, args.username, args.password_env, args.password_file
-        )
-        for w in warnings:
-            log_err("ddq: %s" % w)
-        names = replay.fleet_names(args.dir, cfg["prefix"], args.client_id, args.prefix_per_dir)
-        for j, (prefix, cid) in zip(jobs, names):
-            j["prefix"], j["client_id"] = prefix, cid
-        if not 1 <= args.window <= 65535:
-            raise replay.ReplayError("--window must be 1..65535, got %d" % args.window)
-        replay.check_timeout(args.timeout)
-        show = args.progress or (sys.stderr.isatty() and not args.verbose)
-        kw: dict[str, Any] = dict(
-            limit=args.limit,
-            lease_ms=args.lease_ms,
-            timeout=args.timeout,
-            log=(lambda m: log_err(fsck.printable(m))) if args.verbose else None,  # topics
-            send_expired=args.send_expired,
-            auth=(user, password),
-            ca_file=args.ca_file,
-            certfile=args.cert,
-            keyfile=args.key,
-            window=args.window,
-        )
-        results = []
-        if args.dry_run:
-            for j in jobs:
-                res = replay.plan(
-                    j["dir"],
-                    j["options"],
-                    j["prefix"],
-                    send_expired=args.send_expired,
-                    hmac_key=j["hmac_key"],
-                )
-                res["dir"] = j["dir"]
-                results.append(res)
-        elif len(jobs) == 1:
-            j = jobs[0]
-            prog = replay.Progress([j["dir"]], sys.stderr, sys.stderr.isatty()) if show else None
+            # replay appends claims and acks: only with the writer's own options
+            # (docs/HOST.md "Queue options").
+            qoptions.check_writer_options(d, opts, src, "replay")
+        jobs.append(replay.Job(d, opts, envelope.load_hmac_key(args.hmac_key_file, d)))
+    ro = replay.ReplayOptions.parse(
+        args.to,
+        args.username,
+        args.password_env,
+        args.password_file,
+        warn=lambda w: log_err("ddq: %s" % w),
+        ca_file=args.ca_file,
+        certfile=args.cert,
+        keyfile=args.key,
+        limit=args.limit,
+        lease_ms=args.lease_ms,
+        timeout=args.timeout,
+        window=args.window,
+        send_expired=args.send_expired,
+        log=(lambda m: log_err(fsck.printable(m))) if args.verbose else None,  # topics
+    )
+    for j, (prefix, cid) in zip(
+        jobs, replay.fleet_names(args.dir, ro.prefix, args.client_id, args.prefix_per_dir)
+    ):
+        j.prefix, j.client_id = prefix, cid
+    show = args.progress or (sys.stderr.isatty() and not args.verbose)
+    if args.dry_run:
+        results = [dict(replay.plan(j, ro), dir=j.dir) for j in jobs]
+    else:
+        prog = replay.Progress(args.dir, sys.stderr, sys.stderr.isatty()) if show else None
+        if len(jobs) == 1:
             try:
                 res = replay.replay(
-                    j["dir"],
-                    args.to,
-                    j["options"],
-                    client_id=j["client_id"],
-                    prefix=j["prefix"],
-                    hmac_key=j["hmac_key"],
-                    progress=prog.callback(j["dir"]) if prog is not None else None,
-                    **kw,
+                    jobs[0], ro, progress=prog.callback(jobs[0].dir) if prog else None
                 )
             finally:
                 if prog is not None:
                     prog.stop()
-            res["dir"] = j["dir"]
-            results.append(res)
+            results = [dict(res, dir=jobs[0].dir)]
         else:
-            prog = replay.Progress(args.dir, sys.stderr, sys.stderr.isatty()) if show else None
-            results = replay.replay_many(jobs, args.to, prog, **kw)
-    except replay.ReplayError as e:
-        raise CommandError(str(e), code=e.code) from None
+            results = replay.replay_many(jobs, ro, prog)
     if args.json:
         if len(results) == 1:
             out_json(results[0])
@@ -1176,8 +1154,8 @@ class _VersionAction(argparse.Action):
         option_string: str | None = None,
     ) -> None:
         try:
-            v = qdir.load_ddq().__version__
-        except qdir.QueueDirError:
+            v = locate.load_ddq().__version__
+        except locate.DdqNotFound:
             v = "unknown"
         print("ddq %s" % v)
         parser.exit(0)

@@ -32,7 +32,7 @@ import subprocess
 import time
 from typing import Any
 
-from . import qdir, vboard
+from . import locate, vboard
 from .errors import HostError
 from .vboard import pid_alive
 
@@ -67,7 +67,7 @@ def default_firmware() -> str:
     env = os.environ.get("DDQ_QEMU_FIRMWARE")
     if env:
         return os.path.abspath(env)
-    return os.path.normpath(os.path.join(qdir.repo_root(), FIRMWARE_REL))
+    return os.path.normpath(os.path.join(locate.repo_root(), FIRMWARE_REL))
 
 
 def find_qemu(exe: str | None = None) -> str:

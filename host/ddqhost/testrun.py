@@ -18,7 +18,7 @@ import stat
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 
-from . import qdir
+from . import locate
 from .device import RUN_IDLE_TIMEOUT, Device, DeviceError, DeviceTimeout, is_int
 from .transfer import PORT_MODULES
 
@@ -38,7 +38,7 @@ def suite_dir() -> str:
     """The shared suite: tests/ of the checkout, else the copy an installed wheel carries
     (ddqhost/suite, built from tests/)."""
     packaged = os.path.join(os.path.dirname(os.path.abspath(__file__)), "suite")
-    for d in (packaged, os.path.join(qdir.repo_root(), "tests")):
+    for d in (packaged, os.path.join(locate.repo_root(), "tests")):
         if os.path.isfile(os.path.join(d, "mprun.py")):
             return d
     raise TestRunError(
@@ -90,7 +90,7 @@ def stage(fixtures: str | None = None, mpy: bool = False) -> Iterator[str]:
     d = tempfile.mkdtemp(prefix="ddq-test-mount-")
     try:
         _copy_py(tests, os.path.join(d, "tests"), mpy)
-        _copy_py(os.path.dirname(qdir.ddq_source()), os.path.join(d, "port"), mpy, "ddq")
+        _copy_py(os.path.dirname(locate.ddq_source()), os.path.join(d, "port"), mpy, "ddq")
         if fixtures and os.path.isdir(fixtures):
             shutil.copytree(fixtures, os.path.join(d, "fixtures"), symlinks=False)
         for root, _dirs, files in os.walk(d):

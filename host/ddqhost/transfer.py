@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import boards, fsck, qdir
+from . import boards, fsck, locate, qdir, qoptions
 from .device import (
     RUN_IDLE_TIMEOUT,
     S_IFDIR,
@@ -213,7 +213,7 @@ def modules_to_install(prof: dict[str, Any] | None = None, app: str | None = Non
     one: every port module the board can load, less ddq_mqtt where the profile says
     `"network": false` (an app that imports it there still gets it: its adapters need no socket).
     """
-    src = qdir.ddq_source()
+    src = locate.ddq_source()
     port = os.path.dirname(src)
     network = True if prof is None else bool(prof.get("network", True))
     loadable = [
@@ -483,7 +483,7 @@ def pull(
                 "%s is not empty and holds no earlier pull; choose a new directory" % local
             )
         if entries and not force:
-            old = qdir.read_json(meta_path)
+            old = qoptions.read_json(meta_path)
             if not isinstance(old, dict) or _hash_local_dir(local) != old.get("files"):
                 raise TransferError(
                     "%s has local changes since its pull (replayed?); push them first or use --force"
@@ -564,7 +564,7 @@ def push(
     local = os.path.abspath(local)
     meta_path = os.path.join(local, qdir.PULL_META)
     try:
-        meta = qdir.read_json(meta_path)
+        meta = qoptions.read_json(meta_path)
     except qdir.QueueDirError as e:
         raise TransferError(str(e)) from None
     if meta is None:
@@ -577,7 +577,7 @@ def push(
     # The writer's options: ddq-options.json in the directory (a pull copies it), else those the
     # pull recorded, else the defaults; options= overrides (a caller who knows better).
     try:
-        opts, src = qdir.resolve_options(local, options)
+        opts, src = qoptions.resolve_options(local, options)
         fsck.check_options(opts)
         qdir.check_queue_dir(local)
         rep = fsck.scan(local, opts, exact_segment_bytes=src["segment_bytes"] != "default")
@@ -746,7 +746,8 @@ def device_stats(dev: Device, remote: str, options: dict[str, int]) -> dict[str,
         " print(repr(_q.stats().as_dict()))\n"
         "finally:\n"
         " _q.close()\n"
-        "del _q\n" % (dpath(remote), ",".join("%s=%d" % (k, options[k]) for k in qdir.OPTION_KEYS))
+        "del _q\n"
+        % (dpath(remote), ",".join("%s=%d" % (k, options[k]) for k in qoptions.OPTION_KEYS))
     )
     try:
         # the open replays the log, silent while it runs: a full 140 KiB board at emulation

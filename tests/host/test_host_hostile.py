@@ -16,7 +16,7 @@ import stat
 import pytest
 
 from conftest import REPO
-from ddqhost import cli, qdir, testrun, transfer
+from ddqhost import cli, locate, qdir, qoptions, testrun, transfer
 from ddqhost.device import MAX_REPLY, Device, DeviceError
 
 SEG = "segment-00000000000000000000.log"
@@ -88,7 +88,7 @@ class FakeTransport:
                 base64.b64encode(data[i : i + 1536]) + b"\n" for i in range(0, len(data), 1536)
             )
         if kind == "import_check":
-            return repr((qdir.load_ddq().__version__, "ddq.py")).encode()
+            return repr((locate.load_ddq().__version__, "ddq.py")).encode()
         if kind == "stats":
             return repr({"next_seq": 1, "total_items": 0}).encode()
         if kind == "stat":
@@ -234,7 +234,7 @@ def test_flash_issue_payload_through_the_cli(marker, monkeypatch, capsys):
         ("listdir", lambda d: d.listdir(":")),
         ("hash_dir", lambda d: d.hash_dir(":q")),
         ("sha256", lambda d: d.sha256(":x")),
-        ("stats", lambda d: transfer.device_stats(d, ":q", qdir.DEFAULTS)),
+        ("stats", lambda d: transfer.device_stats(d, ":q", qoptions.DEFAULTS)),
         ("ddq_version", lambda d: cli._device_ddq_version(d)),
         ("rc", lambda d: testrun.run(d)),
     ],
