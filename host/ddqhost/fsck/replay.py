@@ -9,7 +9,6 @@ import os
 from typing import Any
 
 from .format import (
-    CORRUPT,
     CUT_SUFFIX,
     FORMAT_NAME,
     INDEX_NAME,
@@ -19,7 +18,6 @@ from .format import (
     MAN_SIZE,
     MANIFEST_NAME,
     MANIFEST_TMP,
-    OK,
     QUEUE_PREFIXES,
     REC_FOOTER,
     RESERVE_SUFFIX,
@@ -34,15 +32,13 @@ from .format import (
     T_QUARANTINE,
     T_RETRY,
     T_STATE,
-    TORN,
     TYPE_NAMES,
     U32_MAX,
     U64_MAX,
-    VERDICT_NAMES,
+    Item,
     NotAQueue,
     Options,
-    Problem,
-    _index_json,
+    Report,
     check_options,
     decode_manifest,
     decode_record,
@@ -52,133 +48,6 @@ from .format import (
     read_entry,
 )
 from .index import IndexCheck
-
-
-class Item:
-    __slots__ = (
-        "seq",
-        "state",
-        "attempts",
-        "lease_until_ms",
-        "not_before_ms",
-        "payload_len",
-        "snapshotted",
-        "reason",
-        "needs_reason",
-        "location",
-        "reason_at",
-    )
-
-    def __init__(self, seq: int, plen: int, location: tuple[str, int]) -> None:
-        self.seq = seq
-        self.state = S_AVAILABLE
-        self.attempts = 0
-        self.lease_until_ms = 0
-        self.not_before_ms = 0
-        self.payload_len = plen
-        self.snapshotted = False
-        self.reason: bytes | None = None
-        self.needs_reason = False
-        self.location = location
-        # where the QUARANTINE record is: file, offset, reason length
-        self.reason_at: tuple[str, int, int] | None = None
-
-    def is_default(self) -> bool:
-        return (
-            self.state == S_AVAILABLE
-            and self.attempts == 0
-            and self.lease_until_ms == 0
-            and self.not_before_ms == 0
-        )
-
-    def to_json(self) -> JSON:
-        return {
-            "seq": self.seq,
-            "state": STATE_NAMES[self.state],
-            "attempts": self.attempts,
-            "lease_until_ms": self.lease_until_ms,
-            "not_before_ms": self.not_before_ms,
-            "payload_len": self.payload_len,
-            "quarantine_reason_hex": self.reason.hex() if self.reason is not None else None,
-        }
-
-
-class Report:
-    def __init__(self, path: str, opts: Options) -> None:
-        self.path = path
-        self.options = opts
-        self.manifest: JSON | None = None
-        self.generation = 0
-        self.segments: list[JSON] = []  # {"name", "id", "size", "records": [...], "tail": ...}
-        self.problems: list[Problem] = []
-        self.items: dict[int, Item] = {}
-        self.next_seq = 1
-        self.tail_bytes = 0
-        self.ignored: list[str] = []  # names the scan ignores (never touched)
-        self.obsolete: list[str] = []  # names recovery would delete
-        self.replay_stopped: str | None = None
-        self.c_compatible = True  # False when an extension rule (R11, R12, R14) decided something
-        self.index: JSON = _index_json("absent")  # queue.index (SPEC §12.1), see IndexCheck
-
-    @property
-    def verdict(self) -> int:
-        if any(p.kind == "corrupt" for p in self.problems):
-            return CORRUPT
-        if any(p.kind == "torn" for p in self.problems):
-            return TORN
-        return OK
-
-    def add(self, kind: str, message: str, **kw: Any) -> None:
-        self.problems.append(Problem(kind, message, **kw))
-
-    def stats(self) -> JSON:
-        counts = {s: 0 for s in STATE_NAMES}
-        for it in self.items.values():
-            counts[it.state] += 1
-        stored = sum(s["size"] for s in self.segments) - self.tail_bytes
-        return {
-            "total_items": len(self.items),
-            "available_items": counts[S_AVAILABLE],
-            "claimed_items": counts[S_CLAIMED],
-            "acknowledged_items": counts[S_ACKED],
-            "quarantined_items": counts[S_QUARANTINED],
-            "stored_bytes": stored,
-            "segment_count": max(1, len(self.segments)),
-            "next_seq": self.next_seq,
-            "recovered_tail_bytes": self.tail_bytes,
-            "generation": self.generation,
-        }
-
-    def to_json(self, with_records: bool = False) -> JSON:
-        out: JSON = {
-            "path": self.path,
-            "verdict": VERDICT_NAMES[self.verdict],
-            "exit_code": self.verdict,
-            "options": self.options,
-            "generation": self.generation,
-            "manifest": self.manifest,
-            "problems": [p.to_json() for p in self.problems],
-            "stats": self.stats(),
-            "items": [self.items[k].to_json() for k in sorted(self.items)],
-            "segments": [
-                {
-                    "name": s["name"],
-                    "id": s["id"],
-                    "size": s["size"],
-                    "record_count": len(s["records"]),
-                    "tail": s["tail"],
-                }
-                for s in self.segments
-            ],
-            "ignored_files": self.ignored,
-            "obsolete_files": self.obsolete,
-            "c_compatible": self.c_compatible,
-            "index": self.index,
-        }
-        if with_records:
-            for js, s in zip(out["segments"], self.segments):  # noqa: B905
-                js["records"] = s["records"]
-        return out
 
 
 def scan(
@@ -358,7 +227,7 @@ def scan(
             file=rep.segments[-1]["name"],
         )
     st.finish()
-    ixc.finish(st)
+    ixc.finish(st.applied, st.snap, st.stopped)
     return rep
 
 

@@ -1,8 +1,7 @@
 """fsck, step 4 of 4, report: the text of `ddq records`, `ddq verify` and the index line."""
 
 from .. import options
-from .format import JSON, OK, STATE_NAMES, T_STATE, TORN
-from .replay import Report
+from .format import JSON, OK, STATE_NAMES, T_STATE, TORN, Report
 
 
 def printable(s: str) -> str:
