@@ -12,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from . import boards, envelope, fsck, inspect_dir, locate, options, qboard, qoptions, vboard
-from .errors import HostError
+from .errors import HostError, as_host_error
 
 if TYPE_CHECKING:
     from .device import Device
@@ -1161,44 +1161,42 @@ class _VersionAction(argparse.Action):
         parser.exit(0)
 
 
-def _error_message(e: BaseException) -> str:
-    if isinstance(e, OSError):
-        where = e.filename if e.filename is not None else ""
-        if where:
-            return "%s: %s" % (where, e.strerror or e)
-        return e.strerror or str(e)
-    return str(e)
+def _run(handler: Any, args: argparse.Namespace) -> int:
+    """The one boundary where what a command raises becomes a HostError (errors.as_host_error);
+    interrupts pass through, and so does a bug (its traceback)."""
+    try:
+        return int(handler(args) or 0)
+    except (HostError, KeyboardInterrupt, BrokenPipeError):
+        raise
+    except Exception as e:
+        he = as_host_error(e)
+        if he is None:
+            raise
+        raise he from None
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handler = COMMANDS[args.command][0]
     try:
-        return handler(args) or 0
+        return _run(COMMANDS[args.command][0], args)
     except HostError as e:
         log_err("ddq: %s" % fsck.printable(str(e)))  # one line, whatever a name holds
         return e.code
     except KeyboardInterrupt:
         log_err("ddq: interrupted")
         return 130
-    except OSError as e:
-        log_err("ddq: %s" % fsck.printable(_error_message(e)))
+    except BrokenPipeError as e:  # the reader of stdout went away (`ddq records DIR | head`)
+        _quiet_stdout()
+        log_err("ddq: %s" % (e.strerror or e))
         return 1
-    except Exception as e:
-        ddq_err = _ddq_error(e)
-        if ddq_err is None:
-            raise
-        code = 2 if type(e).__name__ == "Corrupt" else 1
-        log_err("ddq: %s: %s" % (type(e).__name__.lower(), fsck.printable(str(e) or ddq_err)))
-        return code
 
 
-def _ddq_error(e: BaseException) -> str | None:
-    """The ddq.Error class name if e is one (ddq is imported lazily), else None."""
-    mod = sys.modules.get("ddq")
-    if mod is not None and isinstance(e, getattr(mod, "Error", ())):
-        return type(e).__name__
-    return None
+def _quiet_stdout() -> None:
+    # Python flushes stdout at exit once more, into the closed pipe: point it at /dev/null.
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def entry() -> None:
