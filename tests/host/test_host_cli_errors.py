@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 from conftest import REPO, cli_env, ddq, one_line_error
-
 from ddqhost import cli, errors, locate
 
 OPTS = {"segment_bytes": 4096, "max_payload_bytes": 256, "max_items": 64, "max_segments": 8}
