@@ -26,6 +26,15 @@ def out_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
+def show(args: argparse.Namespace, res: Any, *lines: str) -> int:
+    """A command's result: one JSON object with --json, else its lines of text; exit 0."""
+    if args.json:
+        out_json(res)
+    else:
+        sys.stdout.write("".join(line + "\n" for line in lines))
+    return 0
+
+
 def log_err(msg: str) -> None:
     sys.stderr.write(msg + "\n")
 
@@ -132,6 +141,7 @@ def resolve_options(
 
 
 def argparse_board(p: argparse.ArgumentParser) -> None:
+    """virtual board; board profiles; probe a device"""
     sub = p.add_subparsers(dest="board_cmd", required=True)
     what = (
         "the virtual board: the MicroPython unix port (the venv's micropython, from the "
@@ -275,10 +285,7 @@ def do_board(args: argparse.Namespace) -> int:
         res, msg, rc = qboard.command(
             args.action, args.state_dir, args.firmware, args.qemu, args.fresh
         )
-        if args.json:
-            out_json(res)
-        else:
-            print(msg)
+        show(args, res, msg)
         return rc
     state_dir = args.state_dir or vboard.default_state_dir()
     try:
@@ -313,10 +320,7 @@ def do_board(args: argparse.Namespace) -> int:
             )
     except vboard.BoardError as e:
         raise CommandError(str(e)) from None
-    if args.json:
-        out_json(res)
-    else:
-        print(msg)
+    show(args, res, msg)
     return 0 if args.action != "status" or res["running"] else 3
 
 
@@ -324,6 +328,7 @@ def do_board(args: argparse.Namespace) -> int:
 
 
 def argparse_app(p: argparse.ArgumentParser) -> None:
+    """start main.py on the board as a reset does (a soft reset), or stop it (Ctrl-C)"""
     p.add_argument(
         "action",
         choices=["start", "stop"],
@@ -389,17 +394,14 @@ def do_app(args: argparse.Namespace) -> int:
             "\napp started on %s (soft reset: boot.py, then main.py; `ddq app stop` ends it)"
             % port
         )
-    if args.json:
-        out_json(res)
-    else:
-        print(msg)
-    return 0
+    return show(args, res, msg)
 
 
 # ---------------------------------------------------------------- flash / pull / push
 
 
 def argparse_flash(p: argparse.ArgumentParser) -> None:
+    """install ddq (.py or .mpy) on a device and check it imports"""
     add_device_args(p)
     p.add_argument(
         "--board", metavar="PROFILE", help="board profile (`ddq board list`; default: probed)"
@@ -419,10 +421,7 @@ def argparse_flash(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-O", dest="opt", type=int, choices=[0, 1, 2, 3], help="mpy-cross optimisation level"
     )
-    p.add_argument(
-        "--progress", action="store_true", default=None, help="progress bar even when not a tty"
-    )
-    add_json_arg(p)
+    add_transfer_args(p)
 
 
 def do_flash(args: argparse.Namespace) -> int:
@@ -446,38 +445,43 @@ def do_flash(args: argparse.Namespace) -> int:
             opt=args.opt,
             progress_enabled=args.progress,
         )
-    if args.json:
-        out_json(res)
-    else:
-        for w in res["written"]:
-            print("wrote %s (%d bytes)" % (w["path"], w["bytes"]))
-        for r in res["removed"]:
-            print("removed %s" % r)
-        print(
-            "ddq %s imports on %s (%s, %s) in %.1f s"
-            % (res["version"], res["device"], res["board"], res["imported_from"], res["seconds"])
-        )
-    return 0
+    return show(
+        args,
+        res,
+        *["wrote %(path)s (%(bytes)d bytes)" % w for w in res["written"]],
+        *["removed %s" % r for r in res["removed"]],
+        "ddq %(version)s imports on %(device)s (%(board)s, %(imported_from)s) in %(seconds).1f s"
+        % res,
+    )
 
 
-def argparse_pull(p: argparse.ArgumentParser) -> None:
+def add_transfer_args(p: argparse.ArgumentParser, force: str | None = None) -> None:
+    """--force (with its help, when given), --progress and --json: flash, pull, push."""
+    if force is not None:
+        p.add_argument("--force", action="store_true", help=force)
+    p.add_argument(
+        "--progress", action="store_true", default=None, help="progress bar even when not a tty"
+    )
+    add_json_arg(p)
+
+
+def add_remote_arg(p: argparse.ArgumentParser) -> None:
     add_device_args(p)
     p.add_argument(
         "remote", metavar="REMOTE_DIR", help="queue directory on the device (':outbox')"
     )
+
+
+def argparse_pull(p: argparse.ArgumentParser) -> None:
+    """copy a queue directory off a device, sha256-verified"""
+    add_remote_arg(p)
     p.add_argument("local", metavar="LOCAL_DIR", help="new local directory")
     p.add_argument(
         "--board",
         metavar="PROFILE",
         help="profile whose queue options to record (default: probed)",
     )
-    p.add_argument(
-        "--force", action="store_true", help="overwrite a local pull that has local changes"
-    )
-    p.add_argument(
-        "--progress", action="store_true", default=None, help="progress bar even when not a tty"
-    )
-    add_json_arg(p)
+    add_transfer_args(p, "overwrite a local pull that has local changes")
 
 
 def do_pull(args: argparse.Namespace) -> int:
@@ -492,34 +496,20 @@ def do_pull(args: argparse.Namespace) -> int:
             force=args.force,
             progress_enabled=args.progress,
         )
-    if args.json:
-        out_json(res)
-    else:
-        print(
-            "pulled %d files (%d bytes) from %s to %s in %.1f s (%.1f KiB/s), sha256 verified"
-            % (
-                res["files"],
-                res["bytes"],
-                res["remote"],
-                res["local"],
-                res["seconds"],
-                res["kib_per_s"] or 0,
-            )
-        )
-    return 0
+    return show(
+        args,
+        res,
+        "pulled %(files)d files (%(bytes)d bytes) from %(remote)s to %(local)s in %(seconds).1f s"
+        " (%(kib)s KiB/s), sha256 verified" % dict(res, kib="%.1f" % (res["kib_per_s"] or 0)),
+    )
 
 
 def argparse_push(p: argparse.ArgumentParser) -> None:
+    """put a pulled (replayed) directory back on the device"""
     add_device_args(p)
     p.add_argument("local", metavar="LOCAL_DIR")
     p.add_argument("remote", metavar="REMOTE_DIR")
-    p.add_argument(
-        "--force", action="store_true", help="push even if the device copy changed since the pull"
-    )
-    p.add_argument(
-        "--progress", action="store_true", default=None, help="progress bar even when not a tty"
-    )
-    add_json_arg(p)
+    add_transfer_args(p, "push even if the device copy changed since the pull")
 
 
 def do_push(args: argparse.Namespace) -> int:
@@ -529,43 +519,29 @@ def do_push(args: argparse.Namespace) -> int:
         res = transfer.push(
             dev, args.local, args.remote, force=args.force, progress_enabled=args.progress
         )
-    if args.json:
-        out_json(res)
-    else:
-        print(
-            "pushed %s to %s: %d written, %d appended, %d removed (%d bytes, %.1f s)"
-            % (
-                res["local"],
-                res["remote"],
-                len(res["written"]),
-                len(res["appended"]),
-                len(res["removed"]),
-                res["bytes"],
-                res["seconds"],
-            )
+    n = {k: len(res[k]) for k in ("written", "appended", "removed")}
+    lines = [
+        "pushed %(local)s to %(remote)s: " % res
+        + "%(written)d written, %(appended)d appended, %(removed)d removed" % n
+        + " (%(bytes)d bytes, %(seconds).1f s)" % res
+    ]
+    ow = res.get("overwritten")
+    if ow is not None:
+        changed = "; ".join(
+            "seq %d %s on the device, %s now"
+            % (i["seq"], i["device_state"], i["pushed_state"] or "gone")
+            for i in ow["items"]
         )
-        ow = res.get("overwritten")
-        if ow is not None:
-            print(
-                "--force overwrote the device copy (next_seq %d kept): %s"
-                % (
-                    ow["pushed_next_seq"],
-                    "; ".join(
-                        "seq %d %s on the device, %s now"
-                        % (i["seq"], i["device_state"], i["pushed_state"] or "gone")
-                        for i in ow["items"]
-                    )
-                    or "no item changed",
-                )
-            )
-    return 0
+        lines.append(
+            "--force overwrote the device copy (next_seq %d kept): %s"
+            % (ow["pushed_next_seq"], changed or "no item changed")
+        )
+    return show(args, res, *lines)
 
 
 def argparse_stats(p: argparse.ArgumentParser) -> None:
-    add_device_args(p)
-    p.add_argument(
-        "remote", metavar="REMOTE_DIR", help="queue directory on the device (':outbox')"
-    )
+    """stats() of a queue directory, computed by ddq on the device"""
+    add_remote_arg(p)
     add_option_args(p)
     add_json_arg(p)
 
@@ -583,17 +559,14 @@ def do_stats(args: argparse.Namespace) -> int:
                 board = None
         opts, _src = resolve_options(argparse.Namespace(**dict(vars(args), board=board)), None)
         res = transfer.device_stats(dev, args.remote, opts)
-    if args.json:
-        out_json(res)
-    else:
-        print(" ".join("%s=%s" % kv for kv in sorted(res.items())))
-    return 0
+    return show(args, res, " ".join("%s=%s" % kv for kv in sorted(res.items())))
 
 
 # ---------------------------------------------------------------- inspect / verify / records
 
 
 def argparse_inspect(p: argparse.ArgumentParser) -> None:
+    """recovered state of a queue directory (not modified)"""
     p.add_argument("dir", metavar="DIR")
     add_option_args(p)
     p.add_argument("--payloads", action="store_true", help="include every payload in hex (--json)")
@@ -638,6 +611,7 @@ def _scan(args: argparse.Namespace) -> tuple[fsck.Report, dict[str, str]]:
 
 
 def argparse_verify(p: argparse.ArgumentParser) -> None:
+    """fsck: exit 0 clean, 1 torn tail only, 2 corrupt"""
     p.add_argument("dir", metavar="DIR")
     add_option_args(p)
     add_json_arg(p)
@@ -661,6 +635,7 @@ def do_verify(args: argparse.Namespace) -> int:
 
 
 def argparse_records(p: argparse.ArgumentParser) -> None:
+    """dump the records of a queue directory"""
     p.add_argument("dir", metavar="DIR")
     add_option_args(p)
     p.add_argument(
@@ -699,6 +674,8 @@ def do_records(args: argparse.Namespace) -> int:
 
 
 def argparse_salvage(p: argparse.ArgumentParser) -> None:
+    """copy every intact item of a damaged queue into a new one (DIR only read): exit 0 clean, 1
+    with loss, 2 nothing usable"""
     p.add_argument("dir", metavar="DIR", help="the damaged queue directory (only read)")
     p.add_argument("out", metavar="OUT", help="the new queue directory (must not exist)")
     add_option_args(p)
@@ -843,6 +820,7 @@ def do_salvage(args: argparse.Namespace) -> int:
 
 
 def argparse_replay(p: argparse.ArgumentParser) -> None:
+    """deliver pending messages to an MQTT broker (QoS 1)"""
     p.add_argument(
         "dir",
         metavar="DIR",
@@ -1021,6 +999,7 @@ def do_replay(args: argparse.Namespace) -> int:
 
 
 def argparse_test(p: argparse.ArgumentParser) -> None:
+    """run the shared test suite on a device"""
     add_device_args(p)
     p.add_argument("-k", metavar="SUBSTR", help="only tests whose name contains SUBSTR")
     p.add_argument(
@@ -1095,40 +1074,21 @@ def do_test(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- table and main
 
+# The command table (mpremote's shape): name -> (handler, argparse factory); a factory's
+# docstring is the command's help line.
 COMMANDS = {
-    "board": (do_board, argparse_board, "virtual board; board profiles; probe a device"),
-    "app": (
-        do_app,
-        argparse_app,
-        "start main.py on the board as a reset does (a soft reset), or stop it (Ctrl-C)",
-    ),
-    "flash": (
-        do_flash,
-        argparse_flash,
-        "install ddq (.py or .mpy) on a device and check it imports",
-    ),
-    "pull": (do_pull, argparse_pull, "copy a queue directory off a device, sha256-verified"),
-    "push": (do_push, argparse_push, "put a pulled (replayed) directory back on the device"),
-    "stats": (
-        do_stats,
-        argparse_stats,
-        "stats() of a queue directory, computed by ddq on the device",
-    ),
-    "inspect": (
-        do_inspect,
-        argparse_inspect,
-        "recovered state of a queue directory (not modified)",
-    ),
-    "verify": (do_verify, argparse_verify, "fsck: exit 0 clean, 1 torn tail only, 2 corrupt"),
-    "records": (do_records, argparse_records, "dump the records of a queue directory"),
-    "salvage": (
-        do_salvage,
-        argparse_salvage,
-        "copy every intact item of a damaged queue into a new one (DIR only read): "
-        "exit 0 clean, 1 with loss, 2 nothing usable",
-    ),
-    "replay": (do_replay, argparse_replay, "deliver pending messages to an MQTT broker (QoS 1)"),
-    "test": (do_test, argparse_test, "run the shared test suite on a device"),
+    "board": (do_board, argparse_board),
+    "app": (do_app, argparse_app),
+    "flash": (do_flash, argparse_flash),
+    "pull": (do_pull, argparse_pull),
+    "push": (do_push, argparse_push),
+    "stats": (do_stats, argparse_stats),
+    "inspect": (do_inspect, argparse_inspect),
+    "verify": (do_verify, argparse_verify),
+    "records": (do_records, argparse_records),
+    "salvage": (do_salvage, argparse_salvage),
+    "replay": (do_replay, argparse_replay),
+    "test": (do_test, argparse_test),
 }
 
 
@@ -1138,7 +1098,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--version", action=_VersionAction, nargs=0, help="print the ddq version and exit"
     )
     sub = ap.add_subparsers(dest="command", required=True)
-    for name, (_h, factory, helptext) in COMMANDS.items():
+    for name, (_h, factory) in COMMANDS.items():
+        helptext = " ".join((factory.__doc__ or "").split())
         p = sub.add_parser(name, help=helptext, description=helptext)
         factory(p)
     return ap
