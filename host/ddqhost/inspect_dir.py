@@ -175,18 +175,9 @@ def render_inspect(info: dict[str, Any]) -> str:
     lines = [
         "queue %s (generation %s)" % (info["path"], info["generation"]),
         "options: " + " ".join("%s %d" % (k, o[k]) for k in options.KEYS),
-        "stats: %d items (%d available, %d claimed, %d acked, %d quarantined), %d bytes in %d segments, "
-        "next_seq %d"
-        % (
-            st["total_items"],
-            st["available_items"],
-            st["claimed_items"],
-            st["acknowledged_items"],
-            st["quarantined_items"],
-            st["stored_bytes"],
-            st["segment_count"],
-            st["next_seq"],
-        ),
+        "stats: %(total_items)d items (%(available_items)d available, %(claimed_items)d claimed,"
+        " %(acknowledged_items)d acked, %(quarantined_items)d quarantined), %(stored_bytes)d bytes"
+        " in %(segment_count)d segments, next_seq %(next_seq)d" % st,
     ]
     if info.get("hmac_checked"):
         bad = sum(1 for d in info["items"] if d.get("auth", "").startswith("unauthenticated"))

@@ -28,7 +28,6 @@ import re
 import shutil
 import signal
 import socket
-import subprocess
 import time
 from typing import Any
 
@@ -82,15 +81,14 @@ def find_qemu(exe: str | None = None) -> str:
 
 
 def _paths(state_dir: str) -> dict[str, str]:
-    d = os.path.abspath(state_dir)
-    return {
-        "dir": d,
-        "state": os.path.join(d, "state.json"),
-        "link": os.path.join(d, "tty"),
-        "log": os.path.join(d, "qemu.log"),
-        "qmp": os.path.join(d, "qmp.sock"),
-        "image": os.path.join(d, "disk.img"),
-    }
+    return vboard.state_paths(
+        state_dir,
+        state="state.json",
+        link="tty",
+        log="qemu.log",
+        qmp="qmp.sock",
+        image="disk.img",
+    )
 
 
 read_state = vboard.read_state  # STATE_DIR/state.json, a dict or None: the same file name
@@ -156,8 +154,7 @@ def start(
     timeout: float = 15.0,
 ) -> dict[str, Any]:
     p = _paths(state_dir)
-    os.makedirs(p["dir"], mode=0o700, exist_ok=True)
-    os.chmod(p["dir"], 0o700)
+    vboard.private_dir(p["dir"])
     cur = status(state_dir)
     if cur["running"]:
         raise QemuError("qemu board already running in %s (device %s)" % (p["dir"], cur["device"]))
@@ -197,16 +194,7 @@ def start(
             )
         argv += ["-device", "loader,file=%s,addr=0x%x,force-raw=on" % (p["image"], RAMDISK_ADDR)]
     with open(os.open(p["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as log:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            cwd=p["dir"],
-            start_new_session=True,
-            close_fds=True,
-            umask=0o077,
-        )
+        proc = vboard.spawn_process(argv, p["dir"], log, umask=0o077)
     end = time.monotonic() + timeout
     pty_path = None
     while time.monotonic() < end:

@@ -532,20 +532,12 @@ def decode_index(data: bytes) -> tuple[IndexFile | None, str | None]:
 # ---------------------------------------------------------------- the result the steps fill
 
 
+# An item's fields as the C fixtures and `ddq records --json` show them, then the replay's own.
+ITEM_FIELDS = ("seq", "state", "attempts", "lease_until_ms", "not_before_ms", "payload_len")
+
+
 class Item:
-    __slots__ = (
-        "seq",
-        "state",
-        "attempts",
-        "lease_until_ms",
-        "not_before_ms",
-        "payload_len",
-        "snapshotted",
-        "reason",
-        "needs_reason",
-        "location",
-        "reason_at",
-    )
+    __slots__ = ITEM_FIELDS + ("snapshotted", "reason", "needs_reason", "location", "reason_at")
 
     def __init__(self, seq: int, plen: int, location: tuple[str, int]) -> None:
         self.seq = seq

@@ -369,39 +369,29 @@ class _Replay:
         m = self.rep.manifest
         assert m is not None  # a checkpoint exists only with a manifest
         items = self.rep.items
+        why, seq = None, None  # the first rule the state at the boundary breaks
         if len(items) != m["item_count"]:
-            self.corrupt(
-                "at the snapshot boundary %d items, manifest says %d"
-                % (len(items), m["item_count"]),
-                file=name,
-                offset=off,
+            why = "at the snapshot boundary %d items, manifest says %d" % (
+                len(items),
+                m["item_count"],
             )
-            return
-        if self.next_seq > m["next_seq"] or (self.gen == 0 and self.next_seq != m["next_seq"]):
-            self.corrupt(
-                "at the snapshot boundary next_seq %d, manifest says %d"
-                % (self.next_seq, m["next_seq"]),
-                file=name,
-                offset=off,
+        elif self.next_seq > m["next_seq"] or (self.gen == 0 and self.next_seq != m["next_seq"]):
+            why = "at the snapshot boundary next_seq %d, manifest says %d" % (
+                self.next_seq,
+                m["next_seq"],
             )
-            return
-        for it in items.values():
+        for it in items.values() if why is None else ():
             if self.gen != 0 and not it.snapshotted and not it.is_default():
-                self.corrupt(
-                    "item %d not snapshotted but not in the default state" % it.seq,
-                    file=name,
-                    offset=off,
-                    seqs=(it.seq, it.seq),
-                )
-                return
-            if it.needs_reason:
-                self.corrupt(
-                    "quarantined item %d has no reason record" % it.seq,
-                    file=name,
-                    offset=off,
-                    seqs=(it.seq, it.seq),
-                )
-                return
+                why = "item %d not snapshotted but not in the default state" % it.seq
+            elif it.needs_reason:
+                why = "quarantined item %d has no reason record" % it.seq
+            if why is not None:
+                seq = it.seq
+                break
+        if why is not None:
+            seqs = (seq, seq) if seq is not None else None
+            self.corrupt(why, file=name, offset=off, seqs=seqs)
+            return
         self.next_seq = m["next_seq"]
         self.seen = True
 
@@ -617,19 +607,18 @@ class _Replay:
             return self.corrupt("%s record inside the snapshot prefix" % TYPE_NAMES[typ], **where)
         if typ == T_STATE:
             return self.corrupt("STATE record outside a snapshot prefix", **where)
+        # CLAIM takes an available (or, its lease lapsed, a claimed) item; ACK, RETRY and
+        # QUARANTINE only a claimed one (SPEC §7.4).
+        if it.state not in ((S_AVAILABLE, S_CLAIMED) if typ == T_CLAIM else (S_CLAIMED,)):
+            what = (TYPE_NAMES[typ], STATE_NAMES[it.state])
+            return self.corrupt("%s of a %s item" % what, **where)
         if typ == T_CLAIM:
-            if it.state not in (S_AVAILABLE, S_CLAIMED):
-                return self.corrupt("CLAIM of a %s item" % STATE_NAMES[it.state], **where)
             it.state = S_CLAIMED
             it.lease_until_ms = rec["arg"]
         elif typ == T_ACK:
-            if it.state != S_CLAIMED:
-                return self.corrupt("ACK of a %s item" % STATE_NAMES[it.state], **where)
             it.state = S_ACKED
             it.lease_until_ms = 0
         elif typ == T_RETRY:
-            if it.state != S_CLAIMED:
-                return self.corrupt("RETRY of a %s item" % STATE_NAMES[it.state], **where)
             if it.attempts >= U32_MAX:
                 return self.corrupt("RETRY would overflow attempts", **where)
             it.state = S_AVAILABLE
@@ -637,8 +626,6 @@ class _Replay:
             it.lease_until_ms = 0
             it.not_before_ms = rec["arg"]
         elif typ == T_QUARANTINE:
-            if it.state != S_CLAIMED:
-                return self.corrupt("QUARANTINE of a %s item" % STATE_NAMES[it.state], **where)
             it.state = S_QUARANTINED
             it.lease_until_ms = 0
             it.reason = bytes.fromhex(rec["payload_hex"])
