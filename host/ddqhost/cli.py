@@ -1,8 +1,9 @@
-"""The `ddq` command: a table of (handler, argparse factory), one CommandError, `ddq: message` on stderr.
+"""The `ddq` command: a table of (handler, argparse factory), one CommandError, `ddq: message` on
+stderr.
 
 Exit status: 0 success; 1 any error (one line on stderr); 2 corruption (verify: corrupt; inspect,
-replay, push: the directory is corrupt); verify also exits 1 when only a torn tail would be removed;
-130 interrupted.
+replay, push: the directory is corrupt); verify also exits 1 when only a torn tail would be
+removed; 130 interrupted.
 """
 
 import argparse
@@ -47,7 +48,8 @@ def add_device_args(p: argparse.ArgumentParser) -> None:
         "--device",
         "-d",
         metavar="DEV",
-        help="serial port or pty of the board (default: $DDQ_DEVICE, else the running virtual board)",
+        help="serial port or pty of the board (default: $DDQ_DEVICE, else the running virtual "
+        "board)",
     )
     g = p.add_mutually_exclusive_group()
     g.add_argument(
@@ -194,8 +196,8 @@ def argparse_board(p: argparse.ArgumentParser) -> None:
     qb.add_argument(
         "--firmware",
         metavar="ELF",
-        help="firmware (default $DDQ_QEMU_FIRMWARE, else "
-        "the MPS2-AN385 firmware in the shared folder beside the checkout: docs/HOST.md, qemu board)",
+        help="firmware (default $DDQ_QEMU_FIRMWARE, else the MPS2-AN385 firmware in the shared "
+        "folder beside the checkout: docs/HOST.md, qemu board)",
     )
     qb.add_argument("--qemu", metavar="EXE", help="qemu-system-arm executable (default: on PATH)")
     qb.add_argument(
@@ -849,7 +851,8 @@ def argparse_replay(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--ca-file",
         metavar="PEM",
-        help="mqtts: CA certificate(s) the broker's certificate must chain to (default: the system's)",
+        help="mqtts: CA certificate(s) the broker's certificate must chain to (default: the "
+        "system's)",
     )
     p.add_argument(
         "--cert", metavar="PEM", help="mqtts: client certificate (may hold the key too)"
@@ -1014,7 +1017,8 @@ def argparse_test(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--installed",
         action="store_true",
-        help="test ddq as installed on the device (`ddq flash`) instead of the checkout's port/ddq.py",
+        help="test ddq as installed on the device (`ddq flash`) instead of the checkout's "
+        "port/ddq.py",
     )
     p.add_argument(
         "--ramdisk-kb",

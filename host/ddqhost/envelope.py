@@ -20,9 +20,9 @@ class HmacKeyError(HostError):
 
 
 def load_hmac_key(path: str | None, queue_dir: str | None = None) -> bytes | None:
-    """The device's HMAC key (SPEC E21/OUTBOX E22): hex digits in the file `path` (whitespace ignored,
-    e.g. `openssl rand -hex 32 > device.key`), else in $DDQ_HMAC_KEY, else None (no check).
-    A key file inside the queue directory is refused: the key must never travel with the
+    """The device's HMAC key (SPEC E21/OUTBOX E22): hex digits in the file `path` (whitespace
+    ignored, e.g. `openssl rand -hex 32 > device.key`), else in $DDQ_HMAC_KEY, else None (no
+    check). A key file inside the queue directory is refused: the key must never travel with the
     queue. The key is never echoed."""
     if path is not None:
         if queue_dir is not None:

@@ -93,7 +93,8 @@ def inspect(
     now_ms: int | None = None,
     hmac_key: bytes | None = None,
 ) -> dict[str, Any]:
-    """Recovered state of the queue in path, computed on a temporary copy (path is never written)."""
+    """Recovered state of the queue in path, computed on a temporary copy (path is never
+    written)."""
     ddq = locate.load_ddq()
     qdir.check_queue_dir(path)
     now_ms = now_ms if now_ms is not None else int(time.time() * 1000)

@@ -3,10 +3,11 @@
 A real board's firmware, not the unix port: 32-bit, a 140 KiB heap, LittleFS on a RAM disk mounted
 at / by its frozen boot code, no socket, no _thread (../shared/boards/qemu-mps2-an385/README.md).
 Its UART is a pty (`-serial pty`), which mpremote, and so every `ddq` command, speaks to like a USB
-serial port; unlike the virtual board it soft-resets like a real board, so `ddq` resets it on connect.
+serial port; unlike the virtual board it soft-resets like a real board, so `ddq` resets it on
+connect.
 
-Layout of a state directory (``--dir``, default ``$DDQ_QEMU_STATE_DIR`` or ``~/.local/state/ddq/qemu``),
-0700, every file 0600:
+Layout of a state directory (``--dir``, default ``$DDQ_QEMU_STATE_DIR`` or
+``~/.local/state/ddq/qemu``), 0700, every file 0600:
 
     state.json   {"qemu_pid", "argv", "pty", "link", "firmware", "image", ...} while running
     tty          symlink to the pty of the board's UART
@@ -15,11 +16,11 @@ Layout of a state directory (``--dir``, default ``$DDQ_QEMU_STATE_DIR`` or ``~/.
     disk.img     the RAM disk (14 MiB at 0x21000000) as saved by the last stop; loaded at start
 
 One process: qemu itself (its own session), started without a shell; `stop` and `kill` signal the
-recorded pid only after /proc/PID/cmdline equals the recorded argv exactly (no other process is ever
-signalled). `stop` pauses the CPU, saves the RAM disk to disk.img (the board's flash as it is at that
-instant: what the firmware's LittleFS had committed), then quits qemu; `kill` SIGKILLs it without
-saving (the next start loads the image of the last stop). `--fresh` starts with a blank RAM disk
-(the firmware formats it). qemu spins one host core at 100 % while it runs: stop it after use.
+recorded pid only after /proc/PID/cmdline equals the recorded argv exactly (no other process is
+ever signalled). `stop` pauses the CPU, saves the RAM disk to disk.img (the board's flash as it is
+at that instant: what the firmware's LittleFS had committed), then quits qemu; `kill` SIGKILLs it
+without saving (the next start loads the image of the last stop). `--fresh` starts with a blank RAM
+disk (the firmware formats it). qemu spins one host core at 100 % while it runs: stop it after use.
 """
 
 import json
@@ -62,7 +63,8 @@ def default_state_dir() -> str:
 
 
 def default_firmware() -> str:
-    """$DDQ_QEMU_FIRMWARE, else ../shared/boards/qemu-mps2-an385/firmware.elf beside the checkout."""
+    """$DDQ_QEMU_FIRMWARE, else ../shared/boards/qemu-mps2-an385/firmware.elf beside the
+    checkout."""
     env = os.environ.get("DDQ_QEMU_FIRMWARE")
     if env:
         return os.path.abspath(env)

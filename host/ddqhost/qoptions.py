@@ -1,9 +1,10 @@
-"""A queue directory's options: DDQ options are not stored on disk (SPEC §7.1, M8), and a reader must use limits at least
-as large as the writer's; appending (replay's acks) must use the writer's exact segment_bytes. They are
-taken from, first match wins per key:
+"""A queue directory's options: DDQ options are not stored on disk (SPEC §7.1, M8), and a reader
+must use limits at least as large as the writer's; appending (replay's acks) must use the writer's
+exact segment_bytes. They are taken from, first match wins per key:
   1. command-line flags (--segment-bytes, --max-payload-bytes, --max-items, --max-segments);
   2. the board profile given with --board;
-  3. DIR/ddq-options.json (flat JSON with any of those four keys; written by whoever creates the queue);
+  3. DIR/ddq-options.json (flat JSON with any of those four keys; written by whoever creates
+     the queue);
   4. DIR/.ddq-pull.json "options" (`ddq pull` records the profile of the board it pulled from);
   5. DDQ's defaults (4 MiB segments, 1 MiB payloads, 100000 items, 1024 segments).
 """
@@ -28,7 +29,8 @@ def _not_json(name: str) -> Any:
 
 def read_json(path: str) -> Any:
     """The JSON value in path, None when it does not exist; QueueDirError when it is not a small
-    regular file of JSON (a FIFO is never opened; deep nesting is an error, not a RecursionError)."""
+    regular file of JSON (a FIFO is never opened; deep nesting is an error, not a
+    RecursionError)."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:

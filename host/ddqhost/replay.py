@@ -3,9 +3,10 @@
 Delivery is the message layer's loop (ddq_outbox.Outbox.pump over DIR's ddq.Queue, with its replay
 options, OUTBOX E26) and a windowed paho sender; --dry-run runs the same on a copy of DIR through
 a client that confirms everything. Each message is claimed in DIR, published with QoS 1, and acked
-in DIR when its PUBACK arrives, so an interrupted replay resumes without re-sending what was acked. The time between a
-PUBACK and the durable ACK record is the only place a hard kill can cause duplicates (at most the
-window's; QoS 1 is at-least-once); Ctrl-C finishes the messages in flight first.
+in DIR when its PUBACK arrives, so an interrupted replay resumes without re-sending what was acked.
+The time between a PUBACK and the durable ACK record is the only place a hard kill can cause
+duplicates (at most the window's; QoS 1 is at-least-once); Ctrl-C finishes the messages in flight
+first.
 
 Window (--window W, default 16; OUTBOX E25's, through paho's max_inflight_messages): up to W
 publishes wait for their PUBACK at once; each is acked in DIR when its PUBACK arrives (they come
@@ -16,11 +17,11 @@ directory's name, --prefix-per-dir publishes under PREFIX/<name>, and client ids
 (-<name> is appended). Each is resumable on its own; --json gives a summary per directory (one
 DIR: the summary itself); --progress (or a terminal on stderr) shows sent/total.
 
-Connection: mqtt://HOST[:PORT] (1883) or mqtts://HOST[:PORT] (8883, TLS: the broker's certificate must
-chain to --ca-file, else to the system's CAs, and name HOST; --cert/--key: a client certificate).
-A user name comes from the URL (user@HOST) or --username, the password from --password-env or
---password-file; a password in the URL still works but shows in the process list. No message, log
-or summary repeats a password: URLs are shown redacted (user:***@HOST).
+Connection: mqtt://HOST[:PORT] (1883) or mqtts://HOST[:PORT] (8883, TLS: the broker's certificate
+must chain to --ca-file, else to the system's CAs, and name HOST; --cert/--key: a client
+certificate). A user name comes from the URL (user@HOST) or --username, the password from
+--password-env or --password-file; a password in the URL still works but shows in the process
+list. No message, log or summary repeats a password: URLs are shown redacted (user:***@HOST).
 
 Topics (URL mqtt[s]://[user[:password]@]HOST[:PORT][/PREFIX]; no PREFIX by default):
   - a payload that decodes as a message-layer envelope (ddq_outbox.decode_envelope) is
@@ -33,17 +34,17 @@ reason "expired", as the Outbox does by default; --send-expired publishes it any
 A message MQTT cannot publish (a topic with a wildcard "+"/"#" from an old or forged record, one
 over 65,535 bytes once the prefix is added, one paho refuses) is quarantined with the reason
 "unpublishable: <why>" and replay goes on with the next. With an HMAC key (--hmac-key-file F or
-$DDQ_HMAC_KEY, SPEC E21/OUTBOX E22) every message must carry a valid tag: anything else (unsigned, altered,
-forged, a raw payload) is quarantined as "unauthenticated: <why>", never published. An encrypted
-payload (SPEC E23) is published decrypted, after its tag is verified; without the key (or without
-the cryptography package) replay refuses to start while any pending message is encrypted: it never
-publishes a ciphertext, and changes nothing.
+$DDQ_HMAC_KEY, SPEC E21/OUTBOX E22) every message must carry a valid tag: anything else (unsigned,
+altered, forged, a raw payload) is quarantined as "unauthenticated: <why>", never published. An
+encrypted payload (SPEC E23) is published decrypted, after its tag is verified; without the key (or
+without the cryptography package) replay refuses to start while any pending message is encrypted:
+it never publishes a ciphertext, and changes nothing.
 
 Counts: sent (acked this run), expired (quarantined, not sent), unpublishable and
-unauthenticated (quarantined, not sent), failed (no PUBACK in time / connection lost: released with retry(0),
-which counts an attempt, and the run stops), skipped (pending but not deliverable now: backing off
-after a retry, or under a live lease), remaining (deliverable but not attempted: --limit, Ctrl-C, or
-the stop after a failure), raw (of sent, published to PREFIX/raw).
+unauthenticated (quarantined, not sent), failed (no PUBACK in time / connection lost: released with
+retry(0), which counts an attempt, and the run stops), skipped (pending but not deliverable now:
+backing off after a retry, or under a live lease), remaining (deliverable but not attempted:
+--limit, Ctrl-C, or the stop after a failure), raw (of sent, published to PREFIX/raw).
 """
 
 import errno
@@ -83,7 +84,8 @@ def redact_url(url: str) -> str:
 
 
 def parse_url(url: str) -> dict[str, Any]:
-    """host, port, prefix, tls, username, password of a broker URL; ReplayError (the URL redacted)."""
+    """host, port, prefix, tls, username, password of a broker URL; ReplayError (the URL
+    redacted)."""
     shown = redact_url(url)
     try:
         u = urlsplit(url)

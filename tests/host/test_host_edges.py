@@ -1,6 +1,6 @@
-"""The host tools look before they read (issue 25 §5): a FIFO, a link, a sparse file, a name in
-another script's digits, a settings file with Infinity, an argument past its range, a name that
-holds a newline or ESC: each gets one line (or an escaped line), never a hang, a traceback,
+"""The host tools look before they read (docs/HOST.md "Trust"): a FIFO, a link, a sparse file, a
+name in another script's digits, a settings file with Infinity, an argument past its range, a name
+that holds a newline or ESC: each gets one line (or an escaped line), never a hang, a traceback,
 memory or disk in proportion to a file's apparent size, or a forged line of output.
 
 Every command runs as a real `ddq` process (conftest.ddq); the limits that make a hang or an

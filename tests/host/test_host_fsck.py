@@ -340,7 +340,7 @@ def test_segment_that_lost_its_end_is_corrupt_whatever_the_limits(tmp_path):
 
 
 def test_interrupted_rotation_then_more_writes_verifies_clean(tmp_path):
-    # SPEC F7 R23 W3 (issue 25): a power cut after a rotation created segment 2, before its
+    # SPEC F7 R23 W3: a power cut after a rotation created segment 2, before its
     # 600 B record was durable; ddq reopened and wrote a 10 B record. verify said "ends early"
     # (exit 2) like the open did; both now read the directory as ddq left it.
     import ddq as port_ddq
@@ -366,7 +366,7 @@ def test_interrupted_rotation_then_more_writes_verifies_clean(tmp_path):
 
 
 def test_segment_bytes_grown_between_opens_verifies_clean(tmp_path):
-    # SPEC F7 R15 M8 (issue 25): a queue written with segment_bytes 512, then reopened with 2048
+    # SPEC F7 R15 M8: a queue written with segment_bytes 512, then reopened with 2048
     # and written on, opens in ddq; verify agrees, with or without the last writer's options
     # (the 512 B writer's rotations only get a note).
     import ddq as port_ddq

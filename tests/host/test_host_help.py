@@ -1,7 +1,7 @@
-"""What `ddq ... -h` tells a newcomer (issue 27): the queue options' precedence where the options
-are, --json described everywhere, what `board virtual` starts, --state-dir on every command that
-takes a state directory, profiles named by `ddq board list`/`show` (a wheel has no boards/), and
-`inspect` showing a printable payload as text."""
+"""What `ddq ... -h` tells a newcomer (docs/HOST.md "Queue options"): the queue options' precedence
+where the options are, --json described everywhere, what `board virtual` starts, --state-dir on
+every command that takes a state directory, profiles named by `ddq board list`/`show` (a wheel has
+no boards/), and `inspect` showing a printable payload as text."""
 
 import argparse
 import json

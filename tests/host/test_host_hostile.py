@@ -1,7 +1,7 @@
-"""A hostile device (issue 13): whatever a tampered board prints, the host parses it as data only
-(ast.literal_eval, shape-checked, bounded), never runs it, and refuses with one clear line; a pull
-never writes outside its destination, never follows or opens anything but a regular file, and
-writes nothing at all when it refuses.
+"""A hostile device (docs/HOST.md "Trust"): whatever a tampered board prints, the host parses it as
+data only (ast.literal_eval, shape-checked, bounded), never runs it, and refuses with one clear
+line; a pull never writes outside its destination, never follows or opens anything but a regular
+file, and writes nothing at all when it refuses.
 
 The device here is a fake transport under the real Device class (so every parser the host has runs
 for real): it answers each snippet the host sends with crafted bytes. This is the one place a fake

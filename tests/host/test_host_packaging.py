@@ -199,7 +199,7 @@ def build_wheel(tmp_path):
 def test_wheel_holds_the_suite_and_its_fixtures_not_the_host_test_helpers(tmp_path):
     # pyproject's exclude list holds (setup.py's build_py): the CPython-only helpers of tests/
     # stay out, every other tests/*.py (the shared suite and what it imports: libddqmodel for
-    # test_cut) and the C fixtures the interop tests read go in (issue 27).
+    # test_cut) and the C fixtures the interop tests read go in (docs/HOST.md "Packaging").
     import tomllib
     import zipfile
 

@@ -98,8 +98,8 @@ def test_empty_prefix_publishes_envelope_topics_verbatim(tmp_path, mosquitto):
     topics = [w["topic"] for w in json.loads(r.stdout)["would_send"]]
     assert topics == ["sensors/t", "status", "raw", "sensors/t"]
     # No path at all is the same: the topic the device gave each message (a prefix is opt-in;
-    # issue 27: the default used to add ddq/, so the example app's ddq/unix/temp landed on
-    # ddq/ddq/unix/temp).
+    # docs/HOST.md "replay": the default used to add ddq/, so the example app's ddq/unix/temp
+    # landed on ddq/ddq/unix/temp).
     r = ddq(
         "replay",
         q,

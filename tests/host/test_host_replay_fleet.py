@@ -1,6 +1,7 @@
-"""`ddq replay DIR...` (issue 17): a window of publishes in flight, many directories at once (one
-connection each, {dir} / --prefix-per-dir, distinct client ids), resumable per directory, a
-progress display and a --json summary per directory; replay's checks still apply to each dir."""
+"""`ddq replay DIR...` (docs/HOST.md "replay", OUTBOX E25): a window of publishes in flight, many
+directories at once (one connection each, {dir} / --prefix-per-dir, distinct client ids), resumable
+per directory, a progress display and a --json summary per directory; replay's checks still apply
+to each dir."""
 
 import json
 import time

@@ -1,6 +1,7 @@
-"""Host tools never damage a queue and never hang or crash on what they read (issue 13 §2): a tool that
-writes uses the writer's options; a hostile ddq-options.json or a FIFO named like a segment is one
-clear error line; a broker that accepts TCP and stays silent times out with a clear message.
+"""Host tools never damage a queue and never hang or crash on what they read (docs/HOST.md
+"Trust"): a tool that writes uses the writer's options; a hostile ddq-options.json or a FIFO named
+like a segment is one clear error line; a broker that accepts TCP and stays silent times out with a
+clear message.
 """
 
 import json

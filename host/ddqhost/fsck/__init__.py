@@ -1,4 +1,5 @@
-"""Independent reader of the DDQ on-disk format (STYLE rules 22, 26): fsck for ``ddq verify`` / ``ddq records``.
+"""Independent reader of the DDQ on-disk format (STYLE rules 22, 26): fsck for ``ddq verify`` /
+``ddq records``.
 
 This package deliberately does NOT import ddq. Every constant and rule in it is written from the
 format tables of docs/SPEC.md (which restate DDQ's C format): records §3, record types §4, manifest
@@ -14,21 +15,22 @@ Shaped like littlefs's readmdir.py + readtree.py, one step a module, each using 
 (replay.py drives index.py's check along its walk and hands it the state it reached, so
 index.py comes first and imports neither replay.py nor report.py.)
 
-ddq's docs/SPEC.md adds a few recovery rules to the C ones ("Extension"); they are applied here too,
-because verify answers "will ddq open this directory, and what will recovery change", and each use
-is reported as a note saying what libddq (C) would do instead:
+ddq's docs/SPEC.md adds a few recovery rules to the C ones ("Extension"); they are applied here
+too, because verify answers "will ddq open this directory, and what will recovery change", and each
+use is reported as a note saying what libddq (C) would do instead:
   - R11: a bad header whose bytes to the end of file are all 0x00 or all 0xFF, or a complete final
     record failing validation whose footer onwards is uniform, is a torn tail (C: corrupt);
   - R22: a staged tail cut left by an interrupted cut (`<segment>.reserve`, or an older ddq's
     `<segment>.cut`) is removed when its segment holds all its records, adopted when the segment
     is missing or empty, else corrupt (C: refuses a non-empty `.reserve`; ignores a `.cut`);
-  - R14: a missing manifest with the marker present adopts a valid `queue.manifest.tmp` (C: corrupt);
+  - R14: a missing manifest with the marker present adopts a valid `queue.manifest.tmp` (C:
+    corrupt);
   - F7: a segment other than the last must end where its successor's first record did not fit.
 
 The recovery index `queue.index` (SPEC §12.1, X1-X8; ddq only, libddq ignores it) is decoded from
-the SPEC's layout too: it is "valid" when ddq would adopt it (X4), and then its state must equal this
-reader's replay at the end of the bytes it covers (X3), else ddq would open a wrong state (corrupt).
-A stale or damaged index is a note: ddq ignores it and replays everything (time only).
+the SPEC's layout too: it is "valid" when ddq would adopt it (X4), and then its state must equal
+this reader's replay at the end of the bytes it covers (X3), else ddq would open a wrong state
+(corrupt). A stale or damaged index is a note: ddq ignores it and replays everything (time only).
 
 Verdicts: CLEAN (0), TORN (1: only a torn tail that recovery would remove), CORRUPT (2).
 """

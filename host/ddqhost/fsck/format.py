@@ -18,7 +18,7 @@ from ..errors import HostError
 JSON = dict[str, Any]
 Options = dict[str, int]
 
-# ---------------------------------------------------------------- format constants (SPEC §3, §5, §6, §7.1)
+# -------------------------------------------------------- format constants (SPEC §3, §5, §6, §7.1)
 
 U64_MAX = (1 << 64) - 1
 U32_MAX = (1 << 32) - 1
@@ -86,7 +86,8 @@ OK, TORN, CORRUPT = 0, 1, 2
 VERDICT_NAMES = {OK: "clean", TORN: "torn-tail", CORRUPT: "corrupt"}
 
 
-# SPEC N7: an entry whose name begins with one of these is opened by ddq, so must be a regular file.
+# SPEC N7: an entry whose name begins with one of these is opened by ddq, so must be a regular
+# file.
 QUEUE_PREFIXES = ("queue.", "segment-", "generation-")
 _TYPE_NAMES = {
     stat.S_IFDIR: "a directory",
@@ -187,7 +188,8 @@ def segment_name(gen: int, sid: int) -> str:
 
 
 def record_crc(buf: bytes, off: int, plen: int) -> int:
-    """SPEC §3.2: CRC over bytes 4..31, then 36..39, then the payload (not magic, crc field, footer)."""
+    """SPEC §3.2: CRC over bytes 4..31, then 36..39, then the payload (not magic, crc field,
+    footer)."""
     c = zlib.crc32(buf[off + 4 : off + 32])
     c = zlib.crc32(buf[off + 36 : off + 40], c)
     return zlib.crc32(buf[off + 40 : off + 40 + plen], c) & 0xFFFFFFFF
@@ -197,7 +199,8 @@ def record_crc(buf: bytes, off: int, plen: int) -> int:
 
 
 class Problem:
-    """One finding. kind: 'torn' (recovery removes it), 'corrupt', 'warning' or 'note' (no effect on verdict)."""
+    """One finding. kind: 'torn' (recovery removes it), 'corrupt', 'warning' or 'note' (no effect
+    on verdict)."""
 
     def __init__(
         self,

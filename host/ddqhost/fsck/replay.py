@@ -55,8 +55,9 @@ def scan(
 ) -> Report:
     """Decode a queue directory without modifying it. Returns a Report (raises NotAQueue, OSError).
 
-    exact_segment_bytes: options["segment_bytes"] is the writer's (given, not a default), so a segment
-    that ends before a record that would have fit is damage (corrupt) rather than a warning.
+    exact_segment_bytes: options["segment_bytes"] is the writer's (given, not a default), so a
+    segment that ends before a record that would have fit is damage (corrupt) rather than a
+    warning.
     """
     opts = check_options(options)
     rep = Report(path, opts)
@@ -415,7 +416,8 @@ class _Replay:
                 and status in ("bad-header", "invalid")
                 and self.uniform_tail(data, off, rec, status)
             ):
-                # SPEC R11 (ddq extension): bytes that never reached the medium read as 0x00 or 0xFF.
+                # SPEC R11 (ddq extension): bytes that never reached the medium read as 0x00 or
+                # 0xFF.
                 left = len(data) - off
                 self.rep.tail_bytes = left
                 self.rep.c_compatible = False
@@ -442,9 +444,9 @@ class _Replay:
                 and self.prev_size + rec["record_length"] <= self.opts["segment_bytes"]
             ):
                 msg = (
-                    "segment %s ends at %d bytes, and this first record of %d bytes would have fit in "
-                    "segment_bytes %d: a writer with a smaller segment_bytes wrote it, or it lost "
-                    "its end (SPEC F7)"
+                    "segment %s ends at %d bytes, and this first record of %d bytes would have "
+                    "fit in segment_bytes %d: a writer with a smaller segment_bytes wrote it, or "
+                    "it lost its end (SPEC F7)"
                     % (
                         self.prev_name,
                         self.prev_size,
@@ -504,8 +506,8 @@ class _Replay:
                 seg["tail"] = tail
                 return
             if status == "invalid":
-                # Complete but failing record: reported, shown by --all, and skipped by length so the
-                # rest of the segment can still be decoded (replay stays stopped).
+                # Complete but failing record: reported, shown by --all, and skipped by length so
+                # the rest of the segment can still be decoded (replay stays stopped).
                 rec["status"] = "invalid"
                 rec["reason"] = why
                 seg["records"].append(rec)

@@ -138,7 +138,8 @@ def render_verify(rep: Report) -> str:
         out.append("note: %s" % rep.replay_stopped)
     if not rep.c_compatible:
         out.append(
-            "note: libddq (C) would not open this directory as is (see the SPEC extension notes above)"
+            "note: libddq (C) would not open this directory as is "
+            "(see the SPEC extension notes above)"
         )
     st = rep.stats()
     out.append(
