@@ -649,7 +649,8 @@ class Device:
             "   h.update(m[:n])\n"
             " return binascii.hexlify(h.digest()).decode()\n"
             # streamed, an entry a line (a list literal all the same): the device holds one entry
-            # at a time, not the listing (a full board's 600 segments ran out of heap, docs/HOST.md "qemu board")
+            # at a time, not the listing (a full board's 600 segments ran out of heap: docs/HOST.md
+            # "qemu board")
             "print('[')\n"
             "for e in os.ilistdir(%r):\n"
             " q=%r+'/'+e[0];t=e[1]&0xf000\n"
