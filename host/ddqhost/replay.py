@@ -250,13 +250,13 @@ class ReplayOptions:
     broker (host, port, TLS, the URL's prefix), the credentials, the TLS files, and the delivery
     options. url is kept as given only to be shown redacted."""
 
-    url: str
+    url: str = field(repr=False)  # may hold a password: shown only through redact_url
     host: str
     port: int
     tls: bool
     prefix: str  # the URL's; a Job's prefix is what is published under
     user: str | None = None
-    password: str | None = None
+    password: str | None = field(default=None, repr=False)
     ca_file: str | None = None
     certfile: str | None = None
     keyfile: str | None = None
@@ -307,7 +307,7 @@ class ReplayOptions:
 @dataclass
 class Job:
     """One directory to replay: its queue options and HMAC key, the prefix it publishes under
-    and its client id (fleet_names)."""
+    and its client id (fleet_names, which checks both)."""
 
     dir: str
     options: dict[str, int]
@@ -333,7 +333,6 @@ def plan(job: Job, ro: ReplayOptions, now_ms: int | None = None) -> dict[str, An
     """Dry run: the delivery itself (_deliver, the message layer's loop) on a copy of DIR, at
     now_ms, through a client that confirms every publish and sends nothing. DIR is not
     written. Only ro's send_expired counts: no limit, one message at a time."""
-    check_prefix(job.prefix)
     qdir.check_queue_dir(job.dir)
     now = int(time.time() * 1000) if now_ms is None else now_ms
     run = _Run(clock=lambda: now)
