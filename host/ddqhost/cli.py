@@ -142,6 +142,18 @@ def resolve_options(
 # ---------------------------------------------------------------- board virtual
 
 
+def add_board_action_args(p: argparse.ArgumentParser, default_dir: str) -> None:
+    """A test board's action and its state directory: `board virtual` and `board qemu`."""
+    p.add_argument("action", choices=["start", "stop", "status", "kill"])
+    p.add_argument(
+        "--state-dir",
+        dest="state_dir",
+        metavar="DIR",
+        help="state directory (default %s)" % default_dir,
+    )
+    p.add_argument("--dir", dest="state_dir", help=argparse.SUPPRESS)  # the old name
+
+
 def argparse_board(p: argparse.ArgumentParser) -> None:
     """virtual board; board profiles; probe a device"""
     sub = p.add_subparsers(dest="board_cmd", required=True)
@@ -156,14 +168,7 @@ def argparse_board(p: argparse.ArgumentParser) -> None:
     v = sub.add_parser(
         "virtual", help="the virtual board (unix port + LittleFS image + pty)", description=what
     )
-    v.add_argument("action", choices=["start", "stop", "status", "kill"])
-    v.add_argument(
-        "--state-dir",
-        dest="state_dir",
-        metavar="DIR",
-        help="state directory (default $DDQ_STATE_DIR or ~/.local/state/ddq/virtual)",
-    )
-    v.add_argument("--dir", dest="state_dir", help=argparse.SUPPRESS)  # the old name
+    add_board_action_args(v, "$DDQ_STATE_DIR or ~/.local/state/ddq/virtual")
     v.add_argument(
         "--image", metavar="PATH", help="LittleFS image file (default STATE_DIR/flash.img)"
     )
@@ -185,14 +190,7 @@ def argparse_board(p: argparse.ArgumentParser) -> None:
     qb = sub.add_parser(
         "qemu", help="the qemu board (bare-metal MicroPython, Cortex-M3, 140 KiB heap, under qemu)"
     )
-    qb.add_argument("action", choices=["start", "stop", "status", "kill"])
-    qb.add_argument(
-        "--state-dir",
-        dest="state_dir",
-        metavar="DIR",
-        help="state directory (default $DDQ_QEMU_STATE_DIR or ~/.local/state/ddq/qemu)",
-    )
-    qb.add_argument("--dir", dest="state_dir", help=argparse.SUPPRESS)  # as board virtual's
+    add_board_action_args(qb, "$DDQ_QEMU_STATE_DIR or ~/.local/state/ddq/qemu")
     qb.add_argument(
         "--firmware",
         metavar="ELF",
