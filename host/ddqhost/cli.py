@@ -910,21 +910,17 @@ def do_replay(args: argparse.Namespace) -> int:
             # (docs/HOST.md "Queue options").
             qoptions.check_writer_options(d, opts, src, "replay")
         jobs.append(replay.Job(d, opts, envelope.load_hmac_key(args.hmac_key_file, d)))
+    same = ("ca_file", "limit", "lease_ms", "timeout", "window", "send_expired")  # as the flags
     ro = replay.ReplayOptions.parse(
         args.to,
         args.username,
         args.password_env,
         args.password_file,
         warn=lambda w: log_err("ddq: %s" % w),
-        ca_file=args.ca_file,
         certfile=args.cert,
         keyfile=args.key,
-        limit=args.limit,
-        lease_ms=args.lease_ms,
-        timeout=args.timeout,
-        window=args.window,
-        send_expired=args.send_expired,
         log=(lambda m: log_err(fsck.printable(m))) if args.verbose else None,  # topics
+        **{k: getattr(args, k) for k in same},
     )
     for j, (prefix, cid) in zip(
         jobs, replay.fleet_names(args.dir, ro.prefix, args.client_id, args.prefix_per_dir)
