@@ -1,9 +1,10 @@
-"""Board profiles: boards/<BOARD>.json (flat JSON, sorted keys, named after the firmware board name).
+"""Board profiles: boards/<BOARD>.json (flat JSON, sorted keys, named after the firmware board
+name).
 
 Keys: board, port, description, mpy_arch (mpy-cross -march value, or null for portable bytecode),
 filesystem, install ("mpy" or "py"), segment_bytes, max_payload_bytes, max_items, max_segments (the
-queue options the example app and the host tools use for this board), queue_dir, lease_ms, app (path
-of the example app relative to boards/); fs_bytes (the filesystem's size), heap_bytes (the
+queue options the example app and the host tools use for this board), queue_dir, lease_ms, app
+(path of the example app relative to boards/); fs_bytes (the filesystem's size), heap_bytes (the
 firmware's MicroPython heap), app_heap_bytes (the heap the application keeps for itself): from
 these tools/board_capacity.py derives max_segments and max_items (docs/BOARDS.md); network (false:
 no `socket`, so `ddq flash` never installs ddq_mqtt there); builds (optional: other firmware board

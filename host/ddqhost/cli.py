@@ -1,8 +1,9 @@
-"""The `ddq` command: a table of (handler, argparse factory), one CommandError, `ddq: message` on stderr.
+"""The `ddq` command: a table of (handler, argparse factory), one CommandError, `ddq: message` on
+stderr.
 
 Exit status: 0 success; 1 any error (one line on stderr); 2 corruption (verify: corrupt; inspect,
-replay, push: the directory is corrupt); verify also exits 1 when only a torn tail would be removed;
-130 interrupted.
+replay, push: the directory is corrupt); verify also exits 1 when only a torn tail would be
+removed; 130 interrupted.
 """
 
 import argparse
@@ -11,8 +12,8 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from . import boards, fsck, qboard, qdir, vboard
-from .errors import HostError
+from . import boards, envelope, fsck, inspect_dir, locate, options, qboard, qoptions, vboard
+from .errors import HostError, as_host_error
 
 if TYPE_CHECKING:
     from .device import Device
@@ -24,6 +25,15 @@ class CommandError(HostError):
 
 def out_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def show(args: argparse.Namespace, res: Any, *lines: str) -> int:
+    """A command's result: one JSON object with --json, else its lines of text; exit 0."""
+    if args.json:
+        out_json(res)
+    else:
+        sys.stdout.write("".join(line + "\n" for line in lines))
+    return 0
 
 
 def log_err(msg: str) -> None:
@@ -38,7 +48,8 @@ def add_device_args(p: argparse.ArgumentParser) -> None:
         "--device",
         "-d",
         metavar="DEV",
-        help="serial port or pty of the board (default: $DDQ_DEVICE, else the running virtual board)",
+        help="serial port or pty of the board (default: $DDQ_DEVICE, else the running virtual "
+        "board)",
     )
     g = p.add_mutually_exclusive_group()
     g.add_argument(
@@ -97,7 +108,7 @@ def add_option_args(p: argparse.ArgumentParser) -> None:
         help="the queue options of a board profile (`ddq board list`; `ddq board show PROFILE` "
         "prints one)",
     )
-    for key in qdir.OPTION_KEYS:
+    for key in options.KEYS:
         g.add_argument(
             "--" + key.replace("_", "-"),
             dest=key,
@@ -119,8 +130,8 @@ def add_json_arg(p: argparse.ArgumentParser) -> None:
 def resolve_options(
     args: argparse.Namespace, path: str | None
 ) -> tuple[dict[str, int], dict[str, str]]:
-    flags = {k: getattr(args, k, None) for k in qdir.OPTION_KEYS}
-    opts, src = qdir.resolve_options(path, flags, getattr(args, "board", None))
+    flags = {k: getattr(args, k, None) for k in options.KEYS}
+    opts, src = qoptions.resolve_options(path, flags, getattr(args, "board", None))
     try:
         fsck.check_options(opts)
     except ValueError as e:
@@ -131,7 +142,20 @@ def resolve_options(
 # ---------------------------------------------------------------- board virtual
 
 
+def add_board_action_args(p: argparse.ArgumentParser, default_dir: str) -> None:
+    """A test board's action and its state directory: `board virtual` and `board qemu`."""
+    p.add_argument("action", choices=["start", "stop", "status", "kill"])
+    p.add_argument(
+        "--state-dir",
+        dest="state_dir",
+        metavar="DIR",
+        help="state directory (default %s)" % default_dir,
+    )
+    p.add_argument("--dir", dest="state_dir", help=argparse.SUPPRESS)  # the old name
+
+
 def argparse_board(p: argparse.ArgumentParser) -> None:
+    """virtual board; board profiles; probe a device"""
     sub = p.add_subparsers(dest="board_cmd", required=True)
     what = (
         "the virtual board: the MicroPython unix port (the venv's micropython, from the "
@@ -144,14 +168,7 @@ def argparse_board(p: argparse.ArgumentParser) -> None:
     v = sub.add_parser(
         "virtual", help="the virtual board (unix port + LittleFS image + pty)", description=what
     )
-    v.add_argument("action", choices=["start", "stop", "status", "kill"])
-    v.add_argument(
-        "--state-dir",
-        dest="state_dir",
-        metavar="DIR",
-        help="state directory (default $DDQ_STATE_DIR or ~/.local/state/ddq/virtual)",
-    )
-    v.add_argument("--dir", dest="state_dir", help=argparse.SUPPRESS)  # the old name
+    add_board_action_args(v, "$DDQ_STATE_DIR or ~/.local/state/ddq/virtual")
     v.add_argument(
         "--image", metavar="PATH", help="LittleFS image file (default STATE_DIR/flash.img)"
     )
@@ -173,19 +190,12 @@ def argparse_board(p: argparse.ArgumentParser) -> None:
     qb = sub.add_parser(
         "qemu", help="the qemu board (bare-metal MicroPython, Cortex-M3, 140 KiB heap, under qemu)"
     )
-    qb.add_argument("action", choices=["start", "stop", "status", "kill"])
-    qb.add_argument(
-        "--state-dir",
-        dest="state_dir",
-        metavar="DIR",
-        help="state directory (default $DDQ_QEMU_STATE_DIR or ~/.local/state/ddq/qemu)",
-    )
-    qb.add_argument("--dir", dest="state_dir", help=argparse.SUPPRESS)  # as board virtual's
+    add_board_action_args(qb, "$DDQ_QEMU_STATE_DIR or ~/.local/state/ddq/qemu")
     qb.add_argument(
         "--firmware",
         metavar="ELF",
-        help="firmware (default $DDQ_QEMU_FIRMWARE, else "
-        "the MPS2-AN385 firmware in the shared folder beside the checkout: docs/HOST.md, qemu board)",
+        help="firmware (default $DDQ_QEMU_FIRMWARE, else the MPS2-AN385 firmware in the shared "
+        "folder beside the checkout: docs/HOST.md, qemu board)",
     )
     qb.add_argument("--qemu", metavar="EXE", help="qemu-system-arm executable (default: on PATH)")
     qb.add_argument(
@@ -275,10 +285,7 @@ def do_board(args: argparse.Namespace) -> int:
         res, msg, rc = qboard.command(
             args.action, args.state_dir, args.firmware, args.qemu, args.fresh
         )
-        if args.json:
-            out_json(res)
-        else:
-            print(msg)
+        show(args, res, msg)
         return rc
     state_dir = args.state_dir or vboard.default_state_dir()
     try:
@@ -313,10 +320,7 @@ def do_board(args: argparse.Namespace) -> int:
             )
     except vboard.BoardError as e:
         raise CommandError(str(e)) from None
-    if args.json:
-        out_json(res)
-    else:
-        print(msg)
+    show(args, res, msg)
     return 0 if args.action != "status" or res["running"] else 3
 
 
@@ -324,6 +328,7 @@ def do_board(args: argparse.Namespace) -> int:
 
 
 def argparse_app(p: argparse.ArgumentParser) -> None:
+    """start main.py on the board as a reset does (a soft reset), or stop it (Ctrl-C)"""
     p.add_argument(
         "action",
         choices=["start", "stop"],
@@ -389,17 +394,14 @@ def do_app(args: argparse.Namespace) -> int:
             "\napp started on %s (soft reset: boot.py, then main.py; `ddq app stop` ends it)"
             % port
         )
-    if args.json:
-        out_json(res)
-    else:
-        print(msg)
-    return 0
+    return show(args, res, msg)
 
 
 # ---------------------------------------------------------------- flash / pull / push
 
 
 def argparse_flash(p: argparse.ArgumentParser) -> None:
+    """install ddq (.py or .mpy) on a device and check it imports"""
     add_device_args(p)
     p.add_argument(
         "--board", metavar="PROFILE", help="board profile (`ddq board list`; default: probed)"
@@ -419,10 +421,7 @@ def argparse_flash(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-O", dest="opt", type=int, choices=[0, 1, 2, 3], help="mpy-cross optimisation level"
     )
-    p.add_argument(
-        "--progress", action="store_true", default=None, help="progress bar even when not a tty"
-    )
-    add_json_arg(p)
+    add_transfer_args(p)
 
 
 def do_flash(args: argparse.Namespace) -> int:
@@ -446,38 +445,43 @@ def do_flash(args: argparse.Namespace) -> int:
             opt=args.opt,
             progress_enabled=args.progress,
         )
-    if args.json:
-        out_json(res)
-    else:
-        for w in res["written"]:
-            print("wrote %s (%d bytes)" % (w["path"], w["bytes"]))
-        for r in res["removed"]:
-            print("removed %s" % r)
-        print(
-            "ddq %s imports on %s (%s, %s) in %.1f s"
-            % (res["version"], res["device"], res["board"], res["imported_from"], res["seconds"])
-        )
-    return 0
+    return show(
+        args,
+        res,
+        *["wrote %(path)s (%(bytes)d bytes)" % w for w in res["written"]],
+        *["removed %s" % r for r in res["removed"]],
+        "ddq %(version)s imports on %(device)s (%(board)s, %(imported_from)s) in %(seconds).1f s"
+        % res,
+    )
 
 
-def argparse_pull(p: argparse.ArgumentParser) -> None:
+def add_transfer_args(p: argparse.ArgumentParser, force: str | None = None) -> None:
+    """--force (with its help, when given), --progress and --json: flash, pull, push."""
+    if force is not None:
+        p.add_argument("--force", action="store_true", help=force)
+    p.add_argument(
+        "--progress", action="store_true", default=None, help="progress bar even when not a tty"
+    )
+    add_json_arg(p)
+
+
+def add_remote_arg(p: argparse.ArgumentParser) -> None:
     add_device_args(p)
     p.add_argument(
         "remote", metavar="REMOTE_DIR", help="queue directory on the device (':outbox')"
     )
+
+
+def argparse_pull(p: argparse.ArgumentParser) -> None:
+    """copy a queue directory off a device, sha256-verified"""
+    add_remote_arg(p)
     p.add_argument("local", metavar="LOCAL_DIR", help="new local directory")
     p.add_argument(
         "--board",
         metavar="PROFILE",
         help="profile whose queue options to record (default: probed)",
     )
-    p.add_argument(
-        "--force", action="store_true", help="overwrite a local pull that has local changes"
-    )
-    p.add_argument(
-        "--progress", action="store_true", default=None, help="progress bar even when not a tty"
-    )
-    add_json_arg(p)
+    add_transfer_args(p, "overwrite a local pull that has local changes")
 
 
 def do_pull(args: argparse.Namespace) -> int:
@@ -492,34 +496,20 @@ def do_pull(args: argparse.Namespace) -> int:
             force=args.force,
             progress_enabled=args.progress,
         )
-    if args.json:
-        out_json(res)
-    else:
-        print(
-            "pulled %d files (%d bytes) from %s to %s in %.1f s (%.1f KiB/s), sha256 verified"
-            % (
-                res["files"],
-                res["bytes"],
-                res["remote"],
-                res["local"],
-                res["seconds"],
-                res["kib_per_s"] or 0,
-            )
-        )
-    return 0
+    return show(
+        args,
+        res,
+        "pulled %(files)d files (%(bytes)d bytes) from %(remote)s to %(local)s in %(seconds).1f s"
+        " (%(kib)s KiB/s), sha256 verified" % dict(res, kib="%.1f" % (res["kib_per_s"] or 0)),
+    )
 
 
 def argparse_push(p: argparse.ArgumentParser) -> None:
+    """put a pulled (replayed) directory back on the device"""
     add_device_args(p)
     p.add_argument("local", metavar="LOCAL_DIR")
     p.add_argument("remote", metavar="REMOTE_DIR")
-    p.add_argument(
-        "--force", action="store_true", help="push even if the device copy changed since the pull"
-    )
-    p.add_argument(
-        "--progress", action="store_true", default=None, help="progress bar even when not a tty"
-    )
-    add_json_arg(p)
+    add_transfer_args(p, "push even if the device copy changed since the pull")
 
 
 def do_push(args: argparse.Namespace) -> int:
@@ -529,43 +519,29 @@ def do_push(args: argparse.Namespace) -> int:
         res = transfer.push(
             dev, args.local, args.remote, force=args.force, progress_enabled=args.progress
         )
-    if args.json:
-        out_json(res)
-    else:
-        print(
-            "pushed %s to %s: %d written, %d appended, %d removed (%d bytes, %.1f s)"
-            % (
-                res["local"],
-                res["remote"],
-                len(res["written"]),
-                len(res["appended"]),
-                len(res["removed"]),
-                res["bytes"],
-                res["seconds"],
-            )
+    n = {k: len(res[k]) for k in ("written", "appended", "removed")}
+    lines = [
+        "pushed %(local)s to %(remote)s: " % res
+        + "%(written)d written, %(appended)d appended, %(removed)d removed" % n
+        + " (%(bytes)d bytes, %(seconds).1f s)" % res
+    ]
+    ow = res.get("overwritten")
+    if ow is not None:
+        changed = "; ".join(
+            "seq %d %s on the device, %s now"
+            % (i["seq"], i["device_state"], i["pushed_state"] or "gone")
+            for i in ow["items"]
         )
-        ow = res.get("overwritten")
-        if ow is not None:
-            print(
-                "--force overwrote the device copy (next_seq %d kept): %s"
-                % (
-                    ow["pushed_next_seq"],
-                    "; ".join(
-                        "seq %d %s on the device, %s now"
-                        % (i["seq"], i["device_state"], i["pushed_state"] or "gone")
-                        for i in ow["items"]
-                    )
-                    or "no item changed",
-                )
-            )
-    return 0
+        lines.append(
+            "--force overwrote the device copy (next_seq %d kept): %s"
+            % (ow["pushed_next_seq"], changed or "no item changed")
+        )
+    return show(args, res, *lines)
 
 
 def argparse_stats(p: argparse.ArgumentParser) -> None:
-    add_device_args(p)
-    p.add_argument(
-        "remote", metavar="REMOTE_DIR", help="queue directory on the device (':outbox')"
-    )
+    """stats() of a queue directory, computed by ddq on the device"""
+    add_remote_arg(p)
     add_option_args(p)
     add_json_arg(p)
 
@@ -583,17 +559,14 @@ def do_stats(args: argparse.Namespace) -> int:
                 board = None
         opts, _src = resolve_options(argparse.Namespace(**dict(vars(args), board=board)), None)
         res = transfer.device_stats(dev, args.remote, opts)
-    if args.json:
-        out_json(res)
-    else:
-        print(" ".join("%s=%s" % kv for kv in sorted(res.items())))
-    return 0
+    return show(args, res, " ".join("%s=%s" % kv for kv in sorted(res.items())))
 
 
 # ---------------------------------------------------------------- inspect / verify / records
 
 
 def argparse_inspect(p: argparse.ArgumentParser) -> None:
+    """recovered state of a queue directory (not modified)"""
     p.add_argument("dir", metavar="DIR")
     add_option_args(p)
     p.add_argument("--payloads", action="store_true", help="include every payload in hex (--json)")
@@ -607,19 +580,21 @@ def add_hmac_arg(p: argparse.ArgumentParser) -> None:
         "--hmac-key-file",
         metavar="F",
         help="the device's HMAC key in hex (else $%s): check every message's tag, decrypt "
-        "encrypted payloads (SPEC E23)" % qdir.HMAC_KEY_ENV,
+        "encrypted payloads (SPEC E23)" % envelope.HMAC_KEY_ENV,
     )
 
 
 def do_inspect(args: argparse.Namespace) -> int:
     opts, src = resolve_options(args, args.dir)
-    key = qdir.load_hmac_key(args.hmac_key_file, args.dir)
-    info = qdir.inspect(args.dir, opts, payloads=args.payloads, now_ms=args.now_ms, hmac_key=key)
+    key = envelope.load_hmac_key(args.hmac_key_file, args.dir)
+    info = inspect_dir.inspect(
+        args.dir, opts, payloads=args.payloads, now_ms=args.now_ms, hmac_key=key
+    )
     info["options_source"] = src
     if args.json:
         out_json(info)
     else:
-        sys.stdout.write(qdir.render_inspect(info))
+        sys.stdout.write(inspect_dir.render_inspect(info))
     return 0
 
 
@@ -636,6 +611,7 @@ def _scan(args: argparse.Namespace) -> tuple[fsck.Report, dict[str, str]]:
 
 
 def argparse_verify(p: argparse.ArgumentParser) -> None:
+    """fsck: exit 0 clean, 1 torn tail only, 2 corrupt"""
     p.add_argument("dir", metavar="DIR")
     add_option_args(p)
     add_json_arg(p)
@@ -643,7 +619,9 @@ def argparse_verify(p: argparse.ArgumentParser) -> None:
 
 def do_verify(args: argparse.Namespace) -> int:
     rep, src = _scan(args)
-    hint = qdir.options_hint(args.dir, rep.options, src) if rep.verdict == fsck.CORRUPT else None
+    hint = (
+        qoptions.options_hint(args.dir, rep.options, src) if rep.verdict == fsck.CORRUPT else None
+    )
     if args.json:
         js = rep.to_json()
         js["options_source"] = src
@@ -657,6 +635,7 @@ def do_verify(args: argparse.Namespace) -> int:
 
 
 def argparse_records(p: argparse.ArgumentParser) -> None:
+    """dump the records of a queue directory"""
     p.add_argument("dir", metavar="DIR")
     add_option_args(p)
     p.add_argument(
@@ -695,6 +674,8 @@ def do_records(args: argparse.Namespace) -> int:
 
 
 def argparse_salvage(p: argparse.ArgumentParser) -> None:
+    """copy every intact item of a damaged queue into a new one (DIR only read): exit 0 clean, 1
+    with loss, 2 nothing usable"""
     p.add_argument("dir", metavar="DIR", help="the damaged queue directory (only read)")
     p.add_argument("out", metavar="OUT", help="the new queue directory (must not exist)")
     add_option_args(p)
@@ -819,12 +800,12 @@ def do_salvage(args: argparse.Namespace) -> int:
     real_out = os.path.realpath(args.out)
     if real_out == real_in or real_out.startswith(real_in + os.sep):
         raise CommandError("%s: inside %s (salvage never writes into DIR)" % (args.out, args.dir))
-    qdir.load_ddq()
+    locate.load_ddq()
     try:
         import ddq_salvage
     except ImportError:
-        if qdir.port_dir() not in sys.path:
-            sys.path.insert(0, qdir.port_dir())
+        if locate.port_dir() not in sys.path:
+            sys.path.insert(0, locate.port_dir())
         import ddq_salvage
     rep: dict[str, Any] = _salvage_into(ddq_salvage, args.dir, args.out, real_in, opts)
     if args.json:
@@ -839,6 +820,7 @@ def do_salvage(args: argparse.Namespace) -> int:
 
 
 def argparse_replay(p: argparse.ArgumentParser) -> None:
+    """deliver pending messages to an MQTT broker (QoS 1)"""
     p.add_argument(
         "dir",
         metavar="DIR",
@@ -867,7 +849,8 @@ def argparse_replay(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--ca-file",
         metavar="PEM",
-        help="mqtts: CA certificate(s) the broker's certificate must chain to (default: the system's)",
+        help="mqtts: CA certificate(s) the broker's certificate must chain to (default: the "
+        "system's)",
     )
     p.add_argument(
         "--cert", metavar="PEM", help="mqtts: client certificate (may hold the key too)"
@@ -923,72 +906,42 @@ def do_replay(args: argparse.Namespace) -> int:
     for d in args.dir:
         opts, src = resolve_options(args, d)
         if not args.dry_run:
-            # replay appends claims and acks: only with the writer's own options (issue 13).
-            qdir.check_writer_options(d, opts, src, "replay")
-        key = qdir.load_hmac_key(args.hmac_key_file, d)
-        jobs.append({"dir": d, "options": opts, "hmac_key": key})
-    try:
-        cfg = replay.parse_url(args.to)
-        user, password, warnings = replay.resolve_auth(
-            cfg, args.username, args.password_env, args.password_file
-        )
-        for w in warnings:
-            log_err("ddq: %s" % w)
-        names = replay.fleet_names(args.dir, cfg["prefix"], args.client_id, args.prefix_per_dir)
-        for j, (prefix, cid) in zip(jobs, names):
-            j["prefix"], j["client_id"] = prefix, cid
-        if not 1 <= args.window <= 65535:
-            raise replay.ReplayError("--window must be 1..65535, got %d" % args.window)
-        replay.check_timeout(args.timeout)
-        show = args.progress or (sys.stderr.isatty() and not args.verbose)
-        kw: dict[str, Any] = dict(
-            limit=args.limit,
-            lease_ms=args.lease_ms,
-            timeout=args.timeout,
-            log=(lambda m: log_err(fsck.printable(m))) if args.verbose else None,  # topics
-            send_expired=args.send_expired,
-            auth=(user, password),
-            ca_file=args.ca_file,
-            certfile=args.cert,
-            keyfile=args.key,
-            window=args.window,
-        )
-        results = []
-        if args.dry_run:
-            for j in jobs:
-                res = replay.plan(
-                    j["dir"],
-                    j["options"],
-                    j["prefix"],
-                    send_expired=args.send_expired,
-                    hmac_key=j["hmac_key"],
-                )
-                res["dir"] = j["dir"]
-                results.append(res)
-        elif len(jobs) == 1:
-            j = jobs[0]
-            prog = replay.Progress([j["dir"]], sys.stderr, sys.stderr.isatty()) if show else None
+            # replay appends claims and acks: only with the writer's own options
+            # (docs/HOST.md "Queue options").
+            qoptions.check_writer_options(d, opts, src, "replay")
+        jobs.append(replay.Job(d, opts, envelope.load_hmac_key(args.hmac_key_file, d)))
+    same = ("ca_file", "limit", "lease_ms", "timeout", "window", "send_expired")  # as the flags
+    ro = replay.ReplayOptions.parse(
+        args.to,
+        args.username,
+        args.password_env,
+        args.password_file,
+        warn=lambda w: log_err("ddq: %s" % w),
+        certfile=args.cert,
+        keyfile=args.key,
+        log=(lambda m: log_err(fsck.printable(m))) if args.verbose else None,  # topics
+        **{k: getattr(args, k) for k in same},
+    )
+    for j, (prefix, cid) in zip(
+        jobs, replay.fleet_names(args.dir, ro.prefix, args.client_id, args.prefix_per_dir)
+    ):
+        j.prefix, j.client_id = prefix, cid
+    show = args.progress or (sys.stderr.isatty() and not args.verbose)
+    if args.dry_run:
+        results = [dict(replay.plan(j, ro), dir=j.dir) for j in jobs]
+    else:
+        prog = replay.Progress(args.dir, sys.stderr, sys.stderr.isatty()) if show else None
+        if len(jobs) == 1:
             try:
                 res = replay.replay(
-                    j["dir"],
-                    args.to,
-                    j["options"],
-                    client_id=j["client_id"],
-                    prefix=j["prefix"],
-                    hmac_key=j["hmac_key"],
-                    progress=prog.callback(j["dir"]) if prog is not None else None,
-                    **kw,
+                    jobs[0], ro, progress=prog.callback(jobs[0].dir) if prog else None
                 )
             finally:
                 if prog is not None:
                     prog.stop()
-            res["dir"] = j["dir"]
-            results.append(res)
+            results = [dict(res, dir=jobs[0].dir)]
         else:
-            prog = replay.Progress(args.dir, sys.stderr, sys.stderr.isatty()) if show else None
-            results = replay.replay_many(jobs, args.to, prog, **kw)
-    except replay.ReplayError as e:
-        raise CommandError(str(e), code=e.code) from None
+            results = replay.replay_many(jobs, ro, prog)
     if args.json:
         if len(results) == 1:
             out_json(results[0])
@@ -1043,6 +996,7 @@ def do_replay(args: argparse.Namespace) -> int:
 
 
 def argparse_test(p: argparse.ArgumentParser) -> None:
+    """run the shared test suite on a device"""
     add_device_args(p)
     p.add_argument("-k", metavar="SUBSTR", help="only tests whose name contains SUBSTR")
     p.add_argument(
@@ -1057,7 +1011,8 @@ def argparse_test(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--installed",
         action="store_true",
-        help="test ddq as installed on the device (`ddq flash`) instead of the checkout's port/ddq.py",
+        help="test ddq as installed on the device (`ddq flash`) instead of the checkout's "
+        "port/ddq.py",
     )
     p.add_argument(
         "--ramdisk-kb",
@@ -1117,40 +1072,21 @@ def do_test(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- table and main
 
+# The command table (mpremote's shape): name -> (handler, argparse factory); a factory's
+# docstring is the command's help line.
 COMMANDS = {
-    "board": (do_board, argparse_board, "virtual board; board profiles; probe a device"),
-    "app": (
-        do_app,
-        argparse_app,
-        "start main.py on the board as a reset does (a soft reset), or stop it (Ctrl-C)",
-    ),
-    "flash": (
-        do_flash,
-        argparse_flash,
-        "install ddq (.py or .mpy) on a device and check it imports",
-    ),
-    "pull": (do_pull, argparse_pull, "copy a queue directory off a device, sha256-verified"),
-    "push": (do_push, argparse_push, "put a pulled (replayed) directory back on the device"),
-    "stats": (
-        do_stats,
-        argparse_stats,
-        "stats() of a queue directory, computed by ddq on the device",
-    ),
-    "inspect": (
-        do_inspect,
-        argparse_inspect,
-        "recovered state of a queue directory (not modified)",
-    ),
-    "verify": (do_verify, argparse_verify, "fsck: exit 0 clean, 1 torn tail only, 2 corrupt"),
-    "records": (do_records, argparse_records, "dump the records of a queue directory"),
-    "salvage": (
-        do_salvage,
-        argparse_salvage,
-        "copy every intact item of a damaged queue into a new one (DIR only read): "
-        "exit 0 clean, 1 with loss, 2 nothing usable",
-    ),
-    "replay": (do_replay, argparse_replay, "deliver pending messages to an MQTT broker (QoS 1)"),
-    "test": (do_test, argparse_test, "run the shared test suite on a device"),
+    "board": (do_board, argparse_board),
+    "app": (do_app, argparse_app),
+    "flash": (do_flash, argparse_flash),
+    "pull": (do_pull, argparse_pull),
+    "push": (do_push, argparse_push),
+    "stats": (do_stats, argparse_stats),
+    "inspect": (do_inspect, argparse_inspect),
+    "verify": (do_verify, argparse_verify),
+    "records": (do_records, argparse_records),
+    "salvage": (do_salvage, argparse_salvage),
+    "replay": (do_replay, argparse_replay),
+    "test": (do_test, argparse_test),
 }
 
 
@@ -1160,7 +1096,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--version", action=_VersionAction, nargs=0, help="print the ddq version and exit"
     )
     sub = ap.add_subparsers(dest="command", required=True)
-    for name, (_h, factory, helptext) in COMMANDS.items():
+    for name, (_h, factory) in COMMANDS.items():
+        helptext = " ".join((factory.__doc__ or "").split())
         p = sub.add_parser(name, help=helptext, description=helptext)
         factory(p)
     return ap
@@ -1176,51 +1113,49 @@ class _VersionAction(argparse.Action):
         option_string: str | None = None,
     ) -> None:
         try:
-            v = qdir.load_ddq().__version__
-        except qdir.QueueDirError:
+            v = locate.load_ddq().__version__
+        except locate.DdqNotFound:
             v = "unknown"
         print("ddq %s" % v)
         parser.exit(0)
 
 
-def _error_message(e: BaseException) -> str:
-    if isinstance(e, OSError):
-        where = e.filename if e.filename is not None else ""
-        if where:
-            return "%s: %s" % (where, e.strerror or e)
-        return e.strerror or str(e)
-    return str(e)
+def _run(handler: Any, args: argparse.Namespace) -> int:
+    """The one boundary where what a command raises becomes a HostError (errors.as_host_error);
+    interrupts pass through, and so does a bug (its traceback)."""
+    try:
+        return int(handler(args) or 0)
+    except (HostError, KeyboardInterrupt, BrokenPipeError):
+        raise
+    except Exception as e:
+        he = as_host_error(e)
+        if he is None:
+            raise
+        raise he from None
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handler = COMMANDS[args.command][0]
     try:
-        return handler(args) or 0
+        return _run(COMMANDS[args.command][0], args)
     except HostError as e:
         log_err("ddq: %s" % fsck.printable(str(e)))  # one line, whatever a name holds
         return e.code
     except KeyboardInterrupt:
         log_err("ddq: interrupted")
         return 130
-    except OSError as e:
-        log_err("ddq: %s" % fsck.printable(_error_message(e)))
+    except BrokenPipeError as e:  # the reader of stdout went away (`ddq records DIR | head`)
+        _quiet_stdout()
+        log_err("ddq: %s" % (e.strerror or e))
         return 1
-    except Exception as e:
-        ddq_err = _ddq_error(e)
-        if ddq_err is None:
-            raise
-        code = 2 if type(e).__name__ == "Corrupt" else 1
-        log_err("ddq: %s: %s" % (type(e).__name__.lower(), fsck.printable(str(e) or ddq_err)))
-        return code
 
 
-def _ddq_error(e: BaseException) -> str | None:
-    """The ddq.Error class name if e is one (ddq is imported lazily), else None."""
-    mod = sys.modules.get("ddq")
-    if mod is not None and isinstance(e, getattr(mod, "Error", ())):
-        return type(e).__name__
-    return None
+def _quiet_stdout() -> None:
+    # Python flushes stdout at exit once more, into the closed pipe: point it at /dev/null.
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def entry() -> None:

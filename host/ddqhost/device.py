@@ -1,8 +1,9 @@
 """The one module that talks to mpremote: a small Transport adapter for the ddq host tools.
 
-mpremote's Python API is undocumented, so the version is pinned (PINNED_MPREMOTE) and every call used
-here is exercised by tests/host. Device-side snippets stay tiny; device errno errors come back as
-CPython OSError subclasses (FileNotFoundError, ...). Device paths may carry mpremote's ``:`` prefix.
+mpremote's Python API is undocumented, so the version is pinned (PINNED_MPREMOTE) and every call
+used here is exercised by tests/host. Device-side snippets stay tiny; device errno errors come back
+as CPython OSError subclasses (FileNotFoundError, ...). Device paths may carry mpremote's ``:``
+prefix.
 
 Filesystem: mpremote's Transport.fs_* where it is as fast and nothing comes back to parse (mkdir,
 remove: one exec each, as before). Kept here, where ours wins (measured on the virtual board, the
@@ -10,7 +11,8 @@ unix port over a pty, best of 3; docs/HOST.md "device.py and mpremote"):
 - read_file / write_file: mpremote's fs_readfile/fs_writefile move 256 bytes per round trip (an
   eval, or an exec of a bytes repr, each). Here a file is read with one exec that prints base64
   lines, and written in 2 KiB base64 chunks (one exec each): 64 KiB write 0.42 s vs 2.18 s (5.2x),
-  read 0.73 s vs 3.64 s (5.0x); 256 KiB write 1.65 s vs 8.46 s (5.1x), read 3.21 s vs 9.90 s (3.1x).
+  read 0.73 s vs 3.64 s (5.0x); 256 KiB write 1.65 s vs 8.46 s (5.1x), read 3.21 s vs 9.90 s
+  (3.1x).
 - stat, listdir, sha256 (and hash_dir, which mpremote has not): mpremote parses with
   ast.literal_eval too, but reads a reply of any length (a device can fill the host's memory)
   and checks no shape (a wrong one is a TypeError traceback), and fs_stat/fs_hashfile take two
@@ -129,15 +131,17 @@ def djoin(a: str, b: str) -> str:
 
 # ---------------------------------------------------------------- replies
 #
-# Everything a device prints is untrusted (any boot.py or firmware can replace repr): a reply is parsed
-# with ast.literal_eval only (never eval/exec/pickle), bounded in size, and checked for the exact shape
-# the caller expects before any of it is used. Each failure is one DeviceReplyError line.
+# Everything a device prints is untrusted (any boot.py or firmware can replace repr): a reply is
+# parsed with ast.literal_eval only (never eval/exec/pickle), bounded in size, and checked for the
+# exact shape the caller expects before any of it is used. Each failure is one DeviceReplyError
+# line.
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 def parse_reply(out: bytes, what: str, check: Callable[[Any], bool] | None = None) -> Any:
-    """The Python literal the device printed, checked by check(value); DeviceReplyError otherwise."""
+    """The Python literal the device printed, checked by check(value); DeviceReplyError
+    otherwise."""
     if len(out) > MAX_REPLY:
         raise DeviceReplyError(
             "reply to %s from the device is too long (%d bytes)" % (what, len(out))
@@ -299,7 +303,8 @@ class _BoundedSerial:
 
 
 class _ReadOnlyCommand(PyboardCommand):  # type: ignore[misc]
-    """mpremote's host side of `mount`, refusing every change (mpremote mount has no read-only flag).
+    """mpremote's host side of `mount`, refusing every change (mpremote mount has no read-only
+    flag).
 
     mpremote (pinned) checks each device path with path_check() before it stats, lists, opens,
     removes, renames or makes a directory. Here that check also looks at which operation asks:
@@ -642,8 +647,9 @@ class Device:
 
     def hash_dir(self, path: str) -> list[tuple[str, int, int | None, str | None]]:
         """[(name, type, size, sha256 hex)] for the entries of a device directory, as the device
-        reports them: type is the S_IFMT part of the mode (S_IFREG, S_IFDIR, a symlink, a FIFO, ...);
-        size and hash are given for regular files only (nothing else is opened on the device).
+        reports them: type is the S_IFMT part of the mode (S_IFREG, S_IFDIR, a symlink, a FIFO,
+        ...); size and hash are given for regular files only (nothing else is opened on the
+        device).
 
         One exec for the whole directory: hashlib.sha256 runs on the device, 512 bytes at a time.
         The reply is checked for its shape, not for the names (see transfer.check_entry_name).
@@ -660,7 +666,8 @@ class Device:
             "   h.update(m[:n])\n"
             " return binascii.hexlify(h.digest()).decode()\n"
             # streamed, an entry a line (a list literal all the same): the device holds one entry
-            # at a time, not the listing (a full board's 600 segments ran out of heap, issue 29)
+            # at a time, not the listing (a full board's 600 segments ran out of heap: docs/HOST.md
+            # "qemu board")
             "print('[')\n"
             "for e in os.ilistdir(%r):\n"
             " q=%r+'/'+e[0];t=e[1]&0xf000\n"

@@ -3,10 +3,11 @@
 A real board's firmware, not the unix port: 32-bit, a 140 KiB heap, LittleFS on a RAM disk mounted
 at / by its frozen boot code, no socket, no _thread (../shared/boards/qemu-mps2-an385/README.md).
 Its UART is a pty (`-serial pty`), which mpremote, and so every `ddq` command, speaks to like a USB
-serial port; unlike the virtual board it soft-resets like a real board, so `ddq` resets it on connect.
+serial port; unlike the virtual board it soft-resets like a real board, so `ddq` resets it on
+connect.
 
-Layout of a state directory (``--dir``, default ``$DDQ_QEMU_STATE_DIR`` or ``~/.local/state/ddq/qemu``),
-0700, every file 0600:
+Layout of a state directory (``--dir``, default ``$DDQ_QEMU_STATE_DIR`` or
+``~/.local/state/ddq/qemu``), 0700, every file 0600:
 
     state.json   {"qemu_pid", "argv", "pty", "link", "firmware", "image", ...} while running
     tty          symlink to the pty of the board's UART
@@ -15,11 +16,11 @@ Layout of a state directory (``--dir``, default ``$DDQ_QEMU_STATE_DIR`` or ``~/.
     disk.img     the RAM disk (14 MiB at 0x21000000) as saved by the last stop; loaded at start
 
 One process: qemu itself (its own session), started without a shell; `stop` and `kill` signal the
-recorded pid only after /proc/PID/cmdline equals the recorded argv exactly (no other process is ever
-signalled). `stop` pauses the CPU, saves the RAM disk to disk.img (the board's flash as it is at that
-instant: what the firmware's LittleFS had committed), then quits qemu; `kill` SIGKILLs it without
-saving (the next start loads the image of the last stop). `--fresh` starts with a blank RAM disk
-(the firmware formats it). qemu spins one host core at 100 % while it runs: stop it after use.
+recorded pid only after /proc/PID/cmdline equals the recorded argv exactly (no other process is
+ever signalled). `stop` pauses the CPU, saves the RAM disk to disk.img (the board's flash as it is
+at that instant: what the firmware's LittleFS had committed), then quits qemu; `kill` SIGKILLs it
+without saving (the next start loads the image of the last stop). `--fresh` starts with a blank RAM
+disk (the firmware formats it). qemu spins one host core at 100 % while it runs: stop it after use.
 """
 
 import json
@@ -28,11 +29,10 @@ import re
 import shutil
 import signal
 import socket
-import subprocess
 import time
 from typing import Any
 
-from . import qdir, vboard
+from . import locate, vboard
 from .errors import HostError
 from .vboard import pid_alive
 
@@ -63,11 +63,12 @@ def default_state_dir() -> str:
 
 
 def default_firmware() -> str:
-    """$DDQ_QEMU_FIRMWARE, else ../shared/boards/qemu-mps2-an385/firmware.elf beside the checkout."""
+    """$DDQ_QEMU_FIRMWARE, else ../shared/boards/qemu-mps2-an385/firmware.elf beside the
+    checkout."""
     env = os.environ.get("DDQ_QEMU_FIRMWARE")
     if env:
         return os.path.abspath(env)
-    return os.path.normpath(os.path.join(qdir.repo_root(), FIRMWARE_REL))
+    return os.path.normpath(os.path.join(locate.repo_root(), FIRMWARE_REL))
 
 
 def find_qemu(exe: str | None = None) -> str:
@@ -82,15 +83,14 @@ def find_qemu(exe: str | None = None) -> str:
 
 
 def _paths(state_dir: str) -> dict[str, str]:
-    d = os.path.abspath(state_dir)
-    return {
-        "dir": d,
-        "state": os.path.join(d, "state.json"),
-        "link": os.path.join(d, "tty"),
-        "log": os.path.join(d, "qemu.log"),
-        "qmp": os.path.join(d, "qmp.sock"),
-        "image": os.path.join(d, "disk.img"),
-    }
+    return vboard.state_paths(
+        state_dir,
+        state="state.json",
+        link="tty",
+        log="qemu.log",
+        qmp="qmp.sock",
+        image="disk.img",
+    )
 
 
 read_state = vboard.read_state  # STATE_DIR/state.json, a dict or None: the same file name
@@ -156,8 +156,7 @@ def start(
     timeout: float = 15.0,
 ) -> dict[str, Any]:
     p = _paths(state_dir)
-    os.makedirs(p["dir"], mode=0o700, exist_ok=True)
-    os.chmod(p["dir"], 0o700)
+    vboard.private_dir(p["dir"])
     cur = status(state_dir)
     if cur["running"]:
         raise QemuError("qemu board already running in %s (device %s)" % (p["dir"], cur["device"]))
@@ -197,16 +196,7 @@ def start(
             )
         argv += ["-device", "loader,file=%s,addr=0x%x,force-raw=on" % (p["image"], RAMDISK_ADDR)]
     with open(os.open(p["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as log:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            cwd=p["dir"],
-            start_new_session=True,
-            close_fds=True,
-            umask=0o077,
-        )
+        proc = vboard.spawn_process(argv, p["dir"], log, umask=0o077)
     end = time.monotonic() + timeout
     pty_path = None
     while time.monotonic() < end:

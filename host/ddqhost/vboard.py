@@ -1,6 +1,7 @@
 """Virtual board: the MicroPython unix port on a LittleFS image, behind a pty.
 
-Layout of a state directory (``--state-dir``, default ``$DDQ_STATE_DIR`` or ``~/.local/state/ddq/virtual``):
+Layout of a state directory (``--state-dir``, default ``$DDQ_STATE_DIR`` or
+``~/.local/state/ddq/virtual``):
 
     flash.img     the LittleFS image (persists between starts unless --image points elsewhere)
     boot.py       generated at each start: mounts the image at /flash and chdirs there
@@ -45,8 +46,9 @@ DEFAULT_BLOCKS = 256  # 1 MiB, about what an RP2040 leaves for the filesystem
 BOOT_PY = """\
 import os, sys, vfs
 class FileBlockDev:
-    # Block device on an image file (the block protocol tests/blockdev.py describes). Unix-port file writes
-    # are unbuffered (one write(2) each) and flush() fsyncs, so ioctl SYNC makes writes durable.
+    # Block device on an image file (the block protocol tests/blockdev.py describes). Unix-port
+    # file writes are unbuffered (one write(2) each) and flush() fsyncs, so ioctl SYNC makes
+    # writes durable.
     def __init__(self, path, bs, nb):
         self.bs, self.nb = bs, nb
         self.f = open(path, "r+b")
@@ -108,7 +110,8 @@ if sys.argv[1:] == ["main"]:
             with open("main.py") as __ddq_vb_f:
                 __ddq_vb_src = __ddq_vb_f.read()
             exec(compile(__ddq_vb_src, "main.py", "exec"), globals())
-        except BaseException as e:  # Ctrl-C (KeyboardInterrupt) included: then the REPL, as a board
+        except BaseException as e:  # Ctrl-C (KeyboardInterrupt) included: then the REPL,
+            # as on a board
             if isinstance(e, SystemExit):
                 raise
             sys.print_exception(e)
@@ -145,16 +148,39 @@ def default_micropython() -> str:
     return found
 
 
+def state_paths(state_dir: str, **names: str) -> dict[str, str]:
+    """{"dir": the state directory (absolute), key: the path of each file name in it}: the
+    virtual board's and the qemu board's files (state.json, the tty link, the log, the image)."""
+    d = os.path.abspath(state_dir)
+    return dict({k: os.path.join(d, n) for k, n in names.items()}, dir=d)
+
+
+def spawn_process(
+    argv: list[str], cwd: str, out: Any, stdin: Any = subprocess.DEVNULL, **kw: Any
+) -> "subprocess.Popen[bytes]":
+    """A board's process (the bridge, micropython, qemu): a session of its own (a Ctrl-C at
+    the terminal does not reach it), its output to out, no inherited descriptors."""
+    return subprocess.Popen(
+        argv, stdin=stdin, stdout=out, stderr=out, cwd=cwd, start_new_session=True,
+        close_fds=True, **kw
+    )  # fmt: skip
+
+
+def private_dir(d: str) -> None:
+    """Make the state directory d (0700 whatever it was): what it holds is queue data."""
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    os.chmod(d, 0o700)
+
+
 def _paths(state_dir: str) -> dict[str, str]:
-    state_dir = os.path.abspath(state_dir)
-    return {
-        "dir": state_dir,
-        "state": os.path.join(state_dir, "state.json"),
-        "link": os.path.join(state_dir, "tty"),
-        "boot": os.path.join(state_dir, "boot.py"),
-        "log": os.path.join(state_dir, "bridge.log"),
-        "image": os.path.join(state_dir, "flash.img"),
-    }
+    return state_paths(
+        state_dir,
+        state="state.json",
+        link="tty",
+        boot="boot.py",
+        log="bridge.log",
+        image="flash.img",
+    )
 
 
 # ---------------------------------------------------------------- pid helpers
@@ -290,10 +316,9 @@ def start(
     heapsize: str | None = None,
 ) -> dict[str, Any]:
     p = _paths(state_dir)
-    # Private like the queue data it holds: the state directory 0700, the image 0600, and every file
-    # the bridge and micropython create (umask 077).
-    os.makedirs(p["dir"], mode=0o700, exist_ok=True)
-    os.chmod(p["dir"], 0o700)
+    # Private like the queue data it holds: the state directory 0700, the image 0600, and every
+    # file the bridge and micropython create (umask 077).
+    private_dir(p["dir"])
     cur = status(state_dir)
     if cur["running"]:
         raise BoardError(
@@ -326,26 +351,8 @@ def start(
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = here + os.pathsep + env.get("PYTHONPATH", "")
     with open(p["log"], "wb") as log:
-        bridge = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "ddqhost.vboard",
-                "bridge",
-                p["dir"],
-                mp,
-                image,
-                heapsize or "",
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            env=env,
-            cwd=p["dir"],
-            start_new_session=True,
-            close_fds=True,
-            umask=0o077,
-        )
+        argv = [sys.executable, "-m", "ddqhost.vboard", "bridge", p["dir"], mp, image]
+        bridge = spawn_process(argv + [heapsize or ""], p["dir"], log, env=env, umask=0o077)
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         rc = bridge.poll()
@@ -388,42 +395,36 @@ def _kill_pids(pids: list[int], p: dict[str, str]) -> None:
             pass
 
 
-def stop(state_dir: str, timeout: float = 5.0) -> dict[str, Any]:
-    """Graceful stop: unmount the image, exit micropython, end the bridge. Returns the old status."""
+def _end(state_dir: str, timeout: float, micropython_first: bool, key: str) -> dict[str, Any]:
+    # Signal one of the two processes (SIGKILL micropython, or SIGTERM the bridge), wait for
+    # both to go, kill what is left, clean up; the old status with key: whether it was running.
     p = _paths(state_dir)
     cur = status(state_dir)
     st = read_state(state_dir) or {}
     if not cur["running"]:
         _cleanup_stale(p, st)
-        return dict(cur, stopped=False)
+        return dict(cur, **{key: False})
     bridge, mp = st["bridge_pid"], st["micropython_pid"]
+    first, sig = (mp, signal.SIGKILL) if micropython_first else (bridge, signal.SIGTERM)
     try:
-        os.kill(bridge, signal.SIGTERM)
+        os.kill(first, sig)
     except ProcessLookupError:
         pass
-    if not _wait_gone([bridge, mp], timeout):
+    if not _wait_gone([first, bridge if micropython_first else mp], timeout):
         _kill_pids([mp, bridge], p)
     _cleanup_stale(p, {})
-    return dict(cur, stopped=True)
+    return dict(cur, **{key: True})
+
+
+def stop(state_dir: str, timeout: float = 5.0) -> dict[str, Any]:
+    """Graceful stop: unmount the image, exit micropython, end the bridge. Returns the old
+    status."""
+    return _end(state_dir, timeout, False, "stopped")
 
 
 def kill(state_dir: str, timeout: float = 5.0) -> dict[str, Any]:
     """Power cut: SIGKILL micropython; the bridge notices and exits."""
-    p = _paths(state_dir)
-    cur = status(state_dir)
-    st = read_state(state_dir) or {}
-    if not cur["running"]:
-        _cleanup_stale(p, st)
-        return dict(cur, killed=False)
-    bridge, mp = st["bridge_pid"], st["micropython_pid"]
-    try:
-        os.kill(mp, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    if not _wait_gone([mp, bridge], timeout):
-        _kill_pids([mp, bridge], p)
-    _cleanup_stale(p, {})
-    return dict(cur, killed=True)
+    return _end(state_dir, timeout, True, "killed")
 
 
 # ---------------------------------------------------------------- the bridge process
@@ -481,18 +482,15 @@ def bridge_main(state_dir: str, micropython: str, image: str, heapsize: str = ""
     slave_name = os.ttyname(s1)
 
     def spawn(run_main: bool) -> "subprocess.Popen[bytes]":
-        return subprocess.Popen(
+        return spawn_process(
             [micropython]
             + (["-X", "heapsize=" + heapsize] if heapsize else [])
             + ["-i", p["boot"]]
             + (["main"] if run_main else []),
+            p["dir"],
+            s2,
             stdin=s2,
-            stdout=s2,
-            stderr=s2,
-            cwd=p["dir"],
-            start_new_session=True,
             preexec_fn=_pdeathsig,
-            close_fds=True,
         )
 
     def save_state() -> None:

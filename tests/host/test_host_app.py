@@ -1,6 +1,6 @@
 """The virtual board as a board: plain mpremote (which soft-resets on connect) resets it instead of
 ending it, Ctrl-C interrupts code that runs on it, and `ddq app start|stop` runs the example app
-as a board's reset does and stops it (issue 27)."""
+as a board's reset does and stops it (docs/HOST.md "app")."""
 
 import json
 import os

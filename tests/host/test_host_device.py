@@ -11,7 +11,7 @@ import os
 import time
 
 from conftest import REPO, Subscriber, ddq, one_line_error, tree_hash
-from ddqhost import cli, qdir, vboard
+from ddqhost import cli, locate, qdir, vboard
 from ddqhost.device import Device
 
 QD = "outbox-%d" % os.getpid()
@@ -67,7 +67,7 @@ def test_flash_py_then_mpy(board):
     ]
     assert res["board"] == "UNIX" and [w["path"] for w in res["written"]] == mods
     assert (
-        res["imported_from"].endswith("ddq.py") and res["version"] == qdir.load_ddq().__version__
+        res["imported_from"].endswith("ddq.py") and res["version"] == locate.load_ddq().__version__
     )
     r = ddq("flash", "--device", board.tty, "--example-app", "--json")
     assert r.returncode == 0, r.stderr

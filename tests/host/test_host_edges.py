@@ -1,6 +1,6 @@
-"""The host tools look before they read (issue 25 §5): a FIFO, a link, a sparse file, a name in
-another script's digits, a settings file with Infinity, an argument past its range, a name that
-holds a newline or ESC: each gets one line (or an escaped line), never a hang, a traceback,
+"""The host tools look before they read (docs/HOST.md "Trust"): a FIFO, a link, a sparse file, a
+name in another script's digits, a settings file with Infinity, an argument past its range, a name
+that holds a newline or ESC: each gets one line (or an escaped line), never a hang, a traceback,
 memory or disk in proportion to a file's apparent size, or a forged line of output.
 
 Every command runs as a real `ddq` process (conftest.ddq); the limits that make a hang or an
@@ -21,7 +21,7 @@ import time
 import pytest
 
 from conftest import HOST, PORT_DIR, REPO, cli_env, ddq, one_line_error, tree_hash
-from ddqhost import qdir
+from ddqhost import locate, qdir
 
 OPTS = {"segment_bytes": 4096, "max_payload_bytes": 256, "max_items": 64, "max_segments": 8}
 FLAGS = [
@@ -39,7 +39,7 @@ SEG1 = "segment-00000000000000000001.log"
 
 
 def _queue(d, n=3, opts=OPTS, options_file=True):
-    ddqmod = qdir.load_ddq()
+    ddqmod = locate.load_ddq()
     q = ddqmod.Queue(str(d), **opts)
     try:
         for i in range(n):
@@ -144,7 +144,7 @@ def test_a_segment_name_in_other_digits_is_not_a_segment(tmp_path):
     # SPEC N4: "segment-...\u0661.log" (ARABIC-INDIC DIGIT ONE) is no segment to ddq, so not to
     # verify either: both see 2 items and next_seq 3 (verify saw 3 and 4 with \d).
     d = tmp_path / "q"
-    ddqmod = qdir.load_ddq()
+    ddqmod = locate.load_ddq()
     opts = {"segment_bytes": 1024, "max_payload_bytes": 500, "max_items": 64, "max_segments": 16}
     q = ddqmod.Queue(str(d), **opts)
     for i in range(3):
@@ -214,7 +214,7 @@ def test_a_file_name_cannot_forge_a_verify_line(tmp_path):
 
 
 def test_inspect_escapes_topics_and_reasons(tmp_path):
-    ddqmod = qdir.load_ddq()
+    ddqmod = locate.load_ddq()
     import ddq_outbox
 
     d = tmp_path / "q"

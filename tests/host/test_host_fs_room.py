@@ -1,4 +1,4 @@
-"""A board's filesystem filled by the queue can always drain (issue 25 §5, SPEC C9).
+"""A board's filesystem filled by the queue can always drain (SPEC C9).
 
 tools/board_capacity.py sizes max_segments so that C9's worst case (the current and a staged
 generation of max_segments segments, a tail cut's copy, manifests, marker, lock) fits the board's
@@ -159,7 +159,7 @@ def test_a_full_filesystem_of_the_profile_size_drains(name, tmp_path):
 
 
 def test_the_old_rule_left_no_room_for_the_worst_case(tmp_path):
-    # Half the room left by the code (the rule before issue 25) on ARMV7M_GENERIC's 256 KiB
+    # Half the room left by the code (the rule before SPEC C9) on ARMV7M_GENERIC's 256 KiB
     # LittleFS: C9's worst case does not fit, so a compaction at its peak meets ENOSPC.
     prof = boards.load("ARMV7M_GENERIC")
     code = bc.code_bytes(prof, str(tmp_path))

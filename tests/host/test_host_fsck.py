@@ -23,7 +23,7 @@ from conftest import (
     option_flags,
     tree_hash,
 )
-from ddqhost import fsck, qdir
+from ddqhost import fsck, inspect_dir, locate, qdir
 
 GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
 
@@ -139,7 +139,7 @@ def test_independent_writer_generation_with_snapshot(tmp_path):
 
 
 def test_ddq_written_directory_verifies_and_agrees_with_inspect(tmp_path):
-    ddqmod = qdir.load_ddq()
+    ddqmod = locate.load_ddq()
     d = str(tmp_path / "q")
     opts = {"segment_bytes": 1024, "max_payload_bytes": 64, "max_items": 16, "max_segments": 8}
     now = [1767225600000]
@@ -160,7 +160,7 @@ def test_ddq_written_directory_verifies_and_agrees_with_inspect(tmp_path):
         q.close()
     rep = fsck.scan(d, opts)
     assert rep.verdict == fsck.OK, [p.message for p in rep.problems]
-    info = qdir.inspect(d, opts, now_ms=now[0])
+    info = inspect_dir.inspect(d, opts, now_ms=now[0])
     st = rep.stats()  # the ten ddq.Stats fields a reader of the log can derive
     assert len(st) == 10 and set(st) <= set(info["stats"]), sorted(st)
     for k in st:
@@ -214,7 +214,7 @@ def test_torn_tail_exit_1_and_records_all(tmp_path):
     r = ddq("records", d, *flags)
     assert "use --all" in r.stdout and "TORN" not in r.stdout
     assert tree_hash(d) == before
-    info = qdir.inspect(str(d), fixture_json("basic")["options"])
+    info = inspect_dir.inspect(str(d), fixture_json("basic")["options"])
     assert info["recovered_tail_bytes"] == 7 and info["recovery_changes"]["truncated"] == [
         seg.name
     ]
@@ -248,7 +248,7 @@ def test_zero_filled_tail_is_torn_for_ddq_and_noted_as_corrupt_for_c(tmp_path):
     assert r.returncode == 1 and js["verdict"] == "torn-tail" and js["c_compatible"] is False
     assert js["stats"]["recovered_tail_bytes"] == 40
     assert "libddq would report it corrupt" in js["problems"][0]["message"]
-    info = qdir.inspect(str(d), fixture_json("basic")["options"])
+    info = inspect_dir.inspect(str(d), fixture_json("basic")["options"])
     assert info["recovered_tail_bytes"] == 40
 
 
@@ -340,7 +340,7 @@ def test_segment_that_lost_its_end_is_corrupt_whatever_the_limits(tmp_path):
 
 
 def test_interrupted_rotation_then_more_writes_verifies_clean(tmp_path):
-    # SPEC F7 R23 W3 (issue 25): a power cut after a rotation created segment 2, before its
+    # SPEC F7 R23 W3: a power cut after a rotation created segment 2, before its
     # 600 B record was durable; ddq reopened and wrote a 10 B record. verify said "ends early"
     # (exit 2) like the open did; both now read the directory as ddq left it.
     import ddq as port_ddq
@@ -366,7 +366,7 @@ def test_interrupted_rotation_then_more_writes_verifies_clean(tmp_path):
 
 
 def test_segment_bytes_grown_between_opens_verifies_clean(tmp_path):
-    # SPEC F7 R15 M8 (issue 25): a queue written with segment_bytes 512, then reopened with 2048
+    # SPEC F7 R15 M8: a queue written with segment_bytes 512, then reopened with 2048
     # and written on, opens in ddq; verify agrees, with or without the last writer's options
     # (the 512 B writer's rotations only get a note).
     import ddq as port_ddq
@@ -419,7 +419,7 @@ def test_verify_hints_when_the_writer_used_other_options(tmp_path):
         "max_items": 200,
         "max_segments": 16,
     }
-    q = qdir.load_ddq().Queue(str(d), **writer)
+    q = locate.load_ddq().Queue(str(d), **writer)
     try:
         for _ in range(120):
             q.enqueue(b"x" * 40)
@@ -453,7 +453,7 @@ def test_verify_hints_when_the_writer_used_other_options(tmp_path):
 
 def test_verify_gives_no_options_hint_for_real_damage(tmp_path):
     d = tmp_path / "q"
-    q = qdir.load_ddq().Queue(
+    q = locate.load_ddq().Queue(
         str(d), segment_bytes=4096, max_payload_bytes=512, max_items=100, max_segments=8
     )
     try:

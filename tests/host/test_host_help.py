@@ -1,13 +1,13 @@
-"""What `ddq ... -h` tells a newcomer (issue 27): the queue options' precedence where the options
-are, --json described everywhere, what `board virtual` starts, --state-dir on every command that
-takes a state directory, profiles named by `ddq board list`/`show` (a wheel has no boards/), and
-`inspect` showing a printable payload as text."""
+"""What `ddq ... -h` tells a newcomer (docs/HOST.md "Queue options"): the queue options' precedence
+where the options are, --json described everywhere, what `board virtual` starts, --state-dir on
+every command that takes a state directory, profiles named by `ddq board list`/`show` (a wheel has
+no boards/), and `inspect` showing a printable payload as text."""
 
 import argparse
 import json
 
 from conftest import ddq, one_line_error
-from ddqhost import cli
+from ddqhost import cli, inspect_dir, locate
 
 
 def _parsers(p, path=("ddq",)):
@@ -58,9 +58,8 @@ def test_board_show_prints_a_profile():
 
 
 def test_inspect_shows_a_printable_payload_as_text(tmp_path):
-    from ddqhost import qdir
 
-    qdir.load_ddq()
+    locate.load_ddq()
     import ddq_outbox
 
     ob = ddq_outbox.Outbox(str(tmp_path / "q"))
@@ -72,4 +71,4 @@ def test_inspect_shows_a_printable_payload_as_text(tmp_path):
     rows = [ln for ln in r.stdout.splitlines() if ln.strip()[:1].isdigit()]
     assert rows[0].endswith("21.5 °C"), rows
     assert rows[1].endswith("0x0001ff"), rows
-    assert qdir._preview("é".encode() * 30) == "é" * 20 + "..."  # a cut inside a character
+    assert inspect_dir._preview("é".encode() * 30) == "é" * 20 + "..."  # a cut inside a character

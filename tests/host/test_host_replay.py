@@ -4,13 +4,13 @@ import json
 import time
 
 from conftest import Subscriber, ddq, tree_hash
-from ddqhost import qdir
+from ddqhost import locate, qdir
 
 OPTS = {"segment_bytes": 4096, "max_payload_bytes": 256, "max_items": 64, "max_segments": 8}
 
 
 def _make_queue(path):
-    ddqmod = qdir.load_ddq()
+    ddqmod = locate.load_ddq()
     import ddq_outbox
 
     now = int(time.time() * 1000)
@@ -98,8 +98,8 @@ def test_empty_prefix_publishes_envelope_topics_verbatim(tmp_path, mosquitto):
     topics = [w["topic"] for w in json.loads(r.stdout)["would_send"]]
     assert topics == ["sensors/t", "status", "raw", "sensors/t"]
     # No path at all is the same: the topic the device gave each message (a prefix is opt-in;
-    # issue 27: the default used to add ddq/, so the example app's ddq/unix/temp landed on
-    # ddq/ddq/unix/temp).
+    # docs/HOST.md "replay": the default used to add ddq/, so the example app's ddq/unix/temp
+    # landed on ddq/ddq/unix/temp).
     r = ddq(
         "replay",
         q,
@@ -129,7 +129,7 @@ def test_replay_quarantines_unpublishable_and_goes_on(tmp_path, mosquitto):
     import ddq_outbox
 
     q = tmp_path / "q"
-    ddqmod = qdir.load_ddq()
+    ddqmod = locate.load_ddq()
     now = int(time.time() * 1000)
     enc = ddq_outbox.encode_envelope
     qq = ddqmod.Queue(str(q), **OPTS)
@@ -189,7 +189,7 @@ def test_replay_refuses_a_wildcard_prefix(tmp_path):
 def _signed_queue(path, key):
     import ddq_outbox
 
-    ddqmod = qdir.load_ddq()
+    ddqmod = locate.load_ddq()
     now = int(time.time() * 1000)
     enc = ddq_outbox.encode_envelope
     q = ddqmod.Queue(str(path), **OPTS)
@@ -299,9 +299,8 @@ def test_deliver_quarantines_what_paho_refuses_and_goes_on(tmp_path):
             return Info()
 
     cl = Client()
-    res = replay._deliver(
-        qdir.load_ddq(), str(q), OPTS, cl, "p", None, 60000, 1.0, [], {"lost": False}, None
-    )
+    ro = replay.ReplayOptions("mqtt://x", "x", 1883, False, "", timeout=1.0, window=1)
+    res = replay._deliver(replay.Job(str(q), OPTS, prefix="p"), ro, cl, replay._Run())
     assert cl.sent == ["p/sensors/t", "p/raw"]
     assert res["unpublishable_seqs"] == [b] and res["sent_seqs"] == [a, c]
     assert res["stats"]["claimed_items"] == 0
@@ -337,20 +336,8 @@ def test_deliver_stops_at_the_first_missing_puback_and_releases_the_window(tmp_p
             return Info(len(self.sent) < 2)
 
     cl = Client()
-    res = replay._deliver(
-        qdir.load_ddq(),
-        str(q),
-        OPTS,
-        cl,
-        "p",
-        None,
-        60000,
-        0.05,
-        [],
-        {"lost": False},
-        None,
-        window=2,
-    )
+    ro = replay.ReplayOptions("mqtt://x", "x", 1883, False, "", timeout=0.05, window=2)
+    res = replay._deliver(replay.Job(str(q), OPTS, prefix="p"), ro, cl, replay._Run())
     assert cl.sent == [("p/sensors/t", 1), ("p/status", 1), ("p/raw", 1)]  # QoS 1 forced
     assert res["sent_seqs"] == [a] and res["failed_seqs"] == [b, c]
     assert (res["expired"], res["remaining"], res["skipped"]) == (0, 1, 0)  # d not tried
@@ -422,7 +409,7 @@ def test_replay_quarantines_an_altered_encrypted_message(tmp_path):
     import ddq_outbox
 
     q = tmp_path / "q"
-    ddqmod = qdir.load_ddq()
+    ddqmod = locate.load_ddq()
     now = int(time.time() * 1000)
     e = bytearray(
         ddq_outbox.encode_envelope("s/x", SECRET, enqueued_ms=now, hmac_key=KEY, encrypt=True)
@@ -490,7 +477,7 @@ def test_inspect_says_a_lease_came_from_a_board_without_rtc(tmp_path):
     # some 26 years old on the host. inspect says so instead of `lease -849399607s`.
     import ddq_outbox
 
-    ddqmod = qdir.load_ddq()
+    ddqmod = locate.load_ddq()
     boot = 946684800000 + 3600000  # an hour after power-on, on a 2000-epoch clock
     q = ddqmod.Queue(str(tmp_path / "q"), clock=lambda: boot, **OPTS)
     try:

@@ -1,19 +1,20 @@
-"""`ddq replay DIR...` (issue 17): a window of publishes in flight, many directories at once (one
-connection each, {dir} / --prefix-per-dir, distinct client ids), resumable per directory, a
-progress display and a --json summary per directory; replay's checks still apply to each dir."""
+"""`ddq replay DIR...` (docs/HOST.md "replay", OUTBOX E25): a window of publishes in flight, many
+directories at once (one connection each, {dir} / --prefix-per-dir, distinct client ids), resumable
+per directory, a progress display and a --json summary per directory; replay's checks still apply
+to each dir."""
 
 import json
 import time
 
 from conftest import Subscriber, ddq, one_line_error, tree_hash
-from ddqhost import qdir
+from ddqhost import locate, qdir
 
 OPTS = {"segment_bytes": 4096, "max_payload_bytes": 256, "max_items": 256, "max_segments": 64}
 KEY = bytes(range(32))
 
 
 def _queue(path, n, topic="t", key=None, extra=()):
-    ddqmod = qdir.load_ddq()
+    ddqmod = locate.load_ddq()
     import ddq_outbox
 
     now = int(time.time() * 1000)
@@ -132,7 +133,7 @@ def test_checks_apply_to_every_dir(tmp_path, mosquitto):
     # HMAC: each directory is checked with the key; the unpublishable ones quarantined per dir.
     signed = _queue(tmp_path / "signed", 4, key=KEY, extra=[b"unsigned raw"])
     wild = _queue(tmp_path / "wild", 2)
-    ddqmod = qdir.load_ddq()
+    ddqmod = locate.load_ddq()
     import ddq_outbox
 
     q = ddqmod.Queue(str(wild), **OPTS)

@@ -13,7 +13,7 @@ import pytest
 
 import tlsbroker
 from conftest import ddq, one_line_error, tree_hash
-from ddqhost import qdir
+from ddqhost import locate, qdir
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -41,7 +41,7 @@ def tls(tmp_path_factory):
 
 
 def _queue(path, n, topic):
-    ddqmod = qdir.load_ddq()
+    ddqmod = locate.load_ddq()
     import ddq_outbox
 
     q = ddqmod.Queue(str(path), **OPTS)

@@ -1,6 +1,7 @@
-"""Host tools never damage a queue and never hang or crash on what they read (issue 13 §2): a tool that
-writes uses the writer's options; a hostile ddq-options.json or a FIFO named like a segment is one
-clear error line; a broker that accepts TCP and stays silent times out with a clear message.
+"""Host tools never damage a queue and never hang or crash on what they read (docs/HOST.md
+"Trust"): a tool that writes uses the writer's options; a hostile ddq-options.json or a FIFO named
+like a segment is one clear error line; a broker that accepts TCP and stays silent times out with a
+clear message.
 """
 
 import json
@@ -12,14 +13,14 @@ import time
 import pytest
 
 from conftest import ddq, one_line_error, tree_hash
-from ddqhost import qdir
+from ddqhost import locate, qdir
 
 OPTS = {"segment_bytes": 4096, "max_payload_bytes": 256, "max_items": 64, "max_segments": 8}
 SEG1 = "segment-00000000000000000001.log"
 
 
 def _make_queue(path, n=3):
-    ddqmod = qdir.load_ddq()
+    ddqmod = locate.load_ddq()
     q = ddqmod.Queue(str(path), **OPTS)
     try:
         for i in range(n):
@@ -39,7 +40,7 @@ def test_replay_refuses_options_other_than_the_writers(tmp_path):
     assert "--segment-bytes 8192 (command line) disagrees with the writer's 4096" in line, line
     assert "(ddq-options.json)" in line
     line = one_line_error(ddq("replay", q, "--to", "mqtt://127.0.0.1:1/x", "--board", "UNIX"), 1)
-    with open(os.path.join(qdir.repo_root(), "boards", "UNIX.json")) as f:
+    with open(os.path.join(locate.repo_root(), "boards", "UNIX.json")) as f:
         unix = json.load(f)["max_items"]
     assert "--max-items %d (board UNIX) disagrees with the writer's 64" % unix in line, line
     assert tree_hash(q) == before

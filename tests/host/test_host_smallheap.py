@@ -1,4 +1,4 @@
-"""`ddq test` on a board with a small heap (issue 14, target 3): the whole shared suite on virtual
+"""`ddq test` on a board with a small heap (docs/DESIGN.md §4.1): the whole shared suite on virtual
 boards started with a 140 KiB MicroPython heap (the qemu Cortex-M3 port's default), every module
 in a session of its own (--each), the suite and port/ compiled to .mpy on the host (--mpy:
 compiling a large test module from source needs more heap than running it). Each module runs on

@@ -1,4 +1,4 @@
-"""ddq's connect and idle timeouts hold on a device that stops answering (issue 18 part 4).
+"""ddq's connect and idle timeouts hold on a device that stops answering (docs/HOST.md "Timeouts").
 
 mpremote (pinned) opens the port without a read timeout and, on a /dev/pts pty (QEMU's UART),
 blocks in read(1), so its own bounds never fire there; device.Device enforces them itself. The

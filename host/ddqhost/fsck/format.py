@@ -1,4 +1,5 @@
-"""fsck, step 1 of 4, format: constants, record and manifest decoding, queue.index decoding.
+"""fsck, step 1 of 4, format: constants, record and manifest decoding, queue.index decoding, and
+the Report (with its Items) the later steps fill.
 
 Written from docs/SPEC.md's tables (records §3, record types §4, manifest §5, names §6, options
 §7.1, the recovery index §12.1), never from port/ddq.py: see the package docstring.
@@ -17,7 +18,7 @@ from ..errors import HostError
 JSON = dict[str, Any]
 Options = dict[str, int]
 
-# ---------------------------------------------------------------- format constants (SPEC §3, §5, §6, §7.1)
+# -------------------------------------------------------- format constants (SPEC §3, §5, §6, §7.1)
 
 U64_MAX = (1 << 64) - 1
 U32_MAX = (1 << 32) - 1
@@ -85,7 +86,8 @@ OK, TORN, CORRUPT = 0, 1, 2
 VERDICT_NAMES = {OK: "clean", TORN: "torn-tail", CORRUPT: "corrupt"}
 
 
-# SPEC N7: an entry whose name begins with one of these is opened by ddq, so must be a regular file.
+# SPEC N7: an entry whose name begins with one of these is opened by ddq, so must be a regular
+# file.
 QUEUE_PREFIXES = ("queue.", "segment-", "generation-")
 _TYPE_NAMES = {
     stat.S_IFDIR: "a directory",
@@ -186,7 +188,8 @@ def segment_name(gen: int, sid: int) -> str:
 
 
 def record_crc(buf: bytes, off: int, plen: int) -> int:
-    """SPEC §3.2: CRC over bytes 4..31, then 36..39, then the payload (not magic, crc field, footer)."""
+    """SPEC §3.2: CRC over bytes 4..31, then 36..39, then the payload (not magic, crc field,
+    footer)."""
     c = zlib.crc32(buf[off + 4 : off + 32])
     c = zlib.crc32(buf[off + 36 : off + 40], c)
     return zlib.crc32(buf[off + 40 : off + 40 + plen], c) & 0xFFFFFFFF
@@ -196,7 +199,8 @@ def record_crc(buf: bytes, off: int, plen: int) -> int:
 
 
 class Problem:
-    """One finding. kind: 'torn' (recovery removes it), 'corrupt', 'warning' or 'note' (no effect on verdict)."""
+    """One finding. kind: 'torn' (recovery removes it), 'corrupt', 'warning' or 'note' (no effect
+    on verdict)."""
 
     def __init__(
         self,
@@ -526,3 +530,125 @@ def decode_index(data: bytes) -> tuple[IndexFile | None, str | None]:
         pos += IX_REASON
         ix.reasons[s] = (sg, off, ln)
     return ix, None
+
+
+# ---------------------------------------------------------------- the result the steps fill
+
+
+# An item's fields as the C fixtures and `ddq records --json` show them, then the replay's own.
+ITEM_FIELDS = ("seq", "state", "attempts", "lease_until_ms", "not_before_ms", "payload_len")
+
+
+class Item:
+    __slots__ = ITEM_FIELDS + ("snapshotted", "reason", "needs_reason", "location", "reason_at")
+
+    def __init__(self, seq: int, plen: int, location: tuple[str, int]) -> None:
+        self.seq = seq
+        self.state = S_AVAILABLE
+        self.attempts = 0
+        self.lease_until_ms = 0
+        self.not_before_ms = 0
+        self.payload_len = plen
+        self.snapshotted = False
+        self.reason: bytes | None = None
+        self.needs_reason = False
+        self.location = location
+        # where the QUARANTINE record is: file, offset, reason length
+        self.reason_at: tuple[str, int, int] | None = None
+
+    def is_default(self) -> bool:
+        return (
+            self.state == S_AVAILABLE
+            and self.attempts == 0
+            and self.lease_until_ms == 0
+            and self.not_before_ms == 0
+        )
+
+    def to_json(self) -> JSON:
+        return {
+            "seq": self.seq,
+            "state": STATE_NAMES[self.state],
+            "attempts": self.attempts,
+            "lease_until_ms": self.lease_until_ms,
+            "not_before_ms": self.not_before_ms,
+            "payload_len": self.payload_len,
+            "quarantine_reason_hex": self.reason.hex() if self.reason is not None else None,
+        }
+
+
+class Report:
+    def __init__(self, path: str, opts: Options) -> None:
+        self.path = path
+        self.options = opts
+        self.manifest: JSON | None = None
+        self.generation = 0
+        self.segments: list[JSON] = []  # {"name", "id", "size", "records": [...], "tail": ...}
+        self.problems: list[Problem] = []
+        self.items: dict[int, Item] = {}
+        self.next_seq = 1
+        self.tail_bytes = 0
+        self.ignored: list[str] = []  # names the scan ignores (never touched)
+        self.obsolete: list[str] = []  # names recovery would delete
+        self.replay_stopped: str | None = None
+        self.c_compatible = True  # False when an extension rule (R11, R12, R14) decided something
+        self.index: JSON = _index_json("absent")  # queue.index (SPEC §12.1), see IndexCheck
+
+    @property
+    def verdict(self) -> int:
+        if any(p.kind == "corrupt" for p in self.problems):
+            return CORRUPT
+        if any(p.kind == "torn" for p in self.problems):
+            return TORN
+        return OK
+
+    def add(self, kind: str, message: str, **kw: Any) -> None:
+        self.problems.append(Problem(kind, message, **kw))
+
+    def stats(self) -> JSON:
+        counts = {s: 0 for s in STATE_NAMES}
+        for it in self.items.values():
+            counts[it.state] += 1
+        stored = sum(s["size"] for s in self.segments) - self.tail_bytes
+        return {
+            "total_items": len(self.items),
+            "available_items": counts[S_AVAILABLE],
+            "claimed_items": counts[S_CLAIMED],
+            "acknowledged_items": counts[S_ACKED],
+            "quarantined_items": counts[S_QUARANTINED],
+            "stored_bytes": stored,
+            "segment_count": max(1, len(self.segments)),
+            "next_seq": self.next_seq,
+            "recovered_tail_bytes": self.tail_bytes,
+            "generation": self.generation,
+        }
+
+    def to_json(self, with_records: bool = False) -> JSON:
+        out: JSON = {
+            "path": self.path,
+            "verdict": VERDICT_NAMES[self.verdict],
+            "exit_code": self.verdict,
+            "options": self.options,
+            "generation": self.generation,
+            "manifest": self.manifest,
+            "problems": [p.to_json() for p in self.problems],
+            "stats": self.stats(),
+            "items": [self.items[k].to_json() for k in sorted(self.items)],
+            "segments": [
+                {
+                    "name": s["name"],
+                    "id": s["id"],
+                    "size": s["size"],
+                    "record_count": len(s["records"]),
+                    "tail": s["tail"],
+                }
+                for s in self.segments
+            ],
+            "ignored_files": self.ignored,
+            "obsolete_files": self.obsolete,
+            "c_compatible": self.c_compatible,
+            "index": self.index,
+        }
+        if with_records:
+            for js, s in zip(out["segments"], self.segments):  # noqa: B905
+                js["records"] = s["records"]
+        return out

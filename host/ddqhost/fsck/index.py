@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .format import (
     INDEX_NAME,
@@ -28,14 +28,12 @@ from .format import (
     T_DATA,
     T_QUARANTINE,
     IndexFile,
+    Report,
     _index_json,
     decode_index,
     index_limit,
     read_entry,
 )
-
-if TYPE_CHECKING:
-    from .replay import Report, _Replay
 
 
 class IndexCheck:
@@ -144,12 +142,14 @@ class IndexCheck:
         self._publish(None)
         return self.rep
 
-    def finish(self, st: "_Replay") -> None:
+    def finish(self, applied: int, snap: JSON | None, stopped: bool) -> None:
+        """The replay is done: applied records in all, its state snap where the index's
+        coverage ends (None: never reached), stopped: it stopped at a record that fails."""
         if self.status == "pending":
             self.status = "valid"
-        self._publish(st)
+        self._publish((applied, snap, stopped))
 
-    def _publish(self, st: "_Replay | None") -> None:
+    def _publish(self, end: tuple[int, JSON | None, bool] | None) -> None:
         rep, ix = self.rep, self.ix
         js = _index_json(self.status, self.reason)
         if self.header is not None and self.status != "damaged":
@@ -164,21 +164,21 @@ class IndexCheck:
                 % (self.status, self.reason),
                 file=INDEX_NAME,
             )
-        if st is None:
+        if end is None:
             return
+        applied, snap, stopped = end
         if self.status != "valid" or ix is None:
-            js["records_after"] = st.applied  # ddq replays the whole log
+            js["records_after"] = applied  # ddq replays the whole log
             return
-        snap = st.snap
         if snap is None:
-            end = (len(ix.segs) - 1, ix.segs[-1][1])
-            if st.stopped:
+            at = (len(ix.segs) - 1, ix.segs[-1][1])
+            if stopped:
                 why = "it covers records that do not replay (see above), which ddq would not see"
             else:
-                why = "its covered end (segment %d, offset %d) is not a record boundary" % end
+                why = "its covered end (segment %d, offset %d) is not a record boundary" % at
             self._disagree(js, why, None)
             return
-        js["records_after"] = st.applied - snap["applied"]
+        js["records_after"] = applied - snap["applied"]
         diff, seq = _compare_index(ix, snap, rep.segments)
         if diff is not None:
             self._disagree(js, diff, seq)

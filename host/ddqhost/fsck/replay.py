@@ -9,7 +9,6 @@ import os
 from typing import Any
 
 from .format import (
-    CORRUPT,
     CUT_SUFFIX,
     FORMAT_NAME,
     INDEX_NAME,
@@ -19,7 +18,6 @@ from .format import (
     MAN_SIZE,
     MANIFEST_NAME,
     MANIFEST_TMP,
-    OK,
     QUEUE_PREFIXES,
     REC_FOOTER,
     RESERVE_SUFFIX,
@@ -34,15 +32,13 @@ from .format import (
     T_QUARANTINE,
     T_RETRY,
     T_STATE,
-    TORN,
     TYPE_NAMES,
     U32_MAX,
     U64_MAX,
-    VERDICT_NAMES,
+    Item,
     NotAQueue,
     Options,
-    Problem,
-    _index_json,
+    Report,
     check_options,
     decode_manifest,
     decode_record,
@@ -54,140 +50,14 @@ from .format import (
 from .index import IndexCheck
 
 
-class Item:
-    __slots__ = (
-        "seq",
-        "state",
-        "attempts",
-        "lease_until_ms",
-        "not_before_ms",
-        "payload_len",
-        "snapshotted",
-        "reason",
-        "needs_reason",
-        "location",
-        "reason_at",
-    )
-
-    def __init__(self, seq: int, plen: int, location: tuple[str, int]) -> None:
-        self.seq = seq
-        self.state = S_AVAILABLE
-        self.attempts = 0
-        self.lease_until_ms = 0
-        self.not_before_ms = 0
-        self.payload_len = plen
-        self.snapshotted = False
-        self.reason: bytes | None = None
-        self.needs_reason = False
-        self.location = location
-        # where the QUARANTINE record is: file, offset, reason length
-        self.reason_at: tuple[str, int, int] | None = None
-
-    def is_default(self) -> bool:
-        return (
-            self.state == S_AVAILABLE
-            and self.attempts == 0
-            and self.lease_until_ms == 0
-            and self.not_before_ms == 0
-        )
-
-    def to_json(self) -> JSON:
-        return {
-            "seq": self.seq,
-            "state": STATE_NAMES[self.state],
-            "attempts": self.attempts,
-            "lease_until_ms": self.lease_until_ms,
-            "not_before_ms": self.not_before_ms,
-            "payload_len": self.payload_len,
-            "quarantine_reason_hex": self.reason.hex() if self.reason is not None else None,
-        }
-
-
-class Report:
-    def __init__(self, path: str, opts: Options) -> None:
-        self.path = path
-        self.options = opts
-        self.manifest: JSON | None = None
-        self.generation = 0
-        self.segments: list[JSON] = []  # {"name", "id", "size", "records": [...], "tail": ...}
-        self.problems: list[Problem] = []
-        self.items: dict[int, Item] = {}
-        self.next_seq = 1
-        self.tail_bytes = 0
-        self.ignored: list[str] = []  # names the scan ignores (never touched)
-        self.obsolete: list[str] = []  # names recovery would delete
-        self.replay_stopped: str | None = None
-        self.c_compatible = True  # False when an extension rule (R11, R12, R14) decided something
-        self.index: JSON = _index_json("absent")  # queue.index (SPEC §12.1), see IndexCheck
-
-    @property
-    def verdict(self) -> int:
-        if any(p.kind == "corrupt" for p in self.problems):
-            return CORRUPT
-        if any(p.kind == "torn" for p in self.problems):
-            return TORN
-        return OK
-
-    def add(self, kind: str, message: str, **kw: Any) -> None:
-        self.problems.append(Problem(kind, message, **kw))
-
-    def stats(self) -> JSON:
-        counts = {s: 0 for s in STATE_NAMES}
-        for it in self.items.values():
-            counts[it.state] += 1
-        stored = sum(s["size"] for s in self.segments) - self.tail_bytes
-        return {
-            "total_items": len(self.items),
-            "available_items": counts[S_AVAILABLE],
-            "claimed_items": counts[S_CLAIMED],
-            "acknowledged_items": counts[S_ACKED],
-            "quarantined_items": counts[S_QUARANTINED],
-            "stored_bytes": stored,
-            "segment_count": max(1, len(self.segments)),
-            "next_seq": self.next_seq,
-            "recovered_tail_bytes": self.tail_bytes,
-            "generation": self.generation,
-        }
-
-    def to_json(self, with_records: bool = False) -> JSON:
-        out: JSON = {
-            "path": self.path,
-            "verdict": VERDICT_NAMES[self.verdict],
-            "exit_code": self.verdict,
-            "options": self.options,
-            "generation": self.generation,
-            "manifest": self.manifest,
-            "problems": [p.to_json() for p in self.problems],
-            "stats": self.stats(),
-            "items": [self.items[k].to_json() for k in sorted(self.items)],
-            "segments": [
-                {
-                    "name": s["name"],
-                    "id": s["id"],
-                    "size": s["size"],
-                    "record_count": len(s["records"]),
-                    "tail": s["tail"],
-                }
-                for s in self.segments
-            ],
-            "ignored_files": self.ignored,
-            "obsolete_files": self.obsolete,
-            "c_compatible": self.c_compatible,
-            "index": self.index,
-        }
-        if with_records:
-            for js, s in zip(out["segments"], self.segments):  # noqa: B905
-                js["records"] = s["records"]
-        return out
-
-
 def scan(
     path: str, options: dict[str, Any] | None = None, exact_segment_bytes: bool = True
 ) -> Report:
     """Decode a queue directory without modifying it. Returns a Report (raises NotAQueue, OSError).
 
-    exact_segment_bytes: options["segment_bytes"] is the writer's (given, not a default), so a segment
-    that ends before a record that would have fit is damage (corrupt) rather than a warning.
+    exact_segment_bytes: options["segment_bytes"] is the writer's (given, not a default), so a
+    segment that ends before a record that would have fit is damage (corrupt) rather than a
+    warning.
     """
     opts = check_options(options)
     rep = Report(path, opts)
@@ -358,7 +228,7 @@ def scan(
             file=rep.segments[-1]["name"],
         )
     st.finish()
-    ixc.finish(st)
+    ixc.finish(st.applied, st.snap, st.stopped)
     return rep
 
 
@@ -500,39 +370,29 @@ class _Replay:
         m = self.rep.manifest
         assert m is not None  # a checkpoint exists only with a manifest
         items = self.rep.items
+        why, seq = None, None  # the first rule the state at the boundary breaks
         if len(items) != m["item_count"]:
-            self.corrupt(
-                "at the snapshot boundary %d items, manifest says %d"
-                % (len(items), m["item_count"]),
-                file=name,
-                offset=off,
+            why = "at the snapshot boundary %d items, manifest says %d" % (
+                len(items),
+                m["item_count"],
             )
-            return
-        if self.next_seq > m["next_seq"] or (self.gen == 0 and self.next_seq != m["next_seq"]):
-            self.corrupt(
-                "at the snapshot boundary next_seq %d, manifest says %d"
-                % (self.next_seq, m["next_seq"]),
-                file=name,
-                offset=off,
+        elif self.next_seq > m["next_seq"] or (self.gen == 0 and self.next_seq != m["next_seq"]):
+            why = "at the snapshot boundary next_seq %d, manifest says %d" % (
+                self.next_seq,
+                m["next_seq"],
             )
-            return
-        for it in items.values():
+        for it in items.values() if why is None else ():
             if self.gen != 0 and not it.snapshotted and not it.is_default():
-                self.corrupt(
-                    "item %d not snapshotted but not in the default state" % it.seq,
-                    file=name,
-                    offset=off,
-                    seqs=(it.seq, it.seq),
-                )
-                return
-            if it.needs_reason:
-                self.corrupt(
-                    "quarantined item %d has no reason record" % it.seq,
-                    file=name,
-                    offset=off,
-                    seqs=(it.seq, it.seq),
-                )
-                return
+                why = "item %d not snapshotted but not in the default state" % it.seq
+            elif it.needs_reason:
+                why = "quarantined item %d has no reason record" % it.seq
+            if why is not None:
+                seq = it.seq
+                break
+        if why is not None:
+            seqs = (seq, seq) if seq is not None else None
+            self.corrupt(why, file=name, offset=off, seqs=seqs)
+            return
         self.next_seq = m["next_seq"]
         self.seen = True
 
@@ -556,7 +416,8 @@ class _Replay:
                 and status in ("bad-header", "invalid")
                 and self.uniform_tail(data, off, rec, status)
             ):
-                # SPEC R11 (ddq extension): bytes that never reached the medium read as 0x00 or 0xFF.
+                # SPEC R11 (ddq extension): bytes that never reached the medium read as 0x00 or
+                # 0xFF.
                 left = len(data) - off
                 self.rep.tail_bytes = left
                 self.rep.c_compatible = False
@@ -583,9 +444,9 @@ class _Replay:
                 and self.prev_size + rec["record_length"] <= self.opts["segment_bytes"]
             ):
                 msg = (
-                    "segment %s ends at %d bytes, and this first record of %d bytes would have fit in "
-                    "segment_bytes %d: a writer with a smaller segment_bytes wrote it, or it lost "
-                    "its end (SPEC F7)"
+                    "segment %s ends at %d bytes, and this first record of %d bytes would have "
+                    "fit in segment_bytes %d: a writer with a smaller segment_bytes wrote it, or "
+                    "it lost its end (SPEC F7)"
                     % (
                         self.prev_name,
                         self.prev_size,
@@ -645,8 +506,8 @@ class _Replay:
                 seg["tail"] = tail
                 return
             if status == "invalid":
-                # Complete but failing record: reported, shown by --all, and skipped by length so the
-                # rest of the segment can still be decoded (replay stays stopped).
+                # Complete but failing record: reported, shown by --all, and skipped by length so
+                # the rest of the segment can still be decoded (replay stays stopped).
                 rec["status"] = "invalid"
                 rec["reason"] = why
                 seg["records"].append(rec)
@@ -748,19 +609,18 @@ class _Replay:
             return self.corrupt("%s record inside the snapshot prefix" % TYPE_NAMES[typ], **where)
         if typ == T_STATE:
             return self.corrupt("STATE record outside a snapshot prefix", **where)
+        # CLAIM takes an available (or, its lease lapsed, a claimed) item; ACK, RETRY and
+        # QUARANTINE only a claimed one (SPEC §7.4).
+        if it.state not in ((S_AVAILABLE, S_CLAIMED) if typ == T_CLAIM else (S_CLAIMED,)):
+            what = (TYPE_NAMES[typ], STATE_NAMES[it.state])
+            return self.corrupt("%s of a %s item" % what, **where)
         if typ == T_CLAIM:
-            if it.state not in (S_AVAILABLE, S_CLAIMED):
-                return self.corrupt("CLAIM of a %s item" % STATE_NAMES[it.state], **where)
             it.state = S_CLAIMED
             it.lease_until_ms = rec["arg"]
         elif typ == T_ACK:
-            if it.state != S_CLAIMED:
-                return self.corrupt("ACK of a %s item" % STATE_NAMES[it.state], **where)
             it.state = S_ACKED
             it.lease_until_ms = 0
         elif typ == T_RETRY:
-            if it.state != S_CLAIMED:
-                return self.corrupt("RETRY of a %s item" % STATE_NAMES[it.state], **where)
             if it.attempts >= U32_MAX:
                 return self.corrupt("RETRY would overflow attempts", **where)
             it.state = S_AVAILABLE
@@ -768,8 +628,6 @@ class _Replay:
             it.lease_until_ms = 0
             it.not_before_ms = rec["arg"]
         elif typ == T_QUARANTINE:
-            if it.state != S_CLAIMED:
-                return self.corrupt("QUARANTINE of a %s item" % STATE_NAMES[it.state], **where)
             it.state = S_QUARANTINED
             it.lease_until_ms = 0
             it.reason = bytes.fromhex(rec["payload_hex"])

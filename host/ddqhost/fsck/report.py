@@ -1,8 +1,7 @@
 """fsck, step 4 of 4, report: the text of `ddq records`, `ddq verify` and the index line."""
 
 from .. import options
-from .format import JSON, OK, STATE_NAMES, T_STATE, TORN
-from .replay import Report
+from .format import JSON, OK, STATE_NAMES, T_STATE, TORN, Report
 
 
 def printable(s: str) -> str:
@@ -74,21 +73,18 @@ def _preview(b: bytes, n: int = 32) -> str:
     return s + ("..." if len(b) > n else "")
 
 
+MANIFEST_LINE = (
+    "manifest: generation %(generation)d next_seq %(next_seq)d segment_count %(segment_count)d"
+    " item_count %(item_count)d end_offset %(end_offset)d"
+)
+
+
 def render_records(rep: Report, show_all: bool = False) -> str:
     out: list[str] = []
     if rep.manifest:
         m = rep.manifest
         out.append(
-            "manifest: generation %d next_seq %d segment_count %d item_count %d end_offset %d crc %08x%s"
-            % (
-                m["generation"],
-                m["next_seq"],
-                m["segment_count"],
-                m["item_count"],
-                m["end_offset"],
-                m["crc32"],
-                "" if m["crc_ok"] else " (BAD CRC)",
-            )
+            MANIFEST_LINE % m + " crc %08x%s" % (m["crc32"], "" if m["crc_ok"] else " (BAD CRC)")
         )
     else:
         out.append("manifest: none (generation 0)")
@@ -121,16 +117,7 @@ def render_verify(rep: Report) -> str:
     out.append("options: " + " ".join("%s %d" % (k, o[k]) for k in options.KEYS))
     if rep.manifest:
         m = rep.manifest
-        out.append(
-            "manifest: generation %d next_seq %d segment_count %d item_count %d end_offset %d"
-            % (
-                m["generation"],
-                m["next_seq"],
-                m["segment_count"],
-                m["item_count"],
-                m["end_offset"],
-            )
-        )
+        out.append(MANIFEST_LINE % m)
     else:
         out.append("manifest: none (generation 0)")
     for s in rep.segments:
@@ -151,19 +138,14 @@ def render_verify(rep: Report) -> str:
         out.append("note: %s" % rep.replay_stopped)
     if not rep.c_compatible:
         out.append(
-            "note: libddq (C) would not open this directory as is (see the SPEC extension notes above)"
+            "note: libddq (C) would not open this directory as is "
+            "(see the SPEC extension notes above)"
         )
     st = rep.stats()
     out.append(
-        "items: %d total, %d available, %d claimed, %d acked, %d quarantined; next_seq %d"
-        % (
-            st["total_items"],
-            st["available_items"],
-            st["claimed_items"],
-            st["acknowledged_items"],
-            st["quarantined_items"],
-            st["next_seq"],
-        )
+        "items: %(total_items)d total, %(available_items)d available, %(claimed_items)d claimed,"
+        " %(acknowledged_items)d acked, %(quarantined_items)d quarantined; next_seq %(next_seq)d"
+        % st
     )
     v = rep.verdict
     if v == OK:
