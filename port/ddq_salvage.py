@@ -34,6 +34,9 @@ _REC_FMT = "<IHHQQIIII"
 _REC_MAGIC = 0x31475144
 _MAGIC_BYTES = b"DQG1"
 _REC_COMMIT = 0x54494D43
+_R_VER = const(4)  # header fields by offset (ddq.py's format section)
+_R_CRC = const(32)
+_R_RES = const(36)
 _HDR = const(40)
 _MIN_REC = const(48)
 _T_DATA = const(1)
@@ -53,7 +56,6 @@ _MAX_GEN = 0xFFFFFFFFFFFFFFFF
 _CHUNK = const(2048)
 _LOST_REASON = b"ddq salvage: reason record lost"
 _SCAN_RECORDS = const(4000000)  # the R4 bound per segment
-_ENOENT = const(2)
 
 # Item fields (a list per seq): log position, path index, offset, payload length, state,
 # attempts, lease_until_ms, not_before_ms, reason path index (-1: none), reason offset,
@@ -117,10 +119,10 @@ def encode_record(typ: int, seq: int, arg: int, payload: "Any") -> bytes:
     rlen = _MIN_REC + plen
     h = bytearray(_HDR)
     struct.pack_into(_REC_FMT, h, 0, _REC_MAGIC, 1, typ, seq, arg, plen, rlen, 0, 0)
-    c = _crc(memoryview(h)[36:40], _crc(memoryview(h)[4:32]))
+    c = _crc(memoryview(h)[_R_RES:_HDR], _crc(memoryview(h)[_R_VER:_R_CRC]))  # [F2]
     if plen:
         c = _crc(payload, c)
-    struct.pack_into("<I", h, 32, c)
+    struct.pack_into("<I", h, _R_CRC, c)
     return bytes(h) + bytes(payload) + struct.pack("<II", _REC_COMMIT, rlen)
 
 
