@@ -360,6 +360,8 @@ def check_record(
     """Validate the whole record at mv[p:]; return (type, seq, arg, payload_len) [F2]-[F11].
 
     Raises Corrupt (without position; the caller adds segment and offset)."""
+    # ddq_recover._replay applies these rules inline, in this order (a call per record is slow
+    # on MicroPython: DESIGN §13); tests/test_record_verdicts.py holds the two copies equal.
     magic, ver, typ, seq, arg, plen, rlen, crc, res = struct.unpack_from(_REC_FMT, mv, p)
     if magic != _REC_MAGIC or ver != _VERSION or res != 0 or typ < _T_DATA or typ > _T_STATE:
         raise _err(_X_HEADER)

@@ -320,23 +320,11 @@ def bind(g: "Cfg") -> None:
         def __init__(self) -> None:
             Wifi.__init__(self, g)
 
-    def board_run(
-        rounds: "Optional[int]" = None,
-        period_ms: "Optional[int]" = None,
-        sender: "Any" = None,
-        queue_dir: "Optional[str]" = None,
-        budget: "Optional[int]" = None,
-        drain_ms: int = 0,
-    ) -> "dict[str, Any]":
-        return run(g, rounds, period_ms, sender, queue_dir, budget, drain_ms)  # run's doc
+    # run() and run_async() over g: their own parameters after the settings (their docs).
+    def board_run(*a: "Any", **k: "Any") -> "dict[str, Any]":
+        return run(g, *a, **k)
 
-    def board_run_async(
-        rounds: "Optional[int]" = None,
-        period_ms: "Optional[int]" = None,
-        client: "Any" = None,
-        queue_dir: "Optional[str]" = None,
-        drain_ms: int = 0,
-    ) -> "Any":
-        return run_async(g, rounds, period_ms, client, queue_dir, drain_ms)  # run_async's doc
+    def board_run_async(*a: "Any", **k: "Any") -> "Any":
+        return run_async(g, *a, **k)
 
     g["Wifi"], g["run"], g["run_async"] = BoardWifi, board_run, board_run_async

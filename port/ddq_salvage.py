@@ -440,26 +440,16 @@ def _merge(rs: "list[list[int]]") -> "list[list[int]]":
     return out
 
 
-def _sub(rs: "list[list[int]]", points: "set[int]") -> "list[list[int]]":
-    # The ranges rs without the seqs in points.
-    out: "list[list[int]]" = []
-    cut = sorted(points)
-    for lo, hi in rs:
-        for x in cut:
-            if lo <= x <= hi:
-                if x > lo:
-                    out.append([lo, x - 1])
-                lo = x + 1
-        if lo <= hi:
-            out.append([lo, hi])
-    return out
-
-
-def _minus(rs: "list[list[int]]", drop: "list[list[int]]") -> "list[list[int]]":
-    # The ranges rs without any range of drop (merged, sorted).
+def _minus(rs: "list[list[int]]", drop: "list[Any]") -> "list[list[int]]":
+    # The ranges rs without the seqs of drop: sorted disjoint ranges [a, b], or sorted seqs (a
+    # seq x is the range [x, x]).
     out: "list[list[int]]" = []
     for lo, hi in rs:
-        for a, b in drop:
+        for d in drop:
+            if isinstance(d, int):
+                a = b = d
+            else:
+                a, b = d
             if b < lo or a > hi:
                 continue
             if a > lo:
@@ -703,7 +693,7 @@ def _plan(
         exact_from = sc.max_seq + 1
         uncertain = _gaps(have_data, 1, sc.max_seq + 1)
     # ranges, never one entry per seq: a forged seq near 2^64 must not cost memory
-    lost = _sub(_gaps(have_data, exact_from, sc.max_seq + 1), acked_all)
+    lost = _minus(_gaps(have_data, exact_from, sc.max_seq + 1), sorted(acked_all))
     snapshot_lost = -1
     if man is not None and man[0] != 0:
         in_prefix = 0
