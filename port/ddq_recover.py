@@ -444,9 +444,19 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                     break
                 left = size - pos
                 need = left if left < _HDR else _HDR
-                if pos + need > wend:  # a call per window, not per record
+                if pos + need > wend:
+                    # Read into the whole window, mv itself: no slice (an object each, and
+                    # _read_exact's heap frame) but after a short read (its loop, then).
                     wpos = pos
-                    wend = _fill(self, h, pos, mv, mvlen if mvlen < left else left, need, path, lp)
+                    k = mvlen if mvlen < left else left
+                    r = fs.read_into(h, pos, mv)
+                    if r > k:  # (the file holds no more than its size, but trust no count)
+                        r = k
+                    wend = pos + r
+                    if 0 < r < k:
+                        wend += self._read_exact(h, wend, mv[r:k])
+                    if wend - pos < need:
+                        raise OSError(_EIO, "short read in " + path[lp:])
                 if left < _HDR:  # [R10] short tail
                     if last and st[_ST_SEEN]:
                         torn = True
@@ -689,24 +699,6 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
         if last:
             log.h = fs.open(path, "ab")
             log.off = log.synced = size
-
-
-def _fill(
-    self: "Queue", h: "Any", pos: int, mv: memoryview, k: int, need: int, path: str, lp: int
-) -> int:
-    # _replay's read window refilled from pos with k bytes (the window, or what is left of the
-    # segment), at least need: into the whole window, mv itself, no slice (an object each, and
-    # _read_exact's heap frame) but after a short read (its loop, then). Returns the window's
-    # end; the segment's name (path[lp:]) is cut out only for the error.
-    r: int = self._fs.read_into(h, pos, mv)
-    if r > k:  # (the file holds no more than its size, but trust no count)
-        r = k
-    end = pos + r
-    if 0 < r < k:
-        end += self._read_exact(h, end, mv[r:k])
-    if end - pos < need:
-        raise OSError(_EIO, "short read in " + path[lp:])
-    return end
 
 
 def _cut(self: "Queue", path: str, size: int) -> None:
