@@ -93,9 +93,19 @@ _REC_FMT = "<IHHQQIIII"  # magic version type seq arg payload_length record_leng
 _REC_MAGIC = const(0x31475144)  # b"DQG1"
 _REC_COMMIT = 0x54494D43  # b"CMIT" (over 2**30: not a const on 32-bit boards)
 _FTR_FMT = "<II"  # commit record_length
-_HDR = const(40)
+# The header's fields by offset (SPEC §3.1 [F1]; magic at 0); the footer is at _HDR + plen. The
+# modules beside ddq.py that read fields by byte keep copies (a const folds in its own module
+# only): tests/host/test_host_index.py holds every copy equal to these.
+_R_VER = const(4)
+_R_TYPE = const(6)
+_R_SEQ = const(8)
+_R_ARG = const(16)
+_R_PLEN = const(24)
+_R_RLEN = const(28)
+_R_CRC = const(32)
+_R_RES = const(36)
+_HDR = const(40)  # the payload
 _MIN_REC = const(48)  # header + footer
-_OFF_CRC = const(32)
 _VERSION = const(1)
 # Record types: SPEC §4 [F10].
 _T_DATA = const(1)
@@ -293,7 +303,7 @@ if TYPE_CHECKING:  # what the classes are, for the type checkers (docs/API.md do
         code = -6
 
     class Full(Error):
-        """Raised when the admission reserve or max_items refuses an enqueue; nothing was stored."""
+        """Raised when the admission reserve or max_items refuses an enqueue; nothing stored."""
 
         code = -7
 
@@ -308,7 +318,7 @@ if TYPE_CHECKING:  # what the classes are, for the type checkers (docs/API.md do
         code = -9
 
     class BufferTooSmall(Error):
-        """Raised by read_into when the buffer is smaller than the payload; `.needed` says how big."""
+        """Raised by read_into for a buffer smaller than the payload; `.needed` says how big."""
 
         code, needed = -10, 0
 
@@ -350,6 +360,8 @@ def check_record(
     """Validate the whole record at mv[p:]; return (type, seq, arg, payload_len) [F2]-[F11].
 
     Raises Corrupt (without position; the caller adds segment and offset)."""
+    # ddq_recover._replay applies these rules inline, in this order (a call per record is slow
+    # on MicroPython: DESIGN §13); tests/test_record_verdicts.py holds the two copies equal.
     magic, ver, typ, seq, arg, plen, rlen, crc, res = struct.unpack_from(_REC_FMT, mv, p)
     if magic != _REC_MAGIC or ver != _VERSION or res != 0 or typ < _T_DATA or typ > _T_STATE:
         raise _err(_X_HEADER)
@@ -360,8 +372,8 @@ def check_record(
     commit, rlen2 = struct.unpack_from(_FTR_FMT, mv, p + _HDR + plen)
     if commit != _REC_COMMIT or rlen2 != rlen:
         raise _err(_X_FOOTER)
-    c = _crc(mv[p + 4 : p + 32])
-    c = _crc(mv[p + 36 : p + 40], c)
+    c = _crc(mv[p + _R_VER : p + _R_CRC])  # [F2]
+    c = _crc(mv[p + _R_RES : p + _HDR], c)
     if plen:
         c = _crc(mv[p + _HDR : p + _HDR + plen], c)
     if c != crc:
@@ -503,6 +515,15 @@ class PosixStorage:
 _CH = const(256)  # items per chunk: 64 B of states, lengths none, 256 B, 512 B (u16) or 1 KiB
 _CS = const(8)  # log2(_CH)
 _CM = const(255)
+# A live entry's fields (_Index.live: seq -> list), and a hist entry's (_Index.hist). The
+# modules beside ddq.py that read them keep copies (test_host_index.py holds them equal).
+_LV_I = const(0)  # the item's index
+_LV_ATT = const(1)  # attempts
+_LV_LEASE = const(2)  # lease_until_ms; 0 when not claimed (or its lease swept)
+_LV_NB = const(3)  # not_before_ms
+_LV_OFF = const(4)  # the offset of its DATA record in its segment, -1 until a read found it
+_HS_ATT = const(0)  # attempts
+_HS_NB = const(1)  # not_before_ms
 
 
 class _Index:
@@ -540,10 +561,10 @@ class _Index:
         self.cl: "Any" = array(tc)
         self.lv: "list[Any]" = []
 
-        # live: non-terminal items with history,
-        #   seq -> [index, attempts, lease_until, not_before, DATA offset or -1 if not known yet]
+        # live: non-terminal items with history, seq -> [_LV_I, _LV_ATT, _LV_LEASE, _LV_NB,
+        #   _LV_OFF] (index, attempts, lease_until, not_before, DATA offset or -1)
         self.live: "dict[int, list[int]]" = {}
-        # hist: terminal items with history, seq -> [attempts, not_before]
+        # hist: terminal items with history, seq -> [_HS_ATT, _HS_NB] (attempts, not_before)
         self.hist: "dict[int, list[int]]" = {}
         # reasons: quarantined items, seq -> [segment index, offset, length]
         self.reasons: "dict[int, list[int]]" = {}
@@ -622,10 +643,10 @@ class _Index:
     def history(self, seq: int) -> "tuple[int, int, int]":
         e = self.live.get(seq)
         if e is not None:
-            return e[1], e[2], e[3]
+            return e[_LV_ATT], e[_LV_LEASE], e[_LV_NB]
         h = self.hist.get(seq)
         if h is not None:
-            return h[0], 0, h[1]
+            return h[_HS_ATT], 0, h[_HS_NB]
         return 0, 0, 0
 
     def set_history(self, i: int, attempts: int, lease: int, nb: int) -> None:
@@ -636,7 +657,7 @@ class _Index:
             if e is None:
                 self.live[s] = [i, attempts, lease, nb, -1]
             else:
-                e[1], e[2], e[3] = attempts, lease, nb
+                e[_LV_ATT], e[_LV_LEASE], e[_LV_NB] = attempts, lease, nb
         else:
             self.live.pop(s, None)
             if attempts or nb:
@@ -671,7 +692,8 @@ class _Log:
     def __init__(self, gen: int) -> None:
         self.gen = gen
         self.sizes: "Any" = array("I")  # per segment (u32: segment_bytes <= 64 MiB)
-        self.ck: "list[list[int]]" = []  # per segment [crc32 of bytes 0..n, n, first record_length]
+        # per segment: [crc32 of bytes 0..n, n, the record_length of its first record]
+        self.ck: "list[list[int]]" = []
         self.off = 0
         self.h: "Any" = None
         self.dirty = False
@@ -871,7 +893,7 @@ class Queue:
         c = _crc(self._mv_crc2, _crc(self._mv_crc1))
         if payload is not None and plen:
             c = _crc(payload, c)
-        struct.pack_into("<I", rec, _OFF_CRC, c)
+        struct.pack_into("<I", rec, _R_CRC, c)
         off = log.off
         fs, h = self._fs, log.h
         if payload is not None and plen:
@@ -979,8 +1001,8 @@ class Queue:
         if k < 0 or hint[0] > i or (k + 1 < len(sfo) and sfo[k + 1] <= i):
             k = ix.at(sfo, i)  # the last segment whose first item index is <= i
         e = ix.live.get(seq)
-        if e is not None and e[4] >= 0:
-            return self._read_record(log, k, e[4], _T_DATA, seq, ln)
+        if e is not None and e[_LV_OFF] >= 0:
+            return self._read_record(log, k, e[_LV_OFF], _T_DATA, seq, ln)
         # j: the index of the next DATA record found at or after pos
         j, pos = (hint[0], hint[1]) if hint[2] == k and hint[0] <= i else (sfo[k], 0)
         end = log.sizes[k]
@@ -1007,7 +1029,7 @@ class Queue:
                             break
                         hint[0], hint[1], hint[2] = i, pos, k
                         if e is not None:
-                            e[4] = pos
+                            e[_LV_OFF] = pos
                         return self._read_record(log, k, pos, _T_DATA, seq, ln, h)
                     j += 1
                 pos += rlen
@@ -1020,7 +1042,7 @@ class Queue:
         if not isinstance(seq, int) or isinstance(seq, bool):
             raise _err(_X_NO_ITEM, seq)
         e = self._ix.live.get(seq)  # an item with history knows its index: no binary search
-        i = e[0] if e is not None else self._ix.find(seq)
+        i = e[_LV_I] if e is not None else self._ix.find(seq)
         if i < 0:
             raise _err(_X_NO_ITEM, seq)
         return i
@@ -1098,8 +1120,8 @@ class Queue:
         ix.fresh = f
         for s, e in live.items():
             self._sweep(e, now)
-            i = e[0]
-            if ix.state(i) == _AVAILABLE and (e[3] <= now or e[3] - now > _U32):
+            i = e[_LV_I]
+            if ix.state(i) == _AVAILABLE and (e[_LV_NB] <= now or e[_LV_NB] - now > _U32):
                 if best < 0 or s < best_seq:
                     best, best_seq = i, s
         if f < ix.n and (
@@ -1127,19 +1149,21 @@ class Queue:
     def _sweep(self, e: "list[int]", now: int) -> None:
         # An expired lease goes back to AVAILABLE in RAM only; nothing is written [T2]. A lease
         # further ahead than the longest legal one means the clock went back: expired [T3].
-        i = e[0]
-        if self._ix.state(i) == _CLAIMED and (e[2] <= now or e[2] - now > _MAX_LEASE_MS):
+        i = e[_LV_I]
+        if self._ix.state(i) == _CLAIMED and (
+            e[_LV_LEASE] <= now or e[_LV_LEASE] - now > _MAX_LEASE_MS
+        ):
             self._ix.put(i, _AVAILABLE)
-            self._swept[self._ix.seq(i)] = e[2]  # on disk it is still claimed [X3]
-            e[2] = 0
+            self._swept[self._ix.seq(i)] = e[_LV_LEASE]  # on disk it is still claimed [X3]
+            e[_LV_LEASE] = 0
             self._n_claimed -= 1
             self._n_avail += 1
 
     def _claimed(self, seq: int, done: int) -> int:
         # A claimed item always has a live entry holding its index: no binary search [O7].
         e = self._ix.live.get(seq) if isinstance(seq, int) else None
-        if e is not None and self._ix.state(e[0]) == _CLAIMED and self._log.h is not None:
-            return e[0]
+        if e is not None and self._ix.state(e[_LV_I]) == _CLAIMED and self._log.h is not None:
+            return e[_LV_I]
         i = self._find(seq)
         s = self._ix.state(i)
         if s == done:
@@ -1154,7 +1178,7 @@ class Queue:
             return False
         self._write(_T_ACK, seq, 0, None, self._sync_ack)
         e = self._ix.live[seq]  # (a compaction inside the write may have moved the item)
-        self._move(e[0], _ACKED, e[1], 0, e[3])
+        self._move(e[_LV_I], _ACKED, e[_LV_ATT], 0, e[_LV_NB])
         return True
 
     def retry(self, seq: int, delay_ms: int) -> None:
@@ -1168,7 +1192,7 @@ class Queue:
         if nb > _U64:
             raise _err(_X_NB)
         self._write(_T_RETRY, seq, nb, None, self._sync_all)
-        self._move(self._ix.live[seq][0], _AVAILABLE, attempts + 1, 0, nb)
+        self._move(self._ix.live[seq][_LV_I], _AVAILABLE, attempts + 1, 0, nb)
 
     def sync(self) -> int:
         """Make every record written so far durable; return durable_seq [D3]."""

@@ -5,17 +5,18 @@ The app to start from: join the network (WiFi with backoff; skipped where the po
 queue options, and deliver with the message layer's own loop (Outbox.pump; Outbox.run on
 asyncio through mqtt_as) through ddq_mqtt.WindowSender: up to WINDOW QoS 1 publishes in flight,
 so a backlog left by an outage drains at the link's speed, not at one message per round trip
-(LINK = "umqtt" sends through umqtt.simple instead, one at a time). A reading is acked only after the broker's PUBACK; while
-the broker or the network is away, sends fail and readings are retried with a growing, jittered
-delay, and new readings keep being queued. It survives resets: a reading is on flash once put()
-returned, and one in flight at a power cut is sent again when its lease ends (LEASE_MS).
+(LINK = "umqtt" sends through umqtt.simple instead, one at a time). A reading is acked only
+after the broker's PUBACK; while the broker or the network is away, sends fail and readings are
+retried with a growing, jittered delay, and new readings keep being queued. It survives resets:
+a reading is on flash once put() returned, and one in flight at a power cut is sent again when
+its lease ends (LEASE_MS).
 
 A board's main.py defines its settings (OPTIONS, the queue options of its profile; TOPIC;
 BROKER, CLIENT_ID, WIFI_SSID, WIFI_PASSWORD where it has a network; OUTBOX = "ddq_batch" to batch
-readings (OUTBOX §13.4); any of DEFAULTS it wants
-otherwise: QUEUE_DIR, LEASE_MS, RETRY_BASE_MS, RETRY_MAX_MS, MAX_ATTEMPTS, PERIOD_MS, BUDGET,
-BROKER_PORT, KEEPALIVE_S, LINK, WINDOW) and read_sensor(), then calls `ddq_app.bind(globals())`, which gives it
-run(), run_async() and Wifi over those settings. Settings are read when they are used, so
+readings (OUTBOX §13.4); any of DEFAULTS it wants otherwise: QUEUE_DIR, LEASE_MS,
+RETRY_BASE_MS, RETRY_MAX_MS, MAX_ATTEMPTS, PERIOD_MS, BUDGET, BROKER_PORT, KEEPALIVE_S, LINK,
+WINDOW) and read_sensor(), then calls `ddq_app.bind(globals())`, which gives it run(),
+run_async() and Wifi over those settings. Settings are read when they are used, so
 `main.LEASE_MS = 2000` before main.run() takes effect.
 `ddq flash --example-app` installs this module with the app (the app imports it).
 """
@@ -158,9 +159,9 @@ def open_outbox(cfg: "Cfg", queue_dir: "Optional[str]" = None) -> ddq_outbox.Out
     """The board's outbox: its queue options and lease, this app's retry policy."""
     base = max(1, cfg["RETRY_BASE_MS"])
     # OUTBOX = "ddq_batch" in a board's main.py (not in DEFAULTS, no new names here: a board's
-    # heap): readings share queue items of up to max_payload_bytes, each written when full or a minute
-    # after its first reading (OUTBOX B1-B3: a reading is on flash once its item is written, not
-    # when put() returns); `ddq flash` installs ddq_batch for such an app.
+    # heap): readings share queue items of up to max_payload_bytes, each written when full or a
+    # minute after its first reading (OUTBOX B1-B3: a reading is on flash once its item is
+    # written, not when put() returns); `ddq flash` installs ddq_batch for such an app.
     cls = __import__(cfg.get("OUTBOX", "ddq_outbox")).Outbox
     ob: ddq_outbox.Outbox = cls(
         queue_dir or cfg["QUEUE_DIR"],
@@ -319,23 +320,11 @@ def bind(g: "Cfg") -> None:
         def __init__(self) -> None:
             Wifi.__init__(self, g)
 
-    def board_run(
-        rounds: "Optional[int]" = None,
-        period_ms: "Optional[int]" = None,
-        sender: "Any" = None,
-        queue_dir: "Optional[str]" = None,
-        budget: "Optional[int]" = None,
-        drain_ms: int = 0,
-    ) -> "dict[str, Any]":
-        return run(g, rounds, period_ms, sender, queue_dir, budget, drain_ms)  # run's doc
+    # run() and run_async() over g: their own parameters after the settings (their docs).
+    def board_run(*a: "Any", **k: "Any") -> "dict[str, Any]":
+        return run(g, *a, **k)
 
-    def board_run_async(
-        rounds: "Optional[int]" = None,
-        period_ms: "Optional[int]" = None,
-        client: "Any" = None,
-        queue_dir: "Optional[str]" = None,
-        drain_ms: int = 0,
-    ) -> "Any":
-        return run_async(g, rounds, period_ms, client, queue_dir, drain_ms)  # run_async's doc
+    def board_run_async(*a: "Any", **k: "Any") -> "Any":
+        return run_async(g, *a, **k)
 
     g["Wifi"], g["run"], g["run_async"] = BoardWifi, board_run, board_run_async

@@ -199,22 +199,35 @@ def _publish(
 
 
 def _prepare_format(self: "Queue") -> None:
-    # First compaction: publish a manifest for generation 0, then create the marker [C2]
-    # (this order keeps an interrupted migration readable in the old format).
+    # The prelude of every compaction, whole (_compact) or staged (ddq_reclaim.start): the log
+    # synced (a manifest never points past unsynced bytes, and a copy reads g from the files),
+    # on the first compaction a manifest for generation 0 published, then the marker created
+    # [C2] (this order keeps an interrupted migration readable in the old format), and what is
+    # left of older generations removed; a failure fail-stops the queue [C7].
     fs, log = self._fs, self._log
-    if not self._has_manifest:
-        self._publish(log.gen, self._next, len(log.sizes), self._ix.n, log.off)
-        self._has_manifest = True
-    k = fs.kind(self._path(_MARKER))
-    if k == 0:
-        h = fs.open(self._path(_MARKER), "wb")
-        try:
-            fs.sync(h)
-        finally:
-            fs.close(h)
-        fs.sync_dir(self._dir)
-    elif k != 1 or fs.size(self._path(_MARKER)) != 0:
-        raise _E("Corrupt")("queue.format is not an empty file")
+    try:
+        if log.dirty:
+            self._sync_h()
+        if not self._has_manifest:
+            self._publish(log.gen, self._next, len(log.sizes), self._ix.n, log.off)
+            self._has_manifest = True
+        k = fs.kind(self._path(_MARKER))
+        if k == 0:
+            h = fs.open(self._path(_MARKER), "wb")
+            try:
+                fs.sync(h)
+            finally:
+                fs.close(h)
+            fs.sync_dir(self._dir)
+        elif k != 1 or fs.size(self._path(_MARKER)) != 0:
+            raise _E("Corrupt")("queue.format is not an empty file")
+        self._clean()
+    except OSError as e:
+        self._fail()
+        raise _io_failure(e, "compaction")
+    except _E("Corrupt"):
+        self._fail()
+        raise
 
 
 def _compact(
@@ -230,17 +243,7 @@ def _compact(
         raise Full("max_items reached and nothing is acked")
     if self._log.gen >= _U64:
         raise Limit("generation counter exhausted")
-    try:
-        if self._log.dirty:
-            self._sync_h()  # a manifest never points past unsynced bytes
-        self._prepare_format()
-        self._clean()
-    except OSError as e:
-        self._fail()
-        raise _io_failure(e, "compaction")
-    except _E("Corrupt"):
-        self._fail()
-        raise
+    self._prepare_format()
     old, ix, fs = self._log, self._ix, self._fs
     new, nix = _Log(old.gen + 1), _Index(self._tc)
     published = [False]

@@ -43,6 +43,10 @@ _CLAIMED = const(2)
 _QUARANTINED = const(4)
 _MAX_LEASE_MS = const(604800000)
 _X_RESERVE = const(8)  # ddq.py's "Full:admission reserve exhausted"
+_LV_I = const(0)  # a live entry's fields (ddq._Index.live)
+_LV_ATT = const(1)
+_LV_LEASE = const(2)
+_LV_NB = const(3)
 
 
 def reason(self: "Queue", seq: int) -> bytes:
@@ -73,13 +77,13 @@ def claim_ordered(self: "Queue", lease_ms: int) -> "Optional[Claim]":
     head, hs = (f, ix.seq(f)) if f < ix.n else (-1, 0)
     for s, e in live.items():
         if head < 0 or s < hs:
-            head, hs = e[0], s
+            head, hs = e[_LV_I], s
     if head < 0:
         return None
     h = live.get(hs)
     if h is not None:
         self._sweep(h, now)
-        if ix.state(head) != _AVAILABLE or not (h[3] <= now or h[3] - now > _U32):
+        if ix.state(head) != _AVAILABLE or not (h[_LV_NB] <= now or h[_LV_NB] - now > _U32):
             return None
     elif self._win and len(live) >= self._win and not __import__("ddq_hold").room(self):
         return None  # the hold rule: no room for one more item with history [H3]
@@ -129,9 +133,10 @@ def lapsed(self: "Queue", now: int) -> "list[tuple[int, int]]":
     """(seq, attempts) of each claimed item whose lease ran out by now (O(in flight))."""
     ix = self._ix
     return [
-        (s, e[1])
+        (s, e[_LV_ATT])
         for s, e in ix.live.items()
-        if ix.state(e[0]) == _CLAIMED and (e[2] <= now or e[2] - now > _MAX_LEASE_MS)
+        if ix.state(e[_LV_I]) == _CLAIMED
+        and (e[_LV_LEASE] <= now or e[_LV_LEASE] - now > _MAX_LEASE_MS)
     ]
 
 
@@ -236,6 +241,6 @@ def quarantine(self: "Queue", seq: int, reason: "Buf" = b"") -> bool:
     off = self._write(_T_QUAR, seq, 0, reason, self._sync_ack)
     ix = self._ix
     e = ix.live[seq]
-    self._move(e[0], _QUARANTINED, e[1], 0, e[3])
+    self._move(e[_LV_I], _QUARANTINED, e[_LV_ATT], 0, e[_LV_NB])
     ix.reasons[seq] = [len(self._log.sizes) - 1, off, len(reason)]
     return True

@@ -46,6 +46,16 @@ _CH = const(256)  # ddq's column chunk: items per chunk, its log2 and mask
 _CS = const(8)
 _CM = const(255)
 _EIO = const(5)
+_LV_I = const(0)  # a live entry's fields (ddq._Index.live), and a hist entry's
+_LV_ATT = const(1)
+_LV_LEASE = const(2)
+_LV_NB = const(3)
+_HS_ATT = const(0)
+_HS_NB = const(1)
+_CP_SEGS = const(0)  # recovery's snapshot boundary, as ddq_recover hands it to load()
+_CP_ITEMS = const(1)
+_CP_END = const(2)
+_CP_NEXT = const(3)
 # The header: SPEC §12.1 [X2]. magic version reserved abi manifest_crc generation next_seq, then
 # 16 u32: items fresh available claimed acked quarantined live hist reasons segments plan_segs
 # plan_off max_payload flags body_crc header_crc
@@ -118,33 +128,28 @@ def _columns(
                     st[t] = ix.state(i0 + t)
                 if sw:
                     for s, e in ix.live.items():
-                        if s in sw and e[0] >> _CS == c:
-                            st[e[0] & _CM] = _CLAIMED
+                        if s in sw and e[_LV_I] >> _CS == c:
+                            st[e[_LV_I] & _CM] = _CLAIMED
                 yield st
 
 
 def _entries(q: "ddq.Queue", sw: "dict[int, int]") -> "Generator[Any, None, None]":
+    # The live entries (28 bytes each), the hist entries and the reasons (20 bytes each) [X2].
     ix = q._ix
-    if ix.live:
-        b = bytearray(28 * len(ix.live))
+    for d, w in ((ix.live, 28), (ix.hist, 20), (ix.reasons, 20)):
+        if not d:
+            continue
+        b = bytearray(w * len(d))
         k = 0
-        for s, e in ix.live.items():
-            struct.pack_into("<QIQQ", b, k, s, e[1], sw.get(s, e[2]), e[3])
-            k += 28
-        yield b
-    if ix.hist:
-        b = bytearray(20 * len(ix.hist))
-        k = 0
-        for s, h in ix.hist.items():
-            struct.pack_into("<QIQ", b, k, s, h[0], h[1])
-            k += 20
-        yield b
-    if ix.reasons:
-        b = bytearray(20 * len(ix.reasons))
-        k = 0
-        for s, rr in ix.reasons.items():
-            struct.pack_into("<QIII", b, k, s, rr[0], rr[1], rr[2])
-            k += 20
+        for s, e in d.items():
+            if d is ix.live:
+                lease = sw.get(s, e[_LV_LEASE])
+                struct.pack_into("<QIQQ", b, k, s, e[_LV_ATT], lease, e[_LV_NB])
+            elif d is ix.hist:
+                struct.pack_into("<QIQ", b, k, s, e[_HS_ATT], e[_HS_NB])
+            else:  # segment index, offset, length
+                struct.pack_into("<QIII", b, k, s, e[0], e[1], e[2])
+            k += w
         yield b
 
 
@@ -345,7 +350,7 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
     # [X10] next_seq against the manifest: the items from its item_count on are the ones
     # appended after its boundary, consecutive from its next_seq (R5, R8); cp is (0, 0, 0, 1)
     # without a manifest: seqs 1 .. n.
-    if n < cp[1] or nxt != cp[3] + n - cp[1]:
+    if n < cp[_CP_ITEMS] or nxt != cp[_CP_NEXT] + n - cp[_CP_ITEMS]:
         return -1
     if crc_span(q, q._path(ddq._INDEX), _IX_SIZE, size, 0) != body:
         return -1
@@ -359,7 +364,9 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
         if sz > q._seg_bytes or real < sz or (k < ns - 1 and real != sz) or (first and not k):
             return -1
         ck.append([crc, sz, first])
-    if q._has_manifest and (ns < cp[0] or (ns == cp[0] and ck[ns - 1][1] < cp[2])):
+    if q._has_manifest and (
+        ns < cp[_CP_SEGS] or (ns == cp[_CP_SEGS] and ck[ns - 1][1] < cp[_CP_END])
+    ):
         return -1  # [R8] the index must lie past the manifest's boundary
     if not prefix_ok(q, gen, ck):
         return -1
@@ -458,8 +465,8 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
     if cnt[1] != na or cnt[2] != nc or cnt[3] != nk or cnt[4] != nq:
         return -1
     # [X10] the seqs against the manifest's boundary (next_seq checked above)
-    if (n > cp[1] and (nix.seq(cp[1]) != cp[3] or prev != nxt - 1)) or (
-        n and n == cp[1] and prev >= cp[3]
+    if (n > cp[_CP_ITEMS] and (nix.seq(cp[_CP_ITEMS]) != cp[_CP_NEXT] or prev != nxt - 1)) or (
+        n and n == cp[_CP_ITEMS] and prev >= cp[_CP_NEXT]
     ):
         return -1
     live, hist, rs = bytearray(28 * nlive), bytearray(20 * nhist), bytearray(20 * nrs)

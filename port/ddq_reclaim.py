@@ -44,6 +44,10 @@ _CH = const(256)  # ddq's index chunk: items per chunk
 _EIO = const(5)
 _REC_MAGIC = const(0x31475144)
 _REC_FMT = "<IHHQQIIII"
+_LV_I = const(0)  # a live entry's fields (ddq._Index.live)
+_LV_ATT = const(1)
+_LV_LEASE = const(2)
+_LV_NB = const(3)
 # Work bound of one step unit: it passes at most _SKIP items acked at P0 and reads at most _SKIP
 # record headers of g looking for the next item's DATA, then copies that item (DATA, STATE,
 # reason: two record reads, three appends) or one record of g's tail (C13).
@@ -93,17 +97,7 @@ def start(q: "ddq.Queue") -> None:
     # P0 is the end of g now: the snapshot holds every item not acked at P0 in its state at
     # P0, the records after P0 follow it verbatim (DESIGN §12) [C13].
     q._dead = []  # (q._clean below deletes what is left of an older generation)
-    try:
-        if q._log.dirty:
-            q._sync_h()  # the copy reads g from the files
-        q._prepare_format()
-        q._clean()
-    except OSError as e:
-        q._fail()
-        raise ddq._io_failure(e, "compaction")
-    except ddq.Corrupt:
-        q._fail()
-        raise
+    q._prepare_format()  # (ddq_compact: sync, manifest, marker, clean; a failure fail-stops)
     log = q._log
     b = Build(log.gen + 1, q._tc, q._ix.n, q._next, len(log.sizes) - 1, log.off)
     q._bld = b
@@ -383,7 +377,7 @@ def _publish(q: "ddq.Queue") -> None:
         le = nix.live.get(s)
         if j >= 0 and le is not None and nix.state(j) == _CLAIMED:
             nix.put(j, _AVAILABLE)
-            le[2] = 0
+            le[_LV_LEASE] = 0
         else:
             del q._swept[s]
     q._log, q._ix = new, nix
@@ -444,8 +438,8 @@ def fresh(q: "ddq.Queue", reserve: int, required: int) -> None:
     # small tables, so the pass over the column reads no seq.
     st = {}
     for e in ix.live.values():
-        if e[1] or e[2] or e[3]:
-            st[e[0]] = 1
+        if e[_LV_ATT] or e[_LV_LEASE] or e[_LV_NB]:
+            st[e[_LV_I]] = 1
     rs = {}
     for sq, r in ix.reasons.items():
         j = ix.find(sq)
@@ -463,30 +457,19 @@ def fresh(q: "ddq.Queue", reserve: int, required: int) -> None:
             if s != _ACKED:
                 n += 1
                 x = _MIN_REC + cl + (0 if lv is None else lv[j])  # its DATA
-                total += x
-                if k == 0 or o + x > seg:
-                    if k >= w:
-                        raise ddq.Full("compacted copy does not fit max_segments")
-                    k += 1
-                    o = 0
-                o += x
-                if s != _AVAILABLE or (st and i in st):  # a STATE [C4]
-                    total += _STATE_REC
-                    if o + _STATE_REC > seg:
-                        if k >= w:
-                            raise ddq.Full("compacted copy does not fit max_segments")
-                        k += 1
-                        o = 0
-                    o += _STATE_REC
-                if rs and i in rs:  # its reason
-                    x = rs[i]
-                    total += x
-                    if o + x > seg:
-                        if k >= w:
-                            raise ddq.Full("compacted copy does not fit max_segments")
-                        k += 1
-                        o = 0
-                    o += x
+                y = _STATE_REC if s != _AVAILABLE or (st and i in st) else 0  # a STATE [C4]
+                z = rs[i] if rs and i in rs else 0  # its reason
+                total += x + y + z
+                for _ in range(3):  # each record in turn, next-fit (no tuple: no allocation)
+                    if x:
+                        if k == 0 or o + x > seg:
+                            if k >= w:
+                                raise ddq.Full("compacted copy does not fit max_segments")
+                            k += 1
+                            o = 0
+                        o += x
+                    x, y = y, z
+                    z = 0
             i += 1
     if k == 0:
         k = 1  # the copy's first segment exists even when empty

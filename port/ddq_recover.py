@@ -77,8 +77,33 @@ _IO_LOOPS = const(1048576)
 _EIO = const(5)
 _CS = const(8)
 _CM = const(255)
-_CH = const(256)
-_CRC_FMT = "<HHQQII"  # the header's bytes 4..32 (version .. record_length)
+# A record's header fields by offset (ddq.py's format section, SPEC §3.1 [F1]).
+_R_VER = const(4)
+_R_TYPE = const(6)
+_R_SEQ = const(8)
+_R_ARG = const(16)
+_R_PLEN = const(24)
+_R_RLEN = const(28)
+_R_CRC = const(32)
+_R_RES = const(36)
+_CRC_FMT = "<HHQQII"  # the header's bytes _R_VER.._R_CRC (version .. record_length) [F2]
+# A live entry's fields (ddq._Index.live), and a hist entry's (ddq._Index.hist).
+_LV_I = const(0)
+_LV_ATT = const(1)
+_LV_LEASE = const(2)
+_LV_NB = const(3)
+_HS_ATT = const(0)
+_HS_NB = const(1)
+# Recovery's running state, two lists handed down the replay: cp, the manifest's snapshot
+# boundary (segments, items, end offset of its last segment, next_seq) [R8]; st, what the
+# replay has seen: that boundary, a STATE snapshot of the last item, its reason pending.
+_CP_SEGS = const(0)
+_CP_ITEMS = const(1)
+_CP_END = const(2)
+_CP_NEXT = const(3)
+_ST_SEEN = const(0)
+_ST_SNAP = const(1)
+_ST_REASON = const(2)
 # Names: SPEC §6 [N1]; a tail cut where truncate is missing is staged as <segment>.reserve: a
 # name libddq refuses while it is non-empty and not its segment [R12][R21] (older ddq staged
 # <segment>.cut [R22]).
@@ -111,7 +136,7 @@ def recover(self: "Queue") -> None:
             fs.rename(self._path(_MANIFEST_TMP), mpath)
             fs.sync_dir(self._dir)
             mk = 1
-        cp = [0, 0, 0, 1]  # checkpoint: segments, items, end offset, next_seq
+        cp = [0, 0, 0, 1]  # the snapshot boundary: [_CP_SEGS, _CP_ITEMS, _CP_END, _CP_NEXT]
         seen = True
         gen = mcrc = 0
         if mk == 0:
@@ -188,11 +213,11 @@ def recover(self: "Queue") -> None:
                 raise _E("Corrupt")("segment %d of generation %d is missing" % (k, gen))
         nseg = len(ids)
         ids = []
-        if self._has_manifest and nseg < cp[0]:
+        if self._has_manifest and nseg < cp[_CP_SEGS]:
             raise _E("Corrupt")("fewer segments than the manifest names")
         if not nseg:
             self._new_segment(log, False)
-        st = [seen, False, False]  # checkpoint seen, last item snapshotted, reason pending
+        st = [seen, False, False]  # [_ST_SEEN, _ST_SNAP, _ST_REASON]
         start = -1
         if nseg and self._ix_bytes and fs.kind(self._path(_INDEX)) == 1:  # a stat, no import
             try:
@@ -203,7 +228,7 @@ def recover(self: "Queue") -> None:
                 start = m.load(self, nseg, cp, mcrc)
         loaded = self._ix.n if start >= 0 else -1
         if start >= 0:
-            st[0] = self.index_used = True
+            st[_ST_SEEN] = self.index_used = True
         if len(log.sizes) < nseg:
             try:
                 _replay(self, nseg, cp, st, start)
@@ -217,9 +242,9 @@ def recover(self: "Queue") -> None:
                     return recover(self)
                 finally:
                     self._ix_bytes, self._salv = kept
-        if not st[0]:
+        if not st[_ST_SEEN]:
             raise _E("Corrupt")("the manifest's snapshot boundary was never reached")
-        if nseg > 1 and nseg > cp[0] and not log.sizes[-1]:
+        if nseg > 1 and nseg > cp[_CP_SEGS] and not log.sizes[-1]:
             # [R23] An empty last segment past the manifest's boundary: a rotation whose record
             # never became durable (a power cut or ENOSPC after W3's create, or its torn record
             # cut to nothing). It holds nothing; removed, the next record goes where the lost
@@ -309,19 +334,19 @@ def _read_small(self: "Queue", path: str, n: int) -> bytes:
 
 def _checkpoint(self: "Queue", sg: int, pos: int, cp: "list[int]", st: "list[bool]") -> None:
     # [R8] the manifest's snapshot boundary: counts must match when the replay reaches it.
-    if not st[0] and sg + 1 == cp[0]:
-        if pos > cp[2]:
+    if not st[_ST_SEEN] and sg + 1 == cp[_CP_SEGS]:
+        if pos > cp[_CP_END]:
             raise _E("Corrupt")("a record crosses the snapshot boundary")
-        if pos == cp[2]:
+        if pos == cp[_CP_END]:
             if (
-                self._ix.n != cp[1]
-                or self._next > cp[3]
-                or st[2]
-                or (self._log.gen == 0 and self._next != cp[3])
+                self._ix.n != cp[_CP_ITEMS]
+                or self._next > cp[_CP_NEXT]
+                or st[_ST_REASON]
+                or (self._log.gen == 0 and self._next != cp[_CP_NEXT])
             ):
                 raise _E("Corrupt")("snapshot boundary does not match the manifest")
-            self._next = cp[3]
-            st[0] = True
+            self._next = cp[_CP_NEXT]
+            st[_ST_SEEN] = True
 
 
 def _uniform(self: "Queue", h: "Any", start: int, end: int) -> bool:
@@ -369,7 +394,7 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
     # The crc scratch (a 40-byte header and its views) and the payload views by window offset
     # (vc, below), made once per recovery.
     hb = bytearray(_HDR)
-    hv, hz = memoryview(hb)[4:32], memoryview(hb)[36:40]
+    hv, hz = memoryview(hb)[_R_VER:_R_CRC], memoryview(hb)[_R_RES:_HDR]
     vc: "dict[int, memoryview]" = {}
     rb = None  # the window's buffer: the views are of it
     mv = hv
@@ -394,9 +419,9 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
         size = fs.size(path)
         if size > seg_bytes:
             raise _E("Corrupt")("%s is larger than segment_bytes" % path[lp:])
-        if not st[0] and sg + 1 == cp[0]:
+        if not st[_ST_SEEN] and sg + 1 == cp[_CP_SEGS]:
             _checkpoint(self, sg, 0, cp, st)
-        boundary = sg + 1 == cp[0]  # only this segment holds the manifest's boundary [R8]
+        boundary = sg + 1 == cp[_CP_SEGS]  # only this segment holds the manifest's boundary [R8]
         swept = self._swept
         # The read window: a quarter segment, 1 KiB to 64 KiB (a board's 4 KiB segments: one
         # 1 KiB allocation, found where a 2 KiB one was not in a 64 KiB heap reopened a few
@@ -433,7 +458,7 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                     if wend - pos < need:
                         raise OSError(_EIO, "short read in " + path[lp:])
                 if left < _HDR:  # [R10] short tail
-                    if last and st[0]:
+                    if last and st[_ST_SEEN]:
                         torn = True
                         break
                     raise _E("Corrupt")("short record at %s offset %d" % (path[lp:], pos))
@@ -442,17 +467,19 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                     # Fields by byte on MicroPython: unpack_from parses its format and builds a
                     # 9-tuple per record (88 B churn, ~6 us); these make no object (~2 us).
                     magic = mv[p] | mv[p + 1] << 8 | mv[p + 2] << 16 | mv[p + 3] << 24
-                    ver = mv[p + 4] | mv[p + 5] << 8
-                    rlen = mv[p + 28] | mv[p + 29] << 8 | mv[p + 30] << 16 | mv[p + 31] << 24
+                    q = p + _R_VER
+                    ver = mv[q] | mv[q + 1] << 8
+                    q = p + _R_RLEN
+                    rlen = mv[q] | mv[q + 1] << 8 | mv[q + 2] << 16 | mv[q + 3] << 24
                 else:
                     magic, ver, typ, seq, arg, plen, rlen, crc, res = unpack(_REC_FMT, mv, p)
                 if magic != _REC_MAGIC or ver != _VERSION or rlen < _MIN_REC or rlen > seg_bytes:
-                    if last and st[0] and _uniform(self, h, pos, size):
+                    if last and st[_ST_SEEN] and _uniform(self, h, pos, size):
                         torn = True
                         break
                     raise _E("Corrupt")("bad record header at %s offset %d" % (path[lp:], pos))
                 if rlen > left:  # [R10] declared length runs past the end
-                    if last and st[0]:
+                    if last and st[_ST_SEEN]:
                         torn = True
                         break
                     raise _E("Corrupt")("truncated record at %s offset %d" % (path[lp:], pos))
@@ -471,8 +498,9 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                     if not _MP:
                         magic, ver, typ, seq, arg, plen, rlen, crc, res = unpack(_REC_FMT, mv, 0)
                 if _MP:
-                    typ = mv[p + 6] | mv[p + 7] << 8
-                    q = p + 8
+                    q = p + _R_TYPE
+                    typ = mv[q] | mv[q + 1] << 8
+                    q = p + _R_SEQ
                     seq = (
                         mv[q]
                         | mv[q + 1] << 8
@@ -483,7 +511,7 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                         | mv[q + 6] << 48
                         | mv[q + 7] << 56
                     )
-                    q = p + 16
+                    q = p + _R_ARG
                     arg = (
                         mv[q]
                         | mv[q + 1] << 8
@@ -494,10 +522,14 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                         | mv[q + 6] << 48
                         | mv[q + 7] << 56
                     )
-                    plen = mv[p + 24] | mv[p + 25] << 8 | mv[p + 26] << 16 | mv[p + 27] << 24
-                    crc = mv[p + 32] | mv[p + 33] << 8 | mv[p + 34] << 16 | mv[p + 35] << 24
-                    res = mv[p + 36] | mv[p + 37] | mv[p + 38] | mv[p + 39]  # 0 iff reserved is 0
-                # check_record's rules, in its order [F2]-[F11]
+                    q = p + _R_PLEN
+                    plen = mv[q] | mv[q + 1] << 8 | mv[q + 2] << 16 | mv[q + 3] << 24
+                    q = p + _R_CRC
+                    crc = mv[q] | mv[q + 1] << 8 | mv[q + 2] << 16 | mv[q + 3] << 24
+                    q = p + _R_RES
+                    res = mv[q] | mv[q + 1] | mv[q + 2] | mv[q + 3]  # 0 iff reserved is 0
+                # check_record's rules, in its order [F2]-[F11] (port/ddq.py, codec; the two
+                # copies held equal by tests/test_record_verdicts.py)
                 err = ""
                 if (
                     magic != _REC_MAGIC
@@ -526,12 +558,12 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                         # crc over bytes 4..32: the fields just read, packed again into hb (no
                         # slice of the window); the reserved bytes: zero (checked above), hb's
                         # 36..40; then the payload: one slice, none for a control record.
-                        pack(_CRC_FMT, hb, 4, ver, typ, seq, arg, plen, rlen)
+                        pack(_CRC_FMT, hb, _R_VER, ver, typ, seq, arg, plen, rlen)
                         c = crc32(hz, crc32(hv))
                         if plen:
-                            # The payload's view: a window is always refilled from a record's start,
-                            # so with records of like sizes the same offsets recur: a view per
-                            # offset is kept (a slice per record was most of a replay's churn).
+                            # The payload's view: a window is always refilled from a record's
+                            # start, so with records of like sizes the same offsets recur: a view
+                            # per offset is kept (a slice per record was most of a replay's churn).
                             if len(vc) > 64:
                                 vc.clear()
                             pv = vc.get(p)
@@ -551,7 +583,7 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                         ):
                             err = "record field rule broken"
                 if err:
-                    if last and st[0] and _uniform(self, h, pos + rlen - 8, size):
+                    if last and st[_ST_SEEN] and _uniform(self, h, pos + rlen - 8, size):
                         torn = True  # [R11] the footer and all after it never reached the medium
                         break
                     raise _E("Corrupt")("%s at %s offset %d" % (err, path[lp:], pos))
@@ -563,12 +595,12 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                         "segment %d of generation %d ends early (lost its end)" % (sg - 1, log.gen)
                     )
                 if typ == _T_DATA:  # [R5] appended in seq order (_apply's rules for the rest)
-                    prefix = gen_nz and not st[0]
+                    prefix = gen_nz and not st[_ST_SEEN]
                     if (
                         seq >= u64
                         or (n and seq <= prev)
                         or (not prefix and seq != self._next)
-                        or (prefix and st[2])
+                        or (prefix and st[_ST_REASON])
                     ):
                         raise _E("Corrupt")(
                             "DATA sequence out of order at %s offset %d (seq %d)"
@@ -596,10 +628,10 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                     self._n_avail += 1
                     if seq >= self._next:
                         self._next = seq + 1
-                    st[1] = False
+                    st[_ST_SNAP] = False
                 else:
                     le = live.get(seq)  # an item with history knows its index
-                    i = le[0] if le is not None else ix.find(seq)
+                    i = le[_LV_I] if le is not None else ix.find(seq)
                     if i >= 0:
                         cc = ixcol[i >> _CS]  # the item's state byte and its bits there
                         b, sb = (i & _CM) >> 2, (i & 3) << 1
@@ -612,10 +644,10 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                         typ == _T_ACK
                         and s == _CLAIMED
                         and le is not None
-                        and (st[0] or not gen_nz)
+                        and (st[_ST_SEEN] or not gen_nz)
                         and not swept
                     ):
-                        a, nb = le[1], le[3]
+                        a, nb = le[_LV_ATT], le[_LV_NB]
                         self._n_claimed -= 1
                         self._n_acked += 1
                         cc[b] ^= ((_CLAIMED - 1) ^ (_ACKED - 1)) << sb
@@ -627,7 +659,7 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                     elif (
                         typ == _T_CLAIM
                         and (s == _AVAILABLE or s == _CLAIMED)
-                        and (st[0] or not gen_nz)
+                        and (st[_ST_SEEN] or not gen_nz)
                         and not swept
                     ):
                         if s == _AVAILABLE:
@@ -639,10 +671,10 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                             if hh is None:
                                 live[seq] = [i, 0, arg, 0, -1]
                             else:
-                                live[seq] = [i, hh[0], arg, hh[1], -1]
+                                live[seq] = [i, hh[_HS_ATT], arg, hh[_HS_NB], -1]
                         else:
                             hist.pop(seq, None)
-                            le[2] = arg
+                            le[_LV_LEASE] = arg
                     else:
                         try:
                             _apply(self, sg, pos, typ, seq, arg, plen, mv, p, st, i, le)
@@ -652,7 +684,7 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                             )
                 pos += rlen
                 done += 1
-                if boundary and not st[0]:
+                if boundary and not st[_ST_SEEN]:
                     _checkpoint(self, sg, pos, cp, st)
             else:
                 raise Limit("too many records in " + path[lp:])
@@ -725,30 +757,37 @@ def _apply(
     """Apply one valid non-DATA record in log order: DDQ's replay rules [R6][R7] (_replay
     applies DATA [R5]). i: the item's index or -1; e: its live entry, if any."""
     ix = self._ix
-    prefix = self._log.gen != 0 and not st[0]
+    prefix = self._log.gen != 0 and not st[_ST_SEEN]
     if i < 0:
         raise _E("Corrupt")("record for unknown seq")
     s = ix.state(i)
     if e is not None:
-        a, lease, nb = e[1], e[2], e[3]
+        a, lease, nb = e[_LV_ATT], e[_LV_LEASE], e[_LV_NB]
     else:
         h = ix.hist.get(seq)
         if h is not None:
-            a, lease, nb = h[0], 0, h[1]
+            a, lease, nb = h[_HS_ATT], 0, h[_HS_NB]
         else:
             a = lease = nb = 0
-    if typ == _T_STATE and prefix and i == ix.n - 1 and not st[1]:
+    if typ == _T_STATE and prefix and i == ix.n - 1 and not st[_ST_SNAP]:
         state, a, lease, nb = struct.unpack_from(_STATE_FMT, mv, p + _HDR)
         if state not in (_AVAILABLE, _CLAIMED, _QUARANTINED) or (state == _CLAIMED) != (
             lease != 0
         ):
             raise _E("Corrupt")("bad STATE snapshot")
         self._move(i, state, a, lease, nb)
-        st[1] = True
-        st[2] = state == _QUARANTINED
-    elif typ == _T_QUAR and prefix and s == _QUARANTINED and st[1] and st[2] and i == ix.n - 1:
+        st[_ST_SNAP] = True
+        st[_ST_REASON] = state == _QUARANTINED
+    elif (
+        typ == _T_QUAR
+        and prefix
+        and s == _QUARANTINED
+        and st[_ST_SNAP]
+        and st[_ST_REASON]
+        and i == ix.n - 1
+    ):
         ix.reasons[seq] = [sg, off, plen]
-        st[2] = False
+        st[_ST_REASON] = False
     elif prefix:
         raise _E("Corrupt")("record not allowed inside a snapshot")
     elif typ == _T_CLAIM and s in (_AVAILABLE, _CLAIMED):
@@ -922,7 +961,9 @@ def lock(self: "PosixStorage", path: str) -> "Any":
 
 
 def decode_manifest(b: "Buf") -> "tuple[int, int, int, int, int]":
-    """Return (generation, next_seq, segment_count, item_count, end_offset); Corrupt if bad [M2]."""
+    """Decode a manifest [M2]: (generation, next_seq, segment_count, item_count, end_offset).
+
+    Raises Corrupt if it breaks a rule."""
     if len(b) != _MAN_SIZE:
         raise _E("Corrupt")("manifest size")
     magic, ver, size, gen, nxt, segs, items, end = struct.unpack_from(_MAN_FMT, b, 0)

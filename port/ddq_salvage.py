@@ -34,6 +34,9 @@ _REC_FMT = "<IHHQQIIII"
 _REC_MAGIC = 0x31475144
 _MAGIC_BYTES = b"DQG1"
 _REC_COMMIT = 0x54494D43
+_R_VER = const(4)  # header fields by offset (ddq.py's format section)
+_R_CRC = const(32)
+_R_RES = const(36)
 _HDR = const(40)
 _MIN_REC = const(48)
 _T_DATA = const(1)
@@ -53,7 +56,6 @@ _MAX_GEN = 0xFFFFFFFFFFFFFFFF
 _CHUNK = const(2048)
 _LOST_REASON = b"ddq salvage: reason record lost"
 _SCAN_RECORDS = const(4000000)  # the R4 bound per segment
-_ENOENT = const(2)
 
 # Item fields (a list per seq): log position, path index, offset, payload length, state,
 # attempts, lease_until_ms, not_before_ms, reason path index (-1: none), reason offset,
@@ -117,10 +119,10 @@ def encode_record(typ: int, seq: int, arg: int, payload: "Any") -> bytes:
     rlen = _MIN_REC + plen
     h = bytearray(_HDR)
     struct.pack_into(_REC_FMT, h, 0, _REC_MAGIC, 1, typ, seq, arg, plen, rlen, 0, 0)
-    c = _crc(memoryview(h)[36:40], _crc(memoryview(h)[4:32]))
+    c = _crc(memoryview(h)[_R_RES:_HDR], _crc(memoryview(h)[_R_VER:_R_CRC]))  # [F2]
     if plen:
         c = _crc(payload, c)
-    struct.pack_into("<I", h, 32, c)
+    struct.pack_into("<I", h, _R_CRC, c)
     return bytes(h) + bytes(payload) + struct.pack("<II", _REC_COMMIT, rlen)
 
 
@@ -438,26 +440,16 @@ def _merge(rs: "list[list[int]]") -> "list[list[int]]":
     return out
 
 
-def _sub(rs: "list[list[int]]", points: "set[int]") -> "list[list[int]]":
-    # The ranges rs without the seqs in points.
-    out: "list[list[int]]" = []
-    cut = sorted(points)
-    for lo, hi in rs:
-        for x in cut:
-            if lo <= x <= hi:
-                if x > lo:
-                    out.append([lo, x - 1])
-                lo = x + 1
-        if lo <= hi:
-            out.append([lo, hi])
-    return out
-
-
-def _minus(rs: "list[list[int]]", drop: "list[list[int]]") -> "list[list[int]]":
-    # The ranges rs without any range of drop (merged, sorted).
+def _minus(rs: "list[list[int]]", drop: "list[Any]") -> "list[list[int]]":
+    # The ranges rs without the seqs of drop: sorted disjoint ranges [a, b], or sorted seqs (a
+    # seq x is the range [x, x]).
     out: "list[list[int]]" = []
     for lo, hi in rs:
-        for a, b in drop:
+        for d in drop:
+            if isinstance(d, int):
+                a = b = d
+            else:
+                a, b = d
             if b < lo or a > hi:
                 continue
             if a > lo:
@@ -701,7 +693,7 @@ def _plan(
         exact_from = sc.max_seq + 1
         uncertain = _gaps(have_data, 1, sc.max_seq + 1)
     # ranges, never one entry per seq: a forged seq near 2^64 must not cost memory
-    lost = _sub(_gaps(have_data, exact_from, sc.max_seq + 1), acked_all)
+    lost = _minus(_gaps(have_data, exact_from, sc.max_seq + 1), sorted(acked_all))
     snapshot_lost = -1
     if man is not None and man[0] != 0:
         in_prefix = 0

@@ -479,7 +479,10 @@ def test_port_modules_constants_equal_ddq():
     port = os.path.join(
         os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "port"
     )
+    # A name two parts define and ddq does not (recovery's state, _CP_* and _ST_*, which
+    # ddq_recover hands to ddq_index.load) holds one value in both.
     seen = 0
+    first: "dict[str, tuple[str, object]]" = {}
     for f in sorted(os.listdir(port)):
         if not (f.startswith("ddq_") and f.endswith(".py")):
             continue
@@ -488,7 +491,14 @@ def test_port_modules_constants_equal_ddq():
         seen += len(names)
         for name in names:
             assert getattr(mod, name) == getattr(ddq_mod, name), (mod.__name__, name)
+        for name in vars(mod):
+            if name[:1] == "_" and name[1:2].isupper() and not hasattr(ddq_mod, name):
+                v = getattr(mod, name)
+                if isinstance(v, (int, str, bytes)):
+                    was = first.setdefault(name, (mod.__name__, v))
+                    assert was[1] == v, (name, was, mod.__name__, v)
     assert seen >= 100, seen  # recover, compact, extra, index, reclaim, salvage, outbox...
+    assert first["_CP_END"] == ("ddq_index", 2), first["_CP_END"]
 
 
 def test_error_message_table_matches_its_names():

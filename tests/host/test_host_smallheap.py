@@ -46,6 +46,7 @@ GROUPS = [
     ["test_index_regressions"],
     ["test_interop"],
     ["test_reclaim"],
+    ["test_record_verdicts"],
     ["test_regressions"],
     ["test_spec"],
     ["test_special_files"],
