@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 
 import os
 import struct
+import sys
 
 from ddq import (
     _E,
@@ -37,9 +38,9 @@ from ddq import (
     _import,
     _Index,
     _io_failure,
-    _lazy,
     _Log,
     _opt,
+    _part,
     _wall_ms,
     const,
     segment_name,
@@ -140,10 +141,11 @@ def recover(self: "Queue") -> None:
         for name in names:
             if name.endswith(_CUT) or name.endswith(".cut"):
                 seg = name[: name.rfind(".")]
-                if _lazy(None, "parse_segment_name")(seg):  # (in ddq_compact: rare here)
-                    m = _import("ddq_cut")  # only after a crash inside a cut (import heap)
-                    if m is None:
-                        raise _E("Corrupt")(name + ": no ddq_cut [R22]")
+                if _part("parse_segment_name")(seg):  # (in ddq_compact: rare here)
+                    try:  # only after a crash inside a cut (import heap)
+                        m = _part("ddq_cut")
+                    except IOFailure as x:  # R22: refused, nothing changed
+                        raise _E("Corrupt")("%s: %s [R22]" % (name, x.args[0]))
                     m.leftover(self, name, seg, gen)
                     cut = True
         if cut:
@@ -196,8 +198,8 @@ def recover(self: "Queue") -> None:
         start = -1
         if nseg and self._ix_bytes and fs.kind(self._path(_INDEX)) == 1:  # a stat, no import
             try:
-                m = _import("ddq_index")
-            except MemoryError:  # no room for the optional module: replay the whole log [X5]
+                m = _part("ddq_index")
+            except (MemoryError, IOFailure):  # no room for it, or not installed: replay [X5][X9]
                 m = None
             if m is not None:
                 start = m.load(self, nseg, cp, mcrc)
@@ -250,10 +252,9 @@ def recover(self: "Queue") -> None:
         raise _io_failure(e, "recovery")
     except BaseException as e:
         self._fail()
-        m = self._salv and isinstance(e, _E("Corrupt")) and _import("ddq_salvage")
-        if not m:
+        if not (self._salv and isinstance(e, _E("Corrupt"))):
             raise
-        m.in_place(self, e)  # [K9] repairs the directory, then recovers it
+        _part("ddq_salvage").in_place(self, e)  # [K9] repairs the directory, then recovers it
 
 
 def listdir(self: "Queue") -> "list[str]":
@@ -793,11 +794,7 @@ def init(
     # Records a call copies into a generation staged over many calls; 0: compaction runs
     # whole in the call that needs it, as C DDQ's (DESIGN §12) [C13].
     self._rstep = _opt(reclaim_step, 0, 4096, "reclaim_step")
-    self._rm = None  # ddq_reclaim, imported only for reclaim_step > 0 [C13]
-    if self._rstep:
-        self._rm = _import("ddq_reclaim")
-        if self._rm is None:
-            raise _E("InvalidArgument")("reclaim_step needs ddq_reclaim.py beside ddq.py")
+    self._rm = None  # the module ddq_reclaim, imported only for reclaim_step > 0 [C13]
     # The hold rule (SPEC §10.1, port/ddq_hold.py): room for `window` claims in flight and
     # `evidence_bytes` of quarantine evidence instead of libddq's reserve per item; 0: libddq's.
     self._win = _opt(window, 0, 65535, "window")
@@ -827,6 +824,16 @@ def init(
     self._pl = ([0, 0], [0, 0])  # scratch plans for admission: no allocation per enqueue
     self._rbuf = bytearray(0)
     _reset(self)
+    # [O22] the parts these options need, found before anything on disk changes (the open's
+    # own, ddq_recover, is here): a missing file is an IOFailure naming it and what needs it.
+    _find("ddq_compact", "compaction")
+    _find("ddq_extra", "stats, items, quarantine")
+    if self._win:
+        _find("ddq_hold", "window > 0")
+    if self._salv:
+        _find("ddq_salvage", "on_corrupt='salvage'")
+    if self._rstep:
+        self._rm = _part("ddq_reclaim", "reclaim_step > 0")
     k = self._fs.kind(self._dir)
     if k == 0:
         try:
@@ -853,6 +860,20 @@ def init(
             if tok is not None:
                 self._fs.unlock(tok)
         raise
+
+
+def _find(m: str, why: str) -> None:
+    # The part m as a file on sys.path (m.py or m.mpy: a stat each, its code is not loaded), else
+    # a real import: a frozen module has no file; a missing one is ddq._part's IOFailure naming
+    # m and why it is needed [O22].
+    for p in sys.path:
+        for x in (".py", ".mpy"):
+            try:
+                os.stat((p or ".") + "/" + m + x)
+                return
+            except OSError:
+                pass
+    _part(m, why)
 
 
 def _reset(self: "Queue") -> None:
