@@ -1340,18 +1340,19 @@ class Queue:
 # ============================================================================ parts
 # Every part of Queue that lives beside ddq.py, in one table, loaded by one rule (_part; DESIGN
 # §4.1, §13) [O21][O22]; MicroPython's asyncio package is the pattern (its _attrs table, read
-# by a module __getattr__). Each module beside ddq.py -> the names it gives: a Queue method is
-# attached to the class at its first use (Queue.__getattr__), a module attribute (ddq.Item) is
-# read through the module's __getattr__ (PEP 562); a module without names is used whole
-# (Queue._rm, say). "-": open-time code, run by _part and, in a heap of at most 128 KiB (_HEAP),
-# dropped after the call (DESIGN §4.1). The open checks the files its options need [O22].
+# by a module __getattr__). Each module beside ddq.py -> the names it gives, each between
+# spaces: a Queue method is attached to the class at its first use (Queue.__getattr__), a module
+# attribute (ddq.Item) is read through the module's __getattr__ (PEP 562); a module without
+# names is used whole (Queue._rm, say). "-": open-time code, run by _part and, in a heap of at
+# most 128 KiB (_HEAP), dropped after the call (DESIGN §4.1). The open checks the files its
+# options need (ddq_recover's _find) [O22].
 _PARTS = {
-    "ddq_recover": "-init recover lock decode_manifest",  # Queue(...), PosixStorage.lock
-    "ddq_compact": "compact purge _compact _copy _publish _prepare_format _clean _index_update"
-    " parse_segment_name encode_manifest",
-    "ddq_extra": "stats items oldest_available lapsed claim_seq claim_ordered reason"
-    " save_index quarantine Item Stats",
-    "ddq_hold": "_hold _room _cut",  # window > 0 (SPEC §10.1)
+    "ddq_recover": "- init recover lock decode_manifest ",  # Queue(...), PosixStorage.lock
+    "ddq_compact": " compact purge _compact _copy _publish _prepare_format _clean"
+    " _index_update parse_segment_name encode_manifest ",
+    "ddq_extra": " stats items oldest_available lapsed claim_seq claim_ordered reason"
+    " save_index quarantine Item Stats ",
+    "ddq_hold": " _hold _room _cut ",  # window > 0 (SPEC §10.1)
     "ddq_reclaim": "",  # reclaim_step > 0: Queue._rm (DESIGN §12)
     "ddq_index": "",  # optional: without it an open replays the log [X9]
     "ddq_cut": "",  # optional: without it an open with a cut's leftover refuses [R22]
@@ -1365,13 +1366,13 @@ def _part(name: str, *a: "Any", **k: "Any") -> "Any":
     # out: called with arguments, _part calls it and, in a small heap, drops the module after;
     # without, it returns a function that does that. A missing file is an IOFailure naming it
     # and what needs it: name, or for a whole module the reason of the open's check, a[0] [O22].
-    m, w = "", " " + name + " "
+    m, w = "", " " + name + " "  # (each name stands between spaces: one allocation a call)
     for p in _PARTS:
-        if p == name or (" " + _PARTS[p].lstrip("-") + " ").find(w) >= 0:
+        if p == name or w in _PARTS[p]:
             m = p
     if not m:
         raise AttributeError(name)
-    run = _PARTS[m][0:1] == "-"
+    run = _PARTS[m].startswith("-")
     if run and not a:
         return lambda *b, **c: _part(name, *b, **c)
     try:
