@@ -1378,6 +1378,8 @@ def _part(name: str, *a: "Any", **k: "Any") -> "Any":
     try:
         mod = __import__(m)
     except ImportError:
+        mod = None
+    if mod is None:  # (MicroPython imports a module that sys.modules holds as None as None)
         w = a[0] if a and m == name else name
         raise _E("IOFailure")("ddq: port file %s.py missing (needed by %s)" % (m, w))
     if m == name:
