@@ -15,8 +15,9 @@ PARTS = ("ddq", "ddq_recover", "ddq_compact", "ddq_extra", "ddq_hold", "ddq_recl
 
 
 def _port():
+    # (directory, extension) of the parts the runner imported: port/*.py, or a board's .mpy
     f = ddq.__file__
-    return f[: f.rfind("/")] if "/" in f else "."
+    return (f[: f.rfind("/")] if "/" in f else "."), f[f.rfind(".") :]
 
 
 def _holds_ddq(p):
@@ -44,10 +45,10 @@ def _open_without(missing, d, opts):
     # the IOFailure it raised (anything else fails the test).
     lib = support.tmpdir() + "/lib"
     os.mkdir(lib)
-    src = _port()
+    src, ext = _port()
     for m in PARTS:
         if m != missing:
-            support.copyfile(src + "/" + m + ".py", lib + "/" + m + ".py")
+            support.copyfile(src + "/" + m + ext, lib + "/" + m + ext)
     path = list(sys.path)
     saved = {}
     for k in list(sys.modules):
