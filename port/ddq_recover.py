@@ -862,17 +862,26 @@ def init(
         raise
 
 
+def _found(path: str) -> bool:
+    try:
+        os.stat(path)
+        return True
+    except OSError:
+        return False
+
+
 def _find(m: str, why: str) -> None:
-    # The part m as a file on sys.path (m.py or m.mpy: a stat each, its code is not loaded), else
-    # a real import: a frozen module has no file; a missing one is ddq._part's IOFailure naming
-    # m and why it is needed [O22].
+    # The part m as a file (a stat: its code is not loaded): beside ddq's own file, with its
+    # extension (one stat, which finds it in an install as flash or mip lays it out), else as
+    # m.py or m.mpy in any sys.path entry, else by a real import (a frozen module has no file);
+    # a missing one is ddq._part's IOFailure naming m and why it is needed [O22].
+    f = getattr(sys.modules.get("ddq"), "__file__", "")
+    k = f.rfind(".")
+    if k > 0 and _found(f[: f.rfind("/") + 1] + m + f[k:]):
+        return
     for p in sys.path:
-        for x in (".py", ".mpy"):
-            try:
-                os.stat((p or ".") + "/" + m + x)
-                return
-            except OSError:
-                pass
+        if _found((p or ".") + "/" + m + ".py") or _found((p or ".") + "/" + m + ".mpy"):
+            return
     _part(m, why)
 
 
