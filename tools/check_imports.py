@@ -5,9 +5,10 @@ parts import the core, the core names the parts only in its one table).
 Modules: each port/NAME.py is the module NAME; each file of host/ddqhost is named by its package
 path (host/ddqhost/fsck/index.py is ddqhost.fsck.index, an __init__.py its package). Edges, read
 from the AST of each file: `import X`, `from X import a` (X, and X.a where that is a module),
-relative imports resolved in their package, and `__import__("X")` with a string literal;
-imports inside `if TYPE_CHECKING:` count too (a reader and mypy follow them). Not edges: ddq.py
-naming a module of its one table, `_PARTS` (its loads, `_part`, import a name found there, never
+relative imports resolved in their package, `__import__("X")` with a string literal, and in a
+part `_part("X")` (ddq.py's loader: X a module of its table `_PARTS`, or a name one of them
+gives); imports inside `if TYPE_CHECKING:` count too (a reader and mypy follow them). Not edges:
+ddq.py naming a module of its one table (its loads, `_part`, import a name found there, never
 a literal; its type-only import of a part's types names a module of that table too).
 
     python3 tools/check_imports.py                    # the repository's port/ and host/ddqhost
@@ -50,7 +51,11 @@ def modules(port, host):
 
 
 def table(path):
-    """The keys of the `_PARTS = {...}` dict literal of the file at path (ddq.py), else empty."""
+    """{name: module} of the `_PARTS = {...}` literal of the file at path (ddq.py): each module
+    under its own name and under every name its string gives; empty without one."""
+    out = {}
+    if not os.path.exists(path):
+        return out
     with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read(), path)
     for node in tree.body:
@@ -59,8 +64,12 @@ def table(path):
             and any(isinstance(t, ast.Name) and t.id == "_PARTS" for t in node.targets)
             and isinstance(node.value, ast.Dict)
         ):
-            return {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
-    return set()
+            for k, v in zip(node.value.keys, node.value.values):
+                if isinstance(k, ast.Constant) and isinstance(v, ast.Constant):
+                    out[k.value] = k.value
+                    for name in str(v.value).replace("-", " ").split():
+                        out[name] = k.value
+    return out
 
 
 def _imported(tree, pkg):
@@ -85,13 +94,14 @@ def _imported(tree, pkg):
                 names.extend(base + "." + a.name for a in node.names)
         elif (
             isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id == "__import__"
+            and isinstance(node.func, (ast.Name, ast.Attribute))
+            and getattr(node.func, "id", getattr(node.func, "attr", "")) in ("__import__", "_part")
             and node.args
             and isinstance(node.args[0], ast.Constant)
             and isinstance(node.args[0].value, str)
         ):
-            names.append(node.args[0].value)
+            f = getattr(node.func, "id", getattr(node.func, "attr", ""))
+            names.append(("" if f == "__import__" else "_part:") + node.args[0].value)
         walk(node)
 
     walk(tree)
@@ -101,11 +111,18 @@ def _imported(tree, pkg):
 def graph(mods):
     """{module: set of modules it imports}, edges to modules of mods only."""
     g = {}
+    parts_of = {}
+    if "ddq" in mods and not mods["ddq"][1]:
+        parts_of = table(mods["ddq"][0])
     for name, (path, pkg) in mods.items():
         with open(path, encoding="utf-8") as f:
             tree = ast.parse(f.read(), path)
         edges = set()
         for imp in _imported(tree, pkg):  # (an __init__'s relative base: its own package)
+            if imp.startswith("_part:"):  # a part loading another through ddq.py's table
+                if name == "ddq":
+                    continue
+                imp = parts_of.get(imp[6:], "")
             parts = imp.split(".")
             for k in range(len(parts), 0, -1):  # the longest prefix that is one of ours
                 cand = ".".join(parts[:k])
@@ -114,7 +131,7 @@ def graph(mods):
                         edges.add(cand)
                     break
         if name == "ddq" and not pkg:
-            edges -= table(path)  # the core names its parts in its table only
+            edges -= set(parts_of)  # the core names its parts in its table only
         g[name] = edges
     return g
 

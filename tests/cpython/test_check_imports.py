@@ -75,3 +75,17 @@ def test_a_relative_cycle_in_a_host_package_is_reported(tmp_path):
     )
     rc, out = _run(tmp_path / "none", host)
     assert rc == 1 and "cycle: pkg.sub.x -> pkg.sub.y -> pkg.sub.x" in out, out
+
+
+def test_a_part_loading_a_part_through_the_table_is_an_edge(tmp_path):
+    port = tmp_path / "port"
+    _write(
+        port,
+        {
+            "ddq.py": "_PARTS = {'ddq_a': '- run ', 'ddq_b': ' g '}\n",
+            "ddq_a.py": "from ddq import _part\n\ndef f():\n    return _part('g')\n",
+            "ddq_b.py": "def h():\n    return __import__('ddq_a')\n",
+        },
+    )
+    rc, out = _run(port, tmp_path / "none")
+    assert rc == 1 and "cycle: ddq_a -> ddq_b -> ddq_a" in out, out
