@@ -10,6 +10,26 @@ only after the far end confirmed, or retry it with a delay, or quarantine it wit
         c = q.claim(30000)
         q.ack(c.seq)          # after the far end confirmed
 
+Where each public operation's body lives (port/; ddq.py names every other file in its one
+table, `_PARTS`, and loads it by one rule, `_part`: DESIGN §4.1, §13):
+
+    ddq.py          enqueue claim read read_into ack retry sync durable_seq close, admission,
+                    check_record segment_name, PosixStorage (but lock), the errors
+    ddq_recover.py  open (Queue(...)'s options, directory, lock, recovery), recover,
+                    PosixStorage.lock, decode_manifest; dropped after each call on a small heap
+    ddq_compact.py  compact purge encode_manifest parse_segment_name, the compaction an
+                    enqueue needs, the cleanup of a directory, queue.index at close
+    ddq_extra.py    stats items oldest_available lapsed claim_seq claim_ordered reason
+                    quarantine save_index, Stats Item
+    ddq_hold.py     the hold admission rule (window > 0)
+    ddq_reclaim.py  staged reclamation (reclaim_step > 0)
+    ddq_index.py    queue.index (index_bytes; optional: without it an open replays the log)
+    ddq_cut.py      a crashed tail cut's leftover (optional: without it such an open refuses)
+    ddq_salvage.py  on_corrupt="salvage"
+
+A part a queue's options need that is missing is an IOFailure at open, naming the file and what
+needs it [O22].
+
 Format: see docs/SPEC.md §2-§6. Design: docs/DESIGN.md.
 """
 
@@ -55,7 +75,8 @@ _crc: "Callable[..., int]" = __import__("binascii").crc32
 
 
 def _import(name: str) -> "Any":
-    # Optional modules (fcntl, socket; ddq_index beside ddq): present on some installs only.
+    # Optional modules of the platform (fcntl, socket, json, hashlib): present on some ports
+    # only. (ddq's own parts beside ddq.py load by _part, below.)
     try:
         return __import__(name)
     except ImportError:
@@ -72,19 +93,6 @@ def _wall_ms(
     if hasattr(time, "time_ns"):
         return int(time.time_ns()) // 1000000 + e
     return int(time.time() * 1000) + e
-
-
-def _run(fn: str, *a: "Any", **k: "Any") -> "Any":
-    # Open-time code (options, lock, recovery) lives in port/ddq_recover.py, imported for the
-    # call and, in a heap of at most 128 KiB (_HEAP), dropped after it: it runs once per open, and its
-    # bytecode would otherwise stay in the heap while the queue runs (DESIGN §4.1). A bigger
-    # heap keeps it: every later open would have to find room for its code blocks again (2.6
-    # KiB the largest) in a heap the application has fragmented; CPython would compile it again.
-    try:
-        return getattr(__import__("ddq_recover"), fn)(*a, **k)
-    finally:
-        if _HEAP:
-            sys.modules.pop("ddq_recover", None)
 
 
 # ============================================================================ format
@@ -475,15 +483,16 @@ class PosixStorage:
                 os.close(fd)
 
     def truncate(self, path: str, size: int) -> None:
+        # Where the os has it (can_truncate); durable through the one primitive, sync [S2].
         os.truncate(path, size)
-        fd = os.open(path, getattr(os, "O_RDWR"))  # noqa: B009 (not in MicroPython stubs)
+        f = open(path, "ab")
         try:
-            os.fsync(fd)
+            self.sync(f)
         finally:
-            os.close(fd)
+            f.close()
 
     def lock(self, path: str) -> "Any":
-        return _run("lock", self, path)  # port/ddq_recover.py [L1][L2]
+        return _part("lock", self, path)  # [L1][L2] its body: port/ddq_recover.py
 
     def unlock(self, token: "Any") -> None:
         key, f, held = token
@@ -732,7 +741,7 @@ class Queue:
         def __init__(self, *a, **k):
             # Options, the directory, the lock, then recovery: port/ddq_recover.py (init). The
             # defaults live there only: here they would cost a board's heap for nothing.
-            _run("init", self, *a, **k)
+            _part("init", self, *a, **k)
 
     # Attributes, set by ddq_recover.init and _reset (annotations alone compile to nothing).
     _closed: bool
@@ -743,7 +752,7 @@ class Queue:
     _max_segs: int
     _ix_bytes: int
     _rstep: int  # records a build copies per call; 0: compaction whole (DESIGN §12) [C13]
-    _rm: "Any"  # ddq_reclaim, imported only for reclaim_step > 0 [C13]
+    _rm: "Any"  # the module ddq_reclaim for reclaim_step > 0, else None [C13]
     _win: int  # the hold rule's claims in flight; 0: libddq's admission (SPEC §10.1) [H1]
     _ev: int  # the hold rule's quarantine evidence budget, bytes [H1]
     _hd: "Optional[list[int]]"  # hold: [unacked DATA bytes (upper bound), stamp n, acked, gen]
@@ -1077,7 +1086,7 @@ class Queue:
             raise _err(_X_SEQS)
         ix = self._ix
         if self._win:
-            __import__("ddq_hold").hold(self, n)  # the hold rule, port/ddq_hold.py [H2]
+            self._hold(n)  # the hold rule, port/ddq_hold.py [H2]
         elif self._sh is not None:
             self._rm.admit(self, n)  # the inline generation's answer, then g's room [C14]
         elif not self._admit(n) or ix.n >= self._max_items:
@@ -1124,9 +1133,7 @@ class Queue:
             if ix.state(i) == _AVAILABLE and (e[_LV_NB] <= now or e[_LV_NB] - now > _U32):
                 if best < 0 or s < best_seq:
                     best, best_seq = i, s
-        if f < ix.n and (
-            not self._win or len(live) < self._win or __import__("ddq_hold").room(self)
-        ):  # [H3]
+        if f < ix.n and (not self._win or len(live) < self._win or self._room()):  # [H3]
             fs = ix.seq(f)
             if best < 0 or fs < best_seq:
                 best, best_seq = f, fs
@@ -1325,9 +1332,10 @@ class Queue:
                 return True
         return False
 
-    # ------------------------------------------------------------------ compaction (SPEC §11)
-    # In port/ddq_compact.py, attached on first use (_lazy, below); declared here for mypy
-    # (an annotation alone compiles to nothing on MicroPython).
+    # ------------------------------------------------------------------ the parts' methods
+    # Their bodies live beside ddq.py (_PARTS, below), attached to the class at their first use;
+    # declared here for mypy (an annotation alone compiles to nothing on MicroPython).
+    # port/ddq_compact.py (SPEC §11):
     compact: "Callable[[], bool]"
     purge: "Callable[[list[int]], int]"
     _compact: "Callable[..., None]"
@@ -1336,69 +1344,95 @@ class Queue:
     _prepare_format: "Callable[[], None]"
     _clean: "Callable[[], None]"  # delete the manifest tmp and other generations [R16]
     _index_update: "Callable[[], None]"  # write or remove queue.index [X1]
-    # In port/ddq_extra.py, attached on first use as well.
+    recover: "Callable[[], None]"  # port/ddq_recover.py: rebuild all state from disk [R1]
+    # port/ddq_extra.py:
     stats: "Callable[[], Stats]"
     items: "Callable[[], Iterator[Item]]"
     oldest_available: "Callable[[], Optional[int]]"
     lapsed: "Callable[[int], list[tuple[int, int]]]"
     claim_seq: "Callable[[int, int], Claim]"
     claim_ordered: "Callable[[int], Optional[Claim]]"
-    recover: "Callable[[], None]"  # rebuild all state from disk; the way out of fail-stop
     reason: "Callable[[int], bytes]"
     save_index: "Callable[[], None]"
     quarantine: "Callable[..., bool]"
+    # port/ddq_hold.py (window > 0, SPEC §10.1):
+    _hold: "Callable[[int], None]"  # admission by the hold rule [H2]
+    _room: "Callable[[], bool]"  # room for one more item with history [H3]
+    _cut: "Callable[[int, Buf], Buf]"  # a quarantine reason cut to the room left [H4]
 
 
-# Methods and module attributes that live in modules beside ddq.py (DESIGN §13): the first use
-# of a method imports its module and attaches all of that module's methods to Queue; a queue
-# that never compacts never loads ddq_compact, one that never lists its items never loads
-# ddq_extra. "=module": a module attribute (PEP 562; MicroPython's MICROPY_MODULE_GETATTR), not
-# needed by a running queue: the manifest codec and the Item and Stats types.
-_LAZY = {
-    "compact": "ddq_compact",
-    "purge": "ddq_compact",
-    "_compact": "ddq_compact",
-    "_copy": "ddq_compact",
-    "_publish": "ddq_compact",
-    "_prepare_format": "ddq_compact",
-    "_clean": "ddq_compact",
-    "_index_update": "ddq_compact",
-    "stats": "ddq_extra",
-    "items": "ddq_extra",
-    "oldest_available": "ddq_extra",
-    "lapsed": "ddq_extra",
-    "claim_seq": "ddq_extra",
-    "claim_ordered": "ddq_extra",
-    "recover": "ddq_extra",
-    "reason": "ddq_extra",
-    "save_index": "ddq_extra",
-    "quarantine": "ddq_extra",
-    "decode_manifest": "=ddq_recover",
-    "parse_segment_name": "=ddq_compact",
-    "encode_manifest": "=ddq_compact",
-    "Item": "=ddq_extra",
-    "Stats": "=ddq_extra",
+# ============================================================================ parts
+# Every part of Queue that lives beside ddq.py, in one table, loaded by one rule (_part; DESIGN
+# §4.1, §13) [O21][O22]; MicroPython's asyncio package is the pattern (its _attrs table, read
+# by a module __getattr__). Each module beside ddq.py -> the names it gives, each between
+# spaces: a Queue method is attached to the class at its first use (Queue.__getattr__), a module
+# attribute (ddq.Item) is read through the module's __getattr__ (PEP 562); a module without
+# names is used whole (Queue._rm, say). "-": open-time code, run by _part and, in a heap of at
+# most 128 KiB (_HEAP), dropped after the call (DESIGN §4.1). The open checks the files its
+# options need (ddq_recover's _find) [O22].
+_PARTS = {
+    "ddq_recover": "- init recover lock decode_manifest ",  # Queue(...), PosixStorage.lock
+    "ddq_compact": " compact purge _compact _copy _publish _prepare_format _clean"
+    " _index_update parse_segment_name encode_manifest ",
+    "ddq_extra": " stats items oldest_available lapsed claim_seq claim_ordered reason"
+    " save_index quarantine Item Stats ",
+    "ddq_hold": " _hold _room _cut ",  # window > 0 (SPEC §10.1)
+    "ddq_reclaim": "",  # reclaim_step > 0: Queue._rm (DESIGN §12)
+    "ddq_index": "",  # optional: without it an open replays the log [X9]
+    "ddq_cut": "",  # optional: without it an open with a cut's leftover refuses [R22]
+    "ddq_salvage": "",  # on_corrupt="salvage" [K9]
 }
 
 
-def _lazy(self: "Optional[Queue]", name: str) -> "Any":
-    # Queue.__getattr__ (self) and the module's __getattr__ (self None); the errors: _E.
-    m = _LAZY.get(name, "")
-    if m[0:1] == ("=" if self is None else "d"):
-        mod = __import__(m.lstrip("="))
-        if self is None:
-            return getattr(mod, name)
-        for k in _LAZY:
-            if _LAZY[k] == m:
-                setattr(Queue, k, getattr(mod, k))
-        return getattr(self, name)
+def _part(name: str, *a: "Any", **k: "Any") -> "Any":
+    # The one loading rule: import the module beside ddq.py that gives name (or that is name;
+    # AttributeError if none) and return name from it. A name of a "-" module is never handed
+    # out: called with arguments, _part calls it and, in a small heap, drops the module after;
+    # without, it returns a function that does that. A missing file is an IOFailure naming it
+    # and what needs it: name, or for a whole module the reason of the open's check, a[0] [O22].
+    m, w = "", " " + name + " "  # (each name stands between spaces: one allocation a call)
+    for p in _PARTS:
+        if p == name or w in _PARTS[p]:
+            m = p
+    if not m:
+        raise AttributeError(name)
+    run = _PARTS[m].startswith("-")
+    if run and not a:
+        return lambda *b, **c: _part(name, *b, **c)
+    try:
+        mod = __import__(m)
+    except ImportError:
+        mod = None
+    if mod is None:  # (MicroPython imports a module that sys.modules holds as None as None)
+        w = a[0] if a and m == name else name
+        raise _E("IOFailure")("ddq: port file %s.py missing (needed by %s)" % (m, w))
+    if m == name:
+        return mod
+    if not run:
+        return getattr(mod, name)
+    try:
+        return getattr(mod, name)(*a, **k)
+    finally:
+        if _HEAP:
+            sys.modules.pop(m, None)
+
+
+def _getattr(self: "Optional[Queue]", name: str) -> "Any":
+    # Queue.__getattr__ (self: the queue) and the module's __getattr__ (self None): a name the
+    # table gives a module (a Queue method is attached to the class); the error classes: _E.
     if name in _ERRORS:
         return _E(name)
-    raise AttributeError(name)
+    if name in _PARTS:  # a module beside ddq.py is not an attribute
+        raise AttributeError(name)
+    v = _part(name)
+    if self is None:
+        return v
+    setattr(Queue, name, v)  # the next use finds it in the class
+    return getattr(self, name)
 
 
-setattr(Queue, "__getattr__", _lazy)  # noqa: B010 (mypy must not see a catch-all __getattr__)
+setattr(Queue, "__getattr__", _getattr)  # noqa: B010 (mypy must not see a catch-all __getattr__)
 
 
 def __getattr__(name: str) -> "Any":
-    return _lazy(None, name)
+    return _getattr(None, name)

@@ -2,8 +2,9 @@
 
 compact(), purge() and the compaction an enqueue or a write needs when admission or the segment
 limit refuses: the items not acked are copied into generation g+1, which the manifest's rename
-publishes, and g is deleted. Queue attaches these functions as its methods the first time one
-is called (ddq's `_lazy`), so a queue that never compacts never loads them (DESIGN §4, §13).
+publishes, and g is deleted. ddq.py's one table (`_PARTS`) names them; Queue attaches each as
+its method the first time it is called, so a queue that never compacts never loads them
+(DESIGN §4.1, §13).
 
 Format: see docs/SPEC.md §11 [C1]-[C12]; design: docs/DESIGN.md §3, §5.
 """
@@ -28,10 +29,10 @@ from ddq import (
     IOFailure,
     Limit,
     _crc,
-    _import,
     _Index,
     _io_failure,
     _Log,
+    _part,
     const,
     segment_name,
 )
@@ -97,9 +98,8 @@ def _index_update(self: "Queue") -> None:
     try:
         if self._ix_bytes and sum(log.sizes) >= self._ix_bytes:
             if self._ixcov != [log.gen] + list(log.sizes):
-                m = _import("ddq_index")
-                if m is not None:  # a board may ship without it: open replays the log
-                    m.save(self)
+                # (a board may ship without it, an IOFailure caught below: open replays [X9])
+                _part("ddq_index").save(self)
         elif self._ix_bytes and self._fs.kind(self._path(_INDEX)) == 1:
             self._fs.remove(self._path(_INDEX))
             self._fs.sync_dir(self._dir)

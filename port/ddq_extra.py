@@ -1,9 +1,10 @@
 """ddq_extra: the less used methods of ddq.Queue, loaded on first use.
 
-stats(), items(), oldest_available(), lapsed(), claim_seq(), reason(), quarantine() and
-save_index(): what a sender loop that only enqueues, claims, reads and acks never calls. Queue
-attaches these functions as its methods the first time one is called (ddq's `_lazy`), so they cost a board's heap only once
-an application uses one of them (DESIGN §4, §13).
+stats(), items(), oldest_available(), lapsed(), claim_seq(), claim_ordered(), reason(),
+quarantine() and save_index(): what a sender loop that only enqueues, claims, reads and acks
+never calls. ddq.py's one table (`_PARTS`) names them; Queue attaches each as its method the
+first time it is called, so they cost a board's heap only once an application uses one of them
+(DESIGN §4.1, §13).
 
 Format: see docs/SPEC.md §7.3 [O13][O20], §12.1 [X1]; design: docs/DESIGN.md §13.
 """
@@ -24,7 +25,7 @@ from ddq import (
     _err,
     _io_failure,
     _opt,
-    _run,
+    _part,
     const,
 )
 
@@ -58,11 +59,6 @@ def reason(self: "Queue", seq: int) -> bytes:
     return bytes(self._read_record(self._log, r[0], r[1], _T_QUAR, seq, r[2]))
 
 
-def recover(self: "Queue") -> None:
-    """Rebuild all state from disk; the only way out of fail-stop [R1]-[R18]."""
-    _run("recover", self)
-
-
 def claim_ordered(self: "Queue", lease_ms: int) -> "Optional[Claim]":
     """Claim the earliest unfinished item if it is ready, else return None (strict FIFO) [O3]."""
     _opt(lease_ms, 1, _MAX_LEASE_MS, "lease_ms")
@@ -85,7 +81,7 @@ def claim_ordered(self: "Queue", lease_ms: int) -> "Optional[Claim]":
         self._sweep(h, now)
         if ix.state(head) != _AVAILABLE or not (h[_LV_NB] <= now or h[_LV_NB] - now > _U32):
             return None
-    elif self._win and len(live) >= self._win and not __import__("ddq_hold").room(self):
+    elif self._win and len(live) >= self._win and not self._room():
         return None  # the hold rule: no room for one more item with history [H3]
     return self._take(hs, now + lease_ms, head)
 
@@ -101,12 +97,7 @@ def claim_seq(self: "Queue", seq: int, lease_ms: int) -> Claim:
     s = self._ix.state(i)
     if s != _AVAILABLE:
         raise BadState("item %d is %s, not available" % (seq, STATES[s]))
-    if (
-        e is None
-        and self._win
-        and len(self._ix.live) >= self._win
-        and not __import__("ddq_hold").room(self)
-    ):
+    if e is None and self._win and len(self._ix.live) >= self._win and not self._room():
         raise _err(_X_RESERVE)  # the hold rule: no room for one more item with history [H3]
     return self._take(seq, now + lease_ms, i)
 
@@ -143,10 +134,9 @@ def lapsed(self: "Queue", now: int) -> "list[tuple[int, int]]":
 def save_index(self: "Queue") -> None:
     """Sync, then write queue.index so the next open replays only what follows [X1]."""
     self.sync()
-    import ddq_index  # noqa: PLC0415 (the optional module, loaded on demand)
-
+    m = _part("ddq_index")  # (a missing file: IOFailure naming it [O22])
     try:
-        ddq_index.save(self)
+        m.save(self)
     except OSError as e:
         raise _io_failure(e, "writing " + _INDEX)
 
@@ -237,7 +227,7 @@ def quarantine(self: "Queue", seq: int, reason: "Buf" = b"") -> bool:
     if b"\0" in bytes(reason):
         raise InvalidArgument("reason must not contain NUL bytes")
     if self._win:  # the hold rule: the reason cut to the room left, or Full [H4]
-        reason = __import__("ddq_hold").cut(self, seq, reason)
+        reason = self._cut(seq, reason)
     off = self._write(_T_QUAR, seq, 0, reason, self._sync_ack)
     ix = self._ix
     e = ix.live[seq]

@@ -6,9 +6,10 @@ that are almost never written. The hold rule reserves what a drain really needs 
 the items' own DATA records, a STATE for each item with history (at least `window` of them: the
 claims in flight) and the quarantine evidence (at least `evidence_bytes`), against the room a
 next-fit copy is sure to find in max_segments segments (counted in bytes or in records: SPEC H2).
-ddq.Queue imports it by name where it
-needs it (enqueue, claim; ddq_extra: claim_ordered, claim_seq, quarantine); a queue opened
-without `window` never loads this module.
+Its entry points are Queue methods that ddq.py's one table (`_PARTS`) names and attaches at
+their first use: `_hold` (enqueue), `_room` (claim; ddq_extra's claim_ordered, claim_seq) and
+`_cut` (ddq_extra's quarantine). A queue opened without `window` never loads this module; one
+opened with it finds the file at open or fails there (SPEC O22).
 
 Format: unchanged (SPEC §10.1 [H1]-[H7]); design: docs/DESIGN.md §5.1.
 """
@@ -99,7 +100,7 @@ def slack(
     return b, c
 
 
-def hold(self: "Queue", n: int) -> None:
+def _hold(self: "Queue", n: int) -> None:
     """Admit an n-byte payload under the hold rule or raise Full; nothing is written [H2]."""
     if self._ix.n >= self._max_items:  # as A6: compact with one acked item required
         self._compact(_MIN_REC + n, 1)
@@ -119,7 +120,7 @@ def hold(self: "Queue", n: int) -> None:
             hd[4] = n
 
 
-def room(self: "Queue") -> bool:
+def _room(self: "Queue") -> bool:
     """Whether one more item may gain history (a first claim: its STATE in a copy) [H3]."""
     b, c = slack(self, 0, 0, 1, 0, 0, 0)
     return b >= 0 or c >= 0
@@ -130,7 +131,7 @@ def _fits(self: "Queue", dh: int, k: int) -> bool:
     return b >= 0 or c >= 0
 
 
-def cut(self: "Queue", seq: int, reason: "Buf") -> "Buf":
+def _cut(self: "Queue", seq: int, reason: "Buf") -> "Buf":
     """The reason a quarantine of seq may write under the hold rule: whole, or its longest
     prefix that fits (the item's STATE moves from history to evidence; both bounds only shrink
     as the reason grows); Full if not even an empty reason fits [H4]."""

@@ -979,7 +979,7 @@ def in_place(q: "Any", err: "Any") -> None:
 
 def _in_place(q: "Any", fs: "Any", d: str, err: "Any") -> "dict[str, Any]":
     sb, mp, mi, ms = q._seg_bytes, q._max_payload, q._max_items, q._max_segs
-    names = __import__("ddq_recover").listdir(q)  # (salvage runs inside recovery)
+    names = fs.listdir(d)  # (inside recovery, whose listdir bounded it: no import back)
     tag = _intent(fs, d, names)
     sel = _selected(fs, d)
     if tag >= 0 and sel >= tag:  # published: the intent outlived its commit [K10]

@@ -13,6 +13,7 @@ unix port, 64-bit; docs/DESIGN.md §4.1 has the figures):
   test_mqtt_clients, test_mqtt_limits (ddq + ddq_outbox + ddq_mqtt import 67 KB and an open Outbox keeps 25 KB:
   46 KB of a 140 KiB heap stay for an application, too little beside the runner); test_auth
   runs its 5 codec tests and skips the 16 that open an Outbox;
+- test_parts (a second ddq compiled beside the first) skips whole;
 - test_salvage (ddq_salvage's salvages: 6 of 16 passed in 140 KiB with no runner at all) and
   test_index (queue.index: ddq_index beside the open and compaction modules, or X5's fallback)
   skip whole;
@@ -61,6 +62,7 @@ GROUPS = [
         "test_mqtt_clients",
         "test_mqtt_limits",
         "test_outbox",
+        "test_parts",
         "test_salvage",
         "test_window",
     ],

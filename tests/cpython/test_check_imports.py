@@ -1,0 +1,86 @@
+"""tools/check_imports.py: an import cycle among port modules or in a host package is reported."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOOL = os.path.join(REPO, "tools", "check_imports.py")
+
+
+def _run(port, host):
+    p = subprocess.run(
+        [sys.executable, TOOL, "--port", str(port), "--host", str(host)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return p.returncode, p.stdout
+
+
+def _write(d, files):
+    for name, text in files.items():
+        path = os.path.join(str(d), name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+def test_the_repository_has_no_import_cycle():
+    rc, out = _run(os.path.join(REPO, "port"), os.path.join(REPO, "host", "ddqhost"))
+    assert rc == 0 and out.endswith("0 cycles\n"), out
+
+
+# (files of a crafted port/, the cycle the checker must name)
+PORT_CASES = [
+    (  # a plain import one way, an __import__ literal back
+        {
+            "ddq.py": "_PARTS = {'ddq_a': ''}\n\ndef f():\n    return __import__(m)\n",
+            "ddq_a.py": "from ddq import f\nimport ddq_b\n",
+            "ddq_b.py": "def g():\n    return __import__('ddq_a')\n",
+            "ddq_c.py": "import ddq\n",
+        },
+        "ddq_a -> ddq_b -> ddq_a",
+    ),
+    (  # the core naming a part outside its table (a type-only import counts)
+        {
+            "ddq.py": "_PARTS = {'ddq_a': ''}\nif TYPE_CHECKING:\n    from ddq_b import T\n",
+            "ddq_a.py": "import ddq\n",  # named in the table: no edge back
+            "ddq_b.py": "from ddq import const\n",
+        },
+        "ddq -> ddq_b -> ddq",
+    ),
+    (  # a part loading a part through the table, by a name the table gives
+        {
+            "ddq.py": "_PARTS = {'ddq_a': '- run ', 'ddq_b': ' g '}\n",
+            "ddq_a.py": "from ddq import _part\n\ndef f():\n    return _part('g')\n",
+            "ddq_b.py": "def h():\n    return __import__('ddq_a')\n",
+        },
+        "ddq_a -> ddq_b -> ddq_a",
+    ),
+]
+
+
+@pytest.mark.parametrize("files,cycle", PORT_CASES)
+def test_a_crafted_port_cycle_is_reported(tmp_path, files, cycle):
+    _write(tmp_path / "port", files)
+    rc, out = _run(tmp_path / "port", tmp_path / "none")
+    assert rc == 1 and "cycle: " + cycle in out and out.endswith("1 cycles\n"), out
+
+
+def test_a_relative_cycle_in_a_host_package_is_reported(tmp_path):
+    host = tmp_path / "pkg"
+    _write(
+        host,
+        {
+            "__init__.py": "",
+            "sub/__init__.py": "",
+            "sub/x.py": "from .y import a\n",
+            "sub/y.py": "from . import z\nfrom ..sub import x\n",
+            "sub/z.py": "",
+        },
+    )
+    rc, out = _run(tmp_path / "none", host)
+    assert rc == 1 and "cycle: pkg.sub.x -> pkg.sub.y -> pkg.sub.x" in out, out

@@ -1,0 +1,110 @@
+# The parts of the queue beside ddq.py (SPEC O21, O22): a part the options need that is missing
+# from the install is an IOFailure at open naming the file and what needs it, and nothing on disk
+# changes. Each case imports a fresh ddq from a directory holding every part but one (the
+# runner's own port/ taken off sys.path for the while), as an install that forgot a file would.
+import os
+import sys
+
+import ddq
+import support
+
+T0 = 1700000000000
+# The parts a queue may need at open; ddq_index and ddq_cut are optional (X9, R22), ddq_salvage
+# is left out of every copy (its case is a copy without it).
+PARTS = ("ddq", "ddq_recover", "ddq_compact", "ddq_extra", "ddq_hold", "ddq_reclaim")
+
+
+def _port():
+    # (directory, extension) of the parts the runner imported: port/*.py, or a board's .mpy
+    f = ddq.__file__
+    return (f[: f.rfind("/")] if "/" in f else "."), f[f.rfind(".") :]
+
+
+def _holds_ddq(p):
+    for x in ("/ddq.py", "/ddq.mpy"):
+        try:
+            os.stat((p or ".") + x)
+            return True
+        except OSError:
+            pass
+    return False
+
+
+def _ours(k):
+    return k == "ddq" or k.startswith("ddq_")
+
+
+def _snapshot(d):
+    if support._kind(d) == 0:
+        return None
+    return [(n, support.read_file(d + "/" + n)) for n in support.listdir_sorted(d)]
+
+
+def _open_without(missing, d, opts):
+    # Queue(d, **opts) with a fresh ddq imported from a copy of the parts less `missing`; return
+    # the IOFailure it raised (anything else fails the test).
+    lib = support.tmpdir() + "/lib"
+    os.mkdir(lib)
+    src, ext = _port()
+    for m in PARTS:
+        if m != missing:
+            support.copyfile(src + "/" + m + ext, lib + "/" + m + ext)
+    path = list(sys.path)
+    saved = {}
+    for k in list(sys.modules):
+        if _ours(k):
+            saved[k] = sys.modules.pop(k)
+    sys.path.clear()
+    sys.path.append(lib)
+    sys.path.extend([p for p in path if not _holds_ddq(p)])
+    # CPython: an editable install's finder serves port/ whatever sys.path says; the standard
+    # finders only for the while (MicroPython has no meta_path).
+    meta = getattr(sys, "meta_path", None)
+    kept = list(meta) if meta is not None else None
+    if meta is not None:
+        std = ("BuiltinImporter", "FrozenImporter", "PathFinder")
+        meta[:] = [f for f in kept if getattr(f, "__name__", type(f).__name__) in std]
+    try:
+        fresh = __import__("ddq")
+        return support.raises(fresh.IOFailure, fresh.Queue, d, clock=support.FakeClock(T0), **opts)
+    finally:
+        for k in list(sys.modules):
+            if _ours(k):
+                del sys.modules[k]
+        sys.modules.update(saved)
+        sys.path.clear()
+        sys.path.extend(path)
+        if meta is not None:
+            meta[:] = kept
+
+
+def test_a_missing_part_is_an_error_at_open_naming_it_and_nothing_changes():
+    # EVIDENCE-OF: O22 O21
+    support.needs_heap(
+        512 * 1024, "a second ddq and ddq_recover compiled from source beside the first"
+    )
+    d = support.tmpdir() + "/q"
+    q = ddq.Queue(d, clock=support.FakeClock(T0), segment_bytes=4096, max_payload_bytes=1024)
+    for k in range(5):
+        q.enqueue(b"item %d" % k)
+    q.close()
+    before = _snapshot(d)
+    fresh = support.tmpdir() + "/new"
+    for missing, opts, why in (
+        ("ddq_recover", {}, "init"),  # Queue(...)'s body
+        ("ddq_compact", {}, "compaction"),
+        ("ddq_extra", {}, "stats"),
+        ("ddq_hold", {"window": 4}, "window > 0"),
+        ("ddq_reclaim", {"reclaim_step": 8}, "reclaim_step > 0"),
+        ("ddq_salvage", {"on_corrupt": "salvage"}, "on_corrupt"),
+    ):
+        for where in (d, fresh):
+            e = _open_without(missing, where, opts)
+            msg = str(e)
+            assert missing + ".py" in msg and why in msg, (missing, msg)
+        assert _snapshot(d) == before, missing  # not even the lock file was touched
+        assert _snapshot(fresh) is None, missing  # no directory made
+    # A part only some options need is not asked of a queue opened without them.
+    q = ddq.Queue(d, clock=support.FakeClock(T0), segment_bytes=4096, max_payload_bytes=1024)
+    assert [i.seq for i in q.items()] == [1, 2, 3, 4, 5]
+    q.close()
