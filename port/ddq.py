@@ -48,7 +48,7 @@ from array import array
 # Each probe is named by what it gives. _MP is a feature probe (ticks exist only on MicroPython);
 # mypy's two passes read it as a compile-time flag (mypy_cpython.ini, mypy_mpy.ini).
 _MP = hasattr(time, "ticks_ms")
-# A heap of at most 128 KiB (issue 14's budget for ddq on a board; gc.mem_free exists where the
+# A heap of at most 128 KiB (the board budget of DESIGN §4.1; gc.mem_free exists where the
 # heap is a fixed budget) drops the open-time code after each open (DESIGN §4.1).
 _HEAP = 0 < getattr(gc, "mem_free", int)() + getattr(gc, "mem_alloc", int)() < 135168
 del gc  # (each module global costs a board's heap: DESIGN §4.1)
