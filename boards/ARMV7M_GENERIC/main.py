@@ -30,6 +30,8 @@ OPTIONS = {
     # instead of libddq's reserve per reading: about 4.8 x the readings (docs/BOARDS.md)
     "window": 16,
     "evidence_bytes": 1024,
+    # staged reclamation (SPEC C13): no call copies the whole queue
+    "reclaim_step": 16,
 }
 MAX_ATTEMPTS = 8  # then a dead letter: the reading is kept as evidence, delivery moves on
 TOPIC = "ddq/armv7m/temp"
