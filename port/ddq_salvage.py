@@ -894,13 +894,16 @@ def _write(
 # on_corrupt="salvage" (SPEC §15 [K9]-[K12], DESIGN §14): recovery's Corrupt salvages the
 # directory in place. Every step through the queue's storage seam, under its lock:
 #   1. salvage.intent ("ddq salvage <tag>\n", synced): from here the sources may be aside
-#   2. queue.format made (a damaged one aside first): a state without a manifest is Corrupt
-#   3. the sources (segments read, a damaged manifest, a manifest tmp) renamed aside to
-#      salvaged-<tag>-<name>, the selected generation's segment 0 first: every state until
-#      the publish stays Corrupt to recovery, and a rerun reads the aside files as their names
-#   4. generation gen (> every one on disk) staged, segments synced; the report written
-#   5. the manifest published by tmp + rename: the commit point (R14 adopts the tmp on FAT)
-#   6. salvage.intent removed; recovery then opens gen and deletes what R16 deletes
+#   2. the segment sources (segments read, staged cuts) renamed aside to salvaged-<tag>-<name>,
+#      the selected generation's segment 0 first, the directory synced, and a rerun reads the
+#      aside files as their names; 3. queue.format made (a damaged one aside first). 3 comes
+#      first where the manifest is not valid: a state without a manifest is Corrupt by the
+#      marker (R3); with a valid one, by segment 0 gone (R4), so 2 comes first (a marker made
+#      good first would let a directory whose only damage it was open half-salvaged)
+#   4. a damaged manifest and a manifest tmp renamed aside, the directory synced
+#   5. generation gen (> every one on disk) staged, segments synced; the report written
+#   6. the manifest published by tmp + rename: the commit point (R14 adopts the tmp on FAT)
+#   7. salvage.intent removed; recovery then opens gen and deletes what R16 deletes
 _INTENT = "salvage.intent"
 _ASIDE = "salvaged-"
 _REPORT = "salvage-report-"
@@ -1034,18 +1037,9 @@ def _in_place(q: "Any", fs: "Any", d: str, err: "Any") -> "dict[str, Any]":
         _put(fs, d, _INTENT, ("ddq salvage %d\n" % tag).encode())
     pre = "%s%d-" % (_ASIDE, tag)
     aside = [n for n in names if n[0 : len(pre)] == pre]
-    mk = fs.kind(d + "/queue.format")  # 2.
-    if mk != 1 or fs.size(d + "/queue.format") != 0:
-        if mk != 0:
-            a = _aside(fs, d, "queue.format", pre)
-            if a is not None:
-                aside.append(a)
-            else:
-                fs.remove(d + "/queue.format")
-        _put(fs, d, "queue.format", b"")
     for n in stale:
         fs.remove(d + "/" + n)
-    srcs = []  # 3.
+    srcs = []  # 2.
     for path in sc.paths:
         n = path[len(d) + 1 :]
         if path == d + "/" + n and n[0 : len(_ASIDE)] != _ASIDE and n not in srcs:
@@ -1054,11 +1048,27 @@ def _in_place(q: "Any", fs: "Any", d: str, err: "Any") -> "dict[str, Any]":
         k = _left(n)
         if k and n not in srcs and n not in stale and ddq.parse_segment_name(n[:-k]) is not None:
             srcs.append(n)
+    man = []  # 4. (after the marker: without a manifest, only the marker makes a state Corrupt)
     if rep["manifest"] == "damaged" and entries.get("queue.manifest") == d + "/queue.manifest":
-        srcs.append("queue.manifest")
+        man.append("queue.manifest")
     if fs.kind(d + "/queue.manifest.tmp") != 0:
-        srcs.append("queue.manifest.tmp")
-    for n in srcs:
+        man.append("queue.manifest.tmp")
+    # The marker before the segments unless the manifest is valid: without one only the marker
+    # makes a state Corrupt (R3); with one, segment 0 gone makes it so (R4), and a damaged marker
+    # made good first would let a directory whose only damage it was open half-salvaged.
+    for n in (srcs + [""] if rep["manifest"] == "ok" else [""] + srcs) + man:
+        if not n:  # 3. (the sources before it are aside: segment 0 first)
+            fs.sync_dir(d)
+            mk = fs.kind(d + "/queue.format")
+            if mk != 1 or fs.size(d + "/queue.format") != 0:
+                if mk != 0:
+                    a = _aside(fs, d, "queue.format", pre)
+                    if a is not None:
+                        aside.append(a)
+                    else:
+                        fs.remove(d + "/queue.format")
+                _put(fs, d, "queue.format", b"")
+            continue
         a = _aside(fs, d, n, pre)
         if a is not None:
             aside.append(a)
@@ -1068,12 +1078,12 @@ def _in_place(q: "Any", fs: "Any", d: str, err: "Any") -> "dict[str, Any]":
         elif n == "queue.manifest.tmp":
             fs.remove(d + "/" + n)  # C5: no tmp before the publish
     fs.sync_dir(d)
-    segs, end = _stage(sc, d, gen, kept, final, sb, ms)  # 4.
+    segs, end = _stage(sc, d, gen, kept, final, sb, ms)  # 5.
     fs.sync_dir(d)
     rep["in_place"] = True
     rep["aside"] = aside
     _put(fs, d, "%s%d.json" % (_REPORT, tag), _text(rep))
-    _publish(fs, d, gen, rep["next_seq"], segs, len(kept), end)  # 5. the commit point
-    fs.remove(d + "/" + _INTENT)  # 6.
+    _publish(fs, d, gen, rep["next_seq"], segs, len(kept), end)  # 6. the commit point
+    fs.remove(d + "/" + _INTENT)  # 7.
     fs.sync_dir(d)
     return rep

@@ -579,6 +579,57 @@ def _cut_every_step(image, exp, nxt):
     assert steps > 10, steps
 
 
+def test_salvage_on_open_of_a_damaged_marker_cut_at_every_step():
+    # EVIDENCE-OF: K10
+    # Only queue.format is damaged (64 bytes where it must be empty) and the manifest is valid:
+    # the segments go aside before the marker is made good, so no cut leaves a directory that
+    # opens half-salvaged (an unpublished salvage.intent behind a queue that opens; found by
+    # the 10x torture, salvcut 534). The next open finishes the salvage.
+    d = support.tmpdir()
+    q = ddq.Queue(d, clock=support.FakeClock(T0), **OPTS)
+    for i in range(6):
+        q.enqueue(b"m%d" % i)
+    q.claim(30000)
+    q.compact()  # a valid manifest (generation 1)
+    q.close()
+    support.write_file(d + "/queue.format", b"\0" * 64)
+    image = _files(d)
+    q = ddq.Queue(d, clock=support.FakeClock(T0), on_corrupt="salvage", **OPTS)
+    try:
+        exp, nxt = _state(q), q.stats().next_seq
+        assert q.stats().salvaged == 1
+    finally:
+        q.close()
+    support.rmtree(d)
+    for k in range(1, 200):  # bounded: the salvage takes far fewer steps
+        d = support.tmpdir()
+        for n, b in image:
+            support.write_file(d + "/" + n, b)
+        cut = _CutAt(k)
+        cut.arm()
+        try:
+            ddq.Queue(d, clock=support.FakeClock(T0), storage=cut, on_corrupt="salvage", **OPTS)
+            support.rmtree(d)
+            break  # the salvage completed before the k-th step
+        except (ddq.IOFailure, OSError):
+            pass
+        names = support.listdir_sorted(d)
+        if "salvage.intent" in names:  # unpublished: a plain open must refuse the directory
+            man = support.read_file(d + "/queue.manifest")
+            t = support.read_file(d + "/salvage.intent")[12:-1]  # (torn: empty)
+            if t and ddq.decode_manifest(man)[0] < int(t):
+                support.raises(ddq.Corrupt, ddq.Queue, d, clock=support.FakeClock(T0), **OPTS)
+        q = ddq.Queue(d, clock=support.FakeClock(T0), on_corrupt="salvage", **OPTS)
+        try:
+            assert _state(q) == exp, (k, _state(q), exp)
+            assert q.stats().next_seq >= nxt
+        finally:
+            q.close()
+        _aside_ok(d, image)
+        support.rmtree(d)
+    assert k > 5, k
+
+
 def test_salvage_on_open_without_room_goes_beside():
     # EVIDENCE-OF: K11
     # 16 items survive but the queue is opened with max_items 12: no room in place, so the
