@@ -23,7 +23,10 @@ from ddqfmt import (
 
 
 def write_dir(path, gen, segments, man=None, lock=True):
-    """segments: list of bytes (segment 0..n-1). man: manifest tuple or None (legacy, no marker)."""
+    """segments: list of bytes (segment 0..n-1).
+
+    man: manifest tuple or None (legacy, no marker).
+    """
     os.mkdir(path)
     for i, data in enumerate(segments):
         with open(os.path.join(path, seg_name(gen, i)), "wb") as f:

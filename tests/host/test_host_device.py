@@ -1,6 +1,6 @@
-"""End to end against a virtual board: flash, run the example app, power cycle, pull, inspect, replay to
-a real mosquitto (interrupted and resumed), push back; and the failure cases, each one line, the right
-exit status, nothing modified.
+"""End to end against a virtual board: flash, run the example app, power cycle, pull, inspect,
+replay to a real mosquitto (interrupted and resumed), push back; and the failure cases, each one
+line, the right exit status, nothing modified.
 
 The queue directory on the device has a name unique to this run: ddq's lock on the unix port is an
 abstract socket named after the path, shared by every process of the machine.

@@ -160,7 +160,7 @@ def test_a_segment_name_in_other_digits_is_not_a_segment(tmp_path):
     assert SEG1[:-5] + "\u0661.log" in v["ignored_files"]
 
 
-# ---------------------------------------------------------------- 3. numbers in settings, arguments
+# ------------------------------------------------------------ 3. numbers in settings, arguments
 
 
 @pytest.mark.parametrize("value", ["Infinity", "-Infinity", "NaN", "1e400", "4096.9", "true"])

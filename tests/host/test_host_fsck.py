@@ -1,5 +1,5 @@
-"""`ddq verify` / `ddq records`: the independent reader (host/ddqhost/fsck/) against the C fixtures,
-ddq-written directories, an independent writer, and damaged copies; golden CLI output.
+"""`ddq verify` / `ddq records`: the independent reader (host/ddqhost/fsck/) against the C
+fixtures, ddq-written directories, an independent writer, and damaged copies; golden CLI output.
 
 Golden files live in tests/host/golden/*.exp; temp paths are replaced by <DIR> and \\r dropped.
 Regenerate with DDQ_UPDATE_GOLDEN=1 (then read the diff).

@@ -53,7 +53,10 @@ def _verify(d):
 
 
 def _ddq_view(d, tmp_path):
-    """(index_used, replayed_records) of ddq opening a copy of d (its close may rewrite the index)."""
+    """(index_used, replayed_records) of ddq opening a copy of d.
+
+    Its close may rewrite the index.
+    """
     work = os.path.join(tempfile.mkdtemp(dir=tmp_path), "q")
     qdir.copy_queue(str(d), work)
     q = _queue(work, index_bytes=1)

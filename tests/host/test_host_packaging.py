@@ -238,7 +238,8 @@ def test_wheel_holds_the_suite_and_its_fixtures_not_the_host_test_helpers(tmp_pa
 
 
 def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
-    # The wheel carries modules ddq, ddq_index, ddq_reclaim, ddq_outbox, ddq_mqtt, the host package and the `ddq` console script;
+    # The wheel carries modules ddq, ddq_index, ddq_reclaim, ddq_outbox, ddq_mqtt, the host
+    # package and the `ddq` console script;
     # installed (without its network dependencies) into a new venv, `ddq --version` and
     # `ddq verify` (which needs only ddq and the standard library) run from outside the checkout.
     wheels = build_wheel(tmp_path)
@@ -273,7 +274,8 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
         [
             str(venv / "bin" / "python"),
             "-c",
-            "import ddq, ddq_recover, ddq_compact, ddq_extra, ddq_index, ddq_reclaim, ddq_outbox, ddq_mqtt, ddqhost; print(ddq.__file__)",
+            "import ddq, ddq_recover, ddq_compact, ddq_extra, ddq_index, ddq_reclaim,"
+            " ddq_outbox, ddq_mqtt, ddqhost; print(ddq.__file__)",
         ],
         capture_output=True,
         text=True,

@@ -1,4 +1,5 @@
-"""`ddq replay` and `ddq inspect` on message-layer envelopes: topics, retain, raw payloads, TTL expiry."""
+"""`ddq replay` and `ddq inspect` on message-layer envelopes: topics, retain, raw payloads,
+TTL expiry."""
 
 import json
 import time

@@ -159,7 +159,8 @@ def step(fn):
     return w
 S = ddq.PosixStorage
 for m in ("mkdir", "write", "sync", "sync_dir", "rename", "remove"):
-    setattr(S, m, staticmethod(step(getattr(S, m))) if m in ("rename", "remove") else step(getattr(S, m)))
+    f = step(getattr(S, m))
+    setattr(S, m, staticmethod(f) if m in ("rename", "remove") else f)
 os.rename = step(os.rename)
 from ddqhost import cli
 sys.exit(cli.main(sys.argv[2:]))

@@ -1,4 +1,5 @@
-"""`ddq board virtual start|stop|status|kill`: pids, state file, persistence, power cut, no leftovers."""
+"""`ddq board virtual start|stop|status|kill`: pids, state file, persistence, power cut, no
+leftovers."""
 
 import json
 import os
