@@ -166,28 +166,9 @@ def test_ddq_written_directory_verifies_and_agrees_with_inspect(tmp_path):
     for k in st:
         assert st[k] == info["stats"][k], k
     assert info["generation"] >= 1
-    mine = [
-        (
-            i["seq"],
-            i["state"],
-            i["attempts"],
-            i["lease_until_ms"],
-            i["not_before_ms"],
-            i["payload_len"],
-        )
-        for i in rep.to_json()["items"]
-    ]
-    theirs = [
-        (
-            i["seq"],
-            i["state"],
-            i["attempts"],
-            i["lease_until_ms"],
-            i["not_before_ms"],
-            i["payload_len"],
-        )
-        for i in info["items"]
-    ]
+    keys = ("seq", "state", "attempts", "lease_until_ms", "not_before_ms", "payload_len")
+    mine = [tuple(i[k] for k in keys) for i in rep.to_json()["items"]]
+    theirs = [tuple(i[k] for k in keys) for i in info["items"]]
     assert mine == theirs
 
 

@@ -6,21 +6,13 @@ import os
 
 import pytest
 
+import conftest
 import ddq as ddqmod
 from conftest import FIXTURE_NAMES, FIXTURES, copy_fixture, ddq, one_line_error, tree_hash
 from ddqhost import fsck
 
 OPTS = {"segment_bytes": 512, "max_payload_bytes": 64, "max_items": 64, "max_segments": 32}
-FLAGS = [
-    "--segment-bytes",
-    "512",
-    "--max-payload-bytes",
-    "64",
-    "--max-items",
-    "64",
-    "--max-segments",
-    "32",
-]
+FLAGS = conftest.option_flags(OPTS)
 
 
 def _queue(d):
