@@ -147,13 +147,13 @@ def test_ddq_written_directory_verifies_and_agrees_with_inspect(tmp_path):
     try:
         for i in range(30):  # enough acked traffic to force compactions into new generations
             q.enqueue(b"m%02d" % i)
-            c = q.claim(60000)
+            seq = q.claim(60000).seq
             if i % 7 == 3:
-                q.retry(c.seq, 5000)
+                q.retry(seq, 5000)
             elif i % 11 == 5:
-                q.quarantine(c.seq, b"nope %d" % i)
+                q.quarantine(seq, b"nope %d" % i)
             else:
-                q.ack(c.seq)
+                q.ack(seq)
             now[0] += 1000
         q.enqueue(b"last")
     finally:
