@@ -5,6 +5,7 @@ Every process a fixture starts is ended in a finally by its pid (and checked gon
 
 import hashlib
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -26,6 +27,30 @@ from ddqhost import vboard  # noqa: E402
 
 FIXTURES = os.environ.get("DDQ_FIXTURES") or os.path.join(REPO, "tests", "fixtures", "ddq-c")
 FIXTURE_NAMES = ("basic", "compacted", "legacy_uncompacted")
+
+# The port modules every flash installs first, in the order `ddq flash` writes them.
+PORT_CORE = "ddq ddq_recover ddq_compact ddq_extra ddq_cut ddq_hold"
+SKIP_REASON = re.compile(r"^SKIP \S+: \S.{10,}$")  # a skip says why
+
+
+def port_files(fmt, *groups):
+    """[fmt % name] for the space-separated module names of groups, in order."""
+    return [fmt % n for g in groups for n in g.split()]
+
+
+def check_suite_run(r, mods):
+    """Assert a `ddq test --each` run of mods passed: no FAIL line, every SKIP says why, the
+    summary line says 0 failed. Returns the run's stdout."""
+    out = r.stdout
+    fails = [ln for ln in out.splitlines() if ln.startswith("FAIL ")]
+    assert r.returncode == 0 and not fails, "\n".join(fails) + "\n" + out[-3000:] + r.stderr
+    for ln in out.splitlines():
+        if ln.startswith("SKIP "):
+            assert SKIP_REASON.match(ln), ln
+    last = out.strip().splitlines()[-1]
+    assert re.match(r"ddq test --each: posix: \d+ passed, 0 failed", last), last
+    print(" ".join(mods), last)  # (pytest -s shows the counts)
+    return out
 
 
 def cli_env():
@@ -91,6 +116,15 @@ def option_flags(opts):
 # ---------------------------------------------------------------- virtual board
 
 
+def kill_board(kill, state_dir, pids):
+    """Stop a board with kill(state_dir) and SIGKILL any of pids still alive; True when none is."""
+    kill(state_dir)
+    for pid in pids:
+        if vboard.pid_alive(pid):
+            os.kill(pid, 9)
+    return not any(vboard.pid_alive(p) for p in pids)
+
+
 class Board:
     def __init__(self, state_dir):
         self.dir = state_dir
@@ -114,11 +148,7 @@ def board(tmp_path_factory):
     try:
         yield b
     finally:
-        vboard.kill(b.dir)
-        for pid in b.pids:
-            if vboard.pid_alive(pid):
-                os.kill(pid, 9)
-        assert b.all_gone(), "virtual board processes left behind"
+        assert kill_board(vboard.kill, b.dir, b.pids), "virtual board processes left behind"
 
 
 # ---------------------------------------------------------------- mosquitto

@@ -23,7 +23,10 @@ from ddqfmt import (
 
 
 def write_dir(path, gen, segments, man=None, lock=True):
-    """segments: list of bytes (segment 0..n-1). man: manifest tuple or None (legacy, no marker)."""
+    """segments: list of bytes (segment 0..n-1).
+
+    man: manifest tuple or None (legacy, no marker).
+    """
     os.mkdir(path)
     for i, data in enumerate(segments):
         with open(os.path.join(path, seg_name(gen, i)), "wb") as f:
@@ -37,6 +40,18 @@ def write_dir(path, gen, segments, man=None, lock=True):
 
 
 T0 = 1767225600000
+
+
+def _item(state, attempts, lease_until_ms, not_before_ms, payload, **more):
+    """An expected item of a scenario (the fields inspect and the reader report)."""
+    return dict(
+        state=state,
+        attempts=attempts,
+        lease_until_ms=lease_until_ms,
+        not_before_ms=not_before_ms,
+        payload=payload,
+        **more,
+    )
 
 
 def compacted_scenario(path, segment_bytes=768):
@@ -76,40 +91,13 @@ def compacted_scenario(path, segment_bytes=768):
         ]
     )
     write_dir(path, 2, [seg0, seg1], man=(2, 11, 1, 4, end))
-    items = {
-        3: dict(
-            state="available",
-            attempts=1,
-            lease_until_ms=0,
-            not_before_ms=T0 + 80000,
-            payload=b"three",
-        ),
-        5: dict(
-            state="claimed",
-            attempts=1,
-            lease_until_ms=lease,
-            not_before_ms=T0 + 1000,
-            payload=b"five",
-        ),
-        6: dict(
-            state="quarantined",
-            attempts=2,
-            lease_until_ms=0,
-            not_before_ms=T0 + 2000,
-            payload=b"six:\x00\xff",
-            reason=b'bad "payload"\tx',
-        ),
-        8: dict(
-            state="available", attempts=3, lease_until_ms=0, not_before_ms=T0 + 50000, payload=b""
-        ),
-        11: dict(state="acked", attempts=0, lease_until_ms=0, not_before_ms=0, payload=b"eleven"),
-        12: dict(
-            state="claimed",
-            attempts=0,
-            lease_until_ms=T0 + 90000,
-            not_before_ms=0,
-            payload=b"twelve" * 5,
-        ),
+    items = {  # seq: (state, attempts, lease_until_ms, not_before_ms, payload)
+        3: _item("available", 1, 0, T0 + 80000, b"three"),
+        5: _item("claimed", 1, lease, T0 + 1000, b"five"),
+        6: _item("quarantined", 2, 0, T0 + 2000, b"six:\x00\xff", reason=b'bad "payload"\tx'),
+        8: _item("available", 3, 0, T0 + 50000, b""),
+        11: _item("acked", 0, 0, 0, b"eleven"),
+        12: _item("claimed", 0, T0 + 90000, 0, b"twelve" * 5),
     }
     stats = {
         "total_items": 6,

@@ -1,6 +1,6 @@
-"""End to end against a virtual board: flash, run the example app, power cycle, pull, inspect, replay to
-a real mosquitto (interrupted and resumed), push back; and the failure cases, each one line, the right
-exit status, nothing modified.
+"""End to end against a virtual board: flash, run the example app, power cycle, pull, inspect,
+replay to a real mosquitto (interrupted and resumed), push back; and the failure cases, each one
+line, the right exit status, nothing modified.
 
 The queue directory on the device has a name unique to this run: ddq's lock on the unix port is an
 abstract socket named after the path, shared by every process of the machine.
@@ -10,7 +10,15 @@ import json
 import os
 import time
 
-from conftest import REPO, Subscriber, ddq, one_line_error, tree_hash
+from conftest import (
+    PORT_CORE,
+    REPO,
+    Subscriber,
+    ddq,
+    one_line_error,
+    port_files,
+    tree_hash,
+)
 from ddqhost import cli, locate, qdir, vboard
 from ddqhost.device import Device
 
@@ -32,39 +40,20 @@ def _device_stats(board):
     return json.loads(r.stdout)
 
 
+# The ten counts of DDQ's stats (docs/SPEC.md), written out here, not read from the port.
 DDQ_STATS = (
-    "total_items",
-    "available_items",
-    "claimed_items",
-    "acknowledged_items",
-    "quarantined_items",
-    "stored_bytes",
-    "segment_count",
-    "next_seq",
-    "recovered_tail_bytes",
-    "generation",
-)
+    "total_items available_items claimed_items acknowledged_items quarantined_items"
+    " stored_bytes segment_count next_seq recovered_tail_bytes generation"
+).split()
+# The rest of the port, in flash order, on a board that loads everything (UNIX).
+FULL = "ddq_index ddq_reclaim ddq_outbox ddq_batch ddq_mqtt ddq_group ddq_salvage"
 
 
 def test_flash_py_then_mpy(board):
     r = ddq("flash", "--device", board.tty, "--format", "py", "--json")
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
-    mods = [
-        ":ddq.py",
-        ":ddq_recover.py",
-        ":ddq_compact.py",
-        ":ddq_extra.py",
-        ":ddq_cut.py",
-        ":ddq_hold.py",
-        ":ddq_index.py",
-        ":ddq_reclaim.py",
-        ":ddq_outbox.py",
-        ":ddq_batch.py",
-        ":ddq_mqtt.py",
-        ":ddq_group.py",
-        ":ddq_salvage.py",
-    ]
+    mods = port_files(":%s.py", PORT_CORE, FULL)
     assert res["board"] == "UNIX" and [w["path"] for w in res["written"]] == mods
     assert (
         res["imported_from"].endswith("ddq.py") and res["version"] == locate.load_ddq().__version__
@@ -75,19 +64,8 @@ def test_flash_py_then_mpy(board):
     # The example app imports ddq_app (and through it ddq, ddq_outbox and ddq_mqtt): those are
     # installed as .mpy, with ddq_reclaim for the UNIX profile's staged reclamation, and every
     # .py the first flash put there is removed (no stale copy beside the new ddq).
-    assert [w["path"] for w in res["written"]] == [
-        ":ddq.mpy",
-        ":ddq_recover.mpy",
-        ":ddq_compact.mpy",
-        ":ddq_extra.mpy",
-        ":ddq_cut.mpy",
-        ":ddq_hold.mpy",
-        ":ddq_reclaim.mpy",
-        ":ddq_outbox.mpy",
-        ":ddq_mqtt.mpy",
-        ":ddq_app.mpy",
-        ":main.py",
-    ]
+    mpys = port_files(":%s.mpy", PORT_CORE, "ddq_reclaim ddq_outbox ddq_mqtt ddq_app")
+    assert [w["path"] for w in res["written"]] == mpys + [":main.py"]
     assert sorted(res["removed"]) == sorted(mods) and res["imported_from"].endswith("ddq.mpy")
     with Device(board.tty, soft_reset=False) as dev:
         sizes = {n: size for n, _d, size in dev.listdir(":")}
@@ -108,20 +86,9 @@ def test_flash_skips_what_the_board_cannot_load(board, tmp_path):
     r = ddq("flash", "--device", board.tty, "--board", "PYBV11", "--format", "py", "--json")
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
-    assert [w["path"] for w in res["written"]] == [
-        ":ddq.py",
-        ":ddq_recover.py",
-        ":ddq_compact.py",
-        ":ddq_extra.py",
-        ":ddq_cut.py",
-        ":ddq_hold.py",
-        ":ddq_index.py",
-        ":ddq_reclaim.py",
-        ":ddq_outbox.py",
-        ":ddq_batch.py",
-        ":ddq_group.py",
-        ":ddq_salvage.py",
-    ]
+    assert [w["path"] for w in res["written"]] == port_files(
+        ":%s.py", PORT_CORE, "ddq_index ddq_reclaim ddq_outbox ddq_batch ddq_group ddq_salvage"
+    )
     assert res["removed"] == [":ddq_mqtt.py"]
     # An app that imports ddq_mqtt gets it there too: the module loads without socket (its
     # adapters need none; only its own Sender imports socket, when it connects).
@@ -140,16 +107,8 @@ def test_flash_skips_what_the_board_cannot_load(board, tmp_path):
         "--json",
     )
     assert r.returncode == 0, r.stderr
-    assert [w["path"] for w in json.loads(r.stdout)["written"]] == [
-        ":ddq.py",
-        ":ddq_recover.py",
-        ":ddq_compact.py",
-        ":ddq_extra.py",
-        ":ddq_cut.py",
-        ":ddq_hold.py",
-        ":ddq_mqtt.py",
-        ":main.py",
-    ]
+    written = json.loads(r.stdout)["written"]
+    assert [w["path"] for w in written] == port_files(":%s.py", PORT_CORE, "ddq_mqtt main")
 
 
 APP = """

@@ -20,20 +20,11 @@ import time
 
 import pytest
 
-from conftest import HOST, PORT_DIR, REPO, cli_env, ddq, one_line_error, tree_hash
+from conftest import HOST, PORT_DIR, REPO, cli_env, ddq, one_line_error, option_flags, tree_hash
 from ddqhost import locate, qdir
 
 OPTS = {"segment_bytes": 4096, "max_payload_bytes": 256, "max_items": 64, "max_segments": 8}
-FLAGS = [
-    "--segment-bytes",
-    "4096",
-    "--max-payload-bytes",
-    "256",
-    "--max-items",
-    "64",
-    "--max-segments",
-    "8",
-]
+FLAGS = option_flags(OPTS)
 SEG0 = "segment-00000000000000000000.log"
 SEG1 = "segment-00000000000000000001.log"
 
@@ -160,7 +151,7 @@ def test_a_segment_name_in_other_digits_is_not_a_segment(tmp_path):
     assert SEG1[:-5] + "\u0661.log" in v["ignored_files"]
 
 
-# ---------------------------------------------------------------- 3. numbers in settings, arguments
+# ------------------------------------------------------------ 3. numbers in settings, arguments
 
 
 @pytest.mark.parametrize("value", ["Infinity", "-Infinity", "NaN", "1e400", "4096.9", "true"])

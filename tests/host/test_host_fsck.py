@@ -1,5 +1,5 @@
-"""`ddq verify` / `ddq records`: the independent reader (host/ddqhost/fsck/) against the C fixtures,
-ddq-written directories, an independent writer, and damaged copies; golden CLI output.
+"""`ddq verify` / `ddq records`: the independent reader (host/ddqhost/fsck/) against the C
+fixtures, ddq-written directories, an independent writer, and damaged copies; golden CLI output.
 
 Golden files live in tests/host/golden/*.exp; temp paths are replaced by <DIR> and \\r dropped.
 Regenerate with DDQ_UPDATE_GOLDEN=1 (then read the diff).
@@ -147,13 +147,13 @@ def test_ddq_written_directory_verifies_and_agrees_with_inspect(tmp_path):
     try:
         for i in range(30):  # enough acked traffic to force compactions into new generations
             q.enqueue(b"m%02d" % i)
-            c = q.claim(60000)
+            seq = q.claim(60000).seq
             if i % 7 == 3:
-                q.retry(c.seq, 5000)
+                q.retry(seq, 5000)
             elif i % 11 == 5:
-                q.quarantine(c.seq, b"nope %d" % i)
+                q.quarantine(seq, b"nope %d" % i)
             else:
-                q.ack(c.seq)
+                q.ack(seq)
             now[0] += 1000
         q.enqueue(b"last")
     finally:
@@ -166,28 +166,9 @@ def test_ddq_written_directory_verifies_and_agrees_with_inspect(tmp_path):
     for k in st:
         assert st[k] == info["stats"][k], k
     assert info["generation"] >= 1
-    mine = [
-        (
-            i["seq"],
-            i["state"],
-            i["attempts"],
-            i["lease_until_ms"],
-            i["not_before_ms"],
-            i["payload_len"],
-        )
-        for i in rep.to_json()["items"]
-    ]
-    theirs = [
-        (
-            i["seq"],
-            i["state"],
-            i["attempts"],
-            i["lease_until_ms"],
-            i["not_before_ms"],
-            i["payload_len"],
-        )
-        for i in info["items"]
-    ]
+    keys = ("seq", "state", "attempts", "lease_until_ms", "not_before_ms", "payload_len")
+    mine = [tuple(i[k] for k in keys) for i in rep.to_json()["items"]]
+    theirs = [tuple(i[k] for k in keys) for i in info["items"]]
     assert mine == theirs
 
 

@@ -37,7 +37,8 @@ def _sha(b):
 
 
 class FakeTransport:
-    """Answers Device's snippets: replies[kind] (bytes) overrides the honest answer of that kind."""
+    """Answers Device's snippets: replies[kind] (bytes) overrides the honest answer of that
+    kind."""
 
     mounted = False
 

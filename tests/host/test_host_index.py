@@ -53,7 +53,10 @@ def _verify(d):
 
 
 def _ddq_view(d, tmp_path):
-    """(index_used, replayed_records) of ddq opening a copy of d (its close may rewrite the index)."""
+    """(index_used, replayed_records) of ddq opening a copy of d.
+
+    Its close may rewrite the index.
+    """
     work = os.path.join(tempfile.mkdtemp(dir=tmp_path), "q")
     qdir.copy_queue(str(d), work)
     q = _queue(work, index_bytes=1)
@@ -68,6 +71,14 @@ def _index_layout(data):
     f = dict(zip(fsck.IX_FIELDS, h, strict=True))
     col0 = fsck.IX_HEADER + fsck.IX_SEG * f["segment_count"]
     return f, col0
+
+
+def _filled_index(d):
+    """_fill(d), then its index: (path, bytes, header fields, offset of the first column)."""
+    _fill(d)
+    p = d / fsck.INDEX_NAME
+    data = p.read_bytes()
+    return (p, data, *_index_layout(data))
 
 
 def _reseal(data):
@@ -233,10 +244,7 @@ def test_damaged_index_is_a_note(tmp_path, damage, reason):
 # EVIDENCE-OF: X3
 def test_forged_index_that_disagrees_with_the_log_is_corrupt(tmp_path):
     d = tmp_path / "q"
-    _fill(d)
-    p = d / fsck.INDEX_NAME
-    data = p.read_bytes()
-    f, col0 = _index_layout(data)
+    p, data, f, col0 = _filled_index(d)
     n = f["items"]
     seqs = struct.unpack_from("<%dQ" % n, data, col0)
     st0 = col0 + 18 * n  # the state column follows seq (8), segment (2), offset (4), length (4)
@@ -267,10 +275,7 @@ def test_forged_index_that_disagrees_with_the_log_is_corrupt(tmp_path):
 
 def test_forged_live_entry_attempts_is_corrupt(tmp_path):
     d = tmp_path / "q"
-    _fill(d)
-    p = d / fsck.INDEX_NAME
-    data = p.read_bytes()
-    f, col0 = _index_layout(data)
+    p, data, f, col0 = _filled_index(d)
     assert f["live_count"] > 0
     live0 = col0 + 19 * f["items"]
     b = bytearray(data)

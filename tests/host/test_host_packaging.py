@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, Subscriber, ddq
+from conftest import PORT_CORE, REPO, Subscriber, ddq, port_files
 from ddqhost import boards, locate, options, qoptions, transfer
 
 
@@ -238,7 +238,8 @@ def test_wheel_holds_the_suite_and_its_fixtures_not_the_host_test_helpers(tmp_pa
 
 
 def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
-    # The wheel carries modules ddq, ddq_index, ddq_reclaim, ddq_outbox, ddq_mqtt, the host package and the `ddq` console script;
+    # The wheel carries modules ddq, ddq_index, ddq_reclaim, ddq_outbox, ddq_mqtt, the host
+    # package and the `ddq` console script;
     # installed (without its network dependencies) into a new venv, `ddq --version` and
     # `ddq verify` (which needs only ddq and the standard library) run from outside the checkout.
     wheels = build_wheel(tmp_path)
@@ -273,7 +274,8 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
         [
             str(venv / "bin" / "python"),
             "-c",
-            "import ddq, ddq_recover, ddq_compact, ddq_extra, ddq_index, ddq_reclaim, ddq_outbox, ddq_mqtt, ddqhost; print(ddq.__file__)",
+            "import ddq, ddq_recover, ddq_compact, ddq_extra, ddq_index, ddq_reclaim,"
+            " ddq_outbox, ddq_mqtt, ddqhost; print(ddq.__file__)",
         ],
         capture_output=True,
         text=True,
@@ -335,47 +337,16 @@ def test_flash_installs_what_the_app_imports(tmp_path):
     names = lambda mods: [os.path.basename(m) for m in mods]  # noqa: E731
     unix, pyb = boards.load("UNIX"), boards.load("PYBV11")
     # No app: every port module the board can load; no socket on PYBV11, so no ddq_mqtt.
-    assert names(transfer.modules_to_install(unix)) == [
-        "ddq.py",
-        "ddq_recover.py",
-        "ddq_compact.py",
-        "ddq_extra.py",
-        "ddq_cut.py",
-        "ddq_hold.py",
-        "ddq_index.py",
-        "ddq_reclaim.py",
-        "ddq_outbox.py",
-        "ddq_batch.py",
-        "ddq_mqtt.py",
-        "ddq_group.py",
-        "ddq_salvage.py",
-    ]
-    assert names(transfer.modules_to_install(pyb)) == [
-        "ddq.py",
-        "ddq_recover.py",
-        "ddq_compact.py",
-        "ddq_extra.py",
-        "ddq_cut.py",
-        "ddq_hold.py",
-        "ddq_index.py",
-        "ddq_reclaim.py",
-        "ddq_outbox.py",
-        "ddq_batch.py",
-        "ddq_group.py",
-        "ddq_salvage.py",
-    ]
+    rest = "ddq_index ddq_reclaim ddq_outbox ddq_batch %s ddq_group ddq_salvage"
+    assert names(transfer.modules_to_install(unix)) == port_files(
+        "%s.py", PORT_CORE, rest % "ddq_mqtt"
+    )
+    assert names(transfer.modules_to_install(pyb)) == port_files("%s.py", PORT_CORE, rest % "")
     # An app: ddq, the modules it loads by itself (ddq_cut: its recovery imports it on demand, SPEC
     # R22; ddq_hold: a Queue with window > 0, SPEC H1) and what the app imports (also inside
     # functions, and `from ... import`).
     plain = _app(tmp_path, "import time\nimport ddq\n")
-    core = [
-        "ddq.py",
-        "ddq_recover.py",
-        "ddq_compact.py",
-        "ddq_extra.py",
-        "ddq_cut.py",
-        "ddq_hold.py",
-    ]
+    core = port_files("%s.py", PORT_CORE)
     # A profile with reclaim_step (UNIX's, docs/BOARDS.md) stages its generations: ddq_reclaim
     # too (SPEC C13); PYBV11's does not.
     assert unix.get("reclaim_step") and not pyb.get("reclaim_step")

@@ -45,7 +45,8 @@ def test_push_force_reports_what_it_overwrites_and_never_reuses_a_seq(board, tmp
     r = ddq("pull", "--device", board.tty, ":" + QD, local)
     assert r.returncode == 0, r.stderr
 
-    # The device acks seq 1: a state change, no new seq. push refuses, --force overwrites and says so.
+    # The device acks seq 1: a state change, no new seq. push refuses, --force overwrites and
+    # says so.
     _exec(
         board,
         "import ddq\n_q=ddq.Queue(%r,%s)\n_q.claim(1000)\n_q.ack(1)\n_q.close()" % (QD, UNIX),

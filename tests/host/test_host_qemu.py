@@ -20,7 +20,7 @@ import shutil
 
 import pytest
 
-from conftest import Subscriber, ddq
+from conftest import Subscriber, check_suite_run, ddq, kill_board
 from ddqhost import qboard, testrun, vboard
 
 FIRMWARE = qboard.default_firmware()
@@ -48,7 +48,6 @@ MODULES = [
     "test_spec",
     "test_support",
 ]
-SKIP_REASON = re.compile(r"^SKIP \S+: \S.{10,}$")
 READINGS = 24
 OPTS = ["--board", "ARMV7M_GENERIC"]
 
@@ -74,11 +73,7 @@ def qemu(tmp_path_factory):
     try:
         yield q
     finally:
-        qboard.kill(q.dir)
-        for pid in q.pids:
-            if vboard.pid_alive(pid):
-                os.kill(pid, 9)
-        assert not any(vboard.pid_alive(p) for p in q.pids), "qemu left running"
+        assert kill_board(qboard.kill, q.dir, q.pids), "qemu left running"
 
 
 def _device(q):
@@ -106,21 +101,13 @@ def test_flash_and_the_shared_suite(qemu):
     assert r.returncode == 0 and "ddq 0.1.0 imports on" in r.stdout, r.stdout + r.stderr
     mods = testrun.suite_modules() if os.environ.get("DDQ_QEMU_SUITE") == "all" else MODULES
     r = ddq("test", "--device", qemu.tty, "--mpy", "--each", *mods, timeout=3600)
-    out = r.stdout
-    fails = [ln for ln in out.splitlines() if ln.startswith("FAIL ")]
-    assert r.returncode == 0 and not fails, "\n".join(fails) + "\n" + out[-3000:] + r.stderr
+    out = check_suite_run(r, mods)
     # a soft reset before each module gives the heap back (139 KB free at the prompt); inside
     # the session mpremote's mount, mprun's imports and the module take their part (measured:
     # 114.8 KB free at the first module, 99-104 KB at the later ones; without the resets
     # the first runs on this board saw 85 KB after three modules and MemoryError in test_reclaim)
     free = [int(x) for x in re.findall(r"device heap free (\d+) of \d+", out)]
     assert len(free) == len(mods) and min(free) > 92 * 1024, free
-    for ln in out.splitlines():
-        if ln.startswith("SKIP "):
-            assert SKIP_REASON.match(ln), ln
-    last = out.strip().splitlines()[-1]
-    assert re.match(r"ddq test --each: posix: \d+ passed, 0 failed", last), last
-    print(" ".join(mods), last)  # (pytest -s shows the counts)
 
 
 def test_board_app_end_to_end(qemu, mosquitto, tmp_path):

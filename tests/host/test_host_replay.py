@@ -1,4 +1,5 @@
-"""`ddq replay` and `ddq inspect` on message-layer envelopes: topics, retain, raw payloads, TTL expiry."""
+"""`ddq replay` and `ddq inspect` on message-layer envelopes: topics, retain, raw payloads,
+TTL expiry."""
 
 import json
 import time
@@ -27,18 +28,19 @@ def _make_queue(path):
     return a, b, c, d
 
 
+def _items(q):
+    """{seq: item} of `ddq inspect q --json`, which must succeed."""
+    r = ddq("inspect", q, "--json")
+    assert r.returncode == 0, r.stderr
+    return {it["seq"]: it for it in json.loads(r.stdout)["items"]}
+
+
 def test_inspect_shows_envelope_fields(tmp_path):
     a, b, c, d = _make_queue(tmp_path / "q")
-    r = ddq("inspect", tmp_path / "q", "--json")
-    assert r.returncode == 0, r.stderr
-    items = {it["seq"]: it for it in json.loads(r.stdout)["items"]}
+    items = _items(tmp_path / "q")
     ea = items[a]["envelope"]
-    assert (ea["topic"], ea["qos"], ea["retain"], ea["payload_preview"]) == (
-        "sensors/t",
-        1,
-        False,
-        "21.5",
-    )
+    want = {"topic": "sensors/t", "qos": 1, "retain": False, "payload_preview": "21.5"}
+    assert {k: ea[k] for k in want} == want
     assert 4000 <= ea["age_ms"] < 60000 and ea["expired"] is False
     assert items[b]["envelope"]["retain"] is True and items[b]["envelope"]["qos"] == 0
     assert "envelope" not in items[c]
@@ -77,7 +79,7 @@ def test_replay_routes_envelopes_raw_and_expired(tmp_path, mosquitto):
             ("site7/raw", b"not an envelope \x00\xff"),
         ]
     )
-    items = {it["seq"]: it for it in json.loads(ddq("inspect", q, "--json").stdout)["items"]}
+    items = _items(q)
     assert [items[s]["state"] for s in (a, b, c)] == ["acked"] * 3
     assert items[d]["state"] == "quarantined" and items[d]["reason"] == "expired"
     assert ddq("verify", q).returncode == 0
@@ -165,7 +167,7 @@ def test_replay_quarantines_unpublishable_and_goes_on(tmp_path, mosquitto):
     assert (res["sent"], res["unpublishable"], res["failed"], res["remaining"]) == (2, 3, 0, 0)
     assert "Traceback" not in r.stderr and "quarantined (unpublishable" in r.stderr
     assert sorted(got) == [(pre + "/ok/1", b"one"), (pre + "/ok/2", b"two")]
-    items = {it["seq"]: it for it in json.loads(ddq("inspect", q, "--json").stdout)["items"]}
+    items = _items(q)
     assert items[w]["state"] == items[plus]["state"] == "quarantined"
     assert items[w]["reason"].startswith("unpublishable: topic contains an MQTT wildcard")
     # the rerun is clean: nothing claimed, nothing left, nothing sent twice
@@ -208,6 +210,21 @@ def _signed_queue(path, key):
     return good, altered, unsigned, foreign, raw, good2
 
 
+def _replay_two(mosquitto, prefix, *args):
+    """`ddq replay *args --json` (which must succeed) with a subscriber on mosquitto until two
+    messages arrived: (its JSON result, its stdout + stderr, the messages under prefix)."""
+    sub = Subscriber(mosquitto)
+    try:
+        r = ddq("replay", *args, "--json")
+        assert r.returncode == 0, r.stderr
+        sub.wait_for(2)
+        time.sleep(0.3)
+        got = [g for g in sub.got if g[0].startswith(prefix)]
+    finally:
+        sub.close()
+    return json.loads(r.stdout), r.stdout + r.stderr, got
+
+
 def test_replay_with_an_hmac_key_sends_only_authenticated_messages(tmp_path, mosquitto):
     q = tmp_path / "q"
     good, altered, unsigned, foreign, raw, good2 = _signed_queue(q, KEY)
@@ -219,20 +236,12 @@ def test_replay_with_an_hmac_key_sends_only_authenticated_messages(tmp_path, mos
     )
     assert plan["unauthenticated_seqs"] == [altered, unsigned, foreign, raw]
     assert [w["seq"] for w in plan["would_send"]] == [good, good2]
-    sub = Subscriber(mosquitto)
-    try:
-        r = ddq("replay", q, "--to", url, "--json", "--hmac-key-file", kf)
-        assert r.returncode == 0, r.stderr
-        res = json.loads(r.stdout)
-        sub.wait_for(2)
-        time.sleep(0.3)
-        got = [g for g in sub.got if g[0].startswith("s/")]  # other tests' retained messages
-    finally:
-        sub.close()
+    # "s/": other tests' retained messages are left out
+    res, text, got = _replay_two(mosquitto, "s/", q, "--to", url, "--hmac-key-file", kf)
     assert (res["sent"], res["unauthenticated"], res["remaining"]) == (2, 4, 0)
     assert sorted(got) == [("s/good", b"good"), ("s/good2", b"good2")]
-    assert KEY.hex() not in r.stdout + r.stderr
-    items = {it["seq"]: it for it in json.loads(ddq("inspect", q, "--json").stdout)["items"]}
+    assert KEY.hex() not in text
+    items = _items(q)
     assert items[altered]["reason"] == "unauthenticated: envelope: HMAC tag mismatch"
     assert items[unsigned]["reason"] == "unauthenticated: envelope: no HMAC tag"
     assert items[raw]["reason"].startswith("unauthenticated: not an envelope")
@@ -241,8 +250,7 @@ def test_replay_with_an_hmac_key_sends_only_authenticated_messages(tmp_path, mos
 def test_inspect_shows_auth_status(tmp_path, monkeypatch):
     q = tmp_path / "q"
     good, altered, unsigned, foreign, raw, good2 = _signed_queue(q, KEY)
-    r = ddq("inspect", q, "--json")
-    items = {it["seq"]: it for it in json.loads(r.stdout)["items"]}
+    items = _items(q)
     assert items[good]["auth"] == "unchecked" and items[unsigned]["auth"] == "unsigned"
     monkeypatch.setenv("DDQ_HMAC_KEY", KEY.hex())
     r = ddq("inspect", q, "--json")  # the key from $DDQ_HMAC_KEY
@@ -304,7 +312,7 @@ def test_deliver_quarantines_what_paho_refuses_and_goes_on(tmp_path):
     assert cl.sent == ["p/sensors/t", "p/raw"]
     assert res["unpublishable_seqs"] == [b] and res["sent_seqs"] == [a, c]
     assert res["stats"]["claimed_items"] == 0
-    items = {it["seq"]: it for it in json.loads(ddq("inspect", q, "--json").stdout)["items"]}
+    items = _items(q)
     assert items[b]["reason"] == "unpublishable: Invalid topic."
 
 
@@ -341,7 +349,7 @@ def test_deliver_stops_at_the_first_missing_puback_and_releases_the_window(tmp_p
     assert cl.sent == [("p/sensors/t", 1), ("p/status", 1), ("p/raw", 1)]  # QoS 1 forced
     assert res["sent_seqs"] == [a] and res["failed_seqs"] == [b, c]
     assert (res["expired"], res["remaining"], res["skipped"]) == (0, 1, 0)  # d not tried
-    items = {it["seq"]: it for it in json.loads(ddq("inspect", q, "--json").stdout)["items"]}
+    items = _items(q)
     assert [(items[s]["state"], items[s]["attempts"]) for s in (b, c)] == [("available", 1)] * 2
     assert "due_in_ms" not in items[b] and items[d]["state"] == "available"
 
@@ -377,7 +385,7 @@ def test_replay_decrypts_for_the_subscriber_and_refuses_without_the_key(tmp_path
         assert r.returncode == 1, r.stdout
         assert "2 pending messages are encrypted" in r.stderr and "--hmac-key-file" in r.stderr
         assert "Traceback" not in r.stderr
-    items = {it["seq"]: it for it in json.loads(ddq("inspect", q, "--json").stdout)["items"]}
+    items = _items(q)
     assert [items[s]["state"] for s in (a, b)] == ["available"] * 2  # nothing claimed
     assert tree_hash(q) == before  # refused before anything was written
     kf = tmp_path / "device.key"
@@ -389,19 +397,10 @@ def test_replay_decrypts_for_the_subscriber_and_refuses_without_the_key(tmp_path
         (a, len(SECRET)),
         (b, len(SECRET) + 7),
     ]
-    sub = Subscriber(mosquitto)
-    try:
-        r = ddq("replay", q, "--to", url, "--json", "--hmac-key-file", kf)
-        assert r.returncode == 0, r.stderr
-        res = json.loads(r.stdout)
-        sub.wait_for(2)
-        time.sleep(0.3)
-        got = [g for g in sub.got if g[0].startswith("s/enc")]
-    finally:
-        sub.close()
+    res, text, got = _replay_two(mosquitto, "s/enc", q, "--to", url, "--hmac-key-file", kf)
     assert (res["sent"], res["unauthenticated"]) == (2, 0)
     assert sorted(got) == [("s/enc", SECRET), ("s/enc2", b"second-" + SECRET)]
-    assert KEY.hex() not in r.stdout + r.stderr
+    assert KEY.hex() not in text
 
 
 def test_replay_quarantines_an_altered_encrypted_message(tmp_path):
@@ -444,30 +443,28 @@ def test_inspect_decrypts_with_the_key_and_marks_encrypted_without(tmp_path, mon
     assert r.returncode == 0, r.stderr
     items = {it["seq"]: it for it in json.loads(r.stdout)["items"]}
     ea = items[a]["envelope"]
-    assert (ea["topic"], ea["encrypted"], ea["decrypted"], ea["payload_preview"]) == (
-        "s/enc",
-        True,
-        False,
-        "(encrypted)",
-    )
+    want = {
+        "topic": "s/enc",
+        "encrypted": True,
+        "decrypted": False,
+        "payload_preview": "(encrypted)",
+    }
+    assert {k: ea[k] for k in want} == want
     assert ea["payload_len"] == len(SECRET) and items[a]["auth"] == "unchecked"
     text = ddq("inspect", q).stdout
     assert "envelope: topic s/enc qos 1 encrypted (no key: not decrypted)" in text
     assert SECRET.decode() not in text and SECRET.decode() not in r.stdout
     monkeypatch.setenv("DDQ_HMAC_KEY", KEY.hex())
-    items = {it["seq"]: it for it in json.loads(ddq("inspect", q, "--json").stdout)["items"]}
+    items = _items(q)
     eb = items[b]["envelope"]
-    assert (eb["encrypted"], eb["decrypted"], eb["payload_preview"], eb["retain"]) == (
-        True,
-        True,
-        "second-" + SECRET.decode(),
-        True,
-    )
+    want = {"encrypted": True, "decrypted": True, "retain": True}
+    want["payload_preview"] = "second-" + SECRET.decode()
+    assert {k: eb[k] for k in want} == want
     assert items[b]["auth"] == "ok"
     text = ddq("inspect", q).stdout
     assert "envelope: topic s/enc qos 1 encrypted age" in text and "auth: ok (HMAC)" in text
     monkeypatch.setenv("DDQ_HMAC_KEY", bytes(32).hex())  # the wrong key: marked, not decrypted
-    items = {it["seq"]: it for it in json.loads(ddq("inspect", q, "--json").stdout)["items"]}
+    items = _items(q)
     assert items[a]["envelope"]["decrypted"] is False
     assert items[a]["auth"] == "unauthenticated: envelope: HMAC tag mismatch"
 

@@ -150,9 +150,10 @@ def test_refusals_are_one_clear_line_and_leave_the_queue_untouched(tls, tmp_path
 def test_client_certificate(tls, tmp_path):
     b, pki, got = tls
     q = _queue(tmp_path / "q", 2, "tls/mtls")
+    pw = _pwfile(tmp_path, PASSWORD + "\r\nthe first line only\n")
     r = ddq("replay", q, "--to", "mqtts://gw@localhost:%d/c" % b.mtls_port, "--ca-file",
             pki["ca.crt"], "--cert", pki["client.crt"], "--key", pki["client.key"],
-            "--password-file", _pwfile(tmp_path, PASSWORD + "\r\nthe first line only\n"))  # fmt: skip
+            "--password-file", pw)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert _wait(got, "c/tls/mtls", 2) == [b"m0", b"m1"]
 

@@ -151,8 +151,8 @@ def test_broker_that_never_answers_times_out_waiting_for_connack(tmp_path):
     line = one_line_error(r, 1)
     assert accepted >= 1
     assert (
-        "broker 127.0.0.1:%d accepted the TCP connection but sent no CONNACK: timed out after 0.5 s"
-        % b.port
+        "broker 127.0.0.1:%d accepted the TCP connection but sent no CONNACK:"
+        " timed out after 0.5 s" % b.port
     ) in line, line
     assert took < 20
     assert tree_hash(q) == before

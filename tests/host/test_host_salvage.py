@@ -6,21 +6,13 @@ import os
 
 import pytest
 
+import conftest
 import ddq as ddqmod
 from conftest import FIXTURE_NAMES, FIXTURES, copy_fixture, ddq, one_line_error, tree_hash
 from ddqhost import fsck
 
 OPTS = {"segment_bytes": 512, "max_payload_bytes": 64, "max_items": 64, "max_segments": 32}
-FLAGS = [
-    "--segment-bytes",
-    "512",
-    "--max-payload-bytes",
-    "64",
-    "--max-items",
-    "64",
-    "--max-segments",
-    "32",
-]
+FLAGS = conftest.option_flags(OPTS)
 
 
 def _queue(d):
@@ -159,7 +151,8 @@ def step(fn):
     return w
 S = ddq.PosixStorage
 for m in ("mkdir", "write", "sync", "sync_dir", "rename", "remove"):
-    setattr(S, m, staticmethod(step(getattr(S, m))) if m in ("rename", "remove") else step(getattr(S, m)))
+    f = step(getattr(S, m))
+    setattr(S, m, staticmethod(f) if m in ("rename", "remove") else f)
 os.rename = step(os.rename)
 from ddqhost import cli
 sys.exit(cli.main(sys.argv[2:]))

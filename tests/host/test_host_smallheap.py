@@ -10,9 +10,9 @@ own data, or the modules it needs beside the runner (mpremote's mount, mprun, su
 need more heap than the board has, which its user cannot change. In 140 KiB (measured on this
 unix port, 64-bit; docs/DESIGN.md §4.1 has the figures):
 - the message layer's modules skip whole: test_batch, test_outbox, test_window, test_mqtt,
-  test_mqtt_clients, test_mqtt_limits (ddq + ddq_outbox + ddq_mqtt import 67 KB and an open Outbox keeps 25 KB:
-  46 KB of a 140 KiB heap stay for an application, too little beside the runner); test_auth
-  runs its 5 codec tests and skips the 16 that open an Outbox;
+  test_mqtt_clients, test_mqtt_limits (ddq + ddq_outbox + ddq_mqtt import 67 KB and an open
+  Outbox keeps 25 KB: 46 KB of a 140 KiB heap stay for an application, too little beside the
+  runner); test_auth runs its 5 codec tests and skips the 16 that open an Outbox;
 - test_parts (a second ddq compiled beside the first) skips whole;
 - test_salvage (ddq_salvage's salvages: 6 of 16 passed in 140 KiB with no runner at all) and
   test_index (queue.index: ddq_index beside the open and compaction modules, or X5's fallback)
@@ -28,7 +28,7 @@ import re
 
 import pytest
 
-from conftest import ddq
+from conftest import check_suite_run, ddq, kill_board
 from ddqhost import testrun, vboard
 
 # One fresh board per group, --each inside it: a module per board, except the modules that skip
@@ -67,7 +67,6 @@ GROUPS = [
         "test_window",
     ],
 ]
-SKIP_REASON = re.compile(r"^SKIP \S+: \S.{10,}$")  # a skip says why
 
 
 def test_groups_cover_the_suite():
@@ -80,13 +79,6 @@ def _board(d):
     return st, {st["bridge_pid"], st["micropython_pid"]}
 
 
-def _stop(d, pids):
-    vboard.kill(d)
-    for pid in pids:
-        if vboard.pid_alive(pid):
-            os.kill(pid, 9)
-
-
 @pytest.mark.parametrize("group", GROUPS, ids=lambda g: "+".join(m[5:] for m in g))
 def test_suite_on_a_140k_heap(tmp_path, group):
     d = str(tmp_path / "vb140")
@@ -94,20 +86,12 @@ def test_suite_on_a_140k_heap(tmp_path, group):
     try:
         r = ddq("test", "--device", os.path.join(d, "tty"), "--mpy", "--each", *group, timeout=900)
     finally:
-        _stop(d, pids)
-    out = r.stdout
-    fails = [ln for ln in out.splitlines() if ln.startswith("FAIL ")]
-    assert r.returncode == 0 and not fails, "\n".join(fails) + "\n" + out[-3000:] + r.stderr
+        kill_board(vboard.kill, d, pids)
+    out = check_suite_run(r, group)
     heaps = [int(x) for x in re.findall(r"device heap free \d+ of (\d+)", out)]
     assert len(heaps) == len(group) and all(h < 150 * 1024 for h in heaps), heaps
     sums = re.findall(r"^posix: (\d+) passed, (\d+) failed", out, re.M)
     assert len(sums) == len(group), out[-3000:]  # every module ran and reported
-    for ln in out.splitlines():
-        if ln.startswith("SKIP "):
-            assert SKIP_REASON.match(ln), ln
-    last = out.strip().splitlines()[-1]
-    assert re.match(r"ddq test --each: posix: \d+ passed, 0 failed", last), last
-    print(" ".join(group), last)  # (pytest -s shows the counts)
 
 
 @pytest.fixture
@@ -117,7 +101,7 @@ def small_board(tmp_path):
     try:
         yield os.path.join(d, "tty")
     finally:
-        _stop(d, pids)
+        kill_board(vboard.kill, d, pids)
 
 
 def test_ramdisk_sized_for_the_heap(small_board):

@@ -123,7 +123,10 @@ def test_exec_on_a_device_that_stops_answering_times_out(where, tmp_path, monkey
         fake.close()
 
 
-HANG = b"import time\ndef test_hang():\n    print('hanging')\n    while True:\n        time.sleep(1)\n"
+HANG = (
+    b"import time\ndef test_hang():\n    print('hanging')\n"
+    b"    while True:\n        time.sleep(1)\n"
+)
 
 
 def test_ddq_test_on_a_hung_run_times_out(tmp_path):

@@ -1,9 +1,10 @@
-"""`ddq board virtual start|stop|status|kill`: pids, state file, persistence, power cut, no leftovers."""
+"""`ddq board virtual start|stop|status|kill`: pids, state file, persistence, power cut, no
+leftovers."""
 
 import json
 import os
 
-from conftest import ddq, one_line_error
+from conftest import ddq, kill_board, one_line_error
 from ddqhost import vboard
 from ddqhost.device import Device
 
@@ -55,11 +56,8 @@ def test_start_status_stop_kill_leave_nothing_behind(tmp_path):
         r = ddq("board", "virtual", "stop", "--dir", d)
         assert r.returncode == 0 and "not running" in r.stdout
     finally:
-        vboard.kill(str(d))
-        for p in pids:
-            if vboard.pid_alive(p):
-                os.kill(p, 9)
-    assert not any(vboard.pid_alive(p) for p in pids)
+        gone = kill_board(vboard.kill, str(d), pids)
+    assert gone
 
 
 def test_stale_state_file_is_cleaned_up(tmp_path):
@@ -133,8 +131,5 @@ def test_state_dir_and_image_are_private_and_a_relative_device_is_the_virtual_bo
         pids |= {st["bridge_pid"], st["micropython_pid"]}
         assert mode(d) == 0o700 and mode(d / "flash.img") == 0o600
     finally:
-        vboard.kill(str(d))
-        for p in pids:
-            if vboard.pid_alive(p):
-                os.kill(p, 9)
-    assert not any(vboard.pid_alive(p) for p in pids)
+        gone = kill_board(vboard.kill, str(d), pids)
+    assert gone
