@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 KEY = b"\0B"  # the envelope key of a batch [B2]
 _ID = 1 << 64  # a reading's Message.seq: _ID + (item seq << 12) + index, above every DDQ seq
-_PARTS = 4095  # readings in one batch at most (the index field of that id)
+_READINGS = 4095  # readings in one batch at most (the index field of that id)
 _MAX_WAIT = 0x1FFFFFFF
 
 
@@ -58,11 +58,11 @@ def entries(m: Message) -> "list[Message]":
     (topic, QoS, retain, TTL: the batch's) [B2]."""
     b, i, out = m.payload, 0, []
     t = m.enqueued_ms
-    for k in range(_PARTS + 1):
+    for k in range(_READINGS + 1):
         if i >= len(b):
             break
-        if k == _PARTS:
-            raise BadEnvelope("batch: over %d readings" % _PARTS)
+        if k == _READINGS:
+            raise BadEnvelope("batch: over %d readings" % _READINGS)
         d, i = _unvarint(b, i)
         n, i = _unvarint(b, i)
         if i + n > len(b):
@@ -126,7 +126,7 @@ class BatchOutbox(Base):
             or o[2] != bool(retain)
             or o[3] != ttl
             or self._size(o, 4 + len(p)) > self._bb
-            or o[8] >= _PARTS
+            or o[8] >= _READINGS
         ):
             seq = self.flush()
             o = None
