@@ -13,6 +13,7 @@ module("ddq_index.py", base_path="port")  # recovery index, imported on demand
 module("ddq_cut.py", base_path="port")  # finishes a crashed tail cut, imported on demand
 module("ddq_reclaim.py", base_path="port")  # staged reclamation (reclaim_step > 0)
 module("ddq_hold.py", base_path="port")  # the hold admission rule (window > 0)
+module("ddq_admit.py", base_path="port")  # libddq's admission rule (window 0)
 module("ddq_outbox.py", base_path="port")  # optional message layer (Outbox)
 module("ddq_batch.py", base_path="port")  # optional: readings that share items (BatchOutbox)
 module("ddq_mqtt.py", base_path="port")  # optional MQTT QoS 1 sender for ddq_outbox.Outbox

@@ -510,8 +510,8 @@ def part_capacity(a):
         for _ in range(a["limit"]):
             q.enqueue(p)
             n += 1
-    except MemoryError as e:
-        err = "MemoryError: %s" % e
+    except (MemoryError, ddq.NoMemory) as e:  # (NoMemory: SPEC O23)
+        err = "%s: %s" % (type(e).__name__, e)
     q = None  # a MemoryError may have struck between the write and the index: discard
     gc.collect()
     common.rmtree(a["dir"])

@@ -42,8 +42,8 @@ try:
     while n < limit:
         q.enqueue(p)
         n += 1
-except MemoryError:
-    end = "MemoryError" if q is not None else "open"
+except (MemoryError, ddq.NoMemory) as e:  # ddq's own ops raise NoMemory (SPEC O23)
+    end = type(e).__name__ if q is not None else "open"
 except ddq.Full:
     end = "Full"
 q = None

@@ -13,7 +13,7 @@ only after the far end confirmed, or retry it with a delay, or quarantine it wit
 Where each public operation's body lives (port/; ddq.py names every other file in its one
 table, `_PARTS`, and loads it by one rule, `_part`: DESIGN §4.1, §13):
 
-    ddq.py          enqueue claim read read_into ack retry sync durable_seq close, admission,
+    ddq.py          enqueue claim read read_into ack retry sync durable_seq close,
                     check_record segment_name, PosixStorage (but lock), the errors
     ddq_recover.py  open (Queue(...)'s options, directory, lock, recovery), recover,
                     PosixStorage.lock, decode_manifest; dropped after each call on a small heap
@@ -21,6 +21,7 @@ table, `_PARTS`, and loads it by one rule, `_part`: DESIGN §4.1, §13):
                     enqueue needs, the cleanup of a directory, queue.index at close
     ddq_extra.py    stats items oldest_available lapsed claim_seq claim_ordered reason
                     quarantine save_index, Stats Item
+    ddq_admit.py    libddq's admission rule (window 0, the default)
     ddq_hold.py     the hold admission rule (window > 0)
     ddq_reclaim.py  staged reclamation (reclaim_step > 0)
     ddq_index.py    queue.index (index_bytes; optional: without it an open replays the log)
@@ -28,7 +29,8 @@ table, `_PARTS`, and loads it by one rule, `_part`: DESIGN §4.1, §13):
     ddq_salvage.py  on_corrupt="salvage"
 
 A part a queue's options need that is missing is an IOFailure at open, naming the file and what
-needs it [O22].
+needs it [O22]. A MemoryError inside any operation is NoMemory; one that struck after a record
+was appended fail-stops the queue (the disk holds the state before the call or after it) [O23].
 
 Format: see docs/SPEC.md §2-§6. Design: docs/DESIGN.md.
 """
@@ -178,6 +180,8 @@ _ERRORS = (
     -3,
     "Locked",
     -4,
+    "NoMemory",
+    -5,
     "TooLarge",
     -6,
     "Full",
@@ -238,6 +242,7 @@ _MSG = (
     "|Corrupt:record is not the expected one"
     "|Corrupt:%s at %s offset %d (seq %d)"
     "|Corrupt:DATA record of seq %d not found in %s"
+    "|NoMemory:heap exhausted"
 )
 _X_CLOSED = const(0)
 _X_STOPPED = const(1)
@@ -267,6 +272,7 @@ _X_SHORT = const(24)
 _X_OTHER = const(25)
 _X_AT = const(26)
 _X_NO_DATA = const(27)
+_X_NOMEM = const(28)
 
 
 def _err(k: int, *a: "Any") -> "Any":
@@ -304,6 +310,12 @@ if TYPE_CHECKING:  # what the classes are, for the type checkers (docs/API.md do
         """Raised when another Queue (this process or another) holds the directory."""
 
         code = -4
+
+    class NoMemory(Error):
+        """Raised when the heap ran out inside an operation (MemoryError); fail-stopped if it
+        had appended a record (`stats().failed`), else nothing changed [O23]."""
+
+        code = -5
 
     class TooLarge(Error):
         """Raised for a payload, reason or record over its limit."""
@@ -741,7 +753,10 @@ class Queue:
         def __init__(self, *a, **k):
             # Options, the directory, the lock, then recovery: port/ddq_recover.py (init). The
             # defaults live there only: here they would cost a board's heap for nothing.
-            _part("init", self, *a, **k)
+            try:
+                _part("init", self, *a, **k)
+            except MemoryError:  # (init released the lock) [O23]
+                raise _err(_X_NOMEM)
 
     # Attributes, set by ddq_recover.init and _reset (annotations alone compile to nothing).
     _closed: bool
@@ -797,6 +812,8 @@ class Queue:
     # [segments, last offset, bytes, items] of the generation C DDQ's inline compaction would
     # hold now: admission answers on it (reclaim_step > 0 only, DESIGN §12) [C14]
     _sh: "Optional[list[int]]"
+    _nap: int  # records appended (to any generation): Queue._oom [O23]
+    _w0: int  # _nap at the last _alive()
     _nw: int  # writes (calls that append a record), for the build's start rule [C13]
     _rr: "list[int]"  # start rule: writes and slack at the last look, slack a write ×16
 
@@ -811,6 +828,7 @@ class Queue:
         self.close()
 
     def _alive(self) -> None:
+        self._w0 = self._nap  # (RAM matches the log here: _oom)
         if self._closed:
             raise _err(_X_CLOSED)
         if self._log.h is None:
@@ -826,6 +844,13 @@ class Queue:
                 self._fs.close(h)
             except OSError:
                 pass
+
+    def _oom(self) -> "Any":
+        # MemoryError inside an operation [O23]: NoMemory. If a record was appended since the
+        # last _alive() (RAM matched the log there), RAM may not match it now: fail-stop (R20).
+        if self._nap != self._w0:
+            self._fail()
+        return _err(_X_NOMEM)
 
     def _now(self) -> int:
         now = self.clock()
@@ -884,6 +909,7 @@ class Queue:
         """Encode and append one record to log; return its offset [W1]-[W3]. No compaction here."""
         plen = len(payload) if payload is not None else 0
         total = _MIN_REC + plen
+        self._nap += 1  # (a MemoryError from here on fail-stops the operation: _oom)
         if log.off > 0 and log.off + total > self._seg_bytes:
             # Records never straddle segments [F7]: sync and close the full one, open the next.
             if len(log.sizes) >= self._max_segs:
@@ -1058,98 +1084,112 @@ class Queue:
 
     def read_into(self, seq: int, buf: "Any") -> int:
         """Copy the payload of any retained item into buf; return its length [O12]."""
-        i = self._find(seq)
-        ix = self._ix
-        n: int = ix.length(i)
-        if len(buf) < n:
-            e = _err(_X_BUFFER, len(buf), n)
-            e.needed = n
-            raise e
-        buf[0:n] = self._data(self._log, i, seq, n)
-        return n
+        try:
+            i = self._find(seq)
+            ix = self._ix
+            n: int = ix.length(i)
+            if len(buf) < n:
+                e = _err(_X_BUFFER, len(buf), n)
+                e.needed = n
+                raise e
+            buf[0:n] = self._data(self._log, i, seq, n)
+            return n
+        except MemoryError:
+            raise self._oom()
 
     def read(self, seq: int) -> bytes:
         """Return the payload of any retained item, in any state [O12]."""
-        i = self._find(seq)
-        ix = self._ix
-        return bytes(self._data(self._log, i, seq, ix.length(i)))
+        try:
+            i = self._find(seq)
+            ix = self._ix
+            return bytes(self._data(self._log, i, seq, ix.length(i)))
+        except MemoryError:
+            raise self._oom()
 
     # ------------------------------------------------------------------ operations
     def enqueue(self, payload: "Buf") -> int:
         """Append a DATA record; return its seq, durable before return unless sync="none" [O1]."""
-        payload = _bytes_arg(payload, "payload")
-        self._alive()
-        n = len(payload)
-        if n > self._max_payload:
-            raise _err(_X_PAYLOAD, n, self._max_payload)
-        if self._next >= _U64:
-            raise _err(_X_SEQS)
-        ix = self._ix
-        if self._win:
-            self._hold(n)  # the hold rule, port/ddq_hold.py [H2]
-        elif self._sh is not None:
-            self._rm.admit(self, n)  # the inline generation's answer, then g's room [C14]
-        elif not self._admit(n) or ix.n >= self._max_items:
-            self._compact(_MIN_REC + n, 1 if ix.n >= self._max_items else 0)
-            if not self._admit(n):
-                raise _err(_X_RESERVE)
-        ix = self._ix
-        if ix.n >= self._max_items:
-            raise _err(_X_ITEMS)
-        if self._rstep and self._bld is None and self._rm.due(self, n):
-            self._rm.start(self)  # stage g+1 over the next calls (DESIGN §12) [C13]
-        seq = self._next
-        self._write(_T_DATA, seq, 0, payload, self._sync_ack)
-        self._ix.add(seq, len(self._log.sizes) - 1, n)
-        self._n_avail += 1
-        self._next = seq + 1
-        if not self._log.dirty:
-            self._durable = seq
-        elif not self._sync_ack:  # keep what a reader could not see yet (group commit only)
-            u = self._unsynced  # the unsynced DATA records: consecutive seqs from _ubase
-            if not u:
-                self._ubase = seq
-            u.append(payload if isinstance(payload, bytes) else bytes(payload))
-            self._ub += n
-            if len(u) >= _UNSYNCED_MAX or self._ub >= _UNSYNCED_BYTES:
-                self._sync_h()  # [D3] the RAM copies stay a small table, never a big allocation
-        self._plan_add(n)
-        return seq
+        try:
+            self._alive()
+            payload = _bytes_arg(payload, "payload")
+            n = len(payload)
+            if n > self._max_payload:
+                raise _err(_X_PAYLOAD, n, self._max_payload)
+            if self._next >= _U64:
+                raise _err(_X_SEQS)
+            ix = self._ix
+            if self._win:
+                self._hold(n)  # the hold rule, port/ddq_hold.py [H2]
+            elif self._sh is not None:
+                self._rm.admit(self, n)  # the inline generation's answer, then g's room [C14]
+            elif not self._admit(n) or ix.n >= self._max_items:
+                self._compact(_MIN_REC + n, 1 if ix.n >= self._max_items else 0)
+                if not self._admit(n):
+                    raise _err(_X_RESERVE)
+            ix = self._ix
+            if ix.n >= self._max_items:
+                raise _err(_X_ITEMS)
+            if self._rstep and self._bld is None and self._rm.due(self, n):
+                self._rm.start(self)  # stage g+1 over the next calls (DESIGN §12) [C13]
+            seq = self._next
+            self._write(_T_DATA, seq, 0, payload, self._sync_ack)
+            self._ix.add(seq, len(self._log.sizes) - 1, n)
+            self._n_avail += 1
+            self._next = seq + 1
+            if not self._log.dirty:
+                self._durable = seq
+            elif not self._sync_ack:  # keep what a reader could not see yet (group commit only)
+                u = self._unsynced  # the unsynced DATA records: consecutive seqs from _ubase
+                if not u:
+                    self._ubase = seq
+                u.append(payload if isinstance(payload, bytes) else bytes(payload))
+                self._ub += n
+                if len(u) >= _UNSYNCED_MAX or self._ub >= _UNSYNCED_BYTES:
+                    self._sync_h()  # [D3] the RAM copies stay a small table, not one big block
+            if self._win:  # the hold rule keeps no plan (port/ddq_admit.py)
+                self._plan = None
+            else:
+                self._plan_add(n)
+            return seq
+        except MemoryError:
+            raise self._oom()
 
     def claim(self, lease_ms: int) -> "Optional[Claim]":
         """Claim the first ready item, skipping claimed and backing-off ones; None if none [O2]."""
-        _opt(lease_ms, 1, _MAX_LEASE_MS, "lease_ms")
-        self._alive()
-        now = self._now()
-        ix = self._ix
-        best, best_seq = -1, 0
-        f, live = ix.fresh, ix.live  # the cursor below which no item is fresh (DESIGN §4)
-        while f < ix.n and (ix.state(f) != _AVAILABLE or ix.seq(f) in live):
-            f += 1
-        ix.fresh = f
-        for s, e in live.items():
-            self._sweep(e, now)
-            i = e[_LV_I]
-            if ix.state(i) == _AVAILABLE and (e[_LV_NB] <= now or e[_LV_NB] - now > _U32):
-                if best < 0 or s < best_seq:
-                    best, best_seq = i, s
-        if f < ix.n and (not self._win or len(live) < self._win or self._room()):  # [H3]
-            fs = ix.seq(f)
-            if best < 0 or fs < best_seq:
-                best, best_seq = f, fs
-        if best < 0:
-            return None
-        return self._take(best_seq, now + lease_ms, best)
+        try:
+            self._alive()
+            _opt(lease_ms, 1, _MAX_LEASE_MS, "lease_ms")
+            now = self._now()
+            ix = self._ix
+            best, best_seq = -1, 0
+            f, live = ix.fresh, ix.live  # the cursor below which no item is fresh (DESIGN §4)
+            while f < ix.n and (ix.state(f) != _AVAILABLE or ix.seq(f) in live):
+                f += 1
+            ix.fresh = f
+            for s, e in live.items():
+                self._sweep(e, now)
+                i = e[_LV_I]
+                if ix.state(i) == _AVAILABLE and (e[_LV_NB] <= now or e[_LV_NB] - now > _U32):
+                    if best < 0 or s < best_seq:
+                        best, best_seq = i, s
+            if f < ix.n and (not self._win or len(live) < self._win or self._room()):  # [H3]
+                fs = ix.seq(f)
+                if best < 0 or fs < best_seq:
+                    best, best_seq = f, fs
+            if best < 0:
+                return None
+            return self._take(best_seq, now + lease_ms, best)
+        except MemoryError:
+            raise self._oom()
 
     def _take(self, seq: int, lease: int, i: int) -> Claim:
-        gen = self._log.gen
+        gen, c = self._log.gen, Claim()  # (made first: no MemoryError after the write)
         self._write(_T_CLAIM, seq, lease, None, self._sync_all)
         ix = self._ix
         if self._log.gen != gen:
             i = ix.find(seq)  # the write compacted first: the item moved
         attempts, _l, nb = ix.history(seq)
         self._move(i, _CLAIMED, attempts, lease, nb)
-        c = Claim()
         c.seq, c.attempts, c.payload_len, c.lease_until_ms = seq, attempts, ix.length(i), lease
         return c
 
@@ -1168,6 +1208,7 @@ class Queue:
 
     def _claimed(self, seq: int, done: int) -> int:
         # A claimed item always has a live entry holding its index: no binary search [O7].
+        self._w0 = self._nap  # (as _alive: an operation on an item starts here)
         e = self._ix.live.get(seq) if isinstance(seq, int) else None
         if e is not None and self._ix.state(e[_LV_I]) == _CLAIMED and self._log.h is not None:
             return e[_LV_I]
@@ -1181,32 +1222,41 @@ class Queue:
 
     def ack(self, seq: int) -> bool:
         """Mark a claimed item delivered; False if it was already acked [O4]."""
-        if self._claimed(seq, _ACKED) < 0:
-            return False
-        self._write(_T_ACK, seq, 0, None, self._sync_ack)
-        e = self._ix.live[seq]  # (a compaction inside the write may have moved the item)
-        self._move(e[_LV_I], _ACKED, e[_LV_ATT], 0, e[_LV_NB])
-        return True
+        try:
+            if self._claimed(seq, _ACKED) < 0:
+                return False
+            self._write(_T_ACK, seq, 0, None, self._sync_ack)
+            e = self._ix.live[seq]  # (a compaction inside the write may have moved the item)
+            self._move(e[_LV_I], _ACKED, e[_LV_ATT], 0, e[_LV_NB])
+            return True
+        except MemoryError:
+            raise self._oom()
 
     def retry(self, seq: int, delay_ms: int) -> None:
         """Return a claimed item to AVAILABLE after delay_ms; attempts += 1 [O5]."""
-        _opt(delay_ms, 0, _U32, "delay_ms")
-        self._claimed(seq, 0)
-        attempts, _l, nb = self._ix.history(seq)
-        if attempts >= _U32:
-            raise _err(_X_ATTEMPTS)
-        nb = self._now() + delay_ms
-        if nb > _U64:
-            raise _err(_X_NB)
-        self._write(_T_RETRY, seq, nb, None, self._sync_all)
-        self._move(self._ix.live[seq][_LV_I], _AVAILABLE, attempts + 1, 0, nb)
+        try:
+            self._claimed(seq, 0)
+            _opt(delay_ms, 0, _U32, "delay_ms")
+            attempts, _l, nb = self._ix.history(seq)
+            if attempts >= _U32:
+                raise _err(_X_ATTEMPTS)
+            nb = self._now() + delay_ms
+            if nb > _U64:
+                raise _err(_X_NB)
+            self._write(_T_RETRY, seq, nb, None, self._sync_all)
+            self._move(self._ix.live[seq][_LV_I], _AVAILABLE, attempts + 1, 0, nb)
+        except MemoryError:
+            raise self._oom()
 
     def sync(self) -> int:
         """Make every record written so far durable; return durable_seq [D3]."""
-        self._alive()
-        if self._log.dirty:
-            self._sync_h()
-        return self._durable
+        try:
+            self._alive()
+            if self._log.dirty:
+                self._sync_h()
+            return self._durable
+        except MemoryError:
+            raise self._oom()
 
     @property
     def durable_seq(self) -> int:
@@ -1218,7 +1268,7 @@ class Queue:
         if self._closed:
             return
         self._closed = True
-        err = None
+        err: "Any" = None  # an OSError, or _X_NOMEM
         try:  # whatever is raised here (a cut surfacing as another exception), the lock goes
             if self._rm is not None:
                 self._rm.finish(self)  # a staged generation dropped, a replaced one deleted
@@ -1233,6 +1283,8 @@ class Queue:
                     self._index_update()  # [X1] (ddq_compact: loaded here only with an index)
                 except MemoryError:  # no heap to load it: no index, the next open replays [X9]
                     pass
+        except MemoryError:  # (closed all the same: what is on disk opens) [O23]
+            err = _X_NOMEM
         finally:
             try:
                 self._fail()
@@ -1241,9 +1293,12 @@ class Queue:
                 if tok is not None:
                     self._fs.unlock(tok)
         if err is not None:
-            raise _io_failure(err, "sync at close")
+            raise _err(err) if err == _X_NOMEM else _io_failure(err, "sync at close")
 
     # ------------------------------------------------------------------ admission (SPEC §10)
+    # libddq's rule, A1-A6, lives in port/ddq_admit.py (a queue with window > 0, as every
+    # board profile opens, never loads it: SPEC §10.1); next-fit placement stays here for the
+    # compactions' plans.
     def _place(self, plan: "list[int]", n: int) -> bool:
         # Next-fit placement of one record [A2]; False when it needs more than max_segments.
         if plan[0] == 0 or plan[1] + n > self._seg_bytes:
@@ -1253,84 +1308,6 @@ class Queue:
             plan[1] = 0
         plan[1] += n
         return True
-
-    def _plan_items(self) -> "Optional[list[int]]":
-        # Worst-case compacted layout of every unacked item [A4]. Next-fit is monotone: removing
-        # an item (ack) or shrinking one (quarantine) never grows the plan, so a cached plan stays
-        # an upper bound until it is recomputed (DESIGN §5).
-        ix, plan = self._ix, [0, 0]
-        term = _MIN_REC + self.reason_budget
-        for i in range(ix.n):
-            if ix.state(i) == _ACKED:
-                continue
-            r = ix.reasons.get(ix.seq(i)) if ix.reasons else None
-            if not (
-                self._place(plan, _MIN_REC + ix.length(i))
-                and self._place(plan, _STATE_REC)
-                and self._place(plan, _MIN_REC + r[2] if r is not None else term)
-            ):
-                return None
-        return plan
-
-    def _plan_add(self, n: int) -> None:
-        p = self._plan
-        if p is not None:
-            term = _MIN_REC + self.reason_budget
-            if not (
-                self._place(p, _MIN_REC + n)
-                and self._place(p, _STATE_REC)
-                and self._place(p, term)
-            ):
-                self._plan = None
-
-    def _admit(self, n: int, sh: "Optional[list[int]]" = None, lean: bool = False) -> bool:
-        """DDQ's admission rule for a new payload of n bytes, exactly [A1]-[A6]; on the
-        generation sh ([segments, last offset]) when given, else on g; lean: without A5's
-        STATE share of the control reserve (DESIGN §12) [C14]. First on the cached plan (an
-        upper bound), then, when that refuses, on the plan recomputed (exact)."""
-        seg = self._seg_bytes
-        term = _MIN_REC + self.reason_budget
-        phys, plan = self._pl
-        place = self._place
-        for k in range(2):
-            if k:
-                self._plan = self._plan_items()
-            cached = self._plan
-            if cached is None:
-                continue
-            if sh is None:
-                phys[0], phys[1] = len(self._log.sizes), self._log.off
-            else:
-                phys[0], phys[1] = sh[0], sh[1]
-            plan[0], plan[1] = cached[0], cached[1]
-            if not (
-                place(phys, _MIN_REC + n)
-                and place(plan, _MIN_REC + n)
-                and place(plan, _STATE_REC)
-                and place(plan, term)
-                and place(plan, _MIN_REC)
-                and place(plan, term)
-            ):
-                continue
-            p = 1 + self._n_avail + self._n_claimed
-            c = p * (_STATE_REC + _MIN_REC) + self._n_quar * _STATE_REC
-            if term <= seg // 2:
-                c += p * term
-                m, reserved = max(_STATE_REC, term), 0
-            else:
-                m, reserved = _STATE_REC, 2 * p
-            remaining = self._max_segs - phys[0] - reserved
-            if remaining < 0:
-                continue
-            left = seg - phys[1]
-            g = (left - (m - 1) if left >= m else 0) + remaining * (seg - (m - 1))
-            if sh is None:
-                self._slack = g - c
-                if lean:
-                    c -= (p + self._n_quar) * _STATE_REC
-            if c <= g:
-                return True
-        return False
 
     # ------------------------------------------------------------------ the parts' methods
     # Their bodies live beside ddq.py (_PARTS, below), attached to the class at their first use;
@@ -1355,6 +1332,10 @@ class Queue:
     reason: "Callable[[int], bytes]"
     save_index: "Callable[[], None]"
     quarantine: "Callable[..., bool]"
+    # port/ddq_admit.py (window 0: libddq's admission, SPEC §10):
+    _admit: "Callable[..., bool]"  # [A1]-[A6]
+    _plan_items: "Callable[[], Optional[list[int]]]"  # the worst-case compacted plan [A4]
+    _plan_add: "Callable[[int], None]"
     # port/ddq_hold.py (window > 0, SPEC §10.1):
     _hold: "Callable[[int], None]"  # admission by the hold rule [H2]
     _room: "Callable[[], bool]"  # room for one more item with history [H3]
@@ -1376,6 +1357,7 @@ _PARTS = {
     " _index_update parse_segment_name encode_manifest ",
     "ddq_extra": " stats items oldest_available lapsed claim_seq claim_ordered reason"
     " save_index quarantine Item Stats ",
+    "ddq_admit": " _admit _plan_items _plan_add ",  # window 0: libddq's rule (SPEC §10)
     "ddq_hold": " _hold _room _cut ",  # window > 0 (SPEC §10.1)
     "ddq_reclaim": "",  # reclaim_step > 0: Queue._rm (DESIGN §12)
     "ddq_index": "",  # optional: without it an open replays the log [X9]

@@ -127,19 +127,23 @@ def compact(self: "Queue") -> bool:
     """Reclaim acked items and collapse history into a new generation now [C1].
 
     Returns False when the new generation would not be smaller (nothing changes)."""
-    self._alive()
+    self._w0 = self._nap  # (a MemoryError below: NoMemory, Queue._oom [O23])
     try:
-        self._compact(0, 0)
-    except Full:
+        self._alive()
+        try:
+            self._compact(0, 0)
+        except Full:
+            if self._sh is not None:
+                try:
+                    self._rm.fresh(self, 0, 0)  # C DDQ's queue may have compacted [C14]
+                except Full:
+                    pass
+            return False
         if self._sh is not None:
-            try:
-                self._rm.fresh(self, 0, 0)  # C DDQ's queue may have compacted [C14]
-            except Full:
-                pass
-        return False
-    if self._sh is not None:
-        self._rm.mirror(self)  # as C DDQ's queue would be now [C14]
-    return True
+            self._rm.mirror(self)  # as C DDQ's queue would be now [C14]
+        return True
+    except MemoryError:
+        raise self._oom()
 
 
 def purge(self: "Queue", seqs: "list[int]") -> int:
@@ -147,19 +151,23 @@ def purge(self: "Queue", seqs: "list[int]") -> int:
 
     ddq extension [C10]: the snapshot simply omits them (gaps are legal in a snapshot), so
     C DDQ reads the result; their sequences are never reused."""
-    self._alive()
-    drop = []
-    for s in seqs:
-        i = self._find(s)
-        if self._ix.state(i) != _QUARANTINED:
-            raise _E("BadState")("item %d is not quarantined" % s)
-        if s not in drop:
-            drop.append(s)
-    if drop:
-        self._compact(0, 0, drop)
-        if self._sh is not None:
-            self._rm.mirror(self)  # [C14]
-    return len(drop)
+    self._w0 = self._nap  # (a MemoryError below: NoMemory, Queue._oom [O23])
+    try:
+        self._alive()
+        drop = []
+        for s in seqs:
+            i = self._find(s)
+            if self._ix.state(i) != _QUARANTINED:
+                raise _E("BadState")("item %d is not quarantined" % s)
+            if s not in drop:
+                drop.append(s)
+        if drop:
+            self._compact(0, 0, drop)
+            if self._sh is not None:
+                self._rm.mirror(self)  # [C14]
+        return len(drop)
+    except MemoryError:
+        raise self._oom()
 
 
 def _publish(

@@ -52,93 +52,121 @@ _LV_NB = const(3)
 
 def reason(self: "Queue", seq: int) -> bytes:
     """Return the quarantine reason of a quarantined item [O13]."""
-    self._find(seq)
-    r = self._ix.reasons.get(seq)
-    if r is None:
-        raise BadState("item %d is not quarantined" % seq)
-    return bytes(self._read_record(self._log, r[0], r[1], _T_QUAR, seq, r[2]))
+    self._w0 = self._nap  # (a MemoryError below: NoMemory, Queue._oom [O23])
+    try:
+        self._find(seq)
+        r = self._ix.reasons.get(seq)
+        if r is None:
+            raise BadState("item %d is not quarantined" % seq)
+        return bytes(self._read_record(self._log, r[0], r[1], _T_QUAR, seq, r[2]))
+    except MemoryError:
+        raise self._oom()
 
 
 def claim_ordered(self: "Queue", lease_ms: int) -> "Optional[Claim]":
     """Claim the earliest unfinished item if it is ready, else return None (strict FIFO) [O3]."""
-    _opt(lease_ms, 1, _MAX_LEASE_MS, "lease_ms")
-    self._alive()
-    now = self._now()
-    ix = self._ix
-    f, live = ix.fresh, ix.live  # the cursor below which no item is fresh (as Queue.claim)
-    while f < ix.n and (ix.state(f) != _AVAILABLE or ix.seq(f) in live):
-        f += 1
-    ix.fresh = f
-    # Only the earliest unfinished item is a candidate; only it is swept.
-    head, hs = (f, ix.seq(f)) if f < ix.n else (-1, 0)
-    for s, e in live.items():
-        if head < 0 or s < hs:
-            head, hs = e[_LV_I], s
-    if head < 0:
-        return None
-    h = live.get(hs)
-    if h is not None:
-        self._sweep(h, now)
-        if ix.state(head) != _AVAILABLE or not (h[_LV_NB] <= now or h[_LV_NB] - now > _U32):
+    self._w0 = self._nap  # (a MemoryError below: NoMemory, Queue._oom [O23])
+    try:
+        _opt(lease_ms, 1, _MAX_LEASE_MS, "lease_ms")
+        self._alive()
+        now = self._now()
+        ix = self._ix
+        f, live = ix.fresh, ix.live  # the cursor below which no item is fresh (as Queue.claim)
+        while f < ix.n and (ix.state(f) != _AVAILABLE or ix.seq(f) in live):
+            f += 1
+        ix.fresh = f
+        # Only the earliest unfinished item is a candidate; only it is swept.
+        head, hs = (f, ix.seq(f)) if f < ix.n else (-1, 0)
+        for s, e in live.items():
+            if head < 0 or s < hs:
+                head, hs = e[_LV_I], s
+        if head < 0:
             return None
-    elif self._win and len(live) >= self._win and not self._room():
-        return None  # the hold rule: no room for one more item with history [H3]
-    return self._take(hs, now + lease_ms, head)
+        h = live.get(hs)
+        if h is not None:
+            self._sweep(h, now)
+            if ix.state(head) != _AVAILABLE or not (h[_LV_NB] <= now or h[_LV_NB] - now > _U32):
+                return None
+        elif self._win and len(live) >= self._win and not self._room():
+            return None  # the hold rule: no room for one more item with history [H3]
+        return self._take(hs, now + lease_ms, head)
+    except MemoryError:
+        raise self._oom()
 
 
 def claim_seq(self: "Queue", seq: int, lease_ms: int) -> Claim:
     """Claim one available item by seq, due or not (to retire it, say) [O20]."""
-    _opt(lease_ms, 1, _MAX_LEASE_MS, "lease_ms")
-    i = self._find(seq)
-    now = self._now()
-    e = self._ix.live.get(seq)
-    if e is not None:
-        self._sweep(e, now)
-    s = self._ix.state(i)
-    if s != _AVAILABLE:
-        raise BadState("item %d is %s, not available" % (seq, STATES[s]))
-    if e is None and self._win and len(self._ix.live) >= self._win and not self._room():
-        raise _err(_X_RESERVE)  # the hold rule: no room for one more item with history [H3]
-    return self._take(seq, now + lease_ms, i)
+    self._w0 = self._nap  # (a MemoryError below: NoMemory, Queue._oom [O23])
+    try:
+        _opt(lease_ms, 1, _MAX_LEASE_MS, "lease_ms")
+        i = self._find(seq)
+        now = self._now()
+        e = self._ix.live.get(seq)
+        if e is not None:
+            self._sweep(e, now)
+        s = self._ix.state(i)
+        if s != _AVAILABLE:
+            raise BadState("item %d is %s, not available" % (seq, STATES[s]))
+        if e is None and self._win and len(self._ix.live) >= self._win and not self._room():
+            raise _err(_X_RESERVE)  # the hold rule: no room for one more item with history [H3]
+        return self._take(seq, now + lease_ms, i)
+    except MemoryError:
+        raise self._oom()
 
 
 def items(self: "Queue") -> "Iterator[Item]":
     """Yield every retained item in seq order (RAM metadata; no payload reads)."""
-    ix = self._ix
-    for i in range(ix.n):
-        s = ix.seq(i)
-        a, lease, nb = ix.history(s)
-        yield Item(s, STATES[ix.state(i)], a, lease, nb, ix.length(i))
+    self._w0 = self._nap  # (a MemoryError below: NoMemory, Queue._oom [O23])
+    try:
+        ix = self._ix
+        for i in range(ix.n):
+            s = ix.seq(i)
+            a, lease, nb = ix.history(s)
+            yield Item(s, STATES[ix.state(i)], a, lease, nb, ix.length(i))
+    except MemoryError:
+        raise self._oom()
 
 
 def oldest_available(self: "Queue") -> "Optional[int]":
     """The seq of the oldest unclaimed item, due or backing off; None if there is none."""
-    ix = self._ix
-    i = 0
-    while i < ix.n and ix.state(i) != _AVAILABLE:  # O(n): called when full
-        i += 1
-    return ix.seq(i) if i < ix.n else None
+    self._w0 = self._nap  # (a MemoryError below: NoMemory, Queue._oom [O23])
+    try:
+        ix = self._ix
+        i = 0
+        while i < ix.n and ix.state(i) != _AVAILABLE:  # O(n): called when full
+            i += 1
+        return ix.seq(i) if i < ix.n else None
+    except MemoryError:
+        raise self._oom()
 
 
 def lapsed(self: "Queue", now: int) -> "list[tuple[int, int]]":
     """(seq, attempts) of each claimed item whose lease ran out by now (O(in flight))."""
-    ix = self._ix
-    return [
-        (s, e[_LV_ATT])
-        for s, e in ix.live.items()
-        if ix.state(e[_LV_I]) == _CLAIMED
-        and (e[_LV_LEASE] <= now or e[_LV_LEASE] - now > _MAX_LEASE_MS)
-    ]
+    self._w0 = self._nap  # (a MemoryError below: NoMemory, Queue._oom [O23])
+    try:
+        ix = self._ix
+        return [
+            (s, e[_LV_ATT])
+            for s, e in ix.live.items()
+            if ix.state(e[_LV_I]) == _CLAIMED
+            and (e[_LV_LEASE] <= now or e[_LV_LEASE] - now > _MAX_LEASE_MS)
+        ]
+    except MemoryError:
+        raise self._oom()
 
 
 def save_index(self: "Queue") -> None:
     """Sync, then write queue.index so the next open replays only what follows [X1]."""
-    self.sync()
-    m = _part("ddq_index")  # (a missing file: IOFailure naming it [O22])
+    self._w0 = self._nap  # (a MemoryError below: NoMemory, Queue._oom [O23])
     try:
-        m.save(self)
-    except OSError as e:
-        raise _io_failure(e, "writing " + _INDEX)
+        self.sync()
+        m = _part("ddq_index")  # (a missing file: IOFailure naming it [O22])
+        try:
+            m.save(self)
+        except OSError as e:
+            raise _io_failure(e, "writing " + _INDEX)
+    except MemoryError:
+        raise self._oom()
 
 
 class Stats:
@@ -186,21 +214,25 @@ class Stats:
 
 def stats(self: "Queue") -> Stats:
     """Return counts; works while fail-stopped (`.failed`) [O9]."""
-    s = Stats()
-    s.total_items = self._ix.n
-    s.available_items = self._n_avail
-    s.claimed_items = self._n_claimed
-    s.acknowledged_items = self._n_acked
-    s.quarantined_items = self._n_quar
-    s.stored_bytes = sum(self._log.sizes)
-    s.segment_count = len(self._log.sizes)
-    s.next_seq = self._next
-    s.recovered_tail_bytes = self._tail
-    s.generation = self._log.gen
-    s.failed = self._log.h is None
-    s.durable_seq = self._durable
-    s.salvaged, s.salvage_lost = self._salv or (0, 0)  # [K12]
-    return s
+    self._w0 = self._nap  # (a MemoryError below: NoMemory, Queue._oom [O23])
+    try:
+        s = Stats()
+        s.total_items = self._ix.n
+        s.available_items = self._n_avail
+        s.claimed_items = self._n_claimed
+        s.acknowledged_items = self._n_acked
+        s.quarantined_items = self._n_quar
+        s.stored_bytes = sum(self._log.sizes)
+        s.segment_count = len(self._log.sizes)
+        s.next_seq = self._next
+        s.recovered_tail_bytes = self._tail
+        s.generation = self._log.gen
+        s.failed = self._log.h is None
+        s.durable_seq = self._durable
+        s.salvaged, s.salvage_lost = self._salv or (0, 0)  # [K12]
+        return s
+    except MemoryError:
+        raise self._oom()
 
 
 class Item:
@@ -219,18 +251,22 @@ class Item:
 
 def quarantine(self: "Queue", seq: int, reason: "Buf" = b"") -> bool:
     """Quarantine a claimed item with a reason; False if already (first reason kept) [O6]."""
-    reason = _bytes_arg(reason, "reason")
-    if self._claimed(seq, _QUARANTINED) < 0:
-        return False
-    if len(reason) > self.reason_budget:
-        raise TooLarge("reason over %d bytes" % self.reason_budget)
-    if b"\0" in bytes(reason):
-        raise InvalidArgument("reason must not contain NUL bytes")
-    if self._win:  # the hold rule: the reason cut to the room left, or Full [H4]
-        reason = self._cut(seq, reason)
-    off = self._write(_T_QUAR, seq, 0, reason, self._sync_ack)
-    ix = self._ix
-    e = ix.live[seq]
-    self._move(e[_LV_I], _QUARANTINED, e[_LV_ATT], 0, e[_LV_NB])
-    ix.reasons[seq] = [len(self._log.sizes) - 1, off, len(reason)]
-    return True
+    self._w0 = self._nap  # (a MemoryError below: NoMemory, Queue._oom [O23])
+    try:
+        reason = _bytes_arg(reason, "reason")
+        if self._claimed(seq, _QUARANTINED) < 0:
+            return False
+        if len(reason) > self.reason_budget:
+            raise TooLarge("reason over %d bytes" % self.reason_budget)
+        if b"\0" in bytes(reason):
+            raise InvalidArgument("reason must not contain NUL bytes")
+        if self._win:  # the hold rule: the reason cut to the room left, or Full [H4]
+            reason = self._cut(seq, reason)
+        off = self._write(_T_QUAR, seq, 0, reason, self._sync_ack)
+        ix = self._ix
+        e = ix.live[seq]
+        self._move(e[_LV_I], _QUARANTINED, e[_LV_ATT], 0, e[_LV_NB])
+        ix.reasons[seq] = [len(self._log.sizes) - 1, off, len(reason)]
+        return True
+    except MemoryError:
+        raise self._oom()

@@ -264,7 +264,9 @@ def recover(self: "Queue") -> None:
         if dirty:  # else the listing held nothing _clean removes, and nothing since adds it
             self._clean()
         self._durable = self._next - 1
-        if loaded < 0:
+        if self._win:  # the hold rule keeps no plan (port/ddq_admit.py)
+            self._plan = None
+        elif loaded < 0:
             self._plan = self._plan_items()
         else:  # the saved plan is an upper bound like any cached one (DESIGN §5) [X5]
             for i in range(loaded, self._ix.n):
@@ -277,6 +279,8 @@ def recover(self: "Queue") -> None:
         raise _io_failure(e, "recovery")
     except BaseException as e:
         self._fail()
+        if isinstance(e, MemoryError):
+            raise self._oom()  # NoMemory; fail-stopped, the disk as it was [O23]
         if not (self._salv and isinstance(e, _E("Corrupt"))):
             raise
         _part("ddq_salvage").in_place(self, e)  # [K9] repairs the directory, then recovers it
@@ -872,6 +876,8 @@ def init(
     # [O22] and those these options need, before anything on disk changes.
     if self._win:
         _find("ddq_hold", "window > 0")
+    else:
+        _find("ddq_admit", "window 0: libddq's admission")
     if self._salv:
         _find("ddq_salvage", "on_corrupt='salvage'")
     if self._rstep:
@@ -950,6 +956,7 @@ def _reset(self: "Queue") -> None:
     self._dead = []  # [generation, next index, count]: old segments to delete
     self._sh = None  # the shadow of the inline generation (reclaim_step > 0) [C14]
     self._nw = 0  # writes, for the build's start rule [C13]
+    self._nap = self._w0 = 0  # records appended: Queue._oom [O23]
     self._rr = [0, -1, 0]  # start rule: writes and slack at the last look, slack a write ×16
 
 

@@ -117,11 +117,16 @@ def heap_locked(fn, arg):
     """fn(arg) under micropython.heap_lock(): (True, result), or (False, None) on MemoryError."""
     import micropython
 
+    import ddq
+
+    # (made before the lock: a tuple in the except clause would allocate; ddq reports a
+    # MemoryError as NoMemory where it can, SPEC O23)
+    catch = (MemoryError, ddq.NoMemory)
     micropython.heap_lock()
     try:
         r = fn(arg)
         ok = True
-    except MemoryError:
+    except catch:
         r = None
         ok = False
     finally:

@@ -130,7 +130,7 @@ def test_close_releases_the_lock_when_the_index_write_raises():
     seq = q.enqueue(b"durable before close")
     try:
         q.close()
-    except MemoryError:
+    except (MemoryError, ddq.NoMemory):  # (close reports it as NoMemory: O23)
         pass
     q.close()
     try:

@@ -11,7 +11,7 @@ import support
 T0 = 1700000000000
 # The parts a queue may need at open; ddq_index and ddq_cut are optional (X9, R22), ddq_salvage
 # is left out of every copy (its case is a copy without it).
-PARTS = ("ddq", "ddq_recover", "ddq_compact", "ddq_extra", "ddq_hold", "ddq_reclaim")
+PARTS = ("ddq", "ddq_recover", "ddq_compact", "ddq_extra", "ddq_admit", "ddq_hold", "ddq_reclaim")
 
 
 def _port():
@@ -49,6 +49,18 @@ def _open_without(missing, d, opts):
     for m in PARTS:
         if m != missing:
             support.copyfile(src + "/" + m + ext, lib + "/" + m + ext)
+    try:
+        return _with_lib(lib, _open_raises, d, opts)
+    finally:
+        support.rmtree(lib)  # (a RAM disk holds a few copies)
+
+
+def _open_raises(fresh, d, opts):
+    return support.raises(fresh.IOFailure, fresh.Queue, d, clock=support.FakeClock(T0), **opts)
+
+
+def _with_lib(lib, fn, *a):
+    # fn(fresh ddq, *a) with ddq and its parts imported from lib alone, as an install holds them.
     path = list(sys.path)
     saved = {}
     for k in list(sys.modules):
@@ -65,8 +77,7 @@ def _open_without(missing, d, opts):
         std = ("BuiltinImporter", "FrozenImporter", "PathFinder")
         meta[:] = [f for f in kept if getattr(f, "__name__", type(f).__name__) in std]
     try:
-        fresh = __import__("ddq")
-        return support.raises(fresh.IOFailure, fresh.Queue, d, clock=support.FakeClock(T0), **opts)
+        return fn(__import__("ddq"), *a)
     finally:
         for k in list(sys.modules):
             if _ours(k):
@@ -94,6 +105,7 @@ def test_a_missing_part_is_an_error_at_open_naming_it_and_nothing_changes():
         ("ddq_recover", {}, "init"),  # Queue(...)'s body
         ("ddq_compact", {}, "compaction"),
         ("ddq_extra", {}, "stats"),
+        ("ddq_admit", {}, "window 0"),
         ("ddq_hold", {"window": 4}, "window > 0"),
         ("ddq_reclaim", {"reclaim_step": 8}, "reclaim_step > 0"),
         ("ddq_salvage", {"on_corrupt": "salvage"}, "on_corrupt"),
@@ -108,3 +120,25 @@ def test_a_missing_part_is_an_error_at_open_naming_it_and_nothing_changes():
     q = ddq.Queue(d, clock=support.FakeClock(T0), segment_bytes=4096, max_payload_bytes=1024)
     assert [i.seq for i in q.items()] == [1, 2, 3, 4, 5]
     q.close()
+    # The hold rule never needs libddq's admission: a queue with window > 0 opens and takes
+    # items without ddq_admit (a board profile's install leaves it out).
+    lib = support.tmpdir() + "/hold"
+    os.mkdir(lib)
+    src, ext = _port()
+    for m in PARTS:
+        if m != "ddq_admit":
+            support.copyfile(src + "/" + m + ext, lib + "/" + m + ext)
+    assert _with_lib(lib, _hold_fill, d) == [1, 2, 3, 4, 5, 6]
+    support.rmtree(lib)
+
+
+def _hold_fill(fresh, d):
+    q = fresh.Queue(
+        d, clock=support.FakeClock(T0), segment_bytes=4096, max_payload_bytes=1024, window=4
+    )
+    q.enqueue(b"held")
+    c = q.claim(1000)
+    q.ack(c.seq)
+    out = [i.seq for i in q.items()]
+    q.close()
+    return out

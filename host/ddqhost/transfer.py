@@ -157,6 +157,7 @@ PORT_MODULES = (
     "ddq_extra",
     "ddq_cut",
     "ddq_hold",
+    "ddq_admit",
     "ddq_index",
     "ddq_reclaim",
     "ddq_outbox",
@@ -167,7 +168,8 @@ PORT_MODULES = (
     "ddq_app",
 )
 # ddq itself loads these by name (open, compaction, the less used methods): always installed.
-# ddq_cut: R22; ddq_hold: a Queue with window > 0 (SPEC §10.1), as the board profiles' apps open
+# ddq_cut: R22; ddq_hold: a Queue with window > 0 (SPEC §10.1), as the board profiles' apps open;
+# ddq_admit (libddq's admission, window 0) only with a profile without window, or without an app
 CORE_MODULES = ("ddq", "ddq_recover", "ddq_compact", "ddq_extra", "ddq_cut", "ddq_hold")
 NEEDS_NETWORK = ("ddq_mqtt",)
 APP_ONLY = ("ddq_app",)
@@ -227,6 +229,8 @@ def modules_to_install(prof: dict[str, Any] | None = None, app: str | None = Non
         want = set(loadable)
     else:
         want = set(CORE_MODULES)
+        if prof is None or not prof.get("window"):
+            want.add("ddq_admit")  # libddq's admission: a queue without window (SPEC §10)
         if prof is not None and prof.get("reclaim_step"):
             want.add("ddq_reclaim")  # the profile stages its generations (SPEC C13)
         todo = [app]
@@ -268,6 +272,8 @@ def flash(
     if fmt not in ("py", "mpy"):
         raise TransferError("--format must be py or mpy")
     arch = prof.get("mpy_arch")
+    if opt is None:
+        opt = prof.get("mpy_opt")  # the profile's level (-O3 on the flash-tight boards)
     dm = boards.device_mpy(probe)
     if fmt == "mpy" and dm is not None:
         major, sub, dev_arch = dm

@@ -46,7 +46,7 @@ DDQ_STATS = (
     " stored_bytes segment_count next_seq recovered_tail_bytes generation"
 ).split()
 # The rest of the port, in flash order, on a board that loads everything (UNIX).
-FULL = "ddq_index ddq_reclaim ddq_outbox ddq_batch ddq_mqtt ddq_group ddq_salvage"
+FULL = "ddq_admit ddq_index ddq_reclaim ddq_outbox ddq_batch ddq_mqtt ddq_group ddq_salvage"
 
 
 def test_flash_py_then_mpy(board):
@@ -87,7 +87,9 @@ def test_flash_skips_what_the_board_cannot_load(board, tmp_path):
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert [w["path"] for w in res["written"]] == port_files(
-        ":%s.py", PORT_CORE, "ddq_index ddq_reclaim ddq_outbox ddq_batch ddq_group ddq_salvage"
+        ":%s.py",
+        PORT_CORE,
+        "ddq_admit ddq_index ddq_reclaim ddq_outbox ddq_batch ddq_group ddq_salvage",
     )
     assert res["removed"] == [":ddq_mqtt.py"]
     # An app that imports ddq_mqtt gets it there too: the module loads without socket (its

@@ -337,7 +337,7 @@ def test_flash_installs_what_the_app_imports(tmp_path):
     names = lambda mods: [os.path.basename(m) for m in mods]  # noqa: E731
     unix, pyb = boards.load("UNIX"), boards.load("PYBV11")
     # No app: every port module the board can load; no socket on PYBV11, so no ddq_mqtt.
-    rest = "ddq_index ddq_reclaim ddq_outbox ddq_batch %s ddq_group ddq_salvage"
+    rest = "ddq_admit ddq_index ddq_reclaim ddq_outbox ddq_batch %s ddq_group ddq_salvage"
     assert names(transfer.modules_to_install(unix)) == port_files(
         "%s.py", PORT_CORE, rest % "ddq_mqtt"
     )
