@@ -8,7 +8,9 @@ queue options the example app and the host tools use for this board), queue_dir,
 firmware's MicroPython heap), app_heap_bytes (the heap the application keeps for itself): from
 these tools/board_capacity.py derives max_segments and max_items (docs/BOARDS.md); network (false:
 no `socket`, so `ddq flash` never installs ddq_mqtt there); builds (optional: other firmware board
-names, space-separated, that this profile covers).
+names, space-separated, that this profile covers); mpy_opt (optional: the mpy-cross -O level `ddq
+flash` compiles with when no -O is given; 3 drops line numbers from device tracebacks, function
+names stay, for less flash and heap: docs/BOARDS.md).
 
 Selection (STYLE rule 23): probe sys.implementation._build.split("-")[0] on the device (getattr
 defaults); a profile with that name wins; a unix-port build ("standard", "coverage", ... on
