@@ -989,7 +989,11 @@ def lock(self: "PosixStorage", path: str) -> "Any":
             # process; LittleFS/FAT report inode 0 and belong to this process alone.
             if st[1] and socket is not None and hasattr(socket, "AF_UNIX"):
                 held = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                name = b"\0ddq-%d-%d" % (st[2], st[1])  # device and inode: one per directory
+                # device and inode of the directory, and queue.lock's inode: what flock locks
+                # (L1), so a holder left by a deleted directory whose inode came back to a new
+                # one does not lock the new directory out
+                lk = os.stat(path + "/" + _LOCK)[1]
+                name = b"\0ddq-%d-%d-%d" % (st[2], st[1], lk)
                 held.bind(struct.pack("<H", socket.AF_UNIX) + name)
     except OSError as e:
         f.close()

@@ -285,7 +285,8 @@ def test_lock_socket_is_named_by_device_and_inode():
     if not st[1]:
         q.close()
         raise support.Skip("inode 0 (LittleFS/FAT in this process): L3 is the lock")
-    addr = struct.pack("<H", socket.AF_UNIX) + b"\0ddq-%d-%d" % (st[2], st[1])
+    lk = os.stat(d + "/queue.lock")[1]
+    addr = struct.pack("<H", socket.AF_UNIX) + b"\0ddq-%d-%d-%d" % (st[2], st[1], lk)
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         support.raises(OSError, s.bind, addr)  # the queue holds the name
@@ -293,6 +294,49 @@ def test_lock_socket_is_named_by_device_and_inode():
         s.bind(addr)  # released with the queue
     finally:
         s.close()
+
+
+def test_lock_a_stale_holder_of_a_reused_inode_does_not_lock_out_a_new_queue():
+    # EVIDENCE-OF: L2
+    # A process that still holds the name of a directory deleted since (its inode number now
+    # a new directory's) once made every open of the new directory Locked: the name now
+    # carries queue.lock's inode too, as flock's lock would (L1). The stale holder here is a
+    # socket bound to the name the directory had with an earlier queue.lock.
+    try:
+        import fcntl  # noqa: F401
+
+        raise support.Skip("flock on queue.lock is the lock here (L1)")
+    except ImportError:
+        pass
+    import os
+
+    try:
+        import socket
+    except ImportError:
+        raise support.Skip("this port has no socket module (L3 is the lock)")
+    if not hasattr(socket, "AF_UNIX"):
+        raise support.Skip("no AF_UNIX sockets")
+    d = support.tmpdir() + "/q"
+    q = _q(d)
+    if q._lock[2] is None:
+        q.close()
+        raise support.Skip("inode 0 (LittleFS/FAT in this process): L3 is the lock")
+    # The stale holder: this queue's own socket, kept past its close (as a process that
+    # outlived its directory keeps it); the directory then comes back under the same inode
+    # number (here: it is the same directory) with a new queue.lock.
+    key, f, stale = q._lock
+    q._lock = (key, f, None)
+    q.close()
+    try:
+        old = os.stat(d + "/queue.lock")[1]
+        keep = d + "/keep"  # (the old queue.lock kept, so the new one cannot take its inode)
+        support.write_file(keep, b"")
+        os.rename(d + "/queue.lock", keep)
+        q = _q(d)  # Locked while the name was the directory's alone
+        assert os.stat(d + "/queue.lock")[1] != old
+        q.close()
+    finally:
+        stale.close()
 
 
 def test_recovery_reads_segment_names_as_parse_segment_name():
