@@ -25,7 +25,22 @@ BIG = (
     "sync='none',clock=lambda:1767225600000,segment_bytes=4096,max_payload_bytes=64,"
     "max_items=1000000,max_segments=4096"
 )
-PROFILE = "segment_bytes=4096,max_payload_bytes=256,max_items=152,max_segments=22"
+
+
+def _profile():
+    # ARMV7M_GENERIC's own queue options (boards/ARMV7M_GENERIC.json) and the app's reading
+    # (tools/board_capacity.py's message: ddq_app's text in an Outbox envelope), as its app runs.
+    sys.path.insert(0, os.path.join(REPO, "tools"))
+    import board_capacity as bc
+
+    from ddqhost import boards
+
+    prof = boards.load("ARMV7M_GENERIC")
+    opts = boards.queue_options(prof)
+    return ",".join("%s=%r" % kv for kv in sorted(opts.items())), bc.message(prof)
+
+
+PROFILE, READING = _profile()
 PRE = (
     "import gc, os, ddq\n"
     "def _rm(d):\n"
@@ -178,7 +193,8 @@ def main():
             res["import_heap"] = int(re.search(r"IMPORT (\d+)", probe).group(1))
             # the profile's options, the app's reading (an Outbox envelope of ddq_app's text)
             dev.reset()
-            t = run(dev, fill(PROFILE, b"x" * 60))
+            t = run(dev, fill(PROFILE, READING))
+            res["profile_options"], res["profile_reading_bytes"] = PROFILE, len(READING)
             res["profile_fill"] = int(re.search(r"FILL (\d+)", t).group(1))
             res["profile_fill_stop"] = re.search(r"FILL \d+ '([^']*)'", t).group(1)
             dev.reset()

@@ -282,6 +282,17 @@ OUTBOX_HEAP = (
 )
 
 
+# The tests that ran within a few hundred bytes of the unix port's 140 KiB model (64-bit) and
+# met MemoryError there once the queue took NoMemory's handling and libddq's admission its own
+# module (issue 29): a queue's attribute table (944 B) or an index block no longer found a free
+# run after the module's earlier queues (fragmentation, not the bytes free: DESIGN §4.1). The
+# 32-bit 140 KiB board (objects about two thirds the size) runs them.
+MARGIN_HEAP = (
+    "several queues opened and closed in one session: on the 64-bit 140 KiB model the heap "
+    "is too fragmented for the next one's blocks (the 32-bit 140 KiB board runs it)"
+)
+
+
 # --- where the repository and the fixtures are -----------------------------------------------
 
 

@@ -25,6 +25,7 @@ def _unsynced(d, fs, max_payload):
 
 def test_unsynced_ram_copies_are_bounded():
     # EVIDENCE-OF: D3 D7
+    support.needs_heap(160 * 1024, support.MARGIN_HEAP, 128 * 1024)
     fs = FaultStorage()
     d = support.tmpdir() + "/q"
     q = _unsynced(d, fs, 64)
@@ -68,6 +69,7 @@ def test_reads_find_any_item_across_segments_gaps_and_reopens():
     # The RAM index keeps no offset: a read walks the item's segment. Items spread over many
     # segments, with control records between them, gaps in the seqs after a compaction that
     # dropped acked items out of order, and a reopen (replay) and payloads of every length.
+    support.needs_heap(160 * 1024, support.MARGIN_HEAP, 128 * 1024)
     clock = support.FakeClock(T0)
     d = support.tmpdir() + "/q"
     opts = {"segment_bytes": 512, "max_payload_bytes": 100, "max_items": 400, "max_segments": 64}

@@ -107,6 +107,7 @@ def test_segment_bytes_may_grow_or_shrink_between_opens():
     # one that still holds every segment, R15) appends and rotates at its own size. The old
     # F7 rule (one W for the whole generation) refused the larger writer's directory once its
     # segments outgrew the first writer's rotations.
+    support.needs_heap(160 * 1024, support.MARGIN_HEAP, 128 * 1024)
     d = support.tmpdir() + "/q"
     total = 0
     for w, seed in ((512, 1), (2048, 2), (0, 3), (0, 4), (4096, 5), (0, 6)):
@@ -172,6 +173,7 @@ def test_full_disk_then_freed_space_reopens():
     # The natural way to the interrupted rotation: fill a small disk until the enqueue raises
     # IOFailure (ENOSPC), reopen (every returned item is there), free the space, enqueue 5 more,
     # close, reopen. Before R23 most seeds raised Corrupt at the last open.
+    support.needs_heap(160 * 1024, support.MARGIN_HEAP, 128 * 1024)
     opts = {"segment_bytes": 8192, "max_payload_bytes": 1500, "max_items": 400, "max_segments": 64}
     for seed in range(1, 9):
         d = support.tmpdir() + "/q"

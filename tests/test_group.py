@@ -279,6 +279,7 @@ def test_asyncio_tasks_share_syncs_and_survive_cuts():
 
 def test_asyncio_failed_sync_raises_in_every_covered_task():
     # EVIDENCE-OF: G4
+    support.needs_heap(160 * 1024, support.MARGIN_HEAP, 128 * 1024)
     asyncio = _asyncio()
     d, fs, q, g = _group()
     res = []
@@ -328,6 +329,7 @@ def test_asyncio_one_bad_op_does_not_fail_the_batch():
 
 def test_asyncio_close_while_tasks_wait():
     # EVIDENCE-OF: G6
+    support.needs_heap(160 * 1024, support.MARGIN_HEAP, 128 * 1024)
     asyncio = _asyncio()
     d, fs, q, g = _group()
     res = {}

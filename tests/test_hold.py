@@ -124,6 +124,7 @@ def _drain(q, clock, window, quarantine_every=0, reason=b"why" * 40):
 
 def test_hold_full_queue_drains_without_full():
     # EVIDENCE-OF: H3 H4 H5 A8
+    support.needs_heap(160 * 1024, support.MARGIN_HEAP, 128 * 1024)
     d, clock, q, held = _start(window=4)
     done, quar = _drain(q, clock, 4, quarantine_every=7)
     s = q.stats()
@@ -290,6 +291,7 @@ def test_hold_with_staged_reclamation_never_compacts_whole_in_a_steady_run():
     # A FIFO run over a standing backlog of half what the rule holds: every generation step is
     # a staged build (no call appends more than C13's 3s + 1 records besides its own), the
     # copies are published along the way, and the backlog reopens intact.
+    support.needs_heap(160 * 1024, support.MARGIN_HEAP, 128 * 1024)
     base = support.tmpdir()
     held = _count(base + "/n", 4)
     cs, s, clock = _Records(), 4, support.FakeClock(T0)

@@ -184,11 +184,13 @@ def _run(opts):
 
 def test_heap_exhaustion_is_nomemory_and_the_queue_opens_as_before_or_after():
     # EVIDENCE-OF: O23 R20 O19
+    support.needs_heap(160 * 1024, support.MARGIN_HEAP, 128 * 1024)
     _run(OPTS)
 
 
 def test_heap_exhaustion_under_the_hold_rule():
     # EVIDENCE-OF: O23 H2
+    support.needs_heap(160 * 1024, support.MARGIN_HEAP, 128 * 1024)
     _run(dict(OPTS, window=4, evidence_bytes=128))
 
 

@@ -752,9 +752,12 @@ def device_stats(dev: Device, remote: str, options: dict[str, int]) -> dict[str,
             ":%s is not a ddq queue directory (no segment, manifest or queue.format)"
             % dpath(remote)
         )
+    # window=1: stats reads and enqueues nothing, so admission does not matter, and the hold
+    # rule's ddq_hold is in every install while libddq's ddq_admit is not on a board whose
+    # profile opens with window (SPEC O22)
     code = (
         "import ddq\n"
-        "_q=ddq.Queue(%r,%s)\n"
+        "_q=ddq.Queue(%r,window=1,%s)\n"
         "try:\n"
         " print(repr(_q.stats().as_dict()))\n"
         "finally:\n"

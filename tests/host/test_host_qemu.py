@@ -39,6 +39,7 @@ pytestmark = pytest.mark.skipif(
 # soft-reset between them and has 139 KB free at the prompt after them (not explained yet).
 MODULES = [
     "test_auth",
+    "test_auth_aes",
     "test_core",
     "test_core_reads",
     "test_index_regressions",

@@ -12,7 +12,8 @@ unix port, 64-bit; docs/DESIGN.md §4.1 has the figures):
 - the message layer's modules skip whole: test_batch, test_outbox, test_window, test_mqtt,
   test_mqtt_clients, test_mqtt_limits (ddq + ddq_outbox + ddq_mqtt import 67 KB and an open
   Outbox keeps 25 KB: 46 KB of a 140 KiB heap stay for an application, too little beside the
-  runner); test_auth runs its 5 codec tests and skips the 16 that open an Outbox;
+  runner); test_auth and test_auth_aes run their codec tests and skip those that open an
+  Outbox;
 - test_parts (a second ddq compiled beside the first) skips whole;
 - test_salvage (ddq_salvage's salvages: 6 of 16 passed in 140 KiB with no runner at all) and
   test_index (queue.index: ddq_index beside the open and compaction modules, or X5's fallback)
@@ -36,6 +37,7 @@ from ddqhost import testrun, vboard
 # a session interned stay: the second session of a board started with ~10 KB less).
 GROUPS = [
     ["test_auth"],
+    ["test_auth_aes"],
     ["test_capacity"],
     ["test_core"],
     ["test_core_reads"],
@@ -46,6 +48,7 @@ GROUPS = [
     ["test_hold"],
     ["test_index_regressions"],
     ["test_interop"],
+    ["test_nomem"],
     ["test_reclaim"],
     ["test_record_verdicts"],
     ["test_regressions"],
