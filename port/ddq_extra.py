@@ -116,7 +116,6 @@ def claim_seq(self: "Queue", seq: int, lease_ms: int) -> Claim:
 
 def items(self: "Queue") -> "Iterator[Item]":
     """Yield every retained item in seq order (RAM metadata; no payload reads)."""
-    self._w0 = self._nap  # (a MemoryError below: NoMemory, Queue._oom [O23])
     try:
         ix = self._ix
         for i in range(ix.n):
@@ -124,6 +123,9 @@ def items(self: "Queue") -> "Iterator[Item]":
             a, lease, nb = ix.history(s)
             yield Item(s, STATES[ix.state(i)], a, lease, nb, ix.length(i))
     except MemoryError:
+        # (the snapshot taken here: the caller's operations between two items may have
+        # appended; this generator appends nothing, so NoMemory without a fail-stop [O23])
+        self._w0 = self._nap
         raise self._oom()
 
 

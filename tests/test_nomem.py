@@ -200,3 +200,32 @@ def test_nomemory_is_a_ddq_error_with_libddqs_code():
     from ddq import NoMemory
 
     assert NoMemory is ddq.NoMemory
+
+
+def test_nomemory_while_iterating_items_after_an_ack_does_not_fail_stop():
+    # EVIDENCE-OF: O23
+    # items() appends nothing: a MemoryError inside it is NoMemory and the queue keeps working,
+    # even when the caller acked (appended) between two items.
+    import ddq_extra
+
+    d = support.tmpdir() + "/q"
+    q = _open(d, ddq.PosixStorage(), OPTS)
+    for k in range(3):
+        q.enqueue(b"i%d" % k)
+    c = q.claim(1000)
+    it = q.items()
+    assert next(it).seq == 1
+    q.ack(c.seq)  # an append between two items
+    item = ddq_extra.Item
+
+    def broken(*a):
+        raise MemoryError("injected")
+
+    ddq_extra.Item = broken
+    try:
+        support.raises(ddq.NoMemory, next, it)
+    finally:
+        ddq_extra.Item = item
+    assert not q.stats().failed
+    assert q.enqueue(b"after") == 4
+    q.close()
