@@ -238,7 +238,9 @@ def _run_once(
             "print('ddq test: device heap free %d of %d'"
             " % (gc.mem_free(), gc.mem_free() + gc.mem_alloc()))\n"
             + (
-                "sys.path.insert(0, %r)\ntry:\n import ddq\nfinally:\n sys.path.pop(0)\n" % cwd
+                "sys.path.insert(0, %r)\ntry:\n import ddq\nfinally:\n sys.path.pop(0)\n"
+                # (sys.modules holds it for mprun; a REPL global would outlive the session)
+                "del ddq\n" % cwd
                 if installed
                 else ""
             )
