@@ -6,8 +6,9 @@
     ob.pump(send)                      # ... each reading reaches send() as its own Message
 
 An Outbox (port/ddq_outbox.py) whose put() gathers readings of one topic, QoS, retain and TTL in
-an open batch and writes the batch as one DDQ item, an ordinary envelope (key b"\\0B") whose
-payload holds the readings with their own enqueue times. get()/pump()/run() hand out each
+an open batch and writes the batch as one DDQ item, an ordinary envelope (key b"\\0C") whose
+payload holds the readings with their own enqueue times (a reading as regular as the one before
+costs its bytes and no more: docs/OUTBOX.md B2). get()/pump()/run() hand out each
 reading as its own Message; the item is acked once every reading of it is confirmed. The
 directory is an ordinary DDQ directory (libddq reads it; a plain Outbox delivers a batch as one
 message of its raw entries). Durability: docs/OUTBOX.md §13.4 [B1]-[B6].
@@ -24,10 +25,13 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Optional
 
-KEY = b"\0B"  # the envelope key of a batch [B2]
+KEY = b"\0C"  # the envelope key of a batch this module writes: runs of regular readings [B2]
+KEY_B = b"\0B"  # a batch of the first release, read as ever: a gap and a length each [B2]
 _ID = 1 << 64  # a reading's Message.seq: _ID + (item seq << 12) + index, above every DDQ seq
 _READINGS = 4095  # readings in one batch at most (the index field of that id)
 _MAX_WAIT = 0x1FFFFFFF
+_MAX_AGE = 0x7FFFFFFFF  # the first reading's age at the write, at most (5 varint bytes) [B2]
+_RUN = 63  # readings in one run at most (its header stays one byte)
 
 
 def _varint(out: bytearray, v: int) -> None:
@@ -37,6 +41,15 @@ def _varint(out: bytearray, v: int) -> None:
         out.append(b | 0x80 if v else b)
         if not v:
             return
+
+
+def _vlen(v: int) -> int:
+    # The bytes of _varint(v).
+    n = 1
+    while v > 0x7F:
+        v >>= 7
+        n += 1
+    return n
 
 
 def _unvarint(b: "Any", i: int) -> "tuple[int, int]":
@@ -56,24 +69,62 @@ def _unvarint(b: "Any", i: int) -> "tuple[int, int]":
 def entries(m: Message) -> "list[Message]":
     """The readings of batch envelope m (decoded): one Message each, with its own enqueue time
     (topic, QoS, retain, TTL: the batch's) [B2]."""
-    b, i, out = m.payload, 0, []
-    t = m.enqueued_ms
-    for k in range(_READINGS + 1):
-        if i >= len(b):
-            break
-        if k == _READINGS:
-            raise BadEnvelope("batch: over %d readings" % _READINGS)
-        d, i = _unvarint(b, i)
-        n, i = _unvarint(b, i)
-        if i + n > len(b):
-            raise BadEnvelope("batch: an entry runs past the end")
-        t = t - d if k == 0 else t + d  # the first: its age at the write; then the gaps
-        r = Message()
-        r.topic, r.qos, r.retain, r.ttl_ms, r.enqueued_ms = m.topic, m.qos, m.retain, m.ttl_ms, t
-        r.payload = bytes(b[i : i + n])
-        i += n
-        out.append(r)
+    b, i = m.payload, 0
+    out: "list[Message]" = []
+    runs = m.key != KEY_B
+    t, g, n = m.enqueued_ms, 0, 0  # the time, gap and length of the reading before
+    while i < len(b):
+        if not out:  # the first: its age at the write, its length
+            d, i = _unvarint(b, i)
+            n, i = _unvarint(b, i)
+            t, r = t - d, 1
+        elif not runs:  # b"\0B": the gap since the reading before, the length
+            d, i = _unvarint(b, i)
+            n, i = _unvarint(b, i)
+            t, r = t + d, 1
+        else:
+            h, i = _unvarint(b, i)
+            r = 1
+            if h & 1:  # one reading: its gap's change (zigzag), its length if it changed
+                if h & 2:
+                    n, i = _unvarint(b, i)
+                z = h >> 2
+                g += -(z + 1 >> 1) if z & 1 else z >> 1
+                if g < 0:
+                    raise BadEnvelope("batch: a gap below 0")
+            else:  # r readings as long as the one before, each the same gap after it
+                r = h >> 1
+                if not r:
+                    raise BadEnvelope("batch: an empty run")
+        for _ in range(r):
+            if len(out) == _READINGS:
+                raise BadEnvelope("batch: over %d readings" % _READINGS)
+            if i + n > len(b):
+                raise BadEnvelope("batch: an entry runs past the end")
+            if out and runs:
+                t += g
+            e = Message()
+            e.topic, e.qos, e.retain, e.ttl_ms, e.enqueued_ms = (
+                m.topic,
+                m.qos,
+                m.retain,
+                m.ttl_ms,
+                t,
+            )
+            e.payload = bytes(b[i : i + n])
+            i += n
+            out.append(e)
     return out
+
+
+def _head(o: "list[Any]", now: int, n: int) -> int:
+    # The header bytes an n-byte reading put at now adds to open batch o (put's encoding).
+    g = max(0, now - o[5])
+    if n == o[10] and g == o[9]:
+        return 0 if o[11] >= 0 and o[6][o[11]] < 2 * _RUN else 1
+    z = g - o[9]
+    z = 2 * z if z >= 0 else -2 * z - 1
+    return _vlen(z << 2 | 3) + (_vlen(n) if n != o[10] else 0)
 
 
 class BatchOutbox(Base):
@@ -88,7 +139,8 @@ class BatchOutbox(Base):
         # 0: the longest payload the queue takes (up to 4 KiB: its reason budget, O6)
         self._bb = _opt(batch_bytes, 0, 0xFFFFFFFF, "batch_bytes") or self.queue.reason_budget
         self._bms = _opt(batch_ms, 0, _MAX_WAIT, "batch_ms")
-        # The open batch: [topic, qos, retain, ttl, first ms, last ms, entries, ticks, count]
+        # The open batch: [topic, qos, retain, ttl, first ms, last ms, entries, ticks, count,
+        # the last gap, the last length, where the open run's header is (-1: none)]
         self._open: "Optional[list[Any]]" = None
         self._parts: "dict[int, list[Any]]" = {}  # item seq -> [item Message, readings, out]
         self._done: "dict[int, int]" = {}  # item seq -> readings confirmed (bit k), this run
@@ -125,23 +177,39 @@ class BatchOutbox(Base):
             or o[1] != qos
             or o[2] != bool(retain)
             or o[3] != ttl
-            or self._size(o, 4 + len(p)) > self._bb
+            or self._size(o, _head(o, now, len(p)) + len(p)) > self._bb
             or o[8] >= _READINGS
         ):
             seq = self.flush()
             o = None
+        n = len(p)
         if o is None:
-            o = self._open = [t, qos, bool(retain), ttl, now, now, bytearray(), self._ticks(), 0]
-        else:
-            _varint(o[6], max(0, now - o[5]))
-        if not o[8]:
+            o = [t, qos, bool(retain), ttl, now, now, bytearray(), self._ticks(), 0, 0, n, -1]
+            self._open = o
             o[6].append(0)  # the first reading's age at the write: patched then (flush)
+            _varint(o[6], n)
+        else:
+            e, g = o[6], max(0, now - o[5])
+            if n == o[10] and g == o[9]:  # as regular as the one before: into a run
+                r = o[11]
+                if r >= 0 and e[r] < 2 * _RUN:
+                    e[r] += 2
+                else:
+                    o[11] = len(e)
+                    e.append(2)
+            else:  # its gap's change (zigzag) and, if it changed, its length
+                z = g - o[9]
+                z = 2 * z if z >= 0 else -2 * z - 1
+                _varint(e, z << 2 | (2 if n != o[10] else 0) | 1)
+                if n != o[10]:
+                    _varint(e, n)
+                o[9], o[10], o[11] = g, n, -1
         o[5] = now
-        _varint(o[6], len(p))
         o[6].extend(p)
         o[8] += 1
         self.counters["readings"] += 1
-        if self._size(o, 4 + len(p)) > self._bb or self._late(o):  # full for one more
+        # full for one more as regular as this one
+        if self._size(o, _head(o, now + o[9], n) + n) > self._bb or self._late(o):
             try:
                 seq = self.flush()
             except Full:  # the reading is taken (in the open batch): the next put retries
@@ -157,7 +225,7 @@ class BatchOutbox(Base):
             + len(KEY)
             + len(o[0])
             + len(o[6])
-            + 4
+            + 4  # the first reading's age: 1 placeholder byte, up to 5 at the write
             + more
         )
 
@@ -173,7 +241,7 @@ class BatchOutbox(Base):
         now = max(self._clock(), o[5])
         e = o[6]
         head = bytearray()
-        _varint(head, now - o[4])  # the first reading's age at the write
+        _varint(head, min(now - o[4], _MAX_AGE))  # the first reading's age at the write
         body = head + e[1:]  # (e[0] is the placeholder byte put() wrote)
         seq = self._put(o[0], body, o[1], o[2], o[3], KEY, 0, False, now)
         self._open = None  # (on Full the batch stays open: put() raises, nothing is lost)
@@ -200,7 +268,7 @@ class BatchOutbox(Base):
             if m is not None:
                 return m
             it = Base.get(self, lease_ms)
-            if it is None or it.key != KEY:
+            if it is None or it.key not in (KEY, KEY_B):
                 return it  # nothing ready, or a message put on its own
             try:
                 rs = entries(it)

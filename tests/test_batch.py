@@ -155,3 +155,131 @@ def test_board_app_setting():
     ob = ddq_app.open_outbox(cfg, d)  # the default: one reading, one item
     assert not isinstance(ob, BatchOutbox) and ob.queue.stats().total_items == 1
     ob.close()
+
+
+def _hex(b):
+    return "".join(["%02x" % x for x in b])
+
+
+def _body(ob, seq):
+    return ddq_outbox.decode_envelope(ob.queue.read(seq))
+
+
+def _readings(ob, n=5000):
+    # Every reading get() hands out (acked), as (payload, enqueued_ms); bounded.
+    out = []
+    for _ in range(n):
+        m = ob.get()
+        if m is None:
+            break
+        out.append((m.payload, m.enqueued_ms))
+        ob.ack(m)
+    return out
+
+
+def test_batch_runs_byte_exact():
+    # EVIDENCE-OF: B2
+    # A reading as long as the one before and the same gap after it joins a run (its bytes only);
+    # another gap costs the gap's change (zigzag), another length that length. The same bytes on
+    # both interpreters.
+    d, clock, ob = _start(batch_bytes=200)
+    for step, r in ((1000, b"ab"), (1000, b"ab"), (1000, b"ab"), (1000, b"ab"), (1003, b"ab")):
+        clock.advance(step)
+        assert ob.put("s/t", r) == 0
+    clock.advance(1000)
+    ob.put("s/t", b"xyz")
+    clock.advance(1000)
+    ob.put("s/t", b"xyz")
+    clock.advance(500)
+    seq = ob.flush()
+    m = _body(ob, seq)
+    assert m.key == KEY == b"\0C" and m.enqueued_ms == T0 + 7503, (m.key, m.enqueued_ms)
+    assert _hex(m.payload) == (
+        "e732"  # the first: its age at the write (6,503 ms), its length
+        "026162"
+        "c13e6162"  # the second: gap 1,000 (its change from 0), the same length
+        "0461626162"  # a run of 2: the length and the gap as before
+        "196162"  # gap 1,003: +3
+        "170378797a"  # gap 1,000 (-3), length 3
+        "0278797a"  # a run of 1
+    ), _hex(m.payload)
+    got = _readings(ob)
+    want = [(b"ab", T0 + 1000 * k) for k in range(1, 5)]
+    want += [(b"ab", T0 + 5003), (b"xyz", T0 + 6003), (b"xyz", T0 + 7003)]
+    assert got == want, got
+    ob.close()
+
+
+def test_batch_regular_readings_cost_their_bytes_alone():
+    # EVIDENCE-OF: B2
+    # 200 readings of 25 bytes, exactly 10 s apart: one header byte per 63 readings of a run.
+    d, clock, ob = _start(
+        batch_bytes=8000, max_payload_bytes=8000, segment_bytes=16384, max_segments=16
+    )
+    r = b"n=12345 t=12345678 v=21.5"
+    for _ in range(200):
+        clock.advance(10000)
+        ob.put("s/t", r)
+    m = _body(ob, ob.flush())
+    # the first: its age at the write (1,990,000 ms: 3 bytes) and length; the second: its gap
+    # (3 bytes); then runs of 63, 63, 63 and 9 readings: a header byte each
+    assert len(m.payload) == 200 * 25 + 3 + 1 + 3 + 4, len(m.payload)
+    got = _readings(ob)
+    assert got == [(r, T0 + 10000 * (k + 1)) for k in range(200)], got[:3]
+    ob.close()
+
+
+def test_batch_of_the_first_release_is_delivered():
+    # EVIDENCE-OF: B2 B6
+    # A b"\0B" batch (each reading: a gap and a length) in a directory from before: delivered
+    # with each reading's own time.
+    d, clock, ob = _start()
+    body = b"\x05\x02ab" + b"\xe8\x07\x03xyz" + b"\x00\x00"  # ages 5; gaps 1,000 and 0
+    ob.queue.enqueue(ddq_outbox.encode_envelope("s/t", body, enqueued_ms=T0, key=b"\0B", qos=1))
+    got = _readings(ob)
+    assert got == [(b"ab", T0 - 5), (b"xyz", T0 + 995), (b"", T0 + 995)], got
+    ob.close()
+
+
+def test_batch_tampered_runs_are_corrupt():
+    # EVIDENCE-OF: B2
+    # An empty run, a run past the end, a gap below 0, over 4,095 readings in runs of 63: each
+    # batch is dead-lettered corrupt whole (nothing of it delivered), in bounded work.
+    bad = [
+        b"\x00\x01a" + b"\x00",
+        b"\x00\x01a" + b"\x04a",
+        b"\x00\x01a" + b"\x07a",  # the gap's change -1 from 0
+        b"\x00\x00" + b"\x7e" * 66,  # 1 + 66 x 63 empty readings
+    ]
+    d, clock, ob = _start()
+    for body in bad:
+        ob.queue.enqueue(ddq_outbox.encode_envelope("s/t", body, enqueued_ms=T0, key=KEY))
+    assert _readings(ob) == []
+    s = ob.queue.stats()
+    assert s.quarantined_items == len(bad) and s.available_items == 0, s.as_dict()
+    for seq in range(1, len(bad) + 1):
+        assert bytes(ob.queue.reason(seq)).startswith(b"corrupt"), ob.queue.reason(seq)
+    ob.close()
+
+
+def test_batch_envelope_never_over_batch_bytes():
+    # EVIDENCE-OF: B1 B2
+    # Every batch written fits batch_bytes, whatever the gaps (a reading 74 hours after the one
+    # before: a 5-byte gap) and lengths (2-byte lengths): the first release's estimate let such
+    # a batch grow a byte over max_payload_bytes, and every write of it then raised TooLarge.
+    d, clock, ob = _start(batch_bytes=256, batch_ms=0, max_segments=64)
+    ob.put("s/t", b"x" * 90)
+    clock.advance((1 << 28) + 5)
+    ob.put("s/t", b"y" * 130)
+    ob.flush()
+    x = 7
+    for _ in range(150):  # varied lengths and gaps (a fixed LCG: the same run everywhere)
+        x = (x * 1103515245 + 12345) & 0x7FFFFFFF
+        clock.advance((x >> 8) % 3 * (1 << (x % 29)))
+        ob.put("s/t", b"z" * ((x >> 4) % 140))
+    ob.flush()
+    n = ob.queue.stats().total_items
+    for seq in range(1, n + 1):
+        assert len(ob.queue.read(seq)) <= 256, seq
+    assert len(_readings(ob)) == 152
+    ob.close()
