@@ -965,8 +965,13 @@ def do_replay(args: argparse.Namespace) -> int:
             if res.get("dry_run"):
                 for w in res["would_send"]:
                     print(
-                        "would send seq %d -> %s (%d bytes)"
-                        % (w["seq"], fsck.printable(w["topic"]), w["bytes"])
+                        "would send seq %d%s -> %s (%d bytes)"
+                        % (
+                            w["seq"],
+                            " reading %d" % w["reading"] if "reading" in w else "",
+                            fsck.printable(w["topic"]),
+                            w["bytes"],
+                        )
                     )
             head = "%s: " % res["dir"] if len(results) > 1 else ""
             if "error" in res:

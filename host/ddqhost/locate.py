@@ -59,3 +59,11 @@ def load_outbox() -> ModuleType:
     import ddq_outbox
 
     return ddq_outbox
+
+
+def load_batch() -> ModuleType:
+    """Import ddq_batch beside ddq: the readings that share an item (OUTBOX §13.4)."""
+    load_ddq()
+    import ddq_batch
+
+    return ddq_batch

@@ -27,7 +27,9 @@ Topics (URL mqtt[s]://[user[:password]@]HOST[:PORT][/PREFIX]; no PREFIX by defau
   - a payload that decodes as a message-layer envelope (ddq_outbox.decode_envelope) is
     published to its envelope topic, the one the device would have used (PREFIX/<topic> with one),
     with the envelope's retain flag and its inner payload;
-  - any other payload is published unchanged to PREFIX/raw ("raw" with an empty prefix).
+  - any other payload is published unchanged to PREFIX/raw ("raw" with an empty prefix);
+  - a batch (ddq_batch, OUTBOX §13.4) is published reading by reading, its item acked once all
+    are (sent counts messages, readings those of batches, sent_seqs the items).
 Replay always publishes with QoS 1, whatever the envelope asked for: the ack needs a PUBACK.
 An envelope past its TTL (enqueued_ms + ttl_ms <= now) is not published but quarantined with the
 reason "expired", as the Outbox does by default; --send-expired publishes it anyway.
@@ -216,15 +218,53 @@ def unpublishable(topic: str) -> str:
 
 
 def _retired(expired: list[int], unpublishable: list[int], unauth: list[int]) -> dict[str, Any]:
-    """The summary's counts and seqs of what was dead-lettered instead of sent."""
+    """The summary's counts (messages) and seqs (items, each once) of what was dead-lettered
+    instead of sent; a batch's reading is dropped and counted, its item acked (OUTBOX B5)."""
     return {
         "expired": len(expired),
-        "expired_seqs": expired,
+        "expired_seqs": _items_of(expired),
         "unpublishable": len(unpublishable),
-        "unpublishable_seqs": unpublishable,
+        "unpublishable_seqs": _items_of(unpublishable),
         "unauthenticated": len(unauth),
-        "unauthenticated_seqs": unauth,
+        "unauthenticated_seqs": _items_of(unauth),
     }
+
+
+# A batch's reading is handed out as Message.seq READING + (item seq << 12) + its index
+# (ddq_batch, OUTBOX B4): replay reports it as the item's seq and the reading's index.
+READING = 1 << 64
+
+
+def split_id(mid: int) -> tuple[int, int | None]:
+    """(item seq, reading index or None) of a message id the delivery reported."""
+    if mid < READING:
+        return mid, None
+    return (mid - READING) >> 12, (mid - READING) & 4095
+
+
+def seq_name(mid: int) -> str:
+    s, k = split_id(mid)
+    return str(s) if k is None else "%d reading %d" % (s, k)
+
+
+def _items_of(ids: list[int]) -> list[int]:
+    out: list[int] = []
+    for mid in ids:
+        s = split_id(mid)[0]
+        if s not in out:
+            out.append(s)
+    return out
+
+
+def _messages(outbox: ModuleType, batch: ModuleType, payload: bytes, key: bytes | None) -> int:
+    # The messages an item is delivered as: a batch's readings (OUTBOX B2), else one.
+    try:
+        m = outbox.decode_envelope(payload, hmac_key=key)
+        if m.key in (batch.KEY, batch.KEY_B):
+            return max(1, len(batch.entries(m)))
+    except Exception:  # noqa: BLE001 (anything else is one message: the loop decides its fate)
+        pass
+    return 1
 
 
 class _Confirmed:
@@ -345,10 +385,14 @@ def plan(job: Job, ro: ReplayOptions, now_ms: int | None = None) -> dict[str, An
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     would = []
-    for s in res["sent_seqs"]:
-        topic, nb, raw, retain, expired = run.routes[s]
-        would.append({"seq": s, "topic": topic, "bytes": nb, "retain": retain, "raw": raw,
-                      "expired": expired})  # fmt: skip
+    for mid in res["sent_ids"]:
+        topic, nb, raw, retain, expired = run.routes[mid]
+        s, k = split_id(mid)
+        w = {"seq": s, "topic": topic, "bytes": nb, "retain": retain, "raw": raw,
+             "expired": expired}  # fmt: skip
+        if k is not None:
+            w["reading"] = k  # a batch's reading (OUTBOX B2)
+        would.append(w)
     return {
         "dry_run": True,
         "would_send": would,
@@ -457,6 +501,7 @@ def replay(
             signal.signal(signal.SIGINT, old)
         client.disconnect()
         client.loop_stop()
+    res.pop("sent_ids")  # (the dry run's; sent_seqs and readings say it)
     res["broker"] = broker
     res["tls"] = ro.tls
     res["prefix"] = job.prefix
@@ -490,6 +535,7 @@ class _PahoWindow:
         self.flight: list[list[Any]] = []  # [seq, info, first wait (monotonic s) or None]
         self.clock = clock
         self.routes = routes  # seq -> topic, bytes, raw, retain, expired (what was published)
+        self.readings: dict[int, list[int]] = {}  # item seq -> its readings published, in order
 
     def publish(self, m: Any, dup: bool = False) -> None:
         topic = topic_for(self.prefix, m.topic or "raw")
@@ -508,6 +554,8 @@ class _PahoWindow:
             m.expired(self.clock()),
         )
         self.flight.append([m.seq, info, None])
+        if m.seq >= READING:
+            self.readings.setdefault(split_id(m.seq)[0], []).append(m.seq)
 
     def poll(self, timeout_ms: int = 0) -> list[int]:
         out: list[int] = []
@@ -539,7 +587,7 @@ def _deliver(job: Job, ro: ReplayOptions, client: Any, run: _Run) -> dict[str, A
     # The message layer's delivery loop (Outbox.pump with a windowed sender, OUTBOX E25) with
     # replay's options (E26): raw payloads, QoS 1, expired ones sent on request, lapsed claims
     # taken as they are, and the first failure releases the window (retry(0)) and stops.
-    ddq, ddq_outbox = locate.load_ddq(), locate.load_outbox()
+    ddq, ddq_outbox, batch = locate.load_ddq(), locate.load_outbox(), locate.load_batch()
 
     got: dict[str, list[int]] = {
         k: [] for k in ("sent", "failed", "expired", "unpublishable", "unauthenticated")
@@ -553,9 +601,11 @@ def _deliver(job: Job, ro: ReplayOptions, client: Any, run: _Run) -> dict[str, A
             job.hmac_key,
             "pending message",
         )
+        # A batch (OUTBOX B2) is delivered reading by reading: the messages to send.
+        total = sum(_messages(ddq_outbox, batch, q.read(s), job.hmac_key) for s in pending)
         progress, log = run.progress, ro.log
         if progress is not None:
-            progress(0, len(pending))
+            progress(0, total)
         sender = _PahoWindow(
             ddq_outbox, client, job.prefix, ro.window, ro.timeout, q.clock, run.routes
         )
@@ -563,13 +613,15 @@ def _deliver(job: Job, ro: ReplayOptions, client: Any, run: _Run) -> dict[str, A
         def report(what: str, seq: int, detail: str) -> None:
             if what not in got:
                 return
+            if what == "sent" and sender.readings.get(seq):
+                seq = sender.readings[seq].pop(0)  # a batch's reading, in PUBACK order
             got[what].append(seq)
             if what == "sent":
                 if progress is not None:
                     progress(1, 0)
                 if log:
                     topic, nb = sender.routes[seq][0:2]
-                    log("sent seq %d -> %s (%d bytes)" % (seq, topic, nb))
+                    log("sent seq %s -> %s (%d bytes)" % (seq_name(seq), topic, nb))
             elif log and what == "failed":
                 if len(got["failed"]) == 1:
                     log("no PUBACK for seq %d on %s; stopping"
@@ -585,7 +637,7 @@ def _deliver(job: Job, ro: ReplayOptions, client: Any, run: _Run) -> dict[str, A
         def stop() -> bool:
             return bool(run.interrupted) or (ro.limit is not None and done() >= ro.limit)
 
-        ob = ddq_outbox.Outbox(
+        ob = batch.BatchOutbox(  # an Outbox that also hands out the readings of a batch
             q,
             lease_ms=ro.lease_ms,
             raw=True,
@@ -596,12 +648,13 @@ def _deliver(job: Job, ro: ReplayOptions, client: Any, run: _Run) -> dict[str, A
             failure="stop",
             report=report,
         )
-        for _ in range(len(pending) + 1):  # bounded: each round settles a pending item or ends
+        for _ in range(total + 1):  # bounded: each round settles a message or ends
             n = done()
-            ob.pump(sender, len(pending) + 1, stop=stop)
+            ob.pump(sender, total + 1, stop=stop)
             if got["failed"] or stop() or done() == n:
                 break
         raw = sum(1 for s in got["sent"] if sender.routes[s][2])
+        readings = sum(1 for s in got["sent"] if s >= READING)
         left = [it for it in q.items() if it.state in ("available", "claimed")]
         now = q.clock()
         failed = got["failed"]
@@ -625,8 +678,10 @@ def _deliver(job: Job, ro: ReplayOptions, client: Any, run: _Run) -> dict[str, A
         "skipped": len(skipped),
         "remaining": len(remaining),
         "raw": raw,
+        "readings": readings,
         **_retired(got["expired"], got["unpublishable"], got["unauthenticated"]),
-        "sent_seqs": got["sent"],
+        "sent_seqs": _items_of(got["sent"]),
+        "sent_ids": got["sent"],
         "failed_seqs": failed,
         "skipped_seqs": skipped,
         "remaining_seqs": remaining,

@@ -493,3 +493,59 @@ def test_inspect_says_a_lease_came_from_a_board_without_rtc(tmp_path):
     assert item["lease_clock_before_2001"] is True and "lease_remaining_ms" not in item
     assert item["lease_until_ms"] == boot + 30000  # the raw value stays
     assert item["envelope"]["clock_before_2001"] is True
+
+
+# ---------------------------------------------------------------- batches (OUTBOX §13.4)
+
+
+def test_replay_delivers_each_reading_of_a_batch(tmp_path, mosquitto):
+    # A pulled BatchOutbox directory: replay publishes every reading of a batch (both keys:
+    # b"\0C" runs and a first-release b"\0B" batch) as its own message, as the board would
+    # have, beside a message put on its own; each item is acked once all its readings are.
+    locate.load_ddq()
+    import ddq_batch
+    import ddq_outbox
+
+    q = tmp_path / "q"
+    now = int(time.time() * 1000)
+    t = [now - 60000]
+    ob = ddq_batch.BatchOutbox(str(q), clock=lambda: t[0], batch_bytes=120, **OPTS)
+    want = []
+    for k in range(12):  # two batches: 120 bytes hold 8 of these
+        t[0] += 1000
+        ob.put("sensors/t", b"reading-%02d" % k)
+        want.append(("site/sensors/t", b"reading-%02d" % k))
+    ob.flush()
+    ob.put("alarm", b"door", key=b"k1")  # on its own
+    want.append(("site/alarm", b"door"))
+    old = b"\x05\x02ab" + b"\xe8\x07\x03xyz"  # b"\0B": ages 5, then a gap of 1,000
+    ob.queue.enqueue(ddq_outbox.encode_envelope("old/t", old, enqueued_ms=now, key=b"\0B"))
+    want += [("site/old/t", b"ab"), ("site/old/t", b"xyz")]
+    ob.close()
+    (q / qdir.OPTIONS_FILE).write_text(json.dumps(OPTS))
+    url = "mqtt://127.0.0.1:%d/site" % mosquitto
+    r = ddq("replay", q, "--to", url, "--dry-run", "--json")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    assert [(w["topic"], w.get("reading")) for w in plan["would_send"]][:9] == [
+        ("site/sensors/t", k) for k in range(8)
+    ] + [("site/sensors/t", 0)]
+    assert [w["seq"] for w in plan["would_send"]] == [1] * 8 + [2] * 4 + [3, 4, 4]
+    r = ddq("replay", q, "--to", url, "--dry-run")
+    assert "would send seq 1 reading 7 -> site/sensors/t (10 bytes)" in r.stdout, r.stdout
+    sub = Subscriber(mosquitto)
+    try:
+        r = ddq("replay", q, "--to", url, "--json")
+        assert r.returncode == 0, r.stderr
+        res = json.loads(r.stdout)
+        for _ in range(50):  # (what earlier tests retained arrives too: not counted)
+            got = [g for g in sub.wait_for(len(want)) if g[0].startswith("site/")]
+            if len(got) >= len(want):
+                break
+    finally:
+        sub.close()
+    assert got == want, got
+    assert (res["sent"], res["readings"], res["remaining"]) == (15, 14, 0), res
+    assert res["sent_seqs"] == [1, 2, 3, 4], res["sent_seqs"]
+    assert [it["state"] for it in _items(q).values()] == ["acked"] * 4
+    assert ddq("verify", q).returncode == 0
