@@ -67,6 +67,17 @@ def envelope_fields(
         out["payload_preview"] = (
             "(encrypted)" if enc and not out["decrypted"] else _preview(bytes(body))
         )
+        batch = locate.load_batch()
+        if getattr(env, "key", None) in (batch.KEY, batch.KEY_B) and not (
+            enc and not out["decrypted"]
+        ):  # readings that share the item (OUTBOX B2): how many, the first one's bytes
+            try:
+                rs = batch.entries(env)
+                out["readings"] = len(rs)
+                if rs:
+                    out["payload_preview"] = _preview(bytes(rs[0].payload))
+            except Exception as e:  # noqa: BLE001 (BadEnvelope: the Outbox dead-letters it)
+                out["readings_error"] = str(e.args[0] if e.args else e)
     if now_ms is not None:
         age, expired = _expiry(env, now_ms)
         if age is not None:
@@ -211,11 +222,16 @@ def render_inspect(info: dict[str, Any]) -> str:
         env = d.get("envelope")
         if env:
             lines.append(
-                "         envelope: topic %s qos %s%s%s%s%s"
+                "         envelope: topic %s qos %s%s%s%s%s%s"
                 % (
                     env.get("topic"),
                     env.get("qos"),
                     " retain" if env.get("retain") else "",
+                    " batch of %d readings (the first shown)" % env["readings"]
+                    if "readings" in env
+                    else " batch: %s" % env["readings_error"]
+                    if "readings_error" in env
+                    else "",
                     (" encrypted" + ("" if env.get("decrypted") else " (no key: not decrypted)"))
                     if env.get("encrypted")
                     else "",

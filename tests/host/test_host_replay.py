@@ -523,6 +523,11 @@ def test_replay_delivers_each_reading_of_a_batch(tmp_path, mosquitto):
     want += [("site/old/t", b"ab"), ("site/old/t", b"xyz")]
     ob.close()
     (q / qdir.OPTIONS_FILE).write_text(json.dumps(OPTS))
+    envs = {s: it.get("envelope", {}) for s, it in _items(q).items()}
+    assert [envs[s].get("readings") for s in (1, 2, 3, 4)] == [8, 4, None, 2], envs
+    assert envs[1]["payload_preview"] == "reading-00" and envs[4]["payload_preview"] == "ab"
+    r = ddq("inspect", q)
+    assert "envelope: topic sensors/t qos 1 batch of 8 readings (the first shown)" in r.stdout
     url = "mqtt://127.0.0.1:%d/site" % mosquitto
     r = ddq("replay", q, "--to", url, "--dry-run", "--json")
     assert r.returncode == 0, r.stderr
