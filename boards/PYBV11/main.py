@@ -23,14 +23,15 @@ QUEUE_DIR = "outbox"
 # Queue options of boards/PYBV11.json. Keep them fixed for the life of the directory: DDQ does not
 # store them, and a reader with smaller limits reports the directory as corrupt.
 OPTIONS = {
-    "segment_bytes": 4096,
+    "segment_bytes": 2048,
     "max_payload_bytes": 256,
-    "max_items": 48,
-    "max_segments": 2,
-    # the hold rule (SPEC 10.1): room for 16 claims in flight and 1 KiB of dead-letter reasons
-    # instead of libddq's reserve per reading: about 4.8 x the readings (docs/BOARDS.md)
-    "window": 16,
-    "evidence_bytes": 1024,
+    "max_items": 80,
+    "max_segments": 5,
+    # the hold rule (SPEC 10.1): room for 4 claims in flight (send() below takes one at a time;
+    # without a network the host pulls and replays the outbox) and 256 B of dead-letter reasons
+    # instead of libddq's reserve per reading: 5 x the readings (docs/BOARDS.md)
+    "window": 4,
+    "evidence_bytes": 256,
 }
 LEASE_MS = 30000  # how long a claimed reading stays ours before another claim may take it
 RETRY_BASE_MS = 1000  # retry delays: full jitter up to base * 2**attempts, capped at RETRY_MAX_MS
