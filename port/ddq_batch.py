@@ -117,14 +117,29 @@ def entries(m: Message) -> "list[Message]":
     return out
 
 
-def _head(o: "list[Any]", now: int, n: int) -> int:
-    # The header bytes an n-byte reading put at now adds to open batch o (put's encoding).
-    g = max(0, now - o[5])
-    if n == o[10] and g == o[9]:
-        return 0 if o[11] >= 0 and o[6][o[11]] < 2 * _RUN else 1
-    z = g - o[9]
+def _head(o: "list[Any]", now: int, n: int, w: bool = False) -> int:
+    # The header bytes an n-byte reading put at now adds to open batch o; w: write them [B2].
+    g, e = max(0, now - o[5]), o[6]
+    if n == o[10] and g == o[9]:  # as regular as the one before: into a run
+        r = o[11]
+        if r >= 0 and e[r] < 2 * _RUN:
+            if w:
+                e[r] += 2
+            return 0
+        if w:
+            o[11] = len(e)
+            e.append(2)
+        return 1
+    z = g - o[9]  # else its gap's change (zigzag) and, if it changed, its length
     z = 2 * z if z >= 0 else -2 * z - 1
-    return _vlen(z << 2 | 3) + (_vlen(n) if n != o[10] else 0)
+    k = n != o[10]
+    h = z << 2 | (2 if k else 0) | 1
+    if w:
+        _varint(e, h)
+        if k:
+            _varint(e, n)
+        o[9], o[10], o[11] = g, n, -1
+    return _vlen(h) + (_vlen(n) if k else 0)
 
 
 class BatchOutbox(Base):
@@ -189,21 +204,7 @@ class BatchOutbox(Base):
             o[6].append(0)  # the first reading's age at the write: patched then (flush)
             _varint(o[6], n)
         else:
-            e, g = o[6], max(0, now - o[5])
-            if n == o[10] and g == o[9]:  # as regular as the one before: into a run
-                r = o[11]
-                if r >= 0 and e[r] < 2 * _RUN:
-                    e[r] += 2
-                else:
-                    o[11] = len(e)
-                    e.append(2)
-            else:  # its gap's change (zigzag) and, if it changed, its length
-                z = g - o[9]
-                z = 2 * z if z >= 0 else -2 * z - 1
-                _varint(e, z << 2 | (2 if n != o[10] else 0) | 1)
-                if n != o[10]:
-                    _varint(e, n)
-                o[9], o[10], o[11] = g, n, -1
+            _head(o, now, n, True)
         o[5] = now
         o[6].extend(p)
         o[8] += 1

@@ -7,6 +7,7 @@ support.needs_heap(192 * 1024, support.OUTBOX_HEAP)
 import ddq  # noqa: E402
 import ddq_outbox  # noqa: E402
 from ddq_batch import KEY, BatchOutbox  # noqa: E402
+from shared import drain  # noqa: E402
 
 T0 = 1767225600000
 OPTS = {"segment_bytes": 4096, "max_payload_bytes": 256, "max_items": 100000, "max_segments": 8}
@@ -165,16 +166,9 @@ def _body(ob, seq):
     return ddq_outbox.decode_envelope(ob.queue.read(seq))
 
 
-def _readings(ob, n=5000):
+def _readings(ob):
     # Every reading get() hands out (acked), as (payload, enqueued_ms); bounded.
-    out = []
-    for _ in range(n):
-        m = ob.get()
-        if m is None:
-            break
-        out.append((m.payload, m.enqueued_ms))
-        ob.ack(m)
-    return out
+    return [(m.payload, m.enqueued_ms) for m in drain(ob, 5000)]
 
 
 def test_batch_runs_byte_exact():

@@ -5,7 +5,7 @@ import json
 import time
 
 from conftest import Subscriber, ddq, tree_hash
-from ddqhost import locate, qdir
+from ddqhost import locate, qdir, replay
 
 OPTS = {"segment_bytes": 4096, "max_payload_bytes": 256, "max_items": 64, "max_segments": 8}
 
@@ -552,5 +552,6 @@ def test_replay_delivers_each_reading_of_a_batch(tmp_path, mosquitto):
     assert got == want, got
     assert (res["sent"], res["readings"], res["remaining"]) == (15, 14, 0), res
     assert res["sent_seqs"] == [1, 2, 3, 4], res["sent_seqs"]
+    assert replay.READING == ddq_batch._ID  # the reading ids replay splits are ddq_batch's
     assert [it["state"] for it in _items(q).values()] == ["acked"] * 4
     assert ddq("verify", q).returncode == 0
