@@ -53,6 +53,7 @@ def run(smoke=False, tmp=None):
         b = bound(
             len(payload), opts.get("window") or 1, opts["max_segments"], opts["segment_bytes"]
         )
+        bopts = dict(opts, **boards.batch_options(prof))  # the app's BATCH_OPTIONS (ddq_app)
         out[name] = {
             "held": held,
             "libddq": libddq,
@@ -60,8 +61,9 @@ def run(smoke=False, tmp=None):
             "n": len(payload),
             "window": opts.get("window", 0),
             "period_ms": bc.period_ms(prof),
-            "batched": batched(prof, opts, os.path.join(tmp, name + "-b")),
-            "batched_jitter": batched(prof, opts, os.path.join(tmp, name + "-j"), JITTER_MS),
+            "batched": batched(prof, bopts, os.path.join(tmp, name + "-b")),
+            "batched_jitter": batched(prof, bopts, os.path.join(tmp, name + "-j"), JITTER_MS),
+            "batch_options": boards.batch_options(prof),
         }
     return out
 
@@ -73,9 +75,10 @@ JITTER_MS = 3
 
 
 def batched(prof, opts, path, jitter=0):
-    """25-byte readings (board_capacity.READING) a BatchOutbox with the profile's options holds
-    before Full, batch_bytes = max_payload_bytes (OUTBOX B1-B3), a reading every 10 s (with
-    jitter: each up to jitter ms late, seeded)."""
+    """25-byte readings (board_capacity.READING) a BatchOutbox with the profile's options (its
+    batch reserve, boards.batch_options, as the app's BATCH_OPTIONS) holds before Full,
+    batch_bytes = max_payload_bytes (OUTBOX B1-B3), a reading every 10 s (with jitter: each up
+    to jitter ms late, seeded)."""
     import random
     import shutil
 
@@ -147,8 +150,13 @@ def rows(rep, R, fmt, verdict):
             rep.row(
                 rid + "c",
                 "%s 25-byte readings held in shared items (ddq_batch, batch_bytes "
-                "= max_payload_bytes); %.1f h at 1 per %d s"
-                % (name, r["batched"] * r["period_ms"] / 3600000.0, r["period_ms"] // 1000),
+                "= max_payload_bytes, %s); %.1f h at 1 per %d s"
+                % (
+                    name,
+                    _reserve(r),
+                    r["batched"] * r["period_ms"] / 3600000.0,
+                    r["period_ms"] // 1000,
+                ),
                 fmt(r["batched"]),
                 "20,000" if pico else "—",
                 fmt(r["batched"] / TARGETS["batched"]) if pico else "—",
@@ -156,16 +164,24 @@ def rows(rep, R, fmt, verdict):
                 verdict(r["batched"] / TARGETS["batched"], 1.0) if pico else "report",
             )
         if r.get("batched_jitter"):
+            pico = name == "RPI_PICO"
             rep.row(
                 rid + "d",
                 "%s the same, each reading up to %d ms late (a board's loop); %.1f h"
                 % (name, JITTER_MS, r["batched_jitter"] * r["period_ms"] / 3600000.0),
                 fmt(r["batched_jitter"]),
-                fmt(r["batched"]),
-                fmt(r["batched_jitter"] / r["batched"]),
-                "report",
-                "report",
+                "20,000" if pico else "—",
+                fmt(r["batched_jitter"] / TARGETS["batched"]) if pico else "—",
+                "≥ 20,000" if pico else "report",
+                verdict(r["batched_jitter"] / TARGETS["batched"], 1.0) if pico else "report",
             )
+
+
+def _reserve(r):
+    b = r.get("batch_options") or {}
+    if not b:
+        return "the profile's reserve"
+    return "batch reserve: window %s, evidence %s B" % (b.get("window"), b.get("evidence_bytes"))
 
 
 if __name__ == "__main__":

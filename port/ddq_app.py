@@ -13,7 +13,8 @@ its lease ends (LEASE_MS).
 
 A board's main.py defines its settings (OPTIONS, the queue options of its profile; TOPIC;
 BROKER, CLIENT_ID, WIFI_SSID, WIFI_PASSWORD where it has a network; OUTBOX = "ddq_batch" to batch
-readings (OUTBOX §13.4); any of DEFAULTS it wants otherwise: QUEUE_DIR, LEASE_MS,
+readings (OUTBOX §13.4), with BATCH_OPTIONS replacing OPTIONS' window and evidence_bytes then;
+any of DEFAULTS it wants otherwise: QUEUE_DIR, LEASE_MS,
 RETRY_BASE_MS, RETRY_MAX_MS, MAX_ATTEMPTS, PERIOD_MS, BUDGET, BROKER_PORT, KEEPALIVE_S, LINK,
 WINDOW) and read_sensor(), then calls `ddq_app.bind(globals())`, which gives it run(),
 run_async() and Wifi over those settings. Settings are read when they are used, so
@@ -162,14 +163,16 @@ def open_outbox(cfg: "Cfg", queue_dir: "Optional[str]" = None) -> ddq_outbox.Out
     # heap): readings share queue items of up to max_payload_bytes, each written when full or a
     # minute after its first reading (OUTBOX B1-B3: a reading is on flash once its item is
     # written, not when put() returns); `ddq flash` installs ddq_batch for such an app.
-    cls = __import__(cfg.get("OUTBOX", "ddq_outbox")).Outbox
-    ob: ddq_outbox.Outbox = cls(
+    mod, opts = cfg.get("OUTBOX", "ddq_outbox"), cfg["OPTIONS"]
+    if mod == "ddq_batch":  # BATCH_OPTIONS: its own reserve (an item holds many readings)
+        opts = dict(opts, **cfg.get("BATCH_OPTIONS", {}))
+    ob: ddq_outbox.Outbox = __import__(mod).Outbox(
         queue_dir or cfg["QUEUE_DIR"],
         lease_ms=cfg["LEASE_MS"],
         min_retry_ms=base,
         max_retry_ms=max(base, cfg["RETRY_MAX_MS"]),
         max_attempts=cfg["MAX_ATTEMPTS"],
-        **cfg["OPTIONS"],
+        **opts,
     )
     return ob
 

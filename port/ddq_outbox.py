@@ -4,6 +4,8 @@ An envelope inside DDQ's opaque DATA payload carries topic, QoS, retain, times, 
 digest; C DDQ still reads the directory. Outbox adds leases, full-jitter backoff, TTL, capacity
 policy, dead letters, group commit, a lock and delivery loops on top of ddq.Queue, through its
 public API only. Import it only where messages are needed: `import ddq` alone never loads it.
+Its add-ons beside it are imported at their first use (add-ons, below): ddq_seal.py for a key's
+HMAC tags and AES-CTR, ddq_window.py for a windowed sender's delivery loop.
 
     from ddq_outbox import Outbox
     with Outbox("outbox") as ob:
@@ -28,6 +30,7 @@ from ddq import (  # the feature probe and the const shim, once (ddq compat)
     Error,
     Full,
     InvalidArgument,
+    IOFailure,
     Locked,
     Queue,
     _bytes_arg,
@@ -49,6 +52,25 @@ _U32 = 0xFFFFFFFF
 _U64 = 0xFFFFFFFFFFFFFFFF
 _MAX_LEASE_MS = const(604800000)  # ddq's lease bound [O3]
 _IO_LOOPS = const(1048576)  # ddq's bound on retry loops
+
+
+# ============================================================================ add-ons
+# Beside ddq_outbox.py, each imported at its first use, so that a board that never uses one
+# never holds it (DESIGN §4.1): ddq_seal, HMAC tags and AES-CTR (hmac_key, encrypt: E21-E23);
+# ddq_window, the windowed delivery loop (a sender with publish and poll: E25).
+def _addon(name: str) -> "Any":
+    try:
+        return __import__(name)
+    except ImportError:
+        why = "hmac_key" if name == "ddq_seal" else "a windowed sender"
+        raise IOFailure("ddq_outbox: port file %s.py missing (needed by %s)" % (name, why))
+
+
+def __getattr__(name: str) -> "Any":  # PEP 562: the first release's ddq_outbox.hmac_sha256
+    if name in ("hmac_sha256", "aes_ctr"):
+        return getattr(_addon("ddq_seal"), name)
+    raise AttributeError(name)
+
 
 # ============================================================================ envelope
 _ENV_FMT = "<HBBBHIQ"  # magic version flags key_len topic_len ttl_ms enqueued_ms [E1]
@@ -184,181 +206,6 @@ def _sha(mv: memoryview, a: int, n: int) -> "Optional[bytes]":
     return bytes(h.digest())
 
 
-def _pads(key: "Any") -> "tuple[bytes, bytes]":
-    # HMAC's inner and outer padded keys (RFC 2104): a key longer than SHA-256's 64-byte block is
-    # hashed first, then zero-padded to 64 bytes and XORed with 0x36 (inner) and 0x5C (outer).
-    k = bytes(_bytes_arg(key, "hmac_key"))
-    hl = _import("hashlib")
-    if not hasattr(hl, "sha256"):
-        raise InvalidArgument("HMAC-SHA256 needs hashlib.sha256")
-    if len(k) > 64:
-        k = bytes(hl.sha256(k).digest())
-    k = k + bytes(64 - len(k))
-    return bytes(b ^ 0x36 for b in k), bytes(b ^ 0x5C for b in k)
-
-
-_HMAC_MOD: "list[Any]" = []  # [the hmac module or None], probed once: a failed import on a
-# board searches the filesystem every time
-
-
-def _hmac_mod() -> "Any":
-    # The hmac module if it has new() and gives RFC 4231's test case 2 (a micropython-lib hmac that
-    # needs hash.copy(), missing from MicroPython's sha256, fails here), else None.
-    if not _HMAC_MOD:
-        hm, hl = _import("hmac"), _import("hashlib")
-        try:
-            h = hm.new(b"Jefe", b"what do ya want for nothing?", hl.sha256)
-            ok = bytes(h.digest())[0:4] == b"\x5b\xdc\xc1\x46"
-        except Exception:
-            ok = False
-        _HMAC_MOD.append(hm if ok else None)
-    return _HMAC_MOD[0]
-
-
-def _hmac_parts(key: "Any", pads: "Optional[tuple[bytes, bytes]]", *parts: "Buf") -> bytes:
-    # HMAC-SHA256 over the concatenated parts: the interpreter's hmac module where it exists
-    # (CPython; micropython-lib's on a board), else RFC 2104 over hashlib.sha256 with the pads.
-    hm = _hmac_mod()
-    hl = _import("hashlib")
-    if hm is not None:
-        h = hm.new(bytes(_bytes_arg(key, "hmac_key")), None, hl.sha256)
-        for part in parts:
-            h.update(part)
-        return bytes(h.digest())
-    ipad, opad = pads or _pads(key)
-    h = hl.sha256(ipad)
-    for part in parts:
-        h.update(part)
-    o = hl.sha256(opad)
-    o.update(h.digest())
-    return bytes(o.digest())
-
-
-def hmac_sha256(key: "Any", data: "Any") -> bytes:
-    """Return HMAC-SHA256(key, data) (RFC 2104 / RFC 4231) [E21]."""
-    return _hmac_parts(key, None, _bytes_arg(data, "data"))
-
-
-def _same(a: "Buf", b: "Buf") -> bool:
-    # Constant-time equality of two digests: hmac.compare_digest where it exists, else every byte
-    # is compared whatever the first difference (no early exit).
-    hm = _hmac_mod()
-    if hm is not None and hasattr(hm, "compare_digest"):
-        return bool(hm.compare_digest(bytes(a), bytes(b)))
-    if len(a) != len(b):
-        return False
-    d = 0
-    for i in range(len(a)):
-        d |= a[i] ^ b[i]
-    return d == 0
-
-
-def _tag(mv: memoryview, a: int, n: int, key: "Any", pads: "Any") -> bytes:
-    # The HMAC-SHA256 tag of the envelope mv[0:n] minus its tag field at [a, a+32) [E21].
-    return _hmac_parts(key, pads, mv[0:a], mv[a + 32 : n])
-
-
-# AES-256-CTR for confidentiality at rest [E23]: encrypt-then-MAC under one device key K. The
-# tag keeps K itself (E21, unchanged); the AES key is HKDF-Expand(K, info, 32) of RFC 5869, i.e.
-# HMAC(K, info | 0x01). Every tag input starts with the magic "DE" (0x44), the info with "d"
-# (0x64): the two uses of K never see the same input.
-_ENC_INFO = b"ddq-aes-256-ctr-v1\x01"
-
-_CIPHERS: "list[Any]" = []  # [cryptography's ciphers module or None], probed once
-
-
-def _ciphers() -> "Any":
-    # The cryptography package's ciphers module (CPython), else None (MicroPython: no such module).
-    if not _CIPHERS:
-        c = _import("cryptography.hazmat.primitives.ciphers.modes")
-        _CIPHERS.append(c.hazmat.primitives.ciphers if c is not None else None)
-    return _CIPHERS[0]
-
-
-class _Ctr:
-    # AES in CTR mode (NIST SP 800-38A) under one key. On MicroPython cryptolib.aes in ECB mode
-    # (1) encrypts a counter block (nonce | u32 big-endian count) into a keystream block, XORed
-    # into the data in place; both blocks are allocated once (cryptolib's own CTR mode 6 is a
-    # build option most ports lack). Elsewhere the cryptography package's CTR: the same bytes.
-    def __init__(self, key: "Buf") -> None:
-        self.key = bytes(key)
-        if len(self.key) not in (16, 32):
-            raise InvalidArgument("AES key: 16 or 32 bytes")
-        cl = _import("cryptolib")
-        self.ecb: "Any" = None
-        self.blk, self.ks = bytearray(16), bytearray(16)
-        if cl is not None and hasattr(cl, "aes"):  # feature probe: cryptolib without aes exists
-            self.ecb = cl.aes(self.key, 1)
-        elif _ciphers() is None:
-            raise InvalidArgument(
-                "encryption needs cryptolib.aes (MicroPython) or the "
-                "cryptography package (CPython: pip install cryptography)"
-            )
-
-    def xor(self, nonce: "Buf", c: int, buf: "Any", i: int, n: int) -> None:
-        # buf[i:n] ^= the keystream of counter blocks nonce(12) | c, c + 1, ... (big-endian u32)
-        if c + (n - i + 15) // 16 > 0x100000000:
-            raise InvalidArgument("AES-CTR: the 32-bit block counter would wrap")
-        blk, ks = self.blk, self.ks
-        for j in range(12):  # not blk[0:12] = nonce[0:12]: two slices allocate
-            blk[j] = nonce[j]
-        if self.ecb is None:
-            cm = _ciphers()
-            struct.pack_into(">I", blk, 12, c)
-            e = cm.Cipher(cm.algorithms.AES(self.key), cm.modes.CTR(bytes(blk))).encryptor()
-            buf[i:n] = e.update(bytes(buf[i:n]))
-            return
-        ecb = self.ecb
-        while i < n:
-            struct.pack_into(">I", blk, 12, c)
-            ecb.encrypt(blk, ks)
-            for j in range(min(16, n - i)):
-                buf[i + j] ^= ks[j]
-            i += 16
-            c += 1
-
-
-def aes_ctr(key: "Any", iv: "Any", data: "Any") -> bytes:
-    """Return AES-CTR(key, data) from the 16-byte counter block iv, whose last 4 bytes count
-    blocks big-endian (InvalidArgument if they would wrap); key 16 or 32 bytes [E23]."""
-    iv = _bytes_arg(iv, "iv")
-    if len(iv) != 16:
-        raise InvalidArgument("iv: 16 bytes")
-    b = bytearray(_bytes_arg(data, "data"))
-    _Ctr(_bytes_arg(key, "key")).xor(iv, struct.unpack_from(">I", iv, 12)[0], b, 0, len(b))
-    return bytes(b)
-
-
-def _enc_ctr(hkey: "Any", pads: "Any") -> _Ctr:
-    # The AES-256-CTR context of HMAC key K [E23]: AES key = HMAC(K, _ENC_INFO).
-    return _Ctr(_hmac_parts(hkey, pads, _ENC_INFO))
-
-
-def _nonce_fn(nonce: "Any") -> "Callable[[], Any]":
-    # The nonce source [E23]: the caller's callable, else os.urandom; else InvalidArgument (a
-    # counter or the ticks would repeat after a power cut or on another device: never guessed).
-    if nonce is not None:
-        if not callable(nonce):
-            raise InvalidArgument("nonce: a callable returning 12 random bytes")
-        return nonce  # type: ignore[no-any-return]
-    u = getattr(os, "urandom", None)
-    if u is None:
-        raise InvalidArgument(
-            "encrypt needs os.urandom, or nonce=<a callable returning 12 "
-            "random bytes> (a hardware RNG)"
-        )
-    return lambda: u(_NONCE)
-
-
-def _nonce_ok(nb: "Any", last: "Any") -> bytes:
-    # 12 bytes, and not the previous nonce (catches a constant source; cannot see older repeats)
-    if not isinstance(nb, (bytes, bytearray)) or len(nb) != _NONCE:
-        raise InvalidArgument("nonce source must return 12 bytes")
-    if last is not None and bytes(nb) == last:
-        raise InvalidArgument("nonce source returned the same nonce twice")
-    return bytes(nb)
-
-
 def publishable(topic: "Any", max_topic: int = 65535) -> str:
     """Return "" if MQTT can publish topic (str or bytes), else why not [E4]: empty, over
     max_topic bytes of UTF-8, not UTF-8, NUL, or a wildcard "+" / "#"."""
@@ -394,7 +241,7 @@ def _pack_env(
     nonce: "Any" = None,
 ) -> memoryview:
     # [E1] header | orig_seq u64? | sha256 or hmac? | nonce? | key | topic | payload, in buf (or
-    # new). With ctr (an _Ctr) and nonce the payload is stored encrypted, then tagged [E23].
+    # new). With ctr (ddq_seal._Ctr) and nonce the payload is stored encrypted, then tagged [E23].
     t, k = bytes(_bytes_arg(topic, "topic")), bytes(_bytes_arg(key, "key"))
     p = _bytes_arg(payload, "payload")
     why = publishable(t, max_topic)
@@ -453,7 +300,7 @@ def _pack_env(
             raise InvalidArgument("sha256 needs hashlib.sha256")
         buf[a : a + 32] = d
     elif hkey is not None:
-        buf[a : a + 32] = _tag(mv, a, n, hkey, pads)
+        buf[a : a + 32] = _addon("ddq_seal")._tag(mv, a, n, hkey, pads)
     return mv[0:n]
 
 
@@ -478,8 +325,9 @@ def encode_envelope(
     if encrypt:
         if hmac_key is None:
             raise InvalidArgument("encrypt needs hmac_key (encrypt-then-MAC)")
-        nonce = _nonce_ok(_nonce_fn(None)() if nonce is None else nonce, None)
-        ctr = _enc_ctr(hmac_key, None)
+        se = _addon("ddq_seal")
+        nonce = se._nonce_ok(se._nonce_fn(None)() if nonce is None else nonce, None)
+        ctr = se._enc_ctr(hmac_key, None)
     return bytes(
         _pack_env(
             None,
@@ -512,8 +360,9 @@ def decode_envelope(data: "Buf", verify: bool = True, hmac_key: "Any" = None) ->
 def _decode(
     data: "Buf", verify: bool, hkey: "Any", pads: "Any", ctrs: "Any" = None, need: bool = False
 ) -> Message:
-    # ctrs: [] or [_Ctr] (the Outbox's cache of its AES context); need: the caller delivers the
-    # payload, so an encrypted envelope without a key is Unauthenticated instead of ciphertext.
+    # ctrs: [] or [ddq_seal._Ctr] (the Outbox's cache of its AES context); need: the caller
+    # delivers the payload, so an encrypted envelope without a key is Unauthenticated instead of
+    # ciphertext.
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise InvalidArgument("envelope must be bytes")
     n = len(data)
@@ -537,7 +386,8 @@ def _decode(
     if hkey is not None:  # before anything else is read: a forger controls every field
         if not flags & _EF_HMAC:
             raise Unauthenticated("envelope: no HMAC tag")
-        if not _same(_tag(mv, a, n, hkey, pads), mv[a : a + 32]):
+        se = _addon("ddq_seal")
+        if not se._same(se._tag(mv, a, n, hkey, pads), mv[a : a + 32]):
             raise Unauthenticated("envelope: HMAC tag mismatch")
     elif enc and need:
         raise Unauthenticated("envelope: encrypted, no key")
@@ -556,7 +406,7 @@ def _decode(
         if not ctrs:
             ctrs = [] if ctrs is None else ctrs
             try:
-                ctrs.append(_enc_ctr(hkey, pads))
+                ctrs.append(_addon("ddq_seal")._enc_ctr(hkey, pads))
             except InvalidArgument as e:  # no AES on this interpreter: cannot be read here
                 raise BadEnvelope("envelope: encrypted; " + e.args[0])
         b = bytearray(mv[p + kl + tl : n])
@@ -657,7 +507,7 @@ class Outbox:
             self._hkey = bytes(_bytes_arg(hmac_key, "hmac_key"))
             if len(self._hkey) < _MIN_KEY:
                 raise InvalidArgument("hmac_key: at least 16 bytes (32 random bytes advised)")
-            self._pads = _pads(self._hkey)
+            self._pads = _addon("ddq_seal")._pads(self._hkey)
         self._sha = bool(sha256) and self._hkey is None
         # encrypt [E23]: AES-256-CTR under a key derived from hmac_key, a fresh nonce per put from
         # the nonce source (os.urandom unless given). Refused here, never weakened, without an
@@ -670,10 +520,10 @@ class Outbox:
         if self._enc:
             if self._hkey is None:
                 raise InvalidArgument("encrypt needs hmac_key (encrypt-then-MAC)")
-            self._nonce = _nonce_fn(nonce)
-            self._ctrs.append(_enc_ctr(self._hkey, self._pads))
+            self._nonce = _addon("ddq_seal")._nonce_fn(nonce)
+            self._ctrs.append(_addon("ddq_seal")._enc_ctr(self._hkey, self._pads))
         elif nonce is not None:
-            _nonce_fn(nonce)  # a bad nonce argument fails now, not at a requeue
+            _addon("ddq_seal")._nonce_fn(nonce)  # a bad nonce fails now, not at a requeue
         if lock is True:
             th = _import("_thread")  # missing on most boards: pass (acquire, release) there
             if th is None:
@@ -754,11 +604,12 @@ class Outbox:
     ) -> int:
         ctr = nb = None
         if enc or self._enc:  # [E23]; enc: requeue of an encrypted dead letter stays encrypted
+            se = _addon("ddq_seal")
             if self._nonce is None:
-                self._nonce = _nonce_fn(self._nonce_arg)
+                self._nonce = se._nonce_fn(self._nonce_arg)
             if not self._ctrs:
-                self._ctrs.append(_enc_ctr(self._hkey, self._pads))
-            nb = self._last = _nonce_ok(self._nonce(), self._last)
+                self._ctrs.append(se._enc_ctr(self._hkey, self._pads))
+            nb = self._last = se._nonce_ok(self._nonce(), self._last)
             ctr = self._ctrs[0]
         mv = _pack_env(
             self._buf,
@@ -1139,13 +990,11 @@ class Outbox:
         send may be a windowed sender (publish/poll/inflight_max): a window of them [E25].
         stop() returning True claims no more (what is in flight is settled) [E26]."""
         if hasattr(send, "poll") and hasattr(send, "publish"):
-            return _Window(self, send, stop).pump(budget, budget_ms)
+            return int(_addon("ddq_window").Window(self, send, stop).pump(budget, budget_ms))
         t0, n = self._ticks(), 0
         self.tick()
         for _ in range(_opt(budget, 1, _MAX_WAIT, "budget")):
-            go = (not budget_ms or _tdiff(self._ticks(), t0) < budget_ms) and (
-                stop is None or not stop()
-            )
+            go = self._within(t0, budget_ms) and (stop is None or not stop())
             m = self.get() if go else None
             if m is None:
                 break
@@ -1159,6 +1008,9 @@ class Outbox:
             n += r
         return n
 
+    def _within(self, t0: int, budget_ms: int) -> bool:  # budget_ms of ticks since t0 left
+        return not budget_ms or _tdiff(self._ticks(), t0) < budget_ms
+
     async def run(
         self,
         send: "Callable[[Message], Any]",
@@ -1170,7 +1022,7 @@ class Outbox:
         import asyncio
 
         if hasattr(send, "poll") and hasattr(send, "publish"):
-            return await _Window(self, send).run(idle_ms, stop)
+            return int(await _addon("ddq_window").Window(self, send).run(idle_ms, stop))
 
         sleep_ms = getattr(asyncio, "sleep_ms", None)  # MicroPython's asyncio has sleep_ms
         _opt(idle_ms, 1, _MAX_WAIT, "idle_ms")
@@ -1196,153 +1048,3 @@ class Outbox:
             d = idle_ms if d is None else min(d, idle_ms)
             await (sleep_ms(d) if sleep_ms is not None else asyncio.sleep(d / 1000))
         return n
-
-
-# ============================================================================ windowed delivery
-class _Window:
-    # One windowed delivery loop [E25]: up to the sender's inflight_max claimed messages are
-    # published before their PUBACKs come back. In flight = a Message without its payload (the
-    # payload is re-read from the queue when it must be resent): RAM is O(W) small objects.
-    def __init__(self, ob: Outbox, sender: "Any", stop: "Any" = None) -> None:
-        self.ob, self.s, self.stop = ob, sender, stop
-        self.w = _opt(int(getattr(sender, "inflight_max", 1)), 1, 65535, "inflight_max")
-        self.fl: "dict[int, Message]" = {}
-        self.acked = 0
-        self.healthy = True  # a PUBACK arrived since the last connection loss
-        self.failed = False  # the round ended: a second loss without progress, or "not now"
-        # The loop stops waiting for a message margin ms before its lease ends and nacks it:
-        # it is never in flight past its lease, so never claimed and sent again meanwhile.
-        self.margin = min(ob._lease // 4, 2000)
-
-    def fill(self, n: int) -> int:
-        # Claim and publish up to n more (within the window); return how many were claimed.
-        k = 0
-        while (
-            k < n
-            and len(self.fl) < self.w
-            and not self.failed
-            and (self.stop is None or not self.stop())
-        ):
-            m = self.ob.get()
-            if m is None:
-                break
-            k += 1
-            self.fl[m.seq] = m
-            try:
-                self.s.publish(m, m.attempts > 0)
-            except OSError as e:
-                self.lost(e)
-                continue
-            except Exception as e:  # Rejected: dead letter; anything else: not now [E17]
-                self.fl.pop(m.seq)
-                if self.ob._settle(m, False, e) < 0:
-                    self.failed = True
-                    if self.ob._stop:
-                        self.release(repr(e))
-                continue
-            m.payload = b""  # not held: re-read if it must be resent
-        return k
-
-    def lost(self, e: BaseException) -> None:
-        # The connection dropped with messages in flight: nothing of them is acked. Once per loss
-        # after progress, reconnect at once and republish them (DUP), re-read from the queue;
-        # otherwise nack them all (full-jitter backoff, E8) and end the round.
-        if self.ob._stop:  # failure="stop": no resend; everything in flight is due again [E26]
-            self.release(repr(e))
-            return
-        if self.healthy and self.fl:
-            self.healthy = False
-            try:
-                for seq in sorted(self.fl):
-                    m = self.fl[seq]
-                    self.s.publish(self.ob._reread(m), True)
-                    self.ob.counters["resent"] += 1
-                return
-            except OSError as e2:
-                e = e2
-        for m in list(self.fl.values()):
-            self.ob.nack(m, repr(e))
-        self.fl = {}
-        self.failed = True
-
-    def release(self, why: str) -> None:
-        # failure="stop" [E26]: retry every message in flight at once, in seq order; stop.
-        for seq in sorted(self.fl):
-            self.ob._release(self.fl[seq], why)
-        self.fl = {}
-        self.failed = True
-
-    def done(self, seqs: "list[int]") -> None:
-        for seq in seqs:
-            m = self.fl.pop(seq, None)
-            if m is not None:  # else acked before, or nacked at its lease's end: ignored
-                self.healthy = True
-                self.acked += 1 if self.ob.ack(m) else 0
-
-    def due(self) -> int:
-        # Nack every message whose lease ends within the margin; return ms to wait at most.
-        now, wait = self.ob._clock(), _MAX_WAIT
-        for m in list(self.fl.values()):
-            left = m.lease_until_ms - now - self.margin
-            if left <= 0 and self.ob._stop:
-                self.release("lease would run out in flight")
-                return _MAX_WAIT
-            if left <= 0:
-                self.fl.pop(m.seq)
-                self.ob.counters["lease_nacks"] += 1
-                self.ob.nack(m, "lease would run out in flight")
-                if hasattr(self.s, "forget"):  # optional: the sender frees its packet id
-                    self.s.forget(m.seq)
-            else:
-                wait = min(wait, left)
-        return wait
-
-    def step(self, timeout_ms: int) -> None:
-        wait = self.due()
-        if not self.fl:
-            return  # every message was given up at its lease: nothing left to wait for
-        try:
-            self.done(self.s.poll(min(timeout_ms, wait)))
-        except OSError as e:
-            self.lost(e)
-
-    def pump(self, budget: int, budget_ms: int) -> int:
-        ob, t0, n = self.ob, self.ob._ticks(), 0
-        budget = _opt(budget, 1, _MAX_WAIT, "budget")
-        ob.tick()
-        for _ in range(_IO_LOOPS):
-            if (
-                not self.failed
-                and n < budget
-                and (not budget_ms or _tdiff(ob._ticks(), t0) < budget_ms)
-            ):
-                n += self.fill(budget - n)
-            if not self.fl:
-                break
-            self.step(int(getattr(self.s, "timeout_ms", 5000)))
-            ob.tick()
-        return self.acked
-
-    async def run(self, idle_ms: int, stop: "Any") -> int:
-        import asyncio
-
-        sleep_ms = getattr(asyncio, "sleep_ms", None)
-        _opt(idle_ms, 1, _MAX_WAIT, "idle_ms")
-        ob = self.ob
-        while (stop is None or not stop()) and not (self.failed and ob._stop):  # [E26]
-            ob.tick()
-            self.failed = False
-            k = self.fill(self.w)
-            if self.fl:
-                self.step(0)  # never blocks the event loop: poll, then yield a few ms
-                await (sleep_ms(2) if sleep_ms is not None else asyncio.sleep(0.002))
-                continue
-            if k and not self.failed:
-                await asyncio.sleep(0)
-                continue
-            d = ob.next_ready_ms()
-            d = idle_ms if d is None else min(d, idle_ms)
-            await (sleep_ms(d) if sleep_ms is not None else asyncio.sleep(d / 1000))
-        while self.fl:  # stopping: settle what is in flight (bounded by the sender's timeout)
-            self.step(int(getattr(self.s, "timeout_ms", 5000)))
-        return self.acked

@@ -1,7 +1,7 @@
 # Runner for the shared suite on MicroPython (and on CPython, as a self-test).
 #
 #   micropython tests/mprun.py [--fs posix|lfs2|fat] [-k SUBSTR] [--root DIR] [--fixtures DIR]
-#                              [--blocks N] [MODULE ...]
+#                              [--blocks N] [--installed DIR] [MODULE ...]
 #
 # Imports tests/test_*.py (sorted by name, or the MODULEs given: "test_x", "test_x.py" or a
 # path) with tests/ and port/ on sys.path, runs each module-level test_* function in name order
@@ -21,6 +21,8 @@
 # --fs fat    a VfsFat on a RAM block device (512 B x 8192 blocks = 4 MiB) mounted at /fat
 # The RAM disks live in the MicroPython heap: run them with `micropython -X heapsize=8M`, or
 # make them smaller with --blocks N (a board has a few hundred KiB of heap).
+# --installed DIR  the port modules in DIR (a board's, as `ddq flash` installed them) come before
+#             the checkout's port/, which serves only what DIR lacks (`ddq test --installed`).
 # The host filesystem stays mounted at "/" beside them, so the test sources and the fixtures
 # remain reachable through absolute paths.
 #
@@ -34,7 +36,7 @@ import sys
 
 USAGE = (
     "usage: mprun.py [--fs posix|lfs2|fat] [-k SUBSTR] [--root DIR] [--fixtures DIR]"
-    " [--blocks N] [MODULE ...]"
+    " [--blocks N] [--installed DIR] [MODULE ...]"
 )
 
 
@@ -165,12 +167,13 @@ def parse_args(argv):
         "root": None,
         "fixtures": None,
         "blocks": None,
+        "installed": None,
         "modules": [],
     }
     i = 0
     while i < len(argv):
         a = argv[i]
-        if a in ("--fs", "-k", "--root", "--fixtures", "--blocks"):
+        if a in ("--fs", "-k", "--root", "--fixtures", "--blocks", "--installed"):
             if i + 1 >= len(argv):
                 _die(USAGE)
             opts[a.lstrip("-")] = argv[i + 1]
@@ -282,6 +285,8 @@ def main(argv=None):
     for p in (port, tests):
         if p not in sys.path:
             sys.path.insert(0, p)
+    if opts["installed"]:  # after tests/, before port/: what the board has, as it has it
+        sys.path.insert(sys.path.index(tests) + 1, opts["installed"])
 
     if opts["fixtures"]:
         support.FIXTURES = support._abspath(opts["fixtures"])

@@ -3,6 +3,7 @@
 # tests/test_auth.py (the two halves each import on a 140 KiB board beside the test runner).
 import ddq
 import ddq_outbox
+import ddq_seal
 import support
 from authkit import KEY, OTHER, T0, drain as _drain, hexs as _hex, ob as _ob
 
@@ -261,8 +262,8 @@ def test_encrypt_without_a_nonce_source_is_refused():
     support.raises(ddq.InvalidArgument, _ob, encrypt=True)  # no hmac_key: no MAC, refused
     support.raises(ddq.InvalidArgument, ddq_outbox.encode_envelope, "t", b"x", encrypt=True)
     support.raises(ddq.InvalidArgument, _enc_ob, nonce=b"not callable")
-    real = ddq_outbox.os
-    ddq_outbox.os = _NoUrandom()
+    real = ddq_seal.os  # the nonce source is ddq_seal's (port/ddq_seal.py)
+    ddq_seal.os = _NoUrandom()
     try:
         e = support.raises(ddq.InvalidArgument, _enc_ob)
         assert "os.urandom" in str(e) and "nonce=" in str(e), str(e)
@@ -276,7 +277,7 @@ def test_encrypt_without_a_nonce_source_is_refused():
         assert [m.payload for m in _drain(ob)] == [b"a", b"b"]
         ob.close()
     finally:
-        ddq_outbox.os = real
+        ddq_seal.os = real
 
 
 def test_no_plaintext_payload_in_the_queue_directory():

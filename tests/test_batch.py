@@ -127,6 +127,66 @@ def test_batch_windowed_sender():
     ob.close()
 
 
+class _Flaky(_Window):
+    # 16 publishes in flight, one in five refused ("not now": nacked, retried after backoff)
+    inflight_max = 16
+
+    def __init__(self):
+        _Window.__init__(self)
+        self.n = 0
+
+    def publish(self, m, dup=False):
+        self.n += 1
+        if self.n % 5 == 0:
+            raise ValueError("not now")
+        _Window.publish(self, m, dup)
+
+
+def test_batch_full_under_a_small_reserve_drains_through_a_wider_window():
+    # EVIDENCE-OF: H5 B3
+    # The board apps' BATCH_OPTIONS (window 4, 256 B of evidence) under a publish window of 16
+    # with retries: items with history outgrow the window, and a queue filled to Full still
+    # delivers every reading it took and ends empty (nothing admitted is stranded).
+    d, clock, ob = _start(
+        0,
+        window=4,
+        evidence_bytes=256,
+        segment_bytes=1024,
+        max_segments=4,
+        max_payload_bytes=200,
+        batch_bytes=200,
+        min_retry_ms=1,
+        max_retry_ms=8,
+    )
+    took, tried = [], 0
+    for i in range(5000):
+        clock.advance(10000)
+        tried += 1
+        try:
+            ob.put("s/t", b"r%04d" % i)
+        except ddq.Full:
+            break
+        took.append(b"r%04d" % i)
+    assert 40 < len(took) < 5000, len(took)
+    w, flushed = _Flaky(), False
+    for _ in range(2000):
+        clock.advance(50)
+        ob.pump(w, budget=16)
+        if not flushed and ob.queue.stats().acknowledged_items:
+            try:
+                ob.flush()  # the batch open at Full: written once acks made room
+                flushed = True
+            except ddq.Full:
+                pass
+        if flushed and ob.qsize() == 0:
+            break
+    assert flushed and ob.qsize() == 0, (flushed, ob.queue.stats().as_dict())
+    got = sorted(set(w.out))
+    assert len(got) == len(w.out), "a confirmed reading was sent again"
+    assert set(took) <= set(got) and len(got) <= tried, (len(took), len(got), tried)
+    ob.close()
+
+
 def test_batch_directory_is_ddq():
     # EVIDENCE-OF: B6 B2
     d = support.tmpdir() + "/q"
@@ -146,15 +206,19 @@ def test_board_app_setting():
     import ddq_app
 
     d = support.tmpdir() + "/q"
-    cfg = dict(ddq_app.DEFAULTS, OPTIONS=OPTS, OUTBOX="ddq_batch")
+    held = dict(OPTS, window=16, evidence_bytes=1024)
+    batch = {"window": 4, "evidence_bytes": 256}
+    cfg = dict(ddq_app.DEFAULTS, OPTIONS=held, OUTBOX="ddq_batch", BATCH_OPTIONS=batch)
     ob = ddq_app.open_outbox(cfg, d)
     assert isinstance(ob, BatchOutbox)
+    assert (ob.queue._win, ob.queue._ev) == (4, 256)  # BATCH_OPTIONS replace OPTIONS' reserve
     ob.put("s/t", b"x")
     assert ob.queue.stats().total_items == 0  # in the open batch
     ob.close()
     cfg.pop("OUTBOX")
-    ob = ddq_app.open_outbox(cfg, d)  # the default: one reading, one item
+    ob = ddq_app.open_outbox(cfg, d)  # the default: one reading, one item, OPTIONS as given
     assert not isinstance(ob, BatchOutbox) and ob.queue.stats().total_items == 1
+    assert (ob.queue._win, ob.queue._ev) == (16, 1024)
     ob.close()
 
 

@@ -142,3 +142,51 @@ def _hold_fill(fresh, d):
     out = [i.seq for i in q.items()]
     q.close()
     return out
+
+
+class _Windowed:
+    # A windowed sender (publish, poll: E25) that never gets a message: the loop needs ddq_window
+    inflight_max = 4
+
+    def publish(self, m, dup):
+        raise AssertionError("published without ddq_window")
+
+    def poll(self, timeout_ms):
+        return []
+
+
+def _addons(fresh, d):
+    obm = __import__("ddq_outbox")
+    e = support.raises(fresh.IOFailure, obm.Outbox, d, hmac_key=b"k" * 32)
+    assert "ddq_seal.py" in str(e) and "hmac_key" in str(e), str(e)
+    assert support._kind(d) == 0  # refused before the queue was opened: no directory made
+    ob = obm.Outbox(d, clock=support.FakeClock(T0), ticks=lambda: 0)
+    ob.put("t/a", b"one")
+    ob.put("t/a", b"two")
+    sent = []
+    assert ob.pump(lambda m: sent.append(m.payload) or True) == 2 and sent == [b"one", b"two"]
+    ob.put("t/a", b"three")
+    e = support.raises(fresh.IOFailure, ob.pump, _Windowed())
+    assert "ddq_window.py" in str(e) and "windowed sender" in str(e), str(e)
+    assert ob.qsize() == 1 and ob.stats()["in_flight"] == 0  # nothing was claimed
+    loaded = sorted(k for k in sys.modules if _ours(k))
+    ob.close()
+    return loaded
+
+
+def test_the_outbox_loads_its_add_ons_only_where_used_and_names_a_missing_one():
+    # EVIDENCE-OF: E22 E25
+    # ddq_outbox without ddq_seal (HMAC, AES) and ddq_window (windowed delivery), as a board
+    # without a network and without a key is installed (docs/HOST.md flash): a plain Outbox puts
+    # and pumps; a key or a windowed sender is an IOFailure naming the missing file.
+    support.needs_heap(512 * 1024, "a second ddq and ddq_outbox compiled from source")
+    lib = support.tmpdir() + "/lib"
+    os.mkdir(lib)
+    src, ext = _port()
+    for m in PARTS + ("ddq_outbox",):
+        support.copyfile(src + "/" + m + ext, lib + "/" + m + ext)
+    try:
+        loaded = _with_lib(lib, _addons, support.tmpdir() + "/q")
+    finally:
+        support.rmtree(lib)
+    assert "ddq_seal" not in loaded and "ddq_window" not in loaded, loaded

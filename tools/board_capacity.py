@@ -559,7 +559,10 @@ def render(rows):
         "reserves for each pending item its worst-case control records, 168 B + "
         "max_payload_bytes; the hold rule (SPEC §10.1, `window` > 0, DESIGN §5.1) reserves a "
         "STATE for each of `window` claims in flight and an evidence budget for dead-letter "
-        "reasons, so an item costs little more than its DATA record. **readings held**: what "
+        "reasons, so an item costs little more than its DATA record; in brackets the reserve "
+        'of the app\'s `BATCH_OPTIONS` with `OUTBOX = "ddq_batch"` (readings share items, '
+        "OUTBOX §13.4: an item holds tens of readings, so a few claimed at once carry the app's "
+        "whole publish window; bench rows h4c/h4d). **readings held**: what "
         "the profile's queue takes before Full (libddq's rule on the same options in "
         "brackets); **hours**: that many readings at the app's PERIOD_MS. **reclamation**: "
         "staged (`reclaim_step` %d, SPEC C13/H8: the next generation is built a few records a "
@@ -602,6 +605,9 @@ def render(rows):
             if prof.get("window")
             else "libddq's"
         )
+        bo = boards.batch_options(prof)
+        if bo:  # the app's BATCH_OPTIONS, with OUTBOX = "ddq_batch"
+            hold += " (ddq_batch: window %d, evidence %d B)" % (bo["window"], bo["evidence_bytes"])
         staged = bool(prof.get("reclaim_step"))
         rec = "staged, reclaim_step %d" % prof["reclaim_step"] if staged else "inline"
         if d is not None:  # what the other mode would hold (--write derives both)

@@ -5,7 +5,8 @@ parts import the core, the core names the parts only in its one table).
 Modules: each port/NAME.py is the module NAME; each file of host/ddqhost is named by its package
 path (host/ddqhost/fsck/index.py is ddqhost.fsck.index, an __init__.py its package). Edges, read
 from the AST of each file: `import X`, `from X import a` (X, and X.a where that is a module),
-relative imports resolved in their package, `__import__("X")` with a string literal, and in a
+relative imports resolved in their package, `__import__("X")` with a string literal (and
+ddq_outbox's loader of its add-ons, `_addon("X")`), and in a
 part `_part("X")` (ddq.py's loader: X a module of its table `_PARTS`, or a name one of them
 gives); imports inside `if TYPE_CHECKING:` count too (a reader and mypy follow them). Not edges:
 ddq.py naming a module of its one table (its loads, `_part`, import a name found there, never
@@ -93,13 +94,14 @@ def _imported(tree, pkg):
         elif (
             isinstance(node, ast.Call)
             and isinstance(node.func, (ast.Name, ast.Attribute))
-            and getattr(node.func, "id", getattr(node.func, "attr", "")) in ("__import__", "_part")
+            and getattr(node.func, "id", getattr(node.func, "attr", ""))
+            in ("__import__", "_addon", "_part")
             and node.args
             and isinstance(node.args[0], ast.Constant)
             and isinstance(node.args[0].value, str)
         ):
             f = getattr(node.func, "id", getattr(node.func, "attr", ""))
-            names.append(("" if f == "__import__" else "_part:") + node.args[0].value)
+            names.append(("_part:" if f == "_part" else "") + node.args[0].value)
         walk(node)
 
     walk(tree)

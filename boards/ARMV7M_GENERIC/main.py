@@ -24,8 +24,8 @@ import ddq_outbox  # noqa: F401  (main.ddq_outbox.Outbox: the app's Outbox class
 OPTIONS = {
     "segment_bytes": 4096,
     "max_payload_bytes": 256,
-    "max_items": 456,
-    "max_segments": 14,
+    "max_items": 488,
+    "max_segments": 15,
     # the hold rule (SPEC 10.1): room for 16 claims in flight and 1 KiB of dead-letter reasons
     # instead of libddq's reserve per reading: about 4.8 x the readings (docs/BOARDS.md)
     "window": 16,
@@ -33,6 +33,10 @@ OPTIONS = {
     # staged reclamation (SPEC C13): no call copies the whole queue
     "reclaim_step": 16,
 }
+# OUTBOX = "ddq_batch"  # readings share queue items, written when full or a minute old: 3 to 4 x
+# the readings, durable a minute later (docs/OUTBOX.md 13.4). With it BATCH_OPTIONS replace
+# OPTIONS' reserve: an item holds tens of readings, so 4 claimed at once carry the whole window.
+BATCH_OPTIONS = {"window": 4, "evidence_bytes": 256}
 MAX_ATTEMPTS = 8  # then a dead letter: the reading is kept as evidence, delivery moves on
 TOPIC = "ddq/armv7m/temp"
 

@@ -35,6 +35,10 @@ OPTIONS = {
     "window": 16,
     "evidence_bytes": 1024,
 }
+# OUTBOX = "ddq_batch"  # readings share queue items, written when full or a minute old: 3 to 4 x
+# the readings, durable a minute later (docs/OUTBOX.md 13.4). With it BATCH_OPTIONS replace
+# OPTIONS' reserve: an item holds tens of readings, so 4 claimed at once carry the whole window.
+BATCH_OPTIONS = {"window": 4, "evidence_bytes": 256}
 
 BROKER = "192.168.1.10"  # your broker
 CLIENT_ID = b"ddq-esp32"

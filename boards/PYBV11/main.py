@@ -1,19 +1,12 @@
-# Example outbox app for PYBV11 (MicroPython's reference board, pyboard v1.1 (STM32F405,
-# Cortex-M4F): 1 MB flash with a FAT filesystem of about 96 KB on internal flash, about 100 KB
-# heap, no network)
+# Example outbox app for PYBV11 (pyboard v1.1: a FAT filesystem of about 96 KB, no network).
 #
-# Read the sensor every PERIOD_MS, put each reading into a durable Outbox with this board's queue
-# options, and deliver what is due through the message layer's own loop (Outbox.pump): a reading
-# is acked only once send() confirmed it, retried with a growing, jittered delay when it did not,
-# and kept as a dead letter after MAX_ATTEMPTS (or at once when send() raises
-# ddq_outbox.Rejected): `ddq pull :outbox out && ddq inspect out` shows it. A reading is on flash
-# once put() returned. Without a transport the readings wait there:
-# `ddq pull :outbox out && ddq replay out --to mqtt://...` delivers them from a host.
-#
-# The board's 96 KB FAT holds the code too, so this app loads only ddq and ddq_outbox (not
-# ddq_app and ddq_mqtt, the shared app of the boards with a network): `ddq flash --example-app`
-# installs them and this file as main.py. Replace send() with your transport and read_sensor()
-# with your sensor.
+# Every PERIOD_MS: read the sensor, put the reading into a durable Outbox (on flash once put()
+# returned) and deliver what is due (Outbox.pump): acked once send() confirmed it, retried with
+# a growing, jittered delay when not, a dead letter after MAX_ATTEMPTS (at once when send()
+# raises ddq_outbox.Rejected). Without a transport the readings wait on flash: `ddq pull
+# :outbox out && ddq replay out --to mqtt://...` delivers them from a host. The 96 KB hold the
+# code too: this app loads ddq and ddq_outbox only (docs/BOARDS.md). `ddq flash --example-app`
+# installs them and this file as main.py; replace send() and read_sensor() with yours.
 import time
 
 import ddq
@@ -25,8 +18,8 @@ QUEUE_DIR = "outbox"
 OPTIONS = {
     "segment_bytes": 2048,
     "max_payload_bytes": 256,
-    "max_items": 80,
-    "max_segments": 5,
+    "max_items": 96,
+    "max_segments": 6,
     # the hold rule (SPEC 10.1): room for 4 claims in flight (send() below takes one at a time;
     # without a network the host pulls and replays the outbox) and 256 B of dead-letter reasons
     # instead of libddq's reserve per reading: 5 x the readings (docs/BOARDS.md)

@@ -30,6 +30,10 @@ SIZE_KEYS = ("fs_bytes", "heap_bytes", "app_heap_bytes")  # for tools/board_capa
 # The hold rule's options (SPEC §10.1), which a profile may set: not format options (not on disk;
 # the host's readers ignore them), but the board's app opens its Queue with them.
 HOLD_KEYS = ("window", "evidence_bytes")
+# With OUTBOX = "ddq_batch" (readings share items, OUTBOX §13.4) the hold rule's reserve of the
+# app's batch options: an item holds tens of readings, so a few items claimed at once carry the
+# app's whole publish window (DESIGN §5.1); each replaces window / evidence_bytes.
+BATCH_KEYS = ("batch_window", "batch_evidence_bytes")
 STEP_KEYS = ("reclaim_step",)  # staged reclamation (SPEC C13), where the profile's heap fits it
 MPY_ARCHS = {  # sys.implementation._mpy >> 10 (py/persistentcode.h MP_NATIVE_ARCH_*)
     0: None,
@@ -91,7 +95,7 @@ def load(name: str) -> dict[str, Any]:
         raise BoardProfileError("%s lacks %s" % (p, ", ".join(missing)))
     bad = [
         k
-        for k in QUEUE_KEYS + SIZE_KEYS + HOLD_KEYS + STEP_KEYS
+        for k in QUEUE_KEYS + SIZE_KEYS + HOLD_KEYS + BATCH_KEYS + STEP_KEYS
         if k in prof and type(prof[k]) is not int
     ]
     if bad or not isinstance(prof.get("network", True), bool):
@@ -104,6 +108,11 @@ def load(name: str) -> dict[str, Any]:
 
 def queue_options(prof: dict[str, Any]) -> dict[str, int]:
     return {k: prof[k] for k in QUEUE_KEYS + HOLD_KEYS + STEP_KEYS if k in prof}
+
+
+def batch_options(prof: dict[str, Any]) -> dict[str, int]:
+    """The app's BATCH_OPTIONS: what replaces queue_options' reserve with OUTBOX = "ddq_batch"."""
+    return {k[6:]: prof[k] for k in BATCH_KEYS if k in prof}
 
 
 def app_path(prof: dict[str, Any]) -> str | None:

@@ -1016,8 +1016,8 @@ def argparse_test(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--installed",
         action="store_true",
-        help="test ddq as installed on the device (`ddq flash`) instead of the checkout's "
-        "port/ddq.py",
+        help="test ddq and its modules as installed on the device (`ddq flash`) instead of the "
+        "checkout's port/ (which serves only what the device lacks)",
     )
     p.add_argument(
         "--ramdisk-kb",

@@ -106,7 +106,7 @@ def check_decryptable(n_encrypted: int, hmac_key: bytes | None, what: str = "mes
             % (n_encrypted, what, are, HMAC_KEY_ENV)
         )
     try:
-        locate.load_outbox().aes_ctr(bytes(32), bytes(16), b"")
+        locate.load_seal().aes_ctr(bytes(32), bytes(16), b"")
     except locate.load_ddq().InvalidArgument:
         raise EncryptedError(
             "%d %s%s encrypted: decrypting needs the 'cryptography' package "

@@ -61,6 +61,14 @@ def load_outbox() -> ModuleType:
     return ddq_outbox
 
 
+def load_seal() -> ModuleType:
+    """Import ddq_seal beside ddq: ddq_outbox's HMAC tags and AES-CTR (SPEC E21-E23)."""
+    load_ddq()
+    import ddq_seal
+
+    return ddq_seal
+
+
 def load_batch() -> ModuleType:
     """Import ddq_batch beside ddq: the readings that share an item (OUTBOX §13.4)."""
     load_ddq()

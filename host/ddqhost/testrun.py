@@ -201,7 +201,7 @@ def _run_once(
     if root is None:
         root = (cwd.rstrip("/") or "") + "/ddq-test"
     root = root[1:] if root.startswith(":") else root
-    argv = ["--root", root]
+    argv = ["--root", root] + (["--installed", cwd] if installed else [])
     if os.path.isdir(fix):
         argv += ["--fixtures", "/remote/fixtures"]
     if fs != "posix":

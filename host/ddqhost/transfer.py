@@ -161,6 +161,8 @@ PORT_MODULES = (
     "ddq_index",
     "ddq_reclaim",
     "ddq_outbox",
+    "ddq_seal",
+    "ddq_window",
     "ddq_batch",
     "ddq_mqtt",
     "ddq_group",
@@ -171,14 +173,18 @@ PORT_MODULES = (
 # ddq_cut: R22; ddq_hold: a Queue with window > 0 (SPEC §10.1), as the board profiles' apps open;
 # ddq_admit (libddq's admission, window 0) only with a profile without window, or without an app
 CORE_MODULES = ("ddq", "ddq_recover", "ddq_compact", "ddq_extra", "ddq_cut", "ddq_hold")
-NEEDS_NETWORK = ("ddq_mqtt",)
+# ddq_window: ddq_outbox's windowed delivery, for a sender over a network (ddq_mqtt's): installed
+# with ddq_outbox where the profile has a network. ddq_seal (HMAC, AES): with an app that passes
+# hmac_key (port_imports), or without an app.
+NEEDS_NETWORK = ("ddq_mqtt", "ddq_window")
 APP_ONLY = ("ddq_app",)
 
 
 def port_imports(path: str) -> set[str]:
     """Names of port modules that the Python file at path imports (any nesting level), and
     ddq_salvage where it passes on_corrupt="salvage" (ddq imports it when recovery finds damage),
-    ddq_batch where it sets OUTBOX = "ddq_batch" (ddq_app imports it then)."""
+    ddq_batch where it sets OUTBOX = "ddq_batch" (ddq_app imports it then), ddq_seal where it
+    passes hmac_key (ddq_outbox imports it at the key's first use)."""
     with open(path, "rb") as f:
         tree = ast.parse(f.read(), path)
     out: set[str] = set()
@@ -203,6 +209,8 @@ def port_imports(path: str) -> set[str]:
             and any(getattr(t, "id", "") == "OUTBOX" for t in node.targets)
         ):
             names = ["ddq_batch"]  # an app's OUTBOX = "ddq_batch": ddq_app opens it (OUTBOX B1)
+        elif isinstance(node, ast.keyword) and node.arg == "hmac_key":
+            names = ["ddq_seal"]  # Outbox(..., hmac_key=K): HMAC tags (and AES) [E21] [E23]
         else:
             continue
         out.update(n.split(".")[0] for n in names if n.split(".")[0] in PORT_MODULES)
@@ -214,7 +222,7 @@ def modules_to_install(prof: dict[str, Any] | None = None, app: str | None = Non
 
     With an app: ddq and the port modules the app imports, followed through the modules' own
     imports (ddq_mqtt's example imports do not count: only real import statements). Without
-    one: every port module the board can load, less ddq_mqtt where the profile says
+    one: every port module the board can load, less ddq_mqtt and ddq_window where the profile says
     `"network": false`. With an app on such a profile ddq_mqtt comes only when the app itself
     imports it (its adapters need no socket), not through ddq_app (which loads it only where
     `socket` exists).
@@ -242,6 +250,8 @@ def modules_to_install(prof: dict[str, Any] | None = None, app: str | None = Non
                 want.add(m)
                 if os.path.exists(os.path.join(port, m + ".py")):
                     todo.append(os.path.join(port, m + ".py"))
+        if "ddq_outbox" in want and network:
+            want.add("ddq_window")  # pump/run with a windowed sender (ddq_mqtt's) [E25]
     return [
         os.path.join(port, m + ".py")
         for m in PORT_MODULES
@@ -346,6 +356,10 @@ def flash(
     if where != ".":
         code += "_p=%r\nif _p not in sys.path: sys.path.insert(0,_p)\n" % where
     code += "import ddq\nprint(repr((ddq.__version__, getattr(ddq,'__file__',''))))\n"
+    # Nothing stays bound in the REPL's globals: the unix port and the qemu board keep one
+    # interpreter across connections, and a `ddq` left there kept its heap (17 KB on the
+    # 140 KiB board) from the next session, such as the `ddq test` after a flash.
+    code += "del ddq\nsys.modules.pop('ddq', None)\n"
     try:
         out = dev._collect(code)
     except DeviceError as e:
@@ -762,7 +776,7 @@ def device_stats(dev: Device, remote: str, options: dict[str, int]) -> dict[str,
         " print(repr(_q.stats().as_dict()))\n"
         "finally:\n"
         " _q.close()\n"
-        "del _q\n"
+        "del _q, ddq\n"
         % (dpath(remote), ",".join("%s=%d" % (k, options[k]) for k in qoptions.OPTION_KEYS))
     )
     try:

@@ -9,6 +9,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 
 import ddq
 import ddq_outbox
+import ddq_seal
 from ddqhost import qdir
 
 KEY = bytes(range(32))
@@ -27,7 +28,7 @@ def test_encryption_key_is_hkdf_expand_and_ciphertext_is_cryptography_ctr():
 
 def test_without_the_cryptography_package_the_error_names_it(monkeypatch, tmp_path):
     # EVIDENCE-OF: E23
-    monkeypatch.setattr(ddq_outbox, "_CIPHERS", [None])  # as if `import cryptography` failed
+    monkeypatch.setattr(ddq_seal, "_CIPHERS", [None])  # as if `import cryptography` failed
     with pytest.raises(ddq.InvalidArgument, match="cryptography package"):
         ddq_outbox.Outbox(str(tmp_path / "q"), hmac_key=KEY, encrypt=True)
     e = ddq_outbox.encode_envelope("t", b"x", hmac_key=KEY)  # signing needs no AES

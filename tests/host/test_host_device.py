@@ -46,7 +46,10 @@ DDQ_STATS = (
     " stored_bytes segment_count next_seq recovered_tail_bytes generation"
 ).split()
 # The rest of the port, in flash order, on a board that loads everything (UNIX).
-FULL = "ddq_admit ddq_index ddq_reclaim ddq_outbox ddq_batch ddq_mqtt ddq_group ddq_salvage"
+FULL = (
+    "ddq_admit ddq_index ddq_reclaim ddq_outbox ddq_seal ddq_window ddq_batch ddq_mqtt ddq_group"
+    " ddq_salvage"
+)
 
 
 def test_flash_py_then_mpy(board):
@@ -61,10 +64,11 @@ def test_flash_py_then_mpy(board):
     r = ddq("flash", "--device", board.tty, "--example-app", "--json")
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
-    # The example app imports ddq_app (and through it ddq, ddq_outbox and ddq_mqtt): those are
-    # installed as .mpy, with ddq_reclaim for the UNIX profile's staged reclamation, and every
-    # .py the first flash put there is removed (no stale copy beside the new ddq).
-    mpys = port_files(":%s.mpy", PORT_CORE, "ddq_reclaim ddq_outbox ddq_mqtt ddq_app")
+    # The example app imports ddq_app (and through it ddq, ddq_outbox and ddq_mqtt; ddq_window,
+    # ddq_outbox's windowed delivery, comes with a network): those are installed as .mpy, with
+    # ddq_reclaim for the UNIX profile's staged reclamation, and every .py the first flash put
+    # there is removed (no stale copy beside the new ddq).
+    mpys = port_files(":%s.mpy", PORT_CORE, "ddq_reclaim ddq_outbox ddq_window ddq_mqtt ddq_app")
     assert [w["path"] for w in res["written"]] == mpys + [":main.py"]
     assert sorted(res["removed"]) == sorted(mods) and res["imported_from"].endswith("ddq.mpy")
     with Device(board.tty, soft_reset=False) as dev:
@@ -89,9 +93,9 @@ def test_flash_skips_what_the_board_cannot_load(board, tmp_path):
     assert [w["path"] for w in res["written"]] == port_files(
         ":%s.py",
         PORT_CORE,
-        "ddq_admit ddq_index ddq_reclaim ddq_outbox ddq_batch ddq_group ddq_salvage",
+        "ddq_admit ddq_index ddq_reclaim ddq_outbox ddq_seal ddq_batch ddq_group ddq_salvage",
     )
-    assert res["removed"] == [":ddq_mqtt.py"]
+    assert res["removed"] == [":ddq_window.py", ":ddq_mqtt.py"]
     # An app that imports ddq_mqtt gets it there too: the module loads without socket (its
     # adapters need none; only its own Sender imports socket, when it connects).
     app = tmp_path / "main.py"

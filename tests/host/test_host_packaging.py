@@ -107,9 +107,11 @@ def test_board_profiles_are_flat_sorted_and_complete(name, tmp_path):
         for t in tree.body
         if isinstance(t, ast.Assign)
         and isinstance(t.targets[0], ast.Name)
-        and t.targets[0].id == "OPTIONS"
+        and t.targets[0].id in ("OPTIONS", "BATCH_OPTIONS")
     }
     assert consts["OPTIONS"] == opts
+    # ... and with OUTBOX = "ddq_batch" the profile's batch reserve (boards.BATCH_KEYS)
+    assert consts.get("BATCH_OPTIONS", {}) == boards.batch_options(loaded)
     q = locate.load_ddq().Queue(str(tmp_path / "q"), **opts)  # ddq accepts them
     q.close()
 
@@ -336,12 +338,17 @@ def _app(tmp_path, text):
 def test_flash_installs_what_the_app_imports(tmp_path):
     names = lambda mods: [os.path.basename(m) for m in mods]  # noqa: E731
     unix, pyb = boards.load("UNIX"), boards.load("PYBV11")
-    # No app: every port module the board can load; no socket on PYBV11, so no ddq_mqtt.
-    rest = "ddq_admit ddq_index ddq_reclaim ddq_outbox ddq_batch %s ddq_group ddq_salvage"
-    assert names(transfer.modules_to_install(unix)) == port_files(
-        "%s.py", PORT_CORE, rest % "ddq_mqtt"
+    # No app: every port module the board can load; no socket on PYBV11, so no ddq_mqtt and no
+    # ddq_window (ddq_outbox's windowed delivery, for a sender over a network).
+    rest = (
+        "ddq_admit ddq_index ddq_reclaim ddq_outbox ddq_seal %sddq_batch %s ddq_group ddq_salvage"
     )
-    assert names(transfer.modules_to_install(pyb)) == port_files("%s.py", PORT_CORE, rest % "")
+    assert names(transfer.modules_to_install(unix)) == port_files(
+        "%s.py", PORT_CORE, rest % ("ddq_window ", "ddq_mqtt")
+    )
+    assert names(transfer.modules_to_install(pyb)) == port_files(
+        "%s.py", PORT_CORE, rest % ("", "")
+    )
     # An app: ddq, the modules it loads by itself (ddq_cut: its recovery imports it on demand, SPEC
     # R22; ddq_hold: a Queue with window > 0, SPEC H1) and what the app imports (also inside
     # functions, and `from ... import`).
@@ -356,9 +363,18 @@ def test_flash_installs_what_the_app_imports(tmp_path):
     ob = _app(tmp_path, "def f():\n    from ddq_outbox import Outbox\n")
     assert names(transfer.modules_to_install(pyb, ob)) == core + ["ddq_outbox.py"]
     mq = _app(tmp_path, "import ddq_mqtt\nimport ddq_outbox\n")
-    assert names(transfer.modules_to_install(unix, mq)) == ucore + ["ddq_outbox.py", "ddq_mqtt.py"]
+    assert names(transfer.modules_to_install(unix, mq)) == ucore + [
+        "ddq_outbox.py",
+        "ddq_window.py",
+        "ddq_mqtt.py",
+    ]
     # ddq_mqtt loads without socket (the adapters need none): an app that imports it gets it.
     assert names(transfer.modules_to_install(pyb, mq)) == core + ["ddq_outbox.py", "ddq_mqtt.py"]
+    # hmac_key=: ddq_outbox imports ddq_seal at the key's first use (E21); without it, never.
+    hm = _app(tmp_path, "import ddq_outbox\nob = ddq_outbox.Outbox('q', hmac_key=K)\n")
+    assert names(transfer.modules_to_install(pyb, hm)) == core + ["ddq_outbox.py", "ddq_seal.py"]
+    mq = _app(tmp_path, "import ddq_mqtt\nimport ddq_outbox\n")
+    assert "ddq_seal.py" not in names(transfer.modules_to_install(unix, mq))
     # on_corrupt="salvage": ddq imports ddq_salvage when recovery finds damage (SPEC K9)
     sv = _app(tmp_path, "import ddq\nq = ddq.Queue('q', on_corrupt='salvage')\n")
     assert names(transfer.modules_to_install(pyb, sv)) == core + ["ddq_salvage.py"]
