@@ -53,7 +53,8 @@ def run(smoke=False, tmp=None):
         b = bound(
             len(payload), opts.get("window") or 1, opts["max_segments"], opts["segment_bytes"]
         )
-        bopts = dict(opts, **boards.batch_options(prof))  # the app's BATCH_OPTIONS (ddq_app)
+        batch = boards.batch_options(prof)  # the app's BATCH_OPTIONS (ddq_app)
+        bopts = dict(opts, **batch)
         out[name] = {
             "held": held,
             "libddq": libddq,
@@ -63,7 +64,7 @@ def run(smoke=False, tmp=None):
             "period_ms": bc.period_ms(prof),
             "batched": batched(prof, bopts, os.path.join(tmp, name + "-b")),
             "batched_jitter": batched(prof, bopts, os.path.join(tmp, name + "-j"), JITTER_MS),
-            "batch_options": boards.batch_options(prof),
+            "batch_options": batch,
         }
     return out
 
