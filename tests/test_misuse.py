@@ -4,10 +4,10 @@
 # queue reopens with the same items, its files unchanged [O24]. Subset Python (both
 # interpreters). Each table row: (expected error, label, callable, arguments).
 import ddq
-import ddq_batch
-import ddq_group
-import ddq_outbox
 import support
+
+# (the message layer's modules are imported by the tests that use them: in a board's small heap
+# they skip, support.needs_heap, while the queue's cases run)
 
 T0 = 1700000000000
 OPTS = {"segment_bytes": 4096, "max_payload_bytes": 512, "max_items": 64, "max_segments": 8}
@@ -77,6 +77,7 @@ def _filled(d):
 
 def test_queue_misuse_raises_invalid_argument_and_changes_nothing():
     # EVIDENCE-OF: O8 O18 O24 T4
+    support.needs_heap(160 * 1024, support.MARGIN_HEAP)  # 140 KiB: the 2nd open met NoMemory
     I, N = ddq.InvalidArgument, ddq.NotFound
     d = support.tmpdir() + "/q"
     q = _filled(d)
@@ -193,6 +194,8 @@ def _arun(run, send, stop):
 
 
 def _msg():
+    import ddq_outbox
+
     m = ddq_outbox.Message()
     m.seq, m.topic, m.payload, m.qos = 1, "t", b"p", 1
     return m
@@ -200,6 +203,10 @@ def _msg():
 
 def test_outbox_misuse_raises_invalid_argument_and_changes_nothing():
     # EVIDENCE-OF: O24 E4
+    support.needs_heap(256 * 1024, support.OUTBOX_HEAP, 128 * 1024)
+    import ddq_batch
+    import ddq_outbox
+
     I = ddq.InvalidArgument
     d = support.tmpdir() + "/q"
     ob = ddq_outbox.Outbox(d, clock=support.FakeClock(T0), **OPTS)
@@ -330,6 +337,11 @@ def test_outbox_misuse_raises_invalid_argument_and_changes_nothing():
 
 def test_batch_and_group_misuse_raise_invalid_argument_and_change_nothing():
     # EVIDENCE-OF: O24 G4
+    support.needs_heap(256 * 1024, support.OUTBOX_HEAP, 128 * 1024)
+    import ddq_batch
+    import ddq_group
+    import ddq_outbox
+
     I = ddq.InvalidArgument
     d = support.tmpdir() + "/q"
     ob = ddq_outbox.Outbox(d, clock=support.FakeClock(T0), **OPTS)
