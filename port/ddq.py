@@ -243,6 +243,7 @@ _MSG = (
     "|Corrupt:%s at %s offset %d (seq %d)"
     "|Corrupt:DATA record of seq %d not found in %s"
     "|NoMemory:heap exhausted"
+    "|InvalidArgument:%s must be a writable buffer of bytes"
 )
 _X_CLOSED = const(0)
 _X_STOPPED = const(1)
@@ -273,6 +274,7 @@ _X_OTHER = const(25)
 _X_AT = const(26)
 _X_NO_DATA = const(27)
 _X_NOMEM = const(28)
+_X_WBUF = const(29)
 
 
 def _err(k: int, *a: "Any") -> "Any":
@@ -370,18 +372,20 @@ class Claim:
 
 def segment_name(generation: int, index: int) -> str:
     """Return the file name of segment `index` of `generation` [N2][N3]."""
-    s = "segment-%020d.log" % index
-    return "generation-%020d-" % generation + s if generation else s
+    s = "segment-%020d.log" % _opt(index, 0, _U64, "index")  # [O24]
+    return "generation-%020d-" % generation + s if _opt(generation, 0, _U64, "gen") else s
 
 
 def check_record(
-    mv: memoryview, p: int, seg_bytes: int, max_payload: int
+    mv: "Buf", p: int, seg_bytes: int, max_payload: int
 ) -> "tuple[int, int, int, int]":
     """Validate the whole record at mv[p:]; return (type, seq, arg, payload_len) [F2]-[F11].
 
     Raises Corrupt (without position; the caller adds segment and offset)."""
     # ddq_recover._replay applies these rules inline, in this order (a call per record is slow
     # on MicroPython: DESIGN §13); tests/test_record_verdicts.py holds the two copies equal.
+    mv = _bytes_arg(mv, "mv")  # a buffer holding a header at p, else InvalidArgument [O24]
+    _opt(p, 0, len(mv) - _MIN_REC, "p")
     magic, ver, typ, seq, arg, plen, rlen, crc, res = struct.unpack_from(_REC_FMT, mv, p)
     if magic != _REC_MAGIC or ver != _VERSION or res != 0 or typ < _T_DATA or typ > _T_STATE:
         raise _err(_X_HEADER)
@@ -1086,6 +1090,10 @@ class Queue:
         """Copy the payload of any retained item into buf; return its length [O12]."""
         try:
             i = self._find(seq)
+            try:  # a writable buffer of bytes, else InvalidArgument and nothing read [O24]
+                memoryview(buf)[0:0] = b""
+            except (TypeError, ValueError):
+                raise _err(_X_WBUF, "buf")
             ix = self._ix
             n: int = ix.length(i)
             if len(buf) < n:

@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 # Copyright (c) 2026 the ddq authors. BSD-3-Clause.
 
 from ddq import Full, InvalidArgument, _bytes_arg, _opt
-from ddq_outbox import BadEnvelope, Message, Outbox as Base, _tdiff, publishable
+from ddq_outbox import BadEnvelope, Message, Outbox as Base, _seq, _tdiff, publishable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -69,6 +69,7 @@ def _unvarint(b: "Any", i: int) -> "tuple[int, int]":
 def entries(m: Message) -> "list[Message]":
     """The readings of batch envelope m (decoded): one Message each, with its own enqueue time
     (topic, QoS, retain, TTL: the batch's) [B2]."""
+    _seq(m)  # a Message, else InvalidArgument [O24]
     b, i = m.payload, 0
     out: "list[Message]" = []
     runs = m.key != KEY_B
@@ -150,10 +151,12 @@ class BatchOutbox(Base):
     def __init__(
         self, queue: "Any", batch_bytes: int = 0, batch_ms: int = 60000, **kw: "Any"
     ) -> None:
+        # checked before the queue opens (a refused option leaves it closed) [O24]
+        self._bms = _opt(batch_ms, 0, _MAX_WAIT, "batch_ms")
+        bb = _opt(batch_bytes, 0, 0xFFFFFFFF, "batch_bytes")
         super().__init__(queue, **kw)
         # 0: the longest payload the queue takes (up to 4 KiB: its reason budget, O6)
-        self._bb = _opt(batch_bytes, 0, 0xFFFFFFFF, "batch_bytes") or self.queue.reason_budget
-        self._bms = _opt(batch_ms, 0, _MAX_WAIT, "batch_ms")
+        self._bb = bb or self.queue.reason_budget
         # The open batch: [topic, qos, retain, ttl, first ms, last ms, entries, ticks, count,
         # the last gap, the last length, where the open run's header is (-1: none)]
         self._open: "Optional[list[Any]]" = None
@@ -174,7 +177,7 @@ class BatchOutbox(Base):
         """Add a reading to the open batch; return the seq of the batch this call wrote, else 0
         (the reading waits in RAM: durable once its batch is written) [B1] [B3]. A message with
         a key is put on its own, as Outbox.put."""
-        if key:
+        if _bytes_arg(key, "key"):  # (a bad key: InvalidArgument before the flush) [O24]
             self.flush()  # keep the order of what is put
             return Base.put(self, topic, payload, qos, retain, ttl_ms, key)
         t = bytes(_bytes_arg(topic, "topic"))
@@ -322,7 +325,7 @@ class BatchOutbox(Base):
 
     def ack(self, m: Message) -> bool:
         """One reading confirmed; its item is acked when all its readings are [B4]."""
-        if m.seq < _ID:
+        if _seq(m) < _ID:
             return Base.ack(self, m)
         s, k = self._split(m)
         d = self._done.get(s, 0)
@@ -336,7 +339,7 @@ class BatchOutbox(Base):
     def nack(self, m: Message, why: "Any" = "") -> "Optional[int]":
         """A reading failed: its whole item is retried (backoff) with the readings not yet
         confirmed; confirmed ones are not sent again in this run [B5]."""
-        if m.seq < _ID:
+        if _seq(m) < _ID:
             return Base.nack(self, m, why)
         s = self._split(m)[0]
         p = self._parts.pop(s, None)

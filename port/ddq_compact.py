@@ -32,6 +32,7 @@ from ddq import (
     _Index,
     _io_failure,
     _Log,
+    _opt,
     _part,
     const,
     segment_name,
@@ -50,6 +51,8 @@ if TYPE_CHECKING:
 # only once a queue compacts or a crash left something behind (DESIGN §4.1).
 def parse_segment_name(name: str) -> "Optional[tuple[int, int]]":
     """Return (generation, index) for a segment file name, or None [N2][N3][N4]."""
+    if not isinstance(name, str):
+        raise _E("InvalidArgument")("name must be a str")  # [O24]
     if len(name) == 32 and name[:8] == "segment-" and name[28:] == ".log":
         gd, d = "0", name[8:28]
     elif (
@@ -155,7 +158,11 @@ def purge(self: "Queue", seqs: "list[int]") -> int:
     try:
         self._alive()
         drop = []
-        for s in seqs:
+        try:  # [O24]
+            it = iter(seqs)
+        except TypeError:
+            raise _E("InvalidArgument")("seqs must be an iterable of seqs")
+        for s in it:
             i = self._find(s)
             if self._ix.state(i) != _QUARANTINED:
                 raise _E("BadState")("item %d is not quarantined" % s)
@@ -372,6 +379,14 @@ def _copy(
 
 def encode_manifest(gen: int, next_seq: int, segs: int, items: int, end: int) -> bytes:
     """Return the 48-byte manifest [M1]."""
+    for v, hi in (
+        (gen, _U64),
+        (next_seq, _U64),
+        (segs, 0xFFFFFFFF),
+        (items, 0xFFFFFFFF),
+        (end, _U64),
+    ):
+        _opt(v, 0, hi, "a manifest field")  # [O24]
     b = bytearray(_MAN_SIZE)
     struct.pack_into(_MAN_FMT, b, 0, _MAN_MAGIC, 1, _MAN_SIZE, gen, next_seq, segs, items, end)
     struct.pack_into("<II", b, 40, _crc(memoryview(b)[0:40]), 0)

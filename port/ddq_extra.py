@@ -16,6 +16,7 @@ __version__ = "0.1.0"
 from ddq import (
     _INDEX,
     _U32,
+    _U64,
     STATES,
     BadState,
     Claim,
@@ -146,6 +147,7 @@ def lapsed(self: "Queue", now: int) -> "list[tuple[int, int]]":
     """(seq, attempts) of each claimed item whose lease ran out by now (O(in flight))."""
     self._w0 = self._nap  # (a MemoryError below: NoMemory, Queue._oom [O23])
     try:
+        _opt(now, 0, _U64, "now")  # [O24]
         ix = self._ix
         return [
             (s, e[_LV_ATT])

@@ -58,6 +58,11 @@ class _NoLock:
         pass
 
 
+def _fn(fn: "Any") -> None:
+    if not callable(fn):  # [O24]
+        raise InvalidArgument("not a callable: %r" % (fn,))
+
+
 class Group:
     """Durable-on-return writes over target (a Queue opened with sync="none", or an Outbox over
     one) for many threads or the tasks of one asyncio loop; see the module docstring.
@@ -78,7 +83,7 @@ class Group:
             self._mk = _NoLock
         if lock is True:
             lock = self._mk()
-        if lock is not None and not hasattr(lock, "acquire"):
+        if lock is not None and not (hasattr(lock, "acquire") and hasattr(lock, "release")):
             raise InvalidArgument("lock: True, None or an object with acquire/release")
         self.target = target
         self.lock = lock
@@ -164,6 +169,7 @@ class Group:
     def call(self, fn: "Callable[..., Any]", *args: "Any") -> "Any":
         """Run fn(*args) on the target in the next batch; return its result once a sync that
         covers it completed (raise its error, or the sync's) [G1]-[G4]. Thread-safe."""
+        _fn(fn)
         op: "list[Any]" = [fn, args, None, None, False]
         mu = self._mu
         mu.acquire()
@@ -224,7 +230,8 @@ class Group:
 
     def put(self, *args: "Any") -> int:
         """Outbox target: put(topic, payload, ...), durable on return; its seq [G1]."""
-        return int(self.call(self.target.put, *args))
+        put: "Any" = getattr(self.target, "put", None)  # (None: a Queue's group) [O24]
+        return int(self.call(put, *args))
 
     def ack(self, x: "Any") -> bool:
         """target.ack(x) (a seq, or an Outbox Message); durable on return if ack_durable [G5]."""
@@ -234,6 +241,7 @@ class Group:
 
     def locked(self, fn: "Callable[..., Any]", *args: "Any") -> "Any":
         """Run fn(*args) under the target's lock now (claim, retry, stats): no sync awaited."""
+        _fn(fn)
         lk = self.lock
         if lk is None:
             return fn(*args)
@@ -259,6 +267,7 @@ class Group:
         batch, then applies and syncs it while the others await its Event [G2] [G7]."""
         import asyncio
 
+        _fn(fn)
         op = self._add(fn, args)
         for _ in range(3):  # a follower is covered by the batch it awaited [G2]
             if op[4]:

@@ -152,7 +152,7 @@ class Backoff:
         return x
 
     def cap(self, attempts: int) -> int:
-        return min(self.max_ms, self.min_ms << min(attempts, 32))
+        return min(self.max_ms, self.min_ms << min(_opt(attempts, 0, _U32, "attempts"), 32))
 
     def delay(self, attempts: int) -> int:
         # multiply-shift maps 32 random bits onto [0, cap]: bias below cap / 2**32
@@ -189,6 +189,7 @@ class Message:
     def expired(self, now_ms: int) -> bool:
         """Set age_ms at now_ms and return whether the TTL ran out (the one TTL rule) [E7]; no
         enqueue time (enqueued_ms 0: a writer without a clock) is no age: never expired [E27]."""
+        _opt(now_ms, 0, _U64, "now_ms")  # [O24]
         if not self.enqueued_ms:
             self.age_ms = 0
             return False
@@ -210,6 +211,7 @@ def publishable(topic: "Any", max_topic: int = 65535) -> str:
     """Return "" if MQTT can publish topic (str or bytes), else why not [E4]: empty, over
     max_topic bytes of UTF-8, not UTF-8, NUL, or a wildcard "+" / "#"."""
     t = bytes(_bytes_arg(topic, "topic"))
+    _opt(max_topic, 0, 65535, "max_topic")  # [O24]
     try:
         t.decode()
     except UnicodeError:
@@ -419,6 +421,22 @@ def _decode(
     return m
 
 
+def _seq(m: "Any") -> int:
+    # The seq of a Message argument; InvalidArgument for anything else [O24].
+    if not isinstance(m, Message):
+        raise InvalidArgument("not a Message: %r" % (m,))
+    return int(m.seq)
+
+
+def _sender(send: "Any", stop: "Any") -> bool:
+    # True for a windowed sender [E25]; InvalidArgument unless send is one or a callable and
+    # stop is None or a callable [O24].
+    w = hasattr(send, "poll") and hasattr(send, "publish")
+    if not (w or callable(send)) or not callable(stop or len):
+        raise InvalidArgument("send: a callable or a windowed sender; stop: a callable")
+    return w
+
+
 def _locked(fn: "F") -> "F":
     # The optional lock around every public call [E16]: acquire() returning False refuses the
     # call (Locked, nothing done). Not re-entrant: public methods never call each other inside.
@@ -491,9 +509,12 @@ class Outbox:
             or lapsed not in ("retry", "reclaim")
             or failure not in ("backoff", "stop")
             or (report is not None and not callable(report))
+            or not callable(clock or len)
+            or not callable(ticks or len)
         ):
             raise InvalidArgument(
-                "qos: None|0|1; lapsed: retry|reclaim; failure: backoff|stop; report: a callable"
+                "qos: None|0|1; lapsed: retry|reclaim; failure: backoff|stop;"
+                " report, clock, ticks: callables"
             )
         self._send_expired, self._raw, self._qos = expired == "send", bool(raw), qos
         self._lapse, self._stop = lapsed == "retry", failure == "stop"
@@ -529,8 +550,14 @@ class Outbox:
             if th is None:
                 raise InvalidArgument("lock=True needs _thread")
             lock = th.allocate_lock()
-        self._lk: "Any" = (lock.acquire, lock.release) if hasattr(lock, "acquire") else lock
-        if self._lk is not None and not (isinstance(self._lk, tuple) and len(self._lk) == 2):
+        h = hasattr(lock, "acquire") and hasattr(lock, "release")
+        self._lk: "Any" = (lock.acquire, lock.release) if h else lock
+        if self._lk is not None and not (
+            isinstance(self._lk, tuple)
+            and len(self._lk) == 2
+            and callable(self._lk[0])
+            and callable(self._lk[1])
+        ):
             raise InvalidArgument("lock: True, (acquire, release) or an object with both")
         if isinstance(queue, Queue):
             if options:
@@ -771,7 +798,8 @@ class Outbox:
     @_locked
     def get(self, lease_ms: "Optional[int]" = None) -> "Optional[Message]":
         """Claim and return the next ready message, or None [E12]; retire expired ones [E7]."""
-        q, now, lease = self.queue, self._clock(), lease_ms or self._lease
+        lease = _opt(lease_ms or self._lease, 1, _MAX_LEASE_MS, "lease_ms")  # [O24]
+        q, now = self.queue, self._clock()
         if self._lapse:
             self._lapsed(now)
         for _ in range(_GET_SCAN):
@@ -815,7 +843,7 @@ class Outbox:
     @_locked
     def ack(self, m: Message) -> bool:
         """Mark m delivered, once the far end confirmed; False if already acked [O4]."""
-        if not self.queue.ack(m.seq):
+        if not self.queue.ack(_seq(m)):
             return False
         self._wrote(1)
         self._count("sent", m.seq)
@@ -841,6 +869,7 @@ class Outbox:
     @_locked
     def nack(self, m: Message, why: "Any" = "") -> "Optional[int]":
         """Retry m after a full-jitter delay (returned) or dead-letter it (None) [E8][E10]."""
+        _seq(m)
         if self._max_att and m.attempts + 1 >= self._max_att:
             self._quar(m.seq, "max_attempts", why, "exhausted")
             return None
@@ -853,12 +882,14 @@ class Outbox:
     @_locked
     def reject(self, m: Message, why: "Any" = "") -> None:
         """Failed for good: quarantine m with reason "rejected: why" [E10]."""
-        self._quar(m.seq, "rejected", why)
+        self._quar(_seq(m), "rejected", why)
 
     @_locked
     def next_ready_ms(self, now_ms: "Optional[int]" = None) -> "Optional[int]":
         """Return ms until get() can return a message, None if nothing is pending [E11]."""
-        return self._next_ready(self._clock() if now_ms is None else now_ms)
+        return self._next_ready(
+            self._clock() if now_ms is None else _opt(now_ms, 0, _U64, "now_ms")
+        )
 
     @_locked
     def qsize(self) -> int:  # pending: available and in flight
@@ -989,7 +1020,9 @@ class Outbox:
         """Deliver up to budget messages (budget_ms of ticks) via send; return acks [E17].
         send may be a windowed sender (publish/poll/inflight_max): a window of them [E25].
         stop() returning True claims no more (what is in flight is settled) [E26]."""
-        if hasattr(send, "poll") and hasattr(send, "publish"):
+        w = _sender(send, stop)
+        _opt(budget_ms, 0, _MAX_WAIT, "budget_ms")
+        if w:
             return int(_addon("ddq_window").Window(self, send, stop).pump(budget, budget_ms))
         t0, n = self._ticks(), 0
         self.tick()
@@ -1021,7 +1054,7 @@ class Outbox:
         windowed sender [E25]."""
         import asyncio
 
-        if hasattr(send, "poll") and hasattr(send, "publish"):
+        if _sender(send, stop):
             return int(await _addon("ddq_window").Window(self, send).run(idle_ms, stop))
 
         sleep_ms = getattr(asyncio, "sleep_ms", None)  # MicroPython's asyncio has sleep_ms

@@ -34,6 +34,7 @@ from ddq import (
     IOFailure,
     Limit,
     PosixStorage,
+    _bytes_arg,
     _crc,
     _import,
     _Index,
@@ -854,6 +855,15 @@ def init(
         raise _E("InvalidArgument")("clock must be callable")
     if sync not in ("always", "ack", "none"):
         raise _E("InvalidArgument")("sync must be 'always', 'ack' or 'none'")
+    if storage is not None and (  # an instance with every method of the seam [O24]
+        isinstance(storage, type)
+        or not all(
+            callable(getattr(storage, n, None))
+            for n in "open write read_into sync close size kind listdir mkdir rename remove"
+            " sync_dir lock unlock".split()
+        )
+    ):
+        raise _E("InvalidArgument")("storage: an object with the storage seam's methods")
     # "salvage": recovery's Corrupt salvages in place (ddq_salvage, loaded only then) [K9]
     self._salv = [0, 0] if on_corrupt == "salvage" else None
     if not self._salv and on_corrupt != "raise":
@@ -1008,6 +1018,7 @@ def decode_manifest(b: "Buf") -> "tuple[int, int, int, int, int]":
     """Decode a manifest [M2]: (generation, next_seq, segment_count, item_count, end_offset).
 
     Raises Corrupt if it breaks a rule."""
+    b = _bytes_arg(b, "manifest")  # [O24]
     if len(b) != _MAN_SIZE:
         raise _E("Corrupt")("manifest size")
     magic, ver, size, gen, nxt, segs, items, end = struct.unpack_from(_MAN_FMT, b, 0)
