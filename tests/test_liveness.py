@@ -112,6 +112,25 @@ def test_only_expired_messages_end_in_the_get_that_finds_no_room():
     ob.close()
 
 
+def test_unauthenticated_dead_letters_without_room_end_too():
+    # EVIDENCE-OF: E32 E22
+    # A key given after an outage filled the queue with unsigned messages: every one is an
+    # unauthenticated dead letter, written while room lasts, then dropped and counted.
+    hl = __import__("hashlib")
+    if not hasattr(hl, "sha256"):
+        raise support.Skip("no hashlib.sha256")
+    d, clock = support.tmpdir(), support.FakeClock(T0)
+    n = _fill(d, clock)
+    ob = _open(d, clock, hmac_key=bytes(range(32)))
+    for _ in range(n // 32 + 1):
+        assert ob.get() is None
+    st = ob.stats()
+    assert st["pending"] == 0 and st["unauthenticated"] == n, (n, st)
+    assert st["quarantined"] + st["dead_dropped"] == n, st
+    assert st["dead_dropped_by_reason"] == {"unauthenticated": st["dead_dropped"]} != {}, st
+    ob.close()
+
+
 def test_rejected_and_max_attempts_dead_letters_without_room_never_strand_the_rest():
     # EVIDENCE-OF: E32 E10 E17 H4
     # Measured on main: a send raising Rejected for 20 of 404 -> 0 delivered; max_attempts took
