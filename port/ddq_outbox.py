@@ -88,6 +88,7 @@ _NONCE = const(12)  # the per-message random nonce; a counter block is nonce | u
 _TICKS_MASK = const(0x3FFFFFFF)  # ticks modulo 2**30 on every interpreter (32-bit boards' period)
 _MAX_WAIT = const(0x1FFFFFFF)  # the longest wait next_ready_ms returns: inside ticks_diff's window
 _GET_SCAN = const(64)  # expired/undecodable messages one get() retires before it returns None
+_WAITS = const(16)  # dead letters that wait (claimed, in RAM) for room to return [E32]
 
 
 class BadEnvelope(Corrupt):
@@ -588,7 +589,12 @@ class Outbox:
             "resent": 0,
             "lease_nacks": 0,
             "failed": 0,
+            "dead_dropped": 0,
         }
+        # Dead letters the queue had no room for (SPEC H4): seq -> [reason, counter], claimed and
+        # waiting for room; and the dropped ones' reason classes [E32]
+        self._dead: "dict[int, list[str]]" = {}
+        self._lost: "dict[str, int]" = {}
         # this run only [E18] [E25] [E26]
 
     def __enter__(self) -> "Outbox":
@@ -681,12 +687,41 @@ class Outbox:
 
     def _quar(self, seq: int, cls: str, why: "Any" = "", counter: str = "") -> None:
         # Dead-letter seq with reason "cls[: why]" [E10]; count it under counter (cls if "").
-        n = min(120, self.queue.reason_budget)  # fits a tiny max_payload
-        t = cls + (": %s" % why if why else "")
-        self.queue.quarantine(seq, t.encode()[0:n].replace(b"\0", b"?"))
-        self._qcls[seq] = cls
+        self._bury(seq, cls + (": %s" % why if why else ""), counter or cls)
+
+    def _bury(self, seq: int, t: str, c: str, drop: bool = False) -> None:
+        # Quarantine seq with reason t, counted c. Full (no room for even an empty reason, SPEC
+        # H4): seq waits, claimed and never sent, while another message is pending (its end may
+        # return room) and fewer than _WAITS wait; else (or with drop, or ordered) it is acked:
+        # dropped, counted c and dead_dropped [E32].
+        q = self.queue
+        try:
+            q.quarantine(seq, t.encode()[0 : min(120, q.reason_budget)].replace(b"\0", b"?"))
+            self._qcls[seq] = t.split(":")[0]
+        except Full:
+            s, w = q.stats(), self._dead
+            if (
+                not (drop or self._ordered)
+                and (seq in w or len(w) < _WAITS)
+                and s.available_items + s.claimed_items > len(w) + (seq not in w)
+            ):
+                w[seq] = [t, c]
+                return
+            q.ack(seq)
+            k = t.split(":")[0]
+            self._lost[k] = self._lost.get(k, 0) + 1
+            self.counters[c] += 1
+            c = "dead_dropped"
+        self._dead.pop(seq, None)
         self._wrote(1)
-        self._count(counter or cls, seq, t)
+        self._count(c, seq, t)
+
+    def _stuck(self, now: int) -> bool:
+        # With dead letters waiting and nothing claimable: does nothing else pending or in
+        # flight remain whose end could return room, or is a due message refused for want of
+        # room (SPEC H3)? Then one waiting dead letter must end now [E32].
+        s, n = self.queue.stats(), len(self._dead)
+        return s.claimed_items <= n and (s.available_items == 0 or self._next_ready(now) == 0)
 
     def _count(self, what: str, seq: int, detail: "Any" = "") -> None:
         # One outcome of one message: its counter [E18], and the report hook [E26].
@@ -788,6 +823,8 @@ class Outbox:
         # message that kills the device on every send [E10]. Claims are few: O(in flight).
         q = self.queue
         for s, a in q.lapsed(now):
+            if s in self._dead:  # claim() takes it again; get() tries its reason again [E32]
+                continue
             if self._max_att and a + 1 >= self._max_att:
                 self._quar(s, "max_attempts", "lease expired", "exhausted")
             else:
@@ -805,8 +842,15 @@ class Outbox:
         for _ in range(_GET_SCAN):
             c = q.claim_ordered(lease) if self._ordered else q.claim(lease)
             if c is None:
-                return None
+                if not self._dead or not self._stuck(now):
+                    return None
+                w = min(self._dead)  # the oldest waiting dead letter ends [E32]
+                self._bury(w, self._dead[w][0], self._dead[w][1], True)
+                continue
             self._wrote(1)
+            if c.seq in self._dead:  # its lease ran out: its reason again, never sent [E32]
+                self._bury(c.seq, self._dead[c.seq][0], self._dead[c.seq][1])
+                continue
             data = q.read(c.seq)
             try:
                 m = _decode(data, True, self._hkey, self._pads, self._ctrs, True)
@@ -837,6 +881,8 @@ class Outbox:
             if why:
                 self._quar(c.seq, "unpublishable", why)
                 continue
+            if self._max_att:  # the CLAIM durable before the send: a reset counts [E33]
+                self._sync()
             return m
         return None
 
@@ -928,6 +974,8 @@ class Outbox:
                 "oldest_age_ms": self._peek(oldest, now).age_ms if oldest else None,
                 "salvaged": s.salvaged,
                 "salvage_lost": s.salvage_lost,
+                "dead_waiting": len(self._dead),
+                "dead_dropped_by_reason": dict(self._lost),
             }
         )  # [K12]
         return d

@@ -955,6 +955,7 @@ def do_replay(args: argparse.Namespace) -> int:
                     "expired",
                     "unpublishable",
                     "unauthenticated",
+                    "dead_dropped",
                     "remaining",
                 )
             }
@@ -979,7 +980,7 @@ def do_replay(args: argparse.Namespace) -> int:
                 continue
             print(
                 "%s%ssent %d, failed %d, skipped %d, expired %d, unpublishable %d, "
-                "unauthenticated %d, remaining %d"
+                "unauthenticated %d, remaining %d%s"
                 % (
                     head,
                     "dry run: " if res["dry_run"] else "",
@@ -990,6 +991,10 @@ def do_replay(args: argparse.Namespace) -> int:
                     res["unpublishable"],
                     res["unauthenticated"],
                     res["remaining"],
+                    # dead letters the queue had no room for: dropped, counted (OUTBOX E32)
+                    ", dead letters dropped %d" % res["dead_dropped"]
+                    if res.get("dead_dropped")
+                    else "",
                 )
             )
     if any(r.get("interrupted") for r in results):

@@ -217,10 +217,15 @@ def unpublishable(topic: str) -> str:
     return str(locate.load_outbox().publishable(topic.encode("utf-8", "surrogatepass"), 65535))
 
 
-def _retired(expired: list[int], unpublishable: list[int], unauth: list[int]) -> dict[str, Any]:
+def _retired(
+    expired: list[int], unpublishable: list[int], unauth: list[int], dropped: list[int]
+) -> dict[str, Any]:
     """The summary's counts (messages) and seqs (items, each once) of what was dead-lettered
-    instead of sent; a batch's reading is dropped and counted, its item acked (OUTBOX B5)."""
+    instead of sent; a batch's reading is dropped and counted, its item acked (OUTBOX B5); a dead
+    letter the queue had no room for is dropped and counted (dead_dropped, OUTBOX E32)."""
     return {
+        "dead_dropped": len(dropped),
+        "dead_dropped_seqs": _items_of(dropped),
         "expired": len(expired),
         "expired_seqs": _items_of(expired),
         "unpublishable": len(unpublishable),
@@ -402,7 +407,12 @@ def plan(job: Job, ro: ReplayOptions, now_ms: int | None = None) -> dict[str, An
         "failed": 0,
         "skipped": res["skipped"],
         "skipped_seqs": res["skipped_seqs"],
-        **_retired(res["expired_seqs"], res["unpublishable_seqs"], res["unauthenticated_seqs"]),
+        **_retired(
+            res["expired_seqs"],
+            res["unpublishable_seqs"],
+            res["unauthenticated_seqs"],
+            res["dead_dropped_seqs"],
+        ),
         "remaining": len(would),
         "raw": sum(1 for w in would if w["raw"]),
     }
@@ -592,10 +602,22 @@ def _deliver(job: Job, ro: ReplayOptions, client: Any, run: _Run) -> dict[str, A
     ddq, ddq_outbox, batch = locate.load_ddq(), locate.load_outbox(), locate.load_batch()
 
     got: dict[str, list[int]] = {
-        k: [] for k in ("sent", "failed", "expired", "unpublishable", "unauthenticated")
+        k: []
+        for k in ("sent", "failed", "expired", "unpublishable", "unauthenticated", "dead_dropped")
     }
-    q = ddq.Queue(job.dir, clock=run.clock, **job.options)
+    # Within the hold rule (SPEC §10.1) at its smallest reserve, window 1 and no evidence
+    # reserve: a subset of any board profile's, so every claim and dead letter of a directory a
+    # board filled fits (H5) -- a claim beyond the first in flight waits for room (H3), a dead
+    # letter without room waits or is dropped and counted (OUTBOX E32) -- where libddq's rule
+    # would claim past the reserve and meet Limit at the segment limit (H6).
+    q = ddq.Queue(job.dir, clock=run.clock, window=1, evidence_bytes=0, **job.options)
     try:
+        # Claims found here were made by a writer that is not running (replay holds the lock):
+        # the device pulled while sending, or a replay killed. Their leases mean nothing now:
+        # each is released (a RETRY: the attempt counts) and delivered like the rest.
+        for it in list(q.items()):
+            if it.state == "claimed":
+                q.retry(it.seq, 0)
         pending = [it.seq for it in q.items() if it.state in ("available", "claimed")]
         # Refuse before the first claim what cannot be decrypted here (SPEC E23).
         envelope.check_decryptable(
@@ -630,6 +652,10 @@ def _deliver(job: Job, ro: ReplayOptions, client: Any, run: _Run) -> dict[str, A
                         % (seq, sender.routes.get(seq, ("?",))[0]))  # fmt: skip
             elif log and what == "expired":
                 log("seq %d expired (TTL): quarantined, not sent" % seq)
+            elif log and what == "dead_dropped":
+                log(
+                    "seq %d not sent: %s, and no room for its dead letter: dropped" % (seq, detail)
+                )
             elif log:
                 log("seq %d not sent: quarantined (%s)" % (seq, detail))
 
@@ -652,7 +678,14 @@ def _deliver(job: Job, ro: ReplayOptions, client: Any, run: _Run) -> dict[str, A
         )
         for _ in range(total + 1):  # bounded: each round settles a message or ends
             n = done()
-            ob.pump(sender, total + 1, stop=stop)
+            try:
+                ob.pump(sender, total + 1, stop=stop)
+            except (ddq.Limit, ddq.Full) as e:  # not within H5: options other than the writer's
+                raise ReplayError(
+                    "%s: %s; the directory holds more than these queue options' reserve: give the"
+                    " writer's own (--board PROFILE, or %s), or --send-expired to deliver expired"
+                    " messages instead of dead-lettering them" % (job.dir, e, qdir.OPTIONS_FILE)
+                ) from None
             if got["failed"] or stop() or done() == n:
                 break
         raw = sum(1 for s in got["sent"] if sender.routes[s][2])
@@ -681,7 +714,9 @@ def _deliver(job: Job, ro: ReplayOptions, client: Any, run: _Run) -> dict[str, A
         "remaining": len(remaining),
         "raw": raw,
         "readings": readings,
-        **_retired(got["expired"], got["unpublishable"], got["unauthenticated"]),
+        **_retired(
+            got["expired"], got["unpublishable"], got["unauthenticated"], got["dead_dropped"]
+        ),
         "sent_seqs": _items_of(got["sent"]),
         "sent_ids": got["sent"],
         "failed_seqs": failed,

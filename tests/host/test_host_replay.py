@@ -555,3 +555,68 @@ def test_replay_delivers_each_reading_of_a_batch(tmp_path, mosquitto):
     assert replay.READING == ddq_batch._ID  # the reading ids replay splits are ddq_batch's
     assert [it["state"] for it in _items(q).values()] == ["acked"] * 4
     assert ddq("verify", q).returncode == 0
+
+
+# ---------------------------------------------------------------- a directory the hold rule filled
+
+HOLD = {"segment_bytes": 1024, "max_payload_bytes": 256, "max_items": 1000, "max_segments": 8}
+
+
+def _outage_queue(path):
+    """A board's outbox after an outage under its profile's hold rule (SPEC §10.1): full, the
+    first 20 messages past their TTL, and the last one the device left claimed under a live
+    lease (it was sending when it was pulled). Returns the number of messages."""
+    locate.load_ddq()
+    import ddq_outbox
+
+    now = int(time.time() * 1000)
+    t = [now - 3600000]
+    ob = ddq_outbox.Outbox(
+        str(path), clock=lambda: t[0], seed=3, window=4, evidence_bytes=256, **HOLD
+    )
+    n = 0
+    try:
+        for _ in range(1000):
+            try:
+                ob.put("dev/%d" % n, b"r" * 40, ttl_ms=60000 if n < 20 else 0)
+            except locate.load_ddq().Full:
+                break
+            n += 1
+        ob.queue.claim_seq(n, 3600000)  # the last one, in flight for an hour
+    finally:
+        ob.queue.close()  # pulled while sending: the claim stays
+    (path / qdir.OPTIONS_FILE).write_text(json.dumps(HOLD))
+    return n
+
+
+def test_replay_drains_a_directory_the_hold_rule_filled(tmp_path, mosquitto):
+    # On main: "limit: segment limit reached and compaction gave no room", 0 sent and an item
+    # left claimed, on every rerun (issue 35). Replay opens it within the hold rule's reserve
+    # (window 1, no evidence reserve: SPEC H5), releases the claims the device left, and a dead
+    # letter without room is dropped and counted (OUTBOX E32).
+    q = tmp_path / "q"
+    n = _outage_queue(q)
+    r = ddq("replay", q, "--to", "mqtt://127.0.0.1:%d/" % mosquitto, "--dry-run", "--json")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    assert len(plan["would_send"]) == n - 20, plan
+    sub = Subscriber(mosquitto)
+    try:
+        r = ddq("replay", q, "--to", "mqtt://127.0.0.1:%d/" % mosquitto, "--json")
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+        res = json.loads(r.stdout)
+        got: list = []
+        for _ in range(100):  # (other tests' retained messages come too: only dev/ counts)
+            got = [g for g in sub.wait_for(1, 0.1) if g[0].startswith("dev/")]
+            if len(got) >= n - 20:
+                break
+    finally:
+        sub.close()
+    assert res["sent"] == n - 20 and res["remaining"] == 0 and res["skipped"] == 0, res
+    assert res["expired"] + res["dead_dropped"] == 20 and res["dead_dropped"] > 0, res
+    items = _items(q)
+    assert sorted(t for t, _ in got) == sorted("dev/%d" % k for k in range(20, n)), got
+    assert not [s for s, it in items.items() if it["state"] in ("available", "claimed")]
+    r = ddq("replay", q, "--to", "mqtt://127.0.0.1:%d/" % mosquitto)
+    assert r.returncode == 0 and r.stdout.startswith("sent 0, failed 0"), (r.stdout, r.stderr)
+    assert ddq("verify", q).returncode == 0
