@@ -380,3 +380,44 @@ def test_micropython_window_survives_dropped_connections(broker, tmp_path):  # t
             p.wait()
         relay.close()
         sub.close()
+
+
+def test_a_message_mosquitto_drops_the_connection_for_is_dead_lettered(tmp_path):  # type: ignore[no-untyped-def]
+    # OUTBOX E30 against the real thing: mosquitto with max_packet_size closes the connection on
+    # the one PUBLISH above it, without the PUBACKs it owed for the window before it. That
+    # message is charged an attempt per loss it is alone for and ends as a dead letter after
+    # max_attempts; the 19 published beside it are delivered, none charged.
+    exe = brokers.ensure_mosquitto()
+    if exe is None:
+        pytest.skip("needs mosquitto (its max_packet_size): " + str(brokers.install_failure()))
+    b = brokers.demo.Mosquitto(str(tmp_path / "broker"), brokers.demo.free_port(), exe)
+    with open(b.conf, "a") as f:
+        f.write("max_packet_size 2048\n")
+    b.start()
+    brokers.served(b.version)
+    sub = None
+    try:
+        sub = Subscriber(b.port, "drop/#")
+        clock = [1767225600000]
+        ob = ddq_outbox.Outbox(
+            str(tmp_path / "q"), clock=lambda: clock[0], max_attempts=3, min_retry_ms=5,
+            max_retry_ms=5, seed=1,
+        )  # fmt: skip
+        seqs = [ob.put("drop/%d" % i, b"x" * 4000 if i == 5 else b"%010d" % i) for i in range(20)]
+        link = ddq_mqtt.WindowSender("127.0.0.1", b.port, inflight_max=8, timeout_ms=5000)
+        for _ in range(12):  # bounded: each round charges the big one an attempt at most
+            ob.pump(link, budget=40)
+            clock[0] += 6
+            if ob.empty():
+                break
+        assert ob.empty() and ob.stats()["sent"] == 19, ob.stats()
+        dead = ob.dead_letters()
+        assert [m.seq for m in dead] == [seqs[5]] and dead[0].attempts == 2, dead
+        assert dead[0].reason.startswith(b"max_attempts: "), dead[0].reason
+        assert [it.attempts for it in ob.queue.items() if it.seq != seqs[5]] == [0] * 19
+        assert not sub.wait_for({b"%010d" % i for i in range(20) if i != 5}, 10)
+        ob.close()
+    finally:
+        if sub is not None:
+            sub.close()
+        b.close()
