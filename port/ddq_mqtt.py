@@ -566,8 +566,9 @@ class Paho:
     send(m) refuses while the client is not connected (OSError: nack; paho is not given a copy
     to resend later), publishes m and waits up to timeout_ms for the PUBACK
     (wait_for_publish); True once is_published(). A publish paho refuses or that is not
-    acknowledged in time raises (nack); paho may still resend that copy after a reconnect, a
-    duplicate that at-least-once allows.
+    acknowledged in time raises (nack) and is withdrawn from paho's queue, so paho does not
+    resend it after a reconnect on its own (a copy already on the wire may still arrive: a
+    duplicate that at-least-once allows) [E30].
     """
 
     def __init__(self, client: "Any", timeout_ms: int = 10000) -> None:
@@ -579,10 +580,22 @@ class Paho:
         if not c.is_connected():
             raise OSError(_ECONNRESET, "MQTT client not connected")
         info = c.publish(m.topic, m.payload, m.qos, m.retain)
-        info.wait_for_publish(self.timeout_ms / 1000)  # RuntimeError/ValueError: not sent
-        if not info.is_published():
+        try:
+            info.wait_for_publish(self.timeout_ms / 1000)  # RuntimeError/ValueError: not sent
+            if info.is_published():
+                return True
             raise OSError(_ETIMEDOUT, "no PUBACK within %d ms" % self.timeout_ms)
-        return True
+        except BaseException:
+            # Withdrawn: paho would publish it again after every reconnect, on its own, and
+            # one the broker drops the connection for would then block the client for ever
+            # after the Outbox gave up on it [E30] (paho 2 has no public call: its own steps).
+            lk = getattr(c, "_out_message_mutex", None)
+            if lk is not None:
+                with lk:
+                    w = c._out_messages.pop(info.mid, None)
+                    if w is not None and w.qos and w.state != 9:  # 9: mqtt_ms_queued
+                        c._inflight_messages -= 1
+            raise
 
 
 _EAGAIN = const(11)

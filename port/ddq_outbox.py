@@ -210,20 +210,32 @@ def _sha(mv: memoryview, a: int, n: int) -> "Optional[bytes]":
 
 def publishable(topic: "Any", max_topic: int = 65535) -> str:
     """Return "" if MQTT can publish topic (str or bytes), else why not [E4]: empty, over
-    max_topic bytes of UTF-8, not UTF-8, NUL, or a wildcard "+" / "#"."""
-    t = bytes(_bytes_arg(topic, "topic"))
+    max_topic bytes of UTF-8, not well-formed UTF-8, a wildcard "+" / "#", or a character
+    brokers drop the connection for (MQTT 3.1.1 1.5.3): U+0000-U+001F, U+007F-U+009F, and the
+    non-characters U+FDD0-U+FDEF and U+xFFFE/U+xFFFF."""
     _opt(max_topic, 0, 65535, "max_topic")  # [O24]
     try:
-        t.decode()
+        t = bytes(_bytes_arg(topic, "topic"))  # (a str with a lone surrogate: CPython raises)
+        s = t.decode()
     except UnicodeError:
         return "topic is not UTF-8"
     if not 0 < len(t) <= max_topic:
         return "topic is %d bytes, not 1..%d" % (len(t), max_topic)
-    if b"\0" in t:
-        return "topic contains NUL"
     if b"+" in t or b"#" in t:
         return "topic contains an MQTT wildcard (+ or #)"
-    return ""
+    if 31 < min(t) and max(t) < 127:  # printable ASCII, the usual topic: checked in C
+        return ""
+    n, bad = 0, -1
+    for c in s:  # MicroPython decodes surrogates and overlong forms: counted as not UTF-8
+        o = ord(c)
+        if 0xD7FF < o < 0xE000 or o > 0x10FFFF:
+            break
+        n += 1 if o < 0x80 else 2 if o < 0x800 else 3 if o < 0x10000 else 4
+        if bad < 0 and (o < 32 or 126 < o < 160 or 0xFDCF < o < 0xFDF0 or o & 0xFFFE == 0xFFFE):
+            bad = o
+    if n != len(t):
+        return "topic is not UTF-8"
+    return "" if bad < 0 else "topic contains U+%04X (a control or non-character)" % bad
 
 
 def _pack_env(
@@ -245,11 +257,11 @@ def _pack_env(
 ) -> memoryview:
     # [E1] header | orig_seq u64? | sha256 or hmac? | nonce? | key | topic | payload, in buf (or
     # new). With ctr (ddq_seal._Ctr) and nonce the payload is stored encrypted, then tagged [E23].
-    t, k = bytes(_bytes_arg(topic, "topic")), bytes(_bytes_arg(key, "key"))
-    p = _bytes_arg(payload, "payload")
-    why = publishable(t, max_topic)
+    why = publishable(topic, max_topic)
     if why:
         raise InvalidArgument(why + " (MQTT cannot publish it)")
+    t, k = bytes(_bytes_arg(topic, "topic")), bytes(_bytes_arg(key, "key"))
+    p = _bytes_arg(payload, "payload")
     if (
         len(k) > 255
         or qos not in (0, 1)

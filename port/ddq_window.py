@@ -30,8 +30,10 @@ class Window:
         self.ob, self.s, self.stop = ob, sender, stop
         self.w = _opt(int(getattr(sender, "inflight_max", 1)), 1, 65535, "inflight_max")
         self.fl: "dict[int, Any]" = {}  # seq -> its Message (ddq_outbox)
+        self.redo: "list[int]" = []  # seqs of fl to republish one at a time after a loss [E30]
+        self.solo = 0  # the seq republished alone, until it is settled
         self.acked = 0
-        self.healthy = True  # a PUBACK arrived since the last connection loss
+        self.loss = 0  # since the last PUBACK: 0 no loss, 1 one with several on the wire, 2 alone
         self.failed = False  # the round ended: a second loss without progress, or "not now"
         # The loop stops waiting for a message margin ms before its lease ends and nacks it:
         # it is never in flight past its lease, so never claimed and sent again meanwhile.
@@ -44,6 +46,8 @@ class Window:
             k < n
             and len(self.fl) < self.w
             and not self.failed
+            and not self.redo
+            and self.solo not in self.fl
             and (self.stop is None or not self.stop())
         ):
             m = self.ob.get()
@@ -67,39 +71,58 @@ class Window:
         return k
 
     def lost(self, e: BaseException) -> None:
-        # The connection dropped with messages in flight: nothing of them is acked. Once per loss
-        # after progress, reconnect at once and republish them (DUP), re-read from the queue;
-        # otherwise nack them all (full-jitter backoff, E8) and end the round.
+        # The connection dropped with messages in flight: nothing of them is acked [E30]. One
+        # alone on the connection failed an attempt: nacked (E8 backoff, E10 max_attempts).
+        # Several: which one the broker refused is unknown, so none is charged and they are
+        # republished (DUP, re-read) one at a time. The round ends (the rest nacked) at a loss
+        # of one before any PUBACK (the broker is down: one attempt, not a busy loop), or a
+        # second loss without a PUBACK since the last, unless it pins one after several.
         if self.ob._stop:  # failure="stop": no resend; everything in flight is due again [E26]
             self.release(repr(e))
             return
-        if self.healthy and self.fl:
-            self.healthy = False
+        fl = self.fl
+        s = self.solo if self.solo in fl else min(fl) if len(fl) == 1 else 0
+        if s:
+            self.ob.nack(fl.pop(s), repr(e))
+        else:
+            self.redo = sorted(fl)
+        if (
+            self.loss == 2
+            or (self.loss == 1 and not s)
+            or (s and not self.loss and not self.acked)
+        ):
+            for m in list(self.fl.values()):
+                self.ob.nack(m, repr(e))
+            self.fl, self.redo = {}, []
+            self.failed, self.loss = True, 0  # (run's next round starts afresh)
+            return
+        self.loss = 2 if s else 1
+
+    def again(self) -> None:
+        # Republish the next message of redo once nothing else is on the connection [E30].
+        while self.redo and not self.failed and self.solo not in self.fl:
+            m = self.fl.get(self.redo.pop(0))
+            if m is None:
+                continue  # settled meanwhile: nacked at its lease's end
+            self.solo = m.seq
             try:
-                for seq in sorted(self.fl):
-                    m = self.fl[seq]
-                    self.s.publish(self.ob._reread(m), True)
-                    self.ob.counters["resent"] += 1
-                return
-            except OSError as e2:
-                e = e2
-        for m in list(self.fl.values()):
-            self.ob.nack(m, repr(e))
-        self.fl = {}
-        self.failed = True
+                self.s.publish(self.ob._reread(m), True)
+                self.ob.counters["resent"] += 1
+            except OSError as e:
+                self.lost(e)
 
     def release(self, why: str) -> None:
         # failure="stop" [E26]: retry every message in flight at once, in seq order; stop.
         for seq in sorted(self.fl):
             self.ob._release(self.fl[seq], why)
-        self.fl = {}
+        self.fl, self.redo = {}, []
         self.failed = True
 
     def done(self, seqs: "list[int]") -> None:
         for seq in seqs:
             m = self.fl.pop(seq, None)
             if m is not None:  # else acked before, or nacked at its lease's end: ignored
-                self.healthy = True
+                self.loss = 0
                 self.acked += 1 if self.ob.ack(m) else 0
 
     def due(self) -> int:
@@ -122,6 +145,7 @@ class Window:
 
     def step(self, timeout_ms: int) -> None:
         wait = self.due()
+        self.again()
         if not self.fl:
             return  # every message was given up at its lease: nothing left to wait for
         try:

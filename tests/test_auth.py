@@ -125,6 +125,60 @@ def test_put_refuses_topics_mqtt_cannot_publish():
     support.raises(ddq.InvalidArgument, ddq_outbox.encode_envelope, "x" * 65536, b"")
 
 
+# The seven topics mosquitto 2.0 drops the connection for ("malformed packet"; tested on 2.0.11)
+POISON = ("a\x01b", "a\nb", "a\x7fb", "a\x85b", "a\uffffb", "a\ufffeb", "\U0010ffff")
+
+
+def test_put_refuses_control_and_non_characters_brokers_drop():
+    # EVIDENCE-OF: E4
+    support.needs_heap(320 * 1024, support.OUTBOX_HEAP, 128 * 1024)
+    ob = _ob()
+    for t in POISON + (
+        "a\x1fb",
+        "a\x9fb",
+        "a\ufdd0b",
+        "\U0001fffe",
+        b"a\xc0\x80b",
+        b"\xed\xa0\x80",
+    ):
+        e = support.raises(ddq.InvalidArgument, ob.put, t, b"v")
+        assert "MQTT" in str(e) and "topic" in str(e), str(e)
+        assert ddq_outbox.publishable(t) != ""
+    assert "U+0085" in ddq_outbox.publishable("a\x85b")
+    assert ob.qsize() == 0 and ob.queue.stats().next_seq == 1  # nothing stored, no seq used
+    for t in ("a b/\u00a0/\u00e9", "\ufdcf\ufdf0\ufffd", "\U0001f600", "~"):
+        assert ddq_outbox.publishable(t) == "", t
+        ob.put(t, b"v")
+    assert ob.qsize() == 4
+    ob.close()
+
+
+def test_a_stored_poison_topic_is_dead_lettered_and_the_rest_delivered():
+    # EVIDENCE-OF: E4 E30
+    support.needs_heap(320 * 1024, support.OUTBOX_HEAP, 128 * 1024)
+    for ordered in (False, True):
+        ob = _ob(ordered=ordered)
+        bad = []
+        for t in POISON:  # written by an older version, or a tampered directory
+            b = bytearray(ddq_outbox.encode_envelope("a", b"old", enqueued_ms=T0))
+            j = len(b) - 3
+            b[j - 1 : j] = t.encode()  # the 1-byte topic "a" becomes t: its length fixed too
+            b[5] = len(t.encode())  # topic_len, u16 LE at offset 5 (SPEC E1)
+            bad.append(ob.queue.enqueue(b))
+            assert ddq_outbox.decode_envelope(b).topic == t
+        ob.put("ok", b"ok")
+        sent = []
+        assert ob.pump(lambda m, out=sent: out.append(m.payload) or True, 20) == 1
+        assert ob.empty()
+        assert sent == [b"ok"] and ob.counters["unpublishable"] == 7
+        assert [m.seq for m in ob.dead_letters()] == bad
+        assert (
+            ob.queue.reason(bad[1])
+            == b"unpublishable: topic contains U+000A (a control or non-character)"
+        )
+        ob.close()
+
+
 def test_requeue_all_skips_a_dead_letter_put_would_refuse():
     # EVIDENCE-OF: E4 E14
     support.needs_heap(320 * 1024, support.OUTBOX_HEAP, 128 * 1024)

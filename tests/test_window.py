@@ -207,19 +207,22 @@ def test_puback_for_an_unknown_packet_id_is_ignored_and_counted():
 
 
 def test_broker_that_never_acks_times_out_reconnects_then_backs_off():
-    # EVIDENCE-OF: E25 E8
+    # EVIDENCE-OF: E25 E8 E30
     ob, clock = _ob(5, min_retry_ms=1000, max_retry_ms=1000)
-    broker = WinBroker("never", "never", "all")
+    broker = WinBroker("never", "never", "never", "all")
     link = _link(broker, 16, timeout_ms=30)
     assert ob.pump(link, budget=5) == 0
-    assert link.timeouts == 2 and link.connects == 2  # one reconnect at once, then the round ends
+    # 5 in flight time out (none charged), 1 then 2 are republished alone and time out (each an
+    # attempt); two losses in a row without a PUBACK end the round: all nacked, none left.
+    assert link.timeouts == 3 and link.connects == 3
     st = ob.stats()
-    assert st["retried"] == 5 and st["in_flight"] == 0 and st["resent"] == 5
+    assert st["retried"] == 5 and st["in_flight"] == 0 and st["resent"] == 2
     assert ob.next_ready_ms() > 0  # every message backs off (full jitter, E8)
-    assert ob.pump(link, budget=5) == 0 and len(broker.socks) == 2  # nothing due: no reconnect
+    assert ob.pump(link, budget=5) == 0 and len(broker.socks) == 3  # nothing due: no reconnect
     clock.advance(1001)
-    assert ob.pump(link, budget=5) == 5 and ob.empty() and link.connects == 3
-    assert all(d for _p, d, _t, _b in broker.log[10:])  # attempts > 0: DUP
+    assert ob.pump(link, budget=5) == 5 and ob.empty() and link.connects == 4
+    assert all(d for _p, d, _t, _b in broker.log[7:])  # attempts > 0: DUP
+    assert [it.attempts for it in ob.queue.items()] == [1] * 5  # one attempt each, not two
     ob.close()
 
 
@@ -354,4 +357,60 @@ def test_in_flight_messages_hold_no_payload_and_resends_reread_it():
     assert ob.pump(spy, budget=6) == 6 and ob.empty()
     assert spy.held and max(spy.held) == 0
     assert spy.resent == [(1, b"0"), (2, b"1"), (3, b"2")]  # re-read from the queue
+    ob.close()
+
+
+def _drops_on(topic, seen):
+    # A PUBACK policy: a broker that closes the connection when a PUBLISH of `topic` arrives (as
+    # mosquitto does for one it finds malformed, or too large), losing the PUBACKs it had not
+    # sent yet, as mosquitto 2.0 does; anything else is acked at once. seen: pids it dropped on.
+    def answer(sock, pid):
+        if sock.b.log[-1][2] == topic:
+            seen.append(pid)
+            sock.policy, sock.rx[:] = "drop", b""
+            return b""
+        return b"" if sock.policy == "drop" else b"\x40\x02" + bytes([pid >> 8, pid & 0xFF])
+
+    return answer
+
+
+def test_a_connection_drop_is_an_attempt_and_ends_as_a_dead_letter():
+    # EVIDENCE-OF: E30 E25 E10
+    for ordered in (False, True):
+        ob, clock = _ob(0, min_retry_ms=10, max_retry_ms=10, max_attempts=3, ordered=ordered)
+        seqs = [ob.put("w/bad" if i == 3 else "w/%d" % i, b"m%d" % i) for i in range(12)]
+        seen = []
+        broker = WinBroker(_drops_on("w/bad", seen))
+        link = _link(broker, 8)
+        for _ in range(12):  # bounded: each round charges the poison one attempt at most
+            ob.pump(link, budget=20)
+            clock.advance(11)
+            if ob.empty():
+                break
+        assert ob.empty() and ob.stats()["sent"] == 11, ob.stats()
+        dead = ob.dead_letters()
+        assert [m.seq for m in dead] == [seqs[3]] and dead[0].attempts == 2
+        assert (
+            dead[0].reason.startswith(b"max_attempts: ")
+            and b"closed by the broker" in dead[0].reason
+        )
+        # every other message delivered, never charged for the poison's drops
+        assert [it.attempts for it in ob.queue.items() if it.seq != seqs[3]] == [0] * 11
+        # three drops alone, three attempts; unordered, a first drop with 8 in flight charged none
+        assert len(seen) == (3 if ordered else 4) and ob.stats()["exhausted"] == 1
+        if ordered:
+            assert broker.max_waiting == 1 and link.connects == 4
+            got = [b for _p, _d, t, b in broker.log if t != "w/bad"]
+            assert got == [b"m%d" % i for i in range(12) if i != 3]  # strict FIFO held
+        ob.close()
+    # the plain send (E17, one at a time) counts each drop as its attempt too
+    ob, clock = _ob(0, min_retry_ms=10, max_retry_ms=10, max_attempts=2, ordered=True)
+    bad, seen = ob.put("w/bad", b"x"), []
+    ob.put("w/ok", b"y")
+    link = _link(WinBroker(_drops_on("w/bad", seen)), 1)
+    for _ in range(4):
+        ob.pump(link.send)
+        clock.advance(11)
+    assert ob.empty() and ob.stats()["sent"] == 1 and len(seen) == 2
+    assert ob.queue.reason(bad).startswith(b"max_attempts: ")
     ob.close()

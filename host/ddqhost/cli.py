@@ -997,6 +997,9 @@ def do_replay(args: argparse.Namespace) -> int:
                     else "",
                 )
             )
+            for k in ("unpublishable", "unauthenticated"):  # dead letters: name them
+                if res.get(k + "_seqs"):
+                    print("%s%s: seq %s" % (head, k, ", ".join(map(str, res[k + "_seqs"]))))
     if any(r.get("interrupted") for r in results):
         return 130
     return 1 if any(r.get("failed") or "error" in r for r in results) else 0

@@ -33,9 +33,10 @@ Topics (URL mqtt[s]://[user[:password]@]HOST[:PORT][/PREFIX]; no PREFIX by defau
 Replay always publishes with QoS 1, whatever the envelope asked for: the ack needs a PUBACK.
 An envelope past its TTL (enqueued_ms + ttl_ms <= now) is not published but quarantined with the
 reason "expired", as the Outbox does by default; --send-expired publishes it anyway.
-A message MQTT cannot publish (a topic with a wildcard "+"/"#" from an old or forged record, one
-over 65,535 bytes once the prefix is added, one paho refuses) is quarantined with the reason
-"unpublishable: <why>" and replay goes on with the next. With an HMAC key (--hmac-key-file F or
+A message MQTT cannot publish (a topic with a wildcard "+"/"#", a control or non-character from
+an old or forged record, one over 65,535 bytes once the prefix is added, one paho refuses) is
+quarantined with the reason "unpublishable: <why>", named (its seq), and replay goes on with the
+next. With an HMAC key (--hmac-key-file F or
 $DDQ_HMAC_KEY, SPEC E21/OUTBOX E22) every message must carry a valid tag: anything else (unsigned,
 altered, forged, a raw payload) is quarantined as "unauthenticated: <why>", never published. An
 encrypted payload (SPEC E23) is published decrypted, after its tag is verified; without the key (or
@@ -207,9 +208,11 @@ def topic_for(prefix: str, topic: str) -> str:
 
 
 def check_prefix(prefix: str) -> None:
-    """A prefix MQTT cannot publish under would make every message unpublishable: refuse it."""
-    if prefix and ("+" in prefix or "#" in prefix or "\0" in prefix):
-        raise ReplayError("topic prefix %r: no MQTT wildcard (+ #) or NUL allowed" % prefix)
+    """A prefix MQTT cannot publish under would make every message unpublishable: refuse it
+    (exit 2, a bad argument): a wildcard, a control or non-character (SPEC E4), over 65,535 B."""
+    why = unpublishable(prefix) if prefix else ""
+    if why:
+        raise ReplayError("topic prefix %r: %s" % (prefix, why.replace("topic ", "", 1)), code=2)
 
 
 def unpublishable(topic: str) -> str:

@@ -300,3 +300,51 @@ def test_paho_on_cpython_through_a_broker_outage(broker, tmp_path):
         pub.disconnect()
         sub.close()
         ob.close()
+
+
+def test_paho_drops_what_the_broker_closes_the_connection_for(tmp_path):
+    # OUTBOX E30 through the paho adapter: mosquitto with max_packet_size closes the connection
+    # on the big message. paho resends an unacknowledged publish after each reconnect on its
+    # own, so unless the adapter withdraws it once the Outbox gave up on it, it is sent again
+    # at every reconnect and nothing after it is ever acked. The big one ends as a dead letter
+    # after max_attempts; the others are delivered, none of them charged.
+    import paho.mqtt.client as mqtt
+
+    exe = brokers.ensure_mosquitto()
+    if exe is None:
+        pytest.skip("needs mosquitto (its max_packet_size): " + str(brokers.install_failure()))
+    b = brokers.demo.Mosquitto(str(tmp_path / "broker"), brokers.demo.free_port(), exe)
+    with open(b.conf, "a") as f:
+        f.write("max_packet_size 2048\n")
+    b.start()
+    brokers.served(b.version)
+    pub = mqtt.Client(
+        mqtt.CallbackAPIVersion.VERSION2, client_id="ddq-paho-e30", protocol=mqtt.MQTTv311
+    )
+    pub.reconnect_delay_set(1, 1)
+    sub = None
+    try:
+        sub = brokers.Subscriber(b.port, "big/#", "ddq-sub-paho-e30-%d" % os.getpid())
+        pub.connect("127.0.0.1", b.port, keepalive=30)
+        pub.loop_start()
+        ob = ddq_outbox.Outbox(str(tmp_path / "q"), min_retry_ms=10, max_retry_ms=10,
+                               max_attempts=2)  # fmt: skip
+        seqs = [ob.put("big/%d" % i, b"x" * 4000 if i == 1 else b"%06d" % i) for i in range(6)]
+        link = ddq_mqtt.Paho(pub, timeout_ms=1500)
+        end = time.monotonic() + 60
+        while time.monotonic() < end and not ob.empty():
+            if pub.is_connected():  # (a send while paho reconnects is an attempt too)
+                ob.pump(link.send, budget=8)
+            time.sleep(0.05)
+        assert ob.empty(), ob.stats()
+        dead = ob.dead_letters()
+        assert [m.seq for m in dead] == [seqs[1]] and dead[0].attempts == 1, dead
+        assert [it.attempts for it in ob.queue.items() if it.seq != seqs[1]] == [0] * 5
+        assert not sub.wait_for({b"%06d" % i for i in range(6) if i != 1}, 10)
+        ob.close()
+    finally:
+        pub.loop_stop()
+        pub.disconnect()
+        if sub is not None:
+            sub.close()
+        b.close()

@@ -184,8 +184,62 @@ def test_replay_refuses_a_wildcard_prefix(tmp_path):
     before = tree_hash(q)
     for p in ("a/%23", "+/b"):  # %23: a "#" in a URL starts the fragment
         r = ddq("replay", q, "--to", "mqtt://127.0.0.1:1/" + p, "--dry-run")
-        assert r.returncode == 1 and "wildcard" in r.stderr and "Traceback" not in r.stderr
+        assert r.returncode == 2 and "wildcard" in r.stderr and "Traceback" not in r.stderr
+    # a control or non-character: mosquitto would drop the connection on every publish (E4)
+    for p, cp in (("a%01b", "U+0001"), ("a%0Ab", "U+000A"), ("a%C2%85", "U+0085"),
+                  ("%EF%BF%BF", "U+FFFF")):  # fmt: skip
+        r = ddq("replay", q, "--to", "mqtt://127.0.0.1:1/" + p)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and cp in lines[0], r.stderr
+        assert lines[0].startswith("ddq: topic prefix") and "\n" not in r.stderr.strip()
     assert tree_hash(q) == before
+
+
+def test_replay_dead_letters_a_poison_topic_names_it_and_delivers_the_rest(tmp_path, mosquitto):
+    # Topics written before put refused them (SPEC E4): mosquitto 2.0 drops the connection on
+    # each ("malformed packet"), which left every run "sent 0, failed 16", exit 1.
+    import ddq_outbox
+
+    q = tmp_path / "q"
+    ddqmod = locate.load_ddq()
+    now = int(time.time() * 1000)
+    qq = ddqmod.Queue(str(q), **OPTS)
+    bad, ok = [], []
+    try:
+        for i in range(20):
+            if i in (2, 9, 10):
+                b = bytearray(ddq_outbox.encode_envelope("pz/X", b"bad", enqueued_ms=now))
+                j = bytes(b).index(b"pz/X") + 3
+                b[j : j + 1] = {2: b"\x01", 9: b"\n", 10: "\uffff".encode()}[i]
+                b[5] += 0 if i < 10 else 2  # topic_len (SPEC E1): U+FFFF is 3 bytes
+                bad.append(qq.enqueue(bytes(b)))
+            else:
+                ok.append(qq.enqueue(ddq_outbox.encode_envelope("pz/%d" % i, b"%d" % i,
+                                                                enqueued_ms=now)))  # fmt: skip
+    finally:
+        qq.close()
+    (q / qdir.OPTIONS_FILE).write_text(json.dumps(OPTS))
+    sub = Subscriber(mosquitto)
+    try:
+        r = ddq("replay", q, "--to", "mqtt://127.0.0.1:%d" % mosquitto, "--timeout", "5")
+        assert r.returncode == 0, r.stdout + r.stderr
+        sub.wait_for(17)
+        time.sleep(0.2)
+        got = [g for g in sub.got if g[0].startswith("pz")]
+    finally:
+        sub.close()
+    assert "sent 17, failed 0, skipped 0, expired 0, unpublishable 3," in r.stdout, r.stdout
+    assert "unpublishable: seq %d, %d, %d" % tuple(bad) in r.stdout, r.stdout
+    assert sorted(got) == sorted(
+        ("pz/%d" % i, b"%d" % i) for i in range(20) if i not in (2, 9, 10)
+    )
+    items = _items(q)
+    assert [items[s]["state"] for s in bad] == ["quarantined"] * 3
+    assert items[bad[0]]["reason"].startswith("unpublishable: topic contains U+0001")
+    assert items[bad[2]]["reason"].startswith("unpublishable: topic contains U+FFFF")
+    r = ddq("replay", q, "--to", "mqtt://127.0.0.1:%d" % mosquitto, "--json")
+    res = json.loads(r.stdout)
+    assert r.returncode == 0 and (res["sent"], res["failed"], res["remaining"]) == (0, 0, 0)
 
 
 def _signed_queue(path, key):
