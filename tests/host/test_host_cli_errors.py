@@ -4,8 +4,8 @@ run. One `except HostError` in main; what a command raises otherwise (an OSError
 becomes a HostError at one boundary (errors.as_host_error)."""
 
 import os
-import select
 import signal
+import socket
 import subprocess
 import sys
 
@@ -63,32 +63,51 @@ def test_an_oserror_or_a_ddq_error_becomes_one_line(monkeypatch, capsys):
     assert errors.as_host_error(ValueError("a bug")) is None  # a bug keeps its traceback
 
 
-def test_an_interrupted_run_is_one_line_and_130():
-    # A device that never answers: ddq waits on it (its first bytes arrive on the pty), and
-    # Ctrl-C (SIGINT) then ends the run with one line and status 130.
-    master, slave = os.openpty()
+def test_an_interrupted_run_is_one_line_and_130(tmp_path):
+    # A broker that takes the connection and never answers: ddq waits for its CONNACK for up
+    # to --timeout 3600 s. Once the broker has ddq's CONNECT (the event this waits for, not a
+    # time: a busy machine only makes it later), Ctrl-C (SIGINT) ends the run with one line
+    # and status 130, nothing claimed. (A device stood in here before: its 8 s connect bound
+    # could fire first on a busy machine, giving exit 1.)
+    q = _queue(tmp_path / "q")
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    url = "mqtt://127.0.0.1:%d" % srv.getsockname()[1]
+    p = subprocess.Popen(
+        [sys.executable, "-m", "ddqhost.cli", "replay", q, "--to", url, "--timeout", "3600"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(),
+        cwd=REPO,
+    )
+    conn = None
     try:
-        p = subprocess.Popen(
-            [sys.executable, "-m", "ddqhost.cli", "stats", "--device", os.ttyname(slave), ":q"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=cli_env(),
-            cwd=REPO,
-        )
-        try:
-            ready, _, _ = select.select([master], [], [], 60)
-            assert ready and os.read(master, 100), "ddq never wrote to the device"
-            p.send_signal(signal.SIGINT)
-            out, err = p.communicate(timeout=60)
-        finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        srv.settimeout(120)  # (a bound for a broken ddq only, never reached by a working one)
+        conn, _ = srv.accept()
+        conn.settimeout(120)
+        got = b""
+        while len(got) < 2:  # CONNECT's first byte and its length: ddq is waiting now
+            part = conn.recv(2 - len(got))
+            assert part, "ddq closed the connection without a CONNECT"
+            got += part
+        assert got[0] == 0x10, got
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
     finally:
-        os.close(master)
-        os.close(slave)
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        if conn is not None:
+            conn.close()
+        srv.close()
     assert (p.returncode, out, err) == (130, "", "ddq: interrupted\n")
+    q2 = locate.load_ddq().Queue(q, **OPTS)
+    try:
+        assert [it.state for it in q2.items()] == ["available"]  # nothing claimed
+    finally:
+        q2.close()
 
 
 def test_a_closed_stdout_is_one_line():
