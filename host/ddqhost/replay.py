@@ -135,7 +135,9 @@ def bounded_client(mqtt: ModuleType, broker: str, **kw: Any) -> Any:
     """A paho Client whose every read from the broker passes an InboundGuard (a fresh one per
     connection). Its .refused is the first refusal's text ("" while none)."""
     if not hasattr(mqtt.Client, "_sock_recv"):  # the one read paho 2.x makes; never unguarded
-        raise ReplayError("this paho-mqtt has no Client._sock_recv: ddq replay needs paho-mqtt 2.x")
+        raise ReplayError(
+            "this paho-mqtt has no Client._sock_recv: ddq replay needs paho-mqtt 2.x"
+        )
 
     class Bounded(mqtt.Client):  # type: ignore[misc, name-defined]
         refused = ""
