@@ -63,10 +63,20 @@ def scan(
     rep = Report(path, opts)
     names = sorted(os.listdir(path))
     seg_bound = "segment_bytes (%d)" % opts["segment_bytes"]
+    # SPEC R4: ddq reads at most max_segments*8 + 1024 names before it refuses (Limit).
+    most = opts["max_segments"] * 8 + 1024
+    if len(names) > most:
+        rep.add(
+            "corrupt",
+            "%d directory entries, more than max_segments*8 + 1024 (%d): ddq refuses to open "
+            "the directory (Limit, SPEC R4)" % (len(names), most),
+        )
+        return rep
     # SPEC N7: every entry ddq may open is a regular file, checked before anything is opened.
     for n in names:
         why = n.startswith(QUEUE_PREFIXES) and not_regular(os.path.join(path, n))
-        if why and not why.startswith("a directory"):  # (a directory: the rules of its name)
+        if why and (not why.startswith("a directory") or n == LOCK_NAME):
+            # (a directory: the rules of its name; queue.lock's is that ddq opens it to lock)
             rep.add("corrupt", "%s is %s: ddq refuses the directory (SPEC N7)" % (n, why), file=n)
     if rep.problems:
         return rep
