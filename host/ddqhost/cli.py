@@ -2,8 +2,8 @@
 stderr.
 
 Exit status: 0 success; 1 any error (one line on stderr); 2 corruption (verify: corrupt; inspect,
-replay, push: the directory is corrupt); verify also exits 1 when only a torn tail would be
-removed; 130 interrupted.
+replay, push: the directory is corrupt) and an argument out of range or malformed (ARG_RANGES);
+verify also exits 1 when only a torn tail would be removed; 130 interrupted.
 """
 
 import argparse
