@@ -2,15 +2,16 @@
 stderr.
 
 Exit status: 0 success; 1 any error (one line on stderr); 2 corruption (verify: corrupt; inspect,
-replay, push: the directory is corrupt); verify also exits 1 when only a torn tail would be
-removed; 130 interrupted.
+replay, push: the directory is corrupt) and an argument out of range or malformed (ARG_RANGES);
+verify also exits 1 when only a torn tail would be removed; 130 interrupted.
 """
 
 import argparse
 import json
 import os
+import re
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import boards, envelope, fsck, inspect_dir, locate, options, qboard, qoptions, vboard
 from .errors import HostError, as_host_error
@@ -1103,8 +1104,61 @@ COMMANDS = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors as every other: one line on stderr, exit 2 (docs/HOST.md)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, "ddq: %s: %s (%s -h)\n" % (self.prog, fsck.printable(message), self.prog))
+
+
+# Every numeric argument of every command, by its dest: (lowest, highest, lowest excluded).
+# Out of range (NaN and infinity included) is one line and exit 2, before anything runs
+# (docs/HOST.md "Trust"); tests/host/test_host_cli_errors.py holds every int/float option to
+# an entry here.
+U64 = (1 << 64) - 1
+ARG_RANGES: dict[str, tuple[float, float, bool]] = {
+    **{k: (lo, hi, False) for k, (lo, hi) in options.RANGES.items()},  # SPEC §7.1
+    "size_kib": (32, 4 << 20, False),  # 8 blocks of 4 KiB .. 4 GiB
+    "seconds": (0, 86400, False),
+    "now_ms": (0, U64, False),  # a u64, as every time the format stores
+    "limit": (0, U64, False),
+    "lease_ms": (1, 604800000, False),  # what claim() takes (SPEC O8)
+    "timeout": (0, 3600, True),  # replay.MAX_TIMEOUT_S
+    "window": (1, 65535, False),  # OUTBOX E25
+    "ramdisk_kb": (1, 1 << 20, False),
+    "idle_timeout": (0, 86400, True),
+}
+# micropython's -X heapsize=: digits, then w (words), then K or M; at least 700 bytes.
+_HEAPSIZE = re.compile(r"^([0-9]{1,10})([wW]?)([kKmM]?)$")
+
+
+def check_ranges(args: argparse.Namespace) -> None:
+    """CommandError (exit 2) for the first argument out of ARG_RANGES (or a bad --heapsize)."""
+    for dest, (lo, hi, open_lo) in ARG_RANGES.items():
+        v = getattr(args, dest, None)
+        if v is None or isinstance(v, bool):
+            continue
+        if not ((lo < v) if open_lo else (lo <= v)) or not v <= hi:  # (NaN fails both)
+            span = "more than %g and at most %g" % (lo, hi) if open_lo else "%d..%d" % (lo, hi)
+            raise CommandError(
+                "--%s must be %s, got %s" % (dest.replace("_", "-"), span, v), code=2
+            )
+    hs = getattr(args, "heapsize", None)
+    if hs is not None:
+        m = _HEAPSIZE.match(hs)
+        n = (
+            0
+            if m is None
+            else int(m.group(1)) * {"": 1, "k": 1024, "m": 1 << 20}[m.group(3).lower()]
+        )
+        if not 700 <= n <= 1 << 31:
+            raise CommandError(
+                "--heapsize must be a size such as 8M (700 bytes to 2048M), got %r" % hs, code=2
+            )
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="ddq", description="ddq host tools")
+    ap = _Parser(prog="ddq", description="ddq host tools")
     ap.add_argument(
         "--version", action=_VersionAction, nargs=0, help="print the ddq version and exit"
     )
@@ -1150,6 +1204,7 @@ def _run(handler: Any, args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        check_ranges(args)
         return _run(COMMANDS[args.command][0], args)
     except HostError as e:
         log_err("ddq: %s" % fsck.printable(str(e)))  # one line, whatever a name holds

@@ -7,7 +7,7 @@ from typing import Any
 from . import fsck, locate
 from .envelope import EncryptedError, check_decryptable  # noqa: F401  (tests/cpython use them)
 from .errors import HostError
-from .fsck.format import index_limit, not_regular, read_entry
+from .fsck.format import FileBytes, index_limit, not_regular, read_file
 
 PULL_META = ".ddq-pull.json"
 OPTIONS_FILE = "ddq-options.json"
@@ -79,20 +79,21 @@ def copy_queue(src: str, dst: str, options: dict[str, int] | None = None) -> Non
     """Copy what ddq reads in a queue directory (flat: the segments and their staged cuts, the
     marker, manifest, index and their .tmp) into a new directory dst, private (0700) and its
     files 0600 whatever the source's modes: a pulled directory of 0444 files opens for
-    appending in the copy. Each file is read through fsck's read_entry within the bound the
-    options allow (a sparse 8 GiB segment is refused in one line, never copied); QueueDirError
+    appending in the copy. Each file is read through fsck's read_file within the bound the
+    options allow (a sparse 8 GiB segment is refused in one line, never copied), and only its
+    data: a hole is copied as a hole (the copy costs what the file holds); QueueDirError
     when one is larger or not a regular file. Names ddq ignores are not copied."""
     opts = fsck.check_options(options)
     os.mkdir(dst, 0o700)
     for n in sorted(os.listdir(src)):
         bound = _copy_bound(n, opts)
-        data: bytes | None
+        data: FileBytes | None
         if n == "queue.lock":  # never read, only locked: an empty one (else inspect shows it made)
-            data, why = b"", not_regular(os.path.join(src, n))
+            data, why = FileBytes(0, []), not_regular(os.path.join(src, n))
         elif bound is None:
             continue
         else:
-            data, why = read_entry(os.path.join(src, n), bound[0], bound[1])
+            data, why = read_file(os.path.join(src, n), bound[0], bound[1])
         if data is None or why is not None:
             raise QueueDirError(
                 "%s: %s is %s: ddq refuses the directory (`ddq verify %s` says more)"
@@ -100,4 +101,9 @@ def copy_queue(src: str, dst: str, options: dict[str, int] | None = None) -> Non
             )
         fd = os.open(os.path.join(dst, n), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            # The data extents only, at their offsets: a hole stays a hole (a sparse 64 MiB
+            # segment holding 4 KiB costs 4 KiB here, not 64 MiB written).
+            for off, part in data.extents:
+                f.seek(off)
+                f.write(part)
+            f.truncate(data.size)

@@ -76,6 +76,89 @@ class ReplayError(HostError):
     """Bad URL, broker unreachable, queue unusable; one line for the user."""
 
 
+# What replay reads from a broker (OUTBOX E29's rule for ddq's own senders, held here for paho,
+# which buffers whatever a packet announces, up to 256 MiB, whole): a 3.1.1 broker sends a
+# client that never subscribes one CONNACK (2 bytes), then PUBACKs (2) and PINGRESPs (0).
+# Anything else is refused from its header, before its body is read: a longer packet, and
+# every other type (paho would answer a PUBLISH, PUBREC or PUBREL, and republish the window on
+# each CONNACK: replies that grow without bound towards a broker that does not read them).
+MAX_IN = 16
+_EXPECTED = {0x40: 2, 0xD0: 0}  # after the CONNACK: PUBACK, PINGRESP (header byte: length)
+
+
+class InboundGuard:
+    """Follows the MQTT framing of the bytes a broker sends on one connection; feed() raises
+    OSError (EPROTO, one line naming the broker and at most the header) at the first length
+    byte of a packet replay does not take (see MAX_IN), so no body is ever read."""
+
+    def __init__(self, broker: str) -> None:
+        self.broker = broker
+        self.head: int | None = None  # the header byte of the packet being framed
+        self.left = 0  # body bytes still to come (each at most MAX_IN)
+        self.packets = 0
+
+    def feed(self, data: bytes) -> None:
+        i = 0
+        while i < len(data):
+            if self.left:
+                take = min(self.left, len(data) - i)
+                self.left -= take
+                i += take
+                continue
+            b = data[i]
+            i += 1
+            if self.head is None:
+                self.head = b
+                continue
+            h, self.head = self.head, None
+            want = 0x20 if self.packets == 0 else None
+            ok = (b == 2 and h == want) if want is not None else _EXPECTED.get(h) == b
+            if not ok:
+                raise OSError(
+                    errno.EPROTO,
+                    "broker %s sent an MQTT packet 0x%02x announcing %s bytes; replay takes %s "
+                    "(at most %d bytes, OUTBOX E29): connection dropped"
+                    % (
+                        self.broker,
+                        h,
+                        "128 or more" if b & 0x80 else str(b),
+                        "a CONNACK (0x20, 2 bytes) first"
+                        if want is not None
+                        else "only PUBACK (0x40, 2 bytes) and PINGRESP (0xd0, 0 bytes) after it",
+                        MAX_IN,
+                    ),
+                )
+            self.packets += 1
+            self.left = b
+
+
+def bounded_client(mqtt: ModuleType, broker: str, **kw: Any) -> Any:
+    """A paho Client whose every read from the broker passes an InboundGuard (a fresh one per
+    connection). Its .refused is the first refusal's text ("" while none)."""
+    if not hasattr(mqtt.Client, "_sock_recv"):  # the one read paho 2.x makes; never unguarded
+        raise ReplayError(
+            "this paho-mqtt has no Client._sock_recv: ddq replay needs paho-mqtt 2.x"
+        )
+
+    class Bounded(mqtt.Client):  # type: ignore[misc, name-defined]
+        refused = ""
+        _guarded: Any = None
+        _guard = InboundGuard(broker)
+
+        def _sock_recv(self, bufsize: int) -> bytes:
+            data: bytes = super()._sock_recv(bufsize)
+            if self._sock is not self._guarded:  # a new connection: a new framing
+                self._guarded, self._guard = self._sock, InboundGuard(broker)
+            try:
+                self._guard.feed(data)
+            except OSError as e:
+                self.refused = self.refused or str(e.strerror)
+                raise
+            return data
+
+    return Bounded(**kw)
+
+
 def redact_url(url: str) -> str:
     """url as it may be shown: the password (anything after user: before the last @) is ***."""
     scheme, sep, rest = url.partition("://")
@@ -471,8 +554,10 @@ def replay(
         connected.set()  # a close before CONNACK ends the wait
 
     client_id = job.client_id or "ddq-replay-%d" % int(time.time())
-    client = mqtt.Client(
-        CallbackAPIVersion.VERSION2,
+    client = bounded_client(
+        mqtt,
+        broker,
+        callback_api_version=CallbackAPIVersion.VERSION2,
         client_id=client_id,
         clean_session=True,
     )
@@ -496,6 +581,8 @@ def replay(
                 "broker %s accepted the TCP connection but sent no CONNACK: "
                 "timed out after %g s (--timeout)" % (broker, ro.timeout)
             )
+        if client.refused:  # what the broker sent instead of its CONNACK
+            raise ReplayError(client.refused)
         if not rc:
             why = "broker %s closed the connection before accepting it" % broker
             if ro.tls and not ro.certfile:
@@ -511,6 +598,8 @@ def replay(
             old = signal.signal(signal.SIGINT, on_sigint)
         t_deliver = time.monotonic()
         res = _deliver(job, ro, client, run)
+        if client.refused:  # the window was released (retry(0)); a rerun resumes
+            raise ReplayError(client.refused)
     finally:
         if old is not None:
             signal.signal(signal.SIGINT, old)

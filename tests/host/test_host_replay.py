@@ -3,6 +3,7 @@ TTL expiry."""
 
 import json
 import time
+import types
 
 from conftest import Subscriber, ddq, tree_hash
 from ddqhost import locate, qdir, replay
@@ -159,9 +160,8 @@ def test_replay_quarantines_unpublishable_and_goes_on(tmp_path, mosquitto):
         r = ddq("replay", q, "--to", url, "--json", "-v")
         assert r.returncode == 0, r.stderr
         res = json.loads(r.stdout)
-        sub.wait_for(2)
-        time.sleep(0.2)
-        got = [g for g in sub.got if g[0].startswith(pre)]  # retained messages of other tests too
+        # (retained messages of other tests arrive too: only pre counts)
+        got = [g for g in sub.wait_for(2, prefix=pre) if g[0].startswith(pre)]
     finally:
         sub.close()
     assert (res["sent"], res["unpublishable"], res["failed"], res["remaining"]) == (2, 3, 0, 0)
@@ -271,9 +271,7 @@ def _replay_two(mosquitto, prefix, *args):
     try:
         r = ddq("replay", *args, "--json")
         assert r.returncode == 0, r.stderr
-        sub.wait_for(2)
-        time.sleep(0.3)
-        got = [g for g in sub.got if g[0].startswith(prefix)]
+        got = [g for g in sub.wait_for(2, prefix=prefix) if g[0].startswith(prefix)]
     finally:
         sub.close()
     return json.loads(r.stdout), r.stdout + r.stderr, got
@@ -370,21 +368,27 @@ def test_deliver_quarantines_what_paho_refuses_and_goes_on(tmp_path):
     assert items[b]["reason"] == "unpublishable: Invalid topic."
 
 
-def test_deliver_stops_at_the_first_missing_puback_and_releases_the_window(tmp_path):
+def test_deliver_stops_at_the_first_missing_puback_and_releases_the_window(tmp_path, monkeypatch):
     # EVIDENCE-OF: E26
     # No PUBACK for the 2nd publish (paho's info never published): the window in flight is
     # released with retry(0) (due again at once, one attempt counted) and replay stops.
+    # Replay's monotonic clock is the test's: it moves only when a wait waits, so how fast the
+    # machine runs the loop cannot make --timeout fire before the 3rd publish.
     from ddqhost import replay
 
     q = tmp_path / "q"
     a, b, c, d = _make_queue(q)
+    mono = [0.0]
+    monkeypatch.setattr(
+        replay, "time", types.SimpleNamespace(monotonic=lambda: mono[0], time=time.time)
+    )
 
     class Info:
         def __init__(self, ok):
             self.ok = ok
 
         def wait_for_publish(self, timeout):
-            pass
+            mono[0] += timeout  # the wait, on the test's clock
 
         def is_published(self):
             return self.ok
@@ -597,10 +601,8 @@ def test_replay_delivers_each_reading_of_a_batch(tmp_path, mosquitto):
         r = ddq("replay", q, "--to", url, "--json")
         assert r.returncode == 0, r.stderr
         res = json.loads(r.stdout)
-        for _ in range(50):  # (what earlier tests retained arrives too: not counted)
-            got = [g for g in sub.wait_for(len(want)) if g[0].startswith("site/")]
-            if len(got) >= len(want):
-                break
+        # (what earlier tests retained arrives too: not counted)
+        got = [g for g in sub.wait_for(len(want), prefix="site/") if g[0].startswith("site/")]
     finally:
         sub.close()
     assert got == want, got

@@ -63,7 +63,7 @@ def _pwfile(tmp_path, text=PASSWORD + "\n", mode=0o600):
     return p
 
 
-def _wait(got, prefix, n, seconds=5.0):
+def _wait(got, prefix, n, seconds=120.0):  # (a bound for a broken run: returns at n)
     end = time.monotonic() + seconds
     while time.monotonic() < end and sum(1 for t, _ in got if t.startswith(prefix)) < n:
         time.sleep(0.02)

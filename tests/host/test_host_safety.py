@@ -8,7 +8,6 @@ import json
 import os
 import socket
 import threading
-import time
 
 import pytest
 
@@ -91,7 +90,6 @@ def test_non_regular_file_named_like_a_queue_file_is_refused_unopened(tmp_path, 
     else:
         os.mkdir(p)
         what = "a directory"
-    t0 = time.monotonic()
     for args in (
         ("inspect", q),
         ("replay", q, "--to", "mqtt://127.0.0.1:1", "--dry-run"),
@@ -102,7 +100,6 @@ def test_non_regular_file_named_like_a_queue_file_is_refused_unopened(tmp_path, 
     # verify and records read with the independent reader: a corrupt verdict, never an open.
     r = ddq("verify", q, timeout=30)
     assert r.returncode == 2 and "not a regular file" in r.stdout, r.stdout + r.stderr
-    assert time.monotonic() - t0 < 30
 
 
 class SilentBroker:
@@ -140,11 +137,9 @@ def test_broker_that_never_answers_times_out_waiting_for_connack(tmp_path):
     before = tree_hash(q)
     b = SilentBroker()
     try:
-        t0 = time.monotonic()
         r = ddq(
             "replay", q, "--to", "mqtt://127.0.0.1:%d/x" % b.port, "--timeout", "0.5", timeout=30
         )
-        took = time.monotonic() - t0
         accepted = len(b.conns)
     finally:
         b.close()
@@ -154,5 +149,4 @@ def test_broker_that_never_answers_times_out_waiting_for_connack(tmp_path):
         "broker 127.0.0.1:%d accepted the TCP connection but sent no CONNACK:"
         " timed out after 0.5 s" % b.port
     ) in line, line
-    assert took < 20
     assert tree_hash(q) == before

@@ -5,6 +5,8 @@ Written from docs/SPEC.md's tables (records §3, record types §4, manifest §5,
 §7.1, the recovery index §12.1), never from port/ddq.py: see the package docstring.
 """
 
+import bisect
+import errno
 import os
 import re
 import stat
@@ -111,11 +113,113 @@ def not_regular(path: str) -> str | None:
     return "%s, not a regular file" % _TYPE_NAMES.get(stat.S_IFMT(mode), "not a regular file")
 
 
-def read_entry(path: str, limit: int, bound: str) -> tuple[bytes | None, str | None]:
-    """(the bytes of path, None), or (None, why) when it is not a regular file of at most limit
-    bytes (bound names the limit, e.g. "segment_bytes (4096)"). Looks before it reads: lstat,
-    then an open that neither follows a link nor blocks on a FIFO, fstat, and a read of at most
-    limit + 1 bytes, so no file costs more memory or time than the options allow."""
+class FileBytes:
+    """A file's bytes as read_file read them: its data extents only (SEEK_DATA/SEEK_HOLE), each
+    held as bytes; a hole reads as zeros without being read or held. len() is the file's size;
+    a slice (step 1) or an index gives bytes / an int, holes zero-filled. So the work and memory
+    a sparse file costs follow the bytes it holds (st_blocks), not its apparent size."""
+
+    def __init__(self, size: int, extents: list[tuple[int, bytes]]) -> None:
+        self.size = size
+        self.extents = extents  # (offset, bytes), in order, not overlapping
+        self._starts = [o for o, _d in extents]
+
+    def __len__(self) -> int:
+        return self.size
+
+    def held(self) -> int:
+        """The bytes of data actually read and held."""
+        return sum(len(d) for _o, d in self.extents)
+
+    def _range(self, a: int, b: int) -> bytes:
+        if b <= a:
+            return b""
+        out = bytearray(b - a)
+        for o, d in self.extents[max(bisect.bisect_right(self._starts, a) - 1, 0) :]:
+            if o >= b:
+                break
+            lo, hi = max(a, o), min(b, o + len(d))
+            if lo < hi:
+                out[lo - a : hi - a] = d[lo - o : hi - o]
+        return bytes(out)
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):
+            a, b, step = k.indices(self.size)
+            if step != 1:
+                raise ValueError("FileBytes slices have step 1")
+            return self._range(a, b)
+        i = k + self.size if k < 0 else k
+        if not 0 <= i < self.size:
+            raise IndexError(k)
+        return self._range(i, i + 1)[0]
+
+    def __bytes__(self) -> bytes:
+        return self._range(0, self.size)
+
+    def uniform_from(self, start: int) -> bool:
+        """True when bytes start.. the end are there and all 0x00 or all 0xFF (a hole is 0x00),
+        looking at the data extents only."""
+        zeros = ones = True
+        data = 0
+        for o, d in self.extents:
+            if o + len(d) <= start:
+                continue
+            part = d[max(start - o, 0) :]
+            data += len(part)
+            zeros = zeros and part.count(0) == len(part)
+            ones = ones and part.count(0xFF) == len(part)
+        if data < self.size - start:
+            ones = False
+        return self.size > start and (zeros or ones)
+
+    def nonzero_end(self) -> int:
+        """The offset just past the last byte that is not 0x00 (0: none)."""
+        for o, d in reversed(self.extents):
+            n = len(d.rstrip(b"\0"))
+            if n:
+                return o + n
+        return 0
+
+
+_CHUNK = 1 << 20
+
+
+def _extents(fd: int, size: int) -> list[tuple[int, bytes]]:
+    # The data regions of [0, size) (a filesystem without SEEK_DATA: one, the whole file),
+    # each read in chunks; a hole is skipped, never read.
+    out: list[tuple[int, bytes]] = []
+    off = 0
+    while off < size:
+        try:
+            d = os.lseek(fd, off, os.SEEK_DATA)
+            h = min(os.lseek(fd, d, os.SEEK_HOLE), size)
+        except AttributeError:
+            d, h = off, size
+        except OSError as e:
+            if e.errno == errno.ENXIO:  # no data past off: the rest is a hole
+                break
+            d, h = off, size
+        if d >= size:
+            break
+        buf = bytearray()
+        while d + len(buf) < h:
+            got = os.pread(fd, min(_CHUNK, h - d - len(buf)), d + len(buf))
+            if not got:
+                break
+            buf += got
+        if buf:
+            out.append((d, bytes(buf)))
+        off = max(h, d + 1)
+    return out
+
+
+def read_file(path: str, limit: int, bound: str) -> tuple[FileBytes | None, str | None]:
+    """(the bytes of path as FileBytes, None), or (None, why) when it is not a regular file of
+    at most limit bytes (bound names the limit, e.g. "segment_bytes (4096)"). Looks before it
+    reads: lstat, then an open that neither follows a link nor blocks on a FIFO, fstat; then
+    only its data extents, so no file costs more memory or time than the options allow, nor
+    more than the bytes it truly holds."""
     why = not_regular(path)
     if why is not None:
         return None, why
@@ -124,16 +228,30 @@ def read_entry(path: str, limit: int, bound: str) -> tuple[bytes | None, str | N
         fd = os.open(path, flags)
     except OSError as e:
         return None, "unreadable (%s)" % (e.strerror or e)
-    with os.fdopen(fd, "rb") as f:
+    try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             return None, "not a regular file"
         if st.st_size > limit:
             return None, "%d bytes, larger than %s" % (st.st_size, bound)
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        return None, "larger than %s" % bound
-    return data, None
+        return FileBytes(st.st_size, _extents(fd, st.st_size)), None
+    except OSError as e:
+        return None, "unreadable (%s)" % (e.strerror or e)
+    finally:
+        os.close(fd)
+
+
+def read_entry(path: str, limit: int, bound: str) -> tuple[bytes | None, str | None]:
+    """read_file's bytes as one bytes object (a small file: the manifest, the index)."""
+    fb, why = read_file(path, limit, bound)
+    return (None, why) if fb is None else (bytes(fb), None)
+
+
+def leftover_end(left: Any) -> int:
+    """The offset just past the last non-zero byte of a staged cut (bytes or FileBytes)."""
+    if isinstance(left, FileBytes):
+        return left.nonzero_end()
+    return len(left.rstrip(b"\0"))
 
 
 def index_limit(opts: Options) -> int:
@@ -242,15 +360,15 @@ class Problem:
         }
 
 
-def leftover_extra(left: bytes, seg: bytes | None) -> int | None:
+def leftover_extra(left: Any, seg: Any) -> int | None:
     """SPEC R22: None when the segment (None: missing) starts with the staged cut's bytes up to
     its last non-zero byte (trailing zeros are an unsynced copy's), else the first offset where
-    the two differ."""
-    e = len(left.rstrip(b"\0"))
-    seg = seg or b""
-    if seg[:e] == left[:e]:
+    the two differ. (bytes or FileBytes.)"""
+    e = leftover_end(left)
+    a, b = bytes(left[:e]), bytes(seg[:e]) if seg is not None else b""
+    if b == a:
         return None
-    return next(i for i in range(e) if i >= len(seg) or seg[i] != left[i])
+    return next(i for i in range(e) if i >= len(b) or b[i] != a[i])
 
 
 def decode_record(buf: bytes, off: int, opts: Options) -> tuple[JSON, str, str | None]:
@@ -268,7 +386,8 @@ def decode_record(buf: bytes, off: int, opts: Options) -> tuple[JSON, str, str |
             "%d bytes left, less than a 40-byte header" % left,
         )
     magic, ver, typ, seq, arg, plen, rlen, crc, reserved = struct.unpack_from(
-        REC_HEADER_FMT, buf, off
+        REC_HEADER_FMT,
+        buf[off : off + REC_HEADER],  # (a slice: buf may be FileBytes)
     )
     rec = {
         "offset": off,
@@ -299,7 +418,7 @@ def decode_record(buf: bytes, off: int, opts: Options) -> tuple[JSON, str, str |
         return rec, "short", "record_length %d runs past the end (%d bytes left)" % (rlen, left)
     payload = bytes(buf[off + REC_HEADER : off + REC_HEADER + min(plen, rlen - REC_MIN)])
     rec["payload_hex"] = payload.hex()
-    commit, trail = struct.unpack_from(FOOTER_FMT, buf, off + rlen - REC_FOOTER)
+    commit, trail = struct.unpack_from(FOOTER_FMT, buf[off + rlen - REC_FOOTER : off + rlen])
     rec["footer_ok"] = commit == REC_COMMIT and trail == rlen
     if rlen != REC_MIN + plen:
         rec["crc_ok"] = False

@@ -123,7 +123,7 @@ class IndexCheck:
             return None
         return ns - 1, ix.segs[-1][1]
 
-    def check_segment(self, idx: int, data: bytes) -> None:
+    def check_segment(self, idx: int, data: Any) -> None:  # bytes or FileBytes
         ix = self.ix
         if ix is None or self.status != "pending" or idx >= len(ix.segs):
             return

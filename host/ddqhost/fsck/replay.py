@@ -35,6 +35,7 @@ from .format import (
     TYPE_NAMES,
     U32_MAX,
     U64_MAX,
+    FileBytes,
     Item,
     NotAQueue,
     Options,
@@ -46,6 +47,7 @@ from .format import (
     not_regular,
     parse_segment_name,
     read_entry,
+    read_file,
 )
 from .index import IndexCheck
 
@@ -63,10 +65,20 @@ def scan(
     rep = Report(path, opts)
     names = sorted(os.listdir(path))
     seg_bound = "segment_bytes (%d)" % opts["segment_bytes"]
+    # SPEC R4: ddq reads at most max_segments*8 + 1024 names before it refuses (Limit).
+    most = opts["max_segments"] * 8 + 1024
+    if len(names) > most:
+        rep.add(
+            "corrupt",
+            "%d directory entries, more than max_segments*8 + 1024 (%d): ddq refuses to open "
+            "the directory (Limit, SPEC R4)" % (len(names), most),
+        )
+        return rep
     # SPEC N7: every entry ddq may open is a regular file, checked before anything is opened.
     for n in names:
         why = n.startswith(QUEUE_PREFIXES) and not_regular(os.path.join(path, n))
-        if why and not why.startswith("a directory"):  # (a directory: the rules of its name)
+        if why and (not why.startswith("a directory") or n == LOCK_NAME):
+            # (a directory: the rules of its name; queue.lock's is that ddq opens it to lock)
             rep.add("corrupt", "%s is %s: ddq refuses the directory (SPEC N7)" % (n, why), file=n)
     if rep.problems:
         return rep
@@ -85,7 +97,7 @@ def scan(
         tp = os.path.join(path, target)
         if target in names and os.lstat(tp).st_size != 0:
             continue
-        left, why = read_entry(os.path.join(path, n), opts["segment_bytes"], seg_bound)
+        left, why = read_file(os.path.join(path, n), opts["segment_bytes"], seg_bound)
         if left is None:
             rep.add("corrupt", "%s is %s (SPEC N7, R15)" % (n, why), file=n)
             return rep
@@ -200,7 +212,7 @@ def scan(
         sizes.append(os.lstat(os.path.join(path, sources.get(n, n))).st_size)
     st.snap_at = ixc.check_dir(gen, sizes, man_bytes, cp)
     for idx, (sid, n) in enumerate(mine):
-        data, why = read_entry(
+        data, why = read_file(
             os.path.join(path, sources.get(n, n)), opts["segment_bytes"], seg_bound
         )
         if data is None:
@@ -263,10 +275,10 @@ def _classify_other_files(
             bound = "segment_bytes (%d)" % limit
             seg, why, bad = None, None, target
             if target in names:
-                seg, why = read_entry(os.path.join(path, target), limit, bound)
+                seg, why = read_file(os.path.join(path, target), limit, bound)
             left = None
             if why is None:
-                left, why = read_entry(fp, limit, bound)
+                left, why = read_file(fp, limit, bound)
                 bad = n
             if left is None:
                 rep.add("corrupt", "%s is %s (SPEC R15)" % (bad, why), file=n)
@@ -396,7 +408,7 @@ class _Replay:
         self.next_seq = m["next_seq"]
         self.seen = True
 
-    def segment(self, seg: JSON, idx: int, data: bytes, last: bool) -> None:
+    def segment(self, seg: JSON, idx: int, data: Any, last: bool) -> None:
         name = seg["name"]
         self.seg_ids[name] = idx
         if len(data) > self.opts["segment_bytes"]:
@@ -533,11 +545,12 @@ class _Replay:
             return
 
     @staticmethod
-    def uniform_tail(data: bytes, off: int, rec: JSON, status: str) -> bool:
-        if status == "bad-header":
-            rest = data[off:]
-        else:
-            rest = data[off + rec["record_length"] - REC_FOOTER :]  # the footer and all after it
+    def uniform_tail(data: Any, off: int, rec: JSON, status: str) -> bool:
+        if status != "bad-header":
+            off += rec["record_length"] - REC_FOOTER  # the footer and all after it
+        if isinstance(data, FileBytes):  # its data extents only: a hole is zeros, unread
+            return data.uniform_from(off)
+        rest = data[off:]
         return len(rest) > 0 and (rest.count(0) == len(rest) or rest.count(0xFF) == len(rest))
 
     def apply(self, rec: JSON, name: str) -> None:

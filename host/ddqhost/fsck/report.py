@@ -133,7 +133,7 @@ def render_verify(rep: Report) -> str:
     for n in rep.ignored:
         out.append("ignored: %s" % n)
     for p in rep.problems:
-        out.append("%s: %s: %s" % (p.kind.upper(), p.where(), p.message))
+        out.append("%s: %s" % (p.kind.upper(), ": ".join(x for x in (p.where(), p.message) if x)))
     if rep.replay_stopped:
         out.append("note: %s" % rep.replay_stopped)
     if not rep.c_compatible:
