@@ -219,6 +219,9 @@ def test_directory_named_like_salvage_s_files_is_refused_and_nothing_moves():
         _salvage_refused(d, name)
         _salvage_refused(d, name)
         os.rmdir(d + "/" + name)
+        h = support.heap_size()
+        if h is not None and h < 192 * 1024:
+            continue  # (the refusal imports nothing; a salvage needs ddq_salvage: 20 KB, test_cut)
         q = ddq.Queue(d, on_corrupt="salvage", **OPTS)
         assert q.stats().salvaged == 1 and q.stats().total_items >= 1, q.stats().as_dict()
         q.close()

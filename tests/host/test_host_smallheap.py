@@ -48,6 +48,7 @@ GROUPS = [
     ["test_hold"],
     ["test_index_regressions"],
     ["test_interop"],
+    ["test_lock_spellings"],
     ["test_nomem"],
     ["test_reclaim"],
     ["test_record_verdicts"],
