@@ -33,8 +33,11 @@ if TYPE_CHECKING:
 # ============================================================================ group
 # An op is [fn, args, result, error, done]. A batch is a list of ops. A running batch (threads)
 # is [gate, waiters]: the gate is a lock the leader holds while it applies and syncs the batch;
-# a follower waits by acquire() + release() on it (each lock is released by the thread that
-# acquired it: MicroPython's unix port uses pthread mutexes).
+# a follower waits by `with gate: pass` (each lock is released by the thread that acquired it:
+# MicroPython's unix port uses pthread mutexes). Every lock is held inside a `with` (or, for the
+# leader's gate, from before it is published until a `finally`), so an exception delivered to
+# a caller at any point (KeyboardInterrupt, an asynchronous exception) leaves no lock held and
+# no op of a taken batch without an end [G4].
 
 
 def _sleep0() -> None:
@@ -49,13 +52,38 @@ def _sleep0() -> None:
 _yield: "Callable[[], Any]" = getattr(os, "sched_yield", None) or _sleep0
 
 
-class _NoLock:
-    # Where _thread does not exist only asyncio tasks call in: nothing to exclude.
+def _end(batch: "list[Any]", err: "Any", synced: bool) -> None:
+    # Every op of a batch that has not ended ends now: with the error err (else one saying that
+    # no sync covered it) unless the sync covering it completed [G3][G4].
+    for op in batch:
+        if not op[4]:
+            if not synced and op[3] is None:
+                op[2] = None
+                op[3] = err if err is not None else IOFailure("interrupted before the sync")
+            op[4] = True
+
+
+class _Lock:
+    # `with` over an object's acquire/release (a lock without __enter__); with none, no lock:
+    # where _thread does not exist only asyncio tasks call in, and there is nothing to exclude.
+    def __init__(self, lk: "Any" = None) -> None:
+        self.lk = lk
+
     def acquire(self, *a: "Any") -> bool:
+        if self.lk is not None:
+            self.lk.acquire()
         return True
 
     def release(self) -> None:
-        pass
+        if self.lk is not None:
+            self.lk.release()
+
+    def __enter__(self) -> "_Lock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *a: "Any") -> None:
+        self.release()
 
 
 def _fn(fn: "Any") -> None:
@@ -80,13 +108,16 @@ class Group:
 
             self._mk: "Any" = _thread.allocate_lock
         except ImportError:
-            self._mk = _NoLock
+            self._mk = _Lock
         if lock is True:
             lock = self._mk()
         if lock is not None and not (hasattr(lock, "acquire") and hasattr(lock, "release")):
             raise InvalidArgument("lock: True, None or an object with acquire/release")
         self.target = target
         self.lock = lock
+        # held by `with` (a _thread lock's own __enter__: no moment between acquire and the
+        # release being certain); an object with acquire/release only, or none, wrapped
+        self._lk: "Any" = lock if hasattr(lock, "__exit__") else _Lock(lock)
         self.ack_durable = bool(ack_durable)
         self._mu = self._mk()  # guards the fields below only: held for microseconds
         self._open: "Optional[list[Any]]" = None  # ops that the next sync will cover
@@ -108,57 +139,44 @@ class Group:
     # ------------------------------------------------------------------ internals
     def _add(self, fn: "Callable[..., Any]", args: "tuple[Any, ...]") -> "list[Any]":
         op: "list[Any]" = [fn, args, None, None, False]
-        mu = self._mu
-        mu.acquire()
-        try:
+        with self._mu:
             if self._closed:
                 raise IOFailure("group is closed")
             if self._open is None:
                 self._open = [op]
             else:
                 self._open.append(op)
-        finally:
-            mu.release()
         return op
 
     def _take(self) -> "list[Any]":
-        mu = self._mu
-        mu.acquire()
-        b, self._open = self._open, None
-        mu.release()
+        with self._mu:
+            b, self._open = self._open, None
         return b or []
 
     def _apply(self, batch: "list[Any]") -> None:
         # The leader's work [G2]: apply every op of the batch in arrival order under the target's
         # lock, then one sync covering them all. Whatever happens, every op ends done, with its
         # result only if that sync completed [G3]; anything else gets an error [G4].
-        lk, err, n, synced = self.lock, None, 0, False
+        err, n, synced = None, 0, False
         self._last = len(batch)
-        if lk is not None:
-            lk.acquire()
         try:
-            for op in batch:
-                try:
-                    op[2] = op[0](*op[1])
-                    n += 1
-                except Exception as e:  # this op only (TooLarge, Full, ...): the rest go on
-                    op[3] = e
-            if n:
-                # A failed sync fail-stops a Queue [R20]: later calls raise IOFailure too.
-                self.target.sync()
-                self.syncs += 1
-                self.writes += n
-            synced = True
+            with self._lk:
+                for op in batch:
+                    try:
+                        op[2] = op[0](*op[1])
+                        n += 1
+                    except Exception as e:  # this op only (TooLarge, Full, ...): the rest go on
+                        op[3] = e
+                if n:
+                    # A failed sync fail-stops a Queue [R20]: later calls raise IOFailure too.
+                    self.target.sync()
+                    self.syncs += 1
+                    self.writes += n
+                synced = True
         except Exception as e:
             err = e
         finally:
-            if lk is not None:
-                lk.release()
-            for op in batch:
-                if op[3] is None and not synced:
-                    op[2] = None
-                    op[3] = err if err is not None else IOFailure("interrupted before the sync")
-                op[4] = True
+            _end(batch, err, synced)
 
     def _result(self, op: "list[Any]") -> "Any":
         if op[3] is not None:
@@ -171,55 +189,60 @@ class Group:
         covers it completed (raise its error, or the sync's) [G1]-[G4]. Thread-safe."""
         _fn(fn)
         op: "list[Any]" = [fn, args, None, None, False]
-        mu = self._mu
-        mu.acquire()
-        if self._closed:
-            mu.release()
-            raise IOFailure("group is closed")
-        b = self._open
-        if b is None:
-            self._open = [op]
-        else:
-            b.append(op)
-        while True:  # at most three rounds: a batch runs, then the one holding op [G2]
-            if op[4]:  # covered by a batch that ran while this caller waited for mu
-                mu.release()
-                break
-            run = self._run
-            if run is None:  # no sync running: lead one for every op gathered so far
-                gate, self._spare = self._spare or self._mk(), None
-                gate.acquire()  # free (new or spare): does not block
-                run = self._run = [gate, 0]
-                last = self._last
-                b = self._open
-                if last > 1 and (b is None or len(b) < last):
-                    # Callers run concurrently and some that the last sync woke have not added
-                    # their next op yet: one round for them to join (a lone caller, or a batch
-                    # already as large as the last one, goes on at once).
-                    mu.release()
+        mu, mine, b, y = self._mu, None, None, False
+        try:
+            # A caller waits for the running batch, then for the one holding op (another
+            # caller's, or it leads it): the third round finds op done [G2]. The bound is for
+            # what cannot happen; it ends in IOFailure, never in a wait [G4].
+            for k in range(4):
+                with mu:
+                    if not k:
+                        if self._closed:
+                            raise IOFailure("group is closed")
+                        if self._open is None:
+                            self._open = [op]
+                        else:
+                            self._open.append(op)
+                    elif op[4]:
+                        break
+                    run = self._run
+                    if run is None:  # no sync running: lead one for every op gathered so far
+                        gate, self._spare = self._spare or self._mk(), None
+                        gate.acquire()  # free (new or spare) and nobody's but ours till published
+                        mine = [gate, 0]
+                        self._run = mine
+                        last = self._last
+                        # Callers run concurrently and some that the last sync woke have not
+                        # added their next op yet: one round for them to join, below (a lone
+                        # caller, or a batch already as large as the last one, goes on at once).
+                        y = last > 1 and len(self._open or ()) < last
+                        if not y:
+                            b, self._open = self._open, None  # (b: a batch taken, never a peek)
+                        break
+                    run[1] += 1
+                with run[0]:  # a sync is running: wait for it, then lead or be covered [G2]
+                    pass
+                if op[4]:  # set before the gate was released: read without mu
+                    break
+            else:
+                raise IOFailure("group: the batch was not applied")
+            if mine is not None:
+                if y:
                     self.yields += 1
                     _yield()
-                    mu.acquire()
-                b, self._open = self._open, None
-                mu.release()
-                try:
-                    self._apply(b or [])
-                finally:
-                    mu.acquire()
-                    self._run = None
-                    gate.release()
-                    if not run[1]:
-                        self._spare = gate  # no follower holds it: reuse
-                    mu.release()
-            else:  # a sync is running: wait for it, then lead or be covered [G2]
-                run[1] += 1
-                mu.release()
-                gate = run[0]
-                gate.acquire()
-                gate.release()
-            if op[4]:  # set before the gate was released: read without mu
-                break
-            mu.acquire()
+                    with mu:
+                        b, self._open = self._open, None
+                self._apply(b or [])
+        finally:
+            if mine is not None:  # this caller led: its ops end, then its waiters go [G4]
+                if b and not b[-1][4]:  # (ops end in order: the last one done, all are)
+                    _end(b, None, False)
+                with mu:
+                    if self._run is mine:
+                        self._run = None
+                    if not mine[1]:
+                        self._spare = mine[0]  # no follower holds it: reuse
+                    mine[0].release()
         if op[3] is not None:
             raise op[3]
         return op[2]
@@ -242,22 +265,16 @@ class Group:
     def locked(self, fn: "Callable[..., Any]", *args: "Any") -> "Any":
         """Run fn(*args) under the target's lock now (claim, retry, stats): no sync awaited."""
         _fn(fn)
-        lk = self.lock
-        if lk is None:
+        with self._lk:
             return fn(*args)
-        lk.acquire()
-        try:
-            return fn(*args)
-        finally:
-            lk.release()
 
     def close(self) -> None:
-        """Refuse new calls; close the target once the running sync ended. Callers still waiting
-        get IOFailure (or complete): none hangs [G6]. Idempotent."""
-        mu = self._mu
-        mu.acquire()
-        self._closed = True
-        mu.release()
+        """Refuse new calls and end every call in the open batch with IOFailure; close the
+        target once the running sync ended (its callers complete). None hangs [G6]. Idempotent."""
+        with self._mu:
+            self._closed = True
+            b, self._open = self._open, None
+        _end(b or [], IOFailure("group is closed"), False)
         self.locked(self.target.close)
 
     # ------------------------------------------------------------------ asyncio

@@ -119,10 +119,12 @@ def recover(self: "Queue") -> None:
         raise IOFailure("queue is closed")
     self._fail()  # (abandons a staged generation too)
     _reset(self)
+    salv = None  # on_corrupt="salvage" [K9], once N7 passed: a special file is never salvaged
     try:
         fs = self._fs
         names = listdir(self)
         _regular(self, names)
+        salv = self._salv
         marker = fs.kind(self._path(_MARKER))
         if marker not in (0, 1) or (marker == 1 and fs.size(self._path(_MARKER)) != 0):
             raise _E("Corrupt")("queue.format is not an empty regular file")
@@ -282,8 +284,12 @@ def recover(self: "Queue") -> None:
         self._fail()
         if isinstance(e, MemoryError):
             raise self._oom()  # NoMemory; fail-stopped, the disk as it was [O23]
-        if not (self._salv and isinstance(e, _E("Corrupt"))):
+        if not (salv and isinstance(e, _E("Corrupt"))):
             raise
+        try:  # [N7] the names salvage opens, before it opens one (a FIFO would block it)
+            _regular(self, listdir(self), str(e))
+        except OSError as x:
+            raise _io_failure(x, "salvage")
         _part("ddq_salvage").in_place(self, e)  # [K9] repairs the directory, then recovers it
 
 
@@ -296,10 +302,11 @@ def listdir(self: "Queue") -> "list[str]":
     return names
 
 
-def _bad(fs: "Any", p: str, t: int) -> bool:
-    # True when p is a link, FIFO, device or socket [N7] (a directory is left to the rules that
-    # read the name): lstat where the os has it (a link is a link), else the listing's entry
-    # type t (MicroPython's stat follows links; its ilistdir does not), else the storage's kind.
+def _bad(fs: "Any", p: str, t: int, dirs: bool = False) -> bool:
+    # True when p is a link, FIFO, device or socket [N7] (a directory only if dirs, else it is
+    # left to the rules that read the name): lstat where the os has it (a link is a link), else
+    # the listing's entry type t (MicroPython's stat follows links; its ilistdir does not), else
+    # the storage's kind.
     lst = getattr(os, "lstat", None)
     if lst is not None:
         try:
@@ -307,14 +314,18 @@ def _bad(fs: "Any", p: str, t: int) -> bool:
         except OSError:
             t = 0
     if t:
-        return t & 0o170000 not in (0o100000, 0o040000)
-    return bool(fs.kind(p) > 2)
+        t &= 0o170000
+        return t != 0o100000 and (dirs or t != 0o040000)
+    return bool(fs.kind(p) > (1 if dirs else 2))
 
 
-def _regular(self: "Queue", names: "list[str]") -> None:
+def _regular(self: "Queue", names: "list[str]", why: str = "") -> None:
     # [N7] Before anything in the directory is opened: no entry named like a queue file is a
     # link or a special file (a FIFO would block the open, a link read or append outside).
     # (MicroPython: the listing gives each type, so a LittleFS or FAT entry costs no stat.)
+    # why: the Corrupt that in-place salvage is about to repair [K9]; then the names salvage
+    # reads and writes (salvage.intent, salvaged-*, salvage-report-*) are checked instead, a
+    # directory too, and a bad one raises that Corrupt, naming it, with nothing changed.
     fs, d = self._fs, self._dir
     if not isinstance(fs, PosixStorage):
         return
@@ -322,7 +333,10 @@ def _regular(self: "Queue", names: "list[str]") -> None:
     src: "Any" = names if il is None else il(d)
     for e in src:
         n, t = (e, 0) if il is None else (e[0], e[1])
-        if (n[:6] == "queue." or n[:8] == "segment-" or n[:11] == "generation-") and _bad(
+        if why:
+            if n[:7] == "salvage" and _bad(fs, d + "/" + n, t, True):
+                raise _E("Corrupt")("%s; %s is not a regular file [N7]" % (why, n))
+        elif (n[:6] == "queue." or n[:8] == "segment-" or n[:11] == "generation-") and _bad(
             fs, d + "/" + n, t
         ):
             raise _E("Corrupt")(n + " is not a regular file [N7]")
@@ -970,18 +984,41 @@ def _reset(self: "Queue") -> None:
     self._rr = [0, -1, 0]  # start rule: writes and slack at the last look, slack a write ×16
 
 
-def lock(self: "PosixStorage", path: str) -> "Any":
-    # flock on queue.lock excludes C DDQ too [L1]; on the MicroPython unix port an abstract
-    # unix socket named after the directory does the same and dies with its process [L2].
-    # An absolute path without ".", ".." or doubled slashes: one lock key per directory.
+def _key(p: str, fold: bool) -> str:
+    # The lock key of the absolute path p: without ".", ".." or doubled slashes, one key per
+    # directory [L3]. fold (FAT): the path as FatFs reads it: "\\" separates too, and ASCII
+    # case and a name's trailing dots and spaces do not count. (A control character ends a
+    # FatFs path: such a directory's queue.lock is the directory itself, which opens nothing.)
+    if fold:
+        p = p.replace("\\", "/").lower()
     out: "list[str]" = []
-    for part in (path if path[:1] == "/" else os.getcwd() + "/" + path).split("/"):
+    for part in p.split("/"):
         if part == "..":
             if out:
                 out.pop()
         elif part and part != ".":
-            out.append(part)
-    key = "/" + "/".join(out)
+            out.append(part.rstrip(". ") if fold else part)
+    return "/" + "/".join(out)
+
+
+def _alias(key: str) -> str:
+    # A name in key that FAT may read as another's 8.3 short name (LONGQU~1 for longqueuename):
+    # one with "~" that its directory does not list (any case); "" if none.
+    d = ""
+    for part in key.split("/")[1:]:
+        if "~" in part:
+            n = part.lower().rstrip(". ")
+            if not [1 for e in os.listdir(d or "/") if e.lower() == n]:
+                return part
+        d += "/" + part
+    return ""
+
+
+def lock(self: "PosixStorage", path: str) -> "Any":
+    # flock on queue.lock excludes C DDQ too [L1]; on the MicroPython unix port an abstract
+    # unix socket named after the directory does the same and dies with its process [L2].
+    p = path if path[:1] == "/" else os.getcwd() + "/" + path
+    key = _key(p, False)
     if key in PosixStorage._held:
         raise _E("Locked")("locked by this process: " + path)
     if _bad(self, path + "/" + _LOCK, 0):  # [N7] before the open: a FIFO would block it
@@ -990,10 +1027,22 @@ def lock(self: "PosixStorage", path: str) -> "Any":
     held = None
     fcntl = _import("fcntl")
     try:
+        st = os.stat(path)
+        if not st[1] and self.kind(path + "/QUEUE.LOCK") == 1:
+            # [L3] A directory of this process alone (inode 0: LittleFS, FAT) whose names fold
+            # case: FAT, where one directory has many spellings. Its key is FatFs's reading.
+            a = _alias(key)
+            key = _key(p, True)
+            if a or key in PosixStorage._held:
+                f.close()
+                if a:
+                    raise _E("InvalidArgument")(
+                        "%s: %s may be a FAT short name; use the long name [L3]" % (path, a)
+                    )
+                raise _E("Locked")("locked by this process: " + path)
         if fcntl is not None:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         else:
-            st = os.stat(path)
             socket = _import("socket")
             # Only a host directory (VfsPosix: a real inode) can be shared with another
             # process; LittleFS/FAT report inode 0 and belong to this process alone.

@@ -158,3 +158,86 @@ def test_the_test_codec_takes_ascii_digits_only():
     assert ddqfmt.parse_seg_name(SEG1) == (0, 1)
     assert ddqfmt.parse_seg_name(SEG1[:-5] + "\u0661.log") is None
     assert ddq.parse_segment_name(SEG1[:-5] + "\u0661.log") is None
+
+
+# ---- on_corrupt="salvage" (SPEC K9, K10): salvage's own names are checked before it opens one
+
+
+def _damaged():
+    # A queue whose segment 0 has a flipped byte: recovery raises Corrupt, salvage repairs it.
+    d = _queue(5)
+    b = bytearray(support.read_file(d + "/" + SEG0))
+    b[60] ^= 0xFF
+    support.write_file(d + "/" + SEG0, bytes(b))
+    return d
+
+
+def _state(d):
+    # Each entry's name and, for a regular file, its bytes: what "nothing changed" compares.
+    out = []
+    for n in support.listdir_sorted(d):
+        t = _entry_type(d, n)
+        out.append((n, support.read_file(d + "/" + n) if t == 0o100000 else t))
+    return out
+
+
+def _salvage_refused(d, name):
+    before = _state(d)
+    try:
+        ddq.Queue(d, on_corrupt="salvage", **OPTS)
+    except ddq.Corrupt as e:
+        assert name + " is not a regular file" in str(e) and "segment" in str(e), str(e)
+    else:
+        raise AssertionError("salvaged beside %s" % name)
+    assert _state(d) == before
+
+
+def test_fifo_named_like_salvage_s_files_is_refused_not_opened():
+    # EVIDENCE-OF: N7 K9
+    # A FIFO named salvage.intent (read by a rerun) or salvage-report-1.json (written by
+    # salvage) blocked the open for ever: refused now, the Corrupt salvage would repair named.
+    for name in ("salvage.intent", "salvage-report-1.json"):
+        d = _damaged()
+        _make("fifo", d, name)
+        _salvage_refused(d, name)
+
+
+def test_directory_named_like_salvage_s_files_is_refused_and_nothing_moves():
+    # EVIDENCE-OF: N5 N7 K9
+    # A directory where salvage reads or writes a file: refused before salvage changes anything
+    # (it was an IOFailure on every open, with the sources already set aside for the report);
+    # without it, the same open salvages. A directory recovery opens is never touched: salvage's
+    # names are checked only when there is something to salvage.
+    d = _queue()
+    os.mkdir(d + "/salvage.intent")
+    q = ddq.Queue(d, on_corrupt="salvage", **OPTS)
+    assert q.stats().total_items == 3 and q.stats().salvaged == 0
+    q.close()
+    for name in ("salvage.intent", "salvage-report-1.json"):
+        d = _damaged()
+        os.mkdir(d + "/" + name)
+        _salvage_refused(d, name)
+        _salvage_refused(d, name)
+        os.rmdir(d + "/" + name)
+        h = support.heap_size()
+        if h is not None and h < 192 * 1024:
+            continue  # (the refusal imports nothing; a salvage needs ddq_salvage: 20 KB, test_cut)
+        q = ddq.Queue(d, on_corrupt="salvage", **OPTS)
+        assert q.stats().salvaged == 1 and q.stats().total_items >= 1, q.stats().as_dict()
+        q.close()
+
+
+def test_special_file_is_refused_not_salvaged():
+    # EVIDENCE-OF: N7 K9
+    # N7's refusal is not damage salvage repairs (it salvaged the rest, then refused the FIFO
+    # again on every open): Corrupt, nothing changed.
+    d = _queue()
+    _make("fifo", d, SEG1)
+    before = _state(d)
+    try:
+        ddq.Queue(d, on_corrupt="salvage", **OPTS)
+    except ddq.Corrupt as e:
+        assert SEG1 + " is not a regular file" in str(e), str(e)
+    else:
+        raise AssertionError("opened beside a FIFO segment")
+    assert _state(d) == before
