@@ -457,6 +457,9 @@ def _locked(fn: "F") -> "F":
         lk = self._lk
         if lk is None:
             return fn(self, *a, **k)
+        if self._cm is not None:  # a _thread lock: `with` leaves no window where an exception
+            with self._cm:  # (asynchronous, or KeyboardInterrupt) keeps it held [E16]
+                return fn(self, *a, **k)
         if lk[0]() is False:
             raise Locked("outbox lock refused")
         try:
@@ -558,11 +561,14 @@ class Outbox:
             self._ctrs.append(_addon("ddq_seal")._enc_ctr(self._hkey, self._pads))
         elif nonce is not None:
             _addon("ddq_seal")._nonce_fn(nonce)  # a bad nonce fails now, not at a requeue
+        th = _import("_thread")  # missing on most boards: pass (acquire, release) there
         if lock is True:
-            th = _import("_thread")  # missing on most boards: pass (acquire, release) there
             if th is None:
                 raise InvalidArgument("lock=True needs _thread")
             lock = th.allocate_lock()
+        self._cm: "Any" = (
+            lock if th is not None and type(lock) is type(th.allocate_lock()) else None
+        )
         h = hasattr(lock, "acquire") and hasattr(lock, "release")
         self._lk: "Any" = (lock.acquire, lock.release) if h else lock
         if self._lk is not None and not (
