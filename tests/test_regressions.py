@@ -257,7 +257,7 @@ def test_torture_truncated_non_last_segment_is_corrupt():
     q.enqueue(b"z")
     q.claim(1000)
     q.ack(1)
-    for i in range(6):
+    for _i in range(6):
         q.enqueue(b"p" * 54)  # 102 B records, two to a segment
     q.compact()
     q.close()
