@@ -121,14 +121,14 @@ def view(files):
     return ("ok", seqs, nxt, changes, None)
 
 
-def write(d, rtype, seq, arg, payload, segment_bytes, lose=False):
-    """What libddq's writer does with one record after it opened d (view() ok, its changes
-    made): append it to the last segment, or, when it does not fit there (a segment that holds
-    a record), to a new one created O_EXCL. libddq has no R23: an empty last segment (a rotation
-    whose record a power cut lost) is kept and written into. lose: the power cut right after the
-    rotation's create (segment synced, name durable, record lost): the new segment stays empty.
-    Returns the segment's name."""
-    files = snapshot(d)
+def place(files, rtype, seq, arg, payload, segment_bytes, lose=False):
+    """What libddq's writer does with one record after it opened the directory files ({name:
+    bytes}, view() ok, its changes made): append it to the last segment, or, when it does not
+    fit there (a segment that holds a record), to a new one created O_EXCL. libddq has no R23:
+    an empty last segment (a rotation whose record a power cut lost) is kept and written into.
+    lose: the power cut right after the rotation's create (segment synced, name durable, record
+    lost): the new segment stays empty. Returns (name, its new bytes), or None when lose and
+    the record fits (no rotation to lose)."""
     gen = 0
     m = files.get(ddqfmt.MANIFEST)
     if m is not None:
@@ -146,9 +146,17 @@ def write(d, rtype, seq, arg, payload, segment_bytes, lose=False):
         assert name not in files, "O_EXCL: %s exists" % name
         data = b""
     elif lose:
-        return None  # no rotation: nothing to lose
-    support.write_file(d + "/" + name, b"" if lose else data + rec)
-    return name
+        return None
+    return name, (b"" if lose else data + rec)
+
+
+def write(d, rtype, seq, arg, payload, segment_bytes, lose=False):
+    """place() on directory d, on disk. Returns the segment's name (None: nothing written)."""
+    w = place(snapshot(d), rtype, seq, arg, payload, segment_bytes, lose)
+    if w is not None:
+        support.write_file(d + "/" + w[0], w[1])
+        return w[0]
+    return None
 
 
 def open_view(d):
