@@ -371,8 +371,10 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
     if not prefix_ok(q, gen, ck):
         return -1
     big = 0  # [F7] as the replay checks it: a broken rotation sends it there, to name it
+    snap = cp[_CP_SEGS] if gen else 0
     for k in range(1, ns):
-        if ck[k][1] and ck[k - 1][1] + ck[k][2] <= big:  # (an empty segment: no first record)
+        # (an empty segment: no first record)
+        if ck[k][1] and (not ck[k - 1][1] or (k < snap and ck[k - 1][1] + ck[k][2] <= big)):
             return -1
         big = max(big, ck[k - 1][1])
     # The columns, read together in pieces of _CH items into the chunked index (no allocation

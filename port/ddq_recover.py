@@ -428,6 +428,7 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
     )
     k0 = len(log.sizes)
     fm = 0  # [F7] the largest segment before the previous one (sizes[0 .. sg-2])
+    snap = cp[_CP_SEGS] if gen_nz else 0  # [F7] segments 1 .. snap-1: one compaction wrote them
     for k in range(k0 - 1):
         if log.sizes[k] > fm:
             fm = log.sizes[k]
@@ -607,10 +608,16 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                         torn = True  # [R11] the footer and all after it never reached the medium
                         break
                     raise _E("Corrupt")("%s at %s offset %d" % (err, path[lp:], pos))
-                if pos == 0 and sg > 0 and log.sizes[sg - 1] + rlen <= fm:
-                    # [F7] a segment ends only where the next record did not fit in the writer's
-                    # segment_bytes W, and R15 held W >= every segment there was then: so
-                    # end + next record > every earlier segment, whatever W each open had.
+                if (
+                    pos == 0
+                    and sg > 0
+                    and (not log.sizes[sg - 1] or (sg < snap and log.sizes[sg - 1] + rlen <= fm))
+                ):
+                    # [F7] a writer rotates only out of a segment that holds a record, where the
+                    # next record did not fit in its segment_bytes W (R15 held W >= every segment
+                    # then): end + that record > every earlier segment, whatever W each open had.
+                    # Only inside a snapshot is k's first record that record: past it libddq
+                    # (no R23) may have appended to the empty segment a lost rotation left [V3].
                     raise _E("Corrupt")(
                         "segment %d of generation %d ends early (lost its end)" % (sg - 1, log.gen)
                     )

@@ -19,6 +19,8 @@
 # view() returns (verdict, seqs, next_seq, changes, why): verdict "ok" or "corrupt"; changes
 # {name: bytes (written) or None (deleted)} is what libddq did before it returned, since a
 # refusal after the replay still leaves the truncations and the created segment 0 behind.
+# The writer (write, enqueue, claim) places records as libddq does and has no R23: after a power
+# cut lost a rotation's record it keeps the empty last segment and appends there (SPEC F7, V3).
 import struct
 
 import ddqfmt
@@ -119,13 +121,14 @@ def view(files):
     return ("ok", seqs, nxt, changes, None)
 
 
-def enqueue(d, payload, segment_bytes):
-    """What ddq_enqueue does after libddq opened d: append DATA next_seq to the last segment, or
-    to a new one (created O_EXCL) when it does not fit. Returns the seq."""
-    v = view(snapshot(d))
-    assert v[0] == "ok", v
-    apply(d, v[3])
-    files = snapshot(d)
+def place(files, rtype, seq, arg, payload, segment_bytes, lose=False):
+    """What libddq's writer does with one record after it opened the directory files ({name:
+    bytes}, view() ok, its changes made): append it to the last segment, or, when it does not
+    fit there (a segment that holds a record), to a new one created O_EXCL. libddq has no R23:
+    an empty last segment (a rotation whose record a power cut lost) is kept and written into.
+    lose: the power cut right after the rotation's create (segment synced, name durable, record
+    lost): the new segment stays empty. Returns (name, its new bytes), or None when lose and
+    the record fits (no rotation to lose)."""
     gen = 0
     m = files.get(ddqfmt.MANIFEST)
     if m is not None:
@@ -135,12 +138,44 @@ def enqueue(d, payload, segment_bytes):
         p = ddqfmt.parse_seg_name(n)
         if p is not None and p[0] == gen and p[1] > last:
             last = p[1]
-    rec = ddqfmt.encode_record(ddqfmt.T_DATA, v[2], 0, payload)
+    rec = ddqfmt.encode_record(rtype, seq, arg, payload)
     name = ddqfmt.seg_name(gen, last)
     data = files.get(name, b"")
     if data and len(data) + len(rec) > segment_bytes:
         name = ddqfmt.seg_name(gen, last + 1)
         assert name not in files, "O_EXCL: %s exists" % name
         data = b""
-    support.write_file(d + "/" + name, data + rec)
+    elif lose:
+        return None
+    return name, (b"" if lose else data + rec)
+
+
+def write(d, rtype, seq, arg, payload, segment_bytes, lose=False):
+    """place() on directory d, on disk. Returns the segment's name (None: nothing written)."""
+    w = place(snapshot(d), rtype, seq, arg, payload, segment_bytes, lose)
+    if w is not None:
+        support.write_file(d + "/" + w[0], w[1])
+        return w[0]
+    return None
+
+
+def open_view(d):
+    """libddq's open of d: view(), its changes made on disk; returns the view."""
+    v = view(snapshot(d))
+    assert v[0] == "ok", v
+    apply(d, v[3])
+    return v
+
+
+def enqueue(d, payload, segment_bytes, lose=False):
+    """What ddq_enqueue does after libddq opened d: DATA next_seq written as write() does (lose:
+    the rotation's record lost, the seq not taken). Returns the seq."""
+    v = open_view(d)
+    write(d, ddqfmt.T_DATA, v[2], 0, payload, segment_bytes, lose)
     return v[2]
+
+
+def claim(d, seq, lease_until_ms, segment_bytes):
+    """ddq_claim of item seq after libddq opened d: a CLAIM record written as write() does."""
+    open_view(d)
+    write(d, ddqfmt.T_CLAIM, seq, lease_until_ms, b"", segment_bytes)

@@ -14,6 +14,7 @@ import cwriter
 import pytest
 
 import ddqfmt
+import libddqmodel
 from conftest import (
     FIXTURE_NAMES,
     FIXTURES,
@@ -293,13 +294,33 @@ def test_record_layout_constants_follow_the_reference():
 
 
 def test_segment_that_lost_its_end_is_corrupt_whatever_the_limits(tmp_path):
-    # SPEC F7/R15: without the writer's segment_bytes, verify and ddq agree: a non-last segment
+    # SPEC F7/R15: without the writer's segment_bytes, verify and ddq agree: a snapshot segment
     # that ends where its successor's first record would have fitted in a segment before it
-    # (every writer rotates past every segment there is) lost its end (an acked item would
-    # come back); the intact directory is clean with default (larger) limits.
+    # (every writer rotates past every segment there is) lost its end; the intact directory is
+    # clean with default (larger) limits. Past a snapshot the same shape is what libddq writes
+    # after a lost rotation (V3, issue 35 item 10): a note, and both open it.
     import ddq as port_ddq
 
     d = tmp_path / "q"
+    opts = {"segment_bytes": 256, "max_payload_bytes": 60, "max_items": 8, "max_segments": 64}
+    q = port_ddq.Queue(str(d), clock=lambda: 1767225600000, **opts)
+    q.enqueue(b"z")
+    q.claim(1000)
+    q.ack(1)
+    for _ in range(6):
+        q.enqueue(b"p" * 54)  # 102 B records, two to a segment
+    q.compact()
+    q.close()
+    assert ddq("verify", d).returncode == 0
+    seg = d / ("generation-%020d-segment-%020d.log" % (1, 1))
+    seg.write_bytes(seg.read_bytes()[:102])
+    before = tree_hash(d)
+    r = ddq("verify", d)
+    assert r.returncode == 2 and "ends early" in r.stdout, r.stdout
+    one_line_error(ddq("inspect", d), 2)
+    assert tree_hash(d) == before
+    # generation 0: segment 1 cut after its CLAIM (the ACK dropped)
+    d = tmp_path / "q0"
     opts = {"segment_bytes": 256, "max_payload_bytes": 128, "max_items": 8, "max_segments": 16}
     q = port_ddq.Queue(str(d), clock=lambda: 1767225600000, **opts)
     q.enqueue(b"p" * 100)
@@ -310,14 +331,40 @@ def test_segment_that_lost_its_end_is_corrupt_whatever_the_limits(tmp_path):
     q.ack(2)  # segment 1: 154 bytes
     q.enqueue(b"p" * 100)
     q.close()
-    assert ddq("verify", d).returncode == 0
     seg = d / "segment-00000000000000000001.log"
     seg.write_bytes(seg.read_bytes()[:106])
-    before = tree_hash(d)
     r = ddq("verify", d)
-    assert r.returncode == 2 and "ends early" in r.stdout, r.stdout
-    one_line_error(ddq("inspect", d), 2)
-    assert tree_hash(d) == before
+    assert r.returncode == 0 and "ends early" in r.stdout and "V3" in r.stdout, r.stdout
+    q = port_ddq.Queue(str(d), clock=lambda: 1767225600000, **opts)
+    assert q.stats().claimed_items == 2
+    q.close()
+
+
+def test_libddq_lost_rotation_then_a_claim_verifies_clean(tmp_path):
+    # SPEC F7 V3 (issue 35 item 10): libddq wrote 9 items (510 + 400 B segments of 512), lost
+    # its rotation's record, reopened and claimed item 1 into the empty segment 2. ddq opens
+    # it; verify agrees (with and without the writer's options), and an empty segment before
+    # one with records is still corrupt to both.
+    import ddq as port_ddq
+
+    d = tmp_path / "q"
+    d.mkdir()
+    for i in range(1, 10):
+        libddqmodel.enqueue(str(d), bytes([64 + i]) * (54 if i <= 5 else 52), 512)
+    libddqmodel.enqueue(str(d), b"x" * 200, 512, lose=True)
+    libddqmodel.claim(str(d), 1, 1767225660000, 512)
+    for extra in ((), ("--segment-bytes", "512", "--max-payload-bytes", "400")):
+        r = ddq("verify", d, *extra)
+        assert r.returncode == 0 and "result: clean" in r.stdout, r.stdout
+        assert "9 total, 8 available, 1 claimed" in r.stdout, r.stdout
+    q = port_ddq.Queue(
+        str(d), clock=lambda: 1767225600000, segment_bytes=512, max_payload_bytes=400
+    )
+    assert q.stats().claimed_items == 1 and q.stats().total_items == 9
+    q.close()
+    (d / "segment-00000000000000000001.log").write_bytes(b"")
+    r = ddq("verify", d)
+    assert r.returncode == 2 and "holds no record" in r.stdout, r.stdout
 
 
 def test_interrupted_rotation_then_more_writes_verifies_clean(tmp_path):

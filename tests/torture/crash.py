@@ -330,6 +330,12 @@ class Judge:
         self.libddq_refused = 0  # of them, refused by the libddq model
         self.cut_repairs = 0  # recoveries that staged a cut
         self.cut_done = set()
+        # issue 35 item 10: a lost rotation (an empty last segment past the boundary) that libddq
+        # (modelled; no R23) opens before ddq recovers, writing its next record (a DATA or a
+        # CLAIM) into that segment: ddq must open what it leaves with libddq's items (V3), go on
+        # writing and reopen; a refusal or other items is libddq_disagree
+        self.libddq_rotations = 0
+        self.rot_done = set()
         # part 1c (tests/torture/edges.py): every cont_every-th judged state is recovered,
         # written on, closed and reopened; a refused open is `bricked`
         self.cont_every = 0
@@ -366,6 +372,91 @@ class Judge:
                 )
             ]
         return []
+
+    def _libddq_rotation(self, files, dirs, state1, h):
+        """A lost rotation, written into by libddq: ddq opens it, goes on, reopens."""
+        path = self.wl.path
+        if h in self.rot_done:
+            return []
+        rel = {}
+        for p in files:
+            if p[: len(path) + 1] == path + "/" and "/" not in p[len(path) + 1 :]:
+                rel[p[len(path) + 1 :]] = files[p]
+        v = libddqmodel.view(rel)
+        if v[0] != "ok":
+            return []
+        for n in v[3]:
+            if v[3][n] is None:
+                rel.pop(n, None)
+            else:
+                rel[n] = v[3][n]
+        F = libddqmodel.ddqfmt
+        gen, segs = 0, 0
+        if F.MANIFEST in rel:
+            m = F.decode_manifest(rel[F.MANIFEST])
+            gen, segs = m[0], m[2]
+        ids = sorted(
+            F.parse_seg_name(n)[1] for n in rel if (F.parse_seg_name(n) or (-1,))[0] == gen
+        )
+        if len(ids) < 2 or ids[-1] < segs or rel[F.seg_name(gen, ids[-1])]:
+            return []
+        self.rot_done.add(h)
+        av = [t for t in state1 if t[1] == "available"]
+        full = len(state1) >= self.wl.opts["max_items"]
+        if full and not av:
+            return []  # libddq's enqueue: FULL (no compaction modelled), nothing to claim
+        self.libddq_rotations += 1
+        want = list(state1)
+        sb = self.wl.opts["segment_bytes"]
+        lease = tmodel.CLOCK0 + 10**6
+        if (self.libddq_rotations % 2 or full) and av:
+            t = av[0]
+            w = libddqmodel.place(rel, F.T_CLAIM, t[0], lease, b"", sb)
+            want[want.index(t)] = (t[0], "claimed", t[2], lease, t[4], t[5], t[6])
+        else:
+            p = b"libddq %d" % v[2]
+            w = libddqmodel.place(rel, F.T_DATA, v[2], 0, p, sb)
+            want.append((v[2], "available", 0, 0, 0, p, b""))
+        f2 = dict(files)
+        for n in v[3]:
+            if v[3][n] is None:
+                f2.pop(path + "/" + n, None)
+            else:
+                f2[path + "/" + n] = v[3][n]
+        f2[path + "/" + w[0]] = w[1]
+        try:
+            fs, q = self._open(f2, dirs)
+        except Exception as e:
+            return [
+                (
+                    "libddq_disagree",
+                    "after a lost rotation libddq wrote %s; ddq: %s: %s"
+                    % (w[0], type(e).__name__, e),
+                )
+            ]
+        try:
+            got = tmodel.recovered_state(q)
+        finally:
+            q.close()
+        if got != tuple(want):
+            return [
+                (
+                    "libddq_disagree",
+                    "after a lost rotation libddq wrote %s: ddq %r, libddq %r"
+                    % (w[0], tmodel._short(got), tmodel._short(tuple(want))),
+                )
+            ]
+        bad = edges.continue_state(
+            self.ddq,
+            fs,
+            path,
+            self.wl.opts,
+            got,
+            self.wl.seed * 7919 + self.libddq_rotations,
+            tmodel.Clock(tmodel.CLOCK0 + 1000 * (len(self.wl.ops) + 40)),
+        )
+        self.bricked += sum(1 for b in bad if b[0] == "bricked")
+        return bad
 
     def _open(self, files, dirs, record=False, index=None):
         fs = memfs.MemFS(files, dirs, record=record, budget=500000, can_truncate=self.can_truncate)
@@ -476,6 +567,8 @@ class Judge:
             bad += self._index_compare(files, dirs, got)
         if state1 is not None:
             bad += self._libddq(files, [t[0] for t in state1], h)
+            if not bad and not holes:
+                bad += self._libddq_rotation(files, dirs, state1, h)
         if bad or state1 is None:
             return bad
         if self.cont_every and self.n % self.cont_every == 0:
@@ -602,6 +695,103 @@ class Judge:
         return bad
 
 
+def libddq_run(ddq, seed, opts, nops=160, path="/q", max_fail=5):
+    """libddq's own writes and lost rotations (issue 35 item 10; SPEC F7, V3): the libddq model
+    (tests/libddqmodel.py, no R23) enqueues (payloads of 0 .. max_payload_bytes), claims, acks
+    and retries; a third of its rotations lose their record to a power cut (the new segment
+    stays empty) and it reopens and writes its next record there. After each write that follows
+    a lost rotation ddq opens the directory: it must see libddq's items in their states and
+    attempts (libddq_disagree), and every 4th time go on writing and reopen (bricked)."""
+    F = libddqmodel.ddqfmt
+    rng = tmodel.Rng(seed * 31 + 7)
+    sb, mx = opts["segment_bytes"], opts["max_payload_bytes"]
+    kw = {"segment_bytes": sb, "max_payload_bytes": mx, "max_items": 4096, "max_segments": 4096}
+    res = {"libddq_rotations": 0, "libddq_disagree": 0, "bricked": 0, "fail": []}
+    files = {}
+    model = {}  # seq: [state, attempts, payload]
+    nxt = 1
+    lost = False
+
+    def bad(cat, detail):
+        res[cat] += 1
+        if len(res["fail"]) < max_fail:
+            res["fail"].append(
+                {"seed": seed, "where": "libddq run", "category": cat, "detail": detail[:600]}
+            )
+
+    for _ in range(nops):
+        k = rng.below(8)
+        cl = sorted(s for s in model if model[s][0] == "claimed")
+        av = sorted(s for s in model if model[s][0] == "available")
+        if k < 4 or (k < 6 and not av) or (k >= 6 and not cl):
+            p = rng.bytes(rng.below(mx + 1))
+            rec = (F.T_DATA, nxt, 0, p)
+        elif k < 6:
+            rec = (F.T_CLAIM, av[0], tmodel.CLOCK0 + 10**7 + 3600000, b"")  # not lapsed
+        elif k == 6:
+            rec = (F.T_ACK, cl[0], 0, b"")
+        else:
+            rec = (F.T_RETRY, cl[0], 0, b"")
+        w = libddqmodel.place(files, rec[0], rec[1], rec[2], rec[3], sb, lose=rng.below(3) == 0)
+        if w is not None and not w[1]:  # the rotation's record lost: a power cut, then a reopen
+            files[w[0]] = b""
+            v = libddqmodel.view(files)
+            if v[0] != "ok":
+                bad("libddq_disagree", "libddq refuses its own lost rotation: %s" % v[4])
+                return res
+            lost = True
+            continue
+        if w is None:
+            w = libddqmodel.place(files, rec[0], rec[1], rec[2], rec[3], sb)
+        files[w[0]] = w[1]
+        t, s = rec[0], rec[1]
+        if t == F.T_DATA:
+            model[s] = ["available", 0, rec[3]]
+            nxt += 1
+        elif t == F.T_CLAIM:
+            model[s][0] = "claimed"
+        elif t == F.T_ACK:
+            model[s][0] = "acked"
+        else:
+            model[s][0] = "available"
+            model[s][1] += 1
+        if not lost:
+            continue
+        lost = False
+        res["libddq_rotations"] += 1
+        full = {}
+        for n in files:
+            full[path + "/" + n] = files[n]
+        fs = memfs.MemFS(full, (path,))
+        clock = tmodel.Clock(tmodel.CLOCK0 + 10**7)
+        try:
+            q = ddq.Queue(path, storage=fs, clock=clock, **kw)
+        except Exception as e:
+            bad(
+                "libddq_disagree", "ddq refuses libddq's directory: %s: %s" % (type(e).__name__, e)
+            )
+            return res
+        try:
+            got = {}
+            for it in q.items():
+                got[it.seq] = [it.state, it.attempts, bytes(q.read(it.seq))]
+        finally:
+            q.close()
+        if got != model:
+            bad("libddq_disagree", "ddq reads %r, libddq wrote %r" % (got, model))
+            return res
+        if res["libddq_rotations"] % 4 == 1:
+            f2, d2 = fs.snapshot()
+            st = tuple(
+                (s, model[s][0], model[s][1], 0, 0, model[s][2], b"") for s in sorted(model)
+            )
+            for b in edges.continue_state(
+                ddq, memfs.MemFS(f2, d2), path, kw, st, seed + nxt, clock
+            ):
+                bad(b[0] if b[0] in res else "libddq_disagree", b[1])
+    return res
+
+
 def run_seed(
     ddq,
     seed,
@@ -649,6 +839,7 @@ def run_seed(
         "cut_states": 0,
         "libddq_refused": 0,
         "libddq_disagree": 0,
+        "libddq_rotations": 0,
         "by_model": {},
         "index": opts.get("index_bytes"),
         "index_compared": 0,
@@ -726,6 +917,11 @@ def run_seed(
     res["depth2"] = judge.depth2_states
     res["cut_states"] = judge.cut_states
     res["libddq_refused"] = judge.libddq_refused
+    res["libddq_rotations"] = judge.libddq_rotations
+    lr = libddq_run(ddq, seed, opts)
+    for k in ("libddq_rotations", "libddq_disagree", "bricked"):
+        res[k] += lr[k]
+    res["fail"] += lr["fail"][: max(0, max_fail - len(res["fail"]))]
     res["index_compared"] = judge.index_compared
     res["index_opens"] = judge.index_opens
     res["continued"] = judge.continued

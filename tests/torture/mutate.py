@@ -207,10 +207,13 @@ def file_mutations(files):
 
 def _boundary_cuts(files, name):
     """Cuts of a non-last segment at a record boundary that leave a directory some sequence of
-    writers would have written: this end + the next segment's first record is above every
-    segment before this one (F7's reader rule; each open may bring another segment_bytes that
-    holds every segment there is, R15, and options are not on disk, M8). Such an image is a
-    valid directory of another history: indistinguishable."""
+    writers would have written (F7's reader rule): one that keeps a record, and, when both
+    segments are inside a snapshot (one compaction wrote them), where this end + the next
+    segment's first record is above every segment before this one (each open may bring another
+    segment_bytes that holds every segment there is, R15, and options are not on disk, M8).
+    Past a snapshot any such cut is one: libddq (no R23) appends after a lost rotation to the
+    empty segment it left (V3). Such an image is a valid directory of another history:
+    indistinguishable."""
     g = F.parse_seg_name(name)
     if g is None:
         return ()
@@ -221,6 +224,8 @@ def _boundary_cuts(files, name):
     if not recs:
         return ()
     first = 48 + len(recs[0][4])
+    m = F.decode_manifest(files[F.MANIFEST]) if F.MANIFEST in files else None
+    inside = g[0] != 0 and m is not None and m[0] == g[0] and g[1] + 1 < m[2]
     before = [
         len(files[n])
         for n in files
@@ -231,7 +236,7 @@ def _boundary_cuts(files, name):
     out = []
     recs, end = F.decode_records(files[name])
     for b in [r[0] for r in recs] + [end]:
-        if b < len(files[name]) and max(before + [0]) < b + first:
+        if 0 < b < len(files[name]) and (not inside or max(before + [0]) < b + first):
             out.append(b)
     return out
 

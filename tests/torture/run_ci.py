@@ -336,6 +336,7 @@ def aggregate(done):
         "cut_states": 0,
         "libddq_refused": 0,
         "libddq_disagree": 0,
+        "libddq_rotations": 0,
         "hold_states": 0,
         "hold_stranded": 0,
         "continued_states": 0,
@@ -436,8 +437,8 @@ def aggregate(done):
             ):
                 extra[key] += r[k]
             # tail cuts (SPEC R21/R22): states holding a staged cut; libddq (modelled) refuses or
-            # agrees
-            for k in ("cut_states", "libddq_refused", "libddq_disagree"):
+            # agrees; lost rotations libddq wrote into before ddq recovered (F7, V3)
+            for k in ("cut_states", "libddq_refused", "libddq_disagree", "libddq_rotations"):
                 sb[k] += r.get(k, 0)
             for m, v in r["by_model"].items():
                 extra["by_model"][m] = extra["by_model"].get(m, 0) + v
@@ -547,10 +548,11 @@ def scoreboard_line(sb, extra):
         sb["group_returned_lost"],
     )
     # tail cuts (SPEC R21/R22): crash states holding a staged cut, refused by libddq, or read
-    # otherwise
-    s += " cut_states=%d libddq_refused=%d libddq_disagree=%d" % (
+    # otherwise; lost rotations libddq (no R23) wrote into, which ddq must open (F7, V3)
+    s += " cut_states=%d libddq_refused=%d libddq_rotations=%d libddq_disagree=%d" % (
         sb["cut_states"],
         sb["libddq_refused"],
+        sb["libddq_rotations"],
         sb["libddq_disagree"],
     )
     s += " hold_states=%d hold_stranded=%d)" % (sb["hold_states"], sb["hold_stranded"])  # SPEC H5

@@ -25,7 +25,9 @@ use is reported as a note saying what libddq (C) would do instead:
     is missing or empty, else corrupt (C: refuses a non-empty `.reserve`; ignores a `.cut`);
   - R14: a missing manifest with the marker present adopts a valid `queue.manifest.tmp` (C:
     corrupt);
-  - F7: a segment other than the last must end where its successor's first record did not fit.
+  - F7: a segment before one that holds records must hold one, and inside a snapshot must end
+    where its successor's first record did not fit (past it, an early end is a note: libddq,
+    which has no R23, writes it after a lost rotation, V3).
 
 The recovery index `queue.index` (SPEC §12.1, X1-X8; ddq only, libddq ignores it) is decoded from
 the SPEC's layout too: it is "valid" when ddq would adopt it (X4), and then its state must equal
