@@ -232,4 +232,4 @@ def test_missing_qemu_is_one_line(tmp_path):
         "--firmware",
         str(tmp_path / "none.elf"),
     )
-    assert r.returncode == 1 and r.stderr.startswith("ddq: no firmware at "), r.stderr
+    assert r.returncode == 2 and r.stderr.startswith("ddq: no firmware at "), r.stderr
