@@ -4,8 +4,9 @@
 #   make demo    the end-to-end demo
 #   make help    all targets
 #
-# Setup is stamped: a second `make test` skips it. A fresh machine needs only python3 (3.11)
-# and network access to PyPI; .ci/run adds the Debian packages (mosquitto, openssl). Without
+# Setup is stamped: a second `make test` skips it. A fresh machine needs python3 (3.11), Node.js
+# (>= 16, with npm) and network access to PyPI and npm; .ci/run adds the Debian packages
+# (mosquitto, openssl, qemu-system-arm; nodejs and npm where Node.js is missing). Without
 # mosquitto the end-to-end tests install it with apt-get when root (tools/apt_install.sh: waits
 # for a held dpkg lock, shows apt's error), else run on the embedded amqtt broker
 # (tests/brokers.py); the summary says which broker served them. The TLS tests need mosquitto
@@ -54,6 +55,16 @@ MPYLIB_PINS := \
   micropython-mqtt-async==0.7b4 c10a8a34064adad629f71f7ea559f7070169ce13c180265509f68f58618eec2b mqtt_async.py
 MPYLIB_STAMP := $(MPYLIB)/.stamp-$(shell printf '%s' '$(MPYLIB_PINS)' | cksum | cut -d' ' -f1)
 
+# A 32-bit MicroPython: MicroPython's WebAssembly port from npm, run by Node.js (tools/mp32.mjs),
+# installed under the venv (the checkout's package.json is mip's, not npm's), pinned.
+NODE ?= node
+NPM ?= npm
+MP32_NAME := @micropython/micropython-webassembly-pyscript
+MP32_PKG := $(MP32_NAME)@1.27.0
+NPM_PREFIX := $(VENV)/npm
+MP32_DIR := $(NPM_PREFIX)/node_modules/$(MP32_NAME)
+MP32_STAMP := $(NPM_PREFIX)/.stamp-$(shell printf '%s' '$(MP32_PKG)' | cksum | cut -d' ' -f1)
+
 # The MicroPython typeshed for mypy's second pass (micropython-platform.md §9).
 UNIX_STUBS := micropython-unix-stubs==1.29.0.post1
 STDLIB_STUBS := micropython-stdlib-stubs==1.29.0.post2
@@ -72,20 +83,21 @@ LINT_PATHS = $(wildcard port host tests bench demo boards tools)
 # Every module of port/ is type-checked twice (CPython, MicroPython stubs).
 PORT_MODULES = $(sort $(wildcard port/*.py))
 # The phases of `make test`, after setup; each runs even when an earlier one failed.
-TEST_PHASES := lint typecheck spec-coverage test-cpython test-mp torture-ci bench-smoke
+TEST_PHASES := lint typecheck spec-coverage test-cpython test-mp test-mp32 torture-ci bench-smoke
 
-.PHONY: help venv types lint typecheck test-cpython test-mp $(addprefix test-mp-,$(MP_FS)) \
+.PHONY: help venv types lint typecheck test-cpython test-mp test-mp32 $(addprefix test-mp-,$(MP_FS)) \
         test test-host torture-ci bench-smoke bench torture demo clean distclean check-port spec-coverage
 
 help:
-	@echo "make test          everything: venv types lint typecheck test-cpython test-mp torture-ci bench-smoke"
+	@echo "make test          everything: venv types lint typecheck test-cpython test-mp test-mp32 torture-ci bench-smoke"
 	@echo "make demo          the end-to-end demo"
-	@echo "make venv          .venv with the pinned tools (and ddq installed editable)"
+	@echo "make venv          .venv with the pinned tools (and ddq installed editable; npm: $(MP32_PKG))"
 	@echo "make types         types/unix_typeshed for mypy's MicroPython pass"
 	@echo "make lint          ruff check $(LINT_PATHS)"
 	@echo "make typecheck     mypy: port/*.py for CPython and for MicroPython; host/ddqhost"
 	@echo "make test-cpython  pytest (tests/);  make test-host: tests/host alone"
 	@echo "make test-mp       the shared suite on MicroPython: $(MP_FS) (one: make test-mp-lfs2)"
+	@echo "make test-mp32     the shared suite on a 32-bit MicroPython (the WebAssembly port, Node.js)"
 	@echo "make torture-ci    the crash/torture harness, CI size"
 	@echo "make bench-smoke   the benchmarks, smoke size;  make bench: the full run (docs/BENCHMARKS.md)"
 	@echo "make torture       the torture harness, 10x the CI size"
@@ -93,7 +105,7 @@ help:
 
 # --- setup -----------------------------------------------------------------------------------
 
-venv: $(DEPS_STAMP) $(EDITABLE_STAMP) $(MPYLIB_STAMP)
+venv: $(DEPS_STAMP) $(EDITABLE_STAMP) $(MPYLIB_STAMP) $(MP32_STAMP)
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -119,6 +131,11 @@ $(MPYLIB_STAMP): tools/fetch_sdist.py | $(PY)
 	  $(PY) tools/fetch_sdist.py "$$1" "$$2" "$$3" "$(MPYLIB)/$$3"; shift 3; \
 	done
 	rm -f $(MPYLIB)/.stamp-*
+	touch $@
+
+$(MP32_STAMP): | $(PY)
+	$(NPM) install -q --no-audit --no-fund --no-save --prefix $(NPM_PREFIX) $(MP32_PKG)
+	rm -f $(NPM_PREFIX)/.stamp-*
 	touch $@
 
 types: $(TYPES_STAMP)
@@ -168,6 +185,12 @@ test-mp: $(DEPS_STAMP)
 
 $(addprefix test-mp-,$(MP_FS)): test-mp-%: $(DEPS_STAMP)
 	$(MICROPYTHON) $(mp_heap_$*) tests/mprun.py --fs $*
+
+# The shared suite on a 32-bit MicroPython (sys.maxsize 2**31-1): what only a 32-bit board
+# shows (ints past 2**30 become big ints, const limits, object sizes). The port has VfsPosix on
+# an in-memory filesystem only: the lfs2/fat runs and the small fixed heap stay test-mp's.
+test-mp32: $(MP32_STAMP)
+	$(NODE) tools/mp32.mjs --port $(MP32_DIR)
 
 torture-ci: $(DEPS_STAMP)
 	@if [ -f tests/torture/run_ci.py ]; then \

@@ -169,7 +169,12 @@ def main():
     step = int(sys.argv[2]) if len(sys.argv) > 2 else 4096
     d = tempfile.mkdtemp(prefix="ddq-qfill-")
     st = qboard.start(d, fresh=True)
-    res = {"firmware": st["firmware"], "step": step, "payload_bytes": 16, "segment_bytes": 4096}
+    res = {
+        "firmware": os.path.basename(st["firmware"]),
+        "step": step,
+        "payload_bytes": 16,
+        "segment_bytes": 4096,
+    }
     t0 = time.time()
     try:
         subprocess.run(

@@ -123,13 +123,16 @@ def _tdiff(a: int, b: int) -> int:
 
 def _device_seed() -> int:
     # Per-device entropy, never a fleet-wide constant (DESIGN §10 T18): os.urandom where it exists,
-    # else the board's unique id mixed with the ticks at first use.
+    # else the board's unique id mixed with the ticks and, where `random` exists, 30 of its bits
+    # (two Backoffs made in one millisecond differ; a small int on a 32-bit port too).
     urandom = getattr(os, "urandom", None)
     if urandom is not None:
         return int(struct.unpack("<I", urandom(4))[0])
     machine = _import("machine")
     uid = machine.unique_id() if hasattr(machine, "unique_id") else b""
-    return _crc(uid, _crc(struct.pack("<I", _ticks())))
+    rnd = _import("random")
+    t = _ticks() ^ (rnd.getrandbits(30) if rnd is not None else 0)
+    return _crc(uid, _crc(struct.pack("<I", t)))
 
 
 class Backoff:

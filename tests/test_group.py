@@ -86,11 +86,7 @@ def _check_cut(img, returned):
 
 
 def _asyncio():
-    try:
-        import asyncio
-    except ImportError:
-        raise support.Skip("no asyncio")
-    return asyncio
+    return support.needs_asyncio()
 
 
 def _start(fn, args):

@@ -151,6 +151,7 @@ def test_steady_state_lifecycle_allocation_is_bounded():
     q = _queue(d + "/q", 100, small)
     try:
         e1, c1, a1 = _mean_allocs(q, small, 40)
+        _mean_allocs(q, large, 1)  # the first 1 KiB length widens the index chunk, once
         e2, c2, a2 = _mean_allocs(q, large, 40)
     finally:
         q.close()
@@ -173,8 +174,8 @@ def test_steady_state_lifecycle_allocation_is_bounded():
             continue  # ran under heap_lock: allocates nothing
         assert per[0] <= bound and per[1] <= bound and per[2] <= bound, (per, bound)
     # No payload copy: a 1 KiB payload allocates no more than a 16-byte one (one array-growth
-    # step of slack; it also covers the one conversion of the index chunk that the first 1 KiB
-    # length brings, DESIGN §4: ~2 KiB once, 53 B an op over the 40 rounds on the unix port).
+    # step of slack). The one conversion of the index chunk that the first 1 KiB length brings
+    # (DESIGN §4: ~2 KiB once, 2,304 B on the 32-bit port) is a warm-up round, not measured.
     assert e2 <= e1 + 64, (e1, e2)
     assert c2 <= c1 + 64, (c1, c2)
     assert a2 <= a1 + 64, (a1, a2)

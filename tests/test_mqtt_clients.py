@@ -185,10 +185,7 @@ class FakeMqttAs:
 
 def test_mqtt_as_awaits_the_publish_and_a_hung_one_times_out():
     # EVIDENCE-OF: E24
-    try:
-        import asyncio
-    except ImportError:
-        raise support.Skip("no asyncio")
+    asyncio = support.needs_asyncio()
     ob, c = _ob(), FakeMqttAs(asyncio)
     for i in range(3):
         ob.put("t/%d" % i, b"m%d" % i)

@@ -300,10 +300,7 @@ def test_rejected_from_publish_is_a_dead_letter():
 
 def test_asyncio_loop_with_a_window():
     # EVIDENCE-OF: E25 E17
-    try:
-        import asyncio
-    except ImportError:
-        raise support.Skip("no asyncio")
+    asyncio = support.needs_asyncio()
     ob, _ = _ob(20)
     acked = []
     two_then_drop = _two_then_drop(acked)

@@ -189,14 +189,15 @@ def argparse_board(p: argparse.ArgumentParser) -> None:
     )
     add_json_arg(v)
     qb = sub.add_parser(
-        "qemu", help="the qemu board (bare-metal MicroPython, Cortex-M3, 140 KiB heap, under qemu)"
+        "qemu",
+        help="the qemu board: your MicroPython firmware for the MPS2-AN385 (Cortex-M3) under qemu",
     )
     add_board_action_args(qb, "$DDQ_QEMU_STATE_DIR or ~/.local/state/ddq/qemu")
     qb.add_argument(
         "--firmware",
         metavar="ELF",
-        help="firmware (default $DDQ_QEMU_FIRMWARE, else the MPS2-AN385 firmware in the shared "
-        "folder beside the checkout: docs/HOST.md, qemu board)",
+        help="firmware (default $DDQ_QEMU_FIRMWARE; none: start says what to pass): MicroPython "
+        ">= 1.25 ports/qemu for MPS2_AN385 with VfsLfs2 (docs/HOST.md, qemu board)",
     )
     qb.add_argument("--qemu", metavar="EXE", help="qemu-system-arm executable (default: on PATH)")
     qb.add_argument(

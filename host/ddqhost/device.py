@@ -337,6 +337,10 @@ class Device:
         check_mpremote_version()
         self.port = port
         self.resets = soft_reset  # a board that soft-resets (not the unix port): reset() works
+        from . import qboard
+
+        # The qemu board's firmware mounts no filesystem: ddq's boot code runs after each reset.
+        self.boot = qboard.boot_code() if qboard.is_qemu_device(port) else None
         if "://" not in port and not os.path.exists(port):
             raise DeviceError("no device at %s" % port)
         sink = io.StringIO()  # SerialTransport prints diagnostics to stdout; keep --json clean
@@ -364,6 +368,21 @@ class Device:
         except (TransportError, OSError) as e:
             self._close_serial()
             raise DeviceError("%s: no MicroPython raw REPL answered (%s)" % (port, e)) from None
+        if self.boot is not None:
+            try:
+                self._run_boot()
+            except DeviceError:
+                self._close_serial()
+                raise
+
+    def _run_boot(self) -> None:
+        """ddq's boot code (qboard.BOOT): a filesystem at / where the firmware mounted none."""
+        try:
+            out = self.exec(self.boot or "")
+        except DeviceError as e:
+            raise DeviceError("%s: ddq's boot code failed: %s" % (self.port, e)) from None
+        if b"ddq-boot" not in out:
+            raise DeviceError("%s: ddq's boot code gave no answer: %r" % (self.port, out[:80]))
 
     @contextlib.contextmanager
     def _bounded(self, idle: float, what: str, overall: float | None = None) -> Iterator[None]:
@@ -442,6 +461,8 @@ class Device:
                 self.t.enter_raw_repl(soft_reset=True, timeout_overall=timeout)
         except (TransportError, OSError) as e:
             raise DeviceError("%s: no raw REPL after a soft reset (%s)" % (self.port, e)) from None
+        if self.boot is not None:
+            self._run_boot()
 
     def _close_serial(self) -> None:
         try:
@@ -488,11 +509,20 @@ class Device:
         comes, and returned); seconds=None: until Ctrl-C."""
         ser = self.io._ser if self.io is not None else self.t.serial
         try:
-            with self._bounded(EXEC_IDLE_TIMEOUT, "friendly REPL prompt", EXEC_IDLE_TIMEOUT):
-                self.t.exit_raw_repl()
-                self.t.read_until(1, b">>> ", timeout=None)
-                self.t.serial.write(b"\x04")  # Ctrl-D at the friendly REPL: soft reset
-                self.t.read_until(1, b"soft reboot\r\n", timeout=None)
+            if self.boot is not None:
+                # A firmware that runs no boot.py/main.py (the qemu board): a soft reset in the
+                # raw REPL, ddq's boot code, then main.py started as the firmware would.
+                self.reset()
+                with self._bounded(EXEC_IDLE_TIMEOUT, "answer", EXEC_IDLE_TIMEOUT):
+                    self.t.exec_raw_no_follow(
+                        "exec(open('main.py').read(), {'__name__': '__main__'})"
+                    )
+            else:
+                with self._bounded(EXEC_IDLE_TIMEOUT, "friendly REPL prompt", EXEC_IDLE_TIMEOUT):
+                    self.t.exit_raw_repl()
+                    self.t.read_until(1, b">>> ", timeout=None)
+                    self.t.serial.write(b"\x04")  # Ctrl-D at the friendly REPL: soft reset
+                    self.t.read_until(1, b"soft reboot\r\n", timeout=None)
             buf = bytearray()
             end = None if seconds is None else time.monotonic() + seconds
             try:

@@ -1,10 +1,14 @@
-"""The qemu board: a bare-metal MicroPython firmware (Cortex-M3, MPS2-AN385) under qemu-system-arm.
+"""The qemu board: the user's bare-metal MicroPython firmware (MPS2-AN385, Cortex-M3) under
+qemu-system-arm.
 
-A real board's firmware, not the unix port: 32-bit, a 140 KiB heap, LittleFS on a RAM disk mounted
-at / by its frozen boot code, no socket, no _thread (../shared/boards/qemu-mps2-an385/README.md).
-Its UART is a pty (`-serial pty`), which mpremote, and so every `ddq` command, speaks to like a USB
-serial port; unlike the virtual board it soft-resets like a real board, so `ddq` resets it on
-connect.
+A real board's firmware, not the unix port: 32-bit, the heap its build gave it, no socket, no
+_thread. ddq ships no firmware: the user brings one (``--firmware`` or $DDQ_QEMU_FIRMWARE;
+docs/HOST.md "qemu board" says what it must have). MicroPython's ports/qemu mounts no filesystem
+of its own, so after every reset ddq runs BOOT over the raw REPL: where nothing is mounted at /,
+it mounts a VfsLfs2 on a RAM block device written in Python over the board's PSRAM at
+RAMDISK_ADDR (formatted where it holds no filesystem yet). Its UART is a pty (`-serial pty`),
+which mpremote, and so every `ddq` command, speaks to like a USB serial port; unlike the virtual
+board it soft-resets like a real board, so `ddq` resets it on connect.
 
 Layout of a state directory (``--dir``, default ``$DDQ_QEMU_STATE_DIR`` or
 ``~/.local/state/ddq/qemu``), 0700, every file 0600:
@@ -18,9 +22,10 @@ Layout of a state directory (``--dir``, default ``$DDQ_QEMU_STATE_DIR`` or
 One process: qemu itself (its own session), started without a shell; `stop` and `kill` signal the
 recorded pid only after /proc/PID/cmdline equals the recorded argv exactly (no other process is
 ever signalled). `stop` pauses the CPU, saves the RAM disk to disk.img (the board's flash as it is
-at that instant: what the firmware's LittleFS had committed), then quits qemu; `kill` SIGKILLs it
-without saving (the next start loads the image of the last stop). `--fresh` starts with a blank RAM
-disk (the firmware formats it). qemu spins one host core at 100 % while it runs: stop it after use.
+at that instant: what the board's LittleFS had committed), then quits qemu; `kill` SIGKILLs it
+without saving (the next start loads the image of the last stop). `--fresh` starts with a blank
+RAM disk (ddq's boot code formats it). qemu spins one host core at 100 % while it runs: stop it
+after use.
 """
 
 import json
@@ -32,16 +37,87 @@ import socket
 import time
 from typing import Any
 
-from . import locate, vboard
+from . import vboard
 from .errors import HostError
 from .vboard import pid_alive
 
-RAMDISK_ADDR = (
-    0x21000000  # the firmware's frozen _boot.py: bmram.RAMBlockDev(0x21000000, 4096, 3584)
-)
-RAMDISK_BYTES = 4096 * 3584
+RAMDISK_ADDR = 0x21000000  # the MPS2-AN385's 16 MiB PSRAM, which the firmware's image leaves alone
+RAMDISK_BLOCK = 4096
+RAMDISK_BYTES = RAMDISK_BLOCK * 3584  # 14 MiB
 PTY_LINE = re.compile(rb"char device redirected to (/dev/pts/\d+)")
-FIRMWARE_REL = os.path.join("..", "shared", "boards", "qemu-mps2-an385", "firmware.elf")
+FIRMWARE_HELP = (
+    "MicroPython >= 1.25 ports/qemu built for MPS2_AN385 with VfsLfs2: docs/HOST.md, qemu board"
+)
+
+# ddq's boot code (MicroPython), run over the raw REPL after every reset of the qemu board:
+# _ddq_boot(buf) mounts a VfsLfs2 at point on a block device over buf (the PSRAM, through
+# uctypes.bytearray_at), formatting it where it holds no filesystem; nothing where the firmware
+# mounted one there itself. Returns 0 (already mounted), 1 (mounted) or 2 (formatted, mounted).
+# tests/host/test_host_qemu_boot.py runs it on the unix port.
+BOOT = """
+def _ddq_boot(buf, point="/", bs=4096):
+    import vfs
+    try:
+        points = [m[1] for m in vfs.mount()]
+    except TypeError:  # MicroPython < 1.25: no listing of the mounts
+        points = []
+    if point in points:
+        return 0
+    lfs = getattr(vfs, "VfsLfs2", None)
+    if lfs is None:
+        raise OSError("ddq boot: this firmware has no vfs.VfsLfs2 (docs/HOST.md, qemu board)")
+
+    class RAMBlockDev:
+        def __init__(self, buf, bs):
+            self.m = memoryview(buf)
+            self.bs = bs
+            self.n = len(buf) // bs
+
+        def readblocks(self, n, b, off=0):
+            a = n * self.bs + off
+            b[:] = self.m[a : a + len(b)]
+
+        def writeblocks(self, n, b, off=0):
+            a = n * self.bs + off
+            self.m[a : a + len(b)] = b
+
+        def ioctl(self, op, arg):
+            if op == 4:
+                return self.n
+            if op == 5:
+                return self.bs
+            return 0
+
+    bd = RAMBlockDev(buf, bs)
+    try:
+        vfs.mount(lfs(bd), point)
+        return 1
+    except OSError:
+        lfs.mkfs(bd)
+        vfs.mount(lfs(bd), point)
+        return 2
+"""
+
+
+def boot_code() -> str:
+    """What ddq runs on the qemu board after each reset: BOOT over the PSRAM, then its result
+    printed as `ddq-boot N` (N as _ddq_boot returns it)."""
+    return BOOT + (
+        "import uctypes\n"
+        "print('ddq-boot', _ddq_boot(uctypes.bytearray_at(0x%x, %d), '/', %d))\n"
+        "del _ddq_boot\n" % (RAMDISK_ADDR, RAMDISK_BYTES, RAMDISK_BLOCK)
+    )
+
+
+def is_qemu_device(port: str) -> bool:
+    """port is the UART of a running qemu board: STATE_DIR/tty of a state directory whose
+    state.json names qemu, or the pty of the running board of the default state directory."""
+    real = os.path.realpath(port)
+    st = read_state(os.path.dirname(os.path.abspath(port))) or {}
+    if "qemu_pid" in st and st.get("pty") == real:
+        return True
+    st = read_state(default_state_dir()) or {}
+    return "qemu_pid" in st and st.get("pty") == real
 
 
 class QemuError(HostError):
@@ -62,13 +138,10 @@ def default_state_dir() -> str:
     return os.path.join(os.path.dirname(virtual), "qemu")
 
 
-def default_firmware() -> str:
-    """$DDQ_QEMU_FIRMWARE, else ../shared/boards/qemu-mps2-an385/firmware.elf beside the
-    checkout."""
+def default_firmware() -> str | None:
+    """$DDQ_QEMU_FIRMWARE (absolute), else None: ddq ships no firmware."""
     env = os.environ.get("DDQ_QEMU_FIRMWARE")
-    if env:
-        return os.path.abspath(env)
-    return os.path.normpath(os.path.join(locate.repo_root(), FIRMWARE_REL))
+    return os.path.abspath(env) if env else None
 
 
 def find_qemu(exe: str | None = None) -> str:
@@ -162,11 +235,13 @@ def start(
         raise QemuError("qemu board already running in %s (device %s)" % (p["dir"], cur["device"]))
     _forget(p)
     fw = os.path.abspath(firmware) if firmware else default_firmware()
-    if not os.path.isfile(fw):
+    if fw is None:
         raise QemuError(
-            "no firmware at %s: pass --firmware FILE or set DDQ_QEMU_FIRMWARE (the MPS2-AN385 "
-            "MicroPython of ../shared/boards/qemu-mps2-an385)" % fw
+            "no firmware: pass --firmware ELF or set DDQ_QEMU_FIRMWARE (%s)" % FIRMWARE_HELP,
+            code=2,
         )
+    if not os.path.isfile(fw):
+        raise QemuError("no firmware at %s (%s)" % (fw, FIRMWARE_HELP), code=2)
     exe = find_qemu(qemu)
     if len(p["qmp"].encode()) > 100:
         raise QemuError("state directory path too long for qemu's control socket: %s" % p["dir"])
@@ -223,6 +298,7 @@ def start(
                 "link": p["link"],
                 "firmware": fw,
                 "image_loaded": "-device" in argv,
+                "boot": "ddq",  # Device runs boot_code() after each reset
                 "started_unix": int(time.time()),
             },
             f,

@@ -1,14 +1,15 @@
-"""A real bare-metal board (docs/HOST.md "qemu board"): MicroPython 1.28 for the MPS2-AN385
-(Cortex-M3, 32-bit, a 140 KiB heap, LittleFS on a RAM disk, no socket/_thread/cryptolib) under
-qemu-system-arm, driven through the project's own CLI: `ddq board qemu start|stop|status|kill`,
-`ddq flash --board ARMV7M_GENERIC`, `ddq test --mpy --each` (a soft reset before each module: the
-heap is given back), `ddq stats`, `ddq pull`, `ddq verify`, `ddq replay`.
+"""A real bare-metal board (docs/HOST.md "qemu board"): the user's MicroPython firmware for the
+MPS2-AN385 (MicroPython >= 1.25 ports/qemu, Cortex-M3, 32-bit, with VfsLfs2) under qemu-system-arm,
+LittleFS on a RAM disk (ddq's boot code mounts it where the firmware mounts none), driven through
+the project's own CLI: `ddq board qemu start|stop|status|kill`, `ddq flash --board ARMV7M_GENERIC`,
+`ddq test --mpy --each` (a soft reset before each module: the heap is given back), `ddq stats`,
+`ddq pull`, `ddq verify`, `ddq replay`.
 
 One qemu for the module (it spins a host core at 100 % while it runs), ended in a finally by its
-pid and checked gone. The firmware is ../shared/boards/qemu-mps2-an385/firmware.elf (or
-$DDQ_QEMU_FIRMWARE); without qemu-system-arm or the firmware the module skips (.ci/run installs
-qemu-system-arm). $DDQ_QEMU_SUITE=all runs every module of the shared suite (about 10 minutes
-under emulation); the default is the modules below (about 4 minutes).
+pid and checked gone. The firmware is $DDQ_QEMU_FIRMWARE (ddq ships none: a user builds one);
+without it or qemu-system-arm the module skips, naming what is missing (.ci/run installs
+qemu-system-arm; CI has no firmware). $DDQ_QEMU_SUITE=all runs every module of the shared suite
+(about 10 minutes under emulation); the default is the modules below (about 4 minutes).
 
 What is covered and what is not: docs/HOST.md "qemu board".
 """
@@ -24,10 +25,17 @@ from conftest import Subscriber, check_suite_run, ddq, kill_board
 from ddqhost import qboard, testrun, vboard
 
 FIRMWARE = qboard.default_firmware()
-pytestmark = pytest.mark.skipif(
-    not (shutil.which("qemu-system-arm") and os.path.isfile(FIRMWARE)),
-    reason="needs qemu-system-arm (apt-get install qemu-system-arm) and %s" % FIRMWARE,
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not shutil.which("qemu-system-arm"),
+        reason="needs qemu-system-arm (apt-get install qemu-system-arm)",
+    ),
+    pytest.mark.skipif(
+        not (FIRMWARE and os.path.isfile(FIRMWARE)),
+        reason="set DDQ_QEMU_FIRMWARE to a MicroPython firmware for the MPS2-AN385 (%s)%s"
+        % (qboard.FIRMWARE_HELP, "; no file at %s" % FIRMWARE if FIRMWARE else ""),
+    ),
+]
 
 # The default selection: the modules that failed on this board before it was supported (test_auth,
 # test_spec: modules a port lacks; test_reclaim: the heap of earlier modules), the queue's own
@@ -224,4 +232,4 @@ def test_missing_qemu_is_one_line(tmp_path):
         "--firmware",
         str(tmp_path / "none.elf"),
     )
-    assert r.returncode == 1 and r.stderr.startswith("ddq: no firmware at "), r.stderr
+    assert r.returncode == 2 and r.stderr.startswith("ddq: no firmware at "), r.stderr
