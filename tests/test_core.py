@@ -452,6 +452,39 @@ def test_import_on_a_port_without_gmtime():
     assert t0 <= now <= t1, (t0, now, t1)
 
 
+def test_a_port_without_a_clock_says_pass_clock():
+    # EVIDENCE-OF: T4 (a port whose time module has neither time() nor time_ns(), as upstream
+    # MicroPython's ports/qemu: the default clock raises IOFailure saying clock=, where it raised
+    # AttributeError)
+    import sys
+    import time
+
+    class NoClock:
+        pass
+
+    stub = NoClock()
+    for name in dir(time):
+        if name not in ("time", "time_ns", "gmtime") and not name.startswith("__"):
+            setattr(stub, name, getattr(time, name))
+    old_ddq, old_time = sys.modules.get("ddq"), sys.modules.get("time")
+    err = None
+    try:
+        sys.modules["time"] = stub
+        del sys.modules["ddq"]
+        fresh = __import__("ddq")  # (no part is loaded: they would keep this module)
+        try:
+            fresh._wall_ms()
+        except fresh.IOFailure as e:
+            err = str(e)
+    finally:
+        sys.modules["ddq"] = old_ddq
+        if old_time is None:
+            del sys.modules["time"]
+        else:
+            sys.modules["time"] = old_time
+    assert err is not None and "clock=" in err, err
+
+
 def test_clock_went_back_guard():
     # EVIDENCE-OF: T3 T4
     clock = support.FakeClock(T0)
