@@ -264,3 +264,51 @@ def test_app_dead_letters_a_reading_whose_send_resets_the_board():
     with ddq.Queue(d) as q:
         assert [(i.seq, i.state) for i in q.items() if i.state != "acked"] == [(3, "quarantined")]
         assert q.reason(3) == b"max_attempts: lease expired", q.reason(3)
+
+
+class AsClient:
+    """What ddq_mqtt.MqttAs and run_async use of an mqtt_as client, away until `until` ms: its
+    isconnected() is False then (each look: half an hour), and a publish waits for the reconnect
+    until MqttAs's 10 s timeout (here: raises at once, 10 s later)."""
+
+    def __init__(self, t, until):
+        self.t, self.until, self.got, self.timeouts = t, until, [], 0
+
+    async def connect(self):
+        pass
+
+    def isconnected(self):
+        if self.t.ms < self.until:
+            self.t.sleep(HOUR // 2)
+            return False
+        return True
+
+    async def publish(self, topic, msg, retain=False, qos=0):
+        if self.t.ms < self.until:
+            self.t.sleep(10000)
+            self.timeouts += 1
+            raise OSError(110, "timed out")
+        self.got.append(msg)
+
+
+def test_app_async_claims_nothing_while_the_client_is_away():
+    # EVIDENCE-OF: E33 E10
+    # run_async (Outbox.run through MqttAs): the client is away for 3 hours from the start,
+    # with readings waiting. The app runs the delivery loop only while the client is connected:
+    # no publish waits out a timeout (no attempt spent), nothing is dead-lettered, all arrive.
+    try:
+        import asyncio
+    except ImportError:
+        raise support.Skip("no asyncio")
+    t = Time()
+    c = AsClient(t, 3 * HOUR)
+    cfg = _cfg(t, lambda: b"21")
+    n = 20
+    st = asyncio.run(
+        ddq_app.run_async(
+            cfg, rounds=n, period_ms=0, client=c, queue_dir=support.tmpdir(), drain_ms=60000
+        )
+    )
+    assert c.timeouts == 0, c.timeouts
+    assert st["quarantined"] == 0 and st["sent"] == n and st["pending"] == 0, st
+    assert _readings(c.got) == list(range(1, n + 1))
