@@ -687,6 +687,7 @@ def _deliver(job: Job, ro: ReplayOptions, client: Any, run: _Run) -> dict[str, A
         # one at a time (suspects), so a drop again pins the message the broker refuses; each
         # drop it was alone for counts (drops), and after --max-attempts it is dead-lettered.
         drops: dict[int, int] = {}
+        doomed_at = -1  # len(got["sent"]) when the last message was doomed
         suspects: set[int] = set()
         failed_now: list[int] = []
 
@@ -758,6 +759,14 @@ def _deliver(job: Job, ro: ReplayOptions, client: Any, run: _Run) -> dict[str, A
                     s = failed_now[0]
                     drops[s] = drops.get(s, 0) + 1
                     if drops[s] >= ro.max_attempts:
+                        if doomed_at == len(got["sent"]):
+                            # a second one in a row, nothing delivered since the first: the
+                            # broker drops every message, not this one: stop (E26), not doom
+                            if log:
+                                log("the broker closed the connection for seq %d too, nothing"
+                                    " delivered since the last: stopping" % s)  # fmt: skip
+                            break
+                        doomed_at = len(got["sent"])
                         sender.doomed[s] = (
                             "the broker closed the connection each time it was published"
                             " (%d times; --max-attempts %d)" % (drops[s], ro.max_attempts)

@@ -676,6 +676,36 @@ def test_replay_drains_a_directory_the_hold_rule_filled(tmp_path, mosquitto):
     assert ddq("verify", q).returncode == 0
 
 
+def _small_packet_broker(tmp_path):
+    """mosquitto with max_packet_size 1024: it closes the connection on a larger PUBLISH."""
+    import pytest
+
+    import brokers
+
+    exe = brokers.ensure_mosquitto()
+    if exe is None:
+        pytest.skip("needs mosquitto (its max_packet_size): " + str(brokers.install_failure()))
+    b = brokers.demo.Mosquitto(str(tmp_path / "broker"), brokers.demo.free_port(), exe)
+    with open(b.conf, "a") as f:
+        f.write("max_packet_size 1024\n")
+    b.start()
+    return b
+
+
+def _big_queue(q, big):
+    """20 envelopes big/0..19, those whose index is in big 2,000 bytes (over 1024)."""
+    import ddq_outbox
+
+    opts = dict(OPTS, segment_bytes=65536, max_payload_bytes=4096)
+    ob = ddq_outbox.Outbox(str(q), **opts)
+    try:
+        seqs = [ob.put("big/%d" % i, b"x" * 2000 if i in big else b"%010d" % i) for i in range(20)]
+    finally:
+        ob.close()
+    (q / qdir.OPTIONS_FILE).write_text(json.dumps(opts))
+    return seqs
+
+
 def test_replay_dead_letters_a_message_the_broker_drops_the_connection_for(tmp_path):
     # EVIDENCE-OF: E26 E30
     # mosquitto with max_packet_size closes the connection on the one PUBLISH above it (without
@@ -726,3 +756,25 @@ def test_replay_dead_letters_a_message_the_broker_drops_the_connection_for(tmp_p
     r = ddq("replay", q, "--to", url, "--max-attempts", "0")
     assert r.returncode == 2 and "--max-attempts must be 1..1000" in r.stderr, r.stderr
     b.close()
+
+
+def test_replay_stops_when_the_broker_drops_every_message(tmp_path):
+    # EVIDENCE-OF: E26 E30
+    # Every message is over the broker's max_packet_size: the first is dead-lettered after
+    # --max-attempts drops (it cannot know better), but the next one dropped as often with
+    # nothing delivered between is the broker's doing: the run stops there (failed 1, exit 1)
+    # instead of dead-lettering the whole directory.
+    b = _small_packet_broker(tmp_path)
+    q = tmp_path / "q"
+    seqs = _big_queue(q, range(20))
+    url = "mqtt://127.0.0.1:%d" % b.port
+    try:
+        r = ddq("replay", q, "--to", url, "--timeout", "5", "--max-attempts", "2", "--json")
+    finally:
+        b.close()
+    res = json.loads(r.stdout)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert res["unpublishable_seqs"] == [seqs[0]] and res["failed_seqs"] == [seqs[1]], res
+    assert (res["sent"], res["remaining"]) == (0, 18), res
+    items = _items(q)
+    assert [items[s]["state"] for s in seqs[1:]] == ["available"] * 19
