@@ -556,6 +556,7 @@ class _PahoWindow:
         self.ob, self.client, self.prefix, self.timeout = outbox, client, prefix, timeout
         self.run = run or _Run()
         self.doomed: dict[int, str] = {}  # seq -> why: dead-lettered at its next publish
+        self.refused = 0  # the seq publish refused, not connected (never sent: not its drop)
         self.inflight_max = max(1, window)
         self.timeout_ms = int(timeout * 1000)
         # [seq, info, first wait (monotonic s) or None, connections dropped before its publish]
@@ -572,6 +573,7 @@ class _PahoWindow:
         up = getattr(self.client, "is_connected", None)
         if up is not None and not up():  # never handed to paho, which would send it later
             self.withdraw()  # nor what is in flight: the loop republishes it (OUTBOX E30)
+            self.refused = m.seq
             raise OSError(errno.ECONNRESET, "not connected to the broker")
         try:  # QoS 1 whatever the envelope asked for: the ack needs a PUBACK (E26 qos=1)
             info = self.client.publish(topic, m.payload, qos=1, retain=m.retain)
@@ -744,6 +746,7 @@ def _deliver(job: Job, ro: ReplayOptions, client: Any, run: _Run) -> dict[str, A
         for _ in range((total + 1) * (ro.max_attempts + 2)):
             n, d0 = done(), run.drops
             del failed_now[:]
+            sender.refused = 0
             try:
                 ob.pump(sender, total + 1, stop=stop)
             except (ddq.Limit, ddq.Full) as e:  # not within H5: options other than the writer's
@@ -752,10 +755,10 @@ def _deliver(job: Job, ro: ReplayOptions, client: Any, run: _Run) -> dict[str, A
                     " writer's own (--board PROFILE, or %s), or --send-expired to deliver expired"
                     " messages instead of dead-lettering them" % (job.dir, e, qdir.OPTIONS_FILE)
                 ) from None
-            if failed_now and run.drops != d0 and not run.interrupted:
+            if failed_now and (run.drops != d0 or sender.refused) and not run.interrupted:
                 if not _reconnected(client, ro.timeout):
                     break  # the broker is away: stop, as after any failure (E26)
-                if len(failed_now) == 1:  # alone on the connection: its attempt
+                if len(failed_now) == 1 and failed_now[0] != sender.refused:  # alone: its attempt
                     s = failed_now[0]
                     drops[s] = drops.get(s, 0) + 1
                     if drops[s] >= ro.max_attempts:
