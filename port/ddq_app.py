@@ -6,10 +6,11 @@ queue options, and deliver with the message layer's own loop (Outbox.pump; Outbo
 asyncio through mqtt_as) through ddq_mqtt.WindowSender: up to WINDOW QoS 1 publishes in flight,
 so a backlog left by an outage drains at the link's speed, not at one message per round trip
 (LINK = "umqtt" sends through umqtt.simple instead, one at a time). A reading is acked only
-after the broker's PUBACK; while the broker or the network is away, sends fail and readings are
-retried with a growing, jittered delay, and new readings keep being queued. It survives resets:
-a reading is on flash once put() returned, and one in flight at a power cut is sent again when
-its lease ends (LEASE_MS).
+after the broker's PUBACK; while the broker or the network is away, the link reconnects with
+backoff, nothing is claimed, and new readings keep being queued; a failed send is retried with a
+growing, jittered delay, and a reading that fails MAX_ATTEMPTS sends (one whose send resets the
+board too) becomes a dead letter (OUTBOX E33). It survives resets: a reading is on flash once
+put() returned, and one in flight at a power cut is sent again when its lease ends (LEASE_MS).
 
 A board's main.py defines its settings (OPTIONS, the queue options of its profile; TOPIC;
 BROKER, CLIENT_ID, WIFI_SSID, WIFI_PASSWORD where it has a network; OUTBOX = "ddq_batch" to batch
@@ -51,8 +52,11 @@ DEFAULTS = {
     # retry delays: full jitter up to base * 2**attempts, capped at RETRY_MAX_MS
     "RETRY_BASE_MS": 1000,
     "RETRY_MAX_MS": 300000,
-    # 0: never give a reading up because the broker was away for long; N: a dead letter after N
-    "MAX_ATTEMPTS": 0,
+    # a dead letter after N failed sends (0: never): a reading whose send resets the board or
+    # that the broker keeps dropping the connection for ends instead of blocking for ever. The
+    # broker or WiFi being away spends none: the app claims nothing while its link is down
+    # (OUTBOX E33)
+    "MAX_ATTEMPTS": 8,
     "PERIOD_MS": 10000,  # one reading every PERIOD_MS
     "BUDGET": 16,  # messages one pump may send before the loop reads the sensor again
     "BROKER": "127.0.0.1",
@@ -125,10 +129,11 @@ class Wifi:
 
 
 def make_link(cfg: "Cfg") -> "Any":
-    """The sender Outbox.pump delivers through (PUBACK = ack): ddq_mqtt.WindowSender with
+    """The link Outbox.pump delivers through (PUBACK = ack): ddq_mqtt.WindowSender with
     WINDOW publishes in flight [E25] (LINK "window", the default), or umqtt.simple through
-    ddq_mqtt.Umqtt, one at a time (LINK "umqtt"; WindowSender when umqtt.simple is missing).
-    None where the port has no socket: the readings wait on flash (`ddq pull`, `ddq replay`)."""
+    ddq_mqtt.Umqtt (its send), one at a time (LINK "umqtt"; WindowSender when umqtt.simple is
+    missing). None where the port has no socket: the readings wait on flash (`ddq pull`, `ddq
+    replay`)."""
     if _import("socket") is None:
         print("no network on this port: readings wait on flash (ddq pull, ddq replay)")
         return None
@@ -145,7 +150,7 @@ def make_link(cfg: "Cfg") -> "Any":
                     cfg["BROKER_PORT"],
                     keepalive=cfg["KEEPALIVE_S"],
                 )
-            ).send
+            )
         print("no umqtt.simple (mpremote mip install umqtt.simple): using ddq_mqtt.WindowSender")
     return ddq_mqtt.WindowSender(
         cfg["BROKER"],
@@ -177,6 +182,30 @@ def open_outbox(cfg: "Cfg", queue_dir: "Optional[str]" = None) -> ddq_outbox.Out
     return ob
 
 
+def link_up(link: "Any") -> bool:
+    """True if link (a WindowSender, a ddq_mqtt.Umqtt, or a send function: always) is
+    connected or connects now; False while the broker or the network is away. The app pumps
+    only then, so an outage claims nothing and spends no attempt (OUTBOX E33): a send that
+    fails on a live connection (or drops it) is the message's attempt, one the broker is away
+    for is not."""
+    c = getattr(link, "connect", None)
+    if c is None or getattr(link, "up", None) or getattr(link, "sock", None) is not None:
+        return True
+    try:
+        c()
+        return True
+    except Exception as e:  # OSError; umqtt.simple's MQTTException for a refused CONNACK
+        print("mqtt:", e)
+        return False
+
+
+def connected(client: "Any") -> bool:
+    """Whether an asyncio MQTT client is connected: mqtt_as's isconnected(); micropython-mqtt-
+    async (mqtt_async) has none, its connection object is None while it reconnects."""
+    f = getattr(client, "isconnected", None)
+    return bool(f()) if f is not None else getattr(client, "_proto", 0) is not None
+
+
 def _reading(cfg: "Cfg", ob: ddq_outbox.Outbox, n: int) -> None:
     try:
         ob.put(cfg["TOPIC"], encode(cfg["read_sensor"](), n))
@@ -192,23 +221,27 @@ def run(
     queue_dir: "Optional[str]" = None,
     budget: "Optional[int]" = None,
     drain_ms: int = 0,
+    clock: "Any" = None,
 ) -> "dict[str, Any]":
     """Take a reading every period_ms and deliver what is due in between; rounds=None: forever.
 
     After `rounds` readings, keep delivering for up to drain_ms until the outbox is empty; then
-    return its stats(). sender: a send function or a windowed sender (default: make_link());
-    budget=0: only queue.
+    return its stats(). sender: a send function, a windowed sender or a ddq_mqtt.Umqtt (default:
+    make_link()); budget=0: only queue. clock: (ticks, sleep_ms), the app's interval clock
+    (ms modulo 2**30) and sleep (tests inject them; default the board's).
     """
     period = cfg["PERIOD_MS"] if period_ms is None else period_ms
     budget = cfg["BUDGET"] if budget is None else budget
     ob = open_outbox(cfg, queue_dir)
     wifi = cfg["Wifi"]()
-    send = sender or (make_link(cfg) if budget else None)
-    n, due, end = 0, _ticks(), None
-    pause, resume = 0, _ticks()  # the link's own backoff: 1 s doubling to 60 s
+    tk, zz = clock or (_ticks, _sleep_ms)
+    link: "Any" = sender or (make_link(cfg) if budget else None)
+    send = link if hasattr(link, "poll") or not hasattr(link, "send") else link.send
+    n, due, end = 0, tk(), None
+    pause, resume = 0, tk()  # the link's own backoff: 1 s doubling to 60 s
     try:
         while True:
-            now = _ticks()
+            now = tk()
             if rounds is None or n < rounds:
                 if _tdiff(now, due) >= 0:  # the sensor timer
                     n += 1
@@ -232,21 +265,26 @@ def run(
                 if hasattr(send, "poll"):
                     left = _tdiff(due, now) if rounds is None or n < rounds else 1000
                     lim, ms = 0xFFFF, max(50, min(1000, left))
-                if ob.pump(send, lim, ms) == 0 and ob.counters["retried"] > nacked:
+                # The link first: while the broker or WiFi is away nothing is claimed, so an
+                # outage spends no reading's attempts (MAX_ATTEMPTS counts sends that failed on
+                # a live link, or reset the board: OUTBOX E33).
+                if not link_up(link) or (
+                    ob.pump(send, lim, ms) == 0 and ob.counters["retried"] > nacked
+                ):
                     # the link failed: every waiting reading would try it now, one after the
                     # other; pause delivery instead (each reading keeps its own backoff too)
                     pause = min(max(1000, pause * 2), 60000)
-                    resume = _add(_ticks(), pause)
+                    resume = _add(tk(), pause)
                 else:
                     pause = 0
             # sleep until the next reading or, online, the next retry, whichever is first (1 s at
             # most, so a WiFi that comes back is noticed)
-            wait = _tdiff(due, _ticks()) if end is None else 50
+            wait = _tdiff(due, tk()) if end is None else 50
             nxt = ob.next_ready_ms() if online else None
             if nxt is not None:
-                wait = min(wait, max(nxt, _tdiff(resume, _ticks())))
+                wait = min(wait, max(nxt, _tdiff(resume, tk())))
             if wait > 0:
-                _sleep_ms(min(wait, 1000))
+                zz(min(wait, 1000))
         return ob.stats()
     finally:
         ob.close()
@@ -303,7 +341,18 @@ async def run_async(
                 print("mqtt:", e)
                 await _asleep(delay)
                 delay = min(delay * 2, 60000)
-        await ob.run(ddq_mqtt.MqttAs(client).send, stop=stop)
+        # Deliver while the client is connected; while it is away claim nothing (its publish
+        # would wait for the reconnect and time out: an attempt spent on an outage, E33).
+        send = ddq_mqtt.MqttAs(client).send
+
+        def away() -> bool:
+            return stop() or not connected(client)
+
+        while not stop():
+            if connected(client):
+                await ob.run(send, stop=away)
+            else:
+                await _asleep(250)
         task.cancel()
         return ob.stats()
     finally:

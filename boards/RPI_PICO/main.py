@@ -7,11 +7,12 @@
 # board's queue options, and deliver with the message layer's own loop (Outbox.pump) through
 # ddq_mqtt.WindowSender, WINDOW publishes in flight, so a backlog drains at link speed
 # (LINK = "umqtt": through umqtt.simple, one publish per round trip). A reading is acked only after
-# the broker's PUBACK; while the broker or the network is away, readings are retried with a
-# growing, jittered delay and new ones keep being queued. A reading is on flash once put()
-# returned; one in flight at a power cut is sent again when its lease ends (LEASE_MS). A reading
-# the far end refuses for good (raise ddq_outbox.Rejected in a send) is kept as a dead letter: `ddq
-# pull :outbox out && ddq inspect out` shows it.
+# the broker's PUBACK; while the broker or the network is away, the app reconnects with backoff,
+# claims nothing and new readings keep being queued; a failed send is retried with a growing,
+# jittered delay. A reading is on flash once put() returned; one in flight at a power cut is sent
+# again when its lease ends (LEASE_MS). A reading the far end refuses for good (raise
+# ddq_outbox.Rejected in a send), or that fails MAX_ATTEMPTS sends (8: one whose send resets the
+# board too), is kept as a dead letter: `ddq pull :outbox out && ddq inspect out` shows it.
 #
 # On the board: ddq, ddq_outbox, ddq_mqtt, ddq_app (`ddq flash --example-app` installs them and
 # this file as main.py); umqtt.simple only with LINK = "umqtt" (`mpremote mip install

@@ -881,6 +881,14 @@ def argparse_replay(p: argparse.ArgumentParser) -> None:
         help="QoS 1 publishes in flight per connection (default %(default)s; 1: one at a time)",
     )
     p.add_argument(
+        "--max-attempts",
+        type=int,
+        default=3,
+        metavar="N",
+        help="a message the broker closes the connection for, N times while it is published "
+        "alone, is quarantined as unpublishable and named (default %(default)s; 1..1000)",
+    )
+    p.add_argument(
         "--prefix-per-dir",
         action="store_true",
         help="publish each DIR under PREFIX/<its name> ({dir} in the URL's prefix does the same)",
@@ -912,7 +920,7 @@ def do_replay(args: argparse.Namespace) -> int:
             # (docs/HOST.md "Queue options").
             qoptions.check_writer_options(d, opts, src, "replay")
         jobs.append(replay.Job(d, opts, envelope.load_hmac_key(args.hmac_key_file, d)))
-    same = ("ca_file", "limit", "lease_ms", "timeout", "window", "send_expired")  # as the flags
+    same = ("ca_file", "limit", "lease_ms", "timeout", "window", "max_attempts", "send_expired")
     ro = replay.ReplayOptions.parse(
         args.to,
         args.username,

@@ -11,11 +11,14 @@ first.
 Window (--window W, default 16; OUTBOX E25's, through paho's max_inflight_messages): up to W
 publishes wait for their PUBACK at once; each is acked in DIR when its PUBACK arrives (they come
 back in order), and none is waited for past its lease. A failure releases every message of the
-window (retry(0)) and stops that directory. Many directories (`ddq replay DIR... --to URL`): one
-connection and thread each, all at once; {dir} in the URL's prefix or --client-id is the
-directory's name, --prefix-per-dir publishes under PREFIX/<name>, and client ids always differ
-(-<name> is appended). Each is resumable on its own; --json gives a summary per directory (one
-DIR: the summary itself); --progress (or a terminal on stderr) shows sent/total.
+window (retry(0)) and stops that directory, except a connection the broker closed: once paho
+reconnected the window's messages are republished one at a time, and one the broker closes the
+connection for --max-attempts times (default 3) while alone is quarantined "unpublishable: the
+broker closed the connection ..." and named (OUTBOX E26, E30). Many directories (`ddq replay DIR...
+--to URL`): one connection and thread each, all at once; {dir} in the URL's prefix or --client-id
+is the directory's name, --prefix-per-dir publishes under PREFIX/<name>, and client ids always
+differ (-<name> is appended). Each is resumable on its own; --json gives a summary per directory
+(one DIR: the summary itself); --progress (or a terminal on stderr) shows sent/total.
 
 Connection: mqtt://HOST[:PORT] (1883) or mqtts://HOST[:PORT] (8883, TLS: the broker's certificate
 must chain to --ca-file, else to the system's CAs, and name HOST; --cert/--key: a client
@@ -43,11 +46,11 @@ encrypted payload (SPEC E23) is published decrypted, after its tag is verified; 
 without the cryptography package) replay refuses to start while any pending message is encrypted:
 it never publishes a ciphertext, and changes nothing.
 
-Counts: sent (acked this run), expired (quarantined, not sent), unpublishable and
-unauthenticated (quarantined, not sent), failed (no PUBACK in time / connection lost: released with
-retry(0), which counts an attempt, and the run stops), skipped (pending but not deliverable now:
-backing off after a retry, or under a live lease), remaining (deliverable but not attempted:
---limit, Ctrl-C, or the stop after a failure), raw (of sent, published to PREFIX/raw).
+Counts: sent (acked this run), expired (quarantined, not sent), unpublishable and unauthenticated
+(quarantined, not sent), failed (no PUBACK in time / connection lost and not back within --timeout:
+released with retry(0), which counts an attempt, and the run stops), skipped (pending but not
+deliverable now: backing off after a retry, or under a live lease), remaining (deliverable but not
+attempted: --limit, Ctrl-C, or the stop after a failure), raw (of sent, published to PREFIX/raw).
 """
 
 import errno
@@ -397,6 +400,7 @@ class ReplayOptions:
     lease_ms: int = 60000
     timeout: float = 10.0
     window: int = 16
+    max_attempts: int = 3
     send_expired: bool = False
     log: Callable[[str], None] | None = None
 
@@ -429,6 +433,8 @@ class ReplayOptions:
         check_prefix(ro.prefix)
         if not 1 <= ro.window <= 65535:
             raise ReplayError("--window must be 1..65535, got %d" % ro.window)
+        if not 1 <= ro.max_attempts <= 1000:
+            raise ReplayError("--max-attempts must be 1..1000, got %d" % ro.max_attempts, code=2)
         check_timeout(ro.timeout)
         if not ro.tls and (ro.ca_file or ro.certfile or ro.keyfile):
             raise ReplayError("--ca-file, --cert and --key need an mqtts:// URL")
@@ -457,6 +463,7 @@ class _Run:
 
     interrupted: list[bool] = field(default_factory=list)
     lost: bool = False
+    drops: int = 0  # connections the broker closed (paho's on_disconnect)
     progress: Callable[[int, int], None] | None = None
     clock: Callable[[], int] | None = None
     routes: dict[int, tuple[str, int, bool, bool, bool]] = field(default_factory=dict)
@@ -551,6 +558,7 @@ def replay(
         client: Any, userdata: Any, flags: Any, reason_code: Any, properties: Any = None
     ) -> None:
         run.lost = True
+        run.drops += 1
         connected.set()  # a close before CONNACK ends the wait
 
     client_id = job.client_id or "ddq-replay-%d" % int(time.time())
@@ -632,20 +640,30 @@ class _PahoWindow:
         timeout: float,
         clock: Callable[[], int],
         routes: dict[int, tuple[str, int, bool, bool, bool]],
+        run: _Run | None = None,
     ) -> None:
         self.ob, self.client, self.prefix, self.timeout = outbox, client, prefix, timeout
+        self.run = run or _Run()
+        self.doomed: dict[int, str] = {}  # seq -> why: dead-lettered at its next publish
+        self.refused = 0  # the seq publish refused, not connected (never sent: not its drop)
         self.inflight_max = max(1, window)
         self.timeout_ms = int(timeout * 1000)
-        self.flight: list[list[Any]] = []  # [seq, info, first wait (monotonic s) or None]
+        # [seq, info, first wait (monotonic s) or None, connections dropped before its publish]
+        self.flight: list[list[Any]] = []
         self.clock = clock
         self.routes = routes  # seq -> topic, bytes, raw, retain, expired (what was published)
         self.readings: dict[int, list[int]] = {}  # item seq -> its readings published, in order
 
     def publish(self, m: Any, dup: bool = False) -> None:
         topic = topic_for(self.prefix, m.topic or "raw")
-        why = unpublishable(topic) if m.topic else ""
+        why = (unpublishable(topic) if m.topic else "") or self.doomed.get(m.seq, "")
         if why:
             raise self.ob.Unpublishable(why)
+        up = getattr(self.client, "is_connected", None)
+        if up is not None and not up():  # never handed to paho, which would send it later
+            self.withdraw()  # nor what is in flight: the loop republishes it (OUTBOX E30)
+            self.refused = m.seq
+            raise OSError(errno.ECONNRESET, "not connected to the broker")
         try:  # QoS 1 whatever the envelope asked for: the ack needs a PUBACK (E26 qos=1)
             info = self.client.publish(topic, m.payload, qos=1, retain=m.retain)
         except ValueError as e:  # paho refuses the topic or the payload: not sendable, ever
@@ -657,34 +675,64 @@ class _PahoWindow:
             bool(m.retain),
             m.expired(self.clock()),
         )
-        self.flight.append([m.seq, info, None])
+        self.flight.append([m.seq, info, None, self.run.drops])
         if m.seq >= READING:
             self.readings.setdefault(split_id(m.seq)[0], []).append(m.seq)
 
     def poll(self, timeout_ms: int = 0) -> list[int]:
         out: list[int] = []
         while self.flight:
-            seq, info, t0 = self.flight[0]
+            seq, info, t0, drops = self.flight[0]
             now = time.monotonic()
             if t0 is None:
                 t0 = self.flight[0][2] = now
             wait = min(timeout_ms / 1000, t0 + self.timeout - now)
             try:
-                if wait > 0 and not info.is_published():
-                    info.wait_for_publish(wait)
+                if wait > 0 and not info.is_published():  # in slices: a drop ends the wait
+                    info.wait_for_publish(min(wait, 0.1))
                 ok = info.is_published()
             except (RuntimeError, ValueError):
                 ok = False
                 t0 = now - self.timeout  # not published and never will be: a failure now
+            if not ok and self.run.drops != drops:  # the broker closed the connection meanwhile
+                self.withdraw()
+                raise OSError(
+                    errno.ECONNRESET,
+                    "the broker closed the connection while seq %d was in flight" % seq,
+                )
             if not ok:
                 if time.monotonic() - t0 >= self.timeout:
-                    self.flight.clear()
+                    self.withdraw()
                     raise OSError(errno.ETIMEDOUT, "no PUBACK for seq %d" % seq)
                 break
             self.flight.pop(0)
             out.append(seq)
             timeout_ms = 0  # then take what is confirmed already, without waiting
         return out
+
+    def withdraw(self) -> None:
+        # Forget what is in flight, and withdraw it from paho's queue: paho would publish it
+        # again after every reconnect on its own (ddq_mqtt.Paho does the same, OUTBOX E30).
+        c = self.client
+        lk = getattr(c, "_out_message_mutex", None)
+        for f in self.flight:
+            if lk is not None:
+                with lk:
+                    w = c._out_messages.pop(f[1].mid, None)
+                    if w is not None and w.qos and w.state != 9:  # 9: mqtt_ms_queued
+                        c._inflight_messages -= 1
+        self.flight.clear()
+
+
+def _reconnected(client: Any, timeout: float) -> bool:
+    # paho's loop reconnects by itself after a drop (1 s, doubling); wait for it up to timeout.
+    up = getattr(client, "is_connected", None)
+    t_end = time.monotonic() + timeout
+    while up is not None and not up():
+        if time.monotonic() >= t_end:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def _deliver(job: Job, ro: ReplayOptions, client: Any, run: _Run) -> dict[str, Any]:
@@ -723,10 +771,22 @@ def _deliver(job: Job, ro: ReplayOptions, client: Any, run: _Run) -> dict[str, A
         if progress is not None:
             progress(0, total)
         sender = _PahoWindow(
-            ddq_outbox, client, job.prefix, ro.window, ro.timeout, q.clock, run.routes
+            ddq_outbox, client, job.prefix, ro.window, ro.timeout, q.clock, run.routes, run
         )
+        # A connection the broker closes is an attempt, never a free retry (OUTBOX E30, E26):
+        # the window in flight is released (retry 0) and, once paho reconnected, republished
+        # one at a time (suspects), so a drop again pins the message the broker refuses; each
+        # drop it was alone for counts (drops), and after --max-attempts it is dead-lettered.
+        drops: dict[int, int] = {}
+        doomed_at = -1  # len(got["sent"]) when the last message was doomed
+        suspects: set[int] = set()
+        failed_now: list[int] = []
 
         def report(what: str, seq: int, detail: str) -> None:
+            if what == "failed":
+                failed_now.append(seq)
+            elif what != "retried":
+                suspects.discard(seq)
             if what not in got:
                 return
             if what == "sent" and sender.readings.get(seq):
@@ -739,9 +799,9 @@ def _deliver(job: Job, ro: ReplayOptions, client: Any, run: _Run) -> dict[str, A
                     topic, nb = sender.routes[seq][0:2]
                     log("sent seq %s -> %s (%d bytes)" % (seq_name(seq), topic, nb))
             elif log and what == "failed":
-                if len(got["failed"]) == 1:
-                    log("no PUBACK for seq %d on %s; stopping"
-                        % (seq, sender.routes.get(seq, ("?",))[0]))  # fmt: skip
+                if len(failed_now) == 1:  # the first of a failed round; why (the detail)
+                    log("seq %d on %s not confirmed: %s"
+                        % (seq, sender.routes.get(seq, ("?",))[0], detail))  # fmt: skip
             elif log and what == "expired":
                 log("seq %d expired (TTL): quarantined, not sent" % seq)
             elif log and what == "dead_dropped":
@@ -755,7 +815,9 @@ def _deliver(job: Job, ro: ReplayOptions, client: Any, run: _Run) -> dict[str, A
             return sum(len(v) for k, v in got.items() if k != "failed") + len(sender.flight)
 
         def stop() -> bool:
-            return bool(run.interrupted) or (ro.limit is not None and done() >= ro.limit)
+            if run.interrupted or (ro.limit is not None and done() >= ro.limit):
+                return True
+            return sender.inflight_max == 1 < ro.window and not suspects  # back to the window
 
         ob = batch.BatchOutbox(  # an Outbox that also hands out the readings of a batch
             q,
@@ -768,8 +830,12 @@ def _deliver(job: Job, ro: ReplayOptions, client: Any, run: _Run) -> dict[str, A
             failure="stop",
             report=report,
         )
-        for _ in range(total + 1):  # bounded: each round settles a message or ends
-            n = done()
+        # bounded: each round settles a message, ends, or follows a drop (at most max_attempts
+        # for each message alone, and one per window before)
+        for _ in range((total + 1) * (ro.max_attempts + 2)):
+            n, d0 = done(), run.drops
+            del failed_now[:]
+            sender.refused = 0
             try:
                 ob.pump(sender, total + 1, stop=stop)
             except (ddq.Limit, ddq.Full) as e:  # not within H5: options other than the writer's
@@ -778,6 +844,35 @@ def _deliver(job: Job, ro: ReplayOptions, client: Any, run: _Run) -> dict[str, A
                     " writer's own (--board PROFILE, or %s), or --send-expired to deliver expired"
                     " messages instead of dead-lettering them" % (job.dir, e, qdir.OPTIONS_FILE)
                 ) from None
+            if failed_now and (run.drops != d0 or sender.refused) and not run.interrupted:
+                if not _reconnected(client, ro.timeout):
+                    break  # the broker is away: stop, as after any failure (E26)
+                if len(failed_now) == 1 and failed_now[0] != sender.refused:  # alone: its attempt
+                    s = failed_now[0]
+                    drops[s] = drops.get(s, 0) + 1
+                    if drops[s] >= ro.max_attempts:
+                        if doomed_at == len(got["sent"]):
+                            # a second one in a row, nothing delivered since the first: the
+                            # broker drops every message, not this one: stop (E26), not doom
+                            if log:
+                                log("the broker closed the connection for seq %d too, nothing"
+                                    " delivered since the last: stopping" % s)  # fmt: skip
+                            break
+                        doomed_at = len(got["sent"])
+                        sender.doomed[s] = (
+                            "the broker closed the connection each time it was published"
+                            " (%d times; --max-attempts %d)" % (drops[s], ro.max_attempts)
+                        )
+                if sender.inflight_max > 1 or not suspects:
+                    suspects.update(failed_now)
+                for s in failed_now:
+                    got["failed"].remove(s)
+                sender.inflight_max = 1
+                continue
+            if sender.inflight_max == 1 < ro.window and not suspects:
+                sender.inflight_max = ro.window  # the suspects are settled: the window again
+                if not got["failed"] and not stop():
+                    continue
             if got["failed"] or stop() or done() == n:
                 break
         raw = sum(1 for s in got["sent"] if sender.routes[s][2])

@@ -676,3 +676,107 @@ def test_replay_drains_a_directory_the_hold_rule_filled(tmp_path, mosquitto):
     r = ddq("replay", q, "--to", "mqtt://127.0.0.1:%d/" % mosquitto)
     assert r.returncode == 0 and r.stdout.startswith("sent 0, failed 0"), (r.stdout, r.stderr)
     assert ddq("verify", q).returncode == 0
+
+
+def _small_packet_broker(tmp_path):
+    """mosquitto with max_packet_size 1024: it closes the connection on a larger PUBLISH."""
+    import pytest
+
+    import brokers
+
+    exe = brokers.ensure_mosquitto()
+    if exe is None:
+        pytest.skip("needs mosquitto (its max_packet_size): " + str(brokers.install_failure()))
+    b = brokers.demo.Mosquitto(str(tmp_path / "broker"), brokers.demo.free_port(), exe)
+    with open(b.conf, "a") as f:
+        f.write("max_packet_size 1024\n")
+    b.start()
+    return b
+
+
+def _big_queue(q, big):
+    """20 envelopes big/0..19, those whose index is in big 2,000 bytes (over 1024)."""
+    import ddq_outbox
+
+    opts = dict(OPTS, segment_bytes=65536, max_payload_bytes=4096)
+    ob = ddq_outbox.Outbox(str(q), **opts)
+    try:
+        seqs = [ob.put("big/%d" % i, b"x" * 2000 if i in big else b"%010d" % i) for i in range(20)]
+    finally:
+        ob.close()
+    (q / qdir.OPTIONS_FILE).write_text(json.dumps(opts))
+    return seqs
+
+
+def test_replay_dead_letters_a_message_the_broker_drops_the_connection_for(tmp_path):
+    # EVIDENCE-OF: E26 E30
+    # mosquitto with max_packet_size closes the connection on the one PUBLISH above it (without
+    # the PUBACKs it owed before it). The window is released, republished one at a time once
+    # paho reconnected, and the message alone at each drop is charged: after --max-attempts it
+    # is quarantined and named, and the 19 others are delivered (the old replay stopped with
+    # "failed 16" on every run, the bad seq never named, the rest never delivered).
+    import pytest
+
+    import brokers
+    import ddq_outbox
+
+    exe = brokers.ensure_mosquitto()
+    if exe is None:
+        pytest.skip("needs mosquitto (its max_packet_size): " + str(brokers.install_failure()))
+    b = brokers.demo.Mosquitto(str(tmp_path / "broker"), brokers.demo.free_port(), exe)
+    with open(b.conf, "a") as f:
+        f.write("max_packet_size 1024\n")
+    b.start()
+    opts = dict(OPTS, segment_bytes=16384, max_payload_bytes=4096)
+    q = tmp_path / "q"
+    ob = ddq_outbox.Outbox(str(q), **opts)
+    try:
+        seqs = [ob.put("big/%d" % i, b"x" * 2000 if i == 5 else b"%010d" % i) for i in range(20)]
+    finally:
+        ob.close()
+    (q / qdir.OPTIONS_FILE).write_text(json.dumps(opts))
+    url = "mqtt://127.0.0.1:%d" % b.port
+    sub = Subscriber(b.port)
+    try:
+        # bounded: ddq() kills it after 120 s (each drop costs paho's 1 s reconnect: ~5 s)
+        r = ddq("replay", q, "--to", url, "--timeout", "5", "--max-attempts", "2", "--json")
+        assert r.returncode == 0, r.stdout + r.stderr
+        res = json.loads(r.stdout)
+        sub.wait_for(19)
+        got = sorted(g for g in sub.got if g[0].startswith("big/"))
+    finally:
+        sub.close()
+    assert (res["sent"], res["failed"], res["remaining"]) == (19, 0, 0), res
+    assert res["unpublishable_seqs"] == [seqs[5]], res
+    assert sorted(set(got)) == sorted(("big/%d" % i, b"%010d" % i) for i in range(20) if i != 5)
+    item = _items(q)[seqs[5]]
+    assert item["state"] == "quarantined", item
+    assert item["reason"].startswith("unpublishable: the broker closed the connection"), item
+    r = ddq("replay", q, "--to", url, "--json")
+    res = json.loads(r.stdout)
+    assert r.returncode == 0 and (res["sent"], res["failed"], res["remaining"]) == (0, 0, 0)
+    r = ddq("replay", q, "--to", url, "--max-attempts", "0")
+    assert r.returncode == 2 and "--max-attempts must be 1..1000" in r.stderr, r.stderr
+    b.close()
+
+
+def test_replay_stops_when_the_broker_drops_every_message(tmp_path):
+    # EVIDENCE-OF: E26 E30
+    # Every message is over the broker's max_packet_size: the first is dead-lettered after
+    # --max-attempts drops (it cannot know better), but the next one dropped as often with
+    # nothing delivered between is the broker's doing: the run stops there (failed 1, exit 1)
+    # instead of dead-lettering the whole directory.
+    b = _small_packet_broker(tmp_path)
+    q = tmp_path / "q"
+    seqs = _big_queue(q, range(20))
+    url = "mqtt://127.0.0.1:%d" % b.port
+    try:
+        r = ddq("replay", q, "--to", url, "--timeout", "5", "--max-attempts", "2", "--json")
+    finally:
+        b.close()
+    res = json.loads(r.stdout)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert res["unpublishable_seqs"] == [seqs[0]] and res["failed_seqs"] == [seqs[1]], res
+    assert (res["sent"], res["remaining"]) == (0, 18), res
+    items = _items(q)
+    assert [items[s]["state"] for s in seqs[1:]] == ["available"] * 19

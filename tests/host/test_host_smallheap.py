@@ -9,10 +9,10 @@ Every test passes or skips with its reason. A test skips only through support.ne
 own data, or the modules it needs beside the runner (mpremote's mount, mprun, support: 32 KB),
 need more heap than the board has, which its user cannot change. In 140 KiB (measured on this
 unix port, 64-bit; docs/DESIGN.md §4.1 has the figures):
-- the message layer's modules skip whole: test_batch, test_liveness, test_outbox, test_window,
-  test_mqtt, test_mqtt_clients, test_mqtt_limits (ddq + ddq_outbox + ddq_mqtt import 67 KB and
-  an open Outbox keeps 25 KB: 46 KB of a 140 KiB heap stay for an application, too little beside
-  the runner); test_auth and test_auth_aes run their codec tests and skip those that open an
+- the message layer's modules skip whole: test_app, test_batch, test_liveness, test_outbox,
+  test_window, test_mqtt, test_mqtt_clients, test_mqtt_limits (ddq + ddq_outbox + ddq_mqtt import
+  67 KB and an open Outbox keeps 25 KB: 46 KB of a 140 KiB heap stay for an application, too little
+  beside the runner); test_auth and test_auth_aes run their codec tests and skip those that open an
   Outbox;
 - test_parts (a second ddq compiled beside the first) skips whole;
 - test_misuse skips whole: its queue's cases open the queue a dozen times beside a large module
@@ -59,6 +59,7 @@ GROUPS = [
     ["test_special_files"],
     ["test_support"],
     [
+        "test_app",
         "test_batch",
         "test_index",
         "test_index_chunks",
