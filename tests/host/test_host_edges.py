@@ -210,10 +210,12 @@ def test_inspect_escapes_topics_and_reasons(tmp_path):
 
     d = tmp_path / "q"
     topic = "t/\nresult: clean\x1b[2J"
+    # put refuses such a topic (OUTBOX E4): a tampered directory holds it, written here by hand
+    safe = topic.replace("\n", "_").replace("\x1b", "_")
     q = ddqmod.Queue(str(d), **OPTS)
     try:
-        q.enqueue(ddq_outbox.encode_envelope(topic, b"x"))
-        q.enqueue(ddq_outbox.encode_envelope(topic, b"y"))
+        for p in (b"x", b"y"):
+            q.enqueue(ddq_outbox.encode_envelope(safe, p).replace(safe.encode(), topic.encode()))
         c = q.claim(60000)
         q.quarantine(c.seq, b"bad\nresult: clean\x1b]0;owned\x07")
     finally:
@@ -227,7 +229,8 @@ def test_inspect_escapes_topics_and_reasons(tmp_path):
     js = json.loads(ddq("inspect", d, "--json").stdout)
     assert js["items"][0]["envelope"]["topic"] == topic
     r = ddq("replay", d, "--to", "mqtt://127.0.0.1:1/x", "--dry-run")
-    assert "\x1b" not in r.stdout and "-> x/t/\\nresult: clean\\x1b[2J" in r.stdout, r.stdout
+    # (its topic cannot be published: the plan names it as a dead letter, E4/E10)
+    assert "\x1b" not in r.stdout and "unpublishable: seq 2" in r.stdout, r.stdout
 
 
 def test_an_error_naming_a_hostile_path_is_one_line(tmp_path):
