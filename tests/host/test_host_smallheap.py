@@ -50,6 +50,7 @@ GROUPS = [
     ["test_hold"],
     ["test_index_regressions"],
     ["test_interop"],
+    ["test_libddq_writes"],
     ["test_lock_spellings"],
     ["test_nomem"],
     ["test_reclaim"],
