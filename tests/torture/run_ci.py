@@ -523,6 +523,7 @@ def aggregate(done):
             lv["windowed"] += r["windowed"]
             for k in ("rounds_max", "bound_max"):
                 lv[k] = max(lv[k], r[k])
+            lv["cpu_s"] = lv.get("cpu_s", 0) + r.get("cpu_s", 0)
         elif part == "group":
             sb["group_states"] += r["states"]
             sb["group_returned_lost"] += r["returned_lost"]
@@ -742,7 +743,7 @@ def main():
         print(
             "liveness: runs=%d stuck=%d raised=%d phantom=%d by_cause=%s admitted=%d "
             "delivered=%d dead=%d cuts=%d reboots=%d fulls=%d batch=%d windowed=%d "
-            "rounds_max=%d bound_max=%d cpu=%.0fs"
+            "rounds_max=%d bound_max=%d cpu=%.0f s"
             % (
                 sb["liveness_runs"],
                 sb["stuck"],
@@ -759,7 +760,7 @@ def main():
                 lv["windowed"],
                 lv["rounds_max"],
                 lv["bound_max"],
-                sum(d["secs"] for d in done if d["part"] == "live"),
+                lv.get("cpu_s", 0),
             )
         )
     print("wall %.0f s, %d tasks, jobs %d" % (wall, len(tasks), a.jobs))
