@@ -27,6 +27,7 @@ def block(line, sb, extra, wall, full):
             == sb["reused_seq"]
             == sb["unexpected"]
             == sb.get("bricked", 0)
+            == sb.get("stuck", 0)
             == 0
             else "FAIL",
         ),
@@ -178,6 +179,35 @@ def block(line, sb, extra, wall, full):
                 extra.get("enospc_full_refused", 0),
                 extra.get("natural", [0, 0])[0],
                 extra.get("natural", [0, 0])[1],
+            )
+        )
+    lv = extra.get("liveness")
+    if sb.get("liveness_runs") and lv:
+        out.append(
+            "| 7 liveness | runs (BatchOutbox; windowed sender): admitted / delivered / dead "
+            "letters / power cuts / reboots / puts refused Full; most heal rounds used (largest "
+            "bound) | %d (%d; %d): %d / %d / %d / %d / %d / %d; %d (%d) |"
+            % (
+                sb["liveness_runs"],
+                lv["batch"],
+                lv["windowed"],
+                lv["admitted"],
+                lv["delivered"],
+                lv["dead"],
+                lv["cuts"],
+                lv["reboots"],
+                lv["fulls"],
+                lv["rounds_max"],
+                lv["bound_max"],
+            )
+        )
+        out.append(
+            "| 7 liveness | stuck / raised / phantom (must be 0); by cause | %d / %d / %d; %s |"
+            % (
+                sb["stuck"],
+                sb["liveness_raised"],
+                sb["phantom"],
+                ", ".join("%s %d" % (k, v) for k, v in sorted(lv["by_cause"].items())) or "none",
             )
         )
     kinds = extra["fault_by_kind"]

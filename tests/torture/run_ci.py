@@ -18,6 +18,10 @@ Runs the four parts as subprocess tasks, two at a time (2 cores):
       judged as left and after a power cut (POSIX, LittleFS, FAT), reopened full, freed, continued
       and reopened: enospc_points; the first task also runs the natural reproduction
       (docs/RELIABILITY.md part 6)
+  7. liveness (CPython, liveness.py): seeded runs of the message layer at its limits (a board
+      profile's hold rule, a full queue, TTLs, Rejected, dropped connections, resets, clock jumps,
+      power cuts and reboots), then a healed network for a bounded number of pump rounds: every
+      admitted message delivered, dead-lettered or dropped and counted; `stuck` must be 0
 A plain open refused after only ddq's own writes, cuts and ENOSPC is `bricked` (must be 0).
 then prints ONE scoreboard line computed from what ran, checks the targets, and exits non-zero on
 any invariant failure or missed target, printing the first failure's reproduction.
@@ -55,7 +59,9 @@ TARGETS = {
     "salvage_cut_states": 10000,
     "continued_states": 50000,
     "enospc_points": 5000,
+    "liveness_runs": 10000,
 }
+LIVE_RUNS = 500  # liveness runs per task (about 10 s of one core)
 SYNCS = ("always", "ack", "always", "none", "outbox")  # outbox: ddq_outbox.Outbox group commit
 # index_bytes per crash seed (k % 3): ddq's default (1 MiB: never reached, never written), 0 (the
 # index off), 1 (every close + reopen and save_index step writes queue.index; every judged state
@@ -112,6 +118,7 @@ def plan(scale, smoke=False):
         add_smoke("salvcut", "salvcut 11", [PY, "worker.py", "salvagecut", "11", "10", "400"])
         add_smoke("hold", "hold 11", [PY, "hold.py", "11", "30"])
         add_smoke("enospc", "enospc 1200", [PY, "worker.py", "enospc", "1200", "20"])
+        add_smoke("live", "live 1", [PY, "liveness.py", "1", "40"])
         return t
     n_crash = 30 * scale
     for k in range(n_crash):
@@ -180,6 +187,9 @@ def plan(scale, smoke=False):
             "salvcut %d" % seed,
             [PY, "worker.py", "salvagecut", str(seed), str(nops), str(5 * nops)],
         )
+    for k in range(10000 * scale // LIVE_RUNS):  # liveness (liveness.py): runs SEED.. in a task
+        seed = 1 + k * LIVE_RUNS
+        add("live", "live %d" % seed, [PY, "liveness.py", str(seed), str(LIVE_RUNS)])
     for k in range(
         4 * scale
     ):  # the hold rule at its limit (hold.py, SPEC 10.1): cut states + drains
@@ -342,6 +352,10 @@ def aggregate(done):
         "continued_states": 0,
         "enospc_points": 0,
         "bricked": 0,
+        "liveness_runs": 0,
+        "stuck": 0,
+        "liveness_raised": 0,
+        "phantom": 0,
     }
     extra = {
         "crash_checked": 0,
@@ -372,6 +386,19 @@ def aggregate(done):
         "enospc_by_view": {},
         "enospc_full_refused": 0,
         "natural": [0, 0],
+        "liveness": {
+            "by_cause": {},
+            "admitted": 0,
+            "delivered": 0,
+            "dead": 0,
+            "cuts": 0,
+            "reboots": 0,
+            "fulls": 0,
+            "rounds_max": 0,
+            "bound_max": 0,
+            "batch": 0,
+            "windowed": 0,
+        },
     }
     failures = []
     crash_hashes, bad_hashes = set(), set()
@@ -413,6 +440,12 @@ def aggregate(done):
                 ROOT,
                 " ".join(a for a in d["argv"] if a != d["hashfile"]),
             )
+            if d["part"] == "live":  # one run: its own seed
+                f["repro"] = "cd %s && %s tests/torture/liveness.py %d 1 -v" % (
+                    ROOT,
+                    PY,
+                    f["seed"],
+                )
             failures.append(f)
         part = d["part"]
         if part == "crash" or part == "mp":
@@ -478,6 +511,20 @@ def aggregate(done):
         elif part == "hold":  # its stranded items are also counted in unexpected
             sb["hold_states"] += r["states"]
             sb["hold_stranded"] += r["stranded"]
+        elif part == "live":
+            sb["liveness_runs"] += r["runs"]
+            sb["stuck"] += r["stuck"]
+            sb["liveness_raised"] += r["raised"]
+            sb["phantom"] += r["phantom"]
+            lv = extra["liveness"]
+            for k, v in r["by_cause"].items():
+                lv["by_cause"][k] = lv["by_cause"].get(k, 0) + v
+            for k in ("admitted", "delivered", "dead", "cuts", "reboots", "fulls", "batch"):
+                lv[k] += r[k]
+            lv["windowed"] += r["windowed"]
+            for k in ("rounds_max", "bound_max"):
+                lv[k] = max(lv[k], r[k])
+            lv["cpu_s"] = lv.get("cpu_s", 0) + r.get("cpu_s", 0)
         elif part == "group":
             sb["group_states"] += r["states"]
             sb["group_returned_lost"] += r["returned_lost"]
@@ -524,6 +571,14 @@ def scoreboard_line(sb, extra):
         sb["continued_states"],
         sb["enospc_points"],
         sb["bricked"],
+    )
+    # part 8 (docs/RELIABILITY.md): liveness runs, runs where an admitted message reached no end
+    # within the bound, runs where a call raised what the docs do not allow, phantom deliveries
+    s += " liveness_runs=%d stuck=%d liveness_raised=%d phantom=%d" % (
+        sb["liveness_runs"],
+        sb["stuck"],
+        sb["liveness_raised"],
+        sb["phantom"],
     )
     s += (
         " (depth2=%d corrupt_reported=%d hypothesis=%d mp_bad_images=%d forged_accepted=%d "
@@ -591,6 +646,7 @@ def main():
         "salvcut": 1,
         "hold": 1,
         "enospc": 1,
+        "live": 1,
     }
     tasks.sort(key=lambda t: -weight[t[0]])
     t0 = time.time()
@@ -617,6 +673,7 @@ def main():
                         "libddq_disagree",
                     )
                     + (("accepted",) if d["part"] == "forge" else ())
+                    + (("stuck", "raised", "phantom") if d["part"] == "live" else ())
                     + (("wrong", "reused") if d["part"] == "salvage" else ())
                     + (
                         (
@@ -683,6 +740,31 @@ def main():
             "salvage: "
             + " ".join("salvage_%s=%d" % (k, sb["salvage_" + k]) for k in SALVAGE_COUNTS)
         )
+    if any(t[0] == "live" for t in tasks):
+        lv = extra["liveness"]
+        print(
+            "liveness: runs=%d stuck=%d raised=%d phantom=%d by_cause=%s admitted=%d "
+            "delivered=%d dead=%d cuts=%d reboots=%d fulls=%d batch=%d windowed=%d "
+            "rounds_max=%d bound_max=%d cpu=%.0f s"
+            % (
+                sb["liveness_runs"],
+                sb["stuck"],
+                sb["liveness_raised"],
+                sb["phantom"],
+                json.dumps(lv["by_cause"], sort_keys=True),
+                lv["admitted"],
+                lv["delivered"],
+                lv["dead"],
+                lv["cuts"],
+                lv["reboots"],
+                lv["fulls"],
+                lv["batch"],
+                lv["windowed"],
+                lv["rounds_max"],
+                lv["bound_max"],
+                lv.get("cpu_s", 0),
+            )
+        )
     print("wall %.0f s, %d tasks, jobs %d" % (wall, len(tasks), a.jobs))
     ok = (
         sb["lost"]
@@ -692,6 +774,7 @@ def main():
         == sb["index_mismatch"]
         == 0
         and sb["bricked"] == 0
+        and sb["stuck"] == sb["liveness_raised"] == sb["phantom"] == 0
         and sb["hmac_forged_accepted"] == 0
         and sb["group_returned_lost"] == 0
         and sb["libddq_disagree"] == 0
