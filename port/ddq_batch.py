@@ -245,7 +245,8 @@ class BatchOutbox(Base):
         now = max(self._clock(), o[5])
         e = o[6]
         head = bytearray()
-        _varint(head, min(now - o[4], _MAX_AGE))  # the first reading's age at the write
+        # the first reading's age at the write (0 when the clock went back since it) [B2]
+        _varint(head, min(max(0, now - o[4]), _MAX_AGE))
         body = head + e[1:]  # (e[0] is the placeholder byte put() wrote)
         seq = self._put(o[0], body, o[1], o[2], o[3], KEY, 0, False, now)
         self._open = None  # (on Full the batch stays open: put() raises, nothing is lost)
@@ -254,13 +255,20 @@ class BatchOutbox(Base):
     def tick(self) -> None:
         """Write the open batch once batch_ms passed; group commit as Outbox.tick [B3]."""
         if self._open is not None and self._late(self._open):
-            self.flush()
+            try:
+                self.flush()
+            except Full:  # the batch stays open: the next put or tick tries again [B3]
+                pass
         Base.tick(self)
 
     def close(self) -> None:
         try:
             if self.queue.stats().failed == 0:
-                self.flush()
+                try:
+                    self.flush()
+                except Full:  # no room: the open batch's readings are dropped, counted [B3]
+                    o, self._open = self._open, None
+                    self.counters["dropped"] += o[8] if o else 0
         finally:
             Base.close(self)
 

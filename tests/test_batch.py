@@ -340,3 +340,86 @@ def test_batch_envelope_never_over_batch_bytes():
         assert len(ob.queue.read(seq)) <= 256, seq
     assert len(_readings(ob)) == 152
     ob.close()
+
+
+def _fill(ob, clock):
+    # Put readings until the queue is full; the last batch stays open in RAM. Returns them.
+    took = []
+    for i in range(5000):
+        clock.advance(10000)
+        try:
+            ob.put("s/t", b"r%04d" % i)
+        except ddq.Full:
+            return took
+        took.append(b"r%04d" % i)
+    raise AssertionError("never full")
+
+
+FULL_OPTS = {
+    "segment_bytes": 1024,
+    "max_segments": 4,
+    "max_payload_bytes": 200,
+    "batch_bytes": 200,
+    "batch_ms": 1000,
+}
+
+
+def test_batch_tick_at_full_leaves_the_batch_open_and_pump_delivers():
+    # EVIDENCE-OF: B3 (tick's write meets Full: the batch stays open, tick and pump raise
+    # nothing, delivery makes room and a later tick writes it; issue 35: pump raised Full every
+    # round and nothing was delivered)
+    ticks = [0]
+    d = support.tmpdir() + "/q"
+    clock = support.FakeClock(T0)
+    k = dict(OPTS)
+    k.update(FULL_OPTS)
+    ob = BatchOutbox(d, clock=clock, ticks=lambda: ticks[0], seed=1, **k)
+    took = _fill(ob, clock)
+    assert ob.counters["readings"] > ob.queue.stats().total_items > 1
+    ticks[0] += 5000  # batch_ms passed: tick tries to write the open batch into the full queue
+    got = []
+    for _ in range(200):
+        ticks[0] += 5000
+        clock.advance(1000)
+        ob.pump(lambda m: got.append(m.payload) or True)
+        if len(got) == len(took) and ob.qsize() == 0:
+            break
+    assert sorted(got) == sorted(took), (len(got), len(took))
+    ob.close()
+
+
+def test_batch_close_at_full_counts_the_open_batch_dropped():
+    # EVIDENCE-OF: B3 (close's write meets Full: the open batch's readings, never durable, are
+    # dropped and counted; close raises nothing and the queue reopens with what was written)
+    d = support.tmpdir() + "/q"
+    clock = support.FakeClock(T0)
+    ob = _ob(d, clock, **FULL_OPTS)
+    took = _fill(ob, clock)
+    written = ob.queue.stats().total_items
+    ob.close()
+    dropped = ob.counters["dropped"]
+    assert dropped > 0
+    ob = _ob(d, clock, **FULL_OPTS)
+    got = []
+    for _ in range(100):
+        if not ob.pump(lambda m: got.append(m.payload) or True):
+            break
+    assert ob.queue.stats().acknowledged_items == written
+    assert len(got) + dropped == len(took) and got == took[: len(got)], (len(got), dropped)
+    ob.close()
+
+
+def test_batch_clock_back_while_a_batch_is_open():
+    # EVIDENCE-OF: B2 (the wall clock set back while a batch is open: the first reading's age at
+    # the write is 0, never negative; the write used to loop for ever in its varint)
+    d = support.tmpdir() + "/q"
+    clock = support.FakeClock(T0)
+    ob = _ob(d, clock, batch_bytes=200)
+    ob.put("s/t", b"a")
+    clock.advance(-60000)
+    ob.put("s/t", b"b")
+    assert ob.flush() == 1
+    got = []
+    ob.pump(lambda m: got.append(m.payload) or True)
+    assert got == [b"a", b"b"], got
+    ob.close()
