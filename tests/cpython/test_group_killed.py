@@ -6,9 +6,12 @@ waits for ever. CPython only (async exceptions, real threads); every wait here i
 
 Each test parks a thread at the exact window through a hook (the leader's yield, the lock
 factory) or finds it blocked at the gate from its frame, injects the exception, then lets it
-go. On the code before issue 35 the others hung for ever (these tests time out in seconds)."""
+go. On the code before issue 35 the others hung for ever (these tests time out in seconds).
 
-# EVIDENCE-OF: G4 G6
+Also Outbox(lock=True) (OUTBOX [E16]): a caller killed as it takes the lock (blocked in its
+acquire, the exception raised as the acquire returns) left it held for every later call."""
+
+# EVIDENCE-OF: G4 G6 E16
 import ctypes
 import linecache
 import sys
@@ -16,6 +19,7 @@ import threading
 
 import ddq
 import ddq_group
+import ddq_outbox
 
 BOUND_S = 10.0  # how long a thread may take to end here (they end in milliseconds)
 
@@ -223,3 +227,40 @@ def test_close_ends_every_caller_still_waiting(tmp_path):
     for n in ("b", "c"):
         assert isinstance(p.out[n], ddq.IOFailure) and "closed" in str(p.out[n]), p.out
     assert _payloads(d) == [b"a" * 8]
+
+
+# ---------------------------------------------------------------- Outbox(lock=True) [E16]
+
+
+def _blocked_in_outbox_lock(t):
+    # Thread t is inside ddq_outbox's lock wrapper, waiting for the lock.
+    f = sys._current_frames().get(t.ident)
+    return f is not None and f.f_code.co_name == "call" and "ddq_outbox" in f.f_code.co_filename
+
+
+def test_a_caller_killed_as_it_takes_the_lock_leaves_it_free(tmp_path):
+    ob = ddq_outbox.Outbox(str(tmp_path / "q"), lock=True, clock=lambda: 1000)
+    ob.put("t", b"x")
+    acquire, release = ob._lk
+    assert acquire()  # the test holds the Outbox's lock
+    out = []
+
+    def victim():
+        try:
+            ob.qsize()
+        except Killed:
+            out.append("killed")
+
+    t = threading.Thread(target=victim, daemon=True)
+    t.start()
+    _until(lambda: _blocked_in_outbox_lock(t), "the victim waits for the lock")
+    _kill(t)
+    release()  # the victim takes the lock, then meets Killed
+    t.join(BOUND_S)
+    assert not t.is_alive() and out == ["killed"]
+    res = []
+    t2 = threading.Thread(target=lambda: res.append(ob.qsize()), daemon=True)
+    t2.start()
+    t2.join(BOUND_S)
+    assert res == [1], "the lock stayed held: a later call waited for ever"
+    ob.close()
