@@ -4,6 +4,7 @@
 #   Xorshift32(state)            a PRNG giving the same sequence on both interpreters
 #   drain(ob, limit)             get and ack every message an Outbox has ready
 #   cut_copy(src, synced)        a copy of a queue directory as a power cut leaves it
+#   CrashFS()                    PosixStorage remembering what was synced: .crash_copy(dir)
 #   every_state(q, n, claims)    n items, then `claims` of them acked, retried, quarantined, held
 #   live_items(q, missing)       {seq: (state, attempts, lease, not_before, payload, reason)}
 #   marks(q, payload, lease, probe)      probe() around each op of one enqueue/claim/ack
@@ -62,6 +63,51 @@ def cut_copy(src, synced):
         n = synced.get(src + "/" + name)
         support.write_file(dst + "/" + name, data if n is None else data[0:n])
     return dst
+
+
+class CrashFS:
+    """ddq.PosixStorage that remembers how much of each file it wrote was synced; crash_copy()
+    copies a directory as a power cut would leave it (unsynced appends dropped)."""
+
+    def __init__(self):
+        import ddq
+
+        self.fs = ddq.PosixStorage()
+        self.synced = {}  # path -> synced length, for files written through this object
+        self.paths = {}  # id(handle) -> path
+
+    def open(self, path, mode):
+        h = self.fs.open(path, mode)
+        if mode != "rb":
+            self.paths[id(h)] = path
+            if mode == "wb" or path not in self.synced:
+                self.synced[path] = 0 if mode == "wb" else self.fs.size(path)
+        return h
+
+    def sync(self, h):
+        self.fs.sync(h)
+        p = self.paths.get(id(h))
+        if p is not None:
+            self.synced[p] = self.fs.size(p)
+
+    def close(self, h):
+        self.paths.pop(id(h), None)
+        self.fs.close(h)
+
+    def rename(self, src, dst):
+        self.fs.rename(src, dst)
+        if src in self.synced:
+            self.synced[dst] = self.synced.pop(src)
+
+    def remove(self, path):
+        self.fs.remove(path)
+        self.synced.pop(path, None)
+
+    def __getattr__(self, name):
+        return getattr(self.fs, name)
+
+    def crash_copy(self, src):
+        return cut_copy(src, self.synced)
 
 
 def live_items(q, missing=None):

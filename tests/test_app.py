@@ -128,43 +128,6 @@ class UmqttClient:
         self.sock = None
 
 
-class CrashFS:
-    """ddq.PosixStorage that remembers how much of each file was synced (a reset keeps that)."""
-
-    def __init__(self):
-        self.fs, self.synced, self.paths = ddq.PosixStorage(), {}, {}
-
-    def open(self, path, mode):
-        h = self.fs.open(path, mode)
-        if mode != "rb":
-            self.paths[id(h)] = path
-            if mode == "wb" or path not in self.synced:
-                self.synced[path] = 0 if mode == "wb" else self.fs.size(path)
-        return h
-
-    def sync(self, h):
-        self.fs.sync(h)
-        p = self.paths.get(id(h))
-        if p is not None:
-            self.synced[p] = self.fs.size(p)
-
-    def close(self, h):
-        self.paths.pop(id(h), None)
-        self.fs.close(h)
-
-    def rename(self, src, dst):
-        self.fs.rename(src, dst)
-        if src in self.synced:
-            self.synced[dst] = self.synced.pop(src)
-
-    def remove(self, path):
-        self.fs.remove(path)
-        self.synced.pop(path, None)
-
-    def __getattr__(self, name):
-        return getattr(self.fs, name)
-
-
 class Up:
     """A network that is always up (WiFi is not what these tests are about)."""
 
@@ -219,7 +182,7 @@ def _boots_until_it_ends(kind):
     # returns: (resets, its stats, the broker, the queue directory).
     t = Time()
     b = Broker(t)
-    st = {"fs": CrashFS(), "d": support.tmpdir(), "cut": [], "n": 0}
+    st = {"fs": shared.CrashFS(), "d": support.tmpdir(), "cut": [], "n": 0}
 
     def read():
         st["n"] += 1
@@ -234,7 +197,7 @@ def _boots_until_it_ends(kind):
     ddq_app.run(cfg, rounds=12, queue_dir=st["d"], budget=0, **kw)  # queued while offline
     b.boom = boom
     for resets in range(20):  # boots
-        st["fs"] = cfg["OPTIONS"]["storage"] = CrashFS()
+        st["fs"] = cfg["OPTIONS"]["storage"] = shared.CrashFS()
         if kind == "window":
             link = ddq_mqtt.WindowSender(connect=b.connect, clock=t.ticks, inflight_max=16)
         else:

@@ -160,46 +160,6 @@ def test_rejected_and_max_attempts_dead_letters_without_room_never_strand_the_re
         assert max([calls[s] for s in bad]) <= limit + 1, (how, calls)  # +1: after a reset
 
 
-class _CrashFS:
-    """ddq.PosixStorage that remembers how much of each file was synced: reset(d) copies the
-    directory as a reset leaves it (unsynced appends dropped)."""
-
-    def __init__(self):
-        self.fs = ddq.PosixStorage()
-        self.synced = {}
-        self.paths = {}
-
-    def open(self, path, mode):
-        h = self.fs.open(path, mode)
-        if mode != "rb":
-            self.paths[id(h)] = path
-            if mode == "wb" or path not in self.synced:
-                self.synced[path] = 0 if mode == "wb" else self.fs.size(path)
-        return h
-
-    def sync(self, h):
-        self.fs.sync(h)
-        p = self.paths.get(id(h))
-        if p is not None:
-            self.synced[p] = self.fs.size(p)
-
-    def close(self, h):
-        self.paths.pop(id(h), None)
-        self.fs.close(h)
-
-    def rename(self, src, dst):
-        self.fs.rename(src, dst)
-        if src in self.synced:
-            self.synced[dst] = self.synced.pop(src)
-
-    def remove(self, path):
-        self.fs.remove(path)
-        self.synced.pop(path, None)
-
-    def __getattr__(self, name):
-        return getattr(self.fs, name)
-
-
 def test_a_message_that_resets_the_board_is_dead_lettered_under_every_sync_policy():
     # EVIDENCE-OF: E33 E10 D1 D2 D3 E15
     # The send of seq 1 resets the device (the Outbox is abandoned; only what was synced
@@ -214,7 +174,7 @@ def test_a_message_that_resets_the_board_is_dead_lettered_under_every_sync_polic
     )
     for pol in policies:
         d, clock = support.tmpdir(), support.FakeClock(T0)
-        fs = _CrashFS()
+        fs = shared.CrashFS()
         ob = ddq_outbox.Outbox(d, clock=clock, seed=1, lease_ms=1000, storage=fs, **pol)
         ob.put("t", b"poison")
         ob.put("t", b"fine")
@@ -249,7 +209,7 @@ def test_a_message_that_resets_the_board_is_dead_lettered_under_every_sync_polic
             resets += 1
             d2 = shared.cut_copy(d, fs.synced)
             ob.queue.close()
-            fs = _CrashFS()
+            fs = shared.CrashFS()
             d = d2
             clock.advance(1001)  # the lease runs out
         assert sent == [2], (pol, sent)

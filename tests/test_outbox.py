@@ -21,49 +21,6 @@ def _ob(d=None, clock=None, **kw):
     return ddq_outbox.Outbox(d or support.tmpdir(), clock=clock, **kw), clock
 
 
-class CrashFS:
-    """ddq.PosixStorage that remembers how much of each file it wrote was synced; crash_copy()
-    copies a directory as a power cut would leave it (unsynced appends dropped)."""
-
-    def __init__(self):
-        self.fs = ddq.PosixStorage()
-        self.synced = {}  # path -> synced length, for files written through this object
-        self.paths = {}  # id(handle) -> path
-
-    def open(self, path, mode):
-        h = self.fs.open(path, mode)
-        if mode != "rb":
-            self.paths[id(h)] = path
-            if mode == "wb" or path not in self.synced:
-                self.synced[path] = 0 if mode == "wb" else self.fs.size(path)
-        return h
-
-    def sync(self, h):
-        self.fs.sync(h)
-        p = self.paths.get(id(h))
-        if p is not None:
-            self.synced[p] = self.fs.size(p)
-
-    def close(self, h):
-        self.paths.pop(id(h), None)
-        self.fs.close(h)
-
-    def rename(self, src, dst):
-        self.fs.rename(src, dst)
-        if src in self.synced:
-            self.synced[dst] = self.synced.pop(src)
-
-    def remove(self, path):
-        self.fs.remove(path)
-        self.synced.pop(path, None)
-
-    def __getattr__(self, name):
-        return getattr(self.fs, name)
-
-    def crash_copy(self, src):
-        return shared.cut_copy(src, self.synced)
-
-
 def _pending(d, **kw):
     with ddq.Queue(d, **kw) as q:
         return [it.seq for it in q.items() if it.state in ("available", "claimed")]
@@ -692,7 +649,7 @@ def test_purge_deletes_dead_letters():
 
 def test_sync_always_makes_every_put_durable():
     # EVIDENCE-OF: D1 D4 D5 D6 E15
-    d, fs = support.tmpdir(), CrashFS()
+    d, fs = support.tmpdir(), shared.CrashFS()
     ob, clock = _ob(d, storage=fs)
     for i in range(3):
         s = ob.put("t", b"%d" % i)
@@ -706,7 +663,7 @@ def test_sync_always_makes_every_put_durable():
 
 def test_group_commit_sync_every():
     # EVIDENCE-OF: D3 D4 E15
-    d, fs = support.tmpdir(), CrashFS()
+    d, fs = support.tmpdir(), shared.CrashFS()
     ob, clock = _ob(d, storage=fs, sync_every=3)
     ob.put("t", b"1")
     ob.put("t", b"2")
@@ -732,7 +689,7 @@ def test_group_commit_interval_uses_ticks_across_the_wrap():
     def ticks():
         return t[0] % 2**30
 
-    d, fs = support.tmpdir(), CrashFS()
+    d, fs = support.tmpdir(), shared.CrashFS()
     ob, clock = _ob(d, storage=fs, sync_interval_ms=1000, ticks=ticks)
     ob.put("t", b"1")  # the interval starts at the first unsynced record
     t[0] += 999  # ticks wrapped to 599
