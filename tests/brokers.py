@@ -90,6 +90,23 @@ def start(workdir):
     return b
 
 
+def small_packet_mosquitto(workdir, max_packet_size):
+    """A started mosquitto that closes the connection on a PUBLISH over max_packet_size bytes
+    (OUTBOX E30's broker); skips the test where mosquitto cannot be had. The caller close()s it.
+    """
+    import pytest
+
+    exe = ensure_mosquitto()
+    if exe is None:
+        pytest.skip("needs mosquitto (its max_packet_size): " + str(install_failure()))
+    b = demo.Mosquitto(workdir, demo.free_port(), exe)
+    with open(b.conf, "a") as f:
+        f.write("max_packet_size %d\n" % max_packet_size)
+    b.start()
+    served(b.version)
+    return b
+
+
 def serve(workdir):
     """A generator for a fixture: yields start(workdir)'s broker and closes it."""
     b = start(workdir)

@@ -310,14 +310,7 @@ def test_paho_drops_what_the_broker_closes_the_connection_for(tmp_path):
     # after max_attempts; the others are delivered, none of them charged.
     import paho.mqtt.client as mqtt
 
-    exe = brokers.ensure_mosquitto()
-    if exe is None:
-        pytest.skip("needs mosquitto (its max_packet_size): " + str(brokers.install_failure()))
-    b = brokers.demo.Mosquitto(str(tmp_path / "broker"), brokers.demo.free_port(), exe)
-    with open(b.conf, "a") as f:
-        f.write("max_packet_size 2048\n")
-    b.start()
-    brokers.served(b.version)
+    b = brokers.small_packet_mosquitto(str(tmp_path / "broker"), 2048)
     pub = mqtt.Client(
         mqtt.CallbackAPIVersion.VERSION2, client_id="ddq-paho-e30", protocol=mqtt.MQTTv311
     )

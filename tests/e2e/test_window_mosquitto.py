@@ -387,14 +387,7 @@ def test_a_message_mosquitto_drops_the_connection_for_is_dead_lettered(tmp_path)
     # the one PUBLISH above it, without the PUBACKs it owed for the window before it. That
     # message is charged an attempt per loss it is alone for and ends as a dead letter after
     # max_attempts; the 19 published beside it are delivered, none charged.
-    exe = brokers.ensure_mosquitto()
-    if exe is None:
-        pytest.skip("needs mosquitto (its max_packet_size): " + str(brokers.install_failure()))
-    b = brokers.demo.Mosquitto(str(tmp_path / "broker"), brokers.demo.free_port(), exe)
-    with open(b.conf, "a") as f:
-        f.write("max_packet_size 2048\n")
-    b.start()
-    brokers.served(b.version)
+    b = brokers.small_packet_mosquitto(str(tmp_path / "broker"), 2048)
     sub = None
     try:
         sub = Subscriber(b.port, "drop/#")

@@ -678,22 +678,6 @@ def test_replay_drains_a_directory_the_hold_rule_filled(tmp_path, mosquitto):
     assert ddq("verify", q).returncode == 0
 
 
-def _small_packet_broker(tmp_path):
-    """mosquitto with max_packet_size 1024: it closes the connection on a larger PUBLISH."""
-    import pytest
-
-    import brokers
-
-    exe = brokers.ensure_mosquitto()
-    if exe is None:
-        pytest.skip("needs mosquitto (its max_packet_size): " + str(brokers.install_failure()))
-    b = brokers.demo.Mosquitto(str(tmp_path / "broker"), brokers.demo.free_port(), exe)
-    with open(b.conf, "a") as f:
-        f.write("max_packet_size 1024\n")
-    b.start()
-    return b
-
-
 def _big_queue(q, big):
     """20 envelopes big/0..19, those whose index is in big 2,000 bytes (over 1024)."""
     import ddq_outbox
@@ -715,18 +699,11 @@ def test_replay_dead_letters_a_message_the_broker_drops_the_connection_for(tmp_p
     # paho reconnected, and the message alone at each drop is charged: after --max-attempts it
     # is quarantined and named, and the 19 others are delivered (the old replay stopped with
     # "failed 16" on every run, the bad seq never named, the rest never delivered).
-    import pytest
 
     import brokers
     import ddq_outbox
 
-    exe = brokers.ensure_mosquitto()
-    if exe is None:
-        pytest.skip("needs mosquitto (its max_packet_size): " + str(brokers.install_failure()))
-    b = brokers.demo.Mosquitto(str(tmp_path / "broker"), brokers.demo.free_port(), exe)
-    with open(b.conf, "a") as f:
-        f.write("max_packet_size 1024\n")
-    b.start()
+    b = brokers.small_packet_mosquitto(str(tmp_path / "broker"), 1024)
     opts = dict(OPTS, segment_bytes=16384, max_payload_bytes=4096)
     q = tmp_path / "q"
     ob = ddq_outbox.Outbox(str(q), **opts)
@@ -766,7 +743,9 @@ def test_replay_stops_when_the_broker_drops_every_message(tmp_path):
     # --max-attempts drops (it cannot know better), but the next one dropped as often with
     # nothing delivered between is the broker's doing: the run stops there (failed 1, exit 1)
     # instead of dead-lettering the whole directory.
-    b = _small_packet_broker(tmp_path)
+    import brokers
+
+    b = brokers.small_packet_mosquitto(str(tmp_path / "broker"), 1024)
     q = tmp_path / "q"
     seqs = _big_queue(q, range(20))
     url = "mqtt://127.0.0.1:%d" % b.port
