@@ -418,37 +418,48 @@ def test_lease_and_retry_deadlines_with_injected_clock():
     q.close()
 
 
-def test_import_on_a_port_without_gmtime():
-    # EVIDENCE-OF: T1 (a port without time.gmtime, as MicroPython's stock qemu firmware, imports
-    # ddq; the default clock then takes time() as Unix, with no 2000-epoch offset)
+def _default_clock_without(missing):
+    # ddq imported afresh over a time module lacking the names in missing; returns the fresh
+    # module and what its default clock gives (or raises: the exception). No part is loaded
+    # (it would keep the fresh module); the old ddq and time are put back.
     import sys
     import time
 
-    if not hasattr(time, "time"):
-        raise support.Skip("this port's time module has no time() (no clock): pass clock=")
-
-    class NoCalendar:
+    class Stub:
         pass
 
-    stub = NoCalendar()
+    stub = Stub()
     for name in dir(time):
-        if name not in ("gmtime", "localtime", "mktime") and not name.startswith("__"):
+        if name not in missing and not name.startswith("__"):
             setattr(stub, name, getattr(time, name))
     old_ddq, old_time = sys.modules.get("ddq"), sys.modules.get("time")
     try:
         sys.modules["time"] = stub
         del sys.modules["ddq"]
         fresh = __import__("ddq")
-        t0 = int(time.time()) * 1000
-        now = fresh._wall_ms()
-        t1 = int(time.time()) * 1000 + 1000
+        try:
+            return fresh, fresh._wall_ms()
+        except Exception as e:
+            return fresh, e
     finally:
         sys.modules["ddq"] = old_ddq
         if old_time is None:
             del sys.modules["time"]
         else:
             sys.modules["time"] = old_time
-    assert fresh is not ddq and not hasattr(stub, "gmtime")
+
+
+def test_import_on_a_port_without_gmtime():
+    # EVIDENCE-OF: T1 (a port without time.gmtime, as MicroPython's stock qemu firmware, imports
+    # ddq; the default clock then takes time() as Unix, with no 2000-epoch offset)
+    import time
+
+    if not hasattr(time, "time"):
+        raise support.Skip("this port's time module has no time() (no clock): pass clock=")
+    t0 = int(time.time()) * 1000
+    fresh, now = _default_clock_without(("gmtime", "localtime", "mktime"))
+    t1 = int(time.time()) * 1000 + 1000
+    assert fresh is not ddq and not hasattr(fresh.time, "gmtime")
     assert t0 <= now <= t1, (t0, now, t1)
 
 
@@ -456,33 +467,8 @@ def test_a_port_without_a_clock_says_pass_clock():
     # EVIDENCE-OF: T4 (a port whose time module has neither time() nor time_ns(), as upstream
     # MicroPython's ports/qemu: the default clock raises IOFailure saying clock=, where it raised
     # AttributeError)
-    import sys
-    import time
-
-    class NoClock:
-        pass
-
-    stub = NoClock()
-    for name in dir(time):
-        if name not in ("time", "time_ns", "gmtime") and not name.startswith("__"):
-            setattr(stub, name, getattr(time, name))
-    old_ddq, old_time = sys.modules.get("ddq"), sys.modules.get("time")
-    err = None
-    try:
-        sys.modules["time"] = stub
-        del sys.modules["ddq"]
-        fresh = __import__("ddq")  # (no part is loaded: they would keep this module)
-        try:
-            fresh._wall_ms()
-        except fresh.IOFailure as e:
-            err = str(e)
-    finally:
-        sys.modules["ddq"] = old_ddq
-        if old_time is None:
-            del sys.modules["time"]
-        else:
-            sys.modules["time"] = old_time
-    assert err is not None and "clock=" in err, err
+    fresh, err = _default_clock_without(("time", "time_ns", "gmtime"))
+    assert isinstance(err, fresh.IOFailure) and "clock=" in str(err), err
 
 
 def test_clock_went_back_guard():
