@@ -7,7 +7,7 @@
 The device speaks MicroPython's extended block protocol: readblocks(n, buf, off),
 writeblocks(n, buf, off) that programs without erasing, ioctl 4/5/6 (count, size, erase). One
 FlashStorage per region: every queue in it goes through that object. Byte-programmable NOR only
-(program unit 1). Names are paths of at most 87 bytes; directories are implicit (mkdir is kept
+(program unit 1). Names are paths of at most 119 bytes; directories are implicit (mkdir is kept
 in RAM until a file makes it real). Every file is a chain of erase blocks; a write is buffered
 until sync (or close, a read, or a full buffer), which programs it as one CRC-checked frame:
 with sync="always" a DDQ record costs one program command.
@@ -28,14 +28,19 @@ if TYPE_CHECKING:
 
 # ============================================================================ raw flash
 # Block header (SPEC §FL [FL1]): magic, erase count, file id, index in the file, crc of 0..16;
-# then in a file's first block: four deleted bytes at 20 and _FL_K name slots of _FL_S bytes at 24
-# (sequence, name length, name, 0xFF padding, crc of the rest). Frames follow: u16 length, u32
-# crc (of the length and the data), data.
+# then in a file's first block: four deleted bytes at 20, four commit bytes at 24 (a copy's) and
+# _FL_K name slots of _FL_S bytes at 28 (sequence, the fid a copy replaces or 0xFFFFFFFF, name
+# length, name, 0xFF padding, crc of the rest). Frames follow: u16 length, u32 crc (of the
+# length and the data), data.
 _FL_MAGIC = 0x31465144  # "DQF1"
 _FL_HDR = 24
 _FL_K = 3
-_FL_S = 96
+_FL_S = 128
 _FL_DEL = 20
+_FL_CMT = 24
+_FL_NS = 28  # the name slots
+_FL_HEAD = _FL_NS + _FL_K * _FL_S  # a first block's data
+_FL_NM = _FL_S - 13  # the longest name
 _FL_FR = 6
 
 
@@ -76,12 +81,12 @@ class FlashStorage:
         self.s0 = start_block
         self.bs = bs = int(dev.ioctl(5, 0))
         self.n = n = int(dev.ioctl(4, 0)) - start_block if block_count is None else block_count
-        if bs < _FL_HDR + _FL_K * _FL_S + 64 or bs > 65536 or n < 2:
+        if bs < _FL_HEAD + 64 or bs > 65536 or n < 2:
             raise ddq.InvalidArgument("flash geometry %d x %d" % (bs, n))
         self.buf = bytearray(_FL_FR + buf)
         self.bo: "Any" = None  # the file whose bytes the buffer holds
         self.bn = 0
-        self.hb = bytearray(_FL_HDR + _FL_K * _FL_S)
+        self.hb = bytearray(_FL_HEAD)
         self.ec = [0] * n
         self.used = bytearray(n)
         self.files: "dict[str, _F]" = {}
@@ -100,16 +105,16 @@ class FlashStorage:
             raise _oserr(5, "program")
 
     def _slot(self, b: int, k: int) -> "Any":
-        # (seq, name) of name slot k of head block b; None if torn; 0 if erased
+        # (seq, name, replaced fid) of name slot k of head block b; None if torn; 0 if erased
         h = self.hb
         mv = memoryview(h)[0:_FL_S]
-        self._rd(b, _FL_HDR + k * _FL_S, mv)
+        self._rd(b, _FL_NS + k * _FL_S, mv)
         if h[0:_FL_S] == b"\xff" * _FL_S:
             return 0
-        seq, ln = struct.unpack_from("<IB", h, 0)
-        if ln > _FL_S - 9 or crc32(mv[0 : _FL_S - 4]) != struct.unpack_from("<I", h, _FL_S - 4)[0]:
+        seq, src, ln = struct.unpack_from("<IIB", h, 0)
+        if ln > _FL_NM or crc32(mv[0 : _FL_S - 4]) != struct.unpack_from("<I", h, _FL_S - 4)[0]:
             return None
-        return seq, bytes(h[5 : 5 + ln]).decode()
+        return seq, bytes(h[9 : 9 + ln]).decode(), src
 
     def _mount(self) -> None:
         h, n = self.hb, self.n
@@ -133,14 +138,16 @@ class FlashStorage:
         self.nfid = fmax
         best: "dict[str, Any]" = {}  # name -> [seq, file]: the highest sequence holds a name
         dead: "list[_F]" = []  # superseded by a rename or "wb" that a cut stopped short
+        gone: "list[int]" = []  # the fids that committed copies replace
         for fid in chains:
             ch = chains[fid]
             hb = ch.get(0)
             if hb is None:
                 continue
-            self._rd(hb, _FL_DEL, mv[0:4])
+            self._rd(hb, _FL_DEL, mv[0:8])
             if h[0:4] != b"\xff\xff\xff\xff":  # any cleared bit of the four: deleted
                 continue
+            cmt = h[4:8] != b"\xff\xff\xff\xff"
             cur = None
             ns = 0
             for k in range(_FL_K):
@@ -149,6 +156,11 @@ class FlashStorage:
                     ns = k + 1
                 if s and (cur is None or s[0] > cur[0]):
                     cur = s
+                if s and k == 0 and s[2] != 0xFFFFFFFF:  # a copy: void until committed
+                    if not cmt:
+                        cur = None
+                        break
+                    gone.append(s[2])
             if cur is None:
                 continue
             self.nseq = max(self.nseq, cur[0] + 1)
@@ -167,6 +179,9 @@ class FlashStorage:
                 dead.append(f)
         for o in best.values():
             f = o[1]
+            if f.fid in gone:
+                dead.append(f)
+                continue
             self.files[f.name] = f
             for b in f.blk:
                 self.used[b] = 1
@@ -178,7 +193,7 @@ class FlashStorage:
         """Logical bytes of block b of f; for its last block, where the next frame goes."""
         h, bs = self.hb, self.bs
         mv = memoryview(h)
-        pos = _FL_HDR + (_FL_K * _FL_S if f.blk[0] == b else 0)
+        pos = _FL_HEAD if f.blk[0] == b else _FL_HDR
         lo = 0
         f.shut = True
         while pos + _FL_FR < bs:
@@ -217,7 +232,7 @@ class FlashStorage:
                 p += j
         return lo
 
-    def _alloc(self, f: _F, name: "Any") -> None:
+    def _alloc(self, f: _F, name: "Any", src: int = 0xFFFFFFFF) -> None:
         """Give f a fresh block: the least-erased free one, erased now (lazily), its header (and
         for a first block, the name) in one program."""
         n, ec, used = self.n, self.ec, self.used
@@ -236,36 +251,38 @@ class FlashStorage:
             raise _oserr(5, "erase")
         ec[b] += 1
         h = self.hb
-        end = _FL_HDR + (_FL_S if name else 0)
+        end = _FL_NS + _FL_S if name else _FL_HDR
         for i in range(end):
             h[i] = 0xFF
         struct.pack_into("<IIII", h, 0, _FL_MAGIC, ec[b], f.fid, len(f.blk))
         struct.pack_into("<I", h, 16, crc32(memoryview(h)[0:16]))
         if name:
-            self._name(name, _FL_HDR)
+            self._name(name, _FL_NS, src)
         self._pg(b, 0, memoryview(h)[0:end])
         f.blk.append(b)
         f.ln.append(0)
-        f.end = _FL_HDR + (_FL_K * _FL_S if name else 0)
+        f.end = _FL_HEAD if name else _FL_HDR
         f.shut = False
 
-    def _name(self, name: str, at: int) -> None:
+    def _name(self, name: str, at: int, src: int = 0xFFFFFFFF) -> None:
         nb = name.encode()
         h = self.hb
         s = at
         for i in range(_FL_S):
             h[s + i] = 0xFF
-        struct.pack_into("<IB", h, s, self.nseq, len(nb))
-        h[s + 5 : s + 5 + len(nb)] = nb
+        struct.pack_into("<IIB", h, s, self.nseq, src, len(nb))
+        h[s + 9 : s + 9 + len(nb)] = nb
         struct.pack_into("<I", h, s + _FL_S - 4, crc32(memoryview(h)[s : s + _FL_S - 4]))
         self.nseq += 1
 
-    def _create(self, path: str) -> _F:
-        if len(path.encode()) > _FL_S - 9:
+    def _create(self, path: str, src: int = 0xFFFFFFFF) -> _F:
+        if len(path.encode()) > _FL_NM:
             raise _oserr(36, "name too long: " + path)
         f = _F(self.nfid, path)
         self.nfid += 1
-        self._alloc(f, path)
+        self._alloc(f, path, src)
+        if src != 0xFFFFFFFF:
+            return f
         old = self.files.get(path)
         self.files[path] = f
         if old is not None:
@@ -348,7 +365,7 @@ class FlashStorage:
         while bi < len(blk) and lo + ln[bi] <= off:
             lo += ln[bi]
             bi += 1
-        pos, fl = _FL_HDR + (_FL_K * _FL_S if bi == 0 else 0), lo
+        pos, fl = _FL_HEAD if bi == 0 else _FL_HDR, lo
         if f.cb == bi and lo <= f.clo <= off:
             pos, fl = f.cpos, f.clo
         while got < n and bi < len(blk):
@@ -361,9 +378,10 @@ class FlashStorage:
             k = h[0] | h[1] << 8
             a = off + got - fl
             j = min(k - a, n - got)
-            self._rd(blk[bi], pos + _FL_FR + a, mv[got : got + j])
-            got += j
-            if a + j == k:
+            if j > 0:
+                self._rd(blk[bi], pos + _FL_FR + a, mv[got : got + j])
+                got += j
+            if a + j >= k:  # (a frame before off: skipped)
                 fl += k
                 pos += _FL_FR + k
             f.cb, f.clo, f.cpos = bi, fl, pos
@@ -376,8 +394,8 @@ class FlashStorage:
     def kind(self, path: str) -> int:
         if path in self.files:
             return 1
-        p = path.rstrip("/") + "/"
-        if path in self.dirs or p == "/" or path == ".":
+        p = path.rstrip("/") + "/" if path else ""
+        if path in self.dirs or p in ("", "/") or path == ".":
             return 2
         for k in self.files:
             if k.startswith(p):
@@ -387,7 +405,7 @@ class FlashStorage:
     def listdir(self, path: str) -> "list[str]":
         if self.kind(path) != 2:
             raise _oserr(2, path)
-        p = path.rstrip("/") + "/"
+        p = path.rstrip("/") + "/" if path else ""
         out: "list[str]" = []
         for k in list(self.files) + self.dirs:
             if k.startswith(p):
@@ -402,19 +420,43 @@ class FlashStorage:
         self.dirs.append(path)
 
     def rename(self, src: str, dst: str) -> None:
-        """Atomic: the new name slot's program is the commit (its sequence beats dst's)."""
+        """Atomic: the new name slot's program is the commit (its sequence beats dst's). A file
+        whose slots are used up is copied to a new file named dst that replaces src's id; the
+        copy's commit bytes are the commit then."""
         f = self._get(src)
         if src == dst:
             return
-        if f.ns >= _FL_K or len(dst.encode()) > _FL_S - 9:
-            raise _oserr(28, "no name slot left for " + dst)
-        self._name(dst, 0)
-        k, f.ns = f.ns, f.ns + 1
-        self._pg(f.blk[0], _FL_HDR + k * _FL_S, memoryview(self.hb)[0:_FL_S])
+        if len(dst.encode()) > _FL_NM:
+            raise _oserr(36, "name too long: " + dst)
+        if self.bo is f:
+            self._flush()
+        if f.ns < _FL_K:
+            self._name(dst, 0)
+            k, f.ns = f.ns, f.ns + 1
+            self._pg(f.blk[0], _FL_NS + k * _FL_S, memoryview(self.hb)[0:_FL_S])
+            g = f
+        else:
+            g = _F(self.nfid, dst)
+            self.nfid += 1
+            self._alloc(g, dst, f.fid)
+            g.name = "\0"  # (a live file with no name until committed)
+            self.files["\0"] = g
+            t = bytearray(128)
+            off = 0
+            while True:
+                n = self.read_into(f, off, t)
+                if not n:
+                    break
+                self.write(g, memoryview(t)[0:n])
+                off += n
+            self._flush()
+            del self.files["\0"]
+            self._pg(g.blk[0], _FL_CMT, b"\x00\x00\x00\x00")
+            self._kill(f)
         del self.files[src]
         old = self.files.get(dst)
-        self.files[dst] = f
-        f.name = dst
+        self.files[dst] = g
+        g.name = dst
         if old is not None:
             self._kill(old)
 

@@ -68,7 +68,10 @@ class NORBlockDev(RAMBlockDev):
 
     def __init__(self, block_size, num_blocks, data=None, unit=1, seed=1):
         if data is None:  # a new chip reads erased
-            data = bytearray(b"\xff" * (block_size * num_blocks))
+            data = bytearray(block_size * num_blocks)
+            e = b"\xff" * block_size
+            for i in range(num_blocks):
+                data[i * block_size : (i + 1) * block_size] = e
         super().__init__(block_size, num_blocks, data)
         self.unit = unit
         self.wear = [0] * num_blocks
@@ -146,3 +149,159 @@ class NORBlockDev(RAMBlockDev):
             for i in range(a // u, (a + bs) // u):
                 self.done[i] = 0
         return 0
+
+
+class FlashVfs:
+    """A MicroPython VFS (vfs.mount) over a ddq_flash.FlashStorage: `mprun.py --fs flash` runs
+    the shared suite through it, so PosixStorage's open/flush/rename/remove, and the suite's own
+    file helpers, reach raw flash. Test plumbing: a directory rename moves its files one by
+    one; a file opened for writing appends (the suite never rewrites in place)."""
+
+    def __init__(self, st):
+        self.st = st
+        self.cwd = ""
+
+    def mount(self, readonly, mkfs):
+        pass
+
+    def umount(self):
+        pass
+
+    def _k(self, path):
+        if not path.startswith("/"):
+            path = self.cwd + "/" + path
+        out = []
+        for part in path.split("/"):
+            if part == "..":
+                if out:
+                    out.pop()
+            elif part and part != ".":
+                out.append(part)
+        return "/".join(out)
+
+    def chdir(self, path):
+        k = self._k(path)
+        if self.st.kind(k) != 2:
+            raise OSError(2, path)
+        self.cwd = "/" + k
+
+    def getcwd(self):
+        return self.cwd or "/"
+
+    def ilistdir(self, path):
+        k = self._k(path)
+        for n in self.st.listdir(k):
+            c = k + "/" + n if k else n
+            d = self.st.kind(c) == 2
+            yield (n, 0x4000 if d else 0x8000, 0, 0 if d else self.st.size(c))
+
+    def stat(self, path):
+        k = self._k(path)
+        t = self.st.kind(k)
+        if t == 0:
+            raise OSError(2, path)
+        if t == 2:
+            return (0x41ED, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        return (0x81A4, 0, 0, 0, 0, 0, self.st.size(k), 0, 0, 0)
+
+    def statvfs(self, path):
+        st = self.st
+        free = st.n - sum(st.used)
+        return (st.bs, st.bs, st.n, free, free, 0, 0, 0, 0, 255)
+
+    def mkdir(self, path):
+        self.st.mkdir(self._k(path))
+
+    def rmdir(self, path):
+        k = self._k(path)
+        if self.st.kind(k) != 2:
+            raise OSError(2, path)
+        if self.st.listdir(k):
+            raise OSError(39, path)
+        if k in self.st.dirs:
+            self.st.dirs.remove(k)
+
+    def remove(self, path):
+        k = self._k(path)
+        if self.st.kind(k) == 2:
+            raise OSError(21, path)
+        self.st.remove(k)
+
+    def rename(self, a, b):
+        st, a, b = self.st, self._k(a), self._k(b)
+        if st.kind(a) != 2:
+            st.rename(a, b)
+            return
+        if st.kind(b):
+            raise OSError(17, b)
+        for n in list(st.files) + st.dirs:
+            if n.startswith(a + "/"):
+                if n in st.dirs:
+                    st.dirs.append(b + n[len(a) :])
+                else:
+                    st.rename(n, b + n[len(a) :])
+        st.dirs[:] = [n for n in st.dirs if n != a and not n.startswith(a + "/")] + [b]
+
+    def open(self, path, mode):
+        k = self._k(path)
+        if self.st.kind(k) == 2:
+            raise OSError(21, path)
+        m = "rb" if "r" in mode and "+" not in mode else "wb" if "w" in mode else "ab"
+        return FlashFile(self.st, self.st.open(k, m), "b" not in mode, k)
+
+
+class FlashFile:
+    """A file of FlashVfs: read/readinto/seek/tell anywhere, write at the end."""
+
+    def __init__(self, st, h, text, k):
+        self.st, self.h, self.text, self.k = st, h, text, k
+        self.pos = 0
+
+    def readinto(self, buf):
+        n = self.st.read_into(self.h, self.pos, buf)
+        self.pos += n
+        return n
+
+    def read(self, n=-1):
+        if n is None or n < 0:
+            n = max(self.st.size(self.k) - self.pos, 0)
+        b = bytearray(n)
+        b = bytes(b[0 : self.readinto(b)])
+        return b.decode() if self.text else b
+
+    def readline(self):
+        out = b""
+        while True:
+            c = self.read(1)
+            c = c.encode() if self.text else c
+            out += c
+            if not c or c == b"\n":
+                return out.decode() if self.text else out
+
+    def write(self, b):
+        if isinstance(b, str):
+            b = b.encode()
+        self.st.write(self.h, b)
+        self.pos = self.st.size(self.k)
+        return len(b)
+
+    def seek(self, off, whence=0):
+        self.pos = (
+            off if whence == 0 else self.pos + off if whence == 1 else self.st.size(self.k) + off
+        )
+        return self.pos
+
+    def tell(self):
+        return self.pos
+
+    def flush(self):
+        self.st.sync(self.h)
+
+    def close(self):
+        self.st.close(self.h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()

@@ -90,6 +90,11 @@ def test_flash_seam_append_read_rename_remove():
     b = bytearray(300)
     assert st.read_into(h, 30, b) == 300 and bytes(b) == b"x" * 10 + body[0:290]
     assert st.read_into(h, 40 + len(body) - 5, b) == 5
+    whole = b"x" * 40 + body
+    mv = memoryview(b)
+    for off in range(len(whole) - 1, 0, -97):  # anywhere, backwards (no cursor to lean on)
+        n = st.read_into(h, off, mv[0:13])
+        assert n == min(13, len(whole) - off) and bytes(b[0:n]) == whole[off : off + n], off
     for d in (st, ddq_flash.FlashStorage(_reopen(dev))):
         assert sorted(d.listdir("q")) == ["a", "b"], d.listdir("q")
         assert _read(d, "q/a") == b"x" * 40 + body and _read(d, "q/b") == b"new"
@@ -113,7 +118,10 @@ SEAM_OPS = (
     ("wb", "d/b", b"B2"),
     ("ab", "d/c", b"C" * 200),
     ("mv", "d/c", "d/e"),
-    ("ab", "d/e", b"E"),
+    ("ab", "d/e", b"E" * 300),
+    ("mv", "d/e", "d/f"),  # its third name: the last slot
+    ("mv", "d/f", "d/b"),  # a copy that replaces it, over d/b
+    ("mv", "d/b", "d/g"),
 )
 
 
