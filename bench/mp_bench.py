@@ -761,7 +761,85 @@ def part_board_steady(a):
     )
 
 
+def part_flash(a):
+    # Issue 36: the same workload as part lfs's ddq_always (enqueue, claim, ack each durable, a
+    # standing backlog) on LittleFS and on raw NOR flash through ddq_flash.FlashStorage, both on
+    # 4 KiB erase blocks with 256-byte pages (the rp2 profile): per delivered message, program
+    # commands (each as the page programs it takes), erases, bytes programmed; the bytes and
+    # records ddq wrote (compaction's copies included), so erases against the floor (ddq's bytes
+    # / 4096) and page programs against records. Wear spread: the most-erased block of the raw
+    # run against the mean.
+    load_ddq()
+    sys.path.append(REPO + "/tests")
+    import blockdev
+    import ddq_flash
+
+    class Pages(blockdev.NORBlockDev):
+        def program(self, a, buf):
+            self.pages += (a + len(buf) - 1) // 256 - a // 256 + 1
+            return blockdev.NORBlockDev.program(self, a, buf)
+
+    class Counting(ddq_flash.FlashStorage):
+        def write(self, f, data):
+            self.bytes += len(data)
+            ddq_flash.FlashStorage.write(self, f, data)
+
+    prof = PROFILES["rp2"]
+    n, backlog, payload = a["n"], a["backlog"], a["payload"]
+    opts = {
+        k: prof[k] for k in ("segment_bytes", "max_items", "max_payload_bytes", "max_segments")
+    }
+    p = b"x" * payload
+    fopts = dict(opts)
+    if a["seg"]:  # the raw queue's segment_bytes (its data fits a block: DESIGN §15)
+        fopts["segment_bytes"] = a["seg"]
+    out = {}
+    for kind in ("lfs", "flash"):
+        if kind == "lfs":
+            dev = lfs_mount(a["blocks"], prof["progsize"])
+            st, path = None, MOUNT + "/q"
+        else:
+            dev = Pages(4096, a["blocks"])
+            dev.pages = 0
+            st, path = Counting(dev), "q"
+            st.bytes = 0
+        q = ddq.Queue(path, sync="always", clock=Clock(), storage=st, **(fopts if st else opts))
+        for _ in range(backlog):
+            q.enqueue(p)
+        dev.zero()
+        dev.pages = 0
+        w0, r0 = st.bytes if st else 0, q._nap
+        wear0 = list(dev.wear) if st else None
+        for _ in range(n):
+            q.enqueue(p)
+            c = q.claim(30000)
+            q.ack(c.seq)
+        r = {
+            "progs": dev.progs / n,
+            "erases": dev.erases / n,
+            "prog_bytes": dev.prog_bytes / n,
+            "records": (q._nap - r0) / n,
+        }
+        if st:
+            r["ddq_bytes"] = (st.bytes - w0) / n
+            r["pages"] = dev.pages / n
+            w = [dev.wear[i] - wear0[i] for i in range(len(dev.wear))]
+            r["wear_max"] = max(w)
+            r["wear_mean"] = sum(w) / len(w)
+        q.close()
+        if kind == "lfs":
+            lfs_umount()
+        out[kind] = r
+        dev = q = st = None
+        gc.collect()
+    emit({"n": n, "backlog": backlog, "payload": payload, "blocks": a["blocks"], "per_msg": out})
+
+
 PARTS = {
+    "flash": (
+        part_flash,
+        {"dir": "", "n": 1000, "backlog": 10, "payload": 100, "blocks": 256, "seg": 0},
+    ),
     "board_steady": (
         part_board_steady,
         {

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 # length and the data), data.
 _FL_MAGIC = 0x31465144  # "DQF1"
 _FL_HDR = 24
-_FL_K = 3
+_FL_K = 2
 _FL_S = 128
 _FL_DEL = 20
 _FL_CMT = 24

@@ -250,7 +250,13 @@ class FlashVfs:
         return FlashFile(self.st, self.st.open(k, m), "b" not in mode, k)
 
 
-class FlashFile:
+try:  # MicroPython: a stream to C too (import, json.load), through readinto/write/ioctl
+    from io import IOBase as _Stream
+except ImportError:
+    _Stream = object
+
+
+class FlashFile(_Stream):
     """A file of FlashVfs: read/readinto/seek/tell anywhere, write at the end."""
 
     def __init__(self, st, h, text, k):
@@ -299,6 +305,13 @@ class FlashFile:
 
     def close(self):
         self.st.close(self.h)
+
+    def ioctl(self, op, arg):
+        if op == 3:  # MP_STREAM_FLUSH
+            self.flush()
+        elif op == 4:  # MP_STREAM_CLOSE
+            self.close()
+        return 0
 
     def __enter__(self):
         return self
