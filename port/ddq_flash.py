@@ -1,16 +1,17 @@
 """ddq_flash: a queue on raw flash, behind ddq's storage seam (docs/DESIGN.md "Raw flash").
 
     import ddq, ddq_flash, rp2
-    st = ddq_flash.FlashStorage(rp2.Flash())       # or esp32.Partition, pyb.Flash, a region
+    st = ddq_flash.FlashStorage(rp2.Flash(), page=256)  # or esp32.Partition, pyb.Flash
     q = ddq.Queue("outbox", storage=st)
 
 The device speaks MicroPython's extended block protocol: readblocks(n, buf, off),
 writeblocks(n, buf, off) that programs without erasing, ioctl 4/5/6 (count, size, erase). One
-FlashStorage per region: every queue in it goes through that object. Byte-programmable NOR only
-(program unit 1). Names are paths of at most 119 bytes; directories are implicit (mkdir is kept
-in RAM until a file makes it real). Every file is a chain of erase blocks; a write is buffered
-until sync (or close, a read, or a full buffer), which programs it as one CRC-checked frame:
-with sync="always" a DDQ record costs one program command.
+FlashStorage per region: every queue in it goes through that object. NOR flash programmed by
+the byte, or (page=P) in whole aligned pages padded with 0xFF. Names are paths of at most 115
+bytes; directories are implicit (mkdir is kept in RAM until a file makes it real). Every file
+is a chain of erase blocks; a write is buffered until sync (or close, a read, or a full
+buffer), which programs it as one CRC-checked frame: with sync="always" a DDQ record costs one
+program command.
 """
 
 __version__ = "0.1.0"
@@ -75,14 +76,25 @@ class FlashStorage:
     can_truncate = False  # a torn tail is cut by copy + rename (ddq's own path), atomic here
 
     def __init__(
-        self, dev: "Any", start_block: int = 0, block_count: "Any" = None, buf: int = 512
+        self,
+        dev: "Any",
+        start_block: int = 0,
+        block_count: "Any" = None,
+        buf: int = 512,
+        page: int = 1,
     ):
         self.dev = dev
         self.s0 = start_block
         self.bs = bs = int(dev.ioctl(5, 0))
-        self.n = n = int(dev.ioctl(4, 0)) - start_block if block_count is None else block_count
-        if bs < _FL_HEAD + 64 or bs > 65536 or n < 2:
-            raise ddq.InvalidArgument("flash geometry %d x %d" % (bs, n))
+        tot = int(dev.ioctl(4, 0)) - start_block
+        self.n = n = tot if block_count is None else block_count
+        if bs < _FL_HEAD + 64 or bs > 65536 or n < 2 or n > tot or start_block < 0:
+            raise ddq.InvalidArgument("flash region %d x %d" % (bs, n))
+        if page < 1 or bs % page:
+            raise ddq.InvalidArgument("page %d" % page)
+        self.pg = page  # programs go in whole aligned pages, padded with 0xFF (a no-op on NOR)
+        self.pb = bytearray(page) if page > 1 else None
+        self.pe = b"\xff" * page
         self.buf = bytearray(_FL_FR + buf)
         self.bo: "Any" = None  # the file whose bytes the buffer holds
         self.bn = 0
@@ -100,9 +112,17 @@ class FlashStorage:
         self.dev.readblocks(self.s0 + b, mv, off)
 
     def _pg(self, b: int, off: int, mv: "Any") -> None:
-        r = self.dev.writeblocks(self.s0 + b, mv, off)
-        if r:
-            raise _oserr(5, "program")
+        p, pb, n = self.pg, self.pb, len(mv)
+        a = off - off % p
+        while a < off + n:
+            if pb is not None:  # the page with mv's bytes in it, 0xFF around them
+                i, j = max(a, off), min(a + p, off + n)
+                pb[:] = self.pe
+                pb[i - a : j - a] = mv[i - off : j - off]
+            r = self.dev.writeblocks(self.s0 + b, mv if pb is None else pb, a)
+            if r:
+                raise _oserr(5, "program")
+            a += p if pb is not None else n
 
     def _slot(self, b: int, k: int) -> "Any":
         # (seq, name, replaced fid) of name slot k of head block b; None if torn; 0 if erased

@@ -59,14 +59,16 @@ class NORBlockDev(RAMBlockDev):
     """NOR flash: a program only clears bits (new = old & data) and never erases; ioctl 6 erases a
     block to 0xFF. unit 1 is byte-programmable NOR; unit 8/16/32 is a write-once aligned unit (a
     program must cover whole aligned units, each programmed at most once per erase: else OSError
-    EINVAL). Counts: progs (program commands), prog_bytes, erases, wear[block] (erases of each).
+    EINVAL). page 256: a program is one whole aligned page (the rp2's flash_range_program; a page
+    may be programmed again). Counts: progs (program commands), prog_bytes, erases, wear[block]
+    (erases of each).
 
     Power cuts: cut_at = k cuts the k-th program or erase from now (1-based, counted in events):
     a cut program leaves any subset of its bits cleared, a cut erase leaves the block in any
     state (both drawn from seed), and from then on every call raises OSError(EIO) until the
     device is reopened from its bytes: NORBlockDev(bs, n, bytearray(dev.data), unit)."""
 
-    def __init__(self, block_size, num_blocks, data=None, unit=1, seed=1):
+    def __init__(self, block_size, num_blocks, data=None, unit=1, seed=1, page=0):
         if data is None:  # a new chip reads erased
             data = bytearray(block_size * num_blocks)
             e = b"\xff" * block_size
@@ -74,6 +76,7 @@ class NORBlockDev(RAMBlockDev):
                 data[i * block_size : (i + 1) * block_size] = e
         super().__init__(block_size, num_blocks, data)
         self.unit = unit
+        self.page = page
         self.wear = [0] * num_blocks
         self.done = bytearray(block_size * num_blocks // unit) if unit > 1 else None
         self.events = 0
@@ -105,6 +108,8 @@ class NORBlockDev(RAMBlockDev):
         n = len(buf)
         if a < 0 or a + n > len(self.data):
             raise OSError(22, "program out of range")
+        if self.page and (a % self.page or n != self.page):
+            raise OSError(22, "not one whole page")
         if u > 1:
             if a % u or n % u:
                 raise OSError(22, "program not in whole units")

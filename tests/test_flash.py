@@ -16,12 +16,12 @@ T0 = 1767225600000
 OPTS = {"segment_bytes": 1024, "max_payload_bytes": 64, "max_items": 200, "max_segments": 64}
 
 
-def _dev(bs=1024, n=32, data=None, seed=1):
-    return blockdev.NORBlockDev(bs, n, data, seed=seed)
+def _dev(bs=1024, n=32, data=None, seed=1, page=0):
+    return blockdev.NORBlockDev(bs, n, data, seed=seed, page=page)
 
 
 def _reopen(dev, seed=1):
-    return _dev(dev.block_size, dev.num_blocks, bytearray(dev.data), seed)
+    return _dev(dev.block_size, dev.num_blocks, bytearray(dev.data), seed, dev.page)
 
 
 def _read(st, path):
@@ -220,12 +220,25 @@ def test_flash_queue_lifecycle_one_program_per_record():
     assert max(dev.wear) <= 2 * (sum(dev.wear) // len(dev.wear) + 1)
 
 
+def test_flash_whole_page_programs():
+    # EVIDENCE-OF: Y6
+    dev = _dev(1024, 8, page=256)
+    support.raises(OSError, ddq_flash.FlashStorage(dev).open, "p/a", "ab")  # page 1: EINVAL
+    support.raises(ddq.InvalidArgument, ddq_flash.FlashStorage, dev, page=300)
+    st = ddq_flash.FlashStorage(dev, page=256)
+    for i in range(40):
+        _put(st, "p/a", b"%02d" % i + b"." * i)
+    want = b"".join([b"%02d" % i + b"." * i for i in range(40)])
+    st.rename("p/a", "p/b")
+    assert _read(ddq_flash.FlashStorage(_reopen(dev), page=256), "p/b") == want
+
+
 CUT = {"segment_bytes": 512, "max_payload_bytes": 64, "max_items": 200, "max_segments": 64}
 
 
 def _workload(dev, done, buf):
     # Returns when done; a cut ends it with OSError or ddq.IOFailure. done: [enqueued, acked]
-    st = ddq_flash.FlashStorage(dev, buf=buf)
+    st = ddq_flash.FlashStorage(dev, buf=buf, page=dev.page or 1)
     q = ddq.Queue("q", storage=st, clock=support.FakeClock(T0), **CUT)
     try:
         for i in range(16):
@@ -243,7 +256,8 @@ def _workload(dev, done, buf):
 def _check(dev, done, k):
     # Opens the queue on dev and judges it: nothing returned lost, nothing acked resurrected,
     # no seq reused; then one more enqueue (appended to done when it returns).
-    q = ddq.Queue("q", storage=ddq_flash.FlashStorage(dev), clock=support.FakeClock(T0), **CUT)
+    st = ddq_flash.FlashStorage(dev, page=dev.page or 1)
+    q = ddq.Queue("q", storage=st, clock=support.FakeClock(T0), **CUT)
     try:
         live = {}
         for it in q.items():
@@ -261,14 +275,16 @@ def _check(dev, done, k):
 
 
 def test_flash_power_cut_at_every_program_and_erase():
-    # EVIDENCE-OF: Y2 Y5
-    for buf in (512, 40):  # 40: a record takes two frames, so a cut can tear it (R12's cut)
-        dev = _dev(1024, 24)
+    # EVIDENCE-OF: Y2 Y5 Y6
+    # 40: a record takes two frames, so a cut can tear it (R12's cut); page 256: the rp2's
+    # whole-page programs, each frame's pages padded with 0xFF.
+    for buf, page in ((512, 0), (40, 0), (512, 256)):
+        dev = _dev(1024, 24, page=page)
         _workload(dev, [[], []], buf)
         total = dev.events
         assert total > 40 and dev.erases > 5, (total, dev.erases)
         for k in range(1, total + 1):
-            dev = _dev(1024, 24, seed=k)
+            dev = _dev(1024, 24, seed=k, page=page)
             dev.cut_at = k
             done = [[], []]
             try:
