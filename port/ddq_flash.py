@@ -7,11 +7,11 @@
 The device speaks MicroPython's extended block protocol: readblocks(n, buf, off),
 writeblocks(n, buf, off) that programs without erasing, ioctl 4/5/6 (count, size, erase). One
 FlashStorage per region: every queue in it goes through that object. NOR flash programmed by
-the byte, or (page=P) in whole aligned pages padded with 0xFF. Names are paths of at most 115
-bytes; directories are implicit (mkdir is kept in RAM until a file makes it real). Every file
-is a chain of erase blocks; a write is buffered until sync (or close, a read, or a full
-buffer), which programs it as one CRC-checked frame: with sync="always" a DDQ record costs one
-program command.
+the byte, (page=P) in whole aligned pages padded with 0xFF, or (unit=U) in write-once units.
+Names are paths of at most 115 bytes; directories are implicit (mkdir is kept in RAM until a
+file makes it real). Every file is a chain of erase blocks; a write is buffered until sync (or
+close, a read, or a full buffer), which programs it as one CRC-checked frame: with
+sync="always" a DDQ record costs one program command.
 """
 
 __version__ = "0.1.0"
@@ -34,11 +34,10 @@ if TYPE_CHECKING:
 # length, name, 0xFF padding, crc of the rest). Frames follow: u16 length, u32 crc (of the
 # length and the data), data.
 _FL_MAGIC = 0x31465144  # "DQF1"
-_FL_HDR = 24
+_FL_HDR = 24  # (unit 1: a block's data; else the unit after the header)
 _FL_K = 2
 _FL_S = 128
 _FL_DEL = 20
-_FL_CMT = 24
 _FL_NS = 28  # the name slots
 _FL_HEAD = _FL_NS + _FL_K * _FL_S  # a first block's data
 _FL_NM = _FL_S - 13  # the longest name
@@ -82,23 +81,34 @@ class FlashStorage:
         block_count: "Any" = None,
         buf: int = 512,
         page: int = 1,
+        unit: int = 1,
     ):
         self.dev = dev
         self.s0 = start_block
         self.bs = bs = int(dev.ioctl(5, 0))
         tot = int(dev.ioctl(4, 0)) - start_block
         self.n = n = tot if block_count is None else block_count
-        if bs < _FL_HEAD + 64 or bs > 65536 or n < 2 or n > tot or start_block < 0:
+        if bs < _FL_HEAD + 128 or bs > 65536 or n < 2 or n > tot or start_block < 0:
             raise ddq.InvalidArgument("flash region %d x %d" % (bs, n))
-        if page < 1 or bs % page:
-            raise ddq.InvalidArgument("page %d" % page)
+        if page < 1 or bs % page or unit not in (1, 8, 16, 32) or (unit > 1 and page > 1):
+            raise ddq.InvalidArgument("page %d, unit %d" % (page, unit))
+        # unit U > 1: write-once aligned units; every field its own units, frames padded [Y6]
+        self.u = u = unit
+        self.od = _FL_DEL if u == 1 else -(-20 // u) * u  # deleted bytes
+        self.oc = self.od + max(u, 4)  # commit bytes
+        self.on = self.oc + max(u, 4)  # name slots
+        self.oh = self.on + _FL_K * _FL_S  # a first block's data
+        self.ob = _FL_HDR if u == 1 else self.od  # the other blocks' data
+        self.z = bytes(max(u, 4))  # what marks deleted or committed
+        self.pad = bytearray(u)
         self.pg = page  # programs go in whole aligned pages, padded with 0xFF (a no-op on NOR)
         self.pb = bytearray(page) if page > 1 else None
         self.pe = b"\xff" * page
-        self.buf = bytearray(_FL_FR + buf)
+        self.buf = bytearray(_FL_FR + buf + u)
+        self.cap = buf
         self.bo: "Any" = None  # the file whose bytes the buffer holds
         self.bn = 0
-        self.hb = bytearray(_FL_HEAD)
+        self.hb = bytearray(self.oh)
         self.ec = [0] * n
         self.used = bytearray(n)
         self.files: "dict[str, _F]" = {}
@@ -128,7 +138,7 @@ class FlashStorage:
         # (seq, name, replaced fid) of name slot k of head block b; None if torn; 0 if erased
         h = self.hb
         mv = memoryview(h)[0:_FL_S]
-        self._rd(b, _FL_NS + k * _FL_S, mv)
+        self._rd(b, self.on + k * _FL_S, mv)
         if h[0:_FL_S] == b"\xff" * _FL_S:
             return 0
         seq, src, ln = struct.unpack_from("<IIB", h, 0)
@@ -164,10 +174,11 @@ class FlashStorage:
             hb = ch.get(0)
             if hb is None:
                 continue
-            self._rd(hb, _FL_DEL, mv[0:8])
+            self._rd(hb, self.od, mv[0:4])
             if h[0:4] != b"\xff\xff\xff\xff":  # any cleared bit of the four: deleted
                 continue
-            cmt = h[4:8] != b"\xff\xff\xff\xff"
+            self._rd(hb, self.oc, mv[0:4])
+            cmt = h[0:4] != b"\xff\xff\xff\xff"
             cur = None
             ns = 0
             for k in range(_FL_K):
@@ -207,13 +218,13 @@ class FlashStorage:
                 self.used[b] = 1
                 f.ln.append(self._walk(f, b, b == f.blk[-1]))
         for f in dead:
-            self._pg(f.blk[0], _FL_DEL, b"\x00\x00\x00\x00")
+            self._pg(f.blk[0], self.od, self.z)
 
     def _walk(self, f: _F, b: int, last: bool) -> int:
         """Logical bytes of block b of f; for its last block, where the next frame goes."""
         h, bs = self.hb, self.bs
         mv = memoryview(h)
-        pos = _FL_HEAD if f.blk[0] == b else _FL_HDR
+        pos = self.oh if f.blk[0] == b else self.ob
         lo = 0
         f.shut = True
         while pos + _FL_FR < bs:
@@ -224,7 +235,7 @@ class FlashStorage:
                 break
             if k == 0 or pos + _FL_FR + k > bs:
                 break
-            nx = pos + _FL_FR + k
+            nx = pos + self._len(k)
             more = False
             if nx + _FL_FR < bs:
                 self._rd(b, nx, mv[_FL_FR : 2 * _FL_FR])
@@ -232,8 +243,8 @@ class FlashStorage:
             if not more:  # the block's last frame: only it can be torn
                 x = crc32(mv[0:2])
                 p = pos + _FL_FR
-                while p < nx:
-                    j = min(nx - p, len(h))
+                while p < pos + _FL_FR + k:
+                    j = min(pos + _FL_FR + k - p, len(h))
                     self._rd(b, p, mv[0:j])
                     x = crc32(mv[0:j], x)
                     p += j
@@ -271,17 +282,23 @@ class FlashStorage:
             raise _oserr(5, "erase")
         ec[b] += 1
         h = self.hb
-        end = _FL_NS + _FL_S if name else _FL_HDR
+        mv = memoryview(h)
+        on = self.on
+        end = on + _FL_S if name else self.ob
         for i in range(end):
             h[i] = 0xFF
         struct.pack_into("<IIII", h, 0, _FL_MAGIC, ec[b], f.fid, len(f.blk))
-        struct.pack_into("<I", h, 16, crc32(memoryview(h)[0:16]))
+        struct.pack_into("<I", h, 16, crc32(mv[0:16]))
         if name:
-            self._name(name, _FL_NS, src)
-        self._pg(b, 0, memoryview(h)[0:end])
+            self._name(name, on, src)
+        if self.u > 1 and name:  # the header's units, then the first name slot's
+            self._pg(b, 0, mv[0 : self.od])
+            self._pg(b, on, mv[on:end])
+        else:
+            self._pg(b, 0, mv[0:end])
         f.blk.append(b)
         f.ln.append(0)
-        f.end = _FL_HEAD if name else _FL_HDR
+        f.end = self.oh if name else self.ob
         f.shut = False
 
     def _name(self, name: str, at: int, src: int = 0xFFFFFFFF) -> None:
@@ -312,7 +329,7 @@ class FlashStorage:
     def _kill(self, f: _F) -> None:
         if self.bo is f:
             self.bo, self.bn = None, 0
-        self._pg(f.blk[0], _FL_DEL, b"\x00\x00\x00\x00")
+        self._pg(f.blk[0], self.od, self.z)
         for b in f.blk:
             self.used[b] = 0
 
@@ -320,6 +337,11 @@ class FlashStorage:
         # a handle of a removed or replaced file: its blocks may hold another file by now
         if self.files.get(f.name) is not f:
             raise _oserr(9, "file removed: " + f.name)
+
+    def _len(self, k: int) -> int:
+        # the bytes a frame of k data bytes takes: whole units
+        u = self.u
+        return -(-(_FL_FR + k) // u) * u
 
     def _flush(self) -> None:
         f, e = self.bo, _FL_FR + self.bn
@@ -337,9 +359,16 @@ class FlashStorage:
             struct.pack_into("<H", b, i - _FL_FR, k)
             struct.pack_into("<I", b, i - 4, crc32(mv[i : i + k], crc32(mv[i - _FL_FR : i - 4])))
             p = f.end
-            f.end += _FL_FR + k  # a failed program leaves the block shut: nothing after it
+            x = self._len(k)
+            f.end += x  # a failed program leaves the block shut: nothing after it
             f.shut = True
-            self._pg(f.blk[-1], p, mv[i - _FL_FR : i + k])
+            pad = self.pad  # the data after this frame, kept while 0xFF pads its last unit
+            t = x - _FL_FR - k
+            pad[0:t] = b[i + k : i + k + t]
+            for j in range(i + k, i + k + t):
+                b[j] = 0xFF
+            self._pg(f.blk[-1], p, mv[i - _FL_FR : i - _FL_FR + x])
+            b[i + k : i + k + t] = pad[0:t]
             f.shut = False
             f.ln[-1] += k
             i += k
@@ -357,7 +386,7 @@ class FlashStorage:
         return self._get(path)
 
     def write(self, f: _F, data: "Any") -> None:
-        n, i, cap = len(data), 0, len(self.buf) - _FL_FR
+        n, i, cap = len(data), 0, self.cap
         if self.bo is not f:
             self._flush()
             self.bo = f
@@ -385,14 +414,14 @@ class FlashStorage:
         while bi < len(blk) and lo + ln[bi] <= off:
             lo += ln[bi]
             bi += 1
-        pos, fl = _FL_HEAD if bi == 0 else _FL_HDR, lo
+        pos, fl = self.oh if bi == 0 else self.ob, lo
         if f.cb == bi and lo <= f.clo <= off:
             pos, fl = f.cpos, f.clo
         while got < n and bi < len(blk):
             if fl >= lo + ln[bi]:
                 lo += ln[bi]
                 bi += 1
-                pos, fl = _FL_HDR, lo
+                pos, fl = self.ob, lo
                 continue
             self._rd(blk[bi], pos, memoryview(h)[0:2])
             k = h[0] | h[1] << 8
@@ -403,7 +432,7 @@ class FlashStorage:
                 got += j
             if a + j >= k:  # (a frame before off: skipped)
                 fl += k
-                pos += _FL_FR + k
+                pos += self._len(k)
             f.cb, f.clo, f.cpos = bi, fl, pos
         return got
 
@@ -453,7 +482,7 @@ class FlashStorage:
         if f.ns < _FL_K:
             self._name(dst, 0)
             k, f.ns = f.ns, f.ns + 1
-            self._pg(f.blk[0], _FL_NS + k * _FL_S, memoryview(self.hb)[0:_FL_S])
+            self._pg(f.blk[0], self.on + k * _FL_S, memoryview(self.hb)[0:_FL_S])
             g = f
         else:
             g = _F(self.nfid, dst)
@@ -471,7 +500,7 @@ class FlashStorage:
                 off += n
             self._flush()
             del self.files["\0"]
-            self._pg(g.blk[0], _FL_CMT, b"\x00\x00\x00\x00")
+            self._pg(g.blk[0], self.oc, self.z)
             self._kill(f)
         del self.files[src]
         old = self.files.get(dst)

@@ -16,12 +16,16 @@ T0 = 1767225600000
 OPTS = {"segment_bytes": 1024, "max_payload_bytes": 64, "max_items": 200, "max_segments": 64}
 
 
-def _dev(bs=1024, n=32, data=None, seed=1, page=0):
-    return blockdev.NORBlockDev(bs, n, data, seed=seed, page=page)
+def _dev(bs=1024, n=32, data=None, seed=1, page=0, unit=1):
+    return blockdev.NORBlockDev(bs, n, data, unit, seed, page)
 
 
 def _reopen(dev, seed=1):
-    return _dev(dev.block_size, dev.num_blocks, bytearray(dev.data), seed, dev.page)
+    return _dev(dev.block_size, dev.num_blocks, bytearray(dev.data), seed, dev.page, dev.unit)
+
+
+def _st(dev, buf=512):
+    return ddq_flash.FlashStorage(dev, buf=buf, page=dev.page or 1, unit=dev.unit)
 
 
 def _read(st, path):
@@ -139,17 +143,22 @@ def _seam(st, ops, model):
 
 
 def test_flash_seam_cut_at_every_program_and_erase():
-    # EVIDENCE-OF: Y2 Y5
-    dev = _dev(1024, 12)
-    _seam(ddq_flash.FlashStorage(dev), SEAM_OPS, {})
+    # EVIDENCE-OF: Y2 Y5 Y6
+    for unit in (1, 16):  # 16: write-once units, each field and frame whole units (Y6)
+        _seam_cuts(unit)
+
+
+def _seam_cuts(unit):
+    dev = _dev(1024, 12, unit=unit)
+    _seam(_st(dev), SEAM_OPS, {})
     total = dev.events
     for k in range(1, total + 1):
-        dev = _dev(1024, 12, seed=k)
+        dev = _dev(1024, 12, seed=k, unit=unit)
         dev.cut_at = k
         model = {}
         i = 0
         try:
-            st = ddq_flash.FlashStorage(dev)
+            st = _st(dev)
             for i in range(len(SEAM_OPS)):
                 _seam(st, SEAM_OPS[i : i + 1], model)
         except OSError:
@@ -161,7 +170,7 @@ def test_flash_seam_cut_at_every_program_and_erase():
         except KeyError:
             pass
         dev = _reopen(dev)
-        st2 = ddq_flash.FlashStorage(dev)
+        st2 = _st(dev)
         names = st2.listdir("d") if st2.kind("d") == 2 else []
         for n in set(list(model) + list(after) + ["d/" + x for x in names]):
             got = _read(st2, n) if st2.kind(n) == 1 else None
@@ -171,7 +180,7 @@ def test_flash_seam_cut_at_every_program_and_erase():
                 ok = ok + (b"",)  # truncated by the open, not yet written
             assert got in ok or (part and got.startswith(model.get(n, b""))), (k, i, n, got, ok)
         _put(st2, "d/z", b"more")  # and it keeps working
-        assert _read(ddq_flash.FlashStorage(_reopen(dev)), "d/z") == b"more"
+        assert _read(_st(_reopen(dev)), "d/z") == b"more"
 
 
 class _Nop:
@@ -238,7 +247,7 @@ CUT = {"segment_bytes": 512, "max_payload_bytes": 64, "max_items": 200, "max_seg
 
 def _workload(dev, done, buf):
     # Returns when done; a cut ends it with OSError or ddq.IOFailure. done: [enqueued, acked]
-    st = ddq_flash.FlashStorage(dev, buf=buf, page=dev.page or 1)
+    st = _st(dev, buf)
     q = ddq.Queue("q", storage=st, clock=support.FakeClock(T0), **CUT)
     try:
         for i in range(16):
@@ -256,7 +265,7 @@ def _workload(dev, done, buf):
 def _check(dev, done, k):
     # Opens the queue on dev and judges it: nothing returned lost, nothing acked resurrected,
     # no seq reused; then one more enqueue (appended to done when it returns).
-    st = ddq_flash.FlashStorage(dev, page=dev.page or 1)
+    st = _st(dev)
     q = ddq.Queue("q", storage=st, clock=support.FakeClock(T0), **CUT)
     try:
         live = {}
@@ -277,14 +286,14 @@ def _check(dev, done, k):
 def test_flash_power_cut_at_every_program_and_erase():
     # EVIDENCE-OF: Y2 Y5 Y6
     # 40: a record takes two frames, so a cut can tear it (R12's cut); page 256: the rp2's
-    # whole-page programs, each frame's pages padded with 0xFF.
-    for buf, page in ((512, 0), (40, 0), (512, 256)):
-        dev = _dev(1024, 24, page=page)
+    # whole-page programs, each frame's pages padded with 0xFF; unit 32: write-once units.
+    for buf, page, unit in ((512, 0, 1), (40, 0, 1), (512, 256, 1), (40, 0, 32)):
+        dev = _dev(1024, 24, page=page, unit=unit)
         _workload(dev, [[], []], buf)
         total = dev.events
         assert total > 40 and dev.erases > 5, (total, dev.erases)
         for k in range(1, total + 1):
-            dev = _dev(1024, 24, seed=k, page=page)
+            dev = _dev(1024, 24, seed=k, page=page, unit=unit)
             dev.cut_at = k
             done = [[], []]
             try:
