@@ -167,6 +167,7 @@ class FlashStorage:
                 self.ec[b] = max(known, 0)
         self.nfid = fmax
         best: "dict[str, Any]" = {}  # name -> [seq, file]: the highest sequence holds a name
+        ff = b"\xff" * len(self.z)
         dead: "list[_F]" = []  # superseded by a rename or "wb" that a cut stopped short
         gone: "list[int]" = []  # the fids that committed copies replace
         for fid in chains:
@@ -174,11 +175,12 @@ class FlashStorage:
             hb = ch.get(0)
             if hb is None:
                 continue
-            self._rd(hb, self.od, mv[0:4])
-            if h[0:4] != b"\xff\xff\xff\xff":  # any cleared bit of the four: deleted
+            z = len(ff)  # (a unit's every byte: a torn program may clear any of them)
+            self._rd(hb, self.od, mv[0:z])
+            if h[0:z] != ff:  # any cleared bit: deleted
                 continue
-            self._rd(hb, self.oc, mv[0:4])
-            cmt = h[0:4] != b"\xff\xff\xff\xff"
+            self._rd(hb, self.oc, mv[0:z])
+            cmt = h[0:z] != ff
             cur = None
             ns = 0
             for k in range(_FL_K):

@@ -79,6 +79,10 @@ class NORBlockDev(RAMBlockDev):
         self.page = page
         self.wear = [0] * num_blocks
         self.done = bytearray(block_size * num_blocks // unit) if unit > 1 else None
+        if unit > 1:  # reopened: a unit with any programmed bit is programmed
+            for i in range(len(self.done)):
+                if self.data[i * unit : (i + 1) * unit] != b"\xff" * unit:
+                    self.done[i] = 1
         self.events = 0
         self.cut_at = 0
         self.off = False
@@ -120,8 +124,9 @@ class NORBlockDev(RAMBlockDev):
         mv = self.mv
         for i in range(n):
             d = buf[i]
-            if cut:  # any subset of the bits this program clears
-                d = (~((~d & 0xFF) & self.rand())) & 0xFF
+            if cut:  # any subset of the bits this program clears: a byte untouched, done, or part
+                r = self.rand()
+                d = 0xFF if r & 3 == 0 else d if r & 3 == 1 else (~((~d & 0xFF) & (r >> 2))) & 0xFF
             mv[a + i] &= d
         if cut:
             self.off = True

@@ -229,6 +229,27 @@ def test_flash_queue_lifecycle_one_program_per_record():
     assert max(dev.wear) <= 2 * (sum(dev.wear) // len(dev.wear) + 1)
 
 
+def test_flash_torn_deletion_of_a_write_once_unit_is_never_programmed_again():
+    # EVIDENCE-OF: Y2 Y6
+    # A rename over d/b commits; the deletion of the old d/b is cut with the first bytes of its
+    # 16-byte unit still erased and the rest cleared. Mount must read the whole unit (deleted),
+    # not program it a second time (the write-once flash refuses: the region would not open).
+    dev = _dev(1024, 8, unit=16)
+    st = _st(dev)
+    _put(st, "d/b", b"old")
+    _put(st, "d/a", b"new")
+    head, od = st.files["d/b"].blk[0], st.od
+    dev.cut_at = dev.events + 2  # the name slot's program, then the old file's deletion
+    support.raises(OSError, st.rename, "d/a", "d/b")
+    a = head * 1024 + od
+    dev.data[a : a + 16] = b"\xff" * 4 + b"\x00" * 12
+    dev = _reopen(dev)
+    st = _st(dev)
+    assert st.listdir("d") == ["b"] and _read(st, "d/b") == b"new"
+    _put(st, "d/b", b"+")
+    assert _read(_st(_reopen(dev)), "d/b") == b"new+"
+
+
 def test_flash_whole_page_programs():
     # EVIDENCE-OF: Y6
     dev = _dev(1024, 8, page=256)
