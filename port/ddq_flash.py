@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 # ============================================================================ raw flash
-# Block header (SPEC §FL [FL1]): magic, erase count, file id, index in the file, crc of 0..16;
+# Block header (SPEC §16 [Y1]): magic, erase count, file id, index in the file, crc of 0..16;
 # then in a file's first block: four deleted bytes at 20, four commit bytes at 24 (a copy's) and
 # _FL_K name slots of _FL_S bytes at 28 (sequence, the fid a copy replaces or 0xFFFFFFFF, name
 # length, name, 0xFF padding, crc of the rest). Frames follow: u16 length, u32 crc (of the
@@ -92,6 +92,8 @@ class FlashStorage:
             raise ddq.InvalidArgument("flash region %d x %d" % (bs, n))
         if page < 1 or bs % page or unit not in (1, 8, 16, 32) or (unit > 1 and page > 1):
             raise ddq.InvalidArgument("page %d, unit %d" % (page, unit))
+        if buf < 16 or buf > 65535:
+            raise ddq.InvalidArgument("buf %d" % buf)
         # unit U > 1: write-once aligned units; every field its own units, frames padded [Y6]
         self.u = u = unit
         self.od = _FL_DEL if u == 1 else -(-20 // u) * u  # deleted bytes
@@ -494,15 +496,23 @@ class FlashStorage:
             self.files["\0"] = g
             t = bytearray(128)
             off = 0
-            while True:
-                n = self.read_into(f, off, t)
-                if not n:
-                    break
-                self.write(g, memoryview(t)[0:n])
-                off += n
-            self._flush()
-            del self.files["\0"]
-            self._pg(g.blk[0], self.oc, self.z)
+            try:
+                while True:
+                    n = self.read_into(f, off, t)
+                    if not n:
+                        break
+                    self.write(g, memoryview(t)[0:n])
+                    off += n
+                self._flush()
+                self._pg(g.blk[0], self.oc, self.z)
+            except BaseException:  # (void until committed: its blocks are free again)
+                if self.bo is g:
+                    self.bo, self.bn = None, 0
+                for b in g.blk:
+                    self.used[b] = 0
+                raise
+            finally:
+                del self.files["\0"]
             self._kill(f)
         del self.files[src]
         old = self.files.get(dst)

@@ -250,6 +250,26 @@ def test_flash_torn_deletion_of_a_write_once_unit_is_never_programmed_again():
     assert _read(_st(_reopen(dev)), "d/b") == b"new+"
 
 
+def test_flash_full_region_is_enospc_and_changes_nothing():
+    # EVIDENCE-OF: Y2 Y4
+    dev = _dev(1024, 4)
+    st = _st(dev)
+    _put(st, "d/a", b"A" * 800)  # two blocks
+    st.rename("d/a", "d/b")  # its last name slot
+    _put(st, "d/c", b"C")
+    _put(st, "d/e", b"E")
+    assert support.raises(OSError, _put, st, "d/x", b"X").args[0] == 28  # no block left
+    st.remove("d/e")
+    # a copy: its first block taken, no room for its second; the first is free again
+    assert support.raises(OSError, st.rename, "d/b", "d/a").args[0] == 28
+    for d in (st, _st(_reopen(dev))):
+        assert sorted(d.listdir("d")) == ["b", "c"], d.listdir("d")
+        assert _read(d, "d/b") == b"A" * 800 and _read(d, "d/c") == b"C"
+    st.remove("d/c")
+    st.rename("d/b", "d/a")  # room again: the copy
+    assert st.listdir("d") == ["a"] and _read(_st(_reopen(dev)), "d/a") == b"A" * 800
+
+
 def test_flash_whole_page_programs():
     # EVIDENCE-OF: Y6
     dev = _dev(1024, 8, page=256)
