@@ -72,12 +72,14 @@ TYPESHED := types/unix_typeshed
 TYPES_STAMP := types/.unix_typeshed-$(shell printf '%s' '$(UNIX_STUBS) $(STDLIB_STUBS)' | cksum | cut -d' ' -f1)
 
 # The shared suite on MicroPython: one run per filesystem. lfs2 and fat are RAM disks inside
-# the MicroPython heap (2 and 4 MiB), hence the bigger heap for them.
-MP_FS := posix lfs2 fat
+# the MicroPython heap (2 and 4 MiB), flash a NOR model (2 MiB) under ddq_flash.FlashStorage,
+# hence the bigger heap for them.
+MP_FS := posix lfs2 fat flash
 MP_HEAP := 8M
 mp_heap_posix :=
 mp_heap_lfs2 := -X heapsize=$(MP_HEAP)
 mp_heap_fat := -X heapsize=$(MP_HEAP)
+mp_heap_flash := -X heapsize=$(MP_HEAP)
 
 LINT_PATHS = $(wildcard port host tests bench demo boards tools)
 # Every module of port/ is type-checked twice (CPython, MicroPython stubs).

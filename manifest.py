@@ -21,4 +21,5 @@ module("ddq_batch.py", base_path="port")  # optional: readings that share items 
 module("ddq_mqtt.py", base_path="port")  # optional MQTT QoS 1 sender for ddq_outbox.Outbox
 module("ddq_group.py", base_path="port")  # optional durable-on-return group writes (gateways)
 module("ddq_salvage.py", base_path="port")  # salvage: into a new directory, or at open (on_corrupt)
+module("ddq_flash.py", base_path="port")  # optional: a queue on raw flash (FlashStorage)
 module("ddq_app.py", base_path="port")  # the example board apps' shared part (boards/*/main.py)

@@ -761,7 +761,110 @@ def part_board_steady(a):
     )
 
 
+def part_flash(a):
+    # Issue 36: the same workload as part lfs's ddq_always (enqueue, claim, ack each durable, a
+    # standing backlog) on LittleFS and on raw NOR flash through ddq_flash.FlashStorage, both on
+    # 4 KiB erase blocks (the rp2 profile): per delivered message, program commands, erases,
+    # bytes programmed (for page=256: the pages, and the bytes a program changes, not its 0xFF
+    # padding); the bytes and records ddq wrote (compaction's copies included), so erases
+    # against the floor (ddq's bytes / 4096) and programs against records. Cases: "flash" the
+    # profile's options on byte-programmed NOR, "fit" segment_bytes = seg (a segment's data fits
+    # one block), "page" that on whole 256-byte pages (rp2.Flash). Then wear: a long run (wn
+    # messages on wblocks blocks) and its most-erased block against the mean.
+    load_ddq()
+    sys.path.append(REPO + "/tests")
+    import blockdev
+    import ddq_flash
+
+    class Counting(ddq_flash.FlashStorage):
+        def write(self, f, data):
+            self.bytes += len(data)
+            ddq_flash.FlashStorage.write(self, f, data)
+
+    class Dev(blockdev.NORBlockDev):
+        def program(self, a, buf):
+            for x in buf:
+                if x != 0xFF:
+                    self.set_bytes += 1
+            return blockdev.NORBlockDev.program(self, a, buf)
+
+    prof = PROFILES["rp2"]
+    payload, p = a["payload"], b"x" * a["payload"]
+    opts = {
+        k: prof[k] for k in ("segment_bytes", "max_items", "max_payload_bytes", "max_segments")
+    }
+    out = {}
+    for kind in ("lfs", "flash", "fit", "page", "wear"):
+        o = dict(opts)
+        if kind in ("fit", "page", "wear"):
+            o["segment_bytes"] = a["seg"]
+        n, blocks = (a["wn"], a["wblocks"]) if kind == "wear" else (a["n"], a["blocks"])
+        if kind == "lfs":
+            dev = lfs_mount(blocks, prof["progsize"])
+            st, path = None, MOUNT + "/q"
+        else:
+            pg = 256 if kind == "page" else 0
+            dev = Dev(4096, blocks, page=pg)
+            dev.set_bytes = 0
+            st, path = Counting(dev, page=pg or 1), "q"
+            st.bytes = 0
+        q = ddq.Queue(path, sync="always", clock=Clock(), storage=st, **o)
+        for _ in range(a["backlog"]):
+            q.enqueue(p)
+        dev.zero()
+        w0, r0 = st.bytes if st else 0, q._nap
+        if st:
+            dev.set_bytes = 0
+            dev.wear = [0] * blocks
+        for _ in range(n):
+            q.enqueue(p)
+            c = q.claim(30000)
+            q.ack(c.seq)
+        r = {
+            "progs": dev.progs / n,
+            "erases": dev.erases / n,
+            "prog_bytes": dev.prog_bytes / n,
+            "records": (q._nap - r0) / n,
+        }
+        if st:
+            r["ddq_bytes"] = (st.bytes - w0) / n
+            r["set_bytes"] = dev.set_bytes / n
+            r["wear_max"] = max(dev.wear)
+            r["wear_mean"] = sum(dev.wear) / blocks
+            r["region_writes"] = (st.bytes - w0) / (4096.0 * blocks)
+        q.close()
+        if kind == "lfs":
+            lfs_umount()
+        out[kind] = r
+        dev = q = st = None
+        gc.collect()
+    emit(
+        {
+            "n": a["n"],
+            "backlog": a["backlog"],
+            "payload": payload,
+            "blocks": a["blocks"],
+            "seg": a["seg"],
+            "profile": opts,
+            "per_msg": out,
+        }
+    )
+
+
 PARTS = {
+    "flash": (
+        part_flash,
+        {
+            "dir": "",
+            "n": 1000,
+            "backlog": 10,
+            "payload": 100,
+            "blocks": 256,
+            "seg": 3500,
+            "wn": 80000,
+            "wblocks": 48,
+        },
+    ),
     "board_steady": (
         part_board_steady,
         {

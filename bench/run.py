@@ -79,6 +79,7 @@ SIZES = {
     ),
     "mp_recovery": ({"reps": 3}, {"reps": 1}),
     "mp_lfs": ({"n": 1000}, {"n": 20}),
+    "mp_flash": ({"n": 1000, "wn": 80000}, {"n": 20, "wn": 200}),
     "mp_capacity": ({"limit": 1000000}, {"limit": 1000000}),
     "mp_allocs": ({"rounds": 200, "pending": 1000}, {"rounds": 10, "pending": 50}),
     "allocprof": ({"rounds": 48}, {"rounds": 4}),
@@ -101,6 +102,11 @@ TARGETS = {
     "6": 1.3,
     "7": 0.5,
     "8": 0.5,
+    "8f": 1.5,
+    "8g": 1.5,
+    "8h": 1.1,
+    "8i": 0.05,
+    "8j": 2.0,
     "9": 24576,
     "9b": 12288,
 }
@@ -862,6 +868,107 @@ def build(results, errors, smoke, seconds):
                     rows,
                 ),
             )
+
+    # 8f-8j: raw flash (issue 36), LittleFS in the same run; W25Q16JV (the Pico's flash) times.
+    fl = R.get("mp_flash")
+    if fl:
+        f, lf, pg = fl["per_msg"]["fit"], fl["per_msg"]["lfs"], fl["per_msg"]["page"]
+        wr = fl["per_msg"]["wear"]
+        floor = f["ddq_bytes"] / 4096
+        typ = (0.4, 45.0)  # ms: page program, 4 KiB sector erase (typical; worst 3, 400)
+
+        def ms(v, t):
+            return v["progs"] * t[0] + v["erases"] * t[1]
+
+        life = 352 * 100000 / pg["erases"] / (365.25 * 86400)  # years at 1 message/s
+        rows8 = (
+            (
+                "8f",
+                "raw flash erases per delivered message ÷ the floor (ddq's bytes ÷ 4 KiB)",
+                f["erases"],
+                floor,
+                f["erases"] / floor,
+                "≤ 1.5×",
+            ),
+            (
+                "8g",
+                "raw flash program commands ÷ records written",
+                f["progs"],
+                f["records"],
+                f["progs"] / f["records"],
+                "≤ 1.5×",
+            ),
+            (
+                "8h",
+                "raw flash bytes programmed ÷ bytes of records",
+                f["prog_bytes"],
+                f["ddq_bytes"],
+                f["prog_bytes"] / f["ddq_bytes"],
+                "≤ 1.1×",
+            ),
+            (
+                "8i",
+                "raw flash (256 B pages) modeled flash time per message ÷ LittleFS's",
+                ms(pg, typ),
+                ms(lf, typ),
+                ms(pg, typ) / ms(lf, typ),
+                "≤ 0.05×",
+            ),
+            (
+                "8j",
+                "raw flash wear: most-erased block ÷ mean (%.0f× the region written)"
+                % wr["region_writes"],
+                wr["wear_max"],
+                wr["wear_mean"],
+                wr["wear_max"] / wr["wear_mean"],
+                "≤ 2×",
+            ),
+        )
+        for rid, what, v, base, ratio, tt in rows8:
+            rep.row(
+                rid, what, fmt(v), fmt(base), fmt(ratio), tt, verdict(ratio, TARGETS[rid], False)
+            )
+        rows = []
+        for key, label in (
+            ("lfs", 'LittleFS, sync="always"'),
+            ("flash", "raw, profile options"),
+            ("fit", "raw, segment_bytes %d" % fl["seg"]),
+            ("page", "raw, segment_bytes %d, 256 B pages" % fl["seg"]),
+        ):
+            v = fl["per_msg"][key]
+            rows.append(
+                (
+                    label,
+                    fmt(v["progs"]),
+                    fmt(v["erases"]),
+                    fmt(v["prog_bytes"]),
+                    fmt(v.get("set_bytes", v["prog_bytes"])),
+                    fmt(v["records"]),
+                    fmt(v.get("ddq_bytes")),
+                    fmt(ms(v, typ)),
+                    fmt(ms(v, (3.0, 400.0))),
+                )
+            )
+        rep.section(
+            "Raw flash per delivered message (rp2: 4 KiB blocks; backlog %d, payload %d B, %d "
+            "messages; ms: W25Q16JV page program 0.4/3, sector erase 45/400 typical/worst; life "
+            "at 1 message/s over 352 sectors of 100,000 cycles: %.1f years)"
+            % (fl["backlog"], fl["payload"], fl["n"], life),
+            table(
+                (
+                    "writer",
+                    "programs",
+                    "erases",
+                    "bytes programmed",
+                    "bytes changed",
+                    "records",
+                    "ddq bytes",
+                    "ms typical",
+                    "ms worst",
+                ),
+                rows,
+            ),
+        )
 
     # 9: import heap.
     im = R.get("imports")
@@ -2050,6 +2157,7 @@ def main():
         for key in ("cp_recovery_small", "cp_recovery_big"):
             shutil.rmtree(os.path.join(tmp, key), ignore_errors=True)
         step("mp_lfs", mp("lfs", "mp_lfs", heap="8M"))
+        step("mp_flash", mp("flash", "mp_flash", heap="8M"))
         step("imports", lambda: part_imports(os.path.join(tmp, "imports"), smoke))
         step("qemu_fill", recorded_qemu_fill)  # recorded on qemu (bench/qemu_fill.py), only read
         mpy_dir = os.path.join(tmp, "imports", "mpy")

@@ -19,6 +19,8 @@
 #             tests run under a fresh directory in /tmp, or in the cwd where /tmp is missing.
 # --fs lfs2   a VfsLfs2 on a RAM block device (4096 B x 512 blocks = 2 MiB) mounted at /lfs2
 # --fs fat    a VfsFat on a RAM block device (512 B x 8192 blocks = 4 MiB) mounted at /fat
+# --fs flash  ddq_flash.FlashStorage on a NOR model (4096 B x 512 blocks) mounted at /flash
+#             through blockdev.FlashVfs (so PosixStorage and the suite's helpers reach it)
 # The RAM disks live in the MicroPython heap: run them with `micropython -X heapsize=8M`, or
 # make them smaller with --blocks N (a board has a few hundred KiB of heap).
 # --installed DIR  the port modules in DIR (a board's, as `ddq flash` installed them) come before
@@ -35,7 +37,7 @@ import os
 import sys
 
 USAGE = (
-    "usage: mprun.py [--fs posix|lfs2|fat] [-k SUBSTR] [--root DIR] [--fixtures DIR]"
+    "usage: mprun.py [--fs posix|lfs2|fat|flash] [-k SUBSTR] [--root DIR] [--fixtures DIR]"
     " [--blocks N] [--installed DIR] [MODULE ...]"
 )
 
@@ -101,6 +103,27 @@ def mount_ram_fs(fs, num_blocks=None):
         pass
     vfs.mount(cls(bdev), point)
     return point
+
+
+def mount_flash(num_blocks=None):
+    """A ddq_flash.FlashStorage over a NOR model (4096 B x 512 blocks = 2 MiB, the rp2's erase
+    block) mounted at /flash through blockdev.FlashVfs; return the mount point."""
+    vfs = _vfs_module()
+    if vfs is None:
+        _die("mprun: --fs flash needs MicroPython's vfs.mount")
+    import blockdev
+    import ddq_flash
+
+    try:
+        dev = blockdev.NORBlockDev(4096, num_blocks or 512)
+    except MemoryError:
+        _die("mprun: no heap for the flash: run micropython -X heapsize=8M")
+    try:
+        vfs.umount("/flash")
+    except OSError:
+        pass
+    vfs.mount(blockdev.FlashVfs(ddq_flash.FlashStorage(dev)), "/flash")
+    return "/flash"
 
 
 def _fresh_dir(base):
@@ -183,7 +206,7 @@ def parse_args(argv):
             _die(USAGE)
         opts["modules"].append(_module_name(a))
         i += 1
-    if opts["fs"] not in ("posix", "lfs2", "fat"):
+    if opts["fs"] not in ("posix", "lfs2", "fat", "flash"):
         _die(USAGE)
     if opts["blocks"] is not None:
         try:
@@ -295,7 +318,7 @@ def main(argv=None):
     root = support._abspath(opts["root"]) if opts["root"] else None
     if fs != "posix":
         # On a RAM disk: --root counts only when it lies on that disk.
-        point = mount_ram_fs(fs, opts["blocks"])
+        point = mount_flash(opts["blocks"]) if fs == "flash" else mount_ram_fs(fs, opts["blocks"])
         base = root if root and root.startswith(point + "/") else point + "/t"
     elif root:
         base = root

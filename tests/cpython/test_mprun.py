@@ -37,7 +37,7 @@ def test_bad_usage_is_status_2() -> None:
     assert rc == 2 and lines[-1].startswith("usage:"), lines
 
 
-@pytest.mark.parametrize("fs", ["posix", "lfs2", "fat"])
+@pytest.mark.parametrize("fs", ["posix", "lfs2", "fat", "flash"])
 def test_micropython(fs: str) -> None:
     assert os.path.exists(MICROPYTHON), "no micropython in the venv: make venv"
     rc, lines = run(MICROPYTHON, "-X", "heapsize=8M", MPRUN, "--fs", fs, "test_support")

@@ -1,0 +1,539 @@
+"""ddq_flash: a queue on raw flash, behind ddq's storage seam (docs/DESIGN.md "Raw flash").
+
+    import ddq, ddq_flash, rp2
+    st = ddq_flash.FlashStorage(rp2.Flash(), page=256)  # or esp32.Partition, pyb.Flash
+    q = ddq.Queue("outbox", storage=st)
+
+The device speaks MicroPython's extended block protocol: readblocks(n, buf, off),
+writeblocks(n, buf, off) that programs without erasing, ioctl 4/5/6 (count, size, erase). One
+FlashStorage per region: every queue in it goes through that object. NOR flash programmed by
+the byte, (page=P) in whole aligned pages padded with 0xFF, or (unit=U) in write-once units.
+Names are paths of at most 115 bytes; directories are implicit (mkdir is kept in RAM until a
+file makes it real). Every file is a chain of erase blocks; a write is buffered until sync (or
+close, a read, or a full buffer), which programs it as one CRC-checked frame: with
+sync="always" a DDQ record costs one program command.
+"""
+
+__version__ = "0.1.0"
+
+# Copyright (c) 2026 the ddq authors. BSD-3-Clause.
+
+import struct
+from binascii import crc32
+
+import ddq
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+# ============================================================================ raw flash
+# Block header (SPEC §16 [Y1]): magic, erase count, file id, index in the file, crc of 0..16;
+# then in a file's first block: four deleted bytes at 20, four commit bytes at 24 (a copy's) and
+# _FL_K name slots of _FL_S bytes at 28 (sequence, the fid a copy replaces or 0xFFFFFFFF, name
+# length, name, 0xFF padding, crc of the rest). Frames follow: u16 length, u32 crc (of the
+# length and the data), data.
+_FL_MAGIC = 0x31465144  # "DQF1"
+_FL_HDR = 24  # (unit 1: a block's data; else the unit after the header)
+_FL_K = 2
+_FL_S = 128
+_FL_DEL = 20
+_FL_NS = 28  # the name slots
+_FL_HEAD = _FL_NS + _FL_K * _FL_S  # a first block's data
+_FL_NM = _FL_S - 13  # the longest name
+_FL_FR = 6
+
+
+class _F:
+    """One file: its id, name, chain of blocks, logical bytes per block, the next frame's
+    position in its last block, whether that block takes no more frames, and a read cursor."""
+
+    __slots__ = ("fid", "name", "ns", "blk", "ln", "end", "shut", "cb", "clo", "cpos")
+
+    def __init__(self, fid: int, name: str) -> None:
+        self.fid = fid
+        self.name = name
+        self.ns = 1  # the next free name slot
+        self.blk: "list[int]" = []
+        self.ln: "list[int]" = []
+        self.end = 0
+        self.shut = True
+        self.cb = -1
+        self.clo = 0
+        self.cpos = 0
+
+
+def _oserr(e: int, what: str) -> OSError:
+    return OSError(e, what)
+
+
+class FlashStorage:
+    """ddq's storage seam (docs/API.md "Storage seam") over blocks start_block .. +block_count of
+    dev. Mounting reads every block's header once; nothing is written but the deletion of a
+    file that a cut rename or "wb" left superseded."""
+
+    can_truncate = False  # a torn tail is cut by copy + rename (ddq's own path), atomic here
+
+    def __init__(
+        self,
+        dev: "Any",
+        start_block: int = 0,
+        block_count: "Any" = None,
+        buf: int = 512,
+        page: int = 1,
+        unit: int = 1,
+    ):
+        self.dev = dev
+        self.s0 = start_block
+        self.bs = bs = int(dev.ioctl(5, 0))
+        tot = int(dev.ioctl(4, 0)) - start_block
+        self.n = n = tot if block_count is None else block_count
+        if bs < _FL_HEAD + 128 or bs > 65536 or n < 2 or n > tot or start_block < 0:
+            raise ddq.InvalidArgument("flash region %d x %d" % (bs, n))
+        if page < 1 or bs % page or unit not in (1, 8, 16, 32) or (unit > 1 and page > 1):
+            raise ddq.InvalidArgument("page %d, unit %d" % (page, unit))
+        if buf < 16 or buf > 65535:
+            raise ddq.InvalidArgument("buf %d" % buf)
+        # unit U > 1: write-once aligned units; every field its own units, frames padded [Y6]
+        self.u = u = unit
+        self.od = _FL_DEL if u == 1 else -(-20 // u) * u  # deleted bytes
+        self.oc = self.od + max(u, 4)  # commit bytes
+        self.on = self.oc + max(u, 4)  # name slots
+        self.oh = self.on + _FL_K * _FL_S  # a first block's data
+        self.ob = _FL_HDR if u == 1 else self.od  # the other blocks' data
+        self.z = bytes(max(u, 4))  # what marks deleted or committed
+        self.pad = bytearray(u)
+        self.pg = page  # programs go in whole aligned pages, padded with 0xFF (a no-op on NOR)
+        self.pb = bytearray(page) if page > 1 else None
+        self.pe = b"\xff" * page
+        self.buf = bytearray(_FL_FR + buf + u)
+        self.cap = buf
+        self.bo: "Any" = None  # the file whose bytes the buffer holds
+        self.bn = 0
+        self.hb = bytearray(self.oh)
+        self.ec = [0] * n
+        self.used = bytearray(n)
+        self.files: "dict[str, _F]" = {}
+        self.dirs: "list[str]" = []
+        self.held: "list[str]" = []
+        self.rot = 0
+        self._mount()
+
+    # ------------------------------------------------------------------ device
+    def _rd(self, b: int, off: int, mv: "Any") -> None:
+        self.dev.readblocks(self.s0 + b, mv, off)
+
+    def _pg(self, b: int, off: int, mv: "Any") -> None:
+        p, pb, n = self.pg, self.pb, len(mv)
+        a = off - off % p
+        while a < off + n:
+            if pb is not None:  # the page with mv's bytes in it, 0xFF around them
+                i, j = max(a, off), min(a + p, off + n)
+                pb[:] = self.pe
+                pb[i - a : j - a] = mv[i - off : j - off]
+            r = self.dev.writeblocks(self.s0 + b, mv if pb is None else pb, a)
+            if r:
+                raise _oserr(5, "program")
+            a += p if pb is not None else n
+
+    def _slot(self, b: int, k: int) -> "Any":
+        # (seq, name, replaced fid) of name slot k of head block b; None if torn; 0 if erased
+        h = self.hb
+        mv = memoryview(h)[0:_FL_S]
+        self._rd(b, self.on + k * _FL_S, mv)
+        if h[0:_FL_S] == b"\xff" * _FL_S:
+            return 0
+        seq, src, ln = struct.unpack_from("<IIB", h, 0)
+        if ln > _FL_NM or crc32(mv[0 : _FL_S - 4]) != struct.unpack_from("<I", h, _FL_S - 4)[0]:
+            return None
+        return seq, bytes(h[9 : 9 + ln]).decode(), src
+
+    def _mount(self) -> None:
+        h, n = self.hb, self.n
+        mv = memoryview(h)
+        chains: "dict[int, dict[int, int]]" = {}
+        known = -1
+        fmax = self.nseq = 0
+        for b in range(n):
+            self._rd(b, 0, mv[0:_FL_HDR])
+            m, ec, fid, ix, c = struct.unpack_from("<IIIII", h, 0)
+            if m != _FL_MAGIC or crc32(mv[0:16]) != c:
+                self.ec[b] = -1
+                continue
+            self.ec[b] = ec
+            known = max(known, ec)
+            fmax = max(fmax, fid + 1)
+            chains.setdefault(fid, {})[ix] = b
+        for b in range(n):
+            if self.ec[b] < 0:
+                self.ec[b] = max(known, 0)
+        self.nfid = fmax
+        best: "dict[str, Any]" = {}  # name -> [seq, file]: the highest sequence holds a name
+        ff = b"\xff" * len(self.z)
+        dead: "list[_F]" = []  # superseded by a rename or "wb" that a cut stopped short
+        gone: "list[int]" = []  # the fids that committed copies replace
+        for fid in chains:
+            ch = chains[fid]
+            hb = ch.get(0)
+            if hb is None:
+                continue
+            z = len(ff)  # (a unit's every byte: a torn program may clear any of them)
+            self._rd(hb, self.od, mv[0:z])
+            if h[0:z] != ff:  # any cleared bit: deleted
+                continue
+            self._rd(hb, self.oc, mv[0:z])
+            cmt = h[0:z] != ff
+            cur = None
+            ns = 0
+            for k in range(_FL_K):
+                s = self._slot(hb, k)
+                if s != 0:
+                    ns = k + 1
+                if s and (cur is None or s[0] > cur[0]):
+                    cur = s
+                if s and k == 0 and s[2] != 0xFFFFFFFF:  # a copy: void until committed
+                    if not cmt:
+                        cur = None
+                        break
+                    gone.append(s[2])
+            if cur is None:
+                continue
+            self.nseq = max(self.nseq, cur[0] + 1)
+            f = _F(fid, cur[1])
+            f.ns = ns
+            i = 0
+            while i in ch:
+                f.blk.append(ch[i])
+                i += 1
+            o = best.get(cur[1])
+            if o is None or cur[0] > o[0]:
+                best[cur[1]] = [cur[0], f]
+                if o is not None:
+                    dead.append(o[1])
+            else:
+                dead.append(f)
+        for o in best.values():
+            f = o[1]
+            if f.fid in gone:
+                dead.append(f)
+                continue
+            self.files[f.name] = f
+            for b in f.blk:
+                self.used[b] = 1
+                f.ln.append(self._walk(f, b, b == f.blk[-1]))
+        for f in dead:
+            self._pg(f.blk[0], self.od, self.z)
+
+    def _walk(self, f: _F, b: int, last: bool) -> int:
+        """Logical bytes of block b of f; for its last block, where the next frame goes."""
+        h, bs = self.hb, self.bs
+        mv = memoryview(h)
+        pos = self.oh if f.blk[0] == b else self.ob
+        lo = 0
+        f.shut = True
+        while pos + _FL_FR < bs:
+            self._rd(b, pos, mv[0:_FL_FR])
+            k, c = struct.unpack_from("<HI", h, 0)
+            if k == 0xFFFF and c == 0xFFFFFFFF:
+                f.shut = False
+                break
+            if k == 0 or pos + _FL_FR + k > bs:
+                break
+            nx = pos + self._len(k)
+            more = False
+            if nx + _FL_FR < bs:
+                self._rd(b, nx, mv[_FL_FR : 2 * _FL_FR])
+                more = h[_FL_FR : 2 * _FL_FR] != b"\xff" * _FL_FR
+            if not more:  # the block's last frame: only it can be torn
+                x = crc32(mv[0:2])
+                p = pos + _FL_FR
+                while p < pos + _FL_FR + k:
+                    j = min(pos + _FL_FR + k - p, len(h))
+                    self._rd(b, p, mv[0:j])
+                    x = crc32(mv[0:j], x)
+                    p += j
+                if x != c:
+                    break
+            lo += k
+            pos = nx
+        if last:
+            f.end = pos
+            p = pos
+            while not f.shut and p < bs:  # the rest must read erased to take frames
+                j = min(bs - p, len(h))
+                self._rd(b, p, mv[0:j])
+                if h[0:j] != b"\xff" * j:
+                    f.shut = True
+                p += j
+        return lo
+
+    def _alloc(self, f: _F, name: "Any", src: int = 0xFFFFFFFF) -> None:
+        """Give f a fresh block: the least-erased free one, erased now (lazily), its header (and
+        for a first block, the name) in one program."""
+        n, ec, used = self.n, self.ec, self.used
+        best = -1
+        for i in range(n):
+            b = (self.rot + i) % n
+            if not used[b] and (best < 0 or ec[b] < ec[best]):
+                best = b
+        if best < 0:
+            raise _oserr(28, "flash region full")
+        b = best
+        self.rot = (b + 1) % n
+        used[b] = 1
+        r = self.dev.ioctl(6, self.s0 + b)
+        if r:
+            raise _oserr(5, "erase")
+        ec[b] += 1
+        h = self.hb
+        mv = memoryview(h)
+        on = self.on
+        end = on + _FL_S if name else self.ob
+        for i in range(end):
+            h[i] = 0xFF
+        struct.pack_into("<IIII", h, 0, _FL_MAGIC, ec[b], f.fid, len(f.blk))
+        struct.pack_into("<I", h, 16, crc32(mv[0:16]))
+        if name:
+            self._name(name, on, src)
+        if self.u > 1 and name:  # the header's units, then the first name slot's
+            self._pg(b, 0, mv[0 : self.od])
+            self._pg(b, on, mv[on:end])
+        else:
+            self._pg(b, 0, mv[0:end])
+        f.blk.append(b)
+        f.ln.append(0)
+        f.end = self.oh if name else self.ob
+        f.shut = False
+
+    def _name(self, name: str, at: int, src: int = 0xFFFFFFFF) -> None:
+        nb = name.encode()
+        h = self.hb
+        s = at
+        for i in range(_FL_S):
+            h[s + i] = 0xFF
+        struct.pack_into("<IIB", h, s, self.nseq, src, len(nb))
+        h[s + 9 : s + 9 + len(nb)] = nb
+        struct.pack_into("<I", h, s + _FL_S - 4, crc32(memoryview(h)[s : s + _FL_S - 4]))
+        self.nseq += 1
+
+    def _create(self, path: str, src: int = 0xFFFFFFFF) -> _F:
+        if len(path.encode()) > _FL_NM:
+            raise _oserr(36, "name too long: " + path)
+        f = _F(self.nfid, path)
+        self.nfid += 1
+        self._alloc(f, path, src)
+        if src != 0xFFFFFFFF:
+            return f
+        old = self.files.get(path)
+        self.files[path] = f
+        if old is not None:
+            self._kill(old)
+        return f
+
+    def _kill(self, f: _F) -> None:
+        if self.bo is f:
+            self.bo, self.bn = None, 0
+        self._pg(f.blk[0], self.od, self.z)
+        for b in f.blk:
+            self.used[b] = 0
+
+    def _live(self, f: _F) -> None:
+        # a handle of a removed or replaced file: its blocks may hold another file by now
+        if self.files.get(f.name) is not f:
+            raise _oserr(9, "file removed: " + f.name)
+
+    def _len(self, k: int) -> int:
+        # the bytes a frame of k data bytes takes: whole units
+        u = self.u
+        return -(-(_FL_FR + k) // u) * u
+
+    def _flush(self) -> None:
+        f, e = self.bo, _FL_FR + self.bn
+        if f is None or e == _FL_FR:
+            return
+        self.bn = 0
+        self._live(f)
+        b = self.buf
+        mv = memoryview(b)
+        i = _FL_FR
+        while i < e:
+            if f.shut or self.bs - f.end <= _FL_FR:
+                self._alloc(f, None)
+            k = min(e - i, self.bs - f.end - _FL_FR)
+            struct.pack_into("<H", b, i - _FL_FR, k)
+            struct.pack_into("<I", b, i - 4, crc32(mv[i : i + k], crc32(mv[i - _FL_FR : i - 4])))
+            p = f.end
+            x = self._len(k)
+            f.end += x  # a failed program leaves the block shut: nothing after it
+            f.shut = True
+            pad = self.pad  # the data after this frame, kept while 0xFF pads its last unit
+            t = x - _FL_FR - k
+            pad[0:t] = b[i + k : i + k + t]
+            for j in range(i + k, i + k + t):
+                b[j] = 0xFF
+            self._pg(f.blk[-1], p, mv[i - _FL_FR : i - _FL_FR + x])
+            b[i + k : i + k + t] = pad[0:t]
+            f.shut = False
+            f.ln[-1] += k
+            i += k
+
+    def _get(self, path: str) -> _F:
+        f = self.files.get(path)
+        if f is None:
+            raise _oserr(2, path)
+        return f
+
+    # ------------------------------------------------------------------ the seam
+    def open(self, path: str, mode: str) -> _F:
+        if mode == "wb" or (mode == "ab" and path not in self.files):
+            return self._create(path)
+        return self._get(path)
+
+    def write(self, f: _F, data: "Any") -> None:
+        n, i, cap = len(data), 0, self.cap
+        if self.bo is not f:
+            self._flush()
+            self.bo = f
+        while i < n:
+            if self.bn == cap:
+                self._flush()
+            k = min(n - i, cap - self.bn)
+            self.buf[_FL_FR + self.bn : _FL_FR + self.bn + k] = data if k == n else data[i : i + k]
+            self.bn += k
+            i += k
+
+    def sync(self, f: _F) -> None:
+        if self.bo is f:
+            self._flush()
+
+    close = sync
+
+    def read_into(self, f: _F, off: int, buf: "Any") -> int:
+        if self.bo is f:
+            self._flush()
+        self._live(f)
+        h, ln, blk = self.hb, f.ln, f.blk
+        mv = memoryview(buf)
+        n, got, bi, lo = len(buf), 0, 0, 0
+        while bi < len(blk) and lo + ln[bi] <= off:
+            lo += ln[bi]
+            bi += 1
+        pos, fl = self.oh if bi == 0 else self.ob, lo
+        if f.cb == bi and lo <= f.clo <= off:
+            pos, fl = f.cpos, f.clo
+        while got < n and bi < len(blk):
+            if fl >= lo + ln[bi]:
+                lo += ln[bi]
+                bi += 1
+                pos, fl = self.ob, lo
+                continue
+            self._rd(blk[bi], pos, memoryview(h)[0:2])
+            k = h[0] | h[1] << 8
+            a = off + got - fl
+            j = min(k - a, n - got)
+            if j > 0:
+                self._rd(blk[bi], pos + _FL_FR + a, mv[got : got + j])
+                got += j
+            if a + j >= k:  # (a frame before off: skipped)
+                fl += k
+                pos += self._len(k)
+            f.cb, f.clo, f.cpos = bi, fl, pos
+        return got
+
+    def size(self, path: str) -> int:
+        f = self._get(path)
+        return sum(f.ln) + (self.bn if self.bo is f else 0)
+
+    def kind(self, path: str) -> int:
+        if path in self.files:
+            return 1
+        p = path.rstrip("/") + "/" if path else ""
+        if path in self.dirs or p in ("", "/") or path == ".":
+            return 2
+        for k in self.files:
+            if k.startswith(p):
+                return 2
+        return 0
+
+    def listdir(self, path: str) -> "list[str]":
+        if self.kind(path) != 2:
+            raise _oserr(2, path)
+        p = path.rstrip("/") + "/" if path else ""
+        out: "list[str]" = []
+        for k in list(self.files) + self.dirs:
+            if k.startswith(p):
+                e = k[len(p) :].split("/")[0]
+                if e and e not in out:
+                    out.append(e)
+        return out
+
+    def mkdir(self, path: str) -> None:
+        if self.kind(path):
+            raise _oserr(17, path)
+        self.dirs.append(path)
+
+    def rename(self, src: str, dst: str) -> None:
+        """Atomic: the new name slot's program is the commit (its sequence beats dst's). A file
+        whose slots are used up is copied to a new file named dst that replaces src's id; the
+        copy's commit bytes are the commit then."""
+        f = self._get(src)
+        if src == dst:
+            return
+        if len(dst.encode()) > _FL_NM:
+            raise _oserr(36, "name too long: " + dst)
+        if self.bo is f:
+            self._flush()
+        if f.ns < _FL_K:
+            self._name(dst, 0)
+            k, f.ns = f.ns, f.ns + 1
+            self._pg(f.blk[0], self.on + k * _FL_S, memoryview(self.hb)[0:_FL_S])
+            g = f
+        else:
+            g = _F(self.nfid, dst)
+            self.nfid += 1
+            self._alloc(g, dst, f.fid)
+            g.name = "\0"  # (a live file with no name until committed)
+            self.files["\0"] = g
+            t = bytearray(128)
+            off = 0
+            try:
+                while True:
+                    n = self.read_into(f, off, t)
+                    if not n:
+                        break
+                    self.write(g, memoryview(t)[0:n])
+                    off += n
+                self._flush()
+                self._pg(g.blk[0], self.oc, self.z)
+            except BaseException:  # (void until committed: its blocks are free again)
+                if self.bo is g:
+                    self.bo, self.bn = None, 0
+                for b in g.blk:
+                    self.used[b] = 0
+                raise
+            finally:
+                del self.files["\0"]
+            self._kill(f)
+        del self.files[src]
+        old = self.files.get(dst)
+        self.files[dst] = g
+        g.name = dst
+        if old is not None:
+            self._kill(old)
+
+    def remove(self, path: str) -> None:
+        self._kill(self._get(path))
+        del self.files[path]
+
+    def sync_dir(self, path: str) -> None:
+        pass  # every create, rename and remove is durable when it returns
+
+    def lock(self, path: str) -> str:
+        if path in self.held:
+            raise ddq.Locked("locked by this process: " + path)
+        self.held.append(path)
+        return path
+
+    def unlock(self, token: str) -> None:
+        if token in self.held:
+            self.held.remove(token)
