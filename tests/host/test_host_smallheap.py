@@ -14,7 +14,8 @@ unix port, 64-bit; docs/DESIGN.md §4.1 has the figures):
   67 KB and an open Outbox keeps 25 KB: 46 KB of a 140 KiB heap stay for an application, too little
   beside the runner); test_auth and test_auth_aes run their codec tests and skip those that open an
   Outbox;
-- test_parts (a second ddq compiled beside the first) skips whole;
+- test_parts (a second ddq compiled beside the first) skips whole; so does test_flash (its NOR
+  region is a RAM image of 128-512 KiB beside the queue);
 - test_misuse skips whole: its queue's cases open the queue a dozen times beside a large module
   (the second open met NoMemory), its message layer's cases need the Outbox;
 - test_salvage (ddq_salvage's salvages: 6 of 16 passed in 140 KiB with no runner at all) and
@@ -62,11 +63,14 @@ GROUPS = [
     [
         "test_app",
         "test_batch",
+        "test_flash",
         "test_index",
         "test_index_chunks",
         "test_index_forged",
         "test_liveness",
         "test_misuse",
+    ],
+    [  # (one board session's free heap falls with each module it ran: two sessions)
         "test_model",
         "test_mqtt",
         "test_mqtt_clients",
