@@ -696,8 +696,9 @@ class Outbox:
                 s = self.queue.oldest_available()  # only while full: O(n) is fine
                 if s is None:
                     raise Full("full, and no unclaimed message to drop")
+                n = self._many(s)
                 self.queue.ack(self.queue.claim_seq(s, self._lease).seq)
-                self.counters["dropped"] += 1
+                self.counters["dropped"] += n
                 self._wrote(2)
         else:
             raise Full("drop_oldest made no room")
@@ -728,10 +729,11 @@ class Outbox:
             ):
                 w[seq] = [t, c]
                 return
+            n = self._many(seq)
             q.ack(seq)
             k = t.split(":")[0]
             self._lost[k] = self._lost.get(k, 0) + 1
-            self.counters[c] += 1
+            self.counters[c] += n
             c = "dead_dropped"
         self._dead.pop(seq, None)
         self._wrote(1)
@@ -744,6 +746,10 @@ class Outbox:
         s, n = self.queue.stats(), len(self._dead)
         return s.claimed_items <= n and (s.available_items == 0 or self._next_ready(now) == 0)
 
+    def _many(self, seq: int, m: "Optional[Message]" = None) -> int:
+        # How many messages item seq (or m, read from it) holds: 1; a batch its readings [B4].
+        return 1
+
     def _count(self, what: str, seq: int, detail: "Any" = "") -> None:
         # One outcome of one message: its counter [E18], and the report hook [E26].
         self.counters[what] += 1
@@ -751,8 +757,12 @@ class Outbox:
             self._report(what, seq, detail if isinstance(detail, str) else repr(detail))
 
     @_locked
-    def _release(self, m: Message, why: str) -> None:
-        # failure="stop": the message is due again at once (RETRY, delay 0) [E26].
+    def _release(self, m: Message, why: str, alone: bool = True) -> None:
+        # failure="stop": the message is due again at once (RETRY, delay 0) [E26]; a failure
+        # pinned on it (alone in flight) on its last attempt dead-letters it instead [E10].
+        if alone and self._max_att and m.attempts + 1 >= self._max_att:
+            self._quar(m.seq, "max_attempts", why, "exhausted")
+            return
         self.queue.retry(m.seq, 0)
         self._wrote(1)
         self._count("failed", m.seq, why)
@@ -894,6 +904,7 @@ class Outbox:
                 if self._drop_expired:
                     q.ack(c.seq)
                     self._wrote(1)
+                    self.counters["expired"] += self._many(c.seq, m) - 1
                     self._count("expired", c.seq)
                 else:
                     self._quar(c.seq, "expired")

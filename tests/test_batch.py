@@ -423,3 +423,29 @@ def test_batch_clock_back_while_a_batch_is_open():
     ob.pump(lambda m: got.append(m.payload) or True)
     assert got == [b"a", b"b"], got
     ob.close()
+
+
+def test_batch_dropped_items_count_their_readings():
+    # EVIDENCE-OF: B7 B4 E7 E13
+    # An item that goes unsent as a whole (expired="drop", capacity="drop_oldest") counts each
+    # of its readings, as a reading that goes alone does: the counters stay in messages.
+    d, clock, ob = _start(expired="drop")
+    _put(ob, clock, 3)
+    ob.put("s/t", b"x", ttl_ms=1000)  # another TTL: the first batch is written
+    ob.put("s/t", b"y", ttl_ms=1000)
+    ob.flush()
+    clock.advance(5000)
+    assert ob.pump(lambda m: True) == 3
+    assert ob.counters["expired"] == 2 and ob.counters["sent"] == 3, ob.counters
+    ob.close()
+    opts = {"segment_bytes": 512, "max_segments": 3, "max_items": 100000, "max_payload_bytes": 64}
+    d = support.tmpdir() + "/q"
+    ob = BatchOutbox(d, clock=clock, ticks=lambda: 0, seed=1, capacity="drop_oldest", **opts)
+    dropped = 0
+    for i in range(80):
+        ob.put("s/t", b"r%03d" % i, ttl_ms=i // 4)  # batches of 4 readings
+        dropped = ob.counters["dropped"]
+        if dropped:
+            break
+    assert dropped == 4, ob.counters
+    ob.close()

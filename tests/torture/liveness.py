@@ -267,7 +267,8 @@ class Run:
         self.ticks = Ticks(7 << 20)
         self.max_seen = CLOCK0
         self.broker = Broker(self)
-        self.sender = Window(self.broker, 4 + r.below(13)) if self.windowed else self.broker.send
+        self.window = 4 + r.below(13) if self.windowed else 1
+        self.sender = Window(self.broker, self.window) if self.windowed else self.broker.send
         self.files, self.dirs = {}, ["/q"]
         self.next_id = 1
         self.put_ok = {}  # id -> seq its put returned (0: a reading in the open batch)
@@ -394,14 +395,20 @@ class Run:
         )
 
     def pump(self, budget):
+        ob = self.ob
+        f0 = ob.counters["failed"]
         try:
-            self.ob.pump(self.sender, budget)
+            ob.pump(self.sender, budget)
         except PowerCut:
             self.durable_at = self.ob.durable_seq
             self.cut()
         except Exception as e:
             self.raised.append(("pump", "%s: %s" % (type(e).__name__, e)))
         self.max_seen = max(self.max_seen, self.clock.t)
+        if self.windowed and self.obopts.get("failure") == "stop":
+            # `ddq replay`'s rule (E26): a round that failed is followed by rounds at a window
+            # of one (a loss then pins one message: its attempt, E10) until one does not fail
+            self.sender.inflight_max = 1 if ob.counters["failed"] > f0 else self.window
 
     def chaos(self):
         r = self.rng
@@ -477,6 +484,16 @@ class Run:
             else:
                 ended.add(ident(m.payload))
         pend = self.pending()
+        if pend == 1 and self.batch and not st["pending"]:
+            # The open batch was never admitted (B1, B3: durable once written). The queue holds
+            # nothing pending, so if it still refuses the batch (Full: dead letters kept by the
+            # hold rule fill it until an operator purges them, SPEC H4), put says so (Full): not
+            # stuck, as an Outbox.put that raised Full is not.
+            try:
+                ob.flush()
+            except ddq.Full:
+                pend, self.open_full = 0, 1
+            pend = pend and self.pending()
         if pend or st["pending"]:
             left = []
             for it in ob.queue.items():
@@ -514,6 +531,7 @@ class Run:
         self.topic_bad = {}  # ids put with a topic the broker closes the connection on
         self.left_kinds = set()  # what the broker does to the messages left pending (check)
         self.durable_at = 0  # durable_seq at the last power cut
+        self.open_full = 0  # 1: the open batch is left unwritten, the queue Full of dead letters
         self.open()
 
     def go(self):
@@ -560,7 +578,7 @@ def cause(bad, run):
 def run_seeds(seed0, n, verbose=False, max_fail=5):
     res = tmodel.counters(
         "runs stuck raised phantom admitted delivered dead counted_drops cuts reboots fulls "
-        "rounds rounds_max bound_max batch windowed",
+        "rounds rounds_max bound_max batch windowed open_full",
         seed=seed0,
     )
     res["by_cause"] = {}
@@ -599,6 +617,7 @@ def run_seeds(seed0, n, verbose=False, max_fail=5):
         res["fulls"] += run.fulls
         res["dead"] += getattr(run, "dead", 0)
         res["counted_drops"] += run.counted
+        res["open_full"] += getattr(run, "open_full", 0)
         res["rounds"] += run.rounds
         res["rounds_max"] = max(res["rounds_max"], run.rounds)
         res["bound_max"] = max(res["bound_max"], run.bound)
