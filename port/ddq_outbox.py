@@ -715,8 +715,8 @@ class Outbox:
         # Quarantine seq with reason t, counted c. Full (no room for even an empty reason, SPEC
         # H4): seq waits, claimed and never sent, while another message is pending (its end may
         # return room) and fewer than _WAITS wait; else (or with drop, or ordered) it is acked:
-        # dropped, counted c and dead_dropped [E32].
-        q = self.queue
+        # dropped, counted c and dead_dropped [E32]. Counted in messages (a batch's readings, B7).
+        q, n = self.queue, self._many(seq)
         try:
             q.quarantine(seq, t.encode()[0 : min(120, q.reason_budget)].replace(b"\0", b"?"))
             self._qcls[seq] = t.split(":")[0]
@@ -729,14 +729,14 @@ class Outbox:
             ):
                 w[seq] = [t, c]
                 return
-            n = self._many(seq)
             q.ack(seq)
             k = t.split(":")[0]
-            self._lost[k] = self._lost.get(k, 0) + 1
+            self._lost[k] = self._lost.get(k, 0) + n
             self.counters[c] += n
             c = "dead_dropped"
         self._dead.pop(seq, None)
         self._wrote(1)
+        self.counters[c] += n - 1
         self._count(c, seq, t)
 
     def _stuck(self, now: int) -> bool:

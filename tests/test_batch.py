@@ -449,3 +449,34 @@ def test_batch_dropped_items_count_their_readings():
             break
     assert dropped == 4, ob.counters
     ob.close()
+
+
+def test_batch_dead_letters_count_their_readings():
+    # EVIDENCE-OF: B7 E32 E7
+    # Expired batches under a hold rule: written as dead letters while room lasts, then dropped
+    # (E32); either way every reading is counted, dead_dropped in readings too.
+    hold = {"segment_bytes": 1024, "max_segments": 6, "max_payload_bytes": 256}
+    hold.update({"max_items": 1000, "window": 4, "evidence_bytes": 256})
+    clock = support.FakeClock(T0)
+    d = support.tmpdir() + "/q"
+    ob = BatchOutbox(d, clock=clock, ticks=lambda: 0, seed=1, **hold)
+    n = 0
+    for _j in range(400):  # batches of 5 readings, written until the queue is Full
+        for i in range(5):
+            ob.put("s/t", b"r%03d" % i, ttl_ms=1000)
+        try:
+            ob.flush()
+        except ddq.Full:
+            break
+        n += 5
+    ob.close()  # (drops the unwritten batch, counted dropped)
+    ob = BatchOutbox(d, clock=clock, ticks=lambda: 0, seed=1, **hold)
+    clock.advance(5000)
+    for _ in range(n // 32 + 2):
+        assert ob.get() is None
+    st = ob.stats()
+    assert st["pending"] == 0 and st["dead_dropped"] > 0, st
+    assert st["expired"] == n and n % 5 == 0, (n, st)
+    assert st["dead_dropped_by_reason"] == {"expired": st["dead_dropped"]}, st
+    assert st["dead_dropped"] == n - 5 * st["quarantined"], st
+    ob.close()

@@ -313,6 +313,11 @@ class Run:
     def leave(self):
         c = self.ob.counters
         self.counted += c["dropped"] + c["expired"] + c["rejected"] + c["unpublishable"]
+        # dead letters dropped for want of room (E32), of the classes not counted above
+        # (max_attempts, corrupt, unauthenticated): stats()["dead_dropped_by_reason"]
+        for k, v in self.ob._lost.items():
+            if k not in ("expired", "rejected", "unpublishable"):
+                self.counted += v
 
     def cut(self):
         # A power cut: abandon the outbox without close; reopen from what was durable.
