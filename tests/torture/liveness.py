@@ -374,6 +374,15 @@ class Run:
                 return True  # refused at put: never admitted (an allowed fix of issue 35 #2)
             raise
         self.put_ok[i] = s
+        if self.batch:  # the ids in the open batch (torture only: _open is its RAM)
+            o = self.ob._open
+            if o is None:
+                self.open_ids = []
+            elif o is not self.open_obj or s:
+                self.open_ids = [i]
+            else:
+                self.open_ids.append(i)
+            self.open_obj = o
         if topic in BAD_TOPICS:
             self.topic_bad[i] = True
         if not self.batch:
@@ -457,9 +466,16 @@ class Run:
         self.broker.up, self.broker.flaky = True, 0
         self.clock.t = self.max_seen
         # P counts messages (a BatchOutbox's readings: each is its own Message, B4)
-        P = len(self.scan()) + (self.ob._open[8] if self.batch and self.ob._open else 0)
-        # the failing ones among the pending (BatchOutbox: items counted by their readings)
-        F = len([i for i in self.admitted if i in self.broker.fail or i in self.topic_bad])
+        held = self.scan()
+        P = len(held) + (self.ob._open[8] if self.batch and self.ob._open else 0)
+        # the failing ones among the pending (BatchOutbox: items counted by their readings; a
+        # batch written since the last power cut is admitted now, and its readings, and those
+        # of the open batch, count in F too)
+        if self.batch:
+            self.admitted.update(held)
+            if self.ob._open is not None and self.ob._open is self.open_obj:
+                held.update(self.open_ids)
+        F = len([i for i in self.admitted | held if i in self.broker.fail or i in self.topic_bad])
         self.bound = -(-P // BUDGET) + 2 * self.attempts * (F + 1) + 2
         step = self.lease + self.max_retry + 1
         self.rounds = 0
@@ -536,6 +552,7 @@ class Run:
         self.topic_bad = {}  # ids put with a topic the broker closes the connection on
         self.left_kinds = set()  # what the broker does to the messages left pending (check)
         self.durable_at = 0  # durable_seq at the last power cut
+        self.open_ids, self.open_obj = [], None  # the open batch's ids, and its list
         self.open_full = 0  # 1: the open batch is left unwritten, the queue Full of dead letters
         self.open()
 
