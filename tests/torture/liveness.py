@@ -33,7 +33,10 @@ group commit or in a BatchOutbox's open batch, only what a power cut left in the
 delivered (send returned True / the window's poll confirmed it), is a dead letter
 (dead_letters(), a batch item's readings decoded), or vanished with a counted drop (the drops
 not otherwise explained are at most the sum of the counters dropped, expired, rejected and
-unpublishable over every open); nothing delivered was never put; put raised nothing but Full
+unpublishable, plus the other classes of dead_dropped_by_reason, over every open); an open
+batch the queue refuses at the end with nothing pending (Full: dead letters fill it) is not
+stuck; a windowed failure="stop" run pumps at a window of one after a failed round, as `ddq
+replay` does (E26); nothing delivered was never put; put raised nothing but Full
 (and InvalidArgument for a refused topic), pump/get/tick/stats/dead_letters nothing at all.
 Counts: stuck (runs where an admitted message reached no end within the bound), raised (runs
 where a call raised what the docs do not allow), phantom (a delivery of something never put).
