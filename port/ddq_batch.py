@@ -366,14 +366,19 @@ class BatchOutbox(Base):
         self._count(counter or cls, s, cls + (": %s" % why if why else ""))
         self._finish(s)
 
-    def _release(self, m: Message, why: str) -> None:
-        if m.seq < _ID:
-            Base._release(self, m, why)
-        elif self._parts.pop(self._split(m)[0], None) is not None:
-            s = self._split(m)[0]
-            self.queue.retry(s, 0)  # failure="stop": due again at once [E26]
-            self._wrote(1)
-            self._count("failed", s, why)
+    def _many(self, seq: int, m: "Optional[Message]" = None) -> int:
+        # The readings item seq holds (counted as dropped, expired, ... when it goes) [B4]
+        try:
+            m = m or self._peek(seq, 0)
+            return len(entries(m)) if m.key in (KEY, KEY_B) else 1
+        except Exception:  # unreadable: one item
+            return 1
+
+    def _release(self, m: Message, why: str, alone: bool = True) -> None:
+        # failure="stop" [E26]: a reading's whole item, as nack [B5]
+        p = self._parts.pop(self._split(m)[0], None) if m.seq >= _ID else [m]
+        if p is not None:
+            Base._release(self, p[0], why, alone)
 
     def _reread(self, m: Message) -> Message:
         # A reading to resend (windowed delivery): from the item's readings in RAM [E25].

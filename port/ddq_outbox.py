@@ -696,8 +696,9 @@ class Outbox:
                 s = self.queue.oldest_available()  # only while full: O(n) is fine
                 if s is None:
                     raise Full("full, and no unclaimed message to drop")
+                n = self._many(s)
                 self.queue.ack(self.queue.claim_seq(s, self._lease).seq)
-                self.counters["dropped"] += 1
+                self.counters["dropped"] += n
                 self._wrote(2)
         else:
             raise Full("drop_oldest made no room")
@@ -714,8 +715,8 @@ class Outbox:
         # Quarantine seq with reason t, counted c. Full (no room for even an empty reason, SPEC
         # H4): seq waits, claimed and never sent, while another message is pending (its end may
         # return room) and fewer than _WAITS wait; else (or with drop, or ordered) it is acked:
-        # dropped, counted c and dead_dropped [E32].
-        q = self.queue
+        # dropped, counted c and dead_dropped [E32]. Counted in messages (a batch's readings, B7).
+        q, n = self.queue, self._many(seq)
         try:
             q.quarantine(seq, t.encode()[0 : min(120, q.reason_budget)].replace(b"\0", b"?"))
             self._qcls[seq] = t.split(":")[0]
@@ -730,11 +731,12 @@ class Outbox:
                 return
             q.ack(seq)
             k = t.split(":")[0]
-            self._lost[k] = self._lost.get(k, 0) + 1
-            self.counters[c] += 1
+            self._lost[k] = self._lost.get(k, 0) + n
+            self.counters[c] += n
             c = "dead_dropped"
         self._dead.pop(seq, None)
         self._wrote(1)
+        self.counters[c] += n - 1
         self._count(c, seq, t)
 
     def _stuck(self, now: int) -> bool:
@@ -744,6 +746,10 @@ class Outbox:
         s, n = self.queue.stats(), len(self._dead)
         return s.claimed_items <= n and (s.available_items == 0 or self._next_ready(now) == 0)
 
+    def _many(self, seq: int, m: "Optional[Message]" = None) -> int:
+        # How many messages item seq (or m, read from it) holds: 1; a batch its readings [B4].
+        return 1
+
     def _count(self, what: str, seq: int, detail: "Any" = "") -> None:
         # One outcome of one message: its counter [E18], and the report hook [E26].
         self.counters[what] += 1
@@ -751,8 +757,12 @@ class Outbox:
             self._report(what, seq, detail if isinstance(detail, str) else repr(detail))
 
     @_locked
-    def _release(self, m: Message, why: str) -> None:
-        # failure="stop": the message is due again at once (RETRY, delay 0) [E26].
+    def _release(self, m: Message, why: str, alone: bool = True) -> None:
+        # failure="stop": the message is due again at once (RETRY, delay 0) [E26]; a failure
+        # pinned on it (alone in flight) on its last attempt dead-letters it instead [E10].
+        if alone and self._max_att and m.attempts + 1 >= self._max_att:
+            self._quar(m.seq, "max_attempts", why, "exhausted")
+            return
         self.queue.retry(m.seq, 0)
         self._wrote(1)
         self._count("failed", m.seq, why)
@@ -894,6 +904,7 @@ class Outbox:
                 if self._drop_expired:
                     q.ack(c.seq)
                     self._wrote(1)
+                    self.counters["expired"] += self._many(c.seq, m) - 1
                     self._count("expired", c.seq)
                 else:
                     self._quar(c.seq, "expired")

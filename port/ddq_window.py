@@ -114,7 +114,7 @@ class Window:
     def release(self, why: str) -> None:
         # failure="stop" [E26]: retry every message in flight at once, in seq order; stop.
         for seq in sorted(self.fl):
-            self.ob._release(self.fl[seq], why)
+            self.ob._release(self.fl[seq], why, len(self.fl) == 1)
         self.fl, self.redo = {}, []
         self.failed = True
 

@@ -423,3 +423,60 @@ def test_batch_clock_back_while_a_batch_is_open():
     ob.pump(lambda m: got.append(m.payload) or True)
     assert got == [b"a", b"b"], got
     ob.close()
+
+
+def test_batch_dropped_items_count_their_readings():
+    # EVIDENCE-OF: B7 B4 E7 E13
+    # An item that goes unsent as a whole (expired="drop", capacity="drop_oldest") counts each
+    # of its readings, as a reading that goes alone does: the counters stay in messages.
+    d, clock, ob = _start(expired="drop")
+    _put(ob, clock, 3)
+    ob.put("s/t", b"x", ttl_ms=1000)  # another TTL: the first batch is written
+    ob.put("s/t", b"y", ttl_ms=1000)
+    ob.flush()
+    clock.advance(5000)
+    assert ob.pump(lambda m: True) == 3
+    assert ob.counters["expired"] == 2 and ob.counters["sent"] == 3, ob.counters
+    ob.close()
+    opts = {"segment_bytes": 512, "max_segments": 3, "max_items": 100000, "max_payload_bytes": 64}
+    d = support.tmpdir() + "/q"
+    ob = BatchOutbox(d, clock=clock, ticks=lambda: 0, seed=1, capacity="drop_oldest", **opts)
+    dropped = 0
+    for i in range(80):
+        ob.put("s/t", b"r%03d" % i, ttl_ms=i // 4)  # batches of 4 readings
+        dropped = ob.counters["dropped"]
+        if dropped:
+            break
+    assert dropped == 4, ob.counters
+    ob.close()
+
+
+def test_batch_dead_letters_count_their_readings():
+    # EVIDENCE-OF: B7 E32 E7
+    # Expired batches under a hold rule: written as dead letters while room lasts, then dropped
+    # (E32); either way every reading is counted, dead_dropped in readings too.
+    hold = {"segment_bytes": 1024, "max_segments": 6, "max_payload_bytes": 256}
+    hold.update({"max_items": 1000, "window": 4, "evidence_bytes": 256})
+    clock = support.FakeClock(T0)
+    d = support.tmpdir() + "/q"
+    ob = BatchOutbox(d, clock=clock, ticks=lambda: 0, seed=1, **hold)
+    n = 0
+    for _j in range(400):  # batches of 5 readings, written until the queue is Full
+        for i in range(5):
+            ob.put("s/t", b"r%03d" % i, ttl_ms=1000)
+        try:
+            ob.flush()
+        except ddq.Full:
+            break
+        n += 5
+    ob.close()  # (drops the unwritten batch, counted dropped)
+    ob = BatchOutbox(d, clock=clock, ticks=lambda: 0, seed=1, **hold)
+    clock.advance(5000)
+    for _ in range(n // 32 + 2):
+        assert ob.get() is None
+    st = ob.stats()
+    assert st["pending"] == 0 and st["dead_dropped"] > 0, st
+    assert st["expired"] == n and n % 5 == 0, (n, st)
+    assert st["dead_dropped_by_reason"] == {"expired": st["dead_dropped"]}, st
+    assert st["dead_dropped"] == n - 5 * st["quarantined"], st
+    ob.close()

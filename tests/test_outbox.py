@@ -1065,6 +1065,31 @@ def test_E26_failure_stop_retries_at_once_and_ends_the_loop():
     ob.close()
 
 
+def test_E26_failure_stop_honours_max_attempts():
+    # EVIDENCE-OF: E26 E10 E30
+    # A failure pinned on one message (a send, or a window with it alone in flight) counts an
+    # attempt and the last one dead-letters it: a dropped connection is not a free retry.
+    for w in (0, 1, 3):
+        ob, clock = _ob(failure="stop", max_attempts=3)
+        a = ob.put("t/a", b"A")
+        if w == 3:  # several in flight: the loss is pinned on none, all released (no end)
+            ob.put("t/b", b"B")
+            for _ in range(5):
+                assert ob.pump(_Win(3, fail=True)) == 0
+            assert ob.qsize() == 2 and ob.counters["exhausted"] == 0
+            ob.close()
+            continue
+
+        def send(m):
+            raise OSError(104, "connection closed by the broker")
+
+        for _i in range(5):
+            assert ob.pump(_Win(1, fail=True) if w else send) == 0
+        assert ob.counters["failed"] == 2 and ob.counters["exhausted"] == 1, ob.counters
+        assert ob.empty() and ob.queue.reason(a).startswith(b"max_attempts: ")
+        ob.close()
+
+
 def test_E26_failure_stop_ends_the_asyncio_loop_too():
     # EVIDENCE-OF: E26 E17 E25
     asyncio = support.needs_asyncio()

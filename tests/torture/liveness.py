@@ -33,7 +33,10 @@ group commit or in a BatchOutbox's open batch, only what a power cut left in the
 delivered (send returned True / the window's poll confirmed it), is a dead letter
 (dead_letters(), a batch item's readings decoded), or vanished with a counted drop (the drops
 not otherwise explained are at most the sum of the counters dropped, expired, rejected and
-unpublishable over every open); nothing delivered was never put; put raised nothing but Full
+unpublishable, plus the other classes of dead_dropped_by_reason, over every open); an open
+batch the queue refuses at the end with nothing pending (Full: dead letters fill it) is not
+stuck; a windowed failure="stop" run pumps at a window of one after a failed round, as `ddq
+replay` does (E26); nothing delivered was never put; put raised nothing but Full
 (and InvalidArgument for a refused topic), pump/get/tick/stats/dead_letters nothing at all.
 Counts: stuck (runs where an admitted message reached no end within the bound), raised (runs
 where a call raised what the docs do not allow), phantom (a delivery of something never put).
@@ -267,7 +270,8 @@ class Run:
         self.ticks = Ticks(7 << 20)
         self.max_seen = CLOCK0
         self.broker = Broker(self)
-        self.sender = Window(self.broker, 4 + r.below(13)) if self.windowed else self.broker.send
+        self.window = 4 + r.below(13) if self.windowed else 1
+        self.sender = Window(self.broker, self.window) if self.windowed else self.broker.send
         self.files, self.dirs = {}, ["/q"]
         self.next_id = 1
         self.put_ok = {}  # id -> seq its put returned (0: a reading in the open batch)
@@ -312,6 +316,11 @@ class Run:
     def leave(self):
         c = self.ob.counters
         self.counted += c["dropped"] + c["expired"] + c["rejected"] + c["unpublishable"]
+        # dead letters dropped for want of room (E32), of the classes not counted above
+        # (max_attempts, corrupt, unauthenticated): stats()["dead_dropped_by_reason"]
+        for k, v in self.ob._lost.items():
+            if k not in ("expired", "rejected", "unpublishable"):
+                self.counted += v
 
     def cut(self):
         # A power cut: abandon the outbox without close; reopen from what was durable.
@@ -368,6 +377,15 @@ class Run:
                 return True  # refused at put: never admitted (an allowed fix of issue 35 #2)
             raise
         self.put_ok[i] = s
+        if self.batch:  # the ids in the open batch (torture only: _open is its RAM)
+            o = self.ob._open
+            if o is None:
+                self.open_ids = []
+            elif o is not self.open_obj or s:
+                self.open_ids = [i]
+            else:
+                self.open_ids.append(i)
+            self.open_obj = o
         if topic in BAD_TOPICS:
             self.topic_bad[i] = True
         if not self.batch:
@@ -394,14 +412,20 @@ class Run:
         )
 
     def pump(self, budget):
+        ob = self.ob
+        f0 = ob.counters["failed"]
         try:
-            self.ob.pump(self.sender, budget)
+            ob.pump(self.sender, budget)
         except PowerCut:
             self.durable_at = self.ob.durable_seq
             self.cut()
         except Exception as e:
             self.raised.append(("pump", "%s: %s" % (type(e).__name__, e)))
         self.max_seen = max(self.max_seen, self.clock.t)
+        if self.windowed and self.obopts.get("failure") == "stop":
+            # `ddq replay`'s rule (E26): a round that failed is followed by rounds at a window
+            # of one (a loss then pins one message: its attempt, E10) until one does not fail
+            self.sender.inflight_max = 1 if ob.counters["failed"] > f0 else self.window
 
     def chaos(self):
         r = self.rng
@@ -445,9 +469,16 @@ class Run:
         self.broker.up, self.broker.flaky = True, 0
         self.clock.t = self.max_seen
         # P counts messages (a BatchOutbox's readings: each is its own Message, B4)
-        P = len(self.scan()) + (self.ob._open[8] if self.batch and self.ob._open else 0)
-        # the failing ones among the pending (BatchOutbox: items counted by their readings)
-        F = len([i for i in self.admitted if i in self.broker.fail or i in self.topic_bad])
+        held = self.scan()
+        P = len(held) + (self.ob._open[8] if self.batch and self.ob._open else 0)
+        # the failing ones among the pending (BatchOutbox: items counted by their readings; a
+        # batch written since the last power cut is admitted now, and its readings, and those
+        # of the open batch, count in F too)
+        if self.batch:
+            self.admitted.update(held)
+            if self.ob._open is not None and self.ob._open is self.open_obj:
+                held.update(self.open_ids)
+        F = len([i for i in self.admitted | held if i in self.broker.fail or i in self.topic_bad])
         self.bound = -(-P // BUDGET) + 2 * self.attempts * (F + 1) + 2
         step = self.lease + self.max_retry + 1
         self.rounds = 0
@@ -477,6 +508,16 @@ class Run:
             else:
                 ended.add(ident(m.payload))
         pend = self.pending()
+        if pend == 1 and self.batch and not st["pending"]:
+            # The open batch was never admitted (B1, B3: durable once written). The queue holds
+            # nothing pending, so if it still refuses the batch (Full: dead letters kept by the
+            # hold rule fill it until an operator purges them, SPEC H4), put says so (Full): not
+            # stuck, as an Outbox.put that raised Full is not.
+            try:
+                ob.flush()
+            except ddq.Full:
+                pend, self.open_full = 0, 1
+            pend = pend and self.pending()
         if pend or st["pending"]:
             left = []
             for it in ob.queue.items():
@@ -514,6 +555,8 @@ class Run:
         self.topic_bad = {}  # ids put with a topic the broker closes the connection on
         self.left_kinds = set()  # what the broker does to the messages left pending (check)
         self.durable_at = 0  # durable_seq at the last power cut
+        self.open_ids, self.open_obj = [], None  # the open batch's ids, and its list
+        self.open_full = 0  # 1: the open batch is left unwritten, the queue Full of dead letters
         self.open()
 
     def go(self):
@@ -560,7 +603,7 @@ def cause(bad, run):
 def run_seeds(seed0, n, verbose=False, max_fail=5):
     res = tmodel.counters(
         "runs stuck raised phantom admitted delivered dead counted_drops cuts reboots fulls "
-        "rounds rounds_max bound_max batch windowed",
+        "rounds rounds_max bound_max batch windowed open_full",
         seed=seed0,
     )
     res["by_cause"] = {}
@@ -599,6 +642,7 @@ def run_seeds(seed0, n, verbose=False, max_fail=5):
         res["fulls"] += run.fulls
         res["dead"] += getattr(run, "dead", 0)
         res["counted_drops"] += run.counted
+        res["open_full"] += getattr(run, "open_full", 0)
         res["rounds"] += run.rounds
         res["rounds_max"] = max(res["rounds_max"], run.rounds)
         res["bound_max"] = max(res["bound_max"], run.bound)
