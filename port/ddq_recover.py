@@ -286,10 +286,6 @@ def recover(self: "Queue") -> None:
             raise self._oom()  # NoMemory; fail-stopped, the disk as it was [O23]
         if not (salv and isinstance(e, _E("Corrupt"))):
             raise
-        try:  # [N7] the names salvage opens, before it opens one (a FIFO would block it)
-            _regular(self, listdir(self), str(e))
-        except OSError as x:
-            raise _io_failure(x, "salvage")
         _part("ddq_salvage").in_place(self, e)  # [K9] repairs the directory, then recovers it
 
 
@@ -302,11 +298,10 @@ def listdir(self: "Queue") -> "list[str]":
     return names
 
 
-def _bad(fs: "Any", p: str, t: int, dirs: bool = False) -> bool:
-    # True when p is a link, FIFO, device or socket [N7] (a directory only if dirs, else it is
-    # left to the rules that read the name): lstat where the os has it (a link is a link), else
-    # the listing's entry type t (MicroPython's stat follows links; its ilistdir does not), else
-    # the storage's kind.
+def _bad(fs: "Any", p: str, t: int) -> bool:
+    # True when p is a link, FIFO, device or socket [N7] (a directory is left to the rules that
+    # read the name): lstat where the os has it (a link is a link), else the listing's entry
+    # type t (MicroPython's stat follows links; its ilistdir does not), else the storage's kind.
     lst = getattr(os, "lstat", None)
     if lst is not None:
         try:
@@ -314,18 +309,14 @@ def _bad(fs: "Any", p: str, t: int, dirs: bool = False) -> bool:
         except OSError:
             t = 0
     if t:
-        t &= 0o170000
-        return t != 0o100000 and (dirs or t != 0o040000)
-    return bool(fs.kind(p) > (1 if dirs else 2))
+        return t & 0o170000 not in (0o100000, 0o040000)
+    return bool(fs.kind(p) > 2)
 
 
-def _regular(self: "Queue", names: "list[str]", why: str = "") -> None:
+def _regular(self: "Queue", names: "list[str]") -> None:
     # [N7] Before anything in the directory is opened: no entry named like a queue file is a
     # link or a special file (a FIFO would block the open, a link read or append outside).
     # (MicroPython: the listing gives each type, so a LittleFS or FAT entry costs no stat.)
-    # why: the Corrupt that in-place salvage is about to repair [K9]; then the names salvage
-    # reads and writes (salvage.intent, salvaged-*, salvage-report-*) are checked instead, a
-    # directory too, and a bad one raises that Corrupt, naming it, with nothing changed.
     fs, d = self._fs, self._dir
     if not isinstance(fs, PosixStorage):
         return
@@ -333,10 +324,7 @@ def _regular(self: "Queue", names: "list[str]", why: str = "") -> None:
     src: "Any" = names if il is None else il(d)
     for e in src:
         n, t = (e, 0) if il is None else (e[0], e[1])
-        if why:
-            if n[:7] == "salvage" and _bad(fs, d + "/" + n, t, True):
-                raise _E("Corrupt")("%s; %s is not a regular file [N7]" % (why, n))
-        elif (n[:6] == "queue." or n[:8] == "segment-" or n[:11] == "generation-") and _bad(
+        if (n[:6] == "queue." or n[:8] == "segment-" or n[:11] == "generation-") and _bad(
             fs, d + "/" + n, t
         ):
             raise _E("Corrupt")(n + " is not a regular file [N7]")
@@ -876,15 +864,13 @@ def init(
         raise _E("InvalidArgument")("clock must be callable")
     if sync not in ("always", "ack", "none"):
         raise _E("InvalidArgument")("sync must be 'always', 'ack' or 'none'")
-    if storage is not None and (  # an instance with every method of the seam [O24]
-        isinstance(storage, type)
-        or not all(
-            callable(getattr(storage, n, None))
-            for n in "open write read_into sync close size kind listdir mkdir rename remove"
-            " sync_dir lock unlock".split()
-        )
-    ):
-        raise _E("InvalidArgument")("storage: an object with the storage seam's methods")
+    if storage is not None:  # an instance with every method of the seam [O24] (a plain loop)
+        for n in (
+            "open write read_into sync close size kind listdir mkdir rename remove sync_dir"
+            " lock unlock"
+        ).split():
+            if isinstance(storage, type) or not callable(getattr(storage, n, None)):
+                raise _E("InvalidArgument")("storage: an object with the storage seam's methods")
     # "salvage": recovery's Corrupt salvages in place (ddq_salvage, loaded only then) [K9]
     self._salv = [0, 0] if on_corrupt == "salvage" else None
     if not self._salv and on_corrupt != "raise":
