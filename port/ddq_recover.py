@@ -977,41 +977,19 @@ def _reset(self: "Queue") -> None:
     self._rr = [0, -1, 0]  # start rule: writes and slack at the last look, slack a write ×16
 
 
-def _key(p: str, fold: bool) -> str:
-    # The lock key of the absolute path p: without ".", ".." or doubled slashes, one key per
-    # directory [L3]. fold (FAT): the path as FatFs reads it: "\\" separates too, and ASCII
-    # case and a name's trailing dots and spaces do not count. (A control character ends a
-    # FatFs path: such a directory's queue.lock is the directory itself, which opens nothing.)
-    if fold:
-        p = p.replace("\\", "/").lower()
+def lock(self: "PosixStorage", path: str) -> "Any":
+    # flock on queue.lock excludes C DDQ too [L1]; on the MicroPython unix port an abstract
+    # unix socket named after the directory does the same and dies with its process [L2].
+    # An absolute path without ".", ".." or doubled slashes: one lock key per directory [L3].
+    p = path if path[:1] == "/" else os.getcwd() + "/" + path
     out: "list[str]" = []
     for part in p.split("/"):
         if part == "..":
             if out:
                 out.pop()
         elif part and part != ".":
-            out.append(part.rstrip(". ") if fold else part)
-    return "/" + "/".join(out)
-
-
-def _alias(key: str) -> str:
-    # A name in key that FAT may read as another's 8.3 short name (LONGQU~1 for longqueuename):
-    # one with "~" that its directory does not list (any case); "" if none.
-    d = ""
-    for part in key.split("/")[1:]:
-        if "~" in part:
-            n = part.lower().rstrip(". ")
-            if not [1 for e in os.listdir(d or "/") if e.lower() == n]:
-                return part
-        d += "/" + part
-    return ""
-
-
-def lock(self: "PosixStorage", path: str) -> "Any":
-    # flock on queue.lock excludes C DDQ too [L1]; on the MicroPython unix port an abstract
-    # unix socket named after the directory does the same and dies with its process [L2].
-    p = path if path[:1] == "/" else os.getcwd() + "/" + path
-    key = _key(p, False)
+            out.append(part)
+    key = "/" + "/".join(out)
     if key in PosixStorage._held:
         raise _E("Locked")("locked by this process: " + path)
     if _bad(self, path + "/" + _LOCK, 0):  # [N7] before the open: a FIFO would block it
@@ -1023,16 +1001,9 @@ def lock(self: "PosixStorage", path: str) -> "Any":
         st = os.stat(path)
         if not st[1] and self.kind(path + "/QUEUE.LOCK") == 1:
             # [L3] A directory of this process alone (inode 0: LittleFS, FAT) whose names fold
-            # case: FAT, where one directory has many spellings. Its key is FatFs's reading.
-            a = _alias(key)
-            key = _key(p, True)
-            if a or key in PosixStorage._held:
-                f.close()
-                if a:
-                    raise _E("InvalidArgument")(
-                        "%s: %s may be a FAT short name; use the long name [L3]" % (path, a)
-                    )
-                raise _E("Locked")("locked by this process: " + path)
+            # case: FAT, where one directory has many spellings. Its key is FatFs's reading
+            # (ddq_extra: the rule costs a board's heap only on FAT).
+            key = _part("_fat_key")(p, key, path, f)
         if fcntl is not None:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         else:
