@@ -1,6 +1,6 @@
 """ddq_compact: compaction and publication for ddq.Queue (SPEC §11), loaded on first use.
 
-compact() (and purge(), in ddq_extra) and the compaction an enqueue or a write needs when admission or the segment
+compact(), purge() and the compaction an enqueue or a write needs when admission or the segment
 limit refuses: the items not acked are copied into generation g+1, which the manifest's rename
 publishes, and g is deleted. ddq.py's one table (`_PARTS`) names them; Queue attaches each as
 its method the first time it is called, so a queue that never compacts never loads them
@@ -145,6 +145,34 @@ def compact(self: "Queue") -> bool:
         if self._sh is not None:
             self._rm.mirror(self)  # as C DDQ's queue would be now [C14]
         return True
+    except MemoryError:
+        raise self._oom()
+
+
+def purge(self: "Queue", seqs: "list[int]") -> int:
+    """Drop quarantined items (payload and reason) through a new generation; return how many.
+
+    ddq extension [C10]: the snapshot simply omits them (gaps are legal in a snapshot), so
+    C DDQ reads the result; their sequences are never reused."""
+    self._w0 = self._nap  # (a MemoryError below: NoMemory, Queue._oom [O23])
+    try:
+        self._alive()
+        drop = []
+        try:  # [O24]
+            it = iter(seqs)
+        except TypeError:
+            raise _E("InvalidArgument")("seqs must be an iterable of seqs")
+        for s in it:
+            i = self._find(s)
+            if self._ix.state(i) != _QUARANTINED:
+                raise _E("BadState")("item %d is not quarantined" % s)
+            if s not in drop:
+                drop.append(s)
+        if drop:
+            self._compact(0, 0, drop)
+            if self._sh is not None:
+                self._rm.mirror(self)  # [C14]
+        return len(drop)
     except MemoryError:
         raise self._oom()
 

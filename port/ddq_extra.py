@@ -1,8 +1,8 @@
 """ddq_extra: the less used methods of ddq.Queue, loaded on first use.
 
 stats(), items(), oldest_available(), lapsed(), claim_seq(), claim_ordered(), reason(),
-quarantine(), purge() (it compacts: ddq_compact) and save_index(): what a sender loop that
-only enqueues, claims, reads and acks never calls; and lock's FAT key (_fat_key [L3]). ddq.py's one table (`_PARTS`) names them; Queue attaches each as its method the
+quarantine() and save_index(): what a sender loop that only enqueues, claims, reads and acks
+never calls. ddq.py's one table (`_PARTS`) names them; Queue attaches each as its method the
 first time it is called, so they cost a board's heap only once an application uses one of them
 (DESIGN §4.1, §13).
 
@@ -309,31 +309,3 @@ def _fat_key(p: str, key: str, path: str, f: "Any") -> str:
         f.close()
         raise Locked("locked by this process: " + path)
     return key
-
-
-def purge(self: "Queue", seqs: "list[int]") -> int:
-    """Drop quarantined items (payload and reason) through a new generation; return how many.
-
-    ddq extension [C10]: the snapshot simply omits them (gaps are legal in a snapshot), so
-    C DDQ reads the result; their sequences are never reused."""
-    self._w0 = self._nap  # (a MemoryError below: NoMemory, Queue._oom [O23])
-    try:
-        self._alive()
-        drop = []
-        try:  # [O24]
-            it = iter(seqs)
-        except TypeError:
-            raise InvalidArgument("seqs must be an iterable of seqs")
-        for s in it:
-            i = self._find(s)
-            if self._ix.state(i) != _QUARANTINED:
-                raise BadState("item %d is not quarantined" % s)
-            if s not in drop:
-                drop.append(s)
-        if drop:
-            self._compact(0, 0, drop)
-            if self._sh is not None:
-                self._rm.mirror(self)  # [C14]
-        return len(drop)
-    except MemoryError:
-        raise self._oom()
