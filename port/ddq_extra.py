@@ -291,7 +291,10 @@ def _fat_key(p: str, key: str, path: str, f: "Any") -> str:
     for part in key.split("/")[1:]:
         if "~" in part:
             n = part.lower().rstrip(". ")
-            if not [1 for e in os.listdir(d or "/") if e.lower() == n]:
+            for e in os.listdir(d or "/"):
+                if e.lower() == n:
+                    break
+            else:
                 f.close()
                 raise InvalidArgument(
                     "%s: %s may be a FAT short name; use the long name [L3]" % (path, part)
