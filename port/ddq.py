@@ -1366,7 +1366,7 @@ _PARTS = {
     "ddq_compact": " compact purge _compact _copy _publish _prepare_format _clean"
     " _index_update parse_segment_name encode_manifest ",
     "ddq_extra": " stats items oldest_available lapsed claim_seq claim_ordered reason"
-    " save_index quarantine Item Stats _fat_key ",
+    " save_index quarantine Item Stats ",
     "ddq_admit": " _admit _plan_items _plan_add ",  # window 0: libddq's rule (SPEC §10)
     "ddq_hold": " _hold _room _cut ",  # window > 0 (SPEC §10.1)
     "ddq_reclaim": "",  # reclaim_step > 0: Queue._rm (DESIGN §12)

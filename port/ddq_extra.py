@@ -13,8 +13,6 @@ __version__ = "0.1.0"
 
 # Copyright (c) 2026 the ddq authors. BSD-3-Clause.
 
-import os
-
 from ddq import (
     _INDEX,
     _U32,
@@ -23,8 +21,6 @@ from ddq import (
     BadState,
     Claim,
     InvalidArgument,
-    Locked,
-    PosixStorage,
     TooLarge,
     _bytes_arg,
     _err,
@@ -278,37 +274,3 @@ def quarantine(self: "Queue", seq: int, reason: "Buf" = b"") -> bool:
         return True
     except MemoryError:
         raise self._oom()
-
-
-def _fat_key(p: str, key: str, path: str, f: "Any") -> str:
-    # [L3] ddq_recover.lock on FAT: the lock key of the absolute path p (key: its plain key) as
-    # FatFs reads it: "\\" separates too, and ASCII case and a name's trailing dots and spaces do
-    # not count. (A control character ends a FatFs path: such a directory's queue.lock is the
-    # directory itself, which opens nothing.) Refused, f (queue.lock) closed first: a name in
-    # key that FAT may read as another's 8.3 short name (LONGQU~1 for longqueuename: one with
-    # "~" that its directory does not list, any case), and a key this process holds.
-    d = ""
-    for part in key.split("/")[1:]:
-        if "~" in part:
-            n = part.lower().rstrip(". ")
-            for e in os.listdir(d or "/"):
-                if e.lower() == n:
-                    break
-            else:
-                f.close()
-                raise InvalidArgument(
-                    "%s: %s may be a FAT short name; use the long name [L3]" % (path, part)
-                )
-        d += "/" + part
-    out: "list[str]" = []
-    for part in p.replace("\\", "/").lower().split("/"):
-        if part == "..":
-            if out:
-                out.pop()
-        elif part and part != ".":
-            out.append(part.rstrip(". "))
-    key = "/" + "/".join(out)
-    if key in PosixStorage._held:
-        f.close()
-        raise Locked("locked by this process: " + path)
-    return key

@@ -977,6 +977,40 @@ def _reset(self: "Queue") -> None:
     self._rr = [0, -1, 0]  # start rule: writes and slack at the last look, slack a write ×16
 
 
+def _fat(p: str, key: str, path: str, f: "Any") -> str:
+    # [L3] lock on FAT: the lock key of the absolute path p (key: its plain key) as
+    # FatFs reads it: "\\" separates too, and ASCII case and a name's trailing dots and spaces do
+    # not count. (A control character ends a FatFs path: such a directory's queue.lock is the
+    # directory itself, which opens nothing.) Refused, f (queue.lock) closed first: a name in
+    # key that FAT may read as another's 8.3 short name (LONGQU~1 for longqueuename: one with
+    # "~" that its directory does not list, any case), and a key this process holds.
+    d = ""
+    for part in key.split("/")[1:]:
+        if "~" in part:
+            n = part.lower().rstrip(". ")
+            for e in os.listdir(d or "/"):
+                if e.lower() == n:
+                    break
+            else:
+                f.close()
+                raise _E("InvalidArgument")(
+                    "%s: %s may be a FAT short name; use the long name [L3]" % (path, part)
+                )
+        d += "/" + part
+    out: "list[str]" = []
+    for part in p.replace("\\", "/").lower().split("/"):
+        if part == "..":
+            if out:
+                out.pop()
+        elif part and part != ".":
+            out.append(part.rstrip(". "))
+    key = "/" + "/".join(out)
+    if key in PosixStorage._held:
+        f.close()
+        raise _E("Locked")("locked by this process: " + path)
+    return key
+
+
 def lock(self: "PosixStorage", path: str) -> "Any":
     # flock on queue.lock excludes C DDQ too [L1]; on the MicroPython unix port an abstract
     # unix socket named after the directory does the same and dies with its process [L2].
@@ -1001,9 +1035,8 @@ def lock(self: "PosixStorage", path: str) -> "Any":
         st = os.stat(path)
         if not st[1] and self.kind(path + "/QUEUE.LOCK") == 1:
             # [L3] A directory of this process alone (inode 0: LittleFS, FAT) whose names fold
-            # case: FAT, where one directory has many spellings. Its key is FatFs's reading
-            # (ddq_extra: the rule costs a board's heap only on FAT).
-            key = _part("_fat_key")(p, key, path, f)
+            # case: FAT, where one directory has many spellings. Its key is FatFs's reading.
+            key = _fat(p, key, path, f)
         if fcntl is not None:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         else:
