@@ -286,6 +286,10 @@ def recover(self: "Queue") -> None:
             raise self._oom()  # NoMemory; fail-stopped, the disk as it was [O23]
         if not (salv and isinstance(e, _E("Corrupt"))):
             raise
+        try:  # [N7] the names salvage opens, before it opens one (a FIFO would block it)
+            _regular(self, listdir(self), str(e) + "; ")
+        except OSError as x:
+            raise _io_failure(x, "salvage")
         _part("ddq_salvage").in_place(self, e)  # [K9] repairs the directory, then recovers it
 
 
@@ -298,7 +302,7 @@ def listdir(self: "Queue") -> "list[str]":
     return names
 
 
-def _bad(fs: "Any", p: str, t: int) -> bool:
+def _bad(fs: "Any", p: str, t: int, dirs: "Any" = "") -> bool:
     # True when p is a link, FIFO, device or socket [N7] (a directory is left to the rules that
     # read the name): lstat where the os has it (a link is a link), else the listing's entry
     # type t (MicroPython's stat follows links; its ilistdir does not), else the storage's kind.
@@ -309,14 +313,18 @@ def _bad(fs: "Any", p: str, t: int) -> bool:
         except OSError:
             t = 0
     if t:
-        return t & 0o170000 not in (0o100000, 0o040000)
-    return bool(fs.kind(p) > 2)
+        t &= 0o170000
+        return t != 0o100000 and (dirs or t != 0o040000)  # dirs: a directory too
+    return bool(fs.kind(p) > (1 if dirs else 2))
 
 
-def _regular(self: "Queue", names: "list[str]") -> None:
+def _regular(self: "Queue", names: "list[str]", why: str = "") -> None:
     # [N7] Before anything in the directory is opened: no entry named like a queue file is a
     # link or a special file (a FIFO would block the open, a link read or append outside).
     # (MicroPython: the listing gives each type, so a LittleFS or FAT entry costs no stat.)
+    # why: "<the Corrupt in-place salvage is about to repair>; " [K9]: then the names salvage
+    # reads and writes (salvage.intent, salvaged-*, salvage-report-*) are checked instead, a
+    # directory too, and a bad one raises that Corrupt, naming it, with nothing changed.
     fs, d = self._fs, self._dir
     if not isinstance(fs, PosixStorage):
         return
@@ -324,10 +332,12 @@ def _regular(self: "Queue", names: "list[str]") -> None:
     src: "Any" = names if il is None else il(d)
     for e in src:
         n, t = (e, 0) if il is None else (e[0], e[1])
-        if (n[:6] == "queue." or n[:8] == "segment-" or n[:11] == "generation-") and _bad(
-            fs, d + "/" + n, t
-        ):
-            raise _E("Corrupt")(n + " is not a regular file [N7]")
+        if (
+            n[:7] == "salvage"
+            if why
+            else n[:6] == "queue." or n[:8] == "segment-" or n[:11] == "generation-"
+        ) and _bad(fs, d + "/" + n, t, why):
+            raise _E("Corrupt")(why + n + " is not a regular file [N7]")
 
 
 def _read_small(self: "Queue", path: str, n: int) -> bytes:

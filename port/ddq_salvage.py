@@ -19,7 +19,6 @@ __version__ = "0.1.0"
 # Copyright (c) 2026 the ddq authors. BSD-3-Clause.
 
 import binascii
-import os
 import struct
 
 import ddq
@@ -963,34 +962,11 @@ def _text(rep: "dict[str, Any]") -> bytes:
     return (js.dumps(rep) if js is not None else repr(rep)).encode() + b"\n"
 
 
-def _n7(fs: "Any", d: str, why: str) -> None:
-    # [N7] Before salvage opens a name it reads or writes (salvage.intent, salvaged-*,
-    # salvage-report-*): none is a link, a special file (a FIFO would block the open) or a
-    # directory; else why (the Corrupt it would repair) names it, with nothing changed.
-    # ddq_recover._regular's rule for these names (here: it costs only when salvaging): lstat
-    # where the os has it, else the listing's entry type t, else the storage's kind.
-    if not isinstance(fs, ddq.PosixStorage):
-        return
-    il, lst = getattr(os, "ilistdir", None), getattr(os, "lstat", None)
-    for e in fs.listdir(d) if il is None else il(d):
-        n, t = (e, 0) if il is None else (e[0], e[1])
-        if n[:7] == "salvage":
-            p = d + "/" + n
-            if lst is not None:
-                try:
-                    t = lst(p)[0]
-                except OSError:
-                    t = 0
-            if t & 0o170000 != 0o100000 if t else fs.kind(p) > 1:
-                raise ddq.Corrupt("%s; %s is not a regular file [N7]" % (why, n))
-
-
 def in_place(q: "Any", err: "Any") -> None:
     """Queue(..., on_corrupt="salvage"): recovery raised err (Corrupt). Salvage the directory
     in place [K9]-[K11], or into <dir>.salvaged when the disk bound leaves no room (then raise
     Corrupt naming it), then recover it; stats() counts the salvage [K12]."""
     try:
-        _n7(q._fs, q._dir, str(err))
         rep = _in_place(q, q._fs, q._dir, err)
     except OSError as e:
         raise ddq.IOFailure("salvage in place: %r" % (e,))
