@@ -11,6 +11,7 @@ module("ddq_compact.py", base_path="port")  # compaction, loaded by the first on
 module("ddq_extra.py", base_path="port")  # items(), lapsed(), quarantine(), ...: on first use
 module("ddq_index.py", base_path="port")  # recovery index, imported on demand
 module("ddq_cut.py", base_path="port")  # finishes a crashed tail cut, imported on demand
+module("ddq_fat.py", base_path="port")  # the lock key on FAT (L3), imported only there
 module("ddq_reclaim.py", base_path="port")  # staged reclamation (reclaim_step > 0)
 module("ddq_hold.py", base_path="port")  # the hold admission rule (window > 0)
 module("ddq_admit.py", base_path="port")  # libddq's admission rule (window 0)
@@ -20,5 +21,7 @@ module("ddq_window.py", base_path="port")  # its windowed delivery (a windowed s
 module("ddq_batch.py", base_path="port")  # optional: readings that share items (BatchOutbox)
 module("ddq_mqtt.py", base_path="port")  # optional MQTT QoS 1 sender for ddq_outbox.Outbox
 module("ddq_group.py", base_path="port")  # optional durable-on-return group writes (gateways)
-module("ddq_salvage.py", base_path="port")  # salvage: into a new directory, or at open (on_corrupt)
+module(
+    "ddq_salvage.py", base_path="port"
+)  # salvage: into a new directory, or at open (on_corrupt)
 module("ddq_app.py", base_path="port")  # the example board apps' shared part (boards/*/main.py)

@@ -987,44 +987,21 @@ def _reset(self: "Queue") -> None:
     self._rr = [0, -1, 0]  # start rule: writes and slack at the last look, slack a write ×16
 
 
-def _key(p: str, path: str, f: "Any" = None) -> str:
-    # The lock key of the absolute path p (path: as given) [L3]: without ".", ".." or doubled
-    # slashes, one key per directory; Locked if this process holds it. f (queue.lock, closed
-    # before a refusal): FAT, where one directory has many spellings: the key is the path as
-    # FatFs reads it ("\\" separates too; ASCII case and a name's trailing dots and spaces do
-    # not count; a control character ends a FatFs path: such a directory's queue.lock is the
-    # directory itself, which opens nothing), and a name FAT may read as another's 8.3 short
-    # name (LONGQU~1 for longqueuename: one with "~" its directory does not list) is refused.
-    if f is not None:
-        p = p.replace("\\", "/").lower()
+def lock(self: "PosixStorage", path: str) -> "Any":
+    # flock on queue.lock excludes C DDQ too [L1]; on the MicroPython unix port an abstract
+    # unix socket named after the directory does the same and dies with its process [L2].
+    # An absolute path without ".", ".." or doubled slashes: one lock key per directory [L3].
+    p = path if path[:1] == "/" else os.getcwd() + "/" + path
     out: "list[str]" = []
     for part in p.split("/"):
         if part == "..":
             if out:
                 out.pop()
         elif part and part != ".":
-            out.append(part.rstrip(". ") if f is not None else part)
+            out.append(part)
     key = "/" + "/".join(out)
-    for k in range(len(out) if f is not None else 0):
-        if "~" in out[k]:
-            for e in os.listdir("/" + "/".join(out[:k])):
-                if e.lower() == out[k]:
-                    break
-            else:
-                f.close()
-                raise _E("InvalidArgument")(path + ": may be a FAT short name; use the long name")
     if key in PosixStorage._held:
-        if f is not None:
-            f.close()
         raise _E("Locked")("locked by this process: " + path)
-    return key
-
-
-def lock(self: "PosixStorage", path: str) -> "Any":
-    # flock on queue.lock excludes C DDQ too [L1]; on the MicroPython unix port an abstract
-    # unix socket named after the directory does the same and dies with its process [L2].
-    p = path if path[:1] == "/" else os.getcwd() + "/" + path
-    key = _key(p, path)
     if _bad(self, path + "/" + _LOCK, 0):  # [N7] before the open: a FIFO would block it
         raise _E("Corrupt")(_LOCK + " is not a regular file [N7]")
     f = self.open(path + "/" + _LOCK, "ab")
@@ -1034,8 +1011,9 @@ def lock(self: "PosixStorage", path: str) -> "Any":
         st = os.stat(path)
         if not st[1] and self.kind(path + "/QUEUE.LOCK") == 1:
             # [L3] A directory of this process alone (inode 0: LittleFS, FAT) whose names fold
-            # case: FAT, where one directory has many spellings. Its key is FatFs's reading.
-            key = _key(p, path, f)
+            # case: FAT, where one directory has many spellings. Its key is FatFs's reading
+            # (port/ddq_fat.py: the rule costs a board's heap only on FAT).
+            key = _part("key")(p, path, f)
         if fcntl is not None:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         else:
