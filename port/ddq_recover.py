@@ -874,11 +874,9 @@ def init(
         raise _E("InvalidArgument")("clock must be callable")
     if sync not in ("always", "ack", "none"):
         raise _E("InvalidArgument")("sync must be 'always', 'ack' or 'none'")
-    if storage is not None:  # an instance with every method of the seam [O24] (a plain loop)
-        for n in (
-            "open write read_into sync close size kind listdir mkdir rename remove sync_dir"
-            " lock unlock"
-        ).split():
+    for n in dir(PosixStorage) if storage is not None else ():  # [O24] an instance with
+        # every method of the seam (PosixStorage's public names; truncate is optional, S8)
+        if n[0] != "_" and n != "truncate":
             if isinstance(storage, type) or not callable(getattr(storage, n, None)):
                 raise _E("InvalidArgument")("storage: an object with the storage seam's methods")
     # "salvage": recovery's Corrupt salvages in place (ddq_salvage, loaded only then) [K9]
