@@ -1373,6 +1373,7 @@ _PARTS = {
     "ddq_index": "",  # optional: without it an open replays the log [X9]
     "ddq_cut": "",  # optional: without it an open with a cut's leftover refuses [R22]
     "ddq_salvage": "",  # on_corrupt="salvage" [K9]
+    "ddq_fat": " key ",  # lock's key on FAT [L3]
 }
 
 

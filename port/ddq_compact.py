@@ -379,14 +379,9 @@ def _copy(
 
 def encode_manifest(gen: int, next_seq: int, segs: int, items: int, end: int) -> bytes:
     """Return the 48-byte manifest [M1]."""
-    for v, hi in (
-        (gen, _U64),
-        (next_seq, _U64),
-        (segs, 0xFFFFFFFF),
-        (items, 0xFFFFFFFF),
-        (end, _U64),
-    ):
-        _opt(v, 0, hi, "a manifest field")  # [O24]
+    for v in (gen, next_seq, segs, items, end):
+        _opt(v, 0, _U64, "a manifest field")  # [O24]
+    _opt(segs | items, 0, 0xFFFFFFFF, "a manifest field")  # (two u32 fields)
     b = bytearray(_MAN_SIZE)
     struct.pack_into(_MAN_FMT, b, 0, _MAN_MAGIC, 1, _MAN_SIZE, gen, next_seq, segs, items, end)
     struct.pack_into("<II", b, 40, _crc(memoryview(b)[0:40]), 0)

@@ -287,7 +287,7 @@ def recover(self: "Queue") -> None:
         if not (salv and isinstance(e, _E("Corrupt"))):
             raise
         try:  # [N7] the names salvage opens, before it opens one (a FIFO would block it)
-            _regular(self, listdir(self), str(e))
+            _regular(self, listdir(self), str(e) + "; ")
         except OSError as x:
             raise _io_failure(x, "salvage")
         _part("ddq_salvage").in_place(self, e)  # [K9] repairs the directory, then recovers it
@@ -302,11 +302,10 @@ def listdir(self: "Queue") -> "list[str]":
     return names
 
 
-def _bad(fs: "Any", p: str, t: int, dirs: bool = False) -> bool:
-    # True when p is a link, FIFO, device or socket [N7] (a directory only if dirs, else it is
-    # left to the rules that read the name): lstat where the os has it (a link is a link), else
-    # the listing's entry type t (MicroPython's stat follows links; its ilistdir does not), else
-    # the storage's kind.
+def _bad(fs: "Any", p: str, t: int, dirs: "Any" = "") -> bool:
+    # True when p is a link, FIFO, device or socket [N7] (a directory is left to the rules that
+    # read the name): lstat where the os has it (a link is a link), else the listing's entry
+    # type t (MicroPython's stat follows links; its ilistdir does not), else the storage's kind.
     lst = getattr(os, "lstat", None)
     if lst is not None:
         try:
@@ -315,7 +314,7 @@ def _bad(fs: "Any", p: str, t: int, dirs: bool = False) -> bool:
             t = 0
     if t:
         t &= 0o170000
-        return t != 0o100000 and (dirs or t != 0o040000)
+        return t != 0o100000 and (dirs or t != 0o040000)  # dirs: a directory too
     return bool(fs.kind(p) > (1 if dirs else 2))
 
 
@@ -323,7 +322,7 @@ def _regular(self: "Queue", names: "list[str]", why: str = "") -> None:
     # [N7] Before anything in the directory is opened: no entry named like a queue file is a
     # link or a special file (a FIFO would block the open, a link read or append outside).
     # (MicroPython: the listing gives each type, so a LittleFS or FAT entry costs no stat.)
-    # why: the Corrupt that in-place salvage is about to repair [K9]; then the names salvage
+    # why: "<the Corrupt in-place salvage is about to repair>; " [K9]: then the names salvage
     # reads and writes (salvage.intent, salvaged-*, salvage-report-*) are checked instead, a
     # directory too, and a bad one raises that Corrupt, naming it, with nothing changed.
     fs, d = self._fs, self._dir
@@ -333,13 +332,12 @@ def _regular(self: "Queue", names: "list[str]", why: str = "") -> None:
     src: "Any" = names if il is None else il(d)
     for e in src:
         n, t = (e, 0) if il is None else (e[0], e[1])
-        if why:
-            if n[:7] == "salvage" and _bad(fs, d + "/" + n, t, True):
-                raise _E("Corrupt")("%s; %s is not a regular file [N7]" % (why, n))
-        elif (n[:6] == "queue." or n[:8] == "segment-" or n[:11] == "generation-") and _bad(
-            fs, d + "/" + n, t
-        ):
-            raise _E("Corrupt")(n + " is not a regular file [N7]")
+        if (
+            n[:7] == "salvage"
+            if why
+            else n[:6] == "queue." or n[:8] == "segment-" or n[:11] == "generation-"
+        ) and _bad(fs, d + "/" + n, t, why):
+            raise _E("Corrupt")(why + n + " is not a regular file [N7]")
 
 
 def _read_small(self: "Queue", path: str, n: int) -> bytes:
@@ -876,15 +874,11 @@ def init(
         raise _E("InvalidArgument")("clock must be callable")
     if sync not in ("always", "ack", "none"):
         raise _E("InvalidArgument")("sync must be 'always', 'ack' or 'none'")
-    if storage is not None and (  # an instance with every method of the seam [O24]
-        isinstance(storage, type)
-        or not all(
-            callable(getattr(storage, n, None))
-            for n in "open write read_into sync close size kind listdir mkdir rename remove"
-            " sync_dir lock unlock".split()
-        )
-    ):
-        raise _E("InvalidArgument")("storage: an object with the storage seam's methods")
+    for n in dir(PosixStorage) if storage is not None else ():  # [O24] an instance with
+        # every method of the seam (PosixStorage's public names; truncate is optional, S8)
+        if n[0] != "_" and n != "truncate":
+            if isinstance(storage, type) or not callable(getattr(storage, n, None)):
+                raise _E("InvalidArgument")("storage: an object with the storage seam's methods")
     # "salvage": recovery's Corrupt salvages in place (ddq_salvage, loaded only then) [K9]
     self._salv = [0, 0] if on_corrupt == "salvage" else None
     if not self._salv and on_corrupt != "raise":
@@ -991,41 +985,19 @@ def _reset(self: "Queue") -> None:
     self._rr = [0, -1, 0]  # start rule: writes and slack at the last look, slack a write ×16
 
 
-def _key(p: str, fold: bool) -> str:
-    # The lock key of the absolute path p: without ".", ".." or doubled slashes, one key per
-    # directory [L3]. fold (FAT): the path as FatFs reads it: "\\" separates too, and ASCII
-    # case and a name's trailing dots and spaces do not count. (A control character ends a
-    # FatFs path: such a directory's queue.lock is the directory itself, which opens nothing.)
-    if fold:
-        p = p.replace("\\", "/").lower()
+def lock(self: "PosixStorage", path: str) -> "Any":
+    # flock on queue.lock excludes C DDQ too [L1]; on the MicroPython unix port an abstract
+    # unix socket named after the directory does the same and dies with its process [L2].
+    # An absolute path without ".", ".." or doubled slashes: one lock key per directory [L3].
+    p = path if path[:1] == "/" else os.getcwd() + "/" + path
     out: "list[str]" = []
     for part in p.split("/"):
         if part == "..":
             if out:
                 out.pop()
         elif part and part != ".":
-            out.append(part.rstrip(". ") if fold else part)
-    return "/" + "/".join(out)
-
-
-def _alias(key: str) -> str:
-    # A name in key that FAT may read as another's 8.3 short name (LONGQU~1 for longqueuename):
-    # one with "~" that its directory does not list (any case); "" if none.
-    d = ""
-    for part in key.split("/")[1:]:
-        if "~" in part:
-            n = part.lower().rstrip(". ")
-            if not [1 for e in os.listdir(d or "/") if e.lower() == n]:
-                return part
-        d += "/" + part
-    return ""
-
-
-def lock(self: "PosixStorage", path: str) -> "Any":
-    # flock on queue.lock excludes C DDQ too [L1]; on the MicroPython unix port an abstract
-    # unix socket named after the directory does the same and dies with its process [L2].
-    p = path if path[:1] == "/" else os.getcwd() + "/" + path
-    key = _key(p, False)
+            out.append(part)
+    key = "/" + "/".join(out)
     if key in PosixStorage._held:
         raise _E("Locked")("locked by this process: " + path)
     if _bad(self, path + "/" + _LOCK, 0):  # [N7] before the open: a FIFO would block it
@@ -1037,16 +1009,9 @@ def lock(self: "PosixStorage", path: str) -> "Any":
         st = os.stat(path)
         if not st[1] and self.kind(path + "/QUEUE.LOCK") == 1:
             # [L3] A directory of this process alone (inode 0: LittleFS, FAT) whose names fold
-            # case: FAT, where one directory has many spellings. Its key is FatFs's reading.
-            a = _alias(key)
-            key = _key(p, True)
-            if a or key in PosixStorage._held:
-                f.close()
-                if a:
-                    raise _E("InvalidArgument")(
-                        "%s: %s may be a FAT short name; use the long name [L3]" % (path, a)
-                    )
-                raise _E("Locked")("locked by this process: " + path)
+            # case: FAT, where one directory has many spellings. Its key is FatFs's reading
+            # (port/ddq_fat.py: the rule costs a board's heap only on FAT).
+            key = _part("key")(p, path, f)
         if fcntl is not None:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         else:

@@ -11,7 +11,16 @@ import support
 T0 = 1700000000000
 # The parts a queue may need at open; ddq_index and ddq_cut are optional (X9, R22), ddq_salvage
 # is left out of every copy (its case is a copy without it).
-PARTS = ("ddq", "ddq_recover", "ddq_compact", "ddq_extra", "ddq_admit", "ddq_hold", "ddq_reclaim")
+PARTS = (
+    "ddq",
+    "ddq_recover",
+    "ddq_compact",
+    "ddq_extra",
+    "ddq_admit",
+    "ddq_hold",
+    "ddq_reclaim",
+    "ddq_fat",
+)
 
 
 def _port():

@@ -154,6 +154,7 @@ ON_DEMAND = (
     "ddq_compact",
     "ddq_extra",
     "ddq_cut",
+    "ddq_fat",
     "ddq_index",
     "ddq_reclaim",
     "ddq_salvage",

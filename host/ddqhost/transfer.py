@@ -156,6 +156,7 @@ PORT_MODULES = (
     "ddq_compact",
     "ddq_extra",
     "ddq_cut",
+    "ddq_fat",
     "ddq_hold",
     "ddq_admit",
     "ddq_index",
@@ -170,9 +171,10 @@ PORT_MODULES = (
     "ddq_app",
 )
 # ddq itself loads these by name (open, compaction, the less used methods): always installed.
-# ddq_cut: R22; ddq_hold: a Queue with window > 0 (SPEC §10.1), as the board profiles' apps open;
+# ddq_cut: R22; ddq_fat: a lock on FAT (L3); ddq_hold: a Queue with window > 0 (SPEC §10.1),
+# as the board profiles' apps open;
 # ddq_admit (libddq's admission, window 0) only with a profile without window, or without an app
-CORE_MODULES = ("ddq", "ddq_recover", "ddq_compact", "ddq_extra", "ddq_cut", "ddq_hold")
+CORE_MODULES = ("ddq", "ddq_recover", "ddq_compact", "ddq_extra", "ddq_cut", "ddq_fat", "ddq_hold")
 # ddq_window: ddq_outbox's windowed delivery, for a sender over a network (ddq_mqtt's): installed
 # with ddq_outbox where the profile has a network. ddq_seal (HMAC, AES): with an app that passes
 # hmac_key (port_imports), or without an app.

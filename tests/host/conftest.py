@@ -29,7 +29,7 @@ FIXTURES = os.environ.get("DDQ_FIXTURES") or os.path.join(REPO, "tests", "fixtur
 FIXTURE_NAMES = ("basic", "compacted", "legacy_uncompacted")
 
 # The port modules every flash installs first, in the order `ddq flash` writes them.
-PORT_CORE = "ddq ddq_recover ddq_compact ddq_extra ddq_cut ddq_hold"
+PORT_CORE = "ddq ddq_recover ddq_compact ddq_extra ddq_cut ddq_fat ddq_hold"
 SKIP_REASON = re.compile(r"^SKIP \S+: \S.{10,}$")  # a skip says why
 
 
