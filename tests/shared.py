@@ -4,6 +4,7 @@
 #   Xorshift32(state)            a PRNG giving the same sequence on both interpreters
 #   drain(ob, limit)             get and ack every message an Outbox has ready
 #   cut_copy(src, synced)        a copy of a queue directory as a power cut leaves it
+#   needs_asyncio()              asyncio with run(), else skip the test
 #   CrashFS()                    PosixStorage remembering what was synced: .crash_copy(dir)
 #   every_state(q, n, claims)    n items, then `claims` of them acked, retried, quarantined, held
 #   live_items(q, missing)       {seq: (state, attempts, lease, not_before, payload, reason)}
@@ -108,6 +109,22 @@ class CrashFS:
 
     def crash_copy(self, src):
         return cut_copy(src, self.synced)
+
+
+def needs_asyncio():
+    """The asyncio module, with asyncio.run; else skip the running test (the port has no asyncio,
+    or its asyncio has no run(): the WebAssembly port's runs on the JavaScript event loop)."""
+    import support
+
+    try:
+        import asyncio
+    except ImportError:
+        raise support.Skip("no asyncio")
+    if not hasattr(asyncio, "run"):
+        raise support.Skip(
+            "this port's asyncio has no run() (it runs on the JavaScript event loop)"
+        )
+    return asyncio
 
 
 def live_items(q, missing=None):

@@ -9,7 +9,6 @@
 #   tmpdir() rmtree(p) copytree(src, dst) copyfile(src, dst) FakeClock(start_ms)
 #   raises(exc, fn, *a, **kw) Skip
 #   read_file(p) write_file(p, data) listdir_sorted(p) file_size(p) needs_heap(nbytes, why)
-#   needs_asyncio()
 import os
 
 try:
@@ -271,18 +270,6 @@ def needs_heap(nbytes, why, nbytes32=None):
         raise Skip(
             "needs a %d KiB heap, this board has %d KiB: %s" % (nbytes // 1024, total // 1024, why)
         )
-
-
-def needs_asyncio():
-    """The asyncio module, with asyncio.run; else skip the running test (the port has no asyncio,
-    or its asyncio has no run(): the WebAssembly port's runs on the JavaScript event loop)."""
-    try:
-        import asyncio
-    except ImportError:
-        raise Skip("no asyncio")
-    if not hasattr(asyncio, "run"):
-        raise Skip("this port's asyncio has no run() (it runs on the JavaScript event loop)")
-    return asyncio
 
 
 # What the message layer's test modules need beside the test runner: on the unix port (64-bit)

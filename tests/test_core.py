@@ -186,6 +186,7 @@ def test_restart_replay_keeps_state():
 
 def test_torn_tail_every_length():
     # EVIDENCE-OF: R10 R11 R17 S1 R12 S8
+    support.needs_heap(160 * 1024, support.MARGIN_HEAP, 128 * 1024)
     q, d = _q()
     q.enqueue(b"one")
     q.close()
@@ -314,6 +315,7 @@ def test_read_into_and_buffer_too_small():
 
 def test_invalid_arguments_change_nothing():
     # EVIDENCE-OF: O8 O14 O15 O18
+    support.needs_heap(160 * 1024, support.MARGIN_HEAP, 128 * 1024)
     d = support.tmpdir() + "/q"
     for kw in (
         {"segment_bytes": 255},
@@ -422,6 +424,7 @@ def _default_clock_without(missing):
     # ddq imported afresh over a time module lacking the names in missing; returns the fresh
     # module and what its default clock gives (or raises: the exception). No part is loaded
     # (it would keep the fresh module); the old ddq and time are put back.
+    support.needs_heap(160 * 1024, "a second ddq (23 KB) imported beside the first", 128 * 1024)
     import sys
     import time
 
@@ -463,7 +466,7 @@ def test_import_on_a_port_without_gmtime():
     assert t0 <= now <= t1, (t0, now, t1)
 
 
-def test_a_port_without_a_clock_says_pass_clock():
+def test_import_on_a_port_without_a_clock_says_pass_clock():
     # EVIDENCE-OF: T4 (a port whose time module has neither time() nor time_ns(), as upstream
     # MicroPython's ports/qemu: the default clock raises IOFailure saying clock=, where it raised
     # AttributeError)

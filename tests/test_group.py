@@ -86,7 +86,7 @@ def _check_cut(img, returned):
 
 
 def _asyncio():
-    return support.needs_asyncio()
+    return shared.needs_asyncio()
 
 
 def _start(fn, args):

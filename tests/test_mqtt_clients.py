@@ -9,6 +9,7 @@ import support
 support.needs_heap(192 * 1024, support.OUTBOX_HEAP, 128 * 1024)  # 32-bit: measured on qemu
 import ddq_mqtt
 import ddq_outbox
+import shared  # noqa: E402
 
 T0 = 1767225600000
 
@@ -185,7 +186,7 @@ class FakeMqttAs:
 
 def test_mqtt_as_awaits_the_publish_and_a_hung_one_times_out():
     # EVIDENCE-OF: E24
-    asyncio = support.needs_asyncio()
+    asyncio = shared.needs_asyncio()
     ob, c = _ob(), FakeMqttAs(asyncio)
     for i in range(3):
         ob.put("t/%d" % i, b"m%d" % i)

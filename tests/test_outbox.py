@@ -835,7 +835,7 @@ def test_pump_false_is_a_temporary_failure_and_budget_bounds_a_round():
 
 def test_asyncio_loop():
     # EVIDENCE-OF: E17
-    asyncio = support.needs_asyncio()
+    asyncio = shared.needs_asyncio()
     ob, clock = _ob(min_retry_ms=50, max_retry_ms=50, seed=9)
     for i in range(6):
         ob.put("t/%d" % i, b"%d" % i)
@@ -1092,7 +1092,7 @@ def test_E26_failure_stop_honours_max_attempts():
 
 def test_E26_failure_stop_ends_the_asyncio_loop_too():
     # EVIDENCE-OF: E26 E17 E25
-    asyncio = support.needs_asyncio()
+    asyncio = shared.needs_asyncio()
     for window in (False, True):
         ob, clock = _ob(failure="stop")
         seqs = [ob.put("t", b"%d" % i) for i in range(4)]

@@ -8,6 +8,7 @@ import support
 support.needs_heap(192 * 1024, support.OUTBOX_HEAP, 128 * 1024)  # 32-bit: measured on qemu
 import ddq_mqtt
 import ddq_outbox
+import shared  # noqa: E402
 
 T0 = 1767225600000
 
@@ -300,7 +301,7 @@ def test_rejected_from_publish_is_a_dead_letter():
 
 def test_asyncio_loop_with_a_window():
     # EVIDENCE-OF: E25 E17
-    asyncio = support.needs_asyncio()
+    asyncio = shared.needs_asyncio()
     ob, _ = _ob(20)
     acked = []
     two_then_drop = _two_then_drop(acked)
