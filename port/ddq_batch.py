@@ -380,20 +380,16 @@ class BatchOutbox(Base):
         if p is not None:
             Base._release(self, p[0], why, alone)
 
-    def _reread(self, m: Message) -> Message:
-        # A reading to resend (windowed delivery): from the item's readings in RAM [E25].
+    def _reread(self, m: Message) -> "Optional[Message]":
+        # A reading to resend (windowed delivery): from the item's readings in RAM; None when
+        # its item was retried or ended meanwhile (another reading of it failed) [E25] [B5].
         if m.seq < _ID:
             return Base._reread(self, m)
         s, k = self._split(m)
         p = self._parts.get(s)
         if p is None:
-            it = _m(s)
-            it.topic = "-"  # an envelope, not raw
-            rs = entries(Base._reread(self, it))
-        else:
-            rs = p[1]
-        r = rs[k]
-        m.payload = r.payload
+            return None
+        m.payload = p[1][k].payload
         return m
 
     def _lapsed(self, now: int) -> None:

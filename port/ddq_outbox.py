@@ -697,6 +697,7 @@ class Outbox:
                 if s is None:
                     raise Full("full, and no unclaimed message to drop")
                 n = self._many(s)
+                self._dead.pop(s, None)  # a waiting dead letter whose lease ran out [E32]
                 self.queue.ack(self.queue.claim_seq(s, self._lease).seq)
                 self.counters["dropped"] += n
                 self._wrote(2)
@@ -928,7 +929,7 @@ class Outbox:
         return True
 
     @_locked
-    def _reread(self, m: Message) -> Message:
+    def _reread(self, m: Message) -> "Optional[Message]":
         # m (claimed, its payload dropped) again, from the queue: a resend holds no copy [E25].
         data = self.queue.read(m.seq)
         if m.topic:

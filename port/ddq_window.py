@@ -81,11 +81,13 @@ class Window:
             self.release(repr(e))
             return
         fl = self.fl
-        s = self.solo if self.solo in fl else min(fl) if len(fl) == 1 else 0
+        w = [q for q in fl if q not in self.redo]  # on the wire (redo's wait their turn)
+        s = w[0] if len(w) == 1 else 0
         if s:
             self.ob.nack(fl.pop(s), repr(e))
         else:
             self.redo = sorted(fl)
+        self.solo = 0  # (the one alone before, if claimed again since, is one of the many)
         if (
             self.loss == 2
             or (self.loss == 1 and not s)
@@ -104,9 +106,13 @@ class Window:
             m = self.fl.get(self.redo.pop(0))
             if m is None:
                 continue  # settled meanwhile: nacked at its lease's end
+            r = self.ob._reread(m)
+            if r is None:  # a batch's reading whose item was retried meanwhile [B5]
+                self.fl.pop(m.seq)
+                continue
             self.solo = m.seq
             try:
-                self.s.publish(self.ob._reread(m), True)
+                self.s.publish(r, True)
                 self.ob.counters["resent"] += 1
             except OSError as e:
                 self.lost(e)

@@ -480,3 +480,38 @@ def test_batch_dead_letters_count_their_readings():
     assert st["dead_dropped_by_reason"] == {"expired": st["dead_dropped"]}, st
     assert st["dead_dropped"] == n - 5 * st["quarantined"], st
     ob.close()
+
+
+def test_batch_reading_lost_alone_ends_its_item_and_the_rest_are_not_resent():
+    # EVIDENCE-OF: B5 E30 E25
+    # Liveness torture seeds 28102, 41984: two readings of one item lost together, then the
+    # first republished alone and lost again: its item is nacked (here: its last attempt, a
+    # dead letter). The second, waiting its turn to be republished, was re-read from the queue
+    # -- NotFound when the dead letter had been dropped for want of room, else sent though
+    # its item was no longer claimed. Now it leaves the window: it goes with its item.
+    d, clock, ob = _start(2, batch_bytes=200, max_attempts=1)
+
+    class Drops:
+        inflight_max = 2
+
+        def __init__(self):
+            self.log, self.wire, self.polls = [], [], 0
+
+        def publish(self, m, dup=False):
+            self.log.append((bytes(m.payload), dup))
+            self.wire.append(m.seq)
+
+        def poll(self, timeout_ms=0):
+            self.polls += 1
+            assert self.polls < 50
+            out, self.wire = self.wire, []
+            if self.polls <= 2:  # the connection drops twice: nothing on it is acked
+                raise OSError(104)
+            return out
+
+    w = Drops()
+    assert ob.pump(w, budget=8) == 0
+    assert w.log == [(b"r000", False), (b"r001", False), (b"r000", True)], w.log
+    st = ob.stats()
+    assert st["pending"] == 0 and st["exhausted"] == 2 and st["quarantined"] == 1, st
+    ob.close()

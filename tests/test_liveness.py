@@ -219,3 +219,45 @@ def test_a_message_that_resets_the_board_is_dead_lettered_under_every_sync_polic
                 (1, "quarantined")
             ], pol
             assert q.reason(1) == b"max_attempts: lease expired"
+
+
+def test_drop_oldest_may_drop_a_waiting_dead_letter_whose_lease_ran_out():
+    # EVIDENCE-OF: E32 E13
+    # Liveness torture seed 11003: a waiting dead letter's lease ran out (a claim made it
+    # available again); drop_oldest dropped it, and the Outbox, still holding it as waiting,
+    # raised NotFound from every later get. Now it is dropped, counted, and waits no more.
+    d, clock = support.tmpdir(), support.FakeClock(T0)
+    ob = _open(d, clock, max_retry_ms=1000)
+    n = 0
+    for _ in range(1000):  # an outage: messages 2..21 with a TTL, the others without
+        try:
+            ob.put("t/%d" % n, b"r" * 40, ttl_ms=60000 if 0 < n <= 20 else 0)
+        except ddq.Full:
+            break
+        n += 1
+    ob.close()
+    clock.advance(120000)  # the TTLs ran out
+    ob = _open(d, clock, capacity="drop_oldest", max_retry_ms=1000)
+    a = ob.get()
+    assert a.seq == 1 and ob.nack(a) is not None  # backing off: ready again after the lease
+    ob.ack(ob.get())  # the expired ones end on the way, a few wait (no room for their reason)
+    assert ob.stats()["dead_waiting"] > 0, ob.stats()
+    clock.advance(LEASE + 1)  # the waiting ones' leases run out
+    a = ob.get()
+    assert a.seq == 1  # (the claim made the waiting ones available again)
+    for i in range(100):  # full: drop_oldest drops the oldest available, a waiting one
+        ob.put("x/%d" % i, b"n" * 40)
+        if ob.counters["dropped"]:
+            break
+    assert ob.counters["dropped"] == 1, ob.stats()
+    ob.ack(a)
+    for _ in range(200):
+        m = ob.get()  # old: NotFound (the dropped one still counted as waiting)
+        if m is None:
+            break
+        ob.ack(m)
+    st = ob.stats()
+    assert st["pending"] == 0 and st["dead_waiting"] == 0, st
+    ends = st["sent"] + st["quarantined"] + st["dead_dropped"] + st["dropped"]
+    assert ends == n + i + 1, (n, i, st)
+    ob.close()

@@ -412,3 +412,57 @@ def test_a_connection_drop_is_an_attempt_and_ends_as_a_dead_letter():
     assert ob.empty() and ob.stats()["sent"] == 1 and len(seen) == 2
     assert ob.queue.reason(bad).startswith(b"max_attempts: ")
     ob.close()
+
+
+def test_a_loss_with_a_former_solo_among_several_in_flight_charges_none_and_resends_all():
+    # EVIDENCE-OF: E30 E25
+    # Liveness torture seed 36439: a message republished alone and lost was nacked; claimed
+    # again in the same pump, it was still taken for "the one alone on the connection" at the
+    # next loss, though another was in flight beside it: it was charged, and the other was never
+    # republished (it waited for its lease's end; a poll that returns at once spun meanwhile).
+    ob, clock = _ob(4, min_retry_ms=50, max_retry_ms=50)
+
+    class Spy:
+        inflight_max = 2
+        timeout_ms = 1000
+
+        def __init__(self):
+            self.wire, self.log, self.polls = [], [], 0
+
+        def publish(self, m, dup=False):
+            self.wire.append(m.seq)
+            self.log.append((m.seq, dup))
+
+        def poll(self, timeout_ms=0):
+            self.polls += 1
+            assert self.polls < 100
+            k = self.polls
+            if not self.wire:
+                clock.advance(timeout_ms)  # nothing arrives: a real poll waits this long
+                return []
+            if k in (1, 3, 5):  # the connection drops: nothing on it is acked
+                self.wire = []
+                raise OSError(104)
+            if k == 4:  # one PUBACK; the one before waits on
+                clock.advance(100)  # (the message nacked at poll 3 is due again)
+                return [self.wire.pop()]
+            out, self.wire = self.wire, []
+            return out
+
+    spy = Spy()
+    assert ob.pump(spy, budget=8) == 4 and ob.empty()
+    # 1 and 2 lost together, 1 alone acked, 2 alone lost (nacked), 3 and 4, 4 acked, 2 again
+    # beside 3: lost together, so neither is charged; both republished one at a time
+    assert spy.log[:8] == [
+        (1, False),
+        (2, False),
+        (1, True),
+        (2, True),
+        (3, False),
+        (4, False),
+        (2, True),
+        (2, True),
+    ], spy.log
+    assert spy.log[8:] == [(3, True)], spy.log
+    assert ob.counters["lease_nacks"] == 0 and ob.counters["retried"] == 1, ob.stats()
+    ob.close()

@@ -612,7 +612,10 @@ def run_seeds(seed0, n, verbose=False, max_fail=5):
         run = Run(seed, verbose)
         signal.setitimer(signal.ITIMER_PROF, HANG_S)
         try:
-            bad = run.go()
+            try:
+                bad = run.go()
+            finally:  # (a Hung after go() returned, before this, is still caught below)
+                signal.setitimer(signal.ITIMER_PROF, 0)
         except Hung:
             import traceback
 
@@ -631,7 +634,6 @@ def run_seeds(seed0, n, verbose=False, max_fail=5):
                 traceback.print_exc()
             run.rounds = getattr(run, "rounds", 0)
             run.bound = getattr(run, "bound", 0)
-        signal.setitimer(signal.ITIMER_PROF, 0)
         res["runs"] += 1
         res["batch"] += run.batch
         res["windowed"] += run.windowed
