@@ -1134,6 +1134,7 @@ ARG_RANGES: dict[str, tuple[float, float, bool]] = {
     "lease_ms": (1, 604800000, False),  # what claim() takes (SPEC O8)
     "timeout": (0, 3600, True),  # replay.MAX_TIMEOUT_S
     "window": (1, 65535, False),  # OUTBOX E25
+    "max_attempts": (1, 1000, False),  # replay: drops one message may take (OUTBOX E26)
     "ramdisk_kb": (1, 1 << 20, False),
     "idle_timeout": (0, 86400, True),
 }

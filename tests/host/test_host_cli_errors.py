@@ -64,6 +64,7 @@ BASE = {
     "lease_ms": ["replay", "Q", "--to", "mqtt://127.0.0.1:1"],
     "timeout": ["replay", "Q", "--to", "mqtt://127.0.0.1:1"],
     "window": ["replay", "Q", "--to", "mqtt://127.0.0.1:1"],
+    "max_attempts": ["replay", "Q", "--to", "mqtt://127.0.0.1:1"],
     "ramdisk_kb": ["test", "--fs", "lfs2"],
     "idle_timeout": ["test"],
     **{k: ["verify", "Q"] for k in options.KEYS},
