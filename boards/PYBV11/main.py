@@ -18,13 +18,15 @@ QUEUE_DIR = "outbox"
 OPTIONS = {
     "segment_bytes": 2048,
     "max_payload_bytes": 256,
-    "max_items": 96,
-    "max_segments": 6,
+    "max_items": 64,
+    "max_segments": 4,
     # the hold rule (SPEC 10.1): room for 4 claims in flight (send() below takes one at a time;
     # without a network the host pulls and replays the outbox) and 256 B of dead-letter reasons
     # instead of libddq's reserve per reading: 5 x the readings (docs/BOARDS.md)
     "window": 4,
     "evidence_bytes": 256,
+    # staged reclamation (SPEC C13): no call copies the whole queue
+    "reclaim_step": 16,
 }
 LEASE_MS = 30000  # how long a claimed reading stays ours before another claim may take it
 RETRY_BASE_MS = 1000  # retry delays: full jitter up to base * 2**attempts, capped at RETRY_MAX_MS
