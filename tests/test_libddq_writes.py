@@ -115,6 +115,7 @@ def test_ddq_lost_rotation_then_libddq_appends_opens():
     # EVIDENCE-OF: V3 F7 R23
     # ddq wrote generation 0 or 1 and lost a rotation's record; libddq opened the directory
     # before ddq recovered it and appended there: a DATA record, or a CLAIM.
+    support.needs_heap(160 * 1024, support.MARGIN_HEAP, 128 * 1024)
     for compact in (False, True):
         for what in ("enqueue", "claim"):
             d = support.tmpdir() + "/q"

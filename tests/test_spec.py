@@ -346,6 +346,7 @@ def test_recovery_reads_segment_names_as_parse_segment_name():
     # not segments: ignored and left alone, in generation 0 and in generation 1 (where generation
     # 0's segments are deleted); the directory's own name holds a "%" (segment paths are made
     # from a format).
+    support.needs_heap(160 * 1024, support.MARGIN_HEAP, 128 * 1024)
     d = support.tmpdir() + "/q%d%s"
     o = {"segment_bytes": 256, "max_payload_bytes": 64, "max_items": 64, "max_segments": 64}
     q = ddq.Queue(d, clock=support.FakeClock(T0), **o)
