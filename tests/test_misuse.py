@@ -30,6 +30,19 @@ class _HalfLock:
         return True
 
 
+def _sizes(d):
+    return [(n, support.file_size(d + "/" + n)) for n in support.listdir_sorted(d)]
+
+
+def _run_open(rows, d):
+    # _run(rows) on the open queue in d, and a problem more if its files changed meanwhile.
+    files_open = _sizes(d)
+    bad = _run(rows)
+    if _sizes(d) != files_open:
+        bad.append("files changed while open: %r -> %r" % (files_open, _sizes(d)))
+    return bad
+
+
 def _run(rows):
     # Each row's call must raise exactly its documented error; return the labels that did not.
     bad = []
@@ -152,11 +165,7 @@ def test_queue_misuse_raises_invalid_argument_and_changes_nothing():
     rows.append((I, "check_record(buf, None)", ddq.check_record, (bytes(48), None, 4096, 512)))
     rows.append((ddq.Corrupt, "check_record(str)", ddq.check_record, ("x" * 48, 0, 4096, 512)))
     rows.append((I, "check_record(list)", ddq.check_record, ([0] * 48, 0, 4096, 512)))
-    files_open = [(n, support.file_size(d + "/" + n)) for n in support.listdir_sorted(d)]
-    bad = _run(rows)
-    after_open = [(n, support.file_size(d + "/" + n)) for n in support.listdir_sorted(d)]
-    if after_open != files_open:
-        bad.append("files changed while open: %r -> %r" % (files_open, after_open))
+    bad = _run_open(rows, d)
     q.close()
     # a clock returning what is not wall-clock ms: IOFailure from the call that read it [T4]
     n = len(rows)
@@ -324,11 +333,7 @@ def test_outbox_misuse_raises_invalid_argument_and_changes_nothing():
         rows.append((I, "Message.expired(%r)" % (v,), m.expired, (v,)))
     for v in (None, 5, _Junk()):
         rows.append((I, "entries(%r)" % (v,), ddq_batch.entries, (v,)))
-    files_open = [(n, support.file_size(d + "/" + n)) for n in support.listdir_sorted(d)]
-    bad = _run(rows)
-    after_open = [(n, support.file_size(d + "/" + n)) for n in support.listdir_sorted(d)]
-    if after_open != files_open:
-        bad.append("files changed while open: %r -> %r" % (files_open, after_open))
+    bad = _run_open(rows, d)
     q.close()
     if _snapshot(d) != before:
         bad.append("the queue changed")
