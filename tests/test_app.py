@@ -264,10 +264,7 @@ def test_app_async_claims_nothing_while_the_client_is_away():
     # run_async (Outbox.run through MqttAs): the client is away for 3 hours from the start,
     # with readings waiting. The app runs the delivery loop only while the client is connected:
     # no publish waits out a timeout (no attempt spent), nothing is dead-lettered, all arrive.
-    try:
-        import asyncio
-    except ImportError:
-        raise support.Skip("no asyncio")
+    asyncio = shared.needs_asyncio()
     t = Time()
     c = AsClient(t, 3 * HOUR)
     cfg = _cfg(t, lambda: b"21")
