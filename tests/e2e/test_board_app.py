@@ -24,6 +24,10 @@ from ddqhost.device import Device  # noqa: E402
 
 MPYLIB = os.path.join(REPO, ".venv", "mpylib")
 N = 60
+# One reading every 200 ms (12 s for N): when half the readings have arrived, about half are still
+# to be taken, so the second outage and the power cut always find readings waiting on flash. At
+# 50 ms the backlog of the first outage could flush all N before the second outage (CI, 2026-12).
+PERIOD_MS = 200
 
 # Started on the board (Device.start: the code runs on after we let go). At the end the app
 # reports on the status topic with umqtt.simple itself.
@@ -34,7 +38,7 @@ main.BROKER_PORT = %(port)d
 main.LINK = "umqtt"
 main.LEASE_MS = 2000  # a reading in flight at the power cut is sent again 2 s after the boot
 main.RETRY_BASE_MS, main.RETRY_MAX_MS = 100, 1000
-st = main.run(rounds=%(rounds)d, period_ms=50, drain_ms=60000)
+st = main.run(rounds=%(rounds)d, period_ms=%(period)d, drain_ms=60000)
 from umqtt.simple import MQTTClient
 c = MQTTClient(b"ddq-app-status", "127.0.0.1", %(port)d)
 c.connect()
@@ -102,7 +106,9 @@ def test_unix_app_on_the_virtual_board_through_an_outage_and_a_power_cut(tmp_pat
                 dev.mkdir(sub_dir, exist_ok=True)
             with open(os.path.join(_mpylib(), "umqtt", "simple.py"), "rb") as f:
                 dev.write_file("lib/umqtt/simple.py", f.read())
-        Device(tty, soft_reset=False).start(APP % {"port": b.port, "rounds": N})
+        Device(tty, soft_reset=False).start(
+            APP % {"port": b.port, "rounds": N, "period": PERIOD_MS}
+        )
         _wait(lambda: len(_readings(sub)) >= N // 4, 60, "a quarter of the readings")
         b.interrupt()  # the broker goes away mid-stream; readings keep being queued
         time.sleep(1.0)
@@ -118,7 +124,9 @@ def test_unix_app_on_the_virtual_board_through_an_outage_and_a_power_cut(tmp_pat
         st = vboard.start(d)  # boot again on the same image; deliver what is left
         pids += [st["bridge_pid"], st["micropython_pid"]]
         tty = st["device"]
-        Device(tty, soft_reset=False).start(APP % {"port": b.port, "rounds": 0})
+        Device(tty, soft_reset=False).start(
+            APP % {"port": b.port, "rounds": 0, "period": PERIOD_MS}
+        )
         _wait(lambda: any(p.startswith(b"done ") for p in sub.distinct()), 90, "the app's report")
         done = [p for p in sub.distinct() if p.startswith(b"done ")][0].split()
         pending, sent, next_seq, umqtt = (int(x) for x in done[1:])
