@@ -95,7 +95,7 @@ def _wall_ms(
     if hasattr(time, "time_ns"):
         return int(time.time_ns()) // 1000000 + e
     if not hasattr(time, "time"):  # (upstream ports/qemu: no clock at all) [T4]
-        raise _E("IOFailure")("this port has no time.time(): pass clock=")
+        raise _E("IOFailure")("no time.time(): pass clock=")
     return int(time.time() * 1000) + e
 
 
@@ -245,7 +245,6 @@ _MSG = (
     "|Corrupt:%s at %s offset %d (seq %d)"
     "|Corrupt:DATA record of seq %d not found in %s"
     "|NoMemory:heap exhausted"
-    "|InvalidArgument:%s must be a writable buffer of bytes"
 )
 _X_CLOSED = const(0)
 _X_STOPPED = const(1)
@@ -276,7 +275,6 @@ _X_OTHER = const(25)
 _X_AT = const(26)
 _X_NO_DATA = const(27)
 _X_NOMEM = const(28)
-_X_WBUF = const(29)
 
 
 def _err(k: int, *a: "Any") -> "Any":
@@ -1095,7 +1093,7 @@ class Queue:
             try:  # a writable buffer of bytes, else InvalidArgument and nothing read [O24]
                 memoryview(buf)[0:0] = b""
             except (TypeError, ValueError):
-                raise _err(_X_WBUF, "buf")
+                raise _err(_X_BYTES, "buf (writable)")
             ix = self._ix
             n: int = ix.length(i)
             if len(buf) < n:

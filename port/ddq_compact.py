@@ -16,7 +16,6 @@ __version__ = "0.1.0"
 import struct
 
 from ddq import (
-    _E,
     _INDEX,
     _INDEX_TMP,
     _MAN_FMT,
@@ -25,7 +24,10 @@ from ddq import (
     _MANIFEST_TMP,
     _MARKER,
     _U64,
+    BadState,
+    Corrupt,
     Full,
+    InvalidArgument,
     IOFailure,
     Limit,
     _crc,
@@ -52,7 +54,7 @@ if TYPE_CHECKING:
 def parse_segment_name(name: str) -> "Optional[tuple[int, int]]":
     """Return (generation, index) for a segment file name, or None [N2][N3][N4]."""
     if not isinstance(name, str):
-        raise _E("InvalidArgument")("name must be a str")  # [O24]
+        raise InvalidArgument("name: not a str")  # [O24]
     if len(name) == 32 and name[:8] == "segment-" and name[28:] == ".log":
         gd, d = "0", name[8:28]
     elif (
@@ -84,7 +86,7 @@ def _clean(self: "Queue") -> None:
         if name in (_MANIFEST_TMP, _INDEX_TMP) or (pg is not None and pg[0] != gen):
             p = self._path(name)
             if fs.kind(p) != 1:
-                raise _E("Corrupt")("not a regular file: " + name)
+                raise Corrupt("not a regular file: " + name)
             fs.remove(p)
             removed = True
     if removed:
@@ -161,11 +163,11 @@ def purge(self: "Queue", seqs: "list[int]") -> int:
         try:  # [O24]
             it = iter(seqs)
         except TypeError:
-            raise _E("InvalidArgument")("seqs must be an iterable of seqs")
+            raise InvalidArgument("seqs: not iterable")
         for s in it:
             i = self._find(s)
             if self._ix.state(i) != _QUARANTINED:
-                raise _E("BadState")("item %d is not quarantined" % s)
+                raise BadState("item %d is not quarantined" % s)
             if s not in drop:
                 drop.append(s)
         if drop:
@@ -235,12 +237,12 @@ def _prepare_format(self: "Queue") -> None:
                 fs.close(h)
             fs.sync_dir(self._dir)
         elif k != 1 or fs.size(self._path(_MARKER)) != 0:
-            raise _E("Corrupt")("queue.format is not an empty file")
+            raise Corrupt("queue.format is not an empty file")
         self._clean()
     except OSError as e:
         self._fail()
         raise _io_failure(e, "compaction")
-    except _E("Corrupt"):
+    except Corrupt:
         self._fail()
         raise
 
@@ -305,7 +307,7 @@ def _compact(
                 self._fail()
                 raise _io_failure(e2, "discarding staged generation")
         if isinstance(e, Limit):  # the copy needs more segments than allowed: no benefit
-            raise Full("compacted copy does not fit max_segments")
+            raise Full("the copy does not fit max_segments")
         if isinstance(e, Full):
             raise
         self._fail()  # an uncertain publication: recover before writing again [C7]
@@ -326,7 +328,7 @@ def _compact(
     self._plan = plan
     try:
         self._clean()
-    except (OSError, _E("Corrupt")) as e:
+    except (OSError, Corrupt) as e:
         self._fail()
         if isinstance(e, OSError):
             raise _io_failure(e, "cleaning old generation")
@@ -379,9 +381,9 @@ def _copy(
 
 def encode_manifest(gen: int, next_seq: int, segs: int, items: int, end: int) -> bytes:
     """Return the 48-byte manifest [M1]."""
-    for v in (gen, next_seq, segs, items, end):
-        _opt(v, 0, _U64, "a manifest field")  # [O24]
-    _opt(segs | items, 0, 0xFFFFFFFF, "a manifest field")  # (two u32 fields)
+    for v in (gen, next_seq, segs, items, end):  # [O24]
+        _opt(v, 0, _U64, "field")
+    _opt(segs | items, 0, 0xFFFFFFFF, "field")  # (two u32 fields)
     b = bytearray(_MAN_SIZE)
     struct.pack_into(_MAN_FMT, b, 0, _MAN_MAGIC, 1, _MAN_SIZE, gen, next_seq, segs, items, end)
     struct.pack_into("<II", b, 40, _crc(memoryview(b)[0:40]), 0)

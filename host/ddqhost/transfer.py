@@ -171,10 +171,11 @@ PORT_MODULES = (
     "ddq_app",
 )
 # ddq itself loads these by name (open, compaction, the less used methods): always installed.
-# ddq_cut: R22; ddq_fat: a lock on FAT (L3); ddq_hold: a Queue with window > 0 (SPEC §10.1),
-# as the board profiles' apps open;
-# ddq_admit (libddq's admission, window 0) only with a profile without window, or without an app
-CORE_MODULES = ("ddq", "ddq_recover", "ddq_compact", "ddq_extra", "ddq_cut", "ddq_fat", "ddq_hold")
+# ddq_cut: R22; ddq_hold: a Queue with window > 0 (SPEC §10.1), as the board profiles' apps open;
+# ddq_admit (libddq's admission, window 0) only with a profile without window, or without an app;
+# ddq_fat (a lock on FAT, L3) only with a FAT profile, or without an app: on LittleFS it would
+# cost a 4 KiB block of the queue's room (a queue on a FAT card there: its open names the file).
+CORE_MODULES = ("ddq", "ddq_recover", "ddq_compact", "ddq_extra", "ddq_cut", "ddq_hold")
 # ddq_window: ddq_outbox's windowed delivery, for a sender over a network (ddq_mqtt's): installed
 # with ddq_outbox where the profile has a network. ddq_seal (HMAC, AES): with an app that passes
 # hmac_key (port_imports), or without an app.
@@ -243,6 +244,8 @@ def modules_to_install(prof: dict[str, Any] | None = None, app: str | None = Non
             want.add("ddq_admit")  # libddq's admission: a queue without window (SPEC §10)
         if prof is not None and prof.get("reclaim_step"):
             want.add("ddq_reclaim")  # the profile stages its generations (SPEC C13)
+        if prof is None or prof.get("filesystem", "fat") == "fat":
+            want.add("ddq_fat")  # the lock's key on FAT [L3]
         todo = [app]
         while todo:
             path = todo.pop()

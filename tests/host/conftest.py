@@ -30,6 +30,8 @@ FIXTURE_NAMES = ("basic", "compacted", "legacy_uncompacted")
 
 # The port modules every flash installs first, in the order `ddq flash` writes them.
 PORT_CORE = "ddq ddq_recover ddq_compact ddq_extra ddq_cut ddq_fat ddq_hold"
+# With an app on a LittleFS profile: no ddq_fat (the lock's key on FAT, SPEC L3; HOST.md flash).
+PORT_CORE_LFS = PORT_CORE.replace(" ddq_fat", "")
 SKIP_REASON = re.compile(r"^SKIP \S+: \S.{10,}$")  # a skip says why
 
 

@@ -12,6 +12,7 @@ import time
 
 from conftest import (
     PORT_CORE,
+    PORT_CORE_LFS,
     REPO,
     Subscriber,
     ddq,
@@ -67,8 +68,9 @@ def test_flash_py_then_mpy(board):
     # The example app imports ddq_app (and through it ddq, ddq_outbox and ddq_mqtt; ddq_window,
     # ddq_outbox's windowed delivery, comes with a network): those are installed as .mpy, with
     # ddq_reclaim for the UNIX profile's staged reclamation, and every .py the first flash put
-    # there is removed (no stale copy beside the new ddq).
-    mpys = port_files(":%s.mpy", PORT_CORE, "ddq_reclaim ddq_outbox ddq_window ddq_mqtt ddq_app")
+    # there is removed (no stale copy beside the new ddq); no ddq_fat on LittleFS (FAT's lock key).
+    app_mods = "ddq_reclaim ddq_outbox ddq_window ddq_mqtt ddq_app"
+    mpys = port_files(":%s.mpy", PORT_CORE_LFS, app_mods)
     assert [w["path"] for w in res["written"]] == mpys + [":main.py"]
     assert sorted(res["removed"]) == sorted(mods) and res["imported_from"].endswith("ddq.mpy")
     with Device(board.tty, soft_reset=False) as dev:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import PORT_CORE, REPO, Subscriber, ddq, port_files
+from conftest import PORT_CORE, PORT_CORE_LFS, REPO, Subscriber, ddq, port_files
 from ddqhost import boards, locate, options, qoptions, transfer
 
 
@@ -358,7 +358,8 @@ def test_flash_installs_what_the_app_imports(tmp_path):
     # too (SPEC C13); one without it does not (PYBV11's options less reclaim_step).
     pyb = dict(pyb, reclaim_step=0)
     assert unix.get("reclaim_step") and not pyb.get("reclaim_step")
-    ucore = core + ["ddq_reclaim.py"]
+    # ddq_fat (the lock's key on FAT, SPEC L3) only with a FAT profile (PYBV11), not on LittleFS
+    ucore = port_files("%s.py", PORT_CORE_LFS) + ["ddq_reclaim.py"]
     assert names(transfer.modules_to_install(unix, plain)) == ucore
     assert names(transfer.modules_to_install(pyb, plain)) == core
     ob = _app(tmp_path, "def f():\n    from ddq_outbox import Outbox\n")
