@@ -108,7 +108,7 @@ def check(path: str, bs: int) -> dict[str, Any]:
         step = max(bs, _CHUNK // bs * bs)
         erased = b"\xff" * bs
         g = 0  # gcd of the header offsets
-        headers = off_grid = junk = 0
+        headers = off_grid = 0
         junk_at: list[int] = []
         votes = dict.fromkeys(UNITS, 0)
         blank = True
@@ -130,15 +130,15 @@ def check(path: str, bs: int) -> dict[str, Any]:
                             if _slot_ok(mv, i + slot_offset(u)):
                                 votes[u] += 1
                 i = chunk.find(MAGIC, i + 1)
-            for j in range(0, len(chunk), bs):
-                blk = mv[j : j + bs]
-                if blk == erased:
-                    continue
+            if blank and chunk.count(255) != len(chunk):
                 blank = False
-                if not _header_ok(blk, 0):
-                    junk += 1
-                    if len(junk_at) < 4:
-                        junk_at.append(pos + j)
+            # the first few blocks that are neither erased nor headed (a cut erase leaves one;
+            # a block size too small, many): kept to test against the headers' grid
+            j = 0
+            while j < len(chunk) and len(junk_at) < 4:
+                if not chunk.startswith(erased, j) and not _header_ok(mv, j):
+                    junk_at.append(pos + j)
+                j += bs
             pos += len(chunk)
     finally:
         os.close(fd)
@@ -159,7 +159,7 @@ def check(path: str, bs: int) -> dict[str, Any]:
         )
     unit = max(UNITS, key=lambda u: (votes[u], -u))
     return {"size": size, "blocks": size // bs, "block_size": bs, "headers": headers,
-            "unit": unit, "unreadable_blocks": junk}  # fmt: skip
+            "unit": unit}  # fmt: skip
 
 
 class ImageDev:
