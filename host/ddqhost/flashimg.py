@@ -291,9 +291,11 @@ class Image:
         self.dev = ImageDev(self.path, self.bs, writable)
         try:
             return ddq_flash.FlashStorage(self.dev, unit=self.unit)
-        except ddq.Error as e:
+        except (ddq.Error, ValueError) as e:  # (a name slot whose CRC holds, not UTF-8: crafted)
             self.close()
-            raise ImageError("%s: not a ddq_flash region: %s" % (self.path, e)) from None
+            raise ImageError(
+                "%s: not a readable ddq_flash region: %s" % (self.path, printable(str(e)))
+            ) from None
 
     def close(self) -> None:
         if self.dev is not None:

@@ -3,10 +3,12 @@ written through port/ddq_flash.py onto tests/blockdev.py's NORBlockDev (CPython)
 image file of the region's bytes, block 0 first, then `ddq export`, `inspect`, `verify`,
 `records`, `salvage` and `replay` on that file, as real processes."""
 
+import binascii
 import hashlib
 import json
 import os
 import resource
+import struct
 import subprocess
 import sys
 
@@ -291,6 +293,19 @@ def test_bad_images_are_one_line(tmp_path):
     zero.write_bytes(bytes(BS * 8))
     small = tmp_path / "small.img"
     small.write_bytes(dev.data[:BS])
+    crafted = bytearray(dev.data)  # a live file's name slot: its CRC holds, its name not UTF-8
+    h = next(
+        a
+        for a in range(0, BS * NB, BS)
+        if crafted[a : a + 4] == b"DQF1"
+        and crafted[a + 12 : a + 16] == bytes(4)  # a file's first block
+        and crafted[a + 20 : a + 24] == b"\xff" * 4  # not deleted
+    )
+    crafted[h + 28 + 9] = 0xFF
+    crafted[h + 28 + 124 : h + 28 + 128] = struct.pack(
+        "<I", binascii.crc32(crafted[h + 28 : h + 28 + 124])
+    )
+    (tmp_path / "crafted.img").write_bytes(crafted)
     cases = [
         (("verify", trunc), "not a whole number of 4096-byte blocks"),
         (("export", trunc, tmp_path / "o"), "a truncated image"),
@@ -299,6 +314,7 @@ def test_bad_images_are_one_line(tmp_path):
         (("records", blank), "is blank: every byte reads 0xFF"),
         (("verify", zero), "holds no ddq_flash block"),
         (("verify", small), "at least 2 blocks"),
+        (("inspect", tmp_path / "crafted.img"), "not a readable ddq_flash region"),
         (("export", tmp_path, tmp_path / "o"), "is a directory, not a raw-flash image"),
         (("verify", tmp_path, "--name", "outbox"), "is not a raw-flash image"),
         (
