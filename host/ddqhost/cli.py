@@ -589,8 +589,8 @@ IMAGE_HELP = (
 )
 
 
-def add_image_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("raw-flash image", IMAGE_HELP)
+def add_image_args(p: argparse.ArgumentParser, what: str = IMAGE_HELP) -> None:
+    g = p.add_argument_group("raw-flash image", what)
     g.add_argument(
         "--name",
         metavar="NAME",
@@ -765,7 +765,11 @@ def argparse_export(p: argparse.ArgumentParser) -> None:
         help="the raw-flash image: a ddq_flash region's bytes, block 0 first",
     )
     p.add_argument("out", metavar="DIR", help="the new queue directory (must not exist)")
-    add_image_args(p)
+    add_image_args(
+        p,
+        "IMG is read through ddq_flash.FlashStorage and never written (docs/HOST.md "
+        '"Raw-flash images"); DIR gets the queue\'s files and an empty queue.lock',
+    )
     add_json_arg(p)
 
 

@@ -4,6 +4,7 @@ image file of the region's bytes, block 0 first, then `ddq export`, `inspect`, `
 `records`, `salvage` and `replay` on that file, as real processes."""
 
 import binascii
+import fcntl
 import hashlib
 import json
 import os
@@ -328,6 +329,9 @@ def test_bad_images_are_one_line(tmp_path):
     for args, says in cases:
         line = one_line_error(ddq(*args), 1)
         assert says in line, (args, line)
+    with open(img, "rb+") as held:  # what a replay holds while it writes the image
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert "is in use by another ddq" in one_line_error(ddq("verify", img), 1)
     for bad in ("100", "70000", "x"):
         one_line_error(ddq("verify", img, "--block-size", bad), 2)
     assert not (tmp_path / "o").exists()
