@@ -620,24 +620,28 @@ def _image(args: argparse.Namespace, path: str) -> "flashimg.Image | None":
 
 
 @contextlib.contextmanager
-def queue_source(args: argparse.Namespace, path: str) -> Iterator[str]:
-    """The directory a read-only command reads: path itself, or for a raw-flash image a private
-    export of its queue (0700, files 0600, removed after), so that the command's output, --json
-    and exit status are the directory's own; errors that name the export name path."""
+def queue_source(
+    args: argparse.Namespace, path: str
+) -> "Iterator[tuple[str, flashimg.Image | None]]":
+    """(the directory a command reads, the image or None): path itself, or for a raw-flash
+    image a private export of its queue (0700, files 0600, removed after), so that the
+    command's output, --json and exit status are the directory's own; errors that name the
+    export name path."""
     img = _image(args, path)
     if img is None:
-        yield path
+        yield path, None
         return
     tmp = tempfile.mkdtemp(prefix="ddq-image-")
     d = os.path.join(tmp, "q")
     try:
         img.export(d)
         try:
-            yield d
+            yield d, img
         except HostError as e:
             e.args = (str(e).replace(d, path),)
             raise
     finally:
+        img.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -663,10 +667,16 @@ def add_hmac_arg(p: argparse.ArgumentParser) -> None:
 
 def do_inspect(args: argparse.Namespace) -> int:
     key = envelope.load_hmac_key(args.hmac_key_file, args.dir)
-    with queue_source(args, args.dir) as d:
+    with queue_source(args, args.dir) as (d, img):
         opts, src = resolve_options(args, d)
         info = inspect_dir.inspect(
-            d, opts, payloads=args.payloads, now_ms=args.now_ms, hmac_key=key
+            d,
+            opts,
+            payloads=args.payloads,
+            now_ms=args.now_ms,
+            hmac_key=key,
+            # an image: ddq's recovery runs on ddq_flash over it, as on the board
+            flash=None if img is None else (img.storage, img.name),
         )
     info["path"] = args.dir
     info["options_source"] = src
@@ -698,7 +708,7 @@ def argparse_verify(p: argparse.ArgumentParser) -> None:
 
 
 def do_verify(args: argparse.Namespace) -> int:
-    with queue_source(args, args.dir) as d:
+    with queue_source(args, args.dir) as (d, _img):
         rep, src = _scan(args, d)
         hint = qoptions.options_hint(d, rep.options, src) if rep.verdict == fsck.CORRUPT else None
         if hint:
@@ -727,7 +737,7 @@ def argparse_records(p: argparse.ArgumentParser) -> None:
 
 
 def do_records(args: argparse.Namespace) -> int:
-    with queue_source(args, args.dir) as d:
+    with queue_source(args, args.dir) as (d, _img):
         rep, _src = _scan(args, d)
     if args.json:
         js = rep.to_json(with_records=True)
@@ -939,7 +949,7 @@ def _salvage_into(mod: Any, src: str, out: str, real_in: str, opts: dict[str, An
 
 def do_salvage(args: argparse.Namespace) -> int:
     """Exit 0 clean, 1 salvaged with loss, 2 nothing usable (SPEC [K8])."""
-    with queue_source(args, args.dir) as d:
+    with queue_source(args, args.dir) as (d, _img):
         rep = _salvage_dir(args, d)
     if args.json:
         out_json(rep)
@@ -1077,15 +1087,14 @@ def _replay(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     for d in args.dir:
         # A raw-flash image: read from its export (options, checks, the dry run); a real
         # replay writes its claims and acks into the image itself, through ddq_flash.
-        qd = stack.enter_context(queue_source(args, d))
+        qd, img = stack.enter_context(queue_source(args, d))
         opts, src = resolve_options(args, qd)
         job = replay.Job(qd, opts, envelope.load_hmac_key(args.hmac_key_file, d))
         if not args.dry_run:
             # replay appends claims and acks: only with the writer's own options
             # (docs/HOST.md "Queue options").
             qoptions.check_writer_options(qd, opts, src, "replay")
-            if qd != d:
-                img = flashimg.Image(d, args.block_size, args.name)
+            if img is not None:
                 stack.callback(img.close)
                 job.dir, job.name = d, img.name
                 job.storage = lambda img=img: img.storage(writable=True)
