@@ -7,13 +7,28 @@ verify also exits 1 when only a torn tail would be removed; 130 interrupted.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from . import boards, envelope, fsck, inspect_dir, locate, options, qboard, qoptions, vboard
+from . import (
+    boards,
+    envelope,
+    flashimg,
+    fsck,
+    inspect_dir,
+    locate,
+    options,
+    qboard,
+    qoptions,
+    vboard,
+)
 from .errors import HostError, as_host_error
 
 if TYPE_CHECKING:
@@ -567,10 +582,74 @@ def do_stats(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- inspect / verify / records
 
 
+IMAGE_HELP = (
+    "DIR may be a raw-flash image instead: a regular file holding the bytes of a board's "
+    'ddq_flash region, block 0 first (docs/HOST.md "Raw-flash images"); its queue is read '
+    "through ddq_flash.FlashStorage, the image only read (a replay writes its acks into it)"
+)
+
+
+def add_image_args(p: argparse.ArgumentParser, what: str = IMAGE_HELP) -> None:
+    g = p.add_argument_group("raw-flash image", what)
+    g.add_argument(
+        "--name",
+        metavar="NAME",
+        help="the queue in the image: the name the board gave ddq.Queue (default %s)"
+        % flashimg.DEFAULT_NAME,
+    )
+    g.add_argument(
+        "--block-size",
+        type=int,
+        metavar="N",
+        help="the region's erase block size in bytes (default %d; checked against the "
+        "image)" % flashimg.DEFAULT_BLOCK_SIZE,
+    )
+
+
+def _image(args: argparse.Namespace, path: str) -> "flashimg.Image | None":
+    """The checked image when path is a regular file, else None (a directory: --name and
+    --block-size are refused)."""
+    if flashimg.is_image(path):
+        return flashimg.Image(path, args.block_size, args.name)
+    if args.name is not None or args.block_size is not None:
+        raise CommandError(
+            "%s is not a raw-flash image (a regular file): --name and --block-size are for one"
+            % path
+        )
+    return None
+
+
+@contextlib.contextmanager
+def queue_source(
+    args: argparse.Namespace, path: str
+) -> "Iterator[tuple[str, flashimg.Image | None]]":
+    """(the directory a command reads, the image or None): path itself, or for a raw-flash
+    image a private export of its queue (0700, files 0600, removed after), so that the
+    command's output, --json and exit status are the directory's own; errors that name the
+    export name path."""
+    img = _image(args, path)
+    if img is None:
+        yield path, None
+        return
+    tmp = tempfile.mkdtemp(prefix="ddq-image-")
+    d = os.path.join(tmp, "q")
+    try:
+        img.export(d)
+        try:
+            yield d, img
+        except HostError as e:
+            e.args = (str(e).replace(d, path),)
+            raise
+    finally:
+        img.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def argparse_inspect(p: argparse.ArgumentParser) -> None:
     """recovered state of a queue directory (not modified)"""
     p.add_argument("dir", metavar="DIR")
     add_option_args(p)
+    add_image_args(p)
     p.add_argument("--payloads", action="store_true", help="include every payload in hex (--json)")
     p.add_argument("--now-ms", type=int, help="wall clock for lease/due figures (default: now)")
     add_hmac_arg(p)
@@ -587,11 +666,19 @@ def add_hmac_arg(p: argparse.ArgumentParser) -> None:
 
 
 def do_inspect(args: argparse.Namespace) -> int:
-    opts, src = resolve_options(args, args.dir)
     key = envelope.load_hmac_key(args.hmac_key_file, args.dir)
-    info = inspect_dir.inspect(
-        args.dir, opts, payloads=args.payloads, now_ms=args.now_ms, hmac_key=key
-    )
+    with queue_source(args, args.dir) as (d, img):
+        opts, src = resolve_options(args, d)
+        info = inspect_dir.inspect(
+            d,
+            opts,
+            payloads=args.payloads,
+            now_ms=args.now_ms,
+            hmac_key=key,
+            # an image: ddq's recovery runs on ddq_flash over it, as on the board
+            flash=None if img is None else (img.storage, img.name),
+        )
+    info["path"] = args.dir
     info["options_source"] = src
     if args.json:
         out_json(info)
@@ -600,30 +687,32 @@ def do_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _scan(args: argparse.Namespace) -> tuple[fsck.Report, dict[str, str]]:
-    opts, src = resolve_options(args, args.dir)
-    if not os.path.isdir(args.dir):
-        raise CommandError("%s: no such directory" % args.dir)
+def _scan(args: argparse.Namespace, d: str) -> tuple[fsck.Report, dict[str, str]]:
+    opts, src = resolve_options(args, d)
+    if not os.path.isdir(d):
+        raise CommandError("%s: no such directory" % d)
     try:
-        return fsck.scan(
-            args.dir, opts, exact_segment_bytes=src["segment_bytes"] != "default"
-        ), src
+        rep = fsck.scan(d, opts, exact_segment_bytes=src["segment_bytes"] != "default")
     except fsck.NotAQueue as e:
         raise CommandError(str(e)) from None
+    rep.path = args.dir  # (a raw-flash image: its name, not its export's)
+    return rep, src
 
 
 def argparse_verify(p: argparse.ArgumentParser) -> None:
     """fsck: exit 0 clean, 1 torn tail only, 2 corrupt"""
     p.add_argument("dir", metavar="DIR")
     add_option_args(p)
+    add_image_args(p)
     add_json_arg(p)
 
 
 def do_verify(args: argparse.Namespace) -> int:
-    rep, src = _scan(args)
-    hint = (
-        qoptions.options_hint(args.dir, rep.options, src) if rep.verdict == fsck.CORRUPT else None
-    )
+    with queue_source(args, args.dir) as (d, _img):
+        rep, src = _scan(args, d)
+        hint = qoptions.options_hint(d, rep.options, src) if rep.verdict == fsck.CORRUPT else None
+        if hint:
+            hint = hint.replace(d, args.dir)
     if args.json:
         js = rep.to_json()
         js["options_source"] = src
@@ -640,6 +729,7 @@ def argparse_records(p: argparse.ArgumentParser) -> None:
     """dump the records of a queue directory"""
     p.add_argument("dir", metavar="DIR")
     add_option_args(p)
+    add_image_args(p)
     p.add_argument(
         "--all", action="store_true", help="also show invalid records and torn/invalid tails"
     )
@@ -647,7 +737,8 @@ def argparse_records(p: argparse.ArgumentParser) -> None:
 
 
 def do_records(args: argparse.Namespace) -> int:
-    rep, _src = _scan(args)
+    with queue_source(args, args.dir) as (d, _img):
+        rep, _src = _scan(args, d)
     if args.json:
         js = rep.to_json(with_records=True)
         if not args.all:
@@ -672,6 +763,70 @@ def do_records(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- export
+
+
+def argparse_export(p: argparse.ArgumentParser) -> None:
+    """write the queue of a raw-flash image as a DDQ directory, its files byte for byte as on
+    the flash (the image only read)"""
+    p.add_argument(
+        "image",
+        metavar="IMG",
+        help="the raw-flash image: a ddq_flash region's bytes, block 0 first",
+    )
+    p.add_argument("out", metavar="DIR", help="the new queue directory (must not exist)")
+    add_image_args(
+        p,
+        "IMG is read through ddq_flash.FlashStorage and never written (docs/HOST.md "
+        '"Raw-flash images"); DIR gets the queue\'s files and an empty queue.lock',
+    )
+    add_json_arg(p)
+
+
+def do_export(args: argparse.Namespace) -> int:
+    if os.path.lexists(args.out):
+        raise CommandError("%s: exists (export writes a new directory)" % args.out)
+    img = flashimg.Image(args.image, args.block_size, args.name)
+    parent = os.path.dirname(os.path.abspath(args.out))
+    tmp = tempfile.mkdtemp(prefix=".ddq-export-", dir=parent)
+    try:
+        files = img.export(os.path.join(tmp, "q"))
+        os.rename(os.path.join(tmp, "q"), args.out)  # the directory appears whole or not at all
+        fd = os.open(parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    res = {
+        "image": args.image,
+        "name": img.name,
+        "block_size": img.bs,
+        "blocks": img.info["blocks"],
+        "unit": img.unit,
+        "dir": args.out,
+        "files": files,
+        "bytes": sum(f["bytes"] for f in files),
+    }
+    return show(
+        args,
+        res,
+        "exported queue %s of %s (%d blocks of %d bytes, program unit %d): %d files, %d bytes "
+        "to %s"
+        % (
+            fsck.printable(img.name),
+            args.image,
+            res["blocks"],
+            img.bs,
+            img.unit,
+            len(files),
+            res["bytes"],
+            args.out,
+        ),
+    )
+
+
 # ---------------------------------------------------------------- salvage
 
 
@@ -681,6 +836,7 @@ def argparse_salvage(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", metavar="DIR", help="the damaged queue directory (only read)")
     p.add_argument("out", metavar="OUT", help="the new queue directory (must not exist)")
     add_option_args(p)
+    add_image_args(p)
     add_json_arg(p)
 
 
@@ -793,9 +949,19 @@ def _salvage_into(mod: Any, src: str, out: str, real_in: str, opts: dict[str, An
 
 def do_salvage(args: argparse.Namespace) -> int:
     """Exit 0 clean, 1 salvaged with loss, 2 nothing usable (SPEC [K8])."""
-    opts, src = resolve_options(args, args.dir)
-    if not os.path.isdir(args.dir):
-        raise CommandError("%s: no such directory" % args.dir)
+    with queue_source(args, args.dir) as (d, _img):
+        rep = _salvage_dir(args, d)
+    if args.json:
+        out_json(rep)
+    else:
+        sys.stdout.write(render_salvage(rep))
+    return {"clean": 0, "salvaged_with_loss": 1}.get(rep["status"], 2)
+
+
+def _salvage_dir(args: argparse.Namespace, d: str) -> dict[str, Any]:
+    opts, src = resolve_options(args, d)
+    if not os.path.isdir(d):
+        raise CommandError("%s: no such directory" % d)
     if os.path.lexists(args.out):
         raise CommandError("%s: exists (salvage writes a new directory)" % args.out)
     real_in = os.path.realpath(args.dir)
@@ -809,13 +975,11 @@ def do_salvage(args: argparse.Namespace) -> int:
         if locate.port_dir() not in sys.path:
             sys.path.insert(0, locate.port_dir())
         import ddq_salvage
-    rep: dict[str, Any] = _salvage_into(ddq_salvage, args.dir, args.out, real_in, opts)
-    if args.json:
-        rep["options_source"] = src
-        out_json(rep)
-    else:
-        sys.stdout.write(render_salvage(rep))
-    return {"clean": 0, "salvaged_with_loss": 1}.get(rep["status"], 2)
+    rep: dict[str, Any] = _salvage_into(ddq_salvage, d, args.out, real_in, opts)
+    if d != args.dir:
+        rep["source"] = args.dir  # a raw-flash image: its name, not its export's
+    rep["options_source"] = src
+    return rep
 
 
 # ---------------------------------------------------------------- replay
@@ -827,8 +991,10 @@ def argparse_replay(p: argparse.ArgumentParser) -> None:
         "dir",
         metavar="DIR",
         nargs="+",
-        help="queue directories; several are replayed at once, one connection each",
+        help="queue directories (or raw-flash images: replay writes its acks into them); "
+        "several are replayed at once, one connection each",
     )
+    add_image_args(p)
     p.add_argument(
         "--to",
         required=True,
@@ -910,16 +1076,33 @@ def argparse_replay(p: argparse.ArgumentParser) -> None:
 
 
 def do_replay(args: argparse.Namespace) -> int:
+    with contextlib.ExitStack() as stack:
+        return _replay(args, stack)
+
+
+def _replay(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     from . import replay
 
     jobs = []
     for d in args.dir:
-        opts, src = resolve_options(args, d)
+        # A raw-flash image: read from its export (options, checks, the dry run); a real
+        # replay writes its claims and acks into the image itself, through ddq_flash.
+        qd, img = stack.enter_context(queue_source(args, d))
+        opts, src = resolve_options(args, qd)
+        job = replay.Job(qd, opts, envelope.load_hmac_key(args.hmac_key_file, d))
         if not args.dry_run:
             # replay appends claims and acks: only with the writer's own options
             # (docs/HOST.md "Queue options").
-            qoptions.check_writer_options(d, opts, src, "replay")
-        jobs.append(replay.Job(d, opts, envelope.load_hmac_key(args.hmac_key_file, d)))
+            qoptions.check_writer_options(qd, opts, src, "replay")
+            if img is not None:
+                stack.callback(img.close)
+                job.dir, job.name = d, img.name
+                job.storage = lambda img=img: img.storage(writable=True)
+                log_err(
+                    "ddq: %s is a raw-flash image: replay writes its claims and acks into it "
+                    "(ddq_flash programs, as the board does)" % d
+                )
+        jobs.append(job)
     same = ("ca_file", "limit", "lease_ms", "timeout", "window", "max_attempts", "send_expired")
     ro = replay.ReplayOptions.parse(
         args.to,
@@ -938,7 +1121,7 @@ def do_replay(args: argparse.Namespace) -> int:
         j.prefix, j.client_id = prefix, cid
     show = args.progress or (sys.stderr.isatty() and not args.verbose)
     if args.dry_run:
-        results = [dict(replay.plan(j, ro), dir=j.dir) for j in jobs]
+        results = [dict(replay.plan(j, ro), dir=d) for j, d in zip(jobs, args.dir)]
     else:
         prog = replay.Progress(args.dir, sys.stderr, sys.stderr.isatty()) if show else None
         if len(jobs) == 1:
@@ -1108,6 +1291,7 @@ COMMANDS = {
     "verify": (do_verify, argparse_verify),
     "records": (do_records, argparse_records),
     "salvage": (do_salvage, argparse_salvage),
+    "export": (do_export, argparse_export),
     "replay": (do_replay, argparse_replay),
     "test": (do_test, argparse_test),
 }
@@ -1137,6 +1321,7 @@ ARG_RANGES: dict[str, tuple[float, float, bool]] = {
     "max_attempts": (1, 1000, False),  # replay: drops one message may take (OUTBOX E26)
     "ramdisk_kb": (1, 1 << 20, False),
     "idle_timeout": (0, 86400, True),
+    "block_size": (flashimg.MIN_BLOCK_SIZE, flashimg.MAX_BLOCK_SIZE, False),  # a raw-flash image
 }
 # micropython's -X heapsize=: digits, then w (words), then K or M; at least 700 bytes.
 _HEAPSIZE = re.compile(r"^([0-9]{1,10})([wW]?)([kKmM]?)$")

@@ -5,6 +5,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 from . import envelope, fsck, locate, options, qdir
@@ -103,9 +104,12 @@ def inspect(
     payloads: bool = False,
     now_ms: int | None = None,
     hmac_key: bytes | None = None,
+    flash: tuple[Callable[[], Any], str] | None = None,
 ) -> dict[str, Any]:
     """Recovered state of the queue in path, computed on a temporary copy (path is never
-    written)."""
+    written). flash: (a read-only ddq_flash.FlashStorage's factory, the queue's name) when path
+    is the export of a raw-flash image (flashimg): ddq opens the queue there, as the board
+    does, and the changes are the region's (in RAM, never the image's)."""
     ddq = locate.load_ddq()
     qdir.check_queue_dir(path)
     now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
@@ -113,10 +117,24 @@ def inspect(
     try:
         work = os.path.join(tmp, "q")
         qdir.copy_queue(path, work, options)
-        before = _snapshot(work)
+        where, more, fs = work, {}, None
+        if flash is not None:
+            fs, where = flash[0](), flash[1]
+            more = {"storage": fs}
+
+        def snapshot() -> dict[str, int]:
+            if fs is None:
+                return _snapshot(work)
+            return {
+                n: fs.size(where + "/" + n)
+                for n in fs.listdir(where)
+                if fs.kind(where + "/" + n) == 1
+            }
+
+        before = snapshot()
         # The independent reader's view of queue.index (SPEC §12.1), then ddq's own.
         index = fsck.scan(work, options, exact_segment_bytes=False).index
-        q = ddq.Queue(work, clock=lambda: now_ms, **options)
+        q = ddq.Queue(where, clock=lambda: now_ms, **more, **options)
         index["used_by_ddq"] = bool(getattr(q, "index_used", False))
         index["ddq_replayed_records"] = getattr(q, "replayed_records", None)
         try:
@@ -157,7 +175,7 @@ def inspect(
                     d["reason_hex"] = r.hex()
                 items.append(d)
             # What recovery changed, before close() writes (or drops) queue.index [X1].
-            after = _snapshot(work)
+            after = snapshot()
         finally:
             q.close()
         changes = {

@@ -453,6 +453,10 @@ class Job:
     hmac_key: bytes | None = None
     prefix: str = ""
     client_id: str | None = None
+    # A raw-flash image (flashimg.Image): the ddq_flash storage to open, when the delivery
+    # starts, and the queue's name in it; dir is then the image's path, for the summary.
+    storage: Callable[[], Any] | None = None
+    name: str = ""
 
 
 @dataclass
@@ -541,7 +545,8 @@ def replay(
     import paho.mqtt.client as mqtt
     from paho.mqtt.enums import CallbackAPIVersion
 
-    qdir.check_queue_dir(job.dir)
+    if job.storage is None:
+        qdir.check_queue_dir(job.dir)  # (an image was checked by flashimg.Image)
     broker = ro.broker
     connected = threading.Event()
     own_flag = interrupted is None
@@ -750,7 +755,17 @@ def _deliver(job: Job, ro: ReplayOptions, client: Any, run: _Run) -> dict[str, A
     # board filled fits (H5) -- a claim beyond the first in flight waits for room (H3), a dead
     # letter without room waits or is dropped and counted (OUTBOX E32) -- where libddq's rule
     # would claim past the reserve and meet Limit at the segment limit (H6).
-    q = ddq.Queue(job.dir, clock=run.clock, window=1, evidence_bytes=0, **job.options)
+    if job.storage is None:
+        q = ddq.Queue(job.dir, clock=run.clock, window=1, evidence_bytes=0, **job.options)
+    else:  # a raw-flash image: written through ddq_flash, as the board writes it (SPEC §16)
+        q = ddq.Queue(
+            job.name,
+            clock=run.clock,
+            window=1,
+            evidence_bytes=0,
+            storage=job.storage(),
+            **job.options,
+        )
     try:
         # Claims found here were made by a writer that is not running (replay holds the lock):
         # the device pulled while sending, or a replay killed. Their leases mean nothing now:

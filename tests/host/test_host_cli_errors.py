@@ -67,6 +67,7 @@ BASE = {
     "max_attempts": ["replay", "Q", "--to", "mqtt://127.0.0.1:1"],
     "ramdisk_kb": ["test", "--fs", "lfs2"],
     "idle_timeout": ["test"],
+    "block_size": ["export", "IMG", "DIR"],  # raw-flash images (SPEC Y12)
     **{k: ["verify", "Q"] for k in options.KEYS},
 }
 
