@@ -180,6 +180,13 @@ def argparse_board(p: argparse.ArgumentParser) -> None:
         help="size of a new image (default %(default)s KiB)",
     )
     v.add_argument(
+        "--raw-kib",
+        type=int,
+        default=vboard.DEFAULT_RAW_BLOCKS * vboard.DEFAULT_BLOCK_SIZE // 1024,
+        help="size of a new raw flash region STATE_DIR/raw.img, `import vboard; vboard.raw` on "
+        "the board (default %(default)s KiB; 0: none; an existing one keeps its size)",
+    )
+    v.add_argument(
         "--micropython",
         metavar="EXE",
         help="unix port executable (default: the venv's micropython)",
@@ -300,6 +307,7 @@ def do_board(args: argparse.Namespace) -> int:
                 block_size=bs,
                 blocks=max(8, args.size_kib * 1024 // bs),
                 heapsize=args.heapsize,
+                raw_blocks=max(0, args.raw_kib * 1024 // bs),
             )
             msg = "virtual board running: device %s (image %s)" % (res["device"], res["image"])
         elif args.action == "stop":

@@ -169,6 +169,7 @@ PORT_MODULES = (
     "ddq_group",
     "ddq_salvage",
     "ddq_app",
+    "ddq_flash",
 )
 # ddq itself loads these by name (open, compaction, the less used methods): always installed.
 # ddq_cut: R22; ddq_fat: a lock on FAT (L3); ddq_hold: a Queue with window > 0 (SPEC §10.1),
@@ -180,6 +181,9 @@ CORE_MODULES = ("ddq", "ddq_recover", "ddq_compact", "ddq_extra", "ddq_cut", "dd
 # hmac_key (port_imports), or without an app.
 NEEDS_NETWORK = ("ddq_mqtt", "ddq_window")
 APP_ONLY = ("ddq_app",)
+# ddq_flash (FlashStorage, SPEC §16): only where the queue lives on a raw flash region (`ddq flash
+# --layout raw`); elsewhere its .mpy would only cost the filesystem a block (docs/BOARDS.md).
+RAW_ONLY = ("ddq_flash",)
 
 
 def port_imports(path: str) -> set[str]:
@@ -219,8 +223,10 @@ def port_imports(path: str) -> set[str]:
     return out
 
 
-def modules_to_install(prof: dict[str, Any] | None = None, app: str | None = None) -> list[str]:
-    """Module source paths to install, ddq.py first.
+def modules_to_install(
+    prof: dict[str, Any] | None = None, app: str | None = None, layout: str = "fs"
+) -> list[str]:
+    """Module source paths to install, ddq.py first; ddq_flash with layout "raw" only.
 
     With an app: ddq and the port modules the app imports, followed through the modules' own
     imports (ddq_mqtt's example imports do not count: only real import statements). Without
@@ -233,7 +239,9 @@ def modules_to_install(prof: dict[str, Any] | None = None, app: str | None = Non
     port = os.path.dirname(src)
     network = True if prof is None else bool(prof.get("network", True))
     loadable = [
-        m for m in PORT_MODULES if (network or m not in NEEDS_NETWORK) and m not in APP_ONLY
+        m
+        for m in PORT_MODULES
+        if (network or m not in NEEDS_NETWORK) and m not in APP_ONLY and m not in RAW_ONLY
     ]
     if app is None:
         want = set(loadable)
@@ -254,6 +262,8 @@ def modules_to_install(prof: dict[str, Any] | None = None, app: str | None = Non
                     todo.append(os.path.join(port, m + ".py"))
         if "ddq_outbox" in want and network:
             want.add("ddq_window")  # pump/run with a windowed sender (ddq_mqtt's) [E25]
+    if layout == "raw":
+        want.add("ddq_flash")  # the queue's storage on the raw region (ddq_layout.storage())
     return [
         os.path.join(port, m + ".py")
         for m in PORT_MODULES
