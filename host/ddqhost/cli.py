@@ -431,7 +431,59 @@ def argparse_flash(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-O", dest="opt", type=int, choices=[0, 1, 2, 3], help="mpy-cross optimisation level"
     )
+    p.add_argument(
+        "--layout",
+        choices=["fs", "raw"],
+        help="raw: the queue on a raw flash region beside a smaller filesystem (the profile's "
+        "raw_* keys, docs/BOARDS.md); the first change erases the region (and reformats the "
+        "filesystem where it shrinks) after saying so and asking; fs: the queue on the "
+        "filesystem (default: what the board has)",
+    )
+    p.add_argument(
+        "--yes", action="store_true", help="do not ask before --layout raw erases (scripts)"
+    )
     add_transfer_args(p)
+
+
+def confirm_layout(args: argparse.Namespace, dev: "Device", prof: dict[str, Any]) -> Any:
+    """--layout raw: set the board's raw layout up when it is not in place, after printing what
+    that erases and reading `yes` (unless --yes); the plan, or None when nothing changed."""
+    from . import layout
+
+    try:
+        pl = layout.plan(dev, prof, args.dest or ".")
+        if not pl["change"]:
+            return None
+        log_err(
+            "ddq flash --layout raw on %s (profile %s):\n%s"
+            % (dev.port, prof["board"], "\n".join("  - %s" % w for w in pl["what"]))
+        )
+        if not args.yes:
+            sys.stderr.write("Type yes to go on: ")
+            sys.stderr.flush()
+            if sys.stdin.readline().strip().lower() != "yes":
+                sys.stderr.write("\n")
+                raise CommandError("not confirmed: nothing was erased (--yes skips the question)")
+        bar = None
+        if args.progress or (args.progress is None and sys.stderr.isatty()):
+            from .transfer import Progress
+
+            n, bs = pl["geometry"]
+            p = Progress(n * bs, "erase", True)
+            bar = lambda done, total: p.update(done * bs)  # noqa: E731
+        pl.update(layout.apply(dev, prof, args.dest or ".", bar))
+        return pl
+    except layout.LayoutError as e:
+        raise CommandError(str(e)) from None
+
+
+def layout_lines(changed: Any) -> list[str]:
+    if not changed:
+        return []
+    out = ["raw layout: erased %d blocks" % changed["erased_blocks"]]
+    if changed["reformatted"]:
+        out.append("reformatted the filesystem on %s" % changed["reformatted"])
+    return out
 
 
 def do_flash(args: argparse.Namespace) -> int:
@@ -443,9 +495,13 @@ def do_flash(args: argparse.Namespace) -> int:
         raise CommandError("%s: no such file" % args.app)
     with open_device(args) as dev:
         app = args.app
-        if args.example_app:
+        changed = None
+        if args.example_app or args.layout == "raw":
             prof, _ = transfer.pick_profile(dev, args.board)
-            app = boards.app_path(prof)
+            if args.example_app:
+                app = boards.app_path(prof)
+            if args.layout == "raw":
+                changed = confirm_layout(args, dev, prof)
         res = transfer.flash(
             dev,
             board=args.board,
@@ -454,10 +510,15 @@ def do_flash(args: argparse.Namespace) -> int:
             app=app,
             opt=args.opt,
             progress_enabled=args.progress,
+            layout=args.layout,
         )
+    res["layout_change"] = changed
+    if changed:
+        res["written"].insert(0, changed["wrote"])
     return show(
         args,
         res,
+        *layout_lines(changed),
         *["wrote %(path)s (%(bytes)d bytes)" % w for w in res["written"]],
         *["removed %s" % r for r in res["removed"]],
         "ddq %(version)s imports on %(device)s (%(board)s, %(imported_from)s) in %(seconds).1f s"

@@ -287,7 +287,14 @@ def flash(
     app: str | None = None,
     opt: int | None = None,
     progress_enabled: bool | None = None,
+    layout: str | None = None,
 ) -> dict[str, Any]:
+    """Install ddq (and app as main.py) for the profile. layout "raw": with ddq_flash, for a
+    board whose :ddq_layout.py (layout.apply) puts the queue on raw flash; "fs": without it, and
+    a :ddq_layout.py there is removed (the queue back on the filesystem); None: "raw" where the
+    destination has a :ddq_layout.py, else "fs"."""
+    from .layout import LAYOUT_FILE
+
     t0 = time.monotonic()
     prof, probe = pick_profile(dev, board)
     fmt = fmt or prof.get("install", "mpy")
@@ -316,12 +323,17 @@ def flash(
     dest = dpath(dest) if dest else "."
     if dest != ".":
         dev.mkdir(dest, exist_ok=True)
-    mods = modules_to_install(prof, app)
+    present = {n for n, _d, _s in dev.listdir(dest)}
+    if layout is None:
+        layout = "raw" if LAYOUT_FILE in present else "fs"
+    mods = modules_to_install(prof, app, layout)
     version = local_version(mods[0])
     written, removed = [], []
+    if layout != "raw" and LAYOUT_FILE in present:
+        dev.remove(djoin(dest, LAYOUT_FILE))  # the app opens its queue on the filesystem again
+        removed.append(":" + djoin(dest, LAYOUT_FILE))
     tmp = tempfile.mkdtemp(prefix="ddq-flash-")
     try:
-        present = {n for n, _d, _s in dev.listdir(dest)}
         for src in mods:
             base = os.path.basename(src)[:-3]
             if fmt == "mpy":
@@ -367,6 +379,8 @@ def flash(
     )
     if where != ".":
         code += "_p=%r\nif _p not in sys.path: sys.path.insert(0,_p)\n" % where
+    if layout == "raw":  # what ddq_layout.use() imports
+        code += "import ddq_flash\ndel ddq_flash\nsys.modules.pop('ddq_flash', None)\n"
     code += "import ddq\nprint(repr((ddq.__version__, getattr(ddq,'__file__',''))))\n"
     # Nothing stays bound in the REPL's globals: the unix port and the qemu board keep one
     # interpreter across connections, and a `ddq` left there kept its heap (17 KB on the
@@ -393,6 +407,7 @@ def flash(
         "device": dev.port,
         "board": prof["board"],
         "format": fmt,
+        "layout": layout,
         "mpy_arch": arch if fmt == "mpy" else None,
         "written": written,
         "removed": removed,

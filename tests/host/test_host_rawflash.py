@@ -3,12 +3,16 @@ layout"): `ddq flash` installs ddq_flash only for the raw layout, the virtual bo
 (`import vboard; vboard.raw`, NOR semantics over STATE_DIR/raw.img) survives a power cut, and the
 example app delivers from a queue on it."""
 
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 
-from conftest import kill_board
-from ddqhost import boards, transfer, vboard
+import brokers
+from conftest import REPO, Subscriber, ddq, kill_board
+from ddqhost import boards, layout, transfer, vboard
 from ddqhost.device import Device
 
 
@@ -68,3 +72,119 @@ def test_virtual_board_raw_region_is_nor_flash_and_survives_a_power_cut(vb):
     assert back.split() == [b"b'\\x0f\\xf0\\x15\\xff'", b"b'\\xff\\xff\\xff\\xff'"]
     with open(os.path.join(d, "raw.img"), "rb") as f:
         assert f.read() == b"\xff" * (16 * 4096)
+
+
+def raw_queue(path, opts):
+    """The queue in a raw region image, opened on CPython through the same port code
+    (ddq_flash.FlashStorage over tests/blockdev.NORBlockDev holding the image's bytes)."""
+    import ddq
+    import ddq_flash
+    from blockdev import NORBlockDev
+
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    dev = NORBlockDev(4096, len(data) // 4096, data)
+    return ddq.Queue("outbox", storage=ddq_flash.FlashStorage(dev), **opts)
+
+
+def test_flash_layout_raw_asks_erases_once_and_the_app_delivers_from_raw_flash(
+    vb, mosquitto, tmp_path
+):
+    d, st, pids = vb
+    tty = st["device"]
+    img = os.path.join(d, "raw.img")
+    with Device(tty, soft_reset=False) as dev:  # something in the region before the change
+        dev.exec("import vboard\nvboard.raw.writeblocks(5, b'old', 7)")
+    with open(REPO + "/boards/UNIX/main.py") as f:
+        src = f.read()
+    app = tmp_path / "main.py"
+    app.write_text(
+        src.replace(
+            'BROKER = "127.0.0.1"',
+            'BROKER = "127.0.0.1"\nBROKER_PORT = %d\nPERIOD_MS = 100' % mosquitto,
+        )
+    )
+    # Not confirmed: it says what it would erase, and nothing is erased or installed.
+    r = ddq("flash", "-d", tty, "--layout", "raw", "--app", app, input="no\n")
+    assert r.returncode == 1, r.stderr
+    assert "erases the raw region vboard.raw: 16 blocks of 4096 bytes" in r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("ddq: not confirmed: nothing was erased")
+    with open(img, "rb") as f:
+        assert f.read()[5 * 4096 + 7 : 5 * 4096 + 10] == b"old"
+    r = ddq("flash", "-d", tty, "--layout", "raw", "--app", app, "--json", input="yes\n")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["layout"] == "raw" and res["layout_change"]["erased_blocks"] == 16
+    assert {":ddq_flash.mpy", ":ddq_layout.py", ":main.py"} <= {w["path"] for w in res["written"]}
+    with open(img, "rb") as f:
+        assert f.read() == b"\xff" * (16 * 4096)
+    # In place: a second flash (--yes or not) erases nothing, and one without --layout keeps it.
+    r = ddq("flash", "-d", tty, "--layout", "raw", "--app", app, "--json", input="")
+    assert r.returncode == 0 and json.loads(r.stdout)["layout_change"] is None, r.stderr
+    sub = Subscriber(mosquitto)
+    try:
+        r = ddq("app", "start", "-d", tty, "--seconds", "0.5")
+        assert r.returncode == 0, r.stderr
+        brokers.wait_until(lambda: len(sub.got) >= 5, 60, "five readings from the app")
+        r = ddq("app", "stop", "-d", tty)
+        assert r.returncode == 0, r.stderr
+    finally:
+        sub.close()
+    assert {t for t, _p in sub.got} == {"ddq/unix/temp"}
+    r = ddq("flash", "-d", tty, "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["layout"] == "raw", r.stderr
+    with Device(tty, soft_reset=False) as dev:
+        assert not dev.exists("outbox")  # the queue is not on the filesystem
+    q = raw_queue(img, layout.raw_options(boards.load("UNIX")))
+    try:
+        s = q.stats()
+        assert s.next_seq - 1 >= len(sub.got) and s.quarantined_items == 0, s
+    finally:
+        q.close()
+    # --layout fs: the app's queue is on the filesystem again (ddq_layout and ddq_flash go).
+    r = ddq("flash", "-d", tty, "--layout", "fs", "--json")
+    assert r.returncode == 0, r.stderr
+    gone = set(json.loads(r.stdout)["removed"])
+    assert {":ddq_layout.py", ":ddq_flash.mpy"} <= gone, gone
+
+
+def test_raw_layout_of_the_real_boards_names_their_region_and_what_it_erases(tmp_path):
+    # The same code as on the virtual board, with the port's own block device: the region after
+    # a smaller filesystem (rp2, pyb), or a partition of its own (esp32); run here on the unix
+    # port with a stand-in `rp2` module whose Flash(start=, len=) checks what it is given.
+    pico = boards.load("RPI_PICO")
+    src = layout.source(pico)
+    assert "rp2.Flash(start=393216, len=1048576)" in src and "PAGE = 256" in src
+    lines = layout.what(pico)
+    assert "256 blocks of 4096 bytes (1024 KiB)" in lines[0]
+    assert (
+        "reformats the filesystem at / as LittleFS on rp2.Flash(start=0, len=393216)" in lines[1]
+    )
+    assert lines[2].startswith("needs a firmware whose _boot.py mounts rp2.Flash(start=0")
+    esp = layout.what(boards.load("ESP32_GENERIC"))
+    assert "label='ddq'" in esp[0] and len(esp) == 2 and "partition table" in esp[1]
+    pyb = layout.what(boards.load("PYBV11"))
+    assert "pyb.Flash(start=32768, len=65536)" in pyb[0] and "/flash" in pyb[1]
+    assert not layout.has_raw(boards.load("ARMV7M_GENERIC"))
+    (tmp_path / "ddq_layout.py").write_text(src)
+    (tmp_path / "rp2.py").write_text(
+        "import sys\nsys.path.insert(0, %r)\nfrom blockdev import NORBlockDev\n"
+        "def Flash(start, len):\n"
+        "    assert (start, len) == (393216, 1048576)\n"
+        "    return NORBlockDev(4096, len // 4096, page=256)\n" % os.path.join(REPO, "tests")
+    )
+    (tmp_path / "run.py").write_text(
+        "import ddq_layout, ddq\no = {'max_payload_bytes': 256, 'window': 1}\n"
+        "ddq_layout.use(o)\nq = ddq.Queue('outbox', **o)\n"
+        "print(q.enqueue(b'r1'), q.enqueue(b'r2'), o['segment_bytes'], o['max_segments'])\n"
+    )
+    mp = os.path.join(os.path.dirname(sys.executable), "micropython")
+    r = subprocess.run(
+        [mp, "run.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, MICROPYPATH=":.:" + os.path.join(REPO, "port")),
+    )
+    assert r.stdout.split() == ["1", "2", "3384", "124"], r.stdout + r.stderr
