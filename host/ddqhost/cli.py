@@ -552,6 +552,13 @@ def argparse_pull(p: argparse.ArgumentParser) -> None:
         metavar="PROFILE",
         help="profile whose queue options to record (default: probed)",
     )
+    p.add_argument(
+        "--raw",
+        action="store_true",
+        help="the board's raw flash region (`ddq flash --layout raw`): LOCAL is an image file of "
+        "exactly the region's bytes, block 0 first, and LOCAL.json what it is; REMOTE_DIR names "
+        "the queue in it",
+    )
     add_transfer_args(p, "overwrite a local pull that has local changes")
 
 
@@ -559,7 +566,7 @@ def do_pull(args: argparse.Namespace) -> int:
     from . import transfer
 
     with open_device(args) as dev:
-        res = transfer.pull(
+        res = (transfer.pull_raw if args.raw else transfer.pull)(
             dev,
             args.remote,
             args.local,
@@ -567,11 +574,24 @@ def do_pull(args: argparse.Namespace) -> int:
             force=args.force,
             progress_enabled=args.progress,
         )
+    kib = "%.1f" % (res["kib_per_s"] or 0)
+    if args.raw:
+        return show(
+            args,
+            res,
+            "pulled the raw region (%(block_count)d blocks of %(block_size)d bytes) to %(local)s "
+            "in %(seconds).1f s (%(kib)s KiB/s), %(check)s; %(meta)s says what it holds"
+            % dict(
+                res,
+                kib=kib,
+                check="sha256 verified" if res["sha256_verified"] else "no hashlib on the device",
+            ),
+        )
     return show(
         args,
         res,
         "pulled %(files)d files (%(bytes)d bytes) from %(remote)s to %(local)s in %(seconds).1f s"
-        " (%(kib)s KiB/s), sha256 verified" % dict(res, kib="%.1f" % (res["kib_per_s"] or 0)),
+        " (%(kib)s KiB/s), sha256 verified" % dict(res, kib=kib),
     )
 
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import brokers
-from conftest import REPO, Subscriber, ddq, kill_board
+from conftest import REPO, Subscriber, ddq, kill_board, one_line_error
 from ddqhost import boards, layout, transfer, vboard
 from ddqhost.device import Device
 
@@ -133,6 +133,21 @@ def test_flash_layout_raw_asks_erases_once_and_the_app_delivers_from_raw_flash(
     assert {t for t, _p in sub.got} == {"ddq/unix/temp"}
     r = ddq("flash", "-d", tty, "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["layout"] == "raw", r.stderr
+    # ddq pull --raw: the region's bytes as an image (block 0 first, exactly the region) and
+    # IMG.json saying what it holds; read in chunks, with a progress bar on a long pull.
+    pulled = tmp_path / "outbox.img"
+    r = ddq("pull", "-d", tty, "--raw", ":outbox", pulled, "--progress", "--json")
+    assert r.returncode == 0, r.stderr
+    assert "pull [" in r.stderr  # the progress bar
+    with open(img, "rb") as f, open(pulled, "rb") as g:
+        assert f.read() == g.read()
+    meta = json.loads((tmp_path / "outbox.img.json").read_text())
+    assert meta["sha256_verified"] and meta["queue"] == "outbox" and meta["board"] == "UNIX"
+    assert (meta["block_size"], meta["block_count"], meta["page"]) == (4096, 16, 1)
+    assert meta["options"] == layout.raw_options(boards.load("UNIX"))
+    assert oct(os.stat(pulled).st_mode & 0o777) == "0o600"
+    r = ddq("pull", "-d", tty, "--raw", ":outbox", pulled)
+    assert "exists; choose a new image name" in one_line_error(r, 1)
     with Device(tty, soft_reset=False) as dev:
         assert not dev.exists("outbox")  # the queue is not on the filesystem
     q = raw_queue(img, layout.raw_options(boards.load("UNIX")))
@@ -188,3 +203,28 @@ def test_raw_layout_of_the_real_boards_names_their_region_and_what_it_erases(tmp
         env=dict(os.environ, MICROPYPATH=":.:" + os.path.join(REPO, "port")),
     )
     assert r.stdout.split() == ["1", "2", "3384", "124"], r.stdout + r.stderr
+
+
+def test_pull_raw_refuses_a_board_without_the_layout_and_a_region_that_lies(vb, tmp_path):
+    d, st, pids = vb
+    tty = st["device"]
+    out = tmp_path / "x.img"
+    r = ddq("pull", "-d", tty, "--raw", ":outbox", out)
+    assert "has no raw layout (no :ddq_layout.py)" in one_line_error(r, 1)
+    # A region whose count is absurd, one whose reads return the wrong size: one line each,
+    # no image left behind.
+    for region, says in (
+        ("class R:\n    def ioctl(self, op, a):\n        return 10**12\n", "wrong shape"),
+        (
+            "import vboard\nclass R:\n    def ioctl(self, op, a):\n"
+            "        return vboard.raw.ioctl(op, a)\n"
+            "    def readblocks(self, n, b, off=0):\n        b[:] = b'x'\n",
+            "raw region at 0",
+        ),
+    ):
+        with Device(tty, soft_reset=False) as dev:
+            dev.write_file("ddq_layout.py", (region + "def region():\n    return R()\n").encode())
+            dev.exec("import sys\nsys.modules.pop('ddq_layout', None)")
+        r = ddq("pull", "-d", tty, "--raw", ":outbox", out)
+        assert says in one_line_error(r, 1), r.stderr
+        assert os.listdir(tmp_path) == ["vb"]
