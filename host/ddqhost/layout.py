@@ -111,7 +111,8 @@ def what(prof: dict[str, Any], geometry: tuple[int, int] | None = None) -> list[
     """What changing the board to the raw layout erases, and what it needs, as lines."""
     _mod, region, fs, mnt, _a = _check(prof)
     sizes = {"fs": prof["raw_fs_bytes"], "raw": prof["raw_bytes"]}
-    n, bs = geometry or (prof["raw_bytes"] // 4096, 4096)
+    bs = prof.get("raw_block_bytes") or 4096
+    n, bs = geometry or (prof["raw_bytes"] // bs, bs)
     lines = [
         "erases the raw region %s: %d blocks of %d bytes (%d KiB); any queue in it is lost"
         % (region % sizes, n, bs, n * bs // 1024)

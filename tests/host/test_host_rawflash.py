@@ -179,7 +179,8 @@ def test_raw_layout_of_the_real_boards_names_their_region_and_what_it_erases(tmp
     esp = layout.what(boards.load("ESP32_GENERIC"))
     assert "label='ddq'" in esp[0] and len(esp) == 2 and "partition table" in esp[1]
     pyb = layout.what(boards.load("PYBV11"))
-    assert "pyb.Flash(start=32768, len=65536)" in pyb[0] and "/flash" in pyb[1]
+    assert "pyb.Flash(start=65536, len=32768)" in pyb[0] and "/flash" in pyb[1]
+    assert "64 blocks of 512 bytes" in pyb[0]
     assert not layout.has_raw(boards.load("ARMV7M_GENERIC"))
     (tmp_path / "ddq_layout.py").write_text(src)
     (tmp_path / "rp2.py").write_text(
@@ -202,7 +203,8 @@ def test_raw_layout_of_the_real_boards_names_their_region_and_what_it_erases(tmp
         timeout=60,
         env=dict(os.environ, MICROPYPATH=":.:" + os.path.join(REPO, "port")),
     )
-    assert r.stdout.split() == ["1", "2", "3384", "124"], r.stdout + r.stderr
+    want = [str(pico["raw_segment_bytes"]), str(pico["raw_max_segments"])]
+    assert r.stdout.split() == ["1", "2"] + want, r.stdout + r.stderr
 
 
 def test_pull_raw_refuses_a_board_without_the_layout_and_a_region_that_lies(vb, tmp_path):
@@ -228,3 +230,20 @@ def test_pull_raw_refuses_a_board_without_the_layout_and_a_region_that_lies(vb, 
         r = ddq("pull", "-d", tty, "--raw", ":outbox", out)
         assert says in one_line_error(r, 1), r.stderr
         assert os.listdir(tmp_path) == ["vb"]
+
+
+def test_board_capacity_derives_the_raw_layout_the_profile_carries(tmp_path):
+    # tools/board_capacity.py --raw: segment, max_segments (C9's worst case on FlashStorage over
+    # the NOR model) and max_items (admission and the unix port's heap, ddq_flash in it) of the
+    # UNIX profile's region are what boards/UNIX.json says, and docs/BOARDS.md shows the row.
+    sys.path.insert(0, os.path.join(REPO, "tools"))
+    import board_capacity
+
+    prof = boards.load("UNIX")
+    d = board_capacity.derive_raw(prof, str(tmp_path))
+    got = {k: d[k] for k in ("raw_segment_bytes", "raw_max_segments", "raw_max_items")}
+    assert got == {k: prof[k] for k in got}, d
+    assert d["heap_fit"] == prof["raw_heap_fit"] and d["code_bytes"] <= prof["raw_fs_bytes"]
+    with open(os.path.join(REPO, "docs", "BOARDS.md")) as f:
+        doc = f.read()
+    assert board_capacity.render_raw([boards.load(n) for n in boards.names()]) in doc
