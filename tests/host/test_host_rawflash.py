@@ -247,3 +247,64 @@ def test_board_capacity_derives_the_raw_layout_the_profile_carries(tmp_path):
     with open(os.path.join(REPO, "docs", "BOARDS.md")) as f:
         doc = f.read()
     assert board_capacity.render_raw([boards.load(n) for n in boards.names()]) in doc
+
+
+PYB_STANDIN = """
+import sys, vboard
+class Flash:
+    # pyb.Flash(start=, len=) stand-in on the virtual board: 512-byte blocks of its raw image
+    def __init__(self, start=0, len=-1):
+        self.s, self.n, self.d = start, len // 512, vboard.raw
+    def _a(self, n, off, ln):
+        a = self.s + n * 512 + (off or 0)
+        assert 0 <= n and a + ln <= self.s + self.n * 512, (n, off, ln)
+        return a
+    def readblocks(self, n, buf, off=0):
+        a = self._a(n, off, len(buf))
+        self.d.readblocks(a // 4096, buf, a % 4096)
+    def writeblocks(self, n, buf, off=None):
+        if off is None:
+            for i in range(len(buf) // 512):
+                self.ioctl(6, n + i)
+        a = self._a(n, off, len(buf))
+        self.d.writeblocks(a // 4096, buf, a % 4096)
+    def ioctl(self, op, arg):
+        if op == 6:
+            self.d.f.seek(self._a(arg, 0, 512))
+            self.d.f.write(b"\\xff" * 512)
+        return self.n if op == 4 else 512 if op == 5 else 0
+class M:
+    Flash = Flash
+sys.modules["pyb"] = M
+"""
+
+
+def test_layout_change_reformats_the_filesystem_where_it_shrinks_as_on_a_pyboard(vb):
+    # The stm32 path of `ddq flash --layout raw`, run on the virtual board through mpremote with
+    # a stand-in pyb.Flash over its raw image: /flash is unmounted, made a LittleFS of
+    # raw_fs_bytes on pyb.Flash(start=0, len=raw_fs_bytes) and mounted again, the region after it
+    # is erased, and :ddq_layout.py is written there last.
+    d, st, pids = vb  # a 64 KiB raw image: PYBV11's layout at half size, 32 + 16 KiB
+    prof = dict(boards.load("PYBV11"), raw_fs_bytes=32768, raw_bytes=16384)
+    with Device(st["device"], soft_reset=False) as dev:
+        dev.write_file("gone.txt", b"on the old filesystem")
+        dev.exec(PYB_STANDIN)
+        dev.exec("import pyb\npyb.Flash(32768, 16384).writeblocks(3, b'old', 5)")
+        pl = layout.plan(dev, prof)
+        assert pl["change"] and pl["geometry"] == [32, 512]
+        assert (
+            "reformats the filesystem at /flash as LittleFS on pyb.Flash(start=0, len=32768)"
+            in (pl["what"][1])
+        )
+        res = layout.apply(dev, prof)
+        assert res["erased_blocks"] == 32 and res["reformatted"] == "pyb.Flash(start=0, len=32768)"
+        got = dev._collect(
+            "import os\nprint(repr((os.getcwd(), sorted(os.listdir()), os.statvfs('/flash')[:3])))"
+        )
+        assert got.strip() == b"('/flash', ['ddq_layout.py'], (512, 512, 64))", got
+        assert layout.installed(dev) == layout.source(prof)
+        assert not layout.plan(dev, prof)["change"]  # in place: nothing to erase again
+    with open(os.path.join(d, "raw.img"), "rb") as f:
+        img = f.read()
+    assert img[32768 : 32768 + 16384] == b"\xff" * 16384  # the region, erased
+    assert b"littlefs" in img[:8192]  # the filesystem before it
