@@ -172,7 +172,15 @@ def plan(dev: Device, prof: dict[str, Any], dest: str = ".") -> dict[str, Any]:
     """What `flash --layout raw` would do on dev: {"change": False} when the board already has
     this profile's raw layout, else the region's geometry and the lines of what() to confirm."""
     src = source(prof)
-    geo = geometry(dev, _region_code(prof))
+    try:
+        geo = geometry(dev, _region_code(prof))
+    except LayoutError as e:
+        if prof["port"] == "unix":  # vboard.raw is None: started with --raw-kib 0
+            raise LayoutError(
+                "the virtual board has no raw flash region (`ddq board virtual start --raw-kib "
+                "N` makes one when STATE_DIR/raw.img is missing)"
+            ) from None
+        raise e
     if prof["port"] != "unix" and geo[0] * geo[1] != prof["raw_bytes"]:
         raise LayoutError(
             "the board's raw region is %d bytes, the profile's raw_bytes %d: wrong --board?"

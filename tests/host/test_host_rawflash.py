@@ -207,6 +207,22 @@ def test_raw_layout_of_the_real_boards_names_their_region_and_what_it_erases(tmp
     assert r.stdout.split() == ["1", "2"] + want, r.stdout + r.stderr
 
 
+def test_flash_layout_raw_refuses_a_profile_or_a_board_without_a_raw_region(tmp_path):
+    d = str(tmp_path / "vb0")
+    st = vboard.start(d, raw_blocks=0)
+    pids = [st["bridge_pid"], st["micropython_pid"]]
+    try:
+        assert st["raw_image"] is None
+        r = ddq("flash", "-d", st["device"], "--layout", "raw", "--yes")
+        assert "the virtual board has no raw flash region" in one_line_error(r, 1)
+        r = ddq("flash", "-d", st["device"], "--board", "ARMV7M_GENERIC", "--layout", "raw")
+        assert "profile ARMV7M_GENERIC has no raw layout" in one_line_error(r, 1)
+        with Device(st["device"], soft_reset=False) as dev:
+            assert not dev.exists("ddq.mpy") and not dev.exists("ddq_layout.py")
+    finally:
+        assert kill_board(vboard.kill, d, pids)
+
+
 def test_pull_raw_refuses_a_board_without_the_layout_and_a_region_that_lies(vb, tmp_path):
     d, st, pids = vb
     tty = st["device"]
