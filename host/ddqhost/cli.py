@@ -161,6 +161,7 @@ def argparse_board(p: argparse.ArgumentParser) -> None:
     what = (
         "the virtual board: the MicroPython unix port (the venv's micropython, from the "
         "[board] extra) behind a pty, on a LittleFS image file mounted at /flash (its cwd), "
+        "with a raw flash region STATE_DIR/raw.img (`import vboard; vboard.raw` on the board), "
         "driven like a real board (device STATE_DIR/tty). start: power it on (creates and formats "
         "the image when missing; main.py is not run: `ddq app start` runs it, as a reset does); "
         "stop: unmount and exit; status; kill: a power cut (SIGKILL). A soft reset (mpremote's "

@@ -180,6 +180,11 @@ def plan(dev: Device, prof: dict[str, Any], dest: str = ".") -> dict[str, Any]:
                 "the virtual board has no raw flash region (`ddq board virtual start --raw-kib "
                 "N` makes one when STATE_DIR/raw.img is missing)"
             ) from None
+        if prof["port"] in NEEDS:  # no ddq partition, or a firmware that cannot make the region
+            sizes = {"fs": prof["raw_fs_bytes"], "raw": prof["raw_bytes"]}
+            raise LayoutError(
+                "%s; the raw layout needs %s" % (e, NEEDS[prof["port"]] % sizes)
+            ) from None
         raise e
     if prof["port"] != "unix" and geo[0] * geo[1] != prof["raw_bytes"]:
         raise LayoutError(

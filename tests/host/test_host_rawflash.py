@@ -217,6 +217,15 @@ def test_flash_layout_raw_refuses_a_profile_or_a_board_without_a_raw_region(tmp_
         assert "the virtual board has no raw flash region" in one_line_error(r, 1)
         r = ddq("flash", "-d", st["device"], "--board", "ARMV7M_GENERIC", "--layout", "raw")
         assert "profile ARMV7M_GENERIC has no raw layout" in one_line_error(r, 1)
+        with Device(st["device"], soft_reset=False) as dev:  # an esp32 without the partition
+            dev.exec(
+                "import sys\nclass P:\n    TYPE_DATA = 1\n    @staticmethod\n"
+                "    def find(t, label=None):\n        return []\n"
+                "class E:\n    Partition = P\nsys.modules['esp32'] = E"
+            )
+        r = ddq("flash", "-d", st["device"], "--board", "ESP32_GENERIC", "--layout", "raw")
+        line = one_line_error(r, 1)
+        assert "IndexError" in line and "data partition labelled ddq of 1572864 bytes" in line
         with Device(st["device"], soft_reset=False) as dev:
             assert not dev.exists("ddq.mpy") and not dev.exists("ddq_layout.py")
     finally:
