@@ -731,7 +731,10 @@ def render_raw(profs):
         "the region against the filesystem layout's per MiB of `fs bytes`. A stock firmware "
         "keeps the layout on stm32 (its boot sizes the filesystem from the LittleFS "
         "superblock); rp2 needs a `_boot.py` that mounts `rp2.Flash(start=0, len=raw_fs_bytes)`, "
-        'esp32 a partition table with a `ddq` data partition (docs/HOST.md "flash").'
+        'esp32 a partition table with a `ddq` data partition (docs/HOST.md "flash"). On '
+        "PYBV11's internal flash pyb.Flash writes go through the stm32 flash cache (written "
+        "back later, a sector at once), so there a record is not durable when its program "
+        "returns: its raw layout is for boards with external SPI flash."
         % (RAW_REC, RAW_FRAME, RAW_SPARE),
         "",
         "| board | region | block | page | filesystem beside it | options (segment × "

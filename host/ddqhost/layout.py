@@ -53,6 +53,13 @@ NEEDS = {
     "esp32": "a partition table with a data partition labelled ddq of %(raw)d bytes and a vfs "
     "partition of %(fs)d bytes (esptool)",
 }
+# What the port's region does not give, said before the change (and in docs/BOARDS.md).
+WARN = {
+    "stm32": "on internal flash (PYBV11) pyb.Flash writes go to a RAM sector cache that the "
+    "firmware writes back later, a whole sector at once (ports/stm32/flashbdev.c): a record is "
+    "not durable when its program returns, and a power cut in a write-back can take what the "
+    "sector held; boards whose pyb.Flash is external SPI flash (PYBD) program it directly",
+}
 ERASE_BATCH = 16  # blocks erased per exec (progress between them)
 
 
@@ -125,6 +132,8 @@ def what(prof: dict[str, Any], geometry: tuple[int, int] | None = None) -> list[
         )
     if prof["port"] in NEEDS:
         lines.append("needs " + NEEDS[prof["port"]] % sizes)
+    if prof["port"] in WARN:
+        lines.append("beware: " + WARN[prof["port"]])
     return lines
 
 

@@ -180,6 +180,7 @@ def test_raw_layout_of_the_real_boards_names_their_region_and_what_it_erases(tmp
     assert "label='ddq'" in esp[0] and len(esp) == 2 and "partition table" in esp[1]
     pyb = layout.what(boards.load("PYBV11"))
     assert "pyb.Flash(start=65536, len=32768)" in pyb[0] and "/flash" in pyb[1]
+    assert pyb[2].startswith("beware: on internal flash (PYBV11) pyb.Flash writes go to a RAM")
     assert "64 blocks of 512 bytes" in pyb[0]
     assert not layout.has_raw(boards.load("ARMV7M_GENERIC"))
     (tmp_path / "ddq_layout.py").write_text(src)
