@@ -1,10 +1,11 @@
 """The raw layout (docs/BOARDS.md "Raw layout"): a board's queue on a raw flash region through
 ddq_flash.FlashStorage (SPEC §16), beside a smaller filesystem.
 
-A profile opts in with raw_bytes (the region), raw_fs_bytes (the filesystem beside it), raw_page
-(FlashStorage's page: 256 on rp2, whose flash programs whole pages) and the queue options of the
-raw layout (raw_segment_bytes, raw_max_segments, raw_max_items: a segment in one erase block, the
-region's blocks). `ddq flash --layout raw` writes :ddq_layout.py, the one board-side contract:
+A profile opts in with raw_bytes (the region), raw_block_bytes, raw_fs_bytes (the filesystem
+beside it), raw_page (FlashStorage's page: 256 on rp2, whose flash programs whole pages) and the
+queue options of the raw layout (raw_segment_bytes, raw_max_segments, raw_max_items: segments in
+whole erase blocks, as many as the region holds; tools/board_capacity.py --raw derives them).
+`ddq flash --layout raw` writes :ddq_layout.py, the one board-side contract:
 
     import ddq_layout
     ddq_layout.use(OPTIONS)     # OPTIONS gets storage=FlashStorage(region()) and the raw options
@@ -22,7 +23,7 @@ from .errors import HostError
 
 LAYOUT_FILE = "ddq_layout.py"
 # The profile keys of the raw layout: the region, the filesystem beside it, FlashStorage's page,
-# and the queue options there (a segment fits one erase block with its frame headers).
+# and the queue options there (segments in whole erase blocks with their frame headers).
 RAW_KEYS = ("raw_bytes", "raw_fs_bytes", "raw_page")  # boards.RAW_KEYS: these and RAW_OPTIONS
 RAW_OPTIONS = {
     "raw_segment_bytes": "segment_bytes",
@@ -40,7 +41,7 @@ PORTS = {
     # a data partition labelled "ddq" beside a smaller "vfs" (a partition table of your build)
     "esp32": ("esp32", "esp32.Partition.find(esp32.Partition.TYPE_DATA, label='ddq')[0]", None,
               "/", ""),
-    # the C boot sizes the block device from a LittleFS superblock (ports/stm32/main.c)
+    # MicroPython's stm32 boot sizes its flash block device from a LittleFS superblock
     "stm32": ("pyb", "pyb.Flash(start=%(fs)d, len=%(raw)d)", "pyb.Flash(start=0, len=%(fs)d)",
               "/flash", ""),
     # the virtual board: its own raw image (host/ddqhost/vboard.py), the filesystem untouched
@@ -240,6 +241,7 @@ def apply(
         dev.mkdir(dest, exist_ok=True)
     dev.write_file(path + ".tmp", data)
     dev.rename(path + ".tmp", path)
+    dev.exec("import sys\nsys.modules.pop('ddq_layout', None)")  # the next import reads it
     import hashlib
 
     wrote = {"path": ":" + path, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
