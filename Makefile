@@ -228,9 +228,11 @@ test: venv types
 	@MAKE="$(MAKE)" tools/test_phases.sh $(TEST_PHASES)
 
 # The end-to-end demo (demo/run.py): GATEWAY=cpython runs the app as a CPython gateway instead of
-# the virtual board; SEED=N replays a run's chaos; MESSAGES=N and RATE=R size it; DEMO_ARGS for
+# the virtual board; STORAGE=raw keeps the board's queue on its raw flash region (ddq flash
+# --layout raw); SEED=N replays a run's chaos; MESSAGES=N and RATE=R size it; DEMO_ARGS for
 # the rest (python demo/run.py -h). Installs mosquitto with apt-get when root and it is missing.
-DEMO_FLAGS = $(if $(GATEWAY),--gateway $(GATEWAY)) $(if $(SEED),--seed $(SEED)) \
+DEMO_FLAGS = $(if $(GATEWAY),--gateway $(GATEWAY)) $(if $(STORAGE),--storage $(STORAGE)) \
+  $(if $(SEED),--seed $(SEED)) \
   $(if $(MESSAGES),--messages $(MESSAGES)) $(if $(RATE),--rate $(RATE)) $(DEMO_ARGS)
 
 demo: venv

@@ -271,9 +271,15 @@ def main(
     client_id="ddq-demo-device",
     log=True,
     window=16,
+    raw=False,
 ):
-    """Run until `total` readings are enqueued and delivered; return the Outbox stats."""
+    """Run until `total` readings are enqueued and delivered; return the Outbox stats. raw: the
+    queue on the board's raw flash region (`ddq flash --layout raw` wrote ddq_layout)."""
     opts = dict(options or {})
+    if raw:
+        import ddq_layout
+
+        ddq_layout.use(opts)
     ob = ddq_outbox.Outbox(
         queue_dir,
         lease_ms=lease_ms,

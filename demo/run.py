@@ -1,7 +1,8 @@
 """`make demo`: a device outbox delivering to a real MQTT broker through broker restarts and power
 cuts.
 
-    python demo/run.py [--gateway micropython|cpython] [--messages N] [--rate R] [--seed S]
+    python demo/run.py [--gateway micropython|cpython] [--storage fs|raw] [--messages N] [--rate R]
+                       [--seed S]
                        [--broker-restarts K] [--kills K] [--broker auto|mosquitto|amqtt] ...
 
 What runs (all on 127.0.0.1, a free port; every process is ended by pid in `finally`):
@@ -12,7 +13,10 @@ What runs (all on 127.0.0.1, a free port; every process is ended by pid in `fina
   * a subscriber (paho-mqtt, persistent session, QoS 1) recording every message;
   * the device: the virtual board (MicroPython unix port on a LittleFS image behind a pty) running
     demo/devapp.py, installed with `ddq flash` and started over mpremote without waiting; or with
-    --gateway cpython the same app as a CPython process with paho-mqtt;
+    --gateway cpython the same app as a CPython process with paho-mqtt; --storage raw keeps the
+    board's queue on its raw flash region instead (`ddq flash --layout raw`: ddq_flash over the
+    board's NOR image, STATE_DIR/raw.img), and the power-cut images and the final pull are images
+    of that region, recovered on the host through the same port code (ddq_flash.FlashStorage);
   * a chaos loop from a printed seed: broker stop/start and SIGKILL of the device process (a power
     cut: only what LittleFS had synced survives on the image) at random moments, then a restart.
     After each kill the image (or directory) is copied and its queue recovered on the host: which
@@ -51,13 +55,15 @@ for _p in (os.path.join(REPO, "host"), os.path.join(REPO, "port"), HERE):
 import devapp  # noqa: E402
 
 import ddq  # noqa: E402
-from ddqhost import boards, qdir, vboard  # noqa: E402
+import ddq_flash  # noqa: E402
+from ddqhost import boards, layout, qdir, vboard  # noqa: E402
 from ddqhost.device import Device  # noqa: E402
 
 AMQTT_PIN = "amqtt==0.12.1"
 TOPIC_ROOT = "ddq/demo"
 BOARD = "UNIX"
 IMAGE_BLOCKS = 256  # 1 MiB LittleFS image, 4 KiB blocks (the virtual board's default)
+RAW_BLOCKS = 64  # --storage raw: the UNIX profile's raw region, 256 KiB of 4 KiB blocks
 
 
 class DemoError(Exception):
@@ -397,13 +403,43 @@ class Subscriber:
 # ---------------------------------------------------------------- queue state on the host
 
 
+class ImageFlash:
+    """A raw region image in RAM as an extended block device with NOR semantics (a program
+    clears bits, an erase sets a block to 0xFF): the queue of an image, recovered on the host."""
+
+    def __init__(self, path, bs=vboard.DEFAULT_BLOCK_SIZE):
+        with open(path, "rb") as f:
+            self.data = bytearray(f.read())
+        self.bs = bs
+
+    def readblocks(self, n, buf, off=0):
+        a = n * self.bs + off
+        buf[:] = self.data[a : a + len(buf)]
+
+    def writeblocks(self, n, buf, off=0):
+        a = n * self.bs + (off or 0)
+        for i, b in enumerate(bytes(buf)):
+            self.data[a + i] &= b
+
+    def ioctl(self, op, arg):
+        if op == 6:
+            self.data[arg * self.bs : (arg + 1) * self.bs] = b"\xff" * self.bs
+        return len(self.data) // self.bs if op == 4 else self.bs if op == 5 else 0
+
+
 def queue_state(path, options):
-    """Recovered state of a queue directory (on a copy): next_seq and the seqs per state."""
+    """Recovered state of a queue directory or a raw region image (on a copy): next_seq and the
+    seqs per state."""
     tmp = tempfile.mkdtemp(prefix="ddq-demo-q-")
     try:
-        work = os.path.join(tmp, "q")
-        qdir.copy_queue(path, work)
-        q = ddq.Queue(work, clock=lambda: int(time.time() * 1000), **options)
+        clock = lambda: int(time.time() * 1000)  # noqa: E731
+        if os.path.isfile(path):  # --storage raw: the queue "outbox" in the region's image
+            st = ddq_flash.FlashStorage(ImageFlash(path))
+            q = ddq.Queue("outbox", clock=clock, storage=st, **options)
+        else:
+            work = os.path.join(tmp, "q")
+            qdir.copy_queue(path, work)
+            q = ddq.Queue(work, clock=clock, **options)
         try:
             st = q.stats()
             by = {"available": set(), "claimed": set(), "acked": set(), "quarantined": set()}
@@ -550,6 +586,51 @@ class VirtualBoard:
     def stop(self):
         vboard.stop(self.dir)
         vboard.kill(self.dir)  # no-op unless stop left something behind
+
+
+class RawBoard(VirtualBoard):
+    """The virtual board with its queue on the raw flash region (`ddq flash --layout raw`)."""
+
+    label = "virtual board (MicroPython unix port, queue on its raw NOR flash region, pty)"
+    image_what = "raw flash image"
+
+    def __init__(self, workdir, app_kw, log):
+        super().__init__(workdir, dict(app_kw, raw=True), log)
+        self.raw = os.path.join(self.dir, "raw.img")
+        self.options = layout.raw_options(boards.load(BOARD))
+
+    def install(self):
+        os.makedirs(self.dir, exist_ok=True)
+        st = vboard.start(self.dir, image=self.image, blocks=IMAGE_BLOCKS, raw_blocks=RAW_BLOCKS)
+        self.tty = st["device"]
+        rc, out = run_cli(
+            ["flash", "--device", self.tty, "--board", BOARD, "--layout", "raw", "--yes"], self.log
+        )
+        if rc != 0:
+            raise DemoError("ddq flash --layout raw failed: %s" % out.strip())
+        for line in out.strip().splitlines()[:1] + out.strip().splitlines()[-1:]:
+            self.log("  " + line)
+        with Device(self.tty, soft_reset=False) as dev:
+            with open(os.path.join(HERE, "devapp.py"), "rb") as f:
+                dev.write_file("devapp.py", f.read())
+        self.log("  wrote :devapp.py (the demo app)")
+
+    def kill(self, snapdir):
+        """Power cut; return a copy of the raw region's image as it was."""
+        vboard.kill(self.dir)
+        img = os.path.join(snapdir, "raw.img")
+        shutil.copyfile(self.raw, img)
+        return img
+
+    def snapshot_queue(self, snap, dest):
+        shutil.copyfile(snap, dest)  # queue_state opens the image's queue
+
+    def pull(self, dest):
+        rc, out = run_cli(["pull", "--device", self.tty, "--raw", ":outbox", dest], self.log)
+        if out.strip():
+            self.log("  " + out.strip())
+        if rc != 0:
+            raise DemoError("ddq pull --raw failed (exit %d)" % rc)
 
 
 class Gateway:
@@ -837,6 +918,7 @@ def analyse(cfg, sub, final, kills, device, log):
 class Config:
     def __init__(self, **kw):
         self.gateway = "micropython"
+        self.storage = "fs"
         self.messages = 6000
         self.rate = 60
         self.seed = None
@@ -872,7 +954,13 @@ def run(cfg, log=None, out=None):
         "seed": cfg.seed,
         "window": cfg.inflight,
     }
-    dev_cls = Gateway if cfg.gateway == "cpython" else VirtualBoard
+    if cfg.storage == "raw" and cfg.gateway == "cpython":
+        raise DemoError(
+            "--storage raw is the virtual board's raw flash: not with --gateway cpython"
+        )
+    dev_cls = (
+        Gateway if cfg.gateway == "cpython" else RawBoard if cfg.storage == "raw" else VirtualBoard
+    )
     device = dev_cls(workdir, app_kw, log)
     stats = {
         "broker": "up",
@@ -887,6 +975,7 @@ def run(cfg, log=None, out=None):
     res = {
         "seed": cfg.seed,
         "gateway": cfg.gateway,
+        "storage": cfg.storage,
         "device": device.label,
         "delivery_window": 1 if cfg.gateway == "cpython" else cfg.inflight,
         "broker": broker.kind,
@@ -896,8 +985,13 @@ def run(cfg, log=None, out=None):
         "workdir": workdir,
     }
     log(
-        "ddq demo: seed %d (replay: make demo SEED=%d%s)"
-        % (cfg.seed, cfg.seed, " GATEWAY=cpython" if cfg.gateway == "cpython" else "")
+        "ddq demo: seed %d (replay: make demo SEED=%d%s%s)"
+        % (
+            cfg.seed,
+            cfg.seed,
+            " GATEWAY=cpython" if cfg.gateway == "cpython" else "",
+            " STORAGE=raw" if cfg.storage == "raw" else "",
+        )
     )
     try:
         broker.start()
@@ -955,16 +1049,21 @@ def run(cfg, log=None, out=None):
         time.sleep(0.5)  # the last PUBACKs to the subscriber
         pulled = os.path.join(workdir, "pulled")
         device.pull(pulled)
-        rc, vout = run_cli(["verify", pulled], log)
-        res["verify_rc"], res["verify"] = rc, vout.strip()
-        for line in vout.strip().splitlines()[-3:]:
-            log("  " + line)
-        _rc, iout = run_cli(["inspect", pulled], log)
-        with open(os.path.join(workdir, "inspect.txt"), "w") as f:
-            f.write(iout)
-        for line in iout.strip().splitlines()[:3]:
-            log("  " + line)
-        res["inspect_head"] = iout.strip().splitlines()[:3]
+        if cfg.storage == "raw":
+            # `ddq verify`/`inspect` read directories; the image's queue is recovered below
+            # through ddq_flash on the host (queue_state), which must succeed
+            rc, res["verify_rc"], res["verify"] = 0, None, "not run (a raw region image)"
+        else:
+            rc, vout = run_cli(["verify", pulled], log)
+            res["verify_rc"], res["verify"] = rc, vout.strip()
+            for line in vout.strip().splitlines()[-3:]:
+                log("  " + line)
+            _rc, iout = run_cli(["inspect", pulled], log)
+            with open(os.path.join(workdir, "inspect.txt"), "w") as f:
+                f.write(iout)
+            for line in iout.strip().splitlines()[:3]:
+                log("  " + line)
+            res["inspect_head"] = iout.strip().splitlines()[:3]
         final = queue_state(pulled, device.options)
         res.update(analyse(cfg, sub, final, chaos.kills, device, log))
         res.update(
@@ -1052,13 +1151,21 @@ def render(res):
             *(
                 ("python", "queue directory")
                 if res["gateway"] == "cpython"
+                else ("micropython", "raw flash image")
+                if res.get("storage") == "raw"
                 else ("micropython", "LittleFS image")
             ),
         ),
         "  elapsed          %6.1f s" % res["elapsed_s"],
         "  throughput       %6.1f messages/s" % res["msgs_per_s"],
         "  ddq verify       %s"
-        % ("clean" if res.get("verify_rc") == 0 else "exit %s" % res.get("verify_rc")),
+        % (
+            res.get("verify")
+            if res.get("verify_rc") is None
+            else "clean"
+            if res.get("verify_rc") == 0
+            else "exit %s" % res.get("verify_rc")
+        ),
     ]
     for e in res["errors"]:
         lines.append("  ERROR: " + e)
@@ -1087,6 +1194,13 @@ def main(argv=None):
         choices=["micropython", "cpython"],
         default="micropython",
         help="the device: the virtual board (default) or a CPython gateway process",
+    )
+    ap.add_argument(
+        "--storage",
+        choices=["fs", "raw"],
+        default="fs",
+        help="the virtual board's queue on its LittleFS (default) or on its raw flash region "
+        "(`ddq flash --layout raw`)",
     )
     ap.add_argument("--messages", type=int, default=6000, help="readings to enqueue (%(default)s)")
     ap.add_argument("--rate", type=int, default=60, help="readings per second (%(default)s)")

@@ -108,6 +108,31 @@ import ddq
 gc.collect()
 m1 = gc.mem_alloc()
 o = a["options"]
+if a.get("raw"):  # the raw layout: FlashStorage over a file-backed NOR region (not in the heap)
+    import ddq_flash
+    class NOR:
+        def __init__(s, path, bs, nb):
+            s.f, s.bs, s.nb = open(path, "r+b"), bs, nb
+        def readblocks(s, n, b, off=0):
+            s.f.seek(n * s.bs + off)
+            s.f.readinto(b)
+        def writeblocks(s, n, b, off=0):
+            s.f.seek(n * s.bs + off)
+            old = s.f.read(len(b))
+            s.f.seek(n * s.bs + off)
+            v = int.from_bytes(old, "little") & int.from_bytes(b, "little")
+            s.f.write(v.to_bytes(len(b), "little"))
+        def ioctl(s, op, arg):
+            if op == 6:
+                s.f.seek(arg * s.bs)
+                s.f.write(b"\\xff" * s.bs)
+            return s.nb if op == 4 else s.bs if op == 5 else 0
+    r = a["raw"]
+    f = open(r["path"], "wb")  # erased, each run
+    for _ in range(r["nb"]):
+        f.write(b"\\xff" * r["bs"])
+    f.close()
+    o["storage"] = ddq_flash.FlashStorage(NOR(r["path"], r["bs"], r["nb"]), page=r["page"])
 q = ddq.Queue(a["dir"], sync="none", clock=lambda: 1767225600000, **o)
 p = bytes.fromhex(a["payload"])
 tw = None
@@ -168,7 +193,8 @@ def app_imports(prof):
     app = boards.app_path(prof)
     if not (app and os.path.isfile(app)):
         return ["ddq"]
-    return sorted(os.path.basename(m)[:-3] for m in transfer.modules_to_install(prof, app))
+    mods = transfer.modules_to_install(prof, app, prof.get("_layout", "fs"))
+    return sorted(os.path.basename(m)[:-3] for m in mods)
 
 
 def message(prof):
@@ -219,7 +245,7 @@ def fill_cpython(opts, payload, path, one_more=False):
     return n, end, stored
 
 
-def fill_mp(prof, opts, payload, tmp, limit, app_heap, one_more=False):
+def fill_mp(prof, opts, payload, tmp, limit, app_heap, one_more=False, raw=None):
     d = os.path.join(tmp, "mpq")
     shutil.rmtree(d, ignore_errors=True)
     # What the app imports itself: the modules ddq loads by name when it needs them (opening,
@@ -235,6 +261,7 @@ def fill_mp(prof, opts, payload, tmp, limit, app_heap, one_more=False):
         "limit": limit,
         "app_heap": app_heap,
         "one_more": one_more,
+        "raw": raw,
     }
     script = os.path.join(tmp, "fill.py")
     with open(script, "w") as f:
@@ -535,6 +562,225 @@ def write_profile(prof, derived):
     return boards.load(prof["board"])
 
 
+# ---------------------------------------------------------------- the raw layout
+# `ddq flash --layout raw` (host/ddqhost/layout.py, DESIGN §15): the queue on a raw flash region of
+# raw_bytes in blocks of raw_block_bytes through ddq_flash.FlashStorage, the code on a filesystem
+# of raw_fs_bytes beside it. Every file takes whole erase blocks: a first block holds RAW_HEAD
+# bytes of header, marks and name slots before its data, the others RAW_HDR; each sync is a frame
+# of RAW_FRAME bytes more, so a segment of the smallest records (RAW_REC, CLAIM and ACK) is its
+# worst case. --raw derives raw_segment_bytes (the largest that fits whole blocks so, holding at
+# least two DATA records of max_payload_bytes), raw_max_segments (C9's worst case measured on
+# FlashStorage over a NOR model of the region, RAW_SPARE blocks still free) and raw_max_items (as
+# max_items: admission on CPython, the heap on the unix port with ddq_flash and the region's
+# FlashStorage in it), and writes them with the BOARDS.md section "Raw layout"; the LittleFS
+# figures are left as they are.
+RAW_HEAD = 284
+RAW_HDR = 24
+RAW_FRAME = 6
+RAW_REC = 48
+RAW_SPARE = 2  # a block taken is erased first, and a third rename of a file copies it
+
+
+def raw_seg_bytes(bs, k):
+    """The largest segment_bytes whose worst case fits k blocks of bs bytes."""
+    cap = bs - RAW_HEAD + (k - 1) * (bs - RAW_HDR)
+    return cap * RAW_REC // (RAW_REC + RAW_FRAME) // 8 * 8
+
+
+def raw_blocks(prof, seg):
+    """Blocks a segment of seg bytes takes at worst."""
+    return next(k for k in range(1, 1025) if raw_seg_bytes(prof["raw_block_bytes"], k) >= seg)
+
+
+def raw_segment(prof):
+    """(the smallest raw_segment_bytes to try, blocks it takes): it holds at least two DATA
+    records of max_payload_bytes."""
+    need = 2 * (RAW_REC + prof["max_payload_bytes"])
+    k = raw_blocks(prof, need)
+    return raw_seg_bytes(prof["raw_block_bytes"], k), k
+
+
+def raw_region(prof):
+    import ddq_flash
+    from blockdev import NORBlockDev
+
+    bs = prof["raw_block_bytes"]
+    dev = NORBlockDev(bs, prof["raw_bytes"] // bs)
+    return ddq_flash.FlashStorage(dev, page=prof["raw_page"])
+
+
+def raw_fits(prof, m, seg):
+    """C9's worst case for m segments on the region: two generations and a cut's copy, each
+    written as frames of the smallest record, both manifests and the marker; then RAW_SPARE
+    more files (a block each) still fit."""
+    st = raw_region(prof)
+    rec = b"r" * RAW_REC
+    try:
+        st.mkdir("q")
+        for i in range(2 * m + 1):
+            h = st.open("q/segment-%016x.log" % i, "ab")
+            for _ in range(seg // RAW_REC):
+                st.write(h, rec)
+                st.sync(h)
+            st.close(h)
+        for name in ["queue.manifest", "queue.manifest.tmp", "queue.marker"] + [
+            "spare%d" % i for i in range(RAW_SPARE)
+        ]:
+            h = st.open("q/" + name, "wb")
+            st.write(h, rec)
+            st.sync(h)
+            st.close(h)
+    except OSError:
+        return False
+    return True
+
+
+def derive_raw(prof, tmp):
+    """The raw layout's options and the evidence for one profile (nothing written): segments of
+    1, 2 and 4 times the smallest block count tried (FlashStorage keeps a few hundred bytes of
+    heap a file, so fewer, larger segments can leave the index more), the one holding the most
+    items kept."""
+    best = None
+    for mult in (1, 2, 4):
+        k = raw_segment(prof)[1] * mult
+        sub = os.path.join(tmp, "k%d" % k)
+        os.makedirs(sub, exist_ok=True)
+        d = derive_raw_k(prof, sub, raw_seg_bytes(prof["raw_block_bytes"], k), k)
+        if best is None or d["raw_max_items"] > best["raw_max_items"]:
+            best = d
+    assert best is not None
+    return best
+
+
+def derive_raw_k(prof, tmp, seg, k):
+    lo, hi = 0, prof["raw_bytes"] // prof["raw_block_bytes"] // k
+    while lo < hi:  # the largest m that fits (raw_fits is monotonic in m)
+        mid = (lo + hi + 1) // 2
+        if raw_fits(prof, mid, seg):
+            lo = mid
+        else:
+            hi = mid - 1
+    m = max(1, lo)
+    payload = message(prof)
+    ps = dict(prof, _layout="raw")
+    opts = dict(boards.queue_options(prof), segment_bytes=seg, max_segments=m, max_items=BIG)
+    admitted, end, stored = fill_cpython(dict(opts, storage=raw_region(prof)), payload, "outbox")
+    bs = prof["raw_block_bytes"]
+    raw = {
+        "path": os.path.join(tmp, "raw.img"),
+        "bs": bs,
+        "nb": prof["raw_bytes"] // bs,
+        "page": prof["raw_page"],
+    }
+    heap = fill_mp(
+        ps, opts, payload, tmp, admitted, int(prof["app_heap_bytes"] * WORD_SCALE), raw=raw
+    )
+    fit = heap["ok"] if heap["end"] != "limit" else admitted
+    # the code on the LittleFS beside the region, in its blocks (pyb.Flash's are 512 B)
+    code = code_bytes(dict(ps, filesystem="fat" if bs < 4096 else "littlefs2"), tmp)
+    return {
+        "raw_segment_bytes": seg,
+        "segment_blocks": k,
+        "raw_max_segments": m,
+        "raw_max_items": max(1, min(admitted, fit) // 8 * 8),
+        "admitted": admitted,
+        "admitted_end": end,
+        "heap_fit": fit,
+        "heap_end": heap["end"],
+        "import_heap": heap["import"],
+        "code_bytes": code,
+        "bound": "heap" if fit < admitted else "region (admission)",
+    }
+
+
+def write_raw(prof, d):
+    """The derived raw_* keys, and raw_heap_fit (what the heap model held; 0: the queue did not
+    open in it, and raw_max_items stays as it was, at most what the region admits)."""
+    with open(prof["_path"]) as f:
+        data = json.load(f)
+    keys = ("raw_segment_bytes", "raw_max_segments") + (
+        ("raw_max_items",) if d["heap_fit"] else ()
+    )
+    for key in keys:
+        data[key] = d[key]
+    if not d["heap_fit"]:  # never more than the region admits
+        data["raw_max_items"] = min(data["raw_max_items"], max(1, d["admitted"] // 8 * 8))
+    data["raw_heap_fit"] = d["heap_fit"]
+    with open(prof["_path"], "w") as f:
+        f.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    return boards.load(prof["board"])
+
+
+def render_raw(profs):
+    """docs/BOARDS.md's section on the raw layout, from the profiles' raw_* keys."""
+    out = [
+        "## Raw layout",
+        "",
+        '`ddq flash --layout raw` (docs/HOST.md "flash") puts the queue on a raw flash region '
+        "through ddq_flash.FlashStorage (SPEC §16, DESIGN §15) and the code on a smaller "
+        "LittleFS beside it: each record is durable when its program returns, about one erase "
+        "per block filled instead of about three a message (DESIGN §12). Written by "
+        "`tools/board_capacity.py --raw --write` from the profiles' `raw_*` keys: "
+        "**segment** is the largest raw_segment_bytes whose worst case (frames of %d-byte "
+        "records, %d bytes each more) fits its blocks; **max_segments** the largest count "
+        "whose SPEC C9 worst case fits the region on FlashStorage with %d blocks free; "
+        "**items** the queue's max_items there, measured as for the filesystem layout (with "
+        "ddq_flash and the region's FlashStorage in the heap; FlashStorage keeps a few hundred "
+        "bytes a file, so segments of several blocks can hold more), **heap fit** what the "
+        "unix-port heap model held (0: the queue did not open in it, and max_items is set by "
+        "hand, to be measured on the board); **per MiB**: items per MiB of "
+        "the region against the filesystem layout's per MiB of `fs bytes`. A stock firmware "
+        "keeps the layout on stm32 (its boot sizes the filesystem from the LittleFS "
+        "superblock); rp2 needs a `_boot.py` that mounts `rp2.Flash(start=0, len=raw_fs_bytes)`, "
+        'esp32 a partition table with a `ddq` data partition (docs/HOST.md "flash"). On '
+        "PYBV11's internal flash pyb.Flash writes go through the stm32 flash cache (written "
+        "back later, a sector at once), so there a record is not durable when its program "
+        "returns: its raw layout is for boards with external SPI flash."
+        % (RAW_REC, RAW_FRAME, RAW_SPARE),
+        "",
+        "| board | region | block | page | filesystem beside it | options (segment × "
+        "max_segments) | blocks a segment | items (max_items) | heap fit | per MiB: raw / "
+        "filesystem layout |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for prof in profs:
+        if "raw_bytes" not in prof:
+            continue
+        k = raw_blocks(prof, prof["raw_segment_bytes"])
+        fit = prof.get("raw_heap_fit")
+        out.append(
+            "| %s | %s | %d B | %d B | %s | %d × %d | %d | **%s** | %s | %s / %s |"
+            % (
+                prof["board"],
+                kb(prof["raw_bytes"]),
+                prof["raw_block_bytes"],
+                prof["raw_page"],
+                kb(prof["raw_fs_bytes"]),
+                prof["raw_segment_bytes"],
+                prof["raw_max_segments"],
+                k,
+                "{:,}".format(prof["raw_max_items"]),
+                "—" if fit is None else "does not open" if not fit else "{:,}".format(fit),
+                "{:,}".format(int(prof["raw_max_items"] * 1048576 / prof["raw_bytes"])),
+                "{:,}".format(int(prof["max_items"] * 1048576 / prof["fs_bytes"])),
+            )
+        )
+    return "\n".join(out)
+
+
+def write_raw_doc(section):
+    """Replace (or add, before "## Sharing the filesystem") the "## Raw layout" section."""
+    with open(DOC) as f:
+        doc = f.read()
+    m = re.search(r"## Raw layout\n.*?(?=\n+## |\n*\Z)", doc, re.S)
+    if m:
+        doc = doc[: m.start()] + section + doc[m.end() :]
+    else:
+        doc = doc.replace("## Sharing the filesystem", section + "\n\n## Sharing the filesystem")
+    with open(DOC, "w") as f:
+        f.write(doc)
+
+
 def render(rows):
     out = [
         "# Board profiles: what each one holds",
@@ -654,6 +900,7 @@ def render(rows):
                 kb(c["heap_left"]),
             )
         )
+    out += ["", render_raw([prof for prof, _d, _c in rows])]
     out += ["", SHARING, "", "Per board: `description` of the profile.", ""]
     for prof, _d, _c in rows:
         out.append(
@@ -706,7 +953,14 @@ def main(argv=None):
     ap.add_argument("--write", action="store_true", help="update profiles, apps, docs/BOARDS.md")
     ap.add_argument("--check", action="store_true", help="only check; exit 1 if unreachable")
     ap.add_argument("--board", action="append", help="only this profile (repeatable)")
+    ap.add_argument(
+        "--raw",
+        action="store_true",
+        help="only the raw layout (raw_* keys, BOARDS.md's Raw layout): derive; --write them",
+    )
     args = ap.parse_args(argv)
+    if args.raw:
+        return main_raw(args)
     names = args.board or boards.names()
     tmp = tempfile.mkdtemp(prefix="ddq-boardcap-")
     rows = []
@@ -764,6 +1018,50 @@ def main(argv=None):
             f.write(render(rows))
         print("wrote %s" % DOC)
     return 1 if bad else 0
+
+
+def main_raw(args):
+    sys.path.insert(0, os.path.join(REPO, "tests"))  # tests/blockdev.py: the NOR model
+    names = [n for n in (args.board or boards.names()) if "raw_bytes" in boards.load(n)]
+    tmp = tempfile.mkdtemp(prefix="ddq-boardcap-")
+    derived = {}
+    try:
+        for name in names:
+            prof = boards.load(name)
+            sub = os.path.join(tmp, name)
+            os.makedirs(sub)
+            d = derive_raw(prof, sub)
+            derived[name] = d
+            print(
+                "%s raw: segment %d (%d blocks), max_segments %d, max_items %d (admitted %d: "
+                "%s; heap fit %d: %s; import %s); code %s on a %s filesystem"
+                % (
+                    name,
+                    d["raw_segment_bytes"],
+                    d["segment_blocks"],
+                    d["raw_max_segments"],
+                    d["raw_max_items"],
+                    d["admitted"],
+                    d["admitted_end"],
+                    d["heap_fit"],
+                    d["heap_end"],
+                    kb(d["import_heap"]),
+                    kb(d["code_bytes"]),
+                    kb(prof["raw_fs_bytes"]),
+                )
+            )
+            if d["code_bytes"] > prof["raw_fs_bytes"]:
+                print("%s raw: THE CODE DOES NOT FIT raw_fs_bytes" % name)
+            if not d["heap_fit"]:
+                print("%s raw: the queue does not open in the heap model" % name)
+            if args.write:
+                write_raw(prof, d)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if args.write:
+        write_raw_doc(render_raw([boards.load(n) for n in boards.names()]))
+        print("wrote %s (Raw layout)" % DOC)
+    return 0
 
 
 if __name__ == "__main__":

@@ -28,6 +28,14 @@ OPTIONS = {
     # staged reclamation (SPEC C13): no call copies the whole queue
     "reclaim_step": 16,
 }
+# The raw layout (`ddq flash --layout raw`, docs/BOARDS.md): ddq_layout puts the queue on the
+# board's raw flash region (storage=ddq_flash.FlashStorage) with that layout's queue options.
+try:
+    import ddq_layout
+except ImportError:
+    ddq_layout = None
+if ddq_layout:
+    ddq_layout.use(OPTIONS)
 LEASE_MS = 30000  # how long a claimed reading stays ours before another claim may take it
 RETRY_BASE_MS = 1000  # retry delays: full jitter up to base * 2**attempts, capped at RETRY_MAX_MS
 RETRY_MAX_MS = 300000

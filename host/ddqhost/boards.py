@@ -8,9 +8,12 @@ queue options the example app and the host tools use for this board), queue_dir,
 firmware's MicroPython heap), app_heap_bytes (the heap the application keeps for itself): from
 these tools/board_capacity.py derives max_segments and max_items (docs/BOARDS.md); network (false:
 no `socket`, so `ddq flash` never installs ddq_mqtt there); builds (optional: other firmware board
-names, space-separated, that this profile covers); mpy_opt (optional: the mpy-cross -O level `ddq
-flash` compiles with when no -O is given; 3 drops line numbers from device tracebacks, function
-names stay, for less flash and heap: docs/BOARDS.md).
+names, space-separated, that this profile covers); raw_bytes, raw_block_bytes, raw_fs_bytes,
+raw_page, raw_segment_bytes, raw_max_segments, raw_max_items, raw_heap_fit (optional: the raw
+layout, the queue on a raw flash region beside a filesystem of raw_fs_bytes; host/ddqhost/
+layout.py, tools/board_capacity.py --raw); mpy_opt (optional:
+the mpy-cross -O level `ddq flash` compiles with when no -O is given; 3 drops line numbers from
+device tracebacks, function names stay, for less flash and heap: docs/BOARDS.md).
 
 Selection (STYLE rule 23): probe sys.implementation._build.split("-")[0] on the device (getattr
 defaults); a profile with that name wins; a unix-port build ("standard", "coverage", ... on
@@ -35,6 +38,18 @@ HOLD_KEYS = ("window", "evidence_bytes")
 # app's whole publish window (DESIGN §5.1); each replaces window / evidence_bytes.
 BATCH_KEYS = ("batch_window", "batch_evidence_bytes")
 STEP_KEYS = ("reclaim_step",)  # staged reclamation (SPEC C13), where the profile's heap fits it
+# The raw layout (`ddq flash --layout raw`, host/ddqhost/layout.py): the region, the filesystem
+# beside it, FlashStorage's page and the queue options there.
+RAW_KEYS = (
+    "raw_block_bytes",
+    "raw_heap_fit",
+    "raw_bytes",
+    "raw_fs_bytes",
+    "raw_page",
+    "raw_segment_bytes",
+    "raw_max_segments",
+    "raw_max_items",
+)
 MPY_ARCHS = {  # sys.implementation._mpy >> 10 (py/persistentcode.h MP_NATIVE_ARCH_*)
     0: None,
     1: "x86",
@@ -95,7 +110,7 @@ def load(name: str) -> dict[str, Any]:
         raise BoardProfileError("%s lacks %s" % (p, ", ".join(missing)))
     bad = [
         k
-        for k in QUEUE_KEYS + SIZE_KEYS + HOLD_KEYS + BATCH_KEYS + STEP_KEYS
+        for k in QUEUE_KEYS + SIZE_KEYS + HOLD_KEYS + BATCH_KEYS + STEP_KEYS + RAW_KEYS
         if k in prof and type(prof[k]) is not int
     ]
     if bad or not isinstance(prof.get("network", True), bool):

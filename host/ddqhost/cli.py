@@ -176,6 +176,7 @@ def argparse_board(p: argparse.ArgumentParser) -> None:
     what = (
         "the virtual board: the MicroPython unix port (the venv's micropython, from the "
         "[board] extra) behind a pty, on a LittleFS image file mounted at /flash (its cwd), "
+        "with a raw flash region STATE_DIR/raw.img (`import vboard; vboard.raw` on the board), "
         "driven like a real board (device STATE_DIR/tty). start: power it on (creates and formats "
         "the image when missing; main.py is not run: `ddq app start` runs it, as a reset does); "
         "stop: unmount and exit; status; kill: a power cut (SIGKILL). A soft reset (mpremote's "
@@ -193,6 +194,13 @@ def argparse_board(p: argparse.ArgumentParser) -> None:
         type=int,
         default=vboard.DEFAULT_BLOCKS * vboard.DEFAULT_BLOCK_SIZE // 1024,
         help="size of a new image (default %(default)s KiB)",
+    )
+    v.add_argument(
+        "--raw-kib",
+        type=int,
+        default=vboard.DEFAULT_RAW_BLOCKS * vboard.DEFAULT_BLOCK_SIZE // 1024,
+        help="size of a new raw flash region STATE_DIR/raw.img, `import vboard; vboard.raw` on "
+        "the board (default %(default)s KiB; 0: none; an existing one keeps its size)",
     )
     v.add_argument(
         "--micropython",
@@ -315,6 +323,7 @@ def do_board(args: argparse.Namespace) -> int:
                 block_size=bs,
                 blocks=max(8, args.size_kib * 1024 // bs),
                 heapsize=args.heapsize,
+                raw_blocks=max(0, args.raw_kib * 1024 // bs),
             )
             msg = "virtual board running: device %s (image %s)" % (res["device"], res["image"])
         elif args.action == "stop":
@@ -438,7 +447,59 @@ def argparse_flash(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-O", dest="opt", type=int, choices=[0, 1, 2, 3], help="mpy-cross optimisation level"
     )
+    p.add_argument(
+        "--layout",
+        choices=["fs", "raw"],
+        help="raw: the queue on a raw flash region beside a smaller filesystem (the profile's "
+        "raw_* keys, docs/BOARDS.md); the first change erases the region (and reformats the "
+        "filesystem where it shrinks) after saying so and asking; fs: the queue on the "
+        "filesystem (default: what the board has)",
+    )
+    p.add_argument(
+        "--yes", action="store_true", help="do not ask before --layout raw erases (scripts)"
+    )
     add_transfer_args(p)
+
+
+def confirm_layout(args: argparse.Namespace, dev: "Device", prof: dict[str, Any]) -> Any:
+    """--layout raw: set the board's raw layout up when it is not in place, after printing what
+    that erases and reading `yes` (unless --yes); the plan, or None when nothing changed."""
+    from . import layout
+
+    try:
+        pl = layout.plan(dev, prof, args.dest or ".")
+        if not pl["change"]:
+            return None
+        log_err(
+            "ddq flash --layout raw on %s (profile %s):\n%s"
+            % (dev.port, prof["board"], "\n".join("  - %s" % w for w in pl["what"]))
+        )
+        if not args.yes:
+            sys.stderr.write("Type yes to go on: ")
+            sys.stderr.flush()
+            if sys.stdin.readline().strip().lower() != "yes":
+                sys.stderr.write("\n")
+                raise CommandError("not confirmed: nothing was erased (--yes skips the question)")
+        bar = None
+        if args.progress or (args.progress is None and sys.stderr.isatty()):
+            from .transfer import Progress
+
+            n, bs = pl["geometry"]
+            p = Progress(n * bs, "erase", True)
+            bar = lambda done, total: p.update(done * bs)  # noqa: E731
+        pl.update(layout.apply(dev, prof, args.dest or ".", bar))
+        return pl
+    except layout.LayoutError as e:
+        raise CommandError(str(e)) from None
+
+
+def layout_lines(changed: Any) -> list[str]:
+    if not changed:
+        return []
+    out = ["raw layout: erased %d blocks" % changed["erased_blocks"]]
+    if changed["reformatted"]:
+        out.append("reformatted the filesystem on %s" % changed["reformatted"])
+    return out
 
 
 def do_flash(args: argparse.Namespace) -> int:
@@ -450,9 +511,13 @@ def do_flash(args: argparse.Namespace) -> int:
         raise CommandError("%s: no such file" % args.app)
     with open_device(args) as dev:
         app = args.app
-        if args.example_app:
+        changed = None
+        if args.example_app or args.layout == "raw":
             prof, _ = transfer.pick_profile(dev, args.board)
-            app = boards.app_path(prof)
+            if args.example_app:
+                app = boards.app_path(prof)
+            if args.layout == "raw":
+                changed = confirm_layout(args, dev, prof)
         res = transfer.flash(
             dev,
             board=args.board,
@@ -461,10 +526,15 @@ def do_flash(args: argparse.Namespace) -> int:
             app=app,
             opt=args.opt,
             progress_enabled=args.progress,
+            layout=args.layout,
         )
+    res["layout_change"] = changed
+    if changed:
+        res["written"].insert(0, changed["wrote"])
     return show(
         args,
         res,
+        *layout_lines(changed),
         *["wrote %(path)s (%(bytes)d bytes)" % w for w in res["written"]],
         *["removed %s" % r for r in res["removed"]],
         "ddq %(version)s imports on %(device)s (%(board)s, %(imported_from)s) in %(seconds).1f s"
@@ -498,6 +568,13 @@ def argparse_pull(p: argparse.ArgumentParser) -> None:
         metavar="PROFILE",
         help="profile whose queue options to record (default: probed)",
     )
+    p.add_argument(
+        "--raw",
+        action="store_true",
+        help="the board's raw flash region (`ddq flash --layout raw`): LOCAL is an image file of "
+        "exactly the region's bytes, block 0 first, and LOCAL.json what it is; REMOTE_DIR names "
+        "the queue in it",
+    )
     add_transfer_args(p, "overwrite a local pull that has local changes")
 
 
@@ -505,7 +582,7 @@ def do_pull(args: argparse.Namespace) -> int:
     from . import transfer
 
     with open_device(args) as dev:
-        res = transfer.pull(
+        res = (transfer.pull_raw if args.raw else transfer.pull)(
             dev,
             args.remote,
             args.local,
@@ -513,11 +590,24 @@ def do_pull(args: argparse.Namespace) -> int:
             force=args.force,
             progress_enabled=args.progress,
         )
+    kib = "%.1f" % (res["kib_per_s"] or 0)
+    if args.raw:
+        return show(
+            args,
+            res,
+            "pulled the raw region (%(block_count)d blocks of %(block_size)d bytes) to %(local)s "
+            "in %(seconds).1f s (%(kib)s KiB/s), %(check)s; %(meta)s says what it holds"
+            % dict(
+                res,
+                kib=kib,
+                check="sha256 verified" if res["sha256_verified"] else "no hashlib on the device",
+            ),
+        )
     return show(
         args,
         res,
         "pulled %(files)d files (%(bytes)d bytes) from %(remote)s to %(local)s in %(seconds).1f s"
-        " (%(kib)s KiB/s), sha256 verified" % dict(res, kib="%.1f" % (res["kib_per_s"] or 0)),
+        " (%(kib)s KiB/s), sha256 verified" % dict(res, kib=kib),
     )
 
 

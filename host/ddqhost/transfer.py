@@ -2,6 +2,7 @@
 only)."""
 
 import ast
+import binascii
 import hashlib
 import json
 import os
@@ -25,6 +26,7 @@ from .device import (
     djoin,
     dpath,
     is_int,
+    is_sha256,
     is_str,
     parse_reply,
 )
@@ -169,6 +171,7 @@ PORT_MODULES = (
     "ddq_group",
     "ddq_salvage",
     "ddq_app",
+    "ddq_flash",
 )
 # ddq itself loads these by name (open, compaction, the less used methods): always installed.
 # ddq_cut: R22; ddq_hold: a Queue with window > 0 (SPEC §10.1), as the board profiles' apps open;
@@ -181,6 +184,9 @@ CORE_MODULES = ("ddq", "ddq_recover", "ddq_compact", "ddq_extra", "ddq_cut", "dd
 # hmac_key (port_imports), or without an app.
 NEEDS_NETWORK = ("ddq_mqtt", "ddq_window")
 APP_ONLY = ("ddq_app",)
+# ddq_flash (FlashStorage, SPEC §16): only where the queue lives on a raw flash region (`ddq flash
+# --layout raw`); elsewhere its .mpy would only cost the filesystem a block (docs/BOARDS.md).
+RAW_ONLY = ("ddq_flash",)
 
 
 def port_imports(path: str) -> set[str]:
@@ -220,8 +226,10 @@ def port_imports(path: str) -> set[str]:
     return out
 
 
-def modules_to_install(prof: dict[str, Any] | None = None, app: str | None = None) -> list[str]:
-    """Module source paths to install, ddq.py first.
+def modules_to_install(
+    prof: dict[str, Any] | None = None, app: str | None = None, layout: str = "fs"
+) -> list[str]:
+    """Module source paths to install, ddq.py first; ddq_flash with layout "raw" only.
 
     With an app: ddq and the port modules the app imports, followed through the modules' own
     imports (ddq_mqtt's example imports do not count: only real import statements). Without
@@ -234,7 +242,9 @@ def modules_to_install(prof: dict[str, Any] | None = None, app: str | None = Non
     port = os.path.dirname(src)
     network = True if prof is None else bool(prof.get("network", True))
     loadable = [
-        m for m in PORT_MODULES if (network or m not in NEEDS_NETWORK) and m not in APP_ONLY
+        m
+        for m in PORT_MODULES
+        if (network or m not in NEEDS_NETWORK) and m not in APP_ONLY and m not in RAW_ONLY
     ]
     if app is None:
         want = set(loadable)
@@ -257,6 +267,8 @@ def modules_to_install(prof: dict[str, Any] | None = None, app: str | None = Non
                     todo.append(os.path.join(port, m + ".py"))
         if "ddq_outbox" in want and network:
             want.add("ddq_window")  # pump/run with a windowed sender (ddq_mqtt's) [E25]
+    if layout == "raw":
+        want.add("ddq_flash")  # the queue's storage on the raw region (ddq_layout.storage())
     return [
         os.path.join(port, m + ".py")
         for m in PORT_MODULES
@@ -280,7 +292,14 @@ def flash(
     app: str | None = None,
     opt: int | None = None,
     progress_enabled: bool | None = None,
+    layout: str | None = None,
 ) -> dict[str, Any]:
+    """Install ddq (and app as main.py) for the profile. layout "raw": with ddq_flash, for a
+    board whose :ddq_layout.py (layout.apply) puts the queue on raw flash; "fs": without it, and
+    a :ddq_layout.py there is removed (the queue back on the filesystem); None: "raw" where the
+    destination has a :ddq_layout.py, else "fs"."""
+    from .layout import LAYOUT_FILE
+
     t0 = time.monotonic()
     prof, probe = pick_profile(dev, board)
     fmt = fmt or prof.get("install", "mpy")
@@ -309,12 +328,17 @@ def flash(
     dest = dpath(dest) if dest else "."
     if dest != ".":
         dev.mkdir(dest, exist_ok=True)
-    mods = modules_to_install(prof, app)
+    present = {n for n, _d, _s in dev.listdir(dest)}
+    if layout is None:
+        layout = "raw" if LAYOUT_FILE in present else "fs"
+    mods = modules_to_install(prof, app, layout)
     version = local_version(mods[0])
     written, removed = [], []
+    if layout != "raw" and LAYOUT_FILE in present:
+        dev.remove(djoin(dest, LAYOUT_FILE))  # the app opens its queue on the filesystem again
+        removed.append(":" + djoin(dest, LAYOUT_FILE))
     tmp = tempfile.mkdtemp(prefix="ddq-flash-")
     try:
-        present = {n for n, _d, _s in dev.listdir(dest)}
         for src in mods:
             base = os.path.basename(src)[:-3]
             if fmt == "mpy":
@@ -360,6 +384,8 @@ def flash(
     )
     if where != ".":
         code += "_p=%r\nif _p not in sys.path: sys.path.insert(0,_p)\n" % where
+    if layout == "raw":  # what ddq_layout.use() imports
+        code += "import ddq_flash\ndel ddq_flash\nsys.modules.pop('ddq_flash', None)\n"
     code += "import ddq\nprint(repr((ddq.__version__, getattr(ddq,'__file__',''))))\n"
     # Nothing stays bound in the REPL's globals: the unix port and the qemu board keep one
     # interpreter across connections, and a `ddq` left there kept its heap (17 KB on the
@@ -386,6 +412,7 @@ def flash(
         "device": dev.port,
         "board": prof["board"],
         "format": fmt,
+        "layout": layout,
         "mpy_arch": arch if fmt == "mpy" else None,
         "written": written,
         "removed": removed,
@@ -578,6 +605,164 @@ def pull(
         "seconds": round(secs, 3),
         "kib_per_s": round(total / 1024 / secs, 1) if secs > 0 else None,
         "skipped_subdirs": subdirs,
+    }
+
+
+RAW_CHUNK = 4096  # bytes of the region per device reply line (a bytes literal of its base64)
+RAW_LINES = 8  # lines per exec: a reply of at most RAW_LINES chunks, checked one by one
+
+
+def _is_b64(n: int) -> Callable[[Any], bool]:
+    """A bytes literal of the base64 of n bytes (and its newline)."""
+    return lambda v: isinstance(v, bytes) and len(v) == (n + 2) // 3 * 4 + 1
+
+
+def pull_raw(
+    dev: Device,
+    remote: str,
+    local: str,
+    board: str | None = None,
+    force: bool = False,
+    progress_enabled: bool | None = None,
+) -> dict[str, Any]:
+    """The board's raw flash region (the raw layout's ddq_layout.region()) as an image file at
+    local: exactly the region's bytes, block 0 first, and local + ".json" saying what it is (the
+    queue's name in it, the raw layout's queue options, the geometry, FlashStorage's page, the
+    sha256). The region is read RAW_CHUNK bytes a reply line, each a bytes literal of their
+    base64 (literal_eval, its length checked before and after decoding); the host holds one
+    exec's reply at a time and writes a private temporary file it renames."""
+    from . import layout
+
+    t0 = time.monotonic()
+    local = os.path.abspath(local)
+    meta_path = local + ".json"
+    for p in (local, meta_path):
+        if os.path.lexists(p) and not (force and os.path.isfile(p) and not os.path.islink(p)):
+            raise TransferError("%s exists; choose a new image name (or --force)" % p)
+    if not dev.exists(layout.LAYOUT_FILE):
+        raise TransferError(
+            "%s has no raw layout (no :%s): pull its queue directory, or `ddq flash --layout raw`"
+            % (dev.port, layout.LAYOUT_FILE)
+        )
+    try:
+        prof, probe = pick_profile(dev, board)
+        options: dict[str, int] | None = layout.raw_options(prof) if layout.has_raw(prof) else None
+        board_name, page = prof["board"], prof.get("raw_page")
+    except TransferError:
+        probe, options, board_name, page = dev.probe(), None, None, None
+    # the board's ddq_layout as it is now (not one an earlier session imported), and nothing of
+    # it left bound afterwards (a board's heap)
+    where = (
+        "import sys\nsys.modules.pop('ddq_layout', None)\nimport ddq_layout\n"
+        "_d=ddq_layout.region()\ndel ddq_layout\nsys.modules.pop('ddq_layout', None)\n"
+    )
+    try:
+        n, bs = layout.geometry(dev, where)
+    except layout.LayoutError as e:
+        raise TransferError(str(e)) from None
+    total = n * bs
+    ch = min(bs, RAW_CHUNK)  # a power of two (geometry): chunks never straddle a block
+    fd, tmp = tempfile.mkstemp(prefix=".ddq-pull-", suffix=".img", dir=os.path.dirname(local))
+    h = hashlib.sha256()
+    try:
+        with os.fdopen(fd, "wb") as f:
+            dev.exec(where + "import binascii\n_b=bytearray(%d)\n" % ch)
+            bar = Progress(total, "pull", progress_enabled)
+            done = 0
+            for _ in range(total // (ch * RAW_LINES) + 2):  # bounded: the region's chunks
+                if done >= total:
+                    break
+                k = min(RAW_LINES, (total - done) // ch)
+                code = (
+                    "for _a in range(%d, %d, %d):\n _d.readblocks(_a // %d, _b, _a %% %d)\n"
+                    % (done, done + k * ch, ch, bs, bs)
+                    + " print(repr(binascii.b2a_base64(_b)))\n"
+                )
+                out = dev._collect(code, limit=k * (2 * ch + 16) + 64)
+                lines = out.strip().splitlines()
+                if len(lines) != k:
+                    raise TransferError(
+                        "the device sent %d lines for %d chunks of the raw region"
+                        % (len(lines), k)
+                    )
+                for ln in lines:
+                    try:
+                        b64 = parse_reply(ln, "the raw region at %d" % done, _is_b64(ch))
+                        chunk = binascii.a2b_base64(b64)
+                    except (DeviceError, binascii.Error) as e:
+                        raise TransferError("the raw region at %d: %s" % (done, e)) from None
+                    if len(chunk) != ch:
+                        raise TransferError(
+                            "the device sent %d bytes for the raw region's %d at %d"
+                            % (len(chunk), ch, done)
+                        )
+                    f.write(chunk)
+                    h.update(chunk)
+                    done += ch
+                bar.update(done)
+            bar.finish()
+            if done != total:
+                raise TransferError("read %d of the raw region's %d bytes" % (done, total))
+            # The device's own sha256 of the region, where it has hashlib: what arrived is what
+            # the flash holds (a garbled line would have to keep its length and its literal form)
+            out = dev._collect(
+                "try:\n import hashlib, binascii\n _h=hashlib.sha256()\nexcept ImportError:\n"
+                " _h=None\nif _h:\n for _a in range(0, %d, %d):\n"
+                "  _d.readblocks(_a // %d, _b, _a %% %d)\n  _h.update(_b)\n"
+                "print(repr(_h and binascii.hexlify(_h.digest()).decode()))\ndel _d, _b, _h\n"
+                % (total, ch, bs, bs),
+                idle=RUN_IDLE_TIMEOUT,
+            )
+            try:
+                dsum = parse_reply(out, "the region's sha256", lambda v: v is None or is_sha256(v))
+            except DeviceError as e:
+                raise TransferError(str(e)) from None
+            if dsum is not None and dsum != h.hexdigest():
+                raise TransferError(
+                    "hash mismatch for the raw region: device sha256 %s, received %s"
+                    % (dsum[:16], h.hexdigest()[:16])
+                )
+        meta = {
+            "device": dev.port,
+            "remote": ":" + dpath(remote),
+            "queue": dpath(remote),
+            "board": board_name,
+            "options": options,
+            "layout": "raw",
+            "block_size": bs,
+            "block_count": n,
+            "page": page,
+            "bytes": total,
+            "sha256": h.hexdigest(),
+            "sha256_verified": dsum is not None,
+            "pulled_unix": int(time.time()),
+            "device_build": probe.get("build"),
+            "device_version": list(probe.get("version") or ()),
+        }
+        for p in (local, meta_path):
+            if force and os.path.isfile(p):
+                os.remove(p)
+        write_json_private(meta_path, meta)
+        os.rename(tmp, local)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    secs = time.monotonic() - t0
+    return {
+        "device": dev.port,
+        "remote": ":" + dpath(remote),
+        "local": local,
+        "meta": meta_path,
+        "board": board_name,
+        "files": 1,
+        "bytes": total,
+        "block_size": bs,
+        "block_count": n,
+        "sha256": meta["sha256"],
+        "sha256_verified": meta["sha256_verified"],
+        "seconds": round(secs, 3),
+        "kib_per_s": round(total / 1024 / secs, 1) if secs > 0 else None,
     }
 
 

@@ -4,6 +4,10 @@ Layout of a state directory (``--state-dir``, default ``$DDQ_STATE_DIR`` or
 ``~/.local/state/ddq/virtual``):
 
     flash.img     the LittleFS image (persists between starts unless --image points elsewhere)
+    raw.img       the raw flash region (NOR: a program only clears bits, an erase sets a block
+                  to 0xFF), the queue's storage in the raw layout (`ddq flash --layout raw`);
+                  code on the board reaches it as `import vboard; vboard.raw`, an extended
+                  block device as rp2.Flash is on a Pico (None when started with raw_blocks 0)
     boot.py       generated at each start: mounts the image at /flash and chdirs there
     tty           symlink to the pty slave that mpremote opens (``connect <tty> resume``)
     state.json    {"bridge_pid", "micropython_pid", "pty", "link", "image", ...} while running
@@ -40,6 +44,7 @@ FAIL_MARK = b"<ddq-virtual-board-failed>"
 MOUNT_POINT = "/flash"
 DEFAULT_BLOCK_SIZE = 4096
 DEFAULT_BLOCKS = 256  # 1 MiB, about what an RP2040 leaves for the filesystem
+DEFAULT_RAW_BLOCKS = 64  # 256 KiB of raw flash beside it (the UNIX profile's raw layout)
 
 # boot.py run by `micropython -i`; %-formatted with repr() values. Kept tiny and tolerant: a mount
 # failure prints FAIL_MARK and exits so that `start` can report it in one line.
@@ -63,6 +68,49 @@ class FileBlockDev:
         if op == 5: return self.bs
         if op == 3: self.f.flush()
         return 0
+class NORFlash:
+    # The raw region: an extended block device over an image file with NOR semantics, as
+    # rp2.Flash or esp32.Partition on a board (docs/HOST.md "virtual board"): a program only
+    # clears bits (old & new), ioctl 6 erases a block to 0xFF; out of range is OSError(EINVAL).
+    def __init__(self, path, bs, nb):
+        self.bs, self.nb = bs, nb
+        self.f = open(path, "r+b")
+    def _at(self, n, off, ln):
+        a = n * self.bs + (off or 0)
+        if n < 0 or a < 0 or a + ln > self.bs * self.nb:
+            raise OSError(22)
+        self.f.seek(a)
+        return a
+    def readblocks(self, n, buf, off=0):
+        self._at(n, off, len(buf))
+        self.f.readinto(buf)
+    def writeblocks(self, n, buf, off=None):
+        ln = len(buf)
+        if off is None:  # the simple protocol: erase the blocks, then program
+            for i in range(-(-ln // self.bs)):
+                self.ioctl(6, n + i)
+        a = self._at(n, off, ln)
+        old = self.f.read(ln)
+        new = int.from_bytes(old, "little") & int.from_bytes(buf, "little")
+        self.f.seek(a)
+        self.f.write(new.to_bytes(ln, "little"))
+    def ioctl(self, op, arg):
+        if op == 4: return self.nb
+        if op == 5: return self.bs
+        if op == 6:
+            self._at(arg, 0, self.bs)
+            self.f.write(b"\\xff" * self.bs)
+        if op == 3: self.f.flush()
+        return 0
+class __ddq_vb_mod:
+    raw = None
+if %(raw)r:
+    try:
+        __ddq_vb_mod.raw = NORFlash(%(raw)r, %(bs)r, %(rawnb)r)
+    except Exception as e:
+        print(%(fail)r, "raw region:", repr(e))
+        sys.exit(3)
+sys.modules["vboard"] = __ddq_vb_mod
 def __ddq_vb_mount(path, bs, nb):
     fresh = False
     try:
@@ -95,6 +143,8 @@ def __ddq_vb_halt():
         os.chdir("/")
         vfs.umount(%(mount)r)
         __ddq_vb_bdev.f.close()
+        if __ddq_vb_mod.raw:
+            __ddq_vb_mod.raw.f.close()
     finally:
         sys.exit(0)
 print(%(ready)r)
@@ -180,6 +230,7 @@ def _paths(state_dir: str) -> dict[str, str]:
         boot="boot.py",
         log="bridge.log",
         image="flash.img",
+        raw="raw.img",
     )
 
 
@@ -255,6 +306,8 @@ def status(state_dir: str) -> dict[str, Any]:
         "bridge_pid": bridge if running else None,
         "micropython_pid": mp if running else None,
         "stale_state": bool(st) and not running,
+        "raw_image": p["raw"] if os.path.exists(p["raw"]) else None,
+        "raw_bytes": os.path.getsize(p["raw"]) if os.path.exists(p["raw"]) else None,
     }
     return out
 
@@ -314,7 +367,10 @@ def start(
     blocks: int = DEFAULT_BLOCKS,
     timeout: float = 15.0,
     heapsize: str | None = None,
+    raw_blocks: int = DEFAULT_RAW_BLOCKS,
 ) -> dict[str, Any]:
+    """Power the board on. raw_blocks: the size of a new STATE_DIR/raw.img, the raw flash region
+    (an existing one keeps its size; 0: no region, and none is created)."""
     p = _paths(state_dir)
     # Private like the queue data it holds: the state directory 0700, the image 0600, and every
     # file the bridge and micropython create (umask 077).
@@ -334,6 +390,7 @@ def start(
         mode = os.stat(image).st_mode
         if mode & 0o077:
             os.chmod(image, mode & 0o700)
+    raw_nb = _raw_image(p["raw"], block_size, raw_blocks)
     mp = micropython or default_micropython()
     with open(p["boot"], "w") as f:
         f.write(
@@ -342,6 +399,8 @@ def start(
                 "image": image,
                 "bs": block_size,
                 "nb": blocks,
+                "raw": p["raw"] if raw_nb else "",
+                "rawnb": raw_nb,
                 "mount": MOUNT_POINT,
                 "ready": READY_MARK.decode(),
                 "fail": FAIL_MARK.decode(),
@@ -367,6 +426,23 @@ def start(
     raise BoardError(
         "virtual board did not become ready in %.0f s: %s" % (timeout, _log_tail(p["log"]))
     )
+
+
+def _raw_image(path: str, bs: int, blocks: int) -> int:
+    """Blocks of the raw region image at path: a missing one is created erased (0xFF, mode
+    0600) with blocks blocks, or not at all when blocks is 0; an existing one keeps its size."""
+    if os.path.isfile(path):
+        size = os.path.getsize(path)
+        if size % bs or not size:
+            raise BoardError("raw region %s is %d bytes, not a multiple of %d" % (path, size, bs))
+        return size // bs
+    if blocks <= 0:
+        return 0
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "wb") as f:
+        for _ in range(blocks):
+            f.write(b"\xff" * bs)
+    return blocks
 
 
 def _log_tail(path: str) -> str:
