@@ -265,17 +265,15 @@ def _pack_env(
         raise InvalidArgument(why + " (MQTT cannot publish it)")
     t, k = bytes(_bytes_arg(topic, "topic")), bytes(_bytes_arg(key, "key"))
     p = _bytes_arg(payload, "payload")
-    if (
-        len(k) > 255
-        or qos not in (0, 1)
-        or retain not in (0, 1)
-        or _opt(ttl, 0, _U32, "ttl_ms") < 0
-    ):
-        raise InvalidArgument("key <= 255 bytes, qos 0|1, retain bool")
+    if len(k) > 255:
+        raise InvalidArgument("key: at most 255 bytes")
+    _pick(qos, (0, 1), "qos")
+    _pick(retain, (0, 1), "retain")
+    _opt(ttl, 0, _U32, "ttl_ms")
     if hkey is not None and sha:
-        raise InvalidArgument("sha256 or hmac_key, not both (the tag detects accidents too)")
+        raise InvalidArgument("sha256 or hmac_key, not both")
     if ctr is not None and (hkey is None or nonce is None or len(nonce) != _NONCE):
-        raise InvalidArgument("encrypt needs hmac_key (encrypt-then-MAC) and a 12-byte nonce")
+        raise InvalidArgument("encrypt needs hmac_key and 12-byte nonces")
     flags = (
         (_EF_QOS1 if qos else 0)
         | (_EF_RETAIN if retain else 0)
@@ -342,7 +340,7 @@ def encode_envelope(
     ctr = None
     if encrypt:
         if hmac_key is None:
-            raise InvalidArgument("encrypt needs hmac_key (encrypt-then-MAC)")
+            raise InvalidArgument("encrypt needs hmac_key and 12-byte nonces")
         se = _addon("ddq_seal")
         nonce = se._nonce_ok(se._nonce_fn(None)() if nonce is None else nonce, None)
         ctr = se._enc_ctr(hmac_key, None)
@@ -444,12 +442,19 @@ def _seq(m: "Any") -> int:
     return int(m.seq)
 
 
+def _pick(v: "Any", ok: "tuple[Any, ...]", name: str) -> "Any":
+    # v if it is one of ok, else InvalidArgument naming the choices [O24].
+    if v not in ok:
+        raise InvalidArgument("%s: one of %r" % (name, ok))
+    return v
+
+
 def _sender(send: "Any", stop: "Any") -> bool:
     # True for a windowed sender [E25]; InvalidArgument unless send is one or a callable and
     # stop is None or a callable [O24].
     w = hasattr(send, "poll") and hasattr(send, "publish")
     if not (w or callable(send)) or not callable(stop or len):
-        raise InvalidArgument("send: a callable or a windowed sender; stop: a callable")
+        raise InvalidArgument("send: callable or windowed sender; stop: callable")
     return w
 
 
@@ -514,29 +519,21 @@ class Outbox:
         self._max_topic = _opt(max_topic_bytes, 1, 65535, "max_topic_bytes")
         self._every = _opt(sync_every, 0, _MAX_WAIT, "sync_every")
         self._interval = _opt(sync_interval_ms, 0, _MAX_WAIT, "sync_interval_ms")
-        if expired not in ("quarantine", "drop", "send") or capacity not in (
-            "reject",
-            "drop_oldest",
-        ):
-            raise InvalidArgument("expired: quarantine|drop|send; capacity: reject|drop_oldest")
-        self._drop_expired, self._drop_oldest = expired == "drop", capacity == "drop_oldest"
+        expired = _pick(expired, ("quarantine", "drop", "send"), "expired")
+        self._drop_expired, self._send_expired = expired == "drop", expired == "send"
+        self._drop_oldest = _pick(capacity, ("reject", "drop_oldest"), "capacity") != "reject"
         # The delivery loop's options for a replay of what a device kept [E26]: deliver raw
         # payloads and expired messages, force the QoS, leave lapsed claims as they are, and
         # on a failure retry at once and stop; report(what, seq, detail) sees every outcome.
+        self._qos, self._raw = _pick(qos, (None, 0, 1), "qos"), bool(raw)
+        self._lapse = _pick(lapsed, ("retry", "reclaim"), "lapsed") == "retry"
+        self._stop = _pick(failure, ("backoff", "stop"), "failure") == "stop"
         if (
-            qos not in (None, 0, 1)
-            or lapsed not in ("retry", "reclaim")
-            or failure not in ("backoff", "stop")
-            or (report is not None and not callable(report))
+            (report is not None and not callable(report))
             or not callable(clock or len)
             or not callable(ticks or len)
         ):
-            raise InvalidArgument(
-                "qos: None|0|1; lapsed: retry|reclaim; failure: backoff|stop;"
-                " report, clock, ticks: callables"
-            )
-        self._send_expired, self._raw, self._qos = expired == "send", bool(raw), qos
-        self._lapse, self._stop = lapsed == "retry", failure == "stop"
+            raise InvalidArgument("report, clock, ticks: callables")
         self._report = report
         self._ordered, self._ticks = bool(ordered), ticks or _ticks
         # With an HMAC key [E22] put signs and get verifies; the tag replaces the SHA-256 (it
@@ -546,7 +543,7 @@ class Outbox:
         if hmac_key is not None:
             self._hkey = bytes(_bytes_arg(hmac_key, "hmac_key"))
             if len(self._hkey) < _MIN_KEY:
-                raise InvalidArgument("hmac_key: at least 16 bytes (32 random bytes advised)")
+                raise InvalidArgument("hmac_key: at least 16 bytes")
             self._pads = _addon("ddq_seal")._pads(self._hkey)
         self._sha = bool(sha256) and self._hkey is None
         # encrypt [E23]: AES-256-CTR under a key derived from hmac_key, a fresh nonce per put from
@@ -559,28 +556,26 @@ class Outbox:
         self._ctrs: "list[Any]" = []
         if self._enc:
             if self._hkey is None:
-                raise InvalidArgument("encrypt needs hmac_key (encrypt-then-MAC)")
+                raise InvalidArgument("encrypt needs hmac_key and 12-byte nonces")
             self._nonce = _addon("ddq_seal")._nonce_fn(nonce)
             self._ctrs.append(_addon("ddq_seal")._enc_ctr(self._hkey, self._pads))
         elif nonce is not None:
             _addon("ddq_seal")._nonce_fn(nonce)  # a bad nonce fails now, not at a requeue
         th = _import("_thread")  # missing on most boards: pass (acquire, release) there
-        if lock is True:
-            if th is None:
-                raise InvalidArgument("lock=True needs _thread")
+        if lock is True and th is not None:  # without _thread, True is refused below
             lock = th.allocate_lock()
         self._cm: "Any" = (
             lock if th is not None and type(lock) is type(th.allocate_lock()) else None
         )
-        h = hasattr(lock, "acquire") and hasattr(lock, "release")
-        self._lk: "Any" = (lock.acquire, lock.release) if h else lock
-        if self._lk is not None and not (
-            isinstance(self._lk, tuple)
-            and len(self._lk) == 2
-            and callable(self._lk[0])
-            and callable(self._lk[1])
+        if hasattr(lock, "acquire") and hasattr(lock, "release"):
+            lock = (lock.acquire, lock.release)
+        if lock is not None and not (
+            isinstance(lock, tuple) and len(lock) == 2 and callable(lock[0]) and callable(lock[1])
         ):
-            raise InvalidArgument("lock: True, (acquire, release) or an object with both")
+            raise InvalidArgument(
+                "lock: True (with _thread), (acquire, release) or an object with both"
+            )
+        self._lk: "Any" = lock
         if isinstance(queue, Queue):
             if options:
                 raise InvalidArgument("queue options need a path, not a Queue")
