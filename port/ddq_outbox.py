@@ -48,8 +48,8 @@ if TYPE_CHECKING:
     F = TypeVar("F", bound=Callable[..., Any])  # _locked keeps the signature
 
 # ddq's values (its const names do not exist as module globals on MicroPython: STYLE 4)
-_U32 = 0xFFFFFFFF
-_U64 = 0xFFFFFFFFFFFFFFFF
+_U32 = const(0xFFFFFFFF)  # a const: each use loads the one int, no global
+_U64 = const(0xFFFFFFFFFFFFFFFF)
 _MAX_LEASE_MS = const(604800000)  # ddq's lease bound [O3]
 _IO_LOOPS = const(1048576)  # ddq's bound on retry loops
 
@@ -167,27 +167,31 @@ class Message:
     """A message: its envelope's fields, plus seq/attempts/lease (get) or reason (dead letter);
     encrypted: the payload is stored encrypted (decrypted here only when a key verified it)."""
 
-    __slots__ = (
-        "seq",
-        "topic",
-        "payload",
-        "qos",
-        "retain",
-        "attempts",
-        "enqueued_ms",
-        "ttl_ms",
-        "key",
-        "orig_seq",
-        "lease_until_ms",
-        "reason",
-        "age_ms",
-        "encrypted",
-    )
+    # CPython only: MicroPython ignores __slots__, and mpy-cross -O3 (ddq flash) compiles no byte
+    # of an `if __debug__:` block (the tuple took 155 B of flash and a board's heap).
+    if __debug__:
+        __slots__ = (
+            "seq",
+            "topic",
+            "payload",
+            "qos",
+            "retain",
+            "attempts",
+            "enqueued_ms",
+            "ttl_ms",
+            "key",
+            "orig_seq",
+            "lease_until_ms",
+            "reason",
+            "age_ms",
+            "encrypted",
+        )
 
     def __init__(self) -> None:
         self.seq = self.qos = self.attempts = self.enqueued_ms = self.ttl_ms = self.orig_seq = 0
         self.lease_until_ms = self.age_ms = 0
-        self.topic, self.retain, self.encrypted = "", False, False
+        self.topic = ""
+        self.retain = self.encrypted = False
         self.payload = self.key = self.reason = b""
 
     def expired(self, now_ms: int) -> bool:
@@ -228,12 +232,13 @@ def publishable(topic: "Any", max_topic: int = 65535) -> str:
         return "topic contains an MQTT wildcard (+ or #)"
     if 31 < min(t) and max(t) < 127:  # printable ASCII, the usual topic: checked in C
         return ""
-    n, bad = 0, -1
+    n = 0  # UTF-8 bytes
+    bad = -1
     for c in s:  # MicroPython decodes surrogates and overlong forms: counted as not UTF-8
         o = ord(c)
         if 0xD7FF < o < 0xE000 or o > 0x10FFFF:
             break
-        n += 1 if o < 0x80 else 2 if o < 0x800 else 3 if o < 0x10000 else 4
+        n += 1 + (o > 0x7F) + (o > 0x7FF) + (o > 0xFFFF)  # its UTF-8 length
         if bad < 0 and (o < 32 or 126 < o < 160 or 0xFDCF < o < 0xFDF0 or o & 0xFFFE == 0xFFFE):
             bad = o
     if n != len(t):
@@ -265,17 +270,15 @@ def _pack_env(
         raise InvalidArgument(why + " (MQTT cannot publish it)")
     t, k = bytes(_bytes_arg(topic, "topic")), bytes(_bytes_arg(key, "key"))
     p = _bytes_arg(payload, "payload")
-    if (
-        len(k) > 255
-        or qos not in (0, 1)
-        or retain not in (0, 1)
-        or _opt(ttl, 0, _U32, "ttl_ms") < 0
-    ):
-        raise InvalidArgument("key <= 255 bytes, qos 0|1, retain bool")
+    if len(k) > 255:
+        raise InvalidArgument("key: at most 255 bytes")
+    _pick(qos, (0, 1), "qos")
+    _pick(retain, (0, 1), "retain")
+    _opt(ttl, 0, _U32, "ttl_ms")
     if hkey is not None and sha:
-        raise InvalidArgument("sha256 or hmac_key, not both (the tag detects accidents too)")
+        raise InvalidArgument("sha256 or hmac_key, not both")
     if ctr is not None and (hkey is None or nonce is None or len(nonce) != _NONCE):
-        raise InvalidArgument("encrypt needs hmac_key (encrypt-then-MAC) and a 12-byte nonce")
+        raise InvalidArgument("encrypt needs hmac_key and 12-byte nonces")
     flags = (
         (_EF_QOS1 if qos else 0)
         | (_EF_RETAIN if retain else 0)
@@ -342,7 +345,7 @@ def encode_envelope(
     ctr = None
     if encrypt:
         if hmac_key is None:
-            raise InvalidArgument("encrypt needs hmac_key (encrypt-then-MAC)")
+            raise InvalidArgument("encrypt needs hmac_key and 12-byte nonces")
         se = _addon("ddq_seal")
         nonce = se._nonce_ok(se._nonce_fn(None)() if nonce is None else nonce, None)
         ctr = se._enc_ctr(hmac_key, None)
@@ -398,7 +401,8 @@ def _decode(
     enc = flags & _EF_ENC
     a = _ENV_SIZE + (8 if flags & _EF_ORIG else 0)
     p = a + (32 if flags & (_EF_SHA | _EF_HMAC) else 0) + (_NONCE if enc else 0)
-    if tl == 0 or p + kl + tl > n:
+    d = p + kl + tl  # the payload's offset
+    if tl == 0 or d > n:
         raise BadEnvelope("envelope: topic/key lengths run past the end")
     m, mv = Message(), memoryview(data)
     if hkey is not None:  # before anything else is read: a forger controls every field
@@ -413,13 +417,14 @@ def _decode(
         m.orig_seq = struct.unpack_from("<Q", data, _ENV_SIZE)[0]
     if verify and flags & _EF_SHA and _sha(mv, a, n) not in (None, bytes(mv[a : a + 32])):
         raise BadEnvelope("envelope: sha256 mismatch")
-    m.key, t = bytes(mv[p : p + kl]), bytes(mv[p + kl : p + kl + tl])
+    m.key, t = bytes(mv[p : p + kl]), bytes(mv[p + kl : d])
     try:
         m.topic = t.decode()
     except UnicodeError:
         t = b"\0"
     if b"\0" in t:
         raise BadEnvelope("envelope: topic is not UTF-8 without NUL")
+    b: "Buf" = mv[d:n]
     if enc and hkey is not None:  # verified above: decrypt (MAC before decrypt) [E23]
         if not ctrs:
             ctrs = [] if ctrs is None else ctrs
@@ -427,13 +432,12 @@ def _decode(
                 ctrs.append(_addon("ddq_seal")._enc_ctr(hkey, pads))
             except InvalidArgument as e:  # no AES on this interpreter: cannot be read here
                 raise BadEnvelope("envelope: encrypted; " + e.args[0])
-        b = bytearray(mv[p + kl + tl : n])
+        b = bytearray(b)
         ctrs[0].xor(mv[p - _NONCE : p], 0, b, 0, len(b))
-        m.payload = bytes(b)
-    else:
-        m.payload = bytes(mv[p + kl + tl : n])
+    m.payload = bytes(b)
     m.encrypted = bool(enc)
-    m.qos, m.retain, m.ttl_ms, m.enqueued_ms = flags & _EF_QOS1, bool(flags & _EF_RETAIN), ttl, enq
+    m.qos, m.retain = flags & _EF_QOS1, bool(flags & _EF_RETAIN)
+    m.ttl_ms, m.enqueued_ms = ttl, enq  # (two pairs: four would build a tuple)
     return m
 
 
@@ -444,12 +448,19 @@ def _seq(m: "Any") -> int:
     return int(m.seq)
 
 
+def _pick(v: "Any", ok: "tuple[Any, ...]", name: str) -> "Any":
+    # v if it is one of ok, else InvalidArgument naming the choices [O24].
+    if v not in ok:
+        raise InvalidArgument("%s: one of %r" % (name, ok))
+    return v
+
+
 def _sender(send: "Any", stop: "Any") -> bool:
     # True for a windowed sender [E25]; InvalidArgument unless send is one or a callable and
     # stop is None or a callable [O24].
     w = hasattr(send, "poll") and hasattr(send, "publish")
     if not (w or callable(send)) or not callable(stop or len):
-        raise InvalidArgument("send: a callable or a windowed sender; stop: a callable")
+        raise InvalidArgument("send: callable or windowed sender; stop: callable")
     return w
 
 
@@ -514,29 +525,21 @@ class Outbox:
         self._max_topic = _opt(max_topic_bytes, 1, 65535, "max_topic_bytes")
         self._every = _opt(sync_every, 0, _MAX_WAIT, "sync_every")
         self._interval = _opt(sync_interval_ms, 0, _MAX_WAIT, "sync_interval_ms")
-        if expired not in ("quarantine", "drop", "send") or capacity not in (
-            "reject",
-            "drop_oldest",
-        ):
-            raise InvalidArgument("expired: quarantine|drop|send; capacity: reject|drop_oldest")
-        self._drop_expired, self._drop_oldest = expired == "drop", capacity == "drop_oldest"
+        expired = _pick(expired, ("quarantine", "drop", "send"), "expired")
+        self._drop_expired, self._send_expired = expired == "drop", expired == "send"
+        self._drop_oldest = _pick(capacity, ("reject", "drop_oldest"), "capacity") != "reject"
         # The delivery loop's options for a replay of what a device kept [E26]: deliver raw
         # payloads and expired messages, force the QoS, leave lapsed claims as they are, and
         # on a failure retry at once and stop; report(what, seq, detail) sees every outcome.
+        self._qos, self._raw = _pick(qos, (None, 0, 1), "qos"), bool(raw)
+        self._lapse = _pick(lapsed, ("retry", "reclaim"), "lapsed") == "retry"
+        self._stop = _pick(failure, ("backoff", "stop"), "failure") == "stop"
         if (
-            qos not in (None, 0, 1)
-            or lapsed not in ("retry", "reclaim")
-            or failure not in ("backoff", "stop")
-            or (report is not None and not callable(report))
+            (report is not None and not callable(report))
             or not callable(clock or len)
             or not callable(ticks or len)
         ):
-            raise InvalidArgument(
-                "qos: None|0|1; lapsed: retry|reclaim; failure: backoff|stop;"
-                " report, clock, ticks: callables"
-            )
-        self._send_expired, self._raw, self._qos = expired == "send", bool(raw), qos
-        self._lapse, self._stop = lapsed == "retry", failure == "stop"
+            raise InvalidArgument("report, clock, ticks: callables")
         self._report = report
         self._ordered, self._ticks = bool(ordered), ticks or _ticks
         # With an HMAC key [E22] put signs and get verifies; the tag replaces the SHA-256 (it
@@ -546,7 +549,7 @@ class Outbox:
         if hmac_key is not None:
             self._hkey = bytes(_bytes_arg(hmac_key, "hmac_key"))
             if len(self._hkey) < _MIN_KEY:
-                raise InvalidArgument("hmac_key: at least 16 bytes (32 random bytes advised)")
+                raise InvalidArgument("hmac_key: at least 16 bytes")
             self._pads = _addon("ddq_seal")._pads(self._hkey)
         self._sha = bool(sha256) and self._hkey is None
         # encrypt [E23]: AES-256-CTR under a key derived from hmac_key, a fresh nonce per put from
@@ -559,28 +562,26 @@ class Outbox:
         self._ctrs: "list[Any]" = []
         if self._enc:
             if self._hkey is None:
-                raise InvalidArgument("encrypt needs hmac_key (encrypt-then-MAC)")
+                raise InvalidArgument("encrypt needs hmac_key and 12-byte nonces")
             self._nonce = _addon("ddq_seal")._nonce_fn(nonce)
             self._ctrs.append(_addon("ddq_seal")._enc_ctr(self._hkey, self._pads))
         elif nonce is not None:
             _addon("ddq_seal")._nonce_fn(nonce)  # a bad nonce fails now, not at a requeue
         th = _import("_thread")  # missing on most boards: pass (acquire, release) there
-        if lock is True:
-            if th is None:
-                raise InvalidArgument("lock=True needs _thread")
+        if lock is True and th is not None:  # without _thread, True is refused below
             lock = th.allocate_lock()
         self._cm: "Any" = (
             lock if th is not None and type(lock) is type(th.allocate_lock()) else None
         )
-        h = hasattr(lock, "acquire") and hasattr(lock, "release")
-        self._lk: "Any" = (lock.acquire, lock.release) if h else lock
-        if self._lk is not None and not (
-            isinstance(self._lk, tuple)
-            and len(self._lk) == 2
-            and callable(self._lk[0])
-            and callable(self._lk[1])
+        if hasattr(lock, "acquire") and hasattr(lock, "release"):
+            lock = (lock.acquire, lock.release)
+        if lock is not None and not (
+            isinstance(lock, tuple) and len(lock) == 2 and callable(lock[0]) and callable(lock[1])
         ):
-            raise InvalidArgument("lock: True, (acquire, release) or an object with both")
+            raise InvalidArgument(
+                "lock: True (with _thread), (acquire, release) or an object with both"
+            )
+        self._lk: "Any" = lock
         if isinstance(queue, Queue):
             if options:
                 raise InvalidArgument("queue options need a path, not a Queue")
@@ -595,23 +596,23 @@ class Outbox:
         self._qcls: "dict[int, str]" = {}  # seq -> reason class of a quarantined item (cache)
         self._hidden: "Optional[list[int]]" = None  # dead letters already requeued
         self._full = False
-        self.counters: "dict[str, Any]" = {
-            "put": 0,
-            "sent": 0,
-            "retried": 0,
-            "expired": 0,
-            "dropped": 0,
-            "rejected": 0,
-            "exhausted": 0,
-            "corrupt": 0,
-            "lapsed": 0,
-            "unauthenticated": 0,
-            "unpublishable": 0,
-            "resent": 0,
-            "lease_nacks": 0,
-            "failed": 0,
-            "dead_dropped": 0,
-        }
+        self.counters: "dict[str, Any]" = dict(
+            put=0,
+            sent=0,
+            retried=0,
+            expired=0,
+            dropped=0,
+            rejected=0,
+            exhausted=0,
+            corrupt=0,
+            lapsed=0,
+            unauthenticated=0,
+            unpublishable=0,
+            resent=0,
+            lease_nacks=0,
+            failed=0,
+            dead_dropped=0,
+        )
         # Dead letters the queue had no room for (SPEC H4): seq -> [reason, counter], claimed and
         # waiting for room; and the dropped ones' reason classes [E32]
         self._dead: "dict[int, list[str]]" = {}
@@ -628,16 +629,15 @@ class Outbox:
     def _wrote(self, n: int) -> None:
         # Group commit [E15]: sync after sync_every records, or sync_interval_ms of ticks after
         # the first unsynced one; a negative difference means ticks_diff's window was left.
-        if not (self._every or self._interval) or not (n or self._unsynced):
+        e, i, u = self._every, self._interval, self._unsynced
+        if not (e or i) or not (n or u):
             return
         now = self._ticks()
-        if not self._unsynced:
+        if not u:
             self._synced_at = now
-        self._unsynced += n
+        u = self._unsynced = u + n
         d = _tdiff(now, self._synced_at)
-        if (self._every and self._unsynced >= self._every) or (
-            self._interval and (d >= self._interval or d < 0)
-        ):
+        if (e and u >= e) or (i and (d >= i or d < 0)):
             self._sync()
 
     def _sync(self) -> int:
@@ -682,9 +682,10 @@ class Outbox:
             ctr,
             nb,
         )  # enq: a batch's time (port/ddq_batch.py) [B2]
+        q = self.queue
         for _ in range(_IO_LOOPS):
             try:
-                seq = self.queue.enqueue(mv)
+                seq = q.enqueue(mv)
                 break
             except Full:
                 self._full = True
@@ -693,12 +694,12 @@ class Outbox:
                 # drop_oldest [E13]: retire the oldest unclaimed message, due or backing off,
                 # durably (CLAIM + ACK: reclaimable; counted). A claimed message (in flight) is
                 # never dropped (DESIGN §10 T11).
-                s = self.queue.oldest_available()  # only while full: O(n) is fine
+                s = q.oldest_available()  # only while full: O(n) is fine
                 if s is None:
                     raise Full("full, and no unclaimed message to drop")
                 n = self._many(s)
                 self._dead.pop(s, None)  # a waiting dead letter whose lease ran out [E32]
-                self.queue.ack(self.queue.claim_seq(s, self._lease).seq)
+                q.ack(q.claim_seq(s, self._lease).seq)
                 self.counters["dropped"] += n
                 self._wrote(2)
         else:
@@ -717,10 +718,10 @@ class Outbox:
         # H4): seq waits, claimed and never sent, while another message is pending (its end may
         # return room) and fewer than _WAITS wait; else (or with drop, or ordered) it is acked:
         # dropped, counted c and dead_dropped [E32]. Counted in messages (a batch's readings, B7).
-        q, n = self.queue, self._many(seq)
+        q, n, k = self.queue, self._many(seq), t.split(":")[0]
         try:
             q.quarantine(seq, t.encode()[0 : min(120, q.reason_budget)].replace(b"\0", b"?"))
-            self._qcls[seq] = t.split(":")[0]
+            self._qcls[seq] = k
         except Full:
             s, w = q.stats(), self._dead
             if (
@@ -731,7 +732,6 @@ class Outbox:
                 w[seq] = [t, c]
                 return
             q.ack(seq)
-            k = t.split(":")[0]
             self._lost[k] = self._lost.get(k, 0) + n
             self.counters[c] += n
             c = "dead_dropped"
@@ -804,15 +804,13 @@ class Outbox:
         # Dead letters already requeued: the orig_seq of every pending message, read once (a
         # payload read each), then kept up to date by requeue().
         if self._hidden is None:
-            self._hidden = [
-                m.orig_seq
-                for m in [
-                    self._peek(it.seq, 0, True)
-                    for it in self.queue.items()
-                    if it.state in ("available", "claimed")
-                ]
-                if m.orig_seq
-            ]
+            h: "list[int]" = []
+            for it in self.queue.items():
+                if it.state in ("available", "claimed"):
+                    o = self._peek(it.seq, 0, True).orig_seq
+                    if o:
+                        h.append(o)
+            self._hidden = h
         return self._hidden
 
     def _settle(self, m: Message, ok: "Any", e: "Optional[BaseException]") -> int:
@@ -820,11 +818,12 @@ class Outbox:
         # other exception -> nack, and the caller ends its round (-1).
         if e is None and ok is True:
             return 1 if self.ack(m) else 0
-        if isinstance(e, Unpublishable):  # [E4] [E26]
-            self._quar(m.seq, "unpublishable", e.args[0] if e.args else "")
-            return 0
         if isinstance(e, Rejected):
-            self.reject(m, e.args[0] if e.args else "")
+            why = e.args[0] if e.args else ""
+            if isinstance(e, Unpublishable):  # [E4] [E26]
+                self._quar(m.seq, "unpublishable", why)
+            else:
+                self.reject(m, why)
             return 0
         why = repr(e) if e is not None else "send returned %r" % (ok,)
         if self._stop:
@@ -868,51 +867,53 @@ class Outbox:
     def get(self, lease_ms: "Optional[int]" = None) -> "Optional[Message]":
         """Claim and return the next ready message, or None [E12]; retire expired ones [E7]."""
         lease = _opt(lease_ms or self._lease, 1, _MAX_LEASE_MS, "lease_ms")  # [O24]
-        q, now = self.queue, self._clock()
+        q, now, dead = self.queue, self._clock(), self._dead
         if self._lapse:
             self._lapsed(now)
         for _ in range(_GET_SCAN):
             c = q.claim_ordered(lease) if self._ordered else q.claim(lease)
             if c is None:
-                if not self._dead or not self._stuck(now):
+                if not dead or not self._stuck(now):
                     return None
-                w = min(self._dead)  # the oldest waiting dead letter ends [E32]
-                self._bury(w, self._dead[w][0], self._dead[w][1], True)
+                s = min(dead)  # the oldest waiting dead letter ends [E32]
+                self._bury(s, dead[s][0], dead[s][1], True)
                 continue
+            s = c.seq
             self._wrote(1)
-            if c.seq in self._dead:  # its lease ran out: its reason again, never sent [E32]
-                self._bury(c.seq, self._dead[c.seq][0], self._dead[c.seq][1])
+            if s in dead:  # its lease ran out: its reason again, never sent [E32]
+                self._bury(s, dead[s][0], dead[s][1])
                 continue
-            data = q.read(c.seq)
+            data = q.read(s)
             try:
                 m = _decode(data, True, self._hkey, self._pads, self._ctrs, True)
-            except Unauthenticated as e:  # forged, altered or unsigned: never delivered [E22]
-                self._quar(c.seq, "unauthenticated", e.args[0])
-                continue
             except BadEnvelope as e:
+                why = e.args[0]
+                if isinstance(e, Unauthenticated):  # forged, altered or unsigned: never sent [E22]
+                    self._quar(s, "unauthenticated", why)
+                    continue
                 if not self._raw:
-                    self._quar(c.seq, "corrupt", e.args[0])
+                    self._quar(s, "corrupt", why)
                     continue
                 if self._hkey is not None:  # a raw payload carries no tag [E22] [E26]
-                    self._quar(c.seq, "unauthenticated", "not an envelope (%s)" % e.args[0])
+                    self._quar(s, "unauthenticated", "not an envelope (%s)" % why)
                     continue
                 m = Message()  # raw [E26]: topic "", the stored bytes, no enqueue time
                 m.payload, m.qos = data, 1
-            m.seq, m.attempts, m.lease_until_ms = c.seq, c.attempts, c.lease_until_ms
+            m.seq, m.attempts, m.lease_until_ms = s, c.attempts, c.lease_until_ms
             if self._qos is not None:
                 m.qos = self._qos
             if m.expired(now) and not self._send_expired:
                 if self._drop_expired:
-                    q.ack(c.seq)
+                    q.ack(s)
                     self._wrote(1)
-                    self.counters["expired"] += self._many(c.seq, m) - 1
-                    self._count("expired", c.seq)
+                    self.counters["expired"] += self._many(s, m) - 1
+                    self._count("expired", s)
                 else:
-                    self._quar(c.seq, "expired")
+                    self._quar(s, "expired")
                 continue
             why = publishable(m.topic) if m.topic else ""  # an old or forged record [E4]
             if why:
-                self._quar(c.seq, "unpublishable", why)
+                self._quar(s, "unpublishable", why)
                 continue
             if self._max_att:  # the CLAIM durable before the send: a reset counts [E33]
                 self._sync()
@@ -937,12 +938,8 @@ class Outbox:
         else:  # raw [E26]
             r = Message()
             r.payload, r.qos = data, m.qos
-        r.seq, r.attempts, r.lease_until_ms, r.age_ms = (
-            m.seq,
-            m.attempts,
-            m.lease_until_ms,
-            m.age_ms,
-        )
+        r.seq, r.attempts = m.seq, m.attempts
+        r.lease_until_ms, r.age_ms = m.lease_until_ms, m.age_ms
         return r
 
     @_locked
@@ -991,27 +988,27 @@ class Outbox:
                 c = self._qcls.get(it.seq)
                 if c is None:
                     r = q.reason(it.seq)
-                    c = self._qcls[it.seq] = repr(r[0 : r.find(b":")] if b":" in r else r)[2:-1]
+                    c = self._qcls[it.seq] = repr(r.split(b":")[0])[2:-1]
                 by[c] = by.get(c, 0) + 1
             elif it.state != "acked" and not oldest:
                 oldest = it.seq
-        s, d = q.stats(), dict(self.counters)
-        d.update(
-            {
-                "pending": s.available_items + s.claimed_items,
-                "in_flight": s.claimed_items,
-                "quarantined": s.quarantined_items,
-                "durable_seq": q.durable_seq,
-                "next_ready_ms": self._next_ready(now),
-                "quarantined_by_reason": by,
-                "oldest_age_ms": self._peek(oldest, now).age_ms if oldest else None,
-                "salvaged": s.salvaged,
-                "salvage_lost": s.salvage_lost,
-                "dead_waiting": len(self._dead),
-                "dead_dropped_by_reason": dict(self._lost),
-            }
-        )  # [K12]
-        return d
+        s = q.stats()
+        # this run's counters, then the log-derived counts [K12] (keywords: each name shares its
+        # string with the attribute of that name)
+        return dict(
+            self.counters,
+            pending=s.available_items + s.claimed_items,
+            in_flight=s.claimed_items,
+            quarantined=s.quarantined_items,
+            durable_seq=q.durable_seq,
+            next_ready_ms=self._next_ready(now),
+            quarantined_by_reason=by,
+            oldest_age_ms=self._peek(oldest, now).age_ms if oldest else None,
+            salvaged=s.salvaged,
+            salvage_lost=s.salvage_lost,
+            dead_waiting=len(self._dead),
+            dead_dropped_by_reason=dict(self._lost),
+        )
 
     @_locked
     def dead_letters(self) -> "list[Message]":
