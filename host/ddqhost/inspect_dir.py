@@ -116,7 +116,10 @@ def inspect(
         before = _snapshot(work)
         # The independent reader's view of queue.index (SPEC §12.1), then ddq's own.
         index = fsck.scan(work, options, exact_segment_bytes=False).index
-        q = ddq.Queue(work, clock=lambda: now_ms, **options)
+        try:
+            q = ddq.Queue(work, clock=lambda: now_ms, **options)
+        except ddq.Corrupt as e:  # one line, exit 2, naming the fix
+            raise qdir.QueueDirError(qdir.corrupt_message(path, e, work), 2) from None
         index["used_by_ddq"] = bool(getattr(q, "index_used", False))
         index["ddq_replayed_records"] = getattr(q, "replayed_records", None)
         try:
