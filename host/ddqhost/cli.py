@@ -768,7 +768,8 @@ def render_salvage(rep: dict[str, Any], gen0: bool = False) -> str:
         )
         if on
     ]
-    if rep["status"] == "salvaged_with_loss" and not rep["lost_count"] and why:
+    known = rep["lost_count"] or rep["snapshot_items_lost"] > 0 or rep["uncertain_gaps"]
+    if rep["status"] == "salvaged_with_loss" and not known and why:
         out.append("result: salvaged_with_loss (no seq known lost; %s)" % ", ".join(why))
     else:
         out.append("result: %s" % rep["status"])

@@ -202,6 +202,7 @@ def _host_queue(d, n=12, acked=3):
 
 
 def test_salvage_writes_the_options_it_used_and_replay_keeps_within_them(tmp_path, mosquitto):
+    # EVIDENCE-OF: K8
     # A directory whose options a pull recorded; another that only --board names.
     d = _host_queue(tmp_path / "q", n=120, acked=0)
     (d / ".ddq-pull.json").write_text(
