@@ -619,7 +619,9 @@ def push(
         raise TransferError("%s: %s" % (local, e)) from None
     if rep.verdict == fsck.CORRUPT and not force:
         raise TransferError(
-            "%s is corrupt (ddq verify %s); not pushing it" % (local, local), code=2
+            "%s is corrupt (`ddq verify %s` says where); not pushing it: `ddq salvage %s OUT` "
+            "copies every intact item into OUT, which push takes" % (local, local, local),
+            code=2,
         )
     pulled = meta.get("files") or {}
     now_dev, _subdirs = _device_files(dev, remote) if dev.exists(remote) else ({}, [])

@@ -122,6 +122,8 @@ def test_pull_inspect_damage_salvage_replay_push_and_the_app_goes_on(board, mosq
             line = r.stderr.strip().splitlines()[-1]
             assert r.returncode == 2 and line.startswith("ddq: "), (args, r.stderr)
             assert "`ddq salvage %s OUT`" % p in line, (args, line)
+        line = one_line_error(ddq("push", "-d", board.tty, p, ":outbox"), 2)
+        assert "`ddq salvage %s OUT`" % p in line, line
         assert tree_hash(p) == before
 
         # salvage: OUT carries the pull's options and record (step 1)
