@@ -633,16 +633,12 @@ def do_push(args: argparse.Namespace) -> int:
         + " (%(bytes)d bytes, %(seconds).1f s)" % res
     ]
     ow = res.get("overwritten")
-    if ow is not None:
-        changed = "; ".join(
-            "seq %d %s on the device, %s now"
-            % (i["seq"], i["device_state"], i["pushed_state"] or "gone")
-            for i in ow["items"]
-        )
+    if ow is not None:  # one line per kind of change, never one per item
         lines.append(
-            "--force overwrote the device copy (next_seq %d kept): %s"
-            % (ow["pushed_next_seq"], changed or "no item changed")
+            "--force overwrote the device copy (next_seq %d kept)%s"
+            % (ow["pushed_next_seq"], "" if ow["kinds"] else ": no item changed")
         )
+        lines += ["--force: " + transfer.kind_text(k) for k in ow["kinds"]]
     return show(args, res, *lines)
 
 
@@ -850,7 +846,15 @@ def do_records(args: argparse.Namespace) -> int:
         )
     else:
         sys.stdout.write(fsck.render_records(rep, show_all=args.all))
-    return 0
+    if rep.verdict != fsck.CORRUPT:
+        return 0
+    # exit 2, as verify (docs/HOST.md "Errors and exit status"), naming the fix
+    raise CommandError(
+        "%s is corrupt (`ddq verify %s` says where); `ddq salvage %s OUT` copies every intact "
+        "item into a new directory OUT (%s is only read)"
+        % (args.dir, args.dir, args.dir, args.dir),
+        code=2,
+    )
 
 
 # ---------------------------------------------------------------- export
@@ -944,11 +948,16 @@ def _salvage_runs(seqs: list[int]) -> list[list[int]]:
     return runs
 
 
-def render_salvage(rep: dict[str, Any]) -> str:
+def render_salvage(rep: dict[str, Any], gen0: bool = False) -> str:
+    """The report as text; gen0: DIR is generation 0 without a marker, which has no manifest by
+    design (SPEC V2, K7), not a missing one."""
     out = ["salvage %s -> %s" % (rep["source"], rep["output"] or "(nothing written)")]
+    man = rep["manifest"]
+    if gen0 and man == "missing":
+        man = "none (generation 0 has none until its first compaction)"
     out.append(
         "manifest: %s; generations read: %s"
-        % (rep["manifest"], " ".join(str(g) for g in rep["generations_read"]) or "none")
+        % (man, " ".join(str(g) for g in rep["generations_read"]) or "none")
     )
     out.append(
         "segments read: %d; missing: %s"
@@ -994,12 +1003,36 @@ def render_salvage(rep: dict[str, Any]) -> str:
             % _salvage_ranges(rep["uncertain_gaps"])
         )
     out.append("next_seq: %d; generation: %d" % (rep["next_seq"], rep["generation"]))
-    out.append("result: %s" % rep["status"])
+    why = [
+        w
+        for w, on in (
+            ("damaged bytes", rep["damaged"] or rep["segments_missing"]),
+            ("a log out of order", rep["out_of_order"]),
+            ("%d reset to available" % len(rep["reset"]), rep["reset"]),
+            ("quarantines that may be short", rep["quarantined_uncertain"]),
+            ("the manifest " + rep["manifest"], rep["manifest"] == "damaged" or man == "missing"),
+        )
+        if on
+    ]
+    known = rep["lost_count"] or rep["snapshot_items_lost"] > 0 or rep["uncertain_gaps"]
+    if rep["status"] == "salvaged_with_loss" and not known and why:
+        out.append("result: salvaged_with_loss (no seq known lost; %s)" % ", ".join(why))
+    else:
+        out.append("result: %s" % rep["status"])
+    if rep["output"] is not None:
+        out.append(
+            "next: `ddq verify %s`; then `ddq replay %s --to URL`, or put it in place of %s "
+            "(a pulled one: `ddq push %s :REMOTE_DIR`)"
+            % (rep["output"], rep["output"], rep["source"], rep["output"])
+        )
     return "\n".join(out) + "\n"
 
 
-def _salvage_into(mod: Any, src: str, out: str, real_in: str, opts: dict[str, Any]) -> Any:
-    """Salvage into OUT.partial, renamed to OUT at the end: a kill leaves no OUT (SPEC [K8])."""
+def _salvage_into(
+    mod: Any, src: str, out: str, real_in: str, opts: dict[str, Any], carry: Any = None
+) -> Any:
+    """Salvage into OUT.partial, renamed to OUT at the end: a kill leaves no OUT (SPEC [K8]);
+    carry(partial) writes what goes with the queue (its options) before the rename."""
     part = out.rstrip("/") + ".partial"
     real_part = os.path.realpath(part)
     if real_part == real_in or real_part.startswith(real_in + os.sep):
@@ -1015,6 +1048,7 @@ def _salvage_into(mod: Any, src: str, out: str, real_in: str, opts: dict[str, An
                 or not os.path.isfile(p)
                 or not (
                     n in ("queue.format", "queue.manifest", "queue.manifest.tmp", "queue.lock")
+                    or n in ("ddq-options.json", ".ddq-pull.json")  # carry_options writes them
                     or mod.ddq.parse_segment_name(n) is not None
                 )
             ):
@@ -1026,6 +1060,8 @@ def _salvage_into(mod: Any, src: str, out: str, real_in: str, opts: dict[str, An
         os.rmdir(part)
     rep = mod.salvage(src, part, **opts)
     if rep["output"] is not None:
+        if carry is not None:
+            carry(part)
         os.rename(part, out)  # the result appears whole or not at all
         parent = os.path.dirname(os.path.abspath(out))
         fd = os.open(parent, os.O_RDONLY)
@@ -1040,15 +1076,15 @@ def _salvage_into(mod: Any, src: str, out: str, real_in: str, opts: dict[str, An
 def do_salvage(args: argparse.Namespace) -> int:
     """Exit 0 clean, 1 salvaged with loss, 2 nothing usable (SPEC [K8])."""
     with queue_source(args, args.dir) as (d, _img):
-        rep = _salvage_dir(args, d)
+        rep, gen0 = _salvage_dir(args, d)
     if args.json:
         out_json(rep)
     else:
-        sys.stdout.write(render_salvage(rep))
+        sys.stdout.write(render_salvage(rep, gen0))
     return {"clean": 0, "salvaged_with_loss": 1}.get(rep["status"], 2)
 
 
-def _salvage_dir(args: argparse.Namespace, d: str) -> dict[str, Any]:
+def _salvage_dir(args: argparse.Namespace, d: str) -> tuple[dict[str, Any], bool]:
     opts, src = resolve_options(args, d)
     if not os.path.isdir(d):
         raise CommandError("%s: no such directory" % d)
@@ -1058,6 +1094,11 @@ def _salvage_dir(args: argparse.Namespace, d: str) -> dict[str, Any]:
     real_out = os.path.realpath(args.out)
     if real_out == real_in or real_out.startswith(real_in + os.sep):
         raise CommandError("%s: inside %s (salvage never writes into DIR)" % (args.out, args.dir))
+    # OUT is written for DIR's device: with its writer's options, never others (HOST.md "Queue
+    # options"), and they go with OUT (carry_options), as a pull records them.
+    qoptions.check_writer_options(
+        d, opts, src, "salvage", "%s for the device of %s" % (args.out, args.dir)
+    )
     locate.load_ddq()
     try:
         import ddq_salvage
@@ -1065,11 +1106,22 @@ def _salvage_dir(args: argparse.Namespace, d: str) -> dict[str, Any]:
         if locate.port_dir() not in sys.path:
             sys.path.insert(0, locate.port_dir())
         import ddq_salvage
-    rep: dict[str, Any] = _salvage_into(ddq_salvage, d, args.out, real_in, opts)
+    rep: dict[str, Any] = _salvage_into(
+        ddq_salvage,
+        d,
+        args.out,
+        real_in,
+        opts,
+        lambda part: qoptions.carry_options(d, part, opts, src, "salvage"),
+    )
     if d != args.dir:
         rep["source"] = args.dir  # a raw-flash image: its name, not its export's
     rep["options_source"] = src
-    return rep
+    # (render_salvage: a generation-0 directory has no manifest by design)
+    gen0 = set(rep["generations_read"]) <= {0} and not os.path.lexists(
+        os.path.join(d, "queue.format")
+    )
+    return rep, gen0
 
 
 # ---------------------------------------------------------------- replay
@@ -1246,18 +1298,19 @@ def _replay(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
             out_json({"dirs": results, "total": tot})
     else:
         for res in results:
+            head = "%s: " % res["dir"] if len(results) > 1 else ""  # fleet: whose line
             if res.get("dry_run"):
                 for w in res["would_send"]:
                     print(
-                        "would send seq %d%s -> %s (%d bytes)"
+                        "%swould send seq %d%s -> %s (%d bytes)"
                         % (
+                            head,
                             w["seq"],
                             " reading %d" % w["reading"] if "reading" in w else "",
                             fsck.printable(w["topic"]),
                             w["bytes"],
                         )
                     )
-            head = "%s: " % res["dir"] if len(results) > 1 else ""
             if "error" in res:
                 print("%serror: %s" % (head, fsck.printable(res["error"])))
                 continue

@@ -134,7 +134,10 @@ def inspect(
         before = snapshot()
         # The independent reader's view of queue.index (SPEC §12.1), then ddq's own.
         index = fsck.scan(work, options, exact_segment_bytes=False).index
-        q = ddq.Queue(where, clock=lambda: now_ms, **more, **options)
+        try:
+            q = ddq.Queue(where, clock=lambda: now_ms, **more, **options)
+        except ddq.Corrupt as e:  # one line, exit 2, naming the fix
+            raise qdir.QueueDirError(qdir.corrupt_message(path, e, work), 2) from None
         index["used_by_ddq"] = bool(getattr(q, "index_used", False))
         index["ddq_replayed_records"] = getattr(q, "replayed_records", None)
         try:

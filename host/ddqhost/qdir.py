@@ -25,6 +25,16 @@ class QueueDirError(HostError):
     """Not a queue directory, or options that cannot be used; one line for the user."""
 
 
+def corrupt_message(path: str, e: BaseException, work: str | None = None) -> str:
+    """ddq's Corrupt for the queue in path (opened as its copy work) as the line that names the
+    fix: salvage (docs/HOST.md "salvage"); the command exits 2."""
+    why = str(e) or type(e).__name__
+    if work:
+        why = why.replace(work, path)
+    return "corrupt: %s; `ddq salvage %s OUT` copies every intact item into a new directory OUT " \
+        "(%s is only read)" % (why, path, path)  # fmt: skip
+
+
 def looks_like_queue(names: Any) -> bool:
     ddq = locate.load_ddq()
     return any(n in QUEUE_NAMES or ddq.parse_segment_name(n) for n in names)

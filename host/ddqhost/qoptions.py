@@ -97,21 +97,25 @@ def writer_options(path: str) -> tuple[dict[str, int], dict[str, str]]:
 
 
 def check_writer_options(
-    path: str, options: dict[str, int], sources: dict[str, str], what: str
+    path: str,
+    options: dict[str, int],
+    sources: dict[str, str],
+    what: str,
+    writes: str | None = None,
 ) -> None:
-    """QueueDirError when a tool about to write to path (what) would use options other than the
-    writer's: appending with another segment_bytes (or limits) leaves a directory its own
-    device reads as corrupt."""
+    """QueueDirError when a tool about to write to path (what; writes: what it writes, default
+    "to PATH") would use options other than the writer's: appending with another segment_bytes
+    (or limits) leaves a directory its own device reads as corrupt."""
     mine, where = writer_options(path)
     for key in OPTION_KEYS:
         if key in mine and options.get(key) != mine[key]:
             raise QueueDirError(
-                "%s writes to %s, but --%s %s (%s) disagrees with the writer's %d (%s); "
-                "appending with other options would make the directory corrupt for its device: "
+                "%s writes %s, but --%s %s (%s) disagrees with the writer's %d (%s); "
+                "writing with other options would make the directory corrupt for its device: "
                 "drop the option, or correct %s"
                 % (
                     what,
-                    path,
+                    writes or "to " + path,
                     key.replace("_", "-"),
                     options.get(key),
                     sources.get(key, "given"),
@@ -120,6 +124,43 @@ def check_writer_options(
                     where[key],
                 )
             )
+
+
+def _write_json(path: str, obj: Any) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def carry_options(
+    src: str, out: str, options: dict[str, int], sources: dict[str, str], what: str
+) -> list[str]:
+    """A new queue directory out written from src (what: "salvage") takes src's options with
+    it, so every command reads out with them and push can put it back (docs/HOST.md "Queue
+    options"): src's ddq-options.json is copied; src's .ddq-pull.json too (the device, its
+    remote path and listing at the pull: what push compares), its "options" the ones used;
+    without one, options from flags or --board are written to out/ddq-options.json. Returns
+    the names written."""
+    used = {k: options[k] for k in OPTION_KEYS}
+    own = read_json(os.path.join(src, OPTIONS_FILE))
+    meta = read_json(os.path.join(src, PULL_META))
+    written = []
+    if isinstance(own, dict):
+        _write_json(os.path.join(out, OPTIONS_FILE), own)
+        written.append(OPTIONS_FILE)
+    if isinstance(meta, dict):
+        had: dict[str, Any] = meta["options"] if isinstance(meta.get("options"), dict) else {}
+        meta = dict(
+            meta, options=dict(had, **used), derived_from=os.path.abspath(src), derived_by=what
+        )
+        _write_json(os.path.join(out, PULL_META), meta)
+        written.append(PULL_META)
+    elif any(sources.get(k) != "default" for k in OPTION_KEYS) and own != used:
+        if written:
+            os.remove(os.path.join(out, OPTIONS_FILE))
+        _write_json(os.path.join(out, OPTIONS_FILE), used)
+        written = [OPTIONS_FILE]
+    return written
 
 
 def options_hint(path: str, options: dict[str, int], sources: dict[str, str]) -> str | None:

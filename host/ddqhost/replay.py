@@ -476,16 +476,20 @@ class _Run:
 def plan(job: Job, ro: ReplayOptions, now_ms: int | None = None) -> dict[str, Any]:
     """Dry run: the delivery itself (_deliver, the message layer's loop) on a copy of DIR, at
     now_ms, through a client that confirms every publish and sends nothing. DIR is not
-    written. Only ro's send_expired counts: no limit, one message at a time."""
+    written. Only ro's send_expired and limit count (what it plans is what a run does), one
+    message at a time."""
     qdir.check_queue_dir(job.dir)
     now = int(time.time() * 1000) if now_ms is None else now_ms
     run = _Run(clock=lambda: now)
-    dry = replace(ro, limit=None, lease_ms=60000, timeout=1.0, window=1, log=None)
+    dry = replace(ro, lease_ms=60000, timeout=1.0, window=1, log=None)
     tmp = tempfile.mkdtemp(prefix="ddq-replay-plan-")
     try:
         work = os.path.join(tmp, "q")
         qdir.copy_queue(job.dir, work, job.options)
-        res = _deliver(replace(job, dir=work), dry, _DryClient(), run)
+        try:
+            res = _deliver(replace(job, dir=work), dry, _DryClient(), run)
+        except locate.load_ddq().Corrupt as e:  # one line, exit 2, naming the fix
+            raise ReplayError(qdir.corrupt_message(job.dir, e, work), 2) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     would = []
@@ -610,7 +614,10 @@ def replay(
         if own_flag and threading.current_thread() is threading.main_thread():
             old = signal.signal(signal.SIGINT, on_sigint)
         t_deliver = time.monotonic()
-        res = _deliver(job, ro, client, run)
+        try:
+            res = _deliver(job, ro, client, run)
+        except locate.load_ddq().Corrupt as e:  # one line, exit 2, naming the fix
+            raise ReplayError(qdir.corrupt_message(job.dir, e), 2) from None
         if client.refused:  # the window was released (retry(0)); a rerun resumes
             raise ReplayError(client.refused)
     finally:

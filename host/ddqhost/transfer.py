@@ -804,7 +804,9 @@ def push(
         raise TransferError("%s: %s" % (local, e)) from None
     if rep.verdict == fsck.CORRUPT and not force:
         raise TransferError(
-            "%s is corrupt (ddq verify %s); not pushing it" % (local, local), code=2
+            "%s is corrupt (`ddq verify %s` says where); not pushing it: `ddq salvage %s OUT` "
+            "copies every intact item into OUT, which push takes" % (local, local, local),
+            code=2,
         )
     pulled = meta.get("files") or {}
     now_dev, _subdirs = _device_files(dev, remote) if dev.exists(remote) else ({}, [])
@@ -815,8 +817,7 @@ def push(
             | {n for n in now_dev if n in pulled and now_dev[n] != pulled[n]}
         )
         raise TransferError(
-            ":%s changed on the device since the pull (%s); use --force to overwrite"
-            % (dpath(remote), ", ".join(changed[:3]) + (" ..." if len(changed) > 3 else ""))
+            _refusal(dev, remote, now_dev, local, opts, changed), code=REFUSED_CHANGED
         )
     if now_dev != pulled:
         overwritten = _force_check(dev, remote, now_dev, local, opts)
@@ -888,6 +889,86 @@ def push(
     }
 
 
+# `ddq push` refused because the device copy changed since the pull (exit status 1: a refused
+# push, docs/HOST.md "Errors and exit status").
+REFUSED_CHANGED = 1
+
+
+def seq_ranges(seqs: list[int]) -> str:
+    """1, 3-5, 9: the seqs as runs (sorted)."""
+    runs: list[list[int]] = []
+    for x in sorted(seqs):
+        if runs and runs[-1][1] == x - 1:
+            runs[-1][1] = x
+        else:
+            runs.append([x, x])
+    return ", ".join(str(a) if a == b else "%d-%d" % (a, b) for a, b in runs)
+
+
+def overwrite_kinds(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The items --force overwrites, one entry per kind of change (the device's state, the
+    pushed one): count and seq ranges; an acked item made available again comes first (it is
+    delivered twice)."""
+    kinds: dict[tuple[str, str], list[int]] = {}
+    for i in items:
+        kinds.setdefault((i["device_state"], i["pushed_state"] or "gone"), []).append(i["seq"])
+    order = sorted(kinds, key=lambda k: (k[0] != "acked", k))
+    return [
+        {"device_state": d, "pushed_state": p, "count": len(kinds[d, p]),
+         "seqs": seq_ranges(kinds[d, p])}
+        for d, p in order
+    ]  # fmt: skip
+
+
+def kind_text(k: dict[str, Any], tense: str = "now") -> str:
+    """One kind of overwritten item as words: "29 acked on the device, available now (delivered
+    twice): seq 1-29"; tense "would be" for the refusal: "29 acked on the device would be
+    available (delivered twice)"."""
+    d, p = k["device_state"], k["pushed_state"]
+    note = ""
+    if p == "gone" and d != "acked":
+        note = " (lost)"
+    elif p in ("available", "claimed") and d == "acked":
+        note = " (delivered twice)"
+    elif p in ("available", "claimed") and d == "quarantined":
+        note = " (sent again)"
+    if tense == "now":
+        return "%d %s on the device, %s now%s: seq %s" % (k["count"], d, p, note, k["seqs"])
+    return "%d %s on the device would be %s%s" % (k["count"], d, p, note)
+
+
+def _refusal(
+    dev: Device,
+    remote: str,
+    now_dev: dict[str, Any],
+    local: str,
+    opts: dict[str, int],
+    changed: list[str],
+) -> str:
+    """The one line push says when the device copy changed since the pull: the safe route first
+    (pull again, replay, push: nothing on the device is overwritten), then what --force would
+    cost, read from the device's copy now (nothing is written)."""
+    r = ":" + dpath(remote)
+    line = (
+        "%s changed on the device since the pull (%s). Safe: pull it again, replay and push that "
+        "copy (`ddq pull %s NEW_DIR`, `ddq replay NEW_DIR --to URL`, `ddq push NEW_DIR %s`)"
+        % (r, ", ".join(changed[:3]) + (" ..." if len(changed) > 3 else ""), r, r)
+    )
+    try:
+        ow = _overwrites(dev, remote, now_dev, local, opts)
+    except (TransferError, DeviceError) as e:
+        return line + "; what --force would overwrite could not be read: %s" % e
+    if ow["reuse"]:
+        return line + (
+            "; --force is refused too: the device enqueued seqs %d..%d since the pull"
+            % (ow["pushed_next_seq"], ow["device_next_seq"] - 1)
+        )
+    kinds = overwrite_kinds(ow["items"])
+    return line + "; --force would overwrite the device's changes: %s" % (
+        "; ".join(kind_text(k, "would be") for k in kinds) or "no item's state"
+    )
+
+
 def _queue_state(path: str, opts: dict[str, int]) -> tuple[int, dict[int, str]]:
     """(next_seq high-water mark, {seq: state}) of a queue directory, by the independent reader
     (nothing is written). The mark is the largest of the recovered next_seq, the manifest's, and
@@ -909,9 +990,36 @@ def _queue_state(path: str, opts: dict[str, int]) -> tuple[int, dict[int, str]]:
 def _force_check(
     dev: Device, remote: str, now_dev: dict[str, Any], local: str, opts: dict[str, int]
 ) -> dict[str, Any]:
-    """Before --force overwrites a device copy that changed since the pull: read it (into a private
-    temporary directory), refuse if the device used seqs the local copy does not know (pushing
-    would lower next_seq, and DDQ never reuses a seq), else return what the push overwrites."""
+    """Before --force overwrites a device copy that changed since the pull: refuse if the device
+    used seqs the local copy does not know (pushing would lower next_seq, and DDQ never reuses
+    a seq), else return what the push overwrites (and, per kind of change, "kinds")."""
+    ow = _overwrites(dev, remote, now_dev, local, opts)
+    if ow.pop("reuse"):
+        raise TransferError(
+            "refusing --force: the device used seqs %d..%d since the pull (next_seq %d there, %d "
+            "in %s); pushing would move next_seq back and reuse them, and lose %d message(s) "
+            "enqueued on the device. Pull again, replay, then push"
+            % (
+                ow["pushed_next_seq"],
+                ow["device_next_seq"] - 1,
+                ow["device_next_seq"],
+                ow["pushed_next_seq"],
+                local,
+                ow["new"],
+            )
+        )
+    del ow["new"]
+    ow["kinds"] = overwrite_kinds(ow["items"])
+    return ow
+
+
+def _overwrites(
+    dev: Device, remote: str, now_dev: dict[str, Any], local: str, opts: dict[str, int]
+) -> dict[str, Any]:
+    """What pushing local over the device copy would overwrite: the device copy is read (into a
+    private temporary directory) and decoded by the independent reader, as local is; "reuse":
+    the device used seqs local does not know (pushing would move next_seq back), "new": the
+    messages among them the device still holds."""
     tmp = tempfile.mkdtemp(prefix="ddq-push-")
     try:
         for n in sorted(now_dev):
@@ -926,20 +1034,14 @@ def _force_check(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     loc_next, loc_items = _queue_state(local, opts)
-    if dev_next > loc_next:
-        new = [s for s in sorted(dev_items) if s >= loc_next]
-        raise TransferError(
-            "refusing --force: the device used seqs %d..%d since the pull (next_seq %d there, %d "
-            "in %s); pushing would move next_seq back and reuse them, and lose %d message(s) "
-            "enqueued on the device. Pull again, replay, then push"
-            % (loc_next, dev_next - 1, dev_next, loc_next, local, len(new))
-        )
+    new = sum(1 for s in dev_items if s >= loc_next)
     lost = [
         {"seq": s, "device_state": dev_items[s], "pushed_state": loc_items.get(s)}
         for s in sorted(dev_items)
         if loc_items.get(s) != dev_items[s]
     ]
-    return {"device_next_seq": dev_next, "pushed_next_seq": loc_next, "items": lost}
+    return {"device_next_seq": dev_next, "pushed_next_seq": loc_next, "items": lost,
+            "reuse": dev_next > loc_next, "new": new}  # fmt: skip
 
 
 # ---------------------------------------------------------------- stats on the device

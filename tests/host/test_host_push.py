@@ -53,6 +53,7 @@ def test_push_force_reports_what_it_overwrites_and_never_reuses_a_seq(board, tmp
     )
     line = one_line_error(ddq("push", "--device", board.tty, local, ":" + QD), 1)
     assert "changed on the device since the pull" in line
+    assert "1 acked on the device would be available (delivered twice)" in line, line
     r = ddq("push", "--device", board.tty, local, ":" + QD, "--force", "--json")
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
@@ -61,6 +62,9 @@ def test_push_force_reports_what_it_overwrites_and_never_reuses_a_seq(board, tmp
         "device_next_seq": 4,
         "pushed_next_seq": 4,
         "items": [{"seq": 1, "device_state": "acked", "pushed_state": "available"}],
+        "kinds": [
+            {"device_state": "acked", "pushed_state": "available", "count": 1, "seqs": "1"}
+        ],
     }
     st = _stats(board, QD)
     assert (st["next_seq"], st["available_items"], st["acknowledged_items"]) == (4, 3, 0)
@@ -72,10 +76,10 @@ def test_push_force_reports_what_it_overwrites_and_never_reuses_a_seq(board, tmp
     )
     r = ddq("push", "--device", board.tty, local, ":" + QD, "--force")
     assert r.returncode == 0, r.stderr
-    assert (
-        "--force overwrote the device copy (next_seq 4 kept): seq 1 acked on the device, "
-        "available now" in r.stdout
-    ), r.stdout
+    assert r.stdout.splitlines()[1:] == [
+        "--force overwrote the device copy (next_seq 4 kept)",
+        "--force: 1 acked on the device, available now (delivered twice): seq 1",
+    ], r.stdout
 
     # The device enqueues seq 4: --force would move next_seq back to 4 and reuse it. Refused.
     _exec(board, "import ddq\n_q=ddq.Queue(%r,%s)\n_q.enqueue(b'new')\n_q.close()" % (QD, UNIX))
