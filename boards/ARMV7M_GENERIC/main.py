@@ -24,8 +24,8 @@ import ddq_outbox  # noqa: F401  (main.ddq_outbox.Outbox: the app's Outbox class
 OPTIONS = {
     "segment_bytes": 4096,
     "max_payload_bytes": 256,
-    "max_items": 424,
-    "max_segments": 13,
+    "max_items": 488,
+    "max_segments": 15,
     # the hold rule (SPEC 10.1): room for 16 claims in flight and 1 KiB of dead-letter reasons
     # instead of libddq's reserve per reading: about 4.8 x the readings (docs/BOARDS.md)
     "window": 16,

@@ -29,8 +29,8 @@ import ddq_outbox  # noqa: F401  (main.ddq_outbox.Outbox: the app's Outbox class
 OPTIONS = {
     "segment_bytes": 8184,
     "max_payload_bytes": 512,
-    "max_items": 7008,
-    "max_segments": 109,
+    "max_items": 7768,
+    "max_segments": 110,
     # the hold rule (SPEC 10.1): room for 16 claims in flight and 1 KiB of dead-letter reasons
     # instead of libddq's reserve per reading (docs/BOARDS.md)
     "window": 16,

@@ -1,20 +1,19 @@
-# Example outbox app for PYBV11 (pyboard v1.1: a FAT filesystem of about 96 KB, no network).
+# Example outbox app for PYBV11 (pyboard v1.1: 96 KB of FAT, no network).
 #
 # Every PERIOD_MS: read the sensor, put the reading into a durable Outbox (on flash once put()
 # returned) and deliver what is due (Outbox.pump): acked once send() confirmed it, retried with
-# a growing, jittered delay when not, a dead letter after MAX_ATTEMPTS (at once when send()
-# raises ddq_outbox.Rejected). Without a transport the readings wait on flash: `ddq pull
-# :outbox out && ddq replay out --to mqtt://...` delivers them from a host. The 96 KB hold the
-# code too: this app loads ddq and ddq_outbox only (docs/BOARDS.md). `ddq flash --example-app`
-# installs them and this file as main.py; replace send() and read_sensor() with yours.
+# a jittered backoff, a dead letter after MAX_ATTEMPTS (at once when send() raises
+# ddq_outbox.Rejected). Without a transport the readings wait on flash for `ddq pull` and
+# `ddq replay` on a host. The 96 KB hold the code too: ddq and ddq_outbox only
+# (docs/BOARDS.md). Replace send() and read_sensor() with yours.
 import time
 
 import ddq
 import ddq_outbox
 
 QUEUE_DIR = "outbox"
-# Queue options of boards/PYBV11.json. Keep them fixed for the life of the directory: DDQ does not
-# store them, and a reader with smaller limits reports the directory as corrupt.
+# Queue options of boards/PYBV11.json, fixed for the life of the directory: DDQ does not store
+# them, and a reader with smaller limits reports the directory as corrupt.
 OPTIONS = {
     "segment_bytes": 2048,
     "max_payload_bytes": 256,
@@ -28,9 +27,7 @@ OPTIONS = {
     # staged reclamation (SPEC C13): no call copies the whole queue
     "reclaim_step": 16,
 }
-# The raw layout (`ddq flash --layout raw`, docs/BOARDS.md): ddq_layout puts the queue on the
-# board's raw flash region (storage=ddq_flash.FlashStorage) with that layout's queue options.
-try:
+try:  # `ddq flash --layout raw` (docs/BOARDS.md): the queue on the raw flash region
     import ddq_layout
 except ImportError:
     ddq_layout = None
@@ -75,7 +72,7 @@ def open_outbox(queue_dir=QUEUE_DIR):
 
 
 def run(rounds=None, period_ms=PERIOD_MS, sender=None, queue_dir=QUEUE_DIR, budget=BUDGET):
-    """Put a reading and deliver up to budget due ones, every period_ms; rounds=None: forever."""
+    """Put a reading, deliver up to budget due ones, every period_ms; rounds=None: forever."""
     ob = open_outbox(queue_dir)
     n = 0
     try:
