@@ -146,7 +146,10 @@ class FlashStorage:
         seq, src, ln = struct.unpack_from("<IIB", h, 0)
         if ln > _FL_NM or crc32(mv[0 : _FL_S - 4]) != struct.unpack_from("<I", h, _FL_S - 4)[0]:
             return None
-        return seq, bytes(h[9 : 9 + ln]).decode(), src
+        try:
+            return seq, bytes(h[9 : 9 + ln]).decode(), src
+        except UnicodeError:  # a CRC that holds over a name ddq never wrote: forged [Y4]
+            raise ddq.Corrupt("flash block %d: name slot %d is not UTF-8" % (b, k))
 
     def _mount(self) -> None:
         h, n = self.hb, self.n

@@ -8,6 +8,8 @@ import support
 # Its devices live in the heap (24-48 KiB, copied at each reopen): more than a board has.
 support.needs_heap(560 * 1024, "RAM flash devices of 24-48 KiB, copied at each simulated reopen")
 
+import struct  # noqa: E402
+
 import blockdev  # noqa: E402
 import ddq  # noqa: E402
 import ddq_flash  # noqa: E402
@@ -369,3 +371,27 @@ def test_flash_wear_least_erased_block_first_across_reopens():
     total = sum([dev.data[b * 1024 + 4] for b in range(8)])  # erase counts in the headers
     counts = [dev.data[b * 1024 + 4] for b in range(8)]
     assert total == 6 * 13 and max(counts) - min(counts) <= 1, counts
+
+
+def test_flash_forged_name_slot_is_corrupt_not_a_crash():
+    # EVIDENCE-OF: Y4
+    # A name slot whose CRC holds but whose name is not UTF-8 (a forged image): the mount raises
+    # ddq.Corrupt (a ddq.Error the host reports), never UnicodeError.
+    from binascii import crc32
+
+    dev = _dev()
+    st = ddq_flash.FlashStorage(dev)
+    st.mkdir("q")
+    _put(st, "q/abcdef", b"data")
+    data = bytearray(dev.data)
+    i = bytes(data).find(b"q/abcdef")
+    slot = i - 9
+    assert i > 9 and data[slot + 8] == 8  # the slot's name length byte
+    data[i + 4] = 0xFF  # "q/ab\xffdef": not UTF-8
+    size = ddq_flash._FL_S
+    data[slot + size - 4 : slot + size] = struct.pack(
+        "<I", crc32(bytes(data[slot : slot + size - 4])) & 0xFFFFFFFF
+    )
+    forged = _dev(dev.block_size, dev.num_blocks, data)
+    e = support.raises(ddq.Error, ddq_flash.FlashStorage, forged)
+    assert isinstance(e, ddq.Corrupt) and "UTF-8" in str(e)
