@@ -53,14 +53,15 @@ import ddq  # noqa: E402
 import ddq_flash  # noqa: E402
 
 T0 = 1767225600000
-# (block size, blocks, page, unit, buf, segment_bytes) by seed % len(MODES)
+# (block size, blocks, page, unit, buf, segment_bytes, start) by seed % len(MODES); start 1: the
+# region is blocks 1..24 of a 26-block device, whose first and last blocks must stay erased
 MODES = (
-    (4096, 24, 256, 1, 512, 5000),  # rp2: whole 256-byte pages
-    (4096, 24, 0, 16, 64, 5000),  # write-once 16-byte units, records torn over two frames
-    (1024, 24, 0, 1, 64, 700),  # byte-programmable NOR, small blocks: frames split over blocks
-    (4096, 24, 256, 1, 64, 3500),
-    (1024, 24, 0, 8, 512, 700),
-    (4096, 24, 0, 32, 512, 5000),
+    (4096, 24, 256, 1, 512, 5000, 0),  # rp2: whole 256-byte pages
+    (4096, 24, 0, 16, 64, 5000, 0),  # write-once 16-byte units, records torn over two frames
+    (1024, 24, 0, 1, 64, 700, 1),  # byte-programmable NOR, small blocks: frames split over blocks
+    (4096, 24, 256, 1, 64, 3500, 0),
+    (1024, 24, 0, 8, 512, 700, 1),
+    (4096, 24, 0, 32, 512, 5000, 0),
 )
 KINDS = ("header", "name", "delete", "commit", "frame", "erase")
 BAD = ("lost", "resurrected", "reused_seq", "bricked", "stuck", "unexpected")
@@ -148,8 +149,10 @@ class Judged(Exception):
         self.detail = detail
 
 
-def storage(dev, buf):
-    return ddq_flash.FlashStorage(dev, buf=buf, page=dev.page or 1, unit=dev.unit)
+def storage(dev, mode):
+    return ddq_flash.FlashStorage(
+        dev, mode[6], mode[1], buf=mode[4], page=dev.page or 1, unit=dev.unit
+    )
 
 
 def opts(mode):
@@ -311,7 +314,7 @@ class Run:
         self.verbose = verbose
         self.res = {
             "seed": seed,
-            "mode": "bs%d x%d page%d unit%d buf%d" % self.mode[0:5],
+            "mode": "bs%d x%d page%d unit%d buf%d start%d" % (self.mode[0:5] + self.mode[6:7]),
             "flash_cut_states": 0,
             "events": 0,
             "sampled": 0,
@@ -330,7 +333,7 @@ class Run:
 
     def dev(self, data, seed=1):
         m = self.mode
-        return blockdev.NORBlockDev(m[0], m[1], data, m[3], seed, m[2])
+        return blockdev.NORBlockDev(m[0], m[1] + 2 * m[6], data, m[3], seed, m[2])
 
     def queue(self, st, clock):
         return ddq.Queue("q", storage=st, clock=clock, **self.opts)
@@ -339,14 +342,14 @@ class Run:
         """The seed's workload on a logging device: (log, history)."""
         m = self.mode
         h = Hist()
-        dev = LogDev(m[0], m[1], m[3], m[2], h)
+        dev = LogDev(m[0], m[1] + 2 * m[6], m[3], m[2], h)
         clock = Clock()
         rnd = Rng(self.seed)
-        box = [storage(dev, m[4])]
+        box = [storage(dev, m)]
 
         def reopen(q):
             q.close()
-            box[0] = storage(dev, m[4])
+            box[0] = storage(dev, m)
             return self.queue(box[0], clock)
 
         q = self.queue(box[0], clock)
@@ -366,14 +369,15 @@ class Run:
             self.res["depth2"] += 1
             d = self.dev(bytearray(data), k + 17)
             d.cut_at = 1 + (k + len(draw)) % 9
+            q = None
             try:
-                st = storage(d, m[4])
+                st = storage(d, m)
                 q = self.queue(st, clock)
                 check(q, st, h, where + " (second cut pending)", True)
                 ops(q, [st], h, rnd, clock, 4, lambda q: q, False).close()
             except (OSError, ddq.Error) as e:
-                if not d.off:
-                    raise Judged("bricked", "%s: %r" % (where, e))
+                if not d.off:  # (no cut came: the open, or what followed it, failed)
+                    raise Judged("bricked" if q is None else "unexpected", "%s: %r" % (where, e))
             if d.off:
                 self.res["depth2_cut"] += 1
             data = d.data
@@ -383,14 +387,14 @@ class Run:
 
         def reopen(q):
             q.close()
-            box[0] = st2 = storage(dev, m[4])
+            box[0] = st2 = storage(dev, m)
             try:
                 return self.queue(st2, clock)
             except (OSError, ddq.Error) as e:
                 raise Judged("bricked", "%s, reopened: %r" % (where, e))
 
         try:
-            box[0] = st = storage(dev, m[4])
+            box[0] = st = storage(dev, m)
             q = self.queue(st, clock)
         except (OSError, ddq.Error) as e:
             raise Judged("bricked", "%s: %r" % (where, e))
@@ -427,23 +431,17 @@ class Run:
                 q.close()
                 raise Judged("stuck", "%s: seq %d reached no end" % (where, s))
         q.close()
+        a, e = m[0] * m[6], m[0] * (m[1] + m[6])  # the region's bytes; the rest reads erased
+        if dev.data[0:a].rstrip(b"\xff") or dev.data[e:].rstrip(b"\xff"):
+            raise Judged("unexpected", "%s: a write outside the region" % where)
 
     def one(self, data, h, k, draw):
         try:
             self.judge(data, h, k, draw)
         except Exception as e:  # Judged, or anything else the judge raised: unexpected
-            cat = e.cat if isinstance(e, Judged) else "unexpected"
-            detail = (
-                e.detail
-                if isinstance(e, Judged)
-                else "seed %d event %d %s: %r"
-                % (
-                    self.seed,
-                    k,
-                    draw,
-                    e,
-                )
-            )
+            cat, detail = "unexpected", "seed %d event %d %s: %r" % (self.seed, k, draw, e)
+            if isinstance(e, Judged):
+                cat, detail = e.cat, e.detail
             self.res[cat] += 1
             if len(self.res["fail"]) < 5:
                 self.res["fail"].append({"category": cat, "detail": detail, "seed": self.seed})
