@@ -21,10 +21,10 @@ before it is cut there twice:
   complete  the program or erase done, power lost before it returned
 
 Each cut state (flash_cut_states counts them) is mounted on a copy and judged by a fresh queue:
-opened (recovery), judged, written on (enqueue, claim, ack, retry, quarantine, compact, a
-reopen), closed, reopened and judged again, then drained with a healed clock (leases and retry
-delays past) and judged a last time. Every 4th state gets a second cut a few events into the
-recovery and what follows it (depth2), then a plain reopen. Counts:
+opened (recovery), judged, written on (5 operations of the same mix: enqueue, claim, ack,
+retry, quarantine, compact, a reopen), closed, reopened and judged again, then drained with a
+healed clock (leases and retry delays past) and judged a last time. Every 8th state first gets
+a second cut 1-9 events into the recovery and 4 operations after it (depth2). Counts:
 
   lost         a returned enqueue, not acked, is missing or reads other bytes (also the side file)
   resurrected  a returned ack (or quarantine) undone
@@ -364,7 +364,7 @@ class Run:
         clock = Clock()
         clock.ms = T0 + 10000000 * (k + 1)  # after everything the run did
         rnd = Rng(self.seed * 7919 + k * 2 + (draw == "torn"))
-        depth2 = self.res["flash_cut_states"] % 4 == 3
+        depth2 = self.res["flash_cut_states"] % 8 == 3
         if depth2:  # a second cut a few events into the recovery and what follows it
             self.res["depth2"] += 1
             d = self.dev(bytearray(data), k + 17)
@@ -400,7 +400,7 @@ class Run:
             raise Judged("bricked", "%s: %r" % (where, e))
         try:
             check(q, st, h, where, True)
-            q = ops(q, box, h, rnd, clock, 8, reopen)
+            q = ops(q, box, h, rnd, clock, 5, reopen)
             check(q, box[0], h, where + ", written on", False, False)  # (read after the reopen)
         except (OSError, ddq.Error) as e:
             q.close()
