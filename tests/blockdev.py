@@ -80,9 +80,13 @@ class NORBlockDev(RAMBlockDev):
         self.wear = [0] * num_blocks
         self.done = bytearray(block_size * num_blocks // unit) if unit > 1 else None
         if unit > 1:  # reopened: a unit with any programmed bit is programmed
-            for i in range(len(self.done)):
-                if self.data[i * unit : (i + 1) * unit] != b"\xff" * unit:
-                    self.done[i] = 1
+            ff = b"\xff" * unit
+            for b in range(num_blocks):  # (up to each block's last programmed byte)
+                a = b * block_size
+                e = a + len(self.data[a : a + block_size].rstrip(b"\xff"))
+                for i in range(a // unit, (e + unit - 1) // unit):
+                    if self.data[i * unit : (i + 1) * unit] != ff:
+                        self.done[i] = 1
         self.events = 0
         self.cut_at = 0
         self.off = False

@@ -28,6 +28,7 @@ def block(line, sb, extra, wall, full):
             == sb["unexpected"]
             == sb.get("bricked", 0)
             == sb.get("stuck", 0)
+            == sb.get("flash_stuck", 0)
             == 0
             else "FAIL",
         ),
@@ -208,6 +209,32 @@ def block(line, sb, extra, wall, full):
                 sb["liveness_raised"],
                 sb["phantom"],
                 ", ".join("%s %d" % (k, v) for k, v in sorted(lv["by_cause"].items())) or "none",
+            )
+        )
+    fl = extra.get("flash")
+    if sb.get("flash_cut_states") and fl:
+        bad = fl["bad"]
+        out.append(
+            "| 9 raw flash | cut states judged (CPython / MicroPython): torn and completed draws "
+            "of every program and erase; of them cut again in the recovery (depth 2) | "
+            "%d (%d / %d); %d |"
+            % (
+                sb["flash_cut_states"],
+                fl["cpython"],
+                fl["micropython"],
+                fl["depth2_cut"],
+            )
+        )
+        out.append(
+            "| 9 raw flash | cut events by kind; items claimed and acked by the drains | %s; %d |"
+            % (", ".join("%s %d" % (k, v) for k, v in sorted(fl["kinds"].items())), fl["drained"])
+        )
+        out.append(
+            "| 9 raw flash | lost / resurrected / reused seq / bricked / stuck / unexpected (must "
+            "be 0) | %s |"
+            % " / ".join(
+                str(bad.get(k, 0))
+                for k in ("lost", "resurrected", "reused_seq", "bricked", "stuck", "unexpected")
             )
         )
     kinds = extra["fault_by_kind"]

@@ -22,6 +22,9 @@ Runs the four parts as subprocess tasks, two at a time (2 cores):
       profile's hold rule, a full queue, TTLs, Rejected, dropped connections, resets, clock jumps,
       power cuts and reboots), then a healed network for a bounded number of pump rounds: every
       admitted message delivered, dead-lettered or dropped and counted; `stuck` must be 0
+  9. raw flash (flash_cuts.py, CPython and MicroPython): ddq_flash.FlashStorage on the NOR model,
+      a cut at every program and erase of seeded workloads (a torn and a completed draw each),
+      recovered, written on, reopened and drained: flash_cut_states; flash_stuck must be 0
 A plain open refused after only ddq's own writes, cuts and ENOSPC is `bricked` (must be 0).
 then prints ONE scoreboard line computed from what ran, checks the targets, and exits non-zero on
 any invariant failure or missed target, printing the first failure's reproduction.
@@ -60,6 +63,8 @@ TARGETS = {
     "continued_states": 50000,
     "enospc_points": 5000,
     "liveness_runs": 10000,
+    "flash_cut_states": 100000,
+    "flash_kinds": 6,  # header, name slot, deleted mark, commit mark, frame, erase (not scaled)
 }
 LIVE_RUNS = 500  # liveness runs per task (about 10 s of one core)
 SYNCS = ("always", "ack", "always", "none", "outbox")  # outbox: ddq_outbox.Outbox group commit
@@ -68,6 +73,11 @@ SYNCS = ("always", "ack", "always", "none", "outbox")  # outbox: ddq_outbox.Outb
 # is also opened with index_bytes=0 and must agree; 48 operations, not 60: each state costs about
 # twice as much). Periods 3 and 5: every sync mode gets all three.
 CRASH_INDEX = ("-", "0", "1")
+# raw flash (part 9): tasks of FLASH_SEEDS seeds, FLASH_NOPS operations a seed (about 3,600 cut
+# states and 15 s of one core a task on CPython); MicroPython tasks of 6 seeds (each geometry
+# once) x 24 operations (about 1,200 states, 8 s). CI: 105,916 states (each seed's count is
+# deterministic: the same on both interpreters)
+FLASH_TASKS, FLASH_SEEDS, FLASH_NOPS, FLASH_MP_TASKS = 29, 6, 60, 2
 
 
 # The counts a salvage task reports, summed into the scoreboard as salvage_<name>.
@@ -119,6 +129,8 @@ def plan(scale, smoke=False):
         add_smoke("hold", "hold 11", [PY, "hold.py", "11", "30"])
         add_smoke("enospc", "enospc 1200", [PY, "worker.py", "enospc", "1200", "20"])
         add_smoke("live", "live 1", [PY, "liveness.py", "1", "40"])
+        add_smoke("flash", "flash 3", [PY, "flash_cuts.py", "3", "1", "16", "2"])
+        add_smoke("flash", "flash mp 4", [MP, "flash_cuts.py", "4", "1", "10", "3"])
         return t
     n_crash = 30 * scale
     for k in range(n_crash):
@@ -251,6 +263,18 @@ def plan(scale, smoke=False):
                 "fat %s %d" % (mode, seed),
                 [MP, "mp_powercut.py", "fat", mode, str(seed), "30", "1", "0"],
             )
+    # raw flash (flash_cuts.py): FLASH_SEEDS seeds a task, one of each geometry (MODES), a cut
+    # at every program and erase; MicroPython runs the same seeds' harness on a few of its own
+    for k in range(FLASH_TASKS * scale):
+        seed = 2000 + FLASH_SEEDS * k
+        add(
+            "flash",
+            "flash %d" % seed,
+            [PY, "flash_cuts.py", str(seed), str(FLASH_SEEDS), str(FLASH_NOPS), "1"],
+        )
+    for k in range(FLASH_MP_TASKS * scale):
+        seed = 9000 + 6 * k
+        add("flash", "flash mp %d" % seed, [MP, "flash_cuts.py", str(seed), "6", "24", "1"])
     return t
 
 
@@ -356,6 +380,9 @@ def aggregate(done):
         "stuck": 0,
         "liveness_raised": 0,
         "phantom": 0,
+        "flash_cut_states": 0,
+        "flash_kinds": 0,
+        "flash_stuck": 0,
     }
     extra = {
         "crash_checked": 0,
@@ -398,6 +425,20 @@ def aggregate(done):
             "bound_max": 0,
             "batch": 0,
             "windowed": 0,
+        },
+        # raw flash (part 9): states by interpreter, cut events sampled by kind, judged states
+        # by geometry, the judgements' own counts (lost .. unexpected of this part only)
+        "flash": {
+            "cpython": 0,
+            "micropython": 0,
+            "events": 0,
+            "sampled": 0,
+            "depth2": 0,
+            "depth2_cut": 0,
+            "drained": 0,
+            "kinds": {},
+            "modes": {},
+            "bad": {},
         },
     }
     failures = []
@@ -446,6 +487,10 @@ def aggregate(done):
                     PY,
                     f["seed"],
                 )
+            if d["part"] == "flash" and "seed" in f:  # one seed, each failure printed
+                a = list(d["argv"])
+                a[-4:-2] = [str(f["seed"]), "1"]
+                f["repro"] = "cd %s && %s -v" % (ROOT, " ".join(a))
             failures.append(f)
         part = d["part"]
         if part == "crash" or part == "mp":
@@ -525,6 +570,18 @@ def aggregate(done):
             for k in ("rounds_max", "bound_max"):
                 lv[k] = max(lv[k], r[k])
             lv["cpu_s"] = lv.get("cpu_s", 0) + r.get("cpu_s", 0)
+        elif part == "flash":
+            fl = extra["flash"]
+            sb["flash_cut_states"] += r["flash_cut_states"]
+            sb["flash_stuck"] += r["stuck"]
+            fl["micropython" if d["argv"][0] == MP else "cpython"] += r["flash_cut_states"]
+            for k in ("events", "sampled", "depth2", "depth2_cut", "drained"):
+                fl[k] += r[k]
+            for key in ("kinds", "modes"):
+                for k, v in r[key].items():
+                    fl[key][k] = fl[key].get(k, 0) + v
+            for k in ("lost", "resurrected", "reused_seq", "bricked", "stuck", "unexpected"):
+                fl["bad"][k] = fl["bad"].get(k, 0) + r[k]
         elif part == "group":
             sb["group_states"] += r["states"]
             sb["group_returned_lost"] += r["returned_lost"]
@@ -546,6 +603,7 @@ def aggregate(done):
     sb["crash_states"] = len(crash_hashes)
     sb["bad_images"] = len(bad_hashes)
     sb["fault_kinds"] = len(extra["fault_by_kind"])
+    sb["flash_kinds"] = len(extra["flash"]["kinds"])
     return sb, extra, failures
 
 
@@ -610,7 +668,14 @@ def scoreboard_line(sb, extra):
         sb["libddq_rotations"],
         sb["libddq_disagree"],
     )
-    s += " hold_states=%d hold_stranded=%d)" % (sb["hold_states"], sb["hold_stranded"])  # SPEC H5
+    s += " hold_states=%d hold_stranded=%d" % (sb["hold_states"], sb["hold_stranded"])  # SPEC H5
+    # part 9 (docs/RELIABILITY.md): raw-flash cut states judged, program/erase kinds cut, items
+    # that reached no end after the drain (SPEC Y5)
+    s += " flash_cut_states=%d flash_kinds=%d flash_stuck=%d)" % (
+        sb["flash_cut_states"],
+        sb["flash_kinds"],
+        sb["flash_stuck"],
+    )
     return s
 
 
@@ -647,6 +712,7 @@ def main():
         "hold": 1,
         "enospc": 1,
         "live": 1,
+        "flash": 1,
     }
     tasks.sort(key=lambda t: -weight[t[0]])
     t0 = time.time()
@@ -674,6 +740,7 @@ def main():
                     )
                     + (("accepted",) if d["part"] == "forge" else ())
                     + (("stuck", "raised", "phantom") if d["part"] == "live" else ())
+                    + (("stuck",) if d["part"] == "flash" else ())
                     + (("wrong", "reused") if d["part"] == "salvage" else ())
                     + (
                         (
@@ -740,6 +807,24 @@ def main():
             "salvage: "
             + " ".join("salvage_%s=%d" % (k, sb["salvage_" + k]) for k in SALVAGE_COUNTS)
         )
+    if any(t[0] == "flash" for t in tasks):
+        fl = extra["flash"]
+        print(
+            "flash: flash_cut_states=%d (cpython %d, micropython %d) events=%d sampled=%d "
+            "depth2=%d (cut %d) drained=%d kinds=%s bad=%s"
+            % (
+                sb["flash_cut_states"],
+                fl["cpython"],
+                fl["micropython"],
+                fl["events"],
+                fl["sampled"],
+                fl["depth2"],
+                fl["depth2_cut"],
+                fl["drained"],
+                json.dumps(fl["kinds"], sort_keys=True),
+                json.dumps(fl["bad"], sort_keys=True),
+            )
+        )
     if any(t[0] == "live" for t in tasks):
         lv = extra["liveness"]
         print(
@@ -775,6 +860,7 @@ def main():
         == 0
         and sb["bricked"] == 0
         and sb["stuck"] == sb["liveness_raised"] == sb["phantom"] == 0
+        and sb["flash_stuck"] == 0
         and sb["hmac_forged_accepted"] == 0
         and sb["group_returned_lost"] == 0
         and sb["libddq_disagree"] == 0
@@ -791,7 +877,7 @@ def main():
     if not (a.smoke or a.only):
         scale = 10 if a.full else 1
         for k, v in TARGETS.items():
-            want = v if k == "fault_kinds" else v * scale
+            want = v if k in ("fault_kinds", "flash_kinds") else v * scale
             if sb[k] < want:
                 missed.append("%s=%d < %d" % (k, sb[k], want))
     if missed:
