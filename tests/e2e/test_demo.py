@@ -33,31 +33,35 @@ def _seed():
     return int(env) if env else random.SystemRandom().randrange(1, 10**6)
 
 
-def test_demo_virtual_board_through_broker_restarts_and_power_cuts(tmp_path):
-    # The broker tests/brokers.py picks: mosquitto (installed with apt-get when root), else the
-    # demo's embedded amqtt, whose restarts are outages of a relay (sessions kept).
+def _demo(tmp_path, **cfg):
+    """demo.run at 100 messages a second with these settings; (result, why, its log lines)."""
     seed = _seed()
     print("ddq demo seed %d" % seed)
-    cfg = demo.Config(
-        messages=2000,
+    conf = demo.Config(
         rate=100,
-        broker_restarts=3,
-        kills=3,
         seed=seed,
         broker=brokers.kind(),
         workdir=str(tmp_path / "demo"),
         progress=False,
         drain_timeout=90.0,
+        **cfg,
     )
     lines = []
-    res = demo.run(cfg, log=lines.append)
-    brokers.served(res.get("broker_version") or cfg.broker)
+    res = demo.run(conf, log=lines.append)
+    brokers.served(res.get("broker_version") or conf.broker)
     why = "seed %d (DDQ_DEMO_SEED=%d to replay)\n%s\n%s" % (
         seed,
         seed,
         demo.render(res),
         "\n".join(lines[-20:]),
     )
+    return res, why, lines
+
+
+def test_demo_virtual_board_through_broker_restarts_and_power_cuts(tmp_path):
+    # The broker tests/brokers.py picks: mosquitto (installed with apt-get when root), else the
+    # demo's embedded amqtt, whose restarts are outages of a relay (sessions kept).
+    res, why, _lines = _demo(tmp_path, messages=2000, broker_restarts=3, kills=3)
     assert "failure" not in res, why
     assert res["enqueued"] >= 2000, why
     assert res["broker_restarts"] >= 3 and res["device_kills"] >= 3, why
@@ -76,27 +80,7 @@ def test_demo_with_the_queue_on_the_virtual_boards_raw_flash(tmp_path):
     # `make demo STORAGE=raw`: the board's queue on its raw NOR region through ddq_flash
     # (`ddq flash --layout raw`); each power cut's image and the final `ddq pull --raw` image are
     # recovered on the host through the same port code. Nothing lost, no ack undone.
-    seed = _seed()
-    cfg = demo.Config(
-        storage="raw",
-        messages=600,
-        rate=100,
-        broker_restarts=2,
-        kills=2,
-        seed=seed,
-        broker=brokers.kind(),
-        workdir=str(tmp_path / "demo"),
-        progress=False,
-        drain_timeout=90.0,
-    )
-    lines = []
-    res = demo.run(cfg, log=lines.append)
-    why = "seed %d (DDQ_DEMO_SEED=%d to replay)\n%s\n%s" % (
-        seed,
-        seed,
-        demo.render(res),
-        "\n".join(lines[-20:]),
-    )
+    res, why, lines = _demo(tmp_path, storage="raw", messages=600, broker_restarts=2, kills=2)
     assert "failure" not in res and res["storage"] == "raw", why
     assert "raw layout: erased 64 blocks" in "\n".join(lines), why
     assert res["device_kills"] >= 2 and len(res["power_cuts"]) == res["device_kills"], why
