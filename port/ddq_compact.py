@@ -16,6 +16,7 @@ __version__ = "0.1.0"
 import struct
 
 from ddq import (
+    _E,
     _INDEX,
     _INDEX_TMP,
     _MAN_FMT,
@@ -24,10 +25,7 @@ from ddq import (
     _MANIFEST_TMP,
     _MARKER,
     _U64,
-    BadState,
-    Corrupt,
     Full,
-    InvalidArgument,
     IOFailure,
     Limit,
     _crc,
@@ -54,7 +52,7 @@ if TYPE_CHECKING:
 def parse_segment_name(name: str) -> "Optional[tuple[int, int]]":
     """Return (generation, index) for a segment file name, or None [N2][N3][N4]."""
     if not isinstance(name, str):
-        raise InvalidArgument("name: not a str")  # [O24]
+        raise _E("InvalidArgument")("name: not a str")  # [O24]
     if len(name) == 32 and name[:8] == "segment-" and name[28:] == ".log":
         gd, d = "0", name[8:28]
     elif (
@@ -86,7 +84,7 @@ def _clean(self: "Queue") -> None:
         if name in (_MANIFEST_TMP, _INDEX_TMP) or (pg is not None and pg[0] != gen):
             p = self._path(name)
             if fs.kind(p) != 1:
-                raise Corrupt("not a regular file: " + name)
+                raise _E("Corrupt")("not a regular file: " + name)
             fs.remove(p)
             removed = True
     if removed:
@@ -163,11 +161,11 @@ def purge(self: "Queue", seqs: "list[int]") -> int:
         try:  # [O24]
             it = iter(seqs)
         except TypeError:
-            raise InvalidArgument("seqs: not iterable")
+            raise _E("InvalidArgument")("seqs: not iterable")
         for s in it:
             i = self._find(s)
             if self._ix.state(i) != _QUARANTINED:
-                raise BadState("item %d is not quarantined" % s)
+                raise _E("BadState")("item %d is not quarantined" % s)
             if s not in drop:
                 drop.append(s)
         if drop:
@@ -237,12 +235,12 @@ def _prepare_format(self: "Queue") -> None:
                 fs.close(h)
             fs.sync_dir(self._dir)
         elif k != 1 or fs.size(self._path(_MARKER)) != 0:
-            raise Corrupt("queue.format is not an empty file")
+            raise _E("Corrupt")("queue.format not empty")
         self._clean()
     except OSError as e:
         self._fail()
         raise _io_failure(e, "compaction")
-    except Corrupt:
+    except _E("Corrupt"):
         self._fail()
         raise
 
@@ -259,7 +257,7 @@ def _compact(
     if required and not self._n_acked:
         raise Full("max_items reached and nothing is acked")
     if self._log.gen >= _U64:
-        raise Limit("generation counter exhausted")
+        raise Limit("generations exhausted")
     self._prepare_format()
     old, ix, fs = self._log, self._ix, self._fs
     new, nix = _Log(old.gen + 1), _Index(self._tc)
@@ -283,7 +281,7 @@ def _compact(
             or nix.n > self._max_items - required
             or (len(new.sizes) >= self._max_segs and new.off + reserve > self._seg_bytes)
         ):
-            raise Full("compaction gives no benefit")
+            raise Full("compaction: no benefit")
         fs.sync(new.h)
         new.synced = new.off
         new.dirty = False
@@ -328,7 +326,7 @@ def _compact(
     self._plan = plan
     try:
         self._clean()
-    except (OSError, Corrupt) as e:
+    except (OSError, _E("Corrupt")) as e:
         self._fail()
         if isinstance(e, OSError):
             raise _io_failure(e, "cleaning old generation")

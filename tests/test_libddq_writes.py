@@ -71,6 +71,7 @@ def test_libddq_lost_rotation_then_a_claim_opens_in_ddq():
     # The directory: libddq wrote 9 items (segments of 510 and 400 B), its rotation for
     # a 200 B record lost its record, it reopened and claimed item 1: the CLAIM (48 B) went into
     # the empty segment 2. ddq said Corrupt("segment 1 of generation 0 ends early").
+    support.needs_heap(160 * 1024, support.MARGIN_HEAP, 128 * 1024)
     d = support.tmpdir() + "/q"
     support._makedirs(d)
     for i in range(1, 10):

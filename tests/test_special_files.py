@@ -153,6 +153,7 @@ def test_the_test_codec_takes_ascii_digits_only():
     # EVIDENCE-OF: N4
     # tests/ddqfmt.py (the suite's own reader) agrees with ddq: another script's digit is no
     # segment id (str.isdigit() takes it on CPython).
+    support.needs_heap(160 * 1024, support.MARGIN_HEAP, 128 * 1024)  # (a module more to load)
     import ddqfmt
 
     assert ddqfmt.parse_seg_name(SEG1) == (0, 1)

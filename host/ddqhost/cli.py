@@ -1455,6 +1455,7 @@ U64 = (1 << 64) - 1
 ARG_RANGES: dict[str, tuple[float, float, bool]] = {
     **{k: (lo, hi, False) for k, (lo, hi) in options.RANGES.items()},  # SPEC §7.1
     "size_kib": (32, 4 << 20, False),  # 8 blocks of 4 KiB .. 4 GiB
+    "raw_kib": (0, 4 << 20, False),  # the virtual board's raw region: 0 (none) .. 4 GiB
     "seconds": (0, 86400, False),
     "now_ms": (0, U64, False),  # a u64, as every time the format stores
     "limit": (0, U64, False),

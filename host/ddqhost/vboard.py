@@ -68,49 +68,49 @@ class FileBlockDev:
         if op == 5: return self.bs
         if op == 3: self.f.flush()
         return 0
-class NORFlash:
-    # The raw region: an extended block device over an image file with NOR semantics, as
-    # rp2.Flash or esp32.Partition on a board (docs/HOST.md "virtual board"): a program only
-    # clears bits (old & new), ioctl 6 erases a block to 0xFF; out of range is OSError(EINVAL).
-    def __init__(self, path, bs, nb):
-        self.bs, self.nb = bs, nb
-        self.f = open(path, "r+b")
-    def _at(self, n, off, ln):
-        a = n * self.bs + (off or 0)
-        if n < 0 or a < 0 or a + ln > self.bs * self.nb:
-            raise OSError(22)
-        self.f.seek(a)
-        return a
-    def readblocks(self, n, buf, off=0):
-        self._at(n, off, len(buf))
-        self.f.readinto(buf)
-    def writeblocks(self, n, buf, off=None):
-        ln = len(buf)
-        if off is None:  # the simple protocol: erase the blocks, then program
-            for i in range(-(-ln // self.bs)):
-                self.ioctl(6, n + i)
-        a = self._at(n, off, ln)
-        old = self.f.read(ln)
-        new = int.from_bytes(old, "little") & int.from_bytes(buf, "little")
-        self.f.seek(a)
-        self.f.write(new.to_bytes(ln, "little"))
-    def ioctl(self, op, arg):
-        if op == 4: return self.nb
-        if op == 5: return self.bs
-        if op == 6:
-            self._at(arg, 0, self.bs)
-            self.f.write(b"\\xff" * self.bs)
-        if op == 3: self.f.flush()
-        return 0
-class __ddq_vb_mod:
-    raw = None
-if %(raw)r:
+if %(raw)r:  # (only where there is a region: a small heap keeps the rest; else no vboard)
+    class NORFlash:
+        # The raw region: an extended block device over an image file with NOR semantics, as
+        # rp2.Flash or esp32.Partition on a board (docs/HOST.md "virtual board"): a program only
+        # clears bits (old & new), ioctl 6 erases a block to 0xFF; out of range is OSError(EINVAL).
+        def __init__(self, path, bs, nb):
+            self.bs, self.nb = bs, nb
+            self.f = open(path, "r+b")
+        def _at(self, n, off, ln):
+            a = n * self.bs + (off or 0)
+            if n < 0 or a < 0 or a + ln > self.bs * self.nb:
+                raise OSError(22)
+            self.f.seek(a)
+            return a
+        def readblocks(self, n, buf, off=0):
+            self._at(n, off, len(buf))
+            self.f.readinto(buf)
+        def writeblocks(self, n, buf, off=None):
+            ln = len(buf)
+            if off is None:  # the simple protocol: erase the blocks, then program
+                for i in range(-(-ln // self.bs)):
+                    self.ioctl(6, n + i)
+            a = self._at(n, off, ln)
+            old = self.f.read(ln)
+            new = int.from_bytes(old, "little") & int.from_bytes(buf, "little")
+            self.f.seek(a)
+            self.f.write(new.to_bytes(ln, "little"))
+        def ioctl(self, op, arg):
+            if op == 4: return self.nb
+            if op == 5: return self.bs
+            if op == 6:
+                self._at(arg, 0, self.bs)
+                self.f.write(b"\\xff" * self.bs)
+            if op == 3: self.f.flush()
+            return 0
+    class __ddq_vb_mod:
+        raw = None
     try:
         __ddq_vb_mod.raw = NORFlash(%(raw)r, %(bs)r, %(rawnb)r)
     except Exception as e:
         print(%(fail)r, "raw region:", repr(e))
         sys.exit(3)
-sys.modules["vboard"] = __ddq_vb_mod
+    sys.modules["vboard"] = __ddq_vb_mod
 def __ddq_vb_mount(path, bs, nb):
     fresh = False
     try:
@@ -143,7 +143,7 @@ def __ddq_vb_halt():
         os.chdir("/")
         vfs.umount(%(mount)r)
         __ddq_vb_bdev.f.close()
-        if __ddq_vb_mod.raw:
+        if %(raw)r:
             __ddq_vb_mod.raw.f.close()
     finally:
         sys.exit(0)

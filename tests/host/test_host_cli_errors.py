@@ -58,6 +58,7 @@ def _numeric_options():
 # The argv before each numeric option: a command that takes it (its other arguments valid).
 BASE = {
     "size_kib": ["board", "virtual", "start"],
+    "raw_kib": ["board", "virtual", "start"],
     "seconds": ["app", "start"],
     "now_ms": ["inspect", "Q"],
     "limit": ["replay", "Q", "--to", "mqtt://127.0.0.1:1"],

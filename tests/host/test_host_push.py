@@ -62,9 +62,7 @@ def test_push_force_reports_what_it_overwrites_and_never_reuses_a_seq(board, tmp
         "device_next_seq": 4,
         "pushed_next_seq": 4,
         "items": [{"seq": 1, "device_state": "acked", "pushed_state": "available"}],
-        "kinds": [
-            {"device_state": "acked", "pushed_state": "available", "count": 1, "seqs": "1"}
-        ],
+        "kinds": [{"device_state": "acked", "pushed_state": "available", "count": 1, "seqs": "1"}],
     }
     st = _stats(board, QD)
     assert (st["next_seq"], st["available_items"], st["acknowledged_items"]) == (4, 3, 0)
