@@ -586,18 +586,42 @@ def replay(
     if ro.user is not None:
         client.username_pw_set(ro.user, ro.password)
     client.connect_timeout = ro.timeout  # the TCP connect and the TLS handshake
-    try:
-        client.connect(ro.host, ro.port, keepalive=30)
-    except OSError as e:  # ssl's errors are OSErrors too
-        raise _connect_error(e, ro) from None
-    client.loop_start()
+
+    connecting = [True]
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        run.interrupted.append(True)
+        if connecting[0]:  # a TCP connect or TLS handshake that hangs: stop it now
+            raise KeyboardInterrupt
+
+    # Once the CONNECT is sent, Ctrl-C sets a flag that the CONNACK wait and the delivery read
+    # at their own points: a KeyboardInterrupt raised while paho's thread takes the connection
+    # ended a run as "closed the connection" (exit 1) instead of an interrupt (130) [item 11].
     old = None
+    if own_flag and threading.current_thread() is threading.main_thread():
+        old = signal.signal(signal.SIGINT, on_sigint)
+    started = False
     try:
-        if not connected.wait(ro.timeout):
-            raise ReplayError(
-                "broker %s accepted the TCP connection but sent no CONNACK: "
-                "timed out after %g s (--timeout)" % (broker, ro.timeout)
-            )
+        try:
+            client.connect(ro.host, ro.port, keepalive=30)
+        except OSError as e:  # ssl's errors are OSErrors too
+            raise _connect_error(e, ro) from None
+        connecting[0] = False
+        if own_flag and run.interrupted:
+            raise KeyboardInterrupt
+        client.loop_start()
+        started = True
+        t_end = time.monotonic() + ro.timeout
+        while not connected.wait(0.2):
+            if own_flag and run.interrupted:
+                raise KeyboardInterrupt
+            if time.monotonic() >= t_end:
+                raise ReplayError(
+                    "broker %s accepted the TCP connection but sent no CONNACK: "
+                    "timed out after %g s (--timeout)" % (broker, ro.timeout)
+                )
+        if own_flag and run.interrupted:
+            raise KeyboardInterrupt
         if client.refused:  # what the broker sent instead of its CONNACK
             raise ReplayError(client.refused)
         if not rc:
@@ -607,12 +631,6 @@ def replay(
             raise ReplayError(why)
         if rc[0].is_failure:
             raise ReplayError("broker %s refused the connection: %s" % (broker, rc[0]))
-
-        def on_sigint(signum: int, frame: Any) -> None:
-            run.interrupted.append(True)
-
-        if own_flag and threading.current_thread() is threading.main_thread():
-            old = signal.signal(signal.SIGINT, on_sigint)
         t_deliver = time.monotonic()
         try:
             res = _deliver(job, ro, client, run)
@@ -623,8 +641,9 @@ def replay(
     finally:
         if old is not None:
             signal.signal(signal.SIGINT, old)
-        client.disconnect()
-        client.loop_stop()
+        if started:
+            client.disconnect()
+            client.loop_stop()
     res.pop("sent_ids")  # (the dry run's; sent_seqs and readings say it)
     res["broker"] = broker
     res["tls"] = ro.tls
