@@ -464,7 +464,7 @@ def fresh(q: "ddq.Queue", reserve: int, required: int) -> None:
                     if x:
                         if k == 0 or o + x > seg:
                             if k >= w:
-                                raise ddq.Full("compacted copy does not fit max_segments")
+                                raise ddq.Full("the copy does not fit max_segments")
                             k += 1
                             o = 0
                         o += x
@@ -474,7 +474,7 @@ def fresh(q: "ddq.Queue", reserve: int, required: int) -> None:
     if k == 0:
         k = 1  # the copy's first segment exists even when empty
     if total >= sh[2] or n > q._max_items - required or (k >= w and o + reserve > seg):
-        raise ddq.Full("compaction gives no benefit")
+        raise ddq.Full("compaction: no benefit")
     sh[0], sh[1], sh[2], sh[3] = k, o, total, n
 
 
