@@ -420,10 +420,10 @@ def test_lease_and_retry_deadlines_with_injected_clock():
     q.close()
 
 
-def _default_clock_without(missing):
+def _default_clock_without(missing, use=None):
     # ddq imported afresh over a time module lacking the names in missing; returns the fresh
-    # module and what its default clock gives (or raises: the exception). No part is loaded
-    # (it would keep the fresh module); the old ddq and time are put back.
+    # module and what use(fresh) gives (default: its default clock's reading), or raises: the
+    # exception. The parts use loads are dropped; the old ddq, its parts and time are put back.
     support.needs_heap(160 * 1024, "a second ddq (23 KB) imported beside the first", 128 * 1024)
     import sys
     import time
@@ -436,15 +436,22 @@ def _default_clock_without(missing):
         if name not in missing and not name.startswith("__"):
             setattr(stub, name, getattr(time, name))
     old_ddq, old_time = sys.modules.get("ddq"), sys.modules.get("time")
+    parts = [(k, sys.modules[k]) for k in sys.modules if k.startswith("ddq_")]
+    for k, _ in parts:  # the fresh ddq loads its own parts
+        del sys.modules[k]
     try:
         sys.modules["time"] = stub
         del sys.modules["ddq"]
         fresh = __import__("ddq")
         try:
-            return fresh, fresh._wall_ms()
+            return fresh, (use or (lambda m: m._wall_ms()))(fresh)
         except Exception as e:
             return fresh, e
     finally:
+        for k in [k for k in sys.modules if k.startswith("ddq_")]:
+            del sys.modules[k]
+        for k, m in parts:
+            sys.modules[k] = m
         sys.modules["ddq"] = old_ddq
         if old_time is None:
             del sys.modules["time"]
@@ -468,10 +475,27 @@ def test_import_on_a_port_without_gmtime():
 
 def test_import_on_a_port_without_a_clock_says_pass_clock():
     # EVIDENCE-OF: T4 (a port whose time module has neither time() nor time_ns(), as upstream
-    # MicroPython's ports/qemu: the default clock raises IOFailure saying clock=, where it raised
-    # AttributeError)
-    fresh, err = _default_clock_without(("time", "time_ns", "gmtime"))
+    # MicroPython's ports/qemu: a queue with the default clock opens and enqueues; the claim that
+    # reads the clock raises IOFailure saying clock=, where it raised AttributeError)
+    d = support.tmpdir() + "/q"
+
+    def use(fresh):
+        q = fresh.Queue(d, **SMALL)
+        try:
+            q.enqueue(b"x")
+            try:
+                q.claim(1000)
+            except fresh.IOFailure as e:
+                return e
+            return "claimed"
+        finally:
+            q.close()
+
+    fresh, err = _default_clock_without(("time", "time_ns", "gmtime"), use)
     assert isinstance(err, fresh.IOFailure) and "clock=" in str(err), err
+    q = ddq.Queue(d, clock=support.FakeClock(T0), **SMALL)
+    assert q.stats().available_items == 1  # the enqueue held; the claim changed nothing
+    q.close()
 
 
 def test_clock_went_back_guard():
