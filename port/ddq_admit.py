@@ -18,7 +18,7 @@ __version__ = "0.1.0"
 
 from ddq import const
 
-TYPE_CHECKING = False
+TYPE_CHECKING = const(0)
 if TYPE_CHECKING:
     from typing import Optional
 

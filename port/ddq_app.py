@@ -32,10 +32,10 @@ import time
 # ============================================================================ compat
 import ddq
 import ddq_outbox
-from ddq import _import
+from ddq import _import, const
 from ddq_outbox import _tdiff, _ticks
 
-TYPE_CHECKING = False
+TYPE_CHECKING = const(0)
 if TYPE_CHECKING:
     from typing import Any, Optional
 

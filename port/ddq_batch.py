@@ -18,10 +18,10 @@ __version__ = "0.1.0"
 
 # Copyright (c) 2026 the ddq authors. BSD-3-Clause.
 
-from ddq import Full, InvalidArgument, _bytes_arg, _opt
+from ddq import Full, InvalidArgument, _bytes_arg, _opt, const
 from ddq_outbox import BadEnvelope, Message, Outbox as Base, _seq, _tdiff, publishable
 
-TYPE_CHECKING = False
+TYPE_CHECKING = const(0)
 if TYPE_CHECKING:
     from typing import Any, Optional
 

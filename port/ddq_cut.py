@@ -11,8 +11,9 @@ __version__ = "0.1.0"
 # Copyright (c) 2026 the ddq authors. BSD-3-Clause.
 
 import ddq
+from ddq import const
 
-TYPE_CHECKING = False
+TYPE_CHECKING = const(0)
 if TYPE_CHECKING:
     from typing import Any
 

@@ -30,7 +30,7 @@ from ddq import (
     const,
 )
 
-TYPE_CHECKING = False
+TYPE_CHECKING = const(0)
 if TYPE_CHECKING:
     from typing import Any, Iterator, Optional
 

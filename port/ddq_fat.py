@@ -12,8 +12,9 @@ __version__ = "0.1.0"
 import os
 
 import ddq
+from ddq import const
 
-TYPE_CHECKING = False
+TYPE_CHECKING = const(0)
 if TYPE_CHECKING:
     from typing import Any
 

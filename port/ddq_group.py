@@ -23,9 +23,9 @@ __version__ = "0.1.0"
 import os
 import time
 
-from ddq import InvalidArgument, IOFailure
+from ddq import InvalidArgument, IOFailure, const
 
-TYPE_CHECKING = False
+TYPE_CHECKING = const(0)
 if TYPE_CHECKING:
     from typing import Any, Callable, Optional
 

@@ -20,7 +20,7 @@ __version__ = "0.1.0"
 
 from ddq import _err, const
 
-TYPE_CHECKING = False
+TYPE_CHECKING = const(0)
 if TYPE_CHECKING:
     from ddq import Buf, Queue
 
@@ -45,12 +45,10 @@ def _recount(self: "Queue") -> "list[int]":
     return [d, ix.n, self._n_acked, self._log.gen, m]
 
 
-def slack(
-    self: "Queue", dd: int, dn: int, dh: int, dq: int, dqn: int, r: int
-) -> "tuple[int, int]":
-    """(bytes, records) the two bounds leave after a change of dd DATA bytes in dn items, dh
-    items with history, dq evidence bytes in dqn quarantines, with r the largest new record;
-    the change fits if either is >= 0 [H2]. R is the largest record a copy or the log can hold
+def fits(self: "Queue", dd: int, dn: int, dh: int, dq: int, dqn: int, r: int) -> bool:
+    """Whether a change of dd DATA bytes in dn items, dh items with history, dq evidence bytes
+    in dqn quarantines, with r the largest new record, fits: either bound (bytes, records)
+    leaves >= 0 [H2]. R is the largest record a copy or the log can hold
     (a STATE, the longest payload or reason of the index, r). Bytes: next-fit of records of at
     most R leaves under R at the end of a segment, so records totalling W·(S − R + 1) fit in W
     segments; need = DATA + 72·max(H, window) + max(evidence, budget), one record of R kept for
@@ -59,62 +57,54 @@ def slack(
     (at least budget ÷ 120 of them) + 1 + max(H, window) ÷ 2 (a STATE in a copy may replace a
     48-byte CLAIM: that many more records make the log larger than the copy, C8)."""
     ix = self._ix
-    w = self._win
-    h = len(ix.live) + dh
-    hw = h if h > w else w
-    qc, qn = dq, dqn
+    hw = max(len(ix.live) + dh, self._win)
     for v in ix.reasons.values():  # a quarantined item's copy: its STATE and its reason record
-        qc += _STATE_REC + _MIN_REC + v[2]
-        qn += 1
+        dq += _STATE_REC + _MIN_REC + v[2]
+        dqn += 1
         if _MIN_REC + v[2] > r:
             r = _MIN_REC + v[2]
     ev = self._ev
     en = ev // (_STATE_REC + _MIN_REC)
     seg, segs = self._seg_bytes, self._max_segs
     hd = self._hd
-    b = c = -1
-    for k in range(2):
-        if hd is None or k:
-            # The cached DATA sum and longest payload are upper bounds (acks and compactions
-            # only lower them); recount when they refuse, unless exact: nothing acked since.
-            if (
-                hd is not None
-                and hd[1] == ix.n
-                and hd[2] == self._n_acked
-                and hd[3] == self._log.gen
-            ):
-                break
+    for _ in range(2):  # the second pass is on a fresh count, which is exact
+        if hd is None:
             self._hd = hd = _recount(self)
         big = max(_STATE_REC, _MIN_REC + hd[4], r)
-        b = segs * (seg - big + 1) - big - hd[0] - dd - _STATE_REC * hw - (qc if qc > ev else ev)
+        b = segs * (seg - big + 1) - big - hd[0] - dd - _STATE_REC * hw - (dq if dq > ev else ev)
         c = (
             segs * (seg // big)
             - (ix.n - self._n_acked + dn)
             - hw
-            - 2 * (qn if qn > en else en)
+            - 2 * (dqn if dqn > en else en)
             - 1
             - (hw + 1) // 2
         )
         if b >= 0 or c >= 0:
+            return True
+        # The cached DATA sum and longest payload are upper bounds (acks and compactions only
+        # lower them): recount when they refuse, unless exact (nothing acked since the count).
+        if hd[1] == ix.n and hd[2] == self._n_acked and hd[3] == self._log.gen:
             break
-    return b, c
+        hd = None
+    return False
 
 
 def _hold(self: "Queue", n: int) -> None:
     """Admit an n-byte payload under the hold rule or raise Full; nothing is written [H2]."""
+    r = _MIN_REC + n  # its DATA record
     if self._ix.n >= self._max_items:  # as A6: compact with one acked item required
-        self._compact(_MIN_REC + n, 1)
-    b, c = slack(self, _MIN_REC + n, 1, 0, 0, 0, _MIN_REC + n)
-    if b < 0 and c < 0:
+        self._compact(r, 1)
+    if not fits(self, r, 1, 0, 0, 0, r):
         raise _err(_X_RESERVE)
     if self._rstep:  # staged reclamation's start rule reads the room left before W4 [H8]
         log, seg = self._log, self._seg_bytes
         p = (self._max_segs - len(log.sizes)) * seg + seg - log.off
-        m = (self._max_items - self._ix.n) * (_MIN_REC + n)
+        m = (self._max_items - self._ix.n) * r
         self._slack = p if p < m else m
     hd = self._hd
     if hd is not None:  # the new item's DATA; exact stays exact (enqueue adds the item next)
-        hd[0] += _MIN_REC + n
+        hd[0] += r
         hd[1] += 1
         if n > hd[4]:
             hd[4] = n
@@ -122,13 +112,11 @@ def _hold(self: "Queue", n: int) -> None:
 
 def _room(self: "Queue") -> bool:
     """Whether one more item may gain history (a first claim: its STATE in a copy) [H3]."""
-    b, c = slack(self, 0, 0, 1, 0, 0, 0)
-    return b >= 0 or c >= 0
+    return fits(self, 0, 0, 1, 0, 0, 0)
 
 
 def _fits(self: "Queue", dh: int, k: int) -> bool:
-    b, c = slack(self, 0, 0, dh, _STATE_REC + _MIN_REC + k, 1, _MIN_REC + k)
-    return b >= 0 or c >= 0
+    return fits(self, 0, 0, dh, _STATE_REC + _MIN_REC + k, 1, _MIN_REC + k)
 
 
 def _cut(self: "Queue", seq: int, reason: "Buf") -> "Buf":
@@ -142,9 +130,7 @@ def _cut(self: "Queue", seq: int, reason: "Buf") -> "Buf":
     if not _fits(self, dh, 0):
         raise _err(_X_RESERVE)
     lo, hi = 0, n  # lo fits, hi does not
-    for _ in range(16):
-        if hi - lo <= 1:
-            break
+    while hi - lo > 1:  # halves: log2(len(reason)) rounds
         m = (lo + hi) // 2
         if _fits(self, dh, m):
             lo = m

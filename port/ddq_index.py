@@ -23,7 +23,7 @@ from array import array
 import ddq
 from ddq import const  # the const shim, once (ddq compat)
 
-TYPE_CHECKING = False
+TYPE_CHECKING = const(0)
 if TYPE_CHECKING:
     from typing import Any, Generator
 

@@ -21,7 +21,7 @@ import struct
 import ddq
 from ddq import const  # the const shim, once (ddq compat)
 
-TYPE_CHECKING = False
+TYPE_CHECKING = const(0)
 if TYPE_CHECKING:
     from typing import Any, Optional
 

@@ -47,7 +47,7 @@ from ddq import (
     segment_name,
 )
 
-TYPE_CHECKING = False
+TYPE_CHECKING = const(0)
 if TYPE_CHECKING:
     from typing import Any, Callable, Optional
 
