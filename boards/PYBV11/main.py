@@ -1,27 +1,20 @@
-# Example outbox app for PYBV11 (pyboard v1.1: 96 KB of FAT, no network).
-#
-# Every PERIOD_MS: read the sensor, put the reading into a durable Outbox (on flash once put()
-# returned) and deliver what is due (Outbox.pump): acked once send() confirmed it, retried with
-# a jittered backoff, a dead letter after MAX_ATTEMPTS (at once when send() raises
-# ddq_outbox.Rejected). Without a transport the readings wait on flash for `ddq pull` and
-# `ddq replay` on a host. The 96 KB hold the code too: ddq and ddq_outbox only
-# (docs/BOARDS.md). Replace send() and read_sensor() with yours.
+# Example outbox app for PYBV11 (pyboard v1.1: 96 KB of FAT, no network). Every PERIOD_MS:
+# put a reading into a durable Outbox (on flash once put() returned), deliver what is due
+# (Outbox.pump). Without a transport readings wait for `ddq pull` and `ddq replay` on a host.
+# The 96 KB hold the code too (docs/BOARDS.md). Replace send() and read_sensor() with yours.
 import time
 
 import ddq
 import ddq_outbox
 
 QUEUE_DIR = "outbox"
-# Queue options of boards/PYBV11.json, fixed for the life of the directory: DDQ does not store
-# them, and a reader with smaller limits reports the directory as corrupt.
+# boards/PYBV11.json's options, fixed for the life of the directory (DDQ does not store them)
 OPTIONS = {
     "segment_bytes": 2048,
     "max_payload_bytes": 256,
     "max_items": 64,
     "max_segments": 4,
-    # the hold rule (SPEC 10.1): room for 4 claims in flight (send() below takes one at a time;
-    # without a network the host pulls and replays the outbox) and 256 B of dead-letter reasons
-    # instead of libddq's reserve per reading: 5 x the readings (docs/BOARDS.md)
+    # the hold rule (SPEC 10.1): room for 4 claims in flight and 256 B of dead-letter reasons
     "window": 4,
     "evidence_bytes": 256,
     # staged reclamation (SPEC C13): no call copies the whole queue
@@ -33,17 +26,17 @@ except ImportError:
     ddq_layout = None
 if ddq_layout:
     ddq_layout.use(OPTIONS)
-LEASE_MS = 30000  # how long a claimed reading stays ours before another claim may take it
-RETRY_BASE_MS = 1000  # retry delays: full jitter up to base * 2**attempts, capped at RETRY_MAX_MS
+LEASE_MS = 30000  # a claimed reading stays ours this long
+RETRY_BASE_MS = 1000  # retry delays: full jitter up to base * 2**attempts, at most RETRY_MAX_MS
 RETRY_MAX_MS = 300000
-MAX_ATTEMPTS = 8  # then a dead letter: the reading is kept as evidence, delivery moves on
-PERIOD_MS = 10000  # one reading every PERIOD_MS
-BUDGET = 16  # messages one pump may send before the loop reads the sensor again
+MAX_ATTEMPTS = 8  # then a dead letter, kept as evidence
+PERIOD_MS = 10000
+BUDGET = 16  # messages one pump may send
 TOPIC = "sensors/pybv11/t"
 
 
 def read_sensor():
-    """STM32F405 internal temperature sensor (pyb.ADCAll), degrees C with one decimal."""
+    """STM32F405's temperature sensor, degrees C with one decimal."""
     import pyb
 
     t = pyb.ADCAll(12, 0x70000).read_core_temp()
@@ -51,11 +44,8 @@ def read_sensor():
 
 
 def send(msg):
-    """Deliver one message (msg.topic, msg.payload); True once the far end confirmed it.
-
-    Anything else (or an exception) means "not now": retried later. Raise ddq_outbox.Rejected
-    for a message the far end will never accept: it becomes a dead letter.
-    """
+    """True once the far end confirmed msg (msg.topic, msg.payload); else retried later.
+    Raise ddq_outbox.Rejected for a message never accepted: a dead letter."""
     print("send", msg.topic, msg.payload)
     return True
 
@@ -72,7 +62,7 @@ def open_outbox(queue_dir=QUEUE_DIR):
 
 
 def run(rounds=None, period_ms=PERIOD_MS, sender=None, queue_dir=QUEUE_DIR, budget=BUDGET):
-    """Put a reading, deliver up to budget due ones, every period_ms; rounds=None: forever."""
+    """Put a reading, deliver up to budget, every period_ms; rounds=None: forever."""
     ob = open_outbox(queue_dir)
     n = 0
     try:
