@@ -12,13 +12,11 @@ QUEUE_DIR = "outbox"
 OPTIONS = {
     "segment_bytes": 2048,
     "max_payload_bytes": 256,
-    "max_items": 64,
-    "max_segments": 4,
+    "max_items": 96,
+    "max_segments": 6,
     # the hold rule (SPEC 10.1): room for 4 claims in flight and 256 B of dead-letter reasons
     "window": 4,
     "evidence_bytes": 256,
-    # staged reclamation (SPEC C13): no call copies the whole queue
-    "reclaim_step": 16,
 }
 try:  # `ddq flash --layout raw` (docs/BOARDS.md): the queue on the raw flash region
     import ddq_layout
