@@ -1,0 +1,97 @@
+"""tools/state_owners.py: a part that writes queue state it did not write before is reported
+(ARCHITECTURE.md "State has owners"; the ratchet of issue 37 item 1)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOOL = os.path.join(REPO, "tools", "state_owners.py")
+
+DDQ = """
+class _Log:
+    pass
+
+
+class Queue:
+    _n_acked: int
+    _log: _Log
+    _hold: "Callable[[int], None]"
+
+    def ack(self):
+        self._n_acked += 1
+        log = self._log
+        log.off = 0
+
+
+_PARTS = {"ddq_a": " x ", "ddq_b": ""}
+"""
+
+
+def _run(port, *args):
+    p = subprocess.run(
+        [sys.executable, TOOL, "--port", str(port), "--base", os.path.join(str(port), "b.json")]
+        + list(args),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return p.returncode, p.stdout
+
+
+def _port(tmp_path, parts):
+    d = tmp_path / "port"
+    d.mkdir()
+    (d / "ddq.py").write_text(DDQ)
+    for name, text in parts.items():
+        (d / name).write_text(text)
+    return d
+
+
+def test_the_repository_writes_no_new_state_across_modules():
+    p = subprocess.run(
+        [sys.executable, TOOL], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
+    assert p.returncode == 0, p.stdout
+    assert p.stdout.splitlines()[-1].startswith("state: "), p.stdout
+
+
+def test_a_new_cross_module_write_fails_and_names_it(tmp_path):
+    d = _port(tmp_path, {"ddq_a.py": "def x(q):\n    q._n_acked = 0\n"})
+    rc, out = _run(d, "--write")
+    assert rc == 0 and "3 (module, attribute) pairs" in out, out
+    with open(os.path.join(str(d), "b.json")) as f:
+        assert json.load(f)["pairs"] == ["ddq _log.off", "ddq _n_acked", "ddq_a _n_acked"]
+    # ddq_b writes the writer's offset through an alias, ddq_a a second attribute: both new
+    (d / "ddq_b.py").write_text("def y(q):\n    lg, ix = q._log, None\n    lg.off = 1\n")
+    (d / "ddq_a.py").write_text("def x(q):\n    q._n_acked = 0\n    q._log = None\n")
+    rc, out = _run(d)
+    assert rc == 1, out
+    assert "new write: ddq_b writes _log.off (line 3)" in out, out
+    assert "new write: ddq_a writes _log (line 3)" in out, out
+    # a method attached at run time is not state; a module outside _PARTS is not a room
+    (d / "ddq_b.py").write_text("def y(q):\n    q._hold = None\n")
+    (d / "ddq_a.py").write_text("def x(q):\n    q._n_acked = 0\n")
+    (d / "ddq_other.py").write_text("def z(q):\n    q._n_acked = 0\n")
+    rc, out = _run(d)
+    assert rc == 0, out
+    assert out.splitlines()[-1] == (
+        "state: 2 attributes, 3 (module, attribute) pairs, 2 modules writing"
+    ), out
+
+
+def test_a_pair_gone_is_reported_for_the_record(tmp_path):
+    d = _port(tmp_path, {"ddq_a.py": "def x(q):\n    q._n_acked = 0\n"})
+    assert _run(d, "--write")[0] == 0
+    (d / "ddq_a.py").write_text("def x(q):\n    return q._n_acked\n")
+    rc, out = _run(d)
+    assert rc == 0 and "1 listed pairs are gone" in out, out
+
+
+def test_an_unreadable_baseline_is_one_line(tmp_path):
+    d = _port(tmp_path, {})
+    rc, out = _run(d)
+    assert rc == 1 and out.startswith("state_owners: cannot read "), out
+    shutil.rmtree(str(d))
