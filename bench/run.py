@@ -1904,7 +1904,10 @@ def sections_of(src):
 
 
 def mpy_cross(src_path, out_path, opt=None):
-    cmd = [MPY_CROSS]
+    # -s: the source named by its base name, as `ddq flash` compiles (transfer.mpy_cross): a
+    # .mpy keeps its source's name, and a checkout's path in it made the heap rows depend on
+    # where the repository sits (rows 5c and 9 moved with the path's length).
+    cmd = [MPY_CROSS, "-s", os.path.basename(src_path)]
     if opt:
         cmd.append(opt)
     cmd += ["-o", out_path, src_path]
