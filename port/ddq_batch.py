@@ -312,8 +312,6 @@ class BatchOutbox(Base):
                     it.attempts,
                     it.lease_until_ms,
                 )
-                if self._qos is not None:
-                    m.qos = self._qos
                 return m
             self._finish(s)
         return None
@@ -373,12 +371,6 @@ class BatchOutbox(Base):
             return len(entries(m)) if m.key in (KEY, KEY_B) else 1
         except Exception:  # unreadable: one item
             return 1
-
-    def _release(self, m: Message, why: str, alone: bool = True) -> None:
-        # failure="stop" [E26]: a reading's whole item, as nack [B5]
-        p = self._parts.pop(self._split(m)[0], None) if m.seq >= _ID else [m]
-        if p is not None:
-            Base._release(self, p[0], why, alone)
 
     def _reread(self, m: Message) -> "Optional[Message]":
         # A reading to resend (windowed delivery): from the item's readings in RAM; None when

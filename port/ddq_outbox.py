@@ -511,11 +511,6 @@ class Outbox:
         hmac_key: "Any" = None,
         encrypt: bool = False,
         nonce: "Optional[Callable[[], Any]]" = None,
-        raw: bool = False,
-        qos: "Optional[int]" = None,
-        lapsed: str = "retry",
-        failure: str = "backoff",
-        report: "Optional[Callable[[str, int, str], Any]]" = None,
         **options: "Any",
     ) -> None:
         self._lease = _opt(lease_ms, 1, _MAX_LEASE_MS, "lease_ms")
@@ -528,19 +523,8 @@ class Outbox:
         expired = _pick(expired, ("quarantine", "drop", "send"), "expired")
         self._drop_expired, self._send_expired = expired == "drop", expired == "send"
         self._drop_oldest = _pick(capacity, ("reject", "drop_oldest"), "capacity") != "reject"
-        # The delivery loop's options for a replay of what a device kept [E26]: deliver raw
-        # payloads and expired messages, force the QoS, leave lapsed claims as they are, and
-        # on a failure retry at once and stop; report(what, seq, detail) sees every outcome.
-        self._qos, self._raw = _pick(qos, (None, 0, 1), "qos"), bool(raw)
-        self._lapse = _pick(lapsed, ("retry", "reclaim"), "lapsed") == "retry"
-        self._stop = _pick(failure, ("backoff", "stop"), "failure") == "stop"
-        if (
-            (report is not None and not callable(report))
-            or not callable(clock or len)
-            or not callable(ticks or len)
-        ):
-            raise InvalidArgument("report, clock, ticks: callables")
-        self._report = report
+        if not callable(clock or len) or not callable(ticks or len):
+            raise InvalidArgument("clock, ticks: callables")
         self._ordered, self._ticks = bool(ordered), ticks or _ticks
         # With an HMAC key [E22] put signs and get verifies; the tag replaces the SHA-256 (it
         # detects accidents too). The key lives in RAM only, never in the queue directory.
@@ -752,21 +736,17 @@ class Outbox:
         return 1
 
     def _count(self, what: str, seq: int, detail: "Any" = "") -> None:
-        # One outcome of one message: its counter [E18], and the report hook [E26].
+        # One outcome of one message (seq; detail: its reason or why): its counter [E18]. The
+        # host's replay (host/ddqhost/replay.py) also reports each one [E26].
         self.counters[what] += 1
-        if self._report is not None:
-            self._report(what, seq, detail if isinstance(detail, str) else repr(detail))
 
-    @_locked
-    def _release(self, m: Message, why: str, alone: bool = True) -> None:
-        # failure="stop": the message is due again at once (RETRY, delay 0) [E26]; a failure
-        # pinned on it (alone in flight) on its last attempt dead-letters it instead [E10].
-        if alone and self._max_att and m.attempts + 1 >= self._max_att:
-            self._quar(m.seq, "max_attempts", why, "exhausted")
-            return
-        self.queue.retry(m.seq, 0)
-        self._wrote(1)
-        self._count("failed", m.seq, why)
+    def _bad(self, seq: int, data: "Buf", e: BadEnvelope) -> "Optional[Message]":
+        # A claimed item that is not a valid envelope: dead-lettered (forged, altered or
+        # unsigned: never sent [E22]); None. The host's replay delivers raw ones [E26].
+        self._quar(
+            seq, "unauthenticated" if isinstance(e, Unauthenticated) else "corrupt", e.args[0]
+        )
+        return None
 
     def _peek(self, seq: int, now: int, auth: bool = False) -> Message:
         # With a key, a verified envelope (an encrypted one decrypted); an unauthenticated one
@@ -815,7 +795,8 @@ class Outbox:
 
     def _settle(self, m: Message, ok: "Any", e: "Optional[BaseException]") -> int:
         # The send contract [E17]: True -> ack (1); Rejected -> dead letter (0); False or any
-        # other exception -> nack, and the caller ends its round (-1).
+        # other exception -> nack, and the caller ends its round (-1; the host's replay: -2, the
+        # loop ends [E26]).
         if e is None and ok is True:
             return 1 if self.ack(m) else 0
         if isinstance(e, Rejected):
@@ -825,11 +806,7 @@ class Outbox:
             else:
                 self.reject(m, why)
             return 0
-        why = repr(e) if e is not None else "send returned %r" % (ok,)
-        if self._stop:
-            self._release(m, why)
-        else:
-            self.nack(m, why)
+        self.nack(m, repr(e) if e is not None else "send returned %r" % (ok,))
         return -1
 
     # ------------------------------------------------------------------ public (locked)
@@ -868,8 +845,7 @@ class Outbox:
         """Claim and return the next ready message, or None [E12]; retire expired ones [E7]."""
         lease = _opt(lease_ms or self._lease, 1, _MAX_LEASE_MS, "lease_ms")  # [O24]
         q, now, dead = self.queue, self._clock(), self._dead
-        if self._lapse:
-            self._lapsed(now)
+        self._lapsed(now)
         for _ in range(_GET_SCAN):
             c = q.claim_ordered(lease) if self._ordered else q.claim(lease)
             if c is None:
@@ -887,21 +863,11 @@ class Outbox:
             try:
                 m = _decode(data, True, self._hkey, self._pads, self._ctrs, True)
             except BadEnvelope as e:
-                why = e.args[0]
-                if isinstance(e, Unauthenticated):  # forged, altered or unsigned: never sent [E22]
-                    self._quar(s, "unauthenticated", why)
+                r = self._bad(s, data, e)
+                if r is None:
                     continue
-                if not self._raw:
-                    self._quar(s, "corrupt", why)
-                    continue
-                if self._hkey is not None:  # a raw payload carries no tag [E22] [E26]
-                    self._quar(s, "unauthenticated", "not an envelope (%s)" % why)
-                    continue
-                m = Message()  # raw [E26]: topic "", the stored bytes, no enqueue time
-                m.payload, m.qos = data, 1
+                m = r
             m.seq, m.attempts, m.lease_until_ms = s, c.attempts, c.lease_until_ms
-            if self._qos is not None:
-                m.qos = self._qos
             if m.expired(now) and not self._send_expired:
                 if self._drop_expired:
                     q.ack(s)
@@ -932,12 +898,7 @@ class Outbox:
     @_locked
     def _reread(self, m: Message) -> "Optional[Message]":
         # m (claimed, its payload dropped) again, from the queue: a resend holds no copy [E25].
-        data = self.queue.read(m.seq)
-        if m.topic:
-            r = _decode(data, True, self._hkey, self._pads, self._ctrs, True)
-        else:  # raw [E26]
-            r = Message()
-            r.payload, r.qos = data, m.qos
+        r = _decode(self.queue.read(m.seq), True, self._hkey, self._pads, self._ctrs, True)
         r.seq, r.attempts = m.seq, m.attempts
         r.lease_until_ms, r.age_ms = m.lease_until_ms, m.age_ms
         return r
@@ -1101,7 +1062,7 @@ class Outbox:
         w = _sender(send, stop)
         _opt(budget_ms, 0, _MAX_WAIT, "budget_ms")
         if w:
-            return int(_addon("ddq_window").Window(self, send, stop).pump(budget, budget_ms))
+            return int(self._window(send, stop).pump(budget, budget_ms))
         t0, n = self._ticks(), 0
         self.tick()
         for _ in range(_opt(budget, 1, _MAX_WAIT, "budget")):
@@ -1119,6 +1080,10 @@ class Outbox:
             n += r
         return n
 
+    def _window(self, send: "Any", stop: "Any" = None) -> "Any":
+        # The windowed delivery loop over send [E25] (the host's replay brings its own [E26]).
+        return _addon("ddq_window").Window(self, send, stop)
+
     def _within(self, t0: int, budget_ms: int) -> bool:  # budget_ms of ticks since t0 left
         return not budget_ms or _tdiff(self._ticks(), t0) < budget_ms
 
@@ -1133,7 +1098,7 @@ class Outbox:
         import asyncio
 
         if _sender(send, stop):
-            return int(await _addon("ddq_window").Window(self, send).run(idle_ms, stop))
+            return int(await self._window(send).run(idle_ms, stop))
 
         sleep_ms = getattr(asyncio, "sleep_ms", None)  # MicroPython's asyncio has sleep_ms
         _opt(idle_ms, 1, _MAX_WAIT, "idle_ms")
@@ -1153,7 +1118,7 @@ class Outbox:
                 if r >= 0:
                     await asyncio.sleep(0)
                     continue
-                if self._stop:  # failure="stop": the loop ends [E26]
+                if r < -1:  # the host replay's failure="stop": the loop ends [E26]
                     break
             d = self.next_ready_ms()
             d = idle_ms if d is None else min(d, idle_ms)

@@ -63,9 +63,7 @@ class Window:
             except Exception as e:  # Rejected: dead letter; anything else: not now [E17]
                 self.fl.pop(m.seq)
                 if self.ob._settle(m, False, e) < 0:
-                    self.failed = True
-                    if self.ob._stop:
-                        self.release(repr(e))
+                    self.end(repr(e))
                 continue
             m.payload = b""  # not held: re-read if it must be resent
         return k
@@ -77,9 +75,6 @@ class Window:
         # republished (DUP, re-read) one at a time. The round ends (the rest nacked) at a loss
         # of one before any PUBACK (the broker is down: one attempt, not a busy loop), or a
         # second loss without a PUBACK since the last, unless it pins one after several.
-        if self.ob._stop:  # failure="stop": no resend; everything in flight is due again [E26]
-            self.release(repr(e))
-            return
         fl = self.fl
         w = [q for q in fl if q not in self.redo]  # on the wire (redo's wait their turn)
         s = w[0] if len(w) == 1 else 0
@@ -117,11 +112,9 @@ class Window:
             except OSError as e:
                 self.lost(e)
 
-    def release(self, why: str) -> None:
-        # failure="stop" [E26]: retry every message in flight at once, in seq order; stop.
-        for seq in sorted(self.fl):
-            self.ob._release(self.fl[seq], why, len(self.fl) == 1)
-        self.fl, self.redo = {}, []
+    def end(self, why: str) -> None:
+        # A failed send ended the round (E17; the host's replay also releases what is in
+        # flight [E26]).
         self.failed = True
 
     def done(self, seqs: "list[int]") -> None:
@@ -136,9 +129,6 @@ class Window:
         now, wait = self.ob._clock(), _MAX_WAIT
         for m in list(self.fl.values()):
             left = m.lease_until_ms - now - self.margin
-            if left <= 0 and self.ob._stop:
-                self.release("lease would run out in flight")
-                return _MAX_WAIT
             if left <= 0:
                 self.fl.pop(m.seq)
                 self.ob.counters["lease_nacks"] += 1
@@ -178,7 +168,7 @@ class Window:
         sleep_ms = getattr(asyncio, "sleep_ms", None)
         _opt(idle_ms, 1, _MAX_WAIT, "idle_ms")
         ob = self.ob
-        while (stop is None or not stop()) and not (self.failed and ob._stop):  # [E26]
+        while stop is None or not stop():
             ob.tick()
             self.failed = False
             k = self.fill(self.w)

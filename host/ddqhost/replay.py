@@ -363,6 +363,148 @@ def _messages(outbox: ModuleType, batch: ModuleType, payload: bytes, key: bytes 
     return 1
 
 
+# ---------------------------------------------------------------- the replay's Outbox (OUTBOX E26)
+_CLASSES: dict[Any, Any] = {}
+
+
+def outbox_class(base: Any) -> Any:
+    """The Outbox `ddq replay` delivers with: base (ddq_batch.BatchOutbox, or ddq_outbox.Outbox)
+    with the delivery options for what a device kept (OUTBOX E26), which no device needs:
+    raw=True (a payload that is not an envelope is delivered to topic "", QoS 1), qos=0|1 (every
+    claimed message's QoS), lapsed="reclaim" (a lapsed claim is taken as it is, no RETRY),
+    failure="stop" (a failed send and everything in flight beside it is retried at once, and
+    the loop ends) and report(what, seq, detail) (called once per outcome, with its counter's
+    name). The defaults are base's behaviour."""
+    cls = _CLASSES.get(base)
+    if cls is not None:
+        return cls
+    ddq_outbox, ddq_window, batch = locate.load_outbox(), locate.load_window(), locate.load_batch()
+    Message, InvalidArgument = ddq_outbox.Message, ddq_outbox.InvalidArgument
+    reading = batch._ID  # a batch's reading: its Message.seq is at least this (OUTBOX B4)
+
+    def pick(v: Any, ok: tuple[Any, ...], name: str) -> Any:
+        if v not in ok:
+            raise InvalidArgument("%s: one of %r" % (name, ok))
+        return v
+
+    window: Any = ddq_window.Window
+
+    class ReplayWindow(window):  # type: ignore[misc]
+        fl: dict[int, Any]
+        redo: list[int]
+
+        # failure="stop" [E26]: a failure (a lost connection, a failed publish, a lease at its
+        # margin) releases everything in flight (retry 0, seq order), nothing is republished,
+        # and the loop ends.
+        def end(self, why: str) -> None:
+            self.release(why)
+
+        def lost(self, e: BaseException) -> None:
+            self.release(repr(e))
+
+        def due(self) -> int:
+            now = self.ob._clock()
+            if any(m.lease_until_ms - now - self.margin <= 0 for m in self.fl.values()):
+                self.release("lease would run out in flight")
+                return int(ddq_window._MAX_WAIT)
+            return int(super().due())
+
+        def release(self, why: str) -> None:
+            for seq in sorted(self.fl):
+                self.ob._release(self.fl[seq], why, len(self.fl) == 1)
+            self.fl, self.redo = {}, []
+            self.failed = True
+
+        async def run(self, idle_ms: int, stop: Any) -> int:
+            return int(
+                await super().run(idle_ms, lambda: (stop is not None and stop()) or self.failed)
+            )
+
+    class ReplayOutbox(base):  # type: ignore[misc]
+        def __init__(
+            self,
+            queue: Any,
+            raw: bool = False,
+            qos: int | None = None,
+            lapsed: str = "retry",
+            failure: str = "backoff",
+            report: Callable[[str, int, str], Any] | None = None,
+            **options: Any,
+        ) -> None:
+            self._raw, self._qos = bool(raw), pick(qos, (None, 0, 1), "qos")
+            self._reclaim = pick(lapsed, ("retry", "reclaim"), "lapsed") == "reclaim"
+            self._stop = pick(failure, ("backoff", "stop"), "failure") == "stop"
+            if report is not None and not callable(report):
+                raise InvalidArgument("report: a callable")
+            self._report = report
+            super().__init__(queue, **options)
+
+        def get(self, lease_ms: int | None = None) -> Any:
+            m = super().get(lease_ms)
+            if m is not None and self._qos is not None:
+                m.qos = self._qos
+            return m
+
+        def _lapsed(self, now: int) -> None:
+            if not self._reclaim:
+                super()._lapsed(now)
+
+        def _bad(self, seq: int, data: Any, e: Any) -> Any:
+            if not self._raw or isinstance(e, ddq_outbox.Unauthenticated):
+                return super()._bad(seq, data, e)
+            if self._hkey is not None:  # a raw payload carries no tag (E22)
+                self._quar(seq, "unauthenticated", "not an envelope (%s)" % e.args[0])
+                return None
+            m = Message()  # raw: topic "", the stored bytes, no enqueue time
+            m.payload, m.qos = data, 1
+            return m
+
+        def _reread(self, m: Any) -> Any:
+            if m.topic or m.seq >= reading:
+                return super()._reread(m)
+            r = Message()  # raw: read again as raw
+            r.payload, r.qos = self.queue.read(m.seq), m.qos
+            r.seq, r.attempts = m.seq, m.attempts
+            r.lease_until_ms, r.age_ms = m.lease_until_ms, m.age_ms
+            return r
+
+        def _count(self, what: str, seq: int, detail: Any = "") -> None:
+            super()._count(what, seq, detail)
+            if self._report is not None:
+                self._report(what, seq, detail if isinstance(detail, str) else repr(detail))
+
+        def _settle(self, m: Any, ok: Any, e: BaseException | None) -> int:
+            if not self._stop or (e is None and ok is True) or isinstance(e, ddq_outbox.Rejected):
+                return int(super()._settle(m, ok, e))
+            self._release(m, repr(e) if e is not None else "send returned %r" % (ok,))
+            return -2  # the loop ends
+
+        def _window(self, send: Any, stop: Any = None) -> Any:
+            if not self._stop:
+                return super()._window(send, stop)
+            return ReplayWindow(self, send, stop)
+
+        @ddq_outbox._locked  # type: ignore[untyped-decorator]
+        def _release(self, m: Any, why: str, alone: bool = True) -> None:
+            # The message (a reading: its whole item, as nack, B5) is due again at once (RETRY,
+            # delay 0); a failure pinned on it (alone in flight) on its last attempt
+            # dead-letters it instead (E10).
+            if m.seq >= reading:
+                p = self._parts.pop(self._split(m)[0], None)
+                if p is None:
+                    return
+                m = p[0]
+            if alone and self._max_att and m.attempts + 1 >= self._max_att:
+                self._quar(m.seq, "max_attempts", why, "exhausted")
+                return
+            self.queue.retry(m.seq, 0)
+            self._wrote(1)
+            self._count("failed", m.seq, why)
+
+    _CLASSES[base] = ReplayOutbox
+    return ReplayOutbox
+
+
 class _Confirmed:
     """paho's MQTTMessageInfo for the dry run: published at once."""
 
@@ -860,7 +1002,7 @@ def _deliver(job: Job, ro: ReplayOptions, client: Any, run: _Run) -> dict[str, A
                 return True
             return sender.inflight_max == 1 < ro.window and not suspects  # back to the window
 
-        ob = batch.BatchOutbox(  # an Outbox that also hands out the readings of a batch
+        ob = outbox_class(batch.BatchOutbox)(  # an Outbox that also hands out a batch's readings
             q,
             lease_ms=ro.lease_ms,
             raw=True,
