@@ -188,7 +188,7 @@ class BatchOutbox(Base):
                 (why + " (MQTT cannot publish it)") if why else "qos 0|1, retain bool"
             )
         ttl = self._ttl if ttl_ms is None else _opt(ttl_ms, 0, 0xFFFFFFFF, "ttl_ms")
-        now, seq = self._clock(), 0
+        now, seq = self.clock(), 0
         o = self._open
         if o is not None and (
             o[0] != t
@@ -202,7 +202,7 @@ class BatchOutbox(Base):
             o = None
         n = len(p)
         if o is None:
-            o = [t, qos, bool(retain), ttl, now, now, bytearray(), self._ticks(), 0, 0, n, -1]
+            o = [t, qos, bool(retain), ttl, now, now, bytearray(), self.ticks(), 0, 0, n, -1]
             self._open = o
             o[6].append(0)  # the first reading's age at the write: patched then (flush)
             _varint(o[6], n)
@@ -234,7 +234,7 @@ class BatchOutbox(Base):
         )
 
     def _late(self, o: "list[Any]") -> bool:
-        d = _tdiff(self._ticks(), o[7])
+        d = _tdiff(self.ticks(), o[7])
         return bool(self._bms) and (d >= self._bms or d < 0)
 
     def flush(self) -> int:
@@ -242,7 +242,7 @@ class BatchOutbox(Base):
         o = self._open
         if o is None:
             return 0
-        now = max(self._clock(), o[5])
+        now = max(self.clock(), o[5])
         e = o[6]
         head = bytearray()
         # the first reading's age at the write (0 when the clock went back since it) [B2]
@@ -292,7 +292,7 @@ class BatchOutbox(Base):
         return None
 
     def _next(self) -> "Optional[Message]":
-        now = self._clock()
+        now = self.clock()
         for s in sorted(self._parts):
             it, rs, out = self._parts[s]
             for k in range(len(rs)):
@@ -372,11 +372,11 @@ class BatchOutbox(Base):
         except Exception:  # unreadable: one item
             return 1
 
-    def _reread(self, m: Message) -> "Optional[Message]":
+    def reread(self, m: Message) -> "Optional[Message]":
         # A reading to resend (windowed delivery): from the item's readings in RAM; None when
         # its item was retried or ended meanwhile (another reading of it failed) [E25] [B5].
         if m.seq < _ID:
-            return Base._reread(self, m)
+            return Base.reread(self, m)
         s, k = self._split(m)
         p = self._parts.get(s)
         if p is None:

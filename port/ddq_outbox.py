@@ -513,7 +513,7 @@ class Outbox:
         nonce: "Optional[Callable[[], Any]]" = None,
         **options: "Any",
     ) -> None:
-        self._lease = _opt(lease_ms, 1, _MAX_LEASE_MS, "lease_ms")
+        self.lease_ms = _opt(lease_ms, 1, _MAX_LEASE_MS, "lease_ms")
         self._bo = Backoff(min_retry_ms, max_retry_ms, seed)
         self._max_att = _opt(max_attempts, 0, _U32, "max_attempts")
         self._ttl = _opt(ttl_ms, 0, _U32, "ttl_ms")
@@ -525,7 +525,7 @@ class Outbox:
         self._drop_oldest = _pick(capacity, ("reject", "drop_oldest"), "capacity") != "reject"
         if not callable(clock or len) or not callable(ticks or len):
             raise InvalidArgument("clock, ticks: callables")
-        self._ordered, self._ticks = bool(ordered), ticks or _ticks
+        self._ordered, self.ticks = bool(ordered), ticks or _ticks
         # With an HMAC key [E22] put signs and get verifies; the tag replaces the SHA-256 (it
         # detects accidents too). The key lives in RAM only, never in the queue directory.
         self._hkey: "Optional[bytes]" = None
@@ -574,7 +574,7 @@ class Outbox:
             if self._every or self._interval:
                 options["sync"] = "none"  # group commit: the Outbox decides when to sync [E15]
             self.queue, self._own = Queue(queue, clock=clock, **options), True
-        self._clock: "Any" = clock or self.queue.clock
+        self.clock: "Any" = clock or self.queue.clock
         self._buf = bytearray(256)  # envelopes up to 256 bytes are packed without allocation
         self._unsynced = self._synced_at = 0
         self._qcls: "dict[int, str]" = {}  # seq -> reason class of a quarantined item (cache)
@@ -616,7 +616,7 @@ class Outbox:
         e, i, u = self._every, self._interval, self._unsynced
         if not (e or i) or not (n or u):
             return
-        now = self._ticks()
+        now = self.ticks()
         if not u:
             self._synced_at = now
         u = self._unsynced = u + n
@@ -659,7 +659,7 @@ class Outbox:
             key,
             self._sha,
             orig,
-            self._clock() if enq is None else enq,
+            self.clock() if enq is None else enq,
             self._max_topic,
             self._hkey,
             self._pads,
@@ -683,7 +683,7 @@ class Outbox:
                     raise Full("full, and no unclaimed message to drop")
                 n = self._many(s)
                 self._dead.pop(s, None)  # a waiting dead letter whose lease ran out [E32]
-                q.ack(q.claim_seq(s, self._lease).seq)
+                q.ack(q.claim_seq(s, self.lease_ms).seq)
                 self.counters["dropped"] += n
                 self._wrote(2)
         else:
@@ -793,10 +793,10 @@ class Outbox:
             self._hidden = h
         return self._hidden
 
-    def _settle(self, m: Message, ok: "Any", e: "Optional[BaseException]") -> int:
-        # The send contract [E17]: True -> ack (1); Rejected -> dead letter (0); False or any
-        # other exception -> nack, and the caller ends its round (-1; the host's replay: -2, the
-        # loop ends [E26]).
+    def settle(self, m: Message, ok: "Any", e: "Optional[BaseException]" = None) -> int:
+        """Settle m by the send contract [E17] (a delivery loop's, ddq_window's): ok True -> ack
+        (1); e Rejected -> dead letter (0); else nack, and the round ends (-1; -2: the loop
+        too, the host replay's failure="stop" [E26])."""
         if e is None and ok is True:
             return 1 if self.ack(m) else 0
         if isinstance(e, Rejected):
@@ -843,8 +843,8 @@ class Outbox:
     @_locked
     def get(self, lease_ms: "Optional[int]" = None) -> "Optional[Message]":
         """Claim and return the next ready message, or None [E12]; retire expired ones [E7]."""
-        lease = _opt(lease_ms or self._lease, 1, _MAX_LEASE_MS, "lease_ms")  # [O24]
-        q, now, dead = self.queue, self._clock(), self._dead
+        lease = _opt(lease_ms or self.lease_ms, 1, _MAX_LEASE_MS, "lease_ms")  # [O24]
+        q, now, dead = self.queue, self.clock(), self._dead
         self._lapsed(now)
         for _ in range(_GET_SCAN):
             c = q.claim_ordered(lease) if self._ordered else q.claim(lease)
@@ -896,8 +896,8 @@ class Outbox:
         return True
 
     @_locked
-    def _reread(self, m: Message) -> "Optional[Message]":
-        # m (claimed, its payload dropped) again, from the queue: a resend holds no copy [E25].
+    def reread(self, m: Message) -> "Optional[Message]":
+        """m (claimed, its payload dropped) again, from the queue: a resend holds no copy [E25]."""
         r = _decode(self.queue.read(m.seq), True, self._hkey, self._pads, self._ctrs, True)
         r.seq, r.attempts = m.seq, m.attempts
         r.lease_until_ms, r.age_ms = m.lease_until_ms, m.age_ms
@@ -925,7 +925,7 @@ class Outbox:
     def next_ready_ms(self, now_ms: "Optional[int]" = None) -> "Optional[int]":
         """Return ms until get() can return a message, None if nothing is pending [E11]."""
         return self._next_ready(
-            self._clock() if now_ms is None else _opt(now_ms, 0, _U64, "now_ms")
+            self.clock() if now_ms is None else _opt(now_ms, 0, _U64, "now_ms")
         )
 
     @_locked
@@ -942,7 +942,7 @@ class Outbox:
     @_locked
     def stats(self) -> "dict[str, Any]":
         """Return log-derived counts (they survive a restart) and this run's counters [E18]."""
-        q, now, oldest = self.queue, self._clock(), 0
+        q, now, oldest = self.queue, self.clock(), 0
         by: "dict[str, int]" = {}
         for it in q.items():
             if it.state == "quarantined":
@@ -974,7 +974,7 @@ class Outbox:
     @_locked
     def dead_letters(self) -> "list[Message]":
         """Return the quarantined messages not yet requeued, oldest first [E14]."""
-        out, hidden, now = [], self._requeued(), self._clock()
+        out, hidden, now = [], self._requeued(), self.clock()
         for it in self.queue.items():
             if it.state == "quarantined" and it.seq not in hidden:
                 m = self._peek(it.seq, now)
@@ -1063,10 +1063,10 @@ class Outbox:
         _opt(budget_ms, 0, _MAX_WAIT, "budget_ms")
         if w:
             return int(self._window(send, stop).pump(budget, budget_ms))
-        t0, n = self._ticks(), 0
+        t0, n = self.ticks(), 0
         self.tick()
         for _ in range(_opt(budget, 1, _MAX_WAIT, "budget")):
-            go = self._within(t0, budget_ms) and (stop is None or not stop())
+            go = self.within(t0, budget_ms) and (stop is None or not stop())
             m = self.get() if go else None
             if m is None:
                 break
@@ -1074,7 +1074,7 @@ class Outbox:
                 ok, e = send(m), None
             except Exception as x:
                 ok, e = False, x
-            r = self._settle(m, ok, e)
+            r = self.settle(m, ok, e)
             if r < 0:
                 break
             n += r
@@ -1084,8 +1084,9 @@ class Outbox:
         # The windowed delivery loop over send [E25] (the host's replay brings its own [E26]).
         return _addon("ddq_window").Window(self, send, stop)
 
-    def _within(self, t0: int, budget_ms: int) -> bool:  # budget_ms of ticks since t0 left
-        return not budget_ms or _tdiff(self._ticks(), t0) < budget_ms
+    def within(self, t0: int, budget_ms: int) -> bool:
+        """Whether budget_ms (0: no bound) of ticks since t0 are left [E17]."""
+        return not budget_ms or _tdiff(self.ticks(), t0) < budget_ms
 
     async def run(
         self,
@@ -1113,7 +1114,7 @@ class Outbox:
                         ok = await ok
                 except Exception as x:
                     ok, e = False, x
-                r = self._settle(m, ok, e)
+                r = self.settle(m, ok, e)
                 n += max(r, 0)
                 if r >= 0:
                     await asyncio.sleep(0)

@@ -37,7 +37,7 @@ class Window:
         self.failed = False  # the round ended: a second loss without progress, or "not now"
         # The loop stops waiting for a message margin ms before its lease ends and nacks it:
         # it is never in flight past its lease, so never claimed and sent again meanwhile.
-        self.margin = min(ob._lease // 4, 2000)
+        self.margin = min(ob.lease_ms // 4, 2000)
 
     def fill(self, n: int) -> int:
         # Claim and publish up to n more (within the window); return how many were claimed.
@@ -62,7 +62,7 @@ class Window:
                 continue
             except Exception as e:  # Rejected: dead letter; anything else: not now [E17]
                 self.fl.pop(m.seq)
-                if self.ob._settle(m, False, e) < 0:
+                if self.ob.settle(m, False, e) < 0:
                     self.end(repr(e))
                 continue
             m.payload = b""  # not held: re-read if it must be resent
@@ -101,7 +101,7 @@ class Window:
             m = self.fl.get(self.redo.pop(0))
             if m is None:
                 continue  # settled meanwhile: nacked at its lease's end
-            r = self.ob._reread(m)
+            r = self.ob.reread(m)
             if r is None:  # a batch's reading whose item was retried meanwhile [B5]
                 self.fl.pop(m.seq)
                 continue
@@ -126,7 +126,7 @@ class Window:
 
     def due(self) -> int:
         # Nack every message whose lease ends within the margin; return ms to wait at most.
-        now, wait = self.ob._clock(), _MAX_WAIT
+        now, wait = self.ob.clock(), _MAX_WAIT
         for m in list(self.fl.values()):
             left = m.lease_until_ms - now - self.margin
             if left <= 0:
@@ -150,11 +150,11 @@ class Window:
             self.lost(e)
 
     def pump(self, budget: int, budget_ms: int) -> int:
-        ob, t0, n = self.ob, self.ob._ticks(), 0
+        ob, t0, n = self.ob, self.ob.ticks(), 0
         budget = _opt(budget, 1, _MAX_WAIT, "budget")
         ob.tick()
         for _ in range(_IO_LOOPS):
-            if not self.failed and n < budget and ob._within(t0, budget_ms):
+            if not self.failed and n < budget and ob.within(t0, budget_ms):
                 n += self.fill(budget - n)
             if not self.fl:
                 break

@@ -944,3 +944,22 @@ def test_lapsed_leases_count_as_attempts_so_a_poison_message_is_dead_lettered():
     assert [x.seq for x in dl] == [seq] and dl[0].reason == b"max_attempts: lease expired"
     assert ob.stats()["exhausted"] == 1
     ob.close()
+
+
+def test_E25_a_delivery_loop_of_its_own_uses_public_methods():
+    # EVIDENCE-OF: E25 E17
+    # What ddq_window's loop uses, public: settle (the send contract), reread, within and the
+    # clock, ticks and lease_ms the Outbox runs on.
+    ticks = [5]
+    ob, clock = _ob(lease_ms=4000, min_retry_ms=60000, max_retry_ms=60000, ticks=lambda: ticks[0])
+    assert ob.lease_ms == 4000 and ob.clock() == T0 and ob.ticks() == 5
+    a, b, c = ob.put("t/a", b"A"), ob.put("t/b", b"B"), ob.put("t/c", b"C")
+    m = ob.get()
+    r = ob.reread(m)
+    assert (r.seq, r.topic, r.payload, r.lease_until_ms) == (a, "t/a", b"A", m.lease_until_ms)
+    assert ob.settle(m, True) == 1 and ob.counters["sent"] == 1
+    assert ob.settle(ob.get(), False) == -1 and ob.counters["retried"] == 1
+    assert ob.settle(ob.get(), None, ddq_outbox.Rejected("no")) == 0
+    assert ob.queue.reason(c) == b"rejected: no" and ob.get() is None and b
+    assert ob.within(5, 0) and ob.within(0, 6) and not ob.within(0, 5)
+    ob.close()

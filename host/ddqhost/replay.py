@@ -403,7 +403,7 @@ def outbox_class(base: Any) -> Any:
             self.release(repr(e))
 
         def due(self) -> int:
-            now = self.ob._clock()
+            now = self.ob.clock()
             if any(m.lease_until_ms - now - self.margin <= 0 for m in self.fl.values()):
                 self.release("lease would run out in flight")
                 return int(ddq_window._MAX_WAIT)
@@ -459,9 +459,9 @@ def outbox_class(base: Any) -> Any:
             m.payload, m.qos = data, 1
             return m
 
-        def _reread(self, m: Any) -> Any:
+        def reread(self, m: Any) -> Any:
             if m.topic or m.seq >= reading:
-                return super()._reread(m)
+                return super().reread(m)
             r = Message()  # raw: read again as raw
             r.payload, r.qos = self.queue.read(m.seq), m.qos
             r.seq, r.attempts = m.seq, m.attempts
@@ -473,9 +473,9 @@ def outbox_class(base: Any) -> Any:
             if self._report is not None:
                 self._report(what, seq, detail if isinstance(detail, str) else repr(detail))
 
-        def _settle(self, m: Any, ok: Any, e: BaseException | None) -> int:
+        def settle(self, m: Any, ok: Any, e: BaseException | None) -> int:
             if not self._stop or (e is None and ok is True) or isinstance(e, ddq_outbox.Rejected):
-                return int(super()._settle(m, ok, e))
+                return int(super().settle(m, ok, e))
             self._release(m, repr(e) if e is not None else "send returned %r" % (ok,))
             return -2  # the loop ends
 
