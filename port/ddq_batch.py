@@ -248,7 +248,11 @@ class BatchOutbox(Base):
         # the first reading's age at the write (0 when the clock went back since it) [B2]
         _varint(head, min(max(0, now - o[4]), _MAX_AGE))
         body = head + e[1:]  # (e[0] is the placeholder byte put() wrote)
-        seq = self._put(o[0], body, o[1], o[2], o[3], KEY, 0, False, now)
+        m = self._env  # (the Outbox's one envelope)
+        m.topic, m.payload, m.key = o[0], body, KEY
+        m.qos, m.retain, m.ttl_ms = o[1], o[2], o[3]
+        m.orig_seq, m.enqueued_ms = 0, now
+        seq = self._put(m)
         self._open = None  # (on Full the batch stays open: put() raises, nothing is lost)
         return seq
 

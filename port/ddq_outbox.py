@@ -248,15 +248,8 @@ def publishable(topic: "Any", max_topic: int = 65535) -> str:
 
 def _pack_env(
     buf: "Optional[bytearray]",
-    topic: "Any",
-    payload: "Any",
-    qos: "Any",
-    retain: "Any",
-    ttl: "Any",
-    key: "Any",
+    m: Message,
     sha: bool,
-    orig: "Any",
-    enq: "Any",
     max_topic: int,
     hkey: "Any" = None,
     pads: "Any" = None,
@@ -264,16 +257,20 @@ def _pack_env(
     nonce: "Any" = None,
 ) -> memoryview:
     # [E1] header | orig_seq u64? | sha256 or hmac? | nonce? | key | topic | payload, in buf (or
-    # new). With ctr (ddq_seal._Ctr) and nonce the payload is stored encrypted, then tagged [E23].
+    # new), from the envelope m (a Message: its topic, payload, qos, retain, ttl_ms, key,
+    # orig_seq and enqueued_ms). With ctr (ddq_seal._Ctr) and nonce the payload is stored
+    # encrypted, then tagged [E23].
+    topic, qos = m.topic, m.qos
+    ttl, orig = m.ttl_ms, m.orig_seq
     why = publishable(topic, max_topic)
     if why:
         raise InvalidArgument(why + " (MQTT cannot publish it)")
-    t, k = bytes(_bytes_arg(topic, "topic")), bytes(_bytes_arg(key, "key"))
-    p = _bytes_arg(payload, "payload")
+    t, k = bytes(_bytes_arg(topic, "topic")), bytes(_bytes_arg(m.key, "key"))
+    p = _bytes_arg(m.payload, "payload")
     if len(k) > 255:
         raise InvalidArgument("key: at most 255 bytes")
     _pick(qos, (0, 1), "qos")
-    _pick(retain, (0, 1), "retain")
+    _pick(m.retain, (0, 1), "retain")
     _opt(ttl, 0, _U32, "ttl_ms")
     if hkey is not None and sha:
         raise InvalidArgument("sha256 or hmac_key, not both")
@@ -281,7 +278,7 @@ def _pack_env(
         raise InvalidArgument("encrypt needs hmac_key and 12-byte nonces")
     flags = (
         (_EF_QOS1 if qos else 0)
-        | (_EF_RETAIN if retain else 0)
+        | (_EF_RETAIN if m.retain else 0)
         | (_EF_SHA if sha else 0)
         | (_EF_ORIG if _opt(orig, 0, _U64, "orig_seq") else 0)
         | (_EF_HMAC if hkey else 0)
@@ -304,7 +301,7 @@ def _pack_env(
         len(k),
         len(t),
         ttl,
-        _opt(enq, 0, _U64, "enqueued_ms"),
+        _opt(m.enqueued_ms, 0, _U64, "enqueued_ms"),
     )
     struct.pack_into("<Q", buf, _ENV_SIZE, orig) if orig else None
     if ctr is not None:
@@ -349,25 +346,11 @@ def encode_envelope(
         se = _addon("ddq_seal")
         nonce = se._nonce_ok(se._nonce_fn(None)() if nonce is None else nonce, None)
         ctr = se._enc_ctr(hmac_key, None)
-    return bytes(
-        _pack_env(
-            None,
-            topic,
-            payload,
-            qos,
-            retain,
-            ttl_ms,
-            key,
-            sha256,
-            orig_seq,
-            enqueued_ms,
-            65535,
-            hmac_key,
-            None,
-            ctr,
-            nonce,
-        )
-    )
+    m = Message()
+    m.topic, m.payload = topic, payload
+    m.qos, m.retain, m.ttl_ms = qos, retain, ttl_ms
+    m.key, m.orig_seq, m.enqueued_ms = key, orig_seq, enqueued_ms
+    return bytes(_pack_env(None, m, sha256, 65535, hmac_key, None, ctr, nonce))
 
 
 def decode_envelope(data: "Buf", verify: bool = True, hmac_key: "Any" = None) -> Message:
@@ -576,6 +559,7 @@ class Outbox:
             self.queue, self._own = Queue(queue, clock=clock, **options), True
         self.clock: "Any" = clock or self.queue.clock
         self._buf = bytearray(256)  # envelopes up to 256 bytes are packed without allocation
+        self._env = Message()  # the envelope put fills (one object, reused)
         self._unsynced = self._synced_at = 0
         self._qcls: "dict[int, str]" = {}  # seq -> reason class of a quarantined item (cache)
         self._hidden: "Optional[list[int]]" = None  # dead letters already requeued
@@ -628,20 +612,10 @@ class Outbox:
         self._unsynced = 0
         return self.queue.sync()
 
-    def _put(
-        self,
-        topic: "Any",
-        payload: "Any",
-        qos: "Any",
-        retain: "Any",
-        ttl: "Any",
-        key: "Any",
-        orig: int,
-        enc: bool = False,
-        enq: "Optional[int]" = None,
-    ) -> int:
+    def _put(self, m: Message) -> int:
+        # Pack the envelope m (put's one reused Message, or a dead letter requeued) and enqueue it.
         ctr = nb = None
-        if enc or self._enc:  # [E23]; enc: requeue of an encrypted dead letter stays encrypted
+        if m.encrypted or self._enc:  # [E23]; a requeued encrypted dead letter stays encrypted
             se = _addon("ddq_seal")
             if self._nonce is None:
                 self._nonce = se._nonce_fn(self._nonce_arg)
@@ -649,23 +623,8 @@ class Outbox:
                 self._ctrs.append(se._enc_ctr(self._hkey, self._pads))
             nb = self._last = se._nonce_ok(self._nonce(), self._last)
             ctr = self._ctrs[0]
-        mv = _pack_env(
-            self._buf,
-            topic,
-            payload,
-            qos,
-            retain,
-            ttl,
-            key,
-            self._sha,
-            orig,
-            self.clock() if enq is None else enq,
-            self._max_topic,
-            self._hkey,
-            self._pads,
-            ctr,
-            nb,
-        )  # enq: a batch's time (port/ddq_batch.py) [B2]
+        mv = _pack_env(self._buf, m, self._sha, self._max_topic, self._hkey, self._pads, ctr, nb)
+        m.payload = b""  # the caller's payload is not held
         q = self.queue
         for _ in range(_IO_LOOPS):
             try:
@@ -821,9 +780,12 @@ class Outbox:
         key: "Any" = b"",
     ) -> int:
         """Enqueue a message; return its seq (durable on return unless group commit) [E13]."""
-        return self._put(
-            topic, payload, qos, retain, self._ttl if ttl_ms is None else ttl_ms, key, 0
-        )
+        m = self._env  # one envelope for every put: nothing allocated per message
+        m.topic, m.payload = topic, payload
+        m.qos, m.retain, m.key = qos, retain, key
+        m.ttl_ms = self._ttl if ttl_ms is None else ttl_ms
+        m.orig_seq, m.enqueued_ms = 0, self.clock()
+        return self._put(m)
 
     def _lapsed(self, now: int) -> None:
         # A lease that ran out with no ack or nack (the sender hung, or the device died while
@@ -999,18 +961,8 @@ class Outbox:
                     continue  # requeue-all leaves undecodable ones where they are
                 if seq is None and publishable(m.topic, self._max_topic):
                     continue  # and one whose topic put() refuses (an old record) [E4]
-                out.append(
-                    self._put(
-                        m.topic,
-                        m.payload,
-                        m.qos,
-                        m.retain,
-                        m.ttl_ms,
-                        m.key,
-                        m.orig_seq or s,
-                        m.encrypted,
-                    )
-                )
+                m.orig_seq, m.enqueued_ms = m.orig_seq or s, self.clock()
+                out.append(self._put(m))
                 hidden.append(s)
             done.append(s)
         if purge and done:
