@@ -188,7 +188,7 @@ class BatchOutbox(Base):
                 (why + " (MQTT cannot publish it)") if why else "qos 0|1, retain bool"
             )
         ttl = self._ttl if ttl_ms is None else _opt(ttl_ms, 0, 0xFFFFFFFF, "ttl_ms")
-        now, seq = self._clock(), 0
+        now, seq = self.clock(), 0
         o = self._open
         if o is not None and (
             o[0] != t
@@ -202,7 +202,7 @@ class BatchOutbox(Base):
             o = None
         n = len(p)
         if o is None:
-            o = [t, qos, bool(retain), ttl, now, now, bytearray(), self._ticks(), 0, 0, n, -1]
+            o = [t, qos, bool(retain), ttl, now, now, bytearray(), self.ticks(), 0, 0, n, -1]
             self._open = o
             o[6].append(0)  # the first reading's age at the write: patched then (flush)
             _varint(o[6], n)
@@ -234,7 +234,7 @@ class BatchOutbox(Base):
         )
 
     def _late(self, o: "list[Any]") -> bool:
-        d = _tdiff(self._ticks(), o[7])
+        d = _tdiff(self.ticks(), o[7])
         return bool(self._bms) and (d >= self._bms or d < 0)
 
     def flush(self) -> int:
@@ -242,13 +242,17 @@ class BatchOutbox(Base):
         o = self._open
         if o is None:
             return 0
-        now = max(self._clock(), o[5])
+        now = max(self.clock(), o[5])
         e = o[6]
         head = bytearray()
         # the first reading's age at the write (0 when the clock went back since it) [B2]
         _varint(head, min(max(0, now - o[4]), _MAX_AGE))
         body = head + e[1:]  # (e[0] is the placeholder byte put() wrote)
-        seq = self._put(o[0], body, o[1], o[2], o[3], KEY, 0, False, now)
+        m = self._env  # (the Outbox's one envelope)
+        m.topic, m.payload, m.key = o[0], body, KEY
+        m.qos, m.retain, m.ttl_ms = o[1], o[2], o[3]
+        m.orig_seq, m.enqueued_ms = 0, now
+        seq = self._put(m)
         self._open = None  # (on Full the batch stays open: put() raises, nothing is lost)
         return seq
 
@@ -292,7 +296,7 @@ class BatchOutbox(Base):
         return None
 
     def _next(self) -> "Optional[Message]":
-        now = self._clock()
+        now = self.clock()
         for s in sorted(self._parts):
             it, rs, out = self._parts[s]
             for k in range(len(rs)):
@@ -312,8 +316,6 @@ class BatchOutbox(Base):
                     it.attempts,
                     it.lease_until_ms,
                 )
-                if self._qos is not None:
-                    m.qos = self._qos
                 return m
             self._finish(s)
         return None
@@ -374,17 +376,11 @@ class BatchOutbox(Base):
         except Exception:  # unreadable: one item
             return 1
 
-    def _release(self, m: Message, why: str, alone: bool = True) -> None:
-        # failure="stop" [E26]: a reading's whole item, as nack [B5]
-        p = self._parts.pop(self._split(m)[0], None) if m.seq >= _ID else [m]
-        if p is not None:
-            Base._release(self, p[0], why, alone)
-
-    def _reread(self, m: Message) -> "Optional[Message]":
+    def reread(self, m: Message) -> "Optional[Message]":
         # A reading to resend (windowed delivery): from the item's readings in RAM; None when
         # its item was retried or ended meanwhile (another reading of it failed) [E25] [B5].
         if m.seq < _ID:
-            return Base._reread(self, m)
+            return Base.reread(self, m)
         s, k = self._split(m)
         p = self._parts.get(s)
         if p is None:

@@ -248,15 +248,8 @@ def publishable(topic: "Any", max_topic: int = 65535) -> str:
 
 def _pack_env(
     buf: "Optional[bytearray]",
-    topic: "Any",
-    payload: "Any",
-    qos: "Any",
-    retain: "Any",
-    ttl: "Any",
-    key: "Any",
+    m: Message,
     sha: bool,
-    orig: "Any",
-    enq: "Any",
     max_topic: int,
     hkey: "Any" = None,
     pads: "Any" = None,
@@ -264,16 +257,20 @@ def _pack_env(
     nonce: "Any" = None,
 ) -> memoryview:
     # [E1] header | orig_seq u64? | sha256 or hmac? | nonce? | key | topic | payload, in buf (or
-    # new). With ctr (ddq_seal._Ctr) and nonce the payload is stored encrypted, then tagged [E23].
+    # new), from the envelope m (a Message: its topic, payload, qos, retain, ttl_ms, key,
+    # orig_seq and enqueued_ms). With ctr (ddq_seal._Ctr) and nonce the payload is stored
+    # encrypted, then tagged [E23].
+    topic, qos = m.topic, m.qos
+    ttl, orig = m.ttl_ms, m.orig_seq
     why = publishable(topic, max_topic)
     if why:
         raise InvalidArgument(why + " (MQTT cannot publish it)")
-    t, k = bytes(_bytes_arg(topic, "topic")), bytes(_bytes_arg(key, "key"))
-    p = _bytes_arg(payload, "payload")
+    t, k = bytes(_bytes_arg(topic, "topic")), bytes(_bytes_arg(m.key, "key"))
+    p = _bytes_arg(m.payload, "payload")
     if len(k) > 255:
         raise InvalidArgument("key: at most 255 bytes")
     _pick(qos, (0, 1), "qos")
-    _pick(retain, (0, 1), "retain")
+    _pick(m.retain, (0, 1), "retain")
     _opt(ttl, 0, _U32, "ttl_ms")
     if hkey is not None and sha:
         raise InvalidArgument("sha256 or hmac_key, not both")
@@ -281,7 +278,7 @@ def _pack_env(
         raise InvalidArgument("encrypt needs hmac_key and 12-byte nonces")
     flags = (
         (_EF_QOS1 if qos else 0)
-        | (_EF_RETAIN if retain else 0)
+        | (_EF_RETAIN if m.retain else 0)
         | (_EF_SHA if sha else 0)
         | (_EF_ORIG if _opt(orig, 0, _U64, "orig_seq") else 0)
         | (_EF_HMAC if hkey else 0)
@@ -304,7 +301,7 @@ def _pack_env(
         len(k),
         len(t),
         ttl,
-        _opt(enq, 0, _U64, "enqueued_ms"),
+        _opt(m.enqueued_ms, 0, _U64, "enqueued_ms"),
     )
     struct.pack_into("<Q", buf, _ENV_SIZE, orig) if orig else None
     if ctr is not None:
@@ -349,25 +346,11 @@ def encode_envelope(
         se = _addon("ddq_seal")
         nonce = se._nonce_ok(se._nonce_fn(None)() if nonce is None else nonce, None)
         ctr = se._enc_ctr(hmac_key, None)
-    return bytes(
-        _pack_env(
-            None,
-            topic,
-            payload,
-            qos,
-            retain,
-            ttl_ms,
-            key,
-            sha256,
-            orig_seq,
-            enqueued_ms,
-            65535,
-            hmac_key,
-            None,
-            ctr,
-            nonce,
-        )
-    )
+    m = Message()
+    m.topic, m.payload = topic, payload
+    m.qos, m.retain, m.ttl_ms = qos, retain, ttl_ms
+    m.key, m.orig_seq, m.enqueued_ms = key, orig_seq, enqueued_ms
+    return bytes(_pack_env(None, m, sha256, 65535, hmac_key, None, ctr, nonce))
 
 
 def decode_envelope(data: "Buf", verify: bool = True, hmac_key: "Any" = None) -> Message:
@@ -511,14 +494,9 @@ class Outbox:
         hmac_key: "Any" = None,
         encrypt: bool = False,
         nonce: "Optional[Callable[[], Any]]" = None,
-        raw: bool = False,
-        qos: "Optional[int]" = None,
-        lapsed: str = "retry",
-        failure: str = "backoff",
-        report: "Optional[Callable[[str, int, str], Any]]" = None,
         **options: "Any",
     ) -> None:
-        self._lease = _opt(lease_ms, 1, _MAX_LEASE_MS, "lease_ms")
+        self.lease_ms = _opt(lease_ms, 1, _MAX_LEASE_MS, "lease_ms")
         self._bo = Backoff(min_retry_ms, max_retry_ms, seed)
         self._max_att = _opt(max_attempts, 0, _U32, "max_attempts")
         self._ttl = _opt(ttl_ms, 0, _U32, "ttl_ms")
@@ -528,20 +506,9 @@ class Outbox:
         expired = _pick(expired, ("quarantine", "drop", "send"), "expired")
         self._drop_expired, self._send_expired = expired == "drop", expired == "send"
         self._drop_oldest = _pick(capacity, ("reject", "drop_oldest"), "capacity") != "reject"
-        # The delivery loop's options for a replay of what a device kept [E26]: deliver raw
-        # payloads and expired messages, force the QoS, leave lapsed claims as they are, and
-        # on a failure retry at once and stop; report(what, seq, detail) sees every outcome.
-        self._qos, self._raw = _pick(qos, (None, 0, 1), "qos"), bool(raw)
-        self._lapse = _pick(lapsed, ("retry", "reclaim"), "lapsed") == "retry"
-        self._stop = _pick(failure, ("backoff", "stop"), "failure") == "stop"
-        if (
-            (report is not None and not callable(report))
-            or not callable(clock or len)
-            or not callable(ticks or len)
-        ):
-            raise InvalidArgument("report, clock, ticks: callables")
-        self._report = report
-        self._ordered, self._ticks = bool(ordered), ticks or _ticks
+        if not callable(clock or len) or not callable(ticks or len):
+            raise InvalidArgument("clock, ticks: callables")
+        self._ordered, self.ticks = bool(ordered), ticks or _ticks
         # With an HMAC key [E22] put signs and get verifies; the tag replaces the SHA-256 (it
         # detects accidents too). The key lives in RAM only, never in the queue directory.
         self._hkey: "Optional[bytes]" = None
@@ -590,8 +557,9 @@ class Outbox:
             if self._every or self._interval:
                 options["sync"] = "none"  # group commit: the Outbox decides when to sync [E15]
             self.queue, self._own = Queue(queue, clock=clock, **options), True
-        self._clock: "Any" = clock or self.queue.clock
+        self.clock: "Any" = clock or self.queue.clock
         self._buf = bytearray(256)  # envelopes up to 256 bytes are packed without allocation
+        self._env = Message()  # the envelope put fills (one object, reused)
         self._unsynced = self._synced_at = 0
         self._qcls: "dict[int, str]" = {}  # seq -> reason class of a quarantined item (cache)
         self._hidden: "Optional[list[int]]" = None  # dead letters already requeued
@@ -632,7 +600,7 @@ class Outbox:
         e, i, u = self._every, self._interval, self._unsynced
         if not (e or i) or not (n or u):
             return
-        now = self._ticks()
+        now = self.ticks()
         if not u:
             self._synced_at = now
         u = self._unsynced = u + n
@@ -644,20 +612,10 @@ class Outbox:
         self._unsynced = 0
         return self.queue.sync()
 
-    def _put(
-        self,
-        topic: "Any",
-        payload: "Any",
-        qos: "Any",
-        retain: "Any",
-        ttl: "Any",
-        key: "Any",
-        orig: int,
-        enc: bool = False,
-        enq: "Optional[int]" = None,
-    ) -> int:
+    def _put(self, m: Message) -> int:
+        # Pack the envelope m (put's one reused Message, or a dead letter requeued) and enqueue it.
         ctr = nb = None
-        if enc or self._enc:  # [E23]; enc: requeue of an encrypted dead letter stays encrypted
+        if m.encrypted or self._enc:  # [E23]; a requeued encrypted dead letter stays encrypted
             se = _addon("ddq_seal")
             if self._nonce is None:
                 self._nonce = se._nonce_fn(self._nonce_arg)
@@ -665,23 +623,8 @@ class Outbox:
                 self._ctrs.append(se._enc_ctr(self._hkey, self._pads))
             nb = self._last = se._nonce_ok(self._nonce(), self._last)
             ctr = self._ctrs[0]
-        mv = _pack_env(
-            self._buf,
-            topic,
-            payload,
-            qos,
-            retain,
-            ttl,
-            key,
-            self._sha,
-            orig,
-            self._clock() if enq is None else enq,
-            self._max_topic,
-            self._hkey,
-            self._pads,
-            ctr,
-            nb,
-        )  # enq: a batch's time (port/ddq_batch.py) [B2]
+        mv = _pack_env(self._buf, m, self._sha, self._max_topic, self._hkey, self._pads, ctr, nb)
+        m.payload = b""  # the caller's payload is not held
         q = self.queue
         for _ in range(_IO_LOOPS):
             try:
@@ -699,7 +642,7 @@ class Outbox:
                     raise Full("full, and no unclaimed message to drop")
                 n = self._many(s)
                 self._dead.pop(s, None)  # a waiting dead letter whose lease ran out [E32]
-                q.ack(q.claim_seq(s, self._lease).seq)
+                q.ack(q.claim_seq(s, self.lease_ms).seq)
                 self.counters["dropped"] += n
                 self._wrote(2)
         else:
@@ -752,21 +695,17 @@ class Outbox:
         return 1
 
     def _count(self, what: str, seq: int, detail: "Any" = "") -> None:
-        # One outcome of one message: its counter [E18], and the report hook [E26].
+        # One outcome of one message (seq; detail: its reason or why): its counter [E18]. The
+        # host's replay (host/ddqhost/replay.py) also reports each one [E26].
         self.counters[what] += 1
-        if self._report is not None:
-            self._report(what, seq, detail if isinstance(detail, str) else repr(detail))
 
-    @_locked
-    def _release(self, m: Message, why: str, alone: bool = True) -> None:
-        # failure="stop": the message is due again at once (RETRY, delay 0) [E26]; a failure
-        # pinned on it (alone in flight) on its last attempt dead-letters it instead [E10].
-        if alone and self._max_att and m.attempts + 1 >= self._max_att:
-            self._quar(m.seq, "max_attempts", why, "exhausted")
-            return
-        self.queue.retry(m.seq, 0)
-        self._wrote(1)
-        self._count("failed", m.seq, why)
+    def _bad(self, seq: int, data: "Buf", e: BadEnvelope) -> "Optional[Message]":
+        # A claimed item that is not a valid envelope: dead-lettered (forged, altered or
+        # unsigned: never sent [E22]); None. The host's replay delivers raw ones [E26].
+        self._quar(
+            seq, "unauthenticated" if isinstance(e, Unauthenticated) else "corrupt", e.args[0]
+        )
+        return None
 
     def _peek(self, seq: int, now: int, auth: bool = False) -> Message:
         # With a key, a verified envelope (an encrypted one decrypted); an unauthenticated one
@@ -813,9 +752,10 @@ class Outbox:
             self._hidden = h
         return self._hidden
 
-    def _settle(self, m: Message, ok: "Any", e: "Optional[BaseException]") -> int:
-        # The send contract [E17]: True -> ack (1); Rejected -> dead letter (0); False or any
-        # other exception -> nack, and the caller ends its round (-1).
+    def settle(self, m: Message, ok: "Any", e: "Optional[BaseException]" = None) -> int:
+        """Settle m by the send contract [E17] (a delivery loop's, ddq_window's): ok True -> ack
+        (1); e Rejected -> dead letter (0); else nack, and the round ends (-1; -2: the loop
+        too, the host replay's failure="stop" [E26])."""
         if e is None and ok is True:
             return 1 if self.ack(m) else 0
         if isinstance(e, Rejected):
@@ -825,11 +765,7 @@ class Outbox:
             else:
                 self.reject(m, why)
             return 0
-        why = repr(e) if e is not None else "send returned %r" % (ok,)
-        if self._stop:
-            self._release(m, why)
-        else:
-            self.nack(m, why)
+        self.nack(m, repr(e) if e is not None else "send returned %r" % (ok,))
         return -1
 
     # ------------------------------------------------------------------ public (locked)
@@ -844,9 +780,12 @@ class Outbox:
         key: "Any" = b"",
     ) -> int:
         """Enqueue a message; return its seq (durable on return unless group commit) [E13]."""
-        return self._put(
-            topic, payload, qos, retain, self._ttl if ttl_ms is None else ttl_ms, key, 0
-        )
+        m = self._env  # one envelope for every put: nothing allocated per message
+        m.topic, m.payload = topic, payload
+        m.qos, m.retain, m.key = qos, retain, key
+        m.ttl_ms = self._ttl if ttl_ms is None else ttl_ms
+        m.orig_seq, m.enqueued_ms = 0, self.clock()
+        return self._put(m)
 
     def _lapsed(self, now: int) -> None:
         # A lease that ran out with no ack or nack (the sender hung, or the device died while
@@ -866,10 +805,9 @@ class Outbox:
     @_locked
     def get(self, lease_ms: "Optional[int]" = None) -> "Optional[Message]":
         """Claim and return the next ready message, or None [E12]; retire expired ones [E7]."""
-        lease = _opt(lease_ms or self._lease, 1, _MAX_LEASE_MS, "lease_ms")  # [O24]
-        q, now, dead = self.queue, self._clock(), self._dead
-        if self._lapse:
-            self._lapsed(now)
+        lease = _opt(lease_ms or self.lease_ms, 1, _MAX_LEASE_MS, "lease_ms")  # [O24]
+        q, now, dead = self.queue, self.clock(), self._dead
+        self._lapsed(now)
         for _ in range(_GET_SCAN):
             c = q.claim_ordered(lease) if self._ordered else q.claim(lease)
             if c is None:
@@ -887,21 +825,11 @@ class Outbox:
             try:
                 m = _decode(data, True, self._hkey, self._pads, self._ctrs, True)
             except BadEnvelope as e:
-                why = e.args[0]
-                if isinstance(e, Unauthenticated):  # forged, altered or unsigned: never sent [E22]
-                    self._quar(s, "unauthenticated", why)
+                r = self._bad(s, data, e)
+                if r is None:
                     continue
-                if not self._raw:
-                    self._quar(s, "corrupt", why)
-                    continue
-                if self._hkey is not None:  # a raw payload carries no tag [E22] [E26]
-                    self._quar(s, "unauthenticated", "not an envelope (%s)" % why)
-                    continue
-                m = Message()  # raw [E26]: topic "", the stored bytes, no enqueue time
-                m.payload, m.qos = data, 1
+                m = r
             m.seq, m.attempts, m.lease_until_ms = s, c.attempts, c.lease_until_ms
-            if self._qos is not None:
-                m.qos = self._qos
             if m.expired(now) and not self._send_expired:
                 if self._drop_expired:
                     q.ack(s)
@@ -930,14 +858,9 @@ class Outbox:
         return True
 
     @_locked
-    def _reread(self, m: Message) -> "Optional[Message]":
-        # m (claimed, its payload dropped) again, from the queue: a resend holds no copy [E25].
-        data = self.queue.read(m.seq)
-        if m.topic:
-            r = _decode(data, True, self._hkey, self._pads, self._ctrs, True)
-        else:  # raw [E26]
-            r = Message()
-            r.payload, r.qos = data, m.qos
+    def reread(self, m: Message) -> "Optional[Message]":
+        """m (claimed, its payload dropped) again, from the queue: a resend holds no copy [E25]."""
+        r = _decode(self.queue.read(m.seq), True, self._hkey, self._pads, self._ctrs, True)
         r.seq, r.attempts = m.seq, m.attempts
         r.lease_until_ms, r.age_ms = m.lease_until_ms, m.age_ms
         return r
@@ -964,7 +887,7 @@ class Outbox:
     def next_ready_ms(self, now_ms: "Optional[int]" = None) -> "Optional[int]":
         """Return ms until get() can return a message, None if nothing is pending [E11]."""
         return self._next_ready(
-            self._clock() if now_ms is None else _opt(now_ms, 0, _U64, "now_ms")
+            self.clock() if now_ms is None else _opt(now_ms, 0, _U64, "now_ms")
         )
 
     @_locked
@@ -981,7 +904,7 @@ class Outbox:
     @_locked
     def stats(self) -> "dict[str, Any]":
         """Return log-derived counts (they survive a restart) and this run's counters [E18]."""
-        q, now, oldest = self.queue, self._clock(), 0
+        q, now, oldest = self.queue, self.clock(), 0
         by: "dict[str, int]" = {}
         for it in q.items():
             if it.state == "quarantined":
@@ -1013,7 +936,7 @@ class Outbox:
     @_locked
     def dead_letters(self) -> "list[Message]":
         """Return the quarantined messages not yet requeued, oldest first [E14]."""
-        out, hidden, now = [], self._requeued(), self._clock()
+        out, hidden, now = [], self._requeued(), self.clock()
         for it in self.queue.items():
             if it.state == "quarantined" and it.seq not in hidden:
                 m = self._peek(it.seq, now)
@@ -1038,18 +961,8 @@ class Outbox:
                     continue  # requeue-all leaves undecodable ones where they are
                 if seq is None and publishable(m.topic, self._max_topic):
                     continue  # and one whose topic put() refuses (an old record) [E4]
-                out.append(
-                    self._put(
-                        m.topic,
-                        m.payload,
-                        m.qos,
-                        m.retain,
-                        m.ttl_ms,
-                        m.key,
-                        m.orig_seq or s,
-                        m.encrypted,
-                    )
-                )
+                m.orig_seq, m.enqueued_ms = m.orig_seq or s, self.clock()
+                out.append(self._put(m))
                 hidden.append(s)
             done.append(s)
         if purge and done:
@@ -1101,11 +1014,11 @@ class Outbox:
         w = _sender(send, stop)
         _opt(budget_ms, 0, _MAX_WAIT, "budget_ms")
         if w:
-            return int(_addon("ddq_window").Window(self, send, stop).pump(budget, budget_ms))
-        t0, n = self._ticks(), 0
+            return int(self._window(send, stop).pump(budget, budget_ms))
+        t0, n = self.ticks(), 0
         self.tick()
         for _ in range(_opt(budget, 1, _MAX_WAIT, "budget")):
-            go = self._within(t0, budget_ms) and (stop is None or not stop())
+            go = self.within(t0, budget_ms) and (stop is None or not stop())
             m = self.get() if go else None
             if m is None:
                 break
@@ -1113,14 +1026,19 @@ class Outbox:
                 ok, e = send(m), None
             except Exception as x:
                 ok, e = False, x
-            r = self._settle(m, ok, e)
+            r = self.settle(m, ok, e)
             if r < 0:
                 break
             n += r
         return n
 
-    def _within(self, t0: int, budget_ms: int) -> bool:  # budget_ms of ticks since t0 left
-        return not budget_ms or _tdiff(self._ticks(), t0) < budget_ms
+    def _window(self, send: "Any", stop: "Any" = None) -> "Any":
+        # The windowed delivery loop over send [E25] (the host's replay brings its own [E26]).
+        return _addon("ddq_window").Window(self, send, stop)
+
+    def within(self, t0: int, budget_ms: int) -> bool:
+        """Whether budget_ms (0: no bound) of ticks since t0 are left [E17]."""
+        return not budget_ms or _tdiff(self.ticks(), t0) < budget_ms
 
     async def run(
         self,
@@ -1133,7 +1051,7 @@ class Outbox:
         import asyncio
 
         if _sender(send, stop):
-            return int(await _addon("ddq_window").Window(self, send).run(idle_ms, stop))
+            return int(await self._window(send).run(idle_ms, stop))
 
         sleep_ms = getattr(asyncio, "sleep_ms", None)  # MicroPython's asyncio has sleep_ms
         _opt(idle_ms, 1, _MAX_WAIT, "idle_ms")
@@ -1148,12 +1066,12 @@ class Outbox:
                         ok = await ok
                 except Exception as x:
                     ok, e = False, x
-                r = self._settle(m, ok, e)
+                r = self.settle(m, ok, e)
                 n += max(r, 0)
                 if r >= 0:
                     await asyncio.sleep(0)
                     continue
-                if self._stop:  # failure="stop": the loop ends [E26]
+                if r < -1:  # the host replay's failure="stop": the loop ends [E26]
                     break
             d = self.next_ready_ms()
             d = idle_ms if d is None else min(d, idle_ms)

@@ -37,7 +37,7 @@ class Window:
         self.failed = False  # the round ended: a second loss without progress, or "not now"
         # The loop stops waiting for a message margin ms before its lease ends and nacks it:
         # it is never in flight past its lease, so never claimed and sent again meanwhile.
-        self.margin = min(ob._lease // 4, 2000)
+        self.margin = min(ob.lease_ms // 4, 2000)
 
     def fill(self, n: int) -> int:
         # Claim and publish up to n more (within the window); return how many were claimed.
@@ -62,10 +62,8 @@ class Window:
                 continue
             except Exception as e:  # Rejected: dead letter; anything else: not now [E17]
                 self.fl.pop(m.seq)
-                if self.ob._settle(m, False, e) < 0:
-                    self.failed = True
-                    if self.ob._stop:
-                        self.release(repr(e))
+                if self.ob.settle(m, False, e) < 0:
+                    self.end(repr(e))
                 continue
             m.payload = b""  # not held: re-read if it must be resent
         return k
@@ -77,9 +75,6 @@ class Window:
         # republished (DUP, re-read) one at a time. The round ends (the rest nacked) at a loss
         # of one before any PUBACK (the broker is down: one attempt, not a busy loop), or a
         # second loss without a PUBACK since the last, unless it pins one after several.
-        if self.ob._stop:  # failure="stop": no resend; everything in flight is due again [E26]
-            self.release(repr(e))
-            return
         fl = self.fl
         w = [q for q in fl if q not in self.redo]  # on the wire (redo's wait their turn)
         s = w[0] if len(w) == 1 else 0
@@ -106,7 +101,7 @@ class Window:
             m = self.fl.get(self.redo.pop(0))
             if m is None:
                 continue  # settled meanwhile: nacked at its lease's end
-            r = self.ob._reread(m)
+            r = self.ob.reread(m)
             if r is None:  # a batch's reading whose item was retried meanwhile [B5]
                 self.fl.pop(m.seq)
                 continue
@@ -117,11 +112,9 @@ class Window:
             except OSError as e:
                 self.lost(e)
 
-    def release(self, why: str) -> None:
-        # failure="stop" [E26]: retry every message in flight at once, in seq order; stop.
-        for seq in sorted(self.fl):
-            self.ob._release(self.fl[seq], why, len(self.fl) == 1)
-        self.fl, self.redo = {}, []
+    def end(self, why: str) -> None:
+        # A failed send ended the round (E17; the host's replay also releases what is in
+        # flight [E26]).
         self.failed = True
 
     def done(self, seqs: "list[int]") -> None:
@@ -133,12 +126,9 @@ class Window:
 
     def due(self) -> int:
         # Nack every message whose lease ends within the margin; return ms to wait at most.
-        now, wait = self.ob._clock(), _MAX_WAIT
+        now, wait = self.ob.clock(), _MAX_WAIT
         for m in list(self.fl.values()):
             left = m.lease_until_ms - now - self.margin
-            if left <= 0 and self.ob._stop:
-                self.release("lease would run out in flight")
-                return _MAX_WAIT
             if left <= 0:
                 self.fl.pop(m.seq)
                 self.ob.counters["lease_nacks"] += 1
@@ -160,11 +150,11 @@ class Window:
             self.lost(e)
 
     def pump(self, budget: int, budget_ms: int) -> int:
-        ob, t0, n = self.ob, self.ob._ticks(), 0
+        ob, t0, n = self.ob, self.ob.ticks(), 0
         budget = _opt(budget, 1, _MAX_WAIT, "budget")
         ob.tick()
         for _ in range(_IO_LOOPS):
-            if not self.failed and n < budget and ob._within(t0, budget_ms):
+            if not self.failed and n < budget and ob.within(t0, budget_ms):
                 n += self.fill(budget - n)
             if not self.fl:
                 break
@@ -178,7 +168,7 @@ class Window:
         sleep_ms = getattr(asyncio, "sleep_ms", None)
         _opt(idle_ms, 1, _MAX_WAIT, "idle_ms")
         ob = self.ob
-        while (stop is None or not stop()) and not (self.failed and ob._stop):  # [E26]
+        while stop is None or not stop():
             ob.tick()
             self.failed = False
             k = self.fill(self.w)

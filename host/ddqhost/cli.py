@@ -1263,7 +1263,9 @@ def _replay(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
         j.prefix, j.client_id = prefix, cid
     show = args.progress or (sys.stderr.isatty() and not args.verbose)
     if args.dry_run:
-        results = [dict(replay.plan(j, ro), dir=d) for j, d in zip(jobs, args.dir)]
+        results = [replay.plan(j, ro) for j in jobs]
+        for r, d in zip(results, args.dir):
+            r.dir = d  # (an image's path, not its export's)
     else:
         prog = replay.Progress(args.dir, sys.stderr, sys.stderr.isatty()) if show else None
         if len(jobs) == 1:
@@ -1274,71 +1276,54 @@ def _replay(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
             finally:
                 if prog is not None:
                     prog.stop()
-            results = [dict(res, dir=jobs[0].dir)]
+            results = [res]
         else:
-            results = replay.replay_many(jobs, ro, prog)
+            results = replay.replay_many(jobs, ro, prog).dirs
     if args.json:
-        if len(results) == 1:
-            out_json(results[0])
-        else:
-            tot = {
-                k: sum(int(r.get(k, 0)) for r in results)
-                for k in (
-                    "sent",
-                    "failed",
-                    "skipped",
-                    "expired",
-                    "unpublishable",
-                    "unauthenticated",
-                    "dead_dropped",
-                    "remaining",
-                )
-            }
-            tot["errors"] = sum(1 for r in results if "error" in r)
-            out_json({"dirs": results, "total": tot})
+        out_json(results[0].as_dict() if len(results) == 1 else replay.Fleet(results).as_dict())
     else:
         for res in results:
-            head = "%s: " % res["dir"] if len(results) > 1 else ""  # fleet: whose line
-            if res.get("dry_run"):
-                for w in res["would_send"]:
-                    print(
-                        "%swould send seq %d%s -> %s (%d bytes)"
-                        % (
-                            head,
-                            w["seq"],
-                            " reading %d" % w["reading"] if "reading" in w else "",
-                            fsck.printable(w["topic"]),
-                            w["bytes"],
-                        )
+            head = "%s: " % res.dir if len(results) > 1 else ""  # fleet: whose line
+            for w in res.would_send:  # a dry run's
+                print(
+                    "%swould send seq %d%s -> %s (%d bytes)"
+                    % (
+                        head,
+                        w["seq"],
+                        " reading %d" % w["reading"] if "reading" in w else "",
+                        fsck.printable(w["topic"]),
+                        w["bytes"],
                     )
-            if "error" in res:
-                print("%serror: %s" % (head, fsck.printable(res["error"])))
+                )
+            if res.error is not None:
+                print("%serror: %s" % (head, fsck.printable(res.error)))
                 continue
             print(
                 "%s%ssent %d, failed %d, skipped %d, expired %d, unpublishable %d, "
                 "unauthenticated %d, remaining %d%s"
                 % (
                     head,
-                    "dry run: " if res["dry_run"] else "",
-                    res["sent"],
-                    res["failed"],
-                    res["skipped"],
-                    res["expired"],
-                    res["unpublishable"],
-                    res["unauthenticated"],
-                    res["remaining"],
+                    "dry run: " if res.dry_run else "",
+                    res.sent,
+                    res.failed,
+                    res.skipped,
+                    res.expired,
+                    res.unpublishable,
+                    res.unauthenticated,
+                    res.remaining,
                     # dead letters the queue had no room for: dropped, counted (OUTBOX E32)
-                    ", dead letters dropped %d" % res["dead_dropped"]
-                    if res.get("dead_dropped")
-                    else "",
+                    ", dead letters dropped %d" % res.dead_dropped if res.dead_dropped else "",
                 )
             )
-            for k in ("unpublishable", "unauthenticated"):  # dead letters: name them
-                if res.get(k + "_seqs"):
-                    print("%s%s: seq %s" % (head, k, ", ".join(map(str, res[k + "_seqs"]))))
-    if any(r.get("interrupted") for r in results):
+            for k, seqs in (
+                ("unpublishable", res.unpublishable_seqs),
+                ("unauthenticated", res.unauthenticated_seqs),
+            ):  # dead letters: name them
+                if seqs:
+                    print("%s%s: seq %s" % (head, k, ", ".join(map(str, seqs))))
+    if any(r.interrupted for r in results):
         return 130
-    return 1 if any(r.get("failed") or "error" in r for r in results) else 0
+    return 1 if any(r.failed or r.error is not None for r in results) else 0
 
 
 # ---------------------------------------------------------------- test

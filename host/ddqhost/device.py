@@ -46,6 +46,7 @@ from mpremote.transport import (  # type: ignore[import-untyped]
 from mpremote.transport_serial import (  # type: ignore[import-untyped]
     PyboardCommand,
     SerialTransport,
+    fs_hook_code,
 )
 
 from .errors import HostError
@@ -97,20 +98,26 @@ def check_mpremote_version() -> str | None:
 
 
 # mpremote's device side of a mount waits 1 s for each reply from the host (`ipoll(1000)` in
-# transport_serial.fs_hook_code) and then gives up with "timeout waiting for remote": on a busy
-# host, or a board under qemu, one reply can take longer (docs/HOST.md, "Testing on a board").
-# The host side keeps its own bound (EXEC_IDLE_TIMEOUT), so the device may wait as long.
+# RemoteCommand.poll_in, transport_serial.fs_hook_code) and then gives up with "timeout waiting
+# for remote": on a busy host, or a board under qemu, one reply can take longer (docs/HOST.md,
+# "Testing on a board"). The host side keeps its own bound (EXEC_IDLE_TIMEOUT), so the device
+# may wait as long: mount_local sends mpremote's code unchanged, then this, ddq's own, which
+# gives its RemoteCommand a poll_in that waits MOUNT_REPLY_MS (a class that has none: mpremote's
+# as it is). Nothing rewrites mpremote's source.
 MOUNT_REPLY_MS = int(EXEC_IDLE_TIMEOUT * 1000)
-
-
-def patient_mount() -> bool:
-    """Make the mount code mpremote sends wait MOUNT_REPLY_MS for each host reply; True when
-    the code is (now) so (False: this mpremote's code has no such wait to change)."""
-    import mpremote.transport_serial as ts  # type: ignore[import-untyped]
-
-    want = "ipoll(%d)" % MOUNT_REPLY_MS
-    ts.fs_hook_code = ts.fs_hook_code.replace("ipoll(1000)", want)
-    return want in ts.fs_hook_code
+PATIENT_POLL_CODE = (
+    """\
+def _ddq_poll_in(self):
+ for _ in self.poller.ipoll(%d):
+  return
+ self.end()
+ raise Exception('timeout waiting for remote')
+if hasattr(RemoteCommand, 'poll_in'):
+ RemoteCommand.poll_in = _ddq_poll_in
+del _ddq_poll_in
+"""
+    % MOUNT_REPLY_MS
+)
 
 
 def dpath(path: str) -> str:
@@ -834,9 +841,13 @@ class Device:
         """Expose a host directory at /remote on the device (mpremote mount); cwd becomes /remote.
 
         read_only: the device can stat, list and read, nothing else (see _ReadOnlyCommand)."""
-        patient_mount()
         try:
             with self._bounded(EXEC_IDLE_TIMEOUT, "answer"):
+                # mpremote's mount, its device code sent first (mount_local sends it only when
+                # RemoteFS is missing) and given ddq's patient poll_in (PATIENT_POLL_CODE)
+                if not self.t.eval('"RemoteFS" in globals()'):
+                    self.t.exec(fs_hook_code)
+                self.t.exec(PATIENT_POLL_CODE)
                 self.t.mount_local(os.path.abspath(path))
         except TransportExecError as e:
             raise _map_exec_error(e, path) from None

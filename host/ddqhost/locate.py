@@ -69,6 +69,14 @@ def load_seal() -> ModuleType:
     return ddq_seal
 
 
+def load_window() -> ModuleType:
+    """Import ddq_window beside ddq: ddq_outbox's windowed delivery loop (OUTBOX E25)."""
+    load_ddq()
+    import ddq_window
+
+    return ddq_window
+
+
 def load_batch() -> ModuleType:
     """Import ddq_batch beside ddq: the readings that share an item (OUTBOX §13.4)."""
     load_ddq()

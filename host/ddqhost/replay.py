@@ -62,7 +62,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from types import ModuleType
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -363,6 +363,148 @@ def _messages(outbox: ModuleType, batch: ModuleType, payload: bytes, key: bytes 
     return 1
 
 
+# ---------------------------------------------------------------- the replay's Outbox (OUTBOX E26)
+_CLASSES: dict[Any, Any] = {}
+
+
+def outbox_class(base: Any) -> Any:
+    """The Outbox `ddq replay` delivers with: base (ddq_batch.BatchOutbox, or ddq_outbox.Outbox)
+    with the delivery options for what a device kept (OUTBOX E26), which no device needs:
+    raw=True (a payload that is not an envelope is delivered to topic "", QoS 1), qos=0|1 (every
+    claimed message's QoS), lapsed="reclaim" (a lapsed claim is taken as it is, no RETRY),
+    failure="stop" (a failed send and everything in flight beside it is retried at once, and
+    the loop ends) and report(what, seq, detail) (called once per outcome, with its counter's
+    name). The defaults are base's behaviour."""
+    cls = _CLASSES.get(base)
+    if cls is not None:
+        return cls
+    ddq_outbox, ddq_window, batch = locate.load_outbox(), locate.load_window(), locate.load_batch()
+    Message, InvalidArgument = ddq_outbox.Message, ddq_outbox.InvalidArgument
+    reading = batch._ID  # a batch's reading: its Message.seq is at least this (OUTBOX B4)
+
+    def pick(v: Any, ok: tuple[Any, ...], name: str) -> Any:
+        if v not in ok:
+            raise InvalidArgument("%s: one of %r" % (name, ok))
+        return v
+
+    window: Any = ddq_window.Window
+
+    class ReplayWindow(window):  # type: ignore[misc]
+        fl: dict[int, Any]
+        redo: list[int]
+
+        # failure="stop" [E26]: a failure (a lost connection, a failed publish, a lease at its
+        # margin) releases everything in flight (retry 0, seq order), nothing is republished,
+        # and the loop ends.
+        def end(self, why: str) -> None:
+            self.release(why)
+
+        def lost(self, e: BaseException) -> None:
+            self.release(repr(e))
+
+        def due(self) -> int:
+            now = self.ob.clock()
+            if any(m.lease_until_ms - now - self.margin <= 0 for m in self.fl.values()):
+                self.release("lease would run out in flight")
+                return int(ddq_window._MAX_WAIT)
+            return int(super().due())
+
+        def release(self, why: str) -> None:
+            for seq in sorted(self.fl):
+                self.ob._release(self.fl[seq], why, len(self.fl) == 1)
+            self.fl, self.redo = {}, []
+            self.failed = True
+
+        async def run(self, idle_ms: int, stop: Any) -> int:
+            return int(
+                await super().run(idle_ms, lambda: (stop is not None and stop()) or self.failed)
+            )
+
+    class ReplayOutbox(base):  # type: ignore[misc]
+        def __init__(
+            self,
+            queue: Any,
+            raw: bool = False,
+            qos: int | None = None,
+            lapsed: str = "retry",
+            failure: str = "backoff",
+            report: Callable[[str, int, str], Any] | None = None,
+            **options: Any,
+        ) -> None:
+            self._raw, self._qos = bool(raw), pick(qos, (None, 0, 1), "qos")
+            self._reclaim = pick(lapsed, ("retry", "reclaim"), "lapsed") == "reclaim"
+            self._stop = pick(failure, ("backoff", "stop"), "failure") == "stop"
+            if report is not None and not callable(report):
+                raise InvalidArgument("report: a callable")
+            self._report = report
+            super().__init__(queue, **options)
+
+        def get(self, lease_ms: int | None = None) -> Any:
+            m = super().get(lease_ms)
+            if m is not None and self._qos is not None:
+                m.qos = self._qos
+            return m
+
+        def _lapsed(self, now: int) -> None:
+            if not self._reclaim:
+                super()._lapsed(now)
+
+        def _bad(self, seq: int, data: Any, e: Any) -> Any:
+            if not self._raw or isinstance(e, ddq_outbox.Unauthenticated):
+                return super()._bad(seq, data, e)
+            if self._hkey is not None:  # a raw payload carries no tag (E22)
+                self._quar(seq, "unauthenticated", "not an envelope (%s)" % e.args[0])
+                return None
+            m = Message()  # raw: topic "", the stored bytes, no enqueue time
+            m.payload, m.qos = data, 1
+            return m
+
+        def reread(self, m: Any) -> Any:
+            if m.topic or m.seq >= reading:
+                return super().reread(m)
+            r = Message()  # raw: read again as raw
+            r.payload, r.qos = self.queue.read(m.seq), m.qos
+            r.seq, r.attempts = m.seq, m.attempts
+            r.lease_until_ms, r.age_ms = m.lease_until_ms, m.age_ms
+            return r
+
+        def _count(self, what: str, seq: int, detail: Any = "") -> None:
+            super()._count(what, seq, detail)
+            if self._report is not None:
+                self._report(what, seq, detail if isinstance(detail, str) else repr(detail))
+
+        def settle(self, m: Any, ok: Any, e: BaseException | None) -> int:
+            if not self._stop or (e is None and ok is True) or isinstance(e, ddq_outbox.Rejected):
+                return int(super().settle(m, ok, e))
+            self._release(m, repr(e) if e is not None else "send returned %r" % (ok,))
+            return -2  # the loop ends
+
+        def _window(self, send: Any, stop: Any = None) -> Any:
+            if not self._stop:
+                return super()._window(send, stop)
+            return ReplayWindow(self, send, stop)
+
+        @ddq_outbox._locked  # type: ignore[untyped-decorator]
+        def _release(self, m: Any, why: str, alone: bool = True) -> None:
+            # The message (a reading: its whole item, as nack, B5) is due again at once (RETRY,
+            # delay 0); a failure pinned on it (alone in flight) on its last attempt
+            # dead-letters it instead (E10).
+            if m.seq >= reading:
+                p = self._parts.pop(self._split(m)[0], None)
+                if p is None:
+                    return
+                m = p[0]
+            if alone and self._max_att and m.attempts + 1 >= self._max_att:
+                self._quar(m.seq, "max_attempts", why, "exhausted")
+                return
+            self.queue.retry(m.seq, 0)
+            self._wrote(1)
+            self._count("failed", m.seq, why)
+
+    _CLASSES[base] = ReplayOutbox
+    return ReplayOutbox
+
+
 class _Confirmed:
     """paho's MQTTMessageInfo for the dry run: published at once."""
 
@@ -473,7 +615,84 @@ class _Run:
     routes: dict[int, tuple[str, int, bool, bool, bool]] = field(default_factory=dict)
 
 
-def plan(job: Job, ro: ReplayOptions, now_ms: int | None = None) -> dict[str, Any]:
+# The keys of a dry run's summary, and of a directory that failed in a fleet (Result.as_dict)
+_PLAN_KEYS = frozenset(
+    "dir dry_run would_send sent failed skipped skipped_seqs remaining raw".split()
+    + [k + t for k in ("dead_dropped", "expired", "unpublishable", "unauthenticated")
+       for t in ("", "_seqs")]
+)  # fmt: skip
+_ERROR_KEYS = frozenset(("dir", "error", "sent", "failed"))
+_TOTAL_KEYS = ("sent", "failed", "skipped", "expired", "unpublishable", "unauthenticated",
+               "dead_dropped", "remaining")  # fmt: skip
+
+
+@dataclass
+class Result:
+    """What the replay (or the dry run) of one directory did, counted once: the summary line
+    and `--json` (as_dict) print it as it is. Counts are messages (a batch's readings each);
+    *_seqs name items, each once (module docstring, "Counts")."""
+
+    dir: str = ""
+    dry_run: bool = False
+    sent: int = 0
+    failed: int = 0
+    skipped: int = 0
+    remaining: int = 0
+    raw: int = 0  # of sent (of would_send in a dry run): published to PREFIX/raw
+    readings: int = 0  # of sent: readings of batches
+    expired: int = 0
+    unpublishable: int = 0
+    unauthenticated: int = 0
+    dead_dropped: int = 0  # dead letters the queue had no room for (OUTBOX E32)
+    sent_seqs: list[int] = field(default_factory=list)
+    sent_ids: list[int] = field(default_factory=list)  # (a reading's id: READING + ...)
+    failed_seqs: list[int] = field(default_factory=list)
+    skipped_seqs: list[int] = field(default_factory=list)
+    remaining_seqs: list[int] = field(default_factory=list)
+    expired_seqs: list[int] = field(default_factory=list)
+    unpublishable_seqs: list[int] = field(default_factory=list)
+    unauthenticated_seqs: list[int] = field(default_factory=list)
+    dead_dropped_seqs: list[int] = field(default_factory=list)
+    would_send: list[dict[str, Any]] = field(default_factory=list)  # a dry run's
+    stats: dict[str, int] = field(default_factory=dict)  # the queue's, after the delivery
+    connection_lost: bool = False
+    broker: str = ""
+    tls: bool = False
+    prefix: str = ""
+    interrupted: bool = False
+    window: int = 0
+    seconds: float = 0.0  # the delivery, after the CONNACK
+    client_id: str | None = None
+    error: str | None = None  # a fleet's directory that failed: why (the rest is 0)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The `--json` summary: a delivery's fields, a dry run's or a failed directory's."""
+        d = asdict(self)
+        if self.error is not None:
+            return {k: v for k, v in d.items() if k in _ERROR_KEYS}
+        if self.dry_run:
+            return {k: v for k, v in d.items() if k in _PLAN_KEYS}
+        for k in ("error", "would_send", "sent_ids"):
+            del d[k]
+        return d
+
+
+@dataclass
+class Fleet:
+    """The replays of many directories (replay_many): each one's Result, and their total."""
+
+    dirs: list[Result]
+
+    def total(self) -> dict[str, int]:
+        t = {k: sum(int(getattr(r, k)) for r in self.dirs) for k in _TOTAL_KEYS}
+        t["errors"] = sum(1 for r in self.dirs if r.error is not None)
+        return t
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"dirs": [r.as_dict() for r in self.dirs], "total": self.total()}
+
+
+def plan(job: Job, ro: ReplayOptions, now_ms: int | None = None) -> Result:
     """Dry run: the delivery itself (_deliver, the message layer's loop) on a copy of DIR, at
     now_ms, through a client that confirms every publish and sends nothing. DIR is not
     written. Only ro's send_expired and limit count (what it plans is what a run does), one
@@ -493,7 +712,7 @@ def plan(job: Job, ro: ReplayOptions, now_ms: int | None = None) -> dict[str, An
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     would = []
-    for mid in res["sent_ids"]:
+    for mid in res.sent_ids:
         topic, nb, raw, retain, expired = run.routes[mid]
         s, k = split_id(mid)
         w = {"seq": s, "topic": topic, "bytes": nb, "retain": retain, "raw": raw,
@@ -501,22 +720,21 @@ def plan(job: Job, ro: ReplayOptions, now_ms: int | None = None) -> dict[str, An
         if k is not None:
             w["reading"] = k  # a batch's reading (OUTBOX B2)
         would.append(w)
-    return {
-        "dry_run": True,
-        "would_send": would,
-        "sent": 0,
-        "failed": 0,
-        "skipped": res["skipped"],
-        "skipped_seqs": res["skipped_seqs"],
+    return Result(
+        dir=job.dir,
+        dry_run=True,
+        would_send=would,
+        skipped=res.skipped,
+        skipped_seqs=res.skipped_seqs,
         **_retired(
-            res["expired_seqs"],
-            res["unpublishable_seqs"],
-            res["unauthenticated_seqs"],
-            res["dead_dropped_seqs"],
+            res.expired_seqs,
+            res.unpublishable_seqs,
+            res.unauthenticated_seqs,
+            res.dead_dropped_seqs,
         ),
-        "remaining": len(would),
-        "raw": sum(1 for w in would if w["raw"]),
-    }
+        remaining=len(would),
+        raw=sum(1 for w in would if w["raw"]),
+    )
 
 
 def _connect_error(e: OSError, ro: ReplayOptions) -> ReplayError:
@@ -542,8 +760,8 @@ def replay(
     ro: ReplayOptions,
     progress: Callable[[int, int], None] | None = None,
     interrupted: list[bool] | None = None,
-) -> dict[str, Any]:
-    """Deliver job's directory as ro says; return the summary dict (see the module docstring).
+) -> Result:
+    """Deliver job's directory as ro says; return its Result (see the module docstring).
     progress(sent, total): called with (0, pending) once, then (1, 0) per PUBACK; interrupted:
     a shared stop flag (set by the caller's SIGINT handler; None: replay installs its own)."""
     import paho.mqtt.client as mqtt
@@ -644,14 +862,10 @@ def replay(
         if started:
             client.disconnect()
             client.loop_stop()
-    res.pop("sent_ids")  # (the dry run's; sent_seqs and readings say it)
-    res["broker"] = broker
-    res["tls"] = ro.tls
-    res["prefix"] = job.prefix
-    res["interrupted"] = bool(run.interrupted)
-    res["window"] = ro.window
-    res["seconds"] = round(time.monotonic() - t_deliver, 3)  # delivery, after the CONNACK
-    res["client_id"] = client_id
+    res.broker, res.tls, res.prefix, res.window = broker, ro.tls, job.prefix, ro.window
+    res.interrupted = bool(run.interrupted)
+    res.seconds = round(time.monotonic() - t_deliver, 3)  # delivery, after the CONNACK
+    res.client_id = client_id
     return res
 
 
@@ -766,7 +980,7 @@ def _reconnected(client: Any, timeout: float) -> bool:
     return True
 
 
-def _deliver(job: Job, ro: ReplayOptions, client: Any, run: _Run) -> dict[str, Any]:
+def _deliver(job: Job, ro: ReplayOptions, client: Any, run: _Run) -> Result:
     # The message layer's delivery loop (Outbox.pump with a windowed sender, OUTBOX E25) with
     # replay's options (E26): raw payloads, QoS 1, expired ones sent on request, lapsed claims
     # taken as they are, and the first failure releases the window (retry(0)) and stops.
@@ -860,7 +1074,7 @@ def _deliver(job: Job, ro: ReplayOptions, client: Any, run: _Run) -> dict[str, A
                 return True
             return sender.inflight_max == 1 < ro.window and not suspects  # back to the window
 
-        ob = batch.BatchOutbox(  # an Outbox that also hands out the readings of a batch
+        ob = outbox_class(batch.BatchOutbox)(  # an Outbox that also hands out a batch's readings
             q,
             lease_ms=ro.lease_ms,
             raw=True,
@@ -934,23 +1148,23 @@ def _deliver(job: Job, ro: ReplayOptions, client: Any, run: _Run) -> dict[str, A
         stats = q.stats()
     finally:
         q.close()
-    return {
-        "dry_run": False,
-        "sent": len(got["sent"]),
-        "failed": len(failed),
-        "skipped": len(skipped),
-        "remaining": len(remaining),
-        "raw": raw,
-        "readings": readings,
+    return Result(
+        dir=job.dir,
+        sent=len(got["sent"]),
+        failed=len(failed),
+        skipped=len(skipped),
+        remaining=len(remaining),
+        raw=raw,
+        readings=readings,
         **_retired(
             got["expired"], got["unpublishable"], got["unauthenticated"], got["dead_dropped"]
         ),
-        "sent_seqs": _items_of(got["sent"]),
-        "sent_ids": got["sent"],
-        "failed_seqs": failed,
-        "skipped_seqs": skipped,
-        "remaining_seqs": remaining,
-        "stats": {
+        sent_seqs=_items_of(got["sent"]),
+        sent_ids=got["sent"],
+        failed_seqs=failed,
+        skipped_seqs=skipped,
+        remaining_seqs=remaining,
+        stats={
             k: getattr(stats, k)
             for k in (
                 "total_items",
@@ -961,8 +1175,8 @@ def _deliver(job: Job, ro: ReplayOptions, client: Any, run: _Run) -> dict[str, A
                 "next_seq",
             )
         },
-        "connection_lost": run.lost,
-    }
+        connection_lost=run.lost,
+    )
 
 
 # ---------------------------------------------------------------- many directories at once
@@ -1077,15 +1291,13 @@ class Progress:
         self.stream.flush()
 
 
-def replay_many(
-    jobs: list[Job], ro: ReplayOptions, progress: Progress | None = None
-) -> list[dict[str, Any]]:
+def replay_many(jobs: list[Job], ro: ReplayOptions, progress: Progress | None = None) -> Fleet:
     """Replay each job over its own connection, all at once (one thread each; paho runs its own
     network thread per connection), resumable per directory like replay(). Ctrl-C stops every
-    directory after its window. A directory that fails (ReplayError) gets {"dir": ...,
-    "error": ...}; the others go on."""
+    directory after its window. A directory that fails (ReplayError) gets a Result with its
+    error; the others go on."""
     interrupted: list[bool] = []
-    results: list[dict[str, Any]] = [{} for _ in jobs]
+    results = [Result() for _ in jobs]
 
     def one(i: int) -> None:
         j = jobs[i]
@@ -1100,10 +1312,10 @@ def replay_many(
                 interrupted=interrupted,
             )
         except ReplayError as e:
-            res = {"error": str(e), "sent": 0, "failed": 0}
+            res = Result(error=str(e))
         except Exception as e:  # a queue that cannot be opened, say: this directory only
-            res = {"error": "%s: %s" % (type(e).__name__, e), "sent": 0, "failed": 0}
-        res["dir"] = j.dir
+            res = Result(error="%s: %s" % (type(e).__name__, e))
+        res.dir = j.dir
         results[i] = res
         if progress is not None:
             progress.done.add(j.dir)
@@ -1126,4 +1338,4 @@ def replay_many(
             signal.signal(signal.SIGINT, old)
         if progress is not None:
             progress.stop()
-    return results
+    return Fleet(results)

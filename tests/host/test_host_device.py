@@ -502,6 +502,28 @@ def test_ddq_test_installed_without_ddq_reports_the_import_error(board):
                     dev.rename(":" + n + ".off", ":" + n)
 
 
+def test_the_patient_mount_leaves_mpremotes_code_as_it_is(board, tmp_path):
+    """ddq's patient mount (device.MOUNT_REPLY_MS) is its own device code sent beside mpremote's
+    (device.PATIENT_POLL_CODE): mpremote's fs_hook_code is never rewritten (issue 37 #5)."""
+    import mpremote.transport_serial as ts
+
+    from ddqhost import device
+
+    code = ts.fs_hook_code
+    (tmp_path / "f.txt").write_bytes(b"y" * 5)
+    with Device(board.tty, soft_reset=True) as dev:
+        dev.mount_local(str(tmp_path), read_only=True)
+        try:
+            out = dev.exec(
+                "import os\nprint(os.stat('/remote/f.txt')[6], RemoteCommand.poll_in.__name__)"
+            )
+        finally:
+            dev.umount_local()
+    assert out.split()[-2:] == [b"5", b"_ddq_poll_in"], out
+    assert ts.fs_hook_code == code and "ipoll(1000)" in code
+    assert "ipoll(%d)" % device.MOUNT_REPLY_MS in device.PATIENT_POLL_CODE
+
+
 def test_a_mount_waits_for_a_slow_host(board, tmp_path, monkeypatch):
     """A host that takes 1.5 s over one reply (a busy machine, a board under qemu) does not break
     the mount: mpremote's device side would give up after 1 s ("timeout waiting for remote");

@@ -362,8 +362,8 @@ def test_deliver_quarantines_what_paho_refuses_and_goes_on(tmp_path):
     ro = replay.ReplayOptions("mqtt://x", "x", 1883, False, "", timeout=1.0, window=1)
     res = replay._deliver(replay.Job(str(q), OPTS, prefix="p"), ro, cl, replay._Run())
     assert cl.sent == ["p/sensors/t", "p/raw"]
-    assert res["unpublishable_seqs"] == [b] and res["sent_seqs"] == [a, c]
-    assert res["stats"]["claimed_items"] == 0
+    assert res.unpublishable_seqs == [b] and res.sent_seqs == [a, c]
+    assert res.stats["claimed_items"] == 0
     items = _items(q)
     assert items[b]["reason"] == "unpublishable: Invalid topic."
 
@@ -405,8 +405,8 @@ def test_deliver_stops_at_the_first_missing_puback_and_releases_the_window(tmp_p
     ro = replay.ReplayOptions("mqtt://x", "x", 1883, False, "", timeout=0.05, window=2)
     res = replay._deliver(replay.Job(str(q), OPTS, prefix="p"), ro, cl, replay._Run())
     assert cl.sent == [("p/sensors/t", 1), ("p/status", 1), ("p/raw", 1)]  # QoS 1 forced
-    assert res["sent_seqs"] == [a] and res["failed_seqs"] == [b, c]
-    assert (res["expired"], res["remaining"], res["skipped"]) == (0, 1, 0)  # d not tried
+    assert res.sent_seqs == [a] and res.failed_seqs == [b, c]
+    assert (res.expired, res.remaining, res.skipped) == (0, 1, 0)  # d not tried
     items = _items(q)
     assert [(items[s]["state"], items[s]["attempts"]) for s in (b, c)] == [("available", 1)] * 2
     assert "due_in_ms" not in items[b] and items[d]["state"] == "available"
@@ -759,3 +759,24 @@ def test_replay_stops_when_the_broker_drops_every_message(tmp_path):
     assert (res["sent"], res["remaining"]) == (0, 18), res
     items = _items(q)
     assert [items[s]["state"] for s in seqs[1:]] == ["available"] * 19
+
+
+def test_replay_returns_a_typed_result_counted_once(tmp_path):
+    # EVIDENCE-OF: E26
+    # replay/plan return a Result (attributes, not a dict the CLI sums again); a fleet's total
+    # is Fleet.total(), and --json's keys are as_dict()'s.
+    q = tmp_path / "q"
+    a, b, c, d = _make_queue(q)
+    ro = replay.ReplayOptions("mqtt://x", "x", 1883, False, "")
+    res = replay.plan(replay.Job(str(q), OPTS), ro)
+    assert isinstance(res, replay.Result) and res.dry_run and res.dir == str(q)
+    assert (res.remaining, res.raw, res.expired, res.sent) == (3, 1, 1, 0)
+    assert [w["seq"] for w in res.would_send] == [a, b, c] and res.expired_seqs == [d]
+    doc = res.as_dict()
+    assert doc["remaining"] == 3 and "stats" not in doc and "broker" not in doc
+    bad = replay.Result(dir="gone", error="cannot open")
+    assert bad.as_dict() == {"dir": "gone", "error": "cannot open", "sent": 0, "failed": 0}
+    fleet = replay.Fleet([res, bad, replay.Result(dir="x", sent=4, failed=1)])
+    tot = fleet.total()
+    assert (tot["sent"], tot["failed"], tot["remaining"], tot["errors"]) == (4, 1, 3, 1)
+    assert fleet.as_dict()["total"] == tot and len(fleet.as_dict()["dirs"]) == 3

@@ -54,6 +54,7 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "port"))
 sys.path.append(os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.join(ROOT, "host"))  # ddqhost.replay: `ddq replay`'s Outbox (E26)
 
 import crash  # noqa: E402
 import memfs  # noqa: E402
@@ -62,6 +63,7 @@ import tmodel  # noqa: E402
 import ddq  # noqa: E402
 import ddq_batch  # noqa: E402
 import ddq_outbox  # noqa: E402
+from ddqhost import replay  # noqa: E402
 
 BUDGET = 8  # messages one heal pump may send
 CLOCK0 = tmodel.CLOCK0
@@ -287,6 +289,8 @@ class Run:
         memfs.MemFS.Locked = ddq.Locked
         self.fs = memfs.MemFS(self.files, self.dirs, record=True, can_truncate=self.seed & 1)
         cls = ddq_batch.BatchOutbox if self.batch else ddq_outbox.Outbox
+        if "failure" in self.obopts:  # `ddq replay`'s failure rule is its Outbox's (E26)
+            cls = replay.outbox_class(cls)
         self.ob = cls(
             "/q",
             clock=self.clock,
