@@ -34,7 +34,8 @@ ddq_outbox envelope when the app imports ddq_outbox):
 5. reclamation: steps 1-4 run twice, inline and staged (reclaim_step = STEP: ddq_reclaim.mpy in
    the code on flash; in the heap fill ddq_reclaim and ddq_compact loaded and a second index of
    every item kept, as a build of the whole queue holds); the profile gets reclaim_step where
-   staged keeps at least STAGED_SHARE of the inline max_items (DESIGN §5.1), else none.
+   staged keeps at least STAGED_SHARE of the inline max_items (DESIGN §5.1) and the inline
+   queue is over STAGED_FROM bytes (segment_bytes x max_segments), else none.
 6. check: with the profile's own options, on CPython and on MicroPython (same heap), the queue
    takes exactly max_items of those messages and the next enqueue raises Full; the heap left
    for the application after import and with the queue full is reported.
@@ -308,6 +309,9 @@ def fill_mp(prof, opts, payload, tmp, limit, app_heap, one_more=False, raw=None)
 # with its second index counted the queue keeps at least STAGED_SHARE (a fraction) of its items.
 STEP = 16
 STAGED_SHARE = (3, 4)
+# ... and only where a whole copy is long: a queue of at most STAGED_FROM bytes is copied inline
+# in one short call (PYBV11's 6 x 2 KiB), so there the items staged would cost are kept.
+STAGED_FROM = 16384
 
 FS_BLOCK = {"fat": 512, "littlefs2": 4096}  # allocation unit a small file takes on flash
 # Blocks left free beyond C9's worst case (see step 1): LittleFS copy-on-write needs a free block
@@ -470,7 +474,8 @@ def derive(prof, tmp):
             "reclaim_step": step,
             "bound": "heap" if fit < admitted else "flash (admission)",
         }
-    d = out[STEP] if staged_fits(out[0], out[STEP]) else out[0]
+    big = out[0]["max_segments"] * int(prof["segment_bytes"]) > STAGED_FROM
+    d = out[STEP] if big and staged_fits(out[0], out[STEP]) else out[0]
     d["inline_items"] = out[0]["max_items"]
     d["staged_items"] = out[STEP]["max_items"]
     return d
@@ -818,8 +823,9 @@ def render(rows):
         "the profile again with ddq_reclaim.mpy in the code on flash (so in max_segments) and, "
         "in the heap fill, ddq_reclaim and ddq_compact loaded and a second index of as many "
         "items (a build's copy) kept beside the queue, and chooses staged when that still "
-        "holds at least %d/%d of the inline items while the app keeps `app_heap_bytes`; "
-        "else inline. In brackets: what the other mode would hold. **code on flash**: at the "
+        "holds at least %d/%d of the inline items while the app keeps `app_heap_bytes` and "
+        "the inline queue is over %d bytes (a smaller one is copied whole in one short call: "
+        "there the items are kept); else inline. In brackets: what the other mode would hold. **code on flash**: at the "
         "profile's `mpy_opt` (mpy-cross -O3 on the four boards: no line numbers in a device's "
         "tracebacks, function names stay; about 8 %% less bytecode, a LittleFS block less for "
         "ddq, ddq_compact and ddq_recover each, and less import heap; `ddq flash -O 0` keeps "
@@ -834,6 +840,7 @@ def render(rows):
             STEP,
             STAGED_SHARE[0],
             STAGED_SHARE[1],
+            STAGED_FROM,
         ),
         "",
         "The unix port (the virtual board: CI's board for heap fit, LittleFS and FAT) is 64-bit: "
