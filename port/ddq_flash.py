@@ -253,16 +253,21 @@ class FlashStorage:
                     break
             lo += k
             pos = nx
-        if last:
-            p = pos
-            while not shut and p < bs:  # the rest must read erased to take frames
-                j = min(bs - p, len(h))
-                self._rd(b, p, mv[0:j])
-                if h[0:j] != b"\xff" * j:
-                    shut = True
-                p += j
-            f[3] = bs if shut else pos
+        if last:  # the rest must read erased to take frames
+            f[3] = bs if shut or not self._ff(b, pos) else pos
         return lo
+
+    def _ff(self, b: int, p: int) -> bool:
+        """Whether block b reads erased from p on."""
+        h, bs = self.hb, self.bs
+        mv = memoryview(h)
+        while p < bs:
+            j = min(bs - p, len(h))
+            self._rd(b, p, mv[0:j])
+            if h[0:j] != b"\xff" * j:
+                return False
+            p += j
+        return True
 
     def _alloc(self, f: "list[Any]", name: "Any", src: int = 0xFFFFFFFF) -> None:
         """Give f a fresh block: the least-erased free one, erased now (lazily), its header (and
@@ -279,6 +284,10 @@ class FlashStorage:
         self.rot = (b + 1) % n
         used[b] = 1
         r = self.dev.ioctl(6, self.s0 + b)
+        if not self._ff(b, 0):  # an erase that does nothing, writes that replace bytes: pyb.Flash
+            r = self.dev.writeblocks(self.s0 + b, self.pe * (self.bs // self.pg), 0)  # (stm32's)
+            if not self._ff(b, 0):
+                r = 1
         if r:
             raise _oserr(5, "erase")
         ec[b] += 1

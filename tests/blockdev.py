@@ -70,7 +70,9 @@ class NORBlockDev(RAMBlockDev):
 
     cache=1 (unit 1): a write-back cache, as pyb.Flash on the stm32's internal flash: programs
     and erases read back at once but are durable only at the next ioctl 3 (SYNC); a power cut
-    (cut_at, or cut()) loses every one since, the cut one included. syncs counts the ioctl 3s."""
+    (cut_at, or cut()) loses every one since, the cut one included. syncs counts the ioctl 3s.
+    cache=2 is pyb.Flash on the stm32's internal flash itself: that cache, and a program replaces
+    bytes while an erase (ioctl 6) does nothing (the firmware erases whole sectors itself)."""
 
     def __init__(self, block_size, num_blocks, data=None, unit=1, seed=1, page=0, cache=0):
         if data is None:  # a new chip reads erased
@@ -147,12 +149,17 @@ class NORBlockDev(RAMBlockDev):
                 if self.done[i]:
                     raise OSError(22, "unit programmed twice")
         cut = self._event()
-        mv = self.mv
-        if self.cache:
+        mv, cache = self.mv, self.cache
+        if cache:
             if cut:
                 self.cut()
                 raise OSError(5, "power cut in program")
             self.undo.append((a, bytes(mv[a : a + n])))
+            if cache == 2:
+                mv[a : a + n] = buf
+                self.progs += 1
+                self.prog_bytes += n
+                return 0
         for i in range(n):
             d = buf[i]
             if cut:  # any subset of the bits this program clears: a byte untouched, done, or part
@@ -177,6 +184,8 @@ class NORBlockDev(RAMBlockDev):
             if cut:
                 self.cut()
                 raise OSError(5, "power cut in erase")
+            if self.cache == 2:
+                return 0
             self.undo.append((a, bytes(self.mv[a : a + bs])))
         if cut:  # any state: each byte erased, left as it was, or any value
             for i in range(a, a + bs):

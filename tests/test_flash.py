@@ -331,20 +331,28 @@ def test_flash_power_cut_at_every_program_and_erase():
     # EVIDENCE-OF: Y2 Y5 Y6
     # 40: a record takes two frames, so a cut can tear it (R12's cut); page 256: the rp2's
     # whole-page programs, each frame's pages padded with 0xFF; unit 32: write-once units.
-    # cache 1: a write-back device (Y7), a cut loses all since its last SYNC.
+    # cache 2: pyb.Flash on the stm32 (Y7): a cut loses all since its last SYNC, no erase; its
+    # region starts with every block holding a deleted file's frames (a taken one is written).
+    old = _dev(1024, 24, cache=2)
+    st = _st(old)
+    for i in range(24):
+        _put(st, "o/%d" % i, b"%d" % i * 200)
+        _put(st, "o/%d" % i, b"%d" % i * 300)
+        st.remove("o/%d" % i)
     for buf, page, unit, cache in (
         (512, 0, 1, 0),
         (40, 0, 1, 0),
         (512, 256, 1, 0),
         (40, 0, 32, 0),
-        (40, 0, 1, 1),
+        (40, 0, 1, 2),
     ):
-        dev = _dev(1024, 24, page=page, unit=unit, cache=cache)
+        img = bytearray(old.data) if cache else None
+        dev = _dev(1024, 24, img, page=page, unit=unit, cache=cache)
         _workload(dev, [[], []], buf)
         total = dev.events
-        assert total > 40 and dev.erases > 5, (total, dev.erases)
+        assert total > 40 and (dev.erases > 5 or cache), (total, dev.erases)
         for k in range(1, total + 1):
-            dev = _dev(1024, 24, seed=k, page=page, unit=unit, cache=cache)
+            dev = _dev(1024, 24, img and bytearray(img), k, page, unit, cache)
             dev.cut_at = k
             done = [[], []]
             try:
@@ -395,6 +403,30 @@ def test_flash_write_back_cache_is_synced_before_each_call_returns():
     st = _st(_reopen(dev))
     assert sorted(st.listdir("d")) == ["c", "e"] and _read(st, "d/c") == b"A" * 300
     assert st.size("d/e") == 0
+
+
+def test_flash_block_that_an_erase_left_programmed_is_written_erased():
+    # EVIDENCE-OF: Y3 Y7
+    # pyb.Flash on the stm32's internal flash: ioctl 6 does nothing and a program replaces bytes.
+    # A block taken again still holds its last file's frames; they must not become the new
+    # file's bytes after a remount, so a block that does not read erased is written with 0xFF.
+    dev = _dev(1024, 3, cache=2)
+    st = _st(dev)
+    _put(st, "d/a", b"A" * 100)
+    _put(st, "d/a", b"old")  # a frame right after the first
+    _put(st, "d/c", b"c")
+    _put(st, "d/e", b"e")
+    st.remove("d/a")
+    _put(st, "d/b", b"B" * 100)  # d/a's block, the only free one: "old" would follow it
+    for d in (st, _st(_reopen(dev))):
+        assert _read(d, "d/b") == b"B" * 100 and sorted(d.listdir("d")) == ["b", "c", "e"]
+    nor = _dev(1024, 2)
+    nor.erase = lambda a: 0  # a NOR block whose erase fails: EIO, nothing written on it
+    st = _st(nor)
+    _put(st, "d/a", b"x")
+    _put(st, "d/c", b"z")
+    st.remove("d/a")
+    assert support.raises(OSError, _put, st, "d/b", b"y").args[0] == 5
 
 
 def test_flash_wear_least_erased_block_first_across_reopens():
