@@ -739,8 +739,7 @@ def render_raw(profs):
         "remove returns (each sync there costs a sector write-back, 16-128 KiB erased, and a "
         "power cut inside one can take what that sector held; its erase does nothing, so a "
         "block taken is written with 0xFF): boards with external SPI flash (PYBD) program it "
-        "directly."
-        % (RAW_REC, RAW_FRAME, RAW_SPARE),
+        "directly." % (RAW_REC, RAW_FRAME, RAW_SPARE),
         "",
         "| board | region | block | page | filesystem beside it | options (segment × "
         "max_segments) | blocks a segment | items (max_items) | heap fit | per MiB: raw / "
