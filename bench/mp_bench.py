@@ -769,8 +769,9 @@ def part_flash(a):
     # padding); the bytes and records ddq wrote (compaction's copies included), so erases
     # against the floor (ddq's bytes / 4096) and programs against records. Cases: "flash" the
     # profile's options on byte-programmed NOR, "fit" segment_bytes = seg (a segment's data fits
-    # one block), "page" that on whole 256-byte pages (rp2.Flash). Then wear: a long run (wn
-    # messages on wblocks blocks) and its most-erased block against the mean.
+    # one block), "page" that on whole `page`-byte pages (rp2.Flash: 256; esp32.Partition
+    # programs any bytes: 1, as "fit"). Then wear: a long run (wn messages on wblocks blocks) and
+    # its most-erased block against the mean. geo: the PROFILES entry (rp2, esp32).
     load_ddq()
     sys.path.append(REPO + "/tests")
     import blockdev
@@ -788,7 +789,7 @@ def part_flash(a):
                     self.set_bytes += 1
             return blockdev.NORBlockDev.program(self, a, buf)
 
-    prof = PROFILES["rp2"]
+    prof = PROFILES[a["geo"]]
     payload, p = a["payload"], b"x" * a["payload"]
     opts = {
         k: prof[k] for k in ("segment_bytes", "max_items", "max_payload_bytes", "max_segments")
@@ -803,7 +804,7 @@ def part_flash(a):
             dev = lfs_mount(blocks, prof["progsize"])
             st, path = None, MOUNT + "/q"
         else:
-            pg = 256 if kind == "page" else 0
+            pg = a["page"] if kind == "page" and a["page"] > 1 else 0
             dev = Dev(4096, blocks, page=pg)
             dev.set_bytes = 0
             st, path = Counting(dev, page=pg or 1), "q"
@@ -845,6 +846,8 @@ def part_flash(a):
             "payload": payload,
             "blocks": a["blocks"],
             "seg": a["seg"],
+            "geo": a["geo"],
+            "page": a["page"],
             "profile": opts,
             "per_msg": out,
         }
@@ -863,6 +866,8 @@ PARTS = {
             "seg": 3500,
             "wn": 80000,
             "wblocks": 48,
+            "geo": "rp2",
+            "page": 256,
         },
     ),
     "board_steady": (

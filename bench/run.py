@@ -80,6 +80,10 @@ SIZES = {
     "mp_recovery": ({"reps": 3}, {"reps": 1}),
     "mp_lfs": ({"n": 1000}, {"n": 20}),
     "mp_flash": ({"n": 1000, "wn": 80000}, {"n": 20, "wn": 200}),
+    "mp_flash_esp32": (
+        {"n": 1000, "wn": 80000, "geo": "esp32", "page": 1},
+        {"n": 20, "wn": 200, "geo": "esp32", "page": 1},
+    ),
     "mp_capacity": ({"limit": 1000000}, {"limit": 1000000}),
     "mp_allocs": ({"rounds": 200, "pending": 1000}, {"rounds": 10, "pending": 50}),
     "allocprof": ({"rounds": 48}, {"rounds": 4}),
@@ -107,6 +111,11 @@ TARGETS = {
     "8h": 1.1,
     "8i": 0.05,
     "8j": 2.0,
+    "8k": 1.5,
+    "8l": 1.5,
+    "8m": 1.1,
+    "8n": 0.05,
+    "8o": 2.0,
     "9": 24576,
     "9b": 12288,
 }
@@ -201,6 +210,108 @@ def table(header, rows):
     for r in rows:
         out.append("| " + " | ".join(str(c) for c in r) + " |")
     return out
+
+
+def flash_rows(rep, fl, ids, geo, sectors, chip):
+    """Rows ids (erases ÷ floor, programs ÷ records, bytes ÷ records' bytes, modeled time ÷
+    LittleFS's, wear spread) and the table of one geometry's raw-flash part (mp_bench flash):
+    life at 1 message/s over `sectors` sectors of 100,000 cycles; chip: whose datasheet."""
+    f, lf, pg = fl["per_msg"]["fit"], fl["per_msg"]["lfs"], fl["per_msg"]["page"]
+    wr = fl["per_msg"]["wear"]
+    floor = f["ddq_bytes"] / 4096
+    typ = (0.4, 45.0)  # ms: page program, 4 KiB sector erase (typical; worst 3, 400)
+
+    def ms(v, t):
+        return v["progs"] * t[0] + v["erases"] * t[1]
+
+    life = sectors * 100000 / pg["erases"] / (365.25 * 86400)  # years at 1 message/s
+    rows8 = (
+        (
+            ids[0],
+            "raw flash erases per delivered message ÷ the floor (ddq's bytes ÷ 4 KiB)",
+            f["erases"],
+            floor,
+            f["erases"] / floor,
+            "≤ 1.5×",
+        ),
+        (
+            ids[1],
+            "raw flash program commands ÷ records written",
+            f["progs"],
+            f["records"],
+            f["progs"] / f["records"],
+            "≤ 1.5×",
+        ),
+        (
+            ids[2],
+            "raw flash bytes programmed ÷ bytes of records",
+            f["prog_bytes"],
+            f["ddq_bytes"],
+            f["prog_bytes"] / f["ddq_bytes"],
+            "≤ 1.1×",
+        ),
+        (
+            ids[3],
+            "raw flash (%s B pages) modeled flash time per message ÷ LittleFS's"
+            % fl.get("page", 256),
+            ms(pg, typ),
+            ms(lf, typ),
+            ms(pg, typ) / ms(lf, typ),
+            "≤ 0.05×",
+        ),
+        (
+            ids[4],
+            "raw flash wear: most-erased block ÷ mean (%.0f× the region written)"
+            % wr["region_writes"],
+            wr["wear_max"],
+            wr["wear_mean"],
+            wr["wear_max"] / wr["wear_mean"],
+            "≤ 2×",
+        ),
+    )
+    for rid, what, v, base, ratio, tt in rows8:
+        rep.row(rid, what, fmt(v), fmt(base), fmt(ratio), tt, verdict(ratio, TARGETS[rid], False))
+    rows = []
+    for key, label in (
+        ("lfs", 'LittleFS, sync="always"'),
+        ("flash", "raw, profile options"),
+        ("fit", "raw, segment_bytes %d" % fl["seg"]),
+        ("page", "raw, segment_bytes %d, %d B pages" % (fl["seg"], fl.get("page", 256))),
+    ):
+        v = fl["per_msg"][key]
+        rows.append(
+            (
+                label,
+                fmt(v["progs"]),
+                fmt(v["erases"]),
+                fmt(v["prog_bytes"]),
+                fmt(v.get("set_bytes", v["prog_bytes"])),
+                fmt(v["records"]),
+                fmt(v.get("ddq_bytes")),
+                fmt(ms(v, typ)),
+                fmt(ms(v, (3.0, 400.0))),
+            )
+        )
+    rep.section(
+        "Raw flash per delivered message (%s: 4 KiB blocks; backlog %d, payload %d B, %d "
+        "messages; ms: %s page program 0.4/3, sector erase 45/400 typical/worst; life "
+        "at 1 message/s over %d sectors of 100,000 cycles: %.1f years)"
+        % (geo, fl["backlog"], fl["payload"], fl["n"], chip, sectors, life),
+        table(
+            (
+                "writer",
+                "programs",
+                "erases",
+                "bytes programmed",
+                "bytes changed",
+                "records",
+                "ddq bytes",
+                "ms typical",
+                "ms worst",
+            ),
+            rows,
+        ),
+    )
 
 
 def build(results, errors, smoke, seconds):
@@ -869,106 +980,16 @@ def build(results, errors, smoke, seconds):
                 ),
             )
 
-    # 8f-8j: raw flash (issue 36), LittleFS in the same run; W25Q16JV (the Pico's flash) times.
-    fl = R.get("mp_flash")
-    if fl:
-        f, lf, pg = fl["per_msg"]["fit"], fl["per_msg"]["lfs"], fl["per_msg"]["page"]
-        wr = fl["per_msg"]["wear"]
-        floor = f["ddq_bytes"] / 4096
-        typ = (0.4, 45.0)  # ms: page program, 4 KiB sector erase (typical; worst 3, 400)
-
-        def ms(v, t):
-            return v["progs"] * t[0] + v["erases"] * t[1]
-
-        life = 352 * 100000 / pg["erases"] / (365.25 * 86400)  # years at 1 message/s
-        rows8 = (
-            (
-                "8f",
-                "raw flash erases per delivered message ÷ the floor (ddq's bytes ÷ 4 KiB)",
-                f["erases"],
-                floor,
-                f["erases"] / floor,
-                "≤ 1.5×",
-            ),
-            (
-                "8g",
-                "raw flash program commands ÷ records written",
-                f["progs"],
-                f["records"],
-                f["progs"] / f["records"],
-                "≤ 1.5×",
-            ),
-            (
-                "8h",
-                "raw flash bytes programmed ÷ bytes of records",
-                f["prog_bytes"],
-                f["ddq_bytes"],
-                f["prog_bytes"] / f["ddq_bytes"],
-                "≤ 1.1×",
-            ),
-            (
-                "8i",
-                "raw flash (256 B pages) modeled flash time per message ÷ LittleFS's",
-                ms(pg, typ),
-                ms(lf, typ),
-                ms(pg, typ) / ms(lf, typ),
-                "≤ 0.05×",
-            ),
-            (
-                "8j",
-                "raw flash wear: most-erased block ÷ mean (%.0f× the region written)"
-                % wr["region_writes"],
-                wr["wear_max"],
-                wr["wear_mean"],
-                wr["wear_max"] / wr["wear_mean"],
-                "≤ 2×",
-            ),
-        )
-        for rid, what, v, base, ratio, tt in rows8:
-            rep.row(
-                rid, what, fmt(v), fmt(base), fmt(ratio), tt, verdict(ratio, TARGETS[rid], False)
-            )
-        rows = []
-        for key, label in (
-            ("lfs", 'LittleFS, sync="always"'),
-            ("flash", "raw, profile options"),
-            ("fit", "raw, segment_bytes %d" % fl["seg"]),
-            ("page", "raw, segment_bytes %d, 256 B pages" % fl["seg"]),
-        ):
-            v = fl["per_msg"][key]
-            rows.append(
-                (
-                    label,
-                    fmt(v["progs"]),
-                    fmt(v["erases"]),
-                    fmt(v["prog_bytes"]),
-                    fmt(v.get("set_bytes", v["prog_bytes"])),
-                    fmt(v["records"]),
-                    fmt(v.get("ddq_bytes")),
-                    fmt(ms(v, typ)),
-                    fmt(ms(v, (3.0, 400.0))),
-                )
-            )
-        rep.section(
-            "Raw flash per delivered message (rp2: 4 KiB blocks; backlog %d, payload %d B, %d "
-            "messages; ms: W25Q16JV page program 0.4/3, sector erase 45/400 typical/worst; life "
-            "at 1 message/s over 352 sectors of 100,000 cycles: %.1f years)"
-            % (fl["backlog"], fl["payload"], fl["n"], life),
-            table(
-                (
-                    "writer",
-                    "programs",
-                    "erases",
-                    "bytes programmed",
-                    "bytes changed",
-                    "records",
-                    "ddq bytes",
-                    "ms typical",
-                    "ms worst",
-                ),
-                rows,
-            ),
-        )
+    # 8f-8j (rp2) and 8k-8o (esp32): raw flash (issue 36), LittleFS in the same run; flash times
+    # from the datasheet of each board's flash (W25Q16JV on the Pico; the W25Q32JV class of an
+    # ESP32-WROOM-32's 4 MB flash: the same page program and 4 KiB sector erase figures).
+    for key, ids, geo, sectors, chip in (
+        ("mp_flash", ("8f", "8g", "8h", "8i", "8j"), "rp2", 352, "W25Q16JV"),
+        ("mp_flash_esp32", ("8k", "8l", "8m", "8n", "8o"), "esp32", 384, "W25Q32JV"),
+    ):
+        fl = R.get(key)
+        if fl:
+            flash_rows(rep, fl, ids, geo, sectors, chip)
 
     # 9: import heap.
     im = R.get("imports")
@@ -2161,6 +2182,7 @@ def main():
             shutil.rmtree(os.path.join(tmp, key), ignore_errors=True)
         step("mp_lfs", mp("lfs", "mp_lfs", heap="8M"))
         step("mp_flash", mp("flash", "mp_flash", heap="8M"))
+        step("mp_flash_esp32", mp("flash", "mp_flash_esp32", heap="8M"))
         step("imports", lambda: part_imports(os.path.join(tmp, "imports"), smoke))
         step("qemu_fill", recorded_qemu_fill)  # recorded on qemu (bench/qemu_fill.py), only read
         mpy_dir = os.path.join(tmp, "imports", "mpy")

@@ -22,6 +22,7 @@ import struct
 from binascii import crc32
 
 import ddq
+from ddq import const
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -33,34 +34,18 @@ if TYPE_CHECKING:
 # _FL_K name slots of _FL_S bytes at 28 (sequence, the fid a copy replaces or 0xFFFFFFFF, name
 # length, name, 0xFF padding, crc of the rest). Frames follow: u16 length, u32 crc (of the
 # length and the data), data.
-_FL_MAGIC = 0x31465144  # "DQF1"
-_FL_HDR = 24  # (unit 1: a block's data; else the unit after the header)
-_FL_K = 2
-_FL_S = 128
-_FL_DEL = 20
-_FL_NS = 28  # the name slots
-_FL_HEAD = _FL_NS + _FL_K * _FL_S  # a first block's data
-_FL_NM = _FL_S - 13  # the longest name
-_FL_FR = 6
+_FL_MAGIC = 0x31465144  # "DQF1" (over 2**30: not a const on 32-bit boards)
+_FL_HDR = const(24)  # (unit 1: a block's data; else the unit after the header)
+_FL_K = const(2)
+_FL_S = const(128)
+_FL_DEL = const(20)
+_FL_HEAD = const(284)  # a first block's data: the name slots at 28, then _FL_K * _FL_S
+_FL_NM = const(115)  # the longest name: _FL_S - 13
+_FL_FR = const(6)
 
-
-class _F:
-    """One file: its id, name, chain of blocks, logical bytes per block, the next frame's
-    position in its last block, whether that block takes no more frames, and a read cursor."""
-
-    __slots__ = ("fid", "name", "ns", "blk", "ln", "end", "shut", "cb", "clo", "cpos")
-
-    def __init__(self, fid: int, name: str) -> None:
-        self.fid = fid
-        self.name = name
-        self.ns = 1  # the next free name slot
-        self.blk: "list[int]" = []
-        self.ln: "list[int]" = []
-        self.end = 0
-        self.shut = True
-        self.cb = -1
-        self.clo = 0
-        self.cpos = 0
+# A file is one list (the least heap a file: a board's region holds hundreds): [fid, name, the
+# next free name slot, the next frame's position in its last block (the block size: that block
+# takes no more frames), then for each block of its chain: the block, its logical bytes].
 
 
 def _oserr(e: int, what: str) -> OSError:
@@ -113,10 +98,11 @@ class FlashStorage:
         self.hb = bytearray(self.oh)
         self.ec = [0] * n
         self.used = bytearray(n)
-        self.files: "dict[str, _F]" = {}
+        self.files: "dict[str, list[Any]]" = {}
         self.dirs: "list[str]" = []
         self.held: "list[str]" = []
-        self.rot = 0
+        self.rot = self.dt = self.cb = self.clo = self.cpos = 0
+        self.cf: "Any" = None  # the read cursor: file, its block's index in it, offset, position
         self._mount()
 
     # ------------------------------------------------------------------ device
@@ -135,6 +121,15 @@ class FlashStorage:
             if r:
                 raise _oserr(5, "program")
             a += p if pb is not None else n
+        self.dt = 1
+
+    def _dur(self) -> None:
+        # a device that caches writes (pyb.Flash: the stm32 flash cache) writes them through at
+        # ioctl 3 (SYNC); the others answer it at once. Only after a program [Y1]
+        if self.dt:
+            self.dt = 0
+            if self.dev.ioctl(3, 0):
+                raise _oserr(5, "sync")
 
     def _slot(self, b: int, k: int) -> "Any":
         # (seq, name, replaced fid) of name slot k of head block b; None if torn; 0 if erased
@@ -173,7 +168,7 @@ class FlashStorage:
         self.nfid = fmax
         best: "dict[str, Any]" = {}  # name -> [seq, file]: the highest sequence holds a name
         ff = b"\xff" * len(self.z)
-        dead: "list[_F]" = []  # superseded by a rename or "wb" that a cut stopped short
+        dead: "list[Any]" = []  # superseded by a rename or "wb" that a cut stopped short
         gone: "list[int]" = []  # the fids that committed copies replace
         for fid in chains:
             ch = chains[fid]
@@ -202,11 +197,10 @@ class FlashStorage:
             if cur is None:
                 continue
             self.nseq = max(self.nseq, cur[0] + 1)
-            f = _F(fid, cur[1])
-            f.ns = ns
+            f = [fid, cur[1], ns, 0]
             i = 0
             while i in ch:
-                f.blk.append(ch[i])
+                f += (ch[i], 0)
                 i += 1
             o = best.get(cur[1])
             if o is None or cur[0] > o[0]:
@@ -217,28 +211,28 @@ class FlashStorage:
                 dead.append(f)
         for o in best.values():
             f = o[1]
-            if f.fid in gone:
+            if f[0] in gone:
                 dead.append(f)
                 continue
-            self.files[f.name] = f
-            for b in f.blk:
-                self.used[b] = 1
-                f.ln.append(self._walk(f, b, b == f.blk[-1]))
+            self.files[f[1]] = f
+            for i in range(4, len(f), 2):
+                self.used[f[i]] = 1
+                f[i + 1] = self._walk(f, f[i], i == len(f) - 2)
         for f in dead:
-            self._pg(f.blk[0], self.od, self.z)
+            self._pg(f[4], self.od, self.z)
 
-    def _walk(self, f: _F, b: int, last: bool) -> int:
+    def _walk(self, f: "list[Any]", b: int, last: bool) -> int:
         """Logical bytes of block b of f; for its last block, where the next frame goes."""
         h, bs = self.hb, self.bs
         mv = memoryview(h)
-        pos = self.oh if f.blk[0] == b else self.ob
+        pos = self.oh if f[4] == b else self.ob
         lo = 0
-        f.shut = True
+        shut = True
         while pos + _FL_FR < bs:
             self._rd(b, pos, mv[0:_FL_FR])
             k, c = struct.unpack_from("<HI", h, 0)
             if k == 0xFFFF and c == 0xFFFFFFFF:
-                f.shut = False
+                shut = False
                 break
             if k == 0 or pos + _FL_FR + k > bs:
                 break
@@ -259,18 +253,23 @@ class FlashStorage:
                     break
             lo += k
             pos = nx
-        if last:
-            f.end = pos
-            p = pos
-            while not f.shut and p < bs:  # the rest must read erased to take frames
-                j = min(bs - p, len(h))
-                self._rd(b, p, mv[0:j])
-                if h[0:j] != b"\xff" * j:
-                    f.shut = True
-                p += j
+        if last:  # the rest must read erased to take frames
+            f[3] = bs if shut or not self._ff(b, pos) else pos
         return lo
 
-    def _alloc(self, f: _F, name: "Any", src: int = 0xFFFFFFFF) -> None:
+    def _ff(self, b: int, p: int) -> bool:
+        """Whether block b reads erased from p on."""
+        h, bs = self.hb, self.bs
+        mv = memoryview(h)
+        while p < bs:
+            j = min(bs - p, len(h))
+            self._rd(b, p, mv[0:j])
+            if h[0:j] != b"\xff" * j:
+                return False
+            p += j
+        return True
+
+    def _alloc(self, f: "list[Any]", name: "Any", src: int = 0xFFFFFFFF) -> None:
         """Give f a fresh block: the least-erased free one, erased now (lazily), its header (and
         for a first block, the name) in one program."""
         n, ec, used = self.n, self.ec, self.used
@@ -285,6 +284,10 @@ class FlashStorage:
         self.rot = (b + 1) % n
         used[b] = 1
         r = self.dev.ioctl(6, self.s0 + b)
+        if not self._ff(b, 0):  # an erase that does nothing, writes that replace bytes: pyb.Flash
+            r = self.dev.writeblocks(self.s0 + b, self.pe * (self.bs // self.pg), 0)  # (stm32's)
+            if not self._ff(b, 0):
+                r = 1
         if r:
             raise _oserr(5, "erase")
         ec[b] += 1
@@ -294,7 +297,7 @@ class FlashStorage:
         end = on + _FL_S if name else self.ob
         for i in range(end):
             h[i] = 0xFF
-        struct.pack_into("<IIII", h, 0, _FL_MAGIC, ec[b], f.fid, len(f.blk))
+        struct.pack_into("<IIII", h, 0, _FL_MAGIC, ec[b], f[0], (len(f) - 4) // 2)
         struct.pack_into("<I", h, 16, crc32(mv[0:16]))
         if name:
             self._name(name, on, src)
@@ -303,10 +306,8 @@ class FlashStorage:
             self._pg(b, on, mv[on:end])
         else:
             self._pg(b, 0, mv[0:end])
-        f.blk.append(b)
-        f.ln.append(0)
-        f.end = self.oh if name else self.ob
-        f.shut = False
+        f += (b, 0)
+        f[3] = self.oh if name else self.ob
 
     def _name(self, name: str, at: int, src: int = 0xFFFFFFFF) -> None:
         nb = name.encode()
@@ -319,10 +320,10 @@ class FlashStorage:
         struct.pack_into("<I", h, s + _FL_S - 4, crc32(memoryview(h)[s : s + _FL_S - 4]))
         self.nseq += 1
 
-    def _create(self, path: str, src: int = 0xFFFFFFFF) -> _F:
+    def _create(self, path: str, src: int = 0xFFFFFFFF) -> "list[Any]":
         if len(path.encode()) > _FL_NM:
             raise _oserr(36, "name too long: " + path)
-        f = _F(self.nfid, path)
+        f = [self.nfid, path, 1, 0]
         self.nfid += 1
         self._alloc(f, path, src)
         if src != 0xFFFFFFFF:
@@ -331,19 +332,20 @@ class FlashStorage:
         self.files[path] = f
         if old is not None:
             self._kill(old)
+        self._dur()
         return f
 
-    def _kill(self, f: _F) -> None:
+    def _kill(self, f: "list[Any]") -> None:
         if self.bo is f:
             self.bo, self.bn = None, 0
-        self._pg(f.blk[0], self.od, self.z)
-        for b in f.blk:
-            self.used[b] = 0
+        self._pg(f[4], self.od, self.z)
+        for i in range(4, len(f), 2):
+            self.used[f[i]] = 0
 
-    def _live(self, f: _F) -> None:
+    def _live(self, f: "list[Any]") -> None:
         # a handle of a removed or replaced file: its blocks may hold another file by now
-        if self.files.get(f.name) is not f:
-            raise _oserr(9, "file removed: " + f.name)
+        if self.files.get(f[1]) is not f:
+            raise _oserr(9, "file removed: " + f[1])
 
     def _len(self, k: int) -> int:
         # the bytes a frame of k data bytes takes: whole units
@@ -360,39 +362,38 @@ class FlashStorage:
         mv = memoryview(b)
         i = _FL_FR
         while i < e:
-            if f.shut or self.bs - f.end <= _FL_FR:
+            if self.bs - f[3] <= _FL_FR:
                 self._alloc(f, None)
-            k = min(e - i, self.bs - f.end - _FL_FR)
+            k = min(e - i, self.bs - f[3] - _FL_FR)
             struct.pack_into("<H", b, i - _FL_FR, k)
             struct.pack_into("<I", b, i - 4, crc32(mv[i : i + k], crc32(mv[i - _FL_FR : i - 4])))
-            p = f.end
+            p = f[3]
             x = self._len(k)
-            f.end += x  # a failed program leaves the block shut: nothing after it
-            f.shut = True
+            f[3] = self.bs  # a failed program leaves the block shut: nothing after it
             pad = self.pad  # the data after this frame, kept while 0xFF pads its last unit
             t = x - _FL_FR - k
             pad[0:t] = b[i + k : i + k + t]
             for j in range(i + k, i + k + t):
                 b[j] = 0xFF
-            self._pg(f.blk[-1], p, mv[i - _FL_FR : i - _FL_FR + x])
+            self._pg(f[-2], p, mv[i - _FL_FR : i - _FL_FR + x])
             b[i + k : i + k + t] = pad[0:t]
-            f.shut = False
-            f.ln[-1] += k
+            f[3] = p + x
+            f[-1] += k
             i += k
 
-    def _get(self, path: str) -> _F:
+    def _get(self, path: str) -> "list[Any]":
         f = self.files.get(path)
         if f is None:
             raise _oserr(2, path)
         return f
 
     # ------------------------------------------------------------------ the seam
-    def open(self, path: str, mode: str) -> _F:
+    def open(self, path: str, mode: str) -> "list[Any]":
         if mode == "wb" or (mode == "ab" and path not in self.files):
             return self._create(path)
         return self._get(path)
 
-    def write(self, f: _F, data: "Any") -> None:
+    def write(self, f: "list[Any]", data: "Any") -> None:
         n, i, cap = len(data), 0, self.cap
         if self.bo is not f:
             self._flush()
@@ -405,47 +406,49 @@ class FlashStorage:
             self.bn += k
             i += k
 
-    def sync(self, f: _F) -> None:
+    def sync(self, f: "list[Any]") -> None:
         if self.bo is f:
             self._flush()
+        self._dur()
 
     close = sync
 
-    def read_into(self, f: _F, off: int, buf: "Any") -> int:
+    def read_into(self, f: "list[Any]", off: int, buf: "Any") -> int:
         if self.bo is f:
             self._flush()
         self._live(f)
-        h, ln, blk = self.hb, f.ln, f.blk
+        h = self.hb
         mv = memoryview(buf)
-        n, got, bi, lo = len(buf), 0, 0, 0
-        while bi < len(blk) and lo + ln[bi] <= off:
-            lo += ln[bi]
-            bi += 1
-        pos, fl = self.oh if bi == 0 else self.ob, lo
-        if f.cb == bi and lo <= f.clo <= off:
-            pos, fl = f.cpos, f.clo
-        while got < n and bi < len(blk):
-            if fl >= lo + ln[bi]:
-                lo += ln[bi]
-                bi += 1
+        n, got, bi, lo, nb = len(buf), 0, 4, 0, len(f)  # bi: the block's index in f
+        while bi < nb and lo + f[bi + 1] <= off:
+            lo += f[bi + 1]
+            bi += 2
+        pos, fl = self.oh if bi == 4 else self.ob, lo
+        if self.cf is f and self.cb == bi and lo <= self.clo <= off:
+            pos, fl = self.cpos, self.clo
+        while got < n and bi < nb:
+            if fl >= lo + f[bi + 1]:
+                lo += f[bi + 1]
+                bi += 2
                 pos, fl = self.ob, lo
                 continue
-            self._rd(blk[bi], pos, memoryview(h)[0:2])
+            self._rd(f[bi], pos, memoryview(h)[0:2])
             k = h[0] | h[1] << 8
             a = off + got - fl
             j = min(k - a, n - got)
             if j > 0:
-                self._rd(blk[bi], pos + _FL_FR + a, mv[got : got + j])
+                self._rd(f[bi], pos + _FL_FR + a, mv[got : got + j])
                 got += j
             if a + j >= k:  # (a frame before off: skipped)
                 fl += k
                 pos += self._len(k)
-            f.cb, f.clo, f.cpos = bi, fl, pos
+            self.cf, self.cb, self.clo, self.cpos = f, bi, fl, pos
         return got
 
     def size(self, path: str) -> int:
         f = self._get(path)
-        return sum(f.ln) + (self.bn if self.bo is f else 0)
+        n: int = sum(f[5::2])
+        return n + (self.bn if self.bo is f else 0)
 
     def kind(self, path: str) -> int:
         if path in self.files:
@@ -486,16 +489,16 @@ class FlashStorage:
             raise _oserr(36, "name too long: " + dst)
         if self.bo is f:
             self._flush()
-        if f.ns < _FL_K:
+        if f[2] < _FL_K:
             self._name(dst, 0)
-            k, f.ns = f.ns, f.ns + 1
-            self._pg(f.blk[0], self.on + k * _FL_S, memoryview(self.hb)[0:_FL_S])
+            k = f[2]
+            f[2] = k + 1
+            self._pg(f[4], self.on + k * _FL_S, memoryview(self.hb)[0:_FL_S])
             g = f
         else:
-            g = _F(self.nfid, dst)
+            g = [self.nfid, "\0", 1, 0]  # (a live file with no name until committed)
             self.nfid += 1
-            self._alloc(g, dst, f.fid)
-            g.name = "\0"  # (a live file with no name until committed)
+            self._alloc(g, dst, f[0])
             self.files["\0"] = g
             t = bytearray(128)
             off = 0
@@ -507,12 +510,12 @@ class FlashStorage:
                     self.write(g, memoryview(t)[0:n])
                     off += n
                 self._flush()
-                self._pg(g.blk[0], self.oc, self.z)
+                self._pg(g[4], self.oc, self.z)
             except BaseException:  # (void until committed: its blocks are free again)
                 if self.bo is g:
                     self.bo, self.bn = None, 0
-                for b in g.blk:
-                    self.used[b] = 0
+                for i in range(4, len(g), 2):
+                    self.used[g[i]] = 0
                 raise
             finally:
                 del self.files["\0"]
@@ -520,13 +523,15 @@ class FlashStorage:
         del self.files[src]
         old = self.files.get(dst)
         self.files[dst] = g
-        g.name = dst
+        g[1] = dst
         if old is not None:
             self._kill(old)
+        self._dur()
 
     def remove(self, path: str) -> None:
         self._kill(self._get(path))
         del self.files[path]
+        self._dur()
 
     def sync_dir(self, path: str) -> None:
         pass  # every create, rename and remove is durable when it returns

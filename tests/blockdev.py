@@ -66,9 +66,15 @@ class NORBlockDev(RAMBlockDev):
     Power cuts: cut_at = k cuts the k-th program or erase from now (1-based, counted in events):
     a cut program leaves any subset of its bits cleared, a cut erase leaves the block in any
     state (both drawn from seed), and from then on every call raises OSError(EIO) until the
-    device is reopened from its bytes: NORBlockDev(bs, n, bytearray(dev.data), unit)."""
+    device is reopened from its bytes: NORBlockDev(bs, n, bytearray(dev.data), unit).
 
-    def __init__(self, block_size, num_blocks, data=None, unit=1, seed=1, page=0):
+    cache=1 (unit 1): a write-back cache, as pyb.Flash on the stm32's internal flash: programs
+    and erases read back at once but are durable only at the next ioctl 3 (SYNC); a power cut
+    (cut_at, or cut()) loses every one since, the cut one included. syncs counts the ioctl 3s.
+    cache=2 is pyb.Flash on the stm32's internal flash itself: that cache, and a program replaces
+    bytes while an erase (ioctl 6) does nothing (the firmware erases whole sectors itself)."""
+
+    def __init__(self, block_size, num_blocks, data=None, unit=1, seed=1, page=0, cache=0):
         if data is None:  # a new chip reads erased
             data = bytearray(block_size * num_blocks)
             e = b"\xff" * block_size
@@ -87,10 +93,28 @@ class NORBlockDev(RAMBlockDev):
                 for i in range(a // unit, (e + unit - 1) // unit):
                     if self.data[i * unit : (i + 1) * unit] != ff:
                         self.done[i] = 1
-        self.events = 0
+        self.events = self.syncs = 0
         self.cut_at = 0
         self.off = False
         self.rng = seed & 0xFFFFFFFF or 1
+        self.cache = cache
+        self.undo = []  # (address, the bytes before) of each write since the last SYNC
+
+    def ioctl(self, op, arg):
+        if op == 3:
+            if self.off:
+                raise OSError(5, "power is off")
+            self.syncs += 1
+            self.undo = []
+            return 0
+        return RAMBlockDev.ioctl(self, op, arg)
+
+    def cut(self):
+        """The power goes now: a write-back cache loses what it holds."""
+        for a, old in reversed(self.undo):
+            self.mv[a : a + len(old)] = old
+        self.undo = []
+        self.off = True
 
     def rand(self):
         x = self.rng  # xorshift32: the same draws on both interpreters
@@ -125,7 +149,17 @@ class NORBlockDev(RAMBlockDev):
                 if self.done[i]:
                     raise OSError(22, "unit programmed twice")
         cut = self._event()
-        mv = self.mv
+        mv, cache = self.mv, self.cache
+        if cache:
+            if cut:
+                self.cut()
+                raise OSError(5, "power cut in program")
+            self.undo.append((a, bytes(mv[a : a + n])))
+            if cache == 2:
+                mv[a : a + n] = buf
+                self.progs += 1
+                self.prog_bytes += n
+                return 0
         for i in range(n):
             d = buf[i]
             if cut:  # any subset of the bits this program clears: a byte untouched, done, or part
@@ -146,6 +180,13 @@ class NORBlockDev(RAMBlockDev):
         bs = self.block_size
         cut = self._event()
         b = a // bs
+        if self.cache:
+            if cut:
+                self.cut()
+                raise OSError(5, "power cut in erase")
+            if self.cache == 2:
+                return 0
+            self.undo.append((a, bytes(self.mv[a : a + bs])))
         if cut:  # any state: each byte erased, left as it was, or any value
             for i in range(a, a + bs):
                 r = self.rand()

@@ -1,7 +1,7 @@
 # Runner for the shared suite on MicroPython (and on CPython, as a self-test).
 #
-#   micropython tests/mprun.py [--fs posix|lfs2|fat] [-k SUBSTR] [--root DIR] [--fixtures DIR]
-#                              [--blocks N] [--installed DIR] [MODULE ...]
+#   micropython tests/mprun.py [--fs posix|lfs2|fat|flash|raw] [-k SUBSTR] [--root DIR]
+#                              [--fixtures DIR] [--blocks N] [--installed DIR] [MODULE ...]
 #
 # Imports tests/test_*.py (sorted by name, or the MODULEs given: "test_x", "test_x.py" or a
 # path) with tests/ and port/ on sys.path, runs each module-level test_* function in name order
@@ -21,6 +21,9 @@
 # --fs fat    a VfsFat on a RAM block device (512 B x 8192 blocks = 4 MiB) mounted at /fat
 # --fs flash  ddq_flash.FlashStorage on a NOR model (4096 B x 512 blocks) mounted at /flash
 #             through blockdev.FlashVfs (so PosixStorage and the suite's helpers reach it)
+# --fs raw    the board's own raw region (`ddq flash --layout raw`: ddq_layout.region() and its
+#             PAGE, ddq_layout imported from the board's directory first) mounted at /raw so:
+#             the tests' files sit beside the app's queue (stop the app; `ddq test --fs raw`)
 # The RAM disks live in the MicroPython heap: run them with `micropython -X heapsize=8M`, or
 # make them smaller with --blocks N (a board has a few hundred KiB of heap).
 # --installed DIR  the port modules in DIR (a board's, as `ddq flash` installed them) come before
@@ -37,7 +40,7 @@ import os
 import sys
 
 USAGE = (
-    "usage: mprun.py [--fs posix|lfs2|fat|flash] [-k SUBSTR] [--root DIR] [--fixtures DIR]"
+    "usage: mprun.py [--fs posix|lfs2|fat|flash|raw] [-k SUBSTR] [--root DIR] [--fixtures DIR]"
     " [--blocks N] [--installed DIR] [MODULE ...]"
 )
 
@@ -105,25 +108,35 @@ def mount_ram_fs(fs, num_blocks=None):
     return point
 
 
-def mount_flash(num_blocks=None):
+def mount_flash(num_blocks=None, region=False):
     """A ddq_flash.FlashStorage over a NOR model (4096 B x 512 blocks = 2 MiB, the rp2's erase
-    block) mounted at /flash through blockdev.FlashVfs; return the mount point."""
+    block) mounted at /flash, or with region the board's raw region (ddq_layout) at /raw (a
+    board's own filesystem may be at /flash), through blockdev.FlashVfs; return the mount point."""
     vfs = _vfs_module()
     if vfs is None:
         _die("mprun: --fs flash needs MicroPython's vfs.mount")
     import blockdev
     import ddq_flash
 
+    page = 1
+    if region:
+        try:
+            import ddq_layout
+        except ImportError:
+            _die("mprun: --fs raw needs the raw layout (no ddq_layout: ddq flash --layout raw)")
+        dev, page = ddq_layout.region(), ddq_layout.PAGE
+    else:
+        try:
+            dev = blockdev.NORBlockDev(4096, num_blocks or 512)
+        except MemoryError:
+            _die("mprun: no heap for the flash: run micropython -X heapsize=8M")
+    point = "/raw" if region else "/flash"
     try:
-        dev = blockdev.NORBlockDev(4096, num_blocks or 512)
-    except MemoryError:
-        _die("mprun: no heap for the flash: run micropython -X heapsize=8M")
-    try:
-        vfs.umount("/flash")
+        vfs.umount(point)
     except OSError:
         pass
-    vfs.mount(blockdev.FlashVfs(ddq_flash.FlashStorage(dev)), "/flash")
-    return "/flash"
+    vfs.mount(blockdev.FlashVfs(ddq_flash.FlashStorage(dev, page=page)), point)
+    return point
 
 
 def _fresh_dir(base):
@@ -206,7 +219,7 @@ def parse_args(argv):
             _die(USAGE)
         opts["modules"].append(_module_name(a))
         i += 1
-    if opts["fs"] not in ("posix", "lfs2", "fat", "flash"):
+    if opts["fs"] not in ("posix", "lfs2", "fat", "flash", "raw"):
         _die(USAGE)
     if opts["blocks"] is not None:
         try:
@@ -318,7 +331,10 @@ def main(argv=None):
     root = support._abspath(opts["root"]) if opts["root"] else None
     if fs != "posix":
         # On a RAM disk: --root counts only when it lies on that disk.
-        point = mount_flash(opts["blocks"]) if fs == "flash" else mount_ram_fs(fs, opts["blocks"])
+        if fs in ("flash", "raw"):
+            point = mount_flash(opts["blocks"], fs == "raw")
+        else:
+            point = mount_ram_fs(fs, opts["blocks"])
         base = root if root and root.startswith(point + "/") else point + "/t"
     elif root:
         base = root

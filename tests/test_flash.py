@@ -18,12 +18,13 @@ T0 = 1767225600000
 OPTS = {"segment_bytes": 1024, "max_payload_bytes": 64, "max_items": 200, "max_segments": 64}
 
 
-def _dev(bs=1024, n=32, data=None, seed=1, page=0, unit=1):
-    return blockdev.NORBlockDev(bs, n, data, unit, seed, page)
+def _dev(bs=1024, n=32, data=None, seed=1, page=0, unit=1, cache=0):
+    return blockdev.NORBlockDev(bs, n, data, unit, seed, page, cache)
 
 
 def _reopen(dev, seed=1):
-    return _dev(dev.block_size, dev.num_blocks, bytearray(dev.data), seed, dev.page, dev.unit)
+    d = bytearray(dev.data)
+    return _dev(dev.block_size, dev.num_blocks, d, seed, dev.page, dev.unit, dev.cache)
 
 
 def _st(dev, buf=512):
@@ -240,7 +241,7 @@ def test_flash_torn_deletion_of_a_write_once_unit_is_never_programmed_again():
     st = _st(dev)
     _put(st, "d/b", b"old")
     _put(st, "d/a", b"new")
-    head, od = st.files["d/b"].blk[0], st.od
+    head, od = st.files["d/b"][4], st.od  # (its first block)
     dev.cut_at = dev.events + 2  # the name slot's program, then the old file's deletion
     support.raises(OSError, st.rename, "d/a", "d/b")
     a = head * 1024 + od
@@ -330,13 +331,28 @@ def test_flash_power_cut_at_every_program_and_erase():
     # EVIDENCE-OF: Y2 Y5 Y6
     # 40: a record takes two frames, so a cut can tear it (R12's cut); page 256: the rp2's
     # whole-page programs, each frame's pages padded with 0xFF; unit 32: write-once units.
-    for buf, page, unit in ((512, 0, 1), (40, 0, 1), (512, 256, 1), (40, 0, 32)):
-        dev = _dev(1024, 24, page=page, unit=unit)
+    # cache 2: pyb.Flash on the stm32 (Y7): a cut loses all since its last SYNC, no erase; its
+    # region starts with every block holding a deleted file's frames (a taken one is written).
+    old = _dev(1024, 24, cache=2)
+    st = _st(old)
+    for i in range(24):
+        _put(st, "o/%d" % i, b"%d" % i * 200)
+        _put(st, "o/%d" % i, b"%d" % i * 300)
+        st.remove("o/%d" % i)
+    for buf, page, unit, cache in (
+        (512, 0, 1, 0),
+        (40, 0, 1, 0),
+        (512, 256, 1, 0),
+        (40, 0, 32, 0),
+        (40, 0, 1, 2),
+    ):
+        img = bytearray(old.data) if cache else None
+        dev = _dev(1024, 24, img, page=page, unit=unit, cache=cache)
         _workload(dev, [[], []], buf)
         total = dev.events
-        assert total > 40 and dev.erases > 5, (total, dev.erases)
+        assert total > 40 and (dev.erases > 5 or cache), (total, dev.erases)
         for k in range(1, total + 1):
-            dev = _dev(1024, 24, seed=k, page=page, unit=unit)
+            dev = _dev(1024, 24, img and bytearray(img), k, page, unit, cache)
             dev.cut_at = k
             done = [[], []]
             try:
@@ -354,6 +370,63 @@ def test_flash_power_cut_at_every_program_and_erase():
             dev = _reopen(dev, k)
             _check(dev, done, "%d+%d" % (k, 1 + k % 7))
             _check(_reopen(dev), done, "%d, reopened" % k)
+
+
+def test_flash_write_back_cache_is_synced_before_each_call_returns():
+    # EVIDENCE-OF: Y7
+    # A device that holds writes in a cache until ioctl 3 (pyb.Flash on the stm32's internal
+    # flash): a cut loses what it holds. Each record, create, rename and remove is durable when
+    # its call returns, so a cut right after loses nothing returned and resurrects no ack.
+    dev = _dev(1024, 48, cache=1)
+    clock = support.FakeClock(T0)
+    q = ddq.Queue("outbox", storage=ddq_flash.FlashStorage(dev), clock=clock, **OPTS)
+    seqs = [q.enqueue(b"m%02d" % i + b"." * i) for i in range(8)]
+    c = q.claim(1000)
+    assert q.ack(c.seq)
+    s0, p0 = dev.syncs, dev.progs
+    seqs.append(q.enqueue(b"last"))
+    assert dev.syncs - s0 == 1 and dev.progs - p0 == 1  # one program and one SYNC a record
+    dev.cut()  # the power goes: the cache loses what it holds (nothing, here)
+    q = ddq.Queue("outbox", storage=ddq_flash.FlashStorage(_reopen(dev)), clock=clock, **OPTS)
+    live = [it.seq for it in q.items() if it.state != "acked"]
+    assert live == seqs[1:], (live, seqs)
+    q.close()
+    dev = _dev(1024, 8, cache=1)
+    st = _st(dev)
+    _put(st, "d/a", b"A" * 300)
+    _put(st, "d/b", b"B")
+    st.rename("d/a", "d/c")
+    st.remove("d/b")
+    h = st.open("d/e", "ab")  # created, nothing written
+    st.close(h)
+    dev.cut()
+    st = _st(_reopen(dev))
+    assert sorted(st.listdir("d")) == ["c", "e"] and _read(st, "d/c") == b"A" * 300
+    assert st.size("d/e") == 0
+
+
+def test_flash_block_that_an_erase_left_programmed_is_written_erased():
+    # EVIDENCE-OF: Y3 Y7
+    # pyb.Flash on the stm32's internal flash: ioctl 6 does nothing and a program replaces bytes.
+    # A block taken again still holds its last file's frames; they must not become the new
+    # file's bytes after a remount, so a block that does not read erased is written with 0xFF.
+    dev = _dev(1024, 3, cache=2)
+    st = _st(dev)
+    _put(st, "d/a", b"A" * 100)
+    _put(st, "d/a", b"old")  # a frame right after the first
+    _put(st, "d/c", b"c")
+    _put(st, "d/e", b"e")
+    st.remove("d/a")
+    _put(st, "d/b", b"B" * 100)  # d/a's block, the only free one: "old" would follow it
+    for d in (st, _st(_reopen(dev))):
+        assert _read(d, "d/b") == b"B" * 100 and sorted(d.listdir("d")) == ["b", "c", "e"]
+    nor = _dev(1024, 2)
+    nor.erase = lambda a: 0  # a NOR block whose erase fails: EIO, nothing written on it
+    st = _st(nor)
+    _put(st, "d/a", b"x")
+    _put(st, "d/c", b"z")
+    st.remove("d/a")
+    assert support.raises(OSError, _put, st, "d/b", b"y").args[0] == 5
 
 
 def test_flash_wear_least_erased_block_first_across_reopens():
@@ -388,7 +461,7 @@ def test_flash_forged_name_slot_is_corrupt_not_a_crash():
     slot = i - 9
     assert i > 9 and data[slot + 8] == 8  # the slot's name length byte
     data[i + 4] = 0xFF  # "q/ab\xffdef": not UTF-8
-    size = ddq_flash._FL_S
+    size = 128  # a name slot's bytes (SPEC §16)
     data[slot + size - 4 : slot + size] = struct.pack(
         "<I", crc32(bytes(data[slot : slot + size - 4])) & 0xFFFFFFFF
     )

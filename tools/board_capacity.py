@@ -642,11 +642,11 @@ def raw_fits(prof, m, seg):
 
 def derive_raw(prof, tmp):
     """The raw layout's options and the evidence for one profile (nothing written): segments of
-    1, 2 and 4 times the smallest block count tried (FlashStorage keeps a few hundred bytes of
+    1, 2, 3 and 4 times the smallest block count tried (FlashStorage keeps a few hundred bytes of
     heap a file, so fewer, larger segments can leave the index more), the one holding the most
     items kept."""
     best = None
-    for mult in (1, 2, 4):
+    for mult in (1, 2, 3, 4):
         k = raw_segment(prof)[1] * mult
         sub = os.path.join(tmp, "k%d" % k)
         os.makedirs(sub, exist_ok=True)
@@ -737,11 +737,14 @@ def render_raw(profs):
         "the region against the filesystem layout's per MiB of `fs bytes`. A stock firmware "
         "keeps the layout on stm32 (its boot sizes the filesystem from the LittleFS "
         "superblock); rp2 needs a `_boot.py` that mounts `rp2.Flash(start=0, len=raw_fs_bytes)`, "
-        'esp32 a partition table with a `ddq` data partition (docs/HOST.md "flash"). On '
-        "PYBV11's internal flash pyb.Flash writes go through the stm32 flash cache (written "
-        "back later, a sector at once), so there a record is not durable when its program "
-        "returns: its raw layout is for boards with external SPI flash."
-        % (RAW_REC, RAW_FRAME, RAW_SPARE),
+        'esp32 a partition table with a `ddq` data partition (docs/HOST.md "flash"). '
+        "Durability per device (SPEC Y7, DESIGN §15): rp2.Flash and esp32.Partition program "
+        "the chip when writeblocks returns; PYBV11's internal-flash pyb.Flash caches a sector "
+        "in RAM until ioctl 3, which FlashStorage calls before each sync, create, rename and "
+        "remove returns (each sync there costs a sector write-back, 16-128 KiB erased, and a "
+        "power cut inside one can take what that sector held; its erase does nothing, so a "
+        "block taken is written with 0xFF): boards with external SPI flash (PYBD) program it "
+        "directly." % (RAW_REC, RAW_FRAME, RAW_SPARE),
         "",
         "| board | region | block | page | filesystem beside it | options (segment × "
         "max_segments) | blocks a segment | items (max_items) | heap fit | per MiB: raw / "

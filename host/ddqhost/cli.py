@@ -1335,9 +1335,10 @@ def argparse_test(p: argparse.ArgumentParser) -> None:
     p.add_argument("-k", metavar="SUBSTR", help="only tests whose name contains SUBSTR")
     p.add_argument(
         "--fs",
-        choices=["posix", "lfs2", "fat"],
+        choices=["posix", "lfs2", "fat", "raw"],
         default="posix",
-        help="filesystem under test (posix = the board's own flash)",
+        help="filesystem under test (posix = the board's own flash; raw = the board's raw "
+        "region through ddq_flash, beside the app's queue: stop the app first)",
     )
     p.add_argument(
         "--root", metavar=":DIR", help="device directory for test files (default :<cwd>/ddq-test)"

@@ -13,6 +13,7 @@ rename left superseded, SPEC Y2) lands in RAM, never in the file.
 
 import binascii
 import fcntl
+import json
 import os
 import stat
 import struct
@@ -267,12 +268,31 @@ def load_flash() -> Any:
     return ddq_flash
 
 
+def pull_meta(path: str) -> dict[str, Any]:
+    """What `ddq pull --raw` wrote beside the image, IMG.json (the queue's name, the block size,
+    the board's raw-layout options): {} when there is none or it is not an object."""
+    from . import qoptions
+
+    try:
+        meta = qoptions.read_json(path + ".json")
+    except HostError as e:
+        raise ImageError(str(e)) from None
+    return meta if isinstance(meta, dict) else {}
+
+
 class Image:
-    """A checked raw-flash image and the queue `name` in it (block_size, name: None for the
-    defaults). Nothing is opened for writing but by storage(writable=True)."""
+    """A checked raw-flash image and the queue `name` in it (block_size, name: None for what
+    IMG.json, the pull's record beside it, says, else the defaults). Nothing is opened for
+    writing but by storage(writable=True)."""
 
     def __init__(self, path: str, block_size: int | None = None, name: str | None = None):
         self.path = path
+        self.meta = pull_meta(path)
+        v = self.meta.get("block_size")
+        if block_size is None and type(v) is int and MIN_BLOCK_SIZE <= v <= MAX_BLOCK_SIZE:
+            block_size = v
+        if name is None and isinstance(self.meta.get("queue"), str):
+            name = self.meta["queue"]
         self.bs = DEFAULT_BLOCK_SIZE if block_size is None else block_size
         self.name = (DEFAULT_NAME if name is None else name).strip("/")
         if not self.name or not all(_plain(p) for p in self.name.split("/")):
@@ -379,6 +399,17 @@ class Image:
                 finally:
                     os.close(fd)
                 out.append({"name": n, "bytes": size})
+            opts = self.meta.get("options")
+            if isinstance(opts, dict):  # the board's options, as `ddq pull` records a dir's
+                from . import qdir
+
+                fd = os.open(
+                    os.path.join(dst, qdir.PULL_META),
+                    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                    0o600,
+                )
+                with os.fdopen(fd, "w") as f:
+                    json.dump({"options": opts, "image": self.path}, f)
             if "queue.lock" not in dict(files):
                 # ddq_flash keeps the lock in RAM (SPEC §16); a directory has the file, empty
                 # (without it inspect would list it as made by recovery)

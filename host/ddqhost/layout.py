@@ -56,10 +56,11 @@ NEEDS = {
 }
 # What the port's region does not give, said before the change (and in docs/BOARDS.md).
 WARN = {
-    "stm32": "on internal flash (PYBV11) pyb.Flash writes go to a RAM sector cache that the "
-    "firmware writes back later, a whole sector at once (ports/stm32/flashbdev.c): a record is "
-    "not durable when its program returns, and a power cut in a write-back can take what the "
-    "sector held; boards whose pyb.Flash is external SPI flash (PYBD) program it directly",
+    "stm32": "on internal flash (PYBV11) pyb.Flash writes go to a RAM sector cache "
+    "(ports/stm32/flashbdev.c) that ddq_flash writes back at each sync (ioctl 3, SPEC Y7): "
+    "each sync erases and rewrites a 16-128 KiB sector, and a power cut in that write-back can "
+    "take what the sector held; boards whose pyb.Flash is external SPI flash (PYBD) program it "
+    "directly",
 }
 ERASE_BATCH = 16  # blocks erased per exec (progress between them)
 

@@ -244,6 +244,13 @@ def _run_once(
                 if installed
                 else ""
             )
+            # --fs raw: the board's ddq_layout (its region), from its own directory
+            + (
+                "sys.path.insert(0, %r)\ntry:\n import ddq_layout\nexcept ImportError:\n pass\n"
+                "finally:\n sys.path.pop(0)\n" % cwd
+                if fs == "raw"
+                else ""
+            )
             + "sys.path.insert(0, '/remote/tests')\n"
             "import mprun\n"
             "try:\n"

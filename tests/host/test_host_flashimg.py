@@ -128,6 +128,39 @@ def test_export_writes_the_flash_bytes_and_libddq_reads_every_item(tmp_path):
         assert q.stats().next_seq == nxt
 
 
+def test_a_pulled_image_is_read_with_what_pull_recorded_beside_it(tmp_path):
+    # EVIDENCE-OF: Y10
+    # `ddq pull --raw` writes IMG.json beside the image: the queue's name, the block size and the
+    # board's raw-layout options. inspect, verify and records read them as they read a pulled
+    # directory's .ddq-pull.json: no --name, --block-size or option flag needed; a flag wins.
+    dev = blockdev.NORBlockDev(1024, 192)
+    items = _write_queue(dev, "data/q")
+    img = _image(tmp_path / "q.img", dev)
+    meta = {"queue": "data/q", "block_size": 1024, "options": OPTS, "layout": "raw"}
+    (tmp_path / "q.img.json").write_text(json.dumps(meta))
+    before = _sha(img)
+    r = ddq("verify", img)
+    assert r.returncode == 0 and r.stdout.startswith("verify %s\n" % img), r.stderr
+    r = ddq("inspect", img, "--now-ms", str(T0), "--json")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["options"] == OPTS and set(info["options_source"].values()) == {".ddq-pull.json"}
+    assert {it["seq"]: it["state"] for it in info["items"]} == {s: v[0] for s, v in items.items()}
+    r = ddq("records", img, "--json")
+    assert r.returncode == 0, r.stderr
+    r = ddq("inspect", img, "--now-ms", str(T0), "--json", "--max-items", "300")
+    src = json.loads(r.stdout)["options_source"]
+    assert src["max_items"] == "command line" and src["segment_bytes"] == ".ddq-pull.json"
+    d = tmp_path / "d"  # the export carries them, as a pulled directory does
+    assert ddq("export", img, d).returncode == 0
+    a = ddq("inspect", img, "--now-ms", str(T0))
+    b = ddq("inspect", d, "--now-ms", str(T0))
+    assert a.returncode == b.returncode == 0 and a.stdout.replace(img, "P") == b.stdout.replace(
+        str(d), "P"
+    )
+    assert _sha(img) == before
+
+
 @pytest.mark.parametrize("unit,page", [(1, 256), (8, 1), (16, 1), (32, 1)])
 def test_every_program_unit_and_a_nested_name(tmp_path, unit, page):
     # EVIDENCE-OF: Y10 Y11 Y6

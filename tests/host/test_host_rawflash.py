@@ -163,6 +163,40 @@ def test_flash_layout_raw_asks_erases_once_and_the_app_delivers_from_raw_flash(
     assert {":ddq_layout.py", ":ddq_flash.mpy"} <= gone, gone
 
 
+def test_ddq_test_runs_the_suite_on_the_board_s_raw_region(vb):
+    # EVIDENCE-OF: Y1 Y2
+    # `ddq test --fs raw`: the shared suite's queues on the board's own raw region (ddq_layout's
+    # region through ddq_flash, mounted at /raw), beside the app's queue, which it leaves as it
+    # was; each test's files are removed after it.
+    import ddq_flash
+    from blockdev import NORBlockDev
+
+    d, st, _pids = vb
+    tty = st["device"]
+    r = ddq("flash", "-d", tty, "--layout", "raw", "--yes", timeout=300)
+    assert r.returncode == 0, r.stderr
+    with Device(tty, soft_reset=False) as dev:  # the app's queue, in the region
+        dev.exec(
+            "import ddq, ddq_layout\nO = {}\nddq_layout.use(O)\n"
+            "q = ddq.Queue('outbox', max_payload_bytes=256, **O)\n"
+            "q.enqueue(b'kept')\nq.close()\ndel q, O\n"
+        )
+    r = ddq("test", "-d", tty, "--fs", "raw", "test_core", "-k", "basic_scenario", timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+    assert "fs=raw, root=/raw/" in r.stdout and r.stdout.strip().endswith(
+        "raw: 1 passed, 0 failed"
+    )
+    with open(os.path.join(d, "raw.img"), "rb") as f:
+        data = bytearray(f.read())
+    fs = ddq_flash.FlashStorage(NORBlockDev(4096, len(data) // 4096, data))
+    assert sorted({k.split("/")[0] for k in fs.files}) == ["outbox"], sorted(fs.files)
+    q = raw_queue(os.path.join(d, "raw.img"), layout.raw_options(boards.load("UNIX")))
+    try:
+        assert [q.read(it.seq) for it in q.items()] == [b"kept"]
+    finally:
+        q.close()
+
+
 def test_raw_layout_of_the_real_boards_names_their_region_and_what_it_erases(tmp_path):
     # The same code as on the virtual board, with the port's own block device: the region after
     # a smaller filesystem (rp2, pyb), or a partition of its own (esp32); run here on the unix
