@@ -25,10 +25,8 @@ from ddq import (
     _MANIFEST_TMP,
     _MARKER,
     _U64,
-    Full,
-    IOFailure,
-    Limit,
     _crc,
+    _err,
     _Index,
     _io_failure,
     _Log,
@@ -52,7 +50,7 @@ if TYPE_CHECKING:
 def parse_segment_name(name: str) -> "Optional[tuple[int, int]]":
     """Return (generation, index) for a segment file name, or None [N2][N3][N4]."""
     if not isinstance(name, str):
-        raise _E("InvalidArgument")("name: not a str")  # [O24]
+        raise _err("InvalidArgument", "name: not a str")  # [O24]
     if len(name) == 32 and name[:8] == "segment-" and name[28:] == ".log":
         gd, d = "0", name[8:28]
     elif (
@@ -78,13 +76,13 @@ def _clean(self: "Queue") -> None:
     fs, removed, gen = self._fs, False, self._log.gen
     names = self._fs.listdir(self._dir)
     if len(names) > self._max_segs * 8 + 1024:  # (as ddq_recover.listdir)
-        raise Limit("too many directory entries in " + self._dir)
+        raise _err("Limit", "too many directory entries in " + self._dir)
     for name in names:
         pg = parse_segment_name(name)
         if name in (_MANIFEST_TMP, _INDEX_TMP) or (pg is not None and pg[0] != gen):
             p = self._path(name)
             if fs.kind(p) != 1:
-                raise _E("Corrupt")("not a regular file: " + name)
+                raise _err("Corrupt", "not a regular file: " + name)
             fs.remove(p)
             removed = True
     if removed:
@@ -135,11 +133,11 @@ def compact(self: "Queue") -> bool:
         self._alive()
         try:
             self._compact(0, 0)
-        except Full:
+        except _E("Full"):
             if self._sh is not None:
                 try:
                     self._rm.fresh(self, 0, 0)  # C DDQ's queue may have compacted [C14]
-                except Full:
+                except _E("Full"):
                     pass
             return False
         if self._sh is not None:
@@ -161,11 +159,11 @@ def purge(self: "Queue", seqs: "list[int]") -> int:
         try:  # [O24]
             it = iter(seqs)
         except TypeError:
-            raise _E("InvalidArgument")("seqs: not iterable")
+            raise _err("InvalidArgument", "seqs: not iterable")
         for s in it:
             i = self._find(s)
             if self._ix.state(i) != _QUARANTINED:
-                raise _E("BadState")("item %d is not quarantined" % s)
+                raise _err("BadState", "item %d is not quarantined", s)
             if s not in drop:
                 drop.append(s)
         if drop:
@@ -235,7 +233,7 @@ def _prepare_format(self: "Queue") -> None:
                 fs.close(h)
             fs.sync_dir(self._dir)
         elif k != 1 or fs.size(self._path(_MARKER)) != 0:
-            raise _E("Corrupt")("queue.format not empty")
+            raise _err("Corrupt", "queue.format not empty")
         self._clean()
     except OSError as e:
         self._fail()
@@ -253,11 +251,11 @@ def _compact(
         self._rm.drop(self)  # a staged generation gives way to the full copy [C13]
     self._dead = []  # (its _clean deletes them)
     if self._log.h is None:
-        raise IOFailure("queue is fail-stopped")
+        raise _err("IOFailure", "queue is fail-stopped")
     if required and not self._n_acked:
-        raise Full("max_items reached and nothing is acked")
+        raise _err("Full", "max_items reached and nothing is acked")
     if self._log.gen >= _U64:
-        raise Limit("generations exhausted")
+        raise _err("Limit", "generations exhausted")
     self._prepare_format()
     old, ix, fs = self._log, self._ix, self._fs
     new, nix = _Log(old.gen + 1), _Index(self._tc)
@@ -281,7 +279,7 @@ def _compact(
             or nix.n > self._max_items - required
             or (len(new.sizes) >= self._max_segs and new.off + reserve > self._seg_bytes)
         ):
-            raise Full("compaction: no benefit")
+            raise _err("Full", "compaction: no benefit")
         fs.sync(new.h)
         new.synced = new.off
         new.dirty = False
@@ -304,9 +302,9 @@ def _compact(
             except OSError as e2:
                 self._fail()
                 raise _io_failure(e2, "discarding staged generation")
-        if isinstance(e, Limit):  # the copy needs more segments than allowed: no benefit
-            raise Full("the copy does not fit max_segments")
-        if isinstance(e, Full):
+        if isinstance(e, _E("Limit")):  # the copy needs more segments than allowed: no benefit
+            raise _err("Full", "the copy does not fit max_segments")
+        if isinstance(e, _E("Full")):
             raise
         self._fail()  # an uncertain publication: recover before writing again [C7]
         if isinstance(e, OSError):

@@ -507,25 +507,34 @@ def test_port_modules_constants_equal_ddq():
 
 
 def test_error_message_table_matches_its_names():
-    # ddq.py keeps the messages of its errors in one string (_MSG, "Class:message" entries split
-    # by "|") and names each entry by a const, in order: the count and order must agree, every
-    # entry must make an error of the class it names with its message (O19), and every const
-    # must be raised somewhere.
+    # ddq.py keeps the messages of its errors in one string (_MSG, entries split by "|") and
+    # names each entry by a const, in order; the class is named where it is raised,
+    # _err("Class", _X_NAME, ...). The count and order must agree, every const must be raised
+    # somewhere, always as one class, and make an error of that class with its message (O19).
     import re
 
     port = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "port")
+    src = ""
+    for f in sorted(os.listdir(port)):
+        if f == "ddq.py" or f.startswith("ddq_"):
+            with open(os.path.join(port, f)) as fh:
+                src += fh.read()
     with open(os.path.join(port, "ddq.py")) as f:
-        src = f.read()
-    names = re.findall(r"^(_X_\w+) = const\((\d+)\)$", src, re.M)
+        core = f.read()
+    names = re.findall(r"^(_X_\w+) = const\((\d+)\)$", core, re.M)
     assert [int(v) for _n, v in names] == list(range(len(names)))
-    body = re.search(r"^_MSG = \((.*?)\)\n", src, re.S | re.M).group(1)
+    body = re.search(r"^_MSG = \((.*?)\)\n", core, re.S | re.M).group(1)
     entries = "".join(re.findall(r'"([^"]*)"', body)).split("|")
     assert len(entries) == len(names)
     m = locate.load_ddq()
-    for (name, k), e in zip(names, entries):
-        cls, _sep, msg = e.partition(":")
+    for (name, k), msg in zip(names, entries):
+        used = set(re.findall(r'_err\(\s*"(\w+)",\s*' + name + r"\b", src))
+        if name == "_X_NOMEM":  # close() raises the NoMemory it kept in a variable
+            used |= set(re.findall(r'_err\(\s*"(\w+)",\s*err\)', core))
+        assert len(used) == 1, (name, used)  # raised, and always as one class
+        cls = used.pop()
         args = tuple(1 if spec == "d" else "x" for spec in re.findall(r"%(\w)", msg))
-        err = m._err(int(k), *args)
-        assert type(err) is getattr(m, cls) and isinstance(err, m.Error), (name, e)
-        assert str(err) == msg % args, (name, e)
-        assert src.count(name) >= 2, name  # defined and raised
+        err = m._err(cls, int(k), *args)
+        assert type(err) is getattr(m, cls) and isinstance(err, m.Error), (name, msg)
+        assert str(err) == msg % args, (name, msg)
+        assert not re.match(r"[A-Z]\w+:", msg), (name, msg)  # no "Class:" prefix left
