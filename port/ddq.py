@@ -140,6 +140,7 @@ _MAN_FMT = (
 )
 _MAN_MAGIC = 0x4D514444  # b"DDQM"
 _MAN_SIZE = const(48)
+_M_CRC = const(40)  # its crc field: a crc32 of the bytes before it
 # Names: SPEC §6 [N1]-[N5].
 _MARKER = "queue.format"
 _MANIFEST = "queue.manifest"

@@ -445,6 +445,19 @@ def test_ddq_index_constants_equal_ddq_and_the_spec():
     assert (ddq_index._CH, ddq_index._CS, ddq_index._CM) == (ddq_mod._CH, ddq_mod._CS, ddq_mod._CM)
     assert struct.calcsize(ddq_index._IX_FMT) == ddq_index._IX_SIZE == fsck.IX_HEADER
     assert ddq_mod._MAN_SIZE + 1 == 49  # ddq_index reads the manifest with this bound
+    # the record header's offsets and the manifest's crc field, named once (issue 37 item 2)
+    for name in ("_VERSION", "_R_TYPE", "_R_RLEN", "_HDR", "_M_CRC"):
+        assert getattr(ddq_index, name) == getattr(ddq_mod, name), name
+    assert struct.calcsize(ddq_mod._REC_FMT[:3]) == ddq_mod._R_TYPE  # magic version | type
+    assert struct.calcsize(ddq_mod._MAN_FMT) == ddq_mod._M_CRC
+    # the body's entries [X2], as SPEC §12.1, ddq_index's packing formats and fsck give them
+    from ddqhost.fsck import format as ff
+
+    assert ddq_index._IX_SEG == struct.calcsize("<III") == ff.IX_SEG
+    assert ddq_index._IX_ITEM == struct.calcsize("<QHIIB")
+    assert ddq_index._IX_OFFS == struct.calcsize("<QH")
+    assert ddq_index._IX_LIVE == struct.calcsize("<QIQQ") == ff.IX_LIVE
+    assert ddq_index._IX_HIST == struct.calcsize("<QIQ") == ff.IX_HIST == ff.IX_REASON
 
 
 def test_ddq_reclaim_constants_equal_ddq():
