@@ -122,6 +122,7 @@ _ACKED = const(3)
 _QUARANTINED = const(4)
 _EEXIST = const(17)
 _MAN_SIZE = const(48)
+_M_CRC = const(40)  # the manifest's crc field
 
 
 def compact(self: "Queue") -> bool:
@@ -382,5 +383,5 @@ def encode_manifest(gen: int, next_seq: int, segs: int, items: int, end: int) ->
     _opt(segs | items, 0, 0xFFFFFFFF, "field")  # (two u32 fields)
     b = bytearray(_MAN_SIZE)
     struct.pack_into(_MAN_FMT, b, 0, _MAN_MAGIC, 1, _MAN_SIZE, gen, next_seq, segs, items, end)
-    struct.pack_into("<II", b, 40, _crc(memoryview(b)[0:40]), 0)
+    struct.pack_into("<II", b, _M_CRC, _crc(memoryview(b)[0:_M_CRC]), 0)
     return bytes(b)

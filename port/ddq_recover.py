@@ -71,6 +71,7 @@ _CLAIMED = const(2)
 _ACKED = const(3)
 _QUARANTINED = const(4)
 _MAN_SIZE = const(48)
+_M_CRC = const(40)  # the manifest's crc field
 _MAX_REASON = const(4096)
 _SCAN_RECORDS = const(4000000)
 _IO_LOOPS = const(1048576)
@@ -149,7 +150,7 @@ def recover(self: "Queue") -> None:
                 raise _err("Corrupt", "queue.manifest is not a regular file")
             mb = _read_small(self, mpath, _MAN_SIZE + 1)
             gen, nxt, segs, items, end = decode_manifest(mb)
-            mcrc = _crc(mb[0:40])  # = its CRC field (a crc32 over its own CRC is a constant)
+            mcrc = _crc(mb[0:_M_CRC])  # = its CRC field (a crc32 over its own CRC is a constant)
             if (
                 nxt == 0
                 or segs == 0
@@ -1057,13 +1058,13 @@ def decode_manifest(b: "Buf") -> "tuple[int, int, int, int, int]":
     if len(b) != _MAN_SIZE:
         raise _err("Corrupt", "manifest size")
     magic, ver, size, gen, nxt, segs, items, end = struct.unpack_from(_MAN_FMT, b, 0)
-    crc, res = struct.unpack_from("<II", b, 40)
+    crc, res = struct.unpack_from("<II", b, _M_CRC)
     if (
         magic != _MAN_MAGIC
         or ver != 1
         or size != _MAN_SIZE
         or res != 0
-        or crc != _crc(memoryview(b)[0:40])
+        or crc != _crc(memoryview(b)[0:_M_CRC])
     ):
         raise _err("Corrupt", "manifest header or crc")
     return gen, nxt, segs, items, end
