@@ -160,6 +160,7 @@ lint: $(DEPS_STAMP)
 	$(RUFF) check $(LINT_PATHS)
 	$(RUFF) format --check $(LINT_PATHS)
 	$(PY) tools/check_imports.py
+	$(PY) tools/check_raises.py
 	$(PY) tools/state_owners.py
 
 # Two passes over the one source file (micropython-platform.md §9): `_MP` is False for the

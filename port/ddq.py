@@ -140,6 +140,7 @@ _MAN_FMT = (
 )
 _MAN_MAGIC = 0x4D514444  # b"DDQM"
 _MAN_SIZE = const(48)
+_M_CRC = const(40)  # its crc field: a crc32 of the bytes before it
 # Names: SPEC §6 [N1]-[N5].
 _MARKER = "queue.format"
 _MANIFEST = "queue.manifest"
@@ -212,38 +213,38 @@ def _E(name: str) -> "Any":
 
 
 # The messages of the errors ddq.py raises: one string (one object in a board's heap, where each
-# string constant cost 40-70 B: DESIGN §4.1). Entry k is "Class:message"; _err(k, args) makes
-# the exception, its message formatted with args. The _X_ consts name the entries, in order.
+# string constant cost 40-70 B: DESIGN §4.1), its entries split by "|". The _X_ consts name the
+# entries, in order; the class is named where the error is raised (_err, below).
 _MSG = (
-    "IOFailure:queue is closed"
-    "|IOFailure:queue is fail-stopped: call recover() or reopen"
-    "|IOFailure:clock returned %r; want wall-clock ms > 0 (or pass clock=)"
-    "|InvalidArgument:%s must be an int in %d..%d"
-    "|InvalidArgument:%s must be bytes, bytearray or memoryview"
-    "|TooLarge:payload of %d bytes over max_payload_bytes %d"
-    "|TooLarge:record larger than segment_bytes"
-    "|Full:sequence space exhausted"
-    "|Full:admission reserve exhausted"
-    "|Full:max_items reached"
-    "|Limit:segment limit reached"
-    "|Limit:segment limit reached and compaction gave no room"
-    "|Limit:attempts exhausted"
-    "|Limit:not_before overflows"
-    "|NotFound:no item %r"
-    "|BadState:item %d is %s, not claimed"
-    "|BufferTooSmall:buffer of %d bytes; need %d"
-    "|Corrupt:bad record header"
-    "|Corrupt:payload over max_payload_bytes"
-    "|Corrupt:bad record length"
-    "|Corrupt:bad commit footer"
-    "|Corrupt:crc mismatch"
-    "|Corrupt:record field rule broken"
-    "|Corrupt:record of seq %d outside %s"
-    "|Corrupt:short record"
-    "|Corrupt:record is not the expected one"
-    "|Corrupt:%s at %s offset %d (seq %d)"
-    "|Corrupt:DATA record of seq %d not found in %s"
-    "|NoMemory:heap exhausted"
+    "queue is closed"
+    "|queue is fail-stopped: call recover() or reopen"
+    "|clock returned %r; want wall-clock ms > 0 (or pass clock=)"
+    "|%s must be an int in %d..%d"
+    "|%s must be bytes, bytearray or memoryview"
+    "|payload of %d bytes over max_payload_bytes %d"
+    "|record larger than segment_bytes"
+    "|sequence space exhausted"
+    "|admission reserve exhausted"
+    "|max_items reached"
+    "|segment limit reached"
+    "|segment limit reached and compaction gave no room"
+    "|attempts exhausted"
+    "|not_before overflows"
+    "|no item %r"
+    "|item %d is %s, not claimed"
+    "|buffer of %d bytes; need %d"
+    "|bad record header"
+    "|payload over max_payload_bytes"
+    "|bad record length"
+    "|bad commit footer"
+    "|crc mismatch"
+    "|record field rule broken"
+    "|record of seq %d outside %s"
+    "|short record"
+    "|record is not the expected one"
+    "|%s at %s offset %d (seq %d)"
+    "|DATA record of seq %d not found in %s"
+    "|heap exhausted"
 )
 _X_CLOSED = const(0)
 _X_STOPPED = const(1)
@@ -276,13 +277,17 @@ _X_NO_DATA = const(27)
 _X_NOMEM = const(28)
 
 
-def _err(k: int, *a: "Any") -> "Any":
-    i = 0
-    for _ in range(k):
-        i = _MSG.index("|", i) + 1
-    j = _MSG.find("|", i)
-    c, m = _MSG[i : j if j > 0 else len(_MSG)].split(":", 1)
-    return _E(c)(m % a if a else m)
+def _err(name: str, m: "Any", *a: "Any") -> "Any":
+    # The one way a queue module (ddq.py and the parts of _PARTS) makes a ddq error, so grep finds
+    # each by its class: raise _err("NotFound", _X_NO_ITEM, seq). m is an _X_ index into _MSG or
+    # a message str, formatted with a when a is given; the class is made by _E at its first use.
+    if isinstance(m, int):
+        i = 0
+        for _ in range(m):
+            i = _MSG.index("|", i) + 1
+        j = _MSG.find("|", i)
+        m = _MSG[i : j if j > 0 else len(_MSG)]
+    return _E(name)(m % a if a else m)
 
 
 if TYPE_CHECKING:  # what the classes are, for the type checkers (docs/API.md documents them)
@@ -350,7 +355,7 @@ if TYPE_CHECKING:  # what the classes are, for the type checkers (docs/API.md do
 
 
 def _io_failure(e: "Optional[BaseException]", what: str) -> "IOFailure":
-    err: "IOFailure" = _E("IOFailure")(what + (": " + repr(e) if e is not None else ""))
+    err: "IOFailure" = _err("IOFailure", what + (": " + repr(e) if e is not None else ""))
     err.errno = getattr(e, "errno", 0) or 0
     return err
 
@@ -387,20 +392,20 @@ def check_record(
     _opt(p, 0, len(mv) - _MIN_REC, "p")
     magic, ver, typ, seq, arg, plen, rlen, crc, res = struct.unpack_from(_REC_FMT, mv, p)
     if magic != _REC_MAGIC or ver != _VERSION or res != 0 or typ < _T_DATA or typ > _T_STATE:
-        raise _err(_X_HEADER)
+        raise _err("Corrupt", _X_HEADER)
     if plen > max_payload and not (typ == _T_STATE and plen == _STATE_LEN):
-        raise _err(_X_OVER)
+        raise _err("Corrupt", _X_OVER)
     if rlen != _MIN_REC + plen or rlen > seg_bytes or rlen > len(mv) - p:  # (no footer past mv)
-        raise _err(_X_LENGTH)
+        raise _err("Corrupt", _X_LENGTH)
     commit, rlen2 = struct.unpack_from(_FTR_FMT, mv, p + _HDR + plen)
     if commit != _REC_COMMIT or rlen2 != rlen:
-        raise _err(_X_FOOTER)
+        raise _err("Corrupt", _X_FOOTER)
     c = _crc(mv[p + _R_VER : p + _R_CRC])  # [F2]
     c = _crc(mv[p + _R_RES : p + _HDR], c)
     if plen:
         c = _crc(mv[p + _HDR : p + _HDR + plen], c)
     if c != crc:
-        raise _err(_X_CRC)
+        raise _err("Corrupt", _X_CRC)
     if (
         seq == 0
         or (typ == _T_DATA and arg != 0)
@@ -410,7 +415,7 @@ def check_record(
         or (typ == _T_QUAR and (arg or plen > _MAX_REASON))
         or (typ == _T_STATE and (arg or plen != _STATE_LEN))
     ):
-        raise _err(_X_FIELDS)
+        raise _err("Corrupt", _X_FIELDS)
     return typ, seq, arg, plen
 
 
@@ -693,7 +698,7 @@ class _Index:
 # ============================================================================ queue
 def _opt(v: "Any", lo: int, hi: int, name: str) -> int:
     if not isinstance(v, int) or isinstance(v, bool) or v < lo or v > hi:
-        raise _err(_X_INT, name, lo, hi)
+        raise _err("InvalidArgument", _X_INT, name, lo, hi)
     return v
 
 
@@ -704,7 +709,7 @@ def _bytes_arg(v: "Any", name: str) -> "Buf":
         return bytes(v)  # len() of a wide view counts items, not bytes
     if isinstance(v, (bytes, bytearray, memoryview)):
         return v
-    raise _err(_X_BYTES, name)
+    raise _err("InvalidArgument", _X_BYTES, name)
 
 
 class _Log:
@@ -756,10 +761,14 @@ class Queue:
         def __init__(self, *a, **k):
             # Options, the directory, the lock, then recovery: port/ddq_recover.py (init). The
             # defaults live there only: here they would cost a board's heap for nothing.
+            # NoMemory (and Error) made while the heap has room: _oom makes one when the heap
+            # ran out, where making the class (and growing ddq's globals) could fail [O23].
+            # Here, before ddq_recover loads, it sits below the hole that module's drop leaves.
+            _E("NoMemory")
             try:
                 _part("init", self, *a, **k)
             except MemoryError:  # (init released the lock) [O23]
-                raise _err(_X_NOMEM)
+                raise _err("NoMemory", _X_NOMEM)
 
     # Attributes, set by ddq_recover.init and _reset (annotations alone compile to nothing).
     _closed: bool
@@ -833,9 +842,9 @@ class Queue:
     def _alive(self) -> None:
         self._w0 = self._nap  # (RAM matches the log here: _oom)
         if self._closed:
-            raise _err(_X_CLOSED)
+            raise _err("IOFailure", _X_CLOSED)
         if self._log.h is None:
-            raise _err(_X_STOPPED)
+            raise _err("IOFailure", _X_STOPPED)
 
     def _fail(self) -> None:
         # Fail-stop [R20]: drop the writable handle; only stats/recover/close work until recover().
@@ -853,12 +862,12 @@ class Queue:
         # last _alive() (RAM matched the log there), RAM may not match it now: fail-stop (R20).
         if self._nap != self._w0:
             self._fail()
-        return _err(_X_NOMEM)
+        return _err("NoMemory", _X_NOMEM)
 
     def _now(self) -> int:
         now = self.clock()
         if not isinstance(now, int) or now <= 0 or now > _U64:
-            raise _err(_X_CLOCK, now)
+            raise _err("IOFailure", _X_CLOCK, now)
         return now
 
     def _count(self, state: int, d: int) -> None:
@@ -916,7 +925,7 @@ class Queue:
         if log.off > 0 and log.off + total > self._seg_bytes:
             # Records never straddle segments [F7]: sync and close the full one, open the next.
             if len(log.sizes) >= self._max_segs:
-                raise _err(_X_SEGS)
+                raise _err("Limit", _X_SEGS)
             if log is self._log:
                 self._sync_h()  # (on a storage error: fail-stop, IOFailure)
             else:
@@ -952,7 +961,7 @@ class Queue:
         self._alive()
         total = _MIN_REC + (len(payload) if payload is not None else 0)
         if total > self._seg_bytes:
-            raise _err(_X_RECORD)
+            raise _err("TooLarge", _X_RECORD)
         if self._rm is not None:  # a staged generation's step before this record [C13][C14]
             self._rm.write(self, total, typ)
         log = self._log
@@ -960,7 +969,7 @@ class Queue:
             try:
                 self._compact(total, 0)
             except _E("Full"):
-                raise _err(_X_SEGS_FULL)
+                raise _err("Limit", _X_SEGS_FULL)
             log = self._log
         try:
             off = self._append(log, typ, seq, arg, payload, False)
@@ -995,7 +1004,7 @@ class Queue:
         segment already open for reading (kept open), else it is opened and closed here."""
         name = segment_name(log.gen, sg)
         if sg >= len(log.sizes) or off + _MIN_REC + ln > log.sizes[sg]:
-            raise _err(_X_OUTSIDE, seq, name)
+            raise _err("Corrupt", _X_OUTSIDE, seq, name)
         if log is self._log and sg == len(log.sizes) - 1 and off + _MIN_REC + ln > log.synced:
             # A fresh reader sees only committed bytes (LittleFS; CPython's buffer): an unsynced
             # DATA record is served from RAM (sync="none"), anything else syncs first [D7].
@@ -1017,12 +1026,12 @@ class Queue:
             raise _io_failure(e, "read " + name)
         try:
             if got != total:
-                raise _err(_X_SHORT)
+                raise _err("Corrupt", _X_SHORT)
             t, s, _a, pl = check_record(mv, 0, self._seg_bytes, self._max_payload)
             if t != typ or s != seq or pl != ln:
-                raise _err(_X_OTHER)
+                raise _err("Corrupt", _X_OTHER)
         except _E("Corrupt") as e:
-            raise _err(_X_AT, e.args[0], name, off, seq)
+            raise _err("Corrupt", _X_AT, e.args[0], name, off, seq)
         return mv[_HDR : _HDR + ln]
 
     def _data(self, log: _Log, i: int, seq: int, ln: int) -> memoryview:
@@ -1073,16 +1082,16 @@ class Queue:
                 pos += rlen
         finally:
             self._fs.close(h)
-        raise _err(_X_NO_DATA, seq, name)
+        raise _err("Corrupt", _X_NO_DATA, seq, name)
 
     def _find(self, seq: "Any") -> int:
         self._alive()
         if not isinstance(seq, int) or isinstance(seq, bool):
-            raise _err(_X_NO_ITEM, seq)
+            raise _err("NotFound", _X_NO_ITEM, seq)
         e = self._ix.live.get(seq)  # an item with history knows its index: no binary search
         i = e[_LV_I] if e is not None else self._ix.find(seq)
         if i < 0:
-            raise _err(_X_NO_ITEM, seq)
+            raise _err("NotFound", _X_NO_ITEM, seq)
         return i
 
     def read_into(self, seq: int, buf: "Any") -> int:
@@ -1092,11 +1101,11 @@ class Queue:
             try:  # a writable buffer of bytes, else InvalidArgument and nothing read [O24]
                 memoryview(buf)[0:0] = b""
             except (TypeError, ValueError):
-                raise _err(_X_BYTES, "buf (writable)")
+                raise _err("InvalidArgument", _X_BYTES, "buf (writable)")
             ix = self._ix
             n: int = ix.length(i)
             if len(buf) < n:
-                e = _err(_X_BUFFER, len(buf), n)
+                e = _err("BufferTooSmall", _X_BUFFER, len(buf), n)
                 e.needed = n
                 raise e
             buf[0:n] = self._data(self._log, i, seq, n)
@@ -1121,9 +1130,9 @@ class Queue:
             payload = _bytes_arg(payload, "payload")
             n = len(payload)
             if n > self._max_payload:
-                raise _err(_X_PAYLOAD, n, self._max_payload)
+                raise _err("TooLarge", _X_PAYLOAD, n, self._max_payload)
             if self._next >= _U64:
-                raise _err(_X_SEQS)
+                raise _err("Full", _X_SEQS)
             ix = self._ix
             if self._win:
                 self._hold(n)  # the hold rule, port/ddq_hold.py [H2]
@@ -1132,10 +1141,10 @@ class Queue:
             elif not self._admit(n) or ix.n >= self._max_items:
                 self._compact(_MIN_REC + n, 1 if ix.n >= self._max_items else 0)
                 if not self._admit(n):
-                    raise _err(_X_RESERVE)
+                    raise _err("Full", _X_RESERVE)
             ix = self._ix
             if ix.n >= self._max_items:
-                raise _err(_X_ITEMS)
+                raise _err("Full", _X_ITEMS)
             if self._rstep and self._bld is None and self._rm.due(self, n):
                 self._rm.start(self)  # stage g+1 over the next calls (DESIGN §12) [C13]
             seq = self._next
@@ -1224,7 +1233,7 @@ class Queue:
         if s == done:
             return -1
         if s != _CLAIMED:
-            raise _err(_X_NOT_CLAIMED, seq, STATES[s])
+            raise _err("BadState", _X_NOT_CLAIMED, seq, STATES[s])
         return i
 
     def ack(self, seq: int) -> bool:
@@ -1246,10 +1255,10 @@ class Queue:
             _opt(delay_ms, 0, _U32, "delay_ms")
             attempts, _l, nb = self._ix.history(seq)
             if attempts >= _U32:
-                raise _err(_X_ATTEMPTS)
+                raise _err("Limit", _X_ATTEMPTS)
             nb = self._now() + delay_ms
             if nb > _U64:
-                raise _err(_X_NB)
+                raise _err("Limit", _X_NB)
             self._write(_T_RETRY, seq, nb, None, self._sync_all)
             self._move(self._ix.live[seq][_LV_I], _AVAILABLE, attempts + 1, 0, nb)
         except MemoryError:
@@ -1300,7 +1309,7 @@ class Queue:
                 if tok is not None:
                     self._fs.unlock(tok)
         if err is not None:
-            raise _err(err) if err == _X_NOMEM else _io_failure(err, "sync at close")
+            raise _err("NoMemory", err) if err == _X_NOMEM else _io_failure(err, "sync at close")
 
     # ------------------------------------------------------------------ admission (SPEC §10)
     # libddq's rule, A1-A6, lives in port/ddq_admit.py (a queue with window > 0, as every
@@ -1395,7 +1404,7 @@ def _part(name: str, *a: "Any", **k: "Any") -> "Any":
         mod = None
     if mod is None:  # (MicroPython imports a module that sys.modules holds as None as None)
         w = a[0] if a and m == name else name
-        raise _E("IOFailure")("ddq: port file %s.py missing (needed by %s)" % (m, w))
+        raise _err("IOFailure", "ddq: port file %s.py missing (needed by %s)", m, w)
     if m == name:
         return mod
     if not run:

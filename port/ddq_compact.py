@@ -25,10 +25,8 @@ from ddq import (
     _MANIFEST_TMP,
     _MARKER,
     _U64,
-    Full,
-    IOFailure,
-    Limit,
     _crc,
+    _err,
     _Index,
     _io_failure,
     _Log,
@@ -52,7 +50,7 @@ if TYPE_CHECKING:
 def parse_segment_name(name: str) -> "Optional[tuple[int, int]]":
     """Return (generation, index) for a segment file name, or None [N2][N3][N4]."""
     if not isinstance(name, str):
-        raise _E("InvalidArgument")("name: not a str")  # [O24]
+        raise _err("InvalidArgument", "name: not a str")  # [O24]
     if len(name) == 32 and name[:8] == "segment-" and name[28:] == ".log":
         gd, d = "0", name[8:28]
     elif (
@@ -78,13 +76,13 @@ def _clean(self: "Queue") -> None:
     fs, removed, gen = self._fs, False, self._log.gen
     names = self._fs.listdir(self._dir)
     if len(names) > self._max_segs * 8 + 1024:  # (as ddq_recover.listdir)
-        raise Limit("too many directory entries in " + self._dir)
+        raise _err("Limit", "too many directory entries in " + self._dir)
     for name in names:
         pg = parse_segment_name(name)
         if name in (_MANIFEST_TMP, _INDEX_TMP) or (pg is not None and pg[0] != gen):
             p = self._path(name)
             if fs.kind(p) != 1:
-                raise _E("Corrupt")("not a regular file: " + name)
+                raise _err("Corrupt", "not a regular file: " + name)
             fs.remove(p)
             removed = True
     if removed:
@@ -124,6 +122,7 @@ _ACKED = const(3)
 _QUARANTINED = const(4)
 _EEXIST = const(17)
 _MAN_SIZE = const(48)
+_M_CRC = const(40)  # the manifest's crc field
 
 
 def compact(self: "Queue") -> bool:
@@ -135,11 +134,11 @@ def compact(self: "Queue") -> bool:
         self._alive()
         try:
             self._compact(0, 0)
-        except Full:
+        except _E("Full"):
             if self._sh is not None:
                 try:
                     self._rm.fresh(self, 0, 0)  # C DDQ's queue may have compacted [C14]
-                except Full:
+                except _E("Full"):
                     pass
             return False
         if self._sh is not None:
@@ -161,11 +160,11 @@ def purge(self: "Queue", seqs: "list[int]") -> int:
         try:  # [O24]
             it = iter(seqs)
         except TypeError:
-            raise _E("InvalidArgument")("seqs: not iterable")
+            raise _err("InvalidArgument", "seqs: not iterable")
         for s in it:
             i = self._find(s)
             if self._ix.state(i) != _QUARANTINED:
-                raise _E("BadState")("item %d is not quarantined" % s)
+                raise _err("BadState", "item %d is not quarantined", s)
             if s not in drop:
                 drop.append(s)
         if drop:
@@ -235,7 +234,7 @@ def _prepare_format(self: "Queue") -> None:
                 fs.close(h)
             fs.sync_dir(self._dir)
         elif k != 1 or fs.size(self._path(_MARKER)) != 0:
-            raise _E("Corrupt")("queue.format not empty")
+            raise _err("Corrupt", "queue.format not empty")
         self._clean()
     except OSError as e:
         self._fail()
@@ -253,11 +252,11 @@ def _compact(
         self._rm.drop(self)  # a staged generation gives way to the full copy [C13]
     self._dead = []  # (its _clean deletes them)
     if self._log.h is None:
-        raise IOFailure("queue is fail-stopped")
+        raise _err("IOFailure", "queue is fail-stopped")
     if required and not self._n_acked:
-        raise Full("max_items reached and nothing is acked")
+        raise _err("Full", "max_items reached and nothing is acked")
     if self._log.gen >= _U64:
-        raise Limit("generations exhausted")
+        raise _err("Limit", "generations exhausted")
     self._prepare_format()
     old, ix, fs = self._log, self._ix, self._fs
     new, nix = _Log(old.gen + 1), _Index(self._tc)
@@ -281,7 +280,7 @@ def _compact(
             or nix.n > self._max_items - required
             or (len(new.sizes) >= self._max_segs and new.off + reserve > self._seg_bytes)
         ):
-            raise Full("compaction: no benefit")
+            raise _err("Full", "compaction: no benefit")
         fs.sync(new.h)
         new.synced = new.off
         new.dirty = False
@@ -304,9 +303,9 @@ def _compact(
             except OSError as e2:
                 self._fail()
                 raise _io_failure(e2, "discarding staged generation")
-        if isinstance(e, Limit):  # the copy needs more segments than allowed: no benefit
-            raise Full("the copy does not fit max_segments")
-        if isinstance(e, Full):
+        if isinstance(e, _E("Limit")):  # the copy needs more segments than allowed: no benefit
+            raise _err("Full", "the copy does not fit max_segments")
+        if isinstance(e, _E("Full")):
             raise
         self._fail()  # an uncertain publication: recover before writing again [C7]
         if isinstance(e, OSError):
@@ -384,5 +383,5 @@ def encode_manifest(gen: int, next_seq: int, segs: int, items: int, end: int) ->
     _opt(segs | items, 0, 0xFFFFFFFF, "field")  # (two u32 fields)
     b = bytearray(_MAN_SIZE)
     struct.pack_into(_MAN_FMT, b, 0, _MAN_MAGIC, 1, _MAN_SIZE, gen, next_seq, segs, items, end)
-    struct.pack_into("<II", b, 40, _crc(memoryview(b)[0:40]), 0)
+    struct.pack_into("<II", b, _M_CRC, _crc(memoryview(b)[0:_M_CRC]), 0)
     return bytes(b)

@@ -32,7 +32,7 @@ def leftover(q: "Any", name: str, seg: str, gen: int) -> None:
     m = fs.size(sp) if k == 1 else 0
     n = fs.size(lp)
     if n > q._seg_bytes:  # a cut's copy is a segment's prefix [R15]: a bigger one is no cut
-        raise ddq.Corrupt("%s is larger than segment_bytes" % name)
+        raise ddq._err("Corrupt", "%s is larger than segment_bytes", name)
     b = memoryview(bytearray(128))
     src = fs.open(lp, "rb")
     dst = fs.open(sp, "rb") if m else None
@@ -56,7 +56,11 @@ def leftover(q: "Any", name: str, seg: str, gen: int) -> None:
     elif not m and k < 2 and (ddq.parse_segment_name(seg) or (-1,))[0] == gen:
         fs.rename(lp, sp)
     else:
-        raise ddq.Corrupt(
-            "%s holds bytes from offset %d that %s does not: both kept [R22]" % (name, d, seg)
+        raise ddq._err(
+            "Corrupt",
+            "%s holds bytes from offset %d that %s does not: both kept [R22]",
+            name,
+            d,
+            seg,
         )
     fs.sync_dir(q._dir)

@@ -18,10 +18,7 @@ from ddq import (
     _U32,
     _U64,
     STATES,
-    BadState,
     Claim,
-    InvalidArgument,
-    TooLarge,
     _bytes_arg,
     _err,
     _io_failure,
@@ -44,7 +41,7 @@ _AVAILABLE = const(1)
 _CLAIMED = const(2)
 _QUARANTINED = const(4)
 _MAX_LEASE_MS = const(604800000)
-_X_RESERVE = const(8)  # ddq.py's "Full:admission reserve exhausted"
+_X_RESERVE = const(8)  # ddq.py's "admission reserve exhausted" (a Full)
 _LV_I = const(0)  # a live entry's fields (ddq._Index.live)
 _LV_ATT = const(1)
 _LV_LEASE = const(2)
@@ -58,7 +55,7 @@ def reason(self: "Queue", seq: int) -> bytes:
         self._find(seq)
         r = self._ix.reasons.get(seq)
         if r is None:
-            raise BadState("item %d is not quarantined" % seq)
+            raise _err("BadState", "item %d is not quarantined", seq)
         return bytes(self._read_record(self._log, r[0], r[1], _T_QUAR, seq, r[2]))
     except MemoryError:
         raise self._oom()
@@ -107,9 +104,10 @@ def claim_seq(self: "Queue", seq: int, lease_ms: int) -> Claim:
             self._sweep(e, now)
         s = self._ix.state(i)
         if s != _AVAILABLE:
-            raise BadState("item %d is %s, not available" % (seq, STATES[s]))
+            raise _err("BadState", "item %d is %s, not available", seq, STATES[s])
         if e is None and self._win and len(self._ix.live) >= self._win and not self._room():
-            raise _err(_X_RESERVE)  # the hold rule: no room for one more item with history [H3]
+            # the hold rule: no room for one more item with history [H3]
+            raise _err("Full", _X_RESERVE)
         return self._take(seq, now + lease_ms, i)
     except MemoryError:
         raise self._oom()
@@ -261,9 +259,9 @@ def quarantine(self: "Queue", seq: int, reason: "Buf" = b"") -> bool:
         if self._claimed(seq, _QUARANTINED) < 0:
             return False
         if len(reason) > self.reason_budget:
-            raise TooLarge("reason over %d bytes" % self.reason_budget)
+            raise _err("TooLarge", "reason over %d bytes", self.reason_budget)
         if b"\0" in bytes(reason):
-            raise InvalidArgument("reason must not contain NUL bytes")
+            raise _err("InvalidArgument", "reason must not contain NUL bytes")
         if self._win:  # the hold rule: the reason cut to the room left, or Full [H4]
             reason = self._cut(seq, reason)
         off = self._write(_T_QUAR, seq, 0, reason, self._sync_ack)

@@ -41,9 +41,11 @@ def key(p: str, path: str, f: "Any") -> str:
                     break
             else:
                 f.close()
-                raise ddq.InvalidArgument(path + ": may be a FAT short name; use the long name")
+                raise ddq._err(
+                    "InvalidArgument", path + ": may be a FAT short name; use the long name"
+                )
     k2 = "/" + "/".join(out)
     if k2 in ddq.PosixStorage._held:
         f.close()
-        raise ddq.Locked("locked by this process: " + path)
+        raise ddq._err("Locked", "locked by this process: " + path)
     return k2

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 _MIN_REC = const(48)
 _STATE_REC = const(72)
 _ACKED = const(3)
-_X_RESERVE = const(8)  # "Full:admission reserve exhausted"
+_X_RESERVE = const(8)  # "admission reserve exhausted" (a Full)
 
 
 def _recount(self: "Queue") -> "list[int]":
@@ -96,7 +96,7 @@ def _hold(self: "Queue", n: int) -> None:
     if self._ix.n >= self._max_items:  # as A6: compact with one acked item required
         self._compact(r, 1)
     if not fits(self, r, 1, 0, 0, 0, r):
-        raise _err(_X_RESERVE)
+        raise _err("Full", _X_RESERVE)
     if self._rstep:  # staged reclamation's start rule reads the room left before W4 [H8]
         log, seg = self._log, self._seg_bytes
         p = (self._max_segs - len(log.sizes)) * seg + seg - log.off
@@ -128,7 +128,7 @@ def _cut(self: "Queue", seq: int, reason: "Buf") -> "Buf":
     if _fits(self, dh, n):
         return reason
     if not _fits(self, dh, 0):
-        raise _err(_X_RESERVE)
+        raise _err("Full", _X_RESERVE)
     lo, hi = 0, n  # lo fits, hi does not
     while hi - lo > 1:  # halves: log2(len(reason)) rounds
         m = (lo + hi) // 2

@@ -38,7 +38,12 @@ _QUARANTINED = const(4)
 _REC_MAGIC = const(0x31475144)
 _T_DATA = const(1)
 _T_QUAR = const(5)
+_VERSION = const(1)
+_R_TYPE = const(6)  # the header's fields by offset, as ddq.py's
+_R_RLEN = const(28)
+_HDR = const(40)  # the header's size
 _MIN_REC = const(48)
+_M_CRC = const(40)  # the manifest's crc field (SPEC §5)
 _MAX_REASON = const(4096)
 _IO_LOOPS = const(1048576)
 _SCAN_RECORDS = const(4000000)
@@ -63,6 +68,15 @@ _IX_FMT = "<IHHIIQQIIIIIIIIIIIIIIII"
 _IX_MAGIC = 0x49514444  # b"DDQI"
 _IX_SIZE = const(96)
 _IX_NO_PLAN = 0xFFFFFFFF
+# The body's entries [X2]: a segment's (crc, size, first record_length), u32 each; an item's five
+# columns (seq u64, segment u16, offset u32, length u32, state u8); the offset column after the
+# first two; a live entry (seq u64, attempts u32, lease u64, not_before u64); a hist entry (seq
+# u64, attempts u32, not_before u64) and a reason's (seq u64, segment, offset, length u32).
+_IX_SEG = const(12)
+_IX_ITEM = const(19)
+_IX_OFFS = const(10)
+_IX_LIVE = const(28)
+_IX_HIST = const(20)
 
 
 def abi() -> int:
@@ -75,7 +89,7 @@ def _body(q: "ddq.Queue") -> "Generator[Any, None, None]":
     # chunks of at most _CH items), live, hist, reasons. Sweeps are undone: the file holds the
     # durable state, as a replay would [X3]. Called twice (crc, then write): nothing is kept.
     log, n = q._log, q._ix.n
-    b = bytearray(12)
+    b = bytearray(_IX_SEG)
     for k in range(len(log.ck)):
         struct.pack_into("<III", b, 0, log.ck[k][0], log.ck[k][1], log.ck[k][2])
         yield b
@@ -134,9 +148,9 @@ def _columns(
 
 
 def _entries(q: "ddq.Queue", sw: "dict[int, int]") -> "Generator[Any, None, None]":
-    # The live entries (28 bytes each), the hist entries and the reasons (20 bytes each) [X2].
+    # The live entries, the hist entries and the reasons [X2].
     ix = q._ix
-    for d, w in ((ix.live, 28), (ix.hist, 20), (ix.reasons, 20)):
+    for d, w in ((ix.live, _IX_LIVE), (ix.hist, _IX_HIST), (ix.reasons, _IX_HIST)):
         if not d:
             continue
         b = bytearray(w * len(d))
@@ -157,7 +171,7 @@ def _next_data(q: "ddq.Queue", w: "list[Any]") -> int:
     # The offset of the next DATA record of the (synced) log in log order, one header read a
     # record; w = [segment, position, open handle or None] carries the walk between calls.
     log, hb = q._log, q._rec  # the record buffer's header: no append runs while indexing
-    mv = memoryview(hb)[0:40]
+    mv = memoryview(hb)[0:_HDR]
     for _ in range(_SCAN_RECORDS):
         k: int = w[0]
         pos: int = w[1]
@@ -171,11 +185,13 @@ def _next_data(q: "ddq.Queue", w: "list[Any]") -> int:
             continue
         if w[2] is None:
             w[2] = q._fs.open(q._path(ddq.segment_name(log.gen, k)), "rb")
-        rlen = struct.unpack_from("<I", hb, 28)[0] if q._read_exact(w[2], pos, mv) == 40 else 0
-        if rlen < 48:
+        rlen = (
+            struct.unpack_from("<I", hb, _R_RLEN)[0] if q._read_exact(w[2], pos, mv) == _HDR else 0
+        )
+        if rlen < _MIN_REC:
             break
         w[1] = pos + rlen
-        if hb[6] == 1 and hb[7] == 0:  # a DATA record (type u16 at offset 6)
+        if hb[_R_TYPE] == _T_DATA and hb[_R_TYPE + 1] == 0:  # a DATA record (type: u16)
             return pos
     raise OSError(_EIO, "the log has fewer DATA records than the index has items")
 
@@ -244,13 +260,13 @@ def save(q: "ddq.Queue") -> None:
                             raise OSError(_EIO, "short read in " + path)
                     finally:
                         fs.close(h)
-                    c[2] = struct.unpack_from("<I", q._rec, 28)[0]  # (no append runs here)
+                    c[2] = struct.unpack_from("<I", q._rec, _R_RLEN)[0]  # (no append runs here)
                 c[0], c[1] = crc_span(q, path, c[1], size, c[0]), size
     finally:
         q._rbuf = bytearray(0)
     mcrc = 0
     if q._has_manifest:
-        mcrc = crc_span(q, q._path(ddq._MANIFEST), 0, 40, 0)
+        mcrc = crc_span(q, q._path(ddq._MANIFEST), 0, _M_CRC, 0)
     body = 0
     g = _body(q)
     try:
@@ -341,7 +357,8 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
         or pay > q._max_payload
         or na + nc + nk + nq != n
         or fresh > n
-        or size != _IX_SIZE + 12 * ns + 19 * n + 28 * nlive + 20 * (nhist + nrs)
+        or size
+        != _IX_SIZE + _IX_SEG * ns + _IX_ITEM * n + _IX_LIVE * nlive + _IX_HIST * (nhist + nrs)
         or res
         or flags & 0xFE
         or nrs != nq
@@ -355,9 +372,9 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
     if crc_span(q, q._path(ddq._INDEX), _IX_SIZE, size, 0) != body:
         return -1
     ck: "list[list[int]]" = []
-    b = bytearray(12)
+    b = bytearray(_IX_SEG)
     for k in range(ns):
-        if q._read_exact(h, _IX_SIZE + 12 * k, memoryview(b)) != 12:
+        if q._read_exact(h, _IX_SIZE + _IX_SEG * k, memoryview(b)) != _IX_SEG:
             return -1
         crc, sz, first = struct.unpack_from("<III", b, 0)
         real = fs.size(q._path(ddq.segment_name(gen, k)))
@@ -381,7 +398,7 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
     # of a whole column) [X2]: seqs must increase and segments must not go back.
     nix = ddq._Index(q._tc)
     ro, rsq, sfo, mx = nix.ro, nix.rs, nix.sfo, q._max_payload
-    pos = _IX_SIZE + 12 * ns
+    pos = _IX_SIZE + _IX_SEG * ns
     prev = sgp = 0
     # [X10] what the columns hold, against the header: items by state (cnt[1..4]), the largest
     # length, plain available items below fresh (claim would never reach them: bf, less those
@@ -471,8 +488,9 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
         n and n == cp[_CP_ITEMS] and prev >= cp[_CP_NEXT]
     ):
         return -1
-    live, hist, rs = bytearray(28 * nlive), bytearray(20 * nhist), bytearray(20 * nrs)
-    pos += 19 * n
+    live, hist = bytearray(_IX_LIVE * nlive), bytearray(_IX_HIST * nhist)
+    rs = bytearray(_IX_HIST * nrs)
+    pos += _IX_ITEM * n
     for b in (live, hist, rs):
         if len(b) and q._read_exact(h, pos, memoryview(b)) != len(b):
             return -1
@@ -480,7 +498,7 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
     nix.n, nix.fresh = n, fresh
     lc = 0
     for k in range(nlive):
-        s, a, lease, nb = struct.unpack_from("<QIQQ", live, 28 * k)
+        s, a, lease, nb = struct.unpack_from("<QIQQ", live, _IX_LIVE * k)
         i = nix.find(s)
         v = nix.state(i) if i >= 0 else 0
         if v != _AVAILABLE and v != _CLAIMED:
@@ -495,13 +513,13 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
     if lc != nc or bf or len(nix.live) != nlive:
         return -1
     for k in range(nhist):
-        s, a, nb = struct.unpack_from("<QIQ", hist, 20 * k)
+        s, a, nb = struct.unpack_from("<QIQ", hist, _IX_HIST * k)
         i = nix.find(s)
         if i >= 0 and nix.state(i) < _ACKED:  # history of a terminal item only
             return -1
         nix.hist[s] = [a, nb]
     for k in range(nrs):
-        s, sg, off, ln = struct.unpack_from("<QIII", rs, 20 * k)
+        s, sg, off, ln = struct.unpack_from("<QIII", rs, _IX_HIST * k)
         i = nix.find(s)
         if i < 0 or nix.state(i) != _QUARANTINED or ln > _MAX_REASON or sg >= ns:
             return -1
@@ -509,7 +527,7 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
         nix.reasons[s] = [sg, off, ln]
     if len(nix.reasons) != nrs or pay != pmax:
         return -1
-    if not _log_ok(q, h, nix, ck, _IX_SIZE + 12 * ns + 10 * n):
+    if not _log_ok(q, h, nix, ck, _IX_SIZE + _IX_SEG * ns + _IX_OFFS * n):
         return -1
     # Adopt: the covered segments but the last are whole; the last resumes its replay.
     q._ix, q._next = nix, nxt
@@ -542,7 +560,7 @@ def _log_ok(q: "ddq.Queue", h: "Any", nix: "Any", ck: "list[list[int]]", offs: i
             at.append(sfo[k])
             at.append(e - 1)
     at.sort()
-    w: "list[Any]" = [-1, None, bytearray(40)]  # the open segment: index, handle; a header
+    w: "list[Any]" = [-1, None, bytearray(_HDR)]  # the open segment: index, handle; a header
     ob = bytearray(4)
     try:
         last = p = -1
@@ -591,10 +609,10 @@ def _rec(q: "ddq.Queue", w: "list[Any]", sg: int, pos: int, ck: "list[list[int]]
         w[1] = q._fs.open(q._path(ddq.segment_name(q._log.gen, sg)), "rb")
         w[0] = sg
     hb = w[2]
-    if q._read_exact(w[1], pos, memoryview(hb)) != 40:
+    if q._read_exact(w[1], pos, memoryview(hb)) != _HDR:
         return None
     magic, ver, typ, seq, _a, plen, rlen, _c, _r = struct.unpack_from(ddq._REC_FMT, hb, 0)
-    if magic != _REC_MAGIC or ver != 1 or rlen != _MIN_REC + plen or pos + rlen > ck[sg][1]:
+    if magic != _REC_MAGIC or ver != _VERSION or rlen != _MIN_REC + plen or pos + rlen > ck[sg][1]:
         return None
     return typ, seq, plen, rlen
 
@@ -627,7 +645,7 @@ def crc_span(q: "ddq.Queue", path: str, pos: int, end: int, c: int, fl: "Any" = 
             if n <= 0:
                 raise OSError(_EIO, "short read in " + path)
             if fl is not None and not pos:
-                fl.append(struct.unpack_from("<I", mv, 28)[0] if n >= 32 else 0)
+                fl.append(struct.unpack_from("<I", mv, _R_RLEN)[0] if n >= _R_RLEN + 4 else 0)
             c = ddq._crc(mv[0:n], c)
             pos += n
     finally:

@@ -279,7 +279,7 @@ def _scan(q: "ddq.Queue", b: Build, old: "ddq._Log", seq: int, ln: int) -> "Any"
         k, pos = b.rk, b.rp
         if pos >= old.sizes[k]:
             if k + 1 >= len(old.sizes):
-                raise ddq.Corrupt("DATA record of seq %d not found" % seq)
+                raise ddq._err("Corrupt", "DATA record of seq %d not found", seq)
             b.rk, b.rp = k + 1, 0
             continue
         h = _reader(q, b, old, k)
@@ -287,13 +287,13 @@ def _scan(q: "ddq.Queue", b: Build, old: "ddq._Log", seq: int, ln: int) -> "Any"
             raise OSError(_EIO, "short read in " + ddq.segment_name(old.gen, k))
         m, _v, typ, s, _a, plen, rlen, _c, _r = struct.unpack_from(_REC_FMT, q._rec, 0)
         if m != _REC_MAGIC or rlen < _MIN_REC:
-            raise ddq.Corrupt("bad record in %s at %d" % (ddq.segment_name(old.gen, k), pos))
+            raise ddq._err("Corrupt", "bad record in %s at %d", ddq.segment_name(old.gen, k), pos)
         b.rp = pos + rlen
         if typ == _T_DATA:
             if s == seq:
                 return q._read_record(old, k, pos, _T_DATA, seq, ln, h)
             if s > seq:
-                raise ddq.Corrupt("DATA record of seq %d not found" % seq)
+                raise ddq._err("Corrupt", "DATA record of seq %d not found", seq)
     return None
 
 
@@ -320,7 +320,7 @@ def _tail(q: "ddq.Queue", b: Build, old: "ddq._Log", k: int, pos: int) -> None:
         return
     j = nix.find(seq)
     if j < 0 or typ == _T_STATE:
-        raise ddq.Corrupt("record of seq %d does not follow the snapshot" % seq)
+        raise ddq._err("Corrupt", "record of seq %d does not follow the snapshot", seq)
     a, _l, nb = nix.history(seq)
     if typ == _T_CLAIM:
         nix.put(j, _CLAIMED)
@@ -433,7 +433,7 @@ def fresh(q: "ddq.Queue", reserve: int, required: int) -> None:
     if sh is None:
         return
     if required and sh[3] <= q._n_avail + q._n_claimed + q._n_quar:
-        raise ddq.Full("max_items reached and nothing is acked")
+        raise ddq._err("Full", "max_items reached and nothing is acked")
     # The indexes of the AVAILABLE items with history (each gets a STATE) and of the reasons:
     # small tables, so the pass over the column reads no seq.
     st = {}
@@ -464,7 +464,7 @@ def fresh(q: "ddq.Queue", reserve: int, required: int) -> None:
                     if x:
                         if k == 0 or o + x > seg:
                             if k >= w:
-                                raise ddq.Full("the copy does not fit max_segments")
+                                raise ddq._err("Full", "the copy does not fit max_segments")
                             k += 1
                             o = 0
                         o += x
@@ -474,7 +474,7 @@ def fresh(q: "ddq.Queue", reserve: int, required: int) -> None:
     if k == 0:
         k = 1  # the copy's first segment exists even when empty
     if total >= sh[2] or n > q._max_items - required or (k >= w and o + reserve > seg):
-        raise ddq.Full("compaction: no benefit")
+        raise ddq._err("Full", "compaction: no benefit")
     sh[0], sh[1], sh[2], sh[3] = k, o, total, n
 
 
@@ -490,13 +490,13 @@ def admit(q: "ddq.Queue", n: int) -> None:
     if not q._admit(n, sh) or sh[3] >= mx:
         fresh(q, _MIN_REC + n, 1 if sh[3] >= mx else 0)
         if not q._admit(n, sh):
-            raise ddq.Full("admission reserve exhausted")
+            raise ddq._err("Full", "admission reserve exhausted")
     if sh[3] >= mx:
-        raise ddq.Full("max_items reached")
+        raise ddq._err("Full", "max_items reached")
     if not q._admit(n, None, True) or q._ix.n >= mx:
         q._compact(_MIN_REC + n, 1 if q._ix.n >= mx else 0)
         if not q._admit(n, None, True) or q._ix.n >= mx:
-            raise ddq.Full("admission reserve exhausted")
+            raise ddq._err("Full", "admission reserve exhausted")
 
 
 def shadow(q: "ddq.Queue", total: int, typ: int) -> None:
@@ -509,7 +509,7 @@ def shadow(q: "ddq.Queue", total: int, typ: int) -> None:
         try:
             fresh(q, total, 0)
         except ddq.Full:
-            raise ddq.Limit("segment limit reached and compaction gave no room")
+            raise ddq._err("Limit", "segment limit reached and compaction gave no room")
     q._place(sh, total)
     sh[2] += total
     if typ == _T_DATA:

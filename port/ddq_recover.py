@@ -30,12 +30,10 @@ from ddq import (
     _REC_FMT,
     _U32,
     _U64,
-    Full,
-    IOFailure,
-    Limit,
     PosixStorage,
     _bytes_arg,
     _crc,
+    _err,
     _import,
     _Index,
     _io_failure,
@@ -73,6 +71,7 @@ _CLAIMED = const(2)
 _ACKED = const(3)
 _QUARANTINED = const(4)
 _MAN_SIZE = const(48)
+_M_CRC = const(40)  # the manifest's crc field
 _MAX_REASON = const(4096)
 _SCAN_RECORDS = const(4000000)
 _IO_LOOPS = const(1048576)
@@ -116,7 +115,7 @@ _CUT = ".reserve"
 def recover(self: "Queue") -> None:
     """Rebuild all state from disk; the only way out of fail-stop [R1]-[R18]."""
     if self._closed:
-        raise IOFailure("queue is closed")
+        raise _err("IOFailure", "queue is closed")
     self._fail()  # (abandons a staged generation too)
     _reset(self)
     salv = None  # on_corrupt="salvage" [K9], once N7 passed: a special file is never salvaged
@@ -127,7 +126,7 @@ def recover(self: "Queue") -> None:
         salv = self._salv
         marker = fs.kind(self._path(_MARKER))
         if marker not in (0, 1) or (marker == 1 and fs.size(self._path(_MARKER)) != 0):
-            raise _E("Corrupt")("queue.format is not an empty regular file")
+            raise _err("Corrupt", "queue.format is not an empty regular file")
         mpath = self._path(_MANIFEST)
         mk = fs.kind(mpath)
         if mk == 0 and marker == 1 and fs.kind(self._path(_MANIFEST_TMP)) == 1:
@@ -136,7 +135,7 @@ def recover(self: "Queue") -> None:
             try:
                 decode_manifest(_read_small(self, self._path(_MANIFEST_TMP), _MAN_SIZE + 1))
             except _E("Corrupt"):
-                raise _E("Corrupt")("queue.manifest missing and queue.manifest.tmp invalid")
+                raise _err("Corrupt", "queue.manifest missing and queue.manifest.tmp invalid")
             fs.rename(self._path(_MANIFEST_TMP), mpath)
             fs.sync_dir(self._dir)
             mk = 1
@@ -145,13 +144,13 @@ def recover(self: "Queue") -> None:
         gen = mcrc = 0
         if mk == 0:
             if marker == 1:
-                raise _E("Corrupt")("queue.manifest missing but queue.format present [R3]")
+                raise _err("Corrupt", "queue.manifest missing but queue.format present [R3]")
         else:
             if mk != 1:
-                raise _E("Corrupt")("queue.manifest is not a regular file")
+                raise _err("Corrupt", "queue.manifest is not a regular file")
             mb = _read_small(self, mpath, _MAN_SIZE + 1)
             gen, nxt, segs, items, end = decode_manifest(mb)
-            mcrc = _crc(mb[0:40])  # = its CRC field (a crc32 over its own CRC is a constant)
+            mcrc = _crc(mb[0:_M_CRC])  # = its CRC field (a crc32 over its own CRC is a constant)
             if (
                 nxt == 0
                 or segs == 0
@@ -160,7 +159,7 @@ def recover(self: "Queue") -> None:
                 or end > self._seg_bytes
                 or (gen != 0 and marker != 1)
             ):
-                raise _E("Corrupt")("queue.manifest fields out of range for these options")
+                raise _err("Corrupt", "queue.manifest fields out of range for these options")
             cp = [segs, items, end, nxt]
             seen = False
             self._has_manifest = True
@@ -172,8 +171,8 @@ def recover(self: "Queue") -> None:
                 if _part("parse_segment_name")(seg):  # (in ddq_compact: rare here)
                     try:  # only after a crash inside a cut (import heap)
                         m = _part("ddq_cut")
-                    except IOFailure as x:  # R22: refused, nothing changed
-                        raise _E("Corrupt")("%s: %s [R22]" % (name, x.args[0]))
+                    except _E("IOFailure") as x:  # R22: refused, nothing changed
+                        raise _err("Corrupt", "%s: %s [R22]", name, x.args[0])
                     m.leftover(self, name, seg, gen)
                     cut = True
         if cut:
@@ -203,7 +202,7 @@ def recover(self: "Queue") -> None:
                     continue
                 ids.append(i)
                 if len(ids) > self._max_segs:
-                    raise Limit("more segments than max_segments")
+                    raise _err("Limit", "more segments than max_segments")
             elif (
                 name == _MANIFEST_TMP
                 or name == _INDEX_TMP
@@ -215,11 +214,11 @@ def recover(self: "Queue") -> None:
         ids.sort()
         for k in range(len(ids)):
             if ids[k] != k:
-                raise _E("Corrupt")("segment %d of generation %d is missing" % (k, gen))
+                raise _err("Corrupt", "segment %d of generation %d is missing", k, gen)
         nseg = len(ids)
         ids = []
         if self._has_manifest and nseg < cp[_CP_SEGS]:
-            raise _E("Corrupt")("fewer segments than the manifest names")
+            raise _err("Corrupt", "fewer segments than the manifest names")
         if not nseg:
             self._new_segment(log, False)
         st = [seen, False, False]  # [_ST_SEEN, _ST_SNAP, _ST_REASON]
@@ -227,7 +226,10 @@ def recover(self: "Queue") -> None:
         if nseg and self._ix_bytes and fs.kind(self._path(_INDEX)) == 1:  # a stat, no import
             try:
                 m = _part("ddq_index")
-            except (MemoryError, IOFailure):  # no room for it, or not installed: replay [X5][X9]
+            except (
+                MemoryError,
+                _E("IOFailure"),
+            ):  # no room for it, or not installed: replay [X5][X9]
                 m = None
             if m is not None:
                 start = m.load(self, nseg, cp, mcrc)
@@ -248,7 +250,7 @@ def recover(self: "Queue") -> None:
                 finally:
                     self._ix_bytes, self._salv = kept
         if not st[_ST_SEEN]:
-            raise _E("Corrupt")("the manifest's snapshot boundary was never reached")
+            raise _err("Corrupt", "the manifest's snapshot boundary was never reached")
         if nseg > 1 and nseg > cp[_CP_SEGS] and not log.sizes[-1]:
             # [R23] An empty last segment past the manifest's boundary: a rotation whose record
             # never became durable (a power cut or ENOSPC after W3's create, or its torn record
@@ -298,7 +300,7 @@ def listdir(self: "Queue") -> "list[str]":
     was filled to stall the open)."""
     names: "list[str]" = self._fs.listdir(self._dir)
     if len(names) > self._max_segs * 8 + 1024:
-        raise _E("Limit")("too many directory entries in " + self._dir)
+        raise _err("Limit", "too many directory entries in " + self._dir)
     return names
 
 
@@ -337,7 +339,7 @@ def _regular(self: "Queue", names: "list[str]", why: str = "") -> None:
             if why
             else n[:6] == "queue." or n[:8] == "segment-" or n[:11] == "generation-"
         ) and _bad(fs, d + "/" + n, t, why):
-            raise _E("Corrupt")(why + n + " is not a regular file [N7]")
+            raise _err("Corrupt", why + n + " is not a regular file [N7]")
 
 
 def _read_small(self: "Queue", path: str, n: int) -> bytes:
@@ -354,7 +356,7 @@ def _checkpoint(self: "Queue", sg: int, pos: int, cp: "list[int]", st: "list[boo
     # [R8] the manifest's snapshot boundary: counts must match when the replay reaches it.
     if not st[_ST_SEEN] and sg + 1 == cp[_CP_SEGS]:
         if pos > cp[_CP_END]:
-            raise _E("Corrupt")("a record crosses the snapshot boundary")
+            raise _err("Corrupt", "a record crosses the snapshot boundary")
         if pos == cp[_CP_END]:
             if (
                 self._ix.n != cp[_CP_ITEMS]
@@ -362,7 +364,7 @@ def _checkpoint(self: "Queue", sg: int, pos: int, cp: "list[int]", st: "list[boo
                 or st[_ST_REASON]
                 or (self._log.gen == 0 and self._next != cp[_CP_NEXT])
             ):
-                raise _E("Corrupt")("snapshot boundary does not match the manifest")
+                raise _err("Corrupt", "snapshot boundary does not match the manifest")
             self._next = cp[_CP_NEXT]
             st[_ST_SEEN] = True
 
@@ -437,7 +439,7 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
         path = pf % sg
         size = fs.size(path)
         if size > seg_bytes:
-            raise _E("Corrupt")("%s is larger than segment_bytes" % path[lp:])
+            raise _err("Corrupt", "%s is larger than segment_bytes", path[lp:])
         if not st[_ST_SEEN] and sg + 1 == cp[_CP_SEGS]:
             _checkpoint(self, sg, 0, cp, st)
         boundary = sg + 1 == cp[_CP_SEGS]  # only this segment holds the manifest's boundary [R8]
@@ -480,7 +482,7 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                     if last and st[_ST_SEEN]:
                         torn = True
                         break
-                    raise _E("Corrupt")("short record at %s offset %d" % (path[lp:], pos))
+                    raise _err("Corrupt", "short record at %s offset %d", path[lp:], pos)
                 p = pos - wpos
                 if _MP:
                     # Fields by byte on MicroPython: unpack_from parses its format and builds a
@@ -496,12 +498,12 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                     if last and st[_ST_SEEN] and _uniform(self, h, pos, size):
                         torn = True
                         break
-                    raise _E("Corrupt")("bad record header at %s offset %d" % (path[lp:], pos))
+                    raise _err("Corrupt", "bad record header at %s offset %d", path[lp:], pos)
                 if rlen > left:  # [R10] declared length runs past the end
                     if last and st[_ST_SEEN]:
                         torn = True
                         break
-                    raise _E("Corrupt")("truncated record at %s offset %d" % (path[lp:], pos))
+                    raise _err("Corrupt", "truncated record at %s offset %d", path[lp:], pos)
                 if pos + rlen > wend:  # the record runs past the window: refill from pos
                     mv = self._buf(rlen)
                     mvlen = len(mv)
@@ -605,7 +607,7 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                     if last and st[_ST_SEEN] and _uniform(self, h, pos + rlen - 8, size):
                         torn = True  # [R11] the footer and all after it never reached the medium
                         break
-                    raise _E("Corrupt")("%s at %s offset %d" % (err, path[lp:], pos))
+                    raise _err("Corrupt", "%s at %s offset %d", err, path[lp:], pos)
                 if (
                     pos == 0
                     and sg > 0
@@ -616,8 +618,11 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                     # then): end + that record > every earlier segment, whatever W each open had.
                     # Only inside a snapshot is k's first record that record: past it libddq
                     # (no R23) may have appended to the empty segment a lost rotation left [V3].
-                    raise _E("Corrupt")(
-                        "segment %d of generation %d ends early (lost its end)" % (sg - 1, log.gen)
+                    raise _err(
+                        "Corrupt",
+                        "segment %d of generation %d ends early (lost its end)",
+                        sg - 1,
+                        log.gen,
                     )
                 if typ == _T_DATA:  # [R5] appended in seq order (_apply's rules for the rest)
                     prefix = gen_nz and not st[_ST_SEEN]
@@ -627,12 +632,17 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                         or (not prefix and seq != self._next)
                         or (prefix and st[_ST_REASON])
                     ):
-                        raise _E("Corrupt")(
-                            "DATA sequence out of order at %s offset %d (seq %d)"
-                            % (path[lp:], pos, seq)
+                        raise _err(
+                            "Corrupt",
+                            "DATA sequence out of order at %s offset %d (seq %d)",
+                            path[lp:],
+                            pos,
+                            seq,
                         )
                     if n >= max_items:
-                        raise Full("more items than max_items; reopen with the writer's limits")
+                        raise _err(
+                            "Full", "more items than max_items; reopen with the writer's limits"
+                        )
                     # _Index.add without its call (a heap frame each) while the item joins a
                     # chunk whose items all have its length: a run starts where seqs are not
                     # consecutive, a segment's first item (state bits 0 already: AVAILABLE).
@@ -704,15 +714,20 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                         try:
                             _apply(self, sg, pos, typ, seq, arg, plen, mv, p, st, i, le)
                         except _E("Corrupt") as x:
-                            raise _E("Corrupt")(
-                                "%s at %s offset %d (seq %d)" % (x.args[0], path[lp:], pos, seq)
+                            raise _err(
+                                "Corrupt",
+                                "%s at %s offset %d (seq %d)",
+                                x.args[0],
+                                path[lp:],
+                                pos,
+                                seq,
                             )
                 pos += rlen
                 done += 1
                 if boundary and not st[_ST_SEEN]:
                     _checkpoint(self, sg, pos, cp, st)
             else:
-                raise Limit("too many records in " + path[lp:])
+                raise _err("Limit", "too many records in " + path[lp:])
         finally:
             self.replayed_records += done
             fs.close(h)
@@ -784,7 +799,7 @@ def _apply(
     ix = self._ix
     prefix = self._log.gen != 0 and not st[_ST_SEEN]
     if i < 0:
-        raise _E("Corrupt")("record for unknown seq")
+        raise _err("Corrupt", "record for unknown seq")
     s = ix.state(i)
     if e is not None:
         a, lease, nb = e[_LV_ATT], e[_LV_LEASE], e[_LV_NB]
@@ -799,7 +814,7 @@ def _apply(
         if state not in (_AVAILABLE, _CLAIMED, _QUARANTINED) or (state == _CLAIMED) != (
             lease != 0
         ):
-            raise _E("Corrupt")("bad STATE snapshot")
+            raise _err("Corrupt", "bad STATE snapshot")
         self._move(i, state, a, lease, nb)
         st[_ST_SNAP] = True
         st[_ST_REASON] = state == _QUARANTINED
@@ -814,7 +829,7 @@ def _apply(
         ix.reasons[seq] = [sg, off, plen]
         st[_ST_REASON] = False
     elif prefix:
-        raise _E("Corrupt")("record not allowed inside a snapshot")
+        raise _err("Corrupt", "record not allowed inside a snapshot")
     elif typ == _T_CLAIM and s in (_AVAILABLE, _CLAIMED):
         self._move(i, _CLAIMED, a, arg, nb)
     elif typ == _T_ACK and s == _CLAIMED:
@@ -825,7 +840,7 @@ def _apply(
         self._move(i, _QUARANTINED, a, 0, nb)
         ix.reasons[seq] = [sg, off, plen]
     else:
-        raise _E("Corrupt")("illegal transition")
+        raise _err("Corrupt", "illegal transition")
 
 
 def init(
@@ -854,7 +869,7 @@ def init(
     self._closed = True
     self._lock = None
     if not isinstance(path, str) or not path or len(path) >= 4096:
-        raise _E("InvalidArgument")("path must be a non-empty str shorter than 4096")
+        raise _err("InvalidArgument", "path must be a non-empty str shorter than 4096")
     self._seg_bytes = _opt(segment_bytes, 256, 64 * 1048576, "segment_bytes")
     self._max_payload = _opt(max_payload_bytes, 1, segment_bytes - _MIN_REC, "max_payload_bytes")
     self._max_items = _opt(max_items, 1, 1000000, "max_items")
@@ -871,18 +886,18 @@ def init(
     # The index's lengths: u16 where every payload length fits 16 bits, else u32 (§4).
     self._tc = "H" if self._max_payload <= 65535 else "I"
     if clock is not None and not callable(clock):
-        raise _E("InvalidArgument")("clock must be callable")
+        raise _err("InvalidArgument", "clock must be callable")
     if sync not in ("always", "ack", "none"):
-        raise _E("InvalidArgument")("sync must be 'always', 'ack' or 'none'")
+        raise _err("InvalidArgument", "sync must be 'always', 'ack' or 'none'")
     for n in dir(PosixStorage) if storage is not None else ():  # [O24] an instance with
         # every method of the seam (PosixStorage's public names; truncate is optional, S8)
         if n[0] != "_" and n != "truncate":
             if isinstance(storage, type) or not callable(getattr(storage, n, None)):
-                raise _E("InvalidArgument")("storage: an object with the storage seam's methods")
+                raise _err("InvalidArgument", "storage: an object with the storage seam's methods")
     # "salvage": recovery's Corrupt salvages in place (ddq_salvage, loaded only then) [K9]
     self._salv = [0, 0] if on_corrupt == "salvage" else None
     if not self._salv and on_corrupt != "raise":
-        raise _E("InvalidArgument")("on_corrupt")
+        raise _err("InvalidArgument", "on_corrupt")
     self._sync_all = sync == "always"
     self._sync_ack = sync != "none"
     self.clock = clock if clock is not None else _wall_ms
@@ -916,7 +931,7 @@ def init(
         except OSError as e:
             raise _io_failure(e, "mkdir " + self._dir)
     elif k != 2:
-        raise _E("InvalidArgument")("not a directory: " + self._dir)
+        raise _err("InvalidArgument", "not a directory: " + self._dir)
     try:
         self._lock = self._fs.lock(self._dir)
     except OSError as e:
@@ -999,9 +1014,9 @@ def lock(self: "PosixStorage", path: str) -> "Any":
             out.append(part)
     key = "/" + "/".join(out)
     if key in PosixStorage._held:
-        raise _E("Locked")("locked by this process: " + path)
+        raise _err("Locked", "locked by this process: " + path)
     if _bad(self, path + "/" + _LOCK, 0):  # [N7] before the open: a FIFO would block it
-        raise _E("Corrupt")(_LOCK + " is not a regular file [N7]")
+        raise _err("Corrupt", _LOCK + " is not a regular file [N7]")
     f = self.open(path + "/" + _LOCK, "ab")
     held = None
     fcntl = _import("fcntl")
@@ -1030,7 +1045,7 @@ def lock(self: "PosixStorage", path: str) -> "Any":
         f.close()
         if held is not None:
             held.close()
-        raise _E("Locked")("locked by another process: %s (%r)" % (path, e))
+        raise _err("Locked", "locked by another process: %s (%r)", path, e)
     PosixStorage._held.append(key)
     return (key, f, held)
 
@@ -1041,15 +1056,15 @@ def decode_manifest(b: "Buf") -> "tuple[int, int, int, int, int]":
     Raises Corrupt if it breaks a rule."""
     b = _bytes_arg(b, "manifest")  # [O24]
     if len(b) != _MAN_SIZE:
-        raise _E("Corrupt")("manifest size")
+        raise _err("Corrupt", "manifest size")
     magic, ver, size, gen, nxt, segs, items, end = struct.unpack_from(_MAN_FMT, b, 0)
-    crc, res = struct.unpack_from("<II", b, 40)
+    crc, res = struct.unpack_from("<II", b, _M_CRC)
     if (
         magic != _MAN_MAGIC
         or ver != 1
         or size != _MAN_SIZE
         or res != 0
-        or crc != _crc(memoryview(b)[0:40])
+        or crc != _crc(memoryview(b)[0:_M_CRC])
     ):
-        raise _E("Corrupt")("manifest header or crc")
+        raise _err("Corrupt", "manifest header or crc")
     return gen, nxt, segs, items, end

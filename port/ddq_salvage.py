@@ -106,10 +106,10 @@ def _options(opts: "dict[str, Any]") -> "tuple[int, int, int, int]":
     for name, default, lo, hi in _DEFAULTS:
         v = opts.get(name, default)
         if not isinstance(v, int) or isinstance(v, bool) or v < lo or v > hi:
-            raise ddq.InvalidArgument("%s must be an int in %d..%d" % (name, lo, hi))
+            raise ddq._err("InvalidArgument", "%s must be an int in %d..%d", name, lo, hi)
         out.append(v)
     if out[1] > out[0] - _MIN_REC:
-        raise ddq.InvalidArgument("max_payload_bytes must be at most segment_bytes - 48")
+        raise ddq._err("InvalidArgument", "max_payload_bytes must be at most segment_bytes - 48")
     return out[0], out[1], out[2], out[3]
 
 
@@ -385,7 +385,7 @@ class _Scan:
                     it[_NB] = nb
                 p += rlen
             else:
-                raise ddq.Limit("more than %d records in %s" % (_SCAN_RECORDS, name))
+                raise ddq._err("Limit", "more than %d records in %s", _SCAN_RECORDS, name)
             if boundary > size:
                 self.damage(gen, name, size, boundary)  # the manifest's boundary lies past the end
         finally:
@@ -488,16 +488,16 @@ def salvage(src: str, dst: str, **options: "Any") -> "dict[str, Any]":
     sb, mp, mi, ms = _options(options)
     fs = options.get("storage") or ddq.PosixStorage()
     if not isinstance(src, str) or not isinstance(dst, str):
-        raise ddq.InvalidArgument("src and dst must be str paths")
+        raise ddq._err("InvalidArgument", "src and dst must be str paths")
     src = src.rstrip("/") or "/"
     dst = dst.rstrip("/") or "/"
     if fs.kind(src) != 2:
-        raise ddq.InvalidArgument("not a directory: " + src)
+        raise ddq._err("InvalidArgument", "not a directory: " + src)
     if fs.kind(dst) != 0:
-        raise ddq.InvalidArgument("exists: " + dst)
+        raise ddq._err("InvalidArgument", "exists: " + dst)
     names = fs.listdir(src)
     if len(names) > ms * 8 + 1024:
-        raise ddq.Limit("more than %d directory entries" % (ms * 8 + 1024))
+        raise ddq._err("Limit", "more than %d directory entries", ms * 8 + 1024)
     entries = {}
     for n in names:
         entries[n] = src + "/" + n
@@ -505,7 +505,7 @@ def salvage(src: str, dst: str, **options: "Any") -> "dict[str, Any]":
     if report["output"] is None:
         return report
     if len(kept) > mi:
-        raise ddq.Full("%d items exceed max_items %d" % (len(kept), mi))
+        raise ddq._err("Full", "%d items exceed max_items %d", len(kept), mi)
     _write(sc, fs, dst, report["generation"], report["next_seq"], kept, final, sb, ms)
     return report
 
@@ -771,7 +771,7 @@ def _copy(sc: _Scan, files: "dict[int, Any]", pi: int, off: int, typ: int, seq: 
         f = files[pi] = fs.open(sc.paths[pi], "rb")
     r = sc._valid(f, off, fs.size(sc.paths[pi]))
     if r is None or r[0] != typ or r[1] != seq:
-        raise ddq.Corrupt("%s changed at offset %d during salvage" % (sc.names[pi], off))
+        raise ddq._err("Corrupt", "%s changed at offset %d during salvage", sc.names[pi], off)
     return _read_at(fs, f, off + _HDR, r[3])
 
 
@@ -834,7 +834,9 @@ def _stage(
                     out = None
                     idx += 1
                     if idx >= ms:
-                        raise ddq.Limit("the salvaged items need more than max_segments segments")
+                        raise ddq._err(
+                            "Limit", "the salvaged items need more than max_segments segments"
+                        )
                     out = fs.open(dst + "/" + ddq.segment_name(gen, idx), "wb")
                     off = 0
                 fs.write(out, r)
@@ -969,7 +971,7 @@ def in_place(q: "Any", err: "Any") -> None:
     try:
         rep = _in_place(q, q._fs, q._dir, err)
     except OSError as e:
-        raise ddq.IOFailure("salvage in place: %r" % (e,))
+        raise ddq._err("IOFailure", "salvage in place: %r", e)
     s, q._salv = q._salv, None  # this recovery raises whatever it finds
     try:
         q.recover()
@@ -1027,10 +1029,10 @@ def _in_place(q: "Any", fs: "Any", d: str, err: "Any") -> "dict[str, Any]":
         # No room within the bound C9 [K11]: a new directory beside it, the queue fail-stopped.
         dst = d + _ROOM
         if fs.kind(dst) != 0:
-            raise ddq.Corrupt("%s; no room to salvage in place and %s exists" % (err, dst))
+            raise ddq._err("Corrupt", "%s; no room to salvage in place and %s exists", err, dst)
         rep["output"] = dst
         _write(sc, fs, dst, rep["generation"], rep["next_seq"], kept, final, sb, 4096)
-        raise ddq.Corrupt("%s; no room to salvage in place: salvaged into %s" % (err, dst))
+        raise ddq._err("Corrupt", "%s; no room to salvage in place: salvaged into %s", err, dst)
     rep["generation"] = gen
     if tag < 0:  # 1.
         tag = gen

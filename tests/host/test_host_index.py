@@ -445,6 +445,19 @@ def test_ddq_index_constants_equal_ddq_and_the_spec():
     assert (ddq_index._CH, ddq_index._CS, ddq_index._CM) == (ddq_mod._CH, ddq_mod._CS, ddq_mod._CM)
     assert struct.calcsize(ddq_index._IX_FMT) == ddq_index._IX_SIZE == fsck.IX_HEADER
     assert ddq_mod._MAN_SIZE + 1 == 49  # ddq_index reads the manifest with this bound
+    # the record header's offsets and the manifest's crc field, named once (issue 37 item 2)
+    for name in ("_VERSION", "_R_TYPE", "_R_RLEN", "_HDR", "_M_CRC"):
+        assert getattr(ddq_index, name) == getattr(ddq_mod, name), name
+    assert struct.calcsize(ddq_mod._REC_FMT[:3]) == ddq_mod._R_TYPE  # magic version | type
+    assert struct.calcsize(ddq_mod._MAN_FMT) == ddq_mod._M_CRC
+    # the body's entries [X2], as SPEC §12.1, ddq_index's packing formats and fsck give them
+    from ddqhost.fsck import format as ff
+
+    assert ddq_index._IX_SEG == struct.calcsize("<III") == ff.IX_SEG
+    assert ddq_index._IX_ITEM == struct.calcsize("<QHIIB")
+    assert ddq_index._IX_OFFS == struct.calcsize("<QH")
+    assert ddq_index._IX_LIVE == struct.calcsize("<QIQQ") == ff.IX_LIVE
+    assert ddq_index._IX_HIST == struct.calcsize("<QIQ") == ff.IX_HIST == ff.IX_REASON
 
 
 def test_ddq_reclaim_constants_equal_ddq():
@@ -507,25 +520,34 @@ def test_port_modules_constants_equal_ddq():
 
 
 def test_error_message_table_matches_its_names():
-    # ddq.py keeps the messages of its errors in one string (_MSG, "Class:message" entries split
-    # by "|") and names each entry by a const, in order: the count and order must agree, every
-    # entry must make an error of the class it names with its message (O19), and every const
-    # must be raised somewhere.
+    # ddq.py keeps the messages of its errors in one string (_MSG, entries split by "|") and
+    # names each entry by a const, in order; the class is named where it is raised,
+    # _err("Class", _X_NAME, ...). The count and order must agree, every const must be raised
+    # somewhere, always as one class, and make an error of that class with its message (O19).
     import re
 
     port = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "port")
+    src = ""
+    for f in sorted(os.listdir(port)):
+        if f == "ddq.py" or f.startswith("ddq_"):
+            with open(os.path.join(port, f)) as fh:
+                src += fh.read()
     with open(os.path.join(port, "ddq.py")) as f:
-        src = f.read()
-    names = re.findall(r"^(_X_\w+) = const\((\d+)\)$", src, re.M)
+        core = f.read()
+    names = re.findall(r"^(_X_\w+) = const\((\d+)\)$", core, re.M)
     assert [int(v) for _n, v in names] == list(range(len(names)))
-    body = re.search(r"^_MSG = \((.*?)\)\n", src, re.S | re.M).group(1)
+    body = re.search(r"^_MSG = \((.*?)\)\n", core, re.S | re.M).group(1)
     entries = "".join(re.findall(r'"([^"]*)"', body)).split("|")
     assert len(entries) == len(names)
     m = locate.load_ddq()
-    for (name, k), e in zip(names, entries):
-        cls, _sep, msg = e.partition(":")
+    for (name, k), msg in zip(names, entries):
+        used = set(re.findall(r'_err\(\s*"(\w+)",\s*' + name + r"\b", src))
+        if name == "_X_NOMEM":  # close() raises the NoMemory it kept in a variable
+            used |= set(re.findall(r'_err\(\s*"(\w+)",\s*err\)', core))
+        assert len(used) == 1, (name, used)  # raised, and always as one class
+        cls = used.pop()
         args = tuple(1 if spec == "d" else "x" for spec in re.findall(r"%(\w)", msg))
-        err = m._err(int(k), *args)
-        assert type(err) is getattr(m, cls) and isinstance(err, m.Error), (name, e)
-        assert str(err) == msg % args, (name, e)
-        assert src.count(name) >= 2, name  # defined and raised
+        err = m._err(cls, int(k), *args)
+        assert type(err) is getattr(m, cls) and isinstance(err, m.Error), (name, msg)
+        assert str(err) == msg % args, (name, msg)
+        assert not re.match(r"[A-Z]\w+:", msg), (name, msg)  # no "Class:" prefix left
