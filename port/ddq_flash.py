@@ -24,7 +24,7 @@ from binascii import crc32
 import ddq
 from ddq import const
 
-TYPE_CHECKING = False
+TYPE_CHECKING = const(0)
 if TYPE_CHECKING:
     from typing import Any
 
