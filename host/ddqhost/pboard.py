@@ -5,9 +5,9 @@ A real board's firmware, unchanged: 32-bit Cortex-M0+, its own heap, its own Lit
 emulated flash (writes and erases included), boot.py and main.py run at a reset. ddq ships no
 firmware: the user brings the .uf2 micropython.org publishes for the Pico (``--firmware`` or
 $DDQ_PICO_FIRMWARE; docs/HOST.md "pico board"). rp2040py serves the board's USB console on a
-pty, which mpremote, and so every `ddq` command, speaks to like a Pico's USB serial port. It
-runs at emulation speed: the first prompt ≈ 10-20 s after start, code ≈ 100 x slower than the
-chip.
+pty, which mpremote, and so every `ddq` command, speaks to like a Pico's USB serial port. Power-on
+runs main.py, as on a Pico; a `ddq` command that connects stops it (Ctrl-C). It runs at
+emulation speed: code about 100 x slower than the chip (docs/HOST.md "pico board" has timings).
 
 Layout of a state directory (``--state-dir``, default ``$DDQ_PICO_STATE_DIR`` or
 ``~/.local/state/ddq/pico``), 0700, every file 0600:
