@@ -491,7 +491,12 @@ def test_import_on_a_port_without_a_clock_says_pass_clock():
         finally:
             q.close()
 
-    fresh, err = _default_clock_without(("time", "time_ns", "gmtime"), use)
+    import time
+
+    if hasattr(time, "time") or hasattr(time, "time_ns"):  # a port with a clock: simulated
+        fresh, err = _default_clock_without(("time", "time_ns", "gmtime"), use)
+    else:  # a port without one (the qemu board's firmware): the real thing
+        fresh, err = ddq, use(ddq)
     assert isinstance(err, fresh.IOFailure) and "clock=" in str(err), err
     q = ddq.Queue(d, clock=support.FakeClock(T0), **SMALL)
     assert q.stats().available_items == 1  # the enqueue held; the claim changed nothing
