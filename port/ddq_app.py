@@ -277,7 +277,7 @@ def run(
                     resume = _add(tk(), pause)
                     # said, not only counted: a broker that stays away is seen on the console
                     print(
-                        "mqtt: %s:%s: nothing delivered, %d readings wait; next try in %d s"
+                        "mqtt: %s:%s: nothing delivered, %d waiting; next try in %d s"
                         % (cfg.get("BROKER"), cfg.get("BROKER_PORT"), ob.qsize(), pause // 1000)
                     )
                 else:

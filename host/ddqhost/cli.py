@@ -283,6 +283,12 @@ def do_board(args: argparse.Namespace) -> int:
         else:
             for k in sorted(prof):
                 print("%-18s %s" % (k, json.dumps(prof[k])))
+            app = boards.app_path(prof)
+            if app:  # where the example is (a wheel's site-packages), and how to get a copy
+                print(
+                    "example app: %s (`ddq app init DIR --board %s` copies it to edit)"
+                    % (app, args.profile)
+                )
         return 0
     if args.board_cmd == "list":
         for n in boards.names():
@@ -1556,8 +1562,10 @@ def demo_main(argv: list[str]) -> int:
         if os.path.isfile(path) and os.path.isfile(os.path.join(d, "devapp.py")):
             break
     else:
-        raise CommandError("the demo (run.py, devapp.py) is neither in this ddq package nor in "
-                           "a checkout: reinstall ddq")
+        raise CommandError(
+            "the demo (run.py, devapp.py) is neither in this ddq package nor in "
+            "a checkout: reinstall ddq"
+        )
     spec = importlib.util.spec_from_file_location("ddq_demo_run", path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)

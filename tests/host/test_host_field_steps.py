@@ -157,6 +157,13 @@ def test_app_init_copies_the_profiles_example_to_edit(tmp_path):
     assert ddq("app", "init", d, "--board", "UNIX", "--force").returncode == 0
     assert "ddq board list" in one_line_error(ddq("app", "init", d, "--board", "NOPE"), 1)
     assert "ddq app init DIR --board" in one_line_error(ddq("app", "init", d), 1)
+    # `ddq board show` says where the example is and how to get a copy (a wheel's is in
+    # site-packages; the profile names only UNIX/main.py)
+    r = ddq("board", "show", "UNIX")
+    assert r.returncode == 0, r.stderr
+    last = r.stdout.splitlines()[-1]
+    assert last.startswith("example app: ") and "ddq app init DIR --board UNIX" in last, last
+    assert os.path.isfile(last.split()[2]), last
 
 
 def test_board_start_and_stop_are_the_virtual_boards(tmp_path):
@@ -218,7 +225,9 @@ def test_the_app_says_when_nothing_gets_delivered(capsys, tmp_path):
     )
     out = capsys.readouterr().out
     assert st["sent"] == 0 and st["pending"] == 3, st  # nothing delivered, all 3 wait
-    assert re.search(r"mqtt: broker\.example:1883: nothing delivered, \d+ readings wait", out), out
+    assert re.search(
+        r"mqtt: broker\.example:1883: nothing delivered, \d+ waiting; next try in \d+ s", out
+    ), out
 
 
 def test_ddq_demo_is_make_demos_run():
