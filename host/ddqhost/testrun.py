@@ -241,17 +241,18 @@ def run(
         prog = Progress(out, len(modules) if modules else len(suite_modules()), time.monotonic)
         out = prog
     try:
-        return _run(
+        res = _run(
             dev, modules, k, fs, root, out, installed, ramdisk_kb, each, mpy, idle_timeout, fix
         )
     finally:
         if prog:
             prog.flush()
-        if owned:
-            try:
-                _remove_dir(dev, owned)
-            except DeviceError:
-                pass  # (the device stopped answering: the run's own error says so)
+    if owned:  # (after a run that ended: a hung or interrupted one is not talked to again)
+        try:
+            _remove_dir(dev, owned)
+        except DeviceError:
+            pass
+    return res
 
 
 def _run(
