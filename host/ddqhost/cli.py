@@ -446,6 +446,10 @@ def _app_failure(said: bytes) -> str | None:
     """What stopped main.py, from its output: the last line of a traceback, or that the REPL
     came back (main.py returned); None while it runs."""
     text = said.decode("utf-8", "replace")
+    # Only a REPL prompt at the end means main.py is over (an app may print a traceback it
+    # caught and go on): the friendly REPL's `>>> `, or the raw REPL's end of an exec (qemu).
+    if not (text.rstrip(" ").endswith(">>>") or text.endswith("\x04>")):
+        return None
     if "Traceback (most recent call last)" in text:
         tb = text[text.rindex("Traceback (most recent call last)") :]
         lines = [ln.strip() for ln in tb.splitlines()[1:] if ln.strip()]
@@ -453,9 +457,7 @@ def _app_failure(said: bytes) -> str | None:
             if not ln.startswith("File ") and not ln.startswith("MicroPython "):
                 return fsck.printable(ln)[:200]
         return "a traceback"
-    if text.rstrip(" ").endswith(">>>"):
-        return "main.py returned (the REPL is back)"
-    return None
+    return "main.py returned (the REPL is back)"
 
 
 def do_app(args: argparse.Namespace) -> int:

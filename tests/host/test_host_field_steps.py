@@ -245,3 +245,19 @@ def test_ddq_demo_is_make_demos_run():
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
         st = tomllib.load(f)["tool"]["setuptools"]
     assert st["package-dir"]["ddqhost.demo"] == "demo" and "ddqhost.demo" in st["packages"]
+
+
+def test_app_failure_is_main_py_over_not_a_traceback_it_caught():
+    from ddqhost import cli
+
+    crash = (
+        b'Traceback (most recent call last):\n  File "main.py", line 24, in <module>\n'
+        b"ImportError: no module named 'ddq_app'\nMicroPython 1.28 on x; linux\r\n"
+        b'Type "help()" for more information.\r\n>>> '
+    )
+    assert cli._app_failure(crash) == "ImportError: no module named 'ddq_app'"
+    assert cli._app_failure(b"hello\r\n>>> ") == "main.py returned (the REPL is back)"
+    # an app that prints a traceback it caught and goes on is running
+    caught = b"Traceback (most recent call last):\nOSError: 113\nmqtt: retry in 2 s\n"
+    assert cli._app_failure(caught) is None
+    assert cli._app_failure(b"") is None
