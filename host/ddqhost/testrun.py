@@ -161,9 +161,16 @@ class Progress:
             self.tail = b""
 
 
-def plan_line(dev_name: str, modules: Sequence[str]) -> str:
+def plan_line(dev_name: str, modules: Sequence[str], k: str | None = None) -> str:
     """What a run will take, said before it starts."""
     n = len(modules) if modules else len(suite_modules())
+    if k:
+        return "ddq test: the tests matching %r in %d modules on %s; progress as [module/%d]\n" % (
+            k,
+            n,
+            dev_name,
+            n,
+        )
     if modules:
         return "ddq test: %d of the suite's %d modules on %s; progress as [module/%d]\n" % (
             n,
@@ -237,7 +244,7 @@ def run(
         root = owned = default_root(dev)
     prog = None
     if out:
-        out(plan_line(dev.port, modules).encode())
+        out(plan_line(dev.port, modules, k).encode())
         prog = Progress(out, len(modules) if modules else len(suite_modules()), time.monotonic)
         out = prog
     try:

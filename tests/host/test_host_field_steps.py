@@ -86,6 +86,8 @@ def test_the_whole_suite_run_says_what_it_will_take():
     line = testrun.plan_line("/dev/x", [])
     n = len(testrun.suite_modules())
     assert "%d modules" % n in line and "about %d min" % testrun.SUITE_MINUTES_VIRTUAL in line
+    line = testrun.plan_line("/dev/x", [], "nomem")
+    assert "matching 'nomem' in %d modules" % n in line and "min" not in line, line
     # progress: a line before each module's first result, device output otherwise unchanged
     got = []
     t = iter([0.0, 5.0, 75.0])
