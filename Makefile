@@ -240,7 +240,7 @@ DEMO_FLAGS = $(if $(GATEWAY),--gateway $(GATEWAY)) $(if $(STORAGE),--storage $(S
 
 demo: venv
 	@demo/ensure_broker.sh || true  # else the embedded amqtt broker serves (demo/run.py)
-	$(PY) demo/run.py $(DEMO_FLAGS)
+	PYTHONPATH=host:port $(PY) -m ddqhost.cli demo $(DEMO_FLAGS)  # = ddq demo (demo/run.py)
 
 clean:
 	rm -rf build dist *.egg-info host/*.egg-info port/*.egg-info types

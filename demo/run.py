@@ -47,7 +47,8 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
+REPO = os.path.dirname(HERE)  # a checkout; in a wheel (ddqhost/demo) the package, not one
+CHECKOUT = os.path.isfile(os.path.join(REPO, "port", "ddq.py"))
 for _p in (os.path.join(REPO, "host"), os.path.join(REPO, "port"), HERE):
     if _p not in sys.path:
         sys.path.insert(0, _p)
@@ -935,11 +936,16 @@ class Config:
         self.window = self.messages / float(self.rate)
 
 
+def default_workdir():
+    """build/demo in a checkout (`make demo`); ./ddq-demo where ddq is an installed wheel."""
+    return os.path.join(REPO, "build", "demo") if CHECKOUT else os.path.abspath("ddq-demo")
+
+
 def run(cfg, log=None, out=None):
     """Run the demo; return the result dict (result["passed"] is the verdict)."""
     log = log or (lambda s: sys.stderr.write(s + "\n"))
     t0 = now()
-    workdir = cfg.workdir or os.path.join(REPO, "build", "demo")
+    workdir = cfg.workdir or default_workdir()
     if os.path.exists(workdir):
         shutil.rmtree(workdir)
     os.makedirs(workdir)
@@ -1187,8 +1193,8 @@ def render(res):
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv=None, prog=None):
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--gateway",
         choices=["micropython", "cpython"],
@@ -1215,7 +1221,8 @@ def main(argv=None):
     )
     ap.add_argument(
         "--workdir",
-        help="where logs, power-cut images and the pull go (default build/demo, emptied first)",
+        help="where logs, power-cut images and the pull go, emptied first (default build/demo "
+        "in a checkout, ./ddq-demo from an installed ddq)",
     )
     ap.add_argument("--drain-timeout", type=float, default=180.0)
     ap.add_argument(

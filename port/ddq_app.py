@@ -275,6 +275,11 @@ def run(
                     # other; pause delivery instead (each reading keeps its own backoff too)
                     pause = min(max(1000, pause * 2), 60000)
                     resume = _add(tk(), pause)
+                    # said, not only counted: a broker that stays away is seen on the console
+                    print(
+                        "mqtt: %s:%s: nothing delivered, %d waiting; next try in %d s"
+                        % (cfg.get("BROKER"), cfg.get("BROKER_PORT"), ob.qsize(), pause // 1000)
+                    )
                 else:
                     pause = 0
             # sleep until the next reading or, online, the next retry, whichever is first (1 s at

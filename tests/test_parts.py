@@ -29,6 +29,21 @@ def _port():
     return (f[: f.rfind("/")] if "/" in f else "."), f[f.rfind(".") :]
 
 
+def _copy_part(m, lib):
+    # Copy part m into lib from where an import finds it: beside ddq first (a board's install),
+    # else the first directory of sys.path that has it (`ddq test --installed` after
+    # `ddq flash --example-app`: the board holds only what its app needs, the runner's port/
+    # the rest).
+    src, ext = _port()
+    for p in [src] + [p for p in sys.path if p != src]:
+        for x in (ext, ".py", ".mpy"):
+            f = (p or ".") + "/" + m + x
+            if support._kind(f) == 1:
+                support.copyfile(f, lib + "/" + m + x)
+                return
+    raise AssertionError("no %s.py or .mpy on sys.path %r" % (m, sys.path))
+
+
 def _holds_ddq(p):
     for x in ("/ddq.py", "/ddq.mpy"):
         try:
@@ -54,10 +69,9 @@ def _open_without(missing, d, opts):
     # the IOFailure it raised (anything else fails the test).
     lib = support.tmpdir() + "/lib"
     os.mkdir(lib)
-    src, ext = _port()
     for m in PARTS:
         if m != missing:
-            support.copyfile(src + "/" + m + ext, lib + "/" + m + ext)
+            _copy_part(m, lib)
     try:
         return _with_lib(lib, _open_raises, d, opts)
     finally:
@@ -133,10 +147,9 @@ def test_a_missing_part_is_an_error_at_open_naming_it_and_nothing_changes():
     # items without ddq_admit (a board profile's install leaves it out).
     lib = support.tmpdir() + "/hold"
     os.mkdir(lib)
-    src, ext = _port()
     for m in PARTS:
         if m != "ddq_admit":
-            support.copyfile(src + "/" + m + ext, lib + "/" + m + ext)
+            _copy_part(m, lib)
     assert _with_lib(lib, _hold_fill, d) == [1, 2, 3, 4, 5, 6]
     support.rmtree(lib)
 
@@ -191,9 +204,8 @@ def test_the_outbox_loads_its_add_ons_only_where_used_and_names_a_missing_one():
     support.needs_heap(512 * 1024, "a second ddq and ddq_outbox compiled from source")
     lib = support.tmpdir() + "/lib"
     os.mkdir(lib)
-    src, ext = _port()
     for m in PARTS + ("ddq_outbox",):
-        support.copyfile(src + "/" + m + ext, lib + "/" + m + ext)
+        _copy_part(m, lib)
     try:
         loaded = _with_lib(lib, _addons, support.tmpdir() + "/q")
     finally:

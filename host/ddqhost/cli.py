@@ -173,22 +173,8 @@ def add_board_action_args(p: argparse.ArgumentParser, default_dir: str) -> None:
     p.add_argument("--dir", dest="state_dir", help=argparse.SUPPRESS)  # the old name
 
 
-def argparse_board(p: argparse.ArgumentParser) -> None:
-    """virtual board; board profiles; probe a device"""
-    sub = p.add_subparsers(dest="board_cmd", required=True)
-    what = (
-        "the virtual board: the MicroPython unix port (the venv's micropython, from the "
-        "[board] extra) behind a pty, on a LittleFS image file mounted at /flash (its cwd), "
-        "with a raw flash region STATE_DIR/raw.img (`import vboard; vboard.raw` on the board), "
-        "driven like a real board (device STATE_DIR/tty). start: power it on (creates and formats "
-        "the image when missing; main.py is not run: `ddq app start` runs it, as a reset does); "
-        "stop: unmount and exit; status; kill: a power cut (SIGKILL). A soft reset (mpremote's "
-        "own, Ctrl-D) restarts the port on the same pty and image, as a board resets"
-    )
-    v = sub.add_parser(
-        "virtual", help="the virtual board (unix port + LittleFS image + pty)", description=what
-    )
-    add_board_action_args(v, "$DDQ_STATE_DIR or ~/.local/state/ddq/virtual")
+def _virtual_args(v: argparse.ArgumentParser) -> None:
+    """The virtual board's options: `board virtual ACTION` and `board start|stop`."""
     v.add_argument(
         "--image", metavar="PATH", help="LittleFS image file (default STATE_DIR/flash.img)"
     )
@@ -214,6 +200,40 @@ def argparse_board(p: argparse.ArgumentParser) -> None:
         "--heapsize", metavar="SIZE", help="MicroPython heap, e.g. 8M (for `ddq test --fs lfs2`)"
     )
     add_json_arg(v)
+
+
+def argparse_board(p: argparse.ArgumentParser) -> None:
+    """virtual board; board profiles; probe a device"""
+    sub = p.add_subparsers(dest="board_cmd", required=True)
+    what = (
+        "the virtual board: the MicroPython unix port (the venv's micropython, from the "
+        "[board] extra) behind a pty, on a LittleFS image file mounted at /flash (its cwd), "
+        "with a raw flash region STATE_DIR/raw.img (`import vboard; vboard.raw` on the board), "
+        "driven like a real board (device STATE_DIR/tty). start: power it on (creates and formats "
+        "the image when missing; main.py is not run: `ddq app start` runs it, as a reset does); "
+        "stop: unmount and exit; status; kill: a power cut (SIGKILL). A soft reset (mpremote's "
+        "own, Ctrl-D) restarts the port on the same pty and image, as a board resets"
+    )
+    v = sub.add_parser(
+        "virtual", help="the virtual board (unix port + LittleFS image + pty)", description=what
+    )
+    add_board_action_args(v, "$DDQ_STATE_DIR or ~/.local/state/ddq/virtual")
+    _virtual_args(v)
+    # `ddq board start|stop`: the virtual board's, the obvious words for the board one has
+    for verb in ("start", "stop"):
+        a = sub.add_parser(
+            verb,
+            help="the virtual board: the same as `ddq board virtual %s`" % verb,
+            description=what,
+        )
+        a.add_argument(
+            "--state-dir",
+            dest="state_dir",
+            metavar="DIR",
+            help="state directory (default $DDQ_STATE_DIR or ~/.local/state/ddq/virtual)",
+        )
+        _virtual_args(a)
+        a.set_defaults(board_cmd="virtual", action=verb)
     qb = sub.add_parser(
         "qemu",
         help="the qemu board: your MicroPython firmware for the MPS2-AN385 (Cortex-M3) under qemu",
@@ -290,6 +310,12 @@ def do_board(args: argparse.Namespace) -> int:
         else:
             for k in sorted(prof):
                 print("%-18s %s" % (k, json.dumps(prof[k])))
+            app = boards.app_path(prof)
+            if app:  # where the example is (a wheel's site-packages), and how to get a copy
+                print(
+                    "example app: %s (`ddq app init DIR --board %s` copies it to edit)"
+                    % (app, args.profile)
+                )
         return 0
     if args.board_cmd == "list":
         for n in boards.names():
@@ -385,15 +411,26 @@ def do_board(args: argparse.Namespace) -> int:
 
 
 def argparse_app(p: argparse.ArgumentParser) -> None:
-    """start main.py on the board as a reset does (a soft reset), or stop it (Ctrl-C)"""
+    """start main.py on the board as a reset does (a soft reset), stop it (Ctrl-C), ask whether
+    it runs, or copy a profile's example app to edit"""
     p.add_argument(
         "action",
-        choices=["start", "stop"],
+        choices=["start", "stop", "status", "init"],
         help="start: soft-reset the board from its friendly REPL, as a reset does: boot.py, then "
         "main.py (`ddq flash --example-app` installs the example as main.py) runs and keeps "
-        "running after ddq lets go; stop: Ctrl-C to the running main.py (any ddq command that "
-        "connects stops it too)",
+        "running after ddq lets go (exit 1 when it stopped with an error within --seconds); "
+        "stop: Ctrl-C to the running main.py (any ddq command that connects stops it too); "
+        "status: whether an app runs (the REPL does not answer), without stopping it (exit 0 "
+        "running, 3 not); init DIR: copy the --board profile's example app to DIR/main.py, to "
+        "edit (BROKER, ...) and install with `ddq flash --app DIR/main.py`",
     )
+    p.add_argument("dir", nargs="?", metavar="DIR", help="init: where main.py goes (created)")
+    p.add_argument(
+        "--board",
+        metavar="PROFILE",
+        help="init: the profile whose example app to copy (`ddq board list` names them)",
+    )
+    p.add_argument("--force", action="store_true", help="init: replace an existing DIR/main.py")
     add_device_args(p)
     p.add_argument(
         "--seconds",
@@ -410,11 +447,76 @@ def argparse_app(p: argparse.ArgumentParser) -> None:
     add_json_arg(p)
 
 
-def do_app(args: argparse.Namespace) -> int:
-    from .device import Device, DeviceError, interrupt_app
+def _app_init(args: argparse.Namespace) -> int:
+    if not args.dir or not args.board:
+        raise CommandError(
+            "app init needs a directory and a profile: `ddq app init DIR --board PROFILE` "
+            "(`ddq board list` names the profiles)"
+        )
+    if args.board not in boards.names():
+        raise CommandError("no board profile %r: `ddq board list` names them" % args.board)
+    src = boards.app_path(boards.load(args.board))
+    if not src or not os.path.isfile(src):
+        raise CommandError("board profile %s has no example app" % args.board)
+    dst = os.path.join(args.dir, "main.py")
+    if os.path.exists(dst) and not args.force:
+        raise CommandError("%s exists: edit it, or pass --force to replace it" % dst)
+    os.makedirs(args.dir, exist_ok=True)
+    shutil.copyfile(src, dst)
+    res = {"board": args.board, "app": dst, "from": src}
+    return show(
+        args,
+        res,
+        "wrote %s: the %s example app (set BROKER, BROKER_PORT, CLIENT_ID, TOPIC, the WiFi "
+        "settings and read_sensor() there)" % (dst, args.board),
+        "next: `ddq flash --board %s --app %s`, then `ddq app start`" % (args.board, dst),
+    )
 
+
+def _app_failure(said: bytes) -> str | None:
+    """What stopped main.py, from its output: the last line of a traceback, or that the REPL
+    came back (main.py returned); None while it runs."""
+    text = said.decode("utf-8", "replace")
+    # Only a REPL prompt at the end means main.py is over (an app may print a traceback it
+    # caught and go on): the friendly REPL's `>>> `, or the raw REPL's end of an exec (qemu).
+    if not (text.rstrip(" ").endswith(">>>") or text.endswith("\x04>")):
+        return None
+    if "Traceback (most recent call last)" in text:
+        tb = text[text.rindex("Traceback (most recent call last)") :]
+        lines = [ln.strip() for ln in tb.splitlines()[1:] if ln.strip()]
+        for ln in lines:
+            if not ln.startswith("File ") and not ln.startswith("MicroPython "):
+                return fsck.printable(ln)[:200]
+        return "a traceback"
+    return "main.py returned (the REPL is back)"
+
+
+def do_app(args: argparse.Namespace) -> int:
+    from .device import Device, DeviceError, interrupt_app, repl_answers
+
+    if args.action == "init":
+        return _app_init(args)
+    if args.dir:
+        raise CommandError("DIR is for `ddq app init DIR --board PROFILE` only")
     if not args.seconds >= 0:
         raise CommandError("--seconds must be 0 or more")
+    if args.action == "status":
+        dev = args.device or os.environ.get("DDQ_DEVICE") or vboard.running_device(args.state_dir)
+        if not dev:
+            raise CommandError(
+                "no device: pass --device DEV, set DDQ_DEVICE, or start `ddq board virtual start`"
+            )
+        running = not repl_answers(dev)
+        res = {"device": dev, "running": running}
+        show(
+            args,
+            res,
+            "an app is running on %s (its REPL does not answer; `ddq app stop` ends it)" % dev
+            if running
+            else "no app is running on %s (its REPL answers; `ddq app start` starts main.py)"
+            % dev,
+        )
+        return 0 if running else 3
     if args.action == "stop":
         dev = args.device or os.environ.get("DDQ_DEVICE") or vboard.running_device(args.state_dir)
         if not dev:
@@ -441,17 +543,39 @@ def do_app(args: argparse.Namespace) -> int:
             port = d.port
             echo = None
             if not args.json:
-                echo = lambda b: (sys.stdout.buffer.write(b), sys.stdout.flush())  # noqa: E731
+                echo = _Echo()
             try:
                 said = d.reset_to_main(None if args.follow else args.seconds, echo)
             except DeviceError as e:
                 raise CommandError("could not soft-reset %s: %s" % (port, e)) from None
+        said = said.lstrip(b"\r\n")
+        failed = _app_failure(said)
+        if failed:
+            raise CommandError(
+                "main.py on %s stopped: %s; nothing runs now (`ddq flash --example-app` "
+                "installs the example app and what it imports, `ddq flash --app FILE` yours)"
+                % (port, failed)
+            )
         res = {"device": port, "started": True, "output": said.decode("utf-8", "replace")}
         msg = (
-            "\napp started on %s (soft reset: boot.py, then main.py; `ddq app stop` ends it)"
-            % port
-        )
+            "" if not said or said.endswith(b"\n") else "\n"
+        ) + "app started on %s (soft reset: boot.py, then main.py; `ddq app stop` ends it)" % port
     return show(args, res, msg)
+
+
+class _Echo:
+    """The app's output to stdout as it comes, without the blank line(s) a reset begins with."""
+
+    def __init__(self) -> None:
+        self.begun = False
+
+    def __call__(self, b: bytes) -> None:
+        if not self.begun:
+            b = b.lstrip(b"\r\n")
+            self.begun = bool(b)
+        if b:
+            sys.stdout.buffer.write(b)
+            sys.stdout.flush()
 
 
 # ---------------------------------------------------------------- flash / pull / push
@@ -693,7 +817,7 @@ def do_stats(args: argparse.Namespace) -> int:
                 board = None
         opts, _src = resolve_options(argparse.Namespace(**dict(vars(args), board=board)), None)
         res = transfer.device_stats(dev, args.remote, opts)
-    return show(args, res, " ".join("%s=%s" % kv for kv in sorted(res.items())))
+    return show(args, res, *("%-22s %s" % kv for kv in sorted(res.items())))
 
 
 # ---------------------------------------------------------------- inspect / verify / records
@@ -1436,6 +1560,44 @@ def do_test(args: argparse.Namespace) -> int:
     return rc
 
 
+# ---------------------------------------------------------------- demo
+
+
+def argparse_demo(p: argparse.ArgumentParser) -> None:
+    """the end-to-end demo (`make demo`): a virtual board queues telemetry and delivers it to a
+    real MQTT broker through broker restarts and power cuts, then proves nothing was lost
+    (about two minutes; `ddq demo -h` for its options)"""
+    p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+
+def demo_main(argv: list[str]) -> int:
+    """`ddq demo ARGS`: demo/run.py's main (the wheel carries it as ddqhost/demo), the run
+    `make demo` makes; its own options, help and exit status."""
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    for d in (os.path.join(here, "demo"), os.path.join(locate.repo_root(), "demo")):
+        path = os.path.join(d, "run.py")
+        if os.path.isfile(path) and os.path.isfile(os.path.join(d, "devapp.py")):
+            break
+    else:
+        raise CommandError(
+            "the demo (run.py, devapp.py) is neither in this ddq package nor in "
+            "a checkout: reinstall ddq"
+        )
+    spec = importlib.util.spec_from_file_location("ddq_demo_run", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["ddq_demo_run"] = mod
+    spec.loader.exec_module(mod)
+    rc: int = mod.main(argv, prog="ddq demo")
+    return rc
+
+
+def do_demo(args: argparse.Namespace) -> int:
+    return demo_main(list(args.rest))
+
+
 # ---------------------------------------------------------------- table and main
 
 # The command table (mpremote's shape): name -> (handler, argparse factory); a factory's
@@ -1454,6 +1616,7 @@ COMMANDS = {
     "export": (do_export, argparse_export),
     "replay": (do_replay, argparse_replay),
     "test": (do_test, argparse_test),
+    "demo": (do_demo, argparse_demo),
 }
 
 
@@ -1558,6 +1721,13 @@ def _run(handler: Any, args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        if argv[:1] == ["demo"]:  # the demo's own parser: its options and -h
+            return demo_main(argv[1:])
+    except HostError as e:
+        log_err("ddq: %s" % e)
+        return e.code
     args = build_parser().parse_args(argv)
     try:
         check_ranges(args)

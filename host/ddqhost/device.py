@@ -914,3 +914,32 @@ def interrupt_app(port: str, seconds: float = 2.0) -> bytes:
     finally:
         ser.close()
     return buf
+
+
+def repl_answers(port: str, seconds: float = 2.0) -> bool:
+    """Whether the board's REPL answers (nothing runs) without stopping what runs: Ctrl-B (leave
+    the raw REPL; at the friendly REPL it prints the banner and a prompt) and a prompt back
+    within `seconds`. A running main.py does not read it (a byte in its stdin, which the REPL
+    reads after the app ends: one more banner)."""
+    check_mpremote_version()
+    import serial
+
+    if "://" not in port and not os.path.exists(port):
+        raise DeviceError("no device at %s" % port)
+    try:
+        ser = serial.Serial(port, 115200, timeout=_READ_SLICE, write_timeout=WRITE_TIMEOUT)
+    except (OSError, ValueError, serial.SerialException) as e:
+        raise DeviceError("cannot open %s: %s (in use by another program?)" % (port, e)) from None
+    buf = b""
+    try:
+        ser.write(b"\x02")
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and len(buf) < MAX_REPLY:
+            buf += ser.read(max(1, ser.in_waiting))
+            if buf.endswith(b">>> "):
+                return True
+    except (OSError, serial.SerialException) as e:
+        raise DeviceError("%s: connection lost (%s)" % (port, e)) from None
+    finally:
+        ser.close()
+    return False

@@ -230,10 +230,15 @@ def render_inspect(info: dict[str, Any]) -> str:
             extra += " lease set " + NO_RTC
         if "due_in_ms" in d:
             extra += " due in %ds" % (d["due_in_ms"] // 1000)
-        line = "  %6d %-11s attempts %-3d %5d B%s  %s" % (
+        # An acked item the log holds no attempt count for (a claim a windowed sender's ack
+        # closed): no "attempts 0" beside a delivered item; --json keeps the log's value.
+        tries = "attempts %-3d" % d["attempts"]
+        if d["state"] == "acked" and not d["attempts"]:
+            tries = " " * len(tries)
+        line = "  %6d %-11s %s %5d B%s  %s" % (
             d["seq"],
             d["state"],
-            d["attempts"],
+            tries,
             d["payload_len"],
             extra,
             # an envelope's own payload (text when printable), not the envelope's bytes

@@ -18,6 +18,7 @@ import re
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 
 from . import locate
@@ -121,6 +122,98 @@ def suite_modules() -> list[str]:
     return sorted(n[:-3] for n in os.listdir(tests) if n.startswith("test_") and n.endswith(".py"))
 
 
+# The whole suite's time on the default virtual board (docs/HOST.md "test", measured by hand:
+# `ddq test --installed`, before and after `ddq flash --example-app`: 14.5 min on a quiet 2-core
+# machine, 23-26 on one a torture run and other jobs kept busy), said before a run starts.
+SUITE_MINUTES_VIRTUAL = 15
+SUITE_MINUTES_VIRTUAL_BUSY = 26
+
+RESULT = re.compile(rb"^(?:PASS|FAIL|SKIP) (test_\w+)")
+
+
+class Progress:
+    """out() with a line `ddq test: [i/N] test_x (m:ss)` before a module's first result line,
+    so a long run says how far it is. Device output passes through whole lines at a time."""
+
+    def __init__(self, out: Callable[[bytes], object], total: int, clock: Callable[[], float]):
+        self.out = out
+        self.total = total
+        self.clock = clock
+        self.t0 = clock()
+        self.seen: set[bytes] = set()
+        self.tail = b""
+
+    def __call__(self, b: bytes) -> None:
+        lines = (self.tail + b).split(b"\n")
+        self.tail = lines.pop()
+        for ln in lines:
+            m = RESULT.match(ln)
+            if m and m.group(1) not in self.seen:
+                self.seen.add(m.group(1))
+                t = int(self.clock() - self.t0)
+                self.out(
+                    b"ddq test: [%d/%d] %s (%d:%02d)\n"
+                    % (len(self.seen), self.total, m.group(1), t // 60, t % 60)
+                )
+            self.out(ln + b"\n")
+
+    def flush(self) -> None:
+        if self.tail:
+            self.out(self.tail)
+            self.tail = b""
+
+
+def plan_line(dev_name: str, modules: Sequence[str], k: str | None = None) -> str:
+    """What a run will take, said before it starts."""
+    n = len(modules) if modules else len(suite_modules())
+    if k:
+        return "ddq test: the tests matching %r in %d modules on %s; progress as [module/%d]\n" % (
+            k,
+            n,
+            dev_name,
+            n,
+        )
+    if modules:
+        return "ddq test: %d of the suite's %d modules on %s; progress as [module/%d]\n" % (
+            n,
+            len(suite_modules()),
+            dev_name,
+            n,
+        )
+    return (
+        "ddq test: the shared suite, %d modules, on %s: about %d min on the virtual board of a "
+        'quiet 2-core machine, %d on a busy one (docs/HOST.md "test"), longer on a real board; '
+        "progress as [module/%d]\n"
+        % (n, dev_name, SUITE_MINUTES_VIRTUAL, SUITE_MINUTES_VIRTUAL_BUSY, n)
+    )
+
+
+def _remove_dir(dev: Device, path: str) -> None:
+    # The run's own directory (the default <cwd>/ddq-test): mprun removed each test's; this
+    # takes what is left, so no ddq-test/ stays on the board's flash.
+    dev.exec(
+        "import os\n"
+        "def _rm(p):\n"
+        " for e in list(os.ilistdir(p)):\n"
+        "  q = p + '/' + e[0]\n"
+        "  if e[1] == 0x4000:\n"
+        "   _rm(q)\n"
+        "  else:\n"
+        "   os.remove(q)\n"
+        " os.rmdir(p)\n"
+        "try:\n"
+        " _rm(%r)\n"
+        "except OSError:\n"
+        " pass\n"
+        "del _rm\n" % path
+    )
+
+
+def default_root(dev: Device) -> str:
+    cwd = dev.probe().get("cwd") or "/"
+    return (cwd.rstrip("/") or "") + "/ddq-test"
+
+
 def run(
     dev: Device,
     modules: Sequence[str] = (),
@@ -149,6 +242,43 @@ def run(
     if ramdisk_kb is not None and fs not in RAMDISK_BLOCK:
         raise ValueError("ramdisk_kb needs fs lfs2 or fat")
     fix = fixtures_dir()
+    owned = None
+    if root is None:
+        root = owned = default_root(dev)
+    prog = None
+    if out:
+        out(plan_line(dev.port, modules, k).encode())
+        prog = Progress(out, len(modules) if modules else len(suite_modules()), time.monotonic)
+        out = prog
+    try:
+        res = _run(
+            dev, modules, k, fs, root, out, installed, ramdisk_kb, each, mpy, idle_timeout, fix
+        )
+    finally:
+        if prog:
+            prog.flush()
+    if owned:  # (after a run that ended: a hung or interrupted one is not talked to again)
+        try:
+            _remove_dir(dev, owned)
+        except DeviceError:
+            pass
+    return res
+
+
+def _run(
+    dev: Device,
+    modules: Sequence[str],
+    k: str | None,
+    fs: str,
+    root: str,
+    out: Callable[[bytes], object] | None,
+    installed: bool,
+    ramdisk_kb: int | None,
+    each: bool,
+    mpy: bool,
+    idle_timeout: float,
+    fix: str,
+) -> tuple[int, str | None]:
     with stage(fix if os.path.isdir(fix) else None, mpy) as mount:
         if not each:
             return _run_once(
