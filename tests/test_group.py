@@ -146,14 +146,23 @@ def test_threads_every_returned_put_survives_a_cut():
     returned = []  # (seq, payload), appended after the put returned
     cuts = []  # (image, returned-before-it)
     n, per = 4, 12
+    try:
+        import _thread
+    except ImportError:
+        raise support.Skip("no _thread")
+    # The test's own lists under a lock: the unix port runs threads without a GIL
+    # (sys.implementation._thread == "unsafe"), where appends from several threads are lost.
+    mu = _thread.allocate_lock()
 
     def body(t):
         for i in range(per):
             p = _payload(t, i)
             seq = g.enqueue(p)
-            returned.append((seq, p))
-            if t == 0 and i % 4 == 3:
-                snap = list(returned)  # returned before the image is taken: all must be in it
+            with mu:
+                returned.append((seq, p))
+                # returned before the image is taken: all must be in it
+                snap = list(returned) if t == 0 and i % 4 == 3 else None
+            if snap is not None:
                 cuts.append((g.locked(fs.cut, d), snap))
         return True
 
