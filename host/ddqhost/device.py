@@ -845,7 +845,8 @@ class Device:
             with self._bounded(EXEC_IDLE_TIMEOUT, "answer"):
                 # mpremote's mount, its device code sent first (mount_local sends it only when
                 # RemoteFS is missing) and given ddq's patient poll_in (PATIENT_POLL_CODE)
-                if not self.t.eval('"RemoteFS" in globals()'):
+                # (a reply is data: only the exact True skips the hook code)
+                if self.t.exec('print("RemoteFS" in globals())').strip() != b"True":
                     self.t.exec(fs_hook_code)
                 self.t.exec(PATIENT_POLL_CODE)
                 self.t.mount_local(os.path.abspath(path))

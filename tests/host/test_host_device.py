@@ -116,10 +116,8 @@ def test_flash_skips_what_the_board_cannot_load(board, tmp_path):
     )
     assert r.returncode == 0, r.stderr
     written = json.loads(r.stdout)["written"]
-    # (PYBV11's profile stages its generations, reclaim_step: ddq_reclaim comes with an app)
-    assert [w["path"] for w in written] == port_files(
-        ":%s.py", PORT_CORE, "ddq_reclaim ddq_mqtt main"
-    )
+    # (PYBV11's profile compacts inline, no reclaim_step: an app gets no ddq_reclaim)
+    assert [w["path"] for w in written] == port_files(":%s.py", PORT_CORE, "ddq_mqtt main")
 
 
 APP = """
