@@ -889,19 +889,26 @@ __all__ = [
 ]
 
 
-def interrupt_app(port: str, seconds: float = 2.0) -> bytes:
-    """Ctrl-C to whatever runs on the board (its main.py), before any REPL handshake, and what it
-    printed in reply within `seconds` (a KeyboardInterrupt traceback when something ran; it ends
-    early once a REPL prompt is back)."""
+def _raw_serial(port: str) -> "Any":
+    """The board's console opened by pyserial, outside mpremote (before any REPL handshake)."""
     check_mpremote_version()
     import serial
 
     if "://" not in port and not os.path.exists(port):
         raise DeviceError("no device at %s" % port)
     try:
-        ser = serial.Serial(port, 115200, timeout=_READ_SLICE, write_timeout=WRITE_TIMEOUT)
+        return serial.Serial(port, 115200, timeout=_READ_SLICE, write_timeout=WRITE_TIMEOUT)
     except (OSError, ValueError, serial.SerialException) as e:
         raise DeviceError("cannot open %s: %s (in use by another program?)" % (port, e)) from None
+
+
+def interrupt_app(port: str, seconds: float = 2.0) -> bytes:
+    """Ctrl-C to whatever runs on the board (its main.py), before any REPL handshake, and what it
+    printed in reply within `seconds` (a KeyboardInterrupt traceback when something ran; it ends
+    early once a REPL prompt is back)."""
+    import serial
+
+    ser = _raw_serial(port)
     buf = b""
     try:
         ser.write(b"\r\x03")
@@ -922,15 +929,9 @@ def repl_answers(port: str, seconds: float = 2.0) -> bool:
     the raw REPL; at the friendly REPL it prints the banner and a prompt) and a prompt back
     within `seconds`. A running main.py does not read it (a byte in its stdin, which the REPL
     reads after the app ends: one more banner)."""
-    check_mpremote_version()
     import serial
 
-    if "://" not in port and not os.path.exists(port):
-        raise DeviceError("no device at %s" % port)
-    try:
-        ser = serial.Serial(port, 115200, timeout=_READ_SLICE, write_timeout=WRITE_TIMEOUT)
-    except (OSError, ValueError, serial.SerialException) as e:
-        raise DeviceError("cannot open %s: %s (in use by another program?)" % (port, e)) from None
+    ser = _raw_serial(port)
     buf = b""
     try:
         ser.write(b"\x02")
