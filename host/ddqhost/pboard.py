@@ -39,7 +39,6 @@ from typing import Any
 
 from . import vboard
 from .errors import HostError
-from .vboard import pid_alive
 
 # rp2040py's layout of the RPI_PICO firmware's filesystem (rp2040py/utils/firmware_specs.json,
 # "pico": fs_start 0xa0000, 352 blocks of 4096): what --dump-fs writes and --littlefs loads.
@@ -87,16 +86,7 @@ read_state = vboard.read_state  # STATE_DIR/state.json, a dict or None: the same
 
 
 def _is_ours(st: dict[str, Any]) -> bool:
-    """The recorded pid runs (not a zombie) and its command line is exactly the recorded argv."""
-    pid, argv = st.get("pid"), st.get("argv")
-    if not isinstance(pid, int) or pid <= 0 or not isinstance(argv, list) or not pid_alive(pid):
-        return False
-    try:
-        with open("/proc/%d/cmdline" % pid, "rb") as f:
-            got = f.read().split(b"\0")
-    except OSError:
-        return False
-    return got[:-1] == [str(a).encode() for a in argv]
+    return vboard.runs_as_recorded(st, "pid")
 
 
 def status(state_dir: str) -> dict[str, Any]:
@@ -123,20 +113,11 @@ def running_device(state_dir: str | None = None) -> str | None:
 
 
 def _forget(p: dict[str, str]) -> None:
-    for name in ("state", "link"):
-        try:
-            os.remove(p[name])
-        except OSError:
-            pass
+    vboard.forget(p, ("state", "link"))
 
 
 def _wait_gone(pid: int, timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while pid_alive(pid):
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.05)
-    return True
+    return vboard._wait_gone([pid], timeout)
 
 
 def _log_tail(path: str) -> str:

@@ -267,6 +267,29 @@ def _pid_matches(pid: int, state_dir: str) -> bool:
     return any(a == d or a.startswith(d + b"/") for a in args)
 
 
+def runs_as_recorded(st: dict[str, Any], key: str) -> bool:
+    """The pid that state st records under key runs (not a zombie) and its command line is
+    exactly st's argv: an emulator board's process (qboard, pboard), pid reuse ruled out."""
+    pid, argv = st.get(key), st.get("argv")
+    if not isinstance(pid, int) or pid <= 0 or not isinstance(argv, list) or not pid_alive(pid):
+        return False
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            got = f.read().split(b"\0")
+    except OSError:
+        return False
+    return got[:-1] == [str(a).encode() for a in argv]
+
+
+def forget(p: dict[str, str], names: "tuple[str, ...]") -> None:
+    """Remove the state files of p named (those missing already are fine)."""
+    for name in names:
+        try:
+            os.remove(p[name])
+        except OSError:
+            pass
+
+
 def _wait_gone(pids: list[int], timeout: float) -> bool:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
