@@ -18,9 +18,10 @@ import os
 import subprocess
 import sys
 
+import emulators
 import pytest
 
-from conftest import REPO, check_suite_run, cli_env, ddq, kill_board, one_line_error
+from conftest import REPO, check_suite_run, cli_env, ddq, one_line_error
 from ddqhost import pboard, vboard
 
 FIRMWARE = pboard.default_firmware()
@@ -35,28 +36,7 @@ SMOKE = ["-k", "state", "test_core"]
 OPTS = ["--board", "RPI_PICO"]
 
 
-class Pico:
-    def __init__(self, d):
-        self.dir = d
-        self.tty = os.path.join(d, "tty")
-        self.pids = set()
-
-    def start(self, *flags):
-        r = ddq("board", "pico", "start", "--state-dir", self.dir, "--json", *flags, timeout=400)
-        assert r.returncode == 0, r.stdout + r.stderr
-        st = json.loads(r.stdout)
-        self.pids.add(st["pid"])
-        return st
-
-
-@pytest.fixture(scope="module")
-def pico(tmp_path_factory):
-    p = Pico(str(tmp_path_factory.mktemp("pboard")))
-    p.start("--fresh")
-    try:
-        yield p
-    finally:
-        assert kill_board(pboard.kill, p.dir, p.pids), "rp2040py left running"
+pico = emulators.fixture("pico", "pid", 400, pboard.kill, "rp2040py")
 
 
 @needs_firmware

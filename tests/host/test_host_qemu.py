@@ -19,9 +19,10 @@ import os
 import re
 import shutil
 
+import emulators
 import pytest
 
-from conftest import Subscriber, check_suite_run, ddq, kill_board
+from conftest import Subscriber, check_suite_run, ddq
 from ddqhost import qboard, testrun, vboard
 
 FIRMWARE = qboard.default_firmware()
@@ -61,28 +62,7 @@ READINGS = 24
 OPTS = ["--board", "ARMV7M_GENERIC"]
 
 
-class Qemu:
-    def __init__(self, d):
-        self.dir = d
-        self.tty = os.path.join(d, "tty")
-        self.pids = set()
-
-    def start(self, *flags):
-        r = ddq("board", "qemu", "start", "--state-dir", self.dir, "--json", *flags, timeout=60)
-        assert r.returncode == 0, r.stderr
-        st = json.loads(r.stdout)
-        self.pids.add(st["qemu_pid"])
-        return st
-
-
-@pytest.fixture(scope="module")
-def qemu(tmp_path_factory):
-    q = Qemu(str(tmp_path_factory.mktemp("qboard")))
-    q.start("--fresh")
-    try:
-        yield q
-    finally:
-        assert kill_board(qboard.kill, q.dir, q.pids), "qemu left running"
+qemu = emulators.fixture("qemu", "qemu_pid", 60, qboard.kill, "qemu")
 
 
 def _device(q):
