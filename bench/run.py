@@ -528,51 +528,55 @@ def build(results, errors, smoke, seconds):
             ),
         )
 
-    # 5: heap per pending item.
-    hp = R.get("mp_heap")
-    if hp:
-        v = hp["per_item"]
-        rep.row(
+    # 5: heap per pending item; 5b: the same queue reopened; 5r: reopened after a power cut.
+    for key, row_id, what, baseline in (
+        (
+            "mp_heap",
             "5",
-            "MicroPython heap per pending item (%d pending, %d B payloads)"
-            % (hp["n"], hp["payload"]),
-            "%s B" % fmt(v),
-            "iotspool 32 B, C DDQ 72 B",
-            "%s (÷ 32)" % fmt(v / 32),
-            "≤ 32 B",
-            verdict(v, TARGETS["5"], False),
-        )
-    hr = R.get("mp_heap_reopen")
-    if hr:
-        v2 = hr["per_item"]
-        rep.row(
-            "5b",
-            "same queue reopened in a fresh process (index %s; includes the %s B "
-            "replay window it keeps)"
-            % (
-                "loaded from queue.index" if hr.get("index_used") else "rebuilt by a full replay",
-                fmt(hr["kept_read_buffer"]),
+            lambda h: (
+                "MicroPython heap per pending item (%d pending, %d B payloads)"
+                % (h["n"], h["payload"])
             ),
-            "%s B" % fmt(v2),
+            "iotspool 32 B, C DDQ 72 B",
+        ),
+        (
+            "mp_heap_reopen",
+            "5b",
+            lambda h: (
+                "same queue reopened in a fresh process (index %s; includes the %s B "
+                "replay window it keeps)"
+                % (
+                    "loaded from queue.index"
+                    if h.get("index_used")
+                    else "rebuilt by a full replay",
+                    fmt(h["kept_read_buffer"]),
+                )
+            ),
             "iotspool 32 B",
-            "%s (÷ 32)" % fmt(v2 / 32),
-            "≤ 32 B",
-            verdict(v2, TARGETS["5"], False),
-        )
-    hx = R.get("mp_heap_replay")
-    if hx:
-        v3 = hx["per_item"]
-        rep.row(
+        ),
+        (
+            "mp_heap_replay",
             "5r",
-            "same queue reopened after a power cut (no usable queue.index: index rebuilt "
-            "by a full replay, columns grown by half as it goes)",
-            "%s B" % fmt(v3),
+            lambda h: (
+                "same queue reopened after a power cut (no usable queue.index: index "
+                "rebuilt by a full replay, columns grown by half as it goes)"
+            ),
             "iotspool 32 B",
-            "%s (÷ 32)" % fmt(v3 / 32),
-            "≤ 32 B",
-            verdict(v3, TARGETS["5"], False),
-        )
-
+        ),
+    ):
+        h = R.get(key)
+        if h:
+            v = h["per_item"]
+            rep.row(
+                row_id,
+                what(h),
+                "%s B" % fmt(v),
+                baseline,
+                "%s (÷ 32)" % fmt(v / 32),
+                "≤ 32 B",
+                verdict(v, TARGETS["5"], False),
+            )
+    hp = R.get("mp_heap")
     for heap in ("128K", "256K"):
         cap = R.get("mp_capacity_" + heap)
         if cap and hp:
