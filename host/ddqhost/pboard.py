@@ -213,34 +213,6 @@ def command(
             ),
             0,
         )
-    if action == "stop":
-        res = stop(d)
-        return (
-            res,
-            (
-                "pico board powered off, flash saved to %s" % res["image"]
-                if res["stopped"]
-                else "pico board was not running"
-            ),
-            0,
-        )
-    if action == "kill":
-        res = kill(d)
-        return (
-            res,
-            (
-                "pico board killed (flash not saved)"
-                if res["killed"]
-                else "pico board was not running"
-            ),
-            0,
-        )
-    res = status(d)
-    if res["running"]:
-        return (
-            res,
-            "running: device %s, pid %d, firmware %s"
-            % (res["device"], res["pid"], res["firmware"]),
-            0,
-        )
-    return res, "not running (state dir %s)" % res["state_dir"], 3
+    return BOARD.answer(
+        action, d, stop, "powered off, flash saved to %s", "killed (flash not saved)"
+    )

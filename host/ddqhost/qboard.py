@@ -294,34 +294,6 @@ def command(
             % (res["device"], res["qemu_pid"], res["firmware"]),
             0,
         )
-    if action == "stop":
-        res = stop(d)
-        return (
-            res,
-            (
-                "qemu board stopped, RAM disk saved to %s" % res["image"]
-                if res["stopped"]
-                else "qemu board was not running"
-            ),
-            0,
-        )
-    if action == "kill":
-        res = kill(d)
-        return (
-            res,
-            (
-                "qemu board killed (RAM disk not saved)"
-                if res["killed"]
-                else "qemu board was not running"
-            ),
-            0,
-        )
-    res = status(d)
-    if res["running"]:
-        return (
-            res,
-            "running: device %s, pid %d, firmware %s"
-            % (res["device"], res["qemu_pid"], res["firmware"]),
-            0,
-        )
-    return res, "not running (state dir %s)" % res["state_dir"], 3
+    return BOARD.answer(
+        action, d, stop, "stopped, RAM disk saved to %s", "killed (RAM disk not saved)"
+    )

@@ -36,6 +36,7 @@ import subprocess
 import sys
 import time
 import tty
+from collections.abc import Callable
 from typing import Any
 
 from .errors import HostError
@@ -525,6 +526,33 @@ class Emulator:
             _wait_gone([st[self.pid_key]], 5.0)
         forget(self.paths(state_dir), self.transient)
         return dict(cur, killed=cur["running"])
+
+    def answer(
+        self,
+        action: str,
+        state_dir: str,
+        stop: "Callable[[str], dict[str, Any]]",
+        stopped: str,
+        killed: str,
+    ) -> "tuple[dict[str, Any], str, int]":
+        """`ddq board KIND stop|kill|status` in state_dir: (result, message, exit status).
+        stop: the board's own; stopped (%s: the image) and killed: what the message says after
+        "KIND board" when the board ran."""
+        if action == "status":
+            res = self.status(state_dir)
+            if not res["running"]:
+                return res, "not running (state dir %s)" % res["state_dir"], 3
+            return (
+                res,
+                "running: device %s, pid %d, firmware %s"
+                % (res["device"], res[self.pid_key], res["firmware"]),
+                0,
+            )
+        res = stop(state_dir) if action == "stop" else self.kill(state_dir)
+        if not res["stopped" if action == "stop" else "killed"]:
+            return res, "%s board was not running" % self.kind, 0
+        done = stopped % res["image"] if action == "stop" else killed
+        return res, "%s board %s" % (self.kind, done), 0
 
 
 # ---------------------------------------------------------------- start / stop / kill
