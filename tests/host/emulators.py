@@ -8,6 +8,7 @@ import os
 import pytest
 
 from conftest import ddq, kill_board
+from ddqhost import vboard
 
 
 class Emulated:
@@ -28,6 +29,18 @@ class Emulated:
         st = json.loads(r.stdout)
         self.pids.add(st[self.pid_key])
         return st
+
+    def stop(self, image, size):
+        """`ddq board KIND stop`: stopped with its image (a file of size bytes) saved, the process
+        gone, and status says so (exit 3)."""
+        r = ddq("board", self.kind, "stop", "--state-dir", self.dir, "--json", timeout=120)
+        res = json.loads(r.stdout)
+        assert r.returncode == 0 and res["stopped"] and res["saved"], r.stdout + r.stderr
+        assert not vboard.pid_alive(res[self.pid_key])
+        assert os.path.getsize(os.path.join(self.dir, image)) == size
+        r = ddq("board", self.kind, "status", "--state-dir", self.dir)
+        assert r.returncode == 3 and r.stdout.startswith("not running"), r.stdout
+        return res
 
 
 def fixture(kind, pid_key, timeout, kill, program):
