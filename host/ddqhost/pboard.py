@@ -61,11 +61,7 @@ BOARD = vboard.Emulator(
     {"log": "rp2040py.log", "image": "flash.img"},
     extra=("console_answered",),
 )
-default_state_dir = BOARD.default_state_dir  # $DDQ_PICO_STATE_DIR, else `pico` beside virtual's
-default_firmware = BOARD.default_firmware  # $DDQ_PICO_FIRMWARE (absolute), else None
-status = BOARD.status
-running_device = BOARD.running_device
-read_state = vboard.read_state  # STATE_DIR/state.json, a dict or None: the same file name
+running_device = BOARD.running_device  # the cli: the device of a running board, or None
 
 
 def kill(state_dir: str) -> dict[str, Any]:
@@ -164,15 +160,15 @@ def start(
     BOARD.record(
         p, proc, pty_path, kind="pico", firmware=fw, image_loaded=loaded, console_answered=answered
     )
-    return status(state_dir)
+    return BOARD.status(state_dir)
 
 
 def stop(state_dir: str, timeout: float = 60.0) -> dict[str, Any]:
     """The emulated power-off: SIGTERM; rp2040py writes the filesystem region to flash.img as
     it is at that instant and exits."""
     p = BOARD.paths(state_dir)
-    st = read_state(state_dir) or {}
-    cur = status(state_dir)
+    st = vboard.read_state(state_dir) or {}
+    cur = BOARD.status(state_dir)
     if not cur["running"]:
         vboard.forget(p, BOARD.transient)
         return dict(cur, stopped=False, saved=False)
@@ -197,7 +193,7 @@ def command(
     action: str, state_dir: str | None, firmware: str | None = None, fresh: bool = False
 ) -> tuple[dict[str, Any], str, int]:
     """`ddq board pico ACTION`: (result, message, exit status)."""
-    d = state_dir or default_state_dir()
+    d = state_dir or BOARD.default_state_dir()
     if action == "start":
         res = start(d, firmware=firmware, fresh=fresh)
         return (

@@ -110,10 +110,10 @@ def is_qemu_device(port: str) -> bool:
     """port is the UART of a running qemu board: STATE_DIR/tty of a state directory whose
     state.json names qemu, or the pty of the running board of the default state directory."""
     real = os.path.realpath(port)
-    st = read_state(os.path.dirname(os.path.abspath(port))) or {}
+    st = vboard.read_state(os.path.dirname(os.path.abspath(port))) or {}
     if "qemu_pid" in st and st.get("pty") == real:
         return True
-    st = read_state(default_state_dir()) or {}
+    st = vboard.read_state(BOARD.default_state_dir()) or {}
     return "qemu_pid" in st and st.get("pty") == real
 
 
@@ -128,11 +128,7 @@ BOARD = vboard.Emulator(
     {"log": "qemu.log", "qmp": "qmp.sock", "image": "disk.img"},
     transient=("qmp",),
 )
-default_state_dir = BOARD.default_state_dir  # $DDQ_QEMU_STATE_DIR, else `qemu` beside virtual's
-default_firmware = BOARD.default_firmware  # $DDQ_QEMU_FIRMWARE (absolute), else None
-status = BOARD.status
-running_device = BOARD.running_device
-read_state = vboard.read_state  # STATE_DIR/state.json, a dict or None: the same file name
+running_device = BOARD.running_device  # the cli: the device of a running board, or None
 
 
 def find_qemu(exe: str | None = None) -> str:
@@ -198,7 +194,7 @@ def start(
         image_loaded="-device" in argv,
         boot="ddq",  # Device runs boot_code() after each reset
     )
-    return status(state_dir)
+    return BOARD.status(state_dir)
 
 
 def _qmp(path: str, commands: list[dict[str, Any]], timeout: float = 10.0) -> None:
@@ -238,8 +234,8 @@ def _qmp(path: str, commands: list[dict[str, Any]], timeout: float = 10.0) -> No
 def stop(state_dir: str, save: bool = True, timeout: float = 10.0) -> dict[str, Any]:
     """Pause the CPU, save the RAM disk to STATE_DIR/disk.img (save=True), quit qemu."""
     p = BOARD.paths(state_dir)
-    st = read_state(state_dir) or {}
-    cur = status(state_dir)
+    st = vboard.read_state(state_dir) or {}
+    cur = BOARD.status(state_dir)
     if not cur["running"]:
         vboard.forget(p, BOARD.transient)
         return dict(cur, stopped=False, saved=False)
@@ -285,7 +281,7 @@ def command(
     fresh: bool = False,
 ) -> tuple[dict[str, Any], str, int]:
     """`ddq board qemu ACTION`: (result, message, exit status)."""
-    d = state_dir or default_state_dir()
+    d = state_dir or BOARD.default_state_dir()
     if action == "start":
         res = start(d, firmware=firmware, qemu=qemu, fresh=fresh)
         return (

@@ -24,7 +24,7 @@ import pytest
 from conftest import REPO, check_suite_run, cli_env, ddq, one_line_error
 from ddqhost import pboard
 
-FIRMWARE = pboard.default_firmware()
+FIRMWARE = pboard.BOARD.default_firmware()
 needs_firmware = pytest.mark.skipif(
     not (FIRMWARE and os.path.isfile(FIRMWARE)),
     reason="set DDQ_PICO_FIRMWARE to %s%s"

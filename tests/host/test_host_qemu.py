@@ -25,7 +25,7 @@ import pytest
 from conftest import Subscriber, check_suite_run, ddq
 from ddqhost import qboard, testrun
 
-FIRMWARE = qboard.default_firmware()
+FIRMWARE = qboard.BOARD.default_firmware()
 pytestmark = [
     pytest.mark.skipif(
         not shutil.which("qemu-system-arm"),
