@@ -166,11 +166,8 @@ def start(
 def stop(state_dir: str, timeout: float = 60.0) -> dict[str, Any]:
     """The emulated power-off: SIGTERM; rp2040py writes the filesystem region to flash.img as
     it is at that instant and exits."""
-    p = BOARD.paths(state_dir)
-    st = vboard.read_state(state_dir) or {}
-    cur = BOARD.status(state_dir)
+    p, st, cur = BOARD.recorded(state_dir)
     if not cur["running"]:
-        vboard.forget(p, BOARD.transient)
         return dict(cur, stopped=False, saved=False)
     before = os.stat(p["image"]).st_mtime_ns if os.path.isfile(p["image"]) else None
     gone = BOARD.terminate(st, timeout)

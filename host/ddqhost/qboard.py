@@ -233,11 +233,8 @@ def _qmp(path: str, commands: list[dict[str, Any]], timeout: float = 10.0) -> No
 
 def stop(state_dir: str, save: bool = True, timeout: float = 10.0) -> dict[str, Any]:
     """Pause the CPU, save the RAM disk to STATE_DIR/disk.img (save=True), quit qemu."""
-    p = BOARD.paths(state_dir)
-    st = vboard.read_state(state_dir) or {}
-    cur = BOARD.status(state_dir)
+    p, st, cur = BOARD.recorded(state_dir)
     if not cur["running"]:
-        vboard.forget(p, BOARD.transient)
         return dict(cur, stopped=False, saved=False)
     saved = False
     if save:

@@ -517,14 +517,23 @@ class Emulator:
             _wait_gone([pid], 5.0)
         return False
 
-    def kill(self, state_dir: str) -> dict[str, Any]:
-        """SIGKILL the board's process: nothing saved (the old status, killed: whether it ran)."""
+    def recorded(self, state_dir: str) -> "tuple[dict[str, str], dict[str, Any], dict[str, Any]]":
+        """(paths, state.json, status) of the board in state_dir, before a stop or a kill; where
+        it does not run, the state it left is forgotten."""
+        p = self.paths(state_dir)
         st = read_state(state_dir) or {}
         cur = self.status(state_dir)
+        if not cur["running"]:
+            forget(p, self.transient)
+        return p, st, cur
+
+    def kill(self, state_dir: str) -> dict[str, Any]:
+        """SIGKILL the board's process: nothing saved (the old status, killed: whether it ran)."""
+        p, st, cur = self.recorded(state_dir)
         if cur["running"]:
             os.kill(st[self.pid_key], signal.SIGKILL)
             _wait_gone([st[self.pid_key]], 5.0)
-        forget(self.paths(state_dir), self.transient)
+            forget(p, self.transient)
         return dict(cur, killed=cur["running"])
 
     def answer(
