@@ -131,18 +131,29 @@ def _plt():
     return plt
 
 
-def _finish(plt, f, ax, path, xlabel, ylabel, title, grid="both", legend=True):
-    """Label one picture's axes, save it as path and free it."""
-    ax.set_xlabel(xlabel)
+def _label(ax, xlabel, ylabel, title, grid="both", legend=8):
+    """Label one panel: its axes, title, grid and (legend: its font size, 0 none) legend."""
+    if xlabel:
+        ax.set_xlabel(xlabel)
     if ylabel:
         ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=9 if len(title) > 60 else None)
     if legend:
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=legend)
     ax.grid(alpha=0.3, axis=grid)
+
+
+def _save(plt, f, path):
+    """Save the figure f as path and free it."""
     f.tight_layout()
     f.savefig(path, dpi=100)
     plt.close(f)
+
+
+def _finish(plt, f, ax, path, xlabel, ylabel, title, grid="both", legend=True):
+    """Label a one-panel picture, save it as path and free it."""
+    _label(ax, xlabel, ylabel, title, grid, 8 if legend else 0)
+    _save(plt, f, path)
 
 
 def _heap(plt, fig, path):
@@ -203,13 +214,9 @@ def _latency(plt, fig, path):
         ax.set_yscale("log")
         ax.set_xticks(range(3))
         ax.set_xticklabels(ops)
-        ax.set_ylabel("µs a call (bars: max, p99, median from light to dark)")
-        ax.set_title('%s, 90 %% backlog, sync="always"' % interp)
-        ax.grid(alpha=0.3, axis="y")
-        ax.legend(fontsize=7)
-    f.tight_layout()
-    f.savefig(path, dpi=100)
-    plt.close(f)
+        ylabel = "µs a call (bars: max, p99, median from light to dark)"
+        _label(ax, None, ylabel, '%s, 90 %% backlog, sync="always"' % interp, "y", 7)
+    _save(plt, f, path)
 
 
 def _drain(plt, fig, path):

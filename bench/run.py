@@ -337,49 +337,49 @@ def build(results, errors, smoke, seconds):
                 "≥ 0.85",
                 verdict(ratio, TARGETS[rid]),
             )
-        pq = med["persistqueue"]
-        ratio = paired(b["persistqueue"], b["ddq_always"])
-        rep.row(
-            "2",
-            'CPython lifecycle sync="always" vs persist-queue SQLiteAckQueue',
-            fmt(rate(med["ddq_always"])),
-            "persist-queue %s/s" % fmt(rate(pq)),
-            fmt(ratio),
-            "≥ 1.5×",
-            verdict(ratio, TARGETS["2"]),
-        )
-        ratio = paired(b["persistqueue"], b["ddq_ack"])
-        rep.row(
-            "2b",
-            'same, sync="ack" (2 fsyncs)',
-            fmt(rate(med["ddq_ack"])),
-            "persist-queue %s/s" % fmt(rate(pq)),
-            fmt(ratio),
-            "report",
-            "report",
-        )
+        # 2, 2b, 3 (3b): ddq's lifecycles against persist-queue's, (row, subject, title, target,
+        # the target's key in TARGETS or None: reported only).
+        vs_pq = [
+            (
+                "2",
+                "ddq_always",
+                'CPython lifecycle sync="always" vs persist-queue SQLiteAckQueue',
+                "≥ 1.5×",
+                "2",
+            ),
+            ("2b", "ddq_ack", 'same, sync="ack" (2 fsyncs)', "report", None),
+        ]
         if "outbox_group" in b:
-            ratio = paired(b["persistqueue"], b["outbox_group"])
-            rep.row(
-                "3",
-                "group-commit lifecycle, ddq_outbox.Outbox(sync_every=%d records)"
-                % (3 * lc["every"]),
-                fmt(rate(med["outbox_group"])),
-                "persist-queue %s/s" % fmt(rate(pq)),
-                fmt(ratio),
-                "≥ 10×",
-                verdict(ratio, TARGETS["3"]),
+            vs_pq.append(
+                (
+                    "3",
+                    "outbox_group",
+                    "group-commit lifecycle, ddq_outbox.Outbox(sync_every=%d records)"
+                    % (3 * lc["every"]),
+                    "≥ 10×",
+                    "3",
+                )
             )
-        ratio = paired(b["persistqueue"], b["ddq_group"])
-        rep.row(
-            "3" if "outbox_group" not in b else "3b",
-            'group-commit lifecycle, Queue(sync="none") + sync() every %d' % lc["every"],
-            fmt(rate(med["ddq_group"])),
-            "persist-queue %s/s" % fmt(rate(pq)),
-            fmt(ratio),
-            "≥ 10×",
-            verdict(ratio, TARGETS["3"]),
+        vs_pq.append(
+            (
+                "3" if "outbox_group" not in b else "3b",
+                "ddq_group",
+                'group-commit lifecycle, Queue(sync="none") + sync() every %d' % lc["every"],
+                "≥ 10×",
+                "3",
+            )
         )
+        for rid, key, title, target, tkey in vs_pq:
+            ratio = paired(b["persistqueue"], b[key])
+            rep.row(
+                rid,
+                title,
+                fmt(rate(med[key])),
+                "persist-queue %s/s" % fmt(rate(med["persistqueue"])),
+                fmt(ratio),
+                target,
+                verdict(ratio, TARGETS[tkey]) if tkey else "report",
+            )
         for key, name in (
             ("litequeue_default", "default (WAL, synchronous=NORMAL)"),
             ("litequeue_full", "synchronous=FULL"),
@@ -459,28 +459,22 @@ def build(results, errors, smoke, seconds):
                     "%.2f×" % (tot_b / ct["payload"]),
                 )
             )
-        rows.append(
-            (
-                "C DDQ (ddq-c-format §18)",
-                "1 / 1 / 1",
-                "—",
-                "—",
-                "3",
-                "144 + P = %d" % (144 + ct["payload"]),
-                "%.2f×" % ((144 + ct["payload"]) / ct["payload"]),
+        for name, file_fsyncs, fsyncs, fixed, formula in (
+            ("C DDQ (ddq-c-format §18)", "1 / 1 / 1", "3", 144, "144 + P"),
+            ("iotspool (iotspool-lessons §2.2; topic T=1)", "1 / 0 / 1", "2", 73, "72 + T + P"),
+        ):
+            written = fixed + ct["payload"]
+            rows.append(
+                (
+                    name,
+                    file_fsyncs,
+                    "—",
+                    "—",
+                    fsyncs,
+                    "%s = %d" % (formula, written),
+                    "%.2f×" % (written / ct["payload"]),
+                )
             )
-        )
-        rows.append(
-            (
-                "iotspool (iotspool-lessons §2.2; topic T=1)",
-                "1 / 0 / 1",
-                "—",
-                "—",
-                "2",
-                "72 + T + P = %d" % (73 + ct["payload"]),
-                "%.2f×" % ((73 + ct["payload"]) / ct["payload"]),
-            )
-        )
         rep.section(
             "fsyncs and bytes written per delivered message (payload %d B, %d messages, "
             "counting wrapper around ddq.PosixStorage)" % (ct["payload"], ct["n"]),
@@ -528,51 +522,55 @@ def build(results, errors, smoke, seconds):
             ),
         )
 
-    # 5: heap per pending item.
-    hp = R.get("mp_heap")
-    if hp:
-        v = hp["per_item"]
-        rep.row(
+    # 5: heap per pending item; 5b: the same queue reopened; 5r: reopened after a power cut.
+    for key, row_id, what, baseline in (
+        (
+            "mp_heap",
             "5",
-            "MicroPython heap per pending item (%d pending, %d B payloads)"
-            % (hp["n"], hp["payload"]),
-            "%s B" % fmt(v),
-            "iotspool 32 B, C DDQ 72 B",
-            "%s (÷ 32)" % fmt(v / 32),
-            "≤ 32 B",
-            verdict(v, TARGETS["5"], False),
-        )
-    hr = R.get("mp_heap_reopen")
-    if hr:
-        v2 = hr["per_item"]
-        rep.row(
-            "5b",
-            "same queue reopened in a fresh process (index %s; includes the %s B "
-            "replay window it keeps)"
-            % (
-                "loaded from queue.index" if hr.get("index_used") else "rebuilt by a full replay",
-                fmt(hr["kept_read_buffer"]),
+            lambda h: (
+                "MicroPython heap per pending item (%d pending, %d B payloads)"
+                % (h["n"], h["payload"])
             ),
-            "%s B" % fmt(v2),
+            "iotspool 32 B, C DDQ 72 B",
+        ),
+        (
+            "mp_heap_reopen",
+            "5b",
+            lambda h: (
+                "same queue reopened in a fresh process (index %s; includes the %s B "
+                "replay window it keeps)"
+                % (
+                    "loaded from queue.index"
+                    if h.get("index_used")
+                    else "rebuilt by a full replay",
+                    fmt(h["kept_read_buffer"]),
+                )
+            ),
             "iotspool 32 B",
-            "%s (÷ 32)" % fmt(v2 / 32),
-            "≤ 32 B",
-            verdict(v2, TARGETS["5"], False),
-        )
-    hx = R.get("mp_heap_replay")
-    if hx:
-        v3 = hx["per_item"]
-        rep.row(
+        ),
+        (
+            "mp_heap_replay",
             "5r",
-            "same queue reopened after a power cut (no usable queue.index: index rebuilt "
-            "by a full replay, columns grown by half as it goes)",
-            "%s B" % fmt(v3),
+            lambda h: (
+                "same queue reopened after a power cut (no usable queue.index: index "
+                "rebuilt by a full replay, columns grown by half as it goes)"
+            ),
             "iotspool 32 B",
-            "%s (÷ 32)" % fmt(v3 / 32),
-            "≤ 32 B",
-            verdict(v3, TARGETS["5"], False),
-        )
-
+        ),
+    ):
+        h = R.get(key)
+        if h:
+            v = h["per_item"]
+            rep.row(
+                row_id,
+                what(h),
+                "%s B" % fmt(v),
+                baseline,
+                "%s (÷ 32)" % fmt(v / 32),
+                "≤ 32 B",
+                verdict(v, TARGETS["5"], False),
+            )
+    hp = R.get("mp_heap")
     for heap in ("128K", "256K"):
         cap = R.get("mp_capacity_" + heap)
         if cap and hp:

@@ -424,6 +424,20 @@ class Device:
         finally:
             b.idle, b.deadline, b.what = saved
 
+    @contextlib.contextmanager
+    def _link(self, path: str | None = None) -> Iterator[None]:
+        """mpremote's failures as ddq's: an error raised by code on the device mapped by
+        _map_exec_error (path: the device path it concerns), the link's own (TransportError,
+        OSError) a DeviceError naming the port."""
+        try:
+            yield
+        except TransportExecError as e:
+            raise _map_exec_error(e, path) from None
+        except TransportError as e:
+            raise DeviceError("%s: %s" % (self.port, e)) from None
+        except OSError as e:
+            raise DeviceError("%s: connection lost (%s)" % (self.port, e)) from None
+
     def _interrupt(self) -> None:
         """Ctrl-C to whatever runs on the device (best effort: a hung device may not read it)."""
         try:
@@ -516,36 +530,35 @@ class Device:
         comes, and returned); seconds=None: until Ctrl-C."""
         ser = self.io._ser if self.io is not None else self.t.serial
         try:
-            if self.boot is not None:
-                # A firmware that runs no boot.py/main.py (the qemu board): a soft reset in the
-                # raw REPL, ddq's boot code, then main.py started as the firmware would.
-                self.reset()
-                with self._bounded(EXEC_IDLE_TIMEOUT, "answer", EXEC_IDLE_TIMEOUT):
-                    self.t.exec_raw_no_follow(
-                        "exec(open('main.py').read(), {'__name__': '__main__'})"
-                    )
-            else:
-                with self._bounded(EXEC_IDLE_TIMEOUT, "friendly REPL prompt", EXEC_IDLE_TIMEOUT):
-                    self.t.exit_raw_repl()
-                    self.t.read_until(1, b">>> ", timeout=None)
-                    self.t.serial.write(b"\x04")  # Ctrl-D at the friendly REPL: soft reset
-                    self.t.read_until(1, b"soft reboot\r\n", timeout=None)
-            buf = bytearray()
-            end = None if seconds is None else time.monotonic() + seconds
-            try:
-                while (end is None or time.monotonic() < end) and len(buf) < MAX_REPLY:
-                    got = ser.read(max(1, ser.in_waiting))  # returns within _READ_SLICE
-                    if got:
-                        buf += got
-                        if out is not None:
-                            out(got)
-            except KeyboardInterrupt:
-                pass  # following the output: Ctrl-C leaves the app running
-            return bytes(buf)
-        except TransportError as e:
-            raise DeviceError("%s: %s" % (self.port, e)) from None
-        except OSError as e:
-            raise DeviceError("%s: connection lost (%s)" % (self.port, e)) from None
+            with self._link():
+                if self.boot is not None:
+                    # A firmware that runs no boot.py/main.py (the qemu board): a soft reset in the
+                    # raw REPL, ddq's boot code, then main.py started as the firmware would.
+                    self.reset()
+                    with self._bounded(EXEC_IDLE_TIMEOUT, "answer", EXEC_IDLE_TIMEOUT):
+                        self.t.exec_raw_no_follow(
+                            "exec(open('main.py').read(), {'__name__': '__main__'})"
+                        )
+                else:
+                    with self._bounded(
+                        EXEC_IDLE_TIMEOUT, "friendly REPL prompt", EXEC_IDLE_TIMEOUT
+                    ):
+                        self.t.exit_raw_repl()
+                        self.t.read_until(1, b">>> ", timeout=None)
+                        self.t.serial.write(b"\x04")  # Ctrl-D at the friendly REPL: soft reset
+                        self.t.read_until(1, b"soft reboot\r\n", timeout=None)
+                buf = bytearray()
+                end = None if seconds is None else time.monotonic() + seconds
+                try:
+                    while (end is None or time.monotonic() < end) and len(buf) < MAX_REPLY:
+                        got = ser.read(max(1, ser.in_waiting))  # returns within _READ_SLICE
+                        if got:
+                            buf += got
+                            if out is not None:
+                                out(got)
+                except KeyboardInterrupt:
+                    pass  # following the output: Ctrl-C leaves the app running
+                return bytes(buf)
         finally:
             self._close_serial()
             self.t = None
@@ -568,20 +581,14 @@ class Device:
         """Run code on the device, return its stdout bytes; errors mapped (see _map_exec_error).
         DeviceTimeout when the device sends nothing for idle seconds (default EXEC_IDLE_TIMEOUT;
         more for work that is silent while it runs: opening a big queue at emulation speed)."""
-        try:
-            with self._bounded(EXEC_IDLE_TIMEOUT if idle is None else idle, "answer"):
-                if idle is None:
-                    return bytes(self.t.exec(code, data_consumer=consumer))
-                ret, err = self.t.exec_raw(code, timeout=idle, data_consumer=consumer)
-                if err:
-                    raise TransportExecError(ret, err.decode("utf-8", "replace"))
-                return bytes(ret)
-        except TransportExecError as e:
-            raise _map_exec_error(e, path) from None
-        except TransportError as e:
-            raise DeviceError("%s: %s" % (self.port, e)) from None
-        except OSError as e:
-            raise DeviceError("%s: connection lost (%s)" % (self.port, e)) from None
+        idle_s = EXEC_IDLE_TIMEOUT if idle is None else idle
+        with self._link(path), self._bounded(idle_s, "answer"):
+            if idle is None:
+                return bytes(self.t.exec(code, data_consumer=consumer))
+            ret, err = self.t.exec_raw(code, timeout=idle, data_consumer=consumer)
+            if err:
+                raise TransportExecError(ret, err.decode("utf-8", "replace"))
+            return bytes(ret)
 
     def eval(
         self,
@@ -624,17 +631,13 @@ class Device:
     ) -> str:
         """Run a (possibly long) program streaming its output to out(bytes); return stderr text.
         DeviceTimeout (and the program interrupted) after idle_timeout seconds without output."""
-        try:
+        with self._link():
             with self._bounded(EXEC_IDLE_TIMEOUT, "answer"):
                 self.t.exec_raw_no_follow(code)
             with self._bounded(idle_timeout, "output"):
                 _, err = self.t.follow(
                     idle_timeout, data_consumer=lambda b: out(b.replace(b"\x04", b""))
                 )
-        except TransportError as e:
-            raise DeviceError("%s: %s" % (self.port, e)) from None
-        except OSError as e:
-            raise DeviceError("%s: connection lost (%s)" % (self.port, e)) from None
         return bytes(err).decode("utf-8", "replace")
 
     # ------------------------------------------------------------ probes

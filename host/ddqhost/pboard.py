@@ -28,11 +28,9 @@ The emulator spins one host core at 100 % while it runs: stop it after use.
 """
 
 import importlib.util
-import json
 import os
 import re
 import select
-import signal
 import sys
 import time
 from typing import Any
@@ -56,85 +54,25 @@ class PicoError(HostError):
     """A pico-board operation failed; the message is one line for the user."""
 
 
-def default_state_dir() -> str:
-    """$DDQ_PICO_STATE_DIR, else `pico` beside the virtual board's default state directory."""
-    env = os.environ.get("DDQ_PICO_STATE_DIR")
-    if env:
-        return env
-    saved = os.environ.pop("DDQ_STATE_DIR", None)
-    try:
-        virtual = vboard.default_state_dir()  # $XDG_STATE_HOME/ddq/virtual or ~/.local/...
-    finally:
-        if saved is not None:
-            os.environ["DDQ_STATE_DIR"] = saved
-    return os.path.join(os.path.dirname(virtual), "pico")
+BOARD = vboard.Emulator(
+    "pico",
+    "rp2040py",
+    "pid",
+    {"log": "rp2040py.log", "image": "flash.img"},
+    extra=("console_answered",),
+)
+running_device = BOARD.running_device  # the cli: the device of a running board, or None
 
 
-def default_firmware() -> str | None:
-    """$DDQ_PICO_FIRMWARE (absolute), else None: ddq ships no firmware."""
-    env = os.environ.get("DDQ_PICO_FIRMWARE")
-    return os.path.abspath(env) if env else None
-
-
-def _paths(state_dir: str) -> dict[str, str]:
-    return vboard.state_paths(
-        state_dir, state="state.json", link="tty", log="rp2040py.log", image="flash.img"
-    )
-
-
-read_state = vboard.read_state  # STATE_DIR/state.json, a dict or None: the same file name
-
-
-def _is_ours(st: dict[str, Any]) -> bool:
-    return vboard.runs_as_recorded(st, "pid")
-
-
-def status(state_dir: str) -> dict[str, Any]:
-    p = _paths(state_dir)
-    st = read_state(state_dir) or {}
-    running = _is_ours(st)
-    return {
-        "running": running,
-        "state_dir": p["dir"],
-        "firmware": st.get("firmware"),
-        "image": p["image"],
-        "image_bytes": os.path.getsize(p["image"]) if os.path.isfile(p["image"]) else None,
-        "pty": st.get("pty") if running else None,
-        "device": st.get("link") if running else None,
-        "pid": st.get("pid") if running else None,
-        "console_answered": st.get("console_answered") if running else None,
-        "stale_state": bool(st) and not running,
-    }
-
-
-def running_device(state_dir: str | None = None) -> str | None:
-    st = status(state_dir or default_state_dir())
-    return st["device"] if st["running"] else None
-
-
-def _forget(p: dict[str, str]) -> None:
-    vboard.forget(p, ("state", "link"))
-
-
-def _wait_gone(pid: int, timeout: float) -> bool:
-    return vboard._wait_gone([pid], timeout)
-
-
-def _log_tail(path: str) -> str:
-    return vboard._log_tail(path)[:300]
+def kill(state_dir: str) -> dict[str, Any]:
+    """SIGKILL rp2040py without saving the flash: the next start boots on the last stop's image."""
+    return BOARD.kill(state_dir)
 
 
 def check_firmware(firmware: str | None) -> str:
     """The absolute path of the firmware to boot (firmware, else $DDQ_PICO_FIRMWARE): an existing
     .uf2 file. Never a version tag: rp2040py would download one."""
-    fw = os.path.abspath(firmware) if firmware else default_firmware()
-    if fw is None:
-        raise PicoError(
-            "no firmware: pass --firmware UF2 or set DDQ_PICO_FIRMWARE (%s)" % FIRMWARE_HELP,
-            code=2,
-        )
-    if not os.path.isfile(fw):
-        raise PicoError("no firmware at %s (%s)" % (fw, FIRMWARE_HELP), code=2)
+    fw = BOARD.firmware(firmware, "UF2", FIRMWARE_HELP, PicoError)
     if not fw.endswith(".uf2"):
         raise PicoError("%s is not a .uf2 file (%s)" % (fw, FIRMWARE_HELP), code=2)
     return fw
@@ -151,7 +89,7 @@ def _wait_console(pty_path: str, proc: Any, log: str, timeout: float) -> bool:
         nudge = 0.0
         while time.monotonic() < end:
             if proc.poll() is not None:
-                raise PicoError("rp2040py exited at boot: %s" % _log_tail(log))
+                raise PicoError("rp2040py exited at boot: %s" % BOARD.tail(log))
             now = time.monotonic()
             if now >= nudge:
                 try:
@@ -178,17 +116,12 @@ def start(
     timeout: float = PTY_TIMEOUT,
     boot_timeout: float = BOOT_TIMEOUT,
 ) -> dict[str, Any]:
-    p = _paths(state_dir)
     fw = check_firmware(firmware)
     if importlib.util.find_spec("rp2040py") is None:
         raise PicoError(
             "rp2040py is not installed here: pip install 'ddq[pico]' (rp2040py==0.3.6)"
         )
-    vboard.private_dir(p["dir"])
-    cur = status(state_dir)
-    if cur["running"]:
-        raise PicoError("pico board already running in %s (device %s)" % (p["dir"], cur["device"]))
-    _forget(p)
+    p = BOARD.begin(state_dir, PicoError)
     if fresh and os.path.exists(p["image"]):
         os.remove(p["image"])
     if os.path.isfile(p["image"]) and os.path.getsize(p["image"]) != FS_BYTES:
@@ -216,67 +149,29 @@ def start(
         p["image"],
     ]
     loaded = os.path.isfile(p["image"])
-    with open(os.open(p["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as log:
-        proc = vboard.spawn_process(argv, p["dir"], log, umask=0o077)
+    proc = BOARD.spawn(argv, p)
     try:
-        end = time.monotonic() + timeout
-        pty_path = None
-        while time.monotonic() < end:
-            with open(p["log"], "rb") as f:
-                m = PTY_LINE.search(f.read(1 << 20))
-            if m:
-                pty_path = m.group(1).decode()
-                break
-            if proc.poll() is not None:
-                raise PicoError("rp2040py exited at start: %s" % _log_tail(p["log"]))
-            time.sleep(0.05)
-        if pty_path is None:
-            raise PicoError("rp2040py gave no pty in %.0f s: %s" % (timeout, _log_tail(p["log"])))
+        pty_path = BOARD.wait_pty(proc, p, PTY_LINE, timeout, PicoError)
         answered = _wait_console(pty_path, proc, p["log"], boot_timeout)
     except BaseException:
         proc.kill()  # nothing was written to the image yet: a failed start changes nothing
         proc.wait()
         raise
-    os.symlink(pty_path, p["link"])
-    tmp = p["state"] + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(
-            {
-                "kind": "pico",
-                "pid": proc.pid,
-                "argv": argv,
-                "pty": pty_path,
-                "link": p["link"],
-                "firmware": fw,
-                "image_loaded": loaded,
-                "console_answered": answered,
-                "started_unix": int(time.time()),
-            },
-            f,
-            sort_keys=True,
-        )
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, p["state"])
-    return status(state_dir)
+    BOARD.record(
+        p, proc, pty_path, kind="pico", firmware=fw, image_loaded=loaded, console_answered=answered
+    )
+    return BOARD.status(state_dir)
 
 
 def stop(state_dir: str, timeout: float = 60.0) -> dict[str, Any]:
     """The emulated power-off: SIGTERM; rp2040py writes the filesystem region to flash.img as
     it is at that instant and exits."""
-    p = _paths(state_dir)
-    st = read_state(state_dir) or {}
-    cur = status(state_dir)
+    p, st, cur = BOARD.recorded(state_dir)
     if not cur["running"]:
-        _forget(p)
         return dict(cur, stopped=False, saved=False)
-    pid = st["pid"]
     before = os.stat(p["image"]).st_mtime_ns if os.path.isfile(p["image"]) else None
-    os.kill(pid, signal.SIGTERM)
-    gone = _wait_gone(pid, timeout)
-    if not gone and _is_ours(st):
-        os.kill(pid, signal.SIGKILL)
-        _wait_gone(pid, 5.0)
-    _forget(p)
+    gone = BOARD.terminate(st, timeout)
+    vboard.forget(p, BOARD.transient)
     saved = (
         gone
         and os.path.isfile(p["image"])
@@ -286,28 +181,16 @@ def stop(state_dir: str, timeout: float = 60.0) -> dict[str, Any]:
     if not saved:
         raise PicoError(
             "pico board stopped, but its flash could not be saved to %s: %s"
-            % (p["image"], _log_tail(p["log"]))
+            % (p["image"], BOARD.tail(p["log"]))
         )
     return dict(cur, stopped=True, saved=True, image_bytes=FS_BYTES)
-
-
-def kill(state_dir: str) -> dict[str, Any]:
-    """SIGKILL rp2040py without saving the flash: the next start boots on the last stop's image."""
-    p = _paths(state_dir)
-    st = read_state(state_dir) or {}
-    cur = status(state_dir)
-    if cur["running"]:
-        os.kill(st["pid"], signal.SIGKILL)
-        _wait_gone(st["pid"], 5.0)
-    _forget(p)
-    return dict(cur, killed=cur["running"])
 
 
 def command(
     action: str, state_dir: str | None, firmware: str | None = None, fresh: bool = False
 ) -> tuple[dict[str, Any], str, int]:
     """`ddq board pico ACTION`: (result, message, exit status)."""
-    d = state_dir or default_state_dir()
+    d = state_dir or BOARD.default_state_dir()
     if action == "start":
         res = start(d, firmware=firmware, fresh=fresh)
         return (
@@ -323,34 +206,6 @@ def command(
             ),
             0,
         )
-    if action == "stop":
-        res = stop(d)
-        return (
-            res,
-            (
-                "pico board powered off, flash saved to %s" % res["image"]
-                if res["stopped"]
-                else "pico board was not running"
-            ),
-            0,
-        )
-    if action == "kill":
-        res = kill(d)
-        return (
-            res,
-            (
-                "pico board killed (flash not saved)"
-                if res["killed"]
-                else "pico board was not running"
-            ),
-            0,
-        )
-    res = status(d)
-    if res["running"]:
-        return (
-            res,
-            "running: device %s, pid %d, firmware %s"
-            % (res["device"], res["pid"], res["firmware"]),
-            0,
-        )
-    return res, "not running (state dir %s)" % res["state_dir"], 3
+    return BOARD.answer(
+        action, d, stop, "powered off, flash saved to %s", "killed (flash not saved)"
+    )

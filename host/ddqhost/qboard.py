@@ -32,9 +32,7 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
-import time
 from typing import Any
 
 from . import vboard
@@ -112,10 +110,10 @@ def is_qemu_device(port: str) -> bool:
     """port is the UART of a running qemu board: STATE_DIR/tty of a state directory whose
     state.json names qemu, or the pty of the running board of the default state directory."""
     real = os.path.realpath(port)
-    st = read_state(os.path.dirname(os.path.abspath(port))) or {}
+    st = vboard.read_state(os.path.dirname(os.path.abspath(port))) or {}
     if "qemu_pid" in st and st.get("pty") == real:
         return True
-    st = read_state(default_state_dir()) or {}
+    st = vboard.read_state(BOARD.default_state_dir()) or {}
     return "qemu_pid" in st and st.get("pty") == real
 
 
@@ -123,24 +121,14 @@ class QemuError(HostError):
     """A qemu-board operation failed; the message is one line for the user."""
 
 
-def default_state_dir() -> str:
-    """$DDQ_QEMU_STATE_DIR, else `qemu` beside the virtual board's default state directory."""
-    env = os.environ.get("DDQ_QEMU_STATE_DIR")
-    if env:
-        return env
-    saved = os.environ.pop("DDQ_STATE_DIR", None)
-    try:
-        virtual = vboard.default_state_dir()  # $XDG_STATE_HOME/ddq/virtual or ~/.local/...
-    finally:
-        if saved is not None:
-            os.environ["DDQ_STATE_DIR"] = saved
-    return os.path.join(os.path.dirname(virtual), "qemu")
-
-
-def default_firmware() -> str | None:
-    """$DDQ_QEMU_FIRMWARE (absolute), else None: ddq ships no firmware."""
-    env = os.environ.get("DDQ_QEMU_FIRMWARE")
-    return os.path.abspath(env) if env else None
+BOARD = vboard.Emulator(
+    "qemu",
+    "qemu",
+    "qemu_pid",
+    {"log": "qemu.log", "qmp": "qmp.sock", "image": "disk.img"},
+    transient=("qmp",),
+)
+running_device = BOARD.running_device  # the cli: the device of a running board, or None
 
 
 def find_qemu(exe: str | None = None) -> str:
@@ -154,54 +142,6 @@ def find_qemu(exe: str | None = None) -> str:
     return found
 
 
-def _paths(state_dir: str) -> dict[str, str]:
-    return vboard.state_paths(
-        state_dir,
-        state="state.json",
-        link="tty",
-        log="qemu.log",
-        qmp="qmp.sock",
-        image="disk.img",
-    )
-
-
-read_state = vboard.read_state  # STATE_DIR/state.json, a dict or None: the same file name
-
-
-def _is_ours(st: dict[str, Any]) -> bool:
-    return vboard.runs_as_recorded(st, "qemu_pid")
-
-
-def status(state_dir: str) -> dict[str, Any]:
-    p = _paths(state_dir)
-    st = read_state(state_dir) or {}
-    running = _is_ours(st)
-    return {
-        "running": running,
-        "state_dir": p["dir"],
-        "firmware": st.get("firmware"),
-        "image": p["image"],
-        "image_bytes": os.path.getsize(p["image"]) if os.path.isfile(p["image"]) else None,
-        "pty": st.get("pty") if running else None,
-        "device": st.get("link") if running else None,
-        "qemu_pid": st.get("qemu_pid") if running else None,
-        "stale_state": bool(st) and not running,
-    }
-
-
-def running_device(state_dir: str | None = None) -> str | None:
-    st = status(state_dir or default_state_dir())
-    return st["device"] if st["running"] else None
-
-
-def _forget(p: dict[str, str]) -> None:
-    vboard.forget(p, ("state", "link", "qmp"))
-
-
-def _wait_gone(pid: int, timeout: float) -> bool:
-    return vboard._wait_gone([pid], timeout)
-
-
 def start(
     state_dir: str,
     firmware: str | None = None,
@@ -209,20 +149,8 @@ def start(
     fresh: bool = False,
     timeout: float = 15.0,
 ) -> dict[str, Any]:
-    p = _paths(state_dir)
-    vboard.private_dir(p["dir"])
-    cur = status(state_dir)
-    if cur["running"]:
-        raise QemuError("qemu board already running in %s (device %s)" % (p["dir"], cur["device"]))
-    _forget(p)
-    fw = os.path.abspath(firmware) if firmware else default_firmware()
-    if fw is None:
-        raise QemuError(
-            "no firmware: pass --firmware ELF or set DDQ_QEMU_FIRMWARE (%s)" % FIRMWARE_HELP,
-            code=2,
-        )
-    if not os.path.isfile(fw):
-        raise QemuError("no firmware at %s (%s)" % (fw, FIRMWARE_HELP), code=2)
+    p = BOARD.begin(state_dir, QemuError)
+    fw = BOARD.firmware(firmware, "ELF", FIRMWARE_HELP, QemuError)
     exe = find_qemu(qemu)
     if len(p["qmp"].encode()) > 100:
         raise QemuError("state directory path too long for qemu's control socket: %s" % p["dir"])
@@ -251,47 +179,22 @@ def start(
                 % (p["image"], os.path.getsize(p["image"]), RAMDISK_BYTES)
             )
         argv += ["-device", "loader,file=%s,addr=0x%x,force-raw=on" % (p["image"], RAMDISK_ADDR)]
-    with open(os.open(p["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as log:
-        proc = vboard.spawn_process(argv, p["dir"], log, umask=0o077)
-    end = time.monotonic() + timeout
-    pty_path = None
-    while time.monotonic() < end:
-        with open(p["log"], "rb") as f:
-            m = PTY_LINE.search(f.read(65536))
-        if m:
-            pty_path = m.group(1).decode()
-            break
-        if proc.poll() is not None:
-            raise QemuError("qemu exited at start: %s" % _log_tail(p["log"]))
-        time.sleep(0.02)
-    if pty_path is None:
+    proc = BOARD.spawn(argv, p)
+    try:
+        pty_path = BOARD.wait_pty(proc, p, PTY_LINE, timeout, QemuError)
+    except BaseException:
         proc.kill()
         proc.wait()
-        raise QemuError("qemu gave no pty in %.0f s: %s" % (timeout, _log_tail(p["log"])))
-    os.symlink(pty_path, p["link"])
-    tmp = p["state"] + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(
-            {
-                "qemu_pid": proc.pid,
-                "argv": argv,
-                "pty": pty_path,
-                "link": p["link"],
-                "firmware": fw,
-                "image_loaded": "-device" in argv,
-                "boot": "ddq",  # Device runs boot_code() after each reset
-                "started_unix": int(time.time()),
-            },
-            f,
-            sort_keys=True,
-        )
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, p["state"])
-    return status(state_dir)
-
-
-def _log_tail(path: str) -> str:
-    return vboard._log_tail(path)[:300]
+        raise
+    BOARD.record(
+        p,
+        proc,
+        pty_path,
+        firmware=fw,
+        image_loaded="-device" in argv,
+        boot="ddq",  # Device runs boot_code() after each reset
+    )
+    return BOARD.status(state_dir)
 
 
 def _qmp(path: str, commands: list[dict[str, Any]], timeout: float = 10.0) -> None:
@@ -330,13 +233,9 @@ def _qmp(path: str, commands: list[dict[str, Any]], timeout: float = 10.0) -> No
 
 def stop(state_dir: str, save: bool = True, timeout: float = 10.0) -> dict[str, Any]:
     """Pause the CPU, save the RAM disk to STATE_DIR/disk.img (save=True), quit qemu."""
-    p = _paths(state_dir)
-    st = read_state(state_dir) or {}
-    cur = status(state_dir)
+    p, st, cur = BOARD.recorded(state_dir)
     if not cur["running"]:
-        _forget(p)
         return dict(cur, stopped=False, saved=False)
-    pid = st["qemu_pid"]
     saved = False
     if save:
         tmp = p["image"] + ".tmp"
@@ -357,15 +256,8 @@ def stop(state_dir: str, save: bool = True, timeout: float = 10.0) -> dict[str, 
                 saved = True
         except (QemuError, OSError):
             pass
-    if _is_ours(st):
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        if not _wait_gone(pid, timeout) and _is_ours(st):
-            os.kill(pid, signal.SIGKILL)
-            _wait_gone(pid, 5.0)
-    _forget(p)
+    BOARD.terminate(st, timeout)
+    vboard.forget(p, BOARD.transient)
     if save and not saved:
         raise QemuError(
             "qemu board stopped, but its RAM disk could not be saved to %s" % p["image"]
@@ -375,14 +267,7 @@ def stop(state_dir: str, save: bool = True, timeout: float = 10.0) -> dict[str, 
 
 def kill(state_dir: str) -> dict[str, Any]:
     """SIGKILL qemu without saving the RAM disk: what was written since the last stop is lost."""
-    p = _paths(state_dir)
-    st = read_state(state_dir) or {}
-    cur = status(state_dir)
-    if cur["running"]:
-        os.kill(st["qemu_pid"], signal.SIGKILL)
-        _wait_gone(st["qemu_pid"], 5.0)
-    _forget(p)
-    return dict(cur, killed=cur["running"])
+    return BOARD.kill(state_dir)
 
 
 def command(
@@ -393,7 +278,7 @@ def command(
     fresh: bool = False,
 ) -> tuple[dict[str, Any], str, int]:
     """`ddq board qemu ACTION`: (result, message, exit status)."""
-    d = state_dir or default_state_dir()
+    d = state_dir or BOARD.default_state_dir()
     if action == "start":
         res = start(d, firmware=firmware, qemu=qemu, fresh=fresh)
         return (
@@ -402,34 +287,6 @@ def command(
             % (res["device"], res["qemu_pid"], res["firmware"]),
             0,
         )
-    if action == "stop":
-        res = stop(d)
-        return (
-            res,
-            (
-                "qemu board stopped, RAM disk saved to %s" % res["image"]
-                if res["stopped"]
-                else "qemu board was not running"
-            ),
-            0,
-        )
-    if action == "kill":
-        res = kill(d)
-        return (
-            res,
-            (
-                "qemu board killed (RAM disk not saved)"
-                if res["killed"]
-                else "qemu board was not running"
-            ),
-            0,
-        )
-    res = status(d)
-    if res["running"]:
-        return (
-            res,
-            "running: device %s, pid %d, firmware %s"
-            % (res["device"], res["qemu_pid"], res["firmware"]),
-            0,
-        )
-    return res, "not running (state dir %s)" % res["state_dir"], 3
+    return BOARD.answer(
+        action, d, stop, "stopped, RAM disk saved to %s", "killed (RAM disk not saved)"
+    )

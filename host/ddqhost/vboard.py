@@ -29,12 +29,14 @@ import ctypes
 import json
 import os
 import pty
+import re
 import select
 import signal
 import subprocess
 import sys
 import time
 import tty
+from collections.abc import Callable
 from typing import Any
 
 from .errors import HostError
@@ -365,6 +367,203 @@ def is_virtual_device(dev: str, state_dir: str | None = None) -> bool:
     return False
 
 
+# ---------------------------------------------------------------- emulator boards
+
+
+class Emulator:
+    """What the emulator boards (qboard: qemu, pboard: rp2040py) keep alike: one process (the
+    program) started without a shell and recorded in STATE_DIR/state.json (its pid under pid_key
+    and its argv),
+    a tty link to the pty its log names, and the firmware the user brings ($DDQ_<KIND>_FIRMWARE).
+    files: the names of the board's own files (log, image, ...); transient: those of them that
+    go with the process; extra: the state's keys that status reports while it runs."""
+
+    def __init__(
+        self,
+        kind: str,
+        program: str,
+        pid_key: str,
+        files: dict[str, str],
+        transient: "tuple[str, ...]" = (),
+        extra: "tuple[str, ...]" = (),
+    ) -> None:
+        self.kind, self.program, self.pid_key, self.files = kind, program, pid_key, files
+        self.transient, self.extra = ("state", "link") + transient, extra
+
+    def paths(self, state_dir: str) -> dict[str, str]:
+        return state_paths(state_dir, state="state.json", link="tty", **self.files)
+
+    def default_state_dir(self) -> str:
+        """$DDQ_<KIND>_STATE_DIR, else <kind> beside the virtual board's default state
+        directory ($XDG_STATE_HOME/ddq/virtual or ~/.local/...)."""
+        env = os.environ.get("DDQ_%s_STATE_DIR" % self.kind.upper())
+        if env:
+            return env
+        saved = os.environ.pop("DDQ_STATE_DIR", None)
+        try:
+            virtual = default_state_dir()
+        finally:
+            if saved is not None:
+                os.environ["DDQ_STATE_DIR"] = saved
+        return os.path.join(os.path.dirname(virtual), self.kind)
+
+    def default_firmware(self) -> str | None:
+        """$DDQ_<KIND>_FIRMWARE (absolute), else None: ddq ships no firmware."""
+        env = os.environ.get("DDQ_%s_FIRMWARE" % self.kind.upper())
+        return os.path.abspath(env) if env else None
+
+    def firmware(self, given: str | None, what: str, how: str, error: type[HostError]) -> str:
+        """The absolute path of an existing firmware file: given, else the default; error
+        (exit status 2) naming the --firmware WHAT and how to get one otherwise."""
+        fw = os.path.abspath(given) if given else self.default_firmware()
+        if fw is None:
+            raise error(
+                "no firmware: pass --firmware %s or set DDQ_%s_FIRMWARE (%s)"
+                % (what, self.kind.upper(), how),
+                code=2,
+            )
+        if not os.path.isfile(fw):
+            raise error("no firmware at %s (%s)" % (fw, how), code=2)
+        return fw
+
+    def status(self, state_dir: str) -> dict[str, Any]:
+        p = self.paths(state_dir)
+        st = read_state(state_dir) or {}
+        running = runs_as_recorded(st, self.pid_key)
+        res = {
+            "running": running,
+            "state_dir": p["dir"],
+            "firmware": st.get("firmware"),
+            "image": p["image"],
+            "image_bytes": os.path.getsize(p["image"]) if os.path.isfile(p["image"]) else None,
+            "pty": st.get("pty") if running else None,
+            "device": st.get("link") if running else None,
+        }
+        for key in (self.pid_key,) + self.extra:
+            res[key] = st.get(key) if running else None
+        res["stale_state"] = bool(st) and not running
+        return res
+
+    def running_device(self, state_dir: str | None = None) -> str | None:
+        st = self.status(state_dir or self.default_state_dir())
+        return st["device"] if st["running"] else None
+
+    def begin(self, state_dir: str, error: type[HostError]) -> dict[str, str]:
+        """The paths of a start in state_dir (made private): error where the board runs there
+        already; the state a dead one left is forgotten."""
+        p = self.paths(state_dir)
+        private_dir(p["dir"])
+        cur = self.status(state_dir)
+        if cur["running"]:
+            raise error(
+                "%s board already running in %s (device %s)" % (self.kind, p["dir"], cur["device"])
+            )
+        forget(p, self.transient)
+        return p
+
+    def spawn(self, argv: list[str], p: dict[str, str]) -> "subprocess.Popen[bytes]":
+        """The board's process, its output to its log (0600, emptied first)."""
+        with open(os.open(p["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as log:
+            return spawn_process(argv, p["dir"], log, umask=0o077)
+
+    def wait_pty(
+        self,
+        proc: "subprocess.Popen[bytes]",
+        p: dict[str, str],
+        line: "re.Pattern[bytes]",
+        timeout: float,
+        error: type[HostError],
+    ) -> str:
+        """The pty the process's log names (line's group 1) within timeout seconds; else error
+        with the log's last line (the caller ends proc)."""
+        name = self.program
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            with open(p["log"], "rb") as f:
+                m = line.search(f.read(1 << 20))
+            if m:
+                return m.group(1).decode()
+            if proc.poll() is not None:
+                raise error("%s exited at start: %s" % (name, self.tail(p["log"])))
+            time.sleep(0.02)
+        raise error("%s gave no pty in %.0f s: %s" % (name, timeout, self.tail(p["log"])))
+
+    def tail(self, log: str) -> str:
+        """The last line of the log at path log, at most 300 characters: for an error line."""
+        return log_tail(log)[:300]
+
+    def record(
+        self, p: dict[str, str], proc: "subprocess.Popen[bytes]", pty: str, **state: Any
+    ) -> None:
+        """The tty link to pty and state.json (0600) for the running process proc."""
+        os.symlink(pty, p["link"])
+        state.update({self.pid_key: proc.pid, "argv": proc.args, "pty": pty, "link": p["link"]})
+        write_state(p["state"], dict(state, started_unix=int(time.time())))
+
+    def terminate(self, st: dict[str, Any], timeout: float) -> bool:
+        """SIGTERM the process state st records (only while it runs as recorded), SIGKILL after
+        timeout seconds; True when it went by itself."""
+        pid = st[self.pid_key]
+        if not runs_as_recorded(st, self.pid_key):
+            return not pid_alive(pid)
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return True
+        if _wait_gone([pid], timeout):
+            return True
+        if runs_as_recorded(st, self.pid_key):
+            os.kill(pid, signal.SIGKILL)
+            _wait_gone([pid], 5.0)
+        return False
+
+    def recorded(self, state_dir: str) -> "tuple[dict[str, str], dict[str, Any], dict[str, Any]]":
+        """(paths, state.json, status) of the board in state_dir, before a stop or a kill; where
+        it does not run, the state it left is forgotten."""
+        p = self.paths(state_dir)
+        st = read_state(state_dir) or {}
+        cur = self.status(state_dir)
+        if not cur["running"]:
+            forget(p, self.transient)
+        return p, st, cur
+
+    def kill(self, state_dir: str) -> dict[str, Any]:
+        """SIGKILL the board's process: nothing saved (the old status, killed: whether it ran)."""
+        p, st, cur = self.recorded(state_dir)
+        if cur["running"]:
+            os.kill(st[self.pid_key], signal.SIGKILL)
+            _wait_gone([st[self.pid_key]], 5.0)
+            forget(p, self.transient)
+        return dict(cur, killed=cur["running"])
+
+    def answer(
+        self,
+        action: str,
+        state_dir: str,
+        stop: "Callable[[str], dict[str, Any]]",
+        stopped: str,
+        killed: str,
+    ) -> "tuple[dict[str, Any], str, int]":
+        """`ddq board KIND stop|kill|status` in state_dir: (result, message, exit status).
+        stop: the board's own; stopped (%s: the image) and killed: what the message says after
+        "KIND board" when the board ran."""
+        if action == "status":
+            res = self.status(state_dir)
+            if not res["running"]:
+                return res, "not running (state dir %s)" % res["state_dir"], 3
+            return (
+                res,
+                "running: device %s, pid %d, firmware %s"
+                % (res["device"], res[self.pid_key], res["firmware"]),
+                0,
+            )
+        res = stop(state_dir) if action == "stop" else self.kill(state_dir)
+        if not res["stopped" if action == "stop" else "killed"]:
+            return res, "%s board was not running" % self.kind, 0
+        done = stopped % res["image"] if action == "stop" else killed
+        return res, "%s board %s" % (self.kind, done), 0
+
+
 # ---------------------------------------------------------------- start / stop / kill
 
 
@@ -439,7 +638,7 @@ def start(
     while time.monotonic() < end:
         rc = bridge.poll()
         if rc is not None:
-            raise BoardError("virtual board failed to start: %s" % _log_tail(p["log"]))
+            raise BoardError("virtual board failed to start: %s" % log_tail(p["log"]))
         st = read_state(state_dir)
         if st and st.get("bridge_pid") == bridge.pid and st.get("ready"):
             return status(state_dir)
@@ -447,7 +646,7 @@ def start(
     _kill_pids([bridge.pid], p)
     bridge.wait()
     raise BoardError(
-        "virtual board did not become ready in %.0f s: %s" % (timeout, _log_tail(p["log"]))
+        "virtual board did not become ready in %.0f s: %s" % (timeout, log_tail(p["log"]))
     )
 
 
@@ -468,7 +667,7 @@ def _raw_image(path: str, bs: int, blocks: int) -> int:
     return blocks
 
 
-def _log_tail(path: str) -> str:
+def log_tail(path: str) -> str:
     try:
         with open(path, "rb") as f:
             lines = [
@@ -537,10 +736,12 @@ def _pdeathsig() -> None:
         pass
 
 
-def _write_state(path: str, data: dict[str, Any]) -> None:
+def write_state(path: str, data: dict[str, Any]) -> None:
+    """state.json replaced at once (a reader sees the old or the new one), mode 0600."""
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(data, f, sort_keys=True)
+    os.chmod(tmp, 0o600)
     os.replace(tmp, path)
 
 
@@ -593,7 +794,7 @@ def bridge_main(state_dir: str, micropython: str, image: str, heapsize: str = ""
         )
 
     def save_state() -> None:
-        _write_state(
+        write_state(
             p["state"],
             {
                 "bridge_pid": os.getpid(),

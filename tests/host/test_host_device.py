@@ -6,6 +6,7 @@ The queue directory on the device has a name unique to this run: ddq's lock on t
 abstract socket named after the path, shared by every process of the machine.
 """
 
+import contextlib
 import json
 import os
 import time
@@ -315,22 +316,30 @@ def test_device_errors_map_to_cpython_oserrors(board):
         dev.remove(":adir")
 
 
-def test_device_without_ddq(board):
+@contextlib.contextmanager
+def _without_ddq(board):
+    """The board with its ddq.mpy / ddq.py renamed away (and unloaded), restored at the end."""
     with Device(board.tty, soft_reset=False) as dev:
-        dev.mkdir(":noddq", exist_ok=True)
-        dev.write_file(":noddq/segment-00000000000000000000.log", b"")
         for n in ("ddq.mpy", "ddq.py"):
             if dev.exists(":" + n):
                 dev.rename(":" + n, ":" + n + ".off")
         dev.exec("import sys\nsys.modules.pop('ddq', None)")
     try:
-        line = one_line_error(ddq("stats", "--device", board.tty, ":noddq"), 1)
-        assert "ddq is not installed" in line
+        yield
     finally:
         with Device(board.tty, soft_reset=False) as dev:
             for n in ("ddq.mpy", "ddq.py"):
                 if dev.exists(":" + n + ".off"):
                     dev.rename(":" + n + ".off", ":" + n)
+
+
+def test_device_without_ddq(board):
+    with Device(board.tty, soft_reset=False) as dev:
+        dev.mkdir(":noddq", exist_ok=True)
+        dev.write_file(":noddq/segment-00000000000000000000.log", b"")
+    with _without_ddq(board):
+        line = one_line_error(ddq("stats", "--device", board.tty, ":noddq"), 1)
+        assert "ddq is not installed" in line
 
 
 def test_pull_refuses_what_is_not_a_queue_and_missing_dirs(board, tmp_path):
@@ -482,22 +491,12 @@ def test_ddq_test_mounts_only_a_private_read_only_copy(board):
 
 
 def test_ddq_test_installed_without_ddq_reports_the_import_error(board):
-    with Device(board.tty, soft_reset=False) as dev:
-        for n in ("ddq.mpy", "ddq.py"):
-            if dev.exists(":" + n):
-                dev.rename(":" + n, ":" + n + ".off")
-        dev.exec("import sys\nsys.modules.pop('ddq', None)")
-    try:
+    with _without_ddq(board):
         line = one_line_error(
             ddq("test", "--device", board.tty, "--installed", "test_support", timeout=120), 1
         )
         assert "the test run failed on the device: ImportError" in line, line
         assert "ddq is not installed on the device" in line and "_rc" not in line
-    finally:
-        with Device(board.tty, soft_reset=False) as dev:
-            for n in ("ddq.mpy", "ddq.py"):
-                if dev.exists(":" + n + ".off"):
-                    dev.rename(":" + n + ".off", ":" + n)
 
 
 def test_the_patient_mount_leaves_mpremotes_code_as_it_is(board, tmp_path):

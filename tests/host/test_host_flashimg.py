@@ -233,6 +233,17 @@ class _Snapshots(blockdev.NORBlockDev):
 
     armed = False
 
+    def __init__(self, *a):
+        super().__init__(*a)
+        self.snaps = []
+
+    @classmethod
+    def queue(cls):
+        """A device (not armed yet) and a queue on it: (dev, q)."""
+        dev = cls(BS, NB)
+        storage = _flash().FlashStorage(dev)
+        return dev, locate.load_ddq().Queue("outbox", storage=storage, clock=lambda: T0, **OPTS)
+
     def program(self, a, buf):
         if self.armed:
             self.snaps.append(bytes(self.data))
@@ -249,10 +260,7 @@ def test_an_image_a_cut_left_superseded_is_never_written(tmp_path):
     # A power cut between a rename over the manifest and the old manifest's deletion leaves a
     # file that the next mount deletes (SPEC Y2, Y4): on a board that mount writes. On the host
     # the image stays as it was.
-    ddqmod = locate.load_ddq()
-    dev = _Snapshots(BS, NB)
-    dev.snaps = []
-    q = ddqmod.Queue("outbox", storage=_flash().FlashStorage(dev), clock=lambda: T0, **OPTS)
+    dev, q = _Snapshots.queue()
     for i in range(20):
         q.enqueue(b"x%d" % i)
     for _ in range(5):
@@ -290,10 +298,7 @@ def test_a_torn_record_on_the_image_recovers_as_in_the_directory(tmp_path):
     # A record larger than ddq_flash's 512-byte buffer is two frames; a cut between them
     # leaves a torn DDQ record. inspect recovers it with ddq on ddq_flash (the image's copy and
     # rename, R12, in RAM), verify reads the export: both as for the directory.
-    ddqmod = locate.load_ddq()
-    dev = _Snapshots(BS, NB)
-    dev.snaps = []
-    q = ddqmod.Queue("outbox", storage=_flash().FlashStorage(dev), clock=lambda: T0, **OPTS)
+    dev, q = _Snapshots.queue()
     for i in range(3):
         q.enqueue(b"small %d" % i)
     dev.armed = True

@@ -18,12 +18,13 @@ import os
 import subprocess
 import sys
 
+import emulators
 import pytest
 
-from conftest import REPO, check_suite_run, cli_env, ddq, kill_board, one_line_error
-from ddqhost import pboard, vboard
+from conftest import REPO, check_suite_run, cli_env, ddq, one_line_error
+from ddqhost import pboard
 
-FIRMWARE = pboard.default_firmware()
+FIRMWARE = pboard.BOARD.default_firmware()
 needs_firmware = pytest.mark.skipif(
     not (FIRMWARE and os.path.isfile(FIRMWARE)),
     reason="set DDQ_PICO_FIRMWARE to %s%s"
@@ -35,28 +36,7 @@ SMOKE = ["-k", "state", "test_core"]
 OPTS = ["--board", "RPI_PICO"]
 
 
-class Pico:
-    def __init__(self, d):
-        self.dir = d
-        self.tty = os.path.join(d, "tty")
-        self.pids = set()
-
-    def start(self, *flags):
-        r = ddq("board", "pico", "start", "--state-dir", self.dir, "--json", *flags, timeout=400)
-        assert r.returncode == 0, r.stdout + r.stderr
-        st = json.loads(r.stdout)
-        self.pids.add(st["pid"])
-        return st
-
-
-@pytest.fixture(scope="module")
-def pico(tmp_path_factory):
-    p = Pico(str(tmp_path_factory.mktemp("pboard")))
-    p.start("--fresh")
-    try:
-        yield p
-    finally:
-        assert kill_board(pboard.kill, p.dir, p.pids), "rp2040py left running"
+pico = emulators.fixture("pico", "pid", 400, pboard.kill, "rp2040py")
 
 
 @needs_firmware
@@ -116,13 +96,7 @@ def test_app_and_a_queue_survive_a_power_off(pico, tmp_path):
     before = str(tmp_path / "before")
     r = ddq("pull", "--device", pico.tty, ":pq", before, *OPTS, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
-    r = ddq("board", "pico", "stop", "--state-dir", pico.dir, "--json", timeout=120)
-    res = json.loads(r.stdout)
-    assert r.returncode == 0 and res["stopped"] and res["saved"], r.stdout + r.stderr
-    assert not vboard.pid_alive(res["pid"])
-    assert os.path.getsize(os.path.join(pico.dir, "flash.img")) == pboard.FS_BYTES
-    r = ddq("board", "pico", "status", "--state-dir", pico.dir)
-    assert r.returncode == 3 and r.stdout.startswith("not running"), r.stdout
+    pico.stop("flash.img", pboard.FS_BYTES)
     assert pico.start()["running"]  # boots on flash.img: the flash as the power-off left it
     after = str(tmp_path / "after")
     r = ddq("pull", "--device", pico.tty, ":pq", after, *OPTS, timeout=600)

@@ -19,12 +19,13 @@ import os
 import re
 import shutil
 
+import emulators
 import pytest
 
-from conftest import Subscriber, check_suite_run, ddq, kill_board
-from ddqhost import qboard, testrun, vboard
+from conftest import Subscriber, check_suite_run, ddq
+from ddqhost import qboard, testrun
 
-FIRMWARE = qboard.default_firmware()
+FIRMWARE = qboard.BOARD.default_firmware()
 pytestmark = [
     pytest.mark.skipif(
         not shutil.which("qemu-system-arm"),
@@ -61,28 +62,7 @@ READINGS = 24
 OPTS = ["--board", "ARMV7M_GENERIC"]
 
 
-class Qemu:
-    def __init__(self, d):
-        self.dir = d
-        self.tty = os.path.join(d, "tty")
-        self.pids = set()
-
-    def start(self, *flags):
-        r = ddq("board", "qemu", "start", "--state-dir", self.dir, "--json", *flags, timeout=60)
-        assert r.returncode == 0, r.stderr
-        st = json.loads(r.stdout)
-        self.pids.add(st["qemu_pid"])
-        return st
-
-
-@pytest.fixture(scope="module")
-def qemu(tmp_path_factory):
-    q = Qemu(str(tmp_path_factory.mktemp("qboard")))
-    q.start("--fresh")
-    try:
-        yield q
-    finally:
-        assert kill_board(qboard.kill, q.dir, q.pids), "qemu left running"
+qemu = emulators.fixture("qemu", "qemu_pid", 60, qboard.kill, "qemu")
 
 
 def _device(q):
@@ -189,13 +169,7 @@ def test_board_app_end_to_end(qemu, mosquitto, tmp_path):
 def test_stop_saves_the_ram_disk_and_kill_does_not(qemu):
     with _device(qemu) as dev:
         dev.exec("f = open('kept.txt', 'w')\nf.write('before stop')\nf.close()")
-    r = ddq("board", "qemu", "stop", "--state-dir", qemu.dir, "--json", timeout=60)
-    res = json.loads(r.stdout)
-    assert r.returncode == 0 and res["stopped"] and res["saved"], r.stdout + r.stderr
-    assert not vboard.pid_alive(res["qemu_pid"])
-    assert os.path.getsize(os.path.join(qemu.dir, "disk.img")) == qboard.RAMDISK_BYTES
-    r = ddq("board", "qemu", "status", "--state-dir", qemu.dir)
-    assert r.returncode == 3 and r.stdout.startswith("not running"), r.stdout
+    qemu.stop("disk.img", qboard.RAMDISK_BYTES)
     qemu.start()  # loads disk.img: the board's flash as the stop left it
     with _device(qemu) as dev:
         assert (

@@ -51,6 +51,7 @@ sys.path.append(_ROOT + "/tests")
 import blockdev  # noqa: E402
 import ddq  # noqa: E402
 import ddq_flash  # noqa: E402
+from shared import Xorshift32  # noqa: E402
 
 T0 = 1767225600000
 # (block size, blocks, page, unit, buf, segment_bytes, start) by seed % len(MODES); start 1: the
@@ -68,22 +69,9 @@ BAD = ("lost", "resurrected", "reused_seq", "bricked", "stuck", "unexpected")
 SIDE = ("side/a", "side/b")
 
 
-class Rng:
-    """xorshift32: the same draws on both interpreters."""
-
-    def __init__(self, seed):
-        self.x = (seed * 2654435761 + 12345) & 0xFFFFFFFF or 1
-
-    def next(self):
-        x = self.x
-        x ^= (x << 13) & 0xFFFFFFFF
-        x ^= x >> 17
-        x ^= (x << 5) & 0xFFFFFFFF
-        self.x = x
-        return x
-
-    def below(self, n):
-        return self.next() % n
+def Rng(seed):
+    """xorshift32 (tests/shared.py) from the seed, mixed: the same draws on both interpreters."""
+    return Xorshift32((seed * 2654435761 + 12345) & 0xFFFFFFFF)
 
 
 class Clock:

@@ -7,6 +7,8 @@ BEGIN = (
     "<!-- torture:generated:begin (tests/torture/run_ci.py --write-docs rewrites this block) -->"
 )
 END = "<!-- torture:generated:end -->"
+# The liveness part's message counts, in the order this table and run_ci.py's summary give them.
+LIVENESS_COUNTS = ("admitted", "delivered", "dead", "cuts", "reboots", "fulls")
 
 
 def block(line, sb, extra, wall, full):
@@ -187,17 +189,12 @@ def block(line, sb, extra, wall, full):
         out.append(
             "| 7 liveness | runs (BatchOutbox; windowed sender): admitted / delivered / dead "
             "letters / power cuts / reboots / puts refused Full; most heal rounds used (largest "
-            "bound) | %d (%d; %d): %d / %d / %d / %d / %d / %d; %d (%d) |"
+            "bound) | %d (%d; %d): %s; %d (%d) |"
             % (
                 sb["liveness_runs"],
                 lv["batch"],
                 lv["windowed"],
-                lv["admitted"],
-                lv["delivered"],
-                lv["dead"],
-                lv["cuts"],
-                lv["reboots"],
-                lv["fulls"],
+                " / ".join("%d" % lv[k] for k in LIVENESS_COUNTS),
                 lv["rounds_max"],
                 lv["bound_max"],
             )

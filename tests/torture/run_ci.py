@@ -826,10 +826,11 @@ def main():
             )
         )
     if any(t[0] == "live" for t in tasks):
+        from reliability_doc import LIVENESS_COUNTS
+
         lv = extra["liveness"]
         print(
-            "liveness: runs=%d stuck=%d raised=%d phantom=%d by_cause=%s admitted=%d "
-            "delivered=%d dead=%d cuts=%d reboots=%d fulls=%d batch=%d windowed=%d "
+            "liveness: runs=%d stuck=%d raised=%d phantom=%d by_cause=%s %s batch=%d windowed=%d "
             "rounds_max=%d bound_max=%d cpu=%.0f s"
             % (
                 sb["liveness_runs"],
@@ -837,12 +838,7 @@ def main():
                 sb["liveness_raised"],
                 sb["phantom"],
                 json.dumps(lv["by_cause"], sort_keys=True),
-                lv["admitted"],
-                lv["delivered"],
-                lv["dead"],
-                lv["cuts"],
-                lv["reboots"],
-                lv["fulls"],
+                " ".join("%s=%d" % (k, lv[k]) for k in LIVENESS_COUNTS),
                 lv["batch"],
                 lv["windowed"],
                 lv["rounds_max"],
