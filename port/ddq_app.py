@@ -370,6 +370,14 @@ def bind(g: "Cfg") -> None:
     for k in DEFAULTS:
         if k not in g:
             g[k] = DEFAULTS[k]
+    # `ddq flash --layout raw` (docs/BOARDS.md) wrote :ddq_layout.py: the queue goes on the
+    # board's raw flash region (storage=ddq_flash.FlashStorage) with that layout's options.
+    try:
+        layout = __import__("ddq_layout")
+    except ImportError:
+        layout = None
+    if layout:
+        layout.use(g["OPTIONS"])
 
     class BoardWifi(Wifi):
         """Station WiFi with the board's WIFI_SSID and WIFI_PASSWORD, with backoff."""

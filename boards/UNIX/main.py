@@ -44,14 +44,6 @@ OPTIONS = {
 # the readings, durable a minute later (docs/OUTBOX.md 13.4). With it BATCH_OPTIONS replace
 # OPTIONS' reserve: an item holds tens of readings, so 4 claimed at once carry the whole window.
 BATCH_OPTIONS = {"window": 4, "evidence_bytes": 256}
-# The raw layout (`ddq flash --layout raw`, docs/BOARDS.md): ddq_layout puts the queue on the
-# board's raw flash region (storage=ddq_flash.FlashStorage) with that layout's queue options.
-try:
-    import ddq_layout
-except ImportError:
-    ddq_layout = None
-if ddq_layout:
-    ddq_layout.use(OPTIONS)
 
 BROKER = "127.0.0.1"
 CLIENT_ID = b"ddq-unix"

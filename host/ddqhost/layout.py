@@ -10,6 +10,8 @@ whole erase blocks, as many as the region holds; tools/board_capacity.py --raw d
     import ddq_layout
     ddq_layout.use(OPTIONS)     # OPTIONS gets storage=FlashStorage(region()) and the raw options
 
+(the example apps' ddq_app.bind(globals()) makes that call).
+
 Its region() is the port's own block device (PORTS below); the boot code that mounts the
 filesystem on the rest is the port's too. The first change to the raw layout (no
 :ddq_layout.py, or a different one) erases the region and, where the filesystem shrinks,
