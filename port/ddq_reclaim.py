@@ -57,6 +57,27 @@ _SKIP = const(8)
 class Build:
     """A generation g+1 staged over many calls (DESIGN §12)."""
 
+    # CPython only, as ddq_outbox.Message's: mpy-cross -O3 (a board's code) compiles no byte of an
+    # `if __debug__:` block (a .mpy loads the tuple even under `if not _MP:`: 192 B)
+    if __debug__:
+        __slots__ = (
+            "log",
+            "ix",
+            "i",
+            "n0",
+            "next0",
+            "cow",
+            "plan",
+            "dropped",
+            "snap",
+            "tk",
+            "to",
+            "rk",
+            "rp",
+            "rh",
+            "rhk",
+        )
+
     def __init__(self, gen: int, tc: str, n0: int, next0: int, tk: int, to: int) -> None:
         self.log = ddq._Log(gen)
         self.ix = ddq._Index(tc)
