@@ -11,7 +11,8 @@ only after the far end confirmed, or retry it with a delay, or quarantine it wit
         q.ack(c.seq)          # after the far end confirmed
 
 Where each public operation's body lives (port/; ddq.py names every other file in its one
-table, `_PARTS`, and loads it by one rule, `_part`: DESIGN §4.1, §13):
+table, `_PARTS`, and loads it by one rule, `_part`: DESIGN §4.1, §13); the state a module owns
+is written by that module alone (tools/state_owners.py, DESIGN §13 "State and its owners"):
 
     ddq.py          enqueue claim read read_into ack retry sync durable_seq close,
                     check_record segment_name, PosixStorage (but lock), the errors
@@ -23,7 +24,8 @@ table, `_PARTS`, and loads it by one rule, `_part`: DESIGN §4.1, §13):
                     quarantine save_index, Stats Item
     ddq_admit.py    libddq's admission rule (window 0, the default)
     ddq_hold.py     the hold admission rule (window > 0)
-    ddq_reclaim.py  staged reclamation (reclaim_step > 0)
+    ddq_reclaim.py  staged reclamation (reclaim_step > 0): Reclaim, the reclamation state
+                    (Queue._rm; None for reclaim_step 0), written by its own methods alone
     ddq_index.py    queue.index (index_bytes; optional: without it an open replays the log)
     ddq_cut.py      a crashed tail cut's leftover (optional: without it such an open refuses)
     ddq_salvage.py  on_corrupt="salvage"
@@ -69,6 +71,7 @@ if TYPE_CHECKING:
     Buf = Union[bytes, bytearray, memoryview]
 
     from ddq_extra import Item, Stats
+    from ddq_reclaim import Reclaim
 
 
 # CRC-32/ISO-HDLC on both interpreters, running form included (SPEC §2); binascii itself is not
@@ -778,8 +781,9 @@ class Queue:
     _max_items: int
     _max_segs: int
     _ix_bytes: int
-    _rstep: int  # records a build copies per call; 0: compaction whole (DESIGN §12) [C13]
-    _rm: "Any"  # the module ddq_reclaim for reclaim_step > 0, else None [C13]
+    # reclaim_step > 0: the reclamation state (ddq_reclaim.Reclaim, written there alone), else
+    # None: compaction runs whole in the call that needs it, as C DDQ's (DESIGN §12) [C13]
+    _rm: "Optional[Reclaim]"
     _win: int  # the hold rule's claims in flight; 0: libddq's admission (SPEC §10.1) [H1]
     _ev: int  # the hold rule's quarantine evidence budget, bytes [H1]
     _hd: "Optional[list[int]]"  # hold: [unacked DATA bytes (upper bound), stamp n, acked, gen]
@@ -817,17 +821,9 @@ class Queue:
     _ixcov: "Optional[list[int]]"  # [generation, sizes...] queue.index covers
     replayed_records: int  # records the last recovery read and applied [X6]
     index_used: bool  # the last recovery started from queue.index [X6]
-    _bld: "Any"  # a ddq_reclaim.Build: g+1 staged over many calls [C13]
     _slack: int  # admission's room left at the last enqueue, in bytes (-1: unknown)
-    _bnext: int  # start no build before this many acked items (after a useless one)
-    _dead: "list[int]"  # [generation, next index, count]: old segments to delete
-    # [segments, last offset, bytes, items] of the generation C DDQ's inline compaction would
-    # hold now: admission answers on it (reclaim_step > 0 only, DESIGN §12) [C14]
-    _sh: "Optional[list[int]]"
     _nap: int  # records appended (to any generation): Queue._oom [O23]
     _w0: int  # _nap at the last _alive()
-    _nw: int  # writes (calls that append a record), for the build's start rule [C13]
-    _rr: "list[int]"  # start rule: writes and slack at the last look, slack a write ×16
 
     # ------------------------------------------------------------------ state
     def _path(self, name: str) -> str:
@@ -848,8 +844,8 @@ class Queue:
 
     def _fail(self) -> None:
         # Fail-stop [R20]: drop the writable handle; only stats/recover/close work until recover().
-        if self._bld is not None:
-            self._rm.drop(self)
+        if self._rm is not None:
+            self._rm.drop(self)  # a staged generation abandoned [C13]
         h, self._log.h = self._log.h, None
         if h is not None:
             try:
@@ -881,9 +877,9 @@ class Queue:
             self._n_quar += d
 
     def _move(self, i: int, state: int, attempts: int, lease: int, nb: int) -> None:
-        ix = self._ix
-        if self._bld is not None:
-            self._rm.cow(self, i)  # not copied yet: its state at P0 kept [C13]
+        ix, staged = self._ix, self._rm
+        if staged is not None and staged.bld is not None:
+            staged.cow(self, i)  # not copied yet: its state at P0 kept [C13]
         if self._swept:
             self._swept.pop(ix.seq(i), None)
         self._count(ix.state(i), -1)
@@ -1136,7 +1132,7 @@ class Queue:
             ix = self._ix
             if self._win:
                 self._hold(n)  # the hold rule, port/ddq_hold.py [H2]
-            elif self._sh is not None:
+            elif self._rm is not None:
                 self._rm.admit(self, n)  # the inline generation's answer, then g's room [C14]
             elif not self._admit(n) or ix.n >= self._max_items:
                 self._compact(_MIN_REC + n, 1 if ix.n >= self._max_items else 0)
@@ -1145,7 +1141,7 @@ class Queue:
             ix = self._ix
             if ix.n >= self._max_items:
                 raise _err("Full", _X_ITEMS)
-            if self._rstep and self._bld is None and self._rm.due(self, n):
+            if self._rm is not None and self._rm.due(self, n):
                 self._rm.start(self)  # stage g+1 over the next calls (DESIGN §12) [C13]
             seq = self._next
             self._write(_T_DATA, seq, 0, payload, self._sync_ack)
@@ -1364,7 +1360,7 @@ class Queue:
 # by a module __getattr__). Each module beside ddq.py -> the names it gives, each between
 # spaces: a Queue method is attached to the class at its first use (Queue.__getattr__), a module
 # attribute (ddq.Item) is read through the module's __getattr__ (PEP 562); a module without
-# names is used whole (Queue._rm, say). "-": open-time code, run by _part and, in a heap of at
+# names is used whole (ddq_reclaim, say). "-": open-time code, run by _part and, in a heap of at
 # most 128 KiB (_HEAP), dropped after the call (DESIGN §4.1). The open checks the files its
 # options need (ddq_recover's _find) [O22].
 _PARTS = {
@@ -1375,7 +1371,7 @@ _PARTS = {
     " save_index quarantine Item Stats ",
     "ddq_admit": " _admit _plan_items _plan_add ",  # window 0: libddq's rule (SPEC §10)
     "ddq_hold": " _hold _room _cut ",  # window > 0 (SPEC §10.1)
-    "ddq_reclaim": "",  # reclaim_step > 0: Queue._rm (DESIGN §12)
+    "ddq_reclaim": "",  # reclaim_step > 0: its Reclaim is Queue._rm (DESIGN §12)
     "ddq_index": "",  # optional: without it an open replays the log [X9]
     "ddq_cut": "",  # optional: without it an open with a cut's leftover refuses [R22]
     "ddq_salvage": "",  # on_corrupt="salvage" [K9]

@@ -135,13 +135,13 @@ def compact(self: "Queue") -> bool:
         try:
             self._compact(0, 0)
         except _E("Full"):
-            if self._sh is not None:
+            if self._rm is not None:
                 try:
                     self._rm.fresh(self, 0, 0)  # C DDQ's queue may have compacted [C14]
                 except _E("Full"):
                     pass
             return False
-        if self._sh is not None:
+        if self._rm is not None:
             self._rm.mirror(self)  # as C DDQ's queue would be now [C14]
         return True
     except MemoryError:
@@ -169,7 +169,7 @@ def purge(self: "Queue", seqs: "list[int]") -> int:
                 drop.append(s)
         if drop:
             self._compact(0, 0, drop)
-            if self._sh is not None:
+            if self._rm is not None:
                 self._rm.mirror(self)  # [C14]
         return len(drop)
     except MemoryError:
@@ -248,9 +248,8 @@ def _compact(
     self: "Queue", reserve: int, required: int, drop: "Optional[list[int]]" = None
 ) -> None:
     """Copy unacked items into generation g+1 and publish it; Full when no benefit [C3]-[C8]."""
-    if self._bld is not None:
-        self._rm.drop(self)  # a staged generation gives way to the full copy [C13]
-    self._dead = []  # (its _clean deletes them)
+    if self._rm is not None:  # a staged generation gives way to the full copy, and its
+        self._rm.drop(self, True)  # _clean deletes what is left of a replaced one [C13]
     if self._log.h is None:
         raise _err("IOFailure", "queue is fail-stopped")
     if required and not self._n_acked:

@@ -97,7 +97,7 @@ def _hold(self: "Queue", n: int) -> None:
         self._compact(r, 1)
     if not fits(self, r, 1, 0, 0, 0, r):
         raise _err("Full", _X_RESERVE)
-    if self._rstep:  # staged reclamation's start rule reads the room left before W4 [H8]
+    if self._rm is not None:  # staged reclamation's start rule reads the room left before W4 [H8]
         log, seg = self._log, self._seg_bytes
         p = (self._max_segs - len(log.sizes)) * seg + seg - log.off
         m = (self._max_items - self._ix.n) * r

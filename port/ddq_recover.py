@@ -877,8 +877,8 @@ def init(
     self._ix_bytes = _opt(index_bytes, 0, _U64, "index_bytes")
     # Records a call copies into a generation staged over many calls; 0: compaction runs
     # whole in the call that needs it, as C DDQ's (DESIGN §12) [C13].
-    self._rstep = _opt(reclaim_step, 0, 4096, "reclaim_step")
-    self._rm = None  # the module ddq_reclaim, imported only for reclaim_step > 0 [C13]
+    step = _opt(reclaim_step, 0, 4096, "reclaim_step")
+    self._rm = None  # the reclamation state, ddq_reclaim's (imported only for step > 0) [C13]
     # The hold rule (SPEC §10.1, port/ddq_hold.py): room for `window` claims in flight and
     # `evidence_bytes` of quarantine evidence instead of libddq's reserve per item; 0: libddq's.
     self._win = _opt(window, 0, 65535, "window")
@@ -920,8 +920,8 @@ def init(
         _find("ddq_admit", "window 0: libddq's admission")
     if self._salv:
         _find("ddq_salvage", "on_corrupt='salvage'")
-    if self._rstep:
-        self._rm = _part("ddq_reclaim", "reclaim_step > 0")
+    if step:
+        self._rm = _part("ddq_reclaim", "reclaim_step > 0").Reclaim(step)
     k = self._fs.kind(self._dir)
     if k == 0:
         try:
@@ -974,6 +974,9 @@ def _find(m: str, why: str) -> None:
 
 
 def _reset(self: "Queue") -> None:
+    staged = self._rm
+    if staged is not None:  # the reclamation state anew (_fail dropped its build) [C13]
+        self._rm = staged.__class__(staged.units)
     self._ix = _Index(self._tc)
     self._log = _Log(0)
     self._next = 1
@@ -990,14 +993,8 @@ def _reset(self: "Queue") -> None:
     self._ixcov = None  # [generation, sizes...] queue.index covers
     self.replayed_records = 0  # records the last recovery read and applied [X6]
     self.index_used = False  # the last recovery started from queue.index [X6]
-    self._bld = None  # a ddq_reclaim.Build: g+1 staged over many calls [C13]
     self._slack = -1  # admission's room left at the last enqueue, in bytes (-1: unknown)
-    self._bnext = 0  # start no build before this many acked items (after a useless one)
-    self._dead = []  # [generation, next index, count]: old segments to delete
-    self._sh = None  # the shadow of the inline generation (reclaim_step > 0) [C14]
-    self._nw = 0  # writes, for the build's start rule [C13]
     self._nap = self._w0 = 0  # records appended: Queue._oom [O23]
-    self._rr = [0, -1, 0]  # start rule: writes and slack at the last look, slack a write ×16
 
 
 def lock(self: "PosixStorage", path: str) -> "Any":

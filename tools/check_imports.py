@@ -8,7 +8,9 @@ from the AST of each file: `import X`, `from X import a` (X, and X.a where that 
 relative imports resolved in their package, `__import__("X")` with a string literal (and
 ddq_outbox's loader of its add-ons, `_addon("X")`), and in a
 part `_part("X")` (ddq.py's loader: X a module of its table `_PARTS`, or a name one of them
-gives); imports inside `if TYPE_CHECKING:` count too (a reader and mypy follow them). Not edges:
+gives), and in a part the use of a name the table gives as `self.NAME`, `q.NAME` or `ddq.NAME`
+(Queue's and the module's `__getattr__` load its module through `_part`: a load is an import);
+imports inside `if TYPE_CHECKING:` count too (a reader and mypy follow them). Not edges:
 ddq.py naming a module of its one table (its loads, `_part`, import a name found there, never
 a literal; its type-only import of a part's types names a module of that table too).
 
@@ -25,8 +27,14 @@ import os
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Cycles allowed (none): each entry would be the set of modules of one cycle.
-KNOWN: list[set[str]] = []
+# Cycles allowed, each the set of modules of one cycle, with its reason:
+KNOWN: list[set[str]] = [
+    # An open with on_corrupt="salvage" hands recovery's Corrupt to ddq_salvage.in_place [K9],
+    # which repairs the directory and recovers it again (q.recover(), salvage off: one level),
+    # reading the manifest by ddq.decode_manifest: recovery and salvage call each other by
+    # design, each loaded by the other only on that path.
+    {"ddq_recover", "ddq_salvage"},
+]
 
 
 def modules(port, host):
@@ -71,8 +79,10 @@ def table(path):
     return out
 
 
-def _imported(tree, pkg):
-    """The module names a file imports at run time (dotted, before resolution)."""
+def _imported(tree, pkg, lazy=()):
+    """The module names a file imports at run time (dotted, before resolution); lazy: the names
+    ddq.py's table gives, whose use as `self.NAME`, `q.NAME` or `ddq.NAME` loads the module that
+    gives it (Queue's and the module's __getattr__ call _part), counted as `_part:NAME`."""
     names = []
 
     def walk(node):
@@ -102,6 +112,13 @@ def _imported(tree, pkg):
         ):
             f = getattr(node.func, "id", getattr(node.func, "attr", ""))
             names.append(("_part:" if f == "_part" else "") + node.args[0].value)
+        elif (
+            isinstance(node, ast.Attribute)
+            and node.attr in lazy
+            and isinstance(node.value, ast.Name)
+            and node.value.id in ("self", "q", "ddq")
+        ):
+            names.append("_part:" + node.attr)
         walk(node)
 
     walk(tree)
@@ -118,7 +135,8 @@ def graph(mods):
         with open(path, encoding="utf-8") as f:
             tree = ast.parse(f.read(), path)
         edges = set()
-        for imp in _imported(tree, pkg):  # (an __init__'s relative base: its own package)
+        lazy = () if name not in parts_of else [n for n in parts_of if n not in mods]
+        for imp in _imported(tree, pkg, lazy):  # (an __init__'s relative base: its own package)
             if imp.startswith("_part:"):  # a part loading another through ddq.py's table
                 if name == "ddq":
                     continue

@@ -1,23 +1,28 @@
 #!/usr/bin/env python3
 """Who writes the queue's state: each port/ module's writes to the private attributes of
-`ddq.Queue` and of the objects it holds (`_log`: ddq._Log, `_ix`: ddq._Index), read from the AST
-(ARCHITECTURE.md "State has owners"; issue 37 item 1).
+`ddq.Queue` and of the objects it holds (`_log`: ddq._Log, `_ix`: ddq._Index, and the owned
+objects of OWNED), read from the AST (ARCHITECTURE.md "State has owners"; issue 37 item 1).
 
 The modules read are the queue's: ddq.py and the parts its one table `_PARTS` names (the message
 layer and the other add-ons have classes of their own). A write is an assignment, augmented
 assignment, `del` or `setattr(x, "name", ...)` whose target is `<expr>._name`, _name an attribute
 the Queue class body annotates (its state; not the methods attached at run time), or a field of
 the writer or the index: `<expr>._log.f`, `<expr>._ix.f`, or `x.f` where x is a local bound to
-one of them or a parameter annotated with its class (counted as "_log.f", "_ix.f").
+one of them or a parameter annotated with its class (counted as "_log.f", "_ix.f"). An owned
+object's field (OWNED: `_rm`, ddq_reclaim.Reclaim) is written the same ways, or as `self.f` in
+its class's methods.
 
     python3 tools/state_owners.py            # check against tools/state_owners.json
     python3 tools/state_owners.py --report   # every attribute and the modules that write it
     python3 tools/state_owners.py --write    # record today's pairs (after they shrank)
 
-The check is a ratchet while the state moves to its owners (one writer an attribute): it fails
-on a (module, attribute) pair that tools/state_owners.json does not list (a new cross-module
-write), and says how many listed pairs are gone. The last line is always `state: N attributes,
-M (module, attribute) pairs, K modules writing`. Standard library only.
+Two checks. Ownership, per object: a field of an owned object written by a module that is
+not its owner fails, whatever the baseline says. The rest is a ratchet while the state moves to
+its owners (one writer an attribute): it fails on a (module, attribute) pair that
+tools/state_owners.json does not list (a new cross-module write), and says how many listed
+pairs are gone (the owned objects' fields are not in it: their owner writes them). The last
+line is always `state: N attributes, M (module, attribute) pairs, K modules writing; owned: ...`
+(each owned object, its owner and its fields). Standard library only.
 """
 
 import argparse
@@ -29,7 +34,11 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PORT = os.path.join(REPO, "port")
 BASE = os.path.join(REPO, "tools", "state_owners.json")
-HELD = ("_log", "_ix")  # objects of the queue whose fields count as its state
+# Objects of the queue whose fields have one owner: Queue attribute -> (class, owner module).
+OWNED = {"_rm": ("Reclaim", "ddq_reclaim")}  # the reclamation state (reclaim_step > 0)
+HELD = ("_log", "_ix") + tuple(OWNED)  # objects of the queue whose fields count as its state
+CLASSES = {"_Log": "_log", "_Index": "_ix"}  # class -> the attribute that holds it
+CLASSES.update({c: a for a, (c, _m) in OWNED.items()})
 
 
 def queue_state(path):
@@ -79,15 +88,14 @@ def key(target, state, alias):
 
 
 def aliases(fn):
-    """{local name: "_log" or "_ix"} of a function: names bound to `<expr>._log`/`._ix` (also in a
-    tuple assignment) or parameters annotated with their classes (_Log, _Index)."""
+    """{local name: held attribute} of a function: names bound to `<expr>._log`, `._ix`, ... (also
+    in a tuple assignment) or parameters annotated with their classes (CLASSES)."""
     out = {}
-    cls = {"_Log": "_log", "_Index": "_ix"}
     for a in fn.args.args + fn.args.kwonlyargs:
         if a.annotation is not None:
             t = ast.unparse(a.annotation).strip("\"'").split(".")[-1]
-            if t in cls:
-                out[a.arg] = cls[t]
+            if t in CLASSES:
+                out[a.arg] = CLASSES[t]
     for node in ast.walk(fn):
         if isinstance(node, ast.Assign):
             for t in node.targets:
@@ -113,9 +121,17 @@ def writes(path, state):
             out.setdefault(k, []).append(node.lineno)
 
     fns = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    own = {}  # a method of an owned object's class: its first parameter is that object
+    for c in ast.walk(tree):
+        if isinstance(c, ast.ClassDef) and c.name in CLASSES and CLASSES[c.name] in OWNED:
+            for f in c.body:
+                if isinstance(f, ast.FunctionDef) and f.args.args:
+                    own[id(f)] = (f.args.args[0].arg, CLASSES[c.name])
     seen = set()
     for fn in fns + [tree]:
         alias = aliases(fn) if fn is not tree else {}
+        if id(fn) in own:
+            alias[own[id(fn)][0]] = own[id(fn)][1]
         for node in ast.walk(fn):
             if id(node) in seen or node is fn:
                 continue
@@ -164,28 +180,49 @@ def main(argv=None):
     ap.add_argument("--port", default=PORT)
     ap.add_argument("--base", default=BASE)
     a = ap.parse_args(argv)
-    state, pairs = scan(a.port)
+    state, every = scan(a.port)
+
+    def owned(k):  # the owned object whose field k is, or None (k "_rm": the Queue attribute)
+        return k.split(".")[0] if "." in k and k.split(".")[0] in OWNED else None
+
+    pairs = {p: v for p, v in every.items() if not owned(p[1])}
+    bad = []  # an owned object's field written by a module that does not own it
+    fields = {o: set() for o in OWNED}
+    for (m, k), lines in sorted(every.items()):
+        o = owned(k)
+        if o:
+            fields[o].add(k)
+            if m != OWNED[o][1]:
+                bad.append((m, k, lines[0]))
     mods = sorted({m for m, _ in pairs})
     summary = "state: %d attributes, %d (module, attribute) pairs, %d modules writing" % (
         len(state),
         len(pairs),
         len(mods),
     )
+    summary += "; owned: " + ", ".join(
+        "%s by %s (%d fields)" % (o, OWNED[o][1], len(fields[o])) for o in OWNED
+    )
+    for m, k, line in bad:
+        print(
+            "not its owner: %s writes %s (line %d): %s's fields are written by %s alone"
+            % (m, k, line, k.split(".")[0], OWNED[k.split(".")[0]][1])
+        )
     if a.report:
         by = {}
-        for (m, k), lines in pairs.items():
+        for (m, k), lines in every.items():
             by.setdefault(k, []).append("%s(%d)" % (m, len(lines)))
         for k in sorted(by):
             print("%-16s %s" % (k, " ".join(sorted(by[k]))))
         print(summary)
-        return 0
+        return 1 if bad else 0
     now = sorted("%s %s" % p for p in pairs)
     if a.write:
         with open(a.base, "w") as f:
             json.dump({"pairs": now}, f, indent=1)
             f.write("\n")
         print(summary)
-        return 0
+        return 1 if bad else 0
     try:
         with open(a.base) as f:
             base = set(json.load(f)["pairs"])
@@ -203,7 +240,7 @@ def main(argv=None):
     if gone:
         print("%d listed pairs are gone: record them with tools/state_owners.py --write" % gone)
     print(summary)
-    return 1 if new else 0
+    return 1 if new or bad else 0
 
 
 if __name__ == "__main__":

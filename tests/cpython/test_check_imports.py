@@ -60,6 +60,14 @@ PORT_CASES = [
         },
         "ddq_a -> ddq_b -> ddq_a",
     ),
+    (  # loads through the lazy table: a queue method one way, a module attribute back
+        {
+            "ddq.py": "_PARTS = {'ddq_a': ' f ', 'ddq_b': ' _g '}\n",
+            "ddq_a.py": "def f(self):\n    return self._g()\n",
+            "ddq_b.py": "import ddq\n\ndef _g(q):\n    return ddq.f\n",
+        },
+        "ddq_a -> ddq_b -> ddq_a",
+    ),
 ]
 
 

@@ -78,8 +78,49 @@ def test_a_new_cross_module_write_fails_and_names_it(tmp_path):
     rc, out = _run(d)
     assert rc == 0, out
     assert out.splitlines()[-1] == (
-        "state: 2 attributes, 3 (module, attribute) pairs, 2 modules writing"
+        "state: 2 attributes, 3 (module, attribute) pairs, 2 modules writing;"
+        " owned: _rm by ddq_reclaim (0 fields)"
     ), out
+
+
+RECLAIM = """
+class Reclaim:
+    def __init__(self, units):
+        self.units = units
+        self.bld = None
+
+
+def drop(r: "Reclaim", q):
+    r.bld, q._n_acked = None, 0
+    staged = q._rm
+    staged.dead = []
+"""
+
+
+def test_an_owned_object_is_written_by_its_owner_alone(tmp_path):
+    # the reclamation state (Queue._rm, ddq_reclaim.Reclaim): its class's methods, a parameter
+    # annotated with its class and a local bound to q._rm all write it, in its owner
+    d = _port(tmp_path, {"ddq_reclaim.py": RECLAIM, "ddq_a.py": "def x(q):\n    q._rm = 1\n"})
+    ddq = (d / "ddq.py").read_text().replace('"ddq_b": ""', '"ddq_b": "", "ddq_reclaim": ""')
+    (d / "ddq.py").write_text(ddq)
+    rc, out = _run(d, "--write")
+    assert rc == 0, out
+    assert out.splitlines()[-1].endswith("owned: _rm by ddq_reclaim (3 fields)"), out
+    with open(os.path.join(str(d), "b.json")) as f:  # the owner's writes are not in the ratchet
+        assert "ddq_reclaim _n_acked" in json.load(f)["pairs"]
+    # another module writing a field of it fails, whatever the baseline lists, and names it
+    (d / "ddq_a.py").write_text("def x(q):\n    q._rm = 1\n    q._rm.bld = None\n")
+    rc, out = _run(d, "--write")
+    assert rc == 1, out
+    rc, out = _run(d)
+    assert rc == 1, out
+    assert (
+        "not its owner: ddq_a writes _rm.bld (line 3): _rm's fields are written by ddq_reclaim"
+        " alone" in out
+    ), out
+    (d / "ddq_a.py").write_text("def x(q):\n    s = q._rm\n    s.sh = 0\n")
+    rc, out = _run(d)
+    assert rc == 1 and "not its owner: ddq_a writes _rm.sh (line 3)" in out, out
 
 
 def test_a_pair_gone_is_reported_for_the_record(tmp_path):
