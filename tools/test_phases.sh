@@ -93,8 +93,12 @@ run_group() {
     ) &
     pending+=("$phase")
   done
+  local ticks=0
   while [ ${#pending[@]} -gt 0 ]; do
     sleep 1
+    ticks=$((ticks + 1))
+    # a line every 5 minutes, so a log that only grows when a phase ends shows it is alive
+    [ $((ticks % 300)) -ne 0 ] || echo "===== still running after $((ticks / 60)) min: ${pending[*]}"
     left=()
     for phase in "${pending[@]}"; do
       if [ ! -s "$LOGDIR/$phase.end" ]; then
