@@ -26,6 +26,11 @@ def _support_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     support.ROOT = old
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # (pytest-xdist registers it too; a run without xdist then sees no unknown mark)
+    config.addinivalue_line("markers", "xdist_group(name): run these tests on one xdist worker")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """pytest-xdist (`make test-cpython`: -n N --dist loadgroup): the tests of a module that share
     a module-scoped fixture (a virtual board, a broker, an emulator) go to one worker, in order,
