@@ -2,7 +2,9 @@
 
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -26,21 +28,56 @@ def _support_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     support.ROOT = old
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    # (pytest-xdist registers it too; a run without xdist then sees no unknown mark)
-    config.addinivalue_line("markers", "xdist_group(name): run these tests on one xdist worker")
+def _groups_file(workerinput: dict) -> str:
+    """Where a pytest-xdist worker lists the modules that must stay on one worker."""
+    name = "ddq-xdist-%s-%s" % (workerinput["testrunuid"], workerinput["workerid"])
+    return os.path.join(tempfile.gettempdir(), name)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """pytest-xdist (`make test-cpython`: -n N --dist loadgroup): the tests of a module that share
-    a module-scoped fixture (a virtual board, a broker, an emulator) go to one worker, in order,
-    so that it starts once and what one test leaves on it is the next one's; the other tests are
-    spread one by one."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a pytest-xdist worker: list the modules whose tests share a module-scoped fixture (a
+    virtual board, a broker, an emulator), for the scheduler below."""
+    inp = getattr(config, "workerinput", None)
+    if inp is None:
+        return
+    mods = set()
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
         defs = info.name2fixturedefs.values() if info is not None else ()
         if any(d and d[-1].scope in ("module", "class", "package") for d in defs):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+            mods.add(item.nodeid.split("::")[0])
+    with open(_groups_file(inp), "w") as f:
+        f.write("\n".join(sorted(mods)))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """`--dist loadgroup` (`make test-cpython`): every test is a work unit of its own, but a module
+    whose tests share a module-scoped fixture is one unit, run in order on one worker, so that
+    the fixture starts once and what one test leaves on it is the next one's. (xdist's own
+    loadgroup reads xdist_group marks through a nodeid that pytest 9 no longer lets it change.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleGroups(LoadScopeScheduling):  # type: ignore[misc]
+        grouped: set[str] = set()
+
+        def add_node_collection(self, node: Any, collection: Any) -> None:
+            path = _groups_file(node.workerinput)
+            try:
+                with open(path) as f:
+                    self.grouped = self.grouped | set(f.read().split())
+                os.remove(path)
+            except OSError:
+                pass
+            super().add_node_collection(node, collection)
+
+        def _split_scope(self, nodeid: str) -> str:
+            mod = nodeid.split("::")[0]
+            return mod if mod in self.grouped else nodeid
+
+    return ModuleGroups(config, log)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
