@@ -90,8 +90,8 @@ PORT_MODULES = $(sort $(wildcard port/*.py))
 # The phases of `make test`, after setup; each runs even when an earlier one failed. They run
 # at the same time (tools/test_phases.sh: "+" joins phases run together; ":N" a nice increment),
 # each into its own log, printed when it ends. test-cpython mostly waits (boards, brokers,
-# subprocesses), so it goes first on the cores; the single-threaded MicroPython runs, then
-# torture-ci (two tasks at a time) take what it leaves, and torture-ci ends alone on both cores.
+# subprocesses with time bounds), so it gets the cores first; the phases at nice 5 take what it
+# leaves, and torture-ci (two tasks at a time, about 25 minutes of one core) ends alone on both.
 TEST_PHASES := lint+typecheck+spec-coverage+test-cpython+test-mp:5+test-mp32:5+torture-ci:5+bench-smoke:5
 # pytest-xdist workers of test-cpython: more than the cores, as most of its tests wait.
 PYTEST_JOBS ?= 4
@@ -192,7 +192,8 @@ spec-coverage:
 	$(PY) tools/spec_coverage.py --strict
 
 # pytest's status 5 ("no tests collected") fails here too: the suite always has tests.
-# PYTEST_JOBS=0: one process, no xdist workers.
+# --dist loadgroup is tests/conftest.py's: the tests of a module that share a module-scoped
+# fixture (a board, a broker) on one worker, the others one by one. PYTEST_JOBS=0: no workers.
 test-cpython: $(DEPS_STAMP)
 	$(PY) -m pytest -n $(PYTEST_JOBS) --dist loadgroup
 
