@@ -38,7 +38,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """In a pytest-xdist worker: list the modules whose tests share a module-scoped fixture (a
     virtual board, a broker, an emulator), for the scheduler below."""
     inp = getattr(config, "workerinput", None)
-    if inp is None:
+    if inp is None or not config.getvalue("loadgroup"):  # (xdist sets it in a loadgroup worker)
         return
     mods = set()
     for item in items:
