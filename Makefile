@@ -1,6 +1,7 @@
 # ddq: build and test entry points.
 #
-#   make test    set everything up (venv, typeshed) and run every check and suite
+#   make test    set everything up (venv, typeshed) and run every check and suite, the phases at
+#                the same time (tools/test_phases.sh; about 22 minutes on 2 cores)
 #   make demo    the end-to-end demo
 #   make help    all targets
 #
@@ -30,6 +31,7 @@ RUFF := $(VENV)/bin/ruff
 DEV_PKGS := \
   setuptools==84.2.1 \
   pytest==9.2.0 \
+  pytest-xdist==3.8.0 \
   hypothesis==6.170.17 \
   mypy==2.4.1 \
   ruff==0.17.6 \
@@ -85,20 +87,27 @@ mp_heap_flash := -X heapsize=$(MP_HEAP)
 LINT_PATHS = $(wildcard port host tests bench demo boards tools)
 # Every module of port/ is type-checked twice (CPython, MicroPython stubs).
 PORT_MODULES = $(sort $(wildcard port/*.py))
-# The phases of `make test`, after setup; each runs even when an earlier one failed.
-TEST_PHASES := lint typecheck spec-coverage test-cpython test-mp test-mp32 torture-ci bench-smoke
+# The phases of `make test`, after setup; each runs even when an earlier one failed. They run
+# at the same time (tools/test_phases.sh: "+" joins phases run together; ":N" a nice increment),
+# each into its own log, printed when it ends. test-cpython mostly waits (boards, brokers,
+# subprocesses with time bounds), so it gets the cores first; the phases at nice 5 take what it
+# leaves, and torture-ci (two tasks at a time, about 25 minutes of one core) ends alone on both.
+TEST_PHASES := lint+typecheck+spec-coverage+test-cpython+test-mp:5+test-mp32:5+torture-ci:5+bench-smoke:5
+# pytest-xdist workers of test-cpython: more than the cores, as most of its tests wait.
+PYTEST_JOBS ?= 4
 
-.PHONY: help venv types lint typecheck test-cpython test-mp test-mp32 $(addprefix test-mp-,$(MP_FS)) \
+.PHONY: help venv venv-python types lint typecheck test-cpython test-mp test-mp32 $(addprefix test-mp-,$(MP_FS)) \
         test test-host torture-ci bench-smoke bench torture demo clean distclean check-port spec-coverage
 
 help:
-	@echo "make test          everything: venv types lint typecheck test-cpython test-mp test-mp32 torture-ci bench-smoke"
+	@echo "make test          everything: venv types, then at the same time lint typecheck spec-coverage"
+	@echo "                   test-cpython test-mp test-mp32 torture-ci bench-smoke (one log each)"
 	@echo "make demo          the end-to-end demo"
 	@echo "make venv          .venv with the pinned tools (and ddq installed editable; npm: $(MP32_PKG))"
 	@echo "make types         types/unix_typeshed for mypy's MicroPython pass"
 	@echo "make lint          ruff check $(LINT_PATHS)"
 	@echo "make typecheck     mypy: port/*.py for CPython and for MicroPython; host/ddqhost"
-	@echo "make test-cpython  pytest (tests/);  make test-host: tests/host alone"
+	@echo "make test-cpython  pytest (tests/; PYTEST_JOBS=$(PYTEST_JOBS) xdist workers);  make test-host: tests/host alone"
 	@echo "make test-mp       the shared suite on MicroPython: $(MP_FS) (one: make test-mp-lfs2)"
 	@echo "make test-mp32     the shared suite on a 32-bit MicroPython (the WebAssembly port, Node.js)"
 	@echo "make torture-ci    the crash/torture harness, CI size"
@@ -108,7 +117,10 @@ help:
 
 # --- setup -----------------------------------------------------------------------------------
 
-venv: $(DEPS_STAMP) $(EDITABLE_STAMP) $(MPYLIB_STAMP) $(MP32_STAMP)
+venv: venv-python $(MP32_STAMP)
+
+# All of venv but npm's MicroPython (.ci/run installs it after apt-get's nodejs and npm).
+venv-python: $(DEPS_STAMP) $(EDITABLE_STAMP) $(MPYLIB_STAMP)
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -180,8 +192,10 @@ spec-coverage:
 	$(PY) tools/spec_coverage.py --strict
 
 # pytest's status 5 ("no tests collected") fails here too: the suite always has tests.
+# --dist loadgroup is tests/conftest.py's: the tests of a module that share a module-scoped
+# fixture (a board, a broker) on one worker, the others one by one. PYTEST_JOBS=0: no workers.
 test-cpython: $(DEPS_STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(PYTEST_JOBS) --dist loadgroup
 
 test-mp: $(DEPS_STAMP)
 	@rc=0; for fs in $(MP_FS); do \
@@ -224,9 +238,10 @@ bench: $(DEPS_STAMP)
 torture: $(DEPS_STAMP)
 	$(PY) tests/torture/run_ci.py --full
 
-# Setup must succeed; then every phase runs, a table of phases and times is printed, and the
-# last line sums the suites' counts ("test: N passed, N failed, N skipped"). Fails if any
-# phase failed.
+# Setup must succeed; then every phase runs (TEST_PHASES: all at the same time), a table of
+# phases and their own times is printed, and the last line sums the suites' counts ("test: N
+# passed, N failed, N skipped"). Fails if any phase failed. The phases one after another:
+# `make test TEST_PHASES="lint typecheck ..."` (space-separated: one group each).
 test: venv types
 	@MAKE="$(MAKE)" tools/test_phases.sh $(TEST_PHASES)
 

@@ -133,6 +133,17 @@ def served(version):
     _used[version] = _used.get(version, 0) + 1
 
 
+def used():
+    """{broker version: tests served} of this process (a pytest-xdist worker hands it over)."""
+    return dict(_used)
+
+
+def add_used(counts):
+    """Add another process's used() (pytest-xdist's controller: a worker's)."""
+    for version, n in counts.items():
+        _used[version] = _used.get(version, 0) + n
+
+
 def summary():
     """One line: the brokers that served the tests, or None when no test used one."""
     if not _used:

@@ -35,7 +35,7 @@ def tls(tmp_path_factory):
     yield from tlsbroker.serve(tmp_path_factory.mktemp("tls"), USERS)
 
 
-def _wait(got, topic, n, seconds=5.0):
+def _wait(got, topic, n, seconds=120.0):  # (a bound for a broken run: returns at n)
     end = time.monotonic() + seconds
     while time.monotonic() < end and sum(1 for t, _ in got if t == topic) < n:
         time.sleep(0.02)

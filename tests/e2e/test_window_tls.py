@@ -27,7 +27,7 @@ def tls(tmp_path_factory):  # type: ignore[no-untyped-def]
     yield from tlsbroker.serve(tmp_path_factory.mktemp("tlsw"), USERS)
 
 
-def _wait(got, prefix, n, seconds=10.0):  # type: ignore[no-untyped-def]
+def _wait(got, prefix, n, seconds=120.0):  # type: ignore[no-untyped-def]  # (returns at n)
     end = time.monotonic() + seconds
     while time.monotonic() < end and len({p for t, p in got if t.startswith(prefix)}) < n:
         time.sleep(0.02)
