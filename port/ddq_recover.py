@@ -408,12 +408,18 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
     index = self._ix
     live, hist = index.live, index.hist
     # The chunk and run lists grow in place (append): these stay the index's own lists.
-    chunk_states, seg_first, run_index, run_seq = index.col, index.sfo, index.ro, index.rs
-    chunk_len, chunk_lens = index.cl, index.lv
+    chunk_states, seg_first, run_index, run_seq, chunk_len, chunk_lens = (
+        index.col,
+        index.sfo,
+        index.ro,
+        index.rs,
+        index.cl,
+        index.lv,
+    )
     items = index.n  # mirrors index.n: only DATA adds items
     last_seq = index.last  # the last item's seq
     compacted, u64 = log.gen != 0, _U64  # a generation > 0 starts with a compaction's snapshot
-    unpack, pack, crc32, check = struct.unpack_from, struct.pack_into, _crc, check_record
+    unpack, pack, crc32 = struct.unpack_from, struct.pack_into, _crc
     # The crc scratch (a 40-byte header and its views) and the payload views by window offset
     # (payload_views, below), made once per recovery.
     crc_header = bytearray(_HDR)
@@ -495,12 +501,20 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                 if _MP:
                     # Fields by byte on MicroPython: unpack_from parses its format and builds a
                     # 9-tuple per record (88 B churn, ~6 us); these make no object (~2 us).
-                    magic = window[at] | window[at + 1] << 8 | window[at + 2] << 16
-                    magic |= window[at + 3] << 24
+                    magic = (
+                        window[at]
+                        | window[at + 1] << 8
+                        | window[at + 2] << 16
+                        | window[at + 3] << 24
+                    )
                     ver = window[at + _R_VER] | window[at + _R_VER + 1] << 8
                     field = at + _R_RLEN
-                    rlen = window[field] | window[field + 1] << 8 | window[field + 2] << 16
-                    rlen |= window[field + 3] << 24
+                    rlen = (
+                        window[field]
+                        | window[field + 1] << 8
+                        | window[field + 2] << 16
+                        | window[field + 3] << 24
+                    )
                 else:
                     magic, ver, _t, _s, _a, _p, rlen, _c, _r = unpack(_REC_FMT, window, at)
                 if magic != _REC_MAGIC or ver != _VERSION or rlen < _MIN_REC or rlen > seg_bytes:
@@ -531,7 +545,9 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                 if not _MP:
                     # The record's rules [F2]-[F11]: check_record itself (port/ddq.py, codec).
                     try:
-                        typ, seq, arg, plen = check(window, at, seg_bytes, max_payload, True)
+                        typ, seq, arg, plen = check_record(
+                            window, at, seg_bytes, max_payload, True
+                        )
                     except _E("Corrupt") as x:
                         err = x.args[0]
                 else:
@@ -567,14 +583,23 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                         | window[field + 7] << 56
                     )
                     field = at + _R_PLEN
-                    plen = window[field] | window[field + 1] << 8 | window[field + 2] << 16
-                    plen |= window[field + 3] << 24
+                    plen = (
+                        window[field]
+                        | window[field + 1] << 8
+                        | window[field + 2] << 16
+                        | window[field + 3] << 24
+                    )
                     field = at + _R_CRC
-                    crc = window[field] | window[field + 1] << 8 | window[field + 2] << 16
-                    crc |= window[field + 3] << 24
+                    crc = (
+                        window[field]
+                        | window[field + 1] << 8
+                        | window[field + 2] << 16
+                        | window[field + 3] << 24
+                    )
                     field = at + _R_RES  # reserved: 0 iff its four bytes are
-                    reserved = window[field] | window[field + 1] | window[field + 2]
-                    reserved |= window[field + 3]
+                    reserved = (
+                        window[field] | window[field + 1] | window[field + 2] | window[field + 3]
+                    )
                     if reserved != 0 or typ < _T_DATA or typ > _T_STATE:
                         err = "bad record header"  # (magic and version: framed above)
                     elif plen > max_payload and not (typ == _T_STATE and plen == _STATE_LEN):
