@@ -384,15 +384,18 @@ def segment_name(generation: int, index: int) -> str:
 
 
 def check_record(
-    mv: "Buf", p: int, seg_bytes: int, max_payload: int
+    mv: "Buf", p: int, seg_bytes: int, max_payload: int, _framed: bool = False
 ) -> "tuple[int, int, int, int]":
     """Validate the whole record at mv[p:]; return (type, seq, arg, payload_len) [F2]-[F11].
 
     Raises Corrupt (without position; the caller adds segment and offset)."""
-    # ddq_recover._replay applies these rules inline, in this order (a call per record is slow
-    # on MicroPython: DESIGN §13); tests/test_record_verdicts.py holds the two copies equal.
-    mv = _bytes_arg(mv, "mv")  # a buffer holding a header at p, else InvalidArgument [O24]
-    _opt(p, 0, len(mv) - _MIN_REC, "p")
+    # The one record check: reads', salvage's, and the replay's on CPython (_framed: the byte
+    # view and offset the replay framed; skipping the argument checks saves 14 % of a replayed
+    # record's time there). MicroPython's replay inlines its rules (a call allocates ~255 B a
+    # record: DESIGN §13); tests/test_record_verdicts.py holds that copy equal to this.
+    if not _framed:
+        mv = _bytes_arg(mv, "mv")  # a buffer holding a header at p, else InvalidArgument [O24]
+        _opt(p, 0, len(mv) - _MIN_REC, "p")
     magic, ver, typ, seq, arg, plen, rlen, crc, res = struct.unpack_from(_REC_FMT, mv, p)
     if magic != _REC_MAGIC or ver != _VERSION or res != 0 or typ < _T_DATA or typ > _T_STATE:
         raise _err("Corrupt", _X_HEADER)
@@ -556,6 +559,10 @@ _LV_NB = const(3)  # not_before_ms
 _LV_OFF = const(4)  # the offset of its DATA record in its segment, -1 until a read found it
 _HS_ATT = const(0)  # attempts
 _HS_NB = const(1)  # not_before_ms
+# The hint (_Index.hint): the item Queue._data located last.
+_HN_I = const(0)  # its index
+_HN_OFF = const(1)  # the offset of its DATA record
+_HN_SEG = const(2)  # its segment; -1: none yet
 
 
 class _Index:
@@ -601,7 +608,7 @@ class _Index:
         # reasons: quarantined items, seq -> [segment index, offset, length]
         self.reasons: "dict[int, list[int]]" = {}
         self.fresh = 0  # every index below is not a plain available item
-        self.hint = [-1, 0, -1]  # the item Queue._data located last: index, offset, segment
+        self.hint = [-1, 0, -1]  # [_HN_I, _HN_OFF, _HN_SEG]: none located yet
 
     def add(self, seq: int, sg: int, ln: int) -> None:
         n = self.n
@@ -1040,14 +1047,18 @@ class Queue:
             return memoryview(self._unsynced[k])
         ix = self._ix
         hint, sfo = ix.hint, ix.sfo
-        k = hint[2]  # the segment: the hint's, when i lies in it after the hint
-        if k < 0 or hint[0] > i or (k + 1 < len(sfo) and sfo[k + 1] <= i):
+        k = hint[_HN_SEG]  # the segment: the hint's, when i lies in it after the hint
+        if k < 0 or hint[_HN_I] > i or (k + 1 < len(sfo) and sfo[k + 1] <= i):
             k = ix.at(sfo, i)  # the last segment whose first item index is <= i
         e = ix.live.get(seq)
         if e is not None and e[_LV_OFF] >= 0:
             return self._read_record(log, k, e[_LV_OFF], _T_DATA, seq, ln)
         # j: the index of the next DATA record found at or after pos
-        j, pos = (hint[0], hint[1]) if hint[2] == k and hint[0] <= i else (sfo[k], 0)
+        j, pos = (
+            (hint[_HN_I], hint[_HN_OFF])
+            if hint[_HN_SEG] == k and hint[_HN_I] <= i
+            else (sfo[k], 0)
+        )
         end = log.sizes[k]
         name = segment_name(log.gen, k)
         mv = self._mv_hdr  # the record buffer's header: no append runs during a walk
@@ -1070,7 +1081,7 @@ class Queue:
                     if j == i:
                         if s != seq:
                             break
-                        hint[0], hint[1], hint[2] = i, pos, k
+                        hint[_HN_I], hint[_HN_OFF], hint[_HN_SEG] = i, pos, k
                         if e is not None:
                             e[_LV_OFF] = pos
                         return self._read_record(log, k, pos, _T_DATA, seq, ln, h)

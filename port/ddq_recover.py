@@ -41,6 +41,7 @@ from ddq import (
     _opt,
     _part,
     _wall_ms,
+    check_record,
     const,
     segment_name,
 )
@@ -397,221 +398,270 @@ def _uniform(self: "Queue", h: "Any", start: int, end: int) -> bool:
 def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: int) -> None:
     # One pass over each segment from the first queue.index does not cover (from offset start
     # in it when start > 0), all in this one call: MicroPython puts a frame of more than 11
-    # words on the heap at each call, ~1 KB for this one (DESIGN §4). Each record's header is
-    # unpacked once, validated in place (check_record's rules, inlined: a memoryview window,
-    # no copy), and applied; DATA inline, the rest through _apply. A torn tail is cut
-    # [R10][R11]; the boundary checked [R8]. nseg: the generation's segments.
+    # words on the heap at each call, ~1 KB for this one (DESIGN §4). Each record is framed
+    # (magic, version, length), checked in place (a memoryview window, no copy: check_record,
+    # or on MicroPython its rules inlined, below) and applied; DATA inline, the rest through
+    # _apply. A torn tail is cut [R10][R11]; the boundary checked [R8]. nseg: the generation's
+    # segments. cp, st: the boundary and what the replay has seen (_CP_*, _ST_*; DESIGN §13).
     fs, log = self._fs, self._log
-    seg_bytes, max_pay, max_items = self._seg_bytes, self._max_payload, self._max_items
-    ix = self._ix
-    live, hist = ix.live, ix.hist
+    seg_bytes, max_payload, max_items = self._seg_bytes, self._max_payload, self._max_items
+    index = self._ix
+    live, hist = index.live, index.hist
     # The chunk and run lists grow in place (append): these stay the index's own lists.
-    ixcol, sfo, ro, rs, cl, lv = ix.col, ix.sfo, ix.ro, ix.rs, ix.cl, ix.lv
-    n = ix.n  # mirrors ix.n: only DATA adds items
-    prev = ix.last  # the last item's seq
-    gen_nz, u64 = log.gen != 0, _U64
+    chunk_states, seg_first, run_index, run_seq, chunk_len, chunk_lens = (
+        index.col,
+        index.sfo,
+        index.ro,
+        index.rs,
+        index.cl,
+        index.lv,
+    )
+    items = index.n  # mirrors index.n: only DATA adds items
+    last_seq = index.last  # the last item's seq
+    compacted, u64 = log.gen != 0, _U64  # a generation > 0 starts with a compaction's snapshot
     unpack, pack, crc32 = struct.unpack_from, struct.pack_into, _crc
     # The crc scratch (a 40-byte header and its views) and the payload views by window offset
-    # (vc, below), made once per recovery.
-    hb = bytearray(_HDR)
-    hv, hz = memoryview(hb)[_R_VER:_R_CRC], memoryview(hb)[_R_RES:_HDR]
-    vc: "dict[int, memoryview]" = {}
-    rb = None  # the window's buffer: the views are of it
-    mv = hv
-    mvlen = 0
+    # (payload_views, below), made once per recovery.
+    crc_header = bytearray(_HDR)
+    crc_fields = memoryview(crc_header)[_R_VER:_R_CRC]
+    crc_reserved = memoryview(crc_header)[_R_RES:_HDR]
+    payload_views: "dict[int, memoryview]" = {}
+    window_buf = None  # the window's buffer: the views are of it
+    window = crc_fields
+    window_len = 0
     # Each segment's path in one allocation (segment_name then _path: three); its name, for a
-    # message, is the path's tail (lp: where it starts).
-    pre = self._dir.replace("%", "%%") + "/"
-    lp = len(self._dir) + 1
-    pf = pre + (
-        "segment-%020d.log" if not gen_nz else "generation-%020d-segment-" % log.gen + "%020d.log"
+    # message, is the path's tail (name_at: where it starts).
+    name_at = len(self._dir) + 1
+    path_fmt = (self._dir.replace("%", "%%") + "/") + (
+        "segment-%020d.log"
+        if not compacted
+        else "generation-%020d-segment-" % log.gen + "%020d.log"
     )
-    k0 = len(log.sizes)
-    fm = 0  # [F7] the largest segment before the previous one (sizes[0 .. sg-2])
-    snap = cp[_CP_SEGS] if gen_nz else 0  # [F7] segments 1 .. snap-1: one compaction wrote them
-    for k in range(k0 - 1):
-        if log.sizes[k] > fm:
-            fm = log.sizes[k]
-    for sg in range(k0, nseg):
-        if sg > k0 and sg > 1 and log.sizes[sg - 2] > fm:
-            fm = log.sizes[sg - 2]
-        last = sg == nseg - 1
-        path = pf % sg
+    first_seg = len(log.sizes)
+    largest = 0  # [F7] the largest segment before the previous one (sizes[0 .. seg-2])
+    snap_segs = cp[_CP_SEGS] if compacted else 0  # [F7] segments 1 .. snap_segs-1: one
+    # compaction wrote them
+    for k in range(first_seg - 1):
+        if log.sizes[k] > largest:
+            largest = log.sizes[k]
+    for seg in range(first_seg, nseg):
+        if seg > first_seg and seg > 1 and log.sizes[seg - 2] > largest:
+            largest = log.sizes[seg - 2]
+        last = seg == nseg - 1
+        path = path_fmt % seg
         size = fs.size(path)
         if size > seg_bytes:
-            raise _err("Corrupt", "%s is larger than segment_bytes", path[lp:])
-        if not st[_ST_SEEN] and sg + 1 == cp[_CP_SEGS]:
-            _checkpoint(self, sg, 0, cp, st)
-        boundary = sg + 1 == cp[_CP_SEGS]  # only this segment holds the manifest's boundary [R8]
+            raise _err("Corrupt", "%s is larger than segment_bytes", path[name_at:])
+        if not st[_ST_SEEN] and seg + 1 == cp[_CP_SEGS]:
+            _checkpoint(self, seg, 0, cp, st)
+        boundary = seg + 1 == cp[_CP_SEGS]  # only this segment holds the manifest's boundary [R8]
         swept = self._swept
         # The read window: a quarter segment, 1 KiB to 64 KiB (a board's 4 KiB segments: one
         # 1 KiB allocation, found where a 2 KiB one was not in a 64 KiB heap reopened a few
         # times; a record longer than the window gets a window of its own length).
-        k = max(min(size, 65536, max(seg_bytes >> 2, 1024)), _MIN_REC)
-        if rb is not self._rbuf or mvlen < k:
-            mv = self._buf(k)
-            mvlen = len(mv)
-            if rb is not self._rbuf:
-                vc.clear()
-                rb = self._rbuf
-        pos = start if sg == k0 and start > 0 else 0
-        wpos = wend = pos  # the window holds the bytes wpos..wend of the file
+        want = max(min(size, 65536, max(seg_bytes >> 2, 1024)), _MIN_REC)
+        if window_buf is not self._rbuf or window_len < want:
+            window = self._buf(want)
+            window_len = len(window)
+            if window_buf is not self._rbuf:
+                payload_views.clear()
+                window_buf = self._rbuf
+        pos = start if seg == first_seg and start > 0 else 0
+        win_start = win_end = pos  # the window holds the bytes win_start..win_end of the file
         torn = False
         done = 0  # records applied: replayed_records [X6]
-        h = fs.open(path, "rb")
+        handle = fs.open(path, "rb")
         try:
             for _ in range(_SCAN_RECORDS):
                 if pos >= size:
                     break
                 left = size - pos
                 need = left if left < _HDR else _HDR
-                if pos + need > wend:
-                    # Read into the whole window, mv itself: no slice (an object each, and
+                if pos + need > win_end:
+                    # Read into the whole window itself: no slice (an object each, and
                     # _read_exact's heap frame) but after a short read (its loop, then).
-                    wpos = pos
-                    k = mvlen if mvlen < left else left
-                    r = fs.read_into(h, pos, mv)
-                    if r > k:  # (the file holds no more than its size, but trust no count)
-                        r = k
-                    wend = pos + r
-                    if 0 < r < k:
-                        wend += self._read_exact(h, wend, mv[r:k])
-                    if wend - pos < need:
-                        raise OSError(_EIO, "short read in " + path[lp:])
+                    win_start = pos
+                    want = window_len if window_len < left else left
+                    got = fs.read_into(handle, pos, window)
+                    if got > want:  # (the file holds no more than its size, but trust no count)
+                        got = want
+                    win_end = pos + got
+                    if 0 < got < want:
+                        win_end += self._read_exact(handle, win_end, window[got:want])
+                    if win_end - pos < need:
+                        raise OSError(_EIO, "short read in " + path[name_at:])
                 if left < _HDR:  # [R10] short tail
                     if last and st[_ST_SEEN]:
                         torn = True
                         break
-                    raise _err("Corrupt", "short record at %s offset %d", path[lp:], pos)
-                p = pos - wpos
+                    raise _err("Corrupt", "short record at %s offset %d", path[name_at:], pos)
+                # The frame: magic, version and a length that fits, so the record's end is known
+                # before its rules are (a torn tail's shapes, R10/R11).
+                at = pos - win_start
                 if _MP:
                     # Fields by byte on MicroPython: unpack_from parses its format and builds a
                     # 9-tuple per record (88 B churn, ~6 us); these make no object (~2 us).
-                    magic = mv[p] | mv[p + 1] << 8 | mv[p + 2] << 16 | mv[p + 3] << 24
-                    q = p + _R_VER
-                    ver = mv[q] | mv[q + 1] << 8
-                    q = p + _R_RLEN
-                    rlen = mv[q] | mv[q + 1] << 8 | mv[q + 2] << 16 | mv[q + 3] << 24
+                    magic = (
+                        window[at]
+                        | window[at + 1] << 8
+                        | window[at + 2] << 16
+                        | window[at + 3] << 24
+                    )
+                    ver = window[at + _R_VER] | window[at + _R_VER + 1] << 8
+                    field = at + _R_RLEN
+                    rlen = (
+                        window[field]
+                        | window[field + 1] << 8
+                        | window[field + 2] << 16
+                        | window[field + 3] << 24
+                    )
                 else:
-                    magic, ver, typ, seq, arg, plen, rlen, crc, res = unpack(_REC_FMT, mv, p)
+                    magic, ver, _t, _s, _a, _p, rlen, _c, _r = unpack(_REC_FMT, window, at)
                 if magic != _REC_MAGIC or ver != _VERSION or rlen < _MIN_REC or rlen > seg_bytes:
-                    if last and st[_ST_SEEN] and _uniform(self, h, pos, size):
+                    if last and st[_ST_SEEN] and _uniform(self, handle, pos, size):
                         torn = True
                         break
-                    raise _err("Corrupt", "bad record header at %s offset %d", path[lp:], pos)
+                    raise _err("Corrupt", "bad record header at %s offset %d", path[name_at:], pos)
                 if rlen > left:  # [R10] declared length runs past the end
                     if last and st[_ST_SEEN]:
                         torn = True
                         break
-                    raise _err("Corrupt", "truncated record at %s offset %d", path[lp:], pos)
-                if pos + rlen > wend:  # the record runs past the window: refill from pos
-                    mv = self._buf(rlen)
-                    mvlen = len(mv)
-                    if rb is not self._rbuf:
-                        vc.clear()
-                        rb = self._rbuf
-                    wpos = pos
-                    k = mvlen if mvlen < left else left
-                    wend = pos + self._read_exact(h, pos, mv[0 : rlen if rlen > k else k])
-                    if wend - pos < rlen:
-                        raise OSError(_EIO, "short read in " + path[lp:])
-                    p = 0
-                    if not _MP:
-                        magic, ver, typ, seq, arg, plen, rlen, crc, res = unpack(_REC_FMT, mv, 0)
-                if _MP:
-                    q = p + _R_TYPE
-                    typ = mv[q] | mv[q + 1] << 8
-                    q = p + _R_SEQ
-                    seq = (
-                        mv[q]
-                        | mv[q + 1] << 8
-                        | mv[q + 2] << 16
-                        | mv[q + 3] << 24
-                        | mv[q + 4] << 32
-                        | mv[q + 5] << 40
-                        | mv[q + 6] << 48
-                        | mv[q + 7] << 56
+                    raise _err("Corrupt", "truncated record at %s offset %d", path[name_at:], pos)
+                if pos + rlen > win_end:  # the record runs past the window: refill from pos
+                    window = self._buf(rlen)
+                    window_len = len(window)
+                    if window_buf is not self._rbuf:
+                        payload_views.clear()
+                        window_buf = self._rbuf
+                    win_start = pos
+                    want = window_len if window_len < left else left
+                    win_end = pos + self._read_exact(
+                        handle, pos, window[0 : rlen if rlen > want else want]
                     )
-                    q = p + _R_ARG
-                    arg = (
-                        mv[q]
-                        | mv[q + 1] << 8
-                        | mv[q + 2] << 16
-                        | mv[q + 3] << 24
-                        | mv[q + 4] << 32
-                        | mv[q + 5] << 40
-                        | mv[q + 6] << 48
-                        | mv[q + 7] << 56
-                    )
-                    q = p + _R_PLEN
-                    plen = mv[q] | mv[q + 1] << 8 | mv[q + 2] << 16 | mv[q + 3] << 24
-                    q = p + _R_CRC
-                    crc = mv[q] | mv[q + 1] << 8 | mv[q + 2] << 16 | mv[q + 3] << 24
-                    q = p + _R_RES
-                    res = mv[q] | mv[q + 1] | mv[q + 2] | mv[q + 3]  # 0 iff reserved is 0
-                # check_record's rules, in its order [F2]-[F11] (port/ddq.py, codec; the two
-                # copies held equal by tests/test_record_verdicts.py)
+                    if win_end - pos < rlen:
+                        raise OSError(_EIO, "short read in " + path[name_at:])
+                    at = 0
                 err = ""
-                if (
-                    magic != _REC_MAGIC
-                    or ver != _VERSION
-                    or res != 0
-                    or typ < _T_DATA
-                    or typ > _T_STATE
-                ):
-                    err = "bad record header"
-                elif plen > max_pay and not (typ == _T_STATE and plen == _STATE_LEN):
-                    err = "payload over max_payload_bytes"
-                elif rlen != _MIN_REC + plen or rlen > seg_bytes:
-                    err = "bad record length"
+                if not _MP:
+                    # The record's rules [F2]-[F11]: check_record itself (port/ddq.py, codec).
+                    try:
+                        typ, seq, arg, plen = check_record(
+                            window, at, seg_bytes, max_payload, True
+                        )
+                    except _E("Corrupt") as x:
+                        err = x.args[0]
                 else:
-                    e = p + _HDR + plen
-                    # The footer by byte: "CMIT" then record_length, no tuple and no big int.
-                    if (
-                        mv[e] != 0x43
-                        or mv[e + 1] != 0x4D
-                        or mv[e + 2] != 0x49
-                        or mv[e + 3] != 0x54
-                        or rlen != mv[e + 4] | mv[e + 5] << 8 | mv[e + 6] << 16 | mv[e + 7] << 24
-                    ):
-                        err = "bad commit footer"
+                    # check_record's rules inlined, in its order [F2]-[F11] (magic, version and
+                    # the length's bound: framed above). Its call allocates ~255 B a record on
+                    # MicroPython (a 9-tuple, a 2-tuple, three views): bench row 5r (new), a
+                    # reopen of 3,000 items allocates 113,765 B so, 1,647,090 B calling it
+                    # (74x what it keeps; a board's heap collects every few hundred records).
+                    # tests/test_record_verdicts.py holds this copy equal to check_record over
+                    # generated valid and damaged records (DESIGN §13).
+                    field = at + _R_TYPE
+                    typ = window[field] | window[field + 1] << 8
+                    field = at + _R_SEQ
+                    seq = (
+                        window[field]
+                        | window[field + 1] << 8
+                        | window[field + 2] << 16
+                        | window[field + 3] << 24
+                        | window[field + 4] << 32
+                        | window[field + 5] << 40
+                        | window[field + 6] << 48
+                        | window[field + 7] << 56
+                    )
+                    field = at + _R_ARG
+                    arg = (
+                        window[field]
+                        | window[field + 1] << 8
+                        | window[field + 2] << 16
+                        | window[field + 3] << 24
+                        | window[field + 4] << 32
+                        | window[field + 5] << 40
+                        | window[field + 6] << 48
+                        | window[field + 7] << 56
+                    )
+                    field = at + _R_PLEN
+                    plen = (
+                        window[field]
+                        | window[field + 1] << 8
+                        | window[field + 2] << 16
+                        | window[field + 3] << 24
+                    )
+                    field = at + _R_CRC
+                    crc = (
+                        window[field]
+                        | window[field + 1] << 8
+                        | window[field + 2] << 16
+                        | window[field + 3] << 24
+                    )
+                    field = at + _R_RES  # reserved: 0 iff its four bytes are
+                    reserved = (
+                        window[field] | window[field + 1] | window[field + 2] | window[field + 3]
+                    )
+                    if reserved != 0 or typ < _T_DATA or typ > _T_STATE:
+                        err = "bad record header"  # (magic and version: framed above)
+                    elif plen > max_payload and not (typ == _T_STATE and plen == _STATE_LEN):
+                        err = "payload over max_payload_bytes"
+                    elif rlen != _MIN_REC + plen:  # (rlen <= seg_bytes: framed above)
+                        err = "bad record length"
                     else:
-                        # crc over bytes 4..32: the fields just read, packed again into hb (no
-                        # slice of the window); the reserved bytes: zero (checked above), hb's
-                        # 36..40; then the payload: one slice, none for a control record.
-                        pack(_CRC_FMT, hb, _R_VER, ver, typ, seq, arg, plen, rlen)
-                        c = crc32(hz, crc32(hv))
-                        if plen:
-                            # The payload's view: a window is always refilled from a record's
-                            # start, so with records of like sizes the same offsets recur: a view
-                            # per offset is kept (a slice per record was most of a replay's churn).
-                            if len(vc) > 64:
-                                vc.clear()
-                            pv = vc.get(p)
-                            if pv is None or len(pv) != plen:
-                                pv = vc[p] = mv[p + _HDR : e]
-                            c = crc32(pv, c)
-                        if c != crc:
-                            err = "crc mismatch"
-                        elif (
-                            seq == 0
-                            or (typ == _T_DATA and arg != 0)
-                            or (typ == _T_CLAIM and (arg == 0 or plen))
-                            or (typ == _T_ACK and (arg or plen))
-                            or (typ == _T_RETRY and plen)
-                            or (typ == _T_QUAR and (arg or plen > _MAX_REASON))
-                            or (typ == _T_STATE and (arg or plen != _STATE_LEN))
+                        footer = at + _HDR + plen
+                        # The footer by byte: "CMIT" then record_length, no tuple, no big int.
+                        if (
+                            window[footer] != 0x43
+                            or window[footer + 1] != 0x4D
+                            or window[footer + 2] != 0x49
+                            or window[footer + 3] != 0x54
+                            or rlen
+                            != window[footer + 4]
+                            | window[footer + 5] << 8
+                            | window[footer + 6] << 16
+                            | window[footer + 7] << 24
                         ):
-                            err = "record field rule broken"
+                            err = "bad commit footer"
+                        else:
+                            # crc over bytes 4..32: the fields just read, packed again into
+                            # crc_header (no slice of the window); the reserved bytes: zero
+                            # (checked above); then the payload: one view, none for a control
+                            # record.
+                            pack(_CRC_FMT, crc_header, _R_VER, ver, typ, seq, arg, plen, rlen)
+                            crc_now = crc32(crc_reserved, crc32(crc_fields))
+                            if plen:
+                                # A window is always refilled from a record's start, so with
+                                # records of like sizes the same offsets recur: a view per offset
+                                # is kept (a slice per record was most of a replay's churn).
+                                if len(payload_views) > 64:
+                                    payload_views.clear()
+                                view = payload_views.get(at)
+                                if view is None or len(view) != plen:
+                                    view = payload_views[at] = window[at + _HDR : footer]
+                                crc_now = crc32(view, crc_now)
+                            if crc_now != crc:
+                                err = "crc mismatch"
+                            elif (
+                                seq == 0
+                                or (typ == _T_DATA and arg != 0)
+                                or (typ == _T_CLAIM and (arg == 0 or plen))
+                                or (typ == _T_ACK and (arg or plen))
+                                or (typ == _T_RETRY and plen)
+                                or (typ == _T_QUAR and (arg or plen > _MAX_REASON))
+                                or (typ == _T_STATE and (arg or plen != _STATE_LEN))
+                            ):
+                                err = "record field rule broken"
                 if err:
-                    if last and st[_ST_SEEN] and _uniform(self, h, pos + rlen - 8, size):
+                    if last and st[_ST_SEEN] and _uniform(self, handle, pos + rlen - 8, size):
                         torn = True  # [R11] the footer and all after it never reached the medium
                         break
-                    raise _err("Corrupt", "%s at %s offset %d", err, path[lp:], pos)
+                    raise _err("Corrupt", "%s at %s offset %d", err, path[name_at:], pos)
                 if (
                     pos == 0
-                    and sg > 0
-                    and (not log.sizes[sg - 1] or (sg < snap and log.sizes[sg - 1] + rlen <= fm))
+                    and seg > 0
+                    and (
+                        not log.sizes[seg - 1]
+                        or (seg < snap_segs and log.sizes[seg - 1] + rlen <= largest)
+                    )
                 ):
                     # [F7] a writer rotates only out of a segment that holds a record, where the
                     # next record did not fit in its segment_bytes W (R15 held W >= every segment
@@ -621,25 +671,25 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                     raise _err(
                         "Corrupt",
                         "segment %d of generation %d ends early (lost its end)",
-                        sg - 1,
+                        seg - 1,
                         log.gen,
                     )
                 if typ == _T_DATA:  # [R5] appended in seq order (_apply's rules for the rest)
-                    prefix = gen_nz and not st[_ST_SEEN]
+                    prefix = compacted and not st[_ST_SEEN]
                     if (
                         seq >= u64
-                        or (n and seq <= prev)
+                        or (items and seq <= last_seq)
                         or (not prefix and seq != self._next)
                         or (prefix and st[_ST_REASON])
                     ):
                         raise _err(
                             "Corrupt",
                             "DATA sequence out of order at %s offset %d (seq %d)",
-                            path[lp:],
+                            path[name_at:],
                             pos,
                             seq,
                         )
-                    if n >= max_items:
+                    if items >= max_items:
                         raise _err(
                             "Full", "more items than max_items; reopen with the writer's limits"
                         )
@@ -647,90 +697,96 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                     # chunk whose items all have its length: a run starts where seqs are not
                     # consecutive, a segment's first item (state bits 0 already: AVAILABLE).
                     # A new chunk, or a length the chunk has not had (rare): add itself.
-                    c = n >> _CS
-                    if c < len(ixcol) and lv[c] is None and cl[c] == plen:
-                        if not n or seq != prev + 1:
-                            ro.append(n)
-                            rs.append(seq)
-                        while len(sfo) <= sg:
-                            sfo.append(n)
-                        ix.n = n + 1
-                        ix.last = seq
+                    chunk = items >> _CS
+                    if (
+                        chunk < len(chunk_states)
+                        and chunk_lens[chunk] is None
+                        and chunk_len[chunk] == plen
+                    ):
+                        if not items or seq != last_seq + 1:
+                            run_index.append(items)
+                            run_seq.append(seq)
+                        while len(seg_first) <= seg:
+                            seg_first.append(items)
+                        index.n = items + 1
+                        index.last = seq
                     else:
-                        ix.add(seq, sg, plen)
-                    n += 1
-                    prev = seq
+                        index.add(seq, seg, plen)
+                    items += 1
+                    last_seq = seq
                     self._n_avail += 1
                     if seq >= self._next:
                         self._next = seq + 1
                     st[_ST_SNAP] = False
                 else:
-                    le = live.get(seq)  # an item with history knows its index
-                    i = le[_LV_I] if le is not None else ix.find(seq)
-                    if i >= 0:
-                        cc = ixcol[i >> _CS]  # the item's state byte and its bits there
-                        b, sb = (i & _CM) >> 2, (i & 3) << 1
-                        s = (cc[b] >> sb & 3) + 1
+                    entry = live.get(seq)  # an item with history knows its index
+                    item = entry[_LV_I] if entry is not None else index.find(seq)
+                    if item >= 0:
+                        states = chunk_states[item >> _CS]  # the item's state byte, its bits
+                        byte, shift = (item & _CM) >> 2, (item & 3) << 1
+                        state = (states[byte] >> shift & 3) + 1
                     else:
-                        s = 0
+                        state = 0
                     # The two common transitions outside a snapshot, as _apply would make them
                     # (_move, then _Index.set_history), without three calls; the rest: _apply.
                     if (
                         typ == _T_ACK
-                        and s == _CLAIMED
-                        and le is not None
-                        and (st[_ST_SEEN] or not gen_nz)
+                        and state == _CLAIMED
+                        and entry is not None
+                        and (st[_ST_SEEN] or not compacted)
                         and not swept
                     ):
-                        a, nb = le[_LV_ATT], le[_LV_NB]
+                        attempts, not_before = entry[_LV_ATT], entry[_LV_NB]
                         self._n_claimed -= 1
                         self._n_acked += 1
-                        cc[b] ^= ((_CLAIMED - 1) ^ (_ACKED - 1)) << sb
+                        states[byte] ^= ((_CLAIMED - 1) ^ (_ACKED - 1)) << shift
                         del live[seq]
-                        if a or nb:
-                            hist[seq] = [a, nb]
+                        if attempts or not_before:
+                            hist[seq] = [attempts, not_before]
                         else:
                             hist.pop(seq, None)
                     elif (
                         typ == _T_CLAIM
-                        and (s == _AVAILABLE or s == _CLAIMED)
-                        and (st[_ST_SEEN] or not gen_nz)
+                        and (state == _AVAILABLE or state == _CLAIMED)
+                        and (st[_ST_SEEN] or not compacted)
                         and not swept
                     ):
-                        if s == _AVAILABLE:
+                        if state == _AVAILABLE:
                             self._n_avail -= 1
                             self._n_claimed += 1
-                        cc[b] ^= ((s - 1) ^ (_CLAIMED - 1)) << sb
-                        if le is None:
-                            hh = hist.pop(seq, None)
-                            if hh is None:
-                                live[seq] = [i, 0, arg, 0, -1]
+                        states[byte] ^= ((state - 1) ^ (_CLAIMED - 1)) << shift
+                        if entry is None:
+                            old = hist.pop(seq, None)
+                            if old is None:
+                                live[seq] = [item, 0, arg, 0, -1]
                             else:
-                                live[seq] = [i, hh[_HS_ATT], arg, hh[_HS_NB], -1]
+                                live[seq] = [item, old[_HS_ATT], arg, old[_HS_NB], -1]
                         else:
                             hist.pop(seq, None)
-                            le[_LV_LEASE] = arg
+                            entry[_LV_LEASE] = arg
                     else:
                         try:
-                            _apply(self, sg, pos, typ, seq, arg, plen, mv, p, st, i, le)
+                            _apply(
+                                self, seg, pos, typ, seq, arg, plen, window, at, st, item, entry
+                            )
                         except _E("Corrupt") as x:
                             raise _err(
                                 "Corrupt",
                                 "%s at %s offset %d (seq %d)",
                                 x.args[0],
-                                path[lp:],
+                                path[name_at:],
                                 pos,
                                 seq,
                             )
                 pos += rlen
                 done += 1
                 if boundary and not st[_ST_SEEN]:
-                    _checkpoint(self, sg, pos, cp, st)
+                    _checkpoint(self, seg, pos, cp, st)
             else:
-                raise _err("Limit", "too many records in " + path[lp:])
+                raise _err("Limit", "too many records in " + path[name_at:])
         finally:
             self.replayed_records += done
-            fs.close(h)
+            fs.close(handle)
         if torn:
             self._tail += size - pos
             size = pos

@@ -4,6 +4,8 @@
 # STATE payload §4.1, manifest §5, names §6. It builds bad images with valid CRCs and decodes what
 # ddq wrote, so a mistake in ddq shows as a disagreement. host/ddqhost/fsck is the users'
 # independent reader; this one is for tests only. Subset Python (CPython and MicroPython).
+# Its record rules (read_records) re-implement ddq.check_record's on purpose, for cross-checking:
+# a second reading of SPEC §3.3 catches a mistake the port's one check would share everywhere.
 import struct
 from binascii import crc32
 

@@ -2,7 +2,10 @@
 the Report (with its Items) the later steps fill.
 
 Written from docs/SPEC.md's tables (records §3, record types §4, manifest §5, names §6, options
-§7.1, the recovery index §12.1), never from port/ddq.py: see the package docstring.
+§7.1, the recovery index §12.1), never from port/ddq.py: see the package docstring. decode_record
+re-implements the port's one record check (ddq.check_record, which recovery, reads and salvage
+share) on purpose, as an independent checker: tests/host/test_host_fsck.py holds the two readings
+of SPEC §3.3 to one verdict on the same directories, so it imports nothing of the port's.
 """
 
 import bisect
