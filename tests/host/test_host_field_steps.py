@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, ddq, one_line_error
+from conftest import REPO, ddq, fresh_board, one_line_error
 from ddqhost import vboard
 
 MICROPYTHON = os.path.join(os.path.dirname(sys.executable), "micropython")
@@ -21,16 +21,8 @@ MICROPYTHON = os.path.join(os.path.dirname(sys.executable), "micropython")
 @pytest.fixture
 def vb(tmp_path):
     """A virtual board with the defaults a user gets (1 MiB LittleFS image)."""
-    d = str(tmp_path / "vb")
-    st = vboard.start(d)
-    pids = {st["bridge_pid"], st["micropython_pid"]}
-    try:
+    with fresh_board(str(tmp_path / "vb")) as (st, _pids):
         yield st["device"]
-    finally:
-        vboard.kill(d)
-        for p in pids | {(vboard.read_state(d) or {}).get("micropython_pid")}:
-            if p and vboard.pid_alive(p):
-                os.kill(p, 9)
 
 
 def _device_eval(tty, expr):
