@@ -767,7 +767,7 @@ class Chaos:
 
     def loop_field(self, rng):
         """The field engineer's loop once, at a random moment of the run (FieldLoop)."""
-        if self._wait_until(rng.uniform(0.3, 0.6) * self.cfg.window):
+        if self._wait_until(rng.uniform(0.15, 0.35) * self.cfg.window):
             return
         with self.busy:
             self.stats["device"] = "field loop"
@@ -783,7 +783,13 @@ class Chaos:
             self.stop.set()
 
 
-SAID = ("salvage", "replay", "push")  # steps whose last line the summary shows
+SAID = ("salvage", "replay", "push")  # steps whose result line the summary shows
+
+
+def _said(out):
+    """A command's result line: its `result: ...` line, else its last."""
+    lines = out.strip().splitlines() or [""]
+    return ([ln for ln in lines if ln.startswith("result: ")] or lines)[-1][:160]
 
 
 class FieldLoop:
@@ -815,7 +821,7 @@ class FieldLoop:
                 "exit": rc,
                 "expected": expect,
                 "s": round(now() - t, 1),
-                "said": (out.strip().splitlines() or [""])[-1][:160] if name in SAID else "",
+                "said": _said(out) if name in SAID else "",
             }
         )
         if rc != expect:
