@@ -96,8 +96,9 @@ def test_demo_virtual_board_through_broker_restarts_and_power_cuts(tmp_path):
         ("verify", 0),
         ("app start", None),
     ], why
-    by_boot = dict(res["by_boot"])
-    assert by_boot.get(fl["boots"][2], 0) > 0, why  # the app delivered from the pushed queue
+    # the app went on from the pushed queue (as boot b+2, or a later boot if a power cut came
+    # first) and delivered; lost 0 and enqueued >= 2000 above say it went on with no gap
+    assert sum(n for b, n in res["by_boot"] if b >= fl["boots"][2]) > 0, why
     assert "field loop       at " in demo.render(res), why
     assert res["passed"], why
 
