@@ -1550,10 +1550,11 @@ def argparse_test(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--idle-timeout",
         type=float,
-        default=300.0,
+        default=None,
         metavar="S",
         help="seconds without output from the device before the run is declared hung "
-        "(interrupted, exit 1); default 300",
+        "(interrupted, exit 1); default 300, 900 on the virtual board (the unix port shares "
+        "this host's cores: a busy host slows a silent test)",
     )
     p.add_argument("modules", nargs="*", metavar="MODULE")
 
@@ -1565,7 +1566,7 @@ def do_test(args: argparse.Namespace) -> int:
         raise CommandError("--ramdisk-kb needs --fs lfs2 or --fs fat")
     if args.ramdisk_kb is not None and args.ramdisk_kb < 1:
         raise CommandError("--ramdisk-kb must be at least 1")
-    if not args.idle_timeout > 0:
+    if args.idle_timeout is not None and not args.idle_timeout > 0:
         raise CommandError("--idle-timeout must be more than 0")
     with open_device(args) as dev:
         rc, summary = testrun.run(

@@ -255,3 +255,15 @@ def test_app_failure_is_main_py_over_not_a_traceback_it_caught():
     caught = b"Traceback (most recent call last):\nOSError: 113\nmqtt: retry in 2 s\n"
     assert cli._app_failure(caught) is None
     assert cli._app_failure(b"") is None
+
+
+def test_the_virtual_boards_test_run_waits_longer_for_a_silent_test():
+    # test_model prints nothing until its thousands of steps end: on a busy host (load 11, 2
+    # cores) the virtual board ran it silent for 380 s and the default --idle-timeout of 300
+    # interrupted the installed suite. The unix port shares this host's cores: it gets 900.
+    from ddqhost import cli, testrun
+
+    assert testrun.idle_default({"platform": "linux"}) == 900
+    assert testrun.idle_default({"platform": "rp2"}) == testrun.RUN_IDLE_TIMEOUT == 300
+    args = cli.build_parser().parse_args(["test"])
+    assert args.idle_timeout is None  # the default is the device's, decided once it is probed
