@@ -793,10 +793,11 @@ def _said(out):
 
 
 class FieldLoop:
-    """The field engineer's loop (docs/HOST.md "The field loop"), run on the board while the chaos
-    goes on: stop the app, pull its outbox, verify and inspect the copy, damage it (a flipped
-    payload byte of an acked item), salvage it, replay the salvaged copy to the broker, push it
-    back to the same board, pull and verify the board's queue, and start the app again on it.
+    """The field engineer's loop (demo/README.md; docs/HOST.md "pull / push"), run on the board
+    while the chaos goes on: stop the app, pull its outbox, verify and inspect the copy, damage it
+    (a flipped payload byte of an acked item), salvage it, replay the salvaged copy to the broker,
+    push it back to the same board, pull and verify the board's queue, and start the app again on
+    it.
     Each `ddq` step's exit status must be the one the step expects: `ddq verify --board UNIX` is
     clean at every step but the damaged copy's (2). Accounting: the replay's copies count as boot
     b+1 and the app after the push as boot b+2, where b is the boot the pull ended; what the pull
