@@ -767,7 +767,7 @@ class Chaos:
 
     def loop_field(self, rng):
         """The field engineer's loop once, at a random moment of the run (FieldLoop)."""
-        if self._wait_until(rng.uniform(0.15, 0.35) * self.cfg.window):
+        if self._wait_until(rng.uniform(0.08, 0.2) * self.cfg.window):
             return
         with self.busy:
             self.stats["device"] = "field loop"
@@ -865,8 +865,12 @@ class FieldLoop:
         dev, tty = self.device, self.device.tty
         b = dev.boot
         # let the app reach its loop (an interrupt inside its queue's open would leave the lock)
-        end = now() + 30
-        while b not in self.sub.snapshot()[1] and now() < end:
+        # and deliver some readings (acked ones to damage)
+        end = now() + 60
+        while now() < end:
+            rec, hb, _d, _b = self.sub.snapshot()
+            if b in hb and len(rec) >= 50:
+                break
             time.sleep(0.1)
         os.makedirs(self.dir)
         pulled, salvaged, again = (
