@@ -348,6 +348,7 @@ class Subscriber:
         self.bad = []  # (topic, payload): unparsable or failed checksum
         self.hb = {}  # boot -> highest "enq" a heartbeat reported
         self.done = []  # (boot, enq)
+        self.replay_boot = None  # the field loop's `ddq replay` copies count as this boot
         self.connected = threading.Event()
         self.subscribed = threading.Event()
         c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=False)
@@ -379,14 +380,18 @@ class Subscriber:
     def _on_message(self, _c, _u, m):
         t, parts = now(), m.topic.split("/")
         with self.lock:
-            if m.topic.startswith(devapp.TOPIC + "/") and len(parts) == 5:
+            replayed = m.topic == devapp.TOPIC and self.replay_boot is not None
+            if replayed or (m.topic.startswith(devapp.TOPIC + "/") and len(parts) == 5):
                 seq = devapp.check_reading(m.payload)
                 if seq <= 0 or m.payload != devapp.reading(seq):
                     self.bad.append((m.topic, bytes(m.payload)))
                 else:
-                    self.receipts.append(
-                        (seq, int(parts[3]), int(parts[4]), bytes(m.payload), bool(m.dup), t)
+                    # `ddq replay` sends to the stored topic: its copies count as a boot of
+                    # their own (the field loop's), attempt 0
+                    boot, att = (
+                        (self.replay_boot, 0) if replayed else (int(parts[3]), int(parts[4]))
                     )
+                    self.receipts.append((seq, boot, att, bytes(m.payload), bool(m.dup), t))
             elif m.topic in (devapp.STATUS + "/hb", devapp.STATUS + "/done"):
                 f = dict(kv.split("=") for kv in m.payload.decode().split())
                 boot, enq = int(f["boot"]), int(f["enq"])
@@ -718,6 +723,8 @@ class Chaos:
         self.kills = []  # (boot ended, snapshot path, t)
         self.errors = []
         self.t0 = now()
+        # one disruption at a time: a broker outage, a power cut or the field loop
+        self.busy = threading.Lock()
 
     def _times(self, rng, k):
         w = self.cfg.window
@@ -731,30 +738,42 @@ class Chaos:
             if self._wait_until(t):
                 return
             down = rng.uniform(0.5, 2.5)
-            self.broker.interrupt()
-            self.stats["broker"] = "down"
-            if self.stop.wait(down):
-                return
-            self.broker.resume()
-            self.stats["broker"] = "up"
-            self.stats["broker_restarts"] += 1
+            with self.busy:
+                self.broker.interrupt()
+                self.stats["broker"] = "down"
+                if self.stop.wait(down):
+                    return
+                self.broker.resume()
+                self.stats["broker"] = "up"
+                self.stats["broker_restarts"] += 1
 
     def device_loop(self, rng):
         for t in self._times(rng, self.cfg.kills):
             if self._wait_until(t):
                 return
-            k = len(self.kills)
-            snap = os.path.join(self.cfg.workdir, "powercut-%d" % k)
-            os.makedirs(snap)
-            ended = self.device.boot
-            path = self.device.kill(snap)
-            self.kills.append((ended, path, now()))
-            self.stats["kills"] += 1
-            self.stats["device"] = "off"
-            if self.stop.wait(rng.uniform(0.2, 1.5)):
-                return
-            self.device.start(ended + 1)
-            self.stats["device"] = "boot %d" % (ended + 1)
+            with self.busy:
+                k = len(self.kills)
+                snap = os.path.join(self.cfg.workdir, "powercut-%d" % k)
+                os.makedirs(snap)
+                ended = self.device.boot
+                path = self.device.kill(snap)
+                self.kills.append((ended, path, now()))
+                self.stats["kills"] += 1
+                self.stats["device"] = "off"
+                if self.stop.wait(rng.uniform(0.2, 1.5)):
+                    return
+                self.device.start(ended + 1)
+                self.stats["device"] = "boot %d" % (ended + 1)
+
+    def loop_field(self, rng):
+        """The field engineer's loop once, at a random moment of the run (FieldLoop)."""
+        if self._wait_until(rng.uniform(0.08, 0.2) * self.cfg.window):
+            return
+        with self.busy:
+            self.stats["device"] = "field loop"
+            self.field.at = round(now() - self.t0, 1)
+            self.field.run()
+            self.stats["device"] = "boot %d" % self.device.boot
 
     def run(self, fn, rng):
         try:
@@ -762,6 +781,133 @@ class Chaos:
         except Exception as e:  # reported in the verdict; the main thread ends the run
             self.errors.append("%s: %s" % (fn.__name__, e))
             self.stop.set()
+
+
+SAID = ("salvage", "replay", "push")  # steps whose result line the summary shows
+
+
+def _said(out):
+    """A command's result line: its `result: ...` line, else its last."""
+    lines = out.strip().splitlines() or [""]
+    return ([ln for ln in lines if ln.startswith("result: ")] or lines)[-1][:160]
+
+
+class FieldLoop:
+    """The field engineer's loop (demo/README.md; docs/HOST.md "pull / push"), run on the board
+    while the chaos goes on: stop the app, pull its outbox, verify and inspect the copy, damage it
+    (a flipped payload byte of an acked item), salvage it, replay the salvaged copy to the broker,
+    push it back to the same board, pull and verify the board's queue, and start the app again on
+    it.
+    Each `ddq` step's exit status must be the one the step expects: `ddq verify --board UNIX` is
+    clean at every step but the damaged copy's (2). Accounting: the replay's copies count as boot
+    b+1 and the app after the push as boot b+2, where b is the boot the pull ended; what the pull
+    held as acked must never be sent again (analyse)."""
+
+    def __init__(self, cfg, device, broker, sub, log):
+        self.cfg, self.device, self.broker, self.sub, self.log = cfg, device, broker, sub, log
+        self.dir = os.path.join(cfg.workdir, "field")
+        self.steps = []  # {"step", "command", "exit", "expected", "s"}
+        self.checkpoints = []  # (first boot after, seqs acked then)
+        self.boots = None  # (boot the pull ended, replay's boot, the app's boot after the push)
+        self.at = None  # seconds since the run started
+        self.took = None
+
+    def _ddq(self, name, args, expect=0):
+        t = now()
+        rc, out = run_cli(args, self.log)
+        self.steps.append(
+            {
+                "step": name,
+                "command": "ddq " + " ".join(args),
+                "exit": rc,
+                "expected": expect,
+                "s": round(now() - t, 1),
+                "said": _said(out) if name in SAID else "",
+            }
+        )
+        if rc != expect:
+            raise DemoError(
+                "field loop: `ddq %s` exited %d, expected %d: %s"
+                % (" ".join(args), rc, expect, out.strip()[-300:])
+            )
+        return out
+
+    def _damage(self, pulled, acked):
+        """Flip the last payload byte of the first acked DATA record (not the newest seq, so the
+        salvaged queue keeps next_seq); return what was damaged."""
+        t = now()
+        recs = json.loads(self._ddq("records", ["records", pulled, "--json"]))
+        last = max([r["seq"] for sg in recs["segments"] for r in sg["records"]] + [0])
+        for sg in recs["segments"]:
+            for r in sg["records"]:
+                if r["type_name"] == "DATA" and r["seq"] in acked and r["seq"] < last:
+                    off = r["offset"] + 40 + r["payload_length"] - 1  # SPEC F1: 40-byte header
+                    with open(os.path.join(pulled, sg["name"]), "r+b") as f:
+                        f.seek(off)
+                        b = f.read(1)
+                        f.seek(off)
+                        f.write(bytes([b[0] ^ 0xFF]))
+                    what = "flipped byte %d of %s (seq %d, acked)" % (off, sg["name"], r["seq"])
+                    self.steps.append(
+                        {
+                            "step": "damage",
+                            "command": what,
+                            "exit": None,
+                            "expected": None,
+                            "s": round(now() - t, 1),
+                        }  # fmt: skip
+                    )
+                    return what
+        raise DemoError("field loop: the pulled queue holds no acked DATA record to damage")
+
+    def run(self):
+        t0 = now()
+        dev, tty = self.device, self.device.tty
+        b = dev.boot
+        # let the app reach its loop (an interrupt inside its queue's open would leave the lock)
+        # and deliver some readings (acked ones to damage)
+        end = now() + 60
+        while now() < end:
+            rec, hb, _d, _b = self.sub.snapshot()
+            if b in hb and len(rec) >= 50:
+                break
+            time.sleep(0.1)
+        os.makedirs(self.dir)
+        pulled, salvaged, again = (
+            os.path.join(self.dir, n) for n in ("pulled", "salvaged", "again")
+        )
+        board = ["--board", BOARD]
+        self._ddq("app stop", ["app", "stop", "-d", tty])
+        self._ddq("pull", ["pull", "-d", tty, ":outbox", pulled])
+        self._ddq("verify", ["verify"] + board + [pulled])
+        self._ddq("inspect", ["inspect", pulled])
+        acked = acked_set(queue_state(pulled, dev.options))
+        self.checkpoints.append((b + 1, acked))
+        self._damage(pulled, acked)
+        self._ddq("verify damaged", ["verify"] + board + [pulled], 2)
+        self._ddq("salvage", ["salvage", pulled, salvaged], 1)  # 1: damaged bytes, no seq lost
+        self._ddq("verify", ["verify"] + board + [salvaged])
+        self.sub.replay_boot = b + 1
+        url = "mqtt://127.0.0.1:%d" % self.broker.port
+        self._ddq("replay", ["replay", salvaged, "--to", url])
+        self._ddq("verify", ["verify"] + board + [salvaged])
+        self.checkpoints.append((b + 2, acked_set(queue_state(salvaged, dev.options))))
+        self._ddq("push", ["push", "-d", tty, salvaged, ":outbox"])
+        self._ddq("pull", ["pull", "-d", tty, ":outbox", again])
+        self._ddq("verify", ["verify"] + board + [again])
+        t = now()
+        dev.start(b + 2)
+        self.steps.append(
+            {
+                "step": "app start",
+                "command": "boot %d on the pushed queue" % (b + 2),
+                "exit": None,
+                "expected": None,
+                "s": round(now() - t, 1),
+            }  # fmt: skip
+        )
+        self.boots = (b, b + 1, b + 2)
+        self.took = round(now() - t0, 1)
 
 
 class Progress:
@@ -807,8 +953,9 @@ class Progress:
             sys.stderr.flush()
 
 
-def analyse(cfg, sub, final, kills, device, log):
-    """Compare what the subscriber got with the recovered queues; return the result dict."""
+def analyse(cfg, sub, final, kills, device, log, loops=()):
+    """Compare what the subscriber got with the recovered queues; return the result dict.
+    loops: the field loops' checkpoints, (first boot after, seqs acked then) each."""
     receipts, hb, done, bad = sub.snapshot()
     enq = final["next_seq"] - 1
     by = final["by_state"]
@@ -833,8 +980,9 @@ def analyse(cfg, sub, final, kills, device, log):
     )
     # Power cuts: each recovered image must hold every enqueue that boot saw return, and no seq
     # durably acked there may be sent again by a later boot.
-    acked_before = {}  # boot -> seqs durably acked at some power cut before that boot started
-    acc, last_enq = set(), 0
+    acked_before = {}  # boot -> seqs durably acked at a power cut or pull before that boot
+    checkpoints = list(loops)
+    last_enq = 0
     cuts = []
     for i, (ended, path, _t) in enumerate(kills):
         tmp = tempfile.mkdtemp(prefix="ddq-demo-cut-")
@@ -861,8 +1009,7 @@ def analyse(cfg, sub, final, kills, device, log):
         if e_k < last_enq:
             errors.append("power cut %d: next_seq went back (%d < %d)" % (i, e_k, last_enq))
         last_enq = max(last_enq, e_k)
-        acc |= a_k
-        acked_before[ended + 1] = set(acc)
+        checkpoints.append((ended + 1, a_k))
         cuts.append(
             {
                 "boot": ended,
@@ -872,8 +1019,13 @@ def analyse(cfg, sub, final, kills, device, log):
                 "recovered_tail_bytes": st["recovered_tail_bytes"],
             }
         )
+    acc = set()
+    for boot, a_k in sorted(checkpoints, key=lambda c: c[0]):
+        acc |= a_k  # acks only accumulate
+        acked_before[boot] = set(acc)
     boots = sorted(acked_before)
-    dup_causes = {"power cut": 0, "publish retry": 0, "broker redelivery": 0}
+    loop_boots = {c[0] for c in loops}
+    dup_causes = {"power cut": 0, "field loop": 0, "publish retry": 0, "broker redelivery": 0}
     dup_flagged = 0  # copies that carried MQTT's DUP flag (a broker resending to the subscriber)
     for seq, rs in got.items():
         if len({r[3] for r in rs}) > 1:
@@ -889,7 +1041,9 @@ def analyse(cfg, sub, final, kills, device, log):
             if j:
                 p = rs[j - 1]
                 cause = (
-                    "power cut"
+                    "field loop"  # sent before the pull, not acked in it: replayed or resent
+                    if r[1] != p[1] and any(p[1] < b <= r[1] for b in loop_boots)
+                    else "power cut"
                     if r[1] != p[1]
                     else "publish retry"
                     if r[2] != p[2]
@@ -901,6 +1055,10 @@ def analyse(cfg, sub, final, kills, device, log):
     return {
         "enqueued": enq,
         "delivered": delivered,
+        # copies received per boot ([boot, n]; the field loop's replay counts as a boot)
+        "by_boot": sorted(
+            [b, sum(1 for r in receipts if r[1] == b)] for b in {r[1] for r in receipts}
+        ),
         "duplicates": len(receipts) - len(got),
         "duplicate_causes": dup_causes,
         "duplicates_dup_flag": dup_flagged,
@@ -930,6 +1088,7 @@ class Config:
         self.drain_timeout = 180.0
         self.progress = None
         self.inflight = 16  # the device's delivery window (OUTBOX E25); the paho gateway: 1
+        self.field_loop = True  # the field engineer's loop once during the chaos (fs board only)
         self.__dict__.update(kw)
         if self.seed is None:
             self.seed = random.SystemRandom().randrange(1, 10**6)
@@ -1015,10 +1174,24 @@ def run(cfg, log=None, out=None):
         )
         chaos = Chaos(cfg, broker, device, stats, stop, log)
         rng = random.Random(cfg.seed)
-        for fn, r in (
+        loops = [
             (chaos.broker_loop, random.Random(rng.random())),
             (chaos.device_loop, random.Random(rng.random())),
-        ):
+        ]
+        field_rng = random.Random(rng.random())
+        if not cfg.field_loop:
+            res["field_loop"] = {"run": False, "why": "--no-field-loop"}
+        elif cfg.gateway == "cpython" or cfg.storage == "raw":
+            why = (
+                "a gateway's queue is a host directory"
+                if cfg.gateway == "cpython"
+                else ("`ddq push` puts directories, not raw regions")
+            )
+            res["field_loop"] = {"run": False, "why": why}
+        else:
+            chaos.field = field = FieldLoop(cfg, device, broker, sub, log)
+            loops.append((chaos.loop_field, field_rng))
+        for fn, r in loops:
             th = threading.Thread(target=chaos.run, args=(fn, r), daemon=True)
             th.start()
             threads.append(th)
@@ -1071,7 +1244,18 @@ def run(cfg, log=None, out=None):
                 log("  " + line)
             res["inspect_head"] = iout.strip().splitlines()[:3]
         final = queue_state(pulled, device.options)
-        res.update(analyse(cfg, sub, final, chaos.kills, device, log))
+        field = getattr(chaos, "field", None)
+        if field is not None:
+            res["field_loop"] = {
+                "run": field.boots is not None,
+                "at_s": field.at,
+                "took_s": field.took,
+                "boots": field.boots,
+                "steps": field.steps,
+            }
+        res.update(
+            analyse(cfg, sub, final, chaos.kills, device, log, field.checkpoints if field else ())
+        )
         res.update(
             {
                 "broker_restarts": stats["broker_restarts"],
@@ -1080,8 +1264,11 @@ def run(cfg, log=None, out=None):
                 "msgs_per_s": round(res["delivered"] / elapsed, 1) if elapsed else 0.0,
             }
         )
+        fl = res.get("field_loop") or {}
         res["passed"] = (
             res["lost"] == 0
+            and (fl.get("run") or "why" in fl)
+            and all(st["exit"] == st["expected"] for st in fl.get("steps", ()))
             and not res["errors"]
             and not res["violation_count"]
             and res["pending"] == 0
@@ -1119,6 +1306,7 @@ def render(res):
             res["workdir"],
         )
     c = res["duplicate_causes"]
+    fl = res.get("field_loop") or {}
     lines = [
         "",
         "ddq demo summary (seed %d)" % res["seed"],
@@ -1131,11 +1319,13 @@ def render(res):
         % res["delivered"],
         "  delivery window  %6d   (QoS 1 publishes in flight, OUTBOX E25)"
         % res.get("delivery_window", 1),
-        "  duplicates       %6d   (at-least-once: %d after a power cut, %d publish retries, "
-        "%d window resends or broker redeliveries; %d with MQTT's DUP flag)"
+        "  duplicates       %6d   (at-least-once: %d after a power cut, %d across the field "
+        "loop, %d publish retries, %d window resends or broker redeliveries; %d with MQTT's DUP "
+        "flag)"
         % (
             res["duplicates"],
             c["power cut"],
+            c.get("field loop", 0),
             c["publish retry"],
             c["broker redelivery"],
             res.get("duplicates_dup_flag", 0),
@@ -1173,6 +1363,27 @@ def render(res):
             else "exit %s" % res.get("verify_rc")
         ),
     ]
+    if fl.get("run"):
+        b = fl["boots"]
+        lines.append(
+            "  field loop       at %.1f s, %.1f s: boot %d's outbox pulled, damaged, salvaged, "
+            "replayed (its copies: boot %d), pushed back; the app goes on as boot %d"
+            % (fl["at_s"], fl["took_s"], b[0], b[1], b[2])
+        )
+        for st in fl["steps"]:
+            lines.append(
+                "    %-15s %-8s %5.1f s  %s"
+                % (
+                    st["step"],
+                    "-" if st["exit"] is None else "exit %d" % st["exit"],
+                    st["s"],
+                    st["command"],
+                )
+            )
+            if st.get("said"):
+                lines.append("    %-15s %-8s %5s    %s" % ("", "", "", st["said"]))
+    elif fl:
+        lines.append("  field loop       not run (%s)" % fl.get("why", "the run ended first"))
     for e in res["errors"]:
         lines.append("  ERROR: " + e)
     for v in res["violations"][:10]:
@@ -1225,6 +1436,13 @@ def main(argv=None, prog=None):
         "in a checkout, ./ddq-demo from an installed ddq)",
     )
     ap.add_argument("--drain-timeout", type=float, default=180.0)
+    ap.add_argument(
+        "--no-field-loop",
+        dest="field_loop",
+        action="store_false",
+        help="skip the field engineer's loop (pull, damage, salvage, replay, push back) that runs "
+        "once during the chaos",
+    )
     ap.add_argument(
         "--progress",
         action="store_true",

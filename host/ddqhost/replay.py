@@ -1251,6 +1251,7 @@ class Progress:
         self.sent = {d: 0 for d in dirs}
         self.total = {d: 0 for d in dirs}
         self.done: set[str] = set()
+        self.counted: set[str] = set()
         self.stream, self.tty = stream, tty
         self.t0 = time.monotonic()
         self.lock = threading.Lock()
@@ -1263,6 +1264,14 @@ class Progress:
             with self.lock:
                 self.sent[d] += sent
                 self.total[d] += total
+                if sent == 0:  # (0, pending): d is open and counted
+                    self.counted.add(d)
+                    if len(self.counted) == len(self.total):  # what the sending will take
+                        from .progress import replay_pending
+
+                        line = replay_pending(sum(self.total.values()), len(self.total))
+                        self.stream.write(("\r\033[K%s\n" if self.tty else "%s\n") % line)
+                        self.stream.flush()
 
         return cb
 

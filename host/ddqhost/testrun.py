@@ -20,6 +20,7 @@ import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from . import locate
 from .device import RUN_IDLE_TIMEOUT, Device, DeviceError, DeviceTimeout, is_int
@@ -126,6 +127,10 @@ def suite_modules() -> list[str]:
 # `ddq test --installed`, before and after `ddq flash --example-app`: 14.5 min on a quiet 2-core
 # machine, 23-26 on one a torture run and other jobs kept busy), said before a run starts.
 SUITE_MINUTES_VIRTUAL = 15
+# The unix port (the virtual board) shares this host's cores: a test that prints nothing until it
+# ends runs as slowly as the host is busy. test_model (one test, thousands of steps) was silent
+# for 380 s at load 11 on 2 cores (issue 39), past RUN_IDLE_TIMEOUT's 300.
+VIRTUAL_IDLE_TIMEOUT = 900
 SUITE_MINUTES_VIRTUAL_BUSY = 26
 
 RESULT = re.compile(rb"^(?:PASS|FAIL|SKIP) (test_\w+)")
@@ -161,6 +166,12 @@ class Progress:
         if self.tail:
             self.out(self.tail)
             self.tail = b""
+
+
+def idle_default(probe: dict[str, Any]) -> int:
+    """`ddq test`'s --idle-timeout when none is given: longer on the unix port (the virtual
+    board), which runs as slowly as this host is busy."""
+    return VIRTUAL_IDLE_TIMEOUT if probe.get("platform") == "linux" else RUN_IDLE_TIMEOUT
 
 
 def plan_line(dev_name: str, modules: Sequence[str], k: str | None = None) -> str:
@@ -225,7 +236,7 @@ def run(
     ramdisk_kb: int | None = None,
     each: bool = False,
     mpy: bool = False,
-    idle_timeout: float = RUN_IDLE_TIMEOUT,
+    idle_timeout: float | None = None,
 ) -> tuple[int, str | None]:
     """Run mprun on dev; return (exit status, summary line or None).
 
@@ -237,10 +248,13 @@ def run(
     but the first, so that every module starts with the heap a fresh boot has.
     mpy=True mounts the suite and port/ compiled to .mpy on the host (mpy-cross), so the device
     compiles nothing. idle_timeout: seconds without output before the run is declared hung
-    (TestRunError; the device is interrupted with Ctrl-C).
+    (TestRunError; the device is interrupted with Ctrl-C); None: RUN_IDLE_TIMEOUT, and
+    VIRTUAL_IDLE_TIMEOUT on the unix port.
     """
     if ramdisk_kb is not None and fs not in RAMDISK_BLOCK:
         raise ValueError("ramdisk_kb needs fs lfs2 or fat")
+    if idle_timeout is None:
+        idle_timeout = idle_default(dev.probe())
     fix = fixtures_dir()
     owned = None
     if root is None:

@@ -73,6 +73,33 @@ def test_demo_virtual_board_through_broker_restarts_and_power_cuts(tmp_path):
     assert res["violation_count"] == 0, why
     assert res["delivered"] == res["enqueued"], why
     assert sum(res["duplicate_causes"].values()) == res["duplicates"], why
+    # the field engineer's loop ran during the chaos: each step exited as it should (verify clean
+    # at every step but the damaged copy's), the app went on from the pushed queue, and nothing
+    # the pull held as acked was sent again (violation_count above; the replay's copies count)
+    fl = res["field_loop"]
+    assert fl["run"], why
+    steps = [(st["step"], st["exit"]) for st in fl["steps"]]
+    assert steps == [
+        ("app stop", 0),
+        ("pull", 0),
+        ("verify", 0),
+        ("inspect", 0),
+        ("records", 0),
+        ("damage", None),
+        ("verify damaged", 2),
+        ("salvage", 1),
+        ("verify", 0),
+        ("replay", 0),
+        ("verify", 0),
+        ("push", 0),
+        ("pull", 0),
+        ("verify", 0),
+        ("app start", None),
+    ], why
+    # the app went on from the pushed queue (as boot b+2, or a later boot if a power cut came
+    # first) and delivered; lost 0 and enqueued >= 2000 above say it went on with no gap
+    assert sum(n for b, n in res["by_boot"] if b >= fl["boots"][2]) > 0, why
+    assert "field loop       at " in demo.render(res), why
     assert res["passed"], why
 
 
@@ -136,6 +163,22 @@ def test_checker_flags_a_resend_of_a_durably_acked_seq(tmp_path):
     bad = ok + [_receipt(2, 1)]
     res = demo.analyse(cfg, _Sub(bad, {0: 5}), final, [(0, cut, 0.0)], _Dev(), print)
     assert res["violation_count"] == 1 and "seq 2 sent by boot 1" in res["violations"][0]
+
+
+def test_checker_flags_a_copy_after_the_field_loop_of_a_seq_acked_at_its_pull(tmp_path):
+    # The field loop pulled boot 0's queue with seqs 1-3 acked; the replay's copies count as boot
+    # 1, the app after the push as boot 2: either may send 4 and 5 again, never 1-3.
+    final = demo.queue_state(_queue(tmp_path / "final", 5, {1, 2, 3, 4, 5}), OPTIONS)
+    loops = [(1, {1, 2, 3}), (2, {1, 2, 3, 4})]
+    ok = [_receipt(s, 0) for s in (1, 2, 3, 4)] + [_receipt(4, 1), _receipt(5, 2)]
+    cfg = demo.Config(messages=5, seed=1)
+    res = demo.analyse(cfg, _Sub(ok, {0: 5}), final, [], _Dev(), print, loops)
+    assert (res["lost"], res["duplicates"], res["violation_count"], res["errors"]) == (0, 1, 0, [])
+    assert res["duplicate_causes"]["field loop"] == 1
+    for bad in (_receipt(2, 1), _receipt(3, 2), _receipt(4, 2)):
+        res = demo.analyse(cfg, _Sub(ok + [bad], {0: 5}), final, [], _Dev(), print, loops)
+        assert res["violation_count"] == 1, (bad, res["violations"])
+        assert "seq %d sent by boot %d" % bad[:2] in res["violations"][0]
 
 
 def test_checker_counts_lost_and_unsurvived_enqueues(tmp_path):

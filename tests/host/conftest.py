@@ -3,6 +3,7 @@
 Every process a fixture starts is ended in a finally by its pid (and checked gone).
 """
 
+import contextlib
 import hashlib
 import os
 import re
@@ -141,6 +142,21 @@ class Board:
 
     def all_gone(self):
         return not any(vboard.pid_alive(p) for p in self.pids)
+
+
+@contextlib.contextmanager
+def fresh_board(state_dir):
+    """A virtual board with the defaults a user gets (1 MiB LittleFS image) in state_dir, for one
+    test: yields (vboard.start's state, the set of its pids: a test adds the ones it saw); after
+    it, killed with every one of them (checked gone)."""
+    b = Board(state_dir)
+    st = b.start()
+    try:
+        yield st, b.pids
+    finally:
+        b.pids.add((vboard.read_state(state_dir) or {}).get("micropython_pid"))
+        b.pids.discard(None)  # (a soft reset restarts micropython: its pid is the state's)
+        assert kill_board(vboard.kill, state_dir, b.pids), "virtual board processes left behind"
 
 
 @pytest.fixture(scope="module")

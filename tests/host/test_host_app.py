@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import brokers
-from conftest import REPO, Subscriber, ddq, one_line_error
+from conftest import REPO, Subscriber, ddq, fresh_board, one_line_error
 from ddqhost import vboard
 from ddqhost.device import Device
 
@@ -20,16 +20,8 @@ MPREMOTE = os.path.join(os.path.dirname(sys.executable), "mpremote")
 @pytest.fixture
 def vb(tmp_path):
     d = str(tmp_path / "vb")
-    st = vboard.start(d)
-    pids = {st["bridge_pid"], st["micropython_pid"]}
-    try:
+    with fresh_board(d) as (st, pids):
         yield d, st, pids
-    finally:
-        vboard.kill(d)
-        pids.add(vboard.read_state(d) and vboard.read_state(d).get("micropython_pid"))
-        for p in pids:
-            if p and vboard.pid_alive(p):
-                os.kill(p, 9)
 
 
 def mpremote(tty, *args):

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, ddq, one_line_error
+from conftest import REPO, ddq, fresh_board, one_line_error
 from ddqhost import vboard
 
 MICROPYTHON = os.path.join(os.path.dirname(sys.executable), "micropython")
@@ -21,16 +21,8 @@ MICROPYTHON = os.path.join(os.path.dirname(sys.executable), "micropython")
 @pytest.fixture
 def vb(tmp_path):
     """A virtual board with the defaults a user gets (1 MiB LittleFS image)."""
-    d = str(tmp_path / "vb")
-    st = vboard.start(d)
-    pids = {st["bridge_pid"], st["micropython_pid"]}
-    try:
+    with fresh_board(str(tmp_path / "vb")) as (st, _pids):
         yield st["device"]
-    finally:
-        vboard.kill(d)
-        for p in pids | {(vboard.read_state(d) or {}).get("micropython_pid")}:
-            if p and vboard.pid_alive(p):
-                os.kill(p, 9)
 
 
 def _device_eval(tty, expr):
@@ -263,3 +255,15 @@ def test_app_failure_is_main_py_over_not_a_traceback_it_caught():
     caught = b"Traceback (most recent call last):\nOSError: 113\nmqtt: retry in 2 s\n"
     assert cli._app_failure(caught) is None
     assert cli._app_failure(b"") is None
+
+
+def test_the_virtual_boards_test_run_waits_longer_for_a_silent_test():
+    # test_model prints nothing until its thousands of steps end: on a busy host (load 11, 2
+    # cores) the virtual board ran it silent for 380 s and the default --idle-timeout of 300
+    # interrupted the installed suite. The unix port shares this host's cores: it gets 900.
+    from ddqhost import cli, testrun
+
+    assert testrun.idle_default({"platform": "linux"}) == 900
+    assert testrun.idle_default({"platform": "rp2"}) == testrun.RUN_IDLE_TIMEOUT == 300
+    args = cli.build_parser().parse_args(["test"])
+    assert args.idle_timeout is None  # the default is the device's, decided once it is probed
