@@ -50,10 +50,6 @@ _FL_MAX = const(4095)  # a frame's most data: k + 255 k < 0xFFFFF, c never wraps
 # takes no more frames), then for each block of its chain: the block, its logical bytes].
 
 
-def _oserr(e: int, what: str) -> OSError:
-    return OSError(e, what)
-
-
 class FlashStorage:
     """ddq's storage seam (docs/API.md "Storage seam") over blocks start_block .. +block_count of
     dev. Mounting reads every block's header once; nothing is written but the deletion of a
@@ -121,7 +117,7 @@ class FlashStorage:
                 pb[i - a : j - a] = mv[i - off : j - off]
             r = self.dev.writeblocks(self.s0 + b, mv if pb is None else pb, a)
             if r:
-                raise _oserr(5, "program")
+                raise OSError(5, "program")
             a += p if pb is not None else n
         self.dt = 1
 
@@ -131,7 +127,7 @@ class FlashStorage:
         if self.dt:
             self.dt = 0
             if self.dev.ioctl(3, 0):
-                raise _oserr(5, "sync")
+                raise OSError(5, "sync")
 
     def _slot(self, b: int, k: int) -> "Any":
         # (seq, name, replaced fid) of name slot k of head block b; None if torn; 0 if erased
@@ -284,7 +280,7 @@ class FlashStorage:
             if not used[b] and (best < 0 or ec[b] < ec[best]):
                 best = b
         if best < 0:
-            raise _oserr(28, "flash region full")
+            raise OSError(28, "flash region full")
         b = best
         self.rot = (b + 1) % n
         used[b] = 1
@@ -294,7 +290,7 @@ class FlashStorage:
             if not self._ff(b, 0):
                 r = 1
         if r:
-            raise _oserr(5, "erase")
+            raise OSError(5, "erase")
         ec[b] += 1
         h = self.hb
         mv = memoryview(h)
@@ -330,7 +326,7 @@ class FlashStorage:
 
     def _create(self, path: str, src: int = 0xFFFFFFFF) -> "list[Any]":
         if len(path.encode()) > _FL_NM:
-            raise _oserr(36, "name too long: " + path)
+            raise OSError(36, "name too long: " + path)
         f = [self.nfid, path, 1, 0]
         self.nfid += 1
         self._alloc(f, path, src)
@@ -353,7 +349,7 @@ class FlashStorage:
     def _live(self, f: "list[Any]") -> None:
         # a handle of a removed or replaced file: its blocks may hold another file by now
         if self.files.get(f[1]) is not f:
-            raise _oserr(9, "file removed: " + f[1])
+            raise OSError(9, "file removed: " + f[1])
 
     def _len(self, k: int) -> int:
         # the bytes a frame of k data bytes takes: whole units
@@ -392,7 +388,7 @@ class FlashStorage:
     def _get(self, path: str) -> "list[Any]":
         f = self.files.get(path)
         if f is None:
-            raise _oserr(2, path)
+            raise OSError(2, path)
         return f
 
     # ------------------------------------------------------------------ the seam
@@ -471,7 +467,7 @@ class FlashStorage:
 
     def listdir(self, path: str) -> "list[str]":
         if self.kind(path) != 2:
-            raise _oserr(2, path)
+            raise OSError(2, path)
         p = path.rstrip("/") + "/" if path else ""
         out: "list[str]" = []
         for k in list(self.files) + self.dirs:
@@ -483,7 +479,7 @@ class FlashStorage:
 
     def mkdir(self, path: str) -> None:
         if self.kind(path):
-            raise _oserr(17, path)
+            raise OSError(17, path)
         self.dirs.append(path)
 
     def rename(self, src: str, dst: str) -> None:
@@ -494,7 +490,7 @@ class FlashStorage:
         if src == dst:
             return
         if len(dst.encode()) > _FL_NM:
-            raise _oserr(36, "name too long: " + dst)
+            raise OSError(36, "name too long: " + dst)
         if self.bo is f:
             self._flush()
         if f[2] < _FL_K:
