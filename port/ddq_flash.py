@@ -10,8 +10,8 @@ FlashStorage per region: every queue in it goes through that object. NOR flash p
 the byte, (page=P) in whole aligned pages padded with 0xFF, or (unit=U) in write-once units.
 Names are paths of at most 115 bytes; directories are implicit (mkdir is kept in RAM until a
 file makes it real). Every file is a chain of erase blocks; a write is buffered until sync (or
-close, a read, or a full buffer), which programs it as one CRC-checked frame: with
-sync="always" a DDQ record costs one program command.
+close, a read, or a full buffer), which programs it as one frame whose 4-byte header tells a
+torn program from a whole one: with sync="always" a DDQ record costs one program command.
 """
 
 __version__ = "0.1.0"
@@ -32,24 +32,22 @@ if TYPE_CHECKING:
 # Block header (SPEC §16 [Y1]): magic, erase count, file id, index in the file, crc of 0..16;
 # then in a file's first block: four deleted bytes at 20, four commit bytes at 24 (a copy's) and
 # _FL_K name slots of _FL_S bytes at 28 (sequence, the fid a copy replaces or 0xFFFFFFFF, name
-# length, name, 0xFF padding, crc of the rest). Frames follow: u16 length, u32 crc (of the
-# length and the data), data.
-_FL_MAGIC = 0x31465144  # "DQF1" (over 2**30: not a const on 32-bit boards)
-_FL_HDR = const(24)  # (unit 1: a block's data; else the unit after the header)
+# length, name, crc of those; 0xFF after it: only 13 + the name's bytes are programmed [Y2]).
+# Frames follow [Y8]: a 4-byte header (u16 LE: the length k in bits 0-11, c's bits 0-3 in bits
+# 12-15; u16 LE: c's bits 4-19), then k data bytes; c = 0xFFFFF - k - the sum of the data bytes.
+_FL_MAGIC = 0x32465144  # "DQF2" (over 2**30: not a const on 32-bit boards)
+_FL_HDR = const(20)  # (unit 1: the other blocks' data; else the units after the header)
 _FL_K = const(2)
 _FL_S = const(128)
 _FL_DEL = const(20)
 _FL_HEAD = const(284)  # a first block's data: the name slots at 28, then _FL_K * _FL_S
 _FL_NM = const(115)  # the longest name: _FL_S - 13
-_FL_FR = const(6)
+_FL_FR = const(4)
+_FL_MAX = const(4095)  # a frame's most data: k + 255 k < 0xFFFFF, c never wraps
 
 # A file is one list (the least heap a file: a board's region holds hundreds): [fid, name, the
 # next free name slot, the next frame's position in its last block (the block size: that block
 # takes no more frames), then for each block of its chain: the block, its logical bytes].
-
-
-def _oserr(e: int, what: str) -> OSError:
-    return OSError(e, what)
 
 
 class FlashStorage:
@@ -119,7 +117,7 @@ class FlashStorage:
                 pb[i - a : j - a] = mv[i - off : j - off]
             r = self.dev.writeblocks(self.s0 + b, mv if pb is None else pb, a)
             if r:
-                raise _oserr(5, "program")
+                raise OSError(5, "program")
             a += p if pb is not None else n
         self.dt = 1
 
@@ -129,7 +127,7 @@ class FlashStorage:
         if self.dt:
             self.dt = 0
             if self.dev.ioctl(3, 0):
-                raise _oserr(5, "sync")
+                raise OSError(5, "sync")
 
     def _slot(self, b: int, k: int) -> "Any":
         # (seq, name, replaced fid) of name slot k of head block b; None if torn; 0 if erased
@@ -139,7 +137,7 @@ class FlashStorage:
         if h[0:_FL_S] == b"\xff" * _FL_S:
             return 0
         seq, src, ln = struct.unpack_from("<IIB", h, 0)
-        if ln > _FL_NM or crc32(mv[0 : _FL_S - 4]) != struct.unpack_from("<I", h, _FL_S - 4)[0]:
+        if ln > _FL_NM or crc32(mv[0 : 9 + ln]) != struct.unpack_from("<I", h, 9 + ln)[0]:
             return None
         try:
             return seq, bytes(h[9 : 9 + ln]).decode(), src
@@ -156,6 +154,8 @@ class FlashStorage:
             self._rd(b, 0, mv[0:_FL_HDR])
             m, ec, fid, ix, c = struct.unpack_from("<IIIII", h, 0)
             if m != _FL_MAGIC or crc32(mv[0:16]) != c:
+                if m == 0x31465144 and crc32(mv[0:16]) == c:  # "DQF1": 6-byte frames [Y9]
+                    raise ddq.Corrupt("flash block %d: format DQF1, not DQF2" % b)
                 self.ec[b] = -1
                 continue
             self.ec[b] = ec
@@ -230,10 +230,11 @@ class FlashStorage:
         shut = True
         while pos + _FL_FR < bs:
             self._rd(b, pos, mv[0:_FL_FR])
-            k, c = struct.unpack_from("<HI", h, 0)
-            if k == 0xFFFF and c == 0xFFFFFFFF:
+            w, c = struct.unpack_from("<HH", h, 0)
+            if w == 0xFFFF and c == 0xFFFF:
                 shut = False
                 break
+            k = w & _FL_MAX
             if k == 0 or pos + _FL_FR + k > bs:
                 break
             nx = pos + self._len(k)
@@ -241,15 +242,15 @@ class FlashStorage:
             if nx + _FL_FR < bs:
                 self._rd(b, nx, mv[_FL_FR : 2 * _FL_FR])
                 more = h[_FL_FR : 2 * _FL_FR] != b"\xff" * _FL_FR
-            if not more:  # the block's last frame: only it can be torn
-                x = crc32(mv[0:2])
+            if not more:  # the block's last frame: only it can be torn [Y8]
+                x = k + (w >> 12) + (c << 4)
                 p = pos + _FL_FR
                 while p < pos + _FL_FR + k:
                     j = min(pos + _FL_FR + k - p, len(h))
                     self._rd(b, p, mv[0:j])
-                    x = crc32(mv[0:j], x)
+                    x += sum(mv[0:j])
                     p += j
-                if x != c:
+                if x != 0xFFFFF:
                     break
             lo += k
             pos = nx
@@ -279,7 +280,7 @@ class FlashStorage:
             if not used[b] and (best < 0 or ec[b] < ec[best]):
                 best = b
         if best < 0:
-            raise _oserr(28, "flash region full")
+            raise OSError(28, "flash region full")
         b = best
         self.rot = (b + 1) % n
         used[b] = 1
@@ -289,7 +290,7 @@ class FlashStorage:
             if not self._ff(b, 0):
                 r = 1
         if r:
-            raise _oserr(5, "erase")
+            raise OSError(5, "erase")
         ec[b] += 1
         h = self.hb
         mv = memoryview(h)
@@ -300,7 +301,7 @@ class FlashStorage:
         struct.pack_into("<IIII", h, 0, _FL_MAGIC, ec[b], f[0], (len(f) - 4) // 2)
         struct.pack_into("<I", h, 16, crc32(mv[0:16]))
         if name:
-            self._name(name, on, src)
+            end = on + self._name(name, on, src)
         if self.u > 1 and name:  # the header's units, then the first name slot's
             self._pg(b, 0, mv[0 : self.od])
             self._pg(b, on, mv[on:end])
@@ -309,20 +310,23 @@ class FlashStorage:
         f += (b, 0)
         f[3] = self.oh if name else self.ob
 
-    def _name(self, name: str, at: int, src: int = 0xFFFFFFFF) -> None:
+    def _name(self, name: str, at: int, src: int = 0xFFFFFFFF) -> int:
+        """Put a name slot at hb[at:]; return the bytes to program: whole units [Y2]."""
         nb = name.encode()
         h = self.hb
         s = at
+        n = 9 + len(nb)
         for i in range(_FL_S):
             h[s + i] = 0xFF
         struct.pack_into("<IIB", h, s, self.nseq, src, len(nb))
-        h[s + 9 : s + 9 + len(nb)] = nb
-        struct.pack_into("<I", h, s + _FL_S - 4, crc32(memoryview(h)[s : s + _FL_S - 4]))
+        h[s + 9 : s + n] = nb
+        struct.pack_into("<I", h, s + n, crc32(memoryview(h)[s : s + n]))
         self.nseq += 1
+        return -(-(n + 4) // self.u) * self.u
 
     def _create(self, path: str, src: int = 0xFFFFFFFF) -> "list[Any]":
         if len(path.encode()) > _FL_NM:
-            raise _oserr(36, "name too long: " + path)
+            raise OSError(36, "name too long: " + path)
         f = [self.nfid, path, 1, 0]
         self.nfid += 1
         self._alloc(f, path, src)
@@ -345,7 +349,7 @@ class FlashStorage:
     def _live(self, f: "list[Any]") -> None:
         # a handle of a removed or replaced file: its blocks may hold another file by now
         if self.files.get(f[1]) is not f:
-            raise _oserr(9, "file removed: " + f[1])
+            raise OSError(9, "file removed: " + f[1])
 
     def _len(self, k: int) -> int:
         # the bytes a frame of k data bytes takes: whole units
@@ -364,9 +368,9 @@ class FlashStorage:
         while i < e:
             if self.bs - f[3] <= _FL_FR:
                 self._alloc(f, None)
-            k = min(e - i, self.bs - f[3] - _FL_FR)
-            struct.pack_into("<H", b, i - _FL_FR, k)
-            struct.pack_into("<I", b, i - 4, crc32(mv[i : i + k], crc32(mv[i - _FL_FR : i - 4])))
+            k = min(e - i, self.bs - f[3] - _FL_FR, _FL_MAX)
+            c = 0xFFFFF - k - sum(mv[i : i + k])  # [Y8]
+            struct.pack_into("<HH", b, i - _FL_FR, k | (c & 15) << 12, c >> 4)
             p = f[3]
             x = self._len(k)
             f[3] = self.bs  # a failed program leaves the block shut: nothing after it
@@ -384,7 +388,7 @@ class FlashStorage:
     def _get(self, path: str) -> "list[Any]":
         f = self.files.get(path)
         if f is None:
-            raise _oserr(2, path)
+            raise OSError(2, path)
         return f
 
     # ------------------------------------------------------------------ the seam
@@ -433,7 +437,7 @@ class FlashStorage:
                 pos, fl = self.ob, lo
                 continue
             self._rd(f[bi], pos, memoryview(h)[0:2])
-            k = h[0] | h[1] << 8
+            k = h[0] | (h[1] & 15) << 8
             a = off + got - fl
             j = min(k - a, n - got)
             if j > 0:
@@ -463,7 +467,7 @@ class FlashStorage:
 
     def listdir(self, path: str) -> "list[str]":
         if self.kind(path) != 2:
-            raise _oserr(2, path)
+            raise OSError(2, path)
         p = path.rstrip("/") + "/" if path else ""
         out: "list[str]" = []
         for k in list(self.files) + self.dirs:
@@ -475,7 +479,7 @@ class FlashStorage:
 
     def mkdir(self, path: str) -> None:
         if self.kind(path):
-            raise _oserr(17, path)
+            raise OSError(17, path)
         self.dirs.append(path)
 
     def rename(self, src: str, dst: str) -> None:
@@ -486,14 +490,14 @@ class FlashStorage:
         if src == dst:
             return
         if len(dst.encode()) > _FL_NM:
-            raise _oserr(36, "name too long: " + dst)
+            raise OSError(36, "name too long: " + dst)
         if self.bo is f:
             self._flush()
         if f[2] < _FL_K:
-            self._name(dst, 0)
+            n = self._name(dst, 0)
             k = f[2]
             f[2] = k + 1
-            self._pg(f[4], self.on + k * _FL_S, memoryview(self.hb)[0:_FL_S])
+            self._pg(f[4], self.on + k * _FL_S, memoryview(self.hb)[0:n])
             g = f
         else:
             g = [self.nfid, "\0", 1, 0]  # (a live file with no name until committed)

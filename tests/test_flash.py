@@ -461,10 +461,99 @@ def test_flash_forged_name_slot_is_corrupt_not_a_crash():
     slot = i - 9
     assert i > 9 and data[slot + 8] == 8  # the slot's name length byte
     data[i + 4] = 0xFF  # "q/ab\xffdef": not UTF-8
-    size = 128  # a name slot's bytes (SPEC §16)
-    data[slot + size - 4 : slot + size] = struct.pack(
-        "<I", crc32(bytes(data[slot : slot + size - 4])) & 0xFFFFFFFF
+    n = 9 + 8  # the slot's CRC follows its name (SPEC Y2)
+    data[slot + n : slot + n + 4] = struct.pack(
+        "<I", crc32(bytes(data[slot : slot + n])) & 0xFFFFFFFF
     )
     forged = _dev(dev.block_size, dev.num_blocks, data)
     e = support.raises(ddq.Error, ddq_flash.FlashStorage, forged)
     assert isinstance(e, ddq.Corrupt) and "UTF-8" in str(e)
+
+
+SEG = "q/generation-00000000000000000005-segment-00000000000000000000.log"  # ddq's longest form
+
+
+class _Sizes(blockdev.NORBlockDev):
+    """The NOR model that also keeps the size of each program."""
+
+    def program(self, a, buf):
+        self.sizes.append(len(buf))
+        return blockdev.NORBlockDev.program(self, a, buf)
+
+
+def test_flash_frame_header_is_four_bytes_and_a_name_slot_its_own_bytes():
+    # EVIDENCE-OF: Y2 Y8
+    # What a record costs on flash: its bytes and a 4-byte frame header, one program; a new
+    # file's first program is its block header, marks and the name slot's 13 + name bytes (not
+    # the slot's 128); a frame holds at most 4095 bytes (its check must not wrap).
+    dev = _Sizes(16384, 8)
+    dev.sizes = []
+    st = ddq_flash.FlashStorage(dev, buf=20000)
+    h = st.open(SEG, "ab")
+    assert dev.sizes == [28 + 13 + len(SEG)], dev.sizes
+    recs = (b"D" * 148, b"C" * 48, b"A" * 48)  # a delivered message: DATA, CLAIM, ACK
+    for r in recs * 20:
+        dev.sizes = []
+        st.write(h, r)
+        st.sync(h)
+        assert dev.sizes == [len(r) + 4], (len(r), dev.sizes)
+    st.rename(SEG, "q/b")
+    assert dev.sizes[-1] == 13 + 3, dev.sizes
+    dev.sizes = []
+    big = bytes(range(250)) * 80  # 20,000 bytes in one sync: frames of at most 4095
+    _put(st, "q/big", big)
+    assert max(dev.sizes) == 4 + 4095 and sum(dev.sizes) < len(big) + 120, dev.sizes
+    for d in (st, ddq_flash.FlashStorage(_reopen(dev))):
+        assert _read(d, "q/b") == b"".join(recs * 20) and _read(d, "q/big") == big
+
+
+def test_flash_torn_frame_is_told_from_a_whole_one_bit_by_bit():
+    # EVIDENCE-OF: Y5 Y8
+    # A cut program leaves any subset of the bits it clears. The frame's check counts up when a
+    # bit it should clear stays set (in the length, the data or past its end), and its stored
+    # complement counts down, so every torn frame fails: each bit of a frame left set in turn,
+    # and random subsets, and the mount keeps the file as before the frame, then appends.
+    dev = _dev(1024, 4)
+    st = _st(dev)
+    _put(st, "d/a", b"first")
+    before = bytes(dev.data)
+    _put(st, "d/a", b"\x00\x7f\x80" + bytes(range(40, 80)))
+    after = bytes(dev.data)
+    bits = [
+        (i, 1 << j)
+        for i in range(len(after))
+        if before[i] != after[i]
+        for j in range(8)
+        if (before[i] ^ after[i]) >> j & 1
+    ]
+    assert 150 < len(bits) < 400, len(bits)
+    rng = blockdev.NORBlockDev(512, 2, seed=7)  # (its xorshift draws)
+    tears = [[b] for b in bits]
+    for _ in range(60):
+        tears.append([b for b in bits if rng.rand() & 1])
+    for t in tears:
+        img = bytearray(after)
+        for i, m in t:
+            img[i] |= m
+        d = _dev(1024, 4, img)
+        s = _st(d)
+        assert _read(s, "d/a") == b"first", t
+        _put(s, "d/a", b"+")
+        assert _read(_st(_reopen(d)), "d/a") == b"first+", t
+
+
+def test_flash_region_of_the_older_format_is_refused():
+    # EVIDENCE-OF: Y9
+    # A region an older ddq_flash wrote (magic DQF1: 6-byte frames) is not read as empty, which
+    # would let the queue start over on it: the mount raises Corrupt.
+    from binascii import crc32
+
+    dev = _dev(1024, 4)
+    _put(_st(dev), "q/a", b"old data")
+    img = bytearray(dev.data)
+    i = bytes(img).find(b"DQF2")
+    assert i >= 0 and i % 1024 == 0
+    img[i : i + 4] = b"DQF1"
+    img[i + 16 : i + 20] = struct.pack("<I", crc32(bytes(img[i : i + 16])) & 0xFFFFFFFF)
+    e = support.raises(ddq.Error, ddq_flash.FlashStorage, _dev(1024, 4, img))
+    assert isinstance(e, ddq.Corrupt) and "DQF1" in str(e), e

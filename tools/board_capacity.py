@@ -580,8 +580,8 @@ def write_profile(prof, derived):
 # FlashStorage in it), and writes them with the BOARDS.md section "Raw layout"; the LittleFS
 # figures are left as they are.
 RAW_HEAD = 284
-RAW_HDR = 24
-RAW_FRAME = 6
+RAW_HDR = 20
+RAW_FRAME = 4
 RAW_REC = 48
 RAW_SPARE = 2  # a block taken is erased first, and a third rename of a file copies it
 
@@ -644,32 +644,54 @@ def derive_raw(prof, tmp):
     """The raw layout's options and the evidence for one profile (nothing written): segments of
     1, 2, 3 and 4 times the smallest block count tried (FlashStorage keeps a few hundred bytes of
     heap a file, so fewer, larger segments can leave the index more), the one holding the most
-    items kept."""
-    best = None
+    items kept (where none opens, the largest: the fewest files). Where the heap holds less than
+    the region admits, heap_needed: the least heap_bytes (in KiB steps) whose model holds it all
+    while the app keeps app_heap_bytes."""
+    ds = []
     for mult in (1, 2, 3, 4):
         k = raw_segment(prof)[1] * mult
         sub = os.path.join(tmp, "k%d" % k)
         os.makedirs(sub, exist_ok=True)
-        d = derive_raw_k(prof, sub, raw_seg_bytes(prof["raw_block_bytes"], k), k)
-        if best is None or d["raw_max_items"] > best["raw_max_items"]:
-            best = d
-    assert best is not None
+        ds.append(derive_raw_k(prof, sub, raw_seg_bytes(prof["raw_block_bytes"], k), k))
+    fits = [d for d in ds if d["heap_fit"]]
+    best = max(fits, key=lambda d: d["raw_max_items"]) if fits else ds[-1]
+    best["heap_needed"] = 0
+    if best["heap_fit"] < best["admitted"]:
+        lo, hi = prof["heap_bytes"] // 1024, 4 * prof["heap_bytes"] // 1024
+        while lo < hi:
+            mid = (lo + hi) // 2
+            p = dict(prof, heap_bytes=mid * 1024)
+            d = derive_raw_k(p, os.path.join(tmp, "h"), best["raw_segment_bytes"], 0, best)
+            if d["heap_fit"] >= best["admitted"]:
+                hi = mid
+            else:
+                lo = mid + 1
+        best["heap_needed"] = lo * 1024
     return best
 
 
-def derive_raw_k(prof, tmp, seg, k):
-    lo, hi = 0, prof["raw_bytes"] // prof["raw_block_bytes"] // k
-    while lo < hi:  # the largest m that fits (raw_fits is monotonic in m)
-        mid = (lo + hi + 1) // 2
-        if raw_fits(prof, mid, seg):
-            lo = mid
-        else:
-            hi = mid - 1
-    m = max(1, lo)
+def derive_raw_k(prof, tmp, seg, k, known=None):
+    """The raw layout with segments of seg bytes (k blocks); known: a derive_raw_k result whose
+    max_segments and admission hold (only the heap model runs again)."""
+    os.makedirs(tmp, exist_ok=True)
+    if known:
+        k, m = known["segment_blocks"], known["raw_max_segments"]
+    else:
+        lo, hi = 0, prof["raw_bytes"] // prof["raw_block_bytes"] // k
+        while lo < hi:  # the largest m that fits (raw_fits is monotonic in m)
+            mid = (lo + hi + 1) // 2
+            if raw_fits(prof, mid, seg):
+                lo = mid
+            else:
+                hi = mid - 1
+        m = max(1, lo)
     payload = message(prof)
     ps = dict(prof, _layout="raw")
     opts = dict(boards.queue_options(prof), segment_bytes=seg, max_segments=m, max_items=BIG)
-    admitted, end, stored = fill_cpython(dict(opts, storage=raw_region(prof)), payload, "outbox")
+    if known:
+        admitted, end = known["admitted"], known["admitted_end"]
+    else:
+        admitted, end, _ = fill_cpython(dict(opts, storage=raw_region(prof)), payload, "outbox")
     bs = prof["raw_block_bytes"]
     raw = {
         "path": os.path.join(tmp, "raw.img"),
@@ -682,7 +704,8 @@ def derive_raw_k(prof, tmp, seg, k):
     )
     fit = heap["ok"] if heap["end"] != "limit" else admitted
     # the code on the LittleFS beside the region, in its blocks (pyb.Flash's are 512 B)
-    code = code_bytes(dict(ps, filesystem="fat" if bs < 4096 else "littlefs2"), tmp)
+    fs = "fat" if bs < 4096 else "littlefs2"
+    code = known["code_bytes"] if known else code_bytes(dict(ps, filesystem=fs), tmp)
     return {
         "raw_segment_bytes": seg,
         "segment_blocks": k,
@@ -711,6 +734,9 @@ def write_raw(prof, d):
     if not d["heap_fit"]:  # never more than the region admits
         data["raw_max_items"] = min(data["raw_max_items"], max(1, d["admitted"] // 8 * 8))
     data["raw_heap_fit"] = d["heap_fit"]
+    data.pop("raw_heap_needed", None)
+    if d.get("heap_needed"):
+        data["raw_heap_needed"] = d["heap_needed"]
     with open(prof["_path"], "w") as f:
         f.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
     return boards.load(prof["board"])
@@ -732,8 +758,10 @@ def render_raw(profs):
         "**items** the queue's max_items there, measured as for the filesystem layout (with "
         "ddq_flash and the region's FlashStorage in the heap; FlashStorage keeps a few hundred "
         "bytes a file, so segments of several blocks can hold more), **heap fit** what the "
-        "unix-port heap model held (0: the queue did not open in it, and max_items is set by "
-        "hand, to be measured on the board); **per MiB**: items per MiB of "
+        "unix-port heap model held (0: the queue did not open in it, and max_items is kept as "
+        "set, at most what the region admits, to be measured on the board; where it holds "
+        "less than that, in brackets the least heap_bytes whose model holds it all while the "
+        "app keeps app_heap_bytes); **per MiB**: items per MiB of "
         "the region against the filesystem layout's per MiB of `fs bytes`. A stock firmware "
         "keeps the layout on stm32 (its boot sizes the filesystem from the LittleFS "
         "superblock); rp2 needs a `_boot.py` that mounts `rp2.Flash(start=0, len=raw_fs_bytes)`, "
@@ -768,7 +796,13 @@ def render_raw(profs):
                 prof["raw_max_segments"],
                 k,
                 "{:,}".format(prof["raw_max_items"]),
-                "—" if fit is None else "does not open" if not fit else "{:,}".format(fit),
+                ("—" if fit is None else "does not open" if not fit else "{:,}".format(fit))
+                + (
+                    " (needs a %s heap, not %s)"
+                    % (kb(prof["raw_heap_needed"]), kb(prof["heap_bytes"]))
+                    if prof.get("raw_heap_needed")
+                    else ""
+                ),
                 "{:,}".format(int(prof["raw_max_items"] * 1048576 / prof["raw_bytes"])),
                 "{:,}".format(int(prof["max_items"] * 1048576 / prof["fs_bytes"])),
             )

@@ -29,11 +29,12 @@ DEFAULT_BLOCK_SIZE = 4096
 DEFAULT_NAME = "outbox"
 MIN_BLOCK_SIZE = 512  # cli.ARG_RANGES; ddq_flash takes 412..65536
 MAX_BLOCK_SIZE = 65536
-# ddq_flash's block header (SPEC §16 Y1): magic "DQF1", erase count, file id, index in the file,
+# ddq_flash's block header (SPEC §16 Y1): magic "DQF2", erase count, file id, index in the file,
 # crc32 of bytes 0..16. Independent of the program unit; what follows it is not.
-MAGIC = b"DQF1"
+MAGIC = b"DQF2"
+OLD_MAGIC = b"DQF1"  # the format before SPEC Y8 (6-byte frames): ddq_flash refuses it (Y9)
 HDR = 20
-SLOT = 128  # a name slot: seq, replaced fid, name length, name, 0xFF, crc32 of the rest
+SLOT = 128  # a name slot: seq, replaced fid, name length n, name, crc32 of those, 0xFF (Y2)
 UNITS = (1, 8, 16, 32)
 _STRIDE = 256  # headers are searched at every multiple of this
 _CHUNK = 1 << 16  # bytes read at a time: memory stays bounded whatever the image's size
@@ -70,7 +71,7 @@ def _slot_ok(b: bytes | memoryview, at: int) -> bool:
     return (
         len(s) == SLOT
         and s[8] <= SLOT - 13
-        and binascii.crc32(s[: SLOT - 4]) == struct.unpack_from("<I", s, SLOT - 4)[0]
+        and binascii.crc32(s[: 9 + s[8]]) == struct.unpack_from("<I", s, 9 + s[8])[0]
     )
 
 
@@ -113,12 +114,14 @@ def check(path: str, bs: int) -> dict[str, Any]:
         junk_at: list[int] = []
         votes = dict.fromkeys(UNITS, 0)
         blank = True
+        old = False
         pos = 0
         while pos < size:
             chunk = os.pread(fd, min(step, size - pos), pos)
             if len(chunk) != min(step, size - pos):
                 raise ImageError("%s: short read at byte %d (the file shrank?)" % (path, pos))
             mv = memoryview(chunk)
+            old = old or chunk.find(OLD_MAGIC) >= 0
             i = chunk.find(MAGIC)
             while i >= 0:
                 if (pos + i) % _STRIDE == 0 and i + HDR <= len(chunk) and _header_ok(mv, i):
@@ -150,8 +153,9 @@ def check(path: str, bs: int) -> dict[str, Any]:
                 % path
             )
         raise ImageError(
-            "%s holds no ddq_flash block (no DQF1 block header): not a raw region ddq_flash "
-            "wrote, or not its bytes from block 0" % path
+            "%s holds no ddq_flash block (no DQF2 block header): not a raw region ddq_flash "
+            "wrote, or not its bytes from block 0%s"
+            % (path, old and " (it holds DQF1 headers: an older ddq_flash's format)" or "")
         )
     if off_grid or (g > bs and any(a % g for a in junk_at)):
         raise ImageError(

@@ -368,13 +368,14 @@ def test_bad_images_are_one_line(tmp_path):
     h = next(
         a
         for a in range(0, BS * NB, BS)
-        if crafted[a : a + 4] == b"DQF1"
+        if crafted[a : a + 4] == b"DQF2"
         and crafted[a + 12 : a + 16] == bytes(4)  # a file's first block
         and crafted[a + 20 : a + 24] == b"\xff" * 4  # not deleted
     )
+    n = 9 + crafted[h + 28 + 8]  # the slot's CRC follows its name (SPEC Y2)
     crafted[h + 28 + 9] = 0xFF
-    crafted[h + 28 + 124 : h + 28 + 128] = struct.pack(
-        "<I", binascii.crc32(crafted[h + 28 : h + 28 + 124])
+    crafted[h + 28 + n : h + 28 + n + 4] = struct.pack(
+        "<I", binascii.crc32(crafted[h + 28 : h + 28 + n])
     )
     (tmp_path / "crafted.img").write_bytes(crafted)
     cases = [
