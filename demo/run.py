@@ -1100,6 +1100,19 @@ def default_workdir():
     return os.path.join(REPO, "build", "demo") if CHECKOUT else os.path.abspath("ddq-demo")
 
 
+def replay_command(cfg, checkout=None):
+    """The command that replays this run's chaos: `make demo SEED=N` in a checkout, `ddq demo
+    --seed N` where ddq is an installed wheel (no Makefile there)."""
+    raw, cpy = cfg.storage == "raw", cfg.gateway == "cpython"
+    if CHECKOUT if checkout is None else checkout:
+        return "make demo SEED=%d%s%s" % (
+            cfg.seed, " GATEWAY=cpython" if cpy else "", " STORAGE=raw" if raw else ""
+        )  # fmt: skip
+    return "ddq demo --seed %d%s%s" % (
+        cfg.seed, " --gateway cpython" if cpy else "", " --storage raw" if raw else ""
+    )  # fmt: skip
+
+
 def run(cfg, log=None, out=None):
     """Run the demo; return the result dict (result["passed"] is the verdict)."""
     log = log or (lambda s: sys.stderr.write(s + "\n"))
@@ -1149,15 +1162,7 @@ def run(cfg, log=None, out=None):
         "rate": cfg.rate,
         "workdir": workdir,
     }
-    log(
-        "ddq demo: seed %d (replay: make demo SEED=%d%s%s)"
-        % (
-            cfg.seed,
-            cfg.seed,
-            " GATEWAY=cpython" if cfg.gateway == "cpython" else "",
-            " STORAGE=raw" if cfg.storage == "raw" else "",
-        )
-    )
+    log("ddq demo: seed %d (replay: %s)" % (cfg.seed, replay_command(cfg)))
     try:
         broker.start()
         res["broker_version"], res["broker_outage"] = broker.version, broker.outage

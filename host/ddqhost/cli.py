@@ -963,6 +963,11 @@ def do_verify(args: argparse.Namespace) -> int:
         sys.stdout.write(fsck.render_verify(rep))
         if hint:
             sys.stdout.write("hint: %s\n" % fsck.printable(hint))
+        elif rep.verdict == fsck.CORRUPT:  # the fix, as records, inspect, replay and push name it
+            sys.stdout.write(
+                "next: `ddq salvage %s OUT` copies every intact item into a new directory OUT "
+                "(%s is only read)\n" % ((fsck.printable(args.dir),) * 2)
+            )
     return rep.verdict
 
 

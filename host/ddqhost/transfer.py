@@ -965,7 +965,8 @@ def _refusal(
         )
     kinds = overwrite_kinds(ow["items"])
     return line + "; --force would overwrite the device's changes: %s" % (
-        "; ".join(kind_text(k, "would be") for k in kinds) or "no item's state"
+        "; ".join(kind_text(k, "would be") for k in kinds)
+        or "its files differ, but no item's state would change"
     )
 
 

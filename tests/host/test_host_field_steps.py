@@ -267,3 +267,37 @@ def test_the_virtual_boards_test_run_waits_longer_for_a_silent_test():
     assert testrun.idle_default({"platform": "rp2"}) == testrun.RUN_IDLE_TIMEOUT == 300
     args = cli.build_parser().parse_args(["test"])
     assert args.idle_timeout is None  # the default is the device's, decided once it is probed
+
+
+def test_ddq_demo_names_the_replay_command_a_wheel_user_has(tmp_path):
+    # From the wheel there is no Makefile: the seed line says `ddq demo --seed N` there, and
+    # `make demo SEED=N` only in a checkout (the wheel-only walk of issue 39 read "make demo").
+    import importlib.util
+    import types
+
+    spec = importlib.util.spec_from_file_location(
+        "ddq_demo_run_seed", os.path.join(REPO, "demo", "run.py")
+    )
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+
+    class Stop(Exception):
+        pass
+
+    lines = []
+
+    def log(s):
+        lines.append(s)
+        raise Stop  # the seed line is the run's first: end there, nothing started
+
+    stub = types.SimpleNamespace(outage=False, sub_port=1, kind="stub")
+    demo.make_broker = lambda *a: stub
+    demo.Subscriber = lambda *a: stub
+    demo.CHECKOUT = False
+    cfg = demo.Config(seed=4242, gateway="cpython", workdir=str(tmp_path / "d"))
+    with pytest.raises(Stop):
+        demo.run(cfg, log=log)
+    assert lines == ["ddq demo: seed 4242 (replay: ddq demo --seed 4242 --gateway cpython)"]
+    raw = demo.Config(seed=7, storage="raw")
+    assert demo.replay_command(raw, checkout=False) == "ddq demo --seed 7 --storage raw"
+    assert demo.replay_command(raw, checkout=True) == "make demo SEED=7 STORAGE=raw"

@@ -213,6 +213,7 @@ def test_corrupt_record_exit_2_names_segment_offset_and_seq(tmp_path):
     assert r.returncode == 2
     golden("basic-crc.verify", r.stdout, d)
     assert "CORRUPT: segment-00000000000000000000.log, offset 53, seq 2: crc mismatch" in r.stdout
+    assert "next: `ddq salvage %s OUT`" % d in r.stdout, r.stdout  # the fix, named
     r = ddq("records", d, "--all", *flags)
     golden("basic-crc.records-all", r.stdout, d)
     # The ddq reader agrees: inspect refuses with exit 2 and one line; nothing changed.

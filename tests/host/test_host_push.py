@@ -121,3 +121,20 @@ def test_push_reads_the_pulled_dir_with_the_writers_options(board, tmp_path):
     assert r.returncode == 0, r.stderr  # was: "is corrupt; not pushing it" (profile options)
     res = json.loads(r.stdout)
     assert (res["written"], res["appended"], res["removed"]) == ([], [], [])
+
+
+def test_the_refusal_says_what_force_costs_when_no_items_state_would_change(monkeypatch):
+    # The device's files changed since the pull but every item has the same state in both copies
+    # (the same acks written in another order): the refusal's last clause is a whole sentence
+    # (the wheel-only walk of issue 39 read "--force would overwrite the device's changes: no
+    # item's state").
+    from ddqhost import transfer
+
+    same = {"device_next_seq": 4, "pushed_next_seq": 4, "items": [], "reuse": False, "new": 0}
+    monkeypatch.setattr(transfer, "_overwrites", lambda *a: dict(same))
+    line = transfer._refusal(None, "outbox", {}, "q", {}, ["segment-00000000000000000000.log"])
+    assert line.endswith(
+        "; --force would overwrite the device's changes: its files differ, but no item's state "
+        "would change"
+    ), line
+    assert line.startswith(":outbox changed on the device since the pull"), line
