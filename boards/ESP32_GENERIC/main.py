@@ -42,6 +42,7 @@ OPTIONS = {
 BATCH_OPTIONS = {"window": 4, "evidence_bytes": 256}
 
 BROKER = "192.168.1.10"  # your broker
+BROKER_PORT = 1883
 CLIENT_ID = b"ddq-esp32"
 TOPIC = "ddq/esp32/temp"
 WIFI_SSID = "my-ssid"

@@ -44,6 +44,7 @@ OPTIONS = {
 BATCH_OPTIONS = {"window": 4, "evidence_bytes": 256}
 
 BROKER = "192.168.1.10"  # your broker
+BROKER_PORT = 1883
 CLIENT_ID = b"ddq-pico"
 TOPIC = "ddq/pico/temp"
 WIFI_SSID = "my-ssid"  # Pico W (a plain Pico has no `network`: readings wait on flash)

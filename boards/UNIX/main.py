@@ -46,6 +46,7 @@ OPTIONS = {
 BATCH_OPTIONS = {"window": 4, "evidence_bytes": 256}
 
 BROKER = "127.0.0.1"
+BROKER_PORT = 1883
 CLIENT_ID = b"ddq-unix"
 TOPIC = "ddq/unix/temp"
 WIFI_SSID = None  # the unix port has no `network`: the host's network is used

@@ -75,8 +75,8 @@ def test_app_start_and_stop_run_the_example_app_as_a_reset_does(vb, mosquitto, t
     with open(os.path.join(REPO, "boards", "UNIX", "main.py")) as f:
         src = f.read()
     src = src.replace(
-        'BROKER = "127.0.0.1"',
-        'BROKER = "127.0.0.1"\nBROKER_PORT = %d\nPERIOD_MS = 100' % mosquitto,
+        "BROKER_PORT = 1883",
+        "BROKER_PORT = %d\nPERIOD_MS = 100" % mosquitto,
     )
     app = tmp_path / "main.py"
     app.write_text(src)

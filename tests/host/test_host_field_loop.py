@@ -58,8 +58,8 @@ def _app(tmp_path, port):
     with open(os.path.join(REPO, "boards", "UNIX", "main.py")) as f:
         src = f.read()
     src = src.replace(
-        'BROKER = "127.0.0.1"',
-        'BROKER = "127.0.0.1"\nBROKER_PORT = %d\nPERIOD_MS = 100' % port,
+        "BROKER_PORT = 1883",
+        "BROKER_PORT = %d\nPERIOD_MS = 100" % port,
     )
     src = src.replace(
         "ddq_app.bind(globals())",

@@ -100,8 +100,8 @@ def test_flash_layout_raw_asks_erases_once_and_the_app_delivers_from_raw_flash(
     app = tmp_path / "main.py"
     app.write_text(
         src.replace(
-            'BROKER = "127.0.0.1"',
-            'BROKER = "127.0.0.1"\nBROKER_PORT = %d\nPERIOD_MS = 100' % mosquitto,
+            "BROKER_PORT = 1883",
+            "BROKER_PORT = %d\nPERIOD_MS = 100" % mosquitto,
         )
     )
     # Not confirmed: it says what it would erase, and nothing is erased or installed.
