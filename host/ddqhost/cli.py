@@ -1485,12 +1485,12 @@ def _replay(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
                 print("%serror: %s" % (head, fsck.printable(res.error)))
                 continue
             print(
-                "%s%ssent %d, failed %d, skipped %d, expired %d, unpublishable %d, "
+                "%s%s %d, failed %d, skipped %d, expired %d, unpublishable %d, "
                 "unauthenticated %d, remaining %d%s"
                 % (
                     head,
-                    "dry run: " if res.dry_run else "",
-                    res.sent,
+                    "dry run: would send" if res.dry_run else "sent",
+                    len(res.would_send) if res.dry_run else res.sent,
                     res.failed,
                     res.skipped,
                     res.expired,

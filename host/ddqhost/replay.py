@@ -732,7 +732,8 @@ def plan(job: Job, ro: ReplayOptions, now_ms: int | None = None) -> Result:
             res.unauthenticated_seqs,
             res.dead_dropped_seqs,
         ),
-        remaining=len(would),
+        remaining=res.remaining,  # what the run would leave (--limit), as the run reports it
+        remaining_seqs=res.remaining_seqs,
         raw=sum(1 for w in would if w["raw"]),
     )
 

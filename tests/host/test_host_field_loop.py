@@ -300,6 +300,9 @@ def test_dry_run_honours_limit_and_fleet_lines_name_their_directory(tmp_path):
         "would send seq 1",
         "would send seq 2",
     ], r.stdout
+    # its summary is the run's: 2 sent, 4 left (a run with --limit 2 says "sent 2 ... remaining 4")
+    last = r.stdout.splitlines()[-1]
+    assert last.startswith("dry run: would send 2,") and last.endswith("remaining 4"), last
     r = _ok("replay", a, b, "--to", url, "--dry-run", *option_flags(UNIX))
     lines = r.stdout.splitlines()
     assert sum(ln.startswith("%s: would send seq" % a) for ln in lines) == 6, r.stdout

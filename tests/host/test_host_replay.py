@@ -770,13 +770,14 @@ def test_replay_returns_a_typed_result_counted_once(tmp_path):
     ro = replay.ReplayOptions("mqtt://x", "x", 1883, False, "")
     res = replay.plan(replay.Job(str(q), OPTS), ro)
     assert isinstance(res, replay.Result) and res.dry_run and res.dir == str(q)
-    assert (res.remaining, res.raw, res.expired, res.sent) == (3, 1, 1, 0)
+    assert (res.remaining, res.raw, res.expired, res.sent) == (0, 1, 1, 0)  # a run leaves 0
     assert [w["seq"] for w in res.would_send] == [a, b, c] and res.expired_seqs == [d]
     doc = res.as_dict()
-    assert doc["remaining"] == 3 and "stats" not in doc and "broker" not in doc
+    assert doc["remaining"] == 0 and len(doc["would_send"]) == 3
+    assert "stats" not in doc and "broker" not in doc
     bad = replay.Result(dir="gone", error="cannot open")
     assert bad.as_dict() == {"dir": "gone", "error": "cannot open", "sent": 0, "failed": 0}
     fleet = replay.Fleet([res, bad, replay.Result(dir="x", sent=4, failed=1)])
     tot = fleet.total()
-    assert (tot["sent"], tot["failed"], tot["remaining"], tot["errors"]) == (4, 1, 3, 1)
+    assert (tot["sent"], tot["failed"], tot["remaining"], tot["errors"]) == (4, 1, 0, 1)
     assert fleet.as_dict()["total"] == tot and len(fleet.as_dict()["dirs"]) == 3
