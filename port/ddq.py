@@ -110,33 +110,33 @@ _FTR_FMT = "<II"  # commit record_length
 # The header's fields by offset (SPEC §3.1 [F1]; magic at 0); the footer is at _HDR + plen. The
 # modules beside ddq.py that read fields by byte keep copies (a const folds in its own module
 # only): tests/host/test_host_index.py holds every copy equal to these.
-_R_VER = const(4)
-_R_TYPE = const(6)
-_R_SEQ = const(8)
-_R_ARG = const(16)
-_R_PLEN = const(24)
-_R_RLEN = const(28)
-_R_CRC = const(32)
-_R_RES = const(36)
+_R_VER = const(4)  # u16 version
+_R_TYPE = const(6)  # u16 type
+_R_SEQ = const(8)  # u64 seq
+_R_ARG = const(16)  # u64 arg, per type
+_R_PLEN = const(24)  # u32 payload_length
+_R_RLEN = const(28)  # u32 record_length
+_R_CRC = const(32)  # u32 crc (SPEC §3.2 [F2])
+_R_RES = const(36)  # u32 reserved, zero
 _HDR = const(40)  # the payload
 _MIN_REC = const(48)  # header + footer
 _VERSION = const(1)
-# Record types: SPEC §4 [F10].
-_T_DATA = const(1)
-_T_CLAIM = const(2)
-_T_ACK = const(3)
-_T_RETRY = const(4)
-_T_QUAR = const(5)
-_T_STATE = const(6)
+# Record types: SPEC §4 [F10]; arg and payload per type.
+_T_DATA = const(1)  # payload: the message; arg 0
+_T_CLAIM = const(2)  # arg: lease_until_ms, not 0; no payload
+_T_ACK = const(3)  # arg 0, no payload
+_T_RETRY = const(4)  # arg: not_before_ms; no payload
+_T_QUAR = const(5)  # payload: the reason; arg 0
+_T_STATE = const(6)  # payload: a STATE snapshot (below); arg 0
 # STATE payload: SPEC §4.1 [F11]; 24 bytes: state attempts lease_until_ms not_before_ms.
 _STATE_FMT = "<IIQQ"
 _STATE_LEN = const(24)
 _STATE_REC = const(72)
 # Item states, as on disk (STATE payload) and in RAM.
-_AVAILABLE = const(1)
-_CLAIMED = const(2)
-_ACKED = const(3)
-_QUARANTINED = const(4)
+_AVAILABLE = const(1)  # claimable once not_before_ms is due
+_CLAIMED = const(2)  # leased until lease_until_ms
+_ACKED = const(3)  # delivered (never in a STATE payload)
+_QUARANTINED = const(4)  # set aside with a reason
 # Manifest: SPEC §5 [M1]-[M8]; 48 bytes.
 _MAN_FMT = (
     "<IHHQQIIQ"  # magic version size generation next_seq segment_count item_count end_offset

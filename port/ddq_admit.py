@@ -24,11 +24,11 @@ if TYPE_CHECKING:
 
     from ddq import Queue
 
-# ddq's values (SPEC §3.4, §4); a MicroPython const folds in its own module only, so they are
-# repeated here (tests/host/test_host_index.py holds them equal to ddq's).
-_MIN_REC = const(48)
+# ddq's values that the rule reads (ddq.py's format section names each): a MicroPython const
+# folds in its own module only (tests/host/test_host_index.py holds them equal to ddq's).
+_MIN_REC = const(48)  # what a compaction writes an item as (SPEC §3.4): DATA, STATE, reason
 _STATE_REC = const(72)
-_ACKED = const(3)
+_ACKED = const(3)  # the state a plan leaves out (SPEC §4.1 [F11])
 
 
 # ============================================================================ admission

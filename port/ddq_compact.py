@@ -109,20 +109,20 @@ def _index_update(self: "Queue") -> None:
 
 
 # ============================================================================ compaction
-# ddq's format values (SPEC §3, §4); a MicroPython const folds in its own module only, so these
-# are repeated here (tests/host/test_host_index.py holds them equal to ddq's).
-_MIN_REC = const(48)
+# ddq's values that a compaction reads, by group (ddq.py's format section names each): a
+# MicroPython const folds in its own module only (tests/host/test_host_index.py holds them equal).
+_MIN_REC = const(48)  # the sizes of a record and of a STATE record (SPEC §3.4)
 _STATE_REC = const(72)
-_T_DATA = const(1)
+_T_DATA = const(1)  # the types a compaction writes into g+1 (SPEC §4 [F10])
 _T_QUAR = const(5)
 _T_STATE = const(6)
-_STATE_FMT = "<IIQQ"
+_STATE_FMT = "<IIQQ"  # a STATE snapshot and the states it keeps (SPEC §4.1 [F11])
 _AVAILABLE = const(1)
 _ACKED = const(3)
 _QUARANTINED = const(4)
-_EEXIST = const(17)
-_MAN_SIZE = const(48)
-_M_CRC = const(40)  # the manifest's crc field
+_MAN_SIZE = const(48)  # the manifest it publishes, and its crc field (SPEC §5 [M1])
+_M_CRC = const(40)
+_EEXIST = const(17)  # the errno of a manifest tmp already there
 
 
 def compact(self: "Queue") -> bool:

@@ -34,13 +34,13 @@ if TYPE_CHECKING:
     from ddq import Buf, Queue
 
 # ============================================================================ extra
-# ddq's values (SPEC §4, §7); a MicroPython const folds in its own module only, so these are
-# repeated here (tests/host/test_host_index.py holds them equal to ddq's).
-_T_QUAR = const(5)
-_AVAILABLE = const(1)
+# ddq's values that these methods read, by group (ddq.py's format section names each): a
+# MicroPython const folds in its own module only (tests/host/test_host_index.py holds them equal).
+_T_QUAR = const(5)  # the record of a reason (SPEC §4 [F10])
+_AVAILABLE = const(1)  # the states that stats and items count (SPEC §4.1 [F11])
 _CLAIMED = const(2)
 _QUARANTINED = const(4)
-_MAX_LEASE_MS = const(604800000)
+_MAX_LEASE_MS = const(604800000)  # the longest lease (SPEC §7.1)
 _X_RESERVE = const(8)  # ddq.py's "admission reserve exhausted" (a Full)
 _LV_I = const(0)  # a live entry's fields (ddq._Index.live)
 _LV_ATT = const(1)

@@ -137,16 +137,14 @@ class Group:
         self.close()
 
     # ------------------------------------------------------------------ internals
-    def _add(self, fn: "Callable[..., Any]", args: "tuple[Any, ...]") -> "list[Any]":
-        op: "list[Any]" = [fn, args, None, None, False]
-        with self._mu:
-            if self._closed:
-                raise IOFailure("group is closed")
-            if self._open is None:
-                self._open = [op]
-            else:
-                self._open.append(op)
-        return op
+    def _add(self, op: "list[Any]") -> None:
+        # op joins the open batch (the caller holds _mu): call()'s and acall()'s one way in.
+        if self._closed:
+            raise IOFailure("group is closed")
+        if self._open is None:
+            self._open = [op]
+        else:
+            self._open.append(op)
 
     def _take(self) -> "list[Any]":
         with self._mu:
@@ -197,12 +195,7 @@ class Group:
             for k in range(4):
                 with mu:
                     if not k:
-                        if self._closed:
-                            raise IOFailure("group is closed")
-                        if self._open is None:
-                            self._open = [op]
-                        else:
-                            self._open.append(op)
+                        self._add(op)
                     elif op[4]:
                         break
                     run = self._run
@@ -243,9 +236,7 @@ class Group:
                     if not mine[1]:
                         self._spare = mine[0]  # no follower holds it: reuse
                     mine[0].release()
-        if op[3] is not None:
-            raise op[3]
-        return op[2]
+        return self._result(op)
 
     def enqueue(self, payload: "Any") -> int:
         """target.enqueue(payload), durable on return; its seq [G1]."""
@@ -285,7 +276,9 @@ class Group:
         import asyncio
 
         _fn(fn)
-        op = self._add(fn, args)
+        op: "list[Any]" = [fn, args, None, None, False]
+        with self._mu:
+            self._add(op)
         for _ in range(3):  # a follower is covered by the batch it awaited [G2]
             if op[4]:
                 break

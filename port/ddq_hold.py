@@ -24,11 +24,12 @@ TYPE_CHECKING = const(0)
 if TYPE_CHECKING:
     from ddq import Buf, Queue
 
-# ddq's values (SPEC §3.4, §4; ddq.py's _X_ table); a MicroPython const folds in its own module
-# only, so they are repeated here (tests/test_hold.py holds the record sizes to SPEC's).
-_MIN_REC = const(48)
+# ddq's values that the rule reads (ddq.py's format section and _X_ table name each): a
+# MicroPython const folds in its own module only (tests/test_hold.py holds the record sizes to
+# SPEC's, tests/host/test_host_index.py each to ddq's).
+_MIN_REC = const(48)  # the bytes of a record and of a STATE record (SPEC §3.4)
 _STATE_REC = const(72)
-_ACKED = const(3)
+_ACKED = const(3)  # the state whose DATA no longer counts (SPEC §4.1 [F11])
 _X_RESERVE = const(8)  # "admission reserve exhausted" (a Full)
 
 

@@ -27,31 +27,30 @@ TYPE_CHECKING = const(0)
 if TYPE_CHECKING:
     from typing import Any, Generator
 
-# Item states as in ddq (SPEC §4.1 [F11]); tests/test_index.py holds them equal to ddq's.
 # ============================================================================ recovery index
-_AVAILABLE = const(1)
+# ddq's values that the index reads, by group (ddq.py's format section names each): a MicroPython
+# const folds in its own module only (tests/host/test_host_index.py holds them equal to ddq's).
+_REC_MAGIC = const(0x31475144)  # a record's header, for the cross-checks [X10] (SPEC §3.1 [F1])
+_VERSION = const(1)
+_R_TYPE = const(6)
+_R_RLEN = const(28)
+_HDR = const(40)
+_MIN_REC = const(48)
+_T_DATA = const(1)  # the records an entry points at (SPEC §4 [F10])
+_T_QUAR = const(5)
+_AVAILABLE = const(1)  # the states a column holds (SPEC §4.1 [F11])
 _CLAIMED = const(2)
 _ACKED = const(3)
 _QUARANTINED = const(4)
-# Record format values (SPEC §3.1) for the cross-checks [X10]; tests/host/test_host_index.py holds
-# them equal to ddq's (a MicroPython const folds in its own module only).
-_REC_MAGIC = const(0x31475144)
-_T_DATA = const(1)
-_T_QUAR = const(5)
-_VERSION = const(1)
-_R_TYPE = const(6)  # the header's fields by offset, as ddq.py's
-_R_RLEN = const(28)
-_HDR = const(40)  # the header's size
-_MIN_REC = const(48)
-_M_CRC = const(40)  # the manifest's crc field (SPEC §5)
-_MAX_REASON = const(4096)
+_M_CRC = const(40)  # the manifest's crc field, which the header holds [X2] (SPEC §5 [M1])
+_MAX_REASON = const(4096)  # bounds of a load (SPEC §7.1, §12 [R4]) and its errno
 _IO_LOOPS = const(1048576)
 _SCAN_RECORDS = const(4000000)
-_CH = const(256)  # ddq's column chunk: items per chunk, its log2 and mask
+_EIO = const(5)
+_CH = const(256)  # ddq._Index's column chunk: items per chunk, its log2 and mask (ddq.py)
 _CS = const(8)
 _CM = const(255)
-_EIO = const(5)
-_LV_I = const(0)  # a live entry's fields (ddq._Index.live), and a hist entry's
+_LV_I = const(0)  # a live entry's fields (ddq._Index.live), then a hist entry's, as saved
 _LV_ATT = const(1)
 _LV_LEASE = const(2)
 _LV_NB = const(3)

@@ -26,25 +26,26 @@ if TYPE_CHECKING:
     from typing import Any, Optional
 
 # ============================================================================ staged reclamation
-# ddq's format values (SPEC §3, §4); tests/host/test_host_index.py holds them equal to ddq's.
+# ddq's values that a step reads, by group (ddq.py's format section names each): a MicroPython
+# const folds in its own module only (tests/host/test_host_index.py holds them equal to ddq's).
+_REC_FMT = "<IHHQQIIII"  # a record's header and the sizes of one (SPEC §3.1 [F1], §3.4)
+_REC_MAGIC = const(0x31475144)
 _HDR = const(40)
 _MIN_REC = const(48)
 _STATE_REC = const(72)
-_T_DATA = const(1)
+_T_DATA = const(1)  # the types a step copies into g+1 or applies to it (SPEC §4 [F10])
 _T_CLAIM = const(2)
 _T_ACK = const(3)
 _T_RETRY = const(4)
 _T_QUAR = const(5)
 _T_STATE = const(6)
-_AVAILABLE = const(1)
+_AVAILABLE = const(1)  # the states a step carries into g+1 (SPEC §4.1 [F11])
 _CLAIMED = const(2)
 _ACKED = const(3)
 _QUARANTINED = const(4)
-_CH = const(256)  # ddq's index chunk: items per chunk
-_EIO = const(5)
-_REC_MAGIC = const(0x31475144)
-_REC_FMT = "<IHHQQIIII"
-_LV_I = const(0)  # a live entry's fields (ddq._Index.live)
+_EIO = const(5)  # the errno of a step's failed read
+_CH = const(256)  # ddq._Index's chunk: items per chunk (ddq.py)
+_LV_I = const(0)  # a live entry's fields (ddq._Index.live), as a step moves them
 _LV_ATT = const(1)
 _LV_LEASE = const(2)
 _LV_NB = const(3)

@@ -53,33 +53,10 @@ if TYPE_CHECKING:
     from ddq import Buf, Queue
 
 # ============================================================================ recovery
-# ddq's format values (SPEC §3, §4); a MicroPython const folds in its own module only, so these
-# are repeated here (tests/host/test_host_index.py holds them equal to ddq's).
-_HDR = const(40)
-_MIN_REC = const(48)
+# ddq's values that recovery reads, by group (ddq.py's format section names each): a MicroPython
+# const folds in its own module only (tests/host/test_host_index.py holds them equal to ddq's).
+_REC_MAGIC = const(0x31475144)  # a record's header, read by byte (SPEC §3.1 [F1])
 _VERSION = const(1)
-_REC_MAGIC = const(0x31475144)
-_T_DATA = const(1)
-_T_CLAIM = const(2)
-_T_ACK = const(3)
-_T_RETRY = const(4)
-_T_QUAR = const(5)
-_T_STATE = const(6)
-_STATE_FMT = "<IIQQ"
-_STATE_LEN = const(24)
-_AVAILABLE = const(1)
-_CLAIMED = const(2)
-_ACKED = const(3)
-_QUARANTINED = const(4)
-_MAN_SIZE = const(48)
-_M_CRC = const(40)  # the manifest's crc field
-_MAX_REASON = const(4096)
-_SCAN_RECORDS = const(4000000)
-_IO_LOOPS = const(1048576)
-_EIO = const(5)
-_CS = const(8)
-_CM = const(255)
-# A record's header fields by offset (ddq.py's format section, SPEC §3.1 [F1]).
 _R_VER = const(4)
 _R_TYPE = const(6)
 _R_SEQ = const(8)
@@ -88,9 +65,30 @@ _R_PLEN = const(24)
 _R_RLEN = const(28)
 _R_CRC = const(32)
 _R_RES = const(36)
+_HDR = const(40)
+_MIN_REC = const(48)
 _CRC_FMT = "<HHQQII"  # the header's bytes _R_VER.._R_CRC (version .. record_length) [F2]
-# A live entry's fields (ddq._Index.live), and a hist entry's (ddq._Index.hist).
-_LV_I = const(0)
+_T_DATA = const(1)  # the types the replay applies (SPEC §4 [F10])
+_T_CLAIM = const(2)
+_T_ACK = const(3)
+_T_RETRY = const(4)
+_T_QUAR = const(5)
+_T_STATE = const(6)
+_STATE_FMT = "<IIQQ"  # a STATE snapshot and the states it sets (SPEC §4.1 [F11])
+_STATE_LEN = const(24)
+_AVAILABLE = const(1)
+_CLAIMED = const(2)
+_ACKED = const(3)
+_QUARANTINED = const(4)
+_MAN_SIZE = const(48)  # the manifest read at open, its crc field (SPEC §5 [M1])
+_M_CRC = const(40)
+_MAX_REASON = const(4096)  # bounds of the replay (SPEC §7.1, §12 [R4]) and its errno
+_SCAN_RECORDS = const(4000000)
+_IO_LOOPS = const(1048576)
+_EIO = const(5)
+_CS = const(8)  # ddq._Index's chunk of items: its log2 and mask (ddq.py)
+_CM = const(255)
+_LV_I = const(0)  # a live entry's fields (ddq._Index.live), then a hist entry's (.hist)
 _LV_ATT = const(1)
 _LV_LEASE = const(2)
 _LV_NB = const(3)

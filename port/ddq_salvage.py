@@ -29,27 +29,28 @@ if TYPE_CHECKING:
     from typing import Any, Optional
 
 # ============================================================================ salvage
-# ddq's format values (SPEC §3-§6).
-_REC_FMT = "<IHHQQIIII"
+# ddq's values that salvage reads, by group (ddq.py's format section names each; a MicroPython
+# const folds in its own module only: tests/host/test_host_index.py holds them equal to ddq's).
+_REC_FMT = "<IHHQQIIII"  # a record's header and footer, by field (SPEC §3.1 [F1])
 _REC_MAGIC = 0x31475144
 _MAGIC_BYTES = b"DQG1"
 _REC_COMMIT = 0x54494D43
-_R_VER = const(4)  # header fields by offset (ddq.py's format section)
+_R_VER = const(4)  # the header fields it checks by offset
 _R_CRC = const(32)
 _R_RES = const(36)
 _HDR = const(40)
 _MIN_REC = const(48)
-_T_DATA = const(1)
+_T_DATA = const(1)  # the types whose rules decide an item's state (SPEC §4 [F10])
 _T_CLAIM = const(2)
 _T_ACK = const(3)
 _T_RETRY = const(4)
 _T_QUAR = const(5)
 _T_STATE = const(6)
-_AVAILABLE = const(1)
+_AVAILABLE = const(1)  # the states salvage decides for each seq (SPEC §4.1 [F11])
 _CLAIMED = const(2)
 _ACKED = const(3)
 _QUARANTINED = const(4)
-_MAN_SIZE = const(48)
+_MAN_SIZE = const(48)  # a manifest's size (SPEC §5 [M1])
 _MAX_SEQ = 0xFFFFFFFFFFFFFFFF
 _PLAUSIBLE_SEQ = 1 << 48  # a damaged manifest's next_seq is trusted only below this [K5]
 _MAX_GEN = 0xFFFFFFFFFFFFFFFF

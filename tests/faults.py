@@ -1,5 +1,6 @@
 # A tiny fault-injecting storage for the shared suite (subset Python): it wraps ddq.PosixStorage
-# and raises OSError(errno) on the n-th call of a chosen method.
+# and raises OSError(errno) on the n-th call of a chosen method (a subclass may override _hit:
+# tests/test_nomem.py raises MemoryError from it).
 import ddq
 
 
@@ -51,3 +52,7 @@ class FaultStorage(ddq.PosixStorage):
     def remove(self, path):
         self._hit("remove")
         super().remove(path)
+
+    def kind(self, path):
+        self._hit("kind")
+        return super().kind(path)

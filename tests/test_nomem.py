@@ -7,6 +7,7 @@
 # (tests/cpython/test_nomem_heap.py exhausts a real MicroPython heap).
 import ddq
 import support
+from faults import FaultStorage
 
 T0 = 1767225600000
 OPTS = {"segment_bytes": 512, "max_payload_bytes": 40, "max_segments": 8, "max_items": 64}
@@ -29,38 +30,9 @@ class Oom:
 
 
 def _storage(oom):
-    class S(ddq.PosixStorage):
-        def open(self, path, mode):
+    class S(FaultStorage):
+        def _hit(self, method):  # every seam call may be the one that meets a MemoryError
             oom.hit()
-            return super().open(path, mode)
-
-        def write(self, f, buf):
-            oom.hit()
-            super().write(f, buf)
-
-        def sync(self, f):
-            oom.hit()
-            super().sync(f)
-
-        def read_into(self, f, offset, buf):
-            oom.hit()
-            return super().read_into(f, offset, buf)
-
-        def kind(self, path):
-            oom.hit()
-            return super().kind(path)
-
-        def rename(self, src, dst):
-            oom.hit()
-            super().rename(src, dst)
-
-        def remove(self, path):
-            oom.hit()
-            super().remove(path)
-
-        def sync_dir(self, path):
-            oom.hit()
-            super().sync_dir(path)
 
     return S()
 

@@ -239,6 +239,36 @@ def test_torture_lock_is_released_when_closing_the_lock_file_fails():
     q.close()
 
 
+# The two directories of test_torture_truncated_non_last_segment_is_corrupt, built by these
+# (tests/host/test_host_fsck.py gives the same two to fsck): 3 snapshot segments of 204 B, and
+# a generation 0 of segments 254, 154 and 148 B. Each returns its options.
+def snapshot_segments(d):
+    opts = {"segment_bytes": 256, "max_payload_bytes": 60, "max_items": 8, "max_segments": 64}
+    q = ddq.Queue(d, clock=support.FakeClock(T0), **opts)
+    q.enqueue(b"z")
+    q.claim(1000)
+    q.ack(1)
+    for _i in range(6):
+        q.enqueue(b"p" * 54)  # 102 B records, two to a segment
+    q.compact()
+    q.close()
+    return opts
+
+
+def generation0_segments(d):
+    opts = {"segment_bytes": 256, "max_payload_bytes": 128, "max_items": 8, "max_segments": 16}
+    q = ddq.Queue(d, clock=support.FakeClock(T0), **opts)
+    q.enqueue(b"p" * 100)  # DATA 148 bytes at 0
+    q.enqueue(b"0123456789")  # DATA 58: 206
+    q.claim(1000)  # CLAIM 48: segment 0 is 254 bytes
+    q.enqueue(b"0123456789")  # segment 1: DATA 58 at 0
+    q.claim(1000)  # CLAIM at 58
+    q.ack(2)  # ACK at 106; segment 1 is 154 bytes
+    q.enqueue(b"p" * 100)  # 148 bytes do not fit: segment 2
+    q.close()
+    return opts
+
+
 def test_torture_truncated_non_last_segment_is_corrupt():
     # EVIDENCE-OF: R13 F7 R15 V3
     # torture part 3, "truncate <segment> at <record boundary>": a segment cut right after its
@@ -251,16 +281,8 @@ def test_torture_truncated_non_last_segment_is_corrupt():
     # lost rotation left, so there the cut is a directory libddq writes itself (issue 35 item
     # 10, RELIABILITY T16). Here: 3 snapshot segments of 204 B; segment 1 cut to 102 B says it
     # lost its end (102 + 102 <= 204).
-    opts = {"segment_bytes": 256, "max_payload_bytes": 60, "max_items": 8, "max_segments": 64}
     d = support.tmpdir() + "/q"
-    q = ddq.Queue(d, clock=support.FakeClock(T0), **opts)
-    q.enqueue(b"z")
-    q.claim(1000)
-    q.ack(1)
-    for _i in range(6):
-        q.enqueue(b"p" * 54)  # 102 B records, two to a segment
-    q.compact()
-    q.close()
+    opts = snapshot_segments(d)
     seg = d + "/generation-%020d-segment-%020d.log"
     assert [support.file_size(seg % (1, k)) for k in range(3)] == [204, 204, 204]
     data = support.read_file(seg % (1, 1))
@@ -274,17 +296,8 @@ def test_torture_truncated_non_last_segment_is_corrupt():
     q.close()
     # Generation 0 (no snapshot): segment 1 cut after its CLAIM (the ACK of item 2 dropped) is
     # what libddq leaves after a lost rotation and a write: it opens, item 2 claimed again.
-    opts = {"segment_bytes": 256, "max_payload_bytes": 128, "max_items": 8, "max_segments": 16}
     d = support.tmpdir() + "/q"
-    q = ddq.Queue(d, clock=support.FakeClock(T0), **opts)
-    q.enqueue(b"p" * 100)  # DATA 148 bytes at 0
-    q.enqueue(b"0123456789")  # DATA 58: 206
-    q.claim(1000)  # CLAIM 48: segment 0 is 254 bytes
-    q.enqueue(b"0123456789")  # segment 1: DATA 58 at 0
-    q.claim(1000)  # CLAIM at 58
-    q.ack(2)  # ACK at 106; segment 1 is 154 bytes
-    q.enqueue(b"p" * 100)  # 148 bytes do not fit: segment 2
-    q.close()
+    opts = generation0_segments(d)
     seg1 = d + "/segment-00000000000000000001.log"
     support.write_file(seg1, support.read_file(seg1)[:106])
     q = ddq.Queue(d, clock=support.FakeClock(T0), **opts)

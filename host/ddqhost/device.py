@@ -905,21 +905,18 @@ def _raw_serial(port: str) -> "Any":
         raise DeviceError("cannot open %s: %s (in use by another program?)" % (port, e)) from None
 
 
-def interrupt_app(port: str, seconds: float = 2.0) -> bytes:
-    """Ctrl-C to whatever runs on the board (its main.py), before any REPL handshake, and what it
-    printed in reply within `seconds` (a KeyboardInterrupt traceback when something ran; it ends
-    early once a REPL prompt is back)."""
+def _console_reply(port: str, send: bytes, done: Callable[[bytes], bool], seconds: float) -> bytes:
+    """Write send to the board's console (pyserial, outside mpremote) and read what it prints in
+    reply until done(reply), `seconds` or MAX_REPLY bytes; the reply."""
     import serial
 
     ser = _raw_serial(port)
     buf = b""
     try:
-        ser.write(b"\r\x03")
+        ser.write(send)
         end = time.monotonic() + seconds
-        while time.monotonic() < end and len(buf) < MAX_REPLY:
+        while time.monotonic() < end and len(buf) < MAX_REPLY and not done(buf):
             buf += ser.read(max(1, ser.in_waiting))
-            if b"KeyboardInterrupt" in buf and (buf.endswith(b">>> ") or buf.endswith(b">")):
-                break
     except (OSError, serial.SerialException) as e:
         raise DeviceError("%s: connection lost (%s)" % (port, e)) from None
     finally:
@@ -927,24 +924,23 @@ def interrupt_app(port: str, seconds: float = 2.0) -> bytes:
     return buf
 
 
+def _prompt_after_interrupt(buf: bytes) -> bool:
+    return b"KeyboardInterrupt" in buf and (buf.endswith(b">>> ") or buf.endswith(b">"))
+
+
+def interrupt_app(port: str, seconds: float = 2.0) -> bytes:
+    """Ctrl-C to whatever runs on the board (its main.py), before any REPL handshake, and what it
+    printed in reply within `seconds` (a KeyboardInterrupt traceback when something ran; it ends
+    early once a REPL prompt is back)."""
+    return _console_reply(port, b"\r\x03", _prompt_after_interrupt, seconds)
+
+
 def repl_answers(port: str, seconds: float = 2.0) -> bool:
     """Whether the board's REPL answers (nothing runs) without stopping what runs: Ctrl-B (leave
     the raw REPL; at the friendly REPL it prints the banner and a prompt) and a prompt back
     within `seconds`. A running main.py does not read it (a byte in its stdin, which the REPL
     reads after the app ends: one more banner)."""
-    import serial
-
-    ser = _raw_serial(port)
-    buf = b""
-    try:
-        ser.write(b"\x02")
-        end = time.monotonic() + seconds
-        while time.monotonic() < end and len(buf) < MAX_REPLY:
-            buf += ser.read(max(1, ser.in_waiting))
-            if buf.endswith(b">>> "):
-                return True
-    except (OSError, serial.SerialException) as e:
-        raise DeviceError("%s: connection lost (%s)" % (port, e)) from None
-    finally:
-        ser.close()
-    return False
+    prompt = b">>> "
+    return _console_reply(port, b"\x02", lambda buf: buf.endswith(prompt), seconds).endswith(
+        prompt
+    )

@@ -192,6 +192,49 @@ def mosquitto(tmp_path_factory):
         b.close()
 
 
+class HostileServer:
+    """A TCP listener on 127.0.0.1 (.port) whose accept thread hands each connection (at most 32)
+    to self.serve(conn) in a thread of its own; close() stops it, joins every thread and closes
+    every connection. A subclass's serve is the misbehaviour its tests need; this one holds the
+    connection and never answers (test_host_safety's silent broker, test_host_bounds' huge
+    PUBLISH)."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.conns = []
+        self.threads = []
+        self.stop = threading.Event()
+        self.t = threading.Thread(target=self._accept, daemon=True)
+        self.t.start()
+
+    def _accept(self):
+        self.sock.settimeout(0.1)
+        while not self.stop.is_set() and len(self.threads) < 32:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.conns.append(c)
+            t = threading.Thread(target=self.serve, args=(c,), daemon=True)
+            self.threads.append(t)
+            t.start()
+
+    def serve(self, c):
+        pass
+
+    def close(self):
+        self.stop.set()
+        self.t.join(10)
+        for t in self.threads:
+            t.join(10)
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+
+
 class Subscriber:
     """A QoS 1 subscriber to '#' that records (topic, payload) pairs."""
 

@@ -9,14 +9,13 @@ its parent (os.wait4), never a time.
 """
 
 import os
-import socket
 import subprocess
 import sys
 import threading
 
 import pytest
 
-from conftest import REPO, cli_env
+from conftest import REPO, HostileServer, cli_env
 from ddqhost import locate
 
 OPTS = {"segment_bytes": 4096, "max_payload_bytes": 256, "max_items": 64, "max_segments": 8}
@@ -63,7 +62,7 @@ def run_measured(tmp_path, *args):
     return p.returncode, out.read_text(), err.read_text(), ru.ru_maxrss * 1024
 
 
-class HugePublishBroker:
+class HugePublishBroker(HostileServer):
     """A hostile broker: every connection gets, after the client's CONNECT, a CONNACK (unless
     connack=False) and then the header of a PUBLISH of HUGE bytes, whose body it streams while
     the client reads (at most HUGE bytes; it stops when the client closes). At most 32
@@ -71,28 +70,10 @@ class HugePublishBroker:
 
     def __init__(self, connack=True):
         self.connack = connack
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.port = self.sock.getsockname()[1]
         self.streamed = []  # body bytes the client took, per connection
-        self.threads = []
-        self.stop = threading.Event()
-        self.t = threading.Thread(target=self._accept, daemon=True)
-        self.t.start()
+        super().__init__()
 
-    def _accept(self):
-        self.sock.settimeout(0.2)
-        while not self.stop.is_set() and len(self.threads) < 32:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                continue
-            t = threading.Thread(target=self._serve, args=(c,), daemon=True)
-            self.threads.append(t)
-            t.start()
-
-    def _serve(self, c):
+    def serve(self, c):
         with c:
             c.settimeout(60)
             try:
@@ -115,13 +96,6 @@ class HugePublishBroker:
                     self.streamed.append(sent)
             except (OSError, IndexError):
                 pass  # the client refused the packet and closed: what it should do
-
-    def close(self):
-        self.stop.set()
-        self.t.join(10)
-        for t in self.threads:
-            t.join(10)
-        self.sock.close()
 
 
 @pytest.mark.parametrize("connack", [True, False])

@@ -300,18 +300,12 @@ def test_segment_that_lost_its_end_is_corrupt_whatever_the_limits(tmp_path):
     # (every writer rotates past every segment there is) lost its end; the intact directory is
     # clean with default (larger) limits. Past a snapshot the same shape is what libddq writes
     # after a lost rotation (V3, issue 35 item 10): a note, and both open it.
+    # The directories are the shared test's (tests/test_regressions.py), which the port reads.
     import ddq as port_ddq
+    import test_regressions
 
     d = tmp_path / "q"
-    opts = {"segment_bytes": 256, "max_payload_bytes": 60, "max_items": 8, "max_segments": 64}
-    q = port_ddq.Queue(str(d), clock=lambda: 1767225600000, **opts)
-    q.enqueue(b"z")
-    q.claim(1000)
-    q.ack(1)
-    for _ in range(6):
-        q.enqueue(b"p" * 54)  # 102 B records, two to a segment
-    q.compact()
-    q.close()
+    test_regressions.snapshot_segments(str(d))
     assert ddq("verify", d).returncode == 0
     seg = d / ("generation-%020d-segment-%020d.log" % (1, 1))
     seg.write_bytes(seg.read_bytes()[:102])
@@ -322,16 +316,7 @@ def test_segment_that_lost_its_end_is_corrupt_whatever_the_limits(tmp_path):
     assert tree_hash(d) == before
     # generation 0: segment 1 cut after its CLAIM (the ACK dropped)
     d = tmp_path / "q0"
-    opts = {"segment_bytes": 256, "max_payload_bytes": 128, "max_items": 8, "max_segments": 16}
-    q = port_ddq.Queue(str(d), clock=lambda: 1767225600000, **opts)
-    q.enqueue(b"p" * 100)
-    q.enqueue(b"0123456789")
-    q.claim(1000)  # segment 0: 254 bytes
-    q.enqueue(b"0123456789")
-    q.claim(1000)
-    q.ack(2)  # segment 1: 154 bytes
-    q.enqueue(b"p" * 100)
-    q.close()
+    opts = test_regressions.generation0_segments(str(d))
     seg = d / "segment-00000000000000000001.log"
     seg.write_bytes(seg.read_bytes()[:106])
     r = ddq("verify", d)

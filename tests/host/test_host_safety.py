@@ -6,12 +6,10 @@ clear message.
 
 import json
 import os
-import socket
-import threading
 
 import pytest
 
-from conftest import ddq, one_line_error, tree_hash
+from conftest import HostileServer, ddq, one_line_error, tree_hash
 from ddqhost import locate, qdir
 
 OPTS = {"segment_bytes": 4096, "max_payload_bytes": 256, "max_items": 64, "max_segments": 8}
@@ -102,34 +100,8 @@ def test_non_regular_file_named_like_a_queue_file_is_refused_unopened(tmp_path, 
     assert r.returncode == 2 and "not a regular file" in r.stdout, r.stdout + r.stderr
 
 
-class SilentBroker:
+class SilentBroker(HostileServer):
     """Accepts TCP connections on 127.0.0.1 and never answers (no CONNACK)."""
-
-    def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(4)
-        self.port = self.sock.getsockname()[1]
-        self.conns = []
-        self.stop = threading.Event()
-        self.t = threading.Thread(target=self._run, daemon=True)
-        self.t.start()
-
-    def _run(self):
-        self.sock.settimeout(0.1)
-        while not self.stop.is_set():
-            try:
-                c, _ = self.sock.accept()
-                self.conns.append(c)
-            except OSError:
-                continue
-
-    def close(self):
-        self.stop.set()
-        self.t.join(5)
-        for c in self.conns:
-            c.close()
-        self.sock.close()
 
 
 def test_broker_that_never_answers_times_out_waiting_for_connack(tmp_path):
