@@ -8,9 +8,10 @@ raises, so the Outbox nacks it (retried after a backoff) [E24]:
     await ob.run(ddq_mqtt.MqttAs(mqtt_as_client).send)      # asyncio: Peter Hinch's mqtt_as
     ob.pump(ddq_mqtt.Paho(paho_client).send)                 # CPython gateways: paho-mqtt
 
-and `Sender`, a minimal client of our own over `socket` (CONNECT, PUBLISH, PUBACK, PINGREQ,
-DISCONNECT; no subscribe) that runs unchanged on CPython and MicroPython [E19]. Packet ids come
-from the ddq seq and are never 0; DUP is set on a redelivery (attempts > 0).
+and `Sender`, a minimal client of our own over `socket` (CONNECT, PUBLISH, PUBACK, DISCONNECT;
+no subscribe, no PINGREQ: a connection idle past keepalive is closed and made afresh) that runs
+unchanged on CPython and MicroPython [E19]. Packet ids come from the ddq seq and are never 0;
+DUP is set on a redelivery (attempts > 0).
 
     import ddq_mqtt, ddq_outbox
     ob = ddq_outbox.Outbox("outbox")
@@ -54,7 +55,6 @@ _CONNECT = const(0x10)
 _CONNACK = const(0x20)
 _PUBLISH = const(0x30)
 _PUBACK = const(0x40)
-_PINGREQ = const(0xC0)
 _DISCONNECT = const(0xE0)
 _DUP = const(0x08)
 _RETAIN = const(0x01)
