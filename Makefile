@@ -175,6 +175,7 @@ lint: $(DEPS_STAMP)
 	$(PY) tools/check_imports.py
 	$(PY) tools/check_raises.py
 	$(PY) tools/state_owners.py
+	$(PY) tools/long_functions.py
 
 # Two passes over the one source file (micropython-platform.md §9): `_MP` is False for the
 # CPython pass and True against the MicroPython typeshed. The host tools get the CPython pass.

@@ -16,7 +16,6 @@
 #   allocs     bytes allocated per enqueue / claim / ack in steady state, and which ops run
 #              under micropython.heap_lock()
 #   allocprof  per-line allocation of an instrumented ddq (bench/allocprof.py makes it)
-#   capacity   pending items that fit before MemoryError in this (board-sized) heap
 import gc
 import os
 import sys
@@ -507,39 +506,6 @@ def part_allocprof(a):
     emit({"rounds": rounds, "sync": a["sync"], "per_line": out})
 
 
-def part_capacity(a):
-    # How many pending items fit in this heap (run with a board-sized -X heapsize): the index
-    # arrays grow by reallocation, so they need contiguous room, not just free bytes.
-    load_ddq(a["mod"])
-    d = fresh(a["dir"]) + "/q"
-    q = ddq.Queue(d, sync="none", clock=Clock(), max_items=1000000)
-    p = bytes(a["payload"])
-    m_free = gc.mem_free() if hasattr(gc, "mem_free") else 0
-    m0 = collect()
-    free0 = gc.mem_free()
-    n = 0
-    err = ""
-    try:
-        for _ in range(a["limit"]):
-            q.enqueue(p)
-            n += 1
-    except (MemoryError, ddq.NoMemory) as e:  # (NoMemory: SPEC O23)
-        err = "%s: %s" % (type(e).__name__, e)
-    q = None  # a MemoryError may have struck between the write and the index: discard
-    gc.collect()
-    common.rmtree(a["dir"])
-    emit(
-        {
-            "items": n,
-            "free_before": free0,
-            "alloc_before": m0,
-            "mem_free_at_start": m_free,
-            "error": err,
-            "payload": a["payload"],
-        }
-    )
-
-
 # --- heap per item by state, capacity in a board heap, reopen (DESIGN §4.1) ----------------------
 
 BOARD_OPTS = {
@@ -906,7 +872,6 @@ PARTS = {
     "heapstate": (part_heapstate, {"dir": "", "mod": "", "n": 10000, "k": 500, "payload": 16}),
     "reopen": (part_reopen, {"dir": "", "mod": "", "n": 3000, "payload": 16, "fill": 0}),
     "steady": (part_steady, dict(common.STEADY_DEFAULTS, blocks=256, progsize=256)),
-    "capacity": (part_capacity, {"dir": "", "mod": "", "payload": 16, "limit": 1000000}),
     "lifecycle": (part_lifecycle, {"dir": "", "n": 25, "payload": 100, "blocks": 12}),
     "heap": (
         part_heap,

@@ -123,45 +123,7 @@ def recover(self: "Queue") -> None:
         names = listdir(self)
         _regular(self, names)
         salv = self._salv
-        marker = fs.kind(self._path(_MARKER))
-        if marker not in (0, 1) or (marker == 1 and fs.size(self._path(_MARKER)) != 0):
-            raise _err("Corrupt", "queue.format is not an empty regular file")
-        mpath = self._path(_MANIFEST)
-        mk = fs.kind(mpath)
-        if mk == 0 and marker == 1 and fs.kind(self._path(_MANIFEST_TMP)) == 1:
-            # [R14] FAT renames over a file by remove + rename: a cut between leaves only the
-            # synced tmp. Adopt it when it is a valid manifest; otherwise the manifest is lost.
-            try:
-                decode_manifest(_read_small(self, self._path(_MANIFEST_TMP), _MAN_SIZE + 1))
-            except _E("Corrupt"):
-                raise _err("Corrupt", "queue.manifest missing and queue.manifest.tmp invalid")
-            fs.rename(self._path(_MANIFEST_TMP), mpath)
-            fs.sync_dir(self._dir)
-            mk = 1
-        cp = [0, 0, 0, 1]  # the snapshot boundary: [_CP_SEGS, _CP_ITEMS, _CP_END, _CP_NEXT]
-        seen = True
-        gen = mcrc = 0
-        if mk == 0:
-            if marker == 1:
-                raise _err("Corrupt", "queue.manifest missing but queue.format present [R3]")
-        else:
-            if mk != 1:
-                raise _err("Corrupt", "queue.manifest is not a regular file")
-            mb = _read_small(self, mpath, _MAN_SIZE + 1)
-            gen, nxt, segs, items, end = decode_manifest(mb)
-            mcrc = _crc(mb[0:_M_CRC])  # = its CRC field (a crc32 over its own CRC is a constant)
-            if (
-                nxt == 0
-                or segs == 0
-                or segs > self._max_segs
-                or items > self._max_items
-                or end > self._seg_bytes
-                or (gen != 0 and marker != 1)
-            ):
-                raise _err("Corrupt", "queue.manifest fields out of range for these options")
-            cp = [segs, items, end, nxt]
-            seen = False
-            self._has_manifest = True
+        cp, seen, gen, mcrc = _manifest(self, fs)
         # [R12][R22] finish a tail cut staged by copy + rename (no truncate on MicroPython).
         cut = False
         for name in names:
@@ -177,45 +139,8 @@ def recover(self: "Queue") -> None:
         if cut:
             names = listdir(self)
         log = self._log = _Log(gen)
-        # One listing per open (each costs its names): generation gen's segments by their
-        # index, read in place (parse_segment_name's rules, without its slices and tuple); any
-        # other segment or tmp name only flags the directory for _clean, which decides [R16].
-        pre, w = ("segment-", 8) if gen == 0 else ("generation-%020d-segment-" % gen, 40)
-        ids: "list[int]" = []
-        dirty = False
-        for name in names:
-            if name.startswith(pre) and len(name) == w + 24 and name.endswith(".log"):
-                try:
-                    b = name.encode()  # its digits as ints: no str per char
-                except ValueError:  # (CPython: an undecodable byte in the name)
-                    b = b""
-                i = 0 if len(b) == w + 24 else -1
-                for j in range(w, w + 20):
-                    c = b[j] - 48 if i >= 0 else -1
-                    if c < 0 or c > 9:
-                        i = -1
-                        break
-                    i = i * 10 + c
-                if i < 0 or i > _U64:
-                    dirty = True
-                    continue
-                ids.append(i)
-                if len(ids) > self._max_segs:
-                    raise _err("Limit", "more segments than max_segments")
-            elif (
-                name == _MANIFEST_TMP
-                or name == _INDEX_TMP
-                or name.startswith("segment-")
-                or name.startswith("generation-")
-            ):
-                dirty = True
+        nseg, dirty = _segments(self, names, gen)
         names = []  # the replay holds no name: a board's heap gets the listing's room back
-        ids.sort()
-        for k in range(len(ids)):
-            if ids[k] != k:
-                raise _err("Corrupt", "segment %d of generation %d is missing", k, gen)
-        nseg = len(ids)
-        ids = []
         if self._has_manifest and nseg < cp[_CP_SEGS]:
             raise _err("Corrupt", "fewer segments than the manifest names")
         if not nseg:
@@ -250,34 +175,7 @@ def recover(self: "Queue") -> None:
                     self._ix_bytes, self._salv = kept
         if not st[_ST_SEEN]:
             raise _err("Corrupt", "the manifest's snapshot boundary was never reached")
-        if nseg > 1 and nseg > cp[_CP_SEGS] and not log.sizes[-1]:
-            # [R23] An empty last segment past the manifest's boundary: a rotation whose record
-            # never became durable (a power cut or ENOSPC after W3's create, or its torn record
-            # cut to nothing). It holds nothing; removed, the next record goes where the lost
-            # one would not fit, or rotates again: F7's rotations stay explained. (Durable by
-            # the directory sync below; until then either state is this one.)
-            fs.close(log.h)
-            log.h = None
-            fs.remove(self._path(segment_name(gen, nseg - 1)))
-            log.sizes = log.sizes[0 : nseg - 1]  # (an array: no pop on MicroPython)
-            del log.ck[nseg - 1 :]
-            log.h = fs.open(self._path(segment_name(gen, nseg - 2)), "ab")
-            log.off = log.synced = log.sizes[-1]
-        fs.sync(self._log.h)  # what a crashed writer left in the page cache is durable [D4]
-        fs.sync_dir(self._dir)  # the selected generation is durable before anything is deleted
-        if dirty:  # else the listing held nothing _clean removes, and nothing since adds it
-            self._clean()
-        self._durable = self._next - 1
-        if self._win:  # the hold rule keeps no plan (port/ddq_admit.py)
-            self._plan = None
-        elif loaded < 0:
-            self._plan = self._plan_items()
-        else:  # the saved plan is an upper bound like any cached one (DESIGN §5) [X5]
-            for i in range(loaded, self._ix.n):
-                self._plan_add(self._ix.length(i))
-        self._rbuf = bytearray(0)  # the replay window is not kept (64 KiB on big segments)
-        if self._rm is not None:
-            self._rm.mirror(self)  # the shadow starts from g [C14]
+        _finish(self, fs, log, gen, nseg, cp, dirty, loaded)
     except OSError as e:
         self._fail()
         raise _io_failure(e, "recovery")
@@ -292,6 +190,137 @@ def recover(self: "Queue") -> None:
         except OSError as x:
             raise _io_failure(x, "salvage")
         _part("ddq_salvage").in_place(self, e)  # [K9] repairs the directory, then recovers it
+
+
+def _manifest(self: "Queue", fs: "Any") -> "tuple[list[int], bool, int, int]":
+    """queue.format and queue.manifest checked, a FAT cut's manifest tmp adopted [R3][R14]:
+    the snapshot boundary cp, whether it is seen already (no manifest), the generation and
+    the manifest's CRC."""
+    marker = fs.kind(self._path(_MARKER))
+    if marker not in (0, 1) or (marker == 1 and fs.size(self._path(_MARKER)) != 0):
+        raise _err("Corrupt", "queue.format is not an empty regular file")
+    mpath = self._path(_MANIFEST)
+    mk = fs.kind(mpath)
+    if mk == 0 and marker == 1 and fs.kind(self._path(_MANIFEST_TMP)) == 1:
+        # [R14] FAT renames over a file by remove + rename: a cut between leaves only the
+        # synced tmp. Adopt it when it is a valid manifest; otherwise the manifest is lost.
+        try:
+            decode_manifest(_read_small(self, self._path(_MANIFEST_TMP), _MAN_SIZE + 1))
+        except _E("Corrupt"):
+            raise _err("Corrupt", "queue.manifest missing and queue.manifest.tmp invalid")
+        fs.rename(self._path(_MANIFEST_TMP), mpath)
+        fs.sync_dir(self._dir)
+        mk = 1
+    cp = [0, 0, 0, 1]  # the snapshot boundary: [_CP_SEGS, _CP_ITEMS, _CP_END, _CP_NEXT]
+    seen = True
+    gen = mcrc = 0
+    if mk == 0:
+        if marker == 1:
+            raise _err("Corrupt", "queue.manifest missing but queue.format present [R3]")
+    else:
+        if mk != 1:
+            raise _err("Corrupt", "queue.manifest is not a regular file")
+        mb = _read_small(self, mpath, _MAN_SIZE + 1)
+        gen, nxt, segs, items, end = decode_manifest(mb)
+        mcrc = _crc(mb[0:_M_CRC])  # = its CRC field (a crc32 over its own CRC is a constant)
+        if (
+            nxt == 0
+            or segs == 0
+            or segs > self._max_segs
+            or items > self._max_items
+            or end > self._seg_bytes
+            or (gen != 0 and marker != 1)
+        ):
+            raise _err("Corrupt", "queue.manifest fields out of range for these options")
+        cp = [segs, items, end, nxt]
+        seen = False
+        self._has_manifest = True
+    return cp, seen, gen, mcrc
+
+
+def _segments(self: "Queue", names: "list[str]", gen: int) -> "tuple[int, bool]":
+    """Generation gen's segment count, all of 0..n-1 present, and whether the listing holds
+    a name _clean removes."""
+    # One listing per open (each costs its names): generation gen's segments by their
+    # index, read in place (parse_segment_name's rules, without its slices and tuple); any
+    # other segment or tmp name only flags the directory for _clean, which decides [R16].
+    pre, w = ("segment-", 8) if gen == 0 else ("generation-%020d-segment-" % gen, 40)
+    ids: "list[int]" = []
+    dirty = False
+    for name in names:
+        if name.startswith(pre) and len(name) == w + 24 and name.endswith(".log"):
+            try:
+                b = name.encode()  # its digits as ints: no str per char
+            except ValueError:  # (CPython: an undecodable byte in the name)
+                b = b""
+            i = 0 if len(b) == w + 24 else -1
+            for j in range(w, w + 20):
+                c = b[j] - 48 if i >= 0 else -1
+                if c < 0 or c > 9:
+                    i = -1
+                    break
+                i = i * 10 + c
+            if i < 0 or i > _U64:
+                dirty = True
+                continue
+            ids.append(i)
+            if len(ids) > self._max_segs:
+                raise _err("Limit", "more segments than max_segments")
+        elif (
+            name == _MANIFEST_TMP
+            or name == _INDEX_TMP
+            or name.startswith("segment-")
+            or name.startswith("generation-")
+        ):
+            dirty = True
+    ids.sort()
+    for k in range(len(ids)):
+        if ids[k] != k:
+            raise _err("Corrupt", "segment %d of generation %d is missing", k, gen)
+    nseg = len(ids)
+    return nseg, dirty
+
+
+def _finish(
+    self: "Queue",
+    fs: "Any",
+    log: "_Log",
+    gen: int,
+    nseg: int,
+    cp: "list[int]",
+    dirty: bool,
+    loaded: int,
+) -> None:
+    """After the replay: the writer on its last segment, durable, the directory cleaned,
+    the admission plan rebuilt."""
+    if nseg > 1 and nseg > cp[_CP_SEGS] and not log.sizes[-1]:
+        # [R23] An empty last segment past the manifest's boundary: a rotation whose record
+        # never became durable (a power cut or ENOSPC after W3's create, or its torn record
+        # cut to nothing). It holds nothing; removed, the next record goes where the lost
+        # one would not fit, or rotates again: F7's rotations stay explained. (Durable by
+        # the directory sync below; until then either state is this one.)
+        fs.close(log.h)
+        log.h = None
+        fs.remove(self._path(segment_name(gen, nseg - 1)))
+        log.sizes = log.sizes[0 : nseg - 1]  # (an array: no pop on MicroPython)
+        del log.ck[nseg - 1 :]
+        log.h = fs.open(self._path(segment_name(gen, nseg - 2)), "ab")
+        log.off = log.synced = log.sizes[-1]
+    fs.sync(self._log.h)  # what a crashed writer left in the page cache is durable [D4]
+    fs.sync_dir(self._dir)  # the selected generation is durable before anything is deleted
+    if dirty:  # else the listing held nothing _clean removes, and nothing since adds it
+        self._clean()
+    self._durable = self._next - 1
+    if self._win:  # the hold rule keeps no plan (port/ddq_admit.py)
+        self._plan = None
+    elif loaded < 0:
+        self._plan = self._plan_items()
+    else:  # the saved plan is an upper bound like any cached one (DESIGN §5) [X5]
+        for i in range(loaded, self._ix.n):
+            self._plan_add(self._ix.length(i))
+    self._rbuf = bytearray(0)  # the replay window is not kept (64 KiB on big segments)
+    if self._rm is not None:
+        self._rm.mirror(self)  # the shadow starts from g [C14]
 
 
 def listdir(self: "Queue") -> "list[str]":
