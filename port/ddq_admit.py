@@ -66,9 +66,9 @@ def _admit(self: "Queue", n: int, sh: "Optional[list[int]]" = None, lean: bool =
     generation sh ([segments, last offset]) when given, else on g; lean: without A5's
     STATE share of the control reserve (DESIGN §12) [C14]. First on the cached plan (an
     upper bound), then, when that refuses, on the plan recomputed (exact)."""
-    seg = self._seg_bytes
+    seg = self._o.seg_bytes
     term = _MIN_REC + self.reason_budget
-    phys, plan = self._pl
+    phys, plan = self._o.pl
     place = self._place
     for k in range(2):
         if k:
@@ -97,7 +97,7 @@ def _admit(self: "Queue", n: int, sh: "Optional[list[int]]" = None, lean: bool =
             m, reserved = max(_STATE_REC, term), 0
         else:
             m, reserved = _STATE_REC, 2 * p
-        remaining = self._max_segs - phys[0] - reserved
+        remaining = self._o.max_segs - phys[0] - reserved
         if remaining < 0:
             continue
         left = seg - phys[1]

@@ -101,7 +101,7 @@ def _reader(q: "ddq.Queue", b: Build, old: "ddq._Log", k: int) -> "Any":
     # own record), so it never outlives a sync of g.
     if b.rhk != k:
         _close(q, b)
-        b.rh = q._fs.open(q._path(ddq.segment_name(old.gen, k)), "rb")
+        b.rh = q._o.fs.open(q._path(ddq.segment_name(old.gen, k)), "rb")
         b.rhk = k
     return b.rh
 
@@ -109,7 +109,7 @@ def _reader(q: "ddq.Queue", b: Build, old: "ddq._Log", k: int) -> "Any":
 def _close(q: "ddq.Queue", b: Build) -> None:
     h, b.rh, b.rhk = b.rh, None, -1
     if h is not None:
-        q._fs.close(h)
+        q._o.fs.close(h)
 
 
 def _scan(q: "ddq.Queue", b: Build, old: "ddq._Log", seq: int, ln: int) -> "Any":
@@ -123,9 +123,9 @@ def _scan(q: "ddq.Queue", b: Build, old: "ddq._Log", seq: int, ln: int) -> "Any"
             b.rk, b.rp = k + 1, 0
             continue
         h = _reader(q, b, old, k)
-        if q._read_exact(h, pos, q._mv_hdr) != _HDR:
+        if q._read_exact(h, pos, q._o.mv_hdr) != _HDR:
             raise OSError(_EIO, "short read in " + ddq.segment_name(old.gen, k))
-        m, _v, typ, s, _a, plen, rlen, _c, _r = struct.unpack_from(_REC_FMT, q._rec, 0)
+        m, _v, typ, s, _a, plen, rlen, _c, _r = struct.unpack_from(_REC_FMT, q._o.rec, 0)
         if m != _REC_MAGIC or rlen < _MIN_REC:
             raise ddq._err("Corrupt", "bad record in %s at %d", ddq.segment_name(old.gen, k), pos)
         b.rp = pos + rlen
@@ -142,9 +142,9 @@ def _tail(q: "ddq.Queue", b: Build, old: "ddq._Log", k: int, pos: int) -> None:
     # its index with the replay's rules (R5-R7).
     new, nix = b.log, b.ix
     h = _reader(q, b, old, k)
-    if q._read_exact(h, pos, q._mv_hdr) != _HDR:
+    if q._read_exact(h, pos, q._o.mv_hdr) != _HDR:
         raise OSError(_EIO, "short read in " + ddq.segment_name(old.gen, k))
-    _m, _v, typ, seq, arg, plen, rlen, _c, _r = struct.unpack_from(_REC_FMT, q._rec, 0)
+    _m, _v, typ, seq, arg, plen, rlen, _c, _r = struct.unpack_from(_REC_FMT, q._o.rec, 0)
     pay = q._read_record(old, k, pos, typ, seq, plen, h)
     off = q._append(new, typ, seq, arg, pay if plen else None, True)
     b.to = pos + rlen
@@ -200,7 +200,7 @@ class Reclaim:
         self.dead = []  # (q._clean below deletes what is left of an older generation)
         q._prepare_format()  # (ddq_compact: sync, manifest, marker, clean; a failure fail-stops)
         log = q._log
-        b = Build(log.gen + 1, q._tc, q._ix.n, q._next, len(log.sizes) - 1, log.off)
+        b = Build(log.gen + 1, q._o.tc, q._ix.n, q._log.next, len(log.sizes) - 1, log.off)
         self.bld = b
         try:
             q._new_segment(b.log, True)
@@ -274,7 +274,7 @@ class Reclaim:
         b, self.bld = self.bld, None
         if b is None:
             return
-        fs = q._fs
+        fs = q._o.fs
         for h in (b.rh, b.log.h):  # each closed whatever the other's close raised (no handle left)
             if h is not None:
                 try:
@@ -286,7 +286,7 @@ class Reclaim:
             for k in range(len(b.log.sizes)):
                 fs.remove(q._path(ddq.segment_name(b.log.gen, k)))
             if b.log.sizes:
-                fs.sync_dir(q._dir)
+                fs.sync_dir(q._o.dir)
         except OSError:
             pass
 
@@ -358,7 +358,7 @@ class Reclaim:
     def _publish(self, q: "ddq.Queue") -> None:
         # The commit point is the manifest rename, as for any compaction [C5]; the manifest
         # names the snapshot, the copied tail follows it.
-        b, old, fs = self.bld, q._log, q._fs
+        b, old, fs = self.bld, q._log, q._o.fs
         if b is None or b.snap is None:
             return
         new, nix = b.log, b.ix
@@ -369,7 +369,7 @@ class Reclaim:
         fs.sync(new.h)
         new.synced = new.off
         new.dirty = False
-        fs.sync_dir(q._dir)
+        fs.sync_dir(q._o.dir)
         published = [False]
         try:
             q._publish(new.gen, b.next0, b.snap[0], b.snap[2], b.snap[1], published)
@@ -386,7 +386,9 @@ class Reclaim:
                 raise ddq._io_failure(e, "compaction")
             raise
         self.bld = None
-        h, old.h = old.h, None
+        h, gen, segs = old.h, old.gen, len(old.sizes)
+        old.adopt(new)  # the writer (the same object) takes g+1, and the index with it [C6]
+        q._ix = nix
         try:
             fs.close(h)
         except OSError:
@@ -400,23 +402,22 @@ class Reclaim:
                 le[_LV_LEASE] = 0
             else:
                 del q._swept[s]
-        q._log, q._ix = new, nix
         q._has_manifest = True
         q._n_acked -= b.dropped
         q._plan = b.plan
         # g's segments go a few a call (unlink); a cut leaves them to recovery (R16).
-        self.dead = [old.gen, 0, len(old.sizes)]
+        self.dead = [gen, 0, segs]
         q._index_update()
 
     def unlink(self, q: "ddq.Queue") -> None:
         # Delete up to 4 segments of a replaced generation [C13]; errors leave them to the next
         # clean (compaction, recovery: R16).
-        d, fs = self.dead, q._fs
+        d, fs = self.dead, q._o.fs
         try:
             for _ in range(4):
                 if d[1] >= d[2]:
                     self.dead = []
-                    fs.sync_dir(q._dir)
+                    fs.sync_dir(q._o.dir)
                     return
                 p = q._path(ddq.segment_name(d[0], d[1]))
                 d[1] += 1
@@ -435,7 +436,7 @@ class Reclaim:
     def mirror(self, q: "ddq.Queue") -> None:
         # g is what C DDQ's queue holds now: at open, after compact() and purge(). Under the hold
         # rule (window > 0) admission is H2's, which depends on the contents only: no shadow [H8].
-        if q._win:
+        if q._o.win:
             return
         log = q._log
         self.sh = [len(log.sizes), log.off, sum(log.sizes), q._ix.n]
@@ -462,7 +463,7 @@ class Reclaim:
                 rs[j] = _MIN_REC + reason[2]
         # Next-fit (A2) on local ints: this is the one O(items) pass, no calls per record.
         k = o = total = n = i = 0
-        seg, w, cnt = q._seg_bytes, q._max_segs, ix.n
+        seg, w, cnt = q._o.seg_bytes, q._o.max_segs, ix.n
         for c in range(len(ix.col)):  # per chunk: its states, its base length and lengths over it
             ch, cl, lv = ix.col[c], ix.cl[c], ix.lv[c]
             for j in range(_CH):
@@ -488,7 +489,7 @@ class Reclaim:
                 i += 1
         if k == 0:
             k = 1  # the copy's first segment exists even when empty
-        if total >= sh[2] or n > q._max_items - required or (k >= w and o + reserve > seg):
+        if total >= sh[2] or n > q._o.max_items - required or (k >= w and o + reserve > seg):
             raise ddq._err("Full", "compaction: no benefit")
         sh[0], sh[1], sh[2], sh[3] = k, o, total, n
 
@@ -498,7 +499,7 @@ class Reclaim:
         # that drain every pending item (A8), else g is compacted whole now, as inline. That check
         # leaves out A5's STATE share: a whole copy of g can exceed the shadow by a STATE in place
         # of a CLAIM (24 B) per item, inside the 72 B A5 reserved for it (DESIGN §12) [C13].
-        sh, mx = self.sh, q._max_items
+        sh, mx = self.sh, q._o.max_items
         if sh is None:
             return
         if not q._admit(n, sh) or sh[3] >= mx:
@@ -518,7 +519,7 @@ class Reclaim:
         sh = self.sh
         if sh is None:
             return
-        if sh[1] > 0 and sh[1] + total > q._seg_bytes and sh[0] >= q._max_segs:
+        if sh[1] > 0 and sh[1] + total > q._o.seg_bytes and sh[0] >= q._o.max_segs:
             try:
                 self.fresh(q, total, 0)
             except ddq.Full:
