@@ -567,7 +567,7 @@ _HN_SEG = const(2)  # its segment; -1: none yet
 
 
 class _Index:
-    if not _MP:  # (as Claim's)
+    if __debug__:  # (as _Log's)
         __slots__ = (
             "n",
             "tc",
@@ -583,6 +583,10 @@ class _Index:
             "reasons",
             "fresh",
             "hint",
+            "avail",
+            "claimed",
+            "acked",
+            "quar",
         )
 
     def __init__(self, tc: str) -> None:
@@ -610,6 +614,8 @@ class _Index:
         self.reasons: "dict[int, list[int]]" = {}
         self.fresh = 0  # every index below is not a plain available item
         self.hint = [-1, 0, -1]  # [_HN_I, _HN_OFF, _HN_SEG]: none located yet
+        # The items in each state: add and put keep them (recovery's replay too, inline)
+        self.avail = self.claimed = self.acked = self.quar = 0
 
     def add(self, seq: int, sg: int, ln: int) -> None:
         n = self.n
@@ -640,6 +646,7 @@ class _Index:
             self.sfo.append(n)
         self.last = seq
         self.n = n + 1
+        self.avail += 1
 
     def state(self, i: int) -> int:
         return (self.col[i >> _CS][(i & _CM) >> 2] >> ((i & 3) << 1) & 3) + 1
@@ -650,7 +657,28 @@ class _Index:
 
     def put(self, i: int, state: int) -> None:
         a, b, s = self.col[i >> _CS], (i & _CM) >> 2, (i & 3) << 1
+        self.count((a[b] >> s & 3) + 1, -1)
+        self.count(state, 1)
         a[b] = a[b] & ~(3 << s) | (state - 1) << s
+
+    def count(self, state: int, d: int) -> None:
+        if state == _AVAILABLE:
+            self.avail += d
+        elif state == _CLAIMED:
+            self.claimed += d
+        elif state == _ACKED:
+            self.acked += d
+        else:
+            self.quar += d
+
+    def skip(self) -> int:
+        # The first index that may be a fresh item (a plain available one): the cursor, moved
+        # past those that are not (claim, claim_ordered; DESIGN §4).
+        f, live = self.fresh, self.live
+        while f < self.n and (self.state(f) != _AVAILABLE or self.seq(f) in live):
+            f += 1
+        self.fresh = f
+        return f
 
     def at(self, a: "Any", x: int) -> int:
         # The index of the last value <= x in the ascending a (a[0] <= x): a binary search.
@@ -831,10 +859,12 @@ class Queue:
     # and its owners"; tools/state_owners.py, in `make lint`, checks it):
     _o: "Options"  # the options, set once at open: ddq_recover.init alone
     _log: _Log  # the writer: ddq.py alone (recovery builds it; a compaction hands it over)
+    _ix: "_Index"  # the index and its counts: ddq.py alone (recovery builds it; a compaction
+    # makes a new one, which it keeps its own counts in)
     # reclaim_step > 0: the reclamation state (ddq_reclaim.Reclaim, written there alone), else
     # None: compaction runs whole in the call that needs it, as C DDQ's (DESIGN §12) [C13]
     _rm: "Optional[Reclaim]"
-    # The rest: the index and its companions, the lifecycle (still written from several parts).
+    # The rest: the index's companions, the lifecycle (still written from several parts).
     _closed: bool
     _lock: "Any"
     _hd: "Optional[list[int]]"  # hold: [unacked DATA bytes (upper bound), stamp n, acked, gen]
@@ -842,12 +872,7 @@ class Queue:
     clock: "Callable[[], int]"
     reason_budget: int
     _rbuf: bytearray  # the read buffer (reads, the replay's window)
-    _ix: "_Index"
     _has_manifest: bool
-    _n_avail: int
-    _n_claimed: int
-    _n_acked: int
-    _n_quar: int
     _plan: "Optional[list[int]]"  # cached worst-case compacted plan [segs, off]
     _swept: "dict[int, int]"  # seq -> lease of a claim expired in RAM only [T2]
     _ixcov: "Optional[list[int]]"  # [generation, sizes...] queue.index covers
@@ -899,25 +924,13 @@ class Queue:
             raise _err("IOFailure", _X_CLOCK, now)
         return now
 
-    def _count(self, state: int, d: int) -> None:
-        if state == _AVAILABLE:
-            self._n_avail += d
-        elif state == _CLAIMED:
-            self._n_claimed += d
-        elif state == _ACKED:
-            self._n_acked += d
-        else:
-            self._n_quar += d
-
     def _move(self, i: int, state: int, attempts: int, lease: int, nb: int) -> None:
         ix, staged = self._ix, self._rm
         if staged is not None and staged.bld is not None:
             staged.cow(self, i)  # not copied yet: its state at P0 kept [C13]
         if self._swept:
             self._swept.pop(ix.seq(i), None)
-        self._count(ix.state(i), -1)
-        self._count(state, 1)
-        ix.put(i, state)
+        ix.put(i, state)  # (the counts too)
         ix.set_history(i, attempts, lease, nb)
 
     # ------------------------------------------------------------------ writing
@@ -1183,8 +1196,7 @@ class Queue:
                 self._rm.start(self)  # stage g+1 over the next calls (DESIGN §12) [C13]
             seq = w.next
             self._write(_T_DATA, seq, 0, payload, o.sync_ack)
-            self._ix.add(seq, len(w.sizes) - 1, n)
-            self._n_avail += 1
+            self._ix.add(seq, len(w.sizes) - 1, n)  # (available: counted)
             w.next = seq + 1
             if not w.dirty:
                 w.durable = seq
@@ -1212,10 +1224,7 @@ class Queue:
             now = self._now()
             ix = self._ix
             best, best_seq = -1, 0
-            f, live = ix.fresh, ix.live  # the cursor below which no item is fresh (DESIGN §4)
-            while f < ix.n and (ix.state(f) != _AVAILABLE or ix.seq(f) in live):
-                f += 1
-            ix.fresh = f
+            f, live = ix.skip(), ix.live  # the first item that may be fresh (DESIGN §4)
             for s, e in live.items():
                 self._sweep(e, now)
                 i = e[_LV_I]
@@ -1251,11 +1260,9 @@ class Queue:
         if self._ix.state(i) == _CLAIMED and (
             e[_LV_LEASE] <= now or e[_LV_LEASE] - now > _MAX_LEASE_MS
         ):
-            self._ix.put(i, _AVAILABLE)
+            self._ix.put(i, _AVAILABLE)  # (the counts too)
             self._swept[self._ix.seq(i)] = e[_LV_LEASE]  # on disk it is still claimed [X3]
             e[_LV_LEASE] = 0
-            self._n_claimed -= 1
-            self._n_avail += 1
 
     def _claimed(self, seq: int, done: int) -> int:
         # A claimed item always has a live entry holding its index: no binary search [O7].

@@ -252,7 +252,7 @@ def _compact(
         self._rm.drop(self, True)  # _clean deletes what is left of a replaced one [C13]
     if self._log.h is None:
         raise _err("IOFailure", "queue is fail-stopped")
-    if required and not self._n_acked:
+    if required and not self._ix.acked:
         raise _err("Full", "max_items reached and nothing is acked")
     if self._log.gen >= _U64:
         raise _err("Limit", "generations exhausted")
@@ -320,8 +320,6 @@ def _compact(
         pass
     self._swept = {}  # the STATE snapshots made the RAM sweeps durable
     self._has_manifest = True
-    self._n_acked = 0
-    self._n_quar -= len(drop) if drop else 0
     self._plan = plan
     try:
         self._clean()

@@ -69,10 +69,7 @@ def claim_ordered(self: "Queue", lease_ms: int) -> "Optional[Claim]":
         self._alive()
         now = self._now()
         ix = self._ix
-        f, live = ix.fresh, ix.live  # the cursor below which no item is fresh (as Queue.claim)
-        while f < ix.n and (ix.state(f) != _AVAILABLE or ix.seq(f) in live):
-            f += 1
-        ix.fresh = f
+        f, live = ix.skip(), ix.live  # the first item that may be fresh (as Queue.claim)
         # Only the earliest unfinished item is a candidate; only it is swept.
         head, hs = (f, ix.seq(f)) if f < ix.n else (-1, 0)
         for s, e in live.items():
@@ -218,12 +215,12 @@ def stats(self: "Queue") -> Stats:
     """Return counts; works while fail-stopped (`.failed`) [O9]."""
     self._log.mark()  # (a MemoryError below: NoMemory, Queue._oom [O23])
     try:
-        s = Stats()
-        s.total_items = self._ix.n
-        s.available_items = self._n_avail
-        s.claimed_items = self._n_claimed
-        s.acknowledged_items = self._n_acked
-        s.quarantined_items = self._n_quar
+        s, ix = Stats(), self._ix
+        s.total_items = ix.n
+        s.available_items = ix.avail
+        s.claimed_items = ix.claimed
+        s.acknowledged_items = ix.acked
+        s.quarantined_items = ix.quar
         s.stored_bytes = sum(self._log.sizes)
         s.segment_count = len(self._log.sizes)
         s.next_seq = self._log.next

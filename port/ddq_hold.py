@@ -43,7 +43,7 @@ def _recount(self: "Queue") -> "list[int]":
             m = ln
         if ix.state(i) != _ACKED:
             d += _MIN_REC + ln
-    return [d, ix.n, self._n_acked, self._log.gen, m]
+    return [d, ix.n, ix.acked, self._log.gen, m]
 
 
 def fits(self: "Queue", dd: int, dn: int, dh: int, dq: int, dqn: int, r: int) -> bool:
@@ -75,7 +75,7 @@ def fits(self: "Queue", dd: int, dn: int, dh: int, dq: int, dqn: int, r: int) ->
         b = segs * (seg - big + 1) - big - hd[0] - dd - _STATE_REC * hw - (dq if dq > ev else ev)
         c = (
             segs * (seg // big)
-            - (ix.n - self._n_acked + dn)
+            - (ix.n - ix.acked + dn)
             - hw
             - 2 * (dqn if dqn > en else en)
             - 1
@@ -85,7 +85,7 @@ def fits(self: "Queue", dd: int, dn: int, dh: int, dq: int, dqn: int, r: int) ->
             return True
         # The cached DATA sum and longest payload are upper bounds (acks and compactions only
         # lower them): recount when they refuse, unless exact (nothing acked since the count).
-        if hd[1] == ix.n and hd[2] == self._n_acked and hd[3] == self._log.gen:
+        if hd[1] == ix.n and hd[2] == ix.acked and hd[3] == self._log.gen:
             break
         hd = None
     return False

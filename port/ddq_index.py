@@ -224,10 +224,10 @@ def _header(q: "ddq.Queue", body: int, mcrc: int) -> bytearray:
         q._log.next,
         ix.n,
         ix.fresh,
-        q._n_avail - sw,
-        q._n_claimed + sw,
-        q._n_acked,
-        q._n_quar,
+        ix.avail - sw,
+        ix.claimed + sw,
+        ix.acked,
+        ix.quar,
         len(ix.live),
         len(ix.hist),
         len(ix.reasons),
@@ -531,7 +531,7 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
         return -1
     # Adopt: the covered segments but the last are whole; the last resumes its replay.
     q._ix, q._log.next = nix, nxt
-    q._n_avail, q._n_claimed, q._n_acked, q._n_quar = na, nc, nk, nq
+    nix.avail, nix.claimed, nix.acked, nix.quar = na, nc, nk, nq  # (the columns': adopted whole)
     # The plan depends on the options (not stored, M8): another writer's is not used [X5].
     ok = p0 != _IX_NO_PLAN and flags & 0xFFFFFF00 == _plan_key(q)
     q._plan = [p0, p1] if ok else None

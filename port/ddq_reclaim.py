@@ -68,7 +68,6 @@ class Build:
             "next0",
             "cow",
             "plan",
-            "dropped",
             "snap",
             "tk",
             "to",
@@ -88,7 +87,6 @@ class Build:
         # before it was copied (copy on write)
         self.cow: "dict[int, Any]" = {}
         self.plan: "Optional[list[int]]" = [0, 0]  # the admission plan of the copy (§5)
-        self.dropped = 0  # items acked at P0, not copied
         self.snap: "Optional[list[int]]" = None  # the snapshot's segments, end, items
         self.tk, self.to = tk, to  # where the copy of g's tail stands (P0 at first)
         self.rk = self.rp = 0  # the snapshot scan: the next record header of g to read
@@ -218,7 +216,8 @@ class Reclaim:
         # the next and followed at once when it rises; a quarter more for margin. Later than that
         # and admission or the segment limit forces a whole copy; earlier and a generation absorbs
         # less before its copy (DESIGN §12) [C13].
-        if self.bld is not None or q._slack < 0 or not q._n_acked or q._n_acked < self.bnext:
+        ix = q._ix
+        if self.bld is not None or q._slack < 0 or not ix.acked or ix.acked < self.bnext:
             return (
                 False  # room unknown, or nothing (or too little since a useless build) to reclaim
             )
@@ -230,7 +229,7 @@ class Reclaim:
         if self.dead:
             return False  # g-1's segments are still going, 4 a call: then start (bounded work)
         s = self.units
-        units = q._n_avail + q._n_claimed + q._n_quar + q._n_acked // _SKIP
+        units = ix.avail + ix.claimed + ix.quar + ix.acked // _SKIP
         calls = units // (s - 1 if s > 1 else 1) + 8
         per = last[2] * 5 // 64  # (×16 fixed point, + 1/4)
         return slack < calls * (per if per > _MIN_REC + n else _MIN_REC + n)
@@ -313,8 +312,7 @@ class Reclaim:
                         else:
                             s, a, lease, nb, reason = c
                         if s != _ACKED:
-                            break
-                        b.dropped += 1
+                            break  # (acked at P0: not copied; the copy's index counts its own)
                         i += 1
                         b.i = i
                         if i >= b.n0:
@@ -347,7 +345,7 @@ class Reclaim:
             _close(q, b)
         except ddq.Limit:  # the copy needs more segments than allowed: no benefit now
             self.drop(q)
-            self.bnext = q._n_acked + self.units
+            self.bnext = q._ix.acked + self.units
         except BaseException as e:  # as an inline compaction: fail-stop [C7][R20]
             self.drop(q)
             q._fail()
@@ -364,7 +362,7 @@ class Reclaim:
         new, nix = b.log, b.ix
         if sum(new.sizes) >= sum(old.sizes):  # no benefit: g stays, as for compact() [C8]
             self.drop(q)
-            self.bnext = q._n_acked + self.units
+            self.bnext = q._ix.acked + self.units
             return
         fs.sync(new.h)
         new.synced = new.off
@@ -403,7 +401,6 @@ class Reclaim:
             else:
                 del q._swept[s]
         q._has_manifest = True
-        q._n_acked -= b.dropped
         q._plan = b.plan
         # g's segments go a few a call (unlink); a cut leaves them to recovery (R16).
         self.dead = [gen, 0, segs]
@@ -448,7 +445,7 @@ class Reclaim:
         sh, ix = self.sh, q._ix
         if sh is None:
             return
-        if required and sh[3] <= q._n_avail + q._n_claimed + q._n_quar:
+        if required and sh[3] <= ix.avail + ix.claimed + ix.quar:
             raise ddq._err("Full", "max_items reached and nothing is acked")
         # The indexes of the AVAILABLE items with history (each gets a STATE) and of the reasons:
         # small tables, so the pass over the column reads no seq.

@@ -714,11 +714,11 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                             seg_first.append(items)
                         index.n = items + 1
                         index.last = seq
+                        index.avail += 1
                     else:
-                        index.add(seq, seg, plen)
+                        index.add(seq, seg, plen)  # (counts it available)
                     items += 1
                     last_seq = seq
-                    self._n_avail += 1
                     if seq >= log.next:
                         log.next = seq + 1
                     st[_ST_SNAP] = False
@@ -741,8 +741,8 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                         and not swept
                     ):
                         attempts, not_before = entry[_LV_ATT], entry[_LV_NB]
-                        self._n_claimed -= 1
-                        self._n_acked += 1
+                        index.claimed -= 1
+                        index.acked += 1
                         states[byte] ^= ((_CLAIMED - 1) ^ (_ACKED - 1)) << shift
                         del live[seq]
                         if attempts or not_before:
@@ -756,8 +756,8 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                         and not swept
                     ):
                         if state == _AVAILABLE:
-                            self._n_avail -= 1
-                            self._n_claimed += 1
+                            index.avail -= 1
+                            index.claimed += 1
                         states[byte] ^= ((state - 1) ^ (_CLAIMED - 1)) << shift
                         if entry is None:
                             old = hist.pop(seq, None)
@@ -1076,7 +1076,6 @@ def _reset(self: "Queue") -> None:
     log.nap = log.w0 = 0  # records appended: Queue._oom [O23]
     self._log = log
     self._has_manifest = False
-    self._n_avail = self._n_claimed = self._n_acked = self._n_quar = 0
     self._plan = None  # cached worst-case compacted plan [segs, off]
     self._hd = None  # the hold rule's DATA bytes, recounted at first use [H2]
     self._swept = {}  # seq -> lease of a claim expired in RAM only [T2]

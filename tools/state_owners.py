@@ -40,6 +40,7 @@ OWNED = {
     "_rm": ("Reclaim", "ddq_reclaim", ()),  # the reclamation state (reclaim_step > 0)
     "_o": ("Options", "ddq_recover", ()),  # the options, set at open by init
     "_log": ("_Log", "ddq", ("ddq_recover", "ddq_index")),  # the writer
+    "_ix": ("_Index", "ddq", ("ddq_recover", "ddq_index")),  # the index and its counts
 }
 HELD = ("_log", "_ix") + tuple(OWNED)  # objects of the queue whose fields count as its state
 CLASSES = {"_Log": "_log", "_Index": "_ix"}  # class -> the attribute that holds it

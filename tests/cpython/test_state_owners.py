@@ -81,7 +81,8 @@ def test_a_new_cross_module_write_fails_and_names_it(tmp_path):
     assert out.splitlines()[-1] == (
         "state: 2 attributes, 2 (module, attribute) pairs, 2 modules writing;"
         " owned: _rm by ddq_reclaim (0 fields), _o by ddq_recover (0 fields),"
-        " _log by ddq (built by ddq_recover, ddq_index) (1 fields)"
+        " _log by ddq (built by ddq_recover, ddq_index) (1 fields),"
+        " _ix by ddq (built by ddq_recover, ddq_index) (0 fields)"
     ), out
 
 
@@ -138,10 +139,10 @@ def _reset(q):
 """
 
 
-def test_the_options_and_the_writer_have_owners(tmp_path):
-    # the options (Queue._o) are set by ddq_recover.init alone; the writer (Queue._log) is
-    # ddq's, which recovery (ddq_recover, ddq_index) builds from the disk: no other part writes
-    # either (issue 37 item 1)
+def test_the_options_the_writer_and_the_index_have_owners(tmp_path):
+    # the options (Queue._o) are set by ddq_recover.init alone; the writer (Queue._log) and the
+    # index with its counts (Queue._ix) are ddq's, which recovery (ddq_recover, ddq_index)
+    # builds from the disk: no other part writes them (issue 37 item 1)
     d = _port(tmp_path, {"ddq_recover.py": RECOVER, "ddq_a.py": "def x(q):\n    pass\n"})
     ddq = (d / "ddq.py").read_text().replace('"ddq_b": ""', '"ddq_b": "", "ddq_recover": ""')
     (d / "ddq.py").write_text(ddq)
@@ -162,6 +163,9 @@ def test_the_options_and_the_writer_have_owners(tmp_path):
         "not its owner: ddq_a writes _log.h (line 3): _log's fields are written by ddq (built by"
         " ddq_recover, ddq_index) alone" in out
     ), out
+    (d / "ddq_a.py").write_text("def x(q):\n    ix = q._ix\n    ix.acked -= 1\n")
+    rc, out = _run(d)
+    assert rc == 1 and "not its owner: ddq_a writes _ix.acked (line 3)" in out, out
 
 
 def test_a_pair_gone_is_reported_for_the_record(tmp_path):
