@@ -792,7 +792,7 @@ def part_flash(a):
         for _ in range(a["backlog"]):
             q.enqueue(p)
         dev.zero()
-        w0, r0 = st.bytes if st else 0, q._nap
+        w0, r0 = st.bytes if st else 0, q._log.nap
         if st:
             dev.set_bytes = 0
             dev.wear = [0] * blocks
@@ -804,7 +804,7 @@ def part_flash(a):
             "progs": dev.progs / n,
             "erases": dev.erases / n,
             "prog_bytes": dev.prog_bytes / n,
-            "records": (q._nap - r0) / n,
+            "records": (q._log.nap - r0) / n,
         }
         if st:
             r["ddq_bytes"] = (st.bytes - w0) / n

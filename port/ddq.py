@@ -72,6 +72,7 @@ if TYPE_CHECKING:
 
     from ddq_extra import Item, Stats
     from ddq_reclaim import Reclaim
+    from ddq_recover import Options
 
 
 # CRC-32/ISO-HDLC on both interpreters, running form included (SPEC §2); binascii itself is not
@@ -566,7 +567,7 @@ _HN_SEG = const(2)  # its segment; -1: none yet
 
 
 class _Index:
-    if not _MP:  # (as Claim's)
+    if __debug__:  # (as _Log's)
         __slots__ = (
             "n",
             "tc",
@@ -582,6 +583,10 @@ class _Index:
             "reasons",
             "fresh",
             "hint",
+            "avail",
+            "claimed",
+            "acked",
+            "quar",
         )
 
     def __init__(self, tc: str) -> None:
@@ -609,6 +614,8 @@ class _Index:
         self.reasons: "dict[int, list[int]]" = {}
         self.fresh = 0  # every index below is not a plain available item
         self.hint = [-1, 0, -1]  # [_HN_I, _HN_OFF, _HN_SEG]: none located yet
+        # The items in each state: add and put keep them (recovery's replay too, inline)
+        self.avail = self.claimed = self.acked = self.quar = 0
 
     def add(self, seq: int, sg: int, ln: int) -> None:
         n = self.n
@@ -639,6 +646,7 @@ class _Index:
             self.sfo.append(n)
         self.last = seq
         self.n = n + 1
+        self.avail += 1
 
     def state(self, i: int) -> int:
         return (self.col[i >> _CS][(i & _CM) >> 2] >> ((i & 3) << 1) & 3) + 1
@@ -649,7 +657,28 @@ class _Index:
 
     def put(self, i: int, state: int) -> None:
         a, b, s = self.col[i >> _CS], (i & _CM) >> 2, (i & 3) << 1
+        self.count((a[b] >> s & 3) + 1, -1)
+        self.count(state, 1)
         a[b] = a[b] & ~(3 << s) | (state - 1) << s
+
+    def count(self, state: int, d: int) -> None:
+        if state == _AVAILABLE:
+            self.avail += d
+        elif state == _CLAIMED:
+            self.claimed += d
+        elif state == _ACKED:
+            self.acked += d
+        else:
+            self.quar += d
+
+    def skip(self) -> int:
+        # The first index that may be a fresh item (a plain available one): the cursor, moved
+        # past those that are not (claim, claim_ordered; DESIGN §4).
+        f, live = self.fresh, self.live
+        while f < self.n and (self.state(f) != _AVAILABLE or self.seq(f) in live):
+            f += 1
+        self.fresh = f
+        return f
 
     def at(self, a: "Any", x: int) -> int:
         # The index of the last value <= x in the ascending a (a[0] <= x): a binary search.
@@ -723,10 +752,41 @@ def _bytes_arg(v: "Any", name: str) -> "Buf":
 
 
 class _Log:
-    """The segments of one generation as the writer sees them."""
+    """The segments of one generation as the writer sees them. The queue's own (Queue._log) is
+    the writer besides: the seqs' ends, the unsynced copies and the count of appended records.
+    Written by ddq.py alone, and built by recovery (ddq_recover, ddq_index); a compaction's new
+    generation is handed over by adopt (DESIGN §13 "State and its owners")."""
 
-    if not _MP:  # (as Claim's)
-        __slots__ = ("gen", "sizes", "off", "h", "dirty", "synced", "ck")
+    if __debug__:  # (CPython's; a board's -O3 build has no tuple: as ddq_reclaim.Build's)
+        __slots__ = (
+            "gen",
+            "sizes",
+            "off",
+            "h",
+            "dirty",
+            "synced",
+            "ck",
+            "next",
+            "durable",
+            "tail",
+            "unsynced",
+            "ubase",
+            "ub",
+            "nap",
+            "w0",
+        )
+
+    # The writer's own fields (the queue's log alone; set by ddq_recover._reset, which builds it):
+    next: int  # the seq of the next enqueue
+    durable: int  # durable_seq [D4]
+    tail: int  # the bytes the last recovery cut off as torn tails [R10]
+    # sync="none": payloads of the DATA records not synced yet [D7], the seq of the first
+    # (consecutive seqs: an enqueue appends, every sync clears) and their bytes [D3]
+    unsynced: "list[bytes]"
+    ubase: int
+    ub: int
+    nap: int  # records appended (to any generation): Queue._oom [O23]
+    w0: int  # nap at the last mark (_alive)
 
     def __init__(self, gen: int) -> None:
         self.gen = gen
@@ -737,6 +797,20 @@ class _Log:
         self.h: "Any" = None
         self.dirty = False
         self.synced = 0  # the last segment is durable (and visible to a new reader) up to here
+
+    def mark(self) -> None:
+        # An operation starts: RAM matches the log here (Queue._oom) [O23].
+        self.w0 = self.nap
+
+    def adopt(self, new: "_Log") -> None:
+        # The writer takes over new's segments: a published generation (compaction) [C6].
+        self.gen = new.gen
+        self.sizes = new.sizes
+        self.ck = new.ck
+        self.off = new.off
+        self.h = new.h
+        self.dirty = new.dirty
+        self.synced = new.synced
 
 
 class Queue:
@@ -781,60 +855,34 @@ class Queue:
                 raise _err("NoMemory", _X_NOMEM)
 
     # Attributes, set by ddq_recover.init and _reset (annotations alone compile to nothing).
-    _closed: bool
-    _lock: "Any"
-    _seg_bytes: int
-    _max_payload: int
-    _max_items: int
-    _max_segs: int
-    _ix_bytes: int
+    # The queue's state lives in a few objects, each written by one module (DESIGN §13 "State
+    # and its owners"; tools/state_owners.py, in `make lint`, checks it):
+    _o: "Options"  # the options, set once at open: ddq_recover.init alone
+    _log: _Log  # the writer: ddq.py alone (recovery builds it; a compaction hands it over)
+    _ix: "_Index"  # the index and its counts: ddq.py alone (recovery builds it; a compaction
+    # makes a new one, which it keeps its own counts in)
     # reclaim_step > 0: the reclamation state (ddq_reclaim.Reclaim, written there alone), else
     # None: compaction runs whole in the call that needs it, as C DDQ's (DESIGN §12) [C13]
     _rm: "Optional[Reclaim]"
-    _win: int  # the hold rule's claims in flight; 0: libddq's admission (SPEC §10.1) [H1]
-    _ev: int  # the hold rule's quarantine evidence budget, bytes [H1]
+    # The rest: the index's companions, the lifecycle (still written from several parts).
+    _closed: bool
+    _lock: "Any"
     _hd: "Optional[list[int]]"  # hold: [unacked DATA bytes (upper bound), stamp n, acked, gen]
     _salv: "Any"  # on_corrupt="salvage": [salvaged, lost], else None [K9]
-    _tc: str  # the index column's typecode (DESIGN §4)
-    _sync_all: bool
-    _sync_ack: bool
     clock: "Callable[[], int]"
-    _fs: "Any"
-    _dir: str
     reason_budget: int
-    _rec: bytearray  # one reused 48-byte record buffer and its views (STYLE 6)
-    _mv_hdr: memoryview
-    _mv_ftr: memoryview
-    _mv_crc1: memoryview
-    _mv_crc2: memoryview
-    _state_buf: bytearray
-    _pl: "tuple[list[int], list[int]]"  # scratch plans for admission
-    _rbuf: bytearray
-    _ix: "_Index"
-    _log: _Log
-    _next: int
-    _durable: int
-    _tail: int
+    _rbuf: bytearray  # the read buffer (reads, the replay's window)
     _has_manifest: bool
-    _n_avail: int
-    _n_claimed: int
-    _n_acked: int
-    _n_quar: int
     _plan: "Optional[list[int]]"  # cached worst-case compacted plan [segs, off]
-    _unsynced: "list[bytes]"  # sync="none": payloads of the DATA records not synced yet [D7]
-    _ubase: int  # the seq of _unsynced[0] (an enqueue appends, every sync clears)
-    _ub: int  # the bytes of _unsynced [D3]
     _swept: "dict[int, int]"  # seq -> lease of a claim expired in RAM only [T2]
     _ixcov: "Optional[list[int]]"  # [generation, sizes...] queue.index covers
     replayed_records: int  # records the last recovery read and applied [X6]
     index_used: bool  # the last recovery started from queue.index [X6]
     _slack: int  # admission's room left at the last enqueue, in bytes (-1: unknown)
-    _nap: int  # records appended (to any generation): Queue._oom [O23]
-    _w0: int  # _nap at the last _alive()
 
     # ------------------------------------------------------------------ state
     def _path(self, name: str) -> str:
-        return self._dir + "/" + name
+        return self._o.dir + "/" + name
 
     def __enter__(self) -> "Queue":
         return self
@@ -843,27 +891,30 @@ class Queue:
         self.close()
 
     def _alive(self) -> None:
-        self._w0 = self._nap  # (RAM matches the log here: _oom)
+        log = self._log
+        log.w0 = log.nap  # (RAM matches the log here: _oom)
         if self._closed:
             raise _err("IOFailure", _X_CLOSED)
-        if self._log.h is None:
+        if log.h is None:
             raise _err("IOFailure", _X_STOPPED)
 
     def _fail(self) -> None:
         # Fail-stop [R20]: drop the writable handle; only stats/recover/close work until recover().
         if self._rm is not None:
             self._rm.drop(self)  # a staged generation abandoned [C13]
-        h, self._log.h = self._log.h, None
+        log = self._log
+        h, log.h = log.h, None
         if h is not None:
             try:
-                self._fs.close(h)
+                self._o.fs.close(h)
             except OSError:
                 pass
 
     def _oom(self) -> "Any":
         # MemoryError inside an operation [O23]: NoMemory. If a record was appended since the
         # last _alive() (RAM matched the log there), RAM may not match it now: fail-stop (R20).
-        if self._nap != self._w0:
+        log = self._log
+        if log.nap != log.w0:
             self._fail()
         return _err("NoMemory", _X_NOMEM)
 
@@ -873,50 +924,38 @@ class Queue:
             raise _err("IOFailure", _X_CLOCK, now)
         return now
 
-    def _count(self, state: int, d: int) -> None:
-        if state == _AVAILABLE:
-            self._n_avail += d
-        elif state == _CLAIMED:
-            self._n_claimed += d
-        elif state == _ACKED:
-            self._n_acked += d
-        else:
-            self._n_quar += d
-
     def _move(self, i: int, state: int, attempts: int, lease: int, nb: int) -> None:
         ix, staged = self._ix, self._rm
         if staged is not None and staged.bld is not None:
             staged.cow(self, i)  # not copied yet: its state at P0 kept [C13]
         if self._swept:
             self._swept.pop(ix.seq(i), None)
-        self._count(ix.state(i), -1)
-        self._count(state, 1)
-        ix.put(i, state)
+        ix.put(i, state)  # (the counts too)
         ix.set_history(i, attempts, lease, nb)
 
     # ------------------------------------------------------------------ writing
     def _sync_h(self) -> None:
         log = self._log
         try:
-            self._fs.sync(log.h)
+            self._o.fs.sync(log.h)
         except OSError as e:
             self._fail()
             raise _io_failure(e, "sync")
         log.dirty = False
         log.synced = log.off
-        self._durable = self._next - 1
-        self._unsynced.clear()
-        self._ub = 0
+        log.durable = log.next - 1
+        log.unsynced.clear()
+        log.ub = 0
 
     def _new_segment(self, log: _Log, staging: bool) -> None:
-        p = self._path(segment_name(log.gen, len(log.sizes)))
-        if self._fs.kind(p) != 0:  # C creates with O_EXCL; the lock makes check-then-create safe
+        p, o = self._path(segment_name(log.gen, len(log.sizes))), self._o
+        if o.fs.kind(p) != 0:  # C creates with O_EXCL; the lock makes check-then-create safe
             raise OSError(_EEXIST, "segment exists: " + p)
-        log.h = self._fs.open(p, "ab")
+        log.h = o.fs.open(p, "ab")
         log.sizes.append(0)
         log.off = log.synced = 0
         if not staging:
-            self._fs.sync_dir(self._dir)
+            o.fs.sync_dir(o.dir)
 
     def _append(
         self, log: _Log, typ: int, seq: int, arg: int, payload: "Optional[Buf]", staging: bool
@@ -924,33 +963,35 @@ class Queue:
         """Encode and append one record to log; return its offset [W1]-[W3]. No compaction here."""
         plen = len(payload) if payload is not None else 0
         total = _MIN_REC + plen
-        self._nap += 1  # (a MemoryError from here on fail-stops the operation: _oom)
-        if log.off > 0 and log.off + total > self._seg_bytes:
+        w, o = self._log, self._o
+        w.nap += 1  # (a MemoryError from here on fail-stops the operation: _oom)
+        fs = o.fs
+        if log.off > 0 and log.off + total > o.seg_bytes:
             # Records never straddle segments [F7]: sync and close the full one, open the next.
-            if len(log.sizes) >= self._max_segs:
+            if len(log.sizes) >= o.max_segs:
                 raise _err("Limit", _X_SEGS)
-            if log is self._log:
+            if log is w:
                 self._sync_h()  # (on a storage error: fail-stop, IOFailure)
             else:
-                self._fs.sync(log.h)
+                fs.sync(log.h)
                 log.dirty = False
             h, log.h = log.h, None
-            self._fs.close(h)
+            fs.close(h)
             self._new_segment(log, staging)
-        rec = self._rec
+        rec = o.rec
         struct.pack_into(_REC_FMT, rec, 0, _REC_MAGIC, _VERSION, typ, seq, arg, plen, total, 0, 0)
         struct.pack_into(_FTR_FMT, rec, _HDR, _REC_COMMIT, total)
-        c = _crc(self._mv_crc2, _crc(self._mv_crc1))
+        c = _crc(o.mv_crc2, _crc(o.mv_crc1))
         if payload is not None and plen:
             c = _crc(payload, c)
         struct.pack_into("<I", rec, _R_CRC, c)
         off = log.off
-        fs, h = self._fs, log.h
+        h = log.h
         if payload is not None and plen:
             # Header, payload, footer: three writes and no copy of the payload (STYLE 6).
-            fs.write(h, self._mv_hdr)
+            fs.write(h, o.mv_hdr)
             fs.write(h, payload)
-            fs.write(h, self._mv_ftr)
+            fs.write(h, o.mv_ftr)
         else:
             fs.write(h, rec)
         log.off = off + total
@@ -962,18 +1003,17 @@ class Queue:
         """Append a record to the active generation, compacting first when the segment limit
         is reached [W4]; fail-stop on any storage error [R20]."""
         self._alive()
-        total = _MIN_REC + (len(payload) if payload is not None else 0)
-        if total > self._seg_bytes:
+        total, o = _MIN_REC + (len(payload) if payload is not None else 0), self._o
+        if total > o.seg_bytes:
             raise _err("TooLarge", _X_RECORD)
         if self._rm is not None:  # a staged generation's step before this record [C13][C14]
             self._rm.write(self, total, typ)
-        log = self._log
-        if log.off > 0 and log.off + total > self._seg_bytes and len(log.sizes) >= self._max_segs:
+        log = self._log  # (a compaction hands the writer the new generation: the same object)
+        if log.off > 0 and log.off + total > o.seg_bytes and len(log.sizes) >= o.max_segs:
             try:
                 self._compact(total, 0)
             except _E("Full"):
                 raise _err("Limit", _X_SEGS_FULL)
-            log = self._log
         try:
             off = self._append(log, typ, seq, arg, payload, False)
         except OSError as e:
@@ -989,7 +1029,7 @@ class Queue:
         for _ in range(_IO_LOOPS):
             if got >= n:
                 break
-            k = self._fs.read_into(h, off + got, mv[got:] if got else mv)
+            k = self._o.fs.read_into(h, off + got, mv[got:] if got else mv)
             if k <= 0:
                 break
             got += k
@@ -1011,26 +1051,26 @@ class Queue:
         if log is self._log and sg == len(log.sizes) - 1 and off + _MIN_REC + ln > log.synced:
             # A fresh reader sees only committed bytes (LittleFS; CPython's buffer): an unsynced
             # DATA record is served from RAM (sync="none"), anything else syncs first [D7].
-            k = seq - self._ubase
-            if typ == _T_DATA and 0 <= k < len(self._unsynced):
-                return memoryview(self._unsynced[k])
+            k = seq - log.ubase
+            if typ == _T_DATA and 0 <= k < len(log.unsynced):
+                return memoryview(log.unsynced[k])
             if log.h is not None:
                 self._sync_h()
-        total = _MIN_REC + ln
+        total, o = _MIN_REC + ln, self._o
         mv = self._buf(total)
         try:
-            h = f if f is not None else self._fs.open(self._path(name), "rb")
+            h = f if f is not None else o.fs.open(self._path(name), "rb")
             try:
                 got = self._read_exact(h, off, mv[0:total])
             finally:
                 if f is None:
-                    self._fs.close(h)
+                    o.fs.close(h)
         except OSError as e:
             raise _io_failure(e, "read " + name)
         try:
             if got != total:
                 raise _err("Corrupt", _X_SHORT)
-            t, s, _a, pl = check_record(mv, 0, self._seg_bytes, self._max_payload)
+            t, s, _a, pl = check_record(mv, 0, o.seg_bytes, o.max_payload)
             if t != typ or s != seq or pl != ln:
                 raise _err("Corrupt", _X_OTHER)
         except _E("Corrupt") as e:
@@ -1042,9 +1082,9 @@ class Queue:
         [D7]; else from its DATA record, whose offset its live entry caches or a walk of its
         segment's record headers finds: from the last item located (the hint) when that lies
         before it in the same segment, else from the segment's start (DESIGN §4)."""
-        k = seq - self._ubase
-        if log is self._log and 0 <= k < len(self._unsynced):
-            return memoryview(self._unsynced[k])
+        k = seq - log.ubase if log is self._log else -1  # (the writer's alone)
+        if 0 <= k < len(log.unsynced):
+            return memoryview(log.unsynced[k])
         ix = self._ix
         hint, sfo = ix.hint, ix.sfo
         k = hint[_HN_SEG]  # the segment: the hint's, when i lies in it after the hint
@@ -1061,9 +1101,9 @@ class Queue:
         )
         end = log.sizes[k]
         name = segment_name(log.gen, k)
-        mv = self._mv_hdr  # the record buffer's header: no append runs during a walk
+        mv = self._o.mv_hdr  # the record buffer's header: no append runs during a walk
         try:
-            h = self._fs.open(self._path(name), "rb")
+            h = self._o.fs.open(self._path(name), "rb")
         except OSError as x:
             raise _io_failure(x, "read " + name)
         try:
@@ -1088,7 +1128,7 @@ class Queue:
                     j += 1
                 pos += rlen
         finally:
-            self._fs.close(h)
+            self._o.fs.close(h)
         raise _err("Corrupt", _X_NO_DATA, seq, name)
 
     def _find(self, seq: "Any") -> int:
@@ -1135,41 +1175,40 @@ class Queue:
         try:
             self._alive()
             payload = _bytes_arg(payload, "payload")
-            n = len(payload)
-            if n > self._max_payload:
-                raise _err("TooLarge", _X_PAYLOAD, n, self._max_payload)
-            if self._next >= _U64:
+            n, o, w = len(payload), self._o, self._log  # (w: the writer, across a compaction)
+            if n > o.max_payload:
+                raise _err("TooLarge", _X_PAYLOAD, n, o.max_payload)
+            if w.next >= _U64:
                 raise _err("Full", _X_SEQS)
             ix = self._ix
-            if self._win:
+            if o.win:
                 self._hold(n)  # the hold rule, port/ddq_hold.py [H2]
             elif self._rm is not None:
                 self._rm.admit(self, n)  # the inline generation's answer, then g's room [C14]
-            elif not self._admit(n) or ix.n >= self._max_items:
-                self._compact(_MIN_REC + n, 1 if ix.n >= self._max_items else 0)
+            elif not self._admit(n) or ix.n >= o.max_items:
+                self._compact(_MIN_REC + n, 1 if ix.n >= o.max_items else 0)
                 if not self._admit(n):
                     raise _err("Full", _X_RESERVE)
             ix = self._ix
-            if ix.n >= self._max_items:
+            if ix.n >= o.max_items:
                 raise _err("Full", _X_ITEMS)
             if self._rm is not None and self._rm.due(self, n):
                 self._rm.start(self)  # stage g+1 over the next calls (DESIGN §12) [C13]
-            seq = self._next
-            self._write(_T_DATA, seq, 0, payload, self._sync_ack)
-            self._ix.add(seq, len(self._log.sizes) - 1, n)
-            self._n_avail += 1
-            self._next = seq + 1
-            if not self._log.dirty:
-                self._durable = seq
-            elif not self._sync_ack:  # keep what a reader could not see yet (group commit only)
-                u = self._unsynced  # the unsynced DATA records: consecutive seqs from _ubase
+            seq = w.next
+            self._write(_T_DATA, seq, 0, payload, o.sync_ack)
+            self._ix.add(seq, len(w.sizes) - 1, n)  # (available: counted)
+            w.next = seq + 1
+            if not w.dirty:
+                w.durable = seq
+            elif not o.sync_ack:  # keep what a reader could not see yet (group commit only)
+                u = w.unsynced  # the unsynced DATA records: consecutive seqs from ubase
                 if not u:
-                    self._ubase = seq
+                    w.ubase = seq
                 u.append(payload if isinstance(payload, bytes) else bytes(payload))
-                self._ub += n
-                if len(u) >= _UNSYNCED_MAX or self._ub >= _UNSYNCED_BYTES:
+                w.ub += n
+                if len(u) >= _UNSYNCED_MAX or w.ub >= _UNSYNCED_BYTES:
                     self._sync_h()  # [D3] the RAM copies stay a small table, not one big block
-            if self._win:  # the hold rule keeps no plan (port/ddq_admit.py)
+            if o.win:  # the hold rule keeps no plan (port/ddq_admit.py)
                 self._plan = None
             else:
                 self._plan_add(n)
@@ -1185,17 +1224,15 @@ class Queue:
             now = self._now()
             ix = self._ix
             best, best_seq = -1, 0
-            f, live = ix.fresh, ix.live  # the cursor below which no item is fresh (DESIGN §4)
-            while f < ix.n and (ix.state(f) != _AVAILABLE or ix.seq(f) in live):
-                f += 1
-            ix.fresh = f
+            f, live = ix.skip(), ix.live  # the first item that may be fresh (DESIGN §4)
             for s, e in live.items():
                 self._sweep(e, now)
                 i = e[_LV_I]
                 if ix.state(i) == _AVAILABLE and (e[_LV_NB] <= now or e[_LV_NB] - now > _U32):
                     if best < 0 or s < best_seq:
                         best, best_seq = i, s
-            if f < ix.n and (not self._win or len(live) < self._win or self._room()):  # [H3]
+            win = self._o.win
+            if f < ix.n and (not win or len(live) < win or self._room()):  # [H3]
                 fs = ix.seq(f)
                 if best < 0 or fs < best_seq:
                     best, best_seq = f, fs
@@ -1207,7 +1244,7 @@ class Queue:
 
     def _take(self, seq: int, lease: int, i: int) -> Claim:
         gen, c = self._log.gen, Claim()  # (made first: no MemoryError after the write)
-        self._write(_T_CLAIM, seq, lease, None, self._sync_all)
+        self._write(_T_CLAIM, seq, lease, None, self._o.sync_all)
         ix = self._ix
         if self._log.gen != gen:
             i = ix.find(seq)  # the write compacted first: the item moved
@@ -1223,17 +1260,16 @@ class Queue:
         if self._ix.state(i) == _CLAIMED and (
             e[_LV_LEASE] <= now or e[_LV_LEASE] - now > _MAX_LEASE_MS
         ):
-            self._ix.put(i, _AVAILABLE)
+            self._ix.put(i, _AVAILABLE)  # (the counts too)
             self._swept[self._ix.seq(i)] = e[_LV_LEASE]  # on disk it is still claimed [X3]
             e[_LV_LEASE] = 0
-            self._n_claimed -= 1
-            self._n_avail += 1
 
     def _claimed(self, seq: int, done: int) -> int:
         # A claimed item always has a live entry holding its index: no binary search [O7].
-        self._w0 = self._nap  # (as _alive: an operation on an item starts here)
+        log = self._log
+        log.w0 = log.nap  # (as _alive: an operation on an item starts here)
         e = self._ix.live.get(seq) if isinstance(seq, int) else None
-        if e is not None and self._ix.state(e[_LV_I]) == _CLAIMED and self._log.h is not None:
+        if e is not None and self._ix.state(e[_LV_I]) == _CLAIMED and log.h is not None:
             return e[_LV_I]
         i = self._find(seq)
         s = self._ix.state(i)
@@ -1248,7 +1284,7 @@ class Queue:
         try:
             if self._claimed(seq, _ACKED) < 0:
                 return False
-            self._write(_T_ACK, seq, 0, None, self._sync_ack)
+            self._write(_T_ACK, seq, 0, None, self._o.sync_ack)
             e = self._ix.live[seq]  # (a compaction inside the write may have moved the item)
             self._move(e[_LV_I], _ACKED, e[_LV_ATT], 0, e[_LV_NB])
             return True
@@ -1266,7 +1302,7 @@ class Queue:
             nb = self._now() + delay_ms
             if nb > _U64:
                 raise _err("Limit", _X_NB)
-            self._write(_T_RETRY, seq, nb, None, self._sync_all)
+            self._write(_T_RETRY, seq, nb, None, self._o.sync_all)
             self._move(self._ix.live[seq][_LV_I], _AVAILABLE, attempts + 1, 0, nb)
         except MemoryError:
             raise self._oom()
@@ -1275,16 +1311,17 @@ class Queue:
         """Make every record written so far durable; return durable_seq [D3]."""
         try:
             self._alive()
-            if self._log.dirty:
+            log = self._log
+            if log.dirty:
                 self._sync_h()
-            return self._durable
+            return log.durable
         except MemoryError:
             raise self._oom()
 
     @property
     def durable_seq(self) -> int:
         """The highest seq whose enqueue is durable (every lower one is too) [D4]."""
-        return self._durable
+        return self._log.durable
 
     def close(self) -> None:
         """Sync and close the queue and release the lock; idempotent."""
@@ -1295,13 +1332,14 @@ class Queue:
         try:  # whatever is raised here (a cut surfacing as another exception), the lock goes
             if self._rm is not None:
                 self._rm.finish(self)  # a staged generation dropped, a replaced one deleted
-            if self._log.h is not None and self._log.dirty:
+            log = self._log
+            if log.h is not None and log.dirty:
                 try:
-                    self._fs.sync(self._log.h)
-                    self._log.dirty = False
+                    self._o.fs.sync(log.h)
+                    log.dirty = False
                 except OSError as e:
                     err = e
-            if err is None and self._log.h is not None and self._ix_bytes:
+            if err is None and log.h is not None and self._o.ix_bytes:
                 try:
                     self._index_update()  # [X1] (ddq_compact: loaded here only with an index)
                 except MemoryError:  # no heap to load it: no index, the next open replays [X9]
@@ -1314,7 +1352,7 @@ class Queue:
             finally:
                 tok, self._lock = self._lock, None
                 if tok is not None:
-                    self._fs.unlock(tok)
+                    self._o.fs.unlock(tok)
         if err is not None:
             raise _err("NoMemory", err) if err == _X_NOMEM else _io_failure(err, "sync at close")
 
@@ -1324,8 +1362,9 @@ class Queue:
     # compactions' plans.
     def _place(self, plan: "list[int]", n: int) -> bool:
         # Next-fit placement of one record [A2]; False when it needs more than max_segments.
-        if plan[0] == 0 or plan[1] + n > self._seg_bytes:
-            if plan[0] >= self._max_segs:
+        o = self._o
+        if plan[0] == 0 or plan[1] + n > o.seg_bytes:
+            if plan[0] >= o.max_segs:
                 return False
             plan[0] += 1
             plan[1] = 0

@@ -66,9 +66,10 @@ def _admit(self: "Queue", n: int, sh: "Optional[list[int]]" = None, lean: bool =
     generation sh ([segments, last offset]) when given, else on g; lean: without A5's
     STATE share of the control reserve (DESIGN §12) [C14]. First on the cached plan (an
     upper bound), then, when that refuses, on the plan recomputed (exact)."""
-    seg = self._seg_bytes
+    o, ix = self._o, self._ix
+    seg = o.seg_bytes
     term = _MIN_REC + self.reason_budget
-    phys, plan = self._pl
+    phys, plan = o.pl
     place = self._place
     for k in range(2):
         if k:
@@ -90,14 +91,14 @@ def _admit(self: "Queue", n: int, sh: "Optional[list[int]]" = None, lean: bool =
             and place(plan, term)
         ):
             continue
-        p = 1 + self._n_avail + self._n_claimed
-        c = p * (_STATE_REC + _MIN_REC) + self._n_quar * _STATE_REC
+        p = 1 + ix.avail + ix.claimed
+        c = p * (_STATE_REC + _MIN_REC) + ix.quar * _STATE_REC
         if term <= seg // 2:
             c += p * term
             m, reserved = max(_STATE_REC, term), 0
         else:
             m, reserved = _STATE_REC, 2 * p
-        remaining = self._max_segs - phys[0] - reserved
+        remaining = o.max_segs - phys[0] - reserved
         if remaining < 0:
             continue
         left = seg - phys[1]
@@ -105,7 +106,7 @@ def _admit(self: "Queue", n: int, sh: "Optional[list[int]]" = None, lean: bool =
         if sh is None:
             self._slack = g - c
             if lean:
-                c -= (p + self._n_quar) * _STATE_REC
+                c -= (p + ix.quar) * _STATE_REC
         if c <= g:
             return True
     return False

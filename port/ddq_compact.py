@@ -73,10 +73,10 @@ def parse_segment_name(name: str) -> "Optional[tuple[int, int]]":
 
 def _clean(self: "Queue") -> None:
     """Delete the manifest tmp and every segment of another generation [R16]."""
-    fs, removed, gen = self._fs, False, self._log.gen
-    names = self._fs.listdir(self._dir)
-    if len(names) > self._max_segs * 8 + 1024:  # (as ddq_recover.listdir)
-        raise _err("Limit", "too many directory entries in " + self._dir)
+    fs, removed, gen = self._o.fs, False, self._log.gen
+    names = self._o.fs.listdir(self._o.dir)
+    if len(names) > self._o.max_segs * 8 + 1024:  # (as ddq_recover.listdir)
+        raise _err("Limit", "too many directory entries in " + self._o.dir)
     for name in names:
         pg = parse_segment_name(name)
         if name in (_MANIFEST_TMP, _INDEX_TMP) or (pg is not None and pg[0] != gen):
@@ -86,7 +86,7 @@ def _clean(self: "Queue") -> None:
             fs.remove(p)
             removed = True
     if removed:
-        fs.sync_dir(self._dir)
+        fs.sync_dir(self._o.dir)
 
 
 # ============================================================================ recovery index
@@ -97,13 +97,13 @@ def _index_update(self: "Queue") -> None:
     # (Here, not in ddq.py: a queue opened with index_bytes=0 never needs it.)
     log = self._log
     try:
-        if self._ix_bytes and sum(log.sizes) >= self._ix_bytes:
+        if self._o.ix_bytes and sum(log.sizes) >= self._o.ix_bytes:
             if self._ixcov != [log.gen] + list(log.sizes):
                 # (a board may ship without it, an IOFailure caught below: open replays [X9])
                 _part("ddq_index").save(self)
-        elif self._ix_bytes and self._fs.kind(self._path(_INDEX)) == 1:
-            self._fs.remove(self._path(_INDEX))
-            self._fs.sync_dir(self._dir)
+        elif self._o.ix_bytes and self._o.fs.kind(self._path(_INDEX)) == 1:
+            self._o.fs.remove(self._path(_INDEX))
+            self._o.fs.sync_dir(self._o.dir)
     except Exception:  # noqa: BLE001 (optional: MemoryError or a cut must not keep the lock)
         pass
 
@@ -129,7 +129,7 @@ def compact(self: "Queue") -> bool:
     """Reclaim acked items and collapse history into a new generation now [C1].
 
     Returns False when the new generation would not be smaller (nothing changes)."""
-    self._w0 = self._nap  # (a MemoryError below: NoMemory, Queue._oom [O23])
+    self._log.mark()  # (a MemoryError below: NoMemory, Queue._oom [O23])
     try:
         self._alive()
         try:
@@ -153,7 +153,7 @@ def purge(self: "Queue", seqs: "list[int]") -> int:
 
     ddq extension [C10]: the snapshot simply omits them (gaps are legal in a snapshot), so
     C DDQ reads the result; their sequences are never reused."""
-    self._w0 = self._nap  # (a MemoryError below: NoMemory, Queue._oom [O23])
+    self._log.mark()  # (a MemoryError below: NoMemory, Queue._oom [O23])
     try:
         self._alive()
         drop = []
@@ -187,7 +187,7 @@ def _publish(
 ) -> None:
     # Commit point of a generation [C5]: tmp written, synced and closed, renamed over the
     # manifest (atomic on POSIX and LittleFS; remove + rename on FAT, see [R14]), dir synced.
-    fs, tmp, man = self._fs, self._path(_MANIFEST_TMP), self._path(_MANIFEST)
+    fs, tmp, man = self._o.fs, self._path(_MANIFEST_TMP), self._path(_MANIFEST)
     if fs.kind(tmp) != 0:
         raise OSError(_EEXIST, "exists: " + tmp)
     h = fs.open(tmp, "wb")
@@ -201,7 +201,7 @@ def _publish(
     except OSError:
         if fs.kind(tmp) == 1 and fs.kind(man) == 1:  # nothing moved: forget the tmp
             fs.remove(tmp)
-            fs.sync_dir(self._dir)
+            fs.sync_dir(self._o.dir)
         elif done is not None:
             # The rename took effect after all, or FAT removed the old manifest first and
             # the tmp is the manifest now [R14]: the new generation may be the published one.
@@ -209,7 +209,7 @@ def _publish(
         raise
     if done is not None:
         done[0] = True  # from here on the new generation is (or may be) the published one
-    fs.sync_dir(self._dir)
+    fs.sync_dir(self._o.dir)
 
 
 def _prepare_format(self: "Queue") -> None:
@@ -218,12 +218,12 @@ def _prepare_format(self: "Queue") -> None:
     # on the first compaction a manifest for generation 0 published, then the marker created
     # [C2] (this order keeps an interrupted migration readable in the old format), and what is
     # left of older generations removed; a failure fail-stops the queue [C7].
-    fs, log = self._fs, self._log
+    fs, log = self._o.fs, self._log
     try:
         if log.dirty:
             self._sync_h()
         if not self._has_manifest:
-            self._publish(log.gen, self._next, len(log.sizes), self._ix.n, log.off)
+            self._publish(log.gen, self._log.next, len(log.sizes), self._ix.n, log.off)
             self._has_manifest = True
         k = fs.kind(self._path(_MARKER))
         if k == 0:
@@ -232,7 +232,7 @@ def _prepare_format(self: "Queue") -> None:
                 fs.sync(h)
             finally:
                 fs.close(h)
-            fs.sync_dir(self._dir)
+            fs.sync_dir(self._o.dir)
         elif k != 1 or fs.size(self._path(_MARKER)) != 0:
             raise _err("Corrupt", "queue.format not empty")
         self._clean()
@@ -252,13 +252,13 @@ def _compact(
         self._rm.drop(self, True)  # _clean deletes what is left of a replaced one [C13]
     if self._log.h is None:
         raise _err("IOFailure", "queue is fail-stopped")
-    if required and not self._n_acked:
+    if required and not self._ix.acked:
         raise _err("Full", "max_items reached and nothing is acked")
     if self._log.gen >= _U64:
         raise _err("Limit", "generations exhausted")
     self._prepare_format()
-    old, ix, fs = self._log, self._ix, self._fs
-    new, nix = _Log(old.gen + 1), _Index(self._tc)
+    old, ix, fs = self._log, self._ix, self._o.fs
+    new, nix = _Log(old.gen + 1), _Index(self._o.tc)
     published = [False]
     try:
         self._new_segment(new, True)
@@ -276,15 +276,15 @@ def _compact(
             )
         if (
             sum(new.sizes) >= sum(old.sizes)
-            or nix.n > self._max_items - required
-            or (len(new.sizes) >= self._max_segs and new.off + reserve > self._seg_bytes)
+            or nix.n > self._o.max_items - required
+            or (len(new.sizes) >= self._o.max_segs and new.off + reserve > self._o.seg_bytes)
         ):
             raise _err("Full", "compaction: no benefit")
         fs.sync(new.h)
         new.synced = new.off
         new.dirty = False
-        fs.sync_dir(self._dir)
-        self._publish(new.gen, self._next, len(new.sizes), nix.n, new.off, published)
+        fs.sync_dir(self._o.dir)
+        self._publish(new.gen, self._log.next, len(new.sizes), nix.n, new.off, published)
     except BaseException as e:
         if published[0] and new.h is not None:
             try:
@@ -298,7 +298,7 @@ def _compact(
                 for k in range(len(new.sizes)):
                     fs.remove(self._path(segment_name(new.gen, k)))
                 if new.sizes:
-                    fs.sync_dir(self._dir)
+                    fs.sync_dir(self._o.dir)
             except OSError as e2:
                 self._fail()
                 raise _io_failure(e2, "discarding staged generation")
@@ -311,16 +311,15 @@ def _compact(
             raise _io_failure(e, "compaction")
         raise
     # Adopt the published generation, then delete the old one [C6].
-    h, old.h = old.h, None
+    h = old.h
+    old.adopt(new)  # the writer (the same object: callers' references stay good) takes g+1
+    self._ix = nix
     try:
         fs.close(h)
     except OSError:
         pass
-    self._log, self._ix = new, nix
     self._swept = {}  # the STATE snapshots made the RAM sweeps durable
     self._has_manifest = True
-    self._n_acked = 0
-    self._n_quar -= len(drop) if drop else 0
     self._plan = plan
     try:
         self._clean()
@@ -358,7 +357,7 @@ def _copy(
     j = nix.n - 1
     nix.put(j, s)
     if s != _AVAILABLE or a or lease or nb:
-        sb = self._state_buf
+        sb = self._o.state_buf
         struct.pack_into(_STATE_FMT, sb, 0, s, a, lease, nb)
         self._append(new, _T_STATE, seq, 0, sb, True)
         nix.set_history(j, a, lease, nb)

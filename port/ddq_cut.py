@@ -27,11 +27,11 @@ def leftover(q: "Any", name: str, seg: str, gen: int) -> None:
     segment 0), else Corrupt with both kept: the segment was written after the copy was made,
     which only a reader that ignored the copy can have done (libddq, reusing its seqs). gen:
     the selected generation (a leftover of another one is never renamed)."""
-    fs, lp, sp = q._fs, q._path(name), q._path(seg)
+    fs, lp, sp = q._o.fs, q._path(name), q._path(seg)
     k = fs.kind(sp)
     m = fs.size(sp) if k == 1 else 0
     n = fs.size(lp)
-    if n > q._seg_bytes:  # a cut's copy is a segment's prefix [R15]: a bigger one is no cut
+    if n > q._o.seg_bytes:  # a cut's copy is a segment's prefix [R15]: a bigger one is no cut
         raise ddq._err("Corrupt", "%s is larger than segment_bytes", name)
     b = memoryview(bytearray(128))
     src = fs.open(lp, "rb")
@@ -63,4 +63,4 @@ def leftover(q: "Any", name: str, seg: str, gen: int) -> None:
             d,
             seg,
         )
-    fs.sync_dir(q._dir)
+    fs.sync_dir(q._o.dir)

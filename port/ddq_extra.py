@@ -50,7 +50,7 @@ _LV_NB = const(3)
 
 def reason(self: "Queue", seq: int) -> bytes:
     """Return the quarantine reason of a quarantined item [O13]."""
-    self._w0 = self._nap  # (a MemoryError below: NoMemory, Queue._oom [O23])
+    self._log.mark()  # (a MemoryError below: NoMemory, Queue._oom [O23])
     try:
         self._find(seq)
         r = self._ix.reasons.get(seq)
@@ -63,16 +63,13 @@ def reason(self: "Queue", seq: int) -> bytes:
 
 def claim_ordered(self: "Queue", lease_ms: int) -> "Optional[Claim]":
     """Claim the earliest unfinished item if it is ready, else return None (strict FIFO) [O3]."""
-    self._w0 = self._nap  # (a MemoryError below: NoMemory, Queue._oom [O23])
+    self._log.mark()  # (a MemoryError below: NoMemory, Queue._oom [O23])
     try:
         _opt(lease_ms, 1, _MAX_LEASE_MS, "lease_ms")
         self._alive()
         now = self._now()
         ix = self._ix
-        f, live = ix.fresh, ix.live  # the cursor below which no item is fresh (as Queue.claim)
-        while f < ix.n and (ix.state(f) != _AVAILABLE or ix.seq(f) in live):
-            f += 1
-        ix.fresh = f
+        f, live = ix.skip(), ix.live  # the first item that may be fresh (as Queue.claim)
         # Only the earliest unfinished item is a candidate; only it is swept.
         head, hs = (f, ix.seq(f)) if f < ix.n else (-1, 0)
         for s, e in live.items():
@@ -85,7 +82,7 @@ def claim_ordered(self: "Queue", lease_ms: int) -> "Optional[Claim]":
             self._sweep(h, now)
             if ix.state(head) != _AVAILABLE or not (h[_LV_NB] <= now or h[_LV_NB] - now > _U32):
                 return None
-        elif self._win and len(live) >= self._win and not self._room():
+        elif self._o.win and len(live) >= self._o.win and not self._room():
             return None  # the hold rule: no room for one more item with history [H3]
         return self._take(hs, now + lease_ms, head)
     except MemoryError:
@@ -94,7 +91,7 @@ def claim_ordered(self: "Queue", lease_ms: int) -> "Optional[Claim]":
 
 def claim_seq(self: "Queue", seq: int, lease_ms: int) -> Claim:
     """Claim one available item by seq, due or not (to retire it, say) [O20]."""
-    self._w0 = self._nap  # (a MemoryError below: NoMemory, Queue._oom [O23])
+    self._log.mark()  # (a MemoryError below: NoMemory, Queue._oom [O23])
     try:
         _opt(lease_ms, 1, _MAX_LEASE_MS, "lease_ms")
         i = self._find(seq)
@@ -105,7 +102,7 @@ def claim_seq(self: "Queue", seq: int, lease_ms: int) -> Claim:
         s = self._ix.state(i)
         if s != _AVAILABLE:
             raise _err("BadState", "item %d is %s, not available", seq, STATES[s])
-        if e is None and self._win and len(self._ix.live) >= self._win and not self._room():
+        if e is None and self._o.win and len(self._ix.live) >= self._o.win and not self._room():
             # the hold rule: no room for one more item with history [H3]
             raise _err("Full", _X_RESERVE)
         return self._take(seq, now + lease_ms, i)
@@ -124,13 +121,13 @@ def items(self: "Queue") -> "Iterator[Item]":
     except MemoryError:
         # (the snapshot taken here: the caller's operations between two items may have
         # appended; this generator appends nothing, so NoMemory without a fail-stop [O23])
-        self._w0 = self._nap
+        self._log.mark()
         raise self._oom()
 
 
 def oldest_available(self: "Queue") -> "Optional[int]":
     """The seq of the oldest unclaimed item, due or backing off; None if there is none."""
-    self._w0 = self._nap  # (a MemoryError below: NoMemory, Queue._oom [O23])
+    self._log.mark()  # (a MemoryError below: NoMemory, Queue._oom [O23])
     try:
         ix = self._ix
         i = 0
@@ -143,7 +140,7 @@ def oldest_available(self: "Queue") -> "Optional[int]":
 
 def lapsed(self: "Queue", now: int) -> "list[tuple[int, int]]":
     """(seq, attempts) of each claimed item whose lease ran out by now (O(in flight))."""
-    self._w0 = self._nap  # (a MemoryError below: NoMemory, Queue._oom [O23])
+    self._log.mark()  # (a MemoryError below: NoMemory, Queue._oom [O23])
     try:
         _opt(now, 0, _U64, "now")  # [O24]
         ix = self._ix
@@ -159,7 +156,7 @@ def lapsed(self: "Queue", now: int) -> "list[tuple[int, int]]":
 
 def save_index(self: "Queue") -> None:
     """Sync, then write queue.index so the next open replays only what follows [X1]."""
-    self._w0 = self._nap  # (a MemoryError below: NoMemory, Queue._oom [O23])
+    self._log.mark()  # (a MemoryError below: NoMemory, Queue._oom [O23])
     try:
         self.sync()
         m = _part("ddq_index")  # (a missing file: IOFailure naming it [O22])
@@ -216,21 +213,21 @@ class Stats:
 
 def stats(self: "Queue") -> Stats:
     """Return counts; works while fail-stopped (`.failed`) [O9]."""
-    self._w0 = self._nap  # (a MemoryError below: NoMemory, Queue._oom [O23])
+    self._log.mark()  # (a MemoryError below: NoMemory, Queue._oom [O23])
     try:
-        s = Stats()
-        s.total_items = self._ix.n
-        s.available_items = self._n_avail
-        s.claimed_items = self._n_claimed
-        s.acknowledged_items = self._n_acked
-        s.quarantined_items = self._n_quar
+        s, ix = Stats(), self._ix
+        s.total_items = ix.n
+        s.available_items = ix.avail
+        s.claimed_items = ix.claimed
+        s.acknowledged_items = ix.acked
+        s.quarantined_items = ix.quar
         s.stored_bytes = sum(self._log.sizes)
         s.segment_count = len(self._log.sizes)
-        s.next_seq = self._next
-        s.recovered_tail_bytes = self._tail
+        s.next_seq = self._log.next
+        s.recovered_tail_bytes = self._log.tail
         s.generation = self._log.gen
         s.failed = self._log.h is None
-        s.durable_seq = self._durable
+        s.durable_seq = self._log.durable
         s.salvaged, s.salvage_lost = self._salv or (0, 0)  # [K12]
         return s
     except MemoryError:
@@ -253,7 +250,7 @@ class Item:
 
 def quarantine(self: "Queue", seq: int, reason: "Buf" = b"") -> bool:
     """Quarantine a claimed item with a reason; False if already (first reason kept) [O6]."""
-    self._w0 = self._nap  # (a MemoryError below: NoMemory, Queue._oom [O23])
+    self._log.mark()  # (a MemoryError below: NoMemory, Queue._oom [O23])
     try:
         reason = _bytes_arg(reason, "reason")
         if self._claimed(seq, _QUARANTINED) < 0:
@@ -262,9 +259,9 @@ def quarantine(self: "Queue", seq: int, reason: "Buf" = b"") -> bool:
             raise _err("TooLarge", "reason over %d bytes", self.reason_budget)
         if b"\0" in bytes(reason):
             raise _err("InvalidArgument", "reason must not contain NUL bytes")
-        if self._win:  # the hold rule: the reason cut to the room left, or Full [H4]
+        if self._o.win:  # the hold rule: the reason cut to the room left, or Full [H4]
             reason = self._cut(seq, reason)
-        off = self._write(_T_QUAR, seq, 0, reason, self._sync_ack)
+        off = self._write(_T_QUAR, seq, 0, reason, self._o.sync_ack)
         ix = self._ix
         e = ix.live[seq]
         self._move(e[_LV_I], _QUARANTINED, e[_LV_ATT], 0, e[_LV_NB])

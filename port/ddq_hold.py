@@ -36,14 +36,15 @@ _X_RESERVE = const(8)  # "admission reserve exhausted" (a Full)
 def _recount(self: "Queue") -> "list[int]":
     # [DATA bytes of the unacked items, stamp: items, acked, generation; the longest payload of
     # any item in the index, acked ones too: their records are still in the log]: O(items).
-    ix, d, m = self._ix, 0, 0
+    ix = self._ix
+    d = m = 0
     for i in range(ix.n):
         ln = ix.length(i)
         if ln > m:
             m = ln
         if ix.state(i) != _ACKED:
             d += _MIN_REC + ln
-    return [d, ix.n, self._n_acked, self._log.gen, m]
+    return [d, ix.n, ix.acked, self._log.gen, m]
 
 
 def fits(self: "Queue", dd: int, dn: int, dh: int, dq: int, dqn: int, r: int) -> bool:
@@ -57,16 +58,16 @@ def fits(self: "Queue", dd: int, dn: int, dh: int, dq: int, dqn: int, r: int) ->
     them, so W·(S // R) records fit; need = items + max(H, window) STATEs + 2 a quarantine
     (at least budget ÷ 120 of them) + 1 + max(H, window) ÷ 2 (a STATE in a copy may replace a
     48-byte CLAIM: that many more records make the log larger than the copy, C8)."""
-    ix = self._ix
-    hw = max(len(ix.live) + dh, self._win)
+    ix, o = self._ix, self._o
+    hw = max(len(ix.live) + dh, o.win)
     for v in ix.reasons.values():  # a quarantined item's copy: its STATE and its reason record
         dq += _STATE_REC + _MIN_REC + v[2]
         dqn += 1
         if _MIN_REC + v[2] > r:
             r = _MIN_REC + v[2]
-    ev = self._ev
+    ev = o.ev
     en = ev // (_STATE_REC + _MIN_REC)
-    seg, segs = self._seg_bytes, self._max_segs
+    seg, segs = o.seg_bytes, o.max_segs
     hd = self._hd
     for _ in range(2):  # the second pass is on a fresh count, which is exact
         if hd is None:
@@ -75,7 +76,7 @@ def fits(self: "Queue", dd: int, dn: int, dh: int, dq: int, dqn: int, r: int) ->
         b = segs * (seg - big + 1) - big - hd[0] - dd - _STATE_REC * hw - (dq if dq > ev else ev)
         c = (
             segs * (seg // big)
-            - (ix.n - self._n_acked + dn)
+            - (ix.n - ix.acked + dn)
             - hw
             - 2 * (dqn if dqn > en else en)
             - 1
@@ -85,7 +86,7 @@ def fits(self: "Queue", dd: int, dn: int, dh: int, dq: int, dqn: int, r: int) ->
             return True
         # The cached DATA sum and longest payload are upper bounds (acks and compactions only
         # lower them): recount when they refuse, unless exact (nothing acked since the count).
-        if hd[1] == ix.n and hd[2] == self._n_acked and hd[3] == self._log.gen:
+        if hd[1] == ix.n and hd[2] == ix.acked and hd[3] == self._log.gen:
             break
         hd = None
     return False
@@ -93,15 +94,15 @@ def fits(self: "Queue", dd: int, dn: int, dh: int, dq: int, dqn: int, r: int) ->
 
 def _hold(self: "Queue", n: int) -> None:
     """Admit an n-byte payload under the hold rule or raise Full; nothing is written [H2]."""
-    r = _MIN_REC + n  # its DATA record
-    if self._ix.n >= self._max_items:  # as A6: compact with one acked item required
+    r, o = _MIN_REC + n, self._o  # its DATA record
+    if self._ix.n >= o.max_items:  # as A6: compact with one acked item required
         self._compact(r, 1)
     if not fits(self, r, 1, 0, 0, 0, r):
         raise _err("Full", _X_RESERVE)
     if self._rm is not None:  # staged reclamation's start rule reads the room left before W4 [H8]
-        log, seg = self._log, self._seg_bytes
-        p = (self._max_segs - len(log.sizes)) * seg + seg - log.off
-        m = (self._max_items - self._ix.n) * r
+        seg = o.seg_bytes
+        p = (o.max_segs + 1 - len(self._log.sizes)) * seg - self._log.off
+        m = (o.max_items - self._ix.n) * r
         self._slack = p if p < m else m
     hd = self._hd
     if hd is not None:  # the new item's DATA; exact stays exact (enqueue adds the item next)
@@ -124,7 +125,7 @@ def _cut(self: "Queue", seq: int, reason: "Buf") -> "Buf":
     """The reason a quarantine of seq may write under the hold rule: whole, or its longest
     prefix that fits (the item's STATE moves from history to evidence; both bounds only shrink
     as the reason grows); Full if not even an empty reason fits [H4]."""
-    dh = -1 if seq in self._ix.live else 0
+    dh = -(seq in self._ix.live)  # -1: the item's STATE moves from history to evidence
     n = len(reason)
     if _fits(self, dh, n):
         return reason

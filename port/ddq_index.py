@@ -98,7 +98,7 @@ def _body(q: "ddq.Queue") -> "Generator[Any, None, None]":
         yield from _columns(q, n, sw, w)
     finally:
         if w[2] is not None:
-            q._fs.close(w[2])
+            q._o.fs.close(w[2])
     yield from _entries(q, sw)
 
 
@@ -169,7 +169,7 @@ def _entries(q: "ddq.Queue", sw: "dict[int, int]") -> "Generator[Any, None, None
 def _next_data(q: "ddq.Queue", w: "list[Any]") -> int:
     # The offset of the next DATA record of the (synced) log in log order, one header read a
     # record; w = [segment, position, open handle or None] carries the walk between calls.
-    log, hb = q._log, q._rec  # the record buffer's header: no append runs while indexing
+    log, hb = q._log, q._o.rec  # the record buffer's header: no append runs while indexing
     mv = memoryview(hb)[0:_HDR]
     for _ in range(_SCAN_RECORDS):
         k: int = w[0]
@@ -178,12 +178,12 @@ def _next_data(q: "ddq.Queue", w: "list[Any]") -> int:
             break
         if pos >= log.sizes[k]:
             if w[2] is not None:
-                q._fs.close(w[2])
+                q._o.fs.close(w[2])
                 w[2] = None
             w[0], w[1] = k + 1, 0
             continue
         if w[2] is None:
-            w[2] = q._fs.open(q._path(ddq.segment_name(log.gen, k)), "rb")
+            w[2] = q._o.fs.open(q._path(ddq.segment_name(log.gen, k)), "rb")
         rlen = (
             struct.unpack_from("<I", hb, _R_RLEN)[0] if q._read_exact(w[2], pos, mv) == _HDR else 0
         )
@@ -197,7 +197,7 @@ def _next_data(q: "ddq.Queue", w: "list[Any]") -> int:
 
 def _plan_key(q: "ddq.Queue") -> int:
     # flags bits 8-31: the options the admission plan was computed with [X2].
-    k = struct.pack("<III", q._seg_bytes, q._max_segs, q.reason_budget)
+    k = struct.pack("<III", q._o.seg_bytes, q._o.max_segs, q.reason_budget)
     return ddq._crc(k) & 0xFFFFFF00
 
 
@@ -220,13 +220,13 @@ def _header(q: "ddq.Queue", body: int, mcrc: int) -> bytearray:
         abi(),
         mcrc,
         log.gen,
-        q._next,
+        q._log.next,
         ix.n,
         ix.fresh,
-        q._n_avail - sw,
-        q._n_claimed + sw,
-        q._n_acked,
-        q._n_quar,
+        ix.avail - sw,
+        ix.claimed + sw,
+        ix.acked,
+        ix.quar,
         len(ix.live),
         len(ix.hist),
         len(ix.reasons),
@@ -244,7 +244,7 @@ def _header(q: "ddq.Queue", body: int, mcrc: int) -> bytearray:
 
 def save(q: "ddq.Queue") -> None:
     """Write queue.index for the synced log of q (OSError on a storage error) [X1]."""
-    fs, log = q._fs, q._log
+    fs, log = q._o.fs, q._log
     try:
         for k in range(len(log.sizes)):  # [X4] extend each segment's running CRC
             if k == len(log.ck):
@@ -255,11 +255,11 @@ def save(q: "ddq.Queue") -> None:
                 if c[1] == 0 and k > 0:  # its first record_length, for F7 [X5]
                     h = fs.open(path, "rb")
                     try:
-                        if q._read_exact(h, 0, q._mv_hdr) != len(q._mv_hdr):
+                        if q._read_exact(h, 0, q._o.mv_hdr) != len(q._o.mv_hdr):
                             raise OSError(_EIO, "short read in " + path)
                     finally:
                         fs.close(h)
-                    c[2] = struct.unpack_from("<I", q._rec, _R_RLEN)[0]  # (no append runs here)
+                    c[2] = struct.unpack_from("<I", q._o.rec, _R_RLEN)[0]  # (no append runs here)
                 c[0], c[1] = crc_span(q, path, c[1], size, c[0]), size
     finally:
         q._rbuf = bytearray(0)
@@ -290,14 +290,14 @@ def save(q: "ddq.Queue") -> None:
     finally:
         fs.close(h)
     fs.rename(tmp, q._path(ddq._INDEX))  # old or new index, never a torn one [X1]
-    fs.sync_dir(q._dir)
+    fs.sync_dir(q._o.dir)
     q._ixcov = [log.gen] + list(log.sizes)
 
 
 def load(q: "ddq.Queue", nsegs: int, cp: "list[int]", mcrc: int) -> int:
     """Adopt queue.index when it matches the directory; return where to resume the last
     covered segment, or -1 (and change nothing) to replay everything [X5]."""
-    fs, path = q._fs, q._path(ddq._INDEX)
+    fs, path = q._o.fs, q._path(ddq._INDEX)
     try:
         if fs.kind(path) != 1:
             return -1
@@ -313,7 +313,7 @@ def load(q: "ddq.Queue", nsegs: int, cp: "list[int]", mcrc: int) -> int:
 
 
 def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcrc: int) -> int:
-    fs, log = q._fs, q._log
+    fs, log = q._o.fs, q._log
     hb = bytearray(_IX_SIZE)
     if q._read_exact(h, 0, memoryview(hb)) != _IX_SIZE:
         return -1
@@ -352,8 +352,8 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
         or (flags & 1) != q._has_manifest
         or ns == 0
         or ns > nsegs
-        or n > q._max_items
-        or pay > q._max_payload
+        or n > q._o.max_items
+        or pay > q._o.max_payload
         or na + nc + nk + nq != n
         or fresh > n
         or size
@@ -377,7 +377,7 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
             return -1
         crc, sz, first = struct.unpack_from("<III", b, 0)
         real = fs.size(q._path(ddq.segment_name(gen, k)))
-        if sz > q._seg_bytes or real < sz or (k < ns - 1 and real != sz) or (first and not k):
+        if sz > q._o.seg_bytes or real < sz or (k < ns - 1 and real != sz) or (first and not k):
             return -1
         ck.append([crc, sz, first])
     if q._has_manifest and (
@@ -395,8 +395,8 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
         big = max(big, ck[k - 1][1])
     # The columns, read together in pieces of _CH items into the chunked index (no allocation
     # of a whole column) [X2]: seqs must increase and segments must not go back.
-    nix = ddq._Index(q._tc)
-    ro, rsq, sfo, mx = nix.ro, nix.rs, nix.sfo, q._max_payload
+    nix = ddq._Index(q._o.tc)
+    ro, rsq, sfo, mx = nix.ro, nix.rs, nix.sfo, q._o.max_payload
     pos = _IX_SIZE + _IX_SEG * ns
     prev = sgp = 0
     # [X10] what the columns hold, against the header: items by state (cnt[1..4]), the largest
@@ -423,7 +423,7 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
         # else the lengths themselves (base 0): _Index.add's forms, _CH slots each
         la: "Any" = None
         if hi - lo > 255:
-            la = array(q._tc, lnc if m == _CH else bytes(_CH * (2 if q._tc == "H" else 4)))
+            la = array(q._o.tc, lnc if m == _CH else bytes(_CH * (2 if q._o.tc == "H" else 4)))
             for t in range(m if m < _CH else 0):
                 la[t] = lnc[t]
             lo = 0
@@ -529,8 +529,8 @@ def _adopt(q: "ddq.Queue", h: "Any", size: int, nsegs: int, cp: "list[int]", mcr
     if not _log_ok(q, h, nix, ck, _IX_SIZE + _IX_SEG * ns + _IX_OFFS * n):
         return -1
     # Adopt: the covered segments but the last are whole; the last resumes its replay.
-    q._ix, q._next = nix, nxt
-    q._n_avail, q._n_claimed, q._n_acked, q._n_quar = na, nc, nk, nq
+    q._ix, q._log.next = nix, nxt
+    nix.avail, nix.claimed, nix.acked, nix.quar = na, nc, nk, nq  # (the columns': adopted whole)
     # The plan depends on the options (not stored, M8): another writer's is not used [X5].
     ok = p0 != _IX_NO_PLAN and flags & 0xFFFFFF00 == _plan_key(q)
     q._plan = [p0, p1] if ok else None
@@ -593,7 +593,7 @@ def _log_ok(q: "ddq.Queue", h: "Any", nix: "Any", ck: "list[list[int]]", offs: i
         return False
     finally:
         if w[1] is not None:
-            q._fs.close(w[1])
+            q._o.fs.close(w[1])
 
 
 def _rec(q: "ddq.Queue", w: "list[Any]", sg: int, pos: int, ck: "list[list[int]]") -> "Any":
@@ -603,9 +603,9 @@ def _rec(q: "ddq.Queue", w: "list[Any]", sg: int, pos: int, ck: "list[list[int]]
         return None
     if w[0] != sg:
         if w[1] is not None:
-            q._fs.close(w[1])
+            q._o.fs.close(w[1])
             w[1] = None
-        w[1] = q._fs.open(q._path(ddq.segment_name(q._log.gen, sg)), "rb")
+        w[1] = q._o.fs.open(q._path(ddq.segment_name(q._log.gen, sg)), "rb")
         w[0] = sg
     hb = w[2]
     if q._read_exact(w[1], pos, memoryview(hb)) != _HDR:
@@ -634,8 +634,8 @@ def prefix_ok(q: "ddq.Queue", gen: int, ck: "list[list[int]]") -> bool:
 def crc_span(q: "ddq.Queue", path: str, pos: int, end: int, c: int, fl: "Any" = None) -> int:
     """The running crc32 c extended over bytes pos..end-1 of a file: one sequential read.
     fl: a list to append the record_length of the file's first record to (pos 0)."""
-    mv = q._buf(min(max(end - pos, 1), 65536, max(q._seg_bytes >> 2, 1024)))  # as the replay's
-    h = q._fs.open(path, "rb")
+    mv = q._buf(min(max(end - pos, 1), 65536, max(q._o.seg_bytes >> 2, 1024)))  # as the replay's
+    h = q._o.fs.open(path, "rb")
     try:
         for _ in range(_IO_LOOPS):
             if pos >= end:
@@ -648,5 +648,5 @@ def crc_span(q: "ddq.Queue", path: str, pos: int, end: int, c: int, fl: "Any" = 
             c = ddq._crc(mv[0:n], c)
             pos += n
     finally:
-        q._fs.close(h)
+        q._o.fs.close(h)
     return c

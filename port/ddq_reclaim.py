@@ -69,7 +69,6 @@ class Build:
             "next0",
             "cow",
             "plan",
-            "dropped",
             "snap",
             "tk",
             "to",
@@ -89,7 +88,6 @@ class Build:
         # before it was copied (copy on write)
         self.cow: "dict[int, Any]" = {}
         self.plan: "Optional[list[int]]" = [0, 0]  # the admission plan of the copy (§5)
-        self.dropped = 0  # items acked at P0, not copied
         self.snap: "Optional[list[int]]" = None  # the snapshot's segments, end, items
         self.tk, self.to = tk, to  # where the copy of g's tail stands (P0 at first)
         self.rk = self.rp = 0  # the snapshot scan: the next record header of g to read
@@ -102,7 +100,7 @@ def _reader(q: "ddq.Queue", b: Build, old: "ddq._Log", k: int) -> "Any":
     # own record), so it never outlives a sync of g.
     if b.rhk != k:
         _close(q, b)
-        b.rh = q._fs.open(q._path(ddq.segment_name(old.gen, k)), "rb")
+        b.rh = q._o.fs.open(q._path(ddq.segment_name(old.gen, k)), "rb")
         b.rhk = k
     return b.rh
 
@@ -110,7 +108,7 @@ def _reader(q: "ddq.Queue", b: Build, old: "ddq._Log", k: int) -> "Any":
 def _close(q: "ddq.Queue", b: Build) -> None:
     h, b.rh, b.rhk = b.rh, None, -1
     if h is not None:
-        q._fs.close(h)
+        q._o.fs.close(h)
 
 
 def _scan(q: "ddq.Queue", b: Build, old: "ddq._Log", seq: int, ln: int) -> "Any":
@@ -124,9 +122,9 @@ def _scan(q: "ddq.Queue", b: Build, old: "ddq._Log", seq: int, ln: int) -> "Any"
             b.rk, b.rp = k + 1, 0
             continue
         h = _reader(q, b, old, k)
-        if q._read_exact(h, pos, q._mv_hdr) != _HDR:
+        if q._read_exact(h, pos, q._o.mv_hdr) != _HDR:
             raise OSError(_EIO, "short read in " + ddq.segment_name(old.gen, k))
-        m, _v, typ, s, _a, plen, rlen, _c, _r = struct.unpack_from(_REC_FMT, q._rec, 0)
+        m, _v, typ, s, _a, plen, rlen, _c, _r = struct.unpack_from(_REC_FMT, q._o.rec, 0)
         if m != _REC_MAGIC or rlen < _MIN_REC:
             raise ddq._err("Corrupt", "bad record in %s at %d", ddq.segment_name(old.gen, k), pos)
         b.rp = pos + rlen
@@ -143,9 +141,9 @@ def _tail(q: "ddq.Queue", b: Build, old: "ddq._Log", k: int, pos: int) -> None:
     # its index with the replay's rules (R5-R7).
     new, nix = b.log, b.ix
     h = _reader(q, b, old, k)
-    if q._read_exact(h, pos, q._mv_hdr) != _HDR:
+    if q._read_exact(h, pos, q._o.mv_hdr) != _HDR:
         raise OSError(_EIO, "short read in " + ddq.segment_name(old.gen, k))
-    _m, _v, typ, seq, arg, plen, rlen, _c, _r = struct.unpack_from(_REC_FMT, q._rec, 0)
+    _m, _v, typ, seq, arg, plen, rlen, _c, _r = struct.unpack_from(_REC_FMT, q._o.rec, 0)
     pay = q._read_record(old, k, pos, typ, seq, plen, h)
     off = q._append(new, typ, seq, arg, pay if plen else None, True)
     b.to = pos + rlen
@@ -201,7 +199,7 @@ class Reclaim:
         self.dead = []  # (q._clean below deletes what is left of an older generation)
         q._prepare_format()  # (ddq_compact: sync, manifest, marker, clean; a failure fail-stops)
         log = q._log
-        b = Build(log.gen + 1, q._tc, q._ix.n, q._next, len(log.sizes) - 1, log.off)
+        b = Build(log.gen + 1, q._o.tc, q._ix.n, q._log.next, len(log.sizes) - 1, log.off)
         self.bld = b
         try:
             q._new_segment(b.log, True)
@@ -219,7 +217,8 @@ class Reclaim:
         # the next and followed at once when it rises; a quarter more for margin. Later than that
         # and admission or the segment limit forces a whole copy; earlier and a generation absorbs
         # less before its copy (DESIGN §12) [C13].
-        if self.bld is not None or q._slack < 0 or not q._n_acked or q._n_acked < self.bnext:
+        ix = q._ix
+        if self.bld is not None or q._slack < 0 or not ix.acked or ix.acked < self.bnext:
             return (
                 False  # room unknown, or nothing (or too little since a useless build) to reclaim
             )
@@ -231,7 +230,7 @@ class Reclaim:
         if self.dead:
             return False  # g-1's segments are still going, 4 a call: then start (bounded work)
         s = self.units
-        units = q._n_avail + q._n_claimed + q._n_quar + q._n_acked // _SKIP
+        units = ix.avail + ix.claimed + ix.quar + ix.acked // _SKIP
         calls = units // (s - 1 if s > 1 else 1) + 8
         per = last[2] * 5 // 64  # (×16 fixed point, + 1/4)
         return slack < calls * (per if per > _MIN_REC + n else _MIN_REC + n)
@@ -275,7 +274,7 @@ class Reclaim:
         b, self.bld = self.bld, None
         if b is None:
             return
-        fs = q._fs
+        fs = q._o.fs
         for h in (b.rh, b.log.h):  # each closed whatever the other's close raised (no handle left)
             if h is not None:
                 try:
@@ -287,7 +286,7 @@ class Reclaim:
             for k in range(len(b.log.sizes)):
                 fs.remove(q._path(ddq.segment_name(b.log.gen, k)))
             if b.log.sizes:
-                fs.sync_dir(q._dir)
+                fs.sync_dir(q._o.dir)
         except OSError:
             pass
 
@@ -314,8 +313,7 @@ class Reclaim:
                         else:
                             s, a, lease, nb, reason = c
                         if s != _ACKED:
-                            break
-                        b.dropped += 1
+                            break  # (acked at P0: not copied; the copy's index counts its own)
                         i += 1
                         b.i = i
                         if i >= b.n0:
@@ -348,7 +346,7 @@ class Reclaim:
             _close(q, b)
         except ddq.Limit:  # the copy needs more segments than allowed: no benefit now
             self.drop(q)
-            self.bnext = q._n_acked + self.units
+            self.bnext = q._ix.acked + self.units
         except BaseException as e:  # as an inline compaction: fail-stop [C7][R20]
             self.drop(q)
             q._fail()
@@ -359,18 +357,18 @@ class Reclaim:
     def _publish(self, q: "ddq.Queue") -> None:
         # The commit point is the manifest rename, as for any compaction [C5]; the manifest
         # names the snapshot, the copied tail follows it.
-        b, old, fs = self.bld, q._log, q._fs
+        b, old, fs = self.bld, q._log, q._o.fs
         if b is None or b.snap is None:
             return
         new, nix = b.log, b.ix
         if sum(new.sizes) >= sum(old.sizes):  # no benefit: g stays, as for compact() [C8]
             self.drop(q)
-            self.bnext = q._n_acked + self.units
+            self.bnext = q._ix.acked + self.units
             return
         fs.sync(new.h)
         new.synced = new.off
         new.dirty = False
-        fs.sync_dir(q._dir)
+        fs.sync_dir(q._o.dir)
         published = [False]
         try:
             q._publish(new.gen, b.next0, b.snap[0], b.snap[2], b.snap[1], published)
@@ -387,7 +385,9 @@ class Reclaim:
                 raise ddq._io_failure(e, "compaction")
             raise
         self.bld = None
-        h, old.h = old.h, None
+        h, gen, segs = old.h, old.gen, len(old.sizes)
+        old.adopt(new)  # the writer (the same object) takes g+1, and the index with it [C6]
+        q._ix = nix
         try:
             fs.close(h)
         except OSError:
@@ -401,23 +401,21 @@ class Reclaim:
                 le[_LV_LEASE] = 0
             else:
                 del q._swept[s]
-        q._log, q._ix = new, nix
         q._has_manifest = True
-        q._n_acked -= b.dropped
         q._plan = b.plan
         # g's segments go a few a call (unlink); a cut leaves them to recovery (R16).
-        self.dead = [old.gen, 0, len(old.sizes)]
+        self.dead = [gen, 0, segs]
         q._index_update()
 
     def unlink(self, q: "ddq.Queue") -> None:
         # Delete up to 4 segments of a replaced generation [C13]; errors leave them to the next
         # clean (compaction, recovery: R16).
-        d, fs = self.dead, q._fs
+        d, fs = self.dead, q._o.fs
         try:
             for _ in range(4):
                 if d[1] >= d[2]:
                     self.dead = []
-                    fs.sync_dir(q._dir)
+                    fs.sync_dir(q._o.dir)
                     return
                 p = q._path(ddq.segment_name(d[0], d[1]))
                 d[1] += 1
@@ -436,7 +434,7 @@ class Reclaim:
     def mirror(self, q: "ddq.Queue") -> None:
         # g is what C DDQ's queue holds now: at open, after compact() and purge(). Under the hold
         # rule (window > 0) admission is H2's, which depends on the contents only: no shadow [H8].
-        if q._win:
+        if q._o.win:
             return
         log = q._log
         self.sh = [len(log.sizes), log.off, sum(log.sizes), q._ix.n]
@@ -448,7 +446,7 @@ class Reclaim:
         sh, ix = self.sh, q._ix
         if sh is None:
             return
-        if required and sh[3] <= q._n_avail + q._n_claimed + q._n_quar:
+        if required and sh[3] <= ix.avail + ix.claimed + ix.quar:
             raise ddq._err("Full", "max_items reached and nothing is acked")
         # The indexes of the AVAILABLE items with history (each gets a STATE) and of the reasons:
         # small tables, so the pass over the column reads no seq.
@@ -463,7 +461,7 @@ class Reclaim:
                 rs[j] = _MIN_REC + reason[2]
         # Next-fit (A2) on local ints: this is the one O(items) pass, no calls per record.
         k = o = total = n = i = 0
-        seg, w, cnt = q._seg_bytes, q._max_segs, ix.n
+        seg, w, cnt = q._o.seg_bytes, q._o.max_segs, ix.n
         for c in range(len(ix.col)):  # per chunk: its states, its base length and lengths over it
             ch, cl, lv = ix.col[c], ix.cl[c], ix.lv[c]
             for j in range(_CH):
@@ -489,7 +487,7 @@ class Reclaim:
                 i += 1
         if k == 0:
             k = 1  # the copy's first segment exists even when empty
-        if total >= sh[2] or n > q._max_items - required or (k >= w and o + reserve > seg):
+        if total >= sh[2] or n > q._o.max_items - required or (k >= w and o + reserve > seg):
             raise ddq._err("Full", "compaction: no benefit")
         sh[0], sh[1], sh[2], sh[3] = k, o, total, n
 
@@ -499,7 +497,7 @@ class Reclaim:
         # that drain every pending item (A8), else g is compacted whole now, as inline. That check
         # leaves out A5's STATE share: a whole copy of g can exceed the shadow by a STATE in place
         # of a CLAIM (24 B) per item, inside the 72 B A5 reserved for it (DESIGN §12) [C13].
-        sh, mx = self.sh, q._max_items
+        sh, mx = self.sh, q._o.max_items
         if sh is None:
             return
         if not q._admit(n, sh) or sh[3] >= mx:
@@ -519,7 +517,7 @@ class Reclaim:
         sh = self.sh
         if sh is None:
             return
-        if sh[1] > 0 and sh[1] + total > q._seg_bytes and sh[0] >= q._max_segs:
+        if sh[1] > 0 and sh[1] + total > q._o.seg_bytes and sh[0] >= q._o.max_segs:
             try:
                 self.fresh(q, total, 0)
             except ddq.Full:

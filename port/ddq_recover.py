@@ -119,7 +119,7 @@ def recover(self: "Queue") -> None:
     _reset(self)
     salv = None  # on_corrupt="salvage" [K9], once N7 passed: a special file is never salvaged
     try:
-        fs = self._fs
+        fs = self._o.fs
         names = listdir(self)
         _regular(self, names)
         salv = self._salv
@@ -138,7 +138,8 @@ def recover(self: "Queue") -> None:
                     cut = True
         if cut:
             names = listdir(self)
-        log = self._log = _Log(gen)
+        log = self._log  # the writer _reset made, for generation gen
+        log.gen = gen
         nseg, dirty = _segments(self, names, gen)
         names = []  # the replay holds no name: a board's heap gets the listing's room back
         if self._has_manifest and nseg < cp[_CP_SEGS]:
@@ -147,7 +148,7 @@ def recover(self: "Queue") -> None:
             self._new_segment(log, False)
         st = [seen, False, False]  # [_ST_SEEN, _ST_SNAP, _ST_REASON]
         start = -1
-        if nseg and self._ix_bytes and fs.kind(self._path(_INDEX)) == 1:  # a stat, no import
+        if nseg and self._o.ix_bytes and fs.kind(self._path(_INDEX)) == 1:  # a stat, no import
             try:
                 m = _part("ddq_index")
             except (
@@ -168,11 +169,11 @@ def recover(self: "Queue") -> None:
                     raise
                 # [X10] the records after the index do not apply to its state: a cache miss, so
                 # replay everything (once: no index, no salvage inside; damage is reported then)
-                kept, self._ix_bytes, self._salv = (self._ix_bytes, self._salv), 0, None
+                kept, self._o.ix_bytes, self._salv = (self._o.ix_bytes, self._salv), 0, None
                 try:
                     return recover(self)
                 finally:
-                    self._ix_bytes, self._salv = kept
+                    self._o.ix_bytes, self._salv = kept
         if not st[_ST_SEEN]:
             raise _err("Corrupt", "the manifest's snapshot boundary was never reached")
         _finish(self, fs, log, gen, nseg, cp, dirty, loaded)
@@ -209,7 +210,7 @@ def _manifest(self: "Queue", fs: "Any") -> "tuple[list[int], bool, int, int]":
         except _E("Corrupt"):
             raise _err("Corrupt", "queue.manifest missing and queue.manifest.tmp invalid")
         fs.rename(self._path(_MANIFEST_TMP), mpath)
-        fs.sync_dir(self._dir)
+        fs.sync_dir(self._o.dir)
         mk = 1
     cp = [0, 0, 0, 1]  # the snapshot boundary: [_CP_SEGS, _CP_ITEMS, _CP_END, _CP_NEXT]
     seen = True
@@ -226,9 +227,9 @@ def _manifest(self: "Queue", fs: "Any") -> "tuple[list[int], bool, int, int]":
         if (
             nxt == 0
             or segs == 0
-            or segs > self._max_segs
-            or items > self._max_items
-            or end > self._seg_bytes
+            or segs > self._o.max_segs
+            or items > self._o.max_items
+            or end > self._o.seg_bytes
             or (gen != 0 and marker != 1)
         ):
             raise _err("Corrupt", "queue.manifest fields out of range for these options")
@@ -264,7 +265,7 @@ def _segments(self: "Queue", names: "list[str]", gen: int) -> "tuple[int, bool]"
                 dirty = True
                 continue
             ids.append(i)
-            if len(ids) > self._max_segs:
+            if len(ids) > self._o.max_segs:
                 raise _err("Limit", "more segments than max_segments")
         elif (
             name == _MANIFEST_TMP
@@ -307,11 +308,11 @@ def _finish(
         log.h = fs.open(self._path(segment_name(gen, nseg - 2)), "ab")
         log.off = log.synced = log.sizes[-1]
     fs.sync(self._log.h)  # what a crashed writer left in the page cache is durable [D4]
-    fs.sync_dir(self._dir)  # the selected generation is durable before anything is deleted
+    fs.sync_dir(self._o.dir)  # the selected generation is durable before anything is deleted
     if dirty:  # else the listing held nothing _clean removes, and nothing since adds it
         self._clean()
-    self._durable = self._next - 1
-    if self._win:  # the hold rule keeps no plan (port/ddq_admit.py)
+    log.durable = log.next - 1
+    if self._o.win:  # the hold rule keeps no plan (port/ddq_admit.py)
         self._plan = None
     elif loaded < 0:
         self._plan = self._plan_items()
@@ -326,9 +327,10 @@ def _finish(
 def listdir(self: "Queue") -> "list[str]":
     """The directory's names; Limit past max_segments * 8 + 1024 of them (a directory that
     was filled to stall the open)."""
-    names: "list[str]" = self._fs.listdir(self._dir)
-    if len(names) > self._max_segs * 8 + 1024:
-        raise _err("Limit", "too many directory entries in " + self._dir)
+    o = self._o
+    names: "list[str]" = o.fs.listdir(o.dir)
+    if len(names) > o.max_segs * 8 + 1024:
+        raise _err("Limit", "too many directory entries in " + o.dir)
     return names
 
 
@@ -355,7 +357,7 @@ def _regular(self: "Queue", names: "list[str]", why: str = "") -> None:
     # why: "<the Corrupt in-place salvage is about to repair>; " [K9]: then the names salvage
     # reads and writes (salvage.intent, salvaged-*, salvage-report-*) are checked instead, a
     # directory too, and a bad one raises that Corrupt, naming it, with nothing changed.
-    fs, d = self._fs, self._dir
+    fs, d = self._o.fs, self._o.dir
     if not isinstance(fs, PosixStorage):
         return
     il = getattr(os, "ilistdir", None)
@@ -372,11 +374,12 @@ def _regular(self: "Queue", names: "list[str]", why: str = "") -> None:
 
 def _read_small(self: "Queue", path: str, n: int) -> bytes:
     b = bytearray(n)
-    h = self._fs.open(path, "rb")
+    fs = self._o.fs
+    h = fs.open(path, "rb")
     try:
         got = self._read_exact(h, 0, memoryview(b))
     finally:
-        self._fs.close(h)
+        fs.close(h)
     return bytes(b[0:got])
 
 
@@ -388,12 +391,12 @@ def _checkpoint(self: "Queue", sg: int, pos: int, cp: "list[int]", st: "list[boo
         if pos == cp[_CP_END]:
             if (
                 self._ix.n != cp[_CP_ITEMS]
-                or self._next > cp[_CP_NEXT]
+                or self._log.next > cp[_CP_NEXT]
                 or st[_ST_REASON]
-                or (self._log.gen == 0 and self._next != cp[_CP_NEXT])
+                or (self._log.gen == 0 and self._log.next != cp[_CP_NEXT])
             ):
                 raise _err("Corrupt", "snapshot boundary does not match the manifest")
-            self._next = cp[_CP_NEXT]
+            self._log.next = cp[_CP_NEXT]
             st[_ST_SEEN] = True
 
 
@@ -430,8 +433,9 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
     # or on MicroPython its rules inlined, below) and applied; DATA inline, the rest through
     # _apply. A torn tail is cut [R10][R11]; the boundary checked [R8]. nseg: the generation's
     # segments. cp, st: the boundary and what the replay has seen (_CP_*, _ST_*; DESIGN §13).
-    fs, log = self._fs, self._log
-    seg_bytes, max_payload, max_items = self._seg_bytes, self._max_payload, self._max_items
+    fs, log = self._o.fs, self._log
+    o = self._o
+    seg_bytes, max_payload, max_items = o.seg_bytes, o.max_payload, o.max_items
     index = self._ix
     live, hist = index.live, index.hist
     # The chunk and run lists grow in place (append): these stay the index's own lists.
@@ -458,8 +462,8 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
     window_len = 0
     # Each segment's path in one allocation (segment_name then _path: three); its name, for a
     # message, is the path's tail (name_at: where it starts).
-    name_at = len(self._dir) + 1
-    path_fmt = (self._dir.replace("%", "%%") + "/") + (
+    name_at = len(o.dir) + 1
+    path_fmt = (o.dir.replace("%", "%%") + "/") + (
         "segment-%020d.log"
         if not compacted
         else "generation-%020d-segment-" % log.gen + "%020d.log"
@@ -706,7 +710,7 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                     if (
                         seq >= u64
                         or (items and seq <= last_seq)
-                        or (not prefix and seq != self._next)
+                        or (not prefix and seq != log.next)
                         or (prefix and st[_ST_REASON])
                     ):
                         raise _err(
@@ -737,13 +741,13 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                             seg_first.append(items)
                         index.n = items + 1
                         index.last = seq
+                        index.avail += 1
                     else:
-                        index.add(seq, seg, plen)
+                        index.add(seq, seg, plen)  # (counts it available)
                     items += 1
                     last_seq = seq
-                    self._n_avail += 1
-                    if seq >= self._next:
-                        self._next = seq + 1
+                    if seq >= log.next:
+                        log.next = seq + 1
                     st[_ST_SNAP] = False
                 else:
                     entry = live.get(seq)  # an item with history knows its index
@@ -764,8 +768,8 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                         and not swept
                     ):
                         attempts, not_before = entry[_LV_ATT], entry[_LV_NB]
-                        self._n_claimed -= 1
-                        self._n_acked += 1
+                        index.claimed -= 1
+                        index.acked += 1
                         states[byte] ^= ((_CLAIMED - 1) ^ (_ACKED - 1)) << shift
                         del live[seq]
                         if attempts or not_before:
@@ -779,8 +783,8 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
                         and not swept
                     ):
                         if state == _AVAILABLE:
-                            self._n_avail -= 1
-                            self._n_claimed += 1
+                            index.avail -= 1
+                            index.claimed += 1
                         states[byte] ^= ((state - 1) ^ (_CLAIMED - 1)) << shift
                         if entry is None:
                             old = hist.pop(seq, None)
@@ -815,7 +819,7 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
             self.replayed_records += done
             fs.close(handle)
         if torn:
-            self._tail += size - pos
+            log.tail += size - pos
             size = pos
             _cut(self, path, size)
         log.sizes.append(size)
@@ -826,7 +830,7 @@ def _replay(self: "Queue", nseg: int, cp: "list[int]", st: "list[bool]", start: 
 
 def _cut(self: "Queue", path: str, size: int) -> None:
     """Remove a torn tail: truncate where possible, else copy the prefix and rename [R12]."""
-    fs = self._fs
+    fs = self._o.fs
     if getattr(fs, "can_truncate", False):
         fs.truncate(path, size)
         return
@@ -860,7 +864,7 @@ def _cut(self: "Queue", path: str, size: int) -> None:
     finally:
         fs.close(src)
     fs.rename(tmp, path)  # the commit point of the cut [S4]
-    fs.sync_dir(self._dir)
+    fs.sync_dir(self._o.dir)
 
 
 def _apply(
@@ -926,6 +930,33 @@ def _apply(
         raise _err("Corrupt", "illegal transition")
 
 
+class Options:
+    """A queue's options (Queue._o), set once at open, by init alone: the limits, the admission
+    rule, the sync policy, the storage and the directory, and the reused record buffer with its
+    views (STYLE 6). Defined here, beside the code that sets them: `import ddq` does not pay
+    for the class (DESIGN §13 "State and its owners")."""
+
+    seg_bytes: int
+    max_payload: int
+    max_items: int
+    max_segs: int
+    ix_bytes: int  # 0: no queue.index (recover sets 0 for its replay of everything [X10])
+    win: int  # the hold rule's claims in flight; 0: libddq's admission (SPEC §10.1) [H1]
+    ev: int  # the hold rule's quarantine evidence budget, bytes [H1]
+    tc: str  # the index column's typecode (DESIGN §4)
+    sync_all: bool
+    sync_ack: bool
+    fs: "Any"
+    dir: str
+    rec: bytearray  # one reused 48-byte record buffer and its views (STYLE 6)
+    mv_hdr: memoryview
+    mv_ftr: memoryview
+    mv_crc1: memoryview
+    mv_crc2: memoryview
+    state_buf: bytearray
+    pl: "tuple[list[int], list[int]]"  # scratch plans for admission
+
+
 def init(
     self: "Queue",
     path: str,
@@ -953,21 +984,23 @@ def init(
     self._lock = None
     if not isinstance(path, str) or not path or len(path) >= 4096:
         raise _err("InvalidArgument", "path must be a non-empty str shorter than 4096")
-    self._seg_bytes = _opt(segment_bytes, 256, 64 * 1048576, "segment_bytes")
-    self._max_payload = _opt(max_payload_bytes, 1, segment_bytes - _MIN_REC, "max_payload_bytes")
-    self._max_items = _opt(max_items, 1, 1000000, "max_items")
-    self._max_segs = _opt(max_segments, 1, 4096, "max_segments")
-    self._ix_bytes = _opt(index_bytes, 0, _U64, "index_bytes")
+    self._o = Options()
+    o = self._o  # (set here alone, as given; the state's owners: DESIGN §13)
+    o.seg_bytes = _opt(segment_bytes, 256, 64 * 1048576, "segment_bytes")
+    o.max_payload = _opt(max_payload_bytes, 1, segment_bytes - _MIN_REC, "max_payload_bytes")
+    o.max_items = _opt(max_items, 1, 1000000, "max_items")
+    o.max_segs = _opt(max_segments, 1, 4096, "max_segments")
+    o.ix_bytes = _opt(index_bytes, 0, _U64, "index_bytes")
     # Records a call copies into a generation staged over many calls; 0: compaction runs
     # whole in the call that needs it, as C DDQ's (DESIGN §12) [C13].
     step = _opt(reclaim_step, 0, 4096, "reclaim_step")
     self._rm = None  # the reclamation state, ddq_reclaim's (imported only for step > 0) [C13]
     # The hold rule (SPEC §10.1, port/ddq_hold.py): room for `window` claims in flight and
     # `evidence_bytes` of quarantine evidence instead of libddq's reserve per item; 0: libddq's.
-    self._win = _opt(window, 0, 65535, "window")
-    self._ev = _opt(evidence_bytes, 0, _U32, "evidence_bytes")
+    o.win = _opt(window, 0, 65535, "window")
+    o.ev = _opt(evidence_bytes, 0, _U32, "evidence_bytes")
     # The index's lengths: u16 where every payload length fits 16 bits, else u32 (§4).
-    self._tc = "H" if self._max_payload <= 65535 else "I"
+    o.tc = "H" if o.max_payload <= 65535 else "I"
     if clock is not None and not callable(clock):
         raise _err("InvalidArgument", "clock must be callable")
     if sync not in ("always", "ack", "none"):
@@ -981,23 +1014,23 @@ def init(
     self._salv = [0, 0] if on_corrupt == "salvage" else None
     if not self._salv and on_corrupt != "raise":
         raise _err("InvalidArgument", "on_corrupt")
-    self._sync_all = sync == "always"
-    self._sync_ack = sync != "none"
+    o.sync_all = sync == "always"
+    o.sync_ack = sync != "none"
     self.clock = clock if clock is not None else _wall_ms
-    self._fs = storage if storage is not None else PosixStorage()
-    self._dir = path.rstrip("/") or "/"
-    self.reason_budget = min(self._max_payload, _MAX_REASON)
+    o.fs = storage if storage is not None else PosixStorage()
+    o.dir = path.rstrip("/") or "/"
+    self.reason_budget = min(o.max_payload, _MAX_REASON)
     # One reused 48-byte record buffer and its views: no allocation per record (STYLE 6).
-    self._rec = bytearray(_MIN_REC)
-    mv = memoryview(self._rec)
-    self._mv_hdr, self._mv_ftr = mv[0:_HDR], mv[_HDR:_MIN_REC]
-    self._mv_crc1, self._mv_crc2 = mv[4:32], mv[36:40]
-    self._state_buf = bytearray(_STATE_LEN)
-    self._pl = ([0, 0], [0, 0])  # scratch plans for admission: no allocation per enqueue
+    o.rec = bytearray(_MIN_REC)
+    mv = memoryview(o.rec)
+    o.mv_hdr, o.mv_ftr = mv[0:_HDR], mv[_HDR:_MIN_REC]
+    o.mv_crc1, o.mv_crc2 = mv[4:32], mv[36:40]
+    o.state_buf = bytearray(_STATE_LEN)
+    o.pl = ([0, 0], [0, 0])  # scratch plans for admission: no allocation per enqueue
     self._rbuf = bytearray(0)
     _reset(self)
     # [O22] and those these options need, before anything on disk changes.
-    if self._win:
+    if o.win:
         _find("ddq_hold", "window > 0")
     else:
         _find("ddq_admit", "window 0: libddq's admission")
@@ -1005,18 +1038,19 @@ def init(
         _find("ddq_salvage", "on_corrupt='salvage'")
     if step:
         self._rm = _part("ddq_reclaim", "reclaim_step > 0").Reclaim(step)
-    k = self._fs.kind(self._dir)
+    fs, d = o.fs, o.dir
+    k = fs.kind(d)
     if k == 0:
         try:
-            self._fs.mkdir(self._dir)
-            j = self._dir.rfind("/")
-            self._fs.sync_dir(self._dir[:j] or "/" if j >= 0 else ".")  # the new entry [S3]
+            fs.mkdir(d)
+            j = d.rfind("/")
+            fs.sync_dir(d[:j] or "/" if j >= 0 else ".")  # the new entry [S3]
         except OSError as e:
-            raise _io_failure(e, "mkdir " + self._dir)
+            raise _io_failure(e, "mkdir " + d)
     elif k != 2:
-        raise _err("InvalidArgument", "not a directory: " + self._dir)
+        raise _err("InvalidArgument", "not a directory: " + d)
     try:
-        self._lock = self._fs.lock(self._dir)
+        self._lock = fs.lock(d)
     except OSError as e:
         raise _io_failure(e, "lock")
     self._closed = False
@@ -1029,7 +1063,7 @@ def init(
         finally:
             tok, self._lock = self._lock, None
             if tok is not None:
-                self._fs.unlock(tok)
+                fs.unlock(tok)
         raise
 
 
@@ -1060,24 +1094,22 @@ def _reset(self: "Queue") -> None:
     staged = self._rm
     if staged is not None:  # the reclamation state anew (_fail dropped its build) [C13]
         self._rm = staged.__class__(staged.units)
-    self._ix = _Index(self._tc)
-    self._log = _Log(0)
-    self._next = 1
-    self._durable = 0
-    self._tail = 0
+    self._ix = _Index(self._o.tc)
+    log = _Log(0)  # the writer (ddq._Log's own fields; recovery builds it)
+    log.next = 1  # the seq of the next enqueue
+    log.durable = log.tail = 0
+    log.unsynced = []  # sync="none": DATA payloads not yet synced
+    log.ub = log.ubase = 0  # their bytes [D3], the first one's seq
+    log.nap = log.w0 = 0  # records appended: Queue._oom [O23]
+    self._log = log
     self._has_manifest = False
-    self._n_avail = self._n_claimed = self._n_acked = self._n_quar = 0
     self._plan = None  # cached worst-case compacted plan [segs, off]
     self._hd = None  # the hold rule's DATA bytes, recounted at first use [H2]
-    self._unsynced = []  # sync="none": DATA payloads not yet synced
-    self._ub = 0  # their bytes [D3]
-    self._ubase = 0
     self._swept = {}  # seq -> lease of a claim expired in RAM only [T2]
     self._ixcov = None  # [generation, sizes...] queue.index covers
     self.replayed_records = 0  # records the last recovery read and applied [X6]
     self.index_used = False  # the last recovery started from queue.index [X6]
     self._slack = -1  # admission's room left at the last enqueue, in bytes (-1: unknown)
-    self._nap = self._w0 = 0  # records appended: Queue._oom [O23]
 
 
 def lock(self: "PosixStorage", path: str) -> "Any":

@@ -970,7 +970,7 @@ def in_place(q: "Any", err: "Any") -> None:
     in place [K9]-[K11], or into <dir>.salvaged when the disk bound leaves no room (then raise
     Corrupt naming it), then recover it; stats() counts the salvage [K12]."""
     try:
-        rep = _in_place(q, q._fs, q._dir, err)
+        rep = _in_place(q, q._o.fs, q._o.dir, err)
     except OSError as e:
         raise ddq._err("IOFailure", "salvage in place: %r", e)
     s, q._salv = q._salv, None  # this recovery raises whatever it finds
@@ -984,7 +984,7 @@ def in_place(q: "Any", err: "Any") -> None:
 
 
 def _in_place(q: "Any", fs: "Any", d: str, err: "Any") -> "dict[str, Any]":
-    sb, mp, mi, ms = q._seg_bytes, q._max_payload, q._max_items, q._max_segs
+    sb, mp, mi, ms = q._o.seg_bytes, q._o.max_payload, q._o.max_items, q._o.max_segs
     names = fs.listdir(d)  # (inside recovery, whose listdir bounded it: no import back)
     tag = _intent(fs, d, names)
     sel = _selected(fs, d)

@@ -211,14 +211,14 @@ def test_board_app_setting():
     cfg = dict(ddq_app.DEFAULTS, OPTIONS=held, OUTBOX="ddq_batch", BATCH_OPTIONS=batch)
     ob = ddq_app.open_outbox(cfg, d)
     assert isinstance(ob, BatchOutbox)
-    assert (ob.queue._win, ob.queue._ev) == (4, 256)  # BATCH_OPTIONS replace OPTIONS' reserve
+    assert (ob.queue._o.win, ob.queue._o.ev) == (4, 256)  # BATCH_OPTIONS replace OPTIONS' reserve
     ob.put("s/t", b"x")
     assert ob.queue.stats().total_items == 0  # in the open batch
     ob.close()
     cfg.pop("OUTBOX")
     ob = ddq_app.open_outbox(cfg, d)  # the default: one reading, one item, OPTIONS as given
     assert not isinstance(ob, BatchOutbox) and ob.queue.stats().total_items == 1
-    assert (ob.queue._win, ob.queue._ev) == (16, 1024)
+    assert (ob.queue._o.win, ob.queue._o.ev) == (16, 1024)
     ob.close()
 
 

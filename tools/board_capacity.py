@@ -141,7 +141,7 @@ if o.get("reclaim_step"):
     # A staged build holds a second index beside g's (at most every item: its copy and tail)
     # and runs ddq_compact's copy: both counted as if a build of the whole queue ran now.
     __import__("ddq_compact")
-    tw = ddq._Index(q._tc)
+    tw = ddq._Index(q._o.tc)
 n = ok = 0
 end = "limit"
 try:

@@ -34,11 +34,17 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PORT = os.path.join(REPO, "port")
 BASE = os.path.join(REPO, "tools", "state_owners.json")
-# Objects of the queue whose fields have one owner: Queue attribute -> (class, owner module).
-OWNED = {"_rm": ("Reclaim", "ddq_reclaim")}  # the reclamation state (reclaim_step > 0)
+# Objects of the queue whose fields have one owner: Queue attribute -> (class, owner module,
+# the modules that build it: recovery makes the writer from the disk, as the owner would).
+OWNED = {
+    "_rm": ("Reclaim", "ddq_reclaim", ()),  # the reclamation state (reclaim_step > 0)
+    "_o": ("Options", "ddq_recover", ()),  # the options, set at open by init
+    "_log": ("_Log", "ddq", ("ddq_recover", "ddq_index")),  # the writer
+    "_ix": ("_Index", "ddq", ("ddq_recover", "ddq_index")),  # the index and its counts
+}
 HELD = ("_log", "_ix") + tuple(OWNED)  # objects of the queue whose fields count as its state
 CLASSES = {"_Log": "_log", "_Index": "_ix"}  # class -> the attribute that holds it
-CLASSES.update({c: a for a, (c, _m) in OWNED.items()})
+CLASSES.update({c: a for a, (c, _m, _b) in OWNED.items()})
 
 
 def queue_state(path):
@@ -186,13 +192,13 @@ def main(argv=None):
         return k.split(".")[0] if "." in k and k.split(".")[0] in OWNED else None
 
     pairs = {p: v for p, v in every.items() if not owned(p[1])}
-    bad = []  # an owned object's field written by a module that does not own it
+    bad = []  # an owned object's field written by a module that neither owns nor builds it
     fields = {o: set() for o in OWNED}
     for (m, k), lines in sorted(every.items()):
         o = owned(k)
         if o:
             fields[o].add(k)
-            if m != OWNED[o][1]:
+            if m != OWNED[o][1] and m not in OWNED[o][2]:
                 bad.append((m, k, lines[0]))
     mods = sorted({m for m, _ in pairs})
     summary = "state: %d attributes, %d (module, attribute) pairs, %d modules writing" % (
@@ -200,13 +206,18 @@ def main(argv=None):
         len(pairs),
         len(mods),
     )
+
+    def by(o):  # "ddq" or "ddq (built by ddq_recover, ddq_index)"
+        b = OWNED[o][2]
+        return OWNED[o][1] + (" (built by %s)" % ", ".join(b) if b else "")
+
     summary += "; owned: " + ", ".join(
-        "%s by %s (%d fields)" % (o, OWNED[o][1], len(fields[o])) for o in OWNED
+        "%s by %s (%d fields)" % (o, by(o), len(fields[o])) for o in OWNED
     )
     for m, k, line in bad:
         print(
             "not its owner: %s writes %s (line %d): %s's fields are written by %s alone"
-            % (m, k, line, k.split(".")[0], OWNED[k.split(".")[0]][1])
+            % (m, k, line, k.split(".")[0], by(k.split(".")[0]))
         )
     if a.report:
         by = {}

@@ -61,15 +61,16 @@ def test_the_repository_writes_no_new_state_across_modules():
 def test_a_new_cross_module_write_fails_and_names_it(tmp_path):
     d = _port(tmp_path, {"ddq_a.py": "def x(q):\n    q._n_acked = 0\n"})
     rc, out = _run(d, "--write")
-    assert rc == 0 and "3 (module, attribute) pairs" in out, out
-    with open(os.path.join(str(d), "b.json")) as f:
-        assert json.load(f)["pairs"] == ["ddq _log.off", "ddq _n_acked", "ddq_a _n_acked"]
-    # ddq_b writes the writer's offset through an alias, ddq_a a second attribute: both new
+    assert rc == 0 and "2 (module, attribute) pairs" in out, out
+    with open(os.path.join(str(d), "b.json")) as f:  # (the writer's fields: owned, below)
+        assert json.load(f)["pairs"] == ["ddq _n_acked", "ddq_a _n_acked"]
+    # ddq_b writes the writer's offset through an alias (the writer is ddq's: not its owner),
+    # ddq_a a second attribute (new)
     (d / "ddq_b.py").write_text("def y(q):\n    lg, ix = q._log, None\n    lg.off = 1\n")
     (d / "ddq_a.py").write_text("def x(q):\n    q._n_acked = 0\n    q._log = None\n")
     rc, out = _run(d)
     assert rc == 1, out
-    assert "new write: ddq_b writes _log.off (line 3)" in out, out
+    assert "not its owner: ddq_b writes _log.off (line 3)" in out, out
     assert "new write: ddq_a writes _log (line 3)" in out, out
     # a method attached at run time is not state; a module outside _PARTS is not a room
     (d / "ddq_b.py").write_text("def y(q):\n    q._hold = None\n")
@@ -78,8 +79,10 @@ def test_a_new_cross_module_write_fails_and_names_it(tmp_path):
     rc, out = _run(d)
     assert rc == 0, out
     assert out.splitlines()[-1] == (
-        "state: 2 attributes, 3 (module, attribute) pairs, 2 modules writing;"
-        " owned: _rm by ddq_reclaim (0 fields)"
+        "state: 2 attributes, 2 (module, attribute) pairs, 2 modules writing;"
+        " owned: _rm by ddq_reclaim (0 fields), _o by ddq_recover (0 fields),"
+        " _log by ddq (built by ddq_recover, ddq_index) (1 fields),"
+        " _ix by ddq (built by ddq_recover, ddq_index) (0 fields)"
     ), out
 
 
@@ -105,7 +108,7 @@ def test_an_owned_object_is_written_by_its_owner_alone(tmp_path):
     (d / "ddq.py").write_text(ddq)
     rc, out = _run(d, "--write")
     assert rc == 0, out
-    assert out.splitlines()[-1].endswith("owned: _rm by ddq_reclaim (3 fields)"), out
+    assert "owned: _rm by ddq_reclaim (3 fields), " in out.splitlines()[-1], out
     with open(os.path.join(str(d), "b.json")) as f:  # the owner's writes are not in the ratchet
         assert "ddq_reclaim _n_acked" in json.load(f)["pairs"]
     # another module writing a field of it fails, whatever the baseline lists, and names it
@@ -121,6 +124,48 @@ def test_an_owned_object_is_written_by_its_owner_alone(tmp_path):
     (d / "ddq_a.py").write_text("def x(q):\n    s = q._rm\n    s.sh = 0\n")
     rc, out = _run(d)
     assert rc == 1 and "not its owner: ddq_a writes _rm.sh (line 3)" in out, out
+
+
+RECOVER = """
+def init(q):
+    q._o = None
+    o = q._o
+    o.win = 0
+
+
+def _reset(q):
+    log = q._log
+    log.off = log.next = 0
+"""
+
+
+def test_the_options_the_writer_and_the_index_have_owners(tmp_path):
+    # the options (Queue._o) are set by ddq_recover.init alone; the writer (Queue._log) and the
+    # index with its counts (Queue._ix) are ddq's, which recovery (ddq_recover, ddq_index)
+    # builds from the disk: no other part writes them (issue 37 item 1)
+    d = _port(tmp_path, {"ddq_recover.py": RECOVER, "ddq_a.py": "def x(q):\n    pass\n"})
+    ddq = (d / "ddq.py").read_text().replace('"ddq_b": ""', '"ddq_b": "", "ddq_recover": ""')
+    (d / "ddq.py").write_text(ddq)
+    rc, out = _run(d, "--write")
+    assert rc == 0, out
+    assert "_o by ddq_recover (1 fields)" in out and "(built by ddq_recover, ddq_index) (2" in out
+    (d / "ddq_a.py").write_text("def x(q):\n    q._o.win = 4\n")
+    rc, out = _run(d)
+    assert rc == 1, out
+    assert (
+        "not its owner: ddq_a writes _o.win (line 2): _o's fields are written by ddq_recover"
+        " alone" in out
+    ), out
+    (d / "ddq_a.py").write_text("def x(q):\n    w = q._log\n    w.h = None\n")
+    rc, out = _run(d)
+    assert rc == 1, out
+    assert (
+        "not its owner: ddq_a writes _log.h (line 3): _log's fields are written by ddq (built by"
+        " ddq_recover, ddq_index) alone" in out
+    ), out
+    (d / "ddq_a.py").write_text("def x(q):\n    ix = q._ix\n    ix.acked -= 1\n")
+    rc, out = _run(d)
+    assert rc == 1 and "not its owner: ddq_a writes _ix.acked (line 3)" in out, out
 
 
 def test_a_pair_gone_is_reported_for_the_record(tmp_path):
