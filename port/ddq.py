@@ -11,8 +11,11 @@ only after the far end confirmed, or retry it with a delay, or quarantine it wit
         q.ack(c.seq)          # after the far end confirmed
 
 Where each public operation's body lives (port/; ddq.py names every other file in its one
-table, `_PARTS`, and loads it by one rule, `_part`: DESIGN §4.1, §13); the state a module owns
-is written by that module alone (tools/state_owners.py, DESIGN §13 "State and its owners"):
+table, `_PARTS`, and loads it by one rule, `_part`: DESIGN §4.1, §13). A part's functions take
+the queue as an argument: the public ones below are attached to Queue at their first call, the
+others are called through their module (`_part("ddq_compact").compact_now(q, ...)`); nothing
+private is attached. The state a module owns is written by that module alone
+(tools/state_owners.py, DESIGN §13 "State and its owners"):
 
     ddq.py          enqueue claim read read_into ack retry sync durable_seq close,
                     check_record segment_name, PosixStorage (but lock), the errors
@@ -22,8 +25,10 @@ is written by that module alone (tools/state_owners.py, DESIGN §13 "State and i
                     enqueue needs, the cleanup of a directory, queue.index at close
     ddq_extra.py    stats items oldest_available lapsed claim_seq claim_ordered reason
                     quarantine save_index, Stats Item
-    ddq_admit.py    libddq's admission rule (window 0, the default)
-    ddq_hold.py     the hold admission rule (window > 0)
+    ddq_admit.py    libddq's admission rule (window 0, the default): loaded at open, kept
+                    as Queue._adm (admit plan_items plan_add)
+    ddq_hold.py     the hold admission rule (window > 0): loaded at open, kept as Queue._adm
+                    (hold room cut)
     ddq_reclaim.py  staged reclamation (reclaim_step > 0): Reclaim, the reclamation state
                     (Queue._rm; None for reclaim_step 0), written by its own methods alone
     ddq_index.py    queue.index (index_bytes; optional: without it an open replays the log)
