@@ -293,6 +293,7 @@ def test_hold_with_staged_reclamation_admits_the_same_and_drains():
     # The hold rule depends on the directory's contents only, so a staged queue admits exactly
     # what an inline one does, and its full queue drains (claims, retries, quarantines) with
     # builds running and never meets Full or Limit.
+    support.needs_heap(160 * 1024, support.MARGIN_HEAP, 128 * 1024)
     inline = _start(window=4)
     inline[2].close()
     d, clock, q, held = _start(window=4, reclaim_step=8)
