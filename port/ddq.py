@@ -11,8 +11,11 @@ only after the far end confirmed, or retry it with a delay, or quarantine it wit
         q.ack(c.seq)          # after the far end confirmed
 
 Where each public operation's body lives (port/; ddq.py names every other file in its one
-table, `_PARTS`, and loads it by one rule, `_part`: DESIGN §4.1, §13); the state a module owns
-is written by that module alone (tools/state_owners.py, DESIGN §13 "State and its owners"):
+table, `_PARTS`, and loads it by one rule, `_part`: DESIGN §4.1, §13). A part's functions take
+the queue as an argument: the public ones below are attached to Queue at their first call, the
+others are called through their module (`_part("ddq_compact").compact_now(q, ...)`); nothing
+private is attached. The state a module owns is written by that module alone
+(tools/state_owners.py, DESIGN §13 "State and its owners"):
 
     ddq.py          enqueue claim read read_into ack retry sync durable_seq close,
                     check_record segment_name, PosixStorage (but lock), the errors
@@ -22,8 +25,10 @@ is written by that module alone (tools/state_owners.py, DESIGN §13 "State and i
                     enqueue needs, the cleanup of a directory, queue.index at close
     ddq_extra.py    stats items oldest_available lapsed claim_seq claim_ordered reason
                     quarantine save_index, Stats Item
-    ddq_admit.py    libddq's admission rule (window 0, the default)
-    ddq_hold.py     the hold admission rule (window > 0)
+    ddq_admit.py    libddq's admission rule (window 0, the default): loaded at open, kept
+                    as Queue._adm (admit plan_items plan_add)
+    ddq_hold.py     the hold admission rule (window > 0): loaded at open, kept as Queue._adm
+                    (hold room cut)
     ddq_reclaim.py  staged reclamation (reclaim_step > 0): Reclaim, the reclamation state
                     (Queue._rm; None for reclaim_step 0), written by its own methods alone
     ddq_index.py    queue.index (index_bytes; optional: without it an open replays the log)
@@ -864,6 +869,10 @@ class Queue:
     # reclaim_step > 0: the reclamation state (ddq_reclaim.Reclaim, written there alone), else
     # None: compaction runs whole in the call that needs it, as C DDQ's (DESIGN §12) [C13]
     _rm: "Optional[Reclaim]"
+    # The admission rule the open chose by window, a module kept for every enqueue and claim
+    # (no lookup in _PARTS): ddq_hold (hold, room, cut) for window > 0, else ddq_admit (admit,
+    # plan_items, plan_add) [H1]
+    _adm: "Any"
     # The rest: the index's companions, the lifecycle (still written from several parts).
     _closed: bool
     _lock: "Any"
@@ -1011,7 +1020,7 @@ class Queue:
         log = self._log  # (a compaction hands the writer the new generation: the same object)
         if log.off > 0 and log.off + total > o.seg_bytes and len(log.sizes) >= o.max_segs:
             try:
-                self._compact(total, 0)
+                _part("ddq_compact").compact_now(self, total, 0)
             except _E("Full"):
                 raise _err("Limit", _X_SEGS_FULL)
         try:
@@ -1180,14 +1189,16 @@ class Queue:
                 raise _err("TooLarge", _X_PAYLOAD, n, o.max_payload)
             if w.next >= _U64:
                 raise _err("Full", _X_SEQS)
-            ix = self._ix
+            ix, adm = self._ix, self._adm  # adm: the admission rule the open chose [H1]
             if o.win:
-                self._hold(n)  # the hold rule, port/ddq_hold.py [H2]
+                adm.hold(self, n)  # the hold rule, port/ddq_hold.py [H2]
             elif self._rm is not None:
                 self._rm.admit(self, n)  # the inline generation's answer, then g's room [C14]
-            elif not self._admit(n) or ix.n >= o.max_items:
-                self._compact(_MIN_REC + n, 1 if ix.n >= o.max_items else 0)
-                if not self._admit(n):
+            elif not adm.admit(self, n) or ix.n >= o.max_items:
+                _part("ddq_compact").compact_now(
+                    self, _MIN_REC + n, 1 if ix.n >= o.max_items else 0
+                )
+                if not adm.admit(self, n):
                     raise _err("Full", _X_RESERVE)
             ix = self._ix
             if ix.n >= o.max_items:
@@ -1211,7 +1222,7 @@ class Queue:
             if o.win:  # the hold rule keeps no plan (port/ddq_admit.py)
                 self._plan = None
             else:
-                self._plan_add(n)
+                adm.plan_add(self, n)
             return seq
         except MemoryError:
             raise self._oom()
@@ -1232,7 +1243,8 @@ class Queue:
                     if best < 0 or s < best_seq:
                         best, best_seq = i, s
             win = self._o.win
-            if f < ix.n and (not win or len(live) < win or self._room()):  # [H3]
+            # the first fresh item, unless the hold rule has no room for its history [H3]
+            if f < ix.n and (not win or len(live) < win or self._adm.room(self)):
                 fs = ix.seq(f)
                 if best < 0 or fs < best_seq:
                     best, best_seq = f, fs
@@ -1341,7 +1353,8 @@ class Queue:
                     err = e
             if err is None and log.h is not None and self._o.ix_bytes:
                 try:
-                    self._index_update()  # [X1] (ddq_compact: loaded here only with an index)
+                    # [X1] (ddq_compact: loaded here only with an index)
+                    _part("ddq_compact").index_update(self)
                 except MemoryError:  # no heap to load it: no index, the next open replays [X9]
                     pass
         except MemoryError:  # (closed all the same: what is on disk opens) [O23]
@@ -1372,55 +1385,48 @@ class Queue:
         return True
 
     # ------------------------------------------------------------------ the parts' methods
-    # Their bodies live beside ddq.py (_PARTS, below), attached to the class at their first use;
-    # declared here for mypy (an annotation alone compiles to nothing on MicroPython).
-    # port/ddq_compact.py (SPEC §11):
-    compact: "Callable[[], bool]"
-    purge: "Callable[[list[int]], int]"
-    _compact: "Callable[..., None]"
-    _copy: "Callable[..., Optional[list[int]]]"
-    _publish: "Callable[..., None]"
-    _prepare_format: "Callable[[], None]"
-    _clean: "Callable[[], None]"  # delete the manifest tmp and other generations [R16]
-    _index_update: "Callable[[], None]"  # write or remove queue.index [X1]
-    recover: "Callable[[], None]"  # port/ddq_recover.py: rebuild all state from disk [R1]
-    # port/ddq_extra.py:
-    stats: "Callable[[], Stats]"
-    items: "Callable[[], Iterator[Item]]"
-    oldest_available: "Callable[[], Optional[int]]"
-    lapsed: "Callable[[int], list[tuple[int, int]]]"
-    claim_seq: "Callable[[int, int], Claim]"
-    claim_ordered: "Callable[[int], Optional[Claim]]"
-    reason: "Callable[[int], bytes]"
-    save_index: "Callable[[], None]"
-    quarantine: "Callable[..., bool]"
-    # port/ddq_admit.py (window 0: libddq's admission, SPEC §10):
-    _admit: "Callable[..., bool]"  # [A1]-[A6]
-    _plan_items: "Callable[[], Optional[list[int]]]"  # the worst-case compacted plan [A4]
-    _plan_add: "Callable[[int], None]"
-    # port/ddq_hold.py (window > 0, SPEC §10.1):
-    _hold: "Callable[[int], None]"  # admission by the hold rule [H2]
-    _room: "Callable[[], bool]"  # room for one more item with history [H3]
-    _cut: "Callable[[int, Buf], Buf]"  # a quarantine reason cut to the room left [H4]
+    # The public methods whose bodies live beside ddq.py (_PARTS, below), attached to the class
+    # at their first call; declared here for mypy (MicroPython compiles no byte of this block).
+    if TYPE_CHECKING:
+        # port/ddq_compact.py (SPEC §11):
+        def compact(self) -> bool: ...
+        def purge(self, seqs: "list[int]") -> int: ...
+
+        # port/ddq_recover.py: rebuild all state from disk [R1]
+        def recover(self) -> None: ...
+
+        # port/ddq_extra.py:
+        def stats(self) -> "Stats": ...
+        def items(self) -> "Iterator[Item]": ...
+        def oldest_available(self) -> "Optional[int]": ...
+        def lapsed(self, now: int) -> "list[tuple[int, int]]": ...
+        def claim_seq(self, seq: int, lease_ms: int) -> Claim: ...
+        def claim_ordered(self, lease_ms: int) -> "Optional[Claim]": ...
+        def reason(self, seq: int) -> bytes: ...
+        def save_index(self) -> None: ...
+        def quarantine(self, seq: int, reason: "Buf" = b"") -> bool: ...
 
 
 # ============================================================================ parts
 # Every part of Queue that lives beside ddq.py, in one table, loaded by one rule (_part; DESIGN
 # §4.1, §13) [O21][O22]; MicroPython's asyncio package is the pattern (its _attrs table, read
-# by a module __getattr__). Each module beside ddq.py -> the names it gives, each between
+# by a module __getattr__). Each module beside ddq.py -> the public names it gives, each between
 # spaces: a Queue method is attached to the class at its first use (Queue.__getattr__), a module
-# attribute (ddq.Item) is read through the module's __getattr__ (PEP 562); a module without
-# names is used whole (ddq_reclaim, say). "-": open-time code, run by _part and, in a heap of at
-# most 128 KiB (_HEAP), dropped after the call (DESIGN §4.1). The open checks the files its
-# options need (ddq_recover's _find) [O22].
+# attribute (ddq.Item) is read through the module's __getattr__ (PEP 562). A part's other
+# functions take the queue (and what else they work on) as arguments and are called through
+# their module, `_part("ddq_compact").index_update(q)`: nothing private is attached to Queue,
+# and no name here starts with "_" (tools/check_imports.py, in `make lint`). The admission rule
+# (ddq_admit or ddq_hold, by window) is loaded once at open and kept as Queue._adm. A module
+# without names is used whole (ddq_reclaim, say). "-": open-time code, run by _part and, in a
+# heap of at most 128 KiB (_HEAP), dropped after the call (DESIGN §4.1). The open checks the
+# files its options need (ddq_recover's _find) [O22].
 _PARTS = {
     "ddq_recover": "- init recover lock decode_manifest ",  # Queue(...), PosixStorage.lock
-    "ddq_compact": " compact purge _compact _copy _publish _prepare_format _clean"
-    " _index_update parse_segment_name encode_manifest ",
+    "ddq_compact": " compact purge parse_segment_name encode_manifest ",
     "ddq_extra": " stats items oldest_available lapsed claim_seq claim_ordered reason"
     " save_index quarantine Item Stats ",
-    "ddq_admit": " _admit _plan_items _plan_add ",  # window 0: libddq's rule (SPEC §10)
-    "ddq_hold": " _hold _room _cut ",  # window > 0 (SPEC §10.1)
+    "ddq_admit": "",  # window 0: libddq's rule (SPEC §10), Queue._adm
+    "ddq_hold": "",  # window > 0 (SPEC §10.1), Queue._adm
     "ddq_reclaim": "",  # reclaim_step > 0: its Reclaim is Queue._rm (DESIGN §12)
     "ddq_index": "",  # optional: without it an open replays the log [X9]
     "ddq_cut": "",  # optional: without it an open with a cut's leftover refuses [R22]
@@ -1463,8 +1469,8 @@ def _part(name: str, *a: "Any", **k: "Any") -> "Any":
 
 
 def _getattr(self: "Optional[Queue]", name: str) -> "Any":
-    # Queue.__getattr__ (self: the queue) and the module's __getattr__ (self None): a name the
-    # table gives a module (a Queue method is attached to the class); the error classes: _E.
+    # Queue.__getattr__ (self: the queue) and the module's __getattr__ (self None): a public name
+    # the table gives a module (a Queue method is attached to the class); the error classes: _E.
     if name in _ERRORS:
         return _E(name)
     if name in _PARTS:  # a module beside ddq.py is not an attribute

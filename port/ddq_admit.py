@@ -1,13 +1,13 @@
-"""ddq_admit: libddq's admission rule (SPEC §10 [A1]-[A6]), loaded on demand.
+"""ddq_admit: libddq's admission rule (SPEC §10 [A1]-[A6]), loaded at open (window 0).
 
-A Queue opened without `window` (libddq's rule, exactly) attaches these at its first enqueue
-(ddq.py's one table, `_PARTS`); one opened with `window` > 0 (the hold rule, port/ddq_hold.py,
-as every board profile opens) never loads this module and keeps no plan. The open finds the
-file or fails there (SPEC O22).
+A Queue opened without `window` (libddq's rule, exactly) loads this module at open and keeps it
+as its admission rule (`Queue._adm`: enqueue calls `q._adm.admit(q, n)`, no lookup in ddq.py's
+table); one opened with `window` > 0 (the hold rule, port/ddq_hold.py, as every board profile
+opens) never loads it and keeps no plan. A missing file fails the open (SPEC O22).
 
-    _admit(n)       whether an n-byte payload fits DDQ's worst case [A1]-[A6]
-    _plan_items()   the worst-case compacted layout of every unacked item [A4]
-    _plan_add(n)    that layout with one more item (a cached upper bound, DESIGN §5)
+    admit(q, n)     whether an n-byte payload fits DDQ's worst case [A1]-[A6]
+    plan_items(q)   the worst-case compacted layout of every unacked item [A4]
+    plan_add(q, n)  that layout with one more item (a cached upper bound, DESIGN §5)
 
 Format: unchanged; design: docs/DESIGN.md §5.
 """
@@ -32,7 +32,7 @@ _ACKED = const(3)  # the state a plan leaves out (SPEC §4.1 [F11])
 
 
 # ============================================================================ admission
-def _plan_items(self: "Queue") -> "Optional[list[int]]":
+def plan_items(self: "Queue") -> "Optional[list[int]]":
     # Worst-case compacted layout of every unacked item [A4]. Next-fit is monotone: removing
     # an item (ack) or shrinking one (quarantine) never grows the plan, so a cached plan stays
     # an upper bound until it is recomputed (DESIGN §5).
@@ -51,7 +51,7 @@ def _plan_items(self: "Queue") -> "Optional[list[int]]":
     return plan
 
 
-def _plan_add(self: "Queue", n: int) -> None:
+def plan_add(self: "Queue", n: int) -> None:
     p = self._plan
     if p is not None:
         term = _MIN_REC + self.reason_budget
@@ -61,7 +61,7 @@ def _plan_add(self: "Queue", n: int) -> None:
             self._plan = None
 
 
-def _admit(self: "Queue", n: int, sh: "Optional[list[int]]" = None, lean: bool = False) -> bool:
+def admit(self: "Queue", n: int, sh: "Optional[list[int]]" = None, lean: bool = False) -> bool:
     """DDQ's admission rule for a new payload of n bytes, exactly [A1]-[A6]; on the
     generation sh ([segments, last offset]) when given, else on g; lean: without A5's
     STATE share of the control reserve (DESIGN §12) [C14]. First on the cached plan (an
@@ -73,7 +73,7 @@ def _admit(self: "Queue", n: int, sh: "Optional[list[int]]" = None, lean: bool =
     place = self._place
     for k in range(2):
         if k:
-            self._plan = _plan_items(self)
+            self._plan = plan_items(self)
         cached = self._plan
         if cached is None:
             continue

@@ -2,9 +2,11 @@
 
 compact(), purge() and the compaction an enqueue or a write needs when admission or the segment
 limit refuses: the items not acked are copied into generation g+1, which the manifest's rename
-publishes, and g is deleted. ddq.py's one table (`_PARTS`) names them; Queue attaches each as
-its method the first time it is called, so a queue that never compacts never loads them
-(DESIGN §4.1, §13).
+publishes, and g is deleted. ddq.py's one table (`_PARTS`) names the public ones (compact, purge:
+Queue methods, attached at their first call); the rest are functions over the queue that their
+callers reach through the one loader, `_part("ddq_compact").NAME(q, ...)`: compact_now (the
+compaction an enqueue needs), copy_item, publish, prepare_format, clean, index_update. A queue
+that never compacts never loads them (DESIGN §4.1, §13).
 
 Format: see docs/SPEC.md §11 [C1]-[C12]; design: docs/DESIGN.md §3, §5.
 """
@@ -71,7 +73,7 @@ def parse_segment_name(name: str) -> "Optional[tuple[int, int]]":
     return g, i
 
 
-def _clean(self: "Queue") -> None:
+def clean(self: "Queue") -> None:
     """Delete the manifest tmp and every segment of another generation [R16]."""
     fs, removed, gen = self._o.fs, False, self._log.gen
     names = self._o.fs.listdir(self._o.dir)
@@ -90,7 +92,7 @@ def _clean(self: "Queue") -> None:
 
 
 # ============================================================================ recovery index
-def _index_update(self: "Queue") -> None:
+def index_update(self: "Queue") -> None:
     # [X1] at close and after a compaction: write the index when the log holds index_bytes
     # or more and the file does not already cover it; otherwise leave no stale index behind.
     # ddq_index is imported only here and when an index exists at open. Errors cost speed.
@@ -133,7 +135,7 @@ def compact(self: "Queue") -> bool:
     try:
         self._alive()
         try:
-            self._compact(0, 0)
+            compact_now(self, 0, 0)
         except _E("Full"):
             if self._rm is not None:
                 try:
@@ -168,7 +170,7 @@ def purge(self: "Queue", seqs: "list[int]") -> int:
             if s not in drop:
                 drop.append(s)
         if drop:
-            self._compact(0, 0, drop)
+            compact_now(self, 0, 0, drop)
             if self._rm is not None:
                 self._rm.mirror(self)  # [C14]
         return len(drop)
@@ -176,7 +178,7 @@ def purge(self: "Queue", seqs: "list[int]") -> int:
         raise self._oom()
 
 
-def _publish(
+def publish(
     self: "Queue",
     gen: int,
     nxt: int,
@@ -212,8 +214,8 @@ def _publish(
     fs.sync_dir(self._o.dir)
 
 
-def _prepare_format(self: "Queue") -> None:
-    # The prelude of every compaction, whole (_compact) or staged (ddq_reclaim.start): the log
+def prepare_format(self: "Queue") -> None:
+    # The prelude of every compaction, whole (compact_now) or staged (ddq_reclaim.start): the log
     # synced (a manifest never points past unsynced bytes, and a copy reads g from the files),
     # on the first compaction a manifest for generation 0 published, then the marker created
     # [C2] (this order keeps an interrupted migration readable in the old format), and what is
@@ -223,7 +225,7 @@ def _prepare_format(self: "Queue") -> None:
         if log.dirty:
             self._sync_h()
         if not self._has_manifest:
-            self._publish(log.gen, self._log.next, len(log.sizes), self._ix.n, log.off)
+            publish(self, log.gen, self._log.next, len(log.sizes), self._ix.n, log.off)
             self._has_manifest = True
         k = fs.kind(self._path(_MARKER))
         if k == 0:
@@ -235,7 +237,7 @@ def _prepare_format(self: "Queue") -> None:
             fs.sync_dir(self._o.dir)
         elif k != 1 or fs.size(self._path(_MARKER)) != 0:
             raise _err("Corrupt", "queue.format not empty")
-        self._clean()
+        clean(self)
     except OSError as e:
         self._fail()
         raise _io_failure(e, "compaction")
@@ -244,19 +246,19 @@ def _prepare_format(self: "Queue") -> None:
         raise
 
 
-def _compact(
+def compact_now(
     self: "Queue", reserve: int, required: int, drop: "Optional[list[int]]" = None
 ) -> None:
     """Copy unacked items into generation g+1 and publish it; Full when no benefit [C3]-[C8]."""
     if self._rm is not None:  # a staged generation gives way to the full copy, and its
-        self._rm.drop(self, True)  # _clean deletes what is left of a replaced one [C13]
+        self._rm.drop(self, True)  # clean deletes what is left of a replaced one [C13]
     if self._log.h is None:
         raise _err("IOFailure", "queue is fail-stopped")
     if required and not self._ix.acked:
         raise _err("Full", "max_items reached and nothing is acked")
     if self._log.gen >= _U64:
         raise _err("Limit", "generations exhausted")
-    self._prepare_format()
+    prepare_format(self)
     old, ix, fs = self._log, self._ix, self._o.fs
     new, nix = _Log(old.gen + 1), _Index(self._o.tc)
     published = [False]
@@ -271,9 +273,8 @@ def _compact(
             if drop and seq in drop:
                 continue
             a, lease, nb = ix.history(seq)
-            plan = self._copy(
-                old, new, nix, i, seq, ix.length(i), s, a, lease, nb, ix.reasons.get(seq), plan
-            )
+            r = ix.reasons.get(seq)
+            plan = copy_item(self, old, new, nix, i, seq, ix.length(i), s, a, lease, nb, r, plan)
         if (
             sum(new.sizes) >= sum(old.sizes)
             or nix.n > self._o.max_items - required
@@ -284,7 +285,7 @@ def _compact(
         new.synced = new.off
         new.dirty = False
         fs.sync_dir(self._o.dir)
-        self._publish(new.gen, self._log.next, len(new.sizes), nix.n, new.off, published)
+        publish(self, new.gen, self._log.next, len(new.sizes), nix.n, new.off, published)
     except BaseException as e:
         if published[0] and new.h is not None:
             try:
@@ -322,16 +323,16 @@ def _compact(
     self._has_manifest = True
     self._plan = plan
     try:
-        self._clean()
+        clean(self)
     except (OSError, _E("Corrupt")) as e:
         self._fail()
         if isinstance(e, OSError):
             raise _io_failure(e, "cleaning old generation")
         raise
-    self._index_update()  # [X1] so a power cut later replays only what follows
+    index_update(self)  # [X1] so a power cut later replays only what follows
 
 
-def _copy(
+def copy_item(
     self: "Queue",
     old: _Log,
     new: _Log,

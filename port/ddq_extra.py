@@ -82,7 +82,7 @@ def claim_ordered(self: "Queue", lease_ms: int) -> "Optional[Claim]":
             self._sweep(h, now)
             if ix.state(head) != _AVAILABLE or not (h[_LV_NB] <= now or h[_LV_NB] - now > _U32):
                 return None
-        elif self._o.win and len(live) >= self._o.win and not self._room():
+        elif self._o.win and len(live) >= self._o.win and not self._adm.room(self):
             return None  # the hold rule: no room for one more item with history [H3]
         return self._take(hs, now + lease_ms, head)
     except MemoryError:
@@ -102,9 +102,9 @@ def claim_seq(self: "Queue", seq: int, lease_ms: int) -> Claim:
         s = self._ix.state(i)
         if s != _AVAILABLE:
             raise _err("BadState", "item %d is %s, not available", seq, STATES[s])
-        if e is None and self._o.win and len(self._ix.live) >= self._o.win and not self._room():
-            # the hold rule: no room for one more item with history [H3]
-            raise _err("Full", _X_RESERVE)
+        if e is None and self._o.win and len(self._ix.live) >= self._o.win:
+            if not self._adm.room(self):  # the hold rule: no room for one more history [H3]
+                raise _err("Full", _X_RESERVE)
         return self._take(seq, now + lease_ms, i)
     except MemoryError:
         raise self._oom()
@@ -260,7 +260,7 @@ def quarantine(self: "Queue", seq: int, reason: "Buf" = b"") -> bool:
         if b"\0" in bytes(reason):
             raise _err("InvalidArgument", "reason must not contain NUL bytes")
         if self._o.win:  # the hold rule: the reason cut to the room left, or Full [H4]
-            reason = self._cut(seq, reason)
+            reason = self._adm.cut(self, seq, reason)
         off = self._write(_T_QUAR, seq, 0, reason, self._o.sync_ack)
         ix = self._ix
         e = ix.live[seq]

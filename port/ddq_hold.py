@@ -1,4 +1,4 @@
-"""ddq_hold: the hold admission rule (Queue option window > 0), loaded on demand.
+"""ddq_hold: the hold admission rule (Queue option window > 0), loaded at open.
 
 libddq's admission (SPEC §10 A1-A8) reserves for every pending item a STATE, a CLAIM and a
 terminal record sized for the longest reason: on a board about 85 % of the log goes to reserves
@@ -6,10 +6,11 @@ that are almost never written. The hold rule reserves what a drain really needs 
 the items' own DATA records, a STATE for each item with history (at least `window` of them: the
 claims in flight) and the quarantine evidence (at least `evidence_bytes`), against the room a
 next-fit copy is sure to find in max_segments segments (counted in bytes or in records: SPEC H2).
-Its entry points are Queue methods that ddq.py's one table (`_PARTS`) names and attaches at
-their first use: `_hold` (enqueue), `_room` (claim; ddq_extra's claim_ordered, claim_seq) and
-`_cut` (ddq_extra's quarantine). A queue opened without `window` never loads this module; one
-opened with it finds the file at open or fails there (SPEC O22).
+Its entry points are functions over the queue: `hold` (enqueue), `room` (claim; ddq_extra's
+claim_ordered, claim_seq) and `cut` (ddq_extra's quarantine). A queue opened with `window` loads
+this module at open and keeps it as its admission rule (`Queue._adm`: a call is
+`q._adm.hold(q, n)`, no lookup in ddq.py's table); a missing file fails the open (SPEC O22). A
+queue opened without `window` never loads it.
 
 Format: unchanged (SPEC §10.1 [H1]-[H7]); design: docs/DESIGN.md §5.1.
 """
@@ -18,7 +19,7 @@ __version__ = "0.1.0"
 
 # Copyright (c) 2026 the ddq authors. BSD-3-Clause.
 
-from ddq import _err, const
+from ddq import _err, _part, const
 
 TYPE_CHECKING = const(0)
 if TYPE_CHECKING:
@@ -92,11 +93,11 @@ def fits(self: "Queue", dd: int, dn: int, dh: int, dq: int, dqn: int, r: int) ->
     return False
 
 
-def _hold(self: "Queue", n: int) -> None:
+def hold(self: "Queue", n: int) -> None:
     """Admit an n-byte payload under the hold rule or raise Full; nothing is written [H2]."""
     r, o = _MIN_REC + n, self._o  # its DATA record
     if self._ix.n >= o.max_items:  # as A6: compact with one acked item required
-        self._compact(r, 1)
+        _part("ddq_compact").compact_now(self, r, 1)
     if not fits(self, r, 1, 0, 0, 0, r):
         raise _err("Full", _X_RESERVE)
     if self._rm is not None:  # staged reclamation's start rule reads the room left before W4 [H8]
@@ -112,7 +113,7 @@ def _hold(self: "Queue", n: int) -> None:
             hd[4] = n
 
 
-def _room(self: "Queue") -> bool:
+def room(self: "Queue") -> bool:
     """Whether one more item may gain history (a first claim: its STATE in a copy) [H3]."""
     return fits(self, 0, 0, 1, 0, 0, 0)
 
@@ -121,7 +122,7 @@ def _fits(self: "Queue", dh: int, k: int) -> bool:
     return fits(self, 0, 0, dh, _STATE_REC + _MIN_REC + k, 1, _MIN_REC + k)
 
 
-def _cut(self: "Queue", seq: int, reason: "Buf") -> "Buf":
+def cut(self: "Queue", seq: int, reason: "Buf") -> "Buf":
     """The reason a quarantine of seq may write under the hold rule: whole, or its longest
     prefix that fits (the item's STATE moves from history to evidence; both bounds only shrink
     as the reason grows); Full if not even an empty reason fits [H4]."""

@@ -196,8 +196,9 @@ class Reclaim:
     def start(self, q: "ddq.Queue") -> None:
         # P0 is the end of g now: the snapshot holds every item not acked at P0 in its state at
         # P0, the records after P0 follow it verbatim (DESIGN §12) [C13].
-        self.dead = []  # (q._clean below deletes what is left of an older generation)
-        q._prepare_format()  # (ddq_compact: sync, manifest, marker, clean; a failure fail-stops)
+        self.dead = []  # (clean below deletes what is left of an older generation)
+        # (ddq_compact: sync, manifest, marker, clean; a failure fail-stops)
+        ddq._part("ddq_compact").prepare_format(q)
         log = q._log
         b = Build(log.gen + 1, q._o.tc, q._ix.n, q._log.next, len(log.sizes) - 1, log.off)
         self.bld = b
@@ -299,6 +300,7 @@ class Reclaim:
         if b is None:
             return
         new, nix = b.log, b.ix
+        cm = ddq._part("ddq_compact")  # its copy_item: one table lookup a step, not an item
         try:
             for _ in range(self.units):
                 if b.i < b.n0:  # the snapshot, in the states at P0
@@ -320,12 +322,13 @@ class Reclaim:
                             break
                     if s == _ACKED:
                         continue
-                    data = _scan(q, b, old, seq, ix.length(i))
+                    ln = ix.length(i)
+                    data = _scan(q, b, old, seq, ln)
                     if data is None:
                         continue  # (_SKIP headers read: the scan goes on in the next unit)
                     b.i = i + 1
-                    b.plan = q._copy(
-                        old, new, nix, i, seq, ix.length(i), s, a, lease, nb, reason, b.plan, data
+                    b.plan = cm.copy_item(
+                        q, old, new, nix, i, seq, ln, s, a, lease, nb, reason, b.plan, data
                     )
                     continue
                 if b.snap is None:  # the manifest's boundary [R8]
@@ -371,7 +374,9 @@ class Reclaim:
         fs.sync_dir(q._o.dir)
         published = [False]
         try:
-            q._publish(new.gen, b.next0, b.snap[0], b.snap[2], b.snap[1], published)
+            ddq._part("ddq_compact").publish(
+                q, new.gen, b.next0, b.snap[0], b.snap[2], b.snap[1], published
+            )
         except BaseException as e:
             if not published[0]:
                 raise  # (the caller abandons the build)
@@ -405,7 +410,7 @@ class Reclaim:
         q._plan = b.plan
         # g's segments go a few a call (unlink); a cut leaves them to recovery (R16).
         self.dead = [gen, 0, segs]
-        q._index_update()
+        ddq._part("ddq_compact").index_update(q)
 
     def unlink(self, q: "ddq.Queue") -> None:
         # Delete up to 4 segments of a replaced generation [C13]; errors leave them to the next
@@ -500,15 +505,16 @@ class Reclaim:
         sh, mx = self.sh, q._o.max_items
         if sh is None:
             return
-        if not q._admit(n, sh) or sh[3] >= mx:
+        adm = q._adm  # ddq_admit: a staged queue with window > 0 admits by ddq_hold [H8]
+        if not adm.admit(q, n, sh) or sh[3] >= mx:
             self.fresh(q, _MIN_REC + n, 1 if sh[3] >= mx else 0)
-            if not q._admit(n, sh):
+            if not adm.admit(q, n, sh):
                 raise ddq._err("Full", "admission reserve exhausted")
         if sh[3] >= mx:
             raise ddq._err("Full", "max_items reached")
-        if not q._admit(n, None, True) or q._ix.n >= mx:
-            q._compact(_MIN_REC + n, 1 if q._ix.n >= mx else 0)
-            if not q._admit(n, None, True) or q._ix.n >= mx:
+        if not adm.admit(q, n, None, True) or q._ix.n >= mx:
+            ddq._part("ddq_compact").compact_now(q, _MIN_REC + n, 1 if q._ix.n >= mx else 0)
+            if not adm.admit(q, n, None, True) or q._ix.n >= mx:
                 raise ddq._err("Full", "admission reserve exhausted")
 
     def shadow(self, q: "ddq.Queue", total: int, typ: int) -> None:

@@ -241,10 +241,10 @@ def _manifest(self: "Queue", fs: "Any") -> "tuple[list[int], bool, int, int]":
 
 def _segments(self: "Queue", names: "list[str]", gen: int) -> "tuple[int, bool]":
     """Generation gen's segment count, all of 0..n-1 present, and whether the listing holds
-    a name _clean removes."""
+    a name clean removes."""
     # One listing per open (each costs its names): generation gen's segments by their
     # index, read in place (parse_segment_name's rules, without its slices and tuple); any
-    # other segment or tmp name only flags the directory for _clean, which decides [R16].
+    # other segment or tmp name only flags the directory for clean, which decides [R16].
     pre, w = ("segment-", 8) if gen == 0 else ("generation-%020d-segment-" % gen, 40)
     ids: "list[int]" = []
     dirty = False
@@ -309,16 +309,16 @@ def _finish(
         log.off = log.synced = log.sizes[-1]
     fs.sync(self._log.h)  # what a crashed writer left in the page cache is durable [D4]
     fs.sync_dir(self._o.dir)  # the selected generation is durable before anything is deleted
-    if dirty:  # else the listing held nothing _clean removes, and nothing since adds it
-        self._clean()
+    if dirty:  # else the listing held nothing clean removes, and nothing since adds it
+        _part("ddq_compact").clean(self)
     log.durable = log.next - 1
     if self._o.win:  # the hold rule keeps no plan (port/ddq_admit.py)
         self._plan = None
     elif loaded < 0:
-        self._plan = self._plan_items()
+        self._plan = self._adm.plan_items(self)
     else:  # the saved plan is an upper bound like any cached one (DESIGN §5) [X5]
         for i in range(loaded, self._ix.n):
-            self._plan_add(self._ix.length(i))
+            self._adm.plan_add(self, self._ix.length(i))
     self._rbuf = bytearray(0)  # the replay window is not kept (64 KiB on big segments)
     if self._rm is not None:
         self._rm.mirror(self)  # the shadow starts from g [C14]
@@ -1030,10 +1030,11 @@ def init(
     self._rbuf = bytearray(0)
     _reset(self)
     # [O22] and those these options need, before anything on disk changes.
+    # The admission rule, chosen once by window: its module, kept for every enqueue and claim.
     if o.win:
-        _find("ddq_hold", "window > 0")
+        self._adm = _part("ddq_hold", "window > 0")
     else:
-        _find("ddq_admit", "window 0: libddq's admission")
+        self._adm = _part("ddq_admit", "window 0: libddq's admission")
     if self._salv:
         _find("ddq_salvage", "on_corrupt='salvage'")
     if step:

@@ -215,6 +215,7 @@ def test_torn_tail_every_length():
 
 def test_tails_of_fill_and_garbage():
     # EVIDENCE-OF: R10 R11 R13 S5
+    support.needs_heap(160 * 1024, support.MARGIN_HEAP, 128 * 1024)
     for tail, torn in (
         (b"\0" * 300, False),
         (b"\0" * 100, True),

@@ -80,6 +80,24 @@ def test_hold_option_default_keeps_libddq_admission():
         support.raises(ddq.InvalidArgument, _open, base + "/c", window=w, evidence=ev)
 
 
+def test_hold_rule_is_loaded_at_open():
+    # EVIDENCE-OF: O21 H1
+    # The open chooses the admission rule by window and loads its module then, not at the first
+    # enqueue or claim: a queue that only opens has it (and one that never enqueues pays no
+    # lookup later). The module is taken out of sys.modules for the while (an earlier test
+    # loaded it), then put back.
+    import sys
+
+    saved = sys.modules.pop("ddq_hold", None)
+    try:
+        q = _open(support.tmpdir() + "/q", window=4)
+        assert "ddq_hold" in sys.modules
+        q.close()
+    finally:
+        if saved is not None:
+            sys.modules["ddq_hold"] = saved
+
+
 def test_hold_holds_three_times_and_three_quarters_of_the_bound():
     # EVIDENCE-OF: H2 H7
     base = support.tmpdir()

@@ -168,9 +168,11 @@ def test_close_without_the_heap_to_load_the_index_code():
     # EVIDENCE-OF: X9 X1 (the qemu board, docs/HOST.md: on a full queue in a small heap, close()
     # raised MemoryError from loading ddq_compact for the index update). The index is optional:
     # close() syncs, releases the lock and raises nothing; no queue.index is written and the next
-    # open replays the log to the same state. The failing load is injected on the instance (as a
-    # heap without a free block for the module's code would fail it; the test must not depend on
-    # what this interpreter already imported).
+    # open replays the log to the same state. The failing load is injected as the module close()
+    # loads (as a heap without a free block for the module's code would fail it; the test must
+    # not depend on what this interpreter already imported).
+    import sys
+
     clock = support.FakeClock(T0)
     d = support.tmpdir() + "/q"
     q = ddq.Queue(d, clock=clock, index_bytes=1, **OPTS)
@@ -179,11 +181,19 @@ def test_close_without_the_heap_to_load_the_index_code():
     q.ack(q.claim(1000).seq)
     want = _state(q)
 
-    def no_heap():
-        raise MemoryError("memory allocation failed, allocating 2176 bytes")
+    class NoHeap:  # ddq_compact where its code found no free block
+        def __getattr__(self, name):
+            raise MemoryError("memory allocation failed, allocating 2176 bytes")
 
-    q._index_update = no_heap
-    q.close()  # raised MemoryError
+    saved = sys.modules.get("ddq_compact")
+    sys.modules["ddq_compact"] = NoHeap()
+    try:
+        q.close()  # raised MemoryError
+    finally:
+        if saved is None:
+            del sys.modules["ddq_compact"]
+        else:
+            sys.modules["ddq_compact"] = saved
     assert "queue.index" not in support.listdir_sorted(d)
     q = ddq.Queue(d, clock=clock, index_bytes=1, **OPTS)  # the lock was released
     try:

@@ -17,8 +17,15 @@ a literal; its type-only import of a part's types names a module of that table t
     python3 tools/check_imports.py                    # the repository's port/ and host/ddqhost
     python3 tools/check_imports.py --port D --host D  # other trees (tests/cpython uses it)
 
-Prints each cycle as `cycle: a -> b -> a` and exits 1 if there is one; the last line is always
-`imports: N modules, M edges, K cycles`. Standard library only.
+A second check on the same table: `_PARTS` gives public names only (Queue methods and module
+attributes: `Queue.__getattr__` attaches to the class what the table gives). A part's private
+functions are called through their module, `_part("ddq_compact").index_update(q)` (an edge to
+ddq_compact, as above), never attached to Queue (issue 37 item 1); a `_`-prefixed name in the
+table is reported as `attached: ...`.
+
+Prints each cycle as `cycle: a -> b -> a` and exits 1 if there is one or if the table gives a
+private name; the last line is always `imports: N modules, M edges, K cycles`. Standard library
+only.
 """
 
 import argparse
@@ -77,6 +84,12 @@ def table(path):
                     for name in str(v.value).replace("-", " ").split():
                         out[name] = k.value
     return out
+
+
+def attached(path):
+    """[(name, module)] of the `_`-prefixed names the `_PARTS` literal of ddq.py gives: each would
+    be attached to Queue as a private method by its `__getattr__` (none may be)."""
+    return sorted((n, m) for n, m in table(path).items() if n.startswith("_") and n != m)
 
 
 def _imported(tree, pkg, lazy=()):
@@ -212,11 +225,17 @@ def main(argv=None):
     bad = [c for c in cycles(g) if set(c) not in KNOWN]
     for c in bad:
         print("cycle: " + _path(g, c))
+    private = attached(mods["ddq"][0]) if "ddq" in mods and not mods["ddq"][1] else []
+    for n, m in private:
+        print(
+            "attached: ddq.py's _PARTS gives %s (%s): a part's private function is called through"
+            ' its module, _part("%s").NAME(q, ...), not attached to Queue' % (n, m, m)
+        )
     print(
         "imports: %d modules, %d edges, %d cycles"
         % (len(mods), sum(len(e) for e in g.values()), len(bad))
     )
-    return 1 if bad else 0
+    return 1 if bad or private else 0
 
 
 if __name__ == "__main__":

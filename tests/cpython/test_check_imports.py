@@ -62,9 +62,17 @@ PORT_CASES = [
     ),
     (  # loads through the lazy table: a queue method one way, a module attribute back
         {
-            "ddq.py": "_PARTS = {'ddq_a': ' f ', 'ddq_b': ' _g '}\n",
-            "ddq_a.py": "def f(self):\n    return self._g()\n",
-            "ddq_b.py": "import ddq\n\ndef _g(q):\n    return ddq.f\n",
+            "ddq.py": "_PARTS = {'ddq_a': ' f ', 'ddq_b': ' g '}\n",
+            "ddq_a.py": "def f(self):\n    return self.g()\n",
+            "ddq_b.py": "import ddq\n\ndef g(q):\n    return ddq.f\n",
+        },
+        "ddq_a -> ddq_b -> ddq_a",
+    ),
+    (  # a part's private function called through its module (issue 37), a plain import back
+        {
+            "ddq.py": "_PARTS = {'ddq_a': ' f ', 'ddq_b': ''}\n",
+            "ddq_a.py": "import ddq\n\ndef f(q):\n    return ddq._part('ddq_b').clean(q)\n",
+            "ddq_b.py": "import ddq_a\n\ndef clean(q):\n    pass\n",
         },
         "ddq_a -> ddq_b -> ddq_a",
     ),
@@ -92,3 +100,22 @@ def test_a_relative_cycle_in_a_host_package_is_reported(tmp_path):
     )
     rc, out = _run(tmp_path / "none", host)
     assert rc == 1 and "cycle: pkg.sub.x -> pkg.sub.y -> pkg.sub.x" in out, out
+
+
+def test_a_private_name_in_the_table_is_reported(tmp_path):
+    # Issue 37 item 1: Queue.__getattr__ attaches what _PARTS gives to the class, so the table
+    # gives public names only; a part's private function is called through its module. The
+    # table as it was (the hold rule's _hold, _room, _cut attached to Queue) fails; the same
+    # module with public names, its functions called as _part("ddq_hold").hold(q, n), passes.
+    part = "import ddq\n\ndef hold(q, n):\n    pass\n"
+    _write(tmp_path / "old", {"ddq.py": "_PARTS = {'ddq_hold': ' _hold _room _cut '}\n"})
+    _write(tmp_path / "old", {"ddq_hold.py": part})
+    rc, out = _run(tmp_path / "old", tmp_path / "none")
+    assert rc == 1 and out.endswith("0 cycles\n"), out
+    for n in ("_cut", "_hold", "_room"):
+        assert "attached: ddq.py's _PARTS gives %s (ddq_hold)" % n in out, out
+    ddq = "_PARTS = {'ddq_hold': '', 'ddq_extra': ' stats '}\n\ndef f(q):\n"
+    ddq += "    return _part('ddq_hold').hold(q, 1)\n"
+    _write(tmp_path / "new", {"ddq.py": ddq, "ddq_hold.py": part, "ddq_extra.py": ""})
+    rc, out = _run(tmp_path / "new", tmp_path / "none")
+    assert rc == 0 and "attached" not in out and out.endswith("0 cycles\n"), out
