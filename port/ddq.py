@@ -1190,8 +1190,10 @@ class Queue:
             if w.next >= _U64:
                 raise _err("Full", _X_SEQS)
             ix, adm = self._ix, self._adm  # adm: the admission rule the open chose [H1]
-            if o.win:
-                adm.hold(self, n)  # the hold rule, port/ddq_hold.py [H2]
+            if o.win:  # the hold rule, port/ddq_hold.py [H2]
+                if ix.n >= o.max_items:  # as A6: compact with one acked item required
+                    _part("ddq_compact").compact_now(self, _MIN_REC + n, 1)
+                adm.hold(self, n)
             elif self._rm is not None:
                 self._rm.admit(self, n)  # the inline generation's answer, then g's room [C14]
             elif not adm.admit(self, n) or ix.n >= o.max_items:

@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 
 # Copyright (c) 2026 the ddq authors. BSD-3-Clause.
 
-from ddq import _err, _part, const
+from ddq import _err, const
 
 TYPE_CHECKING = const(0)
 if TYPE_CHECKING:
@@ -95,14 +95,12 @@ def fits(self: "Queue", dd: int, dn: int, dh: int, dq: int, dqn: int, r: int) ->
 
 def hold(self: "Queue", n: int) -> None:
     """Admit an n-byte payload under the hold rule or raise Full; nothing is written [H2]."""
-    r, o = _MIN_REC + n, self._o  # its DATA record
-    if self._ix.n >= o.max_items:  # as A6: compact with one acked item required
-        _part("ddq_compact").compact_now(self, r, 1)
+    r, o = _MIN_REC + n, self._o  # its DATA record (enqueue compacted at max_items, as A6)
     if not fits(self, r, 1, 0, 0, 0, r):
         raise _err("Full", _X_RESERVE)
     if self._rm is not None:  # staged reclamation's start rule reads the room left before W4 [H8]
-        seg = o.seg_bytes
-        p = (o.max_segs + 1 - len(self._log.sizes)) * seg - self._log.off
+        log = self._log
+        p = (o.max_segs + 1 - len(log.sizes)) * o.seg_bytes - log.off
         m = (o.max_items - self._ix.n) * r
         self._slack = p if p < m else m
     hd = self._hd
