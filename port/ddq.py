@@ -35,6 +35,25 @@ private is attached. The state a module owns is written by that module alone
     ddq_cut.py      a crashed tail cut's leftover (optional: without it such an open refuses)
     ddq_salvage.py  on_corrupt="salvage"
 
+The queue's state, one object a role, each written by its owner alone (recovery builds the
+writer and the index at open; tools/state_owners.py checks every write in `make lint`):
+
+    Queue._o    the options (ddq_recover.Options): limits, sync policy, storage, directory,
+                the reused record buffer; set by the open (ddq_recover "open") alone
+    Queue._log  the writer (_Log, banner "writer"): the generation's segments, the seqs'
+                ends, the unsynced copies; ddq.py
+    Queue._ix   the index (_Index, banner "index"): states, lengths, history, the counts; ddq.py
+    Queue._rm   the reclamation state (ddq_reclaim.Reclaim; None for reclaim_step 0)
+    Queue._adm  the admission rule the open chose: the module ddq_admit or ddq_hold
+    the rest    the admission plan and room (_plan, _slack, _hd), the lifecycle (_closed,
+                _lock, _salv) and the index's companions (_swept, _ixcov, _has_manifest,
+                _rbuf): still written from several parts (tools/state_owners.json lists each)
+
+Reading order, one file a role: open is ddq_recover.py (banner "open": init, then "recovery":
+recover); enqueue, claim, ack, retry and close are ddq.py (banner "queue"), which asks the
+admission rule (ddq_admit.py or ddq_hold.py) before an enqueue, appends through the writer and
+moves items in the index; a compaction an enqueue needs is ddq_compact.py ("compaction").
+
 A part a queue's options need that is missing is an IOFailure at open, naming the file and what
 needs it [O22]. A MemoryError inside any operation is NoMemory; one that struck after a record
 was appended fail-stops the queue (the disk holds the state before the call or after it) [O23].
@@ -739,23 +758,9 @@ class _Index:
                 self.hist.pop(s, None)
 
 
-# ============================================================================ queue
-def _opt(v: "Any", lo: int, hi: int, name: str) -> int:
-    if not isinstance(v, int) or isinstance(v, bool) or v < lo or v > hi:
-        raise _err("InvalidArgument", _X_INT, name, lo, hi)
-    return v
-
-
-def _bytes_arg(v: "Any", name: str) -> "Buf":
-    if isinstance(v, str):
-        return v.encode()
-    if isinstance(v, memoryview) and getattr(v, "itemsize", 1) != 1:
-        return bytes(v)  # len() of a wide view counts items, not bytes
-    if isinstance(v, (bytes, bytearray, memoryview)):
-        return v
-    raise _err("InvalidArgument", _X_BYTES, name)
-
-
+# ============================================================================ writer
+# The writer's state (Queue._log): the generation's segments, the seqs' ends, the unsynced
+# copies; written here alone. Its appends and syncs are Queue's methods (below, "writing").
 class _Log:
     """The segments of one generation as the writer sees them. The queue's own (Queue._log) is
     the writer besides: the seqs' ends, the unsynced copies and the count of appended records.
@@ -816,6 +821,23 @@ class _Log:
         self.h = new.h
         self.dirty = new.dirty
         self.synced = new.synced
+
+
+# ============================================================================ queue
+def _opt(v: "Any", lo: int, hi: int, name: str) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or v < lo or v > hi:
+        raise _err("InvalidArgument", _X_INT, name, lo, hi)
+    return v
+
+
+def _bytes_arg(v: "Any", name: str) -> "Buf":
+    if isinstance(v, str):
+        return v.encode()
+    if isinstance(v, memoryview) and getattr(v, "itemsize", 1) != 1:
+        return bytes(v)  # len() of a wide view counts items, not bytes
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return v
+    raise _err("InvalidArgument", _X_BYTES, name)
 
 
 class Queue:

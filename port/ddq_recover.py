@@ -930,6 +930,8 @@ def _apply(
         raise _err("Corrupt", "illegal transition")
 
 
+# ============================================================================ open
+# Queue(...): the options (Options, set here alone), the directory, the lock; recover above.
 class Options:
     """A queue's options (Queue._o), set once at open, by init alone: the limits, the admission
     rule, the sync policy, the storage and the directory, and the reused record buffer with its
