@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -314,7 +315,7 @@ def test_board_capacity_derives_the_raw_layout_the_profile_carries(tmp_path):
     assert board_capacity.render_raw([boards.load(n) for n in boards.names()]) in doc
 
 
-def test_esp32_raw_layout_fills_drains_and_compacts_in_its_heap(tmp_path):
+def test_esp32_raw_layout_fills_drains_and_compacts_in_its_heap():
     # Issue 36: ESP32_GENERIC's raw layout did not open in the 64-bit unix port's model of its
     # 110 KiB heap (raw_heap_fit 0; "needs a 148 KiB heap"). Measured on the 32-bit port
     # (tools/mp32.mjs) with the board's own heap, the peaks of the mount, the open and the
@@ -334,15 +335,20 @@ def test_esp32_raw_layout_fills_drains_and_compacts_in_its_heap(tmp_path):
         max_segments=prof["raw_max_segments"],
         max_items=bc.BIG,
     )
-    bs = prof["raw_block_bytes"]
-    raw = {"path": str(tmp_path / "raw.img"), "bs": bs, "nb": prof["raw_bytes"] // bs, "page": 1}
-    n = prof["raw_max_items"]
-    ps = dict(prof, _layout="raw")
-    r = bc.fill_mp(
-        ps, opts, bc.message(ps), str(tmp_path), n, prof["app_heap_bytes"], raw=raw, cycle=True
-    )
+    # (the model's own paths are in its heap: a directory no longer than the tool's, so that the
+    # profile's figure, found to the byte, holds here too)
+    tmp = tempfile.mkdtemp(prefix="bc", dir="/tmp")
+    try:
+        bs = prof["raw_block_bytes"]
+        raw = {"path": tmp + "/raw.img", "bs": bs, "nb": prof["raw_bytes"] // bs, "page": 1}
+        n = prof["raw_max_items"]
+        ps = dict(prof, _layout="raw")
+        app = prof["app_heap_bytes"]
+        r = bc.fill_mp(ps, opts, bc.message(ps), tmp, n, app, raw=raw, cycle=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     assert (r["n"], r["ok"], r["end"]) == (n, n, "limit"), r
-    assert r["cycle"] == "ok: drained %d, compacted" % n and r["free"] >= 24576, r
+    assert r["cycle"] == "ok: drained %d, compacted" % n and r["free"] >= app, r
 
 
 PYB_STANDIN = """
