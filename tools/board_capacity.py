@@ -27,9 +27,10 @@ ddq_outbox envelope when the app imports ddq_outbox):
 2. admitted: on CPython, enqueue that message with max_items = 1,000,000 until Full: what the
    options and DDQ's admission reserve (SPEC §10 A4/A5) let in.
 3. heap: on the MicroPython unix port with `-X heapsize=heap_bytes`, ddq (and whatever else the
-   app imports from port/) loaded from .mpy, enqueue until the free heap (after gc.collect,
-   checked every 16 items) would drop below app_heap_bytes, the heap the application keeps
-   for itself.
+   app imports from port/: what it loads before it opens its queue, then the rest) loaded from
+   .mpy, enqueue until the free heap (after gc.collect, checked every 16 items) would drop
+   below app_heap_bytes, the heap the application keeps for itself. (The raw layout of a
+   32-bit board: on the 32-bit port, model32.)
 4. max_items = min(admitted, heap fit), rounded down to a multiple of 8.
 5. reclamation: steps 1-4 run twice, inline and staged (reclaim_step = STEP: ddq_reclaim.mpy in
    the code on flash; in the heap fill ddq_reclaim and ddq_compact loaded and a second index of
@@ -67,6 +68,7 @@ from ddqhost import boards, transfer  # noqa: E402
 
 VENV_BIN = os.path.join(REPO, ".venv", "bin")
 MP = os.path.join(VENV_BIN, "micropython")
+MP32 = os.path.join(HERE, "mp32.mjs")  # the 32-bit port (Node.js; `make venv` installs it)
 DOC = os.path.join(REPO, "docs", "BOARDS.md")
 READING = b"n=12345 t=12345678 v=21.5"  # what the example apps' encode() makes of a reading
 BIG = 1000000
@@ -83,7 +85,8 @@ WORD_SCALE = 64.6 / 49
 # fill the same 36,864 in 140 KiB on both: the index is arrays of fixed-size ints, and the fill
 # ends at one contiguous block). WORD_SCALE applied to the whole heap gave the unix port 1.32 times
 # the board's heap and so overrated what its items can take; unix_heap_32 scales the code's share
-# only.
+# only. The raw layout's state does scale (FlashStorage's lists and names, 1.6-1.8 x at 64-bit:
+# issue 36), so a 32-bit board's raw layout is measured on the 32-bit port instead (model32).
 CODE_SCALE_32 = 24096 / 18368
 
 
@@ -102,75 +105,179 @@ a = json.loads(f.read())
 f.close()
 sys.path[:] = [a["mods"]]
 gc.collect()
-m0 = gc.mem_alloc()
-for name in a["imports"]:
-    __import__(name)
-import ddq
-gc.collect()
-m1 = gc.mem_alloc()
-o = a["options"]
-if a.get("raw"):  # the raw layout: FlashStorage over a file-backed NOR region (not in the heap)
-    import ddq_flash
-    class NOR:
-        def __init__(s, path, bs, nb):
-            s.f, s.bs, s.nb = open(path, "r+b"), bs, nb
-        def readblocks(s, n, b, off=0):
-            s.f.seek(n * s.bs + off)
-            s.f.readinto(b)
-        def writeblocks(s, n, b, off=0):
-            s.f.seek(n * s.bs + off)
-            old = s.f.read(len(b))
-            s.f.seek(n * s.bs + off)
-            v = int.from_bytes(old, "little") & int.from_bytes(b, "little")
-            s.f.write(v.to_bytes(len(b), "little"))
-        def ioctl(s, op, arg):
-            if op == 6:
-                s.f.seek(arg * s.bs)
-                s.f.write(b"\\xff" * s.bs)
-            return s.nb if op == 4 else s.bs if op == 5 else 0
-    r = a["raw"]
-    f = open(r["path"], "wb")  # erased, each run
-    for _ in range(r["nb"]):
-        f.write(b"\\xff" * r["bs"])
-    f.close()
-    o["storage"] = ddq_flash.FlashStorage(NOR(r["path"], r["bs"], r["nb"]), page=r["page"])
-q = ddq.Queue(a["dir"], sync="none", clock=lambda: 1767225600000, **o)
-p = bytes.fromhex(a["payload"])
-tw = None
-if o.get("reclaim_step"):
-    # A staged build holds a second index beside g's (at most every item: its copy and tail)
-    # and runs ddq_compact's copy: both counted as if a build of the whole queue ran now.
-    __import__("ddq_compact")
-    tw = ddq._Index(q._o.tc)
-n = ok = 0
-end = "limit"
-try:
-    while n < a["limit"]:
-        q.enqueue(p)
-        n += 1
-        if tw is not None:
-            tw.add(n, 0, len(p))
-        if n % 16 == 0 or n == a["limit"]:
-            gc.collect()
-            if gc.mem_free() < a["app_heap"]:
-                end = "app heap reached"
-                break
-            ok = n
-    if end == "limit" and a["one_more"]:
-        try:
+# On the 32-bit port (tools/mp32.mjs) mem_free counts the 128 MiB it could grow its heap by (X),
+# and it collects garbage only between the steps it runs (each yield of STEPS): inside a step it
+# grows the heap where a board would collect. So there a step's allocations, none collected,
+# must fit the board's heap (over(); conservative: its garbage counted as live), and after it
+# what stays must leave the app its share. The mount and the open are steps of loops whose
+# garbage would not fit so: their peak is checked on the unix port (fill_mp). The unix port
+# (X 0) collects when it needs to: there MemoryError is the board's.
+T = gc.mem_free() + gc.mem_alloc()
+X = 134217728 if T > 134217728 else 0
+U = globals().get("MP32", T) - X  # the heap (before the 32-bit port compiled this script)
+R = {"n": 0, "ok": 0, "end": "limit", "import": 0, "peak": 0, "nor": 0, "heap": U}
+
+
+def free():
+    # the heap left: the NOR model is the harness's (a board's region is a C object: rp2.Flash,
+    # esp32.Partition, pyb.Flash), so its class and instance are not counted
+    return U + R["nor"] - gc.mem_alloc()
+
+
+def over():
+    m = gc.mem_alloc()
+    R["peak"] = max(R["peak"], m)
+    return X and m > U
+
+
+def fill():
+    m0 = gc.mem_alloc()
+    for name in a["imports"]:
+        __import__(name)
+        yield
+    import ddq
+    gc.collect()
+    R["import"] = gc.mem_alloc() - m0
+    o = a["options"]
+    if a.get("raw"):  # the raw layout: FlashStorage over a file-backed NOR region (no heap)
+        import ddq_flash
+        gc.collect()
+        m3 = gc.mem_alloc()
+        class NOR:
+            def __init__(s, path, bs, nb):
+                s.f, s.bs, s.nb = open(path, "r+b"), bs, nb
+            def readblocks(s, n, b, off=0):
+                s.f.seek(n * s.bs + off)
+                s.f.readinto(b)
+            def writeblocks(s, n, b, off=0):
+                s.f.seek(n * s.bs + off)
+                old = s.f.read(len(b))
+                s.f.seek(n * s.bs + off)
+                v = int.from_bytes(old, "little") & int.from_bytes(b, "little")
+                s.f.write(v.to_bytes(len(b), "little"))
+            def ioctl(s, op, arg):
+                if op == 6:
+                    s.f.seek(arg * s.bs)
+                    s.f.write(b"\\xff" * s.bs)
+                return s.nb if op == 4 else s.bs if op == 5 else 0
+        r = a["raw"]
+        f = open(r["path"], "wb")  # erased, each run
+        for _ in range(r["nb"]):
+            f.write(b"\\xff" * r["bs"])
+            yield
+        f.close()
+        dev = NOR(r["path"], r["bs"], r["nb"])
+        yield
+        gc.collect()
+        R["nor"] = gc.mem_alloc() - m3
+        R["open_room"] = free()
+        R["open_at"] = m4 = gc.mem_alloc()
+        o["storage"] = ddq_flash.FlashStorage(dev, page=r["page"])
+        del dev
+    else:
+        gc.collect()
+        R["open_room"] = free()
+        R["open_at"] = m4 = gc.mem_alloc()
+    q = ddq.Queue(a["dir"], sync="none", clock=lambda: 1767225600000, **o)
+    R["open_alloc"] = gc.mem_alloc() - m4  # (the 32-bit port: none of it collected)
+    if X and U < 135168:  # ddq drops its open-time code in such a heap (ddq._HEAP)
+        sys.modules.pop("ddq_recover", None)
+    yield
+    gc.collect()
+    m2 = gc.mem_alloc()
+    for name in a["late"]:  # what the app loads once its queue is open (its link, ...)
+        __import__(name)
+        if over():
+            R["end"] = "MemoryError (import %s)" % name
+            return
+        yield
+    gc.collect()
+    R["import"] += gc.mem_alloc() - m2
+    p = bytes.fromhex(a["payload"])
+    tw = None
+    if o.get("reclaim_step"):
+        # A staged build holds a second index beside g's (at most every item: its copy and tail)
+        # and runs ddq_compact's copy: both counted as if a build of the whole queue ran now.
+        __import__("ddq_compact")
+        tw = ddq._Index(q._o.tc)
+    n = 0
+    try:
+        while n < a["limit"]:
             q.enqueue(p)
-            end = "no Full after the limit"
-        except ddq.Full:
-            end = "Full"
-except ddq.Full:
-    end = "Full"
-except (MemoryError, ddq.NoMemory):  # ddq's own ops raise NoMemory (SPEC O23)
-    end = "MemoryError"
-gc.collect()
-free = gc.mem_free()
-used = gc.mem_alloc()
-print("RESULT " + json.dumps({"n": n, "ok": ok, "end": end, "import": m1 - m0,
-                              "free": free, "used": used}))
+            n += 1
+            R["n"] = n
+            if tw is not None:
+                tw.add(n, 0, len(p))
+            if over():
+                R["end"] = "MemoryError (an enqueue)"
+                return
+            yield  # (a step an item on the 32-bit port)
+            if n % 16 == 0 or n == a["limit"]:
+                gc.collect()
+                if free() < a["app_heap"]:
+                    R["end"] = "app heap reached"
+                    return
+                R["ok"] = n
+        if a["one_more"]:
+            try:
+                q.enqueue(p)
+                R["end"] = "no Full after the limit"
+            except ddq.Full:
+                R["end"] = "Full"
+    except ddq.Full:
+        R["end"] = "Full"
+    if a.get("cycle"):  # then drain it all and compact, the app's share kept throughout
+        yield
+        gc.collect()
+        R["drain_room"] = free()
+        R["drain_at"] = gc.mem_alloc()
+        R["cycle"] = "drain"
+        k = 0
+        while True:  # (an ack may compact: that step's uncollected garbage is not checked)
+            c = q.claim(30000)
+            if c is not None:
+                q.ack(c.seq)
+                k += 1
+            yield
+            gc.collect()
+            R["cycle_free"] = min(R.get("cycle_free", U), free())
+            if free() < a["app_heap"]:
+                R["cycle"] = "drain: %d of %d" % (k, n)
+                return
+            if c is None:
+                break
+        R["cycle"] = "compact"
+        gc.collect()
+        R["compact_room"] = free()
+        R["compact_at"] = m4 = gc.mem_alloc()
+        q.compact()  # (its peak: on the unix port, as the open's)
+        R["compact_alloc"] = gc.mem_alloc() - m4
+        yield
+        gc.collect()
+        R["cycle_free"] = min(R["cycle_free"], free())
+        if free() < a["app_heap"]:
+            return
+        R["cycle"] = "ok: drained %d, compacted" % k
+
+
+def run():
+    try:
+        yield from fill()
+    except Exception as e:  # MemoryError, or ddq's own ops' NoMemory (SPEC O23)
+        if not isinstance(e, MemoryError) and type(e).__name__ != "NoMemory":
+            raise
+        R["end"] = "MemoryError"
+    yield
+    gc.collect()
+    R["free"] = free()
+    R["used"] = gc.mem_alloc()
+    print("RESULT " + json.dumps(R))
+
+
+STEPS = run()
+if "MP32" not in globals():  # the unix port: no steps (its GC collects when it needs to)
+    for _ in STEPS:
+        pass
 """
 
 
@@ -196,6 +303,43 @@ def app_imports(prof):
         return ["ddq"]
     mods = transfer.modules_to_install(prof, app, prof.get("_layout", "fs"))
     return sorted(os.path.basename(m)[:-3] for m in mods)
+
+
+def _top_imports(path):
+    """The modules path imports as it loads (not inside a function or a class)."""
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    out, todo = set(), list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Import):
+            out.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.add(node.module.split(".")[0])
+        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def open_imports(prof):
+    """The port modules loaded when the app opens its queue: the app's imports at load time,
+    followed through the modules' own (ddq_app.run opens the outbox, then makes its link:
+    ddq_mqtt, and the Outbox loads ddq_window when it delivers), and in the raw layout
+    ddq_flash (ddq_layout.use, called by ddq_app.bind). Without an app: ddq."""
+    app = boards.app_path(prof)
+    seen = {"ddq"}
+    if prof.get("_layout") == "raw":
+        seen.add("ddq_flash")
+    if not (app and os.path.isfile(app)):
+        return seen
+    todo = [app]
+    while todo:
+        for m in sorted(_top_imports(todo.pop()) - seen):
+            src = os.path.join(PORT, m + ".py")
+            if os.path.isfile(src):
+                seen.add(m)
+                todo.append(src)
+    return seen
 
 
 def message(prof):
@@ -246,51 +390,57 @@ def fill_cpython(opts, payload, path, one_more=False):
     return n, end, stored
 
 
-def fill_mp(prof, opts, payload, tmp, limit, app_heap, one_more=False, raw=None):
+def fill_mp(prof, opts, payload, tmp, limit, app_heap, one_more=False, raw=None, cycle=False):
+    """Fill a queue with the profile's heap in MicroPython (MP_SCRIPT): app_heap, what the app
+    keeps of the board's heap. cycle: then drain it and compact. On the unix port, the app's
+    share x WORD_SCALE and a 32-bit board's heap raised by what its imports cost more there
+    (unix_heap_32); a 32-bit board's raw layout (raw: its NOR region) on the 32-bit port as
+    the board has it, the peaks it cannot see on the unix port (model32)."""
     d = os.path.join(tmp, "mpq")
     shutil.rmtree(d, ignore_errors=True)
     # What the app imports itself: the modules ddq loads by name when it needs them (opening,
     # compaction, ...) are installed with it, but loaded by the queue, not at the app's import
-    # (ddq_recover is even dropped after the open in a heap of at most 128 KiB).
+    # (ddq_recover is even dropped after the open in a heap of at most 128 KiB). Those loaded
+    # when the app opens its queue come first; the rest after the open (open_imports).
     own = [m for m in app_imports(prof) if m not in ON_DEMAND]
+    early = open_imports(prof)
     arg = {
         "mods": build_mpy(prof, tmp),
-        "imports": own,
+        "imports": [m for m in own if m in early],
+        "late": [m for m in own if m not in early],
         "options": opts,
-        "dir": d,
+        "dir": prof.get("queue_dir", "outbox") if raw else d,  # (raw: names of the region's)
         "payload": payload.hex(),
         "limit": limit,
         "app_heap": app_heap,
         "one_more": one_more,
         "raw": raw,
+        "cycle": cycle,
     }
     script = os.path.join(tmp, "fill.py")
     with open(script, "w") as f:
         f.write(MP_SCRIPT)
+    heap = prof["heap_bytes"]
+    if raw is not None and prof.get("port") != "unix":
+        return model32(heap, arg, script, d)
+    arg["app_heap"] = int(app_heap * WORD_SCALE)
+    if prof.get("port") != "unix":  # a 32-bit board: what its imports cost here, then the heap
+        probe = dict(arg, limit=0, one_more=False, app_heap=0, cycle=False)
+        got = run_mp(MP, 2 * heap, probe, script, d)
+        heap = unix_heap_32(heap, got.get("import") or 0)
+    return run_mp(MP, heap, arg, script, d)
+
+
+def run_mp(interp, heap, arg, script, d):
+    """MP_SCRIPT's RESULT on interp (MP: the unix port; MP32: the 32-bit port) with heap."""
     with open(script + ".json", "w") as f:
         json.dump(arg, f)
-    heap = prof["heap_bytes"]
-    if prof.get("port") != "unix":  # a 32-bit board: what its imports cost here, then the heap
-        probe = dict(arg, limit=0, one_more=False, app_heap=0)
-        with open(script + ".json", "w") as f:
-            json.dump(probe, f)
-        r = subprocess.run(
-            [MP, "-X", "heapsize=%d" % (2 * heap), script, script + ".json"],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        got = [json.loads(x[7:]) for x in r.stdout.splitlines() if x.startswith("RESULT ")]
-        heap = unix_heap_32(heap, got[-1]["import"] if got else 0)
-        shutil.rmtree(d, ignore_errors=True)
-        with open(script + ".json", "w") as f:
-            json.dump(arg, f)
-    r = subprocess.run(
-        [MP, "-X", "heapsize=%d" % heap, script, script + ".json"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    if interp == MP32:
+        cmd = ["node", MP32, "--heap", str(heap), "--copy", os.path.dirname(script)]
+        cmd += ["--run", script, script + ".json"]
+    else:
+        cmd = [MP, "-X", "heapsize=%d" % heap, script, script + ".json"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     shutil.rmtree(d, ignore_errors=True)
     for line in r.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -298,11 +448,43 @@ def fill_mp(prof, opts, payload, tmp, limit, app_heap, one_more=False, raw=None)
     return {
         "n": 0,
         "ok": 0,
-        "end": "crashed: " + (r.stderr or r.stdout).strip()[-200:],
+        "end": "crashed: " + (r.stderr or r.stdout).strip()[-300:],
         "import": None,
         "free": None,
         "used": None,
     }
+
+
+def model32(heap, arg, script, d):
+    """A 32-bit board's heap of heap bytes (fill_mp): MP_SCRIPT on the 32-bit port with that
+    heap, where each step's allocations fit and what stays leaves the app its share (code,
+    objects and FlashStorage's lists at their 32-bit sizes: the unix port's 64-bit ones are
+    1.3-1.8 x, DESIGN §15). The mount with the open and a compaction are steps whose loops'
+    garbage the 32-bit port cannot collect inside them: their peak is checked on the unix port
+    (which collects), in a heap that leaves as much room when the open and the last compaction
+    start as the board had there x WORD_SCALE (what they allocate is larger at 64-bit: 1.6-1.8
+    x, DESIGN §15). An ack that compacts during the drain is such a step too: only what stays
+    after it is checked (the compaction's own peak, at the end of the drain)."""
+    r32 = run_mp(MP32, heap, arg, script, d)
+    if "open_room" not in r32:
+        return r32
+    big = 4 * heap + (8 << 20)
+    full = dict(arg, app_heap=0, limit=r32["n"], one_more=False)
+    p64 = run_mp(MP, big, full, script, d)
+    per = big / float(p64.get("heap") or big)  # the unix port's heapsize per usable byte
+    for phase, a in (("open", dict(full, limit=0, cycle=False)), ("compact", full)):
+        if phase + "_room" not in r32 or phase + "_at" not in p64:
+            continue
+        h = int((p64[phase + "_at"] + r32[phase + "_room"] * WORD_SCALE) * per) + 1
+        chk = run_mp(MP, h, a, script, d)
+        r32[phase + "_unix_heap"] = h
+        if chk["end"].startswith(("MemoryError", "crashed")):
+            return dict(
+                r32, ok=0, end="%s: %s on the unix port (heap %d)" % (phase, chk["end"], h)
+            )
+        if a["cycle"] and chk.get("cycle") != r32.get("cycle"):
+            r32["cycle"] = "%s on the unix port (heap %d)" % (chk.get("cycle"), h)
+    return r32
 
 
 # Staged reclamation (SPEC C13, DESIGN §12): the profiles' reclaim_step where it fits, i.e. where
@@ -458,7 +640,7 @@ def derive(prof, tmp):
         max_segments = max(1, fit_segments(ps, code, sub))
         opts = dict(boards.queue_options(ps), max_segments=max_segments, max_items=BIG)
         admitted, end, stored = fill_cpython(opts, payload, os.path.join(sub, "cpq"))
-        heap = fill_mp(ps, opts, payload, sub, admitted, int(prof["app_heap_bytes"] * WORD_SCALE))
+        heap = fill_mp(ps, opts, payload, sub, admitted, prof["app_heap_bytes"])
         fit = heap["ok"] if heap["end"] != "limit" else admitted
         max_items = max(1, min(admitted, fit) // 8 * 8)
         out[step] = {
@@ -644,9 +826,7 @@ def derive_raw(prof, tmp):
     """The raw layout's options and the evidence for one profile (nothing written): segments of
     1, 2, 3 and 4 times the smallest block count tried (FlashStorage keeps a few hundred bytes of
     heap a file, so fewer, larger segments can leave the index more), the one holding the most
-    items kept (where none opens, the largest: the fewest files). Where the heap holds less than
-    the region admits, heap_needed: the least heap_bytes (in KiB steps) whose model holds it all
-    while the app keeps app_heap_bytes."""
+    items kept (where none opens, the largest: the fewest files)."""
     ds = []
     for mult in (1, 2, 3, 4):
         k = raw_segment(prof)[1] * mult
@@ -655,43 +835,25 @@ def derive_raw(prof, tmp):
         ds.append(derive_raw_k(prof, sub, raw_seg_bytes(prof["raw_block_bytes"], k), k))
     fits = [d for d in ds if d["heap_fit"]]
     best = max(fits, key=lambda d: d["raw_max_items"]) if fits else ds[-1]
-    best["heap_needed"] = 0
-    if best["heap_fit"] < best["admitted"]:
-        lo, hi = prof["heap_bytes"] // 1024, 4 * prof["heap_bytes"] // 1024
-        while lo < hi:
-            mid = (lo + hi) // 2
-            p = dict(prof, heap_bytes=mid * 1024)
-            d = derive_raw_k(p, os.path.join(tmp, "h"), best["raw_segment_bytes"], 0, best)
-            if d["heap_fit"] >= best["admitted"]:
-                hi = mid
-            else:
-                lo = mid + 1
-        best["heap_needed"] = lo * 1024
     return best
 
 
-def derive_raw_k(prof, tmp, seg, k, known=None):
-    """The raw layout with segments of seg bytes (k blocks); known: a derive_raw_k result whose
-    max_segments and admission hold (only the heap model runs again)."""
+def derive_raw_k(prof, tmp, seg, k):
+    """The raw layout with segments of seg bytes (k blocks): max_segments, what the region
+    admits, and what the heap model holds: filled, then drained and compacted (fill_mp)."""
     os.makedirs(tmp, exist_ok=True)
-    if known:
-        k, m = known["segment_blocks"], known["raw_max_segments"]
-    else:
-        lo, hi = 0, prof["raw_bytes"] // prof["raw_block_bytes"] // k
-        while lo < hi:  # the largest m that fits (raw_fits is monotonic in m)
-            mid = (lo + hi + 1) // 2
-            if raw_fits(prof, mid, seg):
-                lo = mid
-            else:
-                hi = mid - 1
-        m = max(1, lo)
+    lo, hi = 0, prof["raw_bytes"] // prof["raw_block_bytes"] // k
+    while lo < hi:  # the largest m that fits (raw_fits is monotonic in m)
+        mid = (lo + hi + 1) // 2
+        if raw_fits(prof, mid, seg):
+            lo = mid
+        else:
+            hi = mid - 1
+    m = max(1, lo)
     payload = message(prof)
     ps = dict(prof, _layout="raw")
     opts = dict(boards.queue_options(prof), segment_bytes=seg, max_segments=m, max_items=BIG)
-    if known:
-        admitted, end = known["admitted"], known["admitted_end"]
-    else:
-        admitted, end, _ = fill_cpython(dict(opts, storage=raw_region(prof)), payload, "outbox")
+    admitted, end, _ = fill_cpython(dict(opts, storage=raw_region(prof)), payload, "outbox")
     bs = prof["raw_block_bytes"]
     raw = {
         "path": os.path.join(tmp, "raw.img"),
@@ -699,18 +861,39 @@ def derive_raw_k(prof, tmp, seg, k, known=None):
         "nb": prof["raw_bytes"] // bs,
         "page": prof["raw_page"],
     }
-    heap = fill_mp(
-        ps, opts, payload, tmp, admitted, int(prof["app_heap_bytes"] * WORD_SCALE), raw=raw
-    )
+    app = prof["app_heap_bytes"]
+    heap = fill_mp(ps, opts, payload, tmp, admitted, app, raw=raw)
     fit = heap["ok"] if heap["end"] != "limit" else admitted
+    items = min(admitted, fit) // 8 * 8
+
+    def cycles(n):  # n items, then all drained and compacted, the app's share kept throughout
+        c = fill_mp(ps, opts, payload, tmp, n, app, raw=raw, cycle=True)
+        return c["end"] == "limit" and c["ok"] == n and c.get("cycle", "").startswith("ok"), c
+
+    cycle = "—"
+    if items:
+        ok, c = cycles(items)
+        cycle = c.get("cycle") or c["end"]
+        if not ok:  # the most that does (multiples of 8; fewer items, fewer segment files)
+            lo, hi = 0, items // 8 - 1
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if cycles(mid * 8)[0]:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            fit = items = lo * 8
+            cycle = "%s at %d items; all of it at %d" % (cycle, c["n"], items)
+    items = max(1, items)
     # the code on the LittleFS beside the region, in its blocks (pyb.Flash's are 512 B)
     fs = "fat" if bs < 4096 else "littlefs2"
-    code = known["code_bytes"] if known else code_bytes(dict(ps, filesystem=fs), tmp)
+    code = code_bytes(dict(ps, filesystem=fs), tmp)
     return {
         "raw_segment_bytes": seg,
         "segment_blocks": k,
         "raw_max_segments": m,
-        "raw_max_items": max(1, min(admitted, fit) // 8 * 8),
+        "raw_max_items": items,
+        "cycle": cycle,
         "admitted": admitted,
         "admitted_end": end,
         "heap_fit": fit,
@@ -734,9 +917,7 @@ def write_raw(prof, d):
     if not d["heap_fit"]:  # never more than the region admits
         data["raw_max_items"] = min(data["raw_max_items"], max(1, d["admitted"] // 8 * 8))
     data["raw_heap_fit"] = d["heap_fit"]
-    data.pop("raw_heap_needed", None)
-    if d.get("heap_needed"):
-        data["raw_heap_needed"] = d["heap_needed"]
+    data.pop("raw_heap_needed", None)  # (until issue 36: the 64-bit model's heap for it all)
     with open(prof["_path"], "w") as f:
         f.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
     return boards.load(prof["board"])
@@ -756,12 +937,14 @@ def render_raw(profs):
         "records, %d bytes each more) fits its blocks; **max_segments** the largest count "
         "whose SPEC C9 worst case fits the region on FlashStorage with %d blocks free; "
         "**items** the queue's max_items there, measured as for the filesystem layout (with "
-        "ddq_flash and the region's FlashStorage in the heap; FlashStorage keeps a few hundred "
-        "bytes a file, so segments of several blocks can hold more), **heap fit** what the "
-        "unix-port heap model held (0: the queue did not open in it, and max_items is kept as "
-        "set, at most what the region admits, to be measured on the board; where it holds "
-        "less than that, in brackets the least heap_bytes whose model holds it all while the "
-        "app keeps app_heap_bytes); **per MiB**: items per MiB of "
+        "ddq_flash and the region's FlashStorage in the heap; FlashStorage keeps about 160 "
+        "bytes a file at 32-bit, so segments of several blocks can hold more), **heap fit** "
+        "how many the heap model holds through a fill, a drain of them all and a compaction "
+        "with the app keeping app_heap_bytes throughout (the steady state on the 32-bit port "
+        "with the board's heap; the peaks of the mount with the open and of the compaction on "
+        "the unix port with the board's room there × %.2f; 0: the queue does not open in it, "
+        "and max_items is kept as set, at most what the region admits); **per MiB**: items "
+        "per MiB of "
         "the region against the filesystem layout's per MiB of `fs bytes`. A stock firmware "
         "keeps the layout on stm32 (its boot sizes the filesystem from the LittleFS "
         "superblock); rp2 needs a `_boot.py` that mounts `rp2.Flash(start=0, len=raw_fs_bytes)`, "
@@ -772,7 +955,7 @@ def render_raw(profs):
         "remove returns (each sync there costs a sector write-back, 16-128 KiB erased, and a "
         "power cut inside one can take what that sector held; its erase does nothing, so a "
         "block taken is written with 0xFF): boards with external SPI flash (PYBD) program it "
-        "directly." % (RAW_REC, RAW_FRAME, RAW_SPARE),
+        "directly." % (RAW_REC, RAW_FRAME, RAW_SPARE, WORD_SCALE),
         "",
         "| board | region | block | page | filesystem beside it | options (segment × "
         "max_segments) | blocks a segment | items (max_items) | heap fit | per MiB: raw / "
@@ -796,13 +979,7 @@ def render_raw(profs):
                 prof["raw_max_segments"],
                 k,
                 "{:,}".format(prof["raw_max_items"]),
-                ("—" if fit is None else "does not open" if not fit else "{:,}".format(fit))
-                + (
-                    " (needs a %s heap, not %s)"
-                    % (kb(prof["raw_heap_needed"]), kb(prof["heap_bytes"]))
-                    if prof.get("raw_heap_needed")
-                    else ""
-                ),
+                "—" if fit is None else "does not open" if not fit else "{:,}".format(fit),
                 "{:,}".format(int(prof["raw_max_items"] * 1048576 / prof["raw_bytes"])),
                 "{:,}".format(int(prof["max_items"] * 1048576 / prof["fs_bytes"])),
             )
@@ -1079,7 +1256,8 @@ def main_raw(args):
             derived[name] = d
             print(
                 "%s raw: segment %d (%d blocks), max_segments %d, max_items %d (admitted %d: "
-                "%s; heap fit %d: %s; import %s); code %s on a %s filesystem"
+                "%s; heap fit %d: %s; import %s; then drained and compacted: %s); code %s on a "
+                "%s filesystem"
                 % (
                     name,
                     d["raw_segment_bytes"],
@@ -1091,6 +1269,7 @@ def main_raw(args):
                     d["heap_fit"],
                     d["heap_end"],
                     kb(d["import_heap"]),
+                    d["cycle"],
                     kb(d["code_bytes"]),
                     kb(prof["raw_fs_bytes"]),
                 )

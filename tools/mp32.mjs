@@ -2,10 +2,20 @@
 // @micropython/micropython-webassembly-pyscript, pinned in the Makefile), under Node.js.
 //
 //   node tools/mp32.mjs [--port DIR] [--heap BYTES] [mprun.py's arguments ...]
+//   node tools/mp32.mjs [--port DIR] [--heap BYTES] [--copy DIR ...] --run FILE [ARG ...]
 //
 // --port DIR   where the npm package is (default: .venv/npm/node_modules/<package>, which
 //              `make venv` installs); $DDQ_MP32 does the same.
-// --heap BYTES MicroPython's initial heap (default 8 MiB; the port grows it when full).
+// --heap BYTES MicroPython's initial heap (default 8 MiB; the port grows it when full: it
+//              collects garbage only between two calls from JavaScript, never inside one, as it
+//              cannot scan the WebAssembly stack; its gc.mem_free() counts the 128 MiB it may
+//              grow by).
+// --copy DIR   copy the host directory DIR into the in-memory filesystem at the same path.
+// --run FILE   run the host file FILE (copied in) instead of mprun, sys.argv [FILE, ARG, ...],
+//              with MP32 in its globals: the heap before it was compiled. If it leaves a
+//              generator STEPS, each of its steps is a call of its own (so garbage is collected
+//              between steps, as a board's GC would before each step's gc.collect()). Exit
+//              status 0, or 1 if it raised (tools/board_capacity.py's heap fill, model32).
 //
 // The port is 32-bit (sys.maxsize 2**31-1, small ints up to 2**30-1), with `os` and VfsPosix
 // on Emscripten's in-memory filesystem and no NODEFS: the checkout's tests/ and port/ are copied
@@ -30,10 +40,16 @@ const args = process.argv.slice(2);
 let portDir = process.env.DDQ_MP32 || path.join(repo, ".venv", "npm", "node_modules", PKG);
 let heap = 8 * 1024 * 1024;
 const rest = [];
+const copies = [];
+let run = null;
 for (let i = 0; i < args.length; i++) {
-  if ((args[i] === "--port" || args[i] === "--heap") && i + 1 < args.length) {
-    if (args[i] === "--port") portDir = path.resolve(args[++i]);
-    else heap = parseInt(args[++i], 10);
+  const opt = ["--port", "--heap", "--copy", "--run"].includes(args[i]);
+  if (run === null && opt && i + 1 < args.length) {
+    const v = args[++i];
+    if (args[i - 1] === "--port") portDir = path.resolve(v);
+    else if (args[i - 1] === "--heap") heap = parseInt(v, 10);
+    else if (args[i - 1] === "--copy") copies.push(path.resolve(v));
+    else run = path.resolve(v);
   } else {
     rest.push(args[i]);
   }
@@ -84,6 +100,41 @@ function copyIn(src, dst) {
     if (ent.isDirectory()) copyIn(s, d);
     else if (ent.isFile()) mp.FS.writeFile(d, fs.readFileSync(s));
   }
+}
+if (run !== null) {
+  // A script of the host's (paths as on the host: each --copy directory and the script's own).
+  for (const d of copies) copyIn(d, d);
+  mp.FS.mkdirTree(path.dirname(run));
+  mp.FS.writeFile(run, fs.readFileSync(run));
+  mp.FS.chdir(path.dirname(run));
+  mp.globals.set("_argv", JSON.stringify([run, ...rest]));
+  try {
+    // The heap before the script is compiled (the compiler's garbage may grow it): MP32.
+    mp.runPython("import gc\ngc.collect()\n_h = gc.mem_free() + gc.mem_alloc()\n");
+    mp.runPython(
+      "import sys, json\n" +
+        "sys.argv[:] = json.loads(_argv)\n" +
+        "_f = open(sys.argv[0])\n" +
+        "_src = _f.read()\n" +
+        "_f.close()\n" +
+        "_c = compile(_src, sys.argv[0], 'exec')\n" +
+        "del _src, _f\n" +
+        "_g = {'__name__': '__main__', 'MP32': _h}\n" +
+        "exec(_c, _g)\n" +
+        "_G = _g.get('STEPS')\n" +
+        "del _c\n",
+    );
+    // A script that leaves a generator STEPS runs it one step a call: this port collects
+    // garbage only between calls (inside one it grows the heap instead), so each yield is where
+    // the heap is measured as a board's would be after gc.collect().
+    const step = "gc.collect()\n_s = _G is not None and next(_G, 0) is not 0\n";
+    do mp.runPython(step);
+    while (mp.globals.get("_s"));
+  } catch (e) {
+    out(`mp32: ${e && e.message ? e.message.trim() : e}`);
+    process.exit(1);
+  }
+  process.exit(0);
 }
 copyIn(path.join(repo, "tests"), "/repo/tests");
 copyIn(path.join(repo, "port"), "/repo/port");

@@ -9,8 +9,8 @@ firmware's MicroPython heap), app_heap_bytes (the heap the application keeps for
 these tools/board_capacity.py derives max_segments and max_items (docs/BOARDS.md); network (false:
 no `socket`, so `ddq flash` never installs ddq_mqtt there); builds (optional: other firmware board
 names, space-separated, that this profile covers); raw_bytes, raw_block_bytes, raw_fs_bytes,
-raw_page, raw_segment_bytes, raw_max_segments, raw_max_items, raw_heap_fit, raw_heap_needed
-(optional: the raw layout, the queue on a raw flash region beside a filesystem of raw_fs_bytes;
+raw_page, raw_segment_bytes, raw_max_segments, raw_max_items, raw_heap_fit (optional: the raw
+layout, the queue on a raw flash region beside a filesystem of raw_fs_bytes;
 host/ddqhost/layout.py, tools/board_capacity.py --raw); mpy_opt (optional:
 the mpy-cross -O level `ddq flash` compiles with when no -O is given; 3 drops line numbers from
 device tracebacks, function names stay, for less flash and heap: docs/BOARDS.md).
@@ -43,7 +43,6 @@ STEP_KEYS = ("reclaim_step",)  # staged reclamation (SPEC C13), where the profil
 RAW_KEYS = (
     "raw_block_bytes",
     "raw_heap_fit",
-    "raw_heap_needed",
     "raw_bytes",
     "raw_fs_bytes",
     "raw_page",
