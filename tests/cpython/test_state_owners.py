@@ -100,14 +100,28 @@ def drop(r: "Reclaim", q):
 """
 
 
-def test_an_owned_object_is_written_by_its_owner_alone(tmp_path):
-    # the reclamation state (Queue._rm, ddq_reclaim.Reclaim): its class's methods, a parameter
-    # annotated with its class and a local bound to q._rm all write it, in its owner
-    d = _port(tmp_path, {"ddq_reclaim.py": RECLAIM, "ddq_a.py": "def x(q):\n    q._rm = 1\n"})
-    ddq = (d / "ddq.py").read_text().replace('"ddq_b": ""', '"ddq_b": "", "ddq_reclaim": ""')
+def _with_part(tmp_path, name, src, a):
+    # a port whose table names the part `name` (made of src) beside ddq_a.py (made of a), its
+    # baseline written: the port's directory and the --write run's output
+    d = _port(tmp_path, {name + ".py": src, "ddq_a.py": a})
+    ddq = (d / "ddq.py").read_text().replace('"ddq_b": ""', '"ddq_b": "", "%s": ""' % name)
     (d / "ddq.py").write_text(ddq)
     rc, out = _run(d, "--write")
     assert rc == 0, out
+    return d, out
+
+
+def _refused(d, src, msg):
+    # ddq_a.py made src: the check fails and says msg
+    (d / "ddq_a.py").write_text(src)
+    rc, out = _run(d)
+    assert rc == 1 and msg in out, out
+
+
+def test_an_owned_object_is_written_by_its_owner_alone(tmp_path):
+    # the reclamation state (Queue._rm, ddq_reclaim.Reclaim): its class's methods, a parameter
+    # annotated with its class and a local bound to q._rm all write it, in its owner
+    d, out = _with_part(tmp_path, "ddq_reclaim", RECLAIM, "def x(q):\n    q._rm = 1\n")
     assert "owned: _rm by ddq_reclaim (3 fields), " in out.splitlines()[-1], out
     with open(os.path.join(str(d), "b.json")) as f:  # the owner's writes are not in the ratchet
         assert "ddq_reclaim _n_acked" in json.load(f)["pairs"]
@@ -115,15 +129,17 @@ def test_an_owned_object_is_written_by_its_owner_alone(tmp_path):
     (d / "ddq_a.py").write_text("def x(q):\n    q._rm = 1\n    q._rm.bld = None\n")
     rc, out = _run(d, "--write")
     assert rc == 1, out
-    rc, out = _run(d)
-    assert rc == 1, out
-    assert (
+    _refused(
+        d,
+        "def x(q):\n    q._rm = 1\n    q._rm.bld = None\n",
         "not its owner: ddq_a writes _rm.bld (line 3): _rm's fields are written by ddq_reclaim"
-        " alone" in out
-    ), out
-    (d / "ddq_a.py").write_text("def x(q):\n    s = q._rm\n    s.sh = 0\n")
-    rc, out = _run(d)
-    assert rc == 1 and "not its owner: ddq_a writes _rm.sh (line 3)" in out, out
+        " alone",
+    )
+    _refused(
+        d,
+        "def x(q):\n    s = q._rm\n    s.sh = 0\n",
+        "not its owner: ddq_a writes _rm.sh (line 3)",
+    )
 
 
 RECOVER = """
@@ -143,29 +159,25 @@ def test_the_options_the_writer_and_the_index_have_owners(tmp_path):
     # the options (Queue._o) are set by ddq_recover.init alone; the writer (Queue._log) and the
     # index with its counts (Queue._ix) are ddq's, which recovery (ddq_recover, ddq_index)
     # builds from the disk: no other part writes them (issue 37 item 1)
-    d = _port(tmp_path, {"ddq_recover.py": RECOVER, "ddq_a.py": "def x(q):\n    pass\n"})
-    ddq = (d / "ddq.py").read_text().replace('"ddq_b": ""', '"ddq_b": "", "ddq_recover": ""')
-    (d / "ddq.py").write_text(ddq)
-    rc, out = _run(d, "--write")
-    assert rc == 0, out
+    d, out = _with_part(tmp_path, "ddq_recover", RECOVER, "def x(q):\n    pass\n")
     assert "_o by ddq_recover (1 fields)" in out and "(built by ddq_recover, ddq_index) (2" in out
-    (d / "ddq_a.py").write_text("def x(q):\n    q._o.win = 4\n")
-    rc, out = _run(d)
-    assert rc == 1, out
-    assert (
+    _refused(
+        d,
+        "def x(q):\n    q._o.win = 4\n",
         "not its owner: ddq_a writes _o.win (line 2): _o's fields are written by ddq_recover"
-        " alone" in out
-    ), out
-    (d / "ddq_a.py").write_text("def x(q):\n    w = q._log\n    w.h = None\n")
-    rc, out = _run(d)
-    assert rc == 1, out
-    assert (
+        " alone",
+    )
+    _refused(
+        d,
+        "def x(q):\n    w = q._log\n    w.h = None\n",
         "not its owner: ddq_a writes _log.h (line 3): _log's fields are written by ddq (built by"
-        " ddq_recover, ddq_index) alone" in out
-    ), out
-    (d / "ddq_a.py").write_text("def x(q):\n    ix = q._ix\n    ix.acked -= 1\n")
-    rc, out = _run(d)
-    assert rc == 1 and "not its owner: ddq_a writes _ix.acked (line 3)" in out, out
+        " ddq_recover, ddq_index) alone",
+    )
+    _refused(
+        d,
+        "def x(q):\n    ix = q._ix\n    ix.acked -= 1\n",
+        "not its owner: ddq_a writes _ix.acked (line 3)",
+    )
 
 
 def test_a_pair_gone_is_reported_for_the_record(tmp_path):
