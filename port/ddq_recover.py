@@ -113,6 +113,12 @@ _CUT = ".reserve"
 
 def recover(self: "Queue") -> None:
     """Rebuild all state from disk; the only way out of fail-stop [R1]-[R18]."""
+    rebuild(self, self._salv)
+
+
+def rebuild(self: "Queue", counts: "Optional[list[int]]") -> None:
+    # recover(): counts, the salvage counts (on_corrupt="salvage"), salvages a Corrupt [K9];
+    # None raises it (salvage's own recovery of what it repaired; X10's replay of everything).
     if self._closed:
         raise _err("IOFailure", "queue is closed")
     self._fail()  # (abandons a staged generation too)
@@ -122,7 +128,7 @@ def recover(self: "Queue") -> None:
         fs = self._o.fs
         names = listdir(self)
         _regular(self, names)
-        salv = self._salv
+        salv = counts
         cp, seen, gen, mcrc = _manifest(self, fs)
         # [R12][R22] finish a tail cut staged by copy + rename (no truncate on MicroPython).
         cut = False
@@ -169,11 +175,11 @@ def recover(self: "Queue") -> None:
                     raise
                 # [X10] the records after the index do not apply to its state: a cache miss, so
                 # replay everything (once: no index, no salvage inside; damage is reported then)
-                kept, self._o.ix_bytes, self._salv = (self._o.ix_bytes, self._salv), 0, None
+                kept, self._o.ix_bytes = self._o.ix_bytes, 0
                 try:
-                    return recover(self)
+                    return rebuild(self, None)
                 finally:
-                    self._o.ix_bytes, self._salv = kept
+                    self._o.ix_bytes = kept
         if not st[_ST_SEEN]:
             raise _err("Corrupt", "the manifest's snapshot boundary was never reached")
         _finish(self, fs, log, gen, nseg, cp, dirty, loaded)
@@ -190,7 +196,8 @@ def recover(self: "Queue") -> None:
             _regular(self, listdir(self), str(e) + "; ")
         except OSError as x:
             raise _io_failure(x, "salvage")
-        _part("ddq_salvage").in_place(self, e)  # [K9] repairs the directory, then recovers it
+        _part("ddq_salvage").in_place(self, e, rebuild)  # [K9] repairs the directory, then
+        # recovers it by rebuild(self, None): that recovery raises whatever it finds
 
 
 def _manifest(self: "Queue", fs: "Any") -> "tuple[list[int], bool, int, int]":
