@@ -1067,7 +1067,8 @@ class Queue:
         return got
 
     def _buf(self, n: int) -> memoryview:
-        if len(self._rbuf) < n:
+        # The read buffer, at least n bytes; 0 drops it (after a part sized it for a window).
+        if len(self._rbuf) < n or not n:
             self._rbuf = bytearray(n)
         return memoryview(self._rbuf)
 

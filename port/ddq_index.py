@@ -262,7 +262,7 @@ def save(q: "ddq.Queue") -> None:
                     c[2] = struct.unpack_from("<I", q._o.rec, _R_RLEN)[0]  # (no append runs here)
                 c[0], c[1] = crc_span(q, path, c[1], size, c[0]), size
     finally:
-        q._rbuf = bytearray(0)
+        q._buf(0)  # the read buffer, sized for the CRC pass, is dropped
     mcrc = 0
     if q._has_manifest:
         mcrc = crc_span(q, q._path(ddq._MANIFEST), 0, _M_CRC, 0)
