@@ -214,6 +214,23 @@ def publish(
     fs.sync_dir(self._o.dir)
 
 
+def adopt(self: "Queue", new: "_Log", nix: "_Index", plan: "Optional[list[int]]") -> None:
+    # The queue takes a published generation (compact_now, ddq_reclaim's publication) [C6]:
+    # the writer (the same object: callers' references stay good) takes new's segments, nix is
+    # the index, the old generation's handle is closed, and the admission plan is the copy's,
+    # built as it copied (none under the hold rule, which keeps no plan).
+    old = self._log
+    h = old.h
+    old.adopt(new)
+    self._ix = nix
+    try:
+        self._o.fs.close(h)
+    except OSError:
+        pass
+    self._has_manifest = True
+    self._plan = None if self._o.win else plan
+
+
 def prepare_format(self: "Queue") -> None:
     # The prelude of every compaction, whole (compact_now) or staged (ddq_reclaim.start): the log
     # synced (a manifest never points past unsynced bytes, and a copy reads g from the files),
@@ -312,16 +329,8 @@ def compact_now(
             raise _io_failure(e, "compaction")
         raise
     # Adopt the published generation, then delete the old one [C6].
-    h = old.h
-    old.adopt(new)  # the writer (the same object: callers' references stay good) takes g+1
-    self._ix = nix
-    try:
-        fs.close(h)
-    except OSError:
-        pass
+    adopt(self, new, nix, plan)
     self._swept = {}  # the STATE snapshots made the RAM sweeps durable
-    self._has_manifest = True
-    self._plan = plan
     try:
         clean(self)
     except (OSError, _E("Corrupt")) as e:

@@ -390,13 +390,9 @@ class Reclaim:
                 raise ddq._io_failure(e, "compaction")
             raise
         self.bld = None
-        h, gen, segs = old.h, old.gen, len(old.sizes)
-        old.adopt(new)  # the writer (the same object) takes g+1, and the index with it [C6]
-        q._ix = nix
-        try:
-            fs.close(h)
-        except OSError:
-            pass
+        gen, segs = old.gen, len(old.sizes)
+        cm = ddq._part("ddq_compact")
+        cm.adopt(q, new, nix, b.plan)  # the writer takes g+1, and the index with it [C6]
         # The swept claims stay RAM-only where the new generation holds them claimed (T2).
         for s in list(q._swept):
             j = nix.find(s)
@@ -406,11 +402,9 @@ class Reclaim:
                 le[_LV_LEASE] = 0
             else:
                 del q._swept[s]
-        q._has_manifest = True
-        q._plan = b.plan
         # g's segments go a few a call (unlink); a cut leaves them to recovery (R16).
         self.dead = [gen, 0, segs]
-        ddq._part("ddq_compact").index_update(q)
+        cm.index_update(q)
 
     def unlink(self, q: "ddq.Queue") -> None:
         # Delete up to 4 segments of a replaced generation [C13]; errors leave them to the next
