@@ -113,12 +113,6 @@ _CUT = ".reserve"
 
 def recover(self: "Queue") -> None:
     """Rebuild all state from disk; the only way out of fail-stop [R1]-[R18]."""
-    rebuild(self, self._salv)
-
-
-def rebuild(self: "Queue", counts: "Optional[list[int]]") -> None:
-    # recover(): counts, the salvage counts (on_corrupt="salvage"), salvages a Corrupt [K9];
-    # None raises it (salvage's own recovery of what it repaired; X10's replay of everything).
     if self._closed:
         raise _err("IOFailure", "queue is closed")
     self._fail()  # (abandons a staged generation too)
@@ -128,7 +122,7 @@ def rebuild(self: "Queue", counts: "Optional[list[int]]") -> None:
         fs = self._o.fs
         names = listdir(self)
         _regular(self, names)
-        salv = counts
+        salv = self._salv
         cp, seen, gen, mcrc = _manifest(self, fs)
         # [R12][R22] finish a tail cut staged by copy + rename (no truncate on MicroPython).
         cut = False
@@ -175,11 +169,11 @@ def rebuild(self: "Queue", counts: "Optional[list[int]]") -> None:
                     raise
                 # [X10] the records after the index do not apply to its state: a cache miss, so
                 # replay everything (once: no index, no salvage inside; damage is reported then)
-                kept, self._o.ix_bytes = self._o.ix_bytes, 0
+                kept, self._o.ix_bytes, self._salv = (self._o.ix_bytes, self._salv), 0, None
                 try:
-                    return rebuild(self, None)
+                    return recover(self)
                 finally:
-                    self._o.ix_bytes = kept
+                    self._o.ix_bytes, self._salv = kept
         if not st[_ST_SEEN]:
             raise _err("Corrupt", "the manifest's snapshot boundary was never reached")
         _finish(self, fs, log, gen, nseg, cp, dirty, loaded)
@@ -196,8 +190,7 @@ def rebuild(self: "Queue", counts: "Optional[list[int]]") -> None:
             _regular(self, listdir(self), str(e) + "; ")
         except OSError as x:
             raise _io_failure(x, "salvage")
-        _part("ddq_salvage").in_place(self, e, rebuild)  # [K9] repairs the directory, then
-        # recovers it by rebuild(self, None): that recovery raises whatever it finds
+        _part("ddq_salvage").in_place(self, e)  # [K9] repairs the directory, then recovers it
 
 
 def _manifest(self: "Queue", fs: "Any") -> "tuple[list[int], bool, int, int]":

@@ -965,17 +965,19 @@ def _text(rep: "dict[str, Any]") -> bytes:
     return (js.dumps(rep) if js is not None else repr(rep)).encode() + b"\n"
 
 
-def in_place(q: "Any", err: "Any", rebuild: "Any") -> None:
+def in_place(q: "Any", err: "Any") -> None:
     """Queue(..., on_corrupt="salvage"): recovery raised err (Corrupt). Salvage the directory
     in place [K9]-[K11], or into <dir>.salvaged when the disk bound leaves no room (then raise
-    Corrupt naming it), then recover it by rebuild (ddq_recover's recovery, here without
-    salvage: it raises whatever it finds); stats() counts the salvage [K12]."""
+    Corrupt naming it), then recover it; stats() counts the salvage [K12]."""
     try:
         rep = _in_place(q, q._o.fs, q._o.dir, err)
     except OSError as e:
         raise ddq._err("IOFailure", "salvage in place: %r", e)
-    rebuild(q, None)
-    s = q._salv  # the counts recovery keeps (on_corrupt="salvage")
+    s, q._salv = q._salv, None  # this recovery raises whatever it finds
+    try:
+        q.recover()
+    finally:
+        q._salv = s
     s[0] += 1
     s[1] += rep["lost_count"]
     q.salvage_report = rep
