@@ -1244,7 +1244,9 @@ class Queue:
                 w.ub += n
                 if len(u) >= _UNSYNCED_MAX or w.ub >= _UNSYNCED_BYTES:
                     self._sync_h()  # [D3] the RAM copies stay a small table, not one big block
-            if not o.win:  # (the hold rule keeps no plan)
+            if o.win:  # the hold rule keeps no plan (port/ddq_admit.py)
+                self._plan = None
+            else:
                 adm.plan_add(self, n)
             return seq
         except MemoryError:
