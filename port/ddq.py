@@ -45,9 +45,12 @@ writer and the index at open; tools/state_owners.py checks every write in `make 
     Queue._ix   the index (_Index, banner "index"): states, lengths, history, the counts; ddq.py
     Queue._rm   the reclamation state (ddq_reclaim.Reclaim; None for reclaim_step 0)
     Queue._adm  the admission rule the open chose: the module ddq_admit or ddq_hold
-    the rest    the admission plan and room (_plan, _slack, _hd), the lifecycle (_closed,
-                _lock, _salv) and the index's companions (_swept, _ixcov, _has_manifest,
-                _rbuf): still written from several parts (tools/state_owners.json lists each)
+    the rest    each with one owner (tools/state_owners.py ATTRS), the open building all:
+                the lifecycle (_closed, _lock) and the read buffer (_rbuf): ddq.py; the
+                salvage counts (_salv): ddq_recover; what a publication replaces (_ix,
+                _swept, _has_manifest): ddq_compact (adopt); what queue.index covers
+                (_ixcov): ddq_index; the admission plan and room (_plan, _slack, _hd): the
+                admission rule (the plan also built by the index's load and the publication)
 
 Reading order, one file a role: open is ddq_recover.py (banner "open": init, then "recovery":
 recover); enqueue, claim, ack, retry and close are ddq.py (banner "queue"), which asks the
@@ -895,7 +898,9 @@ class Queue:
     # (no lookup in _PARTS): ddq_hold (hold, room, cut) for window > 0, else ddq_admit (admit,
     # plan_items, plan_add) [H1]
     _adm: "Any"
-    # The rest: the index's companions, the lifecycle (still written from several parts).
+    # The rest, each with its owner (tools/state_owners.py ATTRS): the lifecycle and the read
+    # buffer (ddq.py), the salvage counts (ddq_recover), what a publication replaces
+    # (ddq_compact), queue.index's cover (ddq_index), the admission plan and room (_adm's).
     _closed: bool
     _lock: "Any"
     _hd: "Optional[list[int]]"  # hold: [unacked DATA bytes (upper bound), stamp n, acked, gen]

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Who writes the queue's state: each port/ module's writes to the private attributes of
 `ddq.Queue` and of the objects it holds (`_log`: ddq._Log, `_ix`: ddq._Index, and the owned
-objects of OWNED), read from the AST (ARCHITECTURE.md "State has owners"; issue 37 item 1).
+objects of OWNED), read from the AST, checked against the owners this file names
+(ARCHITECTURE.md "State has owners"; issue 37 item 1).
 
 The modules read are the queue's: ddq.py and the parts its one table `_PARTS` names (the message
 layer and the other add-ons have classes of their own). A write is an assignment, augmented
@@ -10,30 +11,62 @@ the Queue class body annotates (its state; not the methods attached at run time)
 the writer or the index: `<expr>._log.f`, `<expr>._ix.f`, or `x.f` where x is a local bound to
 one of them or a parameter annotated with its class (counted as "_log.f", "_ix.f"). An owned
 object's field (OWNED: `_rm`, ddq_reclaim.Reclaim) is written the same ways, or as `self.f` in
-its class's methods.
+its class's methods. (A change inside a value, `q._swept[s] = lease`, is not a write of it.)
 
-    python3 tools/state_owners.py            # check against tools/state_owners.json
-    python3 tools/state_owners.py --report   # every attribute and the modules that write it
-    python3 tools/state_owners.py --write    # record today's pairs (after they shrank)
+    python3 tools/state_owners.py            # exit 1: a write by neither owner nor builder
+    python3 tools/state_owners.py --report   # also each attribute, its writers, its owner
 
-Two checks. Ownership, per object: a field of an owned object written by a module that is
-not its owner fails, whatever the baseline says. The rest is a ratchet while the state moves to
-its owners (one writer an attribute): it fails on a (module, attribute) pair that
-tools/state_owners.json does not list (a new cross-module write), and says how many listed
-pairs are gone (the owned objects' fields are not in it: their owner writes them). The last
-line is always `state: N attributes, M (module, attribute) pairs, K modules writing; owned: ...`
-(each owned object, its owner and its fields). Standard library only.
+Every private Queue attribute has an entry in ATTRS (its owner: one module, or a role of which a
+queue loads one module; the modules that build it besides the open), every owned object's field
+its entry in OWNED. The check fails on a write by a module that neither owns nor builds what it
+writes, on a Queue attribute without an entry, and on an entry for no attribute. The last line is
+always `state: N attributes, M (module, attribute) pairs, K modules writing, U unowned pairs;
+owned: ...` (U: the writes refused; each owned object, its owner and its fields). Standard
+library only.
 """
 
 import argparse
 import ast
-import json
 import os
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PORT = os.path.join(REPO, "port")
-BASE = os.path.join(REPO, "tools", "state_owners.json")
+# The open (ddq_recover: init, _reset, recover) builds every attribute of Queue from the options
+# and the disk: it may write each one.
+BUILDER = "ddq_recover"
+ADM = ("ddq_admit", "ddq_hold")  # the admission rule: one of them a queue (Queue._adm, at open)
+# Queue's private attributes: attribute -> (owner, the modules besides BUILDER that build it).
+ATTRS = {
+    "_o": ("ddq_recover", ()),  # the options: set by the open alone
+    "_log": ("ddq_recover", ()),  # the writer: one object from open to close (_Log.adopt)
+    "_rm": ("ddq_recover", ()),  # the reclamation state (its fields: OWNED)
+    "_adm": ("ddq_recover", ()),  # the admission rule the open chose by window
+    # the salvage counts [salvaged, lost]; ddq_salvage.in_place swaps them out around its own
+    # recovery of the repaired directory (which must raise what it finds) and counts into them
+    "_salv": ("ddq_recover", ("ddq_salvage",)),
+    "_closed": ("ddq", ()),  # close
+    "_lock": ("ddq", ()),  # close releases it
+    "_rbuf": ("ddq", ()),  # the read buffer: Queue._buf sizes it, and _buf(0) drops it
+    # a publication (ddq_compact.adopt: compact_now, ddq_reclaim's) puts in the copy's index
+    "_ix": (
+        "ddq_compact",
+        ("ddq_index",),  # ddq_index: load adopts the index queue.index holds
+    ),
+    "_swept": ("ddq_compact", ()),  # ddq.py adds to it; a publication made it durable
+    "_has_manifest": ("ddq_compact", ()),  # the first compaction publishes one
+    "_ixcov": ("ddq_index", ()),  # what queue.index covers: save, load
+    "_plan": (
+        ADM,
+        (
+            "ddq_index",  # load: the plan queue.index saved (an upper bound like any cached one)
+            "ddq_compact",  # adopt: the copy's plan, placed record by record as it copied
+            "ddq",  # enqueue under the hold rule, which keeps none (one test of window, inline)
+        ),
+    ),
+    "_slack": (ADM, ()),  # the room the last admission left
+    "_hd": ("ddq_hold", ()),  # the hold rule's DATA bytes
+}
 # Objects of the queue whose fields have one owner: Queue attribute -> (class, owner module,
 # the modules that build it: recovery makes the writer from the disk, as the owner would).
 OWNED = {
@@ -179,79 +212,65 @@ def scan(port):
     return state, pairs
 
 
+def who(k):
+    """(the owner's modules, the builders' modules, "owner (built by ...)") of the state k (an
+    attribute or "_rm.f"), or None when it has no entry."""
+    o = k.split(".")[0] if "." in k else None
+    if o in OWNED:
+        owner, built = (OWNED[o][1],), OWNED[o][2]
+    elif o is None and k in ATTRS:
+        owner, built = ATTRS[k]
+        owner = owner if isinstance(owner, tuple) else (owner,)
+        built = tuple(b for b in (BUILDER,) + built if b not in owner)
+    else:
+        return None
+    text = "|".join(owner) + (" (built by %s)" % ", ".join(built) if built else "")
+    return owner, built, text
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--report", action="store_true", help="list every attribute and its writers")
-    ap.add_argument("--write", action="store_true", help="record today's pairs as the baseline")
     ap.add_argument("--port", default=PORT)
-    ap.add_argument("--base", default=BASE)
     a = ap.parse_args(argv)
     state, every = scan(a.port)
-
-    def owned(k):  # the owned object whose field k is, or None (k "_rm": the Queue attribute)
-        return k.split(".")[0] if "." in k and k.split(".")[0] in OWNED else None
-
-    pairs = {p: v for p, v in every.items() if not owned(p[1])}
-    bad = []  # an owned object's field written by a module that neither owns nor builds it
-    fields = {o: set() for o in OWNED}
+    bad = []  # a write by a module that neither owns nor builds what it writes
     for (m, k), lines in sorted(every.items()):
-        o = owned(k)
-        if o:
-            fields[o].add(k)
-            if m != OWNED[o][1] and m not in OWNED[o][2]:
-                bad.append((m, k, lines[0]))
-    mods = sorted({m for m, _ in pairs})
+        w = who(k)
+        if w is not None and m not in w[0] and m not in w[1]:
+            bad.append(
+                "not its owner: %s writes %s (line %d): %s is written by %s alone"
+                % (m, k, lines[0], k, w[2])
+            )
+    for k in sorted(state - set(ATTRS)):
+        bad.append("no owner: Queue.%s (give it an owner in ATTRS, tools/state_owners.py)" % k)
+    for k in sorted(set(ATTRS) - state):
+        bad.append("not state: ATTRS names %s, which ddq.Queue does not annotate" % k)
+    fields = {o: set() for o in OWNED}
+    for _m, k in every:
+        if "." in k and k.split(".")[0] in OWNED:
+            fields[k.split(".")[0]].add(k)
+    pairs = [p for p in every if "." not in p[1] or p[1].split(".")[0] not in OWNED]
     summary = "state: %d attributes, %d (module, attribute) pairs, %d modules writing" % (
         len(state),
         len(pairs),
-        len(mods),
+        len({m for m, _ in pairs}),
     )
-
-    def by(o):  # "ddq" or "ddq (built by ddq_recover, ddq_index)"
-        b = OWNED[o][2]
-        return OWNED[o][1] + (" (built by %s)" % ", ".join(b) if b else "")
-
+    summary += ", %d unowned pairs" % sum(1 for b in bad if b.startswith("not its owner"))
     summary += "; owned: " + ", ".join(
-        "%s by %s (%d fields)" % (o, by(o), len(fields[o])) for o in OWNED
+        "%s by %s (%d fields)" % (o, who(o + ".*")[2], len(fields[o])) for o in OWNED
     )
-    for m, k, line in bad:
-        print(
-            "not its owner: %s writes %s (line %d): %s's fields are written by %s alone"
-            % (m, k, line, k.split(".")[0], by(k.split(".")[0]))
-        )
+    for b in bad:
+        print(b)
     if a.report:
         by = {}
         for (m, k), lines in every.items():
             by.setdefault(k, []).append("%s(%d)" % (m, len(lines)))
         for k in sorted(by):
-            print("%-16s %s" % (k, " ".join(sorted(by[k]))))
-        print(summary)
-        return 1 if bad else 0
-    now = sorted("%s %s" % p for p in pairs)
-    if a.write:
-        with open(a.base, "w") as f:
-            json.dump({"pairs": now}, f, indent=1)
-            f.write("\n")
-        print(summary)
-        return 1 if bad else 0
-    try:
-        with open(a.base) as f:
-            base = set(json.load(f)["pairs"])
-    except (OSError, ValueError, KeyError) as e:
-        print("state_owners: cannot read %s: %s" % (a.base, e))
-        return 1
-    new = [p for p in now if p not in base]
-    gone = len(base - set(now))
-    for p in new:
-        m, k = p.split(" ")
-        print(
-            "new write: %s writes %s (line %d): a module writes only the state it owns"
-            % (m, k, pairs[(m, k)][0])
-        )
-    if gone:
-        print("%d listed pairs are gone: record them with tools/state_owners.py --write" % gone)
+            w = who(k)
+            print("%-16s %-44s %s" % (k, " ".join(sorted(by[k])), w[2] if w else "(no owner)"))
     print(summary)
-    return 1 if new or bad else 0
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":
