@@ -218,7 +218,7 @@ def adopt(self: "Queue", new: "_Log", nix: "_Index", plan: "Optional[list[int]]"
     # The queue takes a published generation (compact_now, ddq_reclaim's publication) [C6]:
     # the writer (the same object: callers' references stay good) takes new's segments, nix is
     # the index, the old generation's handle is closed, and the admission plan is the copy's,
-    # built as it copied (none under the hold rule, which keeps no plan).
+    # built as it copied (enqueue drops it under the hold rule, which keeps none).
     old = self._log
     h = old.h
     old.adopt(new)
@@ -228,7 +228,7 @@ def adopt(self: "Queue", new: "_Log", nix: "_Index", plan: "Optional[list[int]]"
     except OSError:
         pass
     self._has_manifest = True
-    self._plan = None if self._o.win else plan
+    self._plan = plan
 
 
 def prepare_format(self: "Queue") -> None:
