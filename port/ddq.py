@@ -47,10 +47,11 @@ writer and the index at open; tools/state_owners.py checks every write in `make 
     Queue._adm  the admission rule the open chose: the module ddq_admit or ddq_hold
     the rest    each with one owner (tools/state_owners.py ATTRS), the open building all:
                 the lifecycle (_closed, _lock) and the read buffer (_rbuf): ddq.py; the
-                salvage counts (_salv): ddq_recover; what a publication replaces (_ix,
-                _swept, _has_manifest): ddq_compact (adopt); what queue.index covers
-                (_ixcov): ddq_index; the admission plan and room (_plan, _slack, _hd): the
-                admission rule (the plan also built by the index's load and the publication)
+                salvage counts (_salv): ddq_recover (ddq_salvage swaps them out around its
+                recovery); what a publication replaces (_ix, _swept, _has_manifest):
+                ddq_compact (adopt); what queue.index covers (_ixcov): ddq_index; the
+                admission plan and room (_plan, _slack, _hd): the admission rule (the plan
+                also built by the index's load, the publication and enqueue's hold branch)
 
 Reading order, one file a role: open is ddq_recover.py (banner "open": init, then "recovery":
 recover); enqueue, claim, ack, retry and close are ddq.py (banner "queue"), which asks the
