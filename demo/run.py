@@ -64,7 +64,7 @@ AMQTT_PIN = "amqtt==0.12.1"
 TOPIC_ROOT = "ddq/demo"
 BOARD = "UNIX"
 IMAGE_BLOCKS = 256  # 1 MiB LittleFS image, 4 KiB blocks (the virtual board's default)
-RAW_BLOCKS = 64  # --storage raw: the UNIX profile's raw region, 256 KiB of 4 KiB blocks
+RAW_BLOCKS = 128  # --storage raw: the UNIX profile's raw region, 512 KiB of 4 KiB blocks
 
 
 class DemoError(Exception):

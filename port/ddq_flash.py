@@ -47,7 +47,9 @@ _FL_MAX = const(4095)  # a frame's most data: k + 255 k < 0xFFFFF, c never wraps
 
 # A file is one list (the least heap a file: a board's region holds hundreds): [fid, name, the
 # next free name slot, the next frame's position in its last block (the block size: that block
-# takes no more frames), then for each block of its chain: the block, its logical bytes].
+# takes no more frames), then for each block of its chain: the block, its logical bytes]. It
+# grows by slice assignment, to its length exactly: `+=` appends, and MicroPython doubles a list
+# that appends (a 4-block file's 12 slots take 16: 16 B more a file at 32-bit, 32 at 64-bit).
 
 
 class FlashStorage:
@@ -200,7 +202,7 @@ class FlashStorage:
             f = [fid, cur[1], ns, 0]
             i = 0
             while i in ch:
-                f += (ch[i], 0)
+                f[len(f) :] = (ch[i], 0)  # (exactly: "A file is one list")
                 i += 1
             o = best.get(cur[1])
             if o is None or cur[0] > o[0]:
@@ -307,7 +309,7 @@ class FlashStorage:
             self._pg(b, on, mv[on:end])
         else:
             self._pg(b, 0, mv[0:end])
-        f += (b, 0)
+        f[len(f) :] = (b, 0)  # (exactly: "A file is one list")
         f[3] = self.oh if name else self.ob
 
     def _name(self, name: str, at: int, src: int = 0xFFFFFFFF) -> int:

@@ -937,7 +937,7 @@ def render_raw(profs):
         "records, %d bytes each more) fits its blocks; **max_segments** the largest count "
         "whose SPEC C9 worst case fits the region on FlashStorage with %d blocks free; "
         "**items** the queue's max_items there, measured as for the filesystem layout (with "
-        "ddq_flash and the region's FlashStorage in the heap; FlashStorage keeps about 160 "
+        "ddq_flash and the region's FlashStorage in the heap; FlashStorage keeps about 140 "
         "bytes a file at 32-bit, so segments of several blocks can hold more), **heap fit** "
         "how many the heap model holds through a fill, a drain of them all and a compaction "
         "with the app keeping app_heap_bytes throughout (the steady state on the 32-bit port "

@@ -46,7 +46,7 @@ FAIL_MARK = b"<ddq-virtual-board-failed>"
 MOUNT_POINT = "/flash"
 DEFAULT_BLOCK_SIZE = 4096
 DEFAULT_BLOCKS = 256  # 1 MiB, about what an RP2040 leaves for the filesystem
-DEFAULT_RAW_BLOCKS = 64  # 256 KiB of raw flash beside it (the UNIX profile's raw layout)
+DEFAULT_RAW_BLOCKS = 128  # 512 KiB of raw flash beside it (the UNIX profile's raw layout)
 
 # boot.py run by `micropython -i`; %-formatted with repr() values. Kept tiny and tolerant: a mount
 # failure prints FAIL_MARK and exits so that `start` can report it in one line.

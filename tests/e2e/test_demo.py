@@ -109,11 +109,11 @@ def test_demo_with_the_queue_on_the_virtual_boards_raw_flash(tmp_path):
     # recovered on the host through the same port code. Nothing lost, no ack undone.
     res, why, lines = _demo(tmp_path, storage="raw", messages=600, broker_restarts=2, kills=2)
     assert "failure" not in res and res["storage"] == "raw", why
-    assert "raw layout: erased 64 blocks" in "\n".join(lines), why
+    assert "raw layout: erased 128 blocks" in "\n".join(lines), why
     assert res["device_kills"] >= 2 and len(res["power_cuts"]) == res["device_kills"], why
     assert res["lost"] == 0 and res["pending"] == 0 and res["errors"] == [], why
     assert res["violation_count"] == 0 and res["delivered"] == res["enqueued"] >= 600, why
-    assert os.path.getsize(str(tmp_path / "demo" / "pulled")) == 64 * 4096, why
+    assert os.path.getsize(str(tmp_path / "demo" / "pulled")) == 128 * 4096, why
     assert res["passed"], why
 
 

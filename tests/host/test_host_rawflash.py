@@ -335,9 +335,14 @@ def test_esp32_raw_layout_fills_drains_and_compacts_in_its_heap():
         max_segments=prof["raw_max_segments"],
         max_items=bc.BIG,
     )
-    # (the model's own paths are in its heap: a directory no longer than the tool's, so that the
-    # profile's figure, found to the byte, holds here too)
-    tmp = tempfile.mkdtemp(prefix="bc", dir="/tmp")
+    # (the model's own paths are in its heap, and its figure is found to the byte: a directory of
+    # the same length as the tool's, <mkdtemp ddq-boardcap->/<board>/k<blocks>; a shorter one
+    # can hold fewer, as the 16-byte blocks of the unix port's peak checks fall otherwise)
+    top = tempfile.mkdtemp(prefix="ddq-boardcap-")
+    tmp = os.path.join(
+        top, "ESP32_GENERIC", "k%d" % bc.raw_blocks(prof, prof["raw_segment_bytes"])
+    )
+    os.makedirs(tmp)
     try:
         bs = prof["raw_block_bytes"]
         raw = {"path": tmp + "/raw.img", "bs": bs, "nb": prof["raw_bytes"] // bs, "page": 1}
@@ -346,7 +351,7 @@ def test_esp32_raw_layout_fills_drains_and_compacts_in_its_heap():
         app = prof["app_heap_bytes"]
         r = bc.fill_mp(ps, opts, bc.message(ps), tmp, n, app, raw=raw, cycle=True)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(top, ignore_errors=True)
     assert (r["n"], r["ok"], r["end"]) == (n, n, "limit"), r
     assert r["cycle"] == "ok: drained %d, compacted" % n and r["free"] >= app, r
 
