@@ -337,8 +337,9 @@ def test_esp32_raw_layout_fills_drains_and_compacts_in_its_heap():
     )
     # (the model's own paths are in its heap, and its figure is found to the byte: a directory of
     # the same length as the tool's, <mkdtemp ddq-boardcap->/<board>/k<blocks>; a shorter one
-    # can hold fewer, as the 16-byte blocks of the unix port's peak checks fall otherwise)
-    top = tempfile.mkdtemp(prefix="ddq-boardcap-")
+    # can hold fewer, as the 16-byte blocks of the unix port's peak checks fall otherwise; in
+    # /tmp whatever TMPDIR says, where the profile's figure was derived)
+    top = tempfile.mkdtemp(prefix="ddq-boardcap-", dir="/tmp")
     tmp = os.path.join(
         top, "ESP32_GENERIC", "k%d" % bc.raw_blocks(prof, prof["raw_segment_bytes"])
     )
