@@ -45,11 +45,14 @@ _FL_NM = const(115)  # the longest name: _FL_S - 13
 _FL_FR = const(4)
 _FL_MAX = const(4095)  # a frame's most data: k + 255 k < 0xFFFFF, c never wraps
 
-# A file is one list (the least heap a file: a board's region holds hundreds): [fid, name, the
-# next free name slot, the next frame's position in its last block (the block size: that block
+# A file is one list (the least heap a file: a board's region holds hundreds): [fid, key (its
+# name, or for a segment's name a tuple: _key; FlashStorage.name gives the name), the next free
+# name slot, the next frame's position in its last block (the block size: that block
 # takes no more frames), then for each block of its chain: the block, its logical bytes]. It
 # grows by slice assignment, to its length exactly: `+=` appends, and MicroPython doubles a list
 # that appends (a 4-block file's 12 slots take 16: 16 B more a file at 32-bit, 32 at 64-bit).
+# The files are a list too, scanned by key: a dict's table grows to hold both generations of a
+# compaction and keeps that size (a list shrinks as files go: 4 B a file at 32-bit).
 
 
 def _seg(g: int, i: int) -> str:
