@@ -16,11 +16,9 @@ __version__ = "0.1.0"
 # Copyright (c) 2026 the ddq authors. BSD-3-Clause.
 
 import struct
-import sys
 
 from ddq import (
     _E,
-    _HEAP,
     _INDEX,
     _INDEX_TMP,
     _MAN_FMT,
@@ -269,15 +267,6 @@ def compact_now(
     self: "Queue", reserve: int, required: int, drop: "Optional[list[int]]" = None
 ) -> None:
     """Copy unacked items into generation g+1 and publish it; Full when no benefit [C3]-[C8]."""
-    try:
-        _copy(self, reserve, required, drop)
-    finally:  # in a small heap, dropped until the next one (none of it attached to Queue)
-        d = type(self).__dict__
-        if _HEAP and "compact" not in d and "purge" not in d:
-            sys.modules.pop("ddq_compact", None)
-
-
-def _copy(self: "Queue", reserve: int, required: int, drop: "Optional[list[int]]") -> None:
     if self._rm is not None:  # a staged generation gives way to the full copy, and its
         self._rm.drop(self, True)  # clean deletes what is left of a replaced one [C13]
     if self._log.h is None:

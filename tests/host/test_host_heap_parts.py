@@ -1,6 +1,6 @@
 """Which of ddq's parts stay loaded in a board's small heap (docs/DESIGN.md §4.1): ddq.py drops
-its open-time code (ddq_recover) after the open, and ddq_compact drops itself after a
-compaction that the queue's writes ran (a board compacts once a region fills; the heap it frees
+its open-time code (ddq_recover) after the open, and ddq_compact after a compaction that the
+queue's writes ran (ddq._compact) (a board compacts once a region fills; the heap it frees
 is the app's between compactions), unless a method of it is attached to Queue (q.compact(),
 q.purge()). In a large heap both stay. Run on the unix port with port/ compiled to .mpy, as a
 board holds it (compiling ddq.py from source needs more heap than running it)."""
