@@ -1048,7 +1048,7 @@ class Queue:
         log = self._log  # (a compaction hands the writer the new generation: the same object)
         if log.off > 0 and log.off + total > o.seg_bytes and len(log.sizes) >= o.max_segs:
             try:
-                _part("ddq_compact").compact_now(self, total, 0)
+                _compact(self, total, 0)
             except _E("Full"):
                 raise _err("Limit", _X_SEGS_FULL)
         try:
@@ -1221,14 +1221,12 @@ class Queue:
             ix, adm = self._ix, self._adm  # adm: the admission rule the open chose [H1]
             if o.win:  # the hold rule, port/ddq_hold.py [H2]
                 if ix.n >= o.max_items:  # as A6: compact with one acked item required
-                    _part("ddq_compact").compact_now(self, _MIN_REC + n, 1)
+                    _compact(self, _MIN_REC + n, 1)
                 adm.hold(self, n)
             elif self._rm is not None:
                 self._rm.admit(self, n)  # the inline generation's answer, then g's room [C14]
             elif not adm.admit(self, n) or ix.n >= o.max_items:
-                _part("ddq_compact").compact_now(
-                    self, _MIN_REC + n, 1 if ix.n >= o.max_items else 0
-                )
+                _compact(self, _MIN_REC + n, 1 if ix.n >= o.max_items else 0)
                 if not adm.admit(self, n):
                     raise _err("Full", _X_RESERVE)
             ix = self._ix
@@ -1497,6 +1495,15 @@ def _part(name: str, *a: "Any", **k: "Any") -> "Any":
     finally:
         if _HEAP:
             sys.modules.pop(m, None)
+
+
+def _compact(q: Queue, reserve: int, required: int) -> None:
+    # A compaction the queue's writes need [W4][A6]. In a small heap its module is dropped after
+    # it until the next (as open-time code), unless a method of it is attached to Queue.
+    _part("ddq_compact").compact_now(q, reserve, required)
+    d = Queue.__dict__
+    if _HEAP and "compact" not in d and "purge" not in d:
+        sys.modules.pop("ddq_compact", None)
 
 
 def _getattr(self: "Optional[Queue]", name: str) -> "Any":

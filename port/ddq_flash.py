@@ -26,7 +26,7 @@ from ddq import const
 
 TYPE_CHECKING = const(0)
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Optional
 
 # ============================================================================ raw flash
 # Block header (SPEC §16 [Y1]): magic, erase count, file id, index in the file, crc of 0..16;
@@ -45,11 +45,19 @@ _FL_NM = const(115)  # the longest name: _FL_S - 13
 _FL_FR = const(4)
 _FL_MAX = const(4095)  # a frame's most data: k + 255 k < 0xFFFFF, c never wraps
 
-# A file is one list (the least heap a file: a board's region holds hundreds): [fid, name, the
-# next free name slot, the next frame's position in its last block (the block size: that block
+# A file is one list (the least heap a file: a board's region holds hundreds): [fid, key (its
+# name, or for a segment's name a tuple: _key; FlashStorage.name gives the name), the next free
+# name slot, the next frame's position in its last block (the block size: that block
 # takes no more frames), then for each block of its chain: the block, its logical bytes]. It
 # grows by slice assignment, to its length exactly: `+=` appends, and MicroPython doubles a list
 # that appends (a 4-block file's 12 slots take 16: 16 B more a file at 32-bit, 32 at 64-bit).
+# The files are a list too, scanned by key: a dict's table grows to hold both generations of a
+# compaction and keeps that size (a list shrinks as files go: 4 B a file at 32-bit).
+
+
+def _seg(g: int, i: int) -> str:
+    # a segment's name: generation g's (-1: the legacy name), index i (ddq_compact's names)
+    return "segment-%020d.log" % i if g < 0 else "generation-%020d-segment-%020d.log" % (g, i)
 
 
 class FlashStorage:
@@ -98,7 +106,8 @@ class FlashStorage:
         self.hb = bytearray(self.oh)
         self.ec = [0] * n
         self.used = bytearray(n)
-        self.files: "dict[str, list[Any]]" = {}
+        self.files: "list[list[Any]]" = []  # (a list: a dict's table would take 3-8 x)
+        self.pre: "list[str]" = []  # the directories of the files keyed by a tuple
         self.dirs: "list[str]" = []
         self.held: "list[str]" = []
         self.rot = self.dt = self.cb = self.clo = self.cpos = 0
@@ -168,7 +177,7 @@ class FlashStorage:
             if self.ec[b] < 0:
                 self.ec[b] = max(known, 0)
         self.nfid = fmax
-        best: "dict[str, Any]" = {}  # name -> [seq, file]: the highest sequence holds a name
+        best: "dict[Any, Any]" = {}  # key -> [seq, file]: the highest sequence holds a name
         ff = b"\xff" * len(self.z)
         dead: "list[Any]" = []  # superseded by a rename or "wb" that a cut stopped short
         gone: "list[int]" = []  # the fids that committed copies replace
@@ -199,14 +208,14 @@ class FlashStorage:
             if cur is None:
                 continue
             self.nseq = max(self.nseq, cur[0] + 1)
-            f = [fid, cur[1], ns, 0]
+            f = [fid, self._key(cur[1]), ns, 0]
             i = 0
             while i in ch:
                 f[len(f) :] = (ch[i], 0)  # (exactly: "A file is one list")
                 i += 1
-            o = best.get(cur[1])
+            o = best.get(f[1])
             if o is None or cur[0] > o[0]:
-                best[cur[1]] = [cur[0], f]
+                best[f[1]] = [cur[0], f]
                 if o is not None:
                     dead.append(o[1])
             else:
@@ -216,7 +225,7 @@ class FlashStorage:
             if f[0] in gone:
                 dead.append(f)
                 continue
-            self.files[f[1]] = f
+            self.files.append(f)
             for i in range(4, len(f), 2):
                 self.used[f[i]] = 1
                 f[i + 1] = self._walk(f, f[i], i == len(f) - 2)
@@ -329,14 +338,16 @@ class FlashStorage:
     def _create(self, path: str, src: int = 0xFFFFFFFF) -> "list[Any]":
         if len(path.encode()) > _FL_NM:
             raise OSError(36, "name too long: " + path)
-        f = [self.nfid, path, 1, 0]
+        k = self._key(path)
+        f = [self.nfid, k, 1, 0]
         self.nfid += 1
         self._alloc(f, path, src)
         if src != 0xFFFFFFFF:
             return f
-        old = self.files.get(path)
-        self.files[path] = f
+        old = self._f(k)
+        self.files.append(f)
         if old is not None:
+            self._drop(old)
             self._kill(old)
         self._dur()
         return f
@@ -350,8 +361,8 @@ class FlashStorage:
 
     def _live(self, f: "list[Any]") -> None:
         # a handle of a removed or replaced file: its blocks may hold another file by now
-        if self.files.get(f[1]) is not f:
-            raise OSError(9, "file removed: " + f[1])
+        if self._f(f[1]) is not f:
+            raise OSError(9, "file removed: " + self.name(f[1]))
 
     def _len(self, k: int) -> int:
         # the bytes a frame of k data bytes takes: whole units
@@ -387,15 +398,54 @@ class FlashStorage:
             f[-1] += k
             i += k
 
+    def _key(self, path: str) -> "Any":
+        # A segment's name keys its file as a tuple (16 B at 32-bit: its str takes 96): (the
+        # generation, -1 for the legacy name; the index x 8 + its directory's in pre), where
+        # the name is exactly what _seg writes; any other name keys itself.
+        j = path.rfind("/") + 1
+        d, n, pre = path[:j], path[j:], self.pre
+        try:
+            g, i = (int(n[11:31]), int(n[40:60])) if len(n) == 64 else (-1, int(n[8:28]))
+        except ValueError:
+            return path
+        if i < 0 or (g < 0) != (len(n) == 32) or _seg(g, i) != n:
+            return path
+        if d not in pre:
+            if len(pre) > 7:
+                return path
+            pre.append(d)
+        return (g, i * 8 + pre.index(d))
+
+    def name(self, k: "Any") -> str:
+        """The path a file's key (its list's second item) stands for."""
+        if isinstance(k, str):
+            return k
+        d: str = self.pre[k[1] & 7]
+        return d + _seg(k[0], k[1] >> 3)
+
+    def _f(self, k: "Any") -> "Optional[list[Any]]":
+        # the file keyed k, or None (a region holds at most a few hundred: a scan is short)
+        for f in self.files:
+            if f[1] == k:
+                return f
+        return None
+
+    def _drop(self, f: "list[Any]") -> None:
+        fl = self.files
+        for i in range(len(fl)):
+            if fl[i] is f:
+                del fl[i]
+                return
+
     def _get(self, path: str) -> "list[Any]":
-        f = self.files.get(path)
+        f = self._f(self._key(path))
         if f is None:
             raise OSError(2, path)
         return f
 
     # ------------------------------------------------------------------ the seam
     def open(self, path: str, mode: str) -> "list[Any]":
-        if mode == "wb" or (mode == "ab" and path not in self.files):
+        if mode == "wb" or (mode == "ab" and self._f(self._key(path)) is None):
             return self._create(path)
         return self._get(path)
 
@@ -457,13 +507,14 @@ class FlashStorage:
         return n + (self.bn if self.bo is f else 0)
 
     def kind(self, path: str) -> int:
-        if path in self.files:
+        if self._f(self._key(path)) is not None:
             return 1
         p = path.rstrip("/") + "/" if path else ""
         if path in self.dirs or p in ("", "/") or path == ".":
             return 2
-        for k in self.files:
-            if k.startswith(p):
+        for f in self.files:
+            k = f[1]
+            if (k if isinstance(k, str) else self.pre[k[1] & 7]).startswith(p):
                 return 2
         return 0
 
@@ -472,7 +523,8 @@ class FlashStorage:
             raise OSError(2, path)
         p = path.rstrip("/") + "/" if path else ""
         out: "list[str]" = []
-        for k in list(self.files) + self.dirs:
+        for k in [f[1] for f in self.files] + self.dirs:
+            k = self.name(k)  # (one name at a time: a region holds hundreds)
             if k.startswith(p):
                 e = k[len(p) :].split("/")[0]
                 if e and e not in out:
@@ -505,7 +557,7 @@ class FlashStorage:
             g = [self.nfid, "\0", 1, 0]  # (a live file with no name until committed)
             self.nfid += 1
             self._alloc(g, dst, f[0])
-            self.files["\0"] = g
+            self.files.append(g)
             t = bytearray(128)
             off = 0
             try:
@@ -524,19 +576,22 @@ class FlashStorage:
                     self.used[g[i]] = 0
                 raise
             finally:
-                del self.files["\0"]
+                self._drop(g)
             self._kill(f)
-        del self.files[src]
-        old = self.files.get(dst)
-        self.files[dst] = g
-        g[1] = dst
+        self._drop(f)
+        k = self._key(dst)
+        old = self._f(k)
+        g[1] = k
+        self.files.append(g)
         if old is not None:
+            self._drop(old)
             self._kill(old)
         self._dur()
 
     def remove(self, path: str) -> None:
-        self._kill(self._get(path))
-        del self.files[path]
+        f = self._get(path)
+        self._kill(f)
+        self._drop(f)
         self._dur()
 
     def sync_dir(self, path: str) -> None:

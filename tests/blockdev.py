@@ -289,7 +289,7 @@ class FlashVfs:
             return
         if st.kind(b):
             raise OSError(17, b)
-        for n in list(st.files) + st.dirs:
+        for n in [st.name(f[1]) for f in st.files] + st.dirs:
             if n.startswith(a + "/"):
                 if n in st.dirs:
                     st.dirs.append(b + n[len(a) :])

@@ -115,6 +115,41 @@ def test_flash_seam_append_read_rename_remove():
     st.unlock(st.lock("q"))
 
 
+def test_flash_segment_names_keep_every_byte_and_lookalikes_stay_apart():
+    # EVIDENCE-OF: Y2 Y4
+    # A segment's name is held as a short key in RAM (ddq_flash: a region holds hundreds); what
+    # the seam and a remount give back is the name as written, and a name that only looks like
+    # one (a letter for a digit, a digit short, another generation's form) is its own file.
+    g = "generation-%020d-segment-%020d.log"
+    names = [
+        "q/" + g % (7, 3),
+        "q/" + g % (0, 3),  # generation 0 in the long form: not the legacy name
+        "q/segment-%020d.log" % 3,
+        "q/segment-%019d.log" % 3,
+        "q/" + (g % (7, 3)).replace("0000000007", "000000000a"),
+        "q/" + g % (10**19 + 1, 2**64 - 1),
+        "r/" + g % (7, 3),
+    ] + ["d%d/segment-%020d.log" % (i, i) for i in range(9)]  # more directories than keyed
+    dev = _dev(n=64)
+    st = ddq_flash.FlashStorage(dev)
+    for i, n in enumerate(names):
+        _put(st, n, b"%d" % i)
+    assert [f for f in st.files if not isinstance(f[1], str)], "segment names keyed compactly"
+    st.rename("q/" + g % (7, 3), "q/" + g % (8, 0))
+    st.rename("q/segment-%019d.log" % 3, "q/segment-%020d.log" % 4)
+    names[0], names[3] = "q/" + g % (8, 0), "q/segment-%020d.log" % 4
+    st.remove("r/" + g % (7, 3))
+    del names[6]
+    for d in (st, ddq_flash.FlashStorage(_reopen(dev))):
+        got = sorted(d.listdir("q"))
+        assert got == sorted(n[2:] for n in names if n[:2] == "q/"), got
+        for i, n in enumerate(names):
+            v = b"%d" % (i if i < 6 else i + 1)
+            assert d.kind(n) == 1 and _read(d, n) == v, (n, _read(d, n))
+        assert d.kind("r") == 0 and d.kind("q/" + g % (7, 3)) == 0
+        assert d.listdir("d8") == ["segment-%020d.log" % 8]
+
+
 SEAM_OPS = (
     ("ab", "d/a", b"A" * 300),
     ("ab", "d/b", b"B1"),
@@ -241,7 +276,7 @@ def test_flash_torn_deletion_of_a_write_once_unit_is_never_programmed_again():
     st = _st(dev)
     _put(st, "d/b", b"old")
     _put(st, "d/a", b"new")
-    head, od = st.files["d/b"][4], st.od  # (its first block)
+    head, od = st._get("d/b")[4], st.od  # (its first block)
     dev.cut_at = dev.events + 2  # the name slot's program, then the old file's deletion
     support.raises(OSError, st.rename, "d/a", "d/b")
     a = head * 1024 + od

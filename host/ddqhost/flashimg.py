@@ -331,8 +331,8 @@ class Image:
         from . import qdir
 
         out = set()
-        for k in st.files:
-            d, _, n = k.rpartition("/")
+        for f in st.files:
+            d, _, n = st.name(f[1]).rpartition("/")
             if d and qdir.is_queue_file_name(n):
                 out.add(d)
         return sorted(out)
