@@ -106,7 +106,7 @@ class FlashStorage:
         self.hb = bytearray(self.oh)
         self.ec = [0] * n
         self.used = bytearray(n)
-        self.files: "list[list[Any]]" = []  # (a list: a dict's table would take 3-8 x)
+        self.files: "list[list[Any]]" = []  # (a list, not a dict: see above)
         self.pre: "list[str]" = []  # the directories of the files keyed by a tuple
         self.dirs: "list[str]" = []
         self.held: "list[str]" = []
