@@ -55,11 +55,6 @@ _FL_MAX = const(4095)  # a frame's most data: k + 255 k < 0xFFFFF, c never wraps
 # compaction and keeps that size (a list shrinks as files go: 4 B a file at 32-bit).
 
 
-def _seg(g: int, i: int) -> str:
-    # a segment's name: generation g's (-1: the legacy name), index i (ddq_compact's names)
-    return "segment-%020d.log" % i if g < 0 else "generation-%020d-segment-%020d.log" % (g, i)
-
-
 class FlashStorage:
     """ddq's storage seam (docs/API.md "Storage seam") over blocks start_block .. +block_count of
     dev. Mounting reads every block's header once; nothing is written but the deletion of a
@@ -400,15 +395,15 @@ class FlashStorage:
 
     def _key(self, path: str) -> "Any":
         # A segment's name keys its file as a tuple (16 B at 32-bit: its str takes 96): (the
-        # generation, -1 for the legacy name; the index x 8 + its directory's in pre), where
-        # the name is exactly what _seg writes; any other name keys itself.
+        # generation; the index x 8 + its directory's in pre), where the name is exactly what
+        # ddq.segment_name writes for them; any other name keys itself.
         j = path.rfind("/") + 1
         d, n, pre = path[:j], path[j:], self.pre
         try:
-            g, i = (int(n[11:31]), int(n[40:60])) if len(n) == 64 else (-1, int(n[8:28]))
-        except ValueError:
-            return path
-        if i < 0 or (g < 0) != (len(n) == 32) or _seg(g, i) != n:
+            g, i = (int(n[11:31]), int(n[40:60])) if len(n) == 64 else (0, int(n[8:28]))
+            if ddq.segment_name(g, i) != n:
+                return path
+        except (ValueError, ddq.Error):  # (not digits; out of range)
             return path
         if d not in pre:
             if len(pre) > 7:
@@ -421,7 +416,7 @@ class FlashStorage:
         if isinstance(k, str):
             return k
         d: str = self.pre[k[1] & 7]
-        return d + _seg(k[0], k[1] >> 3)
+        return d + ddq.segment_name(k[0], k[1] >> 3)
 
     def _f(self, k: "Any") -> "Optional[list[Any]]":
         # the file keyed k, or None (a region holds at most a few hundred: a scan is short)
