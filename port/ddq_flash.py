@@ -350,6 +350,8 @@ class FlashStorage:
     def _kill(self, f: "list[Any]") -> None:
         if self.bo is f:
             self.bo, self.bn = None, 0
+        if self.cf is f:  # (the read cursor would keep a removed file's list in the heap)
+            self.cf = None
         self._pg(f[4], self.od, self.z)
         for i in range(4, len(f), 2):
             self.used[f[i]] = 0

@@ -330,3 +330,61 @@ def test_sequences_survive_empty_snapshot_and_restart():
     assert q.enqueue(b"y") == 6
     assert q.compact() is False or q.stats().next_seq == 7
     q.close()
+
+
+class _Listing(ddq.PosixStorage):
+    """Logs listdir, rename and remove (by the file's name): what a compaction does when."""
+
+    def __init__(self):
+        super().__init__()
+        self.log = []
+
+    def listdir(self, path):
+        self.log.append(("listdir", ""))
+        return super().listdir(path)
+
+    def rename(self, src, dst):
+        self.log.append(("rename", dst[dst.rfind("/") + 1 :]))
+        return super().rename(src, dst)
+
+    def remove(self, path):
+        self.log.append(("remove", path[path.rfind("/") + 1 :]))
+        return super().remove(path)
+
+
+def test_compaction_deletes_the_old_generation_by_name():
+    # EVIDENCE-OF: C6 C3 R16
+    # Before the copy a compaction deletes what is left of other generations (a listing); after
+    # the publication it deletes g's own segments by name, one at a time, and lists nothing: a
+    # listing of both generations was the compaction's heap peak on a board (issue 36).
+    d = support.tmpdir() + "/q"
+    st = _Listing()
+    q = ddq.Queue(d, segment_bytes=512, max_payload_bytes=16, max_items=64, max_segments=16,
+                  clock=support.FakeClock(T0), storage=st)  # fmt: skip
+    for i in range(24):
+        q.enqueue(bytes([65 + i]) * 16)
+    for _ in range(10):
+        q.ack(q.claim(60000).seq)
+    old = [n for n in os.listdir(d) if n.endswith(".log")]
+    assert len(old) > 2, old
+    stray = ddq.segment_name(7, 3)  # another generation's leftover (a cut, R16)
+    h = st.open(d + "/" + stray, "wb")
+    st.write(h, b"x")
+    st.sync(h)
+    st.close(h)
+    st.log = []
+    assert q.compact()
+    pub = len(st.log) - 1 - st.log[::-1].index(("rename", "queue.manifest"))  # (C2's is first)
+    assert ("listdir", "") in st.log[:pub] and ("remove", stray) in st.log[:pub], st.log
+    after = st.log[pub + 1 :]
+    assert ("listdir", "") not in after, after
+    assert sorted(n for k, n in after if k == "remove") == sorted(old), after
+    new = sorted(n for n in os.listdir(d) if n.endswith(".log"))
+    assert new and all(n.startswith("generation-00000000000000000001-") for n in new), new
+    for s in range(11, 25):
+        assert q.read(s) == bytes([64 + s]) * 16
+    q.close()
+    q = ddq.Queue(d, segment_bytes=512, max_payload_bytes=16, max_items=64, max_segments=16,
+                  clock=support.FakeClock(T0))  # fmt: skip
+    assert q.stats().total_items == 14 and q.read(24) == b"X" * 16
+    q.close()
