@@ -99,8 +99,7 @@ class FlashStorage:
         self.bo: "Any" = None  # the file whose bytes the buffer holds
         self.bn = 0
         self.hb = bytearray(self.oh)
-        self.ec = [0] * n
-        self.used = bytearray(n)
+        self.ec = [0] * n  # per block: its erase count x 2, + 1 while a file holds it
         self.files: "list[list[Any]]" = []  # (a list, not a dict: see above)
         self.pre: "list[str]" = []  # the directories of the files keyed by a tuple
         self.dirs: "list[str]" = []
@@ -168,9 +167,9 @@ class FlashStorage:
             known = max(known, ec)
             fmax = max(fmax, fid + 1)
             chains.setdefault(fid, {})[ix] = b
-        for b in range(n):
-            if self.ec[b] < 0:
-                self.ec[b] = max(known, 0)
+        for b in range(n):  # (x 2: bit 0 says a file holds the block; one list, no second)
+            e = self.ec[b]
+            self.ec[b] = (e if e >= 0 else max(known, 0)) << 1
         self.nfid = fmax
         best: "dict[Any, Any]" = {}  # key -> [seq, file]: the highest sequence holds a name
         ff = b"\xff" * len(self.z)
@@ -222,7 +221,7 @@ class FlashStorage:
                 continue
             self.files.append(f)
             for i in range(4, len(f), 2):
-                self.used[f[i]] = 1
+                self.ec[f[i]] |= 1
                 f[i + 1] = self._walk(f, f[i], i == len(f) - 2)
         for f in dead:
             self._pg(f[4], self.od, self.z)
@@ -279,17 +278,17 @@ class FlashStorage:
     def _alloc(self, f: "list[Any]", name: "Any", src: int = 0xFFFFFFFF) -> None:
         """Give f a fresh block: the least-erased free one, erased now (lazily), its header (and
         for a first block, the name) in one program."""
-        n, ec, used = self.n, self.ec, self.used
+        n, ec = self.n, self.ec
         best = -1
         for i in range(n):
             b = (self.rot + i) % n
-            if not used[b] and (best < 0 or ec[b] < ec[best]):
+            if not ec[b] & 1 and (best < 0 or ec[b] < ec[best]):
                 best = b
         if best < 0:
             raise OSError(28, "flash region full")
         b = best
         self.rot = (b + 1) % n
-        used[b] = 1
+        ec[b] |= 1
         r = self.dev.ioctl(6, self.s0 + b)
         if not self._ff(b, 0):  # an erase that does nothing, writes that replace bytes: pyb.Flash
             r = self.dev.writeblocks(self.s0 + b, self.pe * (self.bs // self.pg), 0)  # (stm32's)
@@ -297,14 +296,14 @@ class FlashStorage:
                 r = 1
         if r:
             raise OSError(5, "erase")
-        ec[b] += 1
+        ec[b] += 2
         h = self.hb
         mv = memoryview(h)
         on = self.on
         end = on + _FL_S if name else self.ob
         for i in range(end):
             h[i] = 0xFF
-        struct.pack_into("<IIII", h, 0, _FL_MAGIC, ec[b], f[0], (len(f) - 4) // 2)
+        struct.pack_into("<IIII", h, 0, _FL_MAGIC, ec[b] >> 1, f[0], (len(f) - 4) // 2)
         struct.pack_into("<I", h, 16, crc32(mv[0:16]))
         if name:
             end = on + self._name(name, on, src)
@@ -354,7 +353,7 @@ class FlashStorage:
             self.cf = None
         self._pg(f[4], self.od, self.z)
         for i in range(4, len(f), 2):
-            self.used[f[i]] = 0
+            self.ec[f[i]] &= -2
 
     def _live(self, f: "list[Any]") -> None:
         # a handle of a removed or replaced file: its blocks may hold another file by now
@@ -570,7 +569,7 @@ class FlashStorage:
                 if self.bo is g:
                     self.bo, self.bn = None, 0
                 for i in range(4, len(g), 2):
-                    self.used[g[i]] = 0
+                    self.ec[g[i]] &= -2
                 raise
             finally:
                 self._drop(g)

@@ -261,7 +261,7 @@ class FlashVfs:
 
     def statvfs(self, path):
         st = self.st
-        free = st.n - sum(st.used)
+        free = st.n - sum(e & 1 for e in st.ec)
         return (st.bs, st.bs, st.n, free, free, 0, 0, 0, 0, 255)
 
     def mkdir(self, path):
