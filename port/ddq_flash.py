@@ -51,14 +51,16 @@ _FL_MAX = const(4095)  # a frame's most data: k + 255 k < 0xFFFFF, c never wraps
 # takes no more frames), then for each block of its chain: the block, its logical bytes]. It
 # grows by slice assignment, to its length exactly: `+=` appends, and MicroPython doubles a list
 # that appends (a 4-block file's 12 slots take 16: 16 B more a file at 32-bit, 32 at 64-bit).
-# The files are a list too, scanned by key: a dict's table grows to hold both generations of a
-# compaction and keeps that size (a list shrinks as files go: 4 B a file at 32-bit).
+# The files are a list too, scanned by key, its room made at mount (FlashStorage's files=):
+# 4 B a file at 32-bit, where a dict's table costs more and grows inside a compaction.
 
 
 class FlashStorage:
     """ddq's storage seam (docs/API.md "Storage seam") over blocks start_block .. +block_count of
     dev. Mounting reads every block's header once; nothing is written but the deletion of a
-    file that a cut rename or "wb" left superseded."""
+    file that a cut rename or "wb" left superseded. files: the most files it will hold at once,
+    whose table is made at mount (default: twice those found + 8); for a queue, 2 x its
+    max_segments + 8 (both generations of a compaction, its manifest, index and their copies)."""
 
     can_truncate = False  # a torn tail is cut by copy + rename (ddq's own path), atomic here
 
@@ -70,6 +72,7 @@ class FlashStorage:
         buf: int = 512,
         page: int = 1,
         unit: int = 1,
+        files: int = 0,
     ):
         self.dev = dev
         self.s0 = start_block
@@ -82,6 +85,8 @@ class FlashStorage:
             raise ddq.InvalidArgument("page %d, unit %d" % (page, unit))
         if buf < 16 or buf > 65535:
             raise ddq.InvalidArgument("buf %d" % buf)
+        if files < 0 or files > 65535:
+            raise ddq.InvalidArgument("files %d" % files)
         # unit U > 1: write-once aligned units; every field its own units, frames padded [Y6]
         self.u = u = unit
         self.od = _FL_DEL if u == 1 else -(-20 // u) * u  # deleted bytes
@@ -107,6 +112,14 @@ class FlashStorage:
         self.rot = self.dt = self.cb = self.clo = self.cpos = 0
         self.cf: "Any" = None  # the read cursor: file, its block's index in it, offset, position
         self._mount()
+        # The file table's room, made once here (files, or twice the files found + 8: room for
+        # a compaction's second generation) and never given back (_drop deletes a slice, which
+        # MicroPython does not shrink): a table that grows inside an operation needs one run of
+        # free heap twice its size, and late in a long drain a board's heap may have none.
+        fl = self.files
+        k = len(fl)
+        fl.extend([[]] * ((files or 2 * k + 8) - k))
+        del fl[k:]
 
     # ------------------------------------------------------------------ device
     def _rd(self, b: int, off: int, mv: "Any") -> None:
@@ -430,7 +443,7 @@ class FlashStorage:
         fl = self.files
         for i in range(len(fl)):
             if fl[i] is f:
-                del fl[i]
+                del fl[i : i + 1]  # (a slice: `del fl[i]` shrinks the table, and then regrows)
                 return
 
     def _get(self, path: str) -> "list[Any]":

@@ -8,6 +8,7 @@ import support
 # Its devices live in the heap (24-48 KiB, copied at each reopen): more than a board has.
 support.needs_heap(560 * 1024, "RAM flash devices of 24-48 KiB, copied at each simulated reopen")
 
+import gc  # noqa: E402
 import struct  # noqa: E402
 
 import blockdev  # noqa: E402
@@ -319,6 +320,34 @@ def test_flash_whole_page_programs():
     want = b"".join([b"%02d" % i + b"." * i for i in range(40)])
     st.rename("p/a", "p/b")
     assert _read(ddq_flash.FlashStorage(_reopen(dev), page=256), "p/b") == want
+
+
+def test_flash_file_table_is_made_at_mount_and_kept():
+    # files=: the table of files is made at mount and neither grows nor shrinks while files come
+    # and go within it (a table grown inside a compaction late in a drain needed a run of heap a
+    # board's fragmented heap did not have: DESIGN §15). On MicroPython the heap shows it.
+    dev = _dev(1024, 200)
+    for bad in (-1, 65536):
+        support.raises(ddq.InvalidArgument, ddq_flash.FlashStorage, dev, files=bad)
+
+    def churn(files):  # make and remove 60 files; return the heap's change (None: no gc stats)
+        st = ddq_flash.FlashStorage(_dev(1024, 200), files=files)
+        m = getattr(gc, "mem_alloc", None)
+        gc.collect()
+        a = m() if m else 0
+        for i in range(60):
+            _put(st, "d/f%02d" % i, b"%d" % i)
+        assert sorted(st.listdir("d")) == ["f%02d" % i for i in range(60)]
+        for i in range(60):
+            st.remove("d/f%02d" % i)
+        assert st.files == [] and st.kind("d") == 0  # (a directory lives while a file does)
+        gc.collect()
+        return m() - a if m else None
+
+    kept, more, grown = churn(64), churn(128), churn(1)
+    if kept is not None:  # (CPython: no gc.mem_alloc, and its lists shrink by their own rule)
+        assert kept == more, (kept, more)  # room made at mount: the table never changes
+        assert grown > kept, (grown, kept)  # a table too small grew, and keeps what it grew to
 
 
 CUT = {"segment_bytes": 512, "max_payload_bytes": 64, "max_items": 200, "max_segments": 64}

@@ -64,7 +64,7 @@ for _p in (os.path.join(REPO, "host"), PORT):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from ddqhost import boards, transfer  # noqa: E402
+from ddqhost import boards, layout, transfer  # noqa: E402
 
 VENV_BIN = os.path.join(REPO, ".venv", "bin")
 MP = os.path.join(VENV_BIN, "micropython")
@@ -177,7 +177,7 @@ def fill():
         R["nor"] = gc.mem_alloc() - m3
         R["open_room"] = free()
         R["open_at"] = m4 = gc.mem_alloc()
-        o["storage"] = ddq_flash.FlashStorage(dev, page=r["page"])
+        o["storage"] = ddq_flash.FlashStorage(dev, page=r["page"], files=r["files"])
         del dev
     else:
         gc.collect()
@@ -843,6 +843,19 @@ def derive_raw(prof, tmp):
     return best
 
 
+def raw_image(prof, tmp, m):
+    """fill_mp's raw region: an erased image file in tmp, made as :ddq_layout.py makes the
+    board's storage (its page, and the file table for m segments)."""
+    bs = prof["raw_block_bytes"]
+    return {
+        "path": os.path.join(tmp, "raw.img"),
+        "bs": bs,
+        "nb": prof["raw_bytes"] // bs,
+        "page": prof["raw_page"],
+        "files": layout.table_files(m),
+    }
+
+
 def derive_raw_k(prof, tmp, seg, k):
     """The raw layout with segments of seg bytes (k blocks): max_segments, what the region
     admits, and what the heap model holds: filled, then drained and compacted (fill_mp)."""
@@ -859,13 +872,8 @@ def derive_raw_k(prof, tmp, seg, k):
     ps = dict(prof, _layout="raw")
     opts = dict(boards.queue_options(prof), segment_bytes=seg, max_segments=m, max_items=BIG)
     admitted, end, _ = fill_cpython(dict(opts, storage=raw_region(prof)), payload, "outbox")
+    raw = raw_image(prof, tmp, m)
     bs = prof["raw_block_bytes"]
-    raw = {
-        "path": os.path.join(tmp, "raw.img"),
-        "bs": bs,
-        "nb": prof["raw_bytes"] // bs,
-        "page": prof["raw_page"],
-    }
     app = prof["app_heap_bytes"]
     heap = fill_mp(ps, opts, payload, tmp, admitted, app, raw=raw)
     fit = heap["ok"] if heap["end"] != "limit" else admitted

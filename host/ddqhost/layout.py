@@ -95,6 +95,13 @@ def _check(prof: dict[str, Any]) -> tuple[str, str, str | None, str | None, str]
     return PORTS[prof["port"]]
 
 
+def table_files(max_segments: int) -> int:
+    """FlashStorage's files= for a queue of max_segments: both generations of a compaction,
+    + 8 for its manifest, index, their copies and a tail cut's copy (the table made at mount
+    never grows inside an operation, as a drain late in a board's life needs)."""
+    return 2 * max_segments + 8
+
+
 def source(prof: dict[str, Any]) -> str:
     """The text of :ddq_layout.py for the profile (byte for byte what flash compares)."""
     mod, region, _fs, _mnt, _a = _check(prof)
@@ -105,7 +112,8 @@ def source(prof: dict[str, Any]) -> str:
         '# flash region, not on the filesystem (docs/BOARDS.md "Raw layout"). `ddq flash`\n'
         "# compares this file: edited, the next flash --layout raw erases the region again.\n"
         "OPTIONS = %r\n"
-        "PAGE = %d\n\n\n"
+        "PAGE = %d\n"
+        "FILES = %d  # FlashStorage's file table: 2 x max_segments + 8\n\n\n"
         "def region():\n"
         "    import %s\n\n"
         "    return %s\n\n\n"
@@ -113,8 +121,15 @@ def source(prof: dict[str, Any]) -> str:
         '    """Put the raw region\'s storage and queue options into an app\'s OPTIONS."""\n'
         "    import ddq_flash\n\n"
         "    options.update(OPTIONS)\n"
-        '    options["storage"] = ddq_flash.FlashStorage(region(), page=PAGE)\n'
-        % (prof["board"], opts, prof["raw_page"], mod, region % sizes)
+        '    options["storage"] = ddq_flash.FlashStorage(region(), page=PAGE, files=FILES)\n'
+        % (
+            prof["board"],
+            opts,
+            prof["raw_page"],
+            table_files(opts["max_segments"]),
+            mod,
+            region % sizes,
+        )
     )
 
 

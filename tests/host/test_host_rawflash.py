@@ -351,8 +351,7 @@ def test_esp32_raw_layout_fills_drains_and_compacts_in_its_heap():
     )
     os.makedirs(tmp)
     try:
-        bs = prof["raw_block_bytes"]
-        raw = {"path": tmp + "/raw.img", "bs": bs, "nb": prof["raw_bytes"] // bs, "page": 1}
+        raw = bc.raw_image(prof, tmp, prof["raw_max_segments"])
         n = prof["raw_max_items"]
         ps = dict(prof, _layout="raw")
         app = prof["app_heap_bytes"]
