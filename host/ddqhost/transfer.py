@@ -168,6 +168,8 @@ PORT_MODULES = (
     "ddq_window",
     "ddq_batch",
     "ddq_mqtt",
+    "ddq_tls",
+    "ddq_clients",
     "ddq_group",
     "ddq_salvage",
     "ddq_app",
@@ -182,26 +184,55 @@ CORE_MODULES = ("ddq", "ddq_recover", "ddq_compact", "ddq_extra", "ddq_cut", "dd
 # ddq_window: ddq_outbox's windowed delivery, for a sender over a network (ddq_mqtt's): installed
 # with ddq_outbox where the profile has a network. ddq_seal (HMAC, AES): with an app that passes
 # hmac_key (port_imports), or without an app.
-NEEDS_NETWORK = ("ddq_mqtt", "ddq_window")
+# ddq_tls (Sender's TLS) and ddq_clients (the adapters), beside ddq_mqtt: each with an app that
+# names one of its public names through ddq_mqtt (mqtt_parts), or imports it.
+NEEDS_NETWORK = ("ddq_mqtt", "ddq_window", "ddq_tls", "ddq_clients")
 APP_ONLY = ("ddq_app",)
 # ddq_flash (FlashStorage, SPEC §16): only where the queue lives on a raw flash region (`ddq flash
 # --layout raw`); elsewhere its .mpy would only cost the filesystem a block (docs/BOARDS.md).
 RAW_ONLY = ("ddq_flash",)
 
 
-def port_imports(path: str) -> set[str]:
+def mqtt_parts() -> dict[str, str]:
+    """ddq_mqtt's parts by public name (its _PARTS, read from port/ddq_mqtt.py: Umqtt ->
+    ddq_clients, tls_context -> ddq_tls, ...), which it loads at a name's first use."""
+    src = os.path.join(os.path.dirname(locate.ddq_source()), "ddq_mqtt.py")
+    with open(src, "rb") as f:
+        tree = ast.parse(f.read(), src)
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "_PARTS":
+            table = ast.literal_eval(node.value)
+            return {n: m for m, names in table.items() for n in names.split()}
+    return {}
+
+
+def port_imports(path: str, app: bool = True) -> set[str]:
     """Names of port modules that the Python file at path imports (any nesting level), and
     ddq_salvage where it passes on_corrupt="salvage" (ddq imports it when recovery finds damage),
     ddq_batch where it sets OUTBOX = "ddq_batch" (ddq_app imports it then), ddq_seal where it
-    passes hmac_key (ddq_outbox imports it at the key's first use)."""
+    passes hmac_key (ddq_outbox imports it at the key's first use), ddq_mqtt's parts where it
+    names one of their public names through ddq_mqtt (ddq_mqtt.Umqtt: ddq_clients) and ddq_tls
+    where it passes ssl=True (Sender imports it then). Those parts count only where path is an
+    app (app): ddq_app names ddq_mqtt.Umqtt and MqttAs, but loads them only where its app sets
+    LINK = "umqtt" or calls run_async, which count instead, and ddq_mqtt imports ddq_tls only
+    for Sender(ssl=True). What an `if TYPE_CHECKING:` block
+    imports does not count (the type checker's alone: folded away on MicroPython)."""
     with open(path, "rb") as f:
         tree = ast.parse(f.read(), path)
     out: set[str] = set()
-    for node in ast.walk(tree):
+    parts = mqtt_parts()
+    nodes: list[ast.AST] = [tree]
+    for node in nodes:
+        if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
+            nodes.extend(node.orelse)
+            continue
+        nodes.extend(ast.iter_child_nodes(node))
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names = [node.module]
+            if node.module == "ddq_mqtt" and app:
+                names += [parts[a.name] for a in node.names if a.name in parts]
         elif (
             isinstance(node, ast.keyword)
             and node.arg == "on_corrupt"
@@ -220,9 +251,32 @@ def port_imports(path: str) -> set[str]:
             names = ["ddq_batch"]  # an app's OUTBOX = "ddq_batch": ddq_app opens it (OUTBOX B1)
         elif isinstance(node, ast.keyword) and node.arg == "hmac_key":
             names = ["ddq_seal"]  # Outbox(..., hmac_key=K): HMAC tags (and AES) [E21] [E23]
+        elif app and (
+            isinstance(node, ast.Attribute)
+            and getattr(node.value, "id", "") == "ddq_mqtt"
+            and node.attr in parts
+        ):
+            names = [parts[node.attr]]  # ddq_mqtt.Umqtt: ddq_mqtt loads ddq_clients then
+        elif app and (
+            isinstance(node, ast.keyword)
+            and node.arg == "ssl"
+            and isinstance(node.value, ast.Constant)
+            and node.value.value is True
+        ):
+            names = ["ddq_tls"]  # Sender(..., ssl=True): tls_context() [E20]
+        elif app and (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant)
+            and node.value.value == "umqtt"
+            and any(getattr(t, "id", "") == "LINK" for t in node.targets)
+            or isinstance(node, ast.Call)
+            and (getattr(node.func, "id", "") or getattr(node.func, "attr", "")) == "run_async"
+        ):
+            names = ["ddq_clients"]  # ddq_app's link through umqtt.simple or mqtt_as [E24]
         else:
             continue
-        out.update(n.split(".")[0] for n in names if n.split(".")[0] in PORT_MODULES)
+        names = [n.split(".")[0] for n in names]
+        out.update(n for n in names if n in PORT_MODULES and (app or n not in parts.values()))
     return out
 
 
@@ -259,7 +313,7 @@ def modules_to_install(
         todo = [app]
         while todo:
             path = todo.pop()
-            for m in sorted(port_imports(path) - want):
+            for m in sorted(port_imports(path, path == app) - want):
                 if m in NEEDS_NETWORK and not network and path != app:
                     continue  # ddq_app loads ddq_mqtt only where there is a socket
                 want.add(m)

@@ -68,6 +68,16 @@ PORT_CASES = [
         },
         "ddq_a -> ddq_b -> ddq_a",
     ),
+    (  # a module with a table of its own names its parts there only; a plain import is an edge
+        {
+            "ddq.py": "_PARTS = {}\n",
+            "ddq_m.py": "_PARTS = {'ddq_p': ' P '}\nif TYPE_CHECKING:\n    from ddq_p import P\n"
+            "import ddq_q\n",
+            "ddq_p.py": "from ddq_m import const\n",
+            "ddq_q.py": "import ddq_m\n",
+        },
+        "ddq_m -> ddq_q -> ddq_m",
+    ),
     (  # a part's private function called through its module (issue 37), a plain import back
         {
             "ddq.py": "_PARTS = {'ddq_a': ' f ', 'ddq_b': ''}\n",

@@ -11,6 +11,7 @@ checked to compile and to differ from the UNIX app only where the board does.
 """
 
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -99,8 +100,15 @@ def test_unix_app_on_the_virtual_board_through_an_outage_and_a_power_cut(tmp_pat
         st = vboard.start(d)
         pids += [st["bridge_pid"], st["micropython_pid"]]
         tty = st["device"]
-        r = _ddq("flash", "--device", tty, "--example-app")
+        # the example app with LINK = "umqtt" in its main.py: flash installs the adapter's module
+        # (ddq_clients) with it, as it does for a user who sets it there
+        with open(os.path.join(REPO, "boards", "UNIX", "main.py")) as f:
+            text = f.read()
+        app = tmp_path / "main.py"
+        app.write_text(text.replace("\nddq_app.bind(", '\nLINK = "umqtt"\nddq_app.bind(', 1))
+        r = _ddq("flash", "--device", tty, "--app", str(app), "--json")
         assert r.returncode == 0, r.stdout + r.stderr
+        assert ":ddq_clients.mpy" in [w["path"] for w in json.loads(r.stdout)["written"]]
         with Device(tty, soft_reset=False) as dev:
             for sub_dir in ("lib", "lib/umqtt"):  # where `mpremote mip install` puts it
                 dev.mkdir(sub_dir, exist_ok=True)

@@ -149,7 +149,7 @@ def _through_an_outage(template, topic, sub_id, prefix, broker, tmp_path):
 FIGURES = r"""
 import sys, time
 sys.path[0:0] = [%(port)r, %(mpylib)r]
-import ddq_mqtt, ddq_outbox
+import ddq_clients, ddq_mqtt, ddq_outbox
 from umqtt.simple import MQTTClient
 
 def outbox(d):
@@ -180,7 +180,7 @@ def timed(name, q):
     return ms
 
 with_nodelay = timed(b"ddq-fig-1", %(q)r + "/a")
-ddq_mqtt.nodelay = lambda s: False  # the same adapter, without TCP_NODELAY
+ddq_clients.nodelay = lambda s: False  # the same adapter, without TCP_NODELAY
 without = timed(b"ddq-fig-0", %(q)r + "/b")
 print("umqtt %(n)d messages: %%d ms with TCP_NODELAY, %%d ms without" %% (with_nodelay, without))
 """

@@ -49,8 +49,8 @@ DDQ_STATS = (
 ).split()
 # The rest of the port, in flash order, on a board that loads everything (UNIX).
 FULL = (
-    "ddq_admit ddq_index ddq_reclaim ddq_outbox ddq_seal ddq_window ddq_batch ddq_mqtt ddq_group"
-    " ddq_salvage"
+    "ddq_admit ddq_index ddq_reclaim ddq_outbox ddq_seal ddq_window ddq_batch ddq_mqtt ddq_tls"
+    " ddq_clients ddq_group ddq_salvage"
 )
 
 
@@ -98,7 +98,7 @@ def test_flash_skips_what_the_board_cannot_load(board, tmp_path):
         PORT_CORE,
         "ddq_admit ddq_index ddq_reclaim ddq_outbox ddq_seal ddq_batch ddq_group ddq_salvage",
     )
-    assert res["removed"] == [":ddq_window.py", ":ddq_mqtt.py"]
+    assert res["removed"] == [":ddq_window.py", ":ddq_mqtt.py", ":ddq_tls.py", ":ddq_clients.py"]
     # An app that imports ddq_mqtt gets it there too: the module loads without socket (its
     # adapters need none; only its own Sender imports socket, when it connects).
     app = tmp_path / "main.py"

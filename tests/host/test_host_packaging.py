@@ -346,7 +346,7 @@ def test_flash_installs_what_the_app_imports(tmp_path):
         "ddq_admit ddq_index ddq_reclaim ddq_outbox ddq_seal %sddq_batch %s ddq_group ddq_salvage"
     )
     assert names(transfer.modules_to_install(unix)) == port_files(
-        "%s.py", PORT_CORE, rest % ("ddq_window ", "ddq_mqtt")
+        "%s.py", PORT_CORE, rest % ("ddq_window ", "ddq_mqtt ddq_tls ddq_clients")
     )
     assert names(transfer.modules_to_install(pyb)) == port_files(
         "%s.py", PORT_CORE, rest % ("", "")
@@ -389,6 +389,29 @@ def test_flash_installs_what_the_app_imports(tmp_path):
     # imports ddq_app does not get it (HOST.md flash), a networked one does.
     assert "ddq_mqtt.py" not in names(transfer.modules_to_install(pyb, bt))
     assert "ddq_mqtt.py" in names(transfer.modules_to_install(unix, bt))
+    # ddq_mqtt's parts (its _PARTS), loaded at their first use, come only with an app that uses
+    # them: ddq_clients where it names an adapter through ddq_mqtt (or imports it), sets LINK =
+    # "umqtt" or calls run_async (ddq_app's links through umqtt.simple and mqtt_as); ddq_tls
+    # where it names tls_context or passes ssl=True. ddq_app's own mentions do not count.
+    assert transfer.mqtt_parts() == {
+        "Umqtt": "ddq_clients",
+        "MqttAs": "ddq_clients",
+        "Paho": "ddq_clients",
+        "nodelay": "ddq_clients",
+        "tls_context": "ddq_tls",
+    }
+    uses = {
+        "import ddq_mqtt\nlink = ddq_mqtt.Umqtt(c)\n": ["ddq_clients.py"],
+        "from ddq_mqtt import Paho\n": ["ddq_clients.py"],
+        "import ddq_app\nLINK = 'umqtt'\n": ["ddq_clients.py"],
+        "import ddq_app\nasyncio.run(run_async())\n": ["ddq_clients.py"],
+        "import ddq_mqtt\nctx = ddq_mqtt.tls_context(cafile='ca.der')\n": ["ddq_tls.py"],
+        "import ddq_mqtt\nlink = ddq_mqtt.Sender('b', ssl=True)\n": ["ddq_tls.py"],
+        "import ddq_app\nLINK = 'window'\n": [],
+    }
+    for text, want in uses.items():
+        got = names(transfer.modules_to_install(unix, _app(tmp_path, text)))
+        assert [m for m in got if m in ("ddq_tls.py", "ddq_clients.py")] == want, (text, got)
     for name in ("ARMV7M_GENERIC", "RPI_PICO"):
         prof = boards.load(name)
         assert not prof.get("network")
