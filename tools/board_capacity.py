@@ -31,15 +31,18 @@ ddq_outbox envelope when the app imports ddq_outbox):
    .mpy, enqueue until the free heap (after gc.collect, checked every 16 items) would drop
    below app_heap_bytes, the heap the application keeps for itself. (The raw layout of a
    32-bit board: on the 32-bit port, model32.)
-4. max_items = min(admitted, heap fit), rounded down to a multiple of 8.
+4. max_items = min(admitted, heap fit), rounded down to a multiple of 8; then held through a
+   whole cycle (most_cycled): that many filled, all drained and the queue compacted, the app's
+   share kept throughout, else the most that is (as the raw layout's, derive_raw_k).
 5. reclamation: steps 1-4 run twice, inline and staged (reclaim_step = STEP: ddq_reclaim.mpy in
    the code on flash; in the heap fill ddq_reclaim and ddq_compact loaded and a second index of
    every item kept, as a build of the whole queue holds); the profile gets reclaim_step where
    staged keeps at least STAGED_SHARE of the inline max_items (DESIGN §5.1) and the inline
    queue is over STAGED_FROM bytes (segment_bytes x max_segments), else none.
 6. check: with the profile's own options, on CPython and on MicroPython (same heap), the queue
-   takes exactly max_items of those messages and the next enqueue raises Full; the heap left
-   for the application after import and with the queue full is reported.
+   takes exactly max_items of those messages and the next enqueue raises Full, and that many
+   drain and compact with the app's share kept; the heap left for the application after import
+   and with the queue full is reported.
 
 The unix port is 64-bit: its objects and bytecode are larger than on a 32-bit board, so the
 heap figures are pessimistic for real boards (DESIGN §4.1 measured `import ddq` at 49 KB on a
@@ -647,7 +650,12 @@ def derive(prof, tmp):
         admitted, end, stored = fill_cpython(opts, payload, os.path.join(sub, "cpq"))
         heap = fill_mp(ps, opts, payload, sub, admitted, prof["app_heap_bytes"])
         fit = heap["ok"] if heap["end"] != "limit" else admitted
-        max_items = max(1, min(admitted, fit) // 8 * 8)
+        items = min(admitted, fit) // 8 * 8
+        # held through the whole cycle, as the raw layout is: filled, drained and compacted
+        held, cycle = most_cycled(ps, opts, payload, sub, items, prof["app_heap_bytes"])
+        if held < items:
+            fit = items = held
+        max_items = max(1, items)
         out[step] = {
             "max_segments": max_segments,
             "max_items": max_items,
@@ -657,6 +665,7 @@ def derive(prof, tmp):
             "admitted_stored": stored,
             "heap_fit": fit,
             "heap_end": heap["end"],
+            "cycle": cycle,
             "payload_bytes": len(payload),
             "reclaim_step": step,
             "bound": "heap" if fit < admitted else "flash (admission)",
@@ -681,6 +690,11 @@ def check(prof, tmp):
     n, end, stored = fill_cpython(opts, payload, os.path.join(tmp, "cpc"), one_more=True)
     mp = fill_mp(prof, opts, payload, tmp, opts["max_items"], 0, one_more=True)
     ok = n == opts["max_items"] and end == "Full" and mp["n"] == n and mp["end"] == "Full"
+    # and the whole cycle with the app's share kept: filled, drained, compacted (most_cycled)
+    app = prof["app_heap_bytes"]
+    cyc = fill_mp(prof, opts, payload, tmp, opts["max_items"], app, cycle=True)
+    cycled = cyc["end"] == "limit" and cyc["ok"] == n and cyc.get("cycle", "").startswith("ok")
+    ok = ok and cycled
     plain = {k: v for k, v in opts.items() if k not in boards.HOLD_KEYS}  # libddq's rule [A1]
     libddq = (
         fill_cpython(dict(plain, max_items=BIG), payload, os.path.join(tmp, "cpl"))[0]
@@ -695,6 +709,7 @@ def check(prof, tmp):
         "stored_bytes": stored,
         "mp_items": mp["n"],
         "mp_end": mp["end"],
+        "cycle": cyc.get("cycle") or cyc["end"],
         "import_heap": mp["import"],
         "heap_used_full": mp["used"],
         "heap_left": mp["free"],
@@ -856,6 +871,31 @@ def raw_image(prof, tmp, m):
     }
 
 
+def most_cycled(ps, opts, payload, tmp, items, app, raw=None):
+    """(n, what happened): the most readings, at most items and a multiple of 8, that the heap
+    model holds filled, then all drained and compacted, the app's share kept throughout
+    (fill_mp's cycle), and what the cycle said (with where it failed, if it did at items)."""
+    if not items:
+        return 0, "—"
+
+    def cycles(n):
+        c = fill_mp(ps, opts, payload, tmp, n, app, raw=raw, cycle=True)
+        return c["end"] == "limit" and c["ok"] == n and c.get("cycle", "").startswith("ok"), c
+
+    ok, c = cycles(items)
+    cycle = c.get("cycle") or c["end"]
+    if ok:
+        return items, cycle
+    lo, hi = 0, items // 8 - 1  # the most that does (fewer items, fewer segment files)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if cycles(mid * 8)[0]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo * 8, "%s at %d items; all of it at %d" % (cycle, c["n"], lo * 8)
+
+
 def derive_raw_k(prof, tmp, seg, k):
     """The raw layout with segments of seg bytes (k blocks): max_segments, what the region
     admits, and what the heap model holds: filled, then drained and compacted (fill_mp)."""
@@ -878,25 +918,9 @@ def derive_raw_k(prof, tmp, seg, k):
     heap = fill_mp(ps, opts, payload, tmp, admitted, app, raw=raw)
     fit = heap["ok"] if heap["end"] != "limit" else admitted
     items = min(admitted, fit) // 8 * 8
-
-    def cycles(n):  # n items, then all drained and compacted, the app's share kept throughout
-        c = fill_mp(ps, opts, payload, tmp, n, app, raw=raw, cycle=True)
-        return c["end"] == "limit" and c["ok"] == n and c.get("cycle", "").startswith("ok"), c
-
-    cycle = "—"
-    if items:
-        ok, c = cycles(items)
-        cycle = c.get("cycle") or c["end"]
-        if not ok:  # the most that does (multiples of 8; fewer items, fewer segment files)
-            lo, hi = 0, items // 8 - 1
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if cycles(mid * 8)[0]:
-                    lo = mid
-                else:
-                    hi = mid - 1
-            fit = items = lo * 8
-            cycle = "%s at %d items; all of it at %d" % (cycle, c["n"], items)
+    held, cycle = most_cycled(ps, opts, payload, tmp, items, app, raw)
+    if held < items:
+        fit = items = held
     items = max(1, items)
     # the code on the LittleFS beside the region, in its blocks (pyb.Flash's are 512 B)
     fs = "fat" if bs < 4096 else "littlefs2"
@@ -1027,7 +1051,9 @@ def render(rows):
         "took 0.76 of the unix port's heap, its 16 B items filled the same 36,864 in 140 KiB), "
         "the application's share × %.2f. "
         "It is the smaller of what the options admit and what fits in the heap while the "
-        "application keeps `app_heap_bytes`. `max_segments` is the largest count whose SPEC C9 "
+        "application keeps `app_heap_bytes`, and that many must also drain and the queue "
+        "compact in that heap, the application's share kept throughout (as the raw layout's "
+        "below). `max_segments` is the largest count whose SPEC C9 "
         "worst case fits the board's filesystem after the code `ddq flash --app` installs (each "
         "file rounded up to a FAT 512 B or LittleFS 4 KiB block), measured on a VfsLfs2/VfsFat "
         "of `fs bytes`: two generations of max_segments segments (a compaction stages the next "
@@ -1229,8 +1255,9 @@ def main(argv=None):
                     prof = write_profile(prof, d)
             ok, c = check(prof, sub)
             print(
-                "%s: max_items %d %s: CPython %d then %s; MicroPython %d then %s; import "
-                "%s, heap left with the queue full %s"
+                "%s: max_items %d %s: CPython %d then %s; MicroPython %d then %s, and with the "
+                "app's share kept drained and compacted: %s; import %s, heap left with the queue "
+                "full %s"
                 % (
                     name,
                     prof["max_items"],
@@ -1239,6 +1266,7 @@ def main(argv=None):
                     c["cpython_end"],
                     c["mp_items"],
                     c["mp_end"],
+                    c["cycle"],
                     kb(c["import_heap"]),
                     kb(c["heap_left"]),
                 )

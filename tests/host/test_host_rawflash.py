@@ -321,6 +321,23 @@ def test_board_capacity_derives_the_raw_layout_the_profile_carries(tmp_path):
     assert board_capacity.render_raw([boards.load(n) for n in boards.names()]) in doc
 
 
+def test_raw_region_holds_at_least_the_littlefs_layouts_readings_a_mib():
+    # Issue 36's capacity criterion, for every profile with a raw layout: its region holds at
+    # least as many of the app's readings a MiB as its filesystem layout (docs/BOARDS.md's "per
+    # MiB" column), each figure what the tool's heap model holds through a whole cycle.
+    rows = []
+    for name in boards.names():
+        prof = boards.load(name)
+        if "raw_bytes" not in prof:
+            continue
+        raw = prof["raw_max_items"] * 1048576 // prof["raw_bytes"]
+        fs = prof["max_items"] * 1048576 // prof["fs_bytes"]
+        assert prof["raw_max_items"] <= prof["raw_heap_fit"], name
+        rows.append((name, raw, fs))
+    assert [r[0] for r in rows] == ["ESP32_GENERIC", "PYBV11", "RPI_PICO", "UNIX"], rows
+    assert all(raw >= fs for _n, raw, fs in rows), rows
+
+
 def test_esp32_raw_layout_fills_drains_and_compacts_in_its_heap():
     # Issue 36: ESP32_GENERIC's raw layout did not open in the 64-bit unix port's model of its
     # 110 KiB heap (raw_heap_fit 0; "needs a 148 KiB heap"). Measured on the 32-bit port
