@@ -624,6 +624,9 @@ def confirm_layout(args: argparse.Namespace, dev: "Device", prof: dict[str, Any]
     try:
         pl = layout.plan(dev, prof, args.dest or ".")
         if not pl["change"]:
+            if pl.get("rewrite"):  # the same region and options: an older ddq's file, updated
+                w = layout.rewrite(dev, prof, args.dest or ".")
+                log_err("raw layout: %s brought up to date (nothing erased)" % w["path"])
             return None
         log_err(
             "ddq flash --layout raw on %s (profile %s):\n%s"

@@ -196,9 +196,36 @@ def installed(dev: Device, dest: str = ".") -> str | None:
     return dev.read_file(path, size=65536).decode("utf-8", "replace")
 
 
+def contract(text: str | None) -> Any:
+    """What a :ddq_layout.py text fixes about the queue in its region: its OPTIONS, its PAGE and
+    region()'s code; None where it is not such a text. The rest (FILES, the file table's room
+    in RAM, and the comments) is how the board opens it, not what the region holds."""
+    import ast
+
+    try:
+        tree = ast.parse(text or "")
+    except (SyntaxError, ValueError):
+        return None
+    got: dict[str, Any] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            name = getattr(node.targets[0], "id", "")
+            if name in ("OPTIONS", "PAGE"):
+                try:
+                    got[name] = ast.literal_eval(node.value)
+                except ValueError:
+                    return None
+        elif isinstance(node, ast.FunctionDef) and node.name == "region":
+            got["region"] = ast.dump(node)
+    return got if len(got) == 3 else None
+
+
 def plan(dev: Device, prof: dict[str, Any], dest: str = ".") -> dict[str, Any]:
     """What `flash --layout raw` would do on dev: {"change": False} when the board already has
-    this profile's raw layout, else the region's geometry and the lines of what() to confirm."""
+    this profile's raw layout, else the region's geometry and the lines of what() to confirm.
+    A :ddq_layout.py that differs from this one only where contract() does not look (an older
+    ddq's, without FILES) is the same layout: {"change": False, "rewrite": True}, and
+    rewrite() brings it up to date without erasing anything."""
     src = source(prof)
     try:
         geo = geometry(dev, _region_code(prof))
@@ -221,7 +248,10 @@ def plan(dev: Device, prof: dict[str, Any], dest: str = ".") -> dict[str, Any]:
         )
     if geo[0] < 8:
         raise LayoutError("the board's raw region has %d blocks; ddq needs at least 8" % geo[0])
-    same = installed(dev, dest) == src
+    got = installed(dev, dest)
+    if got != src and got is not None and contract(got) == contract(src):
+        return {"change": False, "rewrite": True, "geometry": list(geo), "what": []}
+    same = got == src
     return {"change": not same, "geometry": list(geo), "what": [] if same else what(prof, geo)}
 
 
@@ -254,13 +284,19 @@ def apply(
         )
         if progress:
             progress(min(n, b + ERASE_BATCH), n)
+    wrote = rewrite(dev, prof, dest)
+    return {"erased_blocks": n, "reformatted": fs % sizes if fs else None, "wrote": wrote}
+
+
+def rewrite(dev: Device, prof: dict[str, Any], dest: str = ".") -> dict[str, Any]:
+    """Write :ddq_layout.py for prof in dest (a .tmp, then renamed); what was written."""
+    import hashlib
+
+    path = djoin(dest, LAYOUT_FILE)
     data = source(prof).encode()
     if dest != ".":
         dev.mkdir(dest, exist_ok=True)
     dev.write_file(path + ".tmp", data)
     dev.rename(path + ".tmp", path)
     dev.exec("import sys\nsys.modules.pop('ddq_layout', None)")  # the next import reads it
-    import hashlib
-
-    wrote = {"path": ":" + path, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    return {"erased_blocks": n, "reformatted": fs % sizes if fs else None, "wrote": wrote}
+    return {"path": ":" + path, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}

@@ -434,7 +434,24 @@ def test_layout_change_reformats_the_filesystem_where_it_shrinks_as_on_a_pyboard
         assert got.strip() == b"('/flash', ['ddq_layout.py'], (512, 512, 64))", got
         assert layout.installed(dev) == layout.source(prof)
         assert not layout.plan(dev, prof)["change"]  # in place: nothing to erase again
+        # The previous release's file (no FILES: the table's room is RAM, not the region) is the
+        # same layout: brought up to date, nothing erased. Other options are another layout.
+        src = layout.source(prof)
+        old = src.replace(", files=FILES", "")
+        old = "".join(ln for ln in old.splitlines(True) if not ln.startswith("FILES = "))
+        assert old != src and "FILES" not in old
+        dev.write_file("ddq_layout.py", old.encode())
+        dev.exec("import pyb\npyb.Flash(32768, 16384).writeblocks(0, b'kept', 20)")
+        pl = layout.plan(dev, prof)
+        assert not pl["change"] and pl["rewrite"], pl
+        assert layout.rewrite(dev, prof)["path"] == ":ddq_layout.py"
+        assert layout.installed(dev) == src and not layout.plan(dev, prof).get("rewrite")
+        other = dict(prof, raw_max_items=prof["raw_max_items"] - 8)
+        assert layout.plan(dev, other)["change"]  # another max_items: erased after asking
+        assert layout.contract("not python (") is None and layout.contract("PAGE = 1\n") is None
     with open(os.path.join(d, "raw.img"), "rb") as f:
         img = f.read()
-    assert img[32768 : 32768 + 16384] == b"\xff" * 16384  # the region, erased
+    # the region, erased, but for what was written after: the rewrite erased nothing
+    assert img[32768 : 32768 + 24] == b"\xff" * 20 + b"kept"
+    assert img[32768 + 24 : 32768 + 16384] == b"\xff" * (16384 - 24)
     assert b"littlefs" in img[:8192]  # the filesystem before it
