@@ -693,8 +693,7 @@ def check(prof, tmp):
     # and the whole cycle with the app's share kept: filled, drained, compacted (most_cycled)
     app = prof["app_heap_bytes"]
     cyc = fill_mp(prof, opts, payload, tmp, opts["max_items"], app, cycle=True)
-    cycled = cyc["end"] == "limit" and cyc["ok"] == n and cyc.get("cycle", "").startswith("ok")
-    ok = ok and cycled
+    ok = ok and cycled(cyc, n)
     plain = {k: v for k, v in opts.items() if k not in boards.HOLD_KEYS}  # libddq's rule [A1]
     libddq = (
         fill_cpython(dict(plain, max_items=BIG), payload, os.path.join(tmp, "cpl"))[0]
@@ -871,6 +870,11 @@ def raw_image(prof, tmp, m):
     }
 
 
+def cycled(c, n):
+    """Whether fill_mp's cycle result c held all n readings: filled, drained and compacted."""
+    return c["end"] == "limit" and c["ok"] == n and c.get("cycle", "").startswith("ok")
+
+
 def most_cycled(ps, opts, payload, tmp, items, app, raw=None):
     """(n, what happened): the most readings, at most items and a multiple of 8, that the heap
     model holds filled, then all drained and compacted, the app's share kept throughout
@@ -880,7 +884,7 @@ def most_cycled(ps, opts, payload, tmp, items, app, raw=None):
 
     def cycles(n):
         c = fill_mp(ps, opts, payload, tmp, n, app, raw=raw, cycle=True)
-        return c["end"] == "limit" and c["ok"] == n and c.get("cycle", "").startswith("ok"), c
+        return cycled(c, n), c
 
     ok, c = cycles(items)
     cycle = c.get("cycle") or c["end"]

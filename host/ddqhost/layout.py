@@ -110,7 +110,8 @@ def source(prof: dict[str, Any]) -> str:
     return (
         "# ddq_layout: written by `ddq flash --layout raw` (profile %s): the queue on a raw\n"
         '# flash region, not on the filesystem (docs/BOARDS.md "Raw layout"). `ddq flash`\n'
-        "# compares this file: edited, the next flash --layout raw erases the region again.\n"
+        "# compares this file: its OPTIONS, PAGE or region() edited, the next flash --layout\n"
+        "# raw erases the region again.\n"
         "OPTIONS = %r\n"
         "PAGE = %d\n"
         "FILES = %d  # FlashStorage's file table: 2 x max_segments + 8\n\n\n"

@@ -3,6 +3,7 @@ only)."""
 
 import ast
 import binascii
+import functools
 import hashlib
 import json
 import os
@@ -193,6 +194,7 @@ APP_ONLY = ("ddq_app",)
 RAW_ONLY = ("ddq_flash",)
 
 
+@functools.lru_cache(maxsize=1)
 def mqtt_parts() -> dict[str, str]:
     """ddq_mqtt's parts by public name (its _PARTS, read from port/ddq_mqtt.py: Umqtt ->
     ddq_clients, tls_context -> ddq_tls, ...), which it loads at a name's first use."""
@@ -215,8 +217,8 @@ def port_imports(path: str, app: bool = True) -> set[str]:
     where it passes ssl=True (Sender imports it then). Those parts count only where path is an
     app (app): ddq_app names ddq_mqtt.Umqtt and MqttAs, but loads them only where its app sets
     LINK = "umqtt" or calls run_async, which count instead, and ddq_mqtt imports ddq_tls only
-    for Sender(ssl=True). What an `if TYPE_CHECKING:` block
-    imports does not count (the type checker's alone: folded away on MicroPython)."""
+    for Sender(ssl=True). What an `if TYPE_CHECKING:` block imports does not count (the type
+    checker's alone: folded away on MicroPython)."""
     with open(path, "rb") as f:
         tree = ast.parse(f.read(), path)
     out: set[str] = set()
